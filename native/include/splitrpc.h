@@ -1,0 +1,281 @@
+/* splitrpc.h: the one flat C API of the splitrpc native core; every int function returns 0 (or a count) or -errno. */
+#ifndef SPLITRPC_H
+#define SPLITRPC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------------------ wire (PROTOCOL.md v1) */
+
+#define SRPC_HDR_LEN 22           /* control header bytes at the start of every datagram */
+#define SRPC_MAGIC 0xA5
+#define SRPC_VERSION 1
+#define SRPC_MAX_SEG_DATA 65485   /* 65507 (largest UDP/IPv4 payload) - 22 */
+#define SRPC_ERRMSG_MAX 256       /* longest optional UTF-8 message of an ERROR datagram */
+
+enum srpc_msg_type { SRPC_REQUEST = 0, SRPC_RESPONSE = 1, SRPC_ERROR = 2 };
+
+enum srpc_error_code {
+    SRPC_E_UNKNOWN_FUNCTION = 1,
+    SRPC_E_BAD_REQUEST = 2,
+    SRPC_E_BUSY = 3,
+    SRPC_E_DEADLINE = 4,
+    SRPC_E_INTERNAL = 5,
+    SRPC_E_TOO_LARGE = 6,
+    SRPC_E_MAX = 7 /* one past the last code; local-only codes below are never sent */
+};
+/* Local (client-side) outcomes, never on the wire. */
+#define SRPC_E_TIMEOUT 100
+#define SRPC_E_PENDING 101
+
+/* A decoded control header, fields in host order. */
+typedef struct srpc_hdr {
+    uint8_t type;     /* enum srpc_msg_type */
+    uint16_t func_id;
+    uint64_t req_id;
+    uint16_t seq;
+    uint16_t nseg;
+    uint32_t msg_len;
+    uint16_t aux;
+} srpc_hdr_t;
+
+/* Writes the 22-byte big-endian header. Returns 0, or -EINVAL for a type > 2. */
+int srpc_hdr_encode(const srpc_hdr_t *h, uint8_t out[SRPC_HDR_LEN]);
+
+/* Parses and checks the header alone: length >= 22, magic, version, type, nseg >= 1,
+ * seq < nseg. Returns 0, -EMSGSIZE (short), -EBADMSG (magic/version/type) or -EPROTO
+ * (seq/nseg). Never reads past len. */
+int srpc_hdr_decode(const uint8_t *buf, size_t len, srpc_hdr_t *out);
+
+/* Checks the segmentation rules of PROTOCOL.md for one segment carrying data_len bytes
+ * and derives the message's segment size S (for nseg == 1, S = msg_len).
+ * Returns 0 with *seg_size set, or -EPROTO for an impossible combination. */
+int srpc_seg_check(const srpc_hdr_t *h, size_t data_len, uint32_t *seg_size);
+
+/* Number of segments for a message of msg_len bytes cut at seg_size (>= 1). */
+uint32_t srpc_seg_count(uint32_t msg_len, uint32_t seg_size);
+
+/* ------------------------------------------------------------------ tensor queue (host) */
+
+/* A ring of `capacity` elements of `elem_size` bytes whose memory is mapped twice back to
+ * back, so any run of <= capacity consecutive elements (wrapping or not) is contiguous.
+ * Element `seq` (a running counter) lives at base + (seq * elem_size) mod ring_bytes, where
+ * ring_bytes is capacity * elem_size rounded up to whole pages. Owned by its creator;
+ * not thread-safe by itself (the engine serialises access). */
+typedef struct srpc_tq srpc_tq_t;
+
+int srpc_tq_create(size_t elem_size, uint32_t capacity, srpc_tq_t **out);
+void srpc_tq_destroy(srpc_tq_t *tq);
+uint8_t *srpc_tq_elem(const srpc_tq_t *tq, uint64_t seq); /* lower-mapping address of seq */
+uint8_t *srpc_tq_base(const srpc_tq_t *tq);
+size_t srpc_tq_ring_bytes(const srpc_tq_t *tq);
+size_t srpc_tq_elem_size(const srpc_tq_t *tq);
+uint32_t srpc_tq_capacity(const srpc_tq_t *tq);
+
+/* ------------------------------------------------------------------ server */
+
+typedef struct srpc_server srpc_server_t;
+
+enum srpc_wait_mode {
+    SRPC_WAIT_POLL = 0,     /* busy-poll: lowest latency, one core per spinning thread */
+    SRPC_WAIT_BLOCK = 1,    /* epoll / futex: idle-efficient */
+    SRPC_WAIT_ADAPTIVE = 2  /* spin for spin_us after the last activity, then block */
+};
+
+typedef struct srpc_server_config {
+    const char *host;            /* numeric IPv4/IPv6 address or name to bind */
+    uint16_t port;               /* 0 = any; srpc_server_port() tells which */
+    int wait_mode;               /* enum srpc_wait_mode, for the engine and the worker */
+    uint32_t spin_us;            /* adaptive: spin this long before blocking */
+    uint32_t seg_size;           /* reply segment data size S to non-loopback clients */
+    uint32_t seg_size_loopback;  /* reply S to loopback clients */
+    uint32_t max_message;        /* largest request accepted (TOO_LARGE above) */
+    uint32_t reasm_timeout_us;   /* a partial message is dropped after this */
+    uint64_t reasm_mem_cap;      /* bytes of all partial messages together */
+    uint32_t reply_cache_us;     /* how long a finished call's reply is remembered */
+    uint64_t reply_cache_bytes;  /* bytes of cached replies together */
+    uint32_t max_calls;          /* entries of the call table (partial, in progress, cached) */
+    uint32_t rx_burst;           /* datagrams per recvmmsg */
+    int sock_buf_bytes;          /* SO_RCVBUF/SO_SNDBUF wanted (FORCE tried first) */
+} srpc_server_config_t;
+
+/* Fills defaults (documented in native/src/tunables.h). */
+void srpc_server_config_init(srpc_server_config_t *cfg);
+
+/* Creates the server and binds its socket; no thread runs yet. */
+int srpc_server_create(const srpc_server_config_t *cfg, srpc_server_t **out);
+/* Stops the engine if running and frees everything. Batches not completed are dropped. */
+void srpc_server_destroy(srpc_server_t *srv);
+int srpc_server_port(const srpc_server_t *srv);
+
+/* Registers a function before srpc_server_start(). n_in/n_out tensors, each a fixed number of
+ * bytes; the request is the concatenation of the inputs and the reply that of the outputs.
+ * raw != 0: one input and one output of variable size up to in_sizes[0]/out_sizes[0]
+ * bytes (the zero-copy raw API). capacity: elements in each Tensor Queue. */
+typedef struct srpc_func_config {
+    uint16_t func_id;
+    int raw;
+    uint32_t n_in, n_out;
+    const uint32_t *in_sizes;
+    const uint32_t *out_sizes;
+    uint32_t capacity;
+    uint32_t max_batch;
+    uint32_t max_delay_us;
+} srpc_func_config_t;
+
+#define SRPC_MAX_TENSORS 8
+
+int srpc_server_add_function(srpc_server_t *srv, const srpc_func_config_t *fc);
+
+/* Starts the engine thread. */
+int srpc_server_start(srpc_server_t *srv);
+/* Stops the engine thread and wakes any waiting worker (which gets -ESHUTDOWN). */
+int srpc_server_stop(srpc_server_t *srv);
+
+/* A batch handed to the worker: `count` consecutive calls of one function. in[k] points at
+ * the first of `count` contiguous elements of input k's request TQ, out[k] likewise for the
+ * response TQ. Valid until srpc_server_complete(); the worker thread owns it until then. */
+typedef struct srpc_batch {
+    uint16_t func_id;
+    uint32_t count;
+    uint64_t first_seq;
+    uint8_t *in[SRPC_MAX_TENSORS];
+    uint8_t *out[SRPC_MAX_TENSORS];
+    uint32_t *in_len;   /* raw functions: request length of each call (count entries) */
+    uint32_t *out_len;  /* raw functions: the worker writes each reply length here */
+} srpc_batch_t;
+
+/* Waits up to timeout_us (-1 = forever) for a batch, following the server's wait mode.
+ * Returns 0 with *b filled, -ETIMEDOUT, or -ESHUTDOWN once stopped. One worker thread. */
+int srpc_server_next_batch(srpc_server_t *srv, srpc_batch_t *b, int64_t timeout_us);
+
+/* Finishes a batch: status 0 sends each reply (raw: out_len[i] bytes); status an error code
+ * (e.g. SRPC_E_INTERNAL) sends that ERROR, with msg (may be NULL) as its text, to every
+ * call of the batch. Called by the thread that got the batch. */
+int srpc_server_complete(srpc_server_t *srv, srpc_batch_t *b, int status, const char *msg);
+
+/* Counters. Fields are monotonically increasing except where noted. */
+enum srpc_drop_reason {
+    SRPC_DROP_SHORT = 0,       /* shorter than the header */
+    SRPC_DROP_BAD_HEADER,      /* magic, version or type */
+    SRPC_DROP_BAD_SEGMENT,     /* impossible seq/nseg/msg_len/length */
+    SRPC_DROP_TRUNCATED,       /* datagram larger than the receive buffer */
+    SRPC_DROP_NOT_REQUEST,     /* RESPONSE or ERROR sent to the server */
+    SRPC_DROP_INCONSISTENT,    /* segment disagrees with the message's S or msg_len */
+    SRPC_DROP_REASM_TIMEOUT,   /* partial message expired (counted once per message) */
+    SRPC_DROP_MEM_CAP,         /* reassembly memory cap reached */
+    SRPC_DROP_TABLE_FULL,      /* call table full */
+    SRPC_DROP_DUPLICATE,       /* duplicate segment or duplicate of a call in progress */
+    SRPC_DROP_REJECTED,        /* further segment of a message already answered with an error */
+    SRPC_DROP_TX_FAILED,       /* a reply datagram the socket would not take */
+    SRPC_DROP_MAX
+};
+
+#define SRPC_BATCH_HIST 65 /* batch sizes 1..64, the last bucket is 64 and above */
+
+typedef struct srpc_server_stats {
+    uint64_t rx_datagrams, rx_bytes, tx_datagrams, tx_bytes;
+    uint64_t calls;          /* requests fully received and queued */
+    uint64_t replies;        /* RESPONSE messages sent */
+    uint64_t batches;
+    uint64_t batch_calls;    /* sum of batch sizes */
+    uint64_t batch_hist[SRPC_BATCH_HIST];
+    uint64_t drops[SRPC_DROP_MAX];
+    uint64_t errors[SRPC_E_MAX];   /* ERROR messages sent, by code */
+    uint64_t cache_hits;     /* replies re-sent from the reply cache */
+    uint64_t partial_msgs;   /* gauge: messages being reassembled */
+    uint64_t reasm_bytes;    /* gauge: bytes held by partial messages */
+    uint64_t cached_replies; /* gauge */
+    int rcvbuf, sndbuf;      /* effective socket buffer sizes */
+} srpc_server_stats_t;
+
+int srpc_server_stats(const srpc_server_t *srv, srpc_server_stats_t *out);
+
+/* ------------------------------------------------------------------ client */
+
+typedef struct srpc_client srpc_client_t;
+
+typedef struct srpc_client_config {
+    const char *host;          /* server address or name */
+    uint16_t port;
+    uint32_t seg_size;         /* request segment data size S; 0 = by destination */
+    uint32_t max_reply;        /* largest reply accepted */
+    int busy_poll;             /* 1: spin while waiting (lowest latency) */
+    int sock_buf_bytes;
+} srpc_client_config_t;
+
+void srpc_client_config_init(srpc_client_config_t *cfg);
+int srpc_client_create(const srpc_client_config_t *cfg, srpc_client_t **out);
+void srpc_client_destroy(srpc_client_t *cl);
+
+/* Sends a request; *req_id receives the call's id. Thread-safe. The data is copied into
+ * datagrams before return; the caller keeps ownership. */
+int srpc_client_send(srpc_client_t *cl, uint16_t func_id, const void *data, uint32_t len,
+                     uint16_t aux, uint64_t *req_id);
+
+/* Waits until call req_id finishes or timeout_us passes (-1 = forever). Returns 0 when the
+ * call has an outcome (see srpc_client_result), -ETIMEDOUT, or -ENOENT for an unknown id.
+ * Thread-safe: one thread receives at a time, the others wait for it. */
+int srpc_client_wait(srpc_client_t *cl, uint64_t req_id, int64_t timeout_us);
+
+/* Waits up to timeout_us for any finished call and writes up to n finished req_ids into
+ * ids. Returns the count (0 on timeout). Thread-safe. */
+int srpc_client_wait_any(srpc_client_t *cl, uint64_t *ids, int n, int64_t timeout_us);
+
+/* Outcome of a finished call: *code 0 (RESPONSE), an error code, SRPC_E_PENDING while
+ * unfinished; *data and *len its reply (or error text). The pointers stay valid until
+ * srpc_client_release(req_id). Returns -ENOENT for an unknown id. */
+int srpc_client_result(srpc_client_t *cl, uint64_t req_id, int *code, const uint8_t **data,
+                       uint32_t *len);
+
+/* Forgets a call (finished or not); a late reply for it is dropped. */
+int srpc_client_release(srpc_client_t *cl, uint64_t req_id);
+
+/* One call, start to end: send, wait, copy the reply into out (cap bytes).
+ * Returns 0 with *out_len and *code set (code != 0: error, message in out), -ETIMEDOUT,
+ * -ENOBUFS when the reply is larger than cap (*out_len says how large). */
+int srpc_client_call(srpc_client_t *cl, uint16_t func_id, const void *data, uint32_t len,
+                     void *out, uint32_t cap, uint32_t *out_len, int *code, int64_t timeout_us);
+
+typedef struct srpc_client_stats {
+    uint64_t sent_calls, replies, errors, timeouts, late_or_unknown, dropped;
+} srpc_client_stats_t;
+int srpc_client_stats(const srpc_client_t *cl, srpc_client_stats_t *out);
+
+/* Closed-loop load in native code: keeps `concurrency` calls outstanding until n_calls
+ * have finished (after `warmup` more finished calls that are not recorded). lat_ns[i]
+ * receives the latency of the i-th recorded call (0 where it failed); *errors counts
+ * calls that ended in an error or a timeout; *elapsed_ns the recorded phase's wall time.
+ * Runs on the calling thread. */
+int srpc_client_closed_loop(srpc_client_t *cl, uint16_t func_id, const void *data,
+                            uint32_t len, uint32_t concurrency, uint32_t warmup,
+                            uint32_t n_calls, int64_t timeout_us, uint64_t *lat_ns,
+                            uint64_t *errors, uint64_t *elapsed_ns);
+
+/* ------------------------------------------------------------------ raw UDP baseline */
+
+/* The physical limit of the kernel socket path: an echo server and a ping-pong client of
+ * plain UDP datagrams of `size` bytes. busy = 1 polls with non-blocking calls, 0 blocks.
+ * The server runs until *stop becomes non-zero (checked at least every 10 ms). */
+int srpc_raw_echo_serve(const char *host, uint16_t port, int busy, volatile int *stop);
+int srpc_raw_pingpong(const char *host, uint16_t port, uint32_t size, int busy,
+                      uint32_t warmup, uint32_t n, uint64_t *lat_ns);
+
+/* ------------------------------------------------------------------ build facts */
+
+/* Bit set of what was compiled in: 1 CUDA, 2 DPDK, 4 sanitizers. */
+#define SRPC_FEATURE_CUDA 1
+#define SRPC_FEATURE_DPDK 2
+#define SRPC_FEATURE_SANITIZE 4
+unsigned srpc_features(void);
+const char *srpc_version(void);
+const char *srpc_strerror(int code); /* name of an error code (1..6, 100, 101) */
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* SPLITRPC_H */

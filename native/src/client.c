@@ -1,0 +1,438 @@
+/* client.c: the client's datapath: req_id allocation, segmentation, the outstanding-call
+ * table, reply reassembly, per-call timeouts. Thread-safe: one thread at a time receives
+ * (the "owner"); the others sleep on a condition variable until it hands over. */
+#include <errno.h>
+#include <stdio.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+
+#include "reassembly.h"
+#include "splitrpc.h"
+#include "transport_udp.h"
+#include "tunables.h"
+
+#define NBUCKETS 4096
+
+typedef struct cl_call {
+    uint64_t req_id;
+    uint16_t func_id;
+    int done;
+    int code;            /* 0 RESPONSE, else the error code */
+    int notify;          /* report through srpc_client_wait_any */
+    uint8_t *reply;      /* reply data or error text (malloc) */
+    uint32_t reply_len;
+    int reasm_active;
+    srpc_reasm_t reasm;
+    struct cl_call *hnext;
+    struct cl_call *dnext, *dprev; /* finished-and-unreported list */
+    int on_done_list;
+} cl_call_t;
+
+struct srpc_client {
+    srpc_client_config_t cfg;
+    char host[256];
+    srpc_udp_t udp;
+    srpc_rx_t rx;            /* owner thread only */
+    uint32_t seg;
+    pthread_mutex_t lock;
+    pthread_cond_t cv;
+    int rx_owned;            /* lock */
+    cl_call_t *buckets[NBUCKETS]; /* lock */
+    cl_call_t *done_head, *done_tail; /* lock */
+    atomic_uint_fast64_t next_id;
+    srpc_client_stats_t st;  /* lock */
+};
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+void srpc_client_config_init(srpc_client_config_t *c)
+{
+    memset(c, 0, sizeof(*c));
+    c->host = "127.0.0.1";
+    c->port = 9230;
+    c->max_reply = SRPC_DEF_MAX_REPLY;
+    c->busy_poll = 0;
+    c->sock_buf_bytes = SRPC_DEF_SOCK_BUF;
+}
+
+int srpc_client_create(const srpc_client_config_t *cfg, srpc_client_t **out)
+{
+    if (!cfg || !out || !cfg->host || cfg->seg_size > SRPC_MAX_SEG_DATA)
+        return -EINVAL;
+    srpc_client_t *c = calloc(1, sizeof(*c));
+    if (!c)
+        return -ENOMEM;
+    c->cfg = *cfg;
+    snprintf(c->host, sizeof(c->host), "%s", cfg->host);
+    c->cfg.host = c->host;
+    pthread_mutex_init(&c->lock, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&c->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    int r = srpc_udp_open(&c->udp, c->host, cfg->port, 0, cfg->sock_buf_bytes);
+    if (!r)
+        r = srpc_rx_init(&c->rx, 16, 65535);
+    if (r) {
+        srpc_client_destroy(c);
+        return r;
+    }
+    struct sockaddr_storage peer;
+    socklen_t pl = sizeof(peer);
+    getpeername(c->udp.fd, (struct sockaddr *)&peer, &pl);
+    c->seg = cfg->seg_size ? cfg->seg_size
+                           : srpc_sockaddr_is_loopback((struct sockaddr *)&peer) ? SRPC_DEF_SEG_SIZE_LOOPBACK
+                                                                                 : SRPC_DEF_SEG_SIZE;
+    uint64_t start;
+    if (getrandom(&start, sizeof(start), 0) != sizeof(start))
+        start = now_ns() ^ ((uint64_t)(uintptr_t)c << 16);
+    atomic_init(&c->next_id, start);
+    *out = c;
+    return 0;
+}
+
+static void call_free(cl_call_t *k)
+{
+    if (k->reasm_active)
+        srpc_reasm_free(&k->reasm);
+    free(k->reply);
+    free(k);
+}
+
+void srpc_client_destroy(srpc_client_t *c)
+{
+    if (!c)
+        return;
+    for (int b = 0; b < NBUCKETS; b++)
+        for (cl_call_t *k = c->buckets[b], *n; k; k = n) {
+            n = k->hnext;
+            call_free(k);
+        }
+    srpc_rx_free(&c->rx);
+    srpc_udp_close(&c->udp);
+    pthread_cond_destroy(&c->cv);
+    pthread_mutex_destroy(&c->lock);
+    free(c);
+}
+
+static cl_call_t **bucket(srpc_client_t *c, uint64_t id)
+{
+    return &c->buckets[(id ^ (id >> 17) ^ (id >> 31)) & (NBUCKETS - 1)];
+}
+
+static cl_call_t *find(srpc_client_t *c, uint64_t id)
+{
+    for (cl_call_t *k = *bucket(c, id); k; k = k->hnext)
+        if (k->req_id == id)
+            return k;
+    return NULL;
+}
+
+static void done_unlink(srpc_client_t *c, cl_call_t *k)
+{
+    if (!k->on_done_list)
+        return;
+    if (k->dprev)
+        k->dprev->dnext = k->dnext;
+    else
+        c->done_head = k->dnext;
+    if (k->dnext)
+        k->dnext->dprev = k->dprev;
+    else
+        c->done_tail = k->dprev;
+    k->on_done_list = 0;
+    k->dnext = k->dprev = NULL;
+}
+
+static void finish(srpc_client_t *c, cl_call_t *k, int code, uint8_t *data, uint32_t len)
+{
+    k->done = 1;
+    k->code = code;
+    k->reply = data;
+    k->reply_len = len;
+    if (code)
+        c->st.errors++;
+    else
+        c->st.replies++;
+    if (k->notify) {
+        k->dprev = c->done_tail;
+        if (c->done_tail)
+            c->done_tail->dnext = k;
+        else
+            c->done_head = k;
+        c->done_tail = k;
+        k->on_done_list = 1;
+    }
+}
+
+static uint8_t *dup_bytes(const uint8_t *p, uint32_t n)
+{
+    uint8_t *d = malloc(n ? n : 1);
+    if (d && n)
+        memcpy(d, p, n);
+    return d;
+}
+
+/* One reply datagram, hostile until checked. Lock held. */
+static void process(srpc_client_t *c, unsigned i)
+{
+    const struct mmsghdr *m = &c->rx.msgs[i];
+    srpc_hdr_t h;
+    uint32_t seg, total = m->msg_len;
+    if ((m->msg_hdr.msg_flags & MSG_TRUNC) ||
+        srpc_hdr_decode(srpc_rx_hdr(&c->rx, i), total < SRPC_HDR_LEN ? total : SRPC_HDR_LEN, &h) < 0 ||
+        h.type == SRPC_REQUEST || srpc_seg_check(&h, total - SRPC_HDR_LEN, &seg) < 0) {
+        c->st.dropped++;
+        return;
+    }
+    cl_call_t *k = find(c, h.req_id);
+    if (!k || k->done || k->func_id != h.func_id) {
+        c->st.late_or_unknown++;
+        return;
+    }
+    const uint8_t *data = srpc_rx_data(&c->rx, i);
+    uint32_t dlen = total - SRPC_HDR_LEN;
+    if (h.type == SRPC_ERROR) {
+        uint32_t l = dlen < SRPC_ERRMSG_MAX ? dlen : SRPC_ERRMSG_MAX;
+        finish(c, k, h.aux ? h.aux : SRPC_E_INTERNAL, dup_bytes(data, l), l);
+        return;
+    }
+    if (h.msg_len > c->cfg.max_reply) {
+        static const char msg[] = "reply larger than the client's max_reply";
+        finish(c, k, SRPC_E_TOO_LARGE, dup_bytes((const uint8_t *)msg, sizeof(msg) - 1), sizeof(msg) - 1);
+        return;
+    }
+    if (h.nseg == 1) {
+        finish(c, k, 0, dup_bytes(data, dlen), dlen);
+        return;
+    }
+    if (!k->reasm_active) {
+        if (srpc_reasm_init(&k->reasm, &h, seg) != 0) {
+            c->st.dropped++;
+            return;
+        }
+        k->reasm_active = 1;
+    }
+    int r = srpc_reasm_add(&k->reasm, &h, seg, data, dlen);
+    if (r == -EPROTO) { /* disagrees with the message: start over */
+        srpc_reasm_free(&k->reasm);
+        k->reasm_active = 0;
+        c->st.dropped++;
+    } else if (r == 1) {
+        uint8_t *buf = k->reasm.buf;
+        uint32_t len = k->reasm.msg_len;
+        k->reasm.buf = NULL;
+        srpc_reasm_free(&k->reasm);
+        k->reasm_active = 0;
+        finish(c, k, 0, buf, len);
+    }
+}
+
+static void timed_wait(srpc_client_t *c, uint64_t until_ns)
+{
+    struct timespec ts = {.tv_sec = (time_t)(until_ns / 1000000000ull), .tv_nsec = (long)(until_ns % 1000000000ull)};
+    pthread_cond_timedwait(&c->cv, &c->lock, &ts);
+}
+
+/* Receives what has arrived, waiting up to until_ns for something. Called with the lock
+ * held and rx_owned taken by this thread; returns with the lock held. */
+static void receive_some(srpc_client_t *c, uint64_t until_ns)
+{
+    pthread_mutex_unlock(&c->lock);
+    int n = srpc_rx_burst(&c->udp, &c->rx);
+    if (n == -EAGAIN && !c->cfg.busy_poll) {
+        uint64_t now = now_ns();
+        int ms = until_ns > now ? (int)((until_ns - now + 999999) / 1000000) : 0;
+        struct pollfd p = {.fd = c->udp.fd, .events = POLLIN};
+        if (poll(&p, 1, ms > 10 ? 10 : ms) > 0)
+            n = srpc_rx_burst(&c->udp, &c->rx);
+    } else if (n == -EAGAIN) {
+        __builtin_ia32_pause();
+    }
+    pthread_mutex_lock(&c->lock);
+    for (int i = 0; i < n; i++)
+        process(c, (unsigned)i);
+}
+
+/* Waits (lock held) until ready(c, arg) or until_ns; one thread receives, others sleep. */
+static int wait_until(srpc_client_t *c, int (*ready)(srpc_client_t *, void *), void *arg, uint64_t until_ns)
+{
+    for (;;) {
+        int r = ready(c, arg);
+        if (r != 0)
+            return r;
+        if (now_ns() >= until_ns)
+            return -ETIMEDOUT;
+        if (c->rx_owned) {
+            uint64_t t = now_ns() + 1000000;
+            timed_wait(c, t < until_ns ? t : until_ns);
+            continue;
+        }
+        c->rx_owned = 1;
+        receive_some(c, until_ns);
+        c->rx_owned = 0;
+        pthread_cond_broadcast(&c->cv);
+    }
+}
+
+static uint64_t deadline_of(int64_t timeout_us)
+{
+    return timeout_us < 0 ? UINT64_MAX : now_ns() + (uint64_t)timeout_us * 1000;
+}
+
+static int call_ready(srpc_client_t *c, void *arg)
+{
+    cl_call_t *k = find(c, *(uint64_t *)arg);
+    return !k ? -ENOENT : k->done ? 1 : 0;
+}
+
+static int any_ready(srpc_client_t *c, void *arg)
+{
+    (void)arg;
+    return c->done_head ? 1 : 0;
+}
+
+static int send_call(srpc_client_t *c, uint16_t func_id, const void *data, uint32_t len,
+                     uint16_t aux, int notify, uint64_t *req_id)
+{
+    if (!c || (!data && len) || !req_id)
+        return -EINVAL;
+    if (srpc_seg_count(len, c->seg) > UINT16_MAX)
+        return -EMSGSIZE;
+    cl_call_t *k = calloc(1, sizeof(*k));
+    if (!k)
+        return -ENOMEM;
+    k->req_id = atomic_fetch_add(&c->next_id, 1);
+    k->func_id = func_id;
+    k->notify = notify;
+    pthread_mutex_lock(&c->lock);
+    cl_call_t **b = bucket(c, k->req_id);
+    k->hnext = *b;
+    *b = k;
+    c->st.sent_calls++;
+    pthread_mutex_unlock(&c->lock);
+    srpc_hdr_t h = {.type = SRPC_REQUEST, .func_id = func_id, .req_id = k->req_id, .aux = aux};
+    struct iovec iv = {(void *)data, len};
+    int r = srpc_udp_send_msg(&c->udp, NULL, 0, &h, &iv, len ? 1 : 0, len, c->seg);
+    *req_id = k->req_id;
+    if (r < 0) {
+        srpc_client_release(c, k->req_id);
+        return r;
+    }
+    return 0;
+}
+
+int srpc_client_send(srpc_client_t *c, uint16_t func_id, const void *data, uint32_t len,
+                     uint16_t aux, uint64_t *req_id)
+{
+    return send_call(c, func_id, data, len, aux, 1, req_id);
+}
+
+int srpc_client_wait(srpc_client_t *c, uint64_t req_id, int64_t timeout_us)
+{
+    if (!c)
+        return -EINVAL;
+    pthread_mutex_lock(&c->lock);
+    int r = wait_until(c, call_ready, &req_id, deadline_of(timeout_us));
+    pthread_mutex_unlock(&c->lock);
+    return r > 0 ? 0 : r;
+}
+
+int srpc_client_wait_any(srpc_client_t *c, uint64_t *ids, int n, int64_t timeout_us)
+{
+    if (!c || !ids || n <= 0)
+        return -EINVAL;
+    pthread_mutex_lock(&c->lock);
+    int r = wait_until(c, any_ready, NULL, deadline_of(timeout_us));
+    int cnt = 0;
+    while (r > 0 && cnt < n && c->done_head) {
+        cl_call_t *k = c->done_head;
+        done_unlink(c, k);
+        ids[cnt++] = k->req_id;
+    }
+    pthread_mutex_unlock(&c->lock);
+    return r == -ETIMEDOUT ? 0 : r < 0 ? r : cnt;
+}
+
+int srpc_client_result(srpc_client_t *c, uint64_t req_id, int *code, const uint8_t **data, uint32_t *len)
+{
+    if (!c || !code || !data || !len)
+        return -EINVAL;
+    pthread_mutex_lock(&c->lock);
+    cl_call_t *k = find(c, req_id);
+    if (k) {
+        *code = k->done ? k->code : SRPC_E_PENDING;
+        *data = k->reply;
+        *len = k->done ? k->reply_len : 0;
+    }
+    pthread_mutex_unlock(&c->lock);
+    return k ? 0 : -ENOENT;
+}
+
+int srpc_client_release(srpc_client_t *c, uint64_t req_id)
+{
+    if (!c)
+        return -EINVAL;
+    pthread_mutex_lock(&c->lock);
+    cl_call_t **p = bucket(c, req_id);
+    while (*p && (*p)->req_id != req_id)
+        p = &(*p)->hnext;
+    cl_call_t *k = *p;
+    if (k) {
+        *p = k->hnext;
+        done_unlink(c, k);
+        if (!k->done)
+            c->st.timeouts++;
+    }
+    pthread_mutex_unlock(&c->lock);
+    if (!k)
+        return -ENOENT;
+    call_free(k);
+    return 0;
+}
+
+int srpc_client_call(srpc_client_t *c, uint16_t func_id, const void *data, uint32_t len,
+                     void *out, uint32_t cap, uint32_t *out_len, int *code, int64_t timeout_us)
+{
+    if (!out_len || !code || (!out && cap))
+        return -EINVAL;
+    uint64_t id;
+    int r = send_call(c, func_id, data, len, 0, 0, &id);
+    if (r)
+        return r;
+    r = srpc_client_wait(c, id, timeout_us);
+    if (r == 0) {
+        const uint8_t *d;
+        uint32_t l;
+        srpc_client_result(c, id, code, &d, &l);
+        *out_len = l;
+        if (l > cap)
+            r = -ENOBUFS;
+        else if (l)
+            memcpy(out, d, l);
+    }
+    srpc_client_release(c, id);
+    return r;
+}
+
+int srpc_client_stats(const srpc_client_t *c, srpc_client_stats_t *out)
+{
+    if (!c || !out)
+        return -EINVAL;
+    srpc_client_t *m = (srpc_client_t *)c;
+    pthread_mutex_lock(&m->lock);
+    *out = m->st;
+    pthread_mutex_unlock(&m->lock);
+    return 0;
+}

@@ -1,0 +1,377 @@
+/* engine.c: the server's datapath thread: RX burst -> check -> reassemble -> gather into the
+ * function's request Tensor Queue -> RX_COMPLETE -> wake the worker; expiry of partial
+ * messages, cached replies and rejections. No Python ever runs here. */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <time.h>
+
+#include "server_internal.h"
+#include "tunables.h"
+
+#define unlikely(x) __builtin_expect(!!(x), 0)
+
+uint64_t srpc_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static inline void cpu_relax(void) { __builtin_ia32_pause(); }
+
+int srpc_server_send(srpc_server_t *srv, const srpc_call_key_t *key, int code,
+                     const struct iovec *pieces, int n, uint32_t len)
+{
+    struct sockaddr_storage ss;
+    socklen_t sl = ct_key_to_sockaddr(key, &ss);
+    srpc_hdr_t h = {.type = code ? SRPC_ERROR : SRPC_RESPONSE, .func_id = key->func_id,
+                    .req_id = key->req_id, .aux = (uint16_t)code};
+    uint32_t seg = srpc_sockaddr_is_loopback((struct sockaddr *)&ss) ? srv->cfg.seg_size_loopback
+                                                                      : srv->cfg.seg_size;
+    if (code) /* an ERROR is one datagram */
+        seg = SRPC_MAX_SEG_DATA;
+    int r = srpc_udp_send_msg(&srv->udp, (struct sockaddr *)&ss, sl, &h, pieces, n, len, seg);
+    if (r < 0) {
+        ST_ADD(srv, drops[SRPC_DROP_TX_FAILED], 1);
+        return r;
+    }
+    ST_ADD(srv, tx_datagrams, (uint64_t)r);
+    ST_ADD(srv, tx_bytes, len + (uint64_t)r * SRPC_HDR_LEN);
+    if (code && code < SRPC_E_MAX)
+        ST_ADD(srv, errors[code], 1);
+    else if (!code)
+        ST_ADD(srv, replies, 1);
+    return 0;
+}
+
+int srpc_server_send_error(srpc_server_t *srv, const srpc_call_key_t *key, int code, const char *msg)
+{
+    size_t l = msg ? strnlen(msg, SRPC_ERRMSG_MAX) : 0;
+    struct iovec iv = {(void *)msg, l};
+    return srpc_server_send(srv, key, code, &iv, l ? 1 : 0, (uint32_t)l);
+}
+
+static void send_errorf(srpc_server_t *srv, const srpc_call_key_t *key, int code, const char *fmt, ...)
+{
+    char msg[SRPC_ERRMSG_MAX + 1];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    srpc_server_send_error(srv, key, code, msg);
+}
+
+void srpc_server_drop_entry(srpc_server_t *srv, uint32_t idx)
+{
+    ct_entry_t *e = &srv->ct.e[idx];
+    if (e->state == CT_PARTIAL) {
+        srv->reasm_bytes -= srpc_reasm_footprint(e->u.partial.msg_len, e->u.partial.nseg);
+        srpc_reasm_free(&e->u.partial);
+    } else if (e->state == CT_DONE) {
+        srv->cache_bytes -= e->u.done.len;
+        free(e->u.done.data);
+    }
+    ct_remove(&srv->ct, idx);
+}
+
+int srpc_server_evict_one(srpc_server_t *srv)
+{
+    uint32_t i = ct_list_head(&srv->ct, CT_LIST_REJECTED);
+    if (i == CT_NONE)
+        i = ct_list_head(&srv->ct, CT_LIST_DONE);
+    if (i == CT_NONE)
+        return -ENOSPC;
+    srpc_server_drop_entry(srv, i);
+    return 0;
+}
+
+static uint32_t insert_entry(srpc_server_t *srv, const srpc_call_key_t *k, uint8_t state)
+{
+    uint32_t i = ct_insert(&srv->ct, k, state);
+    if (i == CT_NONE && srpc_server_evict_one(srv) == 0)
+        i = ct_insert(&srv->ct, k, state);
+    if (i == CT_NONE)
+        ST_ADD(srv, drops[SRPC_DROP_TABLE_FULL], 1);
+    return i;
+}
+
+/* Remembers that a multi-segment message was answered with an error, so its other segments
+ * are ignored (PROTOCOL.md: "the message's other segments are then ignored"). */
+static void reject(srpc_server_t *srv, const srpc_call_key_t *k, const srpc_hdr_t *h, int code,
+                   const char *fmt, ...)
+{
+    char msg[SRPC_ERRMSG_MAX + 1];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    srpc_server_send_error(srv, k, code, msg);
+    if (h->nseg > 1) {
+        uint32_t i = insert_entry(srv, k, CT_REJECTED);
+        if (i != CT_NONE) {
+            srv->ct.e[i].code = (uint16_t)code;
+            ct_list_push(&srv->ct, i, CT_LIST_REJECTED,
+                         srpc_now_ns() + (uint64_t)srv->cfg.reasm_timeout_us * 1000);
+        }
+    }
+}
+
+/* Copies a whole request into element fn->head of the function's input TQs, records it in
+ * the Inference Monitor as RX_COMPLETE and queues it for the worker. Lock held; the caller
+ * checked that there is room. */
+static void enqueue(srpc_server_t *srv, srpc_fn_t *fn, uint32_t ct_idx, const uint8_t *data, uint32_t len)
+{
+    uint64_t seq = fn->head;
+    if (fn->raw) {
+        memcpy(srpc_tq_elem(fn->in_tq[0], seq), data, len);
+    } else {
+        uint32_t off = 0;
+        for (uint32_t k = 0; k < fn->n_in; k++) {
+            memcpy(srpc_tq_elem(fn->in_tq[k], seq), data + off, fn->in_size[k]);
+            off += fn->in_size[k];
+        }
+    }
+    srpc_call_t *c = &fn->calls[seq % fn->capacity];
+    c->state = CALL_RX_COMPLETE;
+    c->ct_idx = ct_idx;
+    c->in_len = len;
+    c->rx_ns = srpc_now_ns();
+    ct_entry_t *e = &srv->ct.e[ct_idx];
+    e->state = CT_QUEUED;
+    e->u.queued.seq = seq;
+    fn->head = seq + 1;
+    atomic_fetch_add(&srv->n_ready, 1);
+    ST_ADD(srv, calls, 1);
+}
+
+static int tq_full(const srpc_fn_t *fn) { return fn->head - fn->done >= fn->capacity; }
+
+/* Re-sends what a finished call answered (a retransmitted segment 0). */
+static void resend_cached(srpc_server_t *srv, const ct_entry_t *e)
+{
+    struct iovec iv = {e->u.done.data, e->u.done.len};
+    if (srpc_server_send(srv, &e->key, e->code, &iv, e->u.done.len ? 1 : 0, e->u.done.len) == 0)
+        ST_ADD(srv, cache_hits, 1);
+}
+
+/* A segment of a call the table already knows. */
+static void known_call(srpc_server_t *srv, uint32_t idx, const srpc_hdr_t *h, uint32_t seg,
+                       const uint8_t *data, uint32_t dlen)
+{
+    ct_entry_t *e = &srv->ct.e[idx];
+    switch (e->state) {
+    case CT_QUEUED:
+        ST_ADD(srv, drops[SRPC_DROP_DUPLICATE], 1);
+        return;
+    case CT_DONE:
+        if (h->seq == 0)
+            resend_cached(srv, e);
+        else
+            ST_ADD(srv, drops[SRPC_DROP_DUPLICATE], 1);
+        return;
+    case CT_REJECTED:
+        if (h->seq == 0)
+            srpc_server_send_error(srv, &e->key, e->code, NULL);
+        else
+            ST_ADD(srv, drops[SRPC_DROP_REJECTED], 1);
+        return;
+    case CT_PARTIAL:
+        break;
+    default:
+        return;
+    }
+    int r = srpc_reasm_add(&e->u.partial, h, seg, data, dlen);
+    if (r == -EALREADY) {
+        ST_ADD(srv, drops[SRPC_DROP_DUPLICATE], 1);
+        return;
+    }
+    if (r < 0) { /* disagrees with the message: PROTOCOL.md drops the whole message */
+        ST_ADD(srv, drops[SRPC_DROP_INCONSISTENT], 1);
+        srpc_server_drop_entry(srv, idx);
+        return;
+    }
+    if (r == 0)
+        return;
+    srpc_fn_t *fn = srv->by_id[h->func_id];
+    if (tq_full(fn)) {
+        srpc_call_key_t k = e->key;
+        srpc_server_drop_entry(srv, idx);
+        send_errorf(srv, &k, SRPC_E_BUSY, "queue of function %u is full", h->func_id);
+        return;
+    }
+    srpc_reasm_t p = e->u.partial;
+    ct_list_unlink(&srv->ct, idx);
+    enqueue(srv, fn, idx, p.buf, p.msg_len);
+    srv->reasm_bytes -= srpc_reasm_footprint(p.msg_len, p.nseg);
+    srpc_reasm_free(&p);
+}
+
+/* The first segment seen of a new call. */
+static void new_call(srpc_server_t *srv, const srpc_call_key_t *k, const srpc_hdr_t *h,
+                     uint32_t seg, const uint8_t *data, uint32_t dlen)
+{
+    srpc_fn_t *fn = srv->by_id[h->func_id];
+    if (unlikely(!fn)) {
+        reject(srv, k, h, SRPC_E_UNKNOWN_FUNCTION, "no function %u", h->func_id);
+        return;
+    }
+    uint32_t limit = fn->raw ? fn->req_bytes : srv->cfg.max_message;
+    if (unlikely(h->msg_len > limit || h->msg_len > srv->cfg.max_message)) {
+        reject(srv, k, h, SRPC_E_TOO_LARGE, "request of %u bytes, limit %u", h->msg_len,
+               limit < srv->cfg.max_message ? limit : srv->cfg.max_message);
+        return;
+    }
+    if (unlikely(!fn->raw && h->msg_len != fn->req_bytes)) {
+        reject(srv, k, h, SRPC_E_BAD_REQUEST, "function %u takes %u bytes, got %u", h->func_id,
+               fn->req_bytes, h->msg_len);
+        return;
+    }
+    if (h->nseg == 1) {
+        if (unlikely(tq_full(fn))) {
+            send_errorf(srv, k, SRPC_E_BUSY, "queue of function %u is full", h->func_id);
+            return;
+        }
+        uint32_t idx = insert_entry(srv, k, CT_QUEUED);
+        if (idx != CT_NONE)
+            enqueue(srv, fn, idx, data, dlen);
+        return;
+    }
+    size_t need = srpc_reasm_footprint(h->msg_len, h->nseg);
+    if (unlikely(srv->reasm_bytes + need > srv->cfg.reasm_mem_cap)) {
+        ST_ADD(srv, drops[SRPC_DROP_MEM_CAP], 1);
+        return;
+    }
+    uint32_t idx = insert_entry(srv, k, CT_PARTIAL);
+    if (idx == CT_NONE)
+        return;
+    ct_entry_t *e = &srv->ct.e[idx];
+    if (srpc_reasm_init(&e->u.partial, h, seg) != 0) {
+        ct_remove(&srv->ct, idx);
+        ST_ADD(srv, drops[SRPC_DROP_MEM_CAP], 1);
+        return;
+    }
+    srv->reasm_bytes += need;
+    ct_list_push(&srv->ct, idx, CT_LIST_PARTIAL, srpc_now_ns() + (uint64_t)srv->cfg.reasm_timeout_us * 1000);
+    srpc_reasm_add(&e->u.partial, h, seg, data, dlen); /* first segment: cannot fail */
+}
+
+/* One datagram, hostile until checked. Lock held. */
+static void process_datagram(srpc_server_t *srv, unsigned i, const struct mmsghdr *m)
+{
+    uint32_t total = m->msg_len;
+    ST_ADD(srv, rx_datagrams, 1);
+    ST_ADD(srv, rx_bytes, total);
+    if (unlikely(m->msg_hdr.msg_flags & MSG_TRUNC)) {
+        ST_ADD(srv, drops[SRPC_DROP_TRUNCATED], 1);
+        return;
+    }
+    srpc_hdr_t h;
+    int r = srpc_hdr_decode(srpc_rx_hdr(&srv->rx, i), total < SRPC_HDR_LEN ? total : SRPC_HDR_LEN, &h);
+    if (unlikely(r < 0)) {
+        ST_ADD(srv, drops[r == -EMSGSIZE ? SRPC_DROP_SHORT : r == -EPROTO ? SRPC_DROP_BAD_SEGMENT
+                                                                          : SRPC_DROP_BAD_HEADER], 1);
+        return;
+    }
+    if (unlikely(h.type != SRPC_REQUEST)) {
+        ST_ADD(srv, drops[SRPC_DROP_NOT_REQUEST], 1);
+        return;
+    }
+    uint32_t dlen = total - SRPC_HDR_LEN, seg;
+    if (unlikely(srpc_seg_check(&h, dlen, &seg) < 0)) {
+        ST_ADD(srv, drops[SRPC_DROP_BAD_SEGMENT], 1);
+        return;
+    }
+    const struct sockaddr *src = (const struct sockaddr *)&srv->rx.src[i];
+    if (unlikely(src->sa_family != AF_INET && src->sa_family != AF_INET6))
+        return;
+    srpc_call_key_t k;
+    ct_key_from_sockaddr(&k, src, h.req_id, h.func_id);
+    uint32_t idx = ct_find(&srv->ct, &k);
+    const uint8_t *data = srpc_rx_data(&srv->rx, i);
+    if (idx != CT_NONE)
+        known_call(srv, idx, &h, seg, data, dlen);
+    else
+        new_call(srv, &k, &h, seg, data, dlen);
+}
+
+/* Expires partial messages, cached replies and rejections. Lock held. */
+static void run_timers(srpc_server_t *srv, uint64_t now)
+{
+    static const uint8_t lists[] = {CT_LIST_PARTIAL, CT_LIST_DONE, CT_LIST_REJECTED};
+    for (unsigned l = 0; l < sizeof(lists); l++) {
+        uint32_t i;
+        while ((i = ct_list_head(&srv->ct, lists[l])) != CT_NONE && srv->ct.e[i].expires_ns <= now) {
+            if (lists[l] == CT_LIST_PARTIAL)
+                ST_ADD(srv, drops[SRPC_DROP_REASM_TIMEOUT], 1);
+            srpc_server_drop_entry(srv, i);
+        }
+    }
+}
+
+/* Milliseconds until the next expiry (-1: none), for a blocking wait. Lock held. */
+static int next_timeout_ms(srpc_server_t *srv, uint64_t now)
+{
+    uint64_t soonest = UINT64_MAX;
+    for (uint8_t l = 0; l < CT_NLISTS; l++) {
+        uint32_t i = ct_list_head(&srv->ct, l);
+        if (i != CT_NONE && srv->ct.e[i].expires_ns < soonest)
+            soonest = srv->ct.e[i].expires_ns;
+    }
+    if (soonest == UINT64_MAX)
+        return -1;
+    if (soonest <= now)
+        return 0;
+    uint64_t ms = (soonest - now + 999999) / 1000000;
+    return ms > 1000 ? 1000 : (int)ms;
+}
+
+static void wake_worker(srpc_server_t *srv)
+{
+    atomic_fetch_add(&srv->ready_gen, 1);
+    if (atomic_load(&srv->worker_sleeping))
+        srpc_futex_wake(&srv->ready_gen);
+}
+
+void *srpc_engine_main(void *arg)
+{
+    srpc_server_t *srv = arg;
+    const uint64_t spin_ns = (uint64_t)srv->cfg.spin_us * 1000;
+    uint64_t last_active = srpc_now_ns(), next_timer = 0;
+    while (!atomic_load_explicit(&srv->stopping, memory_order_relaxed)) {
+        int n = srpc_rx_burst(&srv->udp, &srv->rx);
+        uint64_t now = srpc_now_ns();
+        if (n > 0) {
+            uint64_t calls0 = srv->st.calls;
+            pthread_mutex_lock(&srv->lock);
+            for (int i = 0; i < n; i++)
+                process_datagram(srv, (unsigned)i, &srv->rx.msgs[i]);
+            pthread_mutex_unlock(&srv->lock);
+            if (srv->st.calls != calls0) /* only the engine writes calls */
+                wake_worker(srv);
+            last_active = now;
+        }
+        if (now >= next_timer) {
+            pthread_mutex_lock(&srv->lock);
+            run_timers(srv, now);
+            pthread_mutex_unlock(&srv->lock);
+            next_timer = now + SRPC_TIMER_PERIOD_US * 1000ull;
+        }
+        if (n > 0 || srv->cfg.wait_mode == SRPC_WAIT_POLL ||
+            (srv->cfg.wait_mode == SRPC_WAIT_ADAPTIVE && now - last_active < spin_ns)) {
+            if (n <= 0)
+                cpu_relax();
+            continue;
+        }
+        pthread_mutex_lock(&srv->lock);
+        int tmo = next_timeout_ms(srv, now);
+        pthread_mutex_unlock(&srv->lock);
+        struct epoll_event ev[2];
+        epoll_wait(srv->epfd, ev, 2, tmo);
+        last_active = srpc_now_ns();
+    }
+    return NULL;
+}

@@ -1,0 +1,219 @@
+/* raw_udp.c: the raw kernel-UDP baseline, a plain echo server and a ping-pong client. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* SO_RCVBUFFORCE, SO_SNDBUFFORCE */
+#endif
+#include <errno.h>
+#include <netdb.h>
+#include <poll.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "splitrpc.h"
+
+#define RAW_MAX_SIZE 65507          /* largest UDP/IPv4 payload */
+#define RAW_BUF_BYTES 65536         /* receive buffer: any datagram fits */
+#define RAW_SOCK_BUF (4 << 20)      /* SO_RCVBUF / SO_SNDBUF wanted */
+#define RAW_POLL_MS 10              /* server: longest time between two looks at *stop */
+#define RAW_SPINS_PER_CHECK 1024    /* busy loops read the clock this often */
+#define RAW_REPLY_TIMEOUT_NS 1000000000ull /* client: an echo must come back within 1 s */
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static int stopped(volatile int *stop)
+{
+    return __atomic_load_n(stop, __ATOMIC_RELAXED) != 0;
+}
+
+static void set_bufs(int fd)
+{
+    int v = RAW_SOCK_BUF;
+    if (setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &v, sizeof(v)) < 0)
+        (void)setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &v, sizeof(v));
+    if (setsockopt(fd, SOL_SOCKET, SO_SNDBUFFORCE, &v, sizeof(v)) < 0)
+        (void)setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &v, sizeof(v));
+}
+
+/* Resolves host:port and returns a UDP socket bound (server) or connected (client) to the
+ * first address that works, or -errno. */
+static int open_socket(const char *host, uint16_t port, int server)
+{
+    if (!host && !server) /* a server may bind the wildcard address */
+        return -EINVAL;
+    char service[8];
+    snprintf(service, sizeof(service), "%u", (unsigned)port);
+    struct addrinfo hints = {0}, *res = NULL;
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_DGRAM;
+    hints.ai_flags = AI_NUMERICSERV | (server ? AI_PASSIVE : 0);
+    int rc = getaddrinfo(host, service, &hints, &res);
+    if (rc != 0) {
+        if (rc == EAI_SYSTEM)
+            return errno ? -errno : -EIO;
+        if (rc == EAI_MEMORY)
+            return -ENOMEM;
+        if (rc == EAI_AGAIN)
+            return -EAGAIN;
+        return -EADDRNOTAVAIL; /* unknown name or unusable address */
+    }
+
+    int err = -EADDRNOTAVAIL;
+    for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
+        int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
+        if (fd < 0) {
+            err = -errno;
+            continue;
+        }
+        set_bufs(fd);
+        if ((server ? bind(fd, ai->ai_addr, ai->ai_addrlen)
+                    : connect(fd, ai->ai_addr, ai->ai_addrlen)) == 0) {
+            freeaddrinfo(res);
+            return fd;
+        }
+        err = -errno;
+        close(fd);
+    }
+    freeaddrinfo(res);
+    return err;
+}
+
+/* Receives one datagram (if any) and sends it back to its source. Returns 1 when one was
+ * echoed or dropped, 0 when none was waiting, -errno on a socket error. */
+static int echo_one(int fd, uint8_t *buf)
+{
+    struct sockaddr_storage src;
+    socklen_t srclen = sizeof(src);
+    ssize_t n = recvfrom(fd, buf, RAW_BUF_BYTES, MSG_DONTWAIT | MSG_TRUNC,
+                         (struct sockaddr *)&src, &srclen);
+    if (n < 0) {
+        if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
+            return 0;
+        if (errno == ECONNREFUSED) /* ICMP from an earlier echo to a closed port */
+            return 1;
+        return -errno;
+    }
+    if (n > RAW_BUF_BYTES) /* truncated: not an echo of what was sent, drop it */
+        return 1;
+    /* A full socket buffer drops the echo, as the network would. */
+    (void)sendto(fd, buf, (size_t)n, MSG_DONTWAIT, (struct sockaddr *)&src, srclen);
+    return 1;
+}
+
+int srpc_raw_echo_serve(const char *host, uint16_t port, int busy, volatile int *stop)
+{
+    if (!stop)
+        return -EINVAL;
+    uint8_t *buf = malloc(RAW_BUF_BYTES);
+    if (!buf)
+        return -ENOMEM;
+    int fd = open_socket(host, port, 1);
+    if (fd < 0) {
+        free(buf);
+        return fd;
+    }
+
+    int rc = 0;
+    /* busy: one relaxed load of *stop per loop costs nothing next to the recvfrom syscall,
+     * so it is read on every pass, not only every RAW_SPINS_PER_CHECK empty spins. */
+    while (!stopped(stop)) {
+        if (!busy) {
+            struct pollfd pfd = {.fd = fd, .events = POLLIN};
+            int pr = poll(&pfd, 1, RAW_POLL_MS);
+            if (pr < 0 && errno != EINTR) {
+                rc = -errno;
+                break;
+            }
+            if (pr <= 0)
+                continue;
+        }
+        int n = echo_one(fd, buf);
+        if (n < 0) {
+            rc = n;
+            break;
+        }
+    }
+    close(fd);
+    free(buf);
+    return rc;
+}
+
+/* Waits for the echo on the connected socket fd. Returns its length or -errno. */
+static ssize_t wait_echo(int fd, uint8_t *buf, int busy)
+{
+    uint64_t deadline = now_ns() + RAW_REPLY_TIMEOUT_NS;
+    for (uint32_t spins = 0;; spins++) {
+        if (!busy) {
+            int64_t left_ms = ((int64_t)(deadline - now_ns()) + 999999) / 1000000;
+            if (left_ms <= 0)
+                return -ETIMEDOUT;
+            struct pollfd pfd = {.fd = fd, .events = POLLIN};
+            int pr = poll(&pfd, 1, (int)left_ms);
+            if (pr < 0 && errno != EINTR)
+                return -errno;
+            if (pr <= 0)
+                continue;
+        }
+        ssize_t n = recv(fd, buf, RAW_BUF_BYTES, MSG_DONTWAIT | MSG_TRUNC);
+        if (n >= 0)
+            return n;
+        if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+            return -errno;
+        if (busy && spins % RAW_SPINS_PER_CHECK == 0 && now_ns() > deadline)
+            return -ETIMEDOUT;
+    }
+}
+
+int srpc_raw_pingpong(const char *host, uint16_t port, uint32_t size, int busy,
+                      uint32_t warmup, uint32_t n, uint64_t *lat_ns)
+{
+    if (size > RAW_MAX_SIZE)
+        return -EMSGSIZE;
+    if (n > 0 && !lat_ns)
+        return -EINVAL;
+    uint8_t *tx = malloc(size ? size : 1);
+    uint8_t *rx = malloc(RAW_BUF_BYTES);
+    if (!tx || !rx) {
+        free(tx);
+        free(rx);
+        return -ENOMEM;
+    }
+    for (uint32_t i = 0; i < size; i++)
+        tx[i] = (uint8_t)(i * 131u + 7u);
+
+    int fd = open_socket(host, port, 0);
+    int rc = fd < 0 ? fd : 0;
+    uint64_t total = (uint64_t)warmup + n;
+    for (uint64_t i = 0; rc == 0 && i < total; i++) {
+        uint64_t t0 = now_ns();
+        ssize_t sent = send(fd, tx, size, 0);
+        if (sent != (ssize_t)size) {
+            rc = sent < 0 ? -errno : -EIO;
+            break;
+        }
+        ssize_t got = wait_echo(fd, rx, busy);
+        uint64_t t1 = now_ns();
+        if (got < 0) {
+            rc = (int)got;
+            break;
+        }
+        if ((size_t)got != size) {
+            rc = -EBADMSG;
+            break;
+        }
+        if (i >= warmup)
+            lat_ns[i - warmup] = t1 - t0;
+    }
+    if (fd >= 0)
+        close(fd);
+    free(tx);
+    free(rx);
+    return rc;
+}

@@ -1,0 +1,242 @@
+/* server.c: server life cycle: configuration, function registration (Tensor Queues and the
+ * Inference Monitor), the engine thread's start and stop, counters. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "server_internal.h"
+#include "tunables.h"
+
+void srpc_server_config_init(srpc_server_config_t *c)
+{
+    memset(c, 0, sizeof(*c));
+    c->host = "127.0.0.1";
+    c->port = 9230;
+    c->wait_mode = SRPC_WAIT_ADAPTIVE;
+    c->spin_us = SRPC_DEF_SPIN_US;
+    c->seg_size = SRPC_DEF_SEG_SIZE;
+    c->seg_size_loopback = SRPC_DEF_SEG_SIZE_LOOPBACK;
+    c->max_message = SRPC_DEF_MAX_MESSAGE;
+    c->reasm_timeout_us = SRPC_DEF_REASM_TIMEOUT_US;
+    c->reasm_mem_cap = SRPC_DEF_REASM_MEM_CAP;
+    c->reply_cache_us = SRPC_DEF_REPLY_CACHE_US;
+    c->reply_cache_bytes = SRPC_DEF_REPLY_CACHE_BYTES;
+    c->max_calls = SRPC_DEF_MAX_CALLS;
+    c->rx_burst = SRPC_DEF_RX_BURST;
+    c->sock_buf_bytes = SRPC_DEF_SOCK_BUF;
+}
+
+static int check_config(const srpc_server_config_t *c)
+{
+    if (c->wait_mode < SRPC_WAIT_POLL || c->wait_mode > SRPC_WAIT_ADAPTIVE)
+        return -EINVAL;
+    if (c->seg_size == 0 || c->seg_size > SRPC_MAX_SEG_DATA || c->seg_size_loopback == 0 ||
+        c->seg_size_loopback > SRPC_MAX_SEG_DATA)
+        return -EINVAL;
+    if (c->rx_burst == 0 || c->rx_burst > SRPC_MAX_RX_BURST || c->max_calls == 0 || c->max_message == 0)
+        return -EINVAL;
+    return 0;
+}
+
+int srpc_server_create(const srpc_server_config_t *cfg, srpc_server_t **out)
+{
+    if (!cfg || !out)
+        return -EINVAL;
+    int r = check_config(cfg);
+    if (r)
+        return r;
+    srpc_server_t *s = calloc(1, sizeof(*s));
+    if (!s)
+        return -ENOMEM;
+    s->cfg = *cfg;
+    snprintf(s->host, sizeof(s->host), "%s", cfg->host ? cfg->host : "0.0.0.0");
+    s->cfg.host = s->host;
+    s->udp.fd = s->epfd = s->stopfd = -1;
+    pthread_mutex_init(&s->lock, NULL);
+    s->by_id = calloc(65536, sizeof(*s->by_id));
+    if (!s->by_id) {
+        r = -ENOMEM;
+        goto fail;
+    }
+    if ((r = ct_init(&s->ct, cfg->max_calls)) != 0)
+        goto fail;
+    /* A datagram's data lands in a payload slot big enough for any UDP payload, so a
+     * too-long datagram is seen (and counted) rather than silently cut. */
+    if ((r = srpc_rx_init(&s->rx, cfg->rx_burst, 65535)) != 0)
+        goto fail;
+    if ((r = srpc_udp_open(&s->udp, s->host, cfg->port, 1, cfg->sock_buf_bytes)) != 0)
+        goto fail;
+    s->st.rcvbuf = s->udp.rcvbuf;
+    s->st.sndbuf = s->udp.sndbuf;
+    s->epfd = epoll_create1(EPOLL_CLOEXEC);
+    s->stopfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (s->epfd < 0 || s->stopfd < 0) {
+        r = -errno;
+        goto fail;
+    }
+    struct epoll_event ev = {.events = EPOLLIN, .data.fd = s->udp.fd};
+    struct epoll_event ev2 = {.events = EPOLLIN, .data.fd = s->stopfd};
+    if (epoll_ctl(s->epfd, EPOLL_CTL_ADD, s->udp.fd, &ev) || epoll_ctl(s->epfd, EPOLL_CTL_ADD, s->stopfd, &ev2)) {
+        r = -errno;
+        goto fail;
+    }
+    *out = s;
+    return 0;
+fail:
+    srpc_server_destroy(s);
+    return r;
+}
+
+int srpc_server_port(const srpc_server_t *srv) { return srpc_udp_local_port(&srv->udp); }
+
+static void fn_free(srpc_fn_t *fn)
+{
+    if (!fn)
+        return;
+    for (uint32_t k = 0; k < SRPC_MAX_TENSORS; k++) {
+        srpc_tq_destroy(fn->in_tq[k]);
+        srpc_tq_destroy(fn->out_tq[k]);
+    }
+    if (fn->calls)
+        for (uint32_t i = 0; i < fn->capacity; i++)
+            free(fn->calls[i].reply);
+    free(fn->calls);
+    free(fn->batch_in_len);
+    free(fn->batch_out_len);
+    free(fn);
+}
+
+int srpc_server_add_function(srpc_server_t *srv, const srpc_func_config_t *fc)
+{
+    if (!srv || !fc || srv->started)
+        return -EINVAL;
+    if (srv->by_id[fc->func_id])
+        return -EEXIST;
+    if (srv->nfns == SRPC_MAX_FUNCS)
+        return -ENOSPC;
+    if (fc->n_in == 0 || fc->n_out == 0 || fc->n_in > SRPC_MAX_TENSORS || fc->n_out > SRPC_MAX_TENSORS ||
+        (fc->raw && (fc->n_in != 1 || fc->n_out != 1)) || fc->max_batch == 0 || !fc->in_sizes || !fc->out_sizes)
+        return -EINVAL;
+    srpc_fn_t *fn = calloc(1, sizeof(*fn));
+    if (!fn)
+        return -ENOMEM;
+    fn->func_id = fc->func_id;
+    fn->raw = fc->raw;
+    fn->n_in = fc->n_in;
+    fn->n_out = fc->n_out;
+    fn->capacity = fc->capacity ? fc->capacity : SRPC_DEF_TQ_CAPACITY;
+    fn->max_batch = fc->max_batch < fn->capacity ? fc->max_batch : fn->capacity;
+    fn->max_delay_us = fc->max_delay_us;
+    uint64_t req = 0, resp = 0;
+    int r = 0;
+    for (uint32_t k = 0; k < fc->n_in; k++) {
+        fn->in_size[k] = fc->in_sizes[k];
+        req += fc->in_sizes[k];
+        if (fc->in_sizes[k] == 0 && !fc->raw)
+            r = -EINVAL;
+    }
+    for (uint32_t k = 0; k < fc->n_out; k++) {
+        fn->out_size[k] = fc->out_sizes[k];
+        resp += fc->out_sizes[k];
+    }
+    /* The smallest reply segment must still number a reply in 16 bits. */
+    uint32_t min_seg = srv->cfg.seg_size < srv->cfg.seg_size_loopback ? srv->cfg.seg_size : srv->cfg.seg_size_loopback;
+    if (req > srv->cfg.max_message || resp > UINT32_MAX || srpc_seg_count((uint32_t)resp, min_seg) > UINT16_MAX)
+        r = -EMSGSIZE;
+    fn->req_bytes = (uint32_t)req;
+    fn->resp_bytes = (uint32_t)resp;
+    for (uint32_t k = 0; !r && k < fc->n_in; k++)
+        r = srpc_tq_create(fn->in_size[k] ? fn->in_size[k] : 1, fn->capacity, &fn->in_tq[k]);
+    for (uint32_t k = 0; !r && k < fc->n_out; k++)
+        r = srpc_tq_create(fn->out_size[k] ? fn->out_size[k] : 1, fn->capacity, &fn->out_tq[k]);
+    if (!r) {
+        fn->calls = calloc(fn->capacity, sizeof(*fn->calls));
+        fn->batch_in_len = calloc(fn->max_batch, sizeof(uint32_t));
+        fn->batch_out_len = calloc(fn->max_batch, sizeof(uint32_t));
+        if (!fn->calls || !fn->batch_in_len || !fn->batch_out_len)
+            r = -ENOMEM;
+    }
+    if (r) {
+        fn_free(fn);
+        return r;
+    }
+    srv->fns[srv->nfns++] = fn;
+    srv->by_id[fn->func_id] = fn;
+    return 0;
+}
+
+int srpc_server_start(srpc_server_t *srv)
+{
+    if (!srv || srv->started)
+        return -EINVAL;
+    atomic_store(&srv->stopping, 0);
+    int r = pthread_create(&srv->thread, NULL, srpc_engine_main, srv);
+    if (r)
+        return -r;
+    srv->started = 1;
+    return 0;
+}
+
+int srpc_server_stop(srpc_server_t *srv)
+{
+    if (!srv)
+        return -EINVAL;
+    atomic_store(&srv->stopping, 1);
+    uint64_t one = 1;
+    if (srv->stopfd >= 0 && write(srv->stopfd, &one, sizeof(one)) < 0) {
+        /* the eventfd counter is full: the engine is awake anyway */
+    }
+    atomic_fetch_add(&srv->ready_gen, 1);
+    srpc_futex_wake(&srv->ready_gen);
+    if (srv->started) {
+        pthread_join(srv->thread, NULL);
+        srv->started = 0;
+    }
+    return 0;
+}
+
+void srpc_server_destroy(srpc_server_t *srv)
+{
+    if (!srv)
+        return;
+    srpc_server_stop(srv);
+    if (srv->ct.e) {
+        for (uint32_t i = 0; i < srv->ct.max_entries; i++)
+            if (srv->ct.e[i].state != CT_FREE)
+                srpc_server_drop_entry(srv, i);
+        ct_destroy(&srv->ct);
+    }
+    for (uint32_t i = 0; i < srv->nfns; i++)
+        fn_free(srv->fns[i]);
+    free(srv->by_id);
+    srpc_rx_free(&srv->rx);
+    srpc_udp_close(&srv->udp);
+    if (srv->epfd >= 0)
+        close(srv->epfd);
+    if (srv->stopfd >= 0)
+        close(srv->stopfd);
+    pthread_mutex_destroy(&srv->lock);
+    free(srv);
+}
+
+int srpc_server_stats(const srpc_server_t *srv, srpc_server_stats_t *out)
+{
+    if (!srv || !out)
+        return -EINVAL;
+    srpc_server_t *s = (srpc_server_t *)srv;
+    pthread_mutex_lock(&s->lock);
+    *out = s->st;
+    out->partial_msgs = 0;
+    for (uint32_t i = ct_list_head(&s->ct, CT_LIST_PARTIAL); i != CT_NONE; i = s->ct.e[i].lnext)
+        out->partial_msgs++;
+    out->reasm_bytes = s->reasm_bytes;
+    out->cached_replies = 0;
+    for (uint32_t i = ct_list_head(&s->ct, CT_LIST_DONE); i != CT_NONE; i = s->ct.e[i].lnext)
+        out->cached_replies++;
+    pthread_mutex_unlock(&s->lock);
+    return 0;
+}

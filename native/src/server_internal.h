@@ -1,0 +1,86 @@
+/* server_internal.h: the server's state shared by engine.c (RX thread), worker.c (batch
+ * hand-off and TX) and server.c (life cycle). Everything marked "lock" is guarded by
+ * srv->lock; atomics are touched without it. */
+#ifndef SRPC_SERVER_INTERNAL_H
+#define SRPC_SERVER_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "calltab.h"
+#include "splitrpc.h"
+#include "transport_udp.h"
+
+/* Inference Monitor states of a call (SplitRPC §4). */
+enum srpc_call_state { CALL_READY = 0, CALL_RX_COMPLETE, CALL_WORK_COMPLETE, CALL_TX_COMPLETE };
+
+/* Inference Monitor record of the call that owns TQ element `seq` of a function. */
+typedef struct srpc_call {
+    uint8_t state;     /* enum srpc_call_state */
+    uint32_t ct_idx;   /* its call-table entry (client address, req_id, func_id) */
+    uint32_t in_len;   /* request bytes (raw functions vary) */
+    uint64_t rx_ns;    /* when it became RX_COMPLETE */
+    uint16_t code;     /* outcome sent: 0 RESPONSE or an error code */
+    uint32_t out_len;  /* bytes of the reply (or error text) sent */
+    uint8_t *reply;    /* copy of what was sent, for the reply cache (malloc) */
+} srpc_call_t;
+
+typedef struct srpc_fn {
+    uint16_t func_id;
+    int raw;
+    uint32_t n_in, n_out;
+    uint32_t in_size[SRPC_MAX_TENSORS], out_size[SRPC_MAX_TENSORS];
+    uint32_t req_bytes, resp_bytes; /* fixed: sums of the tensors; raw: the maxima */
+    uint32_t capacity, max_batch, max_delay_us;
+    srpc_tq_t *in_tq[SRPC_MAX_TENSORS], *out_tq[SRPC_MAX_TENSORS];
+    srpc_call_t *calls;             /* capacity records: element seq at calls[seq % capacity] */
+    uint32_t *batch_in_len, *batch_out_len; /* max_batch each, for the raw API */
+    /* Ring counters, each only grows: done <= taken <= head <= done + capacity. */
+    uint64_t head;  /* lock: next element the engine fills */
+    uint64_t taken; /* lock: next element handed to the worker */
+    uint64_t done;  /* lock: next element recycled after TX_COMPLETE */
+} srpc_fn_t;
+
+#define SRPC_MAX_FUNCS 64
+
+struct srpc_server {
+    srpc_server_config_t cfg;
+    char host[256];
+    srpc_udp_t udp;
+    srpc_rx_t rx;                    /* engine thread only */
+    pthread_mutex_t lock;
+    calltab_t ct;                    /* lock */
+    srpc_fn_t *fns[SRPC_MAX_FUNCS];
+    uint32_t nfns;
+    srpc_fn_t **by_id;               /* 65536 entries, read-only once started */
+    uint64_t reasm_bytes;            /* lock */
+    uint64_t cache_bytes;            /* lock */
+    uint32_t rr;                     /* worker: round-robin cursor over functions */
+    pthread_t thread;
+    int started;
+    int epfd, stopfd;
+    atomic_int stopping;
+    atomic_uint ready_gen;           /* bumped when calls are queued; the worker futex-waits on it */
+    atomic_int worker_sleeping;
+    atomic_uint n_ready;             /* calls queued and not yet taken */
+    srpc_server_stats_t st;          /* updated with relaxed atomic adds */
+};
+
+#define ST_ADD(srv, field, v) __atomic_fetch_add(&(srv)->st.field, (v), __ATOMIC_RELAXED)
+
+uint64_t srpc_now_ns(void);
+void *srpc_engine_main(void *arg);
+/* Sends one message to the call's client (reply data, or error text when code != 0).
+ * Thread-safe. */
+int srpc_server_send(srpc_server_t *srv, const srpc_call_key_t *key, int code,
+                     const struct iovec *pieces, int n, uint32_t len);
+int srpc_server_send_error(srpc_server_t *srv, const srpc_call_key_t *key, int code, const char *msg);
+/* Frees what an entry holds and removes it (lock held). */
+void srpc_server_drop_entry(srpc_server_t *srv, uint32_t idx);
+/* Makes room for one more entry by evicting the oldest cached reply or rejection (lock). */
+int srpc_server_evict_one(srpc_server_t *srv);
+void srpc_futex_wake(atomic_uint *addr);
+int srpc_futex_wait(atomic_uint *addr, unsigned expected, int64_t timeout_us);
+
+#endif

@@ -1,0 +1,45 @@
+/* tunables.h: every default and limit of the native core in one place, each with its reason. */
+#ifndef SRPC_TUNABLES_H
+#define SRPC_TUNABLES_H
+
+/* Datagrams per recvmmsg/sendmmsg: amortises the syscall without holding a burst so long
+ * that the first datagram waits behind the last. */
+#define SRPC_DEF_RX_BURST 32
+#define SRPC_MAX_RX_BURST 256
+
+/* Reply segment size: 1450 fits a 1500-byte Ethernet MTU (PROTOCOL.md); loopback takes a
+ * whole 64 KiB datagram, and a 588 KiB message costs about 2x more in 8950-byte pieces. */
+#define SRPC_DEF_SEG_SIZE 1450
+#define SRPC_DEF_SEG_SIZE_LOOPBACK 65000
+
+/* Largest request: the built-in echo takes up to 1 MiB; anything larger is TOO_LARGE. */
+#define SRPC_DEF_MAX_MESSAGE (1u << 20)
+
+/* A partial message older than this is dropped: long enough for a retransmission round. */
+#define SRPC_DEF_REASM_TIMEOUT_US 500000
+/* All partial messages together: bounds what a flood of first segments can pin. */
+#define SRPC_DEF_REASM_MEM_CAP (256ull << 20)
+
+/* PROTOCOL.md: the reply-cache lifetime is a documented server setting, default 10 s. */
+#define SRPC_DEF_REPLY_CACHE_US 10000000
+#define SRPC_DEF_REPLY_CACHE_BYTES (64ull << 20)
+
+/* Call-table entries (partial, in progress, cached, rejected): bounds the hash memory. */
+#define SRPC_DEF_MAX_CALLS 65536
+
+/* Adaptive wait: spin this long before sleeping; waking a sleeper costs ~40-50 us here. */
+#define SRPC_DEF_SPIN_US 200
+
+/* Socket buffers: a 1 MiB message in flight is 16 datagrams of 64 KiB, times truesize. */
+#define SRPC_DEF_SOCK_BUF (32 << 20)
+
+/* Elements per Tensor Queue when the caller does not say. */
+#define SRPC_DEF_TQ_CAPACITY 256
+
+/* How often the engine scans its expiry lists. */
+#define SRPC_TIMER_PERIOD_US 1000
+
+/* Client: largest reply accepted by default (the echo service's limit). */
+#define SRPC_DEF_MAX_REPLY (1u << 20)
+
+#endif

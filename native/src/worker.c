@@ -1,0 +1,219 @@
+/* worker.c: the hand-off between the engine and the one worker thread: work-conserving
+ * dynamic batching over the Tensor Queues, and completion (WORK_COMPLETE -> TX -> reply
+ * cache -> recycle). Runs on the worker's thread with the GIL released. */
+#include <errno.h>
+#include <stdio.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "server_internal.h"
+
+void srpc_futex_wake(atomic_uint *addr)
+{
+    syscall(SYS_futex, (unsigned *)addr, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
+}
+
+int srpc_futex_wait(atomic_uint *addr, unsigned expected, int64_t timeout_us)
+{
+    struct timespec ts, *tp = NULL;
+    if (timeout_us >= 0) {
+        ts.tv_sec = timeout_us / 1000000;
+        ts.tv_nsec = (timeout_us % 1000000) * 1000;
+        tp = &ts;
+    }
+    long r = syscall(SYS_futex, (unsigned *)addr, FUTEX_WAIT_PRIVATE, expected, tp, NULL, 0);
+    return r == 0 ? 0 : -errno;
+}
+
+/* Takes the next batch, if any is due (lock held). Functions are visited round-robin; one
+ * whose calls are fewer than max_batch waits until its oldest call is max_delay_us old.
+ * Returns 1 with *b filled, else 0 with *hold_until_ns the earliest such deadline (or 0). */
+static int take_batch(srpc_server_t *srv, srpc_batch_t *b, uint64_t now, uint64_t *hold_until_ns)
+{
+    *hold_until_ns = 0;
+    for (uint32_t j = 0; j < srv->nfns; j++) {
+        uint32_t fi = (srv->rr + j) % srv->nfns;
+        srpc_fn_t *fn = srv->fns[fi];
+        uint64_t avail = fn->head - fn->taken;
+        if (avail == 0)
+            continue;
+        if (avail < fn->max_batch && fn->max_delay_us) {
+            uint64_t due = fn->calls[fn->taken % fn->capacity].rx_ns + (uint64_t)fn->max_delay_us * 1000;
+            if (now < due) {
+                if (!*hold_until_ns || due < *hold_until_ns)
+                    *hold_until_ns = due;
+                continue;
+            }
+        }
+        uint32_t count = (uint32_t)(avail < fn->max_batch ? avail : fn->max_batch);
+        memset(b, 0, sizeof(*b));
+        b->func_id = fn->func_id;
+        b->count = count;
+        b->first_seq = fn->taken;
+        for (uint32_t k = 0; k < fn->n_in; k++)
+            b->in[k] = srpc_tq_elem(fn->in_tq[k], fn->taken);
+        for (uint32_t k = 0; k < fn->n_out; k++)
+            b->out[k] = srpc_tq_elem(fn->out_tq[k], fn->taken);
+        if (fn->raw) {
+            for (uint32_t i = 0; i < count; i++) {
+                fn->batch_in_len[i] = fn->calls[(fn->taken + i) % fn->capacity].in_len;
+                fn->batch_out_len[i] = 0;
+            }
+            b->in_len = fn->batch_in_len;
+            b->out_len = fn->batch_out_len;
+        }
+        fn->taken += count;
+        atomic_fetch_sub(&srv->n_ready, count);
+        srv->rr = fi + 1;
+        ST_ADD(srv, batches, 1);
+        ST_ADD(srv, batch_calls, count);
+        ST_ADD(srv, batch_hist[count < SRPC_BATCH_HIST ? count : SRPC_BATCH_HIST - 1], 1);
+        return 1;
+    }
+    return 0;
+}
+
+int srpc_server_next_batch(srpc_server_t *srv, srpc_batch_t *b, int64_t timeout_us)
+{
+    if (!srv || !b)
+        return -EINVAL;
+    const uint64_t start = srpc_now_ns();
+    const uint64_t spin_ns = (uint64_t)srv->cfg.spin_us * 1000;
+    const uint64_t deadline = timeout_us < 0 ? UINT64_MAX : start + (uint64_t)timeout_us * 1000;
+    uint64_t hold = 0;
+    for (;;) {
+        if (atomic_load(&srv->stopping))
+            return -ESHUTDOWN;
+        uint64_t now = srpc_now_ns();
+        if (atomic_load_explicit(&srv->n_ready, memory_order_acquire) > 0 && (!hold || now >= hold)) {
+            pthread_mutex_lock(&srv->lock);
+            int got = take_batch(srv, b, now, &hold);
+            pthread_mutex_unlock(&srv->lock);
+            if (got)
+                return 0;
+        }
+        if (now >= deadline)
+            return -ETIMEDOUT;
+        int spin = srv->cfg.wait_mode == SRPC_WAIT_POLL ||
+                   (srv->cfg.wait_mode == SRPC_WAIT_ADAPTIVE && now - start < spin_ns);
+        if (spin) {
+            __builtin_ia32_pause();
+            continue;
+        }
+        uint64_t until = hold && hold < deadline ? hold : deadline;
+        int64_t wait_us = until == UINT64_MAX ? -1 : (int64_t)((until - now) / 1000 + 1);
+        unsigned gen = atomic_load(&srv->ready_gen);
+        atomic_store(&srv->worker_sleeping, 1);
+        if ((atomic_load(&srv->n_ready) == 0 || hold) && !atomic_load(&srv->stopping))
+            srpc_futex_wait(&srv->ready_gen, gen, wait_us);
+        atomic_store(&srv->worker_sleeping, 0);
+        if (hold && srpc_now_ns() >= hold)
+            hold = 0;
+    }
+}
+
+/* The reply data of call i of a batch as pieces of the output TQ elements. */
+static int reply_pieces(const srpc_fn_t *fn, const srpc_batch_t *b, uint32_t i, struct iovec *iv,
+                        uint32_t *len)
+{
+    uint64_t seq = b->first_seq + i;
+    if (fn->raw) {
+        uint32_t l = b->out_len[i];
+        iv[0] = (struct iovec){srpc_tq_elem(fn->out_tq[0], seq), l};
+        *len = l;
+        return 1;
+    }
+    for (uint32_t k = 0; k < fn->n_out; k++)
+        iv[k] = (struct iovec){srpc_tq_elem(fn->out_tq[k], seq), fn->out_size[k]};
+    *len = fn->resp_bytes;
+    return (int)fn->n_out;
+}
+
+static uint8_t *copy_pieces(const struct iovec *iv, int n, uint32_t len)
+{
+    uint8_t *p = malloc(len ? len : 1);
+    if (!p)
+        return NULL;
+    size_t off = 0;
+    for (int k = 0; k < n; k++) {
+        memcpy(p + off, iv[k].iov_base, iv[k].iov_len);
+        off += iv[k].iov_len;
+    }
+    return p;
+}
+
+/* Moves a finished call's entry to the reply cache, or forgets it (lock held). */
+static void cache_reply(srpc_server_t *srv, uint32_t idx, int code, uint8_t *data, uint32_t len)
+{
+    int cacheable = code == 0 || code == SRPC_E_INTERNAL;
+    if (!cacheable || !data || len > srv->cfg.reply_cache_bytes) {
+        free(data);
+        ct_remove(&srv->ct, idx);
+        return;
+    }
+    while (srv->cache_bytes + len > srv->cfg.reply_cache_bytes &&
+           ct_list_head(&srv->ct, CT_LIST_DONE) != CT_NONE)
+        srpc_server_drop_entry(srv, ct_list_head(&srv->ct, CT_LIST_DONE));
+    ct_entry_t *e = &srv->ct.e[idx];
+    e->state = CT_DONE;
+    e->code = (uint16_t)code;
+    e->u.done.data = data;
+    e->u.done.len = len;
+    srv->cache_bytes += len;
+    ct_list_push(&srv->ct, idx, CT_LIST_DONE, srpc_now_ns() + (uint64_t)srv->cfg.reply_cache_us * 1000);
+}
+
+int srpc_server_complete(srpc_server_t *srv, srpc_batch_t *b, int status, const char *msg)
+{
+    if (!srv || !b || b->count == 0 || !srv->by_id[b->func_id])
+        return -EINVAL;
+    srpc_fn_t *fn = srv->by_id[b->func_id];
+    if (b->first_seq != fn->done || b->count > fn->taken - fn->done)
+        return -EINVAL; /* not the oldest batch handed out */
+    if (status < 0 || status >= SRPC_E_MAX)
+        status = SRPC_E_INTERNAL;
+    const uint32_t max_out = fn->raw ? fn->resp_bytes : 0;
+    for (uint32_t i = 0; i < b->count; i++) {
+        srpc_call_t *c = &fn->calls[(b->first_seq + i) % fn->capacity];
+        const ct_entry_t *e = &srv->ct.e[c->ct_idx]; /* stable while QUEUED: only we change it */
+        c->state = CALL_WORK_COMPLETE;
+        struct iovec iv[SRPC_MAX_TENSORS];
+        uint32_t len;
+        int n, code = status;
+        char ebuf[64];
+        const char *emsg = msg;
+        if (!code && fn->raw && b->out_len[i] > max_out) {
+            code = SRPC_E_INTERNAL;
+            emsg = ebuf;
+            snprintf(ebuf, sizeof(ebuf), "reply of %u bytes over the limit %u", b->out_len[i], max_out);
+        }
+        if (code) {
+            len = emsg ? (uint32_t)strnlen(emsg, SRPC_ERRMSG_MAX) : 0;
+            iv[0] = (struct iovec){(void *)emsg, len};
+            n = len ? 1 : 0;
+        } else {
+            n = reply_pieces(fn, b, i, iv, &len);
+        }
+        srpc_server_send(srv, &e->key, code, iv, n, len);
+        c->state = CALL_TX_COMPLETE;
+        c->code = (uint16_t)code;
+        c->out_len = len;
+        c->reply = copy_pieces(iv, n, len);
+    }
+    pthread_mutex_lock(&srv->lock);
+    for (uint32_t i = 0; i < b->count; i++) {
+        srpc_call_t *c = &fn->calls[(b->first_seq + i) % fn->capacity];
+        cache_reply(srv, c->ct_idx, c->code, c->reply, c->out_len);
+        c->reply = NULL;
+        c->state = CALL_READY; /* recycled */
+    }
+    fn->done += b->count;
+    pthread_mutex_unlock(&srv->lock);
+    b->count = 0;
+    return 0;
+}

@@ -1,0 +1,35 @@
+"""splitrpc: a control/data path splitting RPC runtime for low-latency ML inference serving."""
+from . import _native
+from .client import Client
+from .errors import (BadRequest, Busy, CallTimeout, DeadlineExceeded, InternalError, NativeError, RemoteError,
+                     SplitRPCError, TooLarge, UnknownFunction)
+from .server import Server
+from .spec import TensorSpec
+
+__version__ = _native.version()
+
+
+def _check_build() -> None:
+    """The extension must come from the same build as the installed package."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        dist = version("splitrpc")
+    except PackageNotFoundError:
+        return
+    if dist != __version__:
+        raise ImportError(f"splitrpc native extension {__version__} does not match the installed package {dist}")
+
+
+_check_build()
+
+
+def features() -> dict:
+    """What the native core was compiled with: {'cuda': bool, 'dpdk': bool, 'sanitizers': bool}."""
+    return _native.features()
+
+
+__all__ = [
+    "Server", "Client", "TensorSpec", "features", "SplitRPCError", "NativeError", "CallTimeout", "RemoteError",
+    "UnknownFunction", "BadRequest", "Busy", "DeadlineExceeded", "InternalError", "TooLarge",
+]

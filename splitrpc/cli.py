@@ -1,0 +1,171 @@
+"""cli.py: the `splitrpc` command: serve the built-in services, make one call, run the demo."""
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import time
+
+import numpy as np
+
+from . import Client, Server, __version__, features
+from .errors import SplitRPCError
+
+
+def _services():
+    from splitrpc.services import SERVICES, register_builtin_services
+
+    return SERVICES, register_builtin_services
+
+
+def cmd_serve(a) -> int:
+    _, register = _services()
+    srv = Server(a.host, a.port, wait=a.wait, segment_size=a.segment_size)
+    register(srv, max_batch=a.max_batch, max_delay_us=a.max_delay_us)
+    signal.signal(signal.SIGTERM, lambda *_: srv.stop())
+    print(f"splitrpc {__version__} serving vecadd(1) matmul(2) echo(3) head(4) on {a.host}:{srv.port} "
+          f"(wait={a.wait}); Ctrl-C stops", flush=True)
+    try:
+        srv.serve()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        st = srv.stats()
+        srv.close()
+    print(f"stopped: {st['calls']} calls, {st['batches']} batches, errors {st['errors']}", flush=True)
+    return 0
+
+
+def _request_for(a, services) -> tuple[int, bytes, object]:
+    svc = services.get(a.function)
+    func_id = svc.func_id if svc else int(a.function, 0)
+    if a.file:
+        with open(a.file, "rb") as f:
+            data = f.read()
+    elif a.text is not None:
+        data = a.text.encode()
+    elif svc:
+        data = svc.example(np.random.default_rng(a.seed))
+    else:
+        data = b""
+    return func_id, data, svc
+
+
+def cmd_call(a) -> int:
+    services, _ = _services()
+    try:
+        func_id, data, svc = _request_for(a, services)
+    except ValueError:
+        print(f"unknown function {a.function!r}: give a built-in name ({', '.join(services)}) or a number",
+              file=sys.stderr)
+        return 2
+    with Client(a.host, a.port, timeout=a.timeout) as c:
+        t0 = time.perf_counter()
+        try:
+            reply = c.call(func_id, data)
+        except SplitRPCError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 1
+        dt = (time.perf_counter() - t0) * 1e6
+    print(f"function {func_id}: {len(data)} B request -> {len(reply)} B reply in {dt:.0f} us")
+    if svc and not a.file and a.text is None:
+        print("reply matches the expected output:", reply == svc.expected(data))
+    if a.output:
+        with open(a.output, "wb") as f:
+            f.write(reply)
+    elif len(reply) % 4 == 0 and func_id in (1, 2, 4):
+        v = np.frombuffer(reply, "<f4")
+        print("float32[%d]: %s" % (v.size, np.array2string(v[:8], precision=4)) + (" ..." if v.size > 8 else ""))
+    else:
+        print(reply[:256].hex() + (" ..." if len(reply) > 256 else ""))
+    return 0
+
+
+def _summary(name: str, conc: int, res: dict) -> str:
+    lat = res["latency_ns"]
+    ok = lat[lat > 0] / 1000.0
+    if ok.size == 0:
+        return f"{name:8s} {conc:5d}  all {res['errors']} calls failed"
+    tput = ok.size / res["elapsed_s"] if res["elapsed_s"] else 0.0
+    return (f"{name:8s} {conc:5d} {np.percentile(ok, 50):9.1f} {np.percentile(ok, 99):9.1f} "
+            f"{tput:12.0f} {res['errors']:7d}")
+
+
+def cmd_demo(a) -> int:
+    services, register = _services()
+    srv = Server(a.host, 0, wait=a.wait)
+    register(srv)
+    srv.start()
+    port = srv.port
+    print(f"splitrpc {__version__} demo: server on {a.host}:{port} (wait={a.wait}), features {features()}")
+    print(f"closed loop, {a.calls} calls per row after {a.calls // 10} warm-up calls; latency in microseconds")
+    print(f"{'service':8s} {'conc':>5s} {'p50':>9s} {'p99':>9s} {'calls/s':>12s} {'errors':>7s}")
+    rng = np.random.default_rng(1)
+    failed = 0
+    try:
+        with Client(a.host, port, timeout=2.0, busy_poll=a.wait == "poll") as c:
+            for name in ("vecadd", "matmul", "echo", "head"):
+                svc = services[name]
+                data = svc.example(rng)
+                reply = c.call(svc.func_id, data)
+                if reply != svc.expected(data):
+                    print(f"{name}: WRONG REPLY", file=sys.stderr)
+                    failed += 1
+                    continue
+                for conc in (1, 16):
+                    n = a.calls if name != "head" else max(a.calls // 10, 20)
+                    res = c.closed_loop(svc.func_id, data, concurrency=conc, calls=n, warmup=max(n // 10, 1))
+                    failed += res["errors"]
+                    print(_summary(name, conc, res), flush=True)
+    finally:
+        st = srv.stats()
+        srv.close()
+    print(f"server: {st['calls']} calls in {st['batches']} batches (mean batch {st['mean_batch']:.2f}), "
+          f"drops {sum(st['drops'].values())}, errors {sum(st['errors'].values())}")
+    return 1 if failed else 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="splitrpc", description="splitrpc: low-latency RPC for ML inference")
+    p.add_argument("--version", action="version", version=f"splitrpc {__version__}")
+    p.add_argument("-v", "--verbose", action="store_true", help="log what the server does")
+    sub = p.add_subparsers(dest="cmd", required=True)
+
+    s = sub.add_parser("serve", help="serve vecadd, matmul, echo and head")
+    s.add_argument("--host", default="127.0.0.1")
+    s.add_argument("--port", type=int, default=9230)
+    s.add_argument("--wait", choices=("adaptive", "poll", "block"), default="adaptive",
+                   help="poll: lowest latency, burns a core; block: idle-efficient")
+    s.add_argument("--max-batch", type=int, default=8)
+    s.add_argument("--max-delay-us", type=int, default=0)
+    s.add_argument("--segment-size", type=int, default=1450, help="reply segment size to non-loopback clients")
+    s.set_defaults(func=cmd_serve)
+
+    c = sub.add_parser("call", help="make one call and print the reply")
+    c.add_argument("function", help="vecadd, matmul, echo, head, or a numeric func_id")
+    c.add_argument("--host", default="127.0.0.1")
+    c.add_argument("--port", type=int, default=9230)
+    c.add_argument("--file", help="request bytes from this file")
+    c.add_argument("--text", help="request bytes: this UTF-8 text")
+    c.add_argument("--output", help="write the reply bytes to this file")
+    c.add_argument("--timeout", type=float, default=2.0)
+    c.add_argument("--seed", type=int, default=0, help="seed of the example input")
+    c.set_defaults(func=cmd_call)
+
+    d = sub.add_parser("demo", help="start a server, load each service, print p50/p99 and throughput")
+    d.add_argument("--host", default="127.0.0.1")
+    d.add_argument("--calls", type=int, default=2000)
+    d.add_argument("--wait", choices=("adaptive", "poll", "block"), default="adaptive")
+    d.set_defaults(func=cmd_demo)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO if a.verbose else logging.WARNING, format="%(name)s: %(message)s")
+    return a.func(a)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,180 @@
+"""client.py: the Python client API: blocking call(), call_async() futures, closed-loop load."""
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import Future
+
+import numpy as np
+
+from ._native import ENOBUFS, ETIMEDOUT, check, ffi, lib
+from .errors import CallTimeout, SplitRPCError, remote_error
+
+
+def as_buffer(data) -> memoryview:
+    """A C-contiguous byte view of bytes-like data or a numpy array (no copy when possible)."""
+    if isinstance(data, np.ndarray):
+        data = np.ascontiguousarray(data)
+    mv = memoryview(data)
+    if not mv.c_contiguous:
+        mv = memoryview(mv.tobytes())
+    return mv.cast("B") if mv.format != "B" or mv.ndim != 1 else mv
+
+
+class Client:
+    """A splitrpc client for one server (host, port).
+
+    ``timeout`` is the default per-call timeout in seconds. ``busy_poll`` spins while waiting
+    for replies (lowest latency, one core busy). Thread-safe.
+    """
+
+    def __init__(self, host: str = "127.0.0.1", port: int = 9230, timeout: float = 1.0, *,
+                 segment_size: int = 0, max_reply: int = 1 << 20, busy_poll: bool = False,
+                 socket_buffer: int = 32 << 20):
+        cfg = ffi.new("srpc_client_config_t *")
+        lib.srpc_client_config_init(cfg)
+        self._host = ffi.new("char[]", host.encode())
+        cfg.host = self._host
+        cfg.port = int(port)
+        cfg.seg_size = int(segment_size)
+        cfg.max_reply = int(max_reply)
+        cfg.busy_poll = int(busy_poll)
+        cfg.sock_buf_bytes = int(socket_buffer)
+        out = ffi.new("srpc_client_t **")
+        check(lib.srpc_client_create(cfg, out), f"cannot create a client for {host}:{port}")
+        self._cl = out[0]
+        self.host, self.port, self.timeout = host, port, timeout
+        self.max_reply = int(max_reply)
+        self._tls = threading.local()
+        self._pending: dict[int, tuple[Future, float]] = {}
+        self._plock = threading.Lock()
+        self._poller: threading.Thread | None = None
+        self._closing = False
+
+    def _out_buffer(self):
+        buf = getattr(self._tls, "buf", None)
+        if buf is None:
+            buf = self._tls.buf = ffi.new("uint8_t[]", max(self.max_reply, 512))
+        return buf
+
+    def call(self, func_id: int, data=b"", timeout: float | None = None) -> bytes:
+        """Calls func_id with data (bytes-like or numpy array); returns the reply's bytes.
+
+        Raises a RemoteError subclass for an ERROR reply and CallTimeout when none came.
+        """
+        self._check_open()
+        mv = as_buffer(data)
+        src = ffi.from_buffer(mv)
+        out = self._out_buffer()
+        out_len = ffi.new("uint32_t *")
+        code = ffi.new("int *")
+        tmo = self.timeout if timeout is None else timeout
+        rc = lib.srpc_client_call(self._cl, func_id, src, len(mv), out, len(out), out_len, code, int(tmo * 1e6))
+        if rc == -ETIMEDOUT:
+            raise CallTimeout(f"no reply to function {func_id} within {tmo} s")
+        if rc == -ENOBUFS:
+            raise SplitRPCError(f"reply of {out_len[0]} bytes is larger than max_reply")
+        check(rc, "srpc_client_call")
+        reply = ffi.buffer(out, out_len[0])[:]
+        if code[0]:
+            raise remote_error(code[0], reply)
+        return reply
+
+    def call_async(self, func_id: int, data=b"", timeout: float | None = None) -> Future:
+        """Sends the call and returns a Future of its reply bytes (or its exception)."""
+        self._check_open()
+        mv = as_buffer(data)
+        rid = ffi.new("uint64_t *")
+        fut: Future = Future()
+        tmo = self.timeout if timeout is None else timeout
+        with self._plock:  # registered before a reply can be reported
+            check(lib.srpc_client_send(self._cl, func_id, ffi.from_buffer(mv), len(mv), 0, rid), "srpc_client_send")
+            self._pending[rid[0]] = (fut, time.monotonic() + tmo)
+            if self._poller is None:
+                self._poller = threading.Thread(target=self._poll_loop, name="splitrpc-client", daemon=True)
+                self._poller.start()
+        return fut
+
+    def _poll_loop(self) -> None:
+        ids = ffi.new("uint64_t[64]")
+        code = ffi.new("int *")
+        data = ffi.new("uint8_t **")
+        length = ffi.new("uint32_t *")
+        while not self._closing:
+            n = lib.srpc_client_wait_any(self._cl, ids, 64, 20_000)
+            if n < 0:
+                break
+            done = []
+            for i in range(n):
+                rid = ids[i]
+                lib.srpc_client_result(self._cl, rid, code, data, length)
+                reply = ffi.buffer(data[0], length[0])[:] if length[0] else b""
+                lib.srpc_client_release(self._cl, rid)
+                done.append((rid, code[0], reply))
+            now = time.monotonic()
+            with self._plock:
+                finished = [(self._pending.pop(rid, (None, 0))[0], c, r) for rid, c, r in done]
+                expired = [rid for rid, (_, dl) in self._pending.items() if dl <= now]
+                timed_out = [self._pending.pop(rid)[0] for rid in expired]
+                if not self._pending and not n:
+                    self._poller = None
+                    return
+            for rid in expired:
+                lib.srpc_client_release(self._cl, rid)
+            for fut, c, r in finished:
+                if fut is not None and not fut.done():
+                    fut.set_exception(remote_error(c, r)) if c else fut.set_result(r)
+            for fut in timed_out:
+                if not fut.done():
+                    fut.set_exception(CallTimeout("no reply within the call's timeout"))
+
+    def closed_loop(self, func_id: int, data, *, concurrency: int = 1, calls: int = 1000,
+                    warmup: int = 100, timeout: float | None = None) -> dict:
+        """Closed-loop load in native code: `concurrency` calls outstanding until `calls`
+        recorded ones finished. Returns latencies (ns, numpy), errors and elapsed seconds."""
+        self._check_open()
+        mv = as_buffer(data)
+        lat = np.zeros(calls, dtype=np.uint64)
+        errors = ffi.new("uint64_t *")
+        elapsed = ffi.new("uint64_t *")
+        tmo = self.timeout if timeout is None else timeout
+        check(lib.srpc_client_closed_loop(self._cl, func_id, ffi.from_buffer(mv), len(mv), concurrency, warmup,
+                                          calls, int(tmo * 1e6), ffi.cast("uint64_t *", lat.ctypes.data),
+                                          errors, elapsed), "srpc_client_closed_loop")
+        return {"latency_ns": lat, "errors": int(errors[0]), "elapsed_s": elapsed[0] / 1e9}
+
+    def stats(self) -> dict:
+        st = ffi.new("srpc_client_stats_t *")
+        check(lib.srpc_client_stats(self._cl, st), "srpc_client_stats")
+        return {k: getattr(st, k) for k in ("sent_calls", "replies", "errors", "timeouts", "late_or_unknown", "dropped")}
+
+    def _check_open(self) -> None:
+        if self._cl is None:
+            raise SplitRPCError("client is closed")
+
+    def close(self) -> None:
+        self._closing = True
+        t = self._poller
+        if t is not None and t is not threading.current_thread():
+            t.join()
+        with self._plock:
+            pending = list(self._pending.values())
+            self._pending.clear()
+        for fut, _ in pending:
+            if not fut.done():
+                fut.set_exception(SplitRPCError("client closed"))
+        if self._cl is not None:
+            lib.srpc_client_destroy(self._cl)
+            self._cl = None
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass

@@ -1,0 +1,61 @@
+"""errors.py: the exceptions of splitrpc: one class per protocol error code, plus local ones."""
+
+
+class SplitRPCError(Exception):
+    """Base class of every splitrpc error."""
+
+
+class NativeError(SplitRPCError, OSError):
+    """A native call failed with an errno (e.g. the address could not be bound)."""
+
+
+class CallTimeout(SplitRPCError, TimeoutError):
+    """No reply arrived within the call's timeout."""
+
+
+class RemoteError(SplitRPCError):
+    """The server answered with an ERROR datagram (PROTOCOL.md, Calls)."""
+
+    code = 0
+    name = "ERROR"
+
+    def __init__(self, message: str = "", code: int | None = None):
+        if code is not None:
+            self.code = code
+        self.message = message
+        super().__init__(f"{self.name} ({self.code}): {message}" if message else f"{self.name} ({self.code})")
+
+
+class UnknownFunction(RemoteError):
+    code, name = 1, "UNKNOWN_FUNCTION"
+
+
+class BadRequest(RemoteError):
+    code, name = 2, "BAD_REQUEST"
+
+
+class Busy(RemoteError):
+    code, name = 3, "BUSY"
+
+
+class DeadlineExceeded(RemoteError):
+    code, name = 4, "DEADLINE"
+
+
+class InternalError(RemoteError):
+    code, name = 5, "INTERNAL"
+
+
+class TooLarge(RemoteError):
+    code, name = 6, "TOO_LARGE"
+
+
+ERROR_CLASSES = {c.code: c for c in (UnknownFunction, BadRequest, Busy, DeadlineExceeded, InternalError, TooLarge)}
+
+
+def remote_error(code: int, message: bytes | str = b"") -> RemoteError:
+    """The exception for an ERROR datagram's code and UTF-8 text."""
+    if isinstance(message, bytes):
+        message = message.decode("utf-8", errors="replace")
+    cls = ERROR_CLASSES.get(code)
+    return cls(message) if cls else RemoteError(message, code=code)

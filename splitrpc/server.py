@@ -1,0 +1,290 @@
+"""server.py: the Python server API: register functions, run the batch worker, read counters.
+
+The native engine thread receives, reassembles and queues requests; this module's worker
+thread takes whole batches (one contiguous (B, ...) view per Tensor Queue, no copy), runs the
+callback once per batch and hands the batch back, after which the engine's code sends the
+replies. Python never sees a datagram.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+import numpy as np
+
+from ._native import ESHUTDOWN, ETIMEDOUT, check, ffi, lib
+from .errors import SplitRPCError
+from .spec import TensorSpec
+
+log = logging.getLogger("splitrpc.server")
+
+WAIT_MODES = {"poll": lib.SRPC_WAIT_POLL, "block": lib.SRPC_WAIT_BLOCK, "adaptive": lib.SRPC_WAIT_ADAPTIVE}
+
+_DROP_NAMES = [
+    "short", "bad_header", "bad_segment", "truncated", "not_request", "inconsistent",
+    "reassembly_timeout", "memory_cap", "table_full", "duplicate", "rejected", "tx_failed",
+]
+_ERROR_NAMES = {1: "UNKNOWN_FUNCTION", 2: "BAD_REQUEST", 3: "BUSY", 4: "DEADLINE", 5: "INTERNAL", 6: "TOO_LARGE"}
+
+
+@dataclass
+class _Function:
+    func_id: int
+    name: str
+    callback: Callable
+    inputs: list
+    outputs: list
+    raw: bool
+    max_request: int
+    max_response: int
+    calls: int = field(default=0)
+
+    def run(self, b) -> None:
+        count = b.count
+        if self.raw:
+            self._run_raw(b, count)
+            return
+        ins = [_view(getattr(b, "in")[k], spec, count) for k, spec in enumerate(self.inputs)]
+        outs = [_view(b.out[k], spec, count) for k, spec in enumerate(self.outputs)]
+        self.callback(*ins, *outs)
+
+    def _run_raw(self, b, count: int) -> None:
+        reqs = [ffi.buffer(getattr(b, "in")[0] + i * self.max_request, b.in_len[i]) for i in range(count)]
+        resps = [ffi.buffer(b.out[0] + i * self.max_response, self.max_response) for i in range(count)]
+        lengths = self.callback([memoryview(r) for r in reqs], [memoryview(r) for r in resps])
+        lengths = list(lengths) if lengths is not None else []
+        if len(lengths) != count:
+            raise SplitRPCError(f"raw function {self.name!r} returned {len(lengths)} lengths for {count} calls")
+        for i, n in enumerate(lengths):
+            n = int(n)
+            if not 0 <= n <= self.max_response:
+                raise SplitRPCError(f"raw function {self.name!r}: reply length {n} outside 0..{self.max_response}")
+            b.out_len[i] = n
+
+
+def _view(ptr, spec: TensorSpec, count: int) -> np.ndarray:
+    """A (count, *shape) array over `count` contiguous Tensor Queue elements (no copy)."""
+    buf = ffi.buffer(ptr, count * spec.nbytes)
+    return np.frombuffer(buf, dtype=spec.np_dtype).reshape((count, *spec.shape))
+
+
+class Server:
+    """A splitrpc server bound to one UDP port.
+
+    Register functions with :meth:`function`, then :meth:`serve` (blocks) or :meth:`start`
+    (runs the worker on a background thread) and :meth:`stop`. Usable as a context manager.
+    """
+
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        port: int = 9230,
+        *,
+        wait: str = "adaptive",
+        spin_us: int = 200,
+        segment_size: int = 1450,
+        segment_size_loopback: int = 65000,
+        max_message: int = 1 << 20,
+        reassembly_timeout: float = 0.5,
+        reassembly_memory: int = 256 << 20,
+        reply_cache_ttl: float = 10.0,
+        reply_cache_bytes: int = 64 << 20,
+        max_calls: int = 65536,
+        socket_buffer: int = 32 << 20,
+    ):
+        if wait not in WAIT_MODES:
+            raise ValueError(f"wait must be one of {sorted(WAIT_MODES)}, got {wait!r}")
+        cfg = ffi.new("srpc_server_config_t *")
+        lib.srpc_server_config_init(cfg)
+        self._host = ffi.new("char[]", host.encode())
+        cfg.host = self._host
+        cfg.port = int(port)
+        cfg.wait_mode = WAIT_MODES[wait]
+        cfg.spin_us = int(spin_us)
+        cfg.seg_size = int(segment_size)
+        cfg.seg_size_loopback = int(segment_size_loopback)
+        cfg.max_message = int(max_message)
+        cfg.reasm_timeout_us = int(reassembly_timeout * 1e6)
+        cfg.reasm_mem_cap = int(reassembly_memory)
+        cfg.reply_cache_us = int(reply_cache_ttl * 1e6)
+        cfg.reply_cache_bytes = int(reply_cache_bytes)
+        cfg.max_calls = int(max_calls)
+        cfg.sock_buf_bytes = int(socket_buffer)
+        out = ffi.new("srpc_server_t **")
+        check(lib.srpc_server_create(cfg, out), f"cannot create a server on {host}:{port}")
+        self._srv = out[0]
+        self.host = host
+        self._funcs: dict[int, _Function] = {}
+        self._state = "created"
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    # ------------------------------------------------------------------ registration
+
+    @property
+    def port(self) -> int:
+        return check(lib.srpc_server_port(self._srv), "srpc_server_port")
+
+    def function(
+        self,
+        func_id: int,
+        name: str | None = None,
+        inputs: Sequence[TensorSpec] = (),
+        outputs: Sequence[TensorSpec] = (),
+        *,
+        max_batch: int = 8,
+        max_delay_us: int = 0,
+        capacity: int = 256,
+        raw: bool = False,
+        max_request: int = 1 << 20,
+        max_response: int = 1 << 20,
+    ) -> Callable:
+        """Decorator registering `fn` under func_id.
+
+        Tensor functions get ``fn(*inputs, *outputs)``, each a (B, *shape) numpy view of B
+        consecutive Tensor Queue elements, and write their results into the outputs.
+        Raw functions (``raw=True``) get ``fn(requests, responses)``: lists of B memoryviews
+        (requests of their own length, responses of max_response bytes) and return the B
+        reply lengths. The views are valid only during the call.
+        """
+
+        def register(fn: Callable) -> Callable:
+            self.add_function(fn, func_id, name, inputs, outputs, max_batch=max_batch,
+                              max_delay_us=max_delay_us, capacity=capacity, raw=raw,
+                              max_request=max_request, max_response=max_response)
+            return fn
+
+        return register
+
+    def add_function(self, fn, func_id, name=None, inputs=(), outputs=(), *, max_batch=8, max_delay_us=0,
+                     capacity=256, raw=False, max_request=1 << 20, max_response=1 << 20) -> None:
+        if self._state != "created":
+            raise SplitRPCError("functions must be registered before the server starts")
+        if not 0 <= func_id <= 0xFFFF:
+            raise ValueError(f"func_id must fit in 16 bits, got {func_id}")
+        if func_id in self._funcs:
+            raise ValueError(f"func_id {func_id} is already registered ({self._funcs[func_id].name})")
+        if max_batch < 1 or capacity < 1:
+            raise ValueError("max_batch and capacity must be at least 1")
+        inputs, outputs = list(inputs), list(outputs)
+        if raw:
+            if inputs or outputs:
+                raise ValueError("a raw function takes max_request/max_response, not tensor specs")
+            in_sizes, out_sizes = [int(max_request)], [int(max_response)]
+        else:
+            if not inputs or not outputs:
+                raise ValueError("a tensor function needs at least one input and one output TensorSpec")
+            in_sizes, out_sizes = [s.nbytes for s in inputs], [s.nbytes for s in outputs]
+        fc = ffi.new("srpc_func_config_t *")
+        c_in = ffi.new("uint32_t[]", in_sizes)
+        c_out = ffi.new("uint32_t[]", out_sizes)
+        fc.func_id, fc.raw = func_id, int(raw)
+        fc.n_in, fc.n_out = len(in_sizes), len(out_sizes)
+        fc.in_sizes, fc.out_sizes = c_in, c_out
+        fc.capacity, fc.max_batch, fc.max_delay_us = capacity, max_batch, max_delay_us
+        check(lib.srpc_server_add_function(self._srv, fc), f"cannot register function {func_id}")
+        self._funcs[func_id] = _Function(func_id, name or getattr(fn, "__name__", str(func_id)), fn, inputs,
+                                         outputs, raw, int(max_request), int(max_response))
+
+    # ------------------------------------------------------------------ running
+
+    def start(self) -> "Server":
+        """Starts the engine and a background worker thread; returns at once."""
+        self._start_engine()
+        self._thread = threading.Thread(target=self._worker, name="splitrpc-worker", daemon=True)
+        self._thread.start()
+        return self
+
+    def serve(self) -> None:
+        """Runs the worker on this thread until stop() or KeyboardInterrupt."""
+        self._start_engine()
+        try:
+            self._worker()
+        finally:
+            self.stop()
+
+    def _start_engine(self) -> None:
+        with self._lock:
+            if self._state != "created":
+                raise SplitRPCError(f"server already {self._state}")
+            check(lib.srpc_server_start(self._srv), "cannot start the engine")
+            self._state = "running"
+
+    def _worker(self) -> None:
+        b = ffi.new("srpc_batch_t *")
+        srv = self._srv
+        while True:
+            rc = lib.srpc_server_next_batch(srv, b, 100_000)
+            if rc == -ETIMEDOUT:
+                continue
+            if rc == -ESHUTDOWN:
+                return
+            check(rc, "srpc_server_next_batch")
+            fn = self._funcs[b.func_id]
+            status, msg = 0, ffi.NULL
+            try:
+                fn.run(b)
+                fn.calls += b.count
+            except Exception as exc:  # the calls of this batch get INTERNAL; serving goes on
+                log.warning("function %s raised %s: %s", fn.name, type(exc).__name__, exc)
+                status = lib.SRPC_E_INTERNAL
+                msg = ffi.new("char[]", f"{type(exc).__name__}: {exc}".encode("utf-8", "replace")[:256])
+            check(lib.srpc_server_complete(srv, b, status, msg), "srpc_server_complete")
+
+    def stop(self) -> None:
+        """Stops the engine and the worker; calls not yet answered are dropped."""
+        with self._lock:
+            if self._state == "running":
+                lib.srpc_server_stop(self._srv)
+                self._state = "stopped"
+        t = self._thread
+        if t is not None and t is not threading.current_thread():
+            t.join()
+            self._thread = None
+
+    def close(self) -> None:
+        """Stops and frees the native server; the port is released."""
+        self.stop()
+        with self._lock:
+            if self._srv is not None:
+                lib.srpc_server_destroy(self._srv)
+                self._srv = None
+                self._state = "closed"
+
+    def __enter__(self) -> "Server":
+        if self._state == "created":
+            self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    # ------------------------------------------------------------------ counters
+
+    def stats(self) -> dict:
+        """Counters of the engine: datagrams, calls, batches, drops by reason, errors by code."""
+        st = ffi.new("srpc_server_stats_t *")
+        check(lib.srpc_server_stats(self._srv, st), "srpc_server_stats")
+        hist = {i: int(st.batch_hist[i]) for i in range(1, lib.SRPC_BATCH_HIST) if st.batch_hist[i]}
+        return {
+            "rx_datagrams": st.rx_datagrams, "rx_bytes": st.rx_bytes,
+            "tx_datagrams": st.tx_datagrams, "tx_bytes": st.tx_bytes,
+            "calls": st.calls, "replies": st.replies, "batches": st.batches,
+            "mean_batch": (st.batch_calls / st.batches) if st.batches else 0.0,
+            "batch_sizes": hist,
+            "drops": {name: int(st.drops[i]) for i, name in enumerate(_DROP_NAMES)},
+            "errors": {name: int(st.errors[c]) for c, name in _ERROR_NAMES.items()},
+            "cache_hits": st.cache_hits,
+            "partial_messages": st.partial_msgs, "reassembly_bytes": st.reasm_bytes,
+            "cached_replies": st.cached_replies,
+            "socket_buffers": {"rcvbuf": st.rcvbuf, "sndbuf": st.sndbuf},
+            "functions": {f.name: f.calls for f in self._funcs.values()},
+        }
