@@ -66,6 +66,6 @@ def register_builtin_services(server, *, max_batch: int = 8, max_delay_us: int =
     server.add_function(matmul, 2, "matmul", [TensorSpec("a", f32, (32, 32)), TensorSpec("b", f32, (32, 32))],
                         [TensorSpec("c", f32, (32, 32))], max_batch=max_batch, max_delay_us=max_delay_us)
     server.add_function(echo, 3, "echo", raw=True, max_request=ECHO_MAX, max_response=ECHO_MAX,
-                        capacity=16, max_batch=max_batch)
+                        capacity=64, max_batch=max_batch)
     server.add_function(head, 4, "head", [TensorSpec("x", f32, (3, 224, 224))], [TensorSpec("y", f32, (1000,))],
                         capacity=64, max_batch=max_batch, max_delay_us=max_delay_us)

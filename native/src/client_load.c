@@ -99,7 +99,7 @@ int srpc_client_closed_loop(srpc_client_t *cl, uint16_t func_id, const void *dat
         }
         for (uint32_t i = 0; i < concurrency; i++) { /* per-call timeouts */
             slot_t *s = &slots[i];
-            if (!s->live || now - s->t0 < tmo_ns)
+            if (!s->live || s->t0 + tmo_ns > now) /* t0 may be after now: just reissued */
                 continue;
             srpc_client_release(cl, s->req_id);
             s->live = 0;
