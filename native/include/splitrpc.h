@@ -80,10 +80,14 @@ uint32_t srpc_tq_capacity(const srpc_tq_t *tq);
 
 typedef struct srpc_server srpc_server_t;
 
+/* Who receives: while the worker thread waits for a batch in poll mode (and in the spin phase
+ * of adaptive mode) it runs the engine's receive step itself, inline, so one server thread
+ * spins, not two; the engine thread receives while the worker sleeps (block mode, adaptive
+ * after spin_us) or has been in a callback for longer than rx_takeover_us. */
 enum srpc_wait_mode {
-    SRPC_WAIT_POLL = 0,     /* busy-poll: lowest latency, one core per spinning thread */
-    SRPC_WAIT_BLOCK = 1,    /* epoll / futex: idle-efficient */
-    SRPC_WAIT_ADAPTIVE = 2  /* spin for spin_us after the last activity, then block */
+    SRPC_WAIT_POLL = 0,     /* busy-poll: lowest latency, one core spins */
+    SRPC_WAIT_BLOCK = 1,    /* epoll / futex: idle-efficient; the engine thread receives */
+    SRPC_WAIT_ADAPTIVE = 2  /* poll for spin_us after the last batch, then block */
 };
 
 typedef struct srpc_server_config {
@@ -101,6 +105,8 @@ typedef struct srpc_server_config {
     uint32_t max_calls;          /* entries of the call table (partial, in progress, cached) */
     uint32_t rx_burst;           /* datagrams per recvmmsg */
     int sock_buf_bytes;          /* SO_RCVBUF/SO_SNDBUF wanted (FORCE tried first) */
+    uint32_t rx_takeover_us;     /* poll/adaptive: the engine thread takes over receiving when
+                                    a callback has run this long */
 } srpc_server_config_t;
 
 /* Fills defaults (documented in native/src/tunables.h). */
@@ -258,12 +264,18 @@ int srpc_client_closed_loop(srpc_client_t *cl, uint16_t func_id, const void *dat
 
 /* ------------------------------------------------------------------ raw UDP baseline */
 
-/* The physical limit of the kernel socket path: an echo server and a ping-pong client of
- * plain UDP datagrams of `size` bytes. busy = 1 polls with non-blocking calls, 0 blocks.
+/* The physical limit of the kernel socket path: a server and a ping-pong client of plain
+ * UDP datagrams with no header and no processing. resp_size == 0: the server echoes each
+ * datagram and the client sends one datagram of req_size (<= 65507) bytes. resp_size > 0:
+ * the client sends req_size bytes cut into datagrams of SRPC_RAW_SEG bytes, the server
+ * answers every req_size bytes received with resp_size bytes cut the same way, and the
+ * client waits for all of them. busy = 1 polls with non-blocking calls, 0 blocks.
  * The server runs until *stop becomes non-zero (checked at least every 10 ms). */
-int srpc_raw_echo_serve(const char *host, uint16_t port, int busy, volatile int *stop);
-int srpc_raw_pingpong(const char *host, uint16_t port, uint32_t size, int busy,
-                      uint32_t warmup, uint32_t n, uint64_t *lat_ns);
+#define SRPC_RAW_SEG 65000
+int srpc_raw_echo_serve(const char *host, uint16_t port, int busy, uint32_t req_size,
+                        uint32_t resp_size, volatile int *stop);
+int srpc_raw_pingpong(const char *host, uint16_t port, uint32_t req_size, uint32_t resp_size,
+                      int busy, uint32_t warmup, uint32_t n, uint64_t *lat_ns);
 
 /* ------------------------------------------------------------------ build facts */
 

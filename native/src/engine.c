@@ -6,8 +6,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/epoll.h>
+#include <poll.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "server_internal.h"
 #include "tunables.h"
@@ -312,23 +313,6 @@ static void run_timers(srpc_server_t *srv, uint64_t now)
     }
 }
 
-/* Milliseconds until the next expiry (-1: none), for a blocking wait. Lock held. */
-static int next_timeout_ms(srpc_server_t *srv, uint64_t now)
-{
-    uint64_t soonest = UINT64_MAX;
-    for (uint8_t l = 0; l < CT_NLISTS; l++) {
-        uint32_t i = ct_list_head(&srv->ct, l);
-        if (i != CT_NONE && srv->ct.e[i].expires_ns < soonest)
-            soonest = srv->ct.e[i].expires_ns;
-    }
-    if (soonest == UINT64_MAX)
-        return -1;
-    if (soonest <= now)
-        return 0;
-    uint64_t ms = (soonest - now + 999999) / 1000000;
-    return ms > 1000 ? 1000 : (int)ms;
-}
-
 static void wake_worker(srpc_server_t *srv)
 {
     atomic_fetch_add(&srv->ready_gen, 1);
@@ -336,42 +320,69 @@ static void wake_worker(srpc_server_t *srv)
         srpc_futex_wake(&srv->ready_gen);
 }
 
+int srpc_engine_rx_step(srpc_server_t *srv)
+{
+    int n = srpc_rx_burst(&srv->udp, &srv->rx);
+    if (n <= 0)
+        return 0;
+    uint64_t calls0 = srv->st.calls; /* written only under rx_lock, by enqueue */
+    pthread_mutex_lock(&srv->lock);
+    for (int i = 0; i < n; i++)
+        process_datagram(srv, (unsigned)i, &srv->rx.msgs[i]);
+    pthread_mutex_unlock(&srv->lock);
+    if (srv->st.calls != calls0)
+        wake_worker(srv);
+    return n;
+}
+
+void srpc_engine_kick(srpc_server_t *srv)
+{
+    atomic_fetch_add(&srv->e_gen, 1);
+    srpc_futex_wake(&srv->e_gen);
+}
+
+/* How long the engine thread may leave receiving to the worker (0: it must receive now).
+ * The worker receives while it waits in next_batch, and is trusted for rx_takeover_us after
+ * it left for a callback. */
+static int64_t worker_covers_us(srpc_server_t *srv, uint64_t now)
+{
+    int st = atomic_load(&srv->w_state);
+    if (st == W_POLLING)
+        return SRPC_TIMER_PERIOD_US;
+    if (st == W_BLOCKED) /* an idle server: wake rarely, but soon enough to take over */
+        return 10 * SRPC_TIMER_PERIOD_US;
+    uint64_t until = atomic_load(&srv->w_away_since) + (uint64_t)srv->cfg.rx_takeover_us * 1000;
+    return until > now ? (int64_t)((until - now) / 1000) + 1 : 0;
+}
+
 void *srpc_engine_main(void *arg)
 {
     srpc_server_t *srv = arg;
-    const uint64_t spin_ns = (uint64_t)srv->cfg.spin_us * 1000;
-    uint64_t last_active = srpc_now_ns(), next_timer = 0;
+    uint64_t next_timer = 0;
     while (!atomic_load_explicit(&srv->stopping, memory_order_relaxed)) {
-        int n = srpc_rx_burst(&srv->udp, &srv->rx);
         uint64_t now = srpc_now_ns();
-        if (n > 0) {
-            uint64_t calls0 = srv->st.calls;
-            pthread_mutex_lock(&srv->lock);
-            for (int i = 0; i < n; i++)
-                process_datagram(srv, (unsigned)i, &srv->rx.msgs[i]);
-            pthread_mutex_unlock(&srv->lock);
-            if (srv->st.calls != calls0) /* only the engine writes calls */
-                wake_worker(srv);
-            last_active = now;
-        }
         if (now >= next_timer) {
             pthread_mutex_lock(&srv->lock);
             run_timers(srv, now);
             pthread_mutex_unlock(&srv->lock);
             next_timer = now + SRPC_TIMER_PERIOD_US * 1000ull;
         }
-        if (n > 0 || srv->cfg.wait_mode == SRPC_WAIT_POLL ||
-            (srv->cfg.wait_mode == SRPC_WAIT_ADAPTIVE && now - last_active < spin_ns)) {
-            if (n <= 0)
-                cpu_relax();
+        unsigned gen = atomic_load(&srv->e_gen);
+        int64_t covered = worker_covers_us(srv, now);
+        if (covered > 0) { /* the worker receives: sleep until it may need us */
+            srpc_futex_wait(&srv->e_gen, gen, covered);
             continue;
         }
-        pthread_mutex_lock(&srv->lock);
-        int tmo = next_timeout_ms(srv, now);
-        pthread_mutex_unlock(&srv->lock);
-        struct epoll_event ev[2];
-        epoll_wait(srv->epfd, ev, 2, tmo);
-        last_active = srpc_now_ns();
+        if (pthread_mutex_trylock(&srv->rx_lock) != 0) { /* the worker is back */
+            srpc_futex_wait(&srv->e_gen, gen, 100);
+            continue;
+        }
+        int n = srpc_engine_rx_step(srv);
+        pthread_mutex_unlock(&srv->rx_lock);
+        if (n > 0)
+            continue;
+        struct pollfd p[2] = {{.fd = srv->udp.fd, .events = POLLIN}, {.fd = srv->stopfd, .events = POLLIN}};
+        poll(p, 2, 1); /* re-read w_state at least every ms */
     }
     return NULL;
 }

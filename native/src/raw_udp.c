@@ -85,9 +85,27 @@ static int open_socket(const char *host, uint16_t port, int server)
     return err;
 }
 
-/* Receives one datagram (if any) and sends it back to its source. Returns 1 when one was
- * echoed or dropped, 0 when none was waiting, -errno on a socket error. */
-static int echo_one(int fd, uint8_t *buf)
+/* Sends len bytes to dst (NULL: the connected peer) cut into SRPC_RAW_SEG-byte datagrams.
+ * Returns 0 or -errno; a full socket buffer drops, as the network would. */
+static int send_cut(int fd, const uint8_t *buf, uint32_t len, const struct sockaddr *dst, socklen_t dl)
+{
+    uint32_t off = 0;
+    do {
+        uint32_t n = len - off < SRPC_RAW_SEG ? len - off : SRPC_RAW_SEG;
+        if (len <= RAW_MAX_SIZE)
+            n = len; /* one datagram whenever it fits */
+        if (sendto(fd, buf + off, n, MSG_DONTWAIT, dst, dst ? dl : 0) < 0 && errno != EAGAIN &&
+            errno != ENOBUFS && errno != ECONNREFUSED)
+            return -errno;
+        off += n;
+    } while (off < len);
+    return 0;
+}
+
+/* Receives one datagram (if any). Echo mode sends it back; message mode counts bytes and
+ * answers every req_size bytes with resp_size bytes. Returns 1 when one was handled, 0 when
+ * none was waiting, -errno on a socket error. */
+static int serve_one(int fd, uint8_t *buf, uint32_t req_size, uint32_t resp_size, uint64_t *have)
 {
     struct sockaddr_storage src;
     socklen_t srclen = sizeof(src);
@@ -96,22 +114,33 @@ static int echo_one(int fd, uint8_t *buf)
     if (n < 0) {
         if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
             return 0;
-        if (errno == ECONNREFUSED) /* ICMP from an earlier echo to a closed port */
+        if (errno == ECONNREFUSED) /* ICMP from an earlier reply to a closed port */
             return 1;
         return -errno;
     }
-    if (n > RAW_BUF_BYTES) /* truncated: not an echo of what was sent, drop it */
+    if (n > RAW_BUF_BYTES) /* truncated: drop it */
         return 1;
-    /* A full socket buffer drops the echo, as the network would. */
-    (void)sendto(fd, buf, (size_t)n, MSG_DONTWAIT, (struct sockaddr *)&src, srclen);
+    if (resp_size == 0) {
+        (void)sendto(fd, buf, (size_t)n, MSG_DONTWAIT, (struct sockaddr *)&src, srclen);
+        return 1;
+    }
+    *have += (uint64_t)n;
+    if (*have >= req_size) {
+        *have = 0;
+        int r = send_cut(fd, buf, resp_size, (struct sockaddr *)&src, srclen);
+        if (r < 0)
+            return r;
+    }
     return 1;
 }
 
-int srpc_raw_echo_serve(const char *host, uint16_t port, int busy, volatile int *stop)
+int srpc_raw_echo_serve(const char *host, uint16_t port, int busy, uint32_t req_size,
+                        uint32_t resp_size, volatile int *stop)
 {
-    if (!stop)
+    if (!stop || resp_size > RAW_BUF_BYTES * 64u)
         return -EINVAL;
-    uint8_t *buf = malloc(RAW_BUF_BYTES);
+    size_t bufsz = resp_size > RAW_BUF_BYTES ? resp_size : RAW_BUF_BYTES;
+    uint8_t *buf = calloc(1, bufsz);
     if (!buf)
         return -ENOMEM;
     int fd = open_socket(host, port, 1);
@@ -119,10 +148,9 @@ int srpc_raw_echo_serve(const char *host, uint16_t port, int busy, volatile int 
         free(buf);
         return fd;
     }
-
     int rc = 0;
-    /* busy: one relaxed load of *stop per loop costs nothing next to the recvfrom syscall,
-     * so it is read on every pass, not only every RAW_SPINS_PER_CHECK empty spins. */
+    uint64_t have = 0;
+    /* busy: one relaxed load of *stop per loop costs nothing next to the recvfrom syscall. */
     while (!stopped(stop)) {
         if (!busy) {
             struct pollfd pfd = {.fd = fd, .events = POLLIN};
@@ -134,7 +162,7 @@ int srpc_raw_echo_serve(const char *host, uint16_t port, int busy, volatile int 
             if (pr <= 0)
                 continue;
         }
-        int n = echo_one(fd, buf);
+        int n = serve_one(fd, buf, req_size, resp_size, &have);
         if (n < 0) {
             rc = n;
             break;
@@ -145,10 +173,9 @@ int srpc_raw_echo_serve(const char *host, uint16_t port, int busy, volatile int 
     return rc;
 }
 
-/* Waits for the echo on the connected socket fd. Returns its length or -errno. */
-static ssize_t wait_echo(int fd, uint8_t *buf, int busy)
+/* Waits for one datagram on the connected socket fd. Returns its length or -errno. */
+static ssize_t wait_datagram(int fd, uint8_t *buf, int busy, uint64_t deadline)
 {
-    uint64_t deadline = now_ns() + RAW_REPLY_TIMEOUT_NS;
     for (uint32_t spins = 0;; spins++) {
         if (!busy) {
             int64_t left_ms = ((int64_t)(deadline - now_ns()) + 999999) / 1000000;
@@ -171,21 +198,38 @@ static ssize_t wait_echo(int fd, uint8_t *buf, int busy)
     }
 }
 
-int srpc_raw_pingpong(const char *host, uint16_t port, uint32_t size, int busy,
-                      uint32_t warmup, uint32_t n, uint64_t *lat_ns)
+/* Waits until `expect` bytes came back (echo mode: one datagram of exactly that length). */
+static int wait_reply(int fd, uint8_t *buf, int busy, uint32_t expect, int echo)
 {
-    if (size > RAW_MAX_SIZE)
+    uint64_t deadline = now_ns() + RAW_REPLY_TIMEOUT_NS;
+    uint64_t got = 0;
+    do {
+        ssize_t n = wait_datagram(fd, buf, busy, deadline);
+        if (n < 0)
+            return (int)n;
+        if (echo && (size_t)n != expect)
+            return -EBADMSG;
+        got += (uint64_t)n;
+    } while (got < expect);
+    return got == expect ? 0 : -EBADMSG;
+}
+
+int srpc_raw_pingpong(const char *host, uint16_t port, uint32_t req_size, uint32_t resp_size,
+                      int busy, uint32_t warmup, uint32_t n, uint64_t *lat_ns)
+{
+    int echo = resp_size == 0;
+    if ((echo && req_size > RAW_MAX_SIZE) || req_size > (1u << 30))
         return -EMSGSIZE;
     if (n > 0 && !lat_ns)
         return -EINVAL;
-    uint8_t *tx = malloc(size ? size : 1);
+    uint8_t *tx = malloc(req_size ? req_size : 1);
     uint8_t *rx = malloc(RAW_BUF_BYTES);
     if (!tx || !rx) {
         free(tx);
         free(rx);
         return -ENOMEM;
     }
-    for (uint32_t i = 0; i < size; i++)
+    for (uint32_t i = 0; i < req_size; i++)
         tx[i] = (uint8_t)(i * 131u + 7u);
 
     int fd = open_socket(host, port, 0);
@@ -193,22 +237,16 @@ int srpc_raw_pingpong(const char *host, uint16_t port, uint32_t size, int busy,
     uint64_t total = (uint64_t)warmup + n;
     for (uint64_t i = 0; rc == 0 && i < total; i++) {
         uint64_t t0 = now_ns();
-        ssize_t sent = send(fd, tx, size, 0);
-        if (sent != (ssize_t)size) {
-            rc = sent < 0 ? -errno : -EIO;
-            break;
+        if (echo) {
+            ssize_t sent = send(fd, tx, req_size, 0);
+            rc = sent == (ssize_t)req_size ? 0 : sent < 0 ? -errno : -EIO;
+        } else {
+            rc = send_cut(fd, tx, req_size, NULL, 0);
         }
-        ssize_t got = wait_echo(fd, rx, busy);
+        if (rc == 0)
+            rc = wait_reply(fd, rx, busy, echo ? req_size : resp_size, echo);
         uint64_t t1 = now_ns();
-        if (got < 0) {
-            rc = (int)got;
-            break;
-        }
-        if ((size_t)got != size) {
-            rc = -EBADMSG;
-            break;
-        }
-        if (i >= warmup)
+        if (rc == 0 && i >= warmup)
             lat_ns[i - warmup] = t1 - t0;
     }
     if (fd >= 0)

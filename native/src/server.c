@@ -4,7 +4,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -28,6 +27,7 @@ void srpc_server_config_init(srpc_server_config_t *c)
     c->max_calls = SRPC_DEF_MAX_CALLS;
     c->rx_burst = SRPC_DEF_RX_BURST;
     c->sock_buf_bytes = SRPC_DEF_SOCK_BUF;
+    c->rx_takeover_us = SRPC_DEF_RX_TAKEOVER_US;
 }
 
 static int check_config(const srpc_server_config_t *c)
@@ -55,8 +55,9 @@ int srpc_server_create(const srpc_server_config_t *cfg, srpc_server_t **out)
     s->cfg = *cfg;
     snprintf(s->host, sizeof(s->host), "%s", cfg->host ? cfg->host : "0.0.0.0");
     s->cfg.host = s->host;
-    s->udp.fd = s->epfd = s->stopfd = -1;
+    s->udp.fd = s->stopfd = -1;
     pthread_mutex_init(&s->lock, NULL);
+    pthread_mutex_init(&s->rx_lock, NULL);
     s->by_id = calloc(65536, sizeof(*s->by_id));
     if (!s->by_id) {
         r = -ENOMEM;
@@ -72,15 +73,8 @@ int srpc_server_create(const srpc_server_config_t *cfg, srpc_server_t **out)
         goto fail;
     s->st.rcvbuf = s->udp.rcvbuf;
     s->st.sndbuf = s->udp.sndbuf;
-    s->epfd = epoll_create1(EPOLL_CLOEXEC);
-    s->stopfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    if (s->epfd < 0 || s->stopfd < 0) {
-        r = -errno;
-        goto fail;
-    }
-    struct epoll_event ev = {.events = EPOLLIN, .data.fd = s->udp.fd};
-    struct epoll_event ev2 = {.events = EPOLLIN, .data.fd = s->stopfd};
-    if (epoll_ctl(s->epfd, EPOLL_CTL_ADD, s->udp.fd, &ev) || epoll_ctl(s->epfd, EPOLL_CTL_ADD, s->stopfd, &ev2)) {
+    s->stopfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK); /* readable once stopped: ends poll() */
+    if (s->stopfd < 0) {
         r = -errno;
         goto fail;
     }
@@ -174,6 +168,8 @@ int srpc_server_start(srpc_server_t *srv)
     if (!srv || srv->started)
         return -EINVAL;
     atomic_store(&srv->stopping, 0);
+    atomic_store(&srv->w_state, W_AWAY);
+    atomic_store(&srv->w_away_since, srpc_now_ns());
     int r = pthread_create(&srv->thread, NULL, srpc_engine_main, srv);
     if (r)
         return -r;
@@ -188,10 +184,11 @@ int srpc_server_stop(srpc_server_t *srv)
     atomic_store(&srv->stopping, 1);
     uint64_t one = 1;
     if (srv->stopfd >= 0 && write(srv->stopfd, &one, sizeof(one)) < 0) {
-        /* the eventfd counter is full: the engine is awake anyway */
+        /* the counter is already non-zero: poll() sees it readable anyway */
     }
     atomic_fetch_add(&srv->ready_gen, 1);
     srpc_futex_wake(&srv->ready_gen);
+    srpc_engine_kick(srv);
     if (srv->started) {
         pthread_join(srv->thread, NULL);
         srv->started = 0;
@@ -215,11 +212,10 @@ void srpc_server_destroy(srpc_server_t *srv)
     free(srv->by_id);
     srpc_rx_free(&srv->rx);
     srpc_udp_close(&srv->udp);
-    if (srv->epfd >= 0)
-        close(srv->epfd);
     if (srv->stopfd >= 0)
         close(srv->stopfd);
     pthread_mutex_destroy(&srv->lock);
+    pthread_mutex_destroy(&srv->rx_lock);
     free(srv);
 }
 

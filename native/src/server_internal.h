@@ -44,11 +44,19 @@ typedef struct srpc_fn {
 
 #define SRPC_MAX_FUNCS 64
 
+/* What the worker thread is doing, which decides who receives (see engine.c). */
+enum srpc_worker_state {
+    W_AWAY = 0,   /* in Python with a batch (or not in next_batch at all) */
+    W_POLLING,    /* in next_batch, receiving inline: the engine thread sleeps */
+    W_BLOCKED     /* in next_batch, asleep: the engine thread receives */
+};
+
 struct srpc_server {
     srpc_server_config_t cfg;
     char host[256];
     srpc_udp_t udp;
-    srpc_rx_t rx;                    /* engine thread only */
+    srpc_rx_t rx;                    /* whoever holds rx_lock */
+    pthread_mutex_t rx_lock;         /* the right to receive: engine thread or polling worker */
     pthread_mutex_t lock;
     calltab_t ct;                    /* lock */
     srpc_fn_t *fns[SRPC_MAX_FUNCS];
@@ -59,11 +67,14 @@ struct srpc_server {
     uint32_t rr;                     /* worker: round-robin cursor over functions */
     pthread_t thread;
     int started;
-    int epfd, stopfd;
+    int stopfd;                      /* eventfd, readable once stopping */
     atomic_int stopping;
     atomic_uint ready_gen;           /* bumped when calls are queued; the worker futex-waits on it */
     atomic_int worker_sleeping;
     atomic_uint n_ready;             /* calls queued and not yet taken */
+    atomic_int w_state;              /* enum srpc_worker_state */
+    _Atomic uint64_t w_away_since;   /* when the worker last left next_batch */
+    atomic_uint e_gen;               /* the engine thread futex-waits on it while the worker polls */
     srpc_server_stats_t st;          /* updated with relaxed atomic adds */
 };
 
@@ -71,6 +82,11 @@ struct srpc_server {
 
 uint64_t srpc_now_ns(void);
 void *srpc_engine_main(void *arg);
+/* One RX burst: receive, check, reassemble, queue, wake the worker. Caller holds rx_lock.
+ * Returns the number of datagrams received (0 when none was waiting). */
+int srpc_engine_rx_step(srpc_server_t *srv);
+/* Wakes the engine thread so it re-reads w_state. */
+void srpc_engine_kick(srpc_server_t *srv);
 /* Sends one message to the call's client (reply data, or error text when code != 0).
  * Thread-safe. */
 int srpc_server_send(srpc_server_t *srv, const srpc_call_key_t *key, int code,

@@ -30,6 +30,10 @@
 /* Adaptive wait: spin this long before sleeping; waking a sleeper costs ~40-50 us here. */
 #define SRPC_DEF_SPIN_US 200
 
+/* A callback running longer than this lets the engine thread take over receiving, so a
+ * long batch delays RX (and BUSY answers) by about this much at most. */
+#define SRPC_DEF_RX_TAKEOVER_US 1000
+
 /* Socket buffers: a 1 MiB message in flight is 16 datagrams of 64 KiB, times truesize. */
 #define SRPC_DEF_SOCK_BUF (32 << 20)
 

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <limits.h>
 #include <linux/futex.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
@@ -78,6 +79,24 @@ static int take_batch(srpc_server_t *srv, srpc_batch_t *b, uint64_t now, uint64_
     return 0;
 }
 
+/* The worker leaves next_batch (for a callback, or with nothing): the engine thread trusts
+ * it to come back within rx_takeover_us before taking over receiving. */
+static int leave(srpc_server_t *srv, int rc)
+{
+    atomic_store(&srv->w_away_since, srpc_now_ns());
+    atomic_store(&srv->w_state, W_AWAY);
+    return rc;
+}
+
+/* Sleeps in poll() until a datagram arrives, the server stops or timeout_us passes.
+ * Called with rx_lock held: while the worker waits, it is the one that receives. */
+static void wait_readable(srpc_server_t *srv, int64_t timeout_us)
+{
+    struct pollfd p[2] = {{.fd = srv->udp.fd, .events = POLLIN}, {.fd = srv->stopfd, .events = POLLIN}};
+    int ms = timeout_us < 0 ? -1 : (int)((timeout_us + 999) / 1000);
+    poll(p, 2, ms);
+}
+
 int srpc_server_next_batch(srpc_server_t *srv, srpc_batch_t *b, int64_t timeout_us)
 {
     if (!srv || !b)
@@ -86,32 +105,46 @@ int srpc_server_next_batch(srpc_server_t *srv, srpc_batch_t *b, int64_t timeout_
     const uint64_t spin_ns = (uint64_t)srv->cfg.spin_us * 1000;
     const uint64_t deadline = timeout_us < 0 ? UINT64_MAX : start + (uint64_t)timeout_us * 1000;
     uint64_t hold = 0;
+    unsigned seen_gen = 0; /* ready_gen at the last take_batch: newer calls end a hold early */
     for (;;) {
         if (atomic_load(&srv->stopping))
-            return -ESHUTDOWN;
+            return leave(srv, -ESHUTDOWN);
         uint64_t now = srpc_now_ns();
-        if (atomic_load_explicit(&srv->n_ready, memory_order_acquire) > 0 && (!hold || now >= hold)) {
+        if (atomic_load_explicit(&srv->n_ready, memory_order_acquire) > 0 &&
+            (!hold || now >= hold || atomic_load(&srv->ready_gen) != seen_gen)) {
+            seen_gen = atomic_load(&srv->ready_gen);
             pthread_mutex_lock(&srv->lock);
             int got = take_batch(srv, b, now, &hold);
             pthread_mutex_unlock(&srv->lock);
             if (got)
-                return 0;
+                return leave(srv, 0);
         }
         if (now >= deadline)
-            return -ETIMEDOUT;
+            return leave(srv, -ETIMEDOUT);
         int spin = srv->cfg.wait_mode == SRPC_WAIT_POLL ||
                    (srv->cfg.wait_mode == SRPC_WAIT_ADAPTIVE && now - start < spin_ns);
-        if (spin) {
-            __builtin_ia32_pause();
+        int want = spin ? W_POLLING : W_BLOCKED;
+        if (atomic_load_explicit(&srv->w_state, memory_order_relaxed) != want)
+            atomic_store(&srv->w_state, want); /* the engine thread stops receiving */
+        if (pthread_mutex_trylock(&srv->rx_lock) != 0) {
+            /* The engine thread is receiving (a long callback made it take over): it hands
+             * back within a step; meanwhile its wake-ups reach us through ready_gen. */
+            unsigned gen = atomic_load(&srv->ready_gen);
+            atomic_store(&srv->worker_sleeping, 1);
+            if (atomic_load(&srv->n_ready) == 0)
+                srpc_futex_wait(&srv->ready_gen, gen, 200);
+            atomic_store(&srv->worker_sleeping, 0);
             continue;
         }
-        uint64_t until = hold && hold < deadline ? hold : deadline;
-        int64_t wait_us = until == UINT64_MAX ? -1 : (int64_t)((until - now) / 1000 + 1);
-        unsigned gen = atomic_load(&srv->ready_gen);
-        atomic_store(&srv->worker_sleeping, 1);
-        if ((atomic_load(&srv->n_ready) == 0 || hold) && !atomic_load(&srv->stopping))
-            srpc_futex_wait(&srv->ready_gen, gen, wait_us);
-        atomic_store(&srv->worker_sleeping, 0);
+        int n = srpc_engine_rx_step(srv); /* receive inline: no hand-off, one thread */
+        if (n == 0 && !spin) {
+            uint64_t until = hold && hold < deadline ? hold : deadline;
+            int64_t wait_us = until == UINT64_MAX ? -1 : (int64_t)((until - now) / 1000 + 1);
+            wait_readable(srv, wait_us);
+        }
+        pthread_mutex_unlock(&srv->rx_lock);
+        if (n == 0 && spin)
+            __builtin_ia32_pause();
         if (hold && srpc_now_ns() >= hold)
             hold = 0;
     }

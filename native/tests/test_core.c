@@ -385,6 +385,7 @@ static void test_tq(void)
 struct server_arg {
     uint16_t port;
     int busy;
+    uint32_t req, resp; /* resp 0: echo mode */
     volatile int stop;
     int rc;
 };
@@ -392,7 +393,7 @@ struct server_arg {
 static void *server_main(void *p)
 {
     struct server_arg *a = p;
-    a->rc = srpc_raw_echo_serve("127.0.0.1", a->port, a->busy, &a->stop);
+    a->rc = srpc_raw_echo_serve("127.0.0.1", a->port, a->busy, a->req, a->resp, &a->stop);
     return NULL;
 }
 
@@ -433,7 +434,7 @@ static void test_raw_udp_server(int server_busy)
     uint64_t lat[50];
     int rc = -1;
     for (int tries = 0; tries < 100 && rc != 0; tries++) {
-        rc = srpc_raw_pingpong("127.0.0.1", a.port, 8, 0, 0, 1, lat);
+        rc = srpc_raw_pingpong("127.0.0.1", a.port, 8, 0, 0, 0, 1, lat);
         if (rc != 0)
             nanosleep(&(struct timespec){0, 20 * 1000 * 1000}, NULL);
     }
@@ -441,13 +442,13 @@ static void test_raw_udp_server(int server_busy)
 
     for (int busy = 0; busy < 2; busy++) {
         memset(lat, 0, sizeof(lat));
-        rc = srpc_raw_pingpong("127.0.0.1", a.port, 1024, busy, 5, 50, lat);
+        rc = srpc_raw_pingpong("127.0.0.1", a.port, 1024, 0, busy, 5, 50, lat);
         CHECK(rc == 0, "pingpong busy %d: %d", busy, rc);
         CHECK(all_positive(lat, 50), "latencies busy %d", busy);
     }
-    rc = srpc_raw_pingpong("localhost", a.port, 0, 0, 0, 2, lat);
+    rc = srpc_raw_pingpong("localhost", a.port, 0, 0, 0, 0, 2, lat);
     CHECK(rc == 0 && all_positive(lat, 2), "empty datagrams by name: %d", rc);
-    rc = srpc_raw_pingpong("127.0.0.1", a.port, 65507, 0, 0, 2, lat);
+    rc = srpc_raw_pingpong("127.0.0.1", a.port, 65507, 0, 0, 0, 2, lat);
     CHECK(rc == 0 && all_positive(lat, 2), "largest datagram: %d", rc);
 
     __atomic_store_n(&a.stop, 1, __ATOMIC_RELAXED);
@@ -455,8 +456,33 @@ static void test_raw_udp_server(int server_busy)
     CHECK(a.rc == 0, "server returned %d", a.rc);
 
     /* Nobody listens any more: an error, not a hang. */
-    rc = srpc_raw_pingpong("127.0.0.1", a.port, 16, 0, 0, 1, lat);
+    rc = srpc_raw_pingpong("127.0.0.1", a.port, 16, 0, 0, 0, 1, lat);
     CHECK(rc == -ECONNREFUSED || rc == -ETIMEDOUT, "closed port: %d", rc);
+}
+
+/* Message mode: a head-sized request in 10 datagrams answered by 4000 bytes. */
+static void test_raw_udp_message(void)
+{
+    struct server_arg a = {.port = free_port(), .busy = 0, .req = 602112, .resp = 4000};
+    pthread_t th;
+    if (pthread_create(&th, NULL, server_main, &a) != 0) {
+        CHECK(0, "pthread_create");
+        return;
+    }
+    uint64_t lat[20];
+    int rc = -1;
+    for (int tries = 0; tries < 100 && rc != 0; tries++) {
+        rc = srpc_raw_pingpong("127.0.0.1", a.port, 602112, 4000, 0, 0, 1, lat);
+        if (rc != 0)
+            nanosleep(&(struct timespec){0, 20 * 1000 * 1000}, NULL);
+    }
+    CHECK(rc == 0, "message server up: %d", rc);
+    memset(lat, 0, sizeof(lat));
+    rc = srpc_raw_pingpong("127.0.0.1", a.port, 602112, 4000, 1, 2, 20, lat);
+    CHECK(rc == 0 && all_positive(lat, 20), "message pingpong: %d", rc);
+    __atomic_store_n(&a.stop, 1, __ATOMIC_RELAXED);
+    pthread_join(th, NULL);
+    CHECK(a.rc == 0, "message server returned %d", a.rc);
 }
 
 static void test_raw_udp(void)
@@ -465,13 +491,14 @@ static void test_raw_udp(void)
     test_raw_udp_server(1);
 
     uint64_t lat[1];
-    CHECK(srpc_raw_pingpong("127.0.0.1", 9, 65508, 0, 0, 1, lat) == -EMSGSIZE, "too big");
-    CHECK(srpc_raw_pingpong("127.0.0.1", 9, 8, 0, 0, 1, NULL) == -EINVAL, "NULL lat");
-    CHECK(srpc_raw_pingpong(NULL, 9, 8, 0, 0, 1, lat) == -EINVAL, "NULL host");
-    CHECK(srpc_raw_pingpong("no.such.host.invalid", 9, 8, 0, 0, 1, lat) < 0, "bad name");
-    CHECK(srpc_raw_echo_serve("127.0.0.1", 0, 0, NULL) == -EINVAL, "NULL stop");
+    CHECK(srpc_raw_pingpong("127.0.0.1", 9, 65508, 0, 0, 0, 1, lat) == -EMSGSIZE, "too big");
+    CHECK(srpc_raw_pingpong("127.0.0.1", 9, 8, 0, 0, 0, 1, NULL) == -EINVAL, "NULL lat");
+    CHECK(srpc_raw_pingpong(NULL, 9, 8, 0, 0, 0, 1, lat) == -EINVAL, "NULL host");
+    CHECK(srpc_raw_pingpong("no.such.host.invalid", 9, 8, 0, 0, 0, 1, lat) < 0, "bad name");
+    CHECK(srpc_raw_echo_serve("127.0.0.1", 0, 0, 0, 0, NULL) == -EINVAL, "NULL stop");
     volatile int stop = 1;
-    CHECK(srpc_raw_echo_serve("127.0.0.1", 0, 1, &stop) == 0, "stop before start");
+    CHECK(srpc_raw_echo_serve("127.0.0.1", 0, 1, 0, 0, &stop) == 0, "stop before start");
+    test_raw_udp_message();
 }
 
 int main(void)
