@@ -105,6 +105,11 @@ class Server:
 
     Register functions with :meth:`function`, then :meth:`serve` (blocks) or :meth:`start`
     (runs the worker on a background thread) and :meth:`stop`. Usable as a context manager.
+
+    wait: "poll" (the worker busy-polls the socket while it waits for a batch: lowest
+    latency, one core), "block" (it sleeps in poll()), "adaptive" (polls for spin_us after
+    each batch, then sleeps). rx_takeover_us: a callback running longer than this lets the
+    engine thread take over receiving. Sizes are bytes, times seconds unless named _us.
     """
 
     def __init__(
@@ -114,6 +119,7 @@ class Server:
         *,
         wait: str = "adaptive",
         spin_us: int = 200,
+        rx_takeover_us: int = 1000,
         segment_size: int = 1450,
         segment_size_loopback: int = 65000,
         max_message: int = 1 << 20,
@@ -133,6 +139,7 @@ class Server:
         cfg.port = int(port)
         cfg.wait_mode = WAIT_MODES[wait]
         cfg.spin_us = int(spin_us)
+        cfg.rx_takeover_us = int(rx_takeover_us)
         cfg.seg_size = int(segment_size)
         cfg.seg_size_loopback = int(segment_size_loopback)
         cfg.max_message = int(max_message)

@@ -1,6 +1,7 @@
 /* server.c: server life cycle: configuration, function registration (Tensor Queues and the
  * Inference Monitor), the engine thread's start and stop, counters. */
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -219,13 +220,22 @@ void srpc_server_destroy(srpc_server_t *srv)
     free(srv);
 }
 
+_Static_assert(offsetof(srpc_server_stats_t, rcvbuf) % sizeof(uint64_t) == 0,
+               "the stats counters before rcvbuf are read as an array of uint64_t");
+
 int srpc_server_stats(const srpc_server_t *srv, srpc_server_stats_t *out)
 {
     if (!srv || !out)
         return -EINVAL;
     srpc_server_t *s = (srpc_server_t *)srv;
     pthread_mutex_lock(&s->lock);
-    *out = s->st;
+    /* The counters are added to atomically from two threads: read them the same way. */
+    const uint64_t *src = (const uint64_t *)&s->st;
+    uint64_t *dst = (uint64_t *)out;
+    for (size_t i = 0; i < offsetof(srpc_server_stats_t, rcvbuf) / sizeof(uint64_t); i++)
+        dst[i] = __atomic_load_n(&src[i], __ATOMIC_RELAXED);
+    out->rcvbuf = s->st.rcvbuf;
+    out->sndbuf = s->st.sndbuf;
     out->partial_msgs = 0;
     for (uint32_t i = ct_list_head(&s->ct, CT_LIST_PARTIAL); i != CT_NONE; i = s->ct.e[i].lnext)
         out->partial_msgs++;

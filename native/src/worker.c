@@ -93,7 +93,7 @@ static int leave(srpc_server_t *srv, int rc)
 static void wait_readable(srpc_server_t *srv, int64_t timeout_us)
 {
     struct pollfd p[2] = {{.fd = srv->udp.fd, .events = POLLIN}, {.fd = srv->stopfd, .events = POLLIN}};
-    int ms = timeout_us < 0 ? -1 : (int)((timeout_us + 999) / 1000);
+    int ms = timeout_us < 0 || timeout_us > (int64_t)INT_MAX * 1000 ? -1 : (int)((timeout_us + 999) / 1000);
     poll(p, 2, ms);
 }
 
@@ -103,7 +103,9 @@ int srpc_server_next_batch(srpc_server_t *srv, srpc_batch_t *b, int64_t timeout_
         return -EINVAL;
     const uint64_t start = srpc_now_ns();
     const uint64_t spin_ns = (uint64_t)srv->cfg.spin_us * 1000;
-    const uint64_t deadline = timeout_us < 0 ? UINT64_MAX : start + (uint64_t)timeout_us * 1000;
+    /* Beyond ~100 days a timeout is as good as none (and start + timeout cannot overflow). */
+    const uint64_t deadline = timeout_us < 0 || timeout_us > (INT64_C(1) << 43) ? UINT64_MAX
+                                                                               : start + (uint64_t)timeout_us * 1000;
     uint64_t hold = 0;
     unsigned seen_gen = 0; /* ready_gen at the last take_batch: newer calls end a hold early */
     for (;;) {
