@@ -105,7 +105,7 @@ int srpc_client_create(const srpc_client_config_t *cfg, srpc_client_t **out)
 static void call_free(cl_call_t *k)
 {
     if (k->reasm_active)
-        srpc_reasm_free(&k->reasm);
+        srpc_reasm_free(&k->reasm, NULL);
     free(k->reply);
     free(k);
 }
@@ -218,7 +218,7 @@ static void process(srpc_client_t *c, unsigned i)
         return;
     }
     if (!k->reasm_active) {
-        if (srpc_reasm_init(&k->reasm, &h, seg) != 0) {
+        if (srpc_reasm_init(&k->reasm, &h, seg, NULL) != 0) {
             c->st.dropped++;
             return;
         }
@@ -226,14 +226,14 @@ static void process(srpc_client_t *c, unsigned i)
     }
     int r = srpc_reasm_add(&k->reasm, &h, seg, data, dlen);
     if (r == -EPROTO) { /* disagrees with the message: start over */
-        srpc_reasm_free(&k->reasm);
+        srpc_reasm_free(&k->reasm, NULL);
         k->reasm_active = 0;
         c->st.dropped++;
     } else if (r == 1) {
         uint8_t *buf = k->reasm.buf;
         uint32_t len = k->reasm.msg_len;
         k->reasm.buf = NULL;
-        srpc_reasm_free(&k->reasm);
+        srpc_reasm_free(&k->reasm, NULL);
         k->reasm_active = 0;
         finish(c, k, 0, buf, len);
     }

@@ -71,7 +71,7 @@ void srpc_server_drop_entry(srpc_server_t *srv, uint32_t idx)
     ct_entry_t *e = &srv->ct.e[idx];
     if (e->state == CT_PARTIAL) {
         srv->reasm_bytes -= srpc_reasm_footprint(e->u.partial.msg_len, e->u.partial.nseg);
-        srpc_reasm_free(&e->u.partial);
+        srpc_reasm_free(&e->u.partial, &srv->pool);
     } else if (e->state == CT_DONE) {
         srv->cache_bytes -= e->u.done.len;
         free(e->u.done.data);
@@ -208,7 +208,7 @@ static void known_call(srpc_server_t *srv, uint32_t idx, const srpc_hdr_t *h, ui
     ct_list_unlink(&srv->ct, idx);
     enqueue(srv, fn, idx, p.buf, p.msg_len);
     srv->reasm_bytes -= srpc_reasm_footprint(p.msg_len, p.nseg);
-    srpc_reasm_free(&p);
+    srpc_reasm_free(&p, &srv->pool);
 }
 
 /* The first segment seen of a new call. */
@@ -250,7 +250,7 @@ static void new_call(srpc_server_t *srv, const srpc_call_key_t *k, const srpc_hd
     if (idx == CT_NONE)
         return;
     ct_entry_t *e = &srv->ct.e[idx];
-    if (srpc_reasm_init(&e->u.partial, h, seg) != 0) {
+    if (srpc_reasm_init(&e->u.partial, h, seg, &srv->pool) != 0) {
         ct_remove(&srv->ct, idx);
         ST_ADD(srv, drops[SRPC_DROP_MEM_CAP], 1);
         return;

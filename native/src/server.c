@@ -64,6 +64,7 @@ int srpc_server_create(const srpc_server_config_t *cfg, srpc_server_t **out)
         r = -ENOMEM;
         goto fail;
     }
+    srpc_bufpool_init(&s->pool, SRPC_DEF_REASM_POOL_BYTES);
     if ((r = ct_init(&s->ct, cfg->max_calls)) != 0)
         goto fail;
     /* A datagram's data lands in a payload slot big enough for any UDP payload, so a
@@ -208,6 +209,7 @@ void srpc_server_destroy(srpc_server_t *srv)
                 srpc_server_drop_entry(srv, i);
         ct_destroy(&srv->ct);
     }
+    srpc_bufpool_destroy(&srv->pool);
     for (uint32_t i = 0; i < srv->nfns; i++)
         fn_free(srv->fns[i]);
     free(srv->by_id);

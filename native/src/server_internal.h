@@ -63,6 +63,7 @@ struct srpc_server {
     uint32_t nfns;
     srpc_fn_t **by_id;               /* 65536 entries, read-only once started */
     uint64_t reasm_bytes;            /* lock */
+    srpc_bufpool_t pool;             /* lock: freed reassembly buffers for reuse */
     uint64_t cache_bytes;            /* lock */
     uint32_t rr;                     /* worker: round-robin cursor over functions */
     pthread_t thread;

@@ -20,6 +20,9 @@
 /* All partial messages together: bounds what a flood of first segments can pin. */
 #define SRPC_DEF_REASM_MEM_CAP (256ull << 20)
 
+/* Freed reassembly buffers kept for reuse, so large messages do not fault in fresh pages. */
+#define SRPC_DEF_REASM_POOL_BYTES (16ull << 20)
+
 /* PROTOCOL.md: the reply-cache lifetime is a documented server setting, default 10 s. */
 #define SRPC_DEF_REPLY_CACHE_US 10000000
 #define SRPC_DEF_REPLY_CACHE_BYTES (64ull << 20)
