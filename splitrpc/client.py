@@ -116,9 +116,9 @@ class Client:
                 finished = [(self._pending.pop(rid, (None, 0))[0], c, r) for rid, c, r in done]
                 expired = [rid for rid, (_, dl) in self._pending.items() if dl <= now]
                 timed_out = [self._pending.pop(rid)[0] for rid in expired]
-                if not self._pending and not n:
+                idle = not self._pending and not n
+                if idle:  # the next call_async starts a new poller
                     self._poller = None
-                    return
             for rid in expired:
                 lib.srpc_client_release(self._cl, rid)
             for fut, c, r in finished:
@@ -127,6 +127,8 @@ class Client:
             for fut in timed_out:
                 if not fut.done():
                     fut.set_exception(CallTimeout("no reply within the call's timeout"))
+            if idle:
+                return
 
     def closed_loop(self, func_id: int, data, *, concurrency: int = 1, calls: int = 1000,
                     warmup: int = 100, timeout: float | None = None) -> dict:

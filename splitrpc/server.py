@@ -94,6 +94,12 @@ class _Function:
             b.out_len[i] = n
 
 
+def _error_text(exc: BaseException) -> bytes:
+    """The exception as an ERROR datagram's text: UTF-8, at most 256 bytes, cut between characters."""
+    text = f"{type(exc).__name__}: {exc}".encode("utf-8", "replace")[:256]
+    return text.decode("utf-8", "ignore").encode("utf-8")
+
+
 def _view(ptr, spec: TensorSpec, count: int) -> np.ndarray:
     """A (count, *shape) array over `count` contiguous Tensor Queue elements (no copy)."""
     buf = ffi.buffer(ptr, count * spec.nbytes)
@@ -268,7 +274,7 @@ class Server:
                 rc = complete(srv, b, 0, null)
             except Exception as exc:  # the calls of this batch get INTERNAL; serving goes on
                 log.warning("function %s raised %s: %s", fn.name, type(exc).__name__, exc)
-                msg = ffi.new("char[]", f"{type(exc).__name__}: {exc}".encode("utf-8", "replace")[:256])
+                msg = ffi.new("char[]", _error_text(exc))
                 rc = complete(srv, b, lib.SRPC_E_INTERNAL, msg)
             check(rc, "srpc_server_complete")
 

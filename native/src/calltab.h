@@ -39,6 +39,7 @@ typedef struct ct_entry {
         srpc_reasm_t partial;
         struct { uint8_t *data; uint32_t len; } done;   /* cached reply data (malloc) */
         struct { uint64_t seq; } queued;                /* TQ element of the call */
+        struct { uint16_t seq; } rejected;              /* the segment that showed the error */
     } u;
 } ct_entry_t;
 

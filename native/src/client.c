@@ -322,12 +322,15 @@ static int send_call(srpc_client_t *c, uint16_t func_id, const void *data, uint3
     *b = k;
     c->st.sent_calls++;
     pthread_mutex_unlock(&c->lock);
-    srpc_hdr_t h = {.type = SRPC_REQUEST, .func_id = func_id, .req_id = k->req_id, .aux = aux};
+    /* Once the first datagram is out, the reply may come back and another thread may release
+     * the call: k is not touched after the send. */
+    const uint64_t id = k->req_id;
+    *req_id = id;
+    srpc_hdr_t h = {.type = SRPC_REQUEST, .func_id = func_id, .req_id = id, .aux = aux};
     struct iovec iv = {(void *)data, len};
     int r = srpc_udp_send_msg(&c->udp, NULL, 0, &h, &iv, len ? 1 : 0, len, c->seg);
-    *req_id = k->req_id;
     if (r < 0) {
-        srpc_client_release(c, k->req_id);
+        srpc_client_release(c, id);
         return r;
     }
     return 0;

@@ -115,6 +115,7 @@ static void reject(srpc_server_t *srv, const srpc_call_key_t *k, const srpc_hdr_
         uint32_t i = insert_entry(srv, k, CT_REJECTED);
         if (i != CT_NONE) {
             srv->ct.e[i].code = (uint16_t)code;
+            srv->ct.e[i].u.rejected.seq = h->seq;
             ct_list_push(&srv->ct, i, CT_LIST_REJECTED,
                          srpc_now_ns() + (uint64_t)srv->cfg.reasm_timeout_us * 1000);
         }
@@ -174,8 +175,8 @@ static void known_call(srpc_server_t *srv, uint32_t idx, const srpc_hdr_t *h, ui
         else
             ST_ADD(srv, drops[SRPC_DROP_DUPLICATE], 1);
         return;
-    case CT_REJECTED:
-        if (h->seq == 0)
+    case CT_REJECTED: /* only a retransmission of the segment that showed the error is answered */
+        if (h->seq == e->u.rejected.seq)
             srpc_server_send_error(srv, &e->key, e->code, NULL);
         else
             ST_ADD(srv, drops[SRPC_DROP_REJECTED], 1);

@@ -1,0 +1,113 @@
+"""The `python -m splitrpc` command line: demo, serve, call, and stopping the server with a signal."""
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+
+@pytest.fixture
+def run_env(tmp_path):
+    """cwd and environment in which only the installed splitrpc can be imported."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP")}
+    return {"cwd": str(tmp_path), "env": env}
+
+
+def splitrpc_cmd(*args):
+    return [sys.executable, "-m", "splitrpc", *args]
+
+
+def free_udp_port() -> int:
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def test_the_installed_package_is_the_one_run(run_env):
+    out = subprocess.run([sys.executable, "-c", "import splitrpc, splitrpc._native as n; print(splitrpc.__file__)"],
+                         capture_output=True, text=True, timeout=60, **run_env)
+    assert out.returncode == 0, out.stderr
+    assert not out.stdout.strip().startswith(os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep)
+
+
+def test_demo(run_env):
+    p = subprocess.run(splitrpc_cmd("demo", "--calls", "200"), capture_output=True, text=True, timeout=120, **run_env)
+    assert p.returncode == 0, p.stdout + p.stderr
+    for name in ("vecadd", "matmul", "echo", "head"):
+        assert name in p.stdout
+    assert "p50" in p.stdout and "p99" in p.stdout
+    assert "WRONG REPLY" not in p.stderr
+    assert "errors 0" in p.stdout.splitlines()[-1]
+
+
+@pytest.fixture
+def served(run_env):
+    """A `splitrpc serve` subprocess on a free port: (Popen, port). Killed if still running at the end."""
+    port = free_udp_port()
+    proc = subprocess.Popen(splitrpc_cmd("serve", "--port", str(port), "--wait", "block"),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **run_env)
+    try:
+        yield proc, port
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate(timeout=10)
+
+
+def call(run_env, port, *args, timeout=60):
+    return subprocess.run(splitrpc_cmd("call", *args, "--port", str(port), "--timeout", "1"),
+                          capture_output=True, text=True, timeout=timeout, **run_env)
+
+
+def wait_serving(run_env, proc, port, deadline_s=10.0):
+    end = time.monotonic() + deadline_s
+    while True:
+        p = call(run_env, port, "vecadd")
+        if p.returncode == 0 or time.monotonic() > end or proc.poll() is not None:
+            return p
+        time.sleep(0.2)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_serve_call_and_stop(run_env, served, sig):
+    proc, port = served
+    p = wait_serving(run_env, proc, port)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "reply matches the expected output: True" in p.stdout
+
+    e = call(run_env, port, "echo", "--text", "hello splitrpc")
+    assert e.returncode == 0, e.stderr
+    assert "hello splitrpc".encode().hex() in e.stdout
+
+    u = call(run_env, port, "99")
+    assert u.returncode == 1
+    assert "UNKNOWN_FUNCTION" in u.stderr
+
+    proc.send_signal(sig)
+    try:
+        out, err = proc.communicate(timeout=10)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"`splitrpc serve` did not exit within 10 s of {sig.name}")
+    assert proc.returncode == 0, err
+    assert f":{port}" in out
+    m = re.search(r"stopped: (\d+) calls", out)
+    assert m, out
+    assert int(m.group(1)) >= 2  # vecadd (at least once) and echo; 99 was no call
+
+
+def test_call_unknown_name_is_a_usage_error(run_env):
+    p = call(run_env, free_udp_port(), "nosuchfunction")
+    assert p.returncode == 2
+    assert "unknown function" in p.stderr
+
+
+def test_call_without_server_fails(run_env):
+    p = call(run_env, free_udp_port(), "vecadd")
+    assert p.returncode == 1
+    assert "error" in p.stderr.lower()

@@ -1,0 +1,324 @@
+"""Native header codec and segmentation rules (srpc_hdr_*, srpc_seg_*) against a pure-Python PROTOCOL.md reference."""
+import errno
+import os
+import sys
+
+import pytest
+from hypothesis import HealthCheck, assume, event, example, given, settings
+from hypothesis import strategies as st
+
+sys.path.insert(0, os.path.dirname(__file__))
+import wire_ref as ref  # noqa: E402
+
+from splitrpc._native import ffi, lib  # noqa: E402
+
+SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+u8 = st.integers(0, 0xFF)
+u16 = st.integers(0, 0xFFFF)
+u32 = st.integers(0, 0xFFFFFFFF)
+u64 = st.integers(0, 0xFFFFFFFFFFFFFFFF)
+
+
+@st.composite
+def headers(draw, types=st.integers(0, 2)):
+    nseg = draw(st.one_of(st.integers(1, 4), st.integers(1, 0xFFFF)))
+    seq = draw(st.one_of(st.just(0), st.just(nseg - 1), st.integers(0, nseg - 1)))
+    return ref.Header(draw(types), draw(u16), draw(u64), seq, nseg, draw(u32), draw(u16))
+
+
+def c_hdr(h: ref.Header):
+    c = ffi.new("srpc_hdr_t *")
+    c.type, c.func_id, c.req_id = h.type, h.func_id, h.req_id
+    c.seq, c.nseg, c.msg_len, c.aux = h.seq, h.nseg, h.msg_len, h.aux
+    return c
+
+
+def native_encode(h: ref.Header) -> bytes:
+    out = ffi.new("uint8_t[]", lib.SRPC_HDR_LEN)
+    rc = lib.srpc_hdr_encode(c_hdr(h), out)
+    assert rc == 0
+    return bytes(ffi.buffer(out, lib.SRPC_HDR_LEN))
+
+
+def native_decode(buf: bytes):
+    """(rc, Header or None). The bytes are copied into a buffer of exactly len(buf) bytes."""
+    src = ffi.new("uint8_t[]", max(len(buf), 1))
+    ffi.memmove(src, buf, len(buf))
+    out = ffi.new("srpc_hdr_t *")
+    rc = lib.srpc_hdr_decode(src, len(buf), out)
+    if rc:
+        return rc, None
+    return rc, ref.Header(out.type, out.func_id, out.req_id, out.seq, out.nseg, out.msg_len, out.aux)
+
+
+def native_seg(nseg: int, seq: int, msg_len: int, length: int):
+    """(rc, S) of srpc_seg_check for one REQUEST segment carrying `length` bytes."""
+    h = ffi.new("srpc_hdr_t *")
+    h.type, h.seq, h.nseg, h.msg_len = 0, seq, nseg, msg_len
+    s = ffi.new("uint32_t *", 0xDEADBEEF)
+    rc = lib.srpc_seg_check(h, length, s)
+    return rc, (s[0] if rc == 0 else None)
+
+
+# ------------------------------------------------------------------ the reference itself
+
+
+def test_reference_layout_matches_protocol_table():
+    b = ref.encode(ref.ERROR, 0x0102, 0x030405060708090A, 0x0B0C, 0x0D0E, 0x0F101112, 0x1314)
+    assert len(b) == 22
+    assert b[0] == 0xA5 and b[1] == 0x12  # version 1 high nibble, type 2 low nibble
+    assert b[2:4] == bytes([1, 2])
+    assert b[4:12] == bytes(range(3, 11))
+    assert b[12:14] == bytes([11, 12]) and b[14:16] == bytes([13, 14])
+    assert b[16:20] == bytes(range(15, 19)) and b[20:22] == bytes([19, 20])
+    assert lib.SRPC_HDR_LEN == 22 and lib.SRPC_VERSION == 1
+    assert lib.SRPC_MAX_SEG_DATA == 65485 and lib.SRPC_ERRMSG_MAX == 256
+    assert (lib.SRPC_REQUEST, lib.SRPC_RESPONSE, lib.SRPC_ERROR) == (0, 1, 2)
+    codes = (lib.SRPC_E_UNKNOWN_FUNCTION, lib.SRPC_E_BAD_REQUEST, lib.SRPC_E_BUSY, lib.SRPC_E_DEADLINE,
+             lib.SRPC_E_INTERNAL, lib.SRPC_E_TOO_LARGE)
+    assert codes == (1, 2, 3, 4, 5, 6)  # PROTOCOL.md, Calls
+    names = [ffi.string(lib.srpc_strerror(c)).decode() for c in codes]
+    assert names == ["UNKNOWN_FUNCTION", "BAD_REQUEST", "BUSY", "DEADLINE", "INTERNAL", "TOO_LARGE"]
+
+
+# ------------------------------------------------------------------ encode / decode
+
+
+@SETTINGS
+@given(headers())
+@example(ref.Header(0, 0, 0, 0, 1, 0, 0))
+@example(ref.Header(2, 0xFFFF, 2**64 - 1, 0xFFFE, 0xFFFF, 2**32 - 1, 0xFFFF))
+def test_native_encode_equals_reference(h):
+    assert native_encode(h) == ref.encode_hdr(h)
+
+
+@SETTINGS
+@given(headers())
+def test_decode_of_encode_is_identity(h):
+    wire = native_encode(h)
+    rc, got = native_decode(wire)
+    assert rc == 0
+    assert got == h
+    assert ref.decode(wire) == h
+
+
+@SETTINGS
+@given(headers(), st.binary(min_size=1, max_size=64))
+def test_decode_ignores_trailing_data(h, tail):
+    rc, got = native_decode(ref.encode_hdr(h) + tail)
+    assert rc == 0 and got == h
+
+
+@SETTINGS
+@given(headers(), st.integers(3, 255))
+def test_encode_rejects_type_above_2(h, bad_type):
+    c = c_hdr(h)
+    c.type = bad_type
+    out = ffi.new("uint8_t[]", 22)
+    assert lib.srpc_hdr_encode(c, out) == -errno.EINVAL
+
+
+@SETTINGS
+@given(headers(), st.integers(0, 21))
+def test_decode_rejects_short(h, n):
+    rc, _ = native_decode(ref.encode_hdr(h)[:n])
+    assert rc == -errno.EMSGSIZE
+
+
+@SETTINGS
+@given(headers(), u8.filter(lambda m: m != 0xA5))
+def test_decode_rejects_wrong_magic(h, magic):
+    wire = bytearray(ref.encode_hdr(h))
+    wire[0] = magic
+    assert native_decode(bytes(wire))[0] == -errno.EBADMSG
+
+
+@SETTINGS
+@given(headers(), st.integers(0, 15).filter(lambda v: v != 1))
+def test_decode_rejects_wrong_version(h, version):
+    wire = ref.encode(h.type, h.func_id, h.req_id, h.seq, h.nseg, h.msg_len, h.aux, version=version)
+    assert native_decode(wire)[0] == -errno.EBADMSG
+
+
+@SETTINGS
+@given(headers(), st.integers(3, 15))
+def test_decode_rejects_unknown_type(h, t):
+    wire = ref.encode(t, h.func_id, h.req_id, h.seq, h.nseg, h.msg_len, h.aux)
+    assert native_decode(wire)[0] == -errno.EBADMSG
+
+
+@SETTINGS
+@given(headers(types=st.integers(0, 2)), u16)
+def test_decode_rejects_nseg_zero(h, seq):
+    wire = ref.encode(h.type, h.func_id, h.req_id, seq, 0, h.msg_len, h.aux)
+    assert native_decode(wire)[0] == -errno.EPROTO
+
+
+@SETTINGS
+@given(st.data())
+def test_decode_rejects_seq_not_below_nseg(data):
+    nseg = data.draw(st.integers(1, 0xFFFF))
+    seq = data.draw(st.one_of(st.just(nseg), st.integers(nseg, 0xFFFF)))
+    wire = ref.encode(data.draw(st.integers(0, 2)), data.draw(u16), data.draw(u64), seq, nseg,
+                      data.draw(u32), data.draw(u16))
+    assert native_decode(wire)[0] == -errno.EPROTO
+
+
+@SETTINGS
+@given(st.binary(min_size=0, max_size=40))
+def test_decode_agrees_with_reference_on_arbitrary_bytes(buf):
+    rc, got = native_decode(buf)
+    want = {"short": -errno.EMSGSIZE, "bad_header": -errno.EBADMSG, "bad_segment": -errno.EPROTO}
+    try:
+        h = ref.decode(buf)
+    except ref.DecodeError as e:
+        assert rc == want[e.reason]
+    else:
+        assert rc == 0 and got == h
+
+
+# ------------------------------------------------------------------ segmentation
+
+
+@st.composite
+def messages(draw, max_nseg=4096):
+    """(msg_len, S) with at most max_nseg segments (and never more than 65535)."""
+    msg_len = draw(st.one_of(st.integers(0, 4096), st.integers(0, 1 << 20)))
+    lo = max(1, -(-msg_len // min(max_nseg, 0xFFFF)))
+    s = draw(st.one_of(st.integers(lo, max(lo, min(65485, 2 * lo + 64))), st.integers(lo, 65485)))
+    return msg_len, s
+
+
+@SETTINGS
+@given(messages())
+@example((0, 1))
+@example((1 << 20, 65485))
+@example((1 << 20, (1 << 20) // 4096))
+@example((1450, 1450))
+@example((1451, 1450))
+@example((2900, 1450))
+def test_every_segment_of_a_cut_message_passes(m):
+    msg_len, s = m
+    parts = ref.cut(msg_len, s)
+    nseg = len(parts)
+    assert lib.srpc_seg_count(msg_len, s) == nseg
+    want = msg_len if nseg == 1 else s
+    for seq, _off, length in parts:
+        assert native_seg(nseg, seq, msg_len, length) == (0, want), (seq, length)
+
+
+def test_segments_at_the_65535_limit_pass():
+    s = 17
+    for msg_len in (65535 * s, 65534 * s + 1):
+        parts = ref.cut(msg_len, s)
+        assert len(parts) == 65535 == lib.srpc_seg_count(msg_len, s)
+        h = ffi.new("srpc_hdr_t *")
+        h.nseg, h.msg_len = 65535, msg_len
+        out = ffi.new("uint32_t *")
+        for seq, _off, length in parts:
+            h.seq = seq
+            assert lib.srpc_seg_check(h, length, out) == 0 and out[0] == s, seq
+
+
+@SETTINGS
+@given(st.integers(2, 0xFFFF), st.data())
+def test_non_last_segment_of_length_zero_is_rejected(nseg, data):
+    seq = data.draw(st.integers(0, nseg - 2))
+    msg_len = data.draw(u32)
+    assert native_seg(nseg, seq, msg_len, 0)[0] == -errno.EPROTO
+
+
+@SETTINGS
+@given(st.integers(2, 200), st.integers(1, 65484), st.data())
+def test_last_segment_longer_than_s_is_rejected(nseg, s, data):
+    last = data.draw(st.integers(s + 1, 65485))
+    msg_len = (nseg - 1) * s + last
+    assume(msg_len < 2**32)
+    assert native_seg(nseg, nseg - 1, msg_len, last)[0] == -errno.EPROTO
+    # and a non-last segment of such a message, carrying S, is impossible too (nseg*S < msg_len)
+    assert native_seg(nseg, 0, msg_len, s)[0] == -errno.EPROTO
+
+
+@SETTINGS
+@given(u32, st.integers(0, 70000))
+def test_single_segment_must_carry_msg_len(msg_len, length):
+    rc, s = native_seg(1, 0, msg_len, length)
+    if length == msg_len:
+        assert (rc, s) == (0, msg_len)
+    else:
+        assert rc == -errno.EPROTO
+
+
+def test_single_segment_of_zero_bytes_is_valid():
+    assert native_seg(1, 0, 0, 0) == (0, 0)
+    assert native_seg(1, 0, 1, 0)[0] == -errno.EPROTO
+
+
+def test_seg_check_rejects_nseg_zero_and_seq_not_below_nseg():
+    assert native_seg(0, 0, 0, 0)[0] == -errno.EPROTO
+    assert native_seg(3, 3, 1024, 224)[0] == -errno.EPROTO
+    assert native_seg(3, 0xFFFF, 1024, 400)[0] == -errno.EPROTO
+
+
+def test_last_segment_whose_implied_s_is_not_whole_is_rejected():
+    # msg_len 1025, nseg 3, last carries 224: (1025-224)/2 is not an integer
+    assert native_seg(3, 2, 1025, 224)[0] == -errno.EPROTO
+    assert native_seg(3, 2, 1024, 224) == (0, 400)
+
+
+def test_segment_larger_than_the_largest_udp_payload_is_rejected():
+    assert native_seg(2, 0, 65486 + 1, 65486)[0] == -errno.EPROTO
+    assert native_seg(2, 0, 65485 + 1, 65485) == (0, 65485)
+
+
+@st.composite
+def segment_claims(draw):
+    """Arbitrary (nseg, seq, msg_len, length), biased towards the interesting boundaries."""
+    nseg = draw(st.one_of(st.integers(0, 5), st.integers(0, 0xFFFF)))
+    seq = draw(st.one_of(st.integers(0, max(nseg, 1)), st.just(max(nseg - 1, 0)), u16))
+    s = draw(st.integers(1, 65490))
+    msg_len = draw(st.one_of(
+        u32,
+        st.integers(0, 3 * 65490),
+        st.just(max(nseg - 1, 0) * s + draw(st.integers(0, s + 1))) if nseg else st.just(0),
+    ))
+    length = draw(st.one_of(st.just(s), st.integers(0, 70000), st.just(msg_len % 70001),
+                            st.just(max(0, msg_len - max(nseg - 1, 0) * s))))
+    return nseg, seq, min(msg_len, 2**32 - 1), length
+
+
+@settings(max_examples=1000, deadline=None)
+@given(segment_claims())
+def test_seg_check_agrees_with_reference(claim):
+    nseg, seq, msg_len, length = claim
+    assume(seq <= 0xFFFF)
+    want = ref.seg_size(nseg, seq, msg_len, length)
+    event("valid" if want is not None else "impossible")
+    rc, s = native_seg(nseg, seq, msg_len, length)
+    if want is None:
+        assert rc == -errno.EPROTO
+    else:
+        assert (rc, s) == (0, want)
+
+
+@SETTINGS
+@given(u32, st.integers(1, 0xFFFFFFFF))
+def test_seg_count_is_ceiling_with_minimum_one(msg_len, s):
+    want = 1 if msg_len <= s else -(-msg_len // s)
+    assert lib.srpc_seg_count(msg_len, s) == want
+
+
+@pytest.mark.parametrize("null", ["hdr", "out"])
+def test_null_arguments_are_rejected(null):
+    h = ffi.new("srpc_hdr_t *")
+    h.nseg = 1
+    buf = ffi.new("uint8_t[]", 22)
+    s = ffi.new("uint32_t *")
+    if null == "hdr":
+        assert lib.srpc_hdr_encode(ffi.NULL, buf) < 0
+        assert lib.srpc_seg_check(ffi.NULL, 0, s) < 0
+    else:
+        assert lib.srpc_hdr_encode(h, ffi.NULL) < 0
+        assert lib.srpc_seg_check(h, 0, ffi.NULL) < 0
+        assert lib.srpc_hdr_decode(buf, 22, ffi.NULL) < 0
