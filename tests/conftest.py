@@ -8,34 +8,17 @@ import pytest
 _TESTS = os.path.dirname(os.path.abspath(__file__))
 _ROOT = os.path.dirname(_TESTS)
 
+_SOURCE_PKG = os.path.join(_ROOT, "splitrpc") + os.sep
+
 # `python -m pytest` puts the working directory (the repository root) first on sys.path, where
-# the source folder splitrpc/ has no compiled extension: take it off before anything imports it.
+# the source folder splitrpc/ has no compiled extension: take it off before anything imports
+# splitrpc. (A virtual environment inside the repository, ./.venv, is not the source folder.)
 sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _ROOT]
 for _name in [m for m in sys.modules if m == "splitrpc" or m.startswith("splitrpc.")]:
-    _mod = sys.modules[_name]
-    if os.path.abspath(getattr(_mod, "__file__", "") or "").startswith(_ROOT + os.sep):
+    if os.path.abspath(getattr(sys.modules[_name], "__file__", "") or "").startswith(_SOURCE_PKG):
         del sys.modules[_name]
 if _TESTS not in sys.path:
     sys.path.insert(0, _TESTS)  # the shared helper wire_ref.py
-
-
-def _import_splitrpc(retries: int = 20):
-    """The package may be reinstalled while tests run: retry the import briefly."""
-    for i in range(retries):
-        try:
-            import splitrpc  # noqa: F401
-            import splitrpc.services  # noqa: F401
-
-            return
-        except ImportError:
-            if i == retries - 1:
-                raise
-            for name in [m for m in sys.modules if m == "splitrpc" or m.startswith("splitrpc.")]:
-                del sys.modules[name]
-            time.sleep(0.5)
-
-
-_import_splitrpc()
 
 import splitrpc  # noqa: E402
 from splitrpc.services import register_builtin_services  # noqa: E402

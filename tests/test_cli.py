@@ -33,7 +33,8 @@ def test_the_installed_package_is_the_one_run(run_env):
     out = subprocess.run([sys.executable, "-c", "import splitrpc, splitrpc._native as n; print(splitrpc.__file__)"],
                          capture_output=True, text=True, timeout=60, **run_env)
     assert out.returncode == 0, out.stderr
-    assert not out.stdout.strip().startswith(os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep)
+    source_pkg = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "splitrpc") + os.sep
+    assert not out.stdout.strip().startswith(source_pkg)
 
 
 def test_demo(run_env):
