@@ -17,6 +17,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from datetime import datetime, timezone
 
@@ -42,10 +43,15 @@ def raw_server_main(port: int, busy: int, req: int, resp: int) -> None:
 
 
 class Proc:
-    """A server child process, stopped on exit."""
+    """A server child process, stopped on exit. It runs outside the source tree, so that
+    `python -m splitrpc` imports the installed package (with its compiled extension)."""
 
     def __init__(self, args: list[str]):
-        self.p = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        self.p = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=tempfile.gettempdir())
+
+    def check_alive(self) -> None:
+        if self.p.poll() is not None:
+            raise RuntimeError(f"server exited with {self.p.returncode}: {self.p.stderr.read().decode()[-2000:]}")
 
     def stop(self) -> None:
         if self.p.poll() is None:
@@ -59,7 +65,7 @@ class Proc:
 
 def start_raw(busy: bool, req: int, resp: int) -> tuple[Proc, int]:
     port = free_port()
-    proc = Proc([sys.executable, __file__, "--raw-server", str(port), str(int(busy)), str(req), str(resp)])
+    proc = Proc([sys.executable, os.path.abspath(__file__), "--raw-server", str(port), str(int(busy)), str(req), str(resp)])
     return proc, port
 
 
@@ -69,33 +75,34 @@ def start_splitrpc(wait: str) -> tuple[Proc, int]:
     return proc, port
 
 
-def wait_ready(fn, what: str, timeout: float = 15.0):
+def wait_ready(fn, what: str, proc: Proc, timeout: float = 15.0):
     t_end = time.monotonic() + timeout
     while True:
         try:
             return fn()
         except Exception as e:  # the server may still be binding
+            proc.check_alive()
             if time.monotonic() > t_end:
                 raise RuntimeError(f"{what} did not come up: {e}") from e
             time.sleep(0.05)
 
 
-def raw_run(port: int, req: int, resp: int, busy: bool, calls: int) -> np.ndarray:
+def raw_run(proc: Proc, port: int, req: int, resp: int, busy: bool, calls: int) -> np.ndarray:
     from splitrpc._native import check, ffi, lib
 
     lat = np.zeros(calls, dtype=np.uint64)
     wait_ready(lambda: check(lib.srpc_raw_pingpong(b"127.0.0.1", port, req, resp, 0, 0, 1,
-                                                   ffi.new("uint64_t[1]")), "raw ping"), "raw server")
+                                                   ffi.new("uint64_t[1]")), "raw ping"), "raw server", proc)
     check(lib.srpc_raw_pingpong(b"127.0.0.1", port, req, resp, int(busy), max(calls // 10, 10), calls,
                                 ffi.cast("uint64_t *", lat.ctypes.data)), "raw pingpong")
     return lat
 
 
-def splitrpc_run(port: int, func_id: int, data: bytes, busy: bool, conc: int, calls: int) -> tuple[np.ndarray, int, float]:
+def splitrpc_run(proc: Proc, port: int, func_id: int, data: bytes, busy: bool, conc: int, calls: int) -> tuple[np.ndarray, int, float]:
     import splitrpc
 
     with splitrpc.Client("127.0.0.1", port, timeout=2.0, busy_poll=busy) as c:
-        wait_ready(lambda: c.call(func_id, data, timeout=0.2), "splitrpc server")
+        wait_ready(lambda: c.call(func_id, data, timeout=0.2), "splitrpc server", proc)
         r = c.closed_loop(func_id, data, concurrency=conc, calls=calls, warmup=max(calls // 10, 10))
     return r["latency_ns"], r["errors"], r["elapsed_s"]
 
@@ -143,14 +150,14 @@ def run_row(row, calls: int, rng) -> dict:
         req, resp = (VEC, 0) if payload == "vec" else (HEAD_REQ, HEAD_RESP)
         proc, port = start_raw(busy, req, resp)
         try:
-            return summarize(raw_run(port, req, resp, busy, n))
+            return summarize(raw_run(proc, port, req, resp, busy, n))
         finally:
             proc.stop()
     proc, port = start_splitrpc(wait)
     try:
         func_id, size = (1, VEC) if payload == "vec" else (4, HEAD_REQ)
         data = rng.standard_normal(size // 4).astype("<f4").tobytes()
-        lat, errors, elapsed = splitrpc_run(port, func_id, data, busy, conc, n)
+        lat, errors, elapsed = splitrpc_run(proc, port, func_id, data, busy, conc, n)
         d = summarize(lat, elapsed)
         d["errors"] = errors
         return d

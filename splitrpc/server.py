@@ -22,34 +22,15 @@ log = logging.getLogger("splitrpc.server")
 
 WAIT_MODES = {"poll": lib.SRPC_WAIT_POLL, "block": lib.SRPC_WAIT_BLOCK, "adaptive": lib.SRPC_WAIT_ADAPTIVE}
 
+_NO_POS = (1 << 64) - 1  # srpc_batch_t.pos when a function's address period is too long to cache
+_ARGS_CACHE_LIMIT = 8192
+_WAIT_US = 100_000  # the worker returns to Python this often when idle (Ctrl-C, stop)
+
 _DROP_NAMES = [
     "short", "bad_header", "bad_segment", "truncated", "not_request", "inconsistent",
     "reassembly_timeout", "memory_cap", "table_full", "duplicate", "rejected", "tx_failed",
 ]
 _ERROR_NAMES = {1: "UNKNOWN_FUNCTION", 2: "BAD_REQUEST", 3: "BUSY", 4: "DEADLINE", 5: "INTERNAL", 6: "TOO_LARGE"}
-
-
-class _ViewCache:
-    """(B, *shape) numpy views of one Tensor Queue, by first-element address and B.
-
-    A ring revisits the same positions, so a bounded number of views covers every batch;
-    building one costs about a microsecond, finding it a tenth of that.
-    """
-
-    LIMIT = 8192
-
-    def __init__(self, spec: TensorSpec):
-        self.spec = spec
-        self.views: dict = {}
-
-    def get(self, ptr, count: int) -> np.ndarray:
-        key = (int(ffi.cast("uintptr_t", ptr)), count)
-        v = self.views.get(key)
-        if v is None:
-            v = _view(ptr, self.spec, count)
-            if len(self.views) < self.LIMIT:
-                self.views[key] = v
-        return v
 
 
 @dataclass
@@ -63,21 +44,23 @@ class _Function:
     max_request: int
     max_response: int
     calls: int = field(default=0)
-    in_views: list = field(default_factory=list)
-    out_views: list = field(default_factory=list)
-
-    def __post_init__(self):
-        self.in_views = [_ViewCache(s) for s in self.inputs]
-        self.out_views = [_ViewCache(s) for s in self.outputs]
+    # The callback's arguments by (ring position, B): a ring revisits the same positions, and
+    # building the numpy views costs about a microsecond each, finding them a tenth of that.
+    args_cache: dict = field(default_factory=dict)
 
     def run(self, b) -> None:
         count = b.count
         if self.raw:
             self._run_raw(b, count)
             return
-        bin_, bout = getattr(b, "in"), b.out
-        args = [c.get(bin_[k], count) for k, c in enumerate(self.in_views)]
-        args += [c.get(bout[k], count) for k, c in enumerate(self.out_views)]
+        key = (b.pos, count)
+        args = self.args_cache.get(key)
+        if args is None:
+            bin_, bout = getattr(b, "in"), b.out
+            args = [_view(bin_[k], spec, count) for k, spec in enumerate(self.inputs)]
+            args += [_view(bout[k], spec, count) for k, spec in enumerate(self.outputs)]
+            if key[0] != _NO_POS and len(self.args_cache) < _ARGS_CACHE_LIMIT:
+                self.args_cache[key] = args
         self.callback(*args)
 
     def _run_raw(self, b, count: int) -> None:
@@ -258,25 +241,24 @@ class Server:
     def _worker(self) -> None:
         b = ffi.new("srpc_batch_t *")
         srv, funcs, null = self._srv, self._funcs, ffi.NULL
-        next_batch, complete = lib.srpc_server_next_batch, lib.srpc_server_complete
+        next_batch, complete_next = lib.srpc_server_next_batch, lib.srpc_server_complete_next
+        rc = next_batch(srv, b, _WAIT_US)
         while True:  # once per batch: keep this loop lean
-            rc = next_batch(srv, b, 100_000)
             if rc:
                 if rc == -ETIMEDOUT:
+                    rc = next_batch(srv, b, _WAIT_US)
                     continue
                 if rc == -ESHUTDOWN:
                     return
-                check(rc, "srpc_server_next_batch")
+                check(rc, "srpc_server_complete_next")
             fn = funcs[b.func_id]
             try:
                 fn.run(b)
                 fn.calls += b.count
-                rc = complete(srv, b, 0, null)
+                rc = complete_next(srv, b, 0, null, _WAIT_US)
             except Exception as exc:  # the calls of this batch get INTERNAL; serving goes on
                 log.warning("function %s raised %s: %s", fn.name, type(exc).__name__, exc)
-                msg = ffi.new("char[]", _error_text(exc))
-                rc = complete(srv, b, lib.SRPC_E_INTERNAL, msg)
-            check(rc, "srpc_server_complete")
+                rc = complete_next(srv, b, lib.SRPC_E_INTERNAL, ffi.new("char[]", _error_text(exc)), _WAIT_US)
 
     def stop(self) -> None:
         """Stops the engine and the worker; calls not yet answered are dropped."""

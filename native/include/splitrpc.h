@@ -153,6 +153,9 @@ typedef struct srpc_batch {
     uint8_t *out[SRPC_MAX_TENSORS];
     uint32_t *in_len;   /* raw functions: request length of each call (count entries) */
     uint32_t *out_len;  /* raw functions: the worker writes each reply length here */
+    uint64_t pos;       /* first_seq modulo the period after which every Tensor Queue of the
+                           function puts elements at the same addresses again (UINT64_MAX if
+                           that period is huge): equal (pos, count) means equal pointers */
 } srpc_batch_t;
 
 /* Waits up to timeout_us (-1 = forever) for a batch, following the server's wait mode.
@@ -163,6 +166,11 @@ int srpc_server_next_batch(srpc_server_t *srv, srpc_batch_t *b, int64_t timeout_
  * (e.g. SRPC_E_INTERNAL) sends that ERROR, with msg (may be NULL) as its text, to every
  * call of the batch. Called by the thread that got the batch. */
 int srpc_server_complete(srpc_server_t *srv, srpc_batch_t *b, int status, const char *msg);
+
+/* srpc_server_complete, then srpc_server_next_batch into the same *b: one call per batch for
+ * a worker loop. Returns what next_batch returns, or complete's error. */
+int srpc_server_complete_next(srpc_server_t *srv, srpc_batch_t *b, int status, const char *msg,
+                              int64_t timeout_us);
 
 /* Counters. Fields are monotonically increasing except where noted. */
 enum srpc_drop_reason {

@@ -106,6 +106,31 @@ static void fn_free(srpc_fn_t *fn)
     free(fn);
 }
 
+static uint64_t gcd64(uint64_t a, uint64_t b)
+{
+    while (b) {
+        uint64_t t = a % b;
+        a = b;
+        b = t;
+    }
+    return a;
+}
+
+/* Element seq of a TQ sits at (seq * elem) mod ring, which repeats every ring / gcd(elem, ring)
+ * elements; the function's period is the lcm over its TQs (0 when above 2^24: not worth it). */
+static uint64_t address_period(const srpc_fn_t *fn)
+{
+    uint64_t period = 1;
+    for (uint32_t k = 0; k < fn->n_in + fn->n_out; k++) {
+        const srpc_tq_t *tq = k < fn->n_in ? fn->in_tq[k] : fn->out_tq[k - fn->n_in];
+        uint64_t ring = srpc_tq_ring_bytes(tq), p = ring / gcd64(srpc_tq_elem_size(tq), ring);
+        period = period / gcd64(period, p) * p;
+        if (period > (1u << 24))
+            return 0;
+    }
+    return period;
+}
+
 int srpc_server_add_function(srpc_server_t *srv, const srpc_func_config_t *fc)
 {
     if (!srv || !fc || srv->started)
@@ -149,6 +174,8 @@ int srpc_server_add_function(srpc_server_t *srv, const srpc_func_config_t *fc)
         r = srpc_tq_create(fn->in_size[k] ? fn->in_size[k] : 1, fn->capacity, &fn->in_tq[k]);
     for (uint32_t k = 0; !r && k < fc->n_out; k++)
         r = srpc_tq_create(fn->out_size[k] ? fn->out_size[k] : 1, fn->capacity, &fn->out_tq[k]);
+    if (!r)
+        fn->period = address_period(fn);
     if (!r) {
         fn->calls = calloc(fn->capacity, sizeof(*fn->calls));
         fn->batch_in_len = calloc(fn->max_batch, sizeof(uint32_t));

@@ -68,6 +68,7 @@ static int take_batch(srpc_server_t *srv, srpc_batch_t *b, uint64_t now, uint64_
             b->in_len = fn->batch_in_len;
             b->out_len = fn->batch_out_len;
         }
+        b->pos = fn->period ? fn->taken % fn->period : UINT64_MAX;
         fn->taken += count;
         atomic_fetch_sub(&srv->n_ready, count);
         srv->rr = fi + 1;
@@ -251,4 +252,11 @@ int srpc_server_complete(srpc_server_t *srv, srpc_batch_t *b, int status, const 
     pthread_mutex_unlock(&srv->lock);
     b->count = 0;
     return 0;
+}
+
+int srpc_server_complete_next(srpc_server_t *srv, srpc_batch_t *b, int status, const char *msg,
+                              int64_t timeout_us)
+{
+    int r = srpc_server_complete(srv, b, status, msg);
+    return r ? r : srpc_server_next_batch(srv, b, timeout_us);
 }
