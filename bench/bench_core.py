@@ -211,7 +211,9 @@ def main() -> int:
         "# splitrpc core latency vs the raw kernel-UDP limit (loopback)", "",
         f"- date: {doc['date']}", f"- command: `{doc['command']}`",
         f"- machine: {doc['machine']}", f"- medians over {a.rounds} rounds, systems measured round-robin;"
-        " 'poll/busy' = server wait mode / client busy-polls", "",
+        " 'poll/busy' = server wait mode / client busy-polls",
+        "- calls/s: recorded calls / wall time of the closed loop (raw rows: 1 / mean latency);"
+        " p99 on this shared 2-vCPU VM includes scheduler stalls of a few ms", "",
         "| system | p50 µs | p99 µs | calls/s | errors |", "|---|---:|---:|---:|---:|",
     ]
     for name, t in table.items():
