@@ -23,7 +23,8 @@ def cmd_serve(a) -> int:
     _, register = _services()
     srv = Server(a.host, a.port, wait=a.wait, segment_size=a.segment_size)
     register(srv, max_batch=a.max_batch, max_delay_us=a.max_delay_us)
-    signal.signal(signal.SIGTERM, lambda *_: srv.stop())
+    for sig in (signal.SIGINT, signal.SIGTERM):  # explicit: a background job inherits SIGINT ignored
+        signal.signal(sig, lambda *_: srv.stop())
     print(f"splitrpc {__version__} serving vecadd(1) matmul(2) echo(3) head(4) on {a.host}:{srv.port} "
           f"(wait={a.wait}); Ctrl-C stops", flush=True)
     try:
@@ -33,7 +34,8 @@ def cmd_serve(a) -> int:
     finally:
         st = srv.stats()
         srv.close()
-    print(f"stopped: {st['calls']} calls, {st['batches']} batches, errors {st['errors']}", flush=True)
+    errors = ", ".join(f"{name} {n}" for name, n in st["errors"].items() if n) or "none"
+    print(f"stopped: {st['calls']} calls in {st['batches']} batches; errors sent: {errors}", flush=True)
     return 0
 
 
@@ -68,7 +70,7 @@ def cmd_call(a) -> int:
             print(f"error: {e}", file=sys.stderr)
             return 1
         dt = (time.perf_counter() - t0) * 1e6
-    print(f"function {func_id}: {len(data)} B request -> {len(reply)} B reply in {dt:.0f} us")
+    print(f"function {func_id}: {len(data)} B request -> {len(reply)} B reply in {dt:.0f} us (one cold call)")
     if svc and not a.file and a.text is None:
         print("reply matches the expected output:", reply == svc.expected(data))
     if a.output:
@@ -78,7 +80,10 @@ def cmd_call(a) -> int:
         v = np.frombuffer(reply, "<f4")
         print("float32[%d]: %s" % (v.size, np.array2string(v[:8], precision=4)) + (" ..." if v.size > 8 else ""))
     else:
-        print(reply[:256].hex() + (" ..." if len(reply) > 256 else ""))
+        try:
+            print(repr(reply[:256].decode("utf-8")) + (" ..." if len(reply) > 256 else ""))
+        except UnicodeDecodeError:
+            print(reply[:256].hex() + (" ..." if len(reply) > 256 else ""))
     return 0
 
 
