@@ -183,11 +183,18 @@ static uint8_t *copy_pieces(const struct iovec *iv, int n, uint32_t len)
     return p;
 }
 
-/* Moves a finished call's entry to the reply cache, or forgets it (lock held). */
+/* PROTOCOL.md: RESPONSE and INTERNAL outcomes are cached; BUSY and DEADLINE are not, and
+ * 1, 2, 6 are recomputed. A reply larger than the whole cache is not kept either. */
+static int cacheable(const srpc_server_t *srv, int code, uint32_t len)
+{
+    return (code == 0 || code == SRPC_E_INTERNAL) && len <= srv->cfg.reply_cache_bytes;
+}
+
+/* Moves a finished call's entry to the reply cache (data: its copy, NULL if not kept), or
+ * forgets it (lock held). */
 static void cache_reply(srpc_server_t *srv, uint32_t idx, int code, uint8_t *data, uint32_t len)
 {
-    int cacheable = code == 0 || code == SRPC_E_INTERNAL;
-    if (!cacheable || !data || len > srv->cfg.reply_cache_bytes) {
+    if (!data || !cacheable(srv, code, len)) {
         free(data);
         ct_remove(&srv->ct, idx);
         return;
@@ -239,7 +246,7 @@ int srpc_server_complete(srpc_server_t *srv, srpc_batch_t *b, int status, const 
         c->state = CALL_TX_COMPLETE;
         c->code = (uint16_t)code;
         c->out_len = len;
-        c->reply = copy_pieces(iv, n, len);
+        c->reply = cacheable(srv, code, len) ? copy_pieces(iv, n, len) : NULL;
     }
     pthread_mutex_lock(&srv->lock);
     for (uint32_t i = 0; i < b->count; i++) {
