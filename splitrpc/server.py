@@ -303,7 +303,7 @@ class Server:
         hist = {i: int(st.batch_hist[i]) for i in range(1, lib.SRPC_BATCH_HIST) if st.batch_hist[i]}
         return {
             "rx_datagrams": st.rx_datagrams, "rx_bytes": st.rx_bytes,
-            "tx_datagrams": st.tx_datagrams, "tx_bytes": st.tx_bytes,
+            "tx_datagrams": st.tx_datagrams, "tx_bytes": st.tx_bytes, "rx_in_place": st.rx_in_place,
             "calls": st.calls, "replies": st.replies, "batches": st.batches,
             "mean_batch": (st.batch_calls / st.batches) if st.batches else 0.0,
             "batch_sizes": hist,

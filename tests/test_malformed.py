@@ -434,21 +434,23 @@ def test_partial_message_expires(make_server, attacker):
     assert srv.stats()["calls"] == 0 and srv.stats()["partial_messages"] == 0
 
 
-REASM_S = 1450
-REASM_SIZES = [0, 1, REASM_S - 1, REASM_S, REASM_S + 1, 1 << 20]
 REASM_ORDERS = ["in_order", "reversed", "shuffled", "duplicated_shuffled"]
 
 
+# S = 1450: every segment is copied out of the receive burst; S = 9000 (>= 8 KiB): segments of a
+# message already being reassembled are received straight into place.
 @pytest.mark.parametrize("order", REASM_ORDERS)
-@pytest.mark.parametrize("size", REASM_SIZES)
-def test_echo_reassembles_any_size_in_any_order(srv, attacker, size, order):
-    """Sizes 0, 1, S-1, S, S+1 and 1 MiB cut at S = 1450, sent reversed, shuffled and every
+@pytest.mark.parametrize("rel", ["0", "1", "S-1", "S", "S+1", "1MiB"])
+@pytest.mark.parametrize("s", [1450, 9000])
+def test_echo_reassembles_any_size_in_any_order(srv, attacker, s, rel, order):
+    """Sizes 0, 1, S-1, S, S+1 and 1 MiB cut at S, sent in order, reversed, shuffled and every
     segment twice: one reply with the same bytes, the function run once."""
+    size = {"0": 0, "1": 1, "S-1": s - 1, "S": s, "S+1": s + 1, "1MiB": 1 << 20}[rel]
     sock = attacker()
     rid = new_id()
     data = random.Random(size).randbytes(size)
-    segs = ref.segments(3, rid, data, REASM_S)
-    assert len(segs) == max(1, -(-size // REASM_S))
+    segs = ref.segments(3, rid, data, s)
+    assert len(segs) == max(1, -(-size // s))
     idx = list(range(len(segs)))
     if order == "reversed":
         idx.reverse()
@@ -467,3 +469,7 @@ def test_echo_reassembles_any_size_in_any_order(srv, attacker, size, order):
     assert st["drops"]["duplicate"] + st["cache_hits"] == extra
     assert st["functions"]["echo"] == 1 and st["calls"] == 1
     assert st["drops"]["inconsistent"] == 0 and st["partial_messages"] == 0
+    if s < 8192:
+        assert st["rx_in_place"] == 0
+    elif size == 1 << 20 and order == "in_order":
+        assert st["rx_in_place"] > 0  # 117 segments: most follow the first while it is partial

@@ -193,6 +193,7 @@ enum srpc_drop_reason {
 
 typedef struct srpc_server_stats {
     uint64_t rx_datagrams, rx_bytes, tx_datagrams, tx_bytes;
+    uint64_t rx_in_place;    /* segments received straight into their message buffer */
     uint64_t calls;          /* requests fully received and queued */
     uint64_t replies;        /* RESPONSE messages sent */
     uint64_t batches;

@@ -250,13 +250,13 @@ static void timed_wait(srpc_client_t *c, uint64_t until_ns)
 static void receive_some(srpc_client_t *c, uint64_t until_ns)
 {
     pthread_mutex_unlock(&c->lock);
-    int n = srpc_rx_burst(&c->udp, &c->rx);
+    int n = srpc_rx_burst(&c->udp, &c->rx, 0);
     if (n == -EAGAIN && !c->cfg.busy_poll) {
         uint64_t now = now_ns();
         int ms = until_ns > now ? (int)((until_ns - now + 999999) / 1000000) : 0;
         struct pollfd p = {.fd = c->udp.fd, .events = POLLIN};
         if (poll(&p, 1, ms > 10 ? 10 : ms) > 0)
-            n = srpc_rx_burst(&c->udp, &c->rx);
+            n = srpc_rx_burst(&c->udp, &c->rx, 0);
     } else if (n == -EAGAIN) {
         __builtin_ia32_pause();
     }

@@ -294,6 +294,8 @@ static void process_datagram(srpc_server_t *srv, unsigned i, const struct mmsghd
     ct_key_from_sockaddr(&k, src, h.req_id, h.func_id);
     uint32_t idx = ct_find(&srv->ct, &k);
     const uint8_t *data = srpc_rx_data(&srv->rx, i);
+    if (h.nseg > 1 && dlen >= SRPC_DIRECT_MIN)
+        srv->direct_hint = 1;
     if (idx != CT_NONE)
         known_call(srv, idx, &h, seg, data, dlen);
     else
@@ -321,16 +323,74 @@ static void wake_worker(srpc_server_t *srv)
         srpc_futex_wake(&srv->ready_gen);
 }
 
+/* Receives the next datagram straight into its place in a message being reassembled, when it
+ * is a large, new, consistent segment of one: its header and source are peeked first and
+ * checked, and the ct lock is held across the receive so the buffer cannot expire meanwhile.
+ * Returns 1 when a datagram was handled, 0 when none was waiting, -1 when the next one must
+ * take the burst path. Caller holds rx_lock. */
+static int rx_direct(srpc_server_t *srv)
+{
+    uint8_t *hb = srpc_rx_hdr(&srv->rx, 0);
+    struct sockaddr_storage src;
+    struct iovec iv = {hb, SRPC_HDR_LEN};
+    struct msghdr m = {.msg_name = &src, .msg_namelen = sizeof(src), .msg_iov = &iv, .msg_iovlen = 1};
+    ssize_t len = recvmsg(srv->udp.fd, &m, MSG_PEEK | MSG_DONTWAIT | MSG_TRUNC); /* full length */
+    if (len < 0)
+        return errno == EAGAIN || errno == EWOULDBLOCK ? 0 : -1;
+    srpc_hdr_t h;
+    uint32_t seg;
+    if (len < SRPC_HDR_LEN + SRPC_DIRECT_MIN || len > SRPC_HDR_LEN + SRPC_MAX_SEG_DATA ||
+        srpc_hdr_decode(hb, SRPC_HDR_LEN, &h) < 0 || h.type != SRPC_REQUEST || h.nseg < 2 ||
+        srpc_seg_check(&h, (size_t)len - SRPC_HDR_LEN, &seg) < 0 ||
+        (src.ss_family != AF_INET && src.ss_family != AF_INET6))
+        return -1;
+    const uint32_t dlen = (uint32_t)len - SRPC_HDR_LEN;
+    srpc_call_key_t k;
+    ct_key_from_sockaddr(&k, (struct sockaddr *)&src, h.req_id, h.func_id);
+    pthread_mutex_lock(&srv->lock);
+    uint32_t idx = ct_find(&srv->ct, &k);
+    uint8_t *dst = idx != CT_NONE && srv->ct.e[idx].state == CT_PARTIAL
+                       ? srpc_reasm_slot(&srv->ct.e[idx].u.partial, &h, seg, dlen) : NULL;
+    if (!dst) {
+        pthread_mutex_unlock(&srv->lock);
+        return -1;
+    }
+    uint8_t peeked[SRPC_HDR_LEN];
+    memcpy(peeked, hb, SRPC_HDR_LEN);
+    struct iovec iv2[2] = {{hb, SRPC_HDR_LEN}, {dst, dlen}}; /* writes at most dlen into the slot */
+    struct msghdr m2 = {.msg_iov = iv2, .msg_iovlen = 2};
+    ssize_t got = recvmsg(srv->udp.fd, &m2, MSG_DONTWAIT);
+    ST_ADD(srv, rx_datagrams, 1);
+    ST_ADD(srv, rx_bytes, got > 0 ? (uint64_t)got : 0);
+    if (unlikely(got != len || memcmp(peeked, hb, SRPC_HDR_LEN) != 0)) {
+        /* Not the datagram peeked (cannot happen with one receiver): its bytes may sit in the
+         * slot, which stays unmarked, so the real segment overwrites them later. */
+        ST_ADD(srv, drops[SRPC_DROP_INCONSISTENT], 1);
+    } else {
+        ST_ADD(srv, rx_in_place, 1);
+        known_call(srv, idx, &h, seg, dst, dlen); /* marks the segment; copies nothing */
+    }
+    pthread_mutex_unlock(&srv->lock);
+    return 1;
+}
+
 int srpc_engine_rx_step(srpc_server_t *srv)
 {
-    int n = srpc_rx_burst(&srv->udp, &srv->rx);
-    if (n <= 0)
-        return 0;
     uint64_t calls0 = srv->st.calls; /* written only under rx_lock, by enqueue */
-    pthread_mutex_lock(&srv->lock);
-    for (int i = 0; i < n; i++)
-        process_datagram(srv, (unsigned)i, &srv->rx.msgs[i]);
-    pthread_mutex_unlock(&srv->lock);
+    int n = 0, r = -1;
+    while (srv->direct_hint && n < (int)srv->rx.burst && (r = rx_direct(srv)) > 0)
+        n++;
+    if (r != 0) { /* r < 0: the next datagram takes the burst path (one only, if in place may follow) */
+        int m = srpc_rx_burst(&srv->udp, &srv->rx, srv->direct_hint ? 1 : srv->rx.burst);
+        if (m > 0) {
+            srv->direct_hint = 0; /* process_datagram sets it again for large segments */
+            pthread_mutex_lock(&srv->lock);
+            for (int i = 0; i < m; i++)
+                process_datagram(srv, (unsigned)i, &srv->rx.msgs[i]);
+            pthread_mutex_unlock(&srv->lock);
+            n += m;
+        }
+    }
     if (srv->st.calls != calls0)
         wake_worker(srv);
     return n;

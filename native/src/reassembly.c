@@ -105,10 +105,20 @@ int srpc_reasm_add(srpc_reasm_t *r, const srpc_hdr_t *h, uint32_t seg_size,
     if (*w & bit)
         return -EALREADY;
     *w |= bit;
-    if (len)
+    if (len && data != r->buf + off) /* else the data was received in place */
         memcpy(r->buf + off, data, len);
     r->nrecv++;
     return r->nrecv == r->nseg ? 1 : 0;
+}
+
+uint8_t *srpc_reasm_slot(const srpc_reasm_t *r, const srpc_hdr_t *h, uint32_t seg_size, uint32_t len)
+{
+    if (h->msg_len != r->msg_len || h->nseg != r->nseg || seg_size != r->seg_size || h->seq >= r->nseg)
+        return NULL;
+    uint64_t off = (uint64_t)h->seq * r->seg_size;
+    if (off + len > r->msg_len || (r->bitmap[h->seq >> 6] & (1ull << (h->seq & 63))))
+        return NULL;
+    return r->buf + off;
 }
 
 void srpc_reasm_free(srpc_reasm_t *r, srpc_bufpool_t *pool)

@@ -44,6 +44,11 @@ int srpc_reasm_add(srpc_reasm_t *r, const srpc_hdr_t *h, uint32_t seg_size,
                    const uint8_t *data, uint32_t len);
 
 /* Frees the message; its buffer goes back to pool when one is given (may be NULL). */
+/* Where segment h->seq of len bytes goes in the message buffer, if the segment is new and
+ * consistent with the message (else NULL): lets a receiver place its data there directly and
+ * then call srpc_reasm_add with that same pointer, which then copies nothing. */
+uint8_t *srpc_reasm_slot(const srpc_reasm_t *r, const srpc_hdr_t *h, uint32_t seg_size, uint32_t len);
+
 void srpc_reasm_free(srpc_reasm_t *r, srpc_bufpool_t *pool);
 
 #endif

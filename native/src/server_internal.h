@@ -58,6 +58,8 @@ struct srpc_server {
     srpc_udp_t udp;
     srpc_rx_t rx;                    /* whoever holds rx_lock */
     pthread_mutex_t rx_lock;         /* the right to receive: engine thread or polling worker */
+    int direct_hint;                 /* rx_lock: recent traffic had large segments of partial
+                                        messages, so try receiving in place first */
     pthread_mutex_t lock;
     calltab_t ct;                    /* lock */
     srpc_fn_t *fns[SRPC_MAX_FUNCS];

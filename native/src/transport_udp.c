@@ -122,9 +122,11 @@ void srpc_rx_free(srpc_rx_t *rx)
     memset(rx, 0, sizeof(*rx));
 }
 
-int srpc_rx_burst(srpc_udp_t *u, srpc_rx_t *rx)
+int srpc_rx_burst(srpc_udp_t *u, srpc_rx_t *rx, unsigned max)
 {
-    for (unsigned i = 0; i < rx->burst; i++) {
+    if (max == 0 || max > rx->burst)
+        max = rx->burst;
+    for (unsigned i = 0; i < max; i++) {
         struct msghdr *m = &rx->msgs[i].msg_hdr;
         m->msg_name = &rx->src[i];
         m->msg_namelen = sizeof(rx->src[i]);
@@ -136,7 +138,7 @@ int srpc_rx_burst(srpc_udp_t *u, srpc_rx_t *rx)
     }
     int n;
     do
-        n = recvmmsg(u->fd, rx->msgs, rx->burst, MSG_DONTWAIT, NULL);
+        n = recvmmsg(u->fd, rx->msgs, max, MSG_DONTWAIT, NULL);
     while (n < 0 && errno == EINTR);
     if (n < 0)
         return errno == EWOULDBLOCK ? -EAGAIN : -errno;

@@ -39,8 +39,8 @@ typedef struct srpc_rx {
 
 int srpc_rx_init(srpc_rx_t *rx, unsigned burst, size_t data_cap);
 void srpc_rx_free(srpc_rx_t *rx);
-/* Receives up to rx->burst datagrams without blocking. Returns the count, or -EAGAIN. */
-int srpc_rx_burst(srpc_udp_t *u, srpc_rx_t *rx);
+/* Receives up to max (<= rx->burst) datagrams without blocking. Returns the count, or -EAGAIN. */
+int srpc_rx_burst(srpc_udp_t *u, srpc_rx_t *rx, unsigned max);
 static inline uint8_t *srpc_rx_hdr(const srpc_rx_t *rx, unsigned i) { return rx->hdr + (size_t)i * SRPC_HDR_SLOT; }
 static inline uint8_t *srpc_rx_data(const srpc_rx_t *rx, unsigned i) { return rx->data + (size_t)i * rx->data_cap; }
 
