@@ -532,3 +532,28 @@ def test_error_arriving_while_the_request_is_still_being_sent_resolves_the_futur
     finally:
         gate.set()
     assert keep.result(timeout=10) == b"\x01"
+
+
+def _has_ipv6_loopback() -> bool:
+    try:
+        with socket.socket(socket.AF_INET6, socket.SOCK_DGRAM) as s:
+            s.bind(("::1", 0))
+        return True
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not _has_ipv6_loopback(), reason="no IPv6 loopback on this machine")
+@pytest.mark.parametrize("server_host,client_host", [("::1", "::1"), ("::", "127.0.0.1")])
+def test_ipv6_and_dual_stack(server_host, client_host):
+    srv = splitrpc.Server(server_host, 0, wait="block")
+    try:
+        register_builtin_services(srv)
+        srv.start()
+        with splitrpc.Client(client_host, srv.port, timeout=2.0) as c:
+            x = np.arange(256, dtype="<f4")
+            assert np.array_equal(np.frombuffer(c.call(1, x), "<f4"), x + 1)
+            blob = os.urandom(200_000)  # several segments each way
+            assert c.call(3, blob) == blob
+    finally:
+        srv.close()
