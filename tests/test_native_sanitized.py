@@ -1,4 +1,4 @@
-"""Builds the native C test programs with ASan+UBSan (CMake, SPLITRPC_SANITIZE=ON) and runs them."""
+"""Builds the native C test programs with ASan+UBSan and with TSan (CMake options) and runs them."""
 import os
 import pathlib
 import shutil
@@ -9,15 +9,18 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
-@pytest.fixture(scope="module")
-def sanitized_build(tmp_path_factory) -> pathlib.Path:
+SANITIZERS = {"asan-ubsan": "-DSPLITRPC_SANITIZE=ON", "tsan": "-DSPLITRPC_TSAN=ON"}
+
+
+@pytest.fixture(scope="module", params=list(SANITIZERS))
+def sanitized_build(request, tmp_path_factory) -> pathlib.Path:
     cmake = shutil.which("cmake")
     if cmake is None:
         pytest.fail("cmake is needed for the native tests: pip install '.[test]' provides it")
-    build = tmp_path_factory.mktemp("native-asan")
+    build = tmp_path_factory.mktemp(f"native-{request.param}")
     gen = ["-G", "Ninja"] if shutil.which("ninja") else []
     cfg = subprocess.run([cmake, "-S", str(ROOT), "-B", str(build), *gen, "-DCMAKE_BUILD_TYPE=Debug",
-                          "-DSPLITRPC_TESTS=ON", "-DSPLITRPC_SANITIZE=ON", "-DSPLITRPC_PYTHON=OFF",
+                          "-DSPLITRPC_TESTS=ON", SANITIZERS[request.param], "-DSPLITRPC_PYTHON=OFF",
                           "-DSPLITRPC_CUDA=OFF", "-DSPLITRPC_DPDK=OFF"], capture_output=True, text=True)
     assert cfg.returncode == 0, cfg.stdout[-4000:] + cfg.stderr[-4000:]
     bld = subprocess.run([cmake, "--build", str(build), "-j", "2"], capture_output=True, text=True)
@@ -27,10 +30,12 @@ def sanitized_build(tmp_path_factory) -> pathlib.Path:
 
 @pytest.mark.parametrize("program", ["test_core", "test_engine"])
 def test_native_program_under_sanitizers(sanitized_build, program):
-    env = dict(os.environ, ASAN_OPTIONS="detect_leaks=1:abort_on_error=0", UBSAN_OPTIONS="print_stacktrace=1")
+    env = dict(os.environ, ASAN_OPTIONS="detect_leaks=1:abort_on_error=0", UBSAN_OPTIONS="print_stacktrace=1",
+               TSAN_OPTIONS="halt_on_error=1")
     r = subprocess.run([str(sanitized_build / program)], capture_output=True, text=True, timeout=300, env=env)
     out = r.stdout + r.stderr
     assert r.returncode == 0, out[-6000:]
-    assert "ERROR: AddressSanitizer" not in out and "runtime error" not in out, out[-6000:]
+    for marker in ("ERROR: AddressSanitizer", "runtime error", "WARNING: ThreadSanitizer"):
+        assert marker not in out, out[-6000:]
     last = [line for line in r.stdout.splitlines() if line.strip()][-1]
     assert last.endswith(" 0 failed") and not last.startswith("0 passed"), last
