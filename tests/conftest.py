@@ -1,5 +1,6 @@
 """conftest.py: makes the installed splitrpc (with its compiled extension) the one imported, and shares server fixtures."""
 import os
+import socket
 import sys
 import time
 
@@ -22,6 +23,13 @@ if _TESTS not in sys.path:
 
 import splitrpc  # noqa: E402
 from splitrpc.services import register_builtin_services  # noqa: E402
+
+
+def free_udp_port() -> int:
+    """A UDP port on 127.0.0.1 that nobody listens on (bound, read and closed again)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def wait_for(pred, timeout: float = 5.0, interval: float = 0.005):

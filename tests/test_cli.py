@@ -2,12 +2,13 @@
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
 
 import pytest
+
+from conftest import free_udp_port
 
 
 @pytest.fixture
@@ -20,13 +21,6 @@ def run_env(tmp_path):
 def splitrpc_cmd(*args):
     return [sys.executable, "-m", "splitrpc", *args]
 
-
-def free_udp_port() -> int:
-    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 def test_the_installed_package_is_the_one_run(run_env):

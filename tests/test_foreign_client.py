@@ -1,6 +1,5 @@
 """A client written from PROTOCOL.md alone (tests/foreign_client.py) against a real `splitrpc serve`."""
 import os
-import socket
 import struct
 import subprocess
 import sys
@@ -9,18 +8,14 @@ import time
 import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from conftest import free_udp_port  # noqa: E402
 from foreign_client import ForeignClient, RemoteError  # noqa: E402
 
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
-    port = _free_port()
+    port = free_udp_port()
     cwd = tmp_path_factory.mktemp("serve")  # not the source tree: the installed package runs
     proc = subprocess.Popen([sys.executable, "-m", "splitrpc", "serve", "--port", str(port), "--wait", "block"],
                             cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

@@ -12,18 +12,10 @@ import splitrpc
 from splitrpc import TensorSpec
 from splitrpc.services import SERVICES, register_builtin_services
 
-from conftest import settled, wait_for
+from conftest import free_udp_port as dead_port, settled, wait_for
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
-
-def dead_port() -> int:
-    """A UDP port on which nobody listens (bound, read and closed again)."""
-    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 def f32(a) -> bytes:

@@ -16,7 +16,6 @@ from ..errors import NativeError
 ETIMEDOUT = _errno.ETIMEDOUT
 ESHUTDOWN = _errno.ESHUTDOWN
 ENOBUFS = _errno.ENOBUFS
-ENOENT = _errno.ENOENT
 
 
 def check(rc: int, what: str) -> int:
