@@ -31,6 +31,8 @@ enum srpc_error_code {
 /* Local (client-side) outcomes, never on the wire. */
 #define SRPC_E_TIMEOUT 100
 #define SRPC_E_PENDING 101
+#define SRPC_E_INVALID 102   /* load generator: a RESPONSE that differs from the expected reply */
+#define SRPC_E_SEND 103      /* load generator: the request could not be sent */
 
 /* A decoded control header, fields in host order. */
 typedef struct srpc_hdr {
@@ -271,6 +273,71 @@ int srpc_client_closed_loop(srpc_client_t *cl, uint16_t func_id, const void *dat
                             uint32_t n_calls, int64_t timeout_us, uint64_t *lat_ns,
                             uint64_t *errors, uint64_t *elapsed_ns);
 
+/* ------------------------------------------------------------------ load generator */
+
+/* Inter-arrival distributions of an open-loop schedule. */
+enum srpc_arrival {
+    SRPC_ARRIVAL_CONSTANT = 0,  /* every 1/rate s */
+    SRPC_ARRIVAL_POISSON = 1,   /* exponential gaps (coefficient of variation 1) */
+    SRPC_ARRIVAL_HYPEREXP = 2   /* two-phase hyperexponential with balanced means, CV = cv > 1 */
+};
+
+/* Fills at[0..n) with the due times (ns from the start, non-decreasing) of n arrivals at a
+ * mean of `rate` calls/s. The first arrival is one gap after 0. Deterministic for a seed.
+ * Returns 0 or -EINVAL (rate <= 0, unknown kind, hyperexponential with cv <= 1). */
+int srpc_schedule_fill(int arrival, double rate, double cv, uint64_t seed, uint64_t *at, uint32_t n);
+
+/* A schedule following a rate trace: the rate is rate[i] calls/s from t_s[i] until t_s[i+1]
+ * (the last one until end_s); t_s is increasing and starts at >= 0. Arrivals of each piece
+ * are drawn as in srpc_schedule_fill, restarting at the piece's start. Writes up to cap due
+ * times into at and returns how many, or -ENOBUFS when more than cap would be needed, or
+ * -EINVAL. */
+int srpc_schedule_trace(int arrival, double cv, const double *t_s, const double *rate, uint32_t npts,
+                        double end_s, uint64_t seed, uint64_t *at, uint32_t cap);
+
+/* The outcome of one call of a load run. Times are ns from the run's start. */
+typedef struct srpc_load_rec {
+    uint64_t sched_ns;   /* when the call was due (closed loop: when it was issued) */
+    uint64_t sent_ns;    /* when the request was handed to the socket */
+    uint64_t done_ns;    /* when its outcome was known */
+    int32_t code;        /* 0 valid reply, a wire error code, SRPC_E_TIMEOUT, SRPC_E_INVALID,
+                            SRPC_E_SEND, or SRPC_E_PENDING when the run stopped first */
+    uint32_t reply_len;
+} srpc_load_rec_t;
+
+typedef struct srpc_load_params {
+    uint16_t func_id;
+    const void *req;           /* the request sent by every call (copied into datagrams) */
+    uint32_t req_len;
+    const void *expect;        /* the reply every call must get; NULL: replies are not checked */
+    uint32_t expect_len;
+    uint32_t concurrency;      /* > 0: closed loop with this many calls outstanding */
+    const uint64_t *sched_ns;  /* concurrency == 0: open loop, n due times (non-decreasing) */
+    uint32_t n;                /* calls to make */
+    uint32_t max_outstanding;  /* open loop: a due call waits while this many are outstanding
+                                  (its latency still counts from its due time) */
+    int64_t timeout_us;        /* a call unanswered this long after its send times out */
+    int spin;                  /* 1: busy-poll between sends; 0: sleep until the next due time */
+} srpc_load_params_t;
+
+/* Shared with a watcher thread while a run is in progress. The runner appends the index of
+ * each finished call to order[] and then publishes `finished` (release store); a watcher
+ * may read order[0..finished) and those records at any time. Setting `stop` ends the run
+ * early (calls still outstanding get SRPC_E_PENDING and are not listed in order[]). */
+typedef struct srpc_load_progress {
+    uint32_t finished;
+    uint32_t sent;
+    int stop;
+} srpc_load_progress_t;
+
+/* Runs a closed- or open-loop load on the calling thread (release the GIL around it). rec
+ * and order have p->n entries and are owned by the caller; prog may be NULL. *start_ns gets
+ * the CLOCK_MONOTONIC time of the run's start. Returns 0, or -EINVAL for bad parameters,
+ * -ENOMEM, or a client error that made the run impossible. Sending failures and timeouts
+ * are outcomes in rec, not errors of the run. */
+int srpc_load_run(srpc_client_t *cl, const srpc_load_params_t *p, srpc_load_rec_t *rec,
+                  uint32_t *order, srpc_load_progress_t *prog, uint64_t *start_ns);
+
 /* ------------------------------------------------------------------ raw UDP baseline */
 
 /* The physical limit of the kernel socket path: a server and a ping-pong client of plain
@@ -294,7 +361,7 @@ int srpc_raw_pingpong(const char *host, uint16_t port, uint32_t req_size, uint32
 #define SRPC_FEATURE_SANITIZE 4
 unsigned srpc_features(void);
 const char *srpc_version(void);
-const char *srpc_strerror(int code); /* name of an error code (1..6, 100, 101) */
+const char *srpc_strerror(int code); /* name of an error code (1..6, 100..103) */
 
 #ifdef __cplusplus
 }

@@ -252,10 +252,12 @@ static void receive_some(srpc_client_t *c, uint64_t until_ns)
     pthread_mutex_unlock(&c->lock);
     int n = srpc_rx_burst(&c->udp, &c->rx, 0);
     if (n == -EAGAIN && !c->cfg.busy_poll) {
-        uint64_t now = now_ns();
-        int ms = until_ns > now ? (int)((until_ns - now + 999999) / 1000000) : 0;
+        uint64_t now = now_ns(), wait = until_ns > now ? until_ns - now : 0;
+        if (wait > 10000000)
+            wait = 10000000; /* re-check at least every 10 ms */
+        struct timespec ts = {.tv_sec = 0, .tv_nsec = (long)wait};
         struct pollfd p = {.fd = c->udp.fd, .events = POLLIN};
-        if (poll(&p, 1, ms > 10 ? 10 : ms) > 0)
+        if (ppoll(&p, 1, &ts, NULL) > 0)
             n = srpc_rx_burst(&c->udp, &c->rx, 0);
     } else if (n == -EAGAIN) {
         __builtin_ia32_pause();
@@ -268,11 +270,11 @@ static void receive_some(srpc_client_t *c, uint64_t until_ns)
 /* Waits (lock held) until ready(c, arg) or until_ns; one thread receives, others sleep. */
 static int wait_until(srpc_client_t *c, int (*ready)(srpc_client_t *, void *), void *arg, uint64_t until_ns)
 {
-    for (;;) {
+    for (int passes = 0;; passes++) {
         int r = ready(c, arg);
         if (r != 0)
             return r;
-        if (now_ns() >= until_ns)
+        if (passes && now_ns() >= until_ns) /* a zero timeout still makes one receive pass */
             return -ETIMEDOUT;
         if (c->rx_owned) {
             uint64_t t = now_ns() + 1000000;

@@ -1,10 +1,14 @@
-/* client_load.c: a closed-loop load driver in native code, so that offered load and the
- * timestamps are not limited or distorted by Python. Runs on the calling thread. */
+/* client_load.c: the native load generator: closed- and open-loop runs whose due times, send
+ * and receive timestamps and reply checks are all taken here, so Python neither limits nor
+ * distorts the offered load. Runs on the calling thread. */
 #include <errno.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
 #include <time.h>
 
 #include "splitrpc.h"
+#include "tunables.h"
 
 static uint64_t now_ns(void)
 {
@@ -13,41 +17,217 @@ static uint64_t now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-typedef struct slot {
+/* Outstanding calls: req_id -> record index, open addressing with backward-shift delete. */
+typedef struct pend {
     uint64_t req_id;
-    uint64_t t0;
-    int live;
-} slot_t;
+    uint32_t idx;
+    uint32_t used;
+} pend_t;
 
-typedef struct loop {
+typedef struct run {
     srpc_client_t *cl;
-    uint16_t func_id;
-    const void *data;
-    uint32_t len;
-    uint32_t warmup, n_calls, finished;
-    uint64_t *lat_ns, *errors, t_start;
-} loop_t;
+    const srpc_load_params_t *p;
+    srpc_load_rec_t *rec;
+    uint32_t *order;
+    srpc_load_progress_t *prog;
+    uint64_t *rid;       /* req_id of each record */
+    pend_t *tab;
+    uint32_t mask;
+    uint64_t t0;
+    uint32_t cap;        /* calls allowed outstanding */
+    uint32_t outstanding, finished, next, oldest;
+} run_t;
 
-/* Records the outcome of one finished call; the first `warmup` are not recorded. */
-static void record(loop_t *L, uint64_t lat, int ok)
+static uint64_t rel_now(const run_t *R) { return now_ns() - R->t0; }
+
+static uint32_t slot_of(const run_t *R, uint64_t id)
 {
-    if (L->finished == L->warmup)
-        L->t_start = now_ns();
-    if (L->finished >= L->warmup) {
-        uint32_t i = L->finished - L->warmup;
-        L->lat_ns[i] = ok ? lat : 0;
-        if (!ok)
-            (*L->errors)++;
-    }
-    L->finished++;
+    return (uint32_t)((id * 0x9E3779B97F4A7C15ull) >> 32) & R->mask;
 }
 
-static int issue(loop_t *L, slot_t *s)
+static void tab_put(run_t *R, uint64_t id, uint32_t idx)
 {
-    s->t0 = now_ns();
-    int r = srpc_client_send(L->cl, L->func_id, L->data, L->len, 0, &s->req_id);
-    s->live = r == 0;
-    return r;
+    uint32_t i = slot_of(R, id);
+    while (R->tab[i].used)
+        i = (i + 1) & R->mask;
+    R->tab[i] = (pend_t){id, idx, 1};
+}
+
+/* Removes id and returns its record index, or UINT32_MAX when it is not outstanding. */
+static uint32_t tab_take(run_t *R, uint64_t id)
+{
+    uint32_t i = slot_of(R, id);
+    while (R->tab[i].used && R->tab[i].req_id != id)
+        i = (i + 1) & R->mask;
+    if (!R->tab[i].used)
+        return UINT32_MAX;
+    uint32_t idx = R->tab[i].idx;
+    for (uint32_t j = (i + 1) & R->mask; R->tab[j].used; j = (j + 1) & R->mask) {
+        uint32_t home = slot_of(R, R->tab[j].req_id);
+        /* Entry j may move into the hole at i unless its home lies cyclically in (i, j]. */
+        if (((j - home) & R->mask) >= ((j - i) & R->mask)) {
+            R->tab[i] = R->tab[j];
+            i = j;
+        }
+    }
+    R->tab[i].used = 0;
+    return idx;
+}
+
+static void finish(run_t *R, uint32_t idx, int code, uint32_t reply_len, uint64_t now)
+{
+    srpc_load_rec_t *r = &R->rec[idx];
+    r->code = code;
+    r->reply_len = reply_len;
+    r->done_ns = now;
+    R->order[R->finished++] = idx;
+    __atomic_store_n(&R->prog->finished, R->finished, __ATOMIC_RELEASE);
+}
+
+static void send_one(run_t *R, uint64_t now)
+{
+    const srpc_load_params_t *p = R->p;
+    uint32_t idx = R->next++;
+    srpc_load_rec_t *r = &R->rec[idx];
+    r->sched_ns = p->concurrency ? now : p->sched_ns[idx];
+    r->sent_ns = now;
+    __atomic_store_n(&R->prog->sent, R->next, __ATOMIC_RELAXED);
+    uint64_t id;
+    if (srpc_client_send(R->cl, p->func_id, p->req, p->req_len, 0, &id) != 0) {
+        finish(R, idx, SRPC_E_SEND, 0, rel_now(R));
+        return;
+    }
+    R->rid[idx] = id;
+    tab_put(R, id, idx);
+    R->outstanding++;
+}
+
+static void on_reply(run_t *R, uint64_t id, uint64_t now)
+{
+    uint32_t idx = tab_take(R, id);
+    if (idx == UINT32_MAX)
+        return; /* not a call of this run */
+    int code = SRPC_E_PENDING;
+    const uint8_t *d = NULL;
+    uint32_t len = 0;
+    srpc_client_result(R->cl, id, &code, &d, &len);
+    if (code == 0 && R->p->expect &&
+        (len != R->p->expect_len || (len && memcmp(d, R->p->expect, len) != 0)))
+        code = SRPC_E_INVALID;
+    srpc_client_release(R->cl, id);
+    R->outstanding--;
+    finish(R, idx, code, len, now);
+}
+
+/* Times out the oldest calls; sends happen in index order, so they are the lowest. */
+static void expire(run_t *R, uint64_t now)
+{
+    const uint64_t tmo = (uint64_t)R->p->timeout_us * 1000;
+    for (; R->oldest < R->next; R->oldest++) {
+        srpc_load_rec_t *r = &R->rec[R->oldest];
+        if (r->code != SRPC_E_PENDING)
+            continue;
+        if (r->sent_ns + tmo > now)
+            break;
+        tab_take(R, R->rid[R->oldest]);
+        srpc_client_release(R->cl, R->rid[R->oldest]);
+        R->outstanding--;
+        finish(R, R->oldest, SRPC_E_TIMEOUT, 0, now);
+    }
+}
+
+/* How long the receive step may sleep: until shortly before the next due send or the oldest
+ * call's timeout, at most 1 ms so that a stop request is seen. 0 = one non-blocking pass. */
+static int64_t wait_budget_us(const run_t *R, uint64_t now)
+{
+    const srpc_load_params_t *p = R->p;
+    if (p->spin)
+        return 0;
+    uint64_t until = now + 1000000;
+    if (!p->concurrency && R->next < p->n && R->outstanding < R->cap && p->sched_ns[R->next] < until)
+        until = p->sched_ns[R->next];
+    if (R->oldest < R->next) {
+        uint64_t t = R->rec[R->oldest].sent_ns + (uint64_t)p->timeout_us * 1000;
+        if (t < until)
+            until = t;
+    }
+    if (until <= now + SRPC_LOAD_WAKE_EARLY_NS)
+        return 0;
+    return (int64_t)((until - now - SRPC_LOAD_WAKE_EARLY_NS) / 1000);
+}
+
+static int check_params(srpc_client_t *cl, const srpc_load_params_t *p, const srpc_load_rec_t *rec,
+                        const uint32_t *order, const uint64_t *start_ns)
+{
+    if (!cl || !p || !rec || !order || !start_ns || p->n == 0 || p->timeout_us <= 0 ||
+        (!p->req && p->req_len))
+        return -EINVAL;
+    if (p->concurrency == 0) {
+        if (!p->sched_ns || p->max_outstanding == 0)
+            return -EINVAL;
+        for (uint32_t i = 1; i < p->n; i++)
+            if (p->sched_ns[i] < p->sched_ns[i - 1])
+                return -EINVAL;
+    }
+    return 0;
+}
+
+int srpc_load_run(srpc_client_t *cl, const srpc_load_params_t *p, srpc_load_rec_t *rec,
+                  uint32_t *order, srpc_load_progress_t *prog, uint64_t *start_ns)
+{
+    int rc = check_params(cl, p, rec, order, start_ns);
+    if (rc)
+        return rc;
+    srpc_load_progress_t local = {0, 0, 0};
+    run_t R = {.cl = cl, .p = p, .rec = rec, .order = order, .prog = prog ? prog : &local};
+    R.cap = p->concurrency ? p->concurrency : p->max_outstanding;
+    if (R.cap > p->n)
+        R.cap = p->n;
+    uint32_t size = 4;
+    while (size < 2 * R.cap)
+        size <<= 1;
+    R.mask = size - 1;
+    R.tab = calloc(size, sizeof(*R.tab));
+    R.rid = calloc(p->n, sizeof(*R.rid));
+    if (!R.tab || !R.rid) {
+        free(R.tab);
+        free(R.rid);
+        return -ENOMEM;
+    }
+    for (uint32_t i = 0; i < p->n; i++)
+        rec[i] = (srpc_load_rec_t){0, 0, 0, SRPC_E_PENDING, 0};
+    __atomic_store_n(&R.prog->finished, 0, __ATOMIC_RELEASE);
+    __atomic_store_n(&R.prog->sent, 0, __ATOMIC_RELAXED);
+    /* Sleeps end on time: the default 50 us timer slack would delay due sends. */
+    int old_slack = prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0);
+    prctl(PR_SET_TIMERSLACK, 1000, 0, 0, 0);
+    R.t0 = now_ns();
+    *start_ns = R.t0;
+    uint64_t ids[64];
+    while (R.finished < p->n && !__atomic_load_n(&R.prog->stop, __ATOMIC_ACQUIRE)) {
+        uint64_t now = rel_now(&R);
+        while (R.next < p->n && R.outstanding < R.cap && (p->concurrency || p->sched_ns[R.next] <= now)) {
+            send_one(&R, now);
+            now = rel_now(&R);
+        }
+        int k = srpc_client_wait_any(cl, ids, 64, wait_budget_us(&R, now));
+        if (k < 0) {
+            rc = k;
+            break;
+        }
+        now = rel_now(&R);
+        for (int j = 0; j < k; j++)
+            on_reply(&R, ids[j], now);
+        expire(&R, now);
+    }
+    for (uint32_t i = 0; i <= R.mask; i++)
+        if (R.tab[i].used)
+            srpc_client_release(cl, R.tab[i].req_id);
+    if (old_slack > 0)
+        prctl(PR_SET_TIMERSLACK, (unsigned long)old_slack, 0, 0, 0);
+    free(R.tab);
+    free(R.rid);
+    return rc;
 }
 
 int srpc_client_closed_loop(srpc_client_t *cl, uint16_t func_id, const void *data, uint32_t len,
@@ -55,67 +235,34 @@ int srpc_client_closed_loop(srpc_client_t *cl, uint16_t func_id, const void *dat
                             int64_t timeout_us, uint64_t *lat_ns, uint64_t *errors,
                             uint64_t *elapsed_ns)
 {
-    if (!cl || !lat_ns || !errors || !elapsed_ns || concurrency == 0 || n_calls == 0 || timeout_us <= 0)
+    if (!cl || !lat_ns || !errors || !elapsed_ns || concurrency == 0 || n_calls == 0 || timeout_us <= 0 ||
+        warmup > UINT32_MAX - n_calls)
         return -EINVAL;
-    slot_t *slots = calloc(concurrency, sizeof(*slots));
-    if (!slots)
-        return -ENOMEM;
-    loop_t L = {cl, func_id, data, len, warmup, n_calls, 0, lat_ns, errors, 0};
-    *errors = 0;
     const uint32_t total = warmup + n_calls;
-    uint32_t issued = 0;
-    int rc = 0;
-    for (uint32_t i = 0; i < concurrency && issued < total; i++, issued++)
-        if ((rc = issue(&L, &slots[i])) != 0)
-            goto out;
-    uint64_t ids[64];
-    const uint64_t tmo_ns = (uint64_t)timeout_us * 1000;
-    while (L.finished < total) {
-        int n = srpc_client_wait_any(cl, ids, 64, 1000);
-        if (n < 0) {
-            rc = n;
-            goto out;
-        }
-        uint64_t now = now_ns();
-        for (int j = 0; j < n; j++) {
-            for (uint32_t i = 0; i < concurrency; i++) {
-                slot_t *s = &slots[i];
-                if (!s->live || s->req_id != ids[j])
-                    continue;
-                int code;
-                const uint8_t *d;
-                uint32_t l;
-                srpc_client_result(cl, s->req_id, &code, &d, &l);
-                srpc_client_release(cl, s->req_id);
-                s->live = 0;
-                record(&L, now - s->t0, code == 0);
-                if (issued < total) {
-                    issued++;
-                    if ((rc = issue(&L, s)) != 0)
-                        goto out;
-                }
-                break;
-            }
-        }
-        for (uint32_t i = 0; i < concurrency; i++) { /* per-call timeouts */
-            slot_t *s = &slots[i];
-            if (!s->live || s->t0 + tmo_ns > now) /* t0 may be after now: just reissued */
-                continue;
-            srpc_client_release(cl, s->req_id);
-            s->live = 0;
-            record(&L, 0, 0);
-            if (issued < total) {
-                issued++;
-                if ((rc = issue(&L, s)) != 0)
-                    goto out;
-            }
-        }
+    srpc_load_rec_t *rec = malloc((size_t)total * sizeof(*rec));
+    uint32_t *order = malloc((size_t)total * sizeof(*order));
+    if (!rec || !order) {
+        free(rec);
+        free(order);
+        return -ENOMEM;
     }
-out:
-    *elapsed_ns = L.finished > warmup ? now_ns() - L.t_start : 0;
-    for (uint32_t i = 0; i < concurrency; i++)
-        if (slots[i].live)
-            srpc_client_release(cl, slots[i].req_id);
-    free(slots);
+    srpc_load_params_t p = {.func_id = func_id, .req = data, .req_len = len, .concurrency = concurrency,
+                            .n = total, .timeout_us = timeout_us};
+    uint64_t start;
+    int rc = srpc_load_run(cl, &p, rec, order, NULL, &start);
+    *errors = 0;
+    *elapsed_ns = 0;
+    if (rc == 0) {
+        /* The recorded phase is the calls that finished after the first `warmup` did. */
+        uint64_t t_start = warmup ? rec[order[warmup - 1]].done_ns : 0;
+        for (uint32_t i = 0; i < n_calls; i++) {
+            const srpc_load_rec_t *r = &rec[order[warmup + i]];
+            lat_ns[i] = r->code == 0 ? r->done_ns - r->sched_ns : 0;
+            *errors += r->code != 0;
+        }
+        *elapsed_ns = rec[order[total - 1]].done_ns - t_start;
+    }
+    free(rec);
+    free(order);
     return rc;
 }

@@ -140,6 +140,8 @@ const char *srpc_strerror(int code)
     case SRPC_E_TOO_LARGE: return "TOO_LARGE";
     case SRPC_E_TIMEOUT: return "TIMEOUT";
     case SRPC_E_PENDING: return "PENDING";
+    case SRPC_E_INVALID: return "INVALID";
+    case SRPC_E_SEND: return "SEND_FAILED";
     default: return "UNKNOWN";
     }
 }

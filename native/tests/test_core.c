@@ -4,6 +4,7 @@
 #endif
 #include <arpa/inet.h>
 #include <errno.h>
+#include <math.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -489,6 +490,67 @@ static void test_raw_udp(void)
     test_raw_udp_message();
 }
 
+
+/* ------------------------------------------------------------------ arrival schedules */
+
+/* Mean rate and coefficient of variation of the gaps of a schedule. */
+static void gap_stats(const uint64_t *at, uint32_t n, double *rate, double *cv)
+{
+    double sum = 0, sq = 0, prev = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        double g = ((double)at[i] - prev) / 1e9;
+        prev = (double)at[i];
+        sum += g;
+        sq += g * g;
+    }
+    double mean = sum / n, var = sq / n - mean * mean;
+    *rate = 1.0 / mean;
+    *cv = sqrt(var > 0 ? var : 0) / mean;
+}
+
+static void test_schedules(void)
+{
+    enum { N = 200000 };
+    static uint64_t at[N], at2[N];
+    double rate, cv;
+    CHECK(srpc_schedule_fill(SRPC_ARRIVAL_CONSTANT, 1000.0, 0, 1, at, 5) == 0 && at[0] == 1000000 &&
+              at[4] == 5000000, "constant 1000/s: %llu %llu", (unsigned long long)at[0], (unsigned long long)at[4]);
+    CHECK(srpc_schedule_fill(SRPC_ARRIVAL_POISSON, 50000.0, 0, 7, at, N) == 0, "poisson fill");
+    gap_stats(at, N, &rate, &cv);
+    CHECK(fabs(rate / 50000.0 - 1) < 0.02 && fabs(cv - 1) < 0.02, "poisson rate %.1f cv %.3f", rate, cv);
+    CHECK(srpc_schedule_fill(SRPC_ARRIVAL_POISSON, 50000.0, 0, 7, at2, N) == 0 &&
+              memcmp(at, at2, sizeof(at)) == 0, "same seed, same schedule");
+    CHECK(srpc_schedule_fill(SRPC_ARRIVAL_POISSON, 50000.0, 0, 8, at2, N) == 0 &&
+              memcmp(at, at2, sizeof(at)) != 0, "another seed, another schedule");
+    CHECK(srpc_schedule_fill(SRPC_ARRIVAL_HYPEREXP, 20000.0, 3.0, 3, at, N) == 0, "hyperexp fill");
+    gap_stats(at, N, &rate, &cv);
+    CHECK(fabs(rate / 20000.0 - 1) < 0.04 && fabs(cv / 3.0 - 1) < 0.1, "hyperexp rate %.1f cv %.3f", rate, cv);
+    int sorted = 1;
+    for (uint32_t i = 1; i < N; i++)
+        sorted &= at[i] >= at[i - 1];
+    CHECK(sorted, "hyperexp due times non-decreasing");
+    CHECK(srpc_schedule_fill(SRPC_ARRIVAL_HYPEREXP, 100.0, 1.0, 1, at, 4) == -EINVAL, "hyperexp cv 1");
+    CHECK(srpc_schedule_fill(SRPC_ARRIVAL_POISSON, 0.0, 0, 1, at, 4) == -EINVAL, "rate 0");
+    CHECK(srpc_schedule_fill(SRPC_ARRIVAL_POISSON, NAN, 0, 1, at, 4) == -EINVAL, "rate NaN");
+    CHECK(srpc_schedule_fill(9, 100.0, 0, 1, at, 4) == -EINVAL, "unknown kind");
+
+    /* A trace: 1000/s for 1 s, nothing for 1 s, 4000/s for 0.5 s (end_s cuts the last piece). */
+    const double t[] = {0.0, 1.0, 2.0}, r[] = {1000.0, 0.0, 4000.0};
+    int n = srpc_schedule_trace(SRPC_ARRIVAL_POISSON, 0, t, r, 3, 2.5, 5, at, N);
+    uint32_t piece[3] = {0, 0, 0};
+    for (int i = 0; i < n; i++)
+        piece[at[i] < 1000000000ull ? 0 : at[i] < 2000000000ull ? 1 : 2]++;
+    CHECK(n > 0 && fabs(piece[0] - 1000.0) < 150 && piece[1] == 0 && fabs(piece[2] - 2000.0) < 250 &&
+              at[n - 1] < 2500000000ull, "trace pieces %u %u %u of %d", piece[0], piece[1], piece[2], n);
+    n = srpc_schedule_trace(SRPC_ARRIVAL_CONSTANT, 0, t, r, 3, 2.5, 5, at, N);
+    CHECK(n >= 2997 && n <= 3000 && at[0] == 1000000, "constant trace count %d", n);
+    CHECK(srpc_schedule_trace(SRPC_ARRIVAL_POISSON, 0, t, r, 3, 2.5, 5, at, 100) == -ENOBUFS, "trace ENOBUFS");
+    const double tbad[] = {0.0, 0.0};
+    CHECK(srpc_schedule_trace(SRPC_ARRIVAL_POISSON, 0, tbad, r, 2, 2.5, 5, at, N) == -EINVAL, "times not increasing");
+    const double rbad[] = {1.0, -1.0};
+    CHECK(srpc_schedule_trace(SRPC_ARRIVAL_POISSON, 0, t, rbad, 2, 2.5, 5, at, N) == -EINVAL, "negative rate");
+}
+
 int main(void)
 {
     test_hdr_roundtrip();
@@ -500,6 +562,7 @@ int main(void)
     test_strerror();
     test_tq();
     test_raw_udp();
+    test_schedules();
     printf("%d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;
 }

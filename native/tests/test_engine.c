@@ -1339,6 +1339,78 @@ static void test_closed_loop(sctx_t *s, const char *mode, uint32_t n_calls)
     srpc_client_destroy(c);
 }
 
+
+/* The load generator: open loop with many calls outstanding and reply checks, a reply that
+ * differs from the expected one, timeouts against a port where nobody answers, and stop. */
+static void test_load_run(sctx_t *s)
+{
+    enum { N = 3000 };
+    static srpc_load_rec_t rec[N];
+    static uint32_t order[N];
+    static uint64_t sched[N];
+    float in[256], want[256];
+    fill_floats(in, 256, 2.0f);
+    fill_floats(want, 256, 3.0f);
+    srpc_client_t *c = mk_client(s->port, 0);
+    CHECK(srpc_schedule_fill(SRPC_ARRIVAL_POISSON, 20000.0, 0, 11, sched, N) == 0, "schedule");
+    srpc_load_params_t p = {.func_id = F_VECADD, .req = in, .req_len = 1024, .expect = want, .expect_len = 1024,
+                            .sched_ns = sched, .n = N, .max_outstanding = 256, .timeout_us = TMO_US};
+    srpc_load_progress_t prog = {0, 0, 0};
+    uint64_t start = 0;
+    CHECK(srpc_load_run(c, &p, rec, order, &prog, &start) == 0 && start > 0, "open loop run");
+    uint32_t ok = 0, late = 0, seen_twice = 0;
+    static uint8_t seen[N];
+    memset(seen, 0, sizeof(seen));
+    for (uint32_t i = 0; i < N; i++) {
+        ok += rec[i].code == 0 && rec[i].reply_len == 1024;
+        late += rec[i].sent_ns < rec[i].sched_ns || rec[i].done_ns < rec[i].sent_ns;
+        seen_twice += seen[order[i]]++ != 0;
+    }
+    CHECK(ok == N && late == 0 && seen_twice == 0 && prog.finished == N && prog.sent == N,
+          "open loop: %u ok, %u out of order, %u listed twice, finished %u", ok, late, seen_twice, prog.finished);
+
+    want[7] += 1.0f; /* every reply now differs from the expectation */
+    p.n = 50;
+    p.concurrency = 4;
+    CHECK(srpc_load_run(c, &p, rec, order, &prog, &start) == 0, "closed loop run");
+    uint32_t invalid = 0;
+    for (uint32_t i = 0; i < 50; i++)
+        invalid += rec[i].code == SRPC_E_INVALID && rec[i].sched_ns == rec[i].sent_ns;
+    CHECK(invalid == 50, "closed loop: %u of 50 replies flagged invalid", invalid);
+    srpc_client_destroy(c);
+
+    /* A bound socket that never reads: every call times out. */
+    int sink = socket(AF_INET, SOCK_DGRAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t sl = sizeof(sa);
+    CHECK(sink >= 0 && bind(sink, (struct sockaddr *)&sa, sl) == 0 && getsockname(sink, (struct sockaddr *)&sa, &sl) == 0,
+          "sink socket");
+    srpc_client_t *nobody = mk_client(ntohs(sa.sin_port), 0);
+    p.n = 20;
+    p.timeout_us = 20000;
+    uint64_t t0 = now_ns();
+    CHECK(srpc_load_run(nobody, &p, rec, order, &prog, &start) == 0, "run against nobody");
+    uint32_t tmo = 0;
+    for (uint32_t i = 0; i < 20; i++)
+        tmo += rec[i].code == SRPC_E_TIMEOUT && rec[i].done_ns - rec[i].sent_ns >= 20000000ull;
+    CHECK(tmo == 20 && prog.finished == 20, "timeouts %u of 20 (%.0f ms)", tmo, ms_since(t0));
+    prog.stop = 1;
+    p.timeout_us = TMO_US;
+    CHECK(srpc_load_run(nobody, &p, rec, order, &prog, &start) == 0 && prog.finished == 0 &&
+              rec[0].code == SRPC_E_PENDING, "a stopped run leaves calls pending");
+    p.n = 0;
+    CHECK(srpc_load_run(nobody, &p, rec, order, &prog, &start) == -EINVAL, "n 0");
+    p.n = 3;
+    p.concurrency = 0;
+    p.sched_ns = NULL;
+    CHECK(srpc_load_run(nobody, &p, rec, order, &prog, &start) == -EINVAL, "open loop without schedule");
+    uint64_t back[3] = {5, 4, 6};
+    p.sched_ns = back;
+    CHECK(srpc_load_run(nobody, &p, rec, order, &prog, &start) == -EINVAL, "schedule going back");
+    srpc_client_destroy(nobody);
+    close(sink);
+}
+
 /* srpc_server_stop wakes a worker blocked in next_batch with no timeout. */
 static void test_stop(int mode)
 {
@@ -1423,6 +1495,7 @@ int main(void)
     test_errors(s);
     test_segments(s);
     test_closed_loop(s, "block", 200);
+    test_load_run(s);
     server_down(s);
 
     test_api();
