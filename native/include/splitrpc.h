@@ -61,6 +61,50 @@ int srpc_seg_check(const srpc_hdr_t *h, size_t data_len, uint32_t *seg_size);
 /* Number of segments for a message of msg_len bytes cut at seg_size (>= 1). */
 uint32_t srpc_seg_count(uint32_t msg_len, uint32_t seg_size);
 
+/* ------------------------------------------------------------------ message codec */
+
+/* Whole messages to and from datagrams without a socket: what a client or server puts on the
+ * wire and takes off it, for tests, tools and other transports. */
+
+/* Cuts a message of len bytes into the datagrams a sender puts on the wire for it: each is the
+ * header of tmpl (type, func_id, req_id, aux; seq, nseg and msg_len filled in) followed by its
+ * segment of data, S = seg_size (1..SRPC_MAX_SEG_DATA). The datagrams are written back to back
+ * into out (cap bytes; len + 22 * count in all) and dgram_len[i] gets the length of datagram i.
+ * Returns the count of datagrams, -EINVAL (NULL pointer, type > 2, bad seg_size), -EMSGSIZE
+ * (more than 65535 segments) or -ENOBUFS (cap or max_dgrams too small; nothing written).
+ * Reads data and tmpl only; any thread. */
+int srpc_msg_segment(const srpc_hdr_t *tmpl, const void *data, uint32_t len, uint32_t seg_size,
+                     uint8_t *out, size_t cap, uint32_t *dgram_len, uint32_t max_dgrams);
+
+/* Puts one message at a time together from its datagrams, which may come in any order and
+ * duplicated, checking each as untrusted input. Single-owner: one thread at a time uses it,
+ * with no locking inside. The message buffer is kept for the next message (reuse, not a new
+ * allocation, for messages of the same size or smaller). */
+typedef struct srpc_reassembler srpc_reassembler_t;
+
+/* max_msg: the largest msg_len accepted. Returns 0 or -EINVAL / -ENOMEM. */
+int srpc_reassembler_create(uint32_t max_msg, srpc_reassembler_t **out);
+/* Frees it and any message (NULL is fine). */
+void srpc_reassembler_destroy(srpc_reassembler_t *r);
+
+/* Adds one datagram (header and data, len bytes; copied, the caller keeps it). A segment of a
+ * new message starts that message when none is in progress (a completed one is dropped).
+ * Returns 1 when the message became complete, 0 when more segments are needed, or rejects
+ * the datagram and changes nothing: -EMSGSIZE (shorter than the header), -EBADMSG (magic,
+ * version or type), -EPROTO (impossible seq/nseg/msg_len/length, or disagreeing with the
+ * message's msg_len, nseg or S), -EALREADY (a duplicate, also of the completed message),
+ * -EBUSY (a segment of another message, by req_id, type or func_id, while one is in
+ * progress), -E2BIG (msg_len > max_msg), -EINVAL (NULL r or dgram); or -ENOMEM (a
+ * completed message was dropped all the same). */
+int srpc_reassembler_push(srpc_reassembler_t *r, const uint8_t *dgram, size_t len);
+
+/* The completed message: its bytes (NULL while none is complete), *hdr its header with seq 0
+ * (may be NULL), *len its length (may be NULL). Valid until the next push or reset. */
+const uint8_t *srpc_reassembler_message(const srpc_reassembler_t *r, srpc_hdr_t *hdr, uint32_t *len);
+
+/* Drops the message in progress or completed; its buffer is kept for the next one. */
+void srpc_reassembler_reset(srpc_reassembler_t *r);
+
 /* ------------------------------------------------------------------ tensor queue (host) */
 
 /* A ring of `capacity` elements of `elem_size` bytes whose memory is mapped twice back to
@@ -77,6 +121,14 @@ uint8_t *srpc_tq_base(const srpc_tq_t *tq);
 size_t srpc_tq_ring_bytes(const srpc_tq_t *tq);
 size_t srpc_tq_elem_size(const srpc_tq_t *tq);
 uint32_t srpc_tq_capacity(const srpc_tq_t *tq);
+
+/* Copies one request into element seq of each of n Tensor Queues, as the server does for
+ * every call: data holds the n tensors back to back, sizes[k] bytes for tqs[k]. n > 1: len
+ * must be the sum of sizes; n == 1: len <= sizes[0] bytes are copied (a raw request may be
+ * shorter than its element). Every sizes[k] fits its TQ's element. Returns 0, or -EINVAL
+ * (nothing copied). Same thread rules as the TQs: the caller serialises access. */
+int srpc_tq_scatter(srpc_tq_t *const *tqs, const uint32_t *sizes, uint32_t n, uint64_t seq,
+                    const void *data, uint32_t len);
 
 /* ------------------------------------------------------------------ server */
 
@@ -352,6 +404,12 @@ int srpc_raw_echo_serve(const char *host, uint16_t port, int busy, uint32_t req_
                         uint32_t resp_size, volatile int *stop);
 int srpc_raw_pingpong(const char *host, uint16_t port, uint32_t req_size, uint32_t resp_size,
                       int busy, uint32_t warmup, uint32_t n, uint64_t *lat_ns);
+/* The same with `concurrency` requests outstanding on one socket (replies come back in
+ * order): the kernel path's throughput limit. *elapsed_ns (may be NULL) gets the wall time
+ * of the n recorded calls. */
+int srpc_raw_closed_loop(const char *host, uint16_t port, uint32_t req_size, uint32_t resp_size, int busy,
+                         uint32_t concurrency, uint32_t warmup, uint32_t n, uint64_t *lat_ns,
+                         uint64_t *elapsed_ns);
 
 /* ------------------------------------------------------------------ build facts */
 

@@ -16,7 +16,7 @@
 
 #define RAW_MAX_SIZE 65507          /* largest UDP/IPv4 payload */
 #define RAW_BUF_BYTES 65536         /* receive buffer: any datagram fits */
-#define RAW_SOCK_BUF (4 << 20)      /* SO_RCVBUF / SO_SNDBUF wanted */
+#define RAW_SOCK_BUF (32 << 20)     /* SO_RCVBUF / SO_SNDBUF wanted: as much as splitrpc asks for */
 #define RAW_POLL_MS 10              /* server: longest time between two looks at *stop */
 #define RAW_SPINS_PER_CHECK 1024    /* busy loops read the clock this often */
 #define RAW_REPLY_TIMEOUT_NS 1000000000ull /* client: an echo must come back within 1 s */
@@ -198,35 +198,22 @@ static ssize_t wait_datagram(int fd, uint8_t *buf, int busy, uint64_t deadline)
     }
 }
 
-/* Waits until `expect` bytes came back (echo mode: one datagram of exactly that length). */
-static int wait_reply(int fd, uint8_t *buf, int busy, uint32_t expect, int echo)
-{
-    uint64_t deadline = now_ns() + RAW_REPLY_TIMEOUT_NS;
-    uint64_t got = 0;
-    do {
-        ssize_t n = wait_datagram(fd, buf, busy, deadline);
-        if (n < 0)
-            return (int)n;
-        if (echo && (size_t)n != expect)
-            return -EBADMSG;
-        got += (uint64_t)n;
-    } while (got < expect);
-    return got == expect ? 0 : -EBADMSG;
-}
-
-int srpc_raw_pingpong(const char *host, uint16_t port, uint32_t req_size, uint32_t resp_size,
-                      int busy, uint32_t warmup, uint32_t n, uint64_t *lat_ns)
+int srpc_raw_closed_loop(const char *host, uint16_t port, uint32_t req_size, uint32_t resp_size, int busy,
+                         uint32_t concurrency, uint32_t warmup, uint32_t n, uint64_t *lat_ns,
+                         uint64_t *elapsed_ns)
 {
     int echo = resp_size == 0;
     if ((echo && req_size > RAW_MAX_SIZE) || req_size > (1u << 30))
         return -EMSGSIZE;
-    if (n > 0 && !lat_ns)
+    if ((n > 0 && !lat_ns) || concurrency == 0 || warmup > UINT32_MAX - n)
         return -EINVAL;
     uint8_t *tx = malloc(req_size ? req_size : 1);
     uint8_t *rx = malloc(RAW_BUF_BYTES);
-    if (!tx || !rx) {
+    uint64_t *t0 = malloc(concurrency * sizeof(*t0)); /* send times, a FIFO: replies come in order */
+    if (!tx || !rx || !t0) {
         free(tx);
         free(rx);
+        free(t0);
         return -ENOMEM;
     }
     for (uint32_t i = 0; i < req_size; i++)
@@ -234,24 +221,57 @@ int srpc_raw_pingpong(const char *host, uint16_t port, uint32_t req_size, uint32
 
     int fd = open_socket(host, port, 0);
     int rc = fd < 0 ? fd : 0;
-    uint64_t total = (uint64_t)warmup + n;
-    for (uint64_t i = 0; rc == 0 && i < total; i++) {
-        uint64_t t0 = now_ns();
-        if (echo) {
-            ssize_t sent = send(fd, tx, req_size, 0);
-            rc = sent == (ssize_t)req_size ? 0 : sent < 0 ? -errno : -EIO;
-        } else {
-            rc = send_cut(fd, tx, req_size, NULL, 0);
+    const uint64_t total = (uint64_t)warmup + n;
+    const uint32_t reply = echo ? req_size : resp_size;
+    uint64_t sent = 0, done = 0, got = 0, start = now_ns();
+    while (rc == 0 && done < total) {
+        while (rc == 0 && sent < total && sent - done < concurrency) {
+            t0[sent % concurrency] = now_ns();
+            if (echo) {
+                ssize_t k = send(fd, tx, req_size, 0);
+                rc = k == (ssize_t)req_size ? 0 : k < 0 ? -errno : -EIO;
+            } else {
+                rc = send_cut(fd, tx, req_size, NULL, 0);
+            }
+            sent++;
         }
-        if (rc == 0)
-            rc = wait_reply(fd, rx, busy, echo ? req_size : resp_size, echo);
-        uint64_t t1 = now_ns();
-        if (rc == 0 && i >= warmup)
-            lat_ns[i - warmup] = t1 - t0;
+        if (rc)
+            break;
+        ssize_t k = wait_datagram(fd, rx, busy, now_ns() + RAW_REPLY_TIMEOUT_NS);
+        if (k < 0) {
+            rc = (int)k;
+            break;
+        }
+        if (echo && (size_t)k != reply) {
+            rc = -EBADMSG;
+            break;
+        }
+        uint64_t replies = 1; /* echo: one datagram is one reply (a 0-byte echo too) */
+        if (!echo) {
+            got += (uint64_t)k;
+            replies = got / reply;
+            got %= reply;
+        }
+        for (uint64_t j = 0; j < replies && done < sent; j++, done++) {
+            uint64_t t1 = now_ns();
+            if (done == warmup)
+                start = t1;
+            if (done >= warmup)
+                lat_ns[done - warmup] = t1 - t0[done % concurrency];
+        }
     }
+    if (elapsed_ns)
+        *elapsed_ns = rc == 0 ? now_ns() - start : 0;
     if (fd >= 0)
         close(fd);
     free(tx);
     free(rx);
+    free(t0);
     return rc;
+}
+
+int srpc_raw_pingpong(const char *host, uint16_t port, uint32_t req_size, uint32_t resp_size,
+                      int busy, uint32_t warmup, uint32_t n, uint64_t *lat_ns)
+{
+    return srpc_raw_closed_loop(host, port, req_size, resp_size, busy, 1, warmup, n, lat_ns, NULL);
 }

@@ -72,7 +72,7 @@ int srpc_schedule_fill(int arrival, double rate, double cv, uint64_t seed, uint6
     if (!at && n)
         return -EINVAL;
     uint64_t rng = seed;
-    gapgen_t g;
+    gapgen_t g = {0};
     int r = gapgen_init(&g, arrival, rate, cv, &rng);
     if (r)
         return r;
@@ -100,7 +100,7 @@ int srpc_schedule_trace(int arrival, double cv, const double *t_s, const double 
             hi = end_s;
         if (rate[i] == 0 || !(hi > lo))
             continue;
-        gapgen_t g;
+        gapgen_t g = {0};
         int r = gapgen_init(&g, arrival, rate[i], cv, &rng);
         if (r)
             return r;

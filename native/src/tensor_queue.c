@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -118,4 +119,32 @@ size_t srpc_tq_elem_size(const srpc_tq_t *tq)
 uint32_t srpc_tq_capacity(const srpc_tq_t *tq)
 {
     return tq->capacity;
+}
+
+int srpc_tq_scatter(srpc_tq_t *const *tqs, const uint32_t *sizes, uint32_t n, uint64_t seq,
+                    const void *data, uint32_t len)
+{
+    if (!tqs || !sizes || n == 0 || (!data && len))
+        return -EINVAL;
+    uint64_t total = 0;
+    for (uint32_t k = 0; k < n; k++) {
+        if (!tqs[k] || sizes[k] > tqs[k]->elem_size)
+            return -EINVAL;
+        total += sizes[k];
+    }
+    if (n == 1 ? len > sizes[0] : len != total)
+        return -EINVAL;
+
+    const uint8_t *src = data;
+    if (n == 1) {
+        if (len)
+            memcpy(srpc_tq_elem(tqs[0], seq), src, len);
+        return 0;
+    }
+    for (uint32_t k = 0; k < n; k++) {
+        if (sizes[k])
+            memcpy(srpc_tq_elem(tqs[k], seq), src, sizes[k]);
+        src += sizes[k];
+    }
+    return 0;
 }

@@ -1,5 +1,6 @@
 /* transport_udp.c: kernel UDP transport (see transport_udp.h). */
 #include "transport_udp.h"
+#include "wire.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -178,8 +179,7 @@ int srpc_udp_send_msg(srpc_udp_t *u, const struct sockaddr *dst, socklen_t dstle
         unsigned cnt = 0;
         for (; cnt < TX_BURST && sent + cnt < nseg; cnt++) {
             uint32_t seq = sent + cnt;
-            uint64_t off = (uint64_t)seq * seg_size;
-            uint32_t len = (uint32_t)(msg_len - off < seg_size ? msg_len - off : seg_size);
+            uint32_t len = srpc_seg_len(msg_len, seg_size, seq);
             h.seq = (uint16_t)seq;
             srpc_hdr_encode(&h, hdrs[cnt]);
             int k = 0;

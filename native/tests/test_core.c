@@ -1,4 +1,4 @@
-/* test_core.c: standalone tests of the wire codec, the host Tensor Queue and the raw UDP baseline. */
+/* test_core.c: standalone tests of the wire codec, the message codec, the host Tensor Queue and the raw UDP baseline. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
@@ -369,6 +369,346 @@ static void test_tq(void)
     passed++; /* destroy(NULL) returned */
 }
 
+/* ------------------------------------------------------------------ message codec */
+
+static uint8_t msg_byte(uint32_t i) { return (uint8_t)(i * 31 + (i >> 8) * 7 + 3); }
+
+/* Segments a len-byte message at S and checks every datagram against PROTOCOL.md. Returns
+ * the datagram count (or the error), with out/dlen/offs filled. */
+static int segment_checked(const srpc_hdr_t *tmpl, const uint8_t *msg, uint32_t len, uint32_t S,
+                           uint8_t *out, size_t cap, uint32_t *dlen, size_t *offs, uint32_t max)
+{
+    int n = srpc_msg_segment(tmpl, msg, len, S, out, cap, dlen, max);
+    CHECK(n == (int)srpc_seg_count(len, S), "segment(len %u, S %u) = %d", len, S, n);
+    if (n <= 0)
+        return n;
+    int ok = 1;
+    size_t off = 0;
+    for (int i = 0; i < n; i++) {
+        offs[i] = off;
+        srpc_hdr_t h;
+        ok &= srpc_hdr_decode(out + off, dlen[i], &h) == 0;
+        uint32_t want = i < n - 1 ? S : len - (uint32_t)(n - 1) * S;
+        ok &= dlen[i] == SRPC_HDR_LEN + want;
+        ok &= h.type == tmpl->type && h.func_id == tmpl->func_id && h.req_id == tmpl->req_id &&
+              h.aux == tmpl->aux && h.seq == i && h.nseg == n && h.msg_len == len;
+        uint32_t s;
+        ok &= srpc_seg_check(&h, dlen[i] - SRPC_HDR_LEN, &s) == 0 && (n == 1 || s == S);
+        ok &= memcmp(out + off + SRPC_HDR_LEN, msg + (size_t)i * S, want) == 0;
+        off += dlen[i];
+    }
+    CHECK(ok && off == len + (size_t)n * SRPC_HDR_LEN, "datagrams of len %u at S %u", len, S);
+    return n;
+}
+
+/* Pushes datagrams in the given order (a -1 entry ends it); dup: every datagram twice. */
+static void reassemble_checked(srpc_reassembler_t *r, const srpc_hdr_t *tmpl, const uint8_t *msg,
+                               uint32_t len, uint32_t S, const uint8_t *out, const uint32_t *dlen,
+                               const size_t *offs, const uint32_t *order, int n, int dup,
+                               const char *how)
+{
+    int ok = 1;
+    for (int k = 0; k < n; k++) {
+        uint32_t i = order[k];
+        int rc = srpc_reassembler_push(r, out + offs[i], dlen[i]);
+        ok &= rc == (k == n - 1 ? 1 : 0);
+        ok &= (srpc_reassembler_message(r, NULL, NULL) != NULL) == (k == n - 1);
+        if (dup)
+            ok &= srpc_reassembler_push(r, out + offs[i], dlen[i]) == -EALREADY;
+    }
+    CHECK(ok, "push results (len %u, S %u, %s)", len, S, how);
+    srpc_hdr_t h;
+    uint32_t got = 12345;
+    const uint8_t *m = srpc_reassembler_message(r, &h, &got);
+    CHECK(m && got == len && (len == 0 || memcmp(m, msg, len) == 0), "message (len %u, S %u, %s)",
+          len, S, how);
+    CHECK(h.type == tmpl->type && h.func_id == tmpl->func_id && h.req_id == tmpl->req_id &&
+              h.aux == tmpl->aux && h.seq == 0 && h.nseg == n && h.msg_len == len,
+          "message header (len %u, S %u, %s)", len, S, how);
+    /* A late duplicate of the completed message changes nothing. */
+    CHECK(srpc_reassembler_push(r, out + offs[order[0]], dlen[order[0]]) == -EALREADY &&
+              srpc_reassembler_message(r, NULL, &got) == m && got == len,
+          "late duplicate (len %u, S %u, %s)", len, S, how);
+}
+
+static void test_codec_roundtrip(void)
+{
+    const uint32_t big = 602112; /* 588 KiB, the head service's request */
+    const uint32_t sizes[] = {1450, 8950, 64000};
+    uint8_t *msg = malloc(big);
+    size_t cap = big + 1024 * SRPC_HDR_LEN;
+    uint8_t *out = malloc(cap);
+    uint32_t dlen[1024], order[1024];
+    size_t offs[1024];
+    srpc_reassembler_t *r = NULL;
+    CHECK(srpc_reassembler_create(big, &r) == 0 && r, "reassembler_create");
+    if (!msg || !out || !r)
+        goto done;
+    for (uint32_t i = 0; i < big; i++)
+        msg[i] = msg_byte(i);
+    CHECK(srpc_reassembler_message(r, NULL, NULL) == NULL, "no message yet");
+
+    for (size_t si = 0; si < 3; si++) {
+        uint32_t S = sizes[si];
+        const uint32_t lens[] = {0, 1, S - 1, S, S + 1, big};
+        for (size_t li = 0; li < 6; li++) {
+            uint32_t len = lens[li];
+            srpc_hdr_t tmpl = {.type = (uint8_t)(li % 3), .func_id = (uint16_t)(40 + li),
+                               .req_id = 0x0102030405060708ull + si * 16 + li, .seq = 77,
+                               .nseg = 99, .msg_len = 5, .aux = (uint16_t)(si + 1)};
+            int n = segment_checked(&tmpl, msg, len, S, out, cap, dlen, offs, 1024);
+            if (n <= 0)
+                continue;
+            for (int k = 0; k < n; k++)
+                order[k] = (uint32_t)k;
+            reassemble_checked(r, &tmpl, msg, len, S, out, dlen, offs, order, n, 0, "in order");
+            const uint8_t *first = srpc_reassembler_message(r, NULL, NULL);
+            srpc_reassembler_reset(r);
+            CHECK(srpc_reassembler_message(r, NULL, NULL) == NULL, "reset drops the message");
+            for (int k = 0; k < n; k++)
+                order[k] = (uint32_t)(n - 1 - k);
+            reassemble_checked(r, &tmpl, msg, len, S, out, dlen, offs, order, n, 0, "reversed");
+            CHECK(srpc_reassembler_message(r, NULL, NULL) == first, "buffer reused after reset (len %u)", len);
+            srpc_reassembler_reset(r);
+            /* Shuffled, every datagram twice. */
+            uint64_t x = 0x9e3779b97f4a7c15ull ^ len;
+            for (int k = n - 1; k > 0; k--) {
+                x = x * 6364136223846793005ull + 1442695040888963407ull;
+                uint32_t j = (uint32_t)((x >> 33) % (uint64_t)(k + 1)), t = order[k];
+                order[k] = order[j];
+                order[j] = t;
+            }
+            reassemble_checked(r, &tmpl, msg, len, S, out, dlen, offs, order, n, 1, "shuffled, duplicated");
+            /* No reset: the next message replaces the completed one. */
+        }
+    }
+done:
+    srpc_reassembler_destroy(r);
+    srpc_reassembler_destroy(NULL);
+    free(out);
+    free(msg);
+}
+
+static void test_codec_errors(void)
+{
+    enum { S = 100, LEN = 250, NSEG = 3 };
+    uint8_t msg[LEN], out[LEN + NSEG * SRPC_HDR_LEN], bad[LEN + NSEG * SRPC_HDR_LEN];
+    uint32_t dlen[NSEG];
+    for (uint32_t i = 0; i < LEN; i++)
+        msg[i] = msg_byte(i);
+    srpc_hdr_t tmpl = {.type = SRPC_REQUEST, .func_id = 3, .req_id = 42, .aux = 0};
+
+    /* srpc_msg_segment */
+    size_t need = sizeof(out);
+    CHECK(srpc_msg_segment(&tmpl, msg, LEN, S, out, need - 1, dlen, NSEG) == -ENOBUFS, "cap one short");
+    CHECK(srpc_msg_segment(&tmpl, msg, LEN, S, out, need, dlen, NSEG - 1) == -ENOBUFS, "max_dgrams one short");
+    CHECK(srpc_msg_segment(&tmpl, msg, 0, S, out, SRPC_HDR_LEN - 1, dlen, 1) == -ENOBUFS, "empty message, cap 21");
+    CHECK(srpc_msg_segment(&tmpl, msg, 0, S, out, SRPC_HDR_LEN, dlen, 0) == -ENOBUFS, "max_dgrams 0");
+    CHECK(srpc_msg_segment(&tmpl, msg, LEN, 0, out, need, dlen, NSEG) == -EINVAL, "S 0");
+    CHECK(srpc_msg_segment(&tmpl, msg, LEN, SRPC_MAX_SEG_DATA + 1, out, need, dlen, NSEG) == -EINVAL, "S too large");
+    CHECK(srpc_msg_segment(NULL, msg, LEN, S, out, need, dlen, NSEG) == -EINVAL, "NULL tmpl");
+    CHECK(srpc_msg_segment(&tmpl, NULL, LEN, S, out, need, dlen, NSEG) == -EINVAL, "NULL data");
+    CHECK(srpc_msg_segment(&tmpl, msg, LEN, S, NULL, need, dlen, NSEG) == -EINVAL, "NULL out");
+    CHECK(srpc_msg_segment(&tmpl, msg, LEN, S, out, need, NULL, NSEG) == -EINVAL, "NULL dgram_len");
+    srpc_hdr_t t3 = tmpl;
+    t3.type = 3;
+    CHECK(srpc_msg_segment(&t3, msg, LEN, S, out, need, dlen, NSEG) == -EINVAL, "type 3");
+    CHECK(srpc_msg_segment(&tmpl, msg, 65536, 1, out, need, dlen, NSEG) == -EMSGSIZE, "65536 segments");
+    CHECK(srpc_msg_segment(&tmpl, NULL, 0, 1, out, need, dlen, NSEG) == 1, "empty message, NULL data");
+    CHECK(srpc_msg_segment(&tmpl, msg, LEN, S, out, need, dlen, NSEG) == NSEG, "exact fit");
+    const size_t o1 = dlen[0], o2 = dlen[0] + dlen[1]; /* datagrams 1 and 2 */
+
+    srpc_reassembler_t *r = NULL;
+    CHECK(srpc_reassembler_create(LEN, NULL) == -EINVAL, "create NULL out");
+    CHECK(srpc_reassembler_create(LEN, &r) == 0, "create");
+    if (!r)
+        return;
+    CHECK(srpc_reassembler_push(NULL, out, dlen[0]) == -EINVAL, "push to NULL");
+    CHECK(srpc_reassembler_push(r, NULL, 30) == -EINVAL, "NULL datagram");
+
+    /* Malformed datagrams, alone and while a message is in progress: nothing changes. */
+    for (int phase = 0; phase < 2; phase++) {
+        if (phase == 1)
+            CHECK(srpc_reassembler_push(r, out + o1, dlen[1]) == 0, "segment 1 starts the message");
+        CHECK(srpc_reassembler_push(r, out, SRPC_HDR_LEN - 1) == -EMSGSIZE, "short (%d)", phase);
+        CHECK(srpc_reassembler_push(r, out, 0) == -EMSGSIZE, "empty (%d)", phase);
+        memcpy(bad, out, dlen[0]);
+        bad[0] = 0x5A;
+        CHECK(srpc_reassembler_push(r, bad, dlen[0]) == -EBADMSG, "bad magic (%d)", phase);
+        memcpy(bad, out, dlen[0]);
+        bad[1] = (uint8_t)(2 << 4 | SRPC_REQUEST);
+        CHECK(srpc_reassembler_push(r, bad, dlen[0]) == -EBADMSG, "version 2 (%d)", phase);
+        bad[1] = (uint8_t)(SRPC_VERSION << 4 | 3);
+        CHECK(srpc_reassembler_push(r, bad, dlen[0]) == -EBADMSG, "type 3 (%d)", phase);
+        srpc_hdr_t h = tmpl;
+        h.seq = NSEG;
+        h.nseg = NSEG;
+        h.msg_len = LEN;
+        srpc_hdr_encode(&h, bad);
+        CHECK(srpc_reassembler_push(r, bad, SRPC_HDR_LEN + S) == -EPROTO, "seq >= nseg (%d)", phase);
+        h.seq = 0;
+        h.nseg = 0;
+        srpc_hdr_encode(&h, bad);
+        CHECK(srpc_reassembler_push(r, bad, SRPC_HDR_LEN + S) == -EPROTO, "nseg 0 (%d)", phase);
+        /* Same message, msg_len 240 (still a valid 3-segment message at S 100). */
+        memcpy(bad, out, dlen[0]);
+        h = tmpl;
+        h.seq = 0;
+        h.nseg = NSEG;
+        h.msg_len = LEN - 10;
+        srpc_hdr_encode(&h, bad);
+        CHECK(srpc_reassembler_push(r, bad, dlen[0]) == (phase ? -EPROTO : 0),
+              "msg_len disagrees (%d)", phase);
+        if (phase == 0)
+            srpc_reassembler_reset(r);
+        /* Same message, segment 0 of S 101: disagrees with S 100. */
+        h.msg_len = LEN;
+        srpc_hdr_encode(&h, bad);
+        memcpy(bad + SRPC_HDR_LEN, msg, S + 1);
+        CHECK(srpc_reassembler_push(r, bad, SRPC_HDR_LEN + S + 1) == (phase ? -EPROTO : 0),
+              "S disagrees (%d)", phase);
+        if (phase == 0)
+            srpc_reassembler_reset(r);
+        /* A single segment that does not carry msg_len bytes. */
+        h.nseg = 1;
+        h.msg_len = 10;
+        srpc_hdr_encode(&h, bad);
+        CHECK(srpc_reassembler_push(r, bad, SRPC_HDR_LEN + 9) == -EPROTO, "single short (%d)", phase);
+        /* Another message: other req_id, func_id or type. */
+        h = tmpl;
+        h.nseg = 1;
+        h.msg_len = 4;
+        h.req_id = 43;
+        srpc_hdr_encode(&h, bad);
+        CHECK(srpc_reassembler_push(r, bad, SRPC_HDR_LEN + 4) == (phase ? -EBUSY : 1),
+              "other req_id (%d)", phase);
+        h.req_id = tmpl.req_id;
+        h.func_id = 4;
+        srpc_hdr_encode(&h, bad);
+        CHECK(srpc_reassembler_push(r, bad, SRPC_HDR_LEN + 4) == (phase ? -EBUSY : 1),
+              "other func_id (%d)", phase);
+        h.func_id = tmpl.func_id;
+        h.type = SRPC_RESPONSE;
+        srpc_hdr_encode(&h, bad);
+        CHECK(srpc_reassembler_push(r, bad, SRPC_HDR_LEN + 4) == (phase ? -EBUSY : 1),
+              "other type (%d)", phase);
+        /* Larger than max_msg (one and several segments). */
+        h = tmpl;
+        h.req_id = 44;
+        h.nseg = 1;
+        h.msg_len = LEN + 1;
+        srpc_hdr_encode(&h, bad);
+        CHECK(srpc_reassembler_push(r, bad, SRPC_HDR_LEN + LEN + 1) == (phase ? -EBUSY : -E2BIG),
+              "msg_len > max (%d)", phase);
+        h.nseg = NSEG;
+        srpc_hdr_encode(&h, bad);
+        CHECK(srpc_reassembler_push(r, bad, SRPC_HDR_LEN + S) == (phase ? -EBUSY : -E2BIG),
+              "msg_len > max, 3 segments (%d)", phase);
+        if (phase == 0) {
+            /* The last accepted single-segment message is still there; -E2BIG kept it. */
+            srpc_hdr_t mh;
+            uint32_t ml;
+            CHECK(srpc_reassembler_message(r, &mh, &ml) && mh.type == SRPC_RESPONSE && ml == 4,
+                  "rejected datagrams keep the completed message");
+            srpc_reassembler_reset(r);
+        }
+    }
+    /* The message in progress survived all of it. */
+    CHECK(srpc_reassembler_push(r, out + o1, dlen[1]) == -EALREADY, "duplicate of segment 1");
+    CHECK(srpc_reassembler_push(r, out + o2, dlen[2]) == 0, "segment 2");
+    CHECK(srpc_reassembler_message(r, NULL, NULL) == NULL, "not complete yet");
+    CHECK(srpc_reassembler_push(r, out, dlen[0]) == 1, "segment 0 completes");
+    uint32_t ml = 0;
+    const uint8_t *m = srpc_reassembler_message(r, NULL, &ml);
+    CHECK(m && ml == LEN && memcmp(m, msg, LEN) == 0, "message intact after rejections");
+    /* A segment of a new message replaces the completed one. */
+    srpc_hdr_t h = tmpl;
+    h.req_id = 45;
+    h.nseg = 1;
+    h.msg_len = 3;
+    srpc_hdr_encode(&h, bad);
+    memcpy(bad + SRPC_HDR_LEN, "abc", 3);
+    CHECK(srpc_reassembler_push(r, bad, SRPC_HDR_LEN + 3) == 1, "new message after a completed one");
+    srpc_hdr_t mh;
+    m = srpc_reassembler_message(r, &mh, &ml);
+    CHECK(m && ml == 3 && memcmp(m, "abc", 3) == 0 && mh.req_id == 45, "the new message");
+    srpc_reassembler_destroy(r);
+
+    /* max_msg 0: only empty messages. */
+    CHECK(srpc_reassembler_create(0, &r) == 0, "create(0)");
+    if (r) {
+        h.msg_len = 0;
+        srpc_hdr_encode(&h, bad);
+        CHECK(srpc_reassembler_push(r, bad, SRPC_HDR_LEN) == 1, "empty message");
+        CHECK(srpc_reassembler_message(r, NULL, &ml) != NULL && ml == 0, "empty message read");
+        h.req_id = 46;
+        h.msg_len = 1;
+        srpc_hdr_encode(&h, bad);
+        CHECK(srpc_reassembler_push(r, bad, SRPC_HDR_LEN + 1) == -E2BIG, "1 byte > max 0");
+        srpc_reassembler_destroy(r);
+    }
+}
+
+/* Scatter into 2 TQs (1000-byte and 24-byte elements, 5 each: rings of 8192 and 4096 bytes,
+ * so requests land across the ring end), read back, and every invalid argument. */
+static void test_tq_scatter(void)
+{
+    srpc_tq_t *tq[2] = {NULL, NULL};
+    CHECK(srpc_tq_create(1000, 5, &tq[0]) == 0 && srpc_tq_create(24, 5, &tq[1]) == 0, "create");
+    if (!tq[0] || !tq[1])
+        goto done;
+    const uint32_t sizes[2] = {1000, 24};
+    uint8_t req[1024];
+    int ok = 1;
+    for (uint64_t seq = 0; seq < 23; seq++) {
+        for (uint32_t i = 0; i < 1024; i++)
+            req[i] = (uint8_t)(seq * 5 + i);
+        ok &= srpc_tq_scatter(tq, sizes, 2, seq, req, 1024) == 0;
+        ok &= memcmp(srpc_tq_elem(tq[0], seq), req, 1000) == 0;
+        ok &= memcmp(srpc_tq_elem(tq[1], seq), req + 1000, 24) == 0;
+    }
+    CHECK(ok, "scatter into 2 TQs");
+    /* Five consecutive requests read back as one contiguous run of each TQ. */
+    for (uint64_t seq = 100; seq < 105; seq++) {
+        for (uint32_t i = 0; i < 1024; i++)
+            req[i] = (uint8_t)(seq * 3 + i);
+        ok &= srpc_tq_scatter(tq, sizes, 2, seq, req, 1024) == 0;
+    }
+    const uint8_t *run0 = srpc_tq_elem(tq[0], 100), *run1 = srpc_tq_elem(tq[1], 100);
+    for (uint64_t k = 0; k < 5; k++)
+        for (uint32_t i = 0; i < 1024; i++)
+            ok &= (i < 1000 ? run0[k * 1000 + i] : run1[k * 24 + i - 1000]) == (uint8_t)((100 + k) * 3 + i);
+    CHECK(ok, "contiguous runs after scatter");
+
+    /* One tensor: len may be shorter than the element; the rest is untouched. */
+    uint8_t *e = srpc_tq_elem(tq[0], 7);
+    memset(e, 0xEE, 1000);
+    CHECK(srpc_tq_scatter(tq, sizes, 1, 7, "hello", 5) == 0, "one short tensor");
+    CHECK(memcmp(e, "hello", 5) == 0 && e[5] == 0xEE && e[999] == 0xEE, "copied 5 bytes only");
+    CHECK(srpc_tq_scatter(tq, sizes, 1, 7, NULL, 0) == 0 && e[0] == 'h', "empty request");
+
+    /* Errors copy nothing. */
+    memset(e, 0xEE, 1000);
+    memset(req, 0x11, sizeof(req));
+    const uint32_t too_big[2] = {1001, 24}, short_sizes[2] = {1000, 23};
+    CHECK(srpc_tq_scatter(tq, sizes, 2, 7, req, 1023) == -EINVAL, "len < sum");
+    CHECK(srpc_tq_scatter(tq, sizes, 2, 7, req, 1025) == -EINVAL, "len > sum");
+    CHECK(srpc_tq_scatter(tq, sizes, 1, 7, req, 1001) == -EINVAL, "one tensor, len > size");
+    CHECK(srpc_tq_scatter(tq, too_big, 2, 7, req, 1025) == -EINVAL, "size > element");
+    CHECK(srpc_tq_scatter(tq, too_big, 1, 7, req, 5) == -EINVAL, "one size > element");
+    CHECK(srpc_tq_scatter(tq, short_sizes, 2, 7, req, 1024) == -EINVAL, "sizes disagree with len");
+    CHECK(srpc_tq_scatter(tq, sizes, 0, 7, req, 0) == -EINVAL, "n 0");
+    CHECK(srpc_tq_scatter(NULL, sizes, 2, 7, req, 1024) == -EINVAL, "NULL tqs");
+    CHECK(srpc_tq_scatter(tq, NULL, 2, 7, req, 1024) == -EINVAL, "NULL sizes");
+    CHECK(srpc_tq_scatter(tq, sizes, 2, 7, NULL, 1024) == -EINVAL, "NULL data");
+    srpc_tq_t *with_null[2] = {tq[0], NULL};
+    CHECK(srpc_tq_scatter(with_null, sizes, 2, 7, req, 1024) == -EINVAL, "NULL TQ");
+    CHECK(e[0] == 0xEE && e[999] == 0xEE, "nothing copied on error");
+done:
+    srpc_tq_destroy(tq[0]);
+    srpc_tq_destroy(tq[1]);
+}
+
 /* ------------------------------------------------------------------ raw UDP */
 
 struct server_arg {
@@ -439,6 +779,11 @@ static void test_raw_udp_server(int server_busy)
     CHECK(rc == 0 && all_positive(lat, 2), "empty datagrams by name: %d", rc);
     rc = srpc_raw_pingpong("127.0.0.1", a.port, 65507, 0, 0, 0, 2, lat);
     CHECK(rc == 0 && all_positive(lat, 2), "largest datagram: %d", rc);
+    uint64_t el = 0;
+    memset(lat, 0, sizeof(lat));
+    rc = srpc_raw_closed_loop("127.0.0.1", a.port, 1024, 0, 0, 16, 20, 50, lat, &el);
+    CHECK(rc == 0 && all_positive(lat, 50) && el > 0, "closed loop, 16 outstanding: %d", rc);
+    CHECK(srpc_raw_closed_loop("127.0.0.1", a.port, 8, 0, 0, 0, 0, 1, lat, NULL) == -EINVAL, "concurrency 0");
 
     __atomic_store_n(&a.stop, 1, __ATOMIC_RELAXED);
     pthread_join(th, NULL);
@@ -469,6 +814,9 @@ static void test_raw_udp_message(void)
     memset(lat, 0, sizeof(lat));
     rc = srpc_raw_pingpong("127.0.0.1", a.port, 602112, 4000, 1, 2, 20, lat);
     CHECK(rc == 0 && all_positive(lat, 20), "message pingpong: %d", rc);
+    memset(lat, 0, sizeof(lat));
+    rc = srpc_raw_closed_loop("127.0.0.1", a.port, 602112, 4000, 0, 4, 2, 20, lat, NULL);
+    CHECK(rc == 0 && all_positive(lat, 20), "message closed loop, 4 outstanding: %d", rc);
     __atomic_store_n(&a.stop, 1, __ATOMIC_RELAXED);
     pthread_join(th, NULL);
     CHECK(a.rc == 0, "message server returned %d", a.rc);
@@ -561,6 +909,9 @@ int main(void)
     test_seg_count();
     test_strerror();
     test_tq();
+    test_codec_roundtrip();
+    test_codec_errors();
+    test_tq_scatter();
     test_raw_udp();
     test_schedules();
     printf("%d passed, %d failed\n", passed, failed);
