@@ -1,0 +1,271 @@
+"""load_cli.py: `splitrpc load`: warm-up, validation, then closed-loop, open-loop (rate sweep)
+or trace-replay runs against a splitrpc server; writes JSON, CSV and PNG reports."""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import threading
+import time
+from datetime import datetime, timezone
+
+import numpy as np
+
+from .. import __version__
+from ..client import Client
+from ..errors import SplitRPCError
+from . import report, schedule
+from .progress import ProgressLine
+from .runner import Records, run_load
+from .validate import validate
+
+
+class LoadError(Exception):
+    """A load job that cannot run as asked (bad arguments, unreadable files)."""
+
+
+def _ints(text: str) -> list[int]:
+    try:
+        v = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+    if not v or min(v) <= 0:
+        raise argparse.ArgumentTypeError("expected positive integers")
+    return v
+
+
+def _floats(text: str) -> list[float]:
+    try:
+        v = [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
+    if not v or min(v) <= 0:
+        raise argparse.ArgumentTypeError("expected positive numbers")
+    return v
+
+
+def add_parser(sub) -> argparse.ArgumentParser:
+    p = sub.add_parser("load", help="load a splitrpc server: closed loop, open loop or trace replay",
+                       description="Warm-up, validation, then the measured runs. Every timestamp is taken "
+                                   "in native code; open-loop latency counts from each call's due time.")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=9230)
+    p.add_argument("--service", default="vecadd", help="built-in service: vecadd, matmul, echo, head")
+    p.add_argument("--func-id", type=int, help="call this function id instead of a built-in service")
+    p.add_argument("--request-file", help="request bytes (with --func-id)")
+    p.add_argument("--expect-file", help="the reply every call must get (with --func-id)")
+    p.add_argument("--mode", choices=("closed", "open", "trace"), default="closed")
+    p.add_argument("--concurrency", type=_ints, default=[1], help="closed: calls outstanding, e.g. 1,16,32")
+    p.add_argument("--calls", type=int, default=20000, help="closed: recorded calls per concurrency")
+    p.add_argument("--rates", type=_floats, default=[1000.0], help="open: offered calls/s, e.g. 1000,10000")
+    p.add_argument("--duration", type=float, default=5.0, help="open: seconds per rate; trace: the replay's length")
+    p.add_argument("--arrival", choices=tuple(schedule.ARRIVALS), default="poisson")
+    p.add_argument("--cv", type=float, default=4.0, help="hyperexp: coefficient of variation (> 1)")
+    p.add_argument("--trace", help="trace: CSV of time_s,rate_rps to replay")
+    p.add_argument("--wiki-peak", type=float, help="trace: replay a Wikipedia-like day peaking at this rate")
+    p.add_argument("--noise", type=float, default=0.1, help="trace: relative Gaussian noise of the generated day")
+    p.add_argument("--bin-s", type=float, help="trace: time bin of the series (default: duration/100)")
+    p.add_argument("--warmup-s", type=float, default=1.0, help="warm-up seconds, not recorded (0: none)")
+    p.add_argument("--validate", type=int, default=32, help="validation calls with varied inputs (0: none)")
+    p.add_argument("--timeout-ms", type=float, default=1000.0)
+    p.add_argument("--max-outstanding", type=int, default=4096, help="open: calls outstanding at most")
+    p.add_argument("--spin", action="store_true", help="busy-poll between sends (most exact send times)")
+    p.add_argument("--busy-poll", action="store_true", help="the client spins while waiting for replies")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--out", default="splitrpc-load", help="directory for report.json, runs.csv and PNGs")
+    p.add_argument("--label", default="splitrpc")
+    p.add_argument("--no-plots", action="store_true")
+    p.add_argument("--quiet", action="store_true", help="no progress line")
+    p.set_defaults(func=cmd_load)
+    return p
+
+
+def _target(a):
+    """(func_id, request, expected reply or None, service or None)."""
+    if a.func_id is not None:
+        if not a.request_file:
+            raise LoadError("--func-id needs --request-file (the request bytes)")
+        try:
+            with open(a.request_file, "rb") as f:
+                req = f.read()
+            exp = None
+            if a.expect_file:
+                with open(a.expect_file, "rb") as f:
+                    exp = f.read()
+        except OSError as e:
+            raise LoadError(str(e)) from None
+        return a.func_id, req, exp, None
+    from ..services import SERVICES
+
+    svc = SERVICES.get(a.service)
+    if svc is None:
+        raise LoadError(f"unknown service {a.service!r}; built-in: {', '.join(SERVICES)} (or use --func-id)")
+    req = svc.example(np.random.default_rng(a.seed))
+    return svc.func_id, req, svc.expected(req), svc
+
+
+def _trace(a) -> tuple[np.ndarray, np.ndarray, float]:
+    if a.trace and a.wiki_peak:
+        raise LoadError("give --trace or --wiki-peak, not both")
+    if a.trace:
+        t, r = schedule.read_trace_csv(a.trace)
+        return t, r, float(t[-1] + (t[-1] - t[-2] if len(t) > 1 else 1.0))
+    if a.wiki_peak:
+        t, r = schedule.wikipedia_day(a.wiki_peak, a.duration, noise=a.noise, seed=a.seed)
+        return t, r, a.duration
+    raise LoadError("--mode trace needs --trace FILE.csv or --wiki-peak RATE")
+
+
+class Job:
+    """One `splitrpc load` invocation: holds the client, target and options."""
+
+    def __init__(self, a, client: Client, func_id: int, req: bytes, exp: bytes | None):
+        self.a, self.c, self.func_id, self.req, self.exp = a, client, func_id, req, exp
+
+    def run(self, title: str, **kw) -> Records:
+        with ProgressLine(title, enabled=not self.a.quiet) as line:
+            return run_load(self.c, self.func_id, self.req, expect=self.exp, timeout_s=self.a.timeout_ms / 1e3,
+                            spin=self.a.spin, max_outstanding=self.a.max_outstanding, on_progress=line.update,
+                            interval_s=0.25, **kw)
+
+    def warmup(self, concurrency: int = 0, rate: float = 0.0) -> dict | None:
+        s = self.a.warmup_s
+        if s <= 0:
+            return None
+        if concurrency:
+            stop = threading.Event()
+            timer = threading.Timer(s, stop.set)
+            timer.start()
+            try:
+                r = self.run("warm-up", concurrency=concurrency, n=200_000, stop=stop)
+            finally:
+                timer.cancel()
+        else:
+            r = self.run("warm-up", schedule=schedule.arrivals(self.a.arrival, rate, max(1, int(rate * s)),
+                                                               cv=self.a.cv, seed=self.a.seed + 1000))
+        return report.summarize(r, "warm-up")
+
+
+def _print_row(s: dict) -> None:
+    lat = s["latency_us"]
+    key = f"c={s['concurrency']}" if s["mode"] == "closed" else f"{s['offered_rps']:,.0f}/s"
+    p = lambda v: "-" if v is None else f"{v:,.1f}"  # noqa: E731
+    print(f"{s['label']:>10s} {key:>12s} {s['achieved_rps']:>12,.0f} {p(lat['p50']):>10s} {p(lat['p99']):>10s} "
+          f"{p(lat['p99.9']):>10s} {s['errors']:>7,d} {s['invalid']:>7,d}", flush=True)
+
+
+def _plots(a, out: str, runs: list[dict], records: list[Records], series: dict | None) -> list[str]:
+    from . import plots
+
+    made = []
+    cdf = {(f"c={s['concurrency']}" if s["mode"] == "closed" else f"{s['offered_rps']:,.0f}/s"): r.latency_ns() / 1e3
+           for s, r in zip(runs, records) if len(r.latency_ns())}
+    if cdf:
+        made.append(plots.latency_cdf(cdf, os.path.join(out, "latency_cdf.png")))
+    if a.mode == "closed":
+        made.append(plots.throughput_vs_concurrency(
+            {a.label: [(s["concurrency"], s["achieved_rps"]) for s in runs]},
+            os.path.join(out, "throughput_vs_concurrency.png")))
+    elif a.mode == "open":
+        pts = [{"offered_rps": s["offered_rps"], "achieved_rps": s["achieved_rps"],
+                "mean_us": s["latency_us"]["mean"] or float("nan"), "p99_us": s["latency_us"]["p99"] or float("nan")}
+               for s in runs]
+        made.append(plots.latency_vs_load({a.label: pts}, os.path.join(out, "latency_vs_load.png")))
+    elif series is not None:
+        made.append(plots.latency_over_time(series["t_s"], series["offered_rps"], series["achieved_rps"],
+                                            series["p50_us"], series["p99_us"],
+                                            os.path.join(out, "latency_over_time.png"),
+                                            title=f"{a.label}: trace replay"))
+    return made
+
+
+def cmd_load(a) -> int:
+    try:
+        return _load(a)
+    except (LoadError, schedule.TraceError, ValueError, OSError) as e:
+        print(f"splitrpc load: {e}", file=sys.stderr)
+        return 2
+
+
+def _load(a) -> int:
+    func_id, req, exp, svc = _target(a)
+    if a.timeout_ms <= 0 or a.calls <= 0 or a.duration <= 0 or a.max_outstanding <= 0:
+        raise LoadError("--timeout-ms, --calls, --duration and --max-outstanding must be > 0")
+    os.makedirs(a.out, exist_ok=True)
+    doc: dict = {"tool": f"splitrpc load {__version__}", "command": " ".join(sys.argv),
+                 "started": datetime.now(timezone.utc).isoformat(timespec="seconds"), "machine": report.machine(),
+                 "target": {"host": a.host, "port": a.port, "service": svc.name if svc else None, "func_id": func_id,
+                            "request_bytes": len(req), "checks_replies": exp is not None},
+                 "mode": a.mode, "arrival": a.arrival if a.mode != "closed" else None}
+    runs: list[dict] = []
+    records: list[Records] = []
+    series = None
+    with Client(a.host, a.port, timeout=a.timeout_ms / 1e3, busy_poll=a.busy_poll) as c:
+        job = Job(a, c, func_id, req, exp)
+        if a.mode == "closed":
+            doc["warmup"] = job.warmup(concurrency=a.concurrency[0])
+        elif a.mode == "open":
+            doc["warmup"] = job.warmup(rate=a.rates[0])
+        else:
+            t, r, end = _trace(a)
+            doc["warmup"] = job.warmup(rate=float(np.mean(r)) or 1.0)
+        if svc is not None and a.validate > 0:
+            v = validate(c, svc, a.validate, seed=a.seed + 1)
+            doc["validation"] = v.as_dict()
+            print(f"validation: {v.ok}/{v.calls} replies correct" + (f"; {'; '.join(v.problems)}" if v.problems else ""),
+                  flush=True)
+        else:
+            doc["validation"] = None
+        print(f"{'system':>10s} {'load':>12s} {'calls/s':>12s} {'p50 µs':>10s} {'p99 µs':>10s} {'p99.9 µs':>10s} "
+              f"{'errors':>7s} {'invalid':>7s}", flush=True)
+        if a.mode == "closed":
+            for conc in a.concurrency:
+                recs = job.run(f"closed c={conc}", concurrency=conc, n=a.calls)
+                records.append(recs)
+                runs.append(report.summarize(recs, a.label))
+                _print_row(runs[-1])
+                if recs.interrupted:
+                    break
+        elif a.mode == "open":
+            for i, rate in enumerate(a.rates):
+                n = max(1, int(rate * a.duration))
+                sched = schedule.arrivals(a.arrival, rate, n, cv=a.cv, seed=a.seed + i)
+                recs = job.run(f"open {rate:,.0f}/s", schedule=sched)
+                records.append(recs)
+                runs.append(report.summarize(recs, a.label))
+                _print_row(runs[-1])
+                if recs.interrupted:
+                    break
+        else:
+            sched = schedule.trace_arrivals(t, r, end, arrival=a.arrival, cv=a.cv, seed=a.seed)
+            if len(sched) == 0:
+                raise LoadError("the trace asks for no calls at all")
+            doc["trace"] = {"source": a.trace or f"wikipedia-like day, peak {a.wiki_peak}/s, noise {a.noise}",
+                            "points": len(t), "duration_s": end, "calls": len(sched)}
+            recs = job.run("trace", schedule=sched)
+            records.append(recs)
+            runs.append(report.summarize(recs, a.label))
+            _print_row(runs[-1])
+            series = report.time_series(recs, a.bin_s or max(end / 100, 0.01))
+            report.write_series_csv(os.path.join(a.out, "series.csv"), series)
+            doc["series"] = series
+    doc["runs"] = runs
+    report.write_csv(os.path.join(a.out, "runs.csv"), runs)
+    if not a.no_plots:
+        try:
+            doc["plots"] = [os.path.basename(p) for p in _plots(a, a.out, runs, records, series)]
+        except ImportError as e:
+            print(f"plots skipped: {e}", file=sys.stderr)
+            doc["plots"] = []
+    report.write_json(os.path.join(a.out, "report.json"), doc)
+    print(f"wrote {a.out}/report.json, runs.csv" + (", series.csv" if series is not None else "")
+          + "".join(f", {p}" for p in doc.get("plots", [])), flush=True)
+    bad = sum(s["invalid"] for s in runs)
+    v = doc["validation"]
+    if bad or (v is not None and not v["passed"]):
+        why = [f"{bad} invalid replies in the measured runs"] if bad else []
+        if v is not None and not v["passed"]:
+            why.append(f"validation: {v['calls'] - v['ok']} of {v['calls']} calls wrong or failed")
+        print("FAILED: " + "; ".join(why), file=sys.stderr)
+        return 1
+    return 0

@@ -1,0 +1,148 @@
+"""report.py: turns the records of load runs into summaries (HDR percentiles, errors by
+code, offered and achieved throughput), a time series for trace replay, and JSON/CSV files."""
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import platform
+
+import numpy as np
+
+from .hdr import HdrHistogram
+from .runner import INVALID, OK, PENDING, SEND_FAILED, TIMEOUT, Records, code_name
+
+LATENCY_KEYS = ("min", "mean", "p50", "p90", "p95", "p99", "p99.9", "max")
+
+
+def _us(h: HdrHistogram) -> dict:
+    d = h.to_dict()
+    return {k: (None if d[k] is None else round(d[k] / 1e3, 3)) for k in LATENCY_KEYS}
+
+
+def summarize(r: Records, label: str = "") -> dict:
+    """One run as a flat-ish dict: counts by outcome, throughput and latency percentiles (µs)."""
+    rec = r.rec
+    n = len(rec)
+    codes = rec["code"]
+    ok = codes == OK
+    done = codes != PENDING
+    by_code: dict[str, int] = {}
+    for c, k in zip(*np.unique(codes[done & ~ok], return_counts=True)):
+        by_code[code_name(int(c))] = int(k)
+    h = HdrHistogram()
+    h.record(r.latency_ns())
+    lag = HdrHistogram()
+    sent = codes != PENDING
+    lag.record((rec["sent_ns"][sent] - rec["sched_ns"][sent]).astype(np.int64))
+    fin = rec[done]
+    span_s = (int(fin["done_ns"].max()) - int(rec["sched_ns"][0] if r.mode == "open" else fin["sent_ns"].min())) / 1e9 \
+        if len(fin) else 0.0
+    if r.mode == "open":
+        due_span = rec["sched_ns"][-1] / 1e9
+        offered = n / due_span if due_span > 0 else math.nan
+    else:
+        offered = None
+    return {
+        "label": label, "mode": r.mode, "concurrency": r.concurrency or None,
+        "calls": n, "finished": int(done.sum()), "ok": int(ok.sum()),
+        "errors": int((done & ~ok).sum()), "errors_by_code": by_code,
+        "timeouts": int((codes == TIMEOUT).sum()), "invalid": int((codes == INVALID).sum()),
+        "send_failed": int((codes == SEND_FAILED).sum()), "not_finished": int((~done).sum()),
+        "interrupted": r.interrupted,
+        "duration_s": round(span_s, 6),
+        "offered_rps": None if offered is None else round(offered, 1),
+        "achieved_rps": round(int(ok.sum()) / span_s, 1) if span_s > 0 else 0.0,
+        "latency_us": _us(h),
+        "send_lag_us": _us(lag),   # how late the generator sent compared with the schedule
+        **r.meta,
+    }
+
+
+def time_series(r: Records, bin_s: float = 1.0) -> dict:
+    """Per time bin (by due time): offered and achieved rate, p50 and p99 latency (µs)."""
+    if not bin_s > 0:
+        raise ValueError("bin_s must be > 0")
+    rec = r.rec
+    bins = (rec["sched_ns"] / (bin_s * 1e9)).astype(np.int64)
+    nb = int(bins.max()) + 1 if len(bins) else 0
+    offered = np.bincount(bins, minlength=nb) / bin_s
+    ok = rec["code"] == OK
+    okd = rec[ok]
+    done_bins = (okd["done_ns"] / (bin_s * 1e9)).astype(np.int64)
+    achieved = np.bincount(done_bins, minlength=nb)[:nb] / bin_s
+    lat_us = (okd["done_ns"] - okd["sched_ns"]) / 1e3
+    p50 = np.full(nb, np.nan)
+    p99 = np.full(nb, np.nan)
+    errors = np.bincount(bins[~ok & (rec["code"] != PENDING)], minlength=nb)
+    ob = bins[ok]
+    idx = np.argsort(ob, kind="stable")
+    sb, sl = ob[idx], lat_us[idx]
+    edges = np.searchsorted(sb, np.arange(nb + 1))
+    for b in range(nb):
+        seg = sl[edges[b]:edges[b + 1]]
+        if len(seg):
+            p50[b], p99[b] = np.percentile(seg, [50, 99])
+    return {"t_s": np.arange(nb) * bin_s, "offered_rps": offered, "achieved_rps": achieved,
+            "p50_us": p50, "p99_us": p99, "errors": errors}
+
+
+def machine() -> dict:
+    cpu = platform.processor() or ""
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), cpu)
+    except OSError:
+        pass
+    return {"host": platform.node(), "cpu": cpu, "cpus": os.cpu_count(), "kernel": platform.release(),
+            "python": platform.python_version()}
+
+
+CSV_FIELDS = ("label", "mode", "concurrency", "offered_rps", "achieved_rps", "calls", "ok", "errors",
+              "timeouts", "invalid", "send_failed", "not_finished", "duration_s") + \
+             tuple(f"lat_{k}_us" for k in LATENCY_KEYS) + ("send_lag_p99_us",)
+
+
+def csv_row(s: dict) -> dict:
+    row = {k: s.get(k) for k in CSV_FIELDS if not k.startswith(("lat_", "send_lag"))}
+    row.update({f"lat_{k}_us": s["latency_us"][k] for k in LATENCY_KEYS})
+    row["send_lag_p99_us"] = s["send_lag_us"]["p99"]
+    return row
+
+
+def write_csv(path: str, summaries: list[dict]) -> None:
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=CSV_FIELDS)
+        w.writeheader()
+        for s in summaries:
+            w.writerow(csv_row(s))
+
+
+def write_series_csv(path: str, ts: dict) -> None:
+    keys = ("t_s", "offered_rps", "achieved_rps", "p50_us", "p99_us", "errors")
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(keys)
+        for row in zip(*(ts[k] for k in keys)):
+            w.writerow([("" if isinstance(v, float) and math.isnan(v) else round(float(v), 3)) for v in row])
+
+
+def _jsonable(x):
+    if isinstance(x, dict):
+        return {str(k): _jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_jsonable(v) for v in x]
+    if isinstance(x, np.ndarray):
+        return _jsonable(x.tolist())
+    if isinstance(x, (np.integer,)):
+        return int(x)
+    if isinstance(x, (float, np.floating)):
+        return None if math.isnan(x) else float(x)
+    return x
+
+
+def write_json(path: str, doc: dict) -> None:
+    with open(path, "w") as f:
+        json.dump(_jsonable(doc), f, indent=2)
+        f.write("\n")
