@@ -1,4 +1,4 @@
-"""cli.py: the `splitrpc` command: serve the built-in services, make one call, run the demo."""
+"""cli.py: the `splitrpc` command: serve the built-in services, make one call, run the demo, load a server."""
 from __future__ import annotations
 
 import argparse
@@ -163,6 +163,13 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--calls", type=int, default=2000)
     d.add_argument("--wait", choices=("adaptive", "poll", "block"), default="adaptive")
     d.set_defaults(func=cmd_demo)
+
+    from .loadgen.load_cli import add_parser as add_load_parser
+
+    add_load_parser(sub)
+    from .bench.sidebyside import add_parser as add_bench_parser
+
+    add_bench_parser(sub)
     return p
 
 

@@ -1,0 +1,104 @@
+"""procs.py: server child processes for the benchmarks: start outside the source tree, wait
+until ready, always stop; plus the raw-UDP limit server (`python -m splitrpc.bench.procs raw`)."""
+from __future__ import annotations
+
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+
+class ServerDied(RuntimeError):
+    """A benchmark server exited or never became ready."""
+
+
+def free_port(kind: int = socket.SOCK_DGRAM) -> int:
+    with socket.socket(socket.AF_INET, kind) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Proc:
+    """A server child process. It runs in a temporary directory, so `python -m splitrpc`
+    imports the installed package (with its compiled extension), never a source tree."""
+
+    def __init__(self, args: list[str], env: dict | None = None):
+        self.args = args
+        self.p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tempfile.gettempdir(),
+                                  env=env, text=True)
+
+    def check_alive(self) -> None:
+        if self.p.poll() is not None:
+            err = self.p.stderr.read()[-3000:] if self.p.stderr else ""
+            raise ServerDied(f"{' '.join(self.args[:4])} exited with {self.p.returncode}: {err.strip()}")
+
+    def wait_line(self, word: str, timeout: float) -> None:
+        """Waits for a stdout line containing `word` (peers print READY)."""
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            self.check_alive()
+            r, _, _ = select.select([self.p.stdout], [], [], 0.2)
+            if r:
+                line = self.p.stdout.readline()
+                if word in line:
+                    return
+        self.stop()
+        raise ServerDied(f"{' '.join(self.args[:4])} not ready after {timeout:.0f} s")
+
+    def wait_until(self, probe, what: str, timeout: float = 20.0):
+        """Calls probe() until it stops raising (the server may still be binding)."""
+        end = time.monotonic() + timeout
+        while True:
+            try:
+                return probe()
+            except Exception as e:  # noqa: BLE001 - any failure means "not yet"
+                self.check_alive()
+                if time.monotonic() > end:
+                    self.stop()
+                    raise ServerDied(f"{what} did not come up: {e}") from e
+                time.sleep(0.05)
+
+    def stop(self) -> None:
+        if self.p.poll() is None:
+            self.p.send_signal(signal.SIGTERM)
+            try:
+                self.p.wait(10)
+            except subprocess.TimeoutExpired:
+                self.p.kill()
+                self.p.wait()
+
+    def __enter__(self) -> "Proc":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def start_splitrpc(wait: str) -> tuple[Proc, int]:
+    port = free_port()
+    return Proc([sys.executable, "-m", "splitrpc", "serve", "--port", str(port), "--wait", wait]), port
+
+
+def start_raw(busy: bool, req: int, resp: int) -> tuple[Proc, int]:
+    port = free_port()
+    return Proc([sys.executable, "-m", "splitrpc.bench.procs", "raw", str(port), str(int(busy)), str(req),
+                 str(resp)]), port
+
+
+def raw_server_main(port: int, busy: int, req: int, resp: int) -> int:
+    """The raw UDP server until SIGTERM (runs in the child process)."""
+    from splitrpc._native import ffi, lib
+
+    stop = ffi.new("int *")
+    signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
+    return 1 if lib.srpc_raw_echo_serve(b"127.0.0.1", port, busy, req, resp, stop) else 0
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 6 and sys.argv[1] == "raw":
+        sys.exit(raw_server_main(*map(int, sys.argv[2:6])))
+    sys.exit("usage: python -m splitrpc.bench.procs raw PORT BUSY REQ RESP")

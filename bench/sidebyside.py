@@ -1,0 +1,301 @@
+"""sidebyside.py: `splitrpc bench`: the same services served by splitrpc, grpcio, pyzmq,
+Triton (PyTriton), the in-process callback and the raw-UDP limit, measured in one run;
+writes a markdown + JSON table and PNG plots."""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from datetime import datetime, timezone
+
+import numpy as np
+
+from splitrpc.loadgen import report
+
+from . import systems
+from .procs import ServerDied, start_raw, start_splitrpc
+from .systems import PEERS, SYSTEMS, Result
+
+SERVICES = ("vecadd", "head", "matmul", "echo")
+
+
+def _csv(kind):
+    def parse(text: str):
+        v = [kind(x) for x in text.split(",") if x.strip()]
+        if not v:
+            raise argparse.ArgumentTypeError("empty list")
+        return v
+    return parse
+
+
+def add_parser(sub) -> argparse.ArgumentParser:
+    p = sub.add_parser("bench", help="side-by-side benchmark: splitrpc vs grpcio, pyzmq, Triton, raw UDP",
+                       description=__doc__)
+    p.add_argument("--systems", type=_csv(str), default=list(SYSTEMS), help=f"from {','.join(SYSTEMS)}")
+    p.add_argument("--services", type=_csv(str), default=list(SERVICES))
+    p.add_argument("--concurrency", type=_csv(int), default=[1, 16, 32])
+    p.add_argument("--calls", type=int, default=20000, help="recorded calls per run of a fast system and a 1-8 KiB "
+                                                            "service (head: a tenth; Python peers: a tenth of that)")
+    p.add_argument("--rounds", type=int, default=3, help="rounds, systems interleaved; tables quote medians")
+    p.add_argument("--rates", type=_csv(float), default=[1000, 5000, 20000, 50000, 100000, 200000],
+                   help="open-loop sweep (vecadd) for splitrpc and grpc-asyncio, calls/s")
+    p.add_argument("--sweep-s", type=float, default=2.0, help="seconds per open-loop rate")
+    p.add_argument("--out", default="splitrpc-bench")
+    p.set_defaults(func=cmd_bench)
+    return p
+
+
+def _calls(system: str, service: str, calls: int) -> int:
+    n = calls if service != "head" else max(calls // 10, 100)
+    if system in PEERS:
+        n = max(n // 10, 100 if service != "head" else 50)
+    return n
+
+
+def _say(r: Result) -> None:
+    key = f"c={r.concurrency}" if r.concurrency else f"{r.offered_rps or 0:,.0f}/s"
+    if r.status.startswith(("unavailable", "failed")):
+        print(f"  {r.system:15s} {r.service:7s} {key:>10s}  {r.status}", flush=True)
+        return
+    print(f"  {r.system:15s} {r.service:7s} {key:>10s}  p50 {r.p50_us:10.1f} µs  p99 {r.p99_us:10.1f} µs  "
+          f"{r.throughput_rps or 0:12,.0f} calls/s  errors {r.errors} invalid {r.invalid}", flush=True)
+
+
+def _failed(system: str, service: str, conc, why: str) -> Result:
+    return Result(system, service, conc, status=f"failed: {why}")
+
+
+def _measure_system(system: str, a, out: list[Result]) -> None:
+    """All services and concurrencies of one system, one server per service (splitrpc: one)."""
+    def add(r: Result) -> None:
+        out.append(r)
+        _say(r)
+
+    if system == "splitrpc-local":
+        for svc in a.services:
+            add(systems.local_callback(svc, _calls(system, svc, a.calls)))
+        return
+    if system in PEERS:
+        ok, why = systems.peer_available(system)
+        if not ok:
+            for svc in a.services:
+                add(Result(system, svc, None, status=f"unavailable: {why}"))
+            return
+    if system.startswith("splitrpc"):
+        wait = system.split("-")[1]
+        proc, port = start_splitrpc(wait)
+        try:
+            with systems.splitrpc_client(port, busy=wait == "poll") as c:
+                proc.wait_until(lambda: c.call(1, systems.request_for("vecadd")[0], timeout=0.2), "splitrpc server")
+                for svc in a.services:
+                    for conc in a.concurrency:
+                        add(systems.splitrpc_run(c, system, svc, conc, _calls(system, svc, a.calls)))
+        except ServerDied as e:
+            add(_failed(system, "*", None, str(e)))
+        finally:
+            proc.stop()
+        return
+    for svc in a.services:
+        try:
+            if system.startswith("raw-udp"):
+                busy = system.endswith("busy")
+                req, want = systems.request_for(svc)
+                echo = len(want) == len(req) and len(req) <= 65507
+                proc, port = start_raw(busy, len(req), 0 if echo else len(want))
+            else:
+                proc, port = systems.start_peer(system, svc)
+        except ServerDied as e:
+            add(_failed(system, svc, None, str(e)))
+            continue
+        try:
+            for conc in a.concurrency:
+                n = _calls(system, svc, a.calls)
+                try:
+                    if system.startswith("raw-udp"):
+                        add(systems.raw_run(proc, port, svc, system.endswith("busy"), conc, n))
+                    else:
+                        add(systems.peer_run(system, svc, port, conc, n))
+                except (ServerDied, OSError, ValueError) as e:
+                    add(_failed(system, svc, conc, str(e)))
+        finally:
+            proc.stop()
+
+
+def _median_table(results: list[Result]) -> list[dict]:
+    """One row per (system, service, concurrency): medians over rounds of p50, p99, throughput."""
+    groups: dict[tuple, list[Result]] = {}
+    for r in results:
+        if r.offered_rps is None:
+            groups.setdefault((r.system, r.service, r.concurrency), []).append(r)
+    rows = []
+    for (system, service, conc), rs in groups.items():
+        good = [r for r in rs if r.p50_us is not None]
+        med = (lambda k: float(np.median([getattr(r, k) for r in good if getattr(r, k) is not None]))
+               if any(getattr(r, k) is not None for r in good) else None)
+        rows.append({"system": system, "service": service, "concurrency": conc, "rounds": len(good),
+                     "p50_us": med("p50_us"), "p99_us": med("p99_us"), "throughput_rps": med("throughput_rps"),
+                     "errors": sum(r.errors for r in rs), "invalid": sum(r.invalid for r in rs),
+                     "status": next((r.status for r in rs if r.status != "ok"), "ok")})
+    return rows
+
+
+def _row(rows, system, service, conc=1):
+    return next((r for r in rows if r["system"] == system and r["service"] == service and r["concurrency"] == conc
+                 and r["p50_us"] is not None), None)
+
+
+def _targets(rows: list[dict]) -> list[dict]:
+    """The issue's acceptance targets, each with its measured value or why it is missing."""
+    def ratio(a, b, key="p50_us"):
+        return (a[key] / b[key]) if a and b and a.get(key) and b.get(key) else None
+
+    sp, raw = _row(rows, "splitrpc-poll", "vecadd"), _row(rows, "raw-udp-busy", "vecadd")
+    grpc = _row(rows, "grpc-sync", "vecadd") or _row(rows, "grpc-asyncio", "vecadd")
+    sp16, raw16 = _row(rows, "splitrpc-poll", "vecadd", 16), _row(rows, "raw-udp-busy", "vecadd", 16)
+    hp, hraw = _row(rows, "splitrpc-poll", "head"), _row(rows, "raw-udp-busy", "head")
+    t = [("vecadd p50 / busy-poll raw-UDP p50", ratio(sp, raw), "<=", 2.0),
+         ("grpcio vecadd p50 / splitrpc vecadd p50", ratio(grpc, sp), ">=", 30.0),
+         ("splitrpc / raw-UDP vecadd throughput at concurrency 16", ratio(sp16, raw16, "throughput_rps"), ">=", 0.5),
+         ("head p50 / busy-poll raw-UDP p50 (same bytes)", ratio(hp, hraw), "<=", 1.5)]
+    return [{"target": name, "value": v, "op": op, "bound": b,
+             "met": None if v is None else (v <= b if op == "<=" else v >= b)} for name, v, op, b in t]
+
+
+def _open_sweep(a, out: list[Result]) -> None:
+    if "splitrpc-poll" in a.systems and "vecadd" in a.services:
+        proc, port = start_splitrpc("poll")
+        try:
+            with systems.splitrpc_client(port, busy=False) as c:
+                proc.wait_until(lambda: c.call(1, systems.request_for("vecadd")[0], timeout=0.2), "splitrpc server")
+                for rate in a.rates:
+                    r = systems.splitrpc_open(c, "splitrpc-poll", "vecadd", rate, a.sweep_s)
+                    out.append(r)
+                    _say(r)
+        finally:
+            proc.stop()
+    for system in ("grpc-asyncio",):
+        if system not in a.systems or "vecadd" not in a.services:
+            continue
+        ok, why = systems.peer_available(system)
+        if not ok:
+            out.append(Result(system, "vecadd", None, 0.0, status=f"unavailable: {why}"))
+            continue
+        try:
+            proc, port = systems.start_peer(system, "vecadd")
+        except ServerDied as e:
+            out.append(_failed(system, "vecadd", None, str(e)))
+            continue
+        try:
+            for rate in a.rates:
+                try:
+                    r = systems.peer_open(system, "vecadd", port, rate, a.sweep_s)
+                except (ServerDied, OSError, ValueError) as e:
+                    r = _failed(system, "vecadd", None, str(e))
+                    r.offered_rps = rate
+                out.append(r)
+                _say(r)
+                if r.throughput_rps and r.throughput_rps < 0.5 * rate:
+                    break  # far past the knee: higher rates only queue up
+        finally:
+            proc.stop()
+
+
+def _markdown(doc: dict, rows: list[dict], local: dict) -> str:
+    f = lambda v, d=1: "-" if v is None else f"{v:,.{d}f}"  # noqa: E731
+    lines = ["# splitrpc side by side (loopback, one machine)", "",
+             f"- date: {doc['date']}", f"- command: `{doc['command']}`", f"- machine: {doc['machine']}",
+             f"- {doc['rounds']} rounds, systems interleaved within each round; the table quotes medians over rounds",
+             "- closed loop: `concurrency` calls outstanding from one client; latency per call in µs, calls/s = "
+             "recorded calls / wall time",
+             "- RPC tax = p50 end to end minus the p50 of the callback run in-process (splitrpc-local)",
+             "- splitrpc-poll: server busy-polls, client spins (`--wait poll`, `busy_poll=True`); splitrpc-block: both "
+             "sleep in the kernel. raw-udp-*: a C UDP ping-pong of the same bytes with no header and no work.", "",
+             "| service | system | conc | p50 µs | p99 µs | calls/s | RPC tax µs | errors | status |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---|"]
+    for r in sorted(rows, key=lambda r: (SERVICES.index(r["service"]) if r["service"] in SERVICES else 9,
+                                         r["concurrency"] or 0, SYSTEMS.index(r["system"]) if r["system"] in SYSTEMS else 99)):
+        tax = (r["p50_us"] - local[r["service"]]) if r["p50_us"] is not None and r["service"] in local \
+            and r["system"] != "splitrpc-local" else None
+        lines.append(f"| {r['service']} | {r['system']} | {r['concurrency'] or '-'} | {f(r['p50_us'])} | "
+                     f"{f(r['p99_us'])} | {f(r['throughput_rps'], 0)} | {f(tax)} | {r['errors'] + r['invalid']} | "
+                     f"{r['status']} |")
+    lines += ["", "## Targets", "", "| target | measured | bound | met |", "|---|---:|---:|---|"]
+    for t in doc["targets"]:
+        lines.append(f"| {t['target']} | {f(t['value'], 2)} | {t['op']} {t['bound']} | "
+                     f"{'-' if t['met'] is None else 'yes' if t['met'] else 'NO'} |")
+    if doc["open_loop"]:
+        lines += ["", "## Open loop, vecadd (Poisson arrivals; latency from the due time)", "",
+                  "| system | offered calls/s | achieved calls/s | p50 µs | p99 µs | errors |", "|---|---:|---:|---:|---:|---:|"]
+        for r in doc["open_loop"]:
+            lines.append(f"| {r['system']} | {f(r['offered_rps'], 0)} | {f(r['throughput_rps'], 0)} | {f(r['p50_us'])} | "
+                         f"{f(r['p99_us'])} | {r['errors'] + r['invalid']} |")
+    return "\n".join(lines) + "\n"
+
+
+def _plots(out_dir: str, results: list[Result], rows: list[dict], sweep: list[Result]) -> list[str]:
+    from splitrpc.loadgen import plots
+
+    made = []
+    tput = {}
+    for r in rows:
+        if r["service"] == "vecadd" and r["throughput_rps"] and r["system"] != "splitrpc-local":
+            tput.setdefault(r["system"], []).append((r["concurrency"], r["throughput_rps"]))
+    if tput:
+        made.append(plots.throughput_vs_concurrency({k: sorted(v) for k, v in tput.items()},
+                                                    os.path.join(out_dir, "throughput_vs_concurrency.png"),
+                                                    title="vecadd: throughput vs concurrency"))
+    cdf = {}
+    for r in results:  # the last round's c=1 vecadd latencies of each system
+        if r.service == "vecadd" and r.concurrency == 1 and r.lat_us is not None and r.offered_rps is None:
+            cdf[r.system] = r.lat_us
+    if cdf:
+        made.append(plots.latency_cdf(cdf, os.path.join(out_dir, "latency_cdf_vecadd.png"),
+                                      title="vecadd, concurrency 1: latency CDF"))
+    series = {}
+    for r in sweep:
+        if r.p50_us is not None:
+            series.setdefault(r.system, []).append({"offered_rps": r.offered_rps, "achieved_rps": r.throughput_rps or 0,
+                                                    "mean_us": r.mean_us, "p99_us": r.p99_us})
+    if series:
+        made.append(plots.latency_vs_load(series, os.path.join(out_dir, "latency_vs_load.png"),
+                                          title="vecadd, open loop (Poisson): latency vs offered load"))
+    return made
+
+
+def cmd_bench(a) -> int:
+    unknown = [s for s in a.systems if s not in SYSTEMS] + [s for s in a.services if s not in SERVICES]
+    if unknown or a.rounds < 1 or a.calls < 1:
+        print(f"splitrpc bench: unknown systems/services {unknown} or bad --rounds/--calls; systems: "
+              f"{', '.join(SYSTEMS)}; services: {', '.join(SERVICES)}", file=sys.stderr)
+        return 2
+    os.makedirs(a.out, exist_ok=True)
+    results: list[Result] = []
+    t0 = time.monotonic()
+    for rnd in range(a.rounds):
+        print(f"round {rnd + 1}/{a.rounds}", flush=True)
+        for system in a.systems:
+            _measure_system(system, a, results)
+    print("open-loop sweep (vecadd)", flush=True)
+    sweep: list[Result] = []
+    _open_sweep(a, sweep)
+    rows = _median_table(results)
+    local = {r["service"]: r["p50_us"] for r in rows if r["system"] == "splitrpc-local" and r["p50_us"]}
+    doc = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+           "command": "splitrpc " + " ".join(sys.argv[1:]) if sys.argv[0].endswith("splitrpc") else " ".join(sys.argv),
+           "machine": report.machine(), "rounds": a.rounds, "calls": a.calls, "wall_s": None,
+           "table": rows, "targets": _targets(rows), "callback_p50_us": local,
+           "open_loop": [r.as_dict() for r in sweep], "runs": [r.as_dict() for r in results]}
+    try:
+        doc["plots"] = [os.path.basename(p) for p in _plots(a.out, results, rows, sweep)]
+    except ImportError as e:
+        print(f"plots skipped: {e}", file=sys.stderr)
+        doc["plots"] = []
+    doc["wall_s"] = round(time.monotonic() - t0, 1)
+    report.write_json(os.path.join(a.out, "sidebyside.json"), doc)
+    md = _markdown(doc, rows, local)
+    with open(os.path.join(a.out, "sidebyside.md"), "w") as fh:
+        fh.write(md)
+    print(md)
+    print(f"wrote {a.out}/sidebyside.md, sidebyside.json" + "".join(f", {p}" for p in doc["plots"]))
+    return 0
