@@ -166,7 +166,7 @@ def _open_sweep(a, out: list[Result]) -> None:
     if "splitrpc-poll" in a.systems and "vecadd" in a.services:
         proc, port = start_splitrpc("poll")
         try:
-            with systems.splitrpc_client(port, busy=False) as c:
+            with systems.splitrpc_client(port, busy=True) as c:  # as in the closed loop: the client spins
                 proc.wait_until(lambda: c.call(1, systems.request_for("vecadd")[0], timeout=0.2), "splitrpc server")
                 for rate in a.rates:
                     r = systems.splitrpc_open(c, "splitrpc-poll", "vecadd", rate, a.sweep_s)
@@ -208,15 +208,17 @@ def _markdown(doc: dict, rows: list[dict], local: dict) -> str:
              f"- {doc['rounds']} rounds, systems interleaved within each round; the table quotes medians over rounds",
              "- closed loop: `concurrency` calls outstanding from one client; latency per call in µs, calls/s = "
              "recorded calls / wall time",
-             "- RPC tax = p50 end to end minus the p50 of the callback run in-process (splitrpc-local)",
+             "- RPC tax = p50 end to end minus the p50 of the callback run in-process (splitrpc-local); raw-udp "
+             "runs no callback",
              "- splitrpc-poll: server busy-polls, client spins (`--wait poll`, `busy_poll=True`); splitrpc-block: both "
              "sleep in the kernel. raw-udp-*: a C UDP ping-pong of the same bytes with no header and no work.", "",
              "| service | system | conc | p50 µs | p99 µs | calls/s | RPC tax µs | errors | status |",
              "|---|---|---:|---:|---:|---:|---:|---:|---|"]
     for r in sorted(rows, key=lambda r: (SERVICES.index(r["service"]) if r["service"] in SERVICES else 9,
                                          r["concurrency"] or 0, SYSTEMS.index(r["system"]) if r["system"] in SYSTEMS else 99)):
+        runs_callback = not r["system"].startswith("raw-udp") and r["system"] != "splitrpc-local"
         tax = (r["p50_us"] - local[r["service"]]) if r["p50_us"] is not None and r["service"] in local \
-            and r["system"] != "splitrpc-local" else None
+            and runs_callback else None
         lines.append(f"| {r['service']} | {r['system']} | {r['concurrency'] or '-'} | {f(r['p50_us'])} | "
                      f"{f(r['p99_us'])} | {f(r['throughput_rps'], 0)} | {f(tax)} | {r['errors'] + r['invalid']} | "
                      f"{r['status']} |")

@@ -149,7 +149,7 @@ def splitrpc_open(c: Client, system: str, service: str, rate: float, duration_s:
     req, want = request_for(service)
     svc = SERVICES[service]
     sched = schedule.arrivals("poisson", rate, max(int(rate * duration_s), 1), seed=int(rate))
-    recs = run_load(c, svc.func_id, req, expect=want, schedule=sched, timeout_s=2.0)
+    recs = run_load(c, svc.func_id, req, expect=want, schedule=sched, timeout_s=2.0, spin=True)
     s = report.summarize(recs)
     r = Result(system, service, None, s["offered_rps"])
     lat = np.zeros(len(sched), np.uint64)
