@@ -32,6 +32,8 @@ typedef struct ct_entry {
     uint8_t state;     /* enum ct_state */
     uint8_t list;      /* enum ct_list it is on, or CT_NLISTS */
     uint16_t code;     /* DONE/REJECTED: 0 = RESPONSE, else the error code sent */
+    uint8_t placed;    /* PARTIAL: reassembled straight into TQ element placed_seq */
+    uint64_t placed_seq;
     uint32_t hnext;    /* hash chain */
     uint32_t lprev, lnext;
     uint64_t expires_ns;

@@ -66,12 +66,23 @@ static void send_errorf(srpc_server_t *srv, const srpc_call_key_t *key, int code
     srpc_server_send_error(srv, key, code, msg);
 }
 
+static void wake_worker(srpc_server_t *srv);
+static unsigned settle(srpc_server_t *srv, srpc_fn_t *fn);
+
 void srpc_server_drop_entry(srpc_server_t *srv, uint32_t idx)
 {
     ct_entry_t *e = &srv->ct.e[idx];
     if (e->state == CT_PARTIAL) {
         srv->reasm_bytes -= srpc_reasm_footprint(e->u.partial.msg_len, e->u.partial.nseg);
         srpc_reasm_free(&e->u.partial, &srv->pool);
+        if (e->placed) { /* its reserved element will never be filled: skip it */
+            srpc_fn_t *fn = srv->by_id[e->key.func_id];
+            fn->calls[e->placed_seq % fn->capacity].state = CALL_VOID;
+            fn->reserved--;
+            e->placed = 0;
+            if (settle(srv, fn))
+                wake_worker(srv);
+        }
     } else if (e->state == CT_DONE) {
         srv->cache_bytes -= e->u.done.len;
         free(e->u.done.data);
@@ -122,15 +133,28 @@ static void reject(srpc_server_t *srv, const srpc_call_key_t *k, const srpc_hdr_
     }
 }
 
-/* Copies a whole request into element fn->head of the function's input TQs, records it in
- * the Inference Monitor as RX_COMPLETE and queues it for the worker. Lock held; the caller
- * checked that there is room. */
-static void enqueue(srpc_server_t *srv, srpc_fn_t *fn, uint32_t ct_idx, const uint8_t *data, uint32_t len)
+/* Moves ready_end over the settled elements that follow it (RX_COMPLETE or VOID) and makes
+ * the RX_COMPLETE ones available to the worker; returns how many. Lock held. */
+static unsigned settle(srpc_server_t *srv, srpc_fn_t *fn)
 {
-    uint64_t seq = fn->head;
-    /* Cannot fail: new_call checked len against the function's sizes (raw: len <= in_size[0],
-     * one input; fixed: len == the sum of in_size). */
-    (void)srpc_tq_scatter(fn->in_tq, fn->in_size, fn->n_in, seq, data, len);
+    unsigned ready = 0;
+    for (; fn->ready_end < fn->head; fn->ready_end++) {
+        uint8_t st = fn->calls[fn->ready_end % fn->capacity].state;
+        if (st == CALL_RX_COMPLETE)
+            ready++;
+        else if (st != CALL_VOID)
+            break; /* RESERVED: later calls wait, so batches keep arrival order */
+    }
+    srpc_fn_retire_voids(fn, 0);
+    if (ready)
+        atomic_fetch_add(&srv->n_ready, ready);
+    return ready;
+}
+
+/* Records the request in element seq (filled) in the Inference Monitor as RX_COMPLETE and
+ * queues it for the worker. Lock held. */
+static void mark_complete(srpc_server_t *srv, srpc_fn_t *fn, uint32_t ct_idx, uint64_t seq, uint32_t len)
+{
     srpc_call_t *c = &fn->calls[seq % fn->capacity];
     c->state = CALL_RX_COMPLETE;
     c->ct_idx = ct_idx;
@@ -139,9 +163,19 @@ static void enqueue(srpc_server_t *srv, srpc_fn_t *fn, uint32_t ct_idx, const ui
     ct_entry_t *e = &srv->ct.e[ct_idx];
     e->state = CT_QUEUED;
     e->u.queued.seq = seq;
-    fn->head = seq + 1;
-    atomic_fetch_add(&srv->n_ready, 1);
     ST_ADD(srv, calls, 1);
+    settle(srv, fn);
+}
+
+/* Copies a whole request into element fn->head of the function's input TQs and marks it
+ * RX_COMPLETE. Lock held; the caller checked that there is room. */
+static void enqueue(srpc_server_t *srv, srpc_fn_t *fn, uint32_t ct_idx, const uint8_t *data, uint32_t len)
+{
+    uint64_t seq = fn->head++;
+    /* Cannot fail: new_call checked len against the function's sizes (raw: len <= in_size[0],
+     * one input; fixed: len == the sum of in_size). */
+    (void)srpc_tq_scatter(fn->in_tq, fn->in_size, fn->n_in, seq, data, len);
+    mark_complete(srv, fn, ct_idx, seq, len);
 }
 
 static int tq_full(const srpc_fn_t *fn) { return fn->head - fn->done >= fn->capacity; }
@@ -193,6 +227,17 @@ static void known_call(srpc_server_t *srv, uint32_t idx, const srpc_hdr_t *h, ui
     if (r == 0)
         return;
     srpc_fn_t *fn = srv->by_id[h->func_id];
+    if (e->placed) { /* already in its element: nothing to copy */
+        srpc_reasm_t p = e->u.partial;
+        uint64_t seq = e->placed_seq;
+        ct_list_unlink(&srv->ct, idx);
+        srv->reasm_bytes -= srpc_reasm_footprint(p.msg_len, p.nseg);
+        srpc_reasm_free(&p, &srv->pool);
+        e->placed = 0;
+        fn->reserved--;
+        mark_complete(srv, fn, idx, seq, p.msg_len);
+        return;
+    }
     if (tq_full(fn)) {
         srpc_call_key_t k = e->key;
         srpc_server_drop_entry(srv, idx);
@@ -245,10 +290,20 @@ static void new_call(srpc_server_t *srv, const srpc_call_key_t *k, const srpc_hd
     if (idx == CT_NONE)
         return;
     ct_entry_t *e = &srv->ct.e[idx];
-    if (srpc_reasm_init(&e->u.partial, h, seg, &srv->pool) != 0) {
+    /* One input tensor: the message is the element's bytes, so reassemble it in place. */
+    int place = fn->n_in == 1 && !tq_full(fn) && fn->reserved < fn->capacity / SRPC_PLACE_MAX_FRACTION;
+    int r = place ? srpc_reasm_init_at(&e->u.partial, h, seg, srpc_tq_elem(fn->in_tq[0], fn->head))
+                  : srpc_reasm_init(&e->u.partial, h, seg, &srv->pool);
+    if (r != 0) {
         ct_remove(&srv->ct, idx);
         ST_ADD(srv, drops[SRPC_DROP_MEM_CAP], 1);
         return;
+    }
+    e->placed = (uint8_t)place;
+    if (place) {
+        e->placed_seq = fn->head++;
+        fn->calls[e->placed_seq % fn->capacity].state = CALL_RESERVED;
+        fn->reserved++;
     }
     srv->reasm_bytes += need;
     ct_list_push(&srv->ct, idx, CT_LIST_PARTIAL, srpc_now_ns() + (uint64_t)srv->cfg.reasm_timeout_us * 1000);

@@ -91,6 +91,21 @@ int srpc_reasm_init(srpc_reasm_t *r, const srpc_hdr_t *h, uint32_t seg_size, srp
     return 0;
 }
 
+int srpc_reasm_init_at(srpc_reasm_t *r, const srpc_hdr_t *h, uint32_t seg_size, uint8_t *buf)
+{
+    memset(r, 0, sizeof(*r));
+    r->bitmap = calloc(bitmap_words(h->nseg), sizeof(uint64_t));
+    if (!r->bitmap)
+        return -ENOMEM;
+    r->buf = buf;
+    r->buf_cap = h->msg_len;
+    r->borrowed = 1;
+    r->msg_len = h->msg_len;
+    r->nseg = h->nseg;
+    r->seg_size = seg_size;
+    return 0;
+}
+
 int srpc_reasm_add(srpc_reasm_t *r, const srpc_hdr_t *h, uint32_t seg_size,
                    const uint8_t *data, uint32_t len)
 {
@@ -123,7 +138,8 @@ uint8_t *srpc_reasm_slot(const srpc_reasm_t *r, const srpc_hdr_t *h, uint32_t se
 
 void srpc_reasm_free(srpc_reasm_t *r, srpc_bufpool_t *pool)
 {
-    pool_put(pool, r->buf, r->buf_cap);
+    if (!r->borrowed)
+        pool_put(pool, r->buf, r->buf_cap);
     free(r->bitmap);
     r->buf = NULL;
     r->bitmap = NULL;

@@ -27,6 +27,7 @@ typedef struct srpc_reasm {
     uint64_t *bitmap;  /* one bit per segment, owned */
     uint32_t msg_len, seg_size;
     uint16_t nseg, nrecv;
+    uint8_t borrowed;  /* buf belongs to someone else (a Tensor Queue element): never freed */
 } srpc_reasm_t;
 
 /* Bytes that reasm_init allocates for a message: what memory caps count. */
@@ -36,6 +37,10 @@ size_t srpc_reasm_footprint(uint32_t msg_len, uint16_t nseg);
  * (srpc_seg_check already passed), taking its buffer from pool when one fits (pool may be
  * NULL). Returns 0 or -ENOMEM. */
 int srpc_reasm_init(srpc_reasm_t *r, const srpc_hdr_t *h, uint32_t seg_size, srpc_bufpool_t *pool);
+
+/* Like srpc_reasm_init, but the message is put together in buf (msg_len bytes, owned by the
+ * caller and kept valid until srpc_reasm_free). Returns 0 or -ENOMEM (the bitmap). */
+int srpc_reasm_init_at(srpc_reasm_t *r, const srpc_hdr_t *h, uint32_t seg_size, uint8_t *buf);
 
 /* Adds one checked segment. Returns 1 when the message became complete, 0 when the
  * segment was new, -EALREADY for a duplicate, -EPROTO when it disagrees with the message

@@ -13,7 +13,11 @@
 #include "transport_udp.h"
 
 /* Inference Monitor states of a call (SplitRPC §4). */
-enum srpc_call_state { CALL_READY = 0, CALL_RX_COMPLETE, CALL_WORK_COMPLETE, CALL_TX_COMPLETE };
+enum srpc_call_state {
+    CALL_READY = 0, CALL_RX_COMPLETE, CALL_WORK_COMPLETE, CALL_TX_COMPLETE,
+    CALL_RESERVED, /* a multi-segment request is being reassembled straight into the element */
+    CALL_VOID      /* a reserved element whose request never completed: skipped, then recycled */
+};
 
 /* Inference Monitor record of the call that owns TQ element `seq` of a function. */
 typedef struct srpc_call {
@@ -37,13 +41,20 @@ typedef struct srpc_fn {
     srpc_tq_t *in_tq[SRPC_MAX_TENSORS], *out_tq[SRPC_MAX_TENSORS];
     srpc_call_t *calls;             /* capacity records: element seq at calls[seq % capacity] */
     uint32_t *batch_in_len, *batch_out_len; /* max_batch each, for the raw API */
-    /* Ring counters, each only grows: done <= taken <= head <= done + capacity. */
-    uint64_t head;  /* lock: next element the engine fills */
-    uint64_t taken; /* lock: next element handed to the worker */
-    uint64_t done;  /* lock: next element recycled after TX_COMPLETE */
+    /* Ring counters, each only grows: done <= taken <= ready_end <= head <= done + capacity. */
+    uint64_t head;      /* lock: next element the engine fills (or reserves) */
+    uint64_t ready_end; /* lock: [taken, ready_end) are settled (RX_COMPLETE or VOID); a
+                           RESERVED element stops it, so batches keep arrival order */
+    uint64_t taken;     /* lock: next element handed to the worker */
+    uint64_t done;      /* lock: next element recycled after TX_COMPLETE */
+    uint32_t reserved;  /* lock: elements RESERVED now (bounded: see SRPC_PLACE_MAX_FRACTION) */
 } srpc_fn_t;
 
 #define SRPC_MAX_FUNCS 64
+
+/* Recycles VOID elements the ring counters have reached (lock held). worker = 1 on the worker
+ * thread, which alone may look at the elements it has been handed. */
+void srpc_fn_retire_voids(srpc_fn_t *fn, int worker);
 
 /* What the worker thread is doing, which decides who receives (see engine.c). */
 enum srpc_worker_state {

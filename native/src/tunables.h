@@ -48,6 +48,11 @@
 /* Elements per Tensor Queue when the caller does not say. */
 #define SRPC_DEF_TQ_CAPACITY 256
 
+/* Multi-segment requests are reassembled straight into their Tensor Queue element while fewer
+ * than capacity / SRPC_PLACE_MAX_FRACTION elements are reserved that way: a flood of first
+ * segments that never complete cannot take a whole queue (the others use pool buffers). */
+#define SRPC_PLACE_MAX_FRACTION 2
+
 /* How often the engine scans its expiry lists. */
 #define SRPC_TIMER_PERIOD_US 1000
 

@@ -31,6 +31,35 @@ int srpc_futex_wait(atomic_uint *addr, unsigned expected, int64_t timeout_us)
     return r == 0 ? 0 : -errno;
 }
 
+void srpc_fn_retire_voids(srpc_fn_t *fn, int worker)
+{
+    /* Elements in [done, taken) belong to the worker, which writes their state without the
+     * lock: only the worker looks at them (VOID ones there were skipped by available()). */
+    while (worker && fn->done < fn->taken && fn->calls[fn->done % fn->capacity].state == CALL_VOID)
+        fn->calls[fn->done++ % fn->capacity].state = CALL_READY;
+    /* Nothing handed out: a VOID element next in line is taken and recycled at once. */
+    while (fn->done == fn->taken && fn->taken < fn->ready_end &&
+           fn->calls[fn->taken % fn->capacity].state == CALL_VOID) {
+        fn->calls[fn->taken % fn->capacity].state = CALL_READY;
+        fn->done++;
+        fn->taken++;
+    }
+}
+
+/* Calls ready to hand over from fn->taken on (at most max_batch), after skipping VOID
+ * elements; RX_COMPLETE all, consecutive. Lock held. */
+static uint32_t available(srpc_fn_t *fn)
+{
+    srpc_fn_retire_voids(fn, 1);
+    while (fn->taken < fn->ready_end && fn->calls[fn->taken % fn->capacity].state == CALL_VOID)
+        fn->taken++; /* a batch is out: recycled when it completes */
+    uint32_t n = 0;
+    while (n < fn->max_batch && fn->taken + n < fn->ready_end &&
+           fn->calls[(fn->taken + n) % fn->capacity].state == CALL_RX_COMPLETE)
+        n++;
+    return n;
+}
+
 /* Takes the next batch, if any is due (lock held). Functions are visited round-robin; one
  * whose calls are fewer than max_batch waits until its oldest call is max_delay_us old.
  * Returns 1 with *b filled, else 0 with *hold_until_ns the earliest such deadline (or 0). */
@@ -40,7 +69,7 @@ static int take_batch(srpc_server_t *srv, srpc_batch_t *b, uint64_t now, uint64_
     for (uint32_t j = 0; j < srv->nfns; j++) {
         uint32_t fi = (srv->rr + j) % srv->nfns;
         srpc_fn_t *fn = srv->fns[fi];
-        uint64_t avail = fn->head - fn->taken;
+        uint64_t avail = available(fn);
         if (avail == 0)
             continue;
         if (avail < fn->max_batch && fn->max_delay_us) {
@@ -256,6 +285,7 @@ int srpc_server_complete(srpc_server_t *srv, srpc_batch_t *b, int status, const 
         c->state = CALL_READY; /* recycled */
     }
     fn->done += b->count;
+    srpc_fn_retire_voids(fn, 1);
     pthread_mutex_unlock(&srv->lock);
     b->count = 0;
     return 0;

@@ -62,6 +62,7 @@ enum {
     F_BADSTATUS = 8, /* completes with status 42 (out of range), text "x" */
     F_SMALL = 10,   /* float32[256] + 1, capacity 2 (BUSY) */
     F_SLOW = 11,    /* float32[256] + 1, max_batch 4, max_delay 600 ms */
+    F_PLACE = 12,   /* float32[256] + 1, capacity 6: at most 3 requests reassembled in place */
     NF = 16
 };
 
@@ -81,6 +82,7 @@ static const fdef_t D_DEADLINE = {F_DEADLINE, 0, 1, 1024, 1024, 16, 8, 0};
 static const fdef_t D_BADSTATUS = {F_BADSTATUS, 0, 1, 1024, 1024, 16, 8, 0};
 static const fdef_t D_SMALL = {F_SMALL, 0, 1, 1024, 1024, 2, 2, 0};
 static const fdef_t D_SLOW = {F_SLOW, 0, 1, 1024, 1024, 16, 4, 600000};
+static const fdef_t D_PLACE = {F_PLACE, 0, 1, 1024, 1024, 6, 8, 0};
 
 /* A server with its one worker thread. */
 typedef struct sctx {
@@ -1056,6 +1058,105 @@ static void test_reasm_timeout(int mode)
     server_down(s);
 }
 
+
+/* Sends segments [from, to) of a 3-segment 1024-byte F_PLACE request (400, 400, 224 bytes). */
+static void send_segs(int fd, int port, uint64_t req, const float *in, int from, int to)
+{
+    uint8_t dg[SRPC_HDR_LEN + 400];
+    const uint8_t *bytes = (const uint8_t *)in;
+    for (int seq = from; seq < to; seq++) {
+        size_t dl = mk_dg(dg, SRPC_REQUEST, F_PLACE, req, (uint16_t)seq, 3, 1024, 0, bytes + seq * 400,
+                          seq < 2 ? 400 : 224);
+        raw_send(fd, port, dg, dl);
+    }
+}
+
+/* Receives n replies (any order) and checks each against its request: req_ids base..base+n-1
+ * with inputs in[0..n-1]. */
+static int replies_ok(int fd, uint64_t base, int n, float in[][256], int ms)
+{
+    int good = 0;
+    for (int k = 0; k < n; k++) {
+        int len = raw_recv(fd, ms, rbuf, sizeof(rbuf));
+        srpc_hdr_t h;
+        if (len < 0 || srpc_hdr_decode(rbuf, (size_t)len, &h) != 0 || h.req_id < base || h.req_id >= base + (uint64_t)n)
+            continue;
+        good += vec_reply_ok(rbuf, len, F_PLACE, h.req_id, in[h.req_id - base]);
+    }
+    return good;
+}
+
+/* Multi-segment requests of one-input functions are reassembled straight into their Tensor
+ * Queue element. A call that completes while an earlier one is still arriving waits for it
+ * (batches keep arrival order); an element whose request never completes (expired or
+ * inconsistent) is skipped and recycled, so capacity is not lost; past capacity/2 reserved
+ * elements, requests fall back to pool buffers. */
+static void test_placement(int mode)
+{
+    const fdef_t *defs[] = {&D_PLACE};
+    sopts_t o = {.wait_mode = mode, .reasm_timeout_us = 50000};
+    sctx_t *s = server_up(&o, defs, 1);
+    int fd = raw_sock();
+    static float in[8][256];
+    for (int i = 0; i < 8; i++)
+        fill_floats(in[i], 256, (float)i * 100.0f);
+    uint8_t dg[SRPC_HDR_LEN + 1024];
+
+    /* A (3 segments) starts, B (1 segment) completes first: B is answered only after A. */
+    send_segs(fd, s->port, 200, in[0], 0, 1);
+    size_t dl = mk_dg(dg, SRPC_REQUEST, F_PLACE, 201, 0, 1, 1024, 0, in[1], 1024);
+    raw_send(fd, s->port, dg, dl);
+    CHECK(wait_rx(s, 2, 2000), "mode %d: A's first segment and B received", mode);
+    CHECK(quiet(fd, 30), "mode %d: B waits behind A, which is still arriving", mode);
+    send_segs(fd, s->port, 200, in[0], 1, 3);
+    CHECK(replies_ok(fd, 200, 2, in, 2000) == 2, "mode %d: A and B answered, both right", mode);
+
+    /* C never completes: it expires, its element is skipped, and D behind it is answered. */
+    send_segs(fd, s->port, 300, in[2], 0, 2);
+    dl = mk_dg(dg, SRPC_REQUEST, F_PLACE, 301, 0, 1, 1024, 0, in[3], 1024);
+    raw_send(fd, s->port, dg, dl);
+    uint64_t t0 = now_ns();
+    int n = raw_recv(fd, 3000, rbuf, sizeof(rbuf));
+    CHECK(vec_reply_ok(rbuf, n, F_PLACE, 301, in[3]), "mode %d: D answered after C expired (%.0f ms)", mode,
+          ms_since(t0));
+    srpc_server_stats_t st = stats(s);
+    CHECK(st.drops[SRPC_DROP_REASM_TIMEOUT] == 1, "mode %d: C expired", mode);
+
+    /* E gets an inconsistent segment: dropped, its element skipped. */
+    send_segs(fd, s->port, 400, in[4], 0, 1);
+    dl = mk_dg(dg, SRPC_REQUEST, F_PLACE, 400, 1, 3, 1000, 0, in[4], 400); /* valid alone, not with seg 0 */
+    raw_send(fd, s->port, dg, dl);
+    CHECK(wait_rx(s, st.rx_datagrams + 2, 2000), "mode %d: E's segments received", mode);
+    st = stats(s);
+    CHECK(st.drops[SRPC_DROP_INCONSISTENT] == 1 && st.partial_msgs == 0, "mode %d: E dropped", mode);
+
+    /* Capacity is intact: many calls go round the 6-element ring past the skipped ones. */
+    srpc_client_t *c = mk_client(s->port, 400); /* 400-byte segments: 3 per request, placed */
+    int ok = 0;
+    for (int i = 0; i < 24; i++)
+        ok += addone_call(c, F_PLACE, 256, (float)i);
+    CHECK(ok == 24, "mode %d: %d of 24 calls after skipped elements", mode, ok);
+    srpc_client_destroy(c);
+
+    /* Four requests arrive interleaved: three are placed (capacity 6 / 2), one uses a pool
+     * buffer; they complete in reverse order, and all four are right. */
+    for (int i = 0; i < 4; i++)
+        send_segs(fd, s->port, 500 + (uint64_t)i, in[4 + i], 0, 1);
+    for (int i = 3; i >= 0; i--)
+        send_segs(fd, s->port, 500 + (uint64_t)i, in[4 + i], 1, 3);
+    CHECK(replies_ok(fd, 500, 4, &in[4], 2000) == 4, "mode %d: interleaved requests all answered right", mode);
+    st = stats(s);
+    CHECK(st.partial_msgs == 0 && st.reasm_bytes == 0 && atomic_load(&s->bad) == 0,
+          "mode %d: nothing left partial (%llu), no bad batch", mode, (unsigned long long)st.partial_msgs);
+
+    /* A placed request still arriving at destroy is freed (leak check). */
+    uint64_t rx0 = stats(s).rx_datagrams;
+    send_segs(fd, s->port, 600, in[0], 0, 1);
+    CHECK(wait_rx(s, rx0 + 1, 2000), "received");
+    close(fd);
+    server_down(s);
+}
+
 /* Batches form under load; a batch that wraps the ring end is contiguous and correct. */
 static void test_batching(void)
 {
@@ -1505,6 +1606,8 @@ int main(void)
     test_duplicates();
     test_reasm_timeout(SRPC_WAIT_BLOCK);
     test_reasm_timeout(SRPC_WAIT_POLL);
+    test_placement(SRPC_WAIT_BLOCK);
+    test_placement(SRPC_WAIT_POLL);
     test_client_timeout();
     test_batching();
     test_hold();
