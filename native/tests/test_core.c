@@ -489,6 +489,76 @@ done:
     free(msg);
 }
 
+/* Hostile datagrams: valid segments of random messages, mutated (bytes flipped, truncated,
+ * extended, header fields rewritten), fed to a reassembler. It must never read or write out
+ * of bounds (this test also runs under ASan+UBSan), only return documented codes, and any
+ * message it completes must have the length its header announced. */
+static uint64_t fz_state = 0x2545F4914F6CDD1Dull;
+static volatile unsigned fz_sink; /* keeps the reads of completed messages */
+static uint32_t fz(uint32_t n)
+{
+    fz_state ^= fz_state << 13;
+    fz_state ^= fz_state >> 7;
+    fz_state ^= fz_state << 17;
+    return n ? (uint32_t)(fz_state % n) : 0;
+}
+
+static void test_codec_fuzz(void)
+{
+    enum { MAXMSG = 20000, MAXD = 64 };
+    static uint8_t msg[MAXMSG], out[MAXMSG + MAXD * SRPC_HDR_LEN + 64], dg[SRPC_HDR_LEN + 9000 + 16];
+    static uint32_t lens[MAXD];
+    srpc_reassembler_t *r = NULL;
+    CHECK(srpc_reassembler_create(MAXMSG, &r) == 0, "fuzz reassembler");
+    if (!r)
+        return;
+    unsigned bad_code = 0, bad_len = 0, completed = 0, rounds = 20000;
+    for (unsigned it = 0; it < rounds; it++) {
+        uint32_t len = fz(MAXMSG + 1), seg = 1 + fz(it % 3 ? 1500 : 9000);
+        for (uint32_t i = 0; i < len; i++)
+            msg[i] = (uint8_t)fz(256);
+        srpc_hdr_t h = {.type = SRPC_REQUEST, .func_id = (uint16_t)fz(4), .req_id = fz(3)};
+        int n = srpc_msg_segment(&h, msg, len, seg, out, sizeof(out), lens, MAXD);
+        if (n <= 0)
+            continue; /* more than MAXD segments: another message */
+        if (it % 16 == 0)
+            srpc_reassembler_reset(r);
+        size_t off = 0;
+        for (int d = 0; d < n; off += lens[d], d++) {
+            size_t l = lens[d];
+            if (l > sizeof(dg) - 16)
+                continue;
+            memcpy(dg, out + off, l);
+            switch (fz(6)) {
+            case 0: dg[fz((uint32_t)l)] ^= (uint8_t)(1 + fz(255)); break;        /* flip a byte */
+            case 1: l = fz((uint32_t)l + 1); break;                              /* truncate */
+            case 2: l += 1 + fz(16); break;                                      /* garbage tail */
+            case 3: dg[2 + fz(SRPC_HDR_LEN - 2)] = (uint8_t)fz(256); break;      /* header field */
+            default: break;                                                      /* as sent */
+            }
+            int rc = srpc_reassembler_push(r, dg, l);
+            if (rc != 0 && rc != 1 && rc != -EALREADY && rc != -EBADMSG && rc != -EMSGSIZE && rc != -EPROTO &&
+                rc != -EBUSY && rc != -E2BIG)
+                bad_code++;
+            if (rc == 1) {
+                srpc_hdr_t mh;
+                uint32_t ml = 0;
+                const uint8_t *m = srpc_reassembler_message(r, &mh, &ml);
+                completed++;
+                if (!m || ml != mh.msg_len)
+                    bad_len++;
+                else
+                    for (uint32_t i = 0; i < ml; i++) /* reads every byte: ASan checks the bounds */
+                        fz_sink += m[i];
+                srpc_reassembler_reset(r);
+            }
+        }
+    }
+    CHECK(bad_code == 0 && bad_len == 0 && completed > 100, "fuzz: %u undocumented codes, %u bad messages, %u completed",
+          bad_code, bad_len, completed);
+    srpc_reassembler_destroy(r);
+}
+
 static void test_codec_errors(void)
 {
     enum { S = 100, LEN = 250, NSEG = 3 };
@@ -911,6 +981,7 @@ int main(void)
     test_tq();
     test_codec_roundtrip();
     test_codec_errors();
+    test_codec_fuzz();
     test_tq_scatter();
     test_raw_udp();
     test_schedules();
