@@ -13,7 +13,7 @@ import numpy as np
 
 from .. import __version__
 from ..client import Client
-from ..errors import SplitRPCError
+from ..errors import CallTimeout, SplitRPCError
 from . import report, schedule
 from .progress import ProgressLine
 from .runner import Records, run_load
@@ -179,6 +179,18 @@ def _plots(a, out: str, runs: list[dict], records: list[Records], series: dict |
     return made
 
 
+def _probe(c: Client, a, func_id: int, req: bytes) -> None:
+    """One call before anything else, so a server that is not there fails fast and clearly
+    (a remote error is fine here: validation and the runs count those)."""
+    try:
+        c.call(func_id, req)
+    except CallTimeout:
+        raise LoadError(f"no reply from {a.host}:{a.port} within {a.timeout_ms:g} ms: is a server "
+                        f"(`splitrpc serve`) running there?") from None
+    except SplitRPCError:
+        pass
+
+
 def cmd_load(a) -> int:
     try:
         return _load(a)
@@ -191,6 +203,8 @@ def _load(a) -> int:
     func_id, req, exp, svc = _target(a)
     if a.timeout_ms <= 0 or a.calls <= 0 or a.duration <= 0 or a.max_outstanding <= 0:
         raise LoadError("--timeout-ms, --calls, --duration and --max-outstanding must be > 0")
+    if a.mode == "trace":
+        t, r, end = _trace(a)  # before anything is sent: a bad trace is a usage error
     os.makedirs(a.out, exist_ok=True)
     doc: dict = {"tool": f"splitrpc load {__version__}", "command": " ".join(sys.argv),
                  "started": datetime.now(timezone.utc).isoformat(timespec="seconds"), "machine": report.machine(),
@@ -201,13 +215,13 @@ def _load(a) -> int:
     records: list[Records] = []
     series = None
     with Client(a.host, a.port, timeout=a.timeout_ms / 1e3, busy_poll=a.busy_poll) as c:
+        _probe(c, a, func_id, req)
         job = Job(a, c, func_id, req, exp)
         if a.mode == "closed":
             doc["warmup"] = job.warmup(concurrency=a.concurrency[0])
         elif a.mode == "open":
             doc["warmup"] = job.warmup(rate=a.rates[0])
         else:
-            t, r, end = _trace(a)
             doc["warmup"] = job.warmup(rate=float(np.mean(r)) or 1.0)
         if svc is not None and a.validate > 0:
             v = validate(c, svc, a.validate, seed=a.seed + 1)

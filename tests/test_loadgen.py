@@ -199,7 +199,8 @@ def test_cli_reports_wrong_replies_and_fails(make_server, tmp_path, capsys):
 @pytest.mark.parametrize("args,msg", [(["--service", "nope"], "unknown service"),
                                       (["--mode", "trace"], "--trace"),
                                       (["--func-id", "1"], "--request-file"),
-                                      (["--mode", "trace", "--trace", "/nonexistent.csv"], "nonexistent")])
+                                      (["--mode", "trace", "--trace", "/nonexistent.csv"], "nonexistent"),
+                                      (["--timeout-ms", "50"], "is a server")])
 def test_cli_usage_errors(tmp_path, capsys, args, msg):
     rc, _ = _load(tmp_path, free_udp_port(), *args)
     assert rc == 2 and msg in capsys.readouterr().err
