@@ -12,6 +12,7 @@ from datetime import datetime, timezone
 import numpy as np
 
 from splitrpc.loadgen import report
+from splitrpc.loadgen.load_cli import comma_list
 
 from . import systems
 from .procs import ServerDied, start_raw, start_splitrpc
@@ -20,25 +21,17 @@ from .systems import PEERS, SYSTEMS, Result
 SERVICES = ("vecadd", "head", "matmul", "echo")
 
 
-def _csv(kind):
-    def parse(text: str):
-        v = [kind(x) for x in text.split(",") if x.strip()]
-        if not v:
-            raise argparse.ArgumentTypeError("empty list")
-        return v
-    return parse
-
-
 def add_parser(sub) -> argparse.ArgumentParser:
     p = sub.add_parser("bench", help="side-by-side benchmark: splitrpc vs grpcio, pyzmq, Triton, raw UDP",
                        description=__doc__)
-    p.add_argument("--systems", type=_csv(str), default=list(SYSTEMS), help=f"from {','.join(SYSTEMS)}")
-    p.add_argument("--services", type=_csv(str), default=list(SERVICES))
-    p.add_argument("--concurrency", type=_csv(int), default=[1, 16, 32])
+    p.add_argument("--systems", type=comma_list(str, positive=False), default=list(SYSTEMS),
+                   help=f"from {','.join(SYSTEMS)}")
+    p.add_argument("--services", type=comma_list(str, positive=False), default=list(SERVICES))
+    p.add_argument("--concurrency", type=comma_list(int, positive=False), default=[1, 16, 32])
     p.add_argument("--calls", type=int, default=20000, help="recorded calls per run of a fast system and a 1-8 KiB "
                                                             "service (head: a tenth; Python peers: a tenth of that)")
     p.add_argument("--rounds", type=int, default=3, help="rounds, systems interleaved; tables quote medians")
-    p.add_argument("--rates", type=_csv(float), default=[1000, 5000, 20000, 50000, 100000, 200000],
+    p.add_argument("--rates", type=comma_list(float, positive=False), default=[1000, 5000, 20000, 50000, 100000, 200000],
                    help="open-loop sweep (vecadd) for splitrpc and grpc-asyncio, calls/s")
     p.add_argument("--sweep-s", type=float, default=2.0, help="seconds per open-loop rate")
     p.add_argument("--out", default="splitrpc-bench")
@@ -99,10 +92,7 @@ def _measure_system(system: str, a, out: list[Result]) -> None:
     for svc in a.services:
         try:
             if system.startswith("raw-udp"):
-                busy = system.endswith("busy")
-                req, want = systems.request_for(svc)
-                echo = len(want) == len(req) and len(req) <= 65507
-                proc, port = start_raw(busy, len(req), 0 if echo else len(want))
+                proc, port = start_raw(system.endswith("busy"), *systems.raw_sizes(svc))
             else:
                 proc, port = systems.start_peer(system, svc)
         except ServerDied as e:

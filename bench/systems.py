@@ -109,10 +109,16 @@ def local_callback(service: str, calls: int) -> Result:
 
 # ------------------------------------------------------------------ raw UDP limit
 
-def raw_run(proc: Proc, port: int, service: str, busy: bool, conc: int, calls: int) -> Result:
+def raw_sizes(service: str) -> tuple[int, int]:
+    """The raw server's (req_size, resp_size) for the service's bytes: echo mode (resp_size 0)
+    when the reply is as long as the request and fits one datagram."""
     req, want = request_for(service)
     echo = len(want) == len(req) and len(req) <= 65507
-    req_size, resp_size = len(req), 0 if echo else len(want)
+    return len(req), 0 if echo else len(want)
+
+
+def raw_run(proc: Proc, port: int, service: str, busy: bool, conc: int, calls: int) -> Result:
+    req_size, resp_size = raw_sizes(service)
     probe = ffi.new("uint64_t[1]")
     proc.wait_until(lambda: check(lib.srpc_raw_pingpong(b"127.0.0.1", port, req_size, resp_size, 0, 0, 1, probe),
                                   "raw ping"), "raw UDP server")
@@ -139,10 +145,8 @@ def splitrpc_run(c: Client, system: str, service: str, conc: int, calls: int) ->
     run_load(c, svc.func_id, req, expect=want, concurrency=conc, n=max(calls // 10, 10))  # warm-up
     recs = run_load(c, svc.func_id, req, expect=want, concurrency=conc, n=calls)
     s = report.summarize(recs)
-    lat = np.zeros(calls, np.uint64)
-    okm = recs.rec["code"] == 0
-    lat[okm] = recs.rec["done_ns"][okm] - recs.rec["sched_ns"][okm]
-    return _fill(Result(system, service, conc), lat, s["duration_s"], calls, s["errors"] - s["invalid"], s["invalid"])
+    return _fill(Result(system, service, conc), recs.latency_ns(), s["duration_s"], calls, s["errors"] - s["invalid"],
+                 s["invalid"])
 
 
 def splitrpc_open(c: Client, system: str, service: str, rate: float, duration_s: float) -> Result:
@@ -151,12 +155,8 @@ def splitrpc_open(c: Client, system: str, service: str, rate: float, duration_s:
     sched = schedule.arrivals("poisson", rate, max(int(rate * duration_s), 1), seed=int(rate))
     recs = run_load(c, svc.func_id, req, expect=want, schedule=sched, timeout_s=2.0, spin=True)
     s = report.summarize(recs)
-    r = Result(system, service, None, s["offered_rps"])
-    lat = np.zeros(len(sched), np.uint64)
-    okm = recs.rec["code"] == 0
-    lat[okm] = recs.rec["done_ns"][okm] - recs.rec["sched_ns"][okm]
-    _fill(r, lat, s["duration_s"], len(sched), s["errors"] - s["invalid"], s["invalid"])
-    return r
+    return _fill(Result(system, service, None, s["offered_rps"]), recs.latency_ns(), s["duration_s"], len(sched),
+                 s["errors"] - s["invalid"], s["invalid"])
 
 
 # ------------------------------------------------------------------ peers (their own client stacks)

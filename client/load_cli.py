@@ -24,24 +24,19 @@ class LoadError(Exception):
     """A load job that cannot run as asked (bad arguments, unreadable files)."""
 
 
-def _ints(text: str) -> list[int]:
-    try:
-        v = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
-    if not v or min(v) <= 0:
-        raise argparse.ArgumentTypeError("expected positive integers")
-    return v
-
-
-def _floats(text: str) -> list[float]:
-    try:
-        v = [float(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
-    if not v or min(v) <= 0:
-        raise argparse.ArgumentTypeError("expected positive numbers")
-    return v
+def comma_list(kind, positive: bool = True):
+    """An argparse type: a non-empty comma-separated list of `kind` (> 0 each if positive)."""
+    def parse(text: str) -> list:
+        try:
+            v = [kind(x) for x in text.split(",") if x.strip()]
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected comma-separated {kind.__name__} values, got {text!r}") from None
+        if not v:
+            raise argparse.ArgumentTypeError("expected at least one value")
+        if positive and min(v) <= 0:
+            raise argparse.ArgumentTypeError("expected positive values")
+        return v
+    return parse
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
@@ -55,9 +50,9 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--request-file", help="request bytes (with --func-id)")
     p.add_argument("--expect-file", help="the reply every call must get (with --func-id)")
     p.add_argument("--mode", choices=("closed", "open", "trace"), default="closed")
-    p.add_argument("--concurrency", type=_ints, default=[1], help="closed: calls outstanding, e.g. 1,16,32")
+    p.add_argument("--concurrency", type=comma_list(int), default=[1], help="closed: calls outstanding, e.g. 1,16,32")
     p.add_argument("--calls", type=int, default=20000, help="closed: recorded calls per concurrency")
-    p.add_argument("--rates", type=_floats, default=[1000.0], help="open: offered calls/s, e.g. 1000,10000")
+    p.add_argument("--rates", type=comma_list(float), default=[1000.0], help="open: offered calls/s, e.g. 1000,10000")
     p.add_argument("--duration", type=float, default=5.0, help="open: seconds per rate; trace: the replay's length")
     p.add_argument("--arrival", choices=tuple(schedule.ARRIVALS), default="poisson")
     p.add_argument("--cv", type=float, default=4.0, help="hyperexp: coefficient of variation (> 1)")

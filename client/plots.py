@@ -79,6 +79,16 @@ def _series(series, what: str) -> Mapping:
     return series
 
 
+def _finish(fig, ax, path, title: str, xlabel: str, ylabel: str, legend_loc: str = "best"):
+    """Labels, grid and legend of a one-panel plot; writes it to path and returns path."""
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8, loc=legend_loc)
+    return _save(fig, path)
+
+
 def _log_y_if_positive(ax, *arrays) -> None:
     """Log-scales the y axis when there is a positive value to show (else matplotlib warns and shows nothing)."""
     if any(np.any(np.isfinite(a) & (a > 0)) for a in arrays):
@@ -140,12 +150,7 @@ def latency_vs_load(series, path, title: str = "Latency vs offered load"):
                         color=color)
     _log_y_if_positive(ax, *(d[k] for d in data.values() for k in ("mean_us", "p99_us")))
     ax.xaxis.set_major_formatter(_ticks(_si))
-    ax.set_xlabel("offered load (requests/s)")
-    ax.set_ylabel("latency (µs)")
-    ax.set_title(title)
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8)
-    return _save(fig, path)
+    return _finish(fig, ax, path, title, "offered load (requests/s)", "latency (µs)")
 
 
 def throughput_vs_concurrency(series, path, title: str = "Throughput vs concurrency"):
@@ -172,12 +177,7 @@ def throughput_vs_concurrency(series, path, title: str = "Throughput vs concurre
     ax.xaxis.set_major_formatter(_ticks("{:g}".format))
     ax.yaxis.set_major_formatter(_ticks(_si))
     ax.set_ylim(bottom=0)
-    ax.set_xlabel("concurrency (outstanding requests)")
-    ax.set_ylabel("throughput (requests/s)")
-    ax.set_title(title)
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8)
-    return _save(fig, path)
+    return _finish(fig, ax, path, title, "concurrency (outstanding requests)", "throughput (requests/s)")
 
 
 def _quantile(sorted_values: np.ndarray, p: float) -> float:
@@ -218,12 +218,7 @@ def latency_cdf(series, path, title: str = "Latency CDF"):
         ax.plot([p50, p99], [0.5, 0.99], "o", color=color, markersize=4, alpha=0.5)
     ax.set_xscale("log")
     ax.set_ylim(0, 1)
-    ax.set_xlabel("latency (µs)")
-    ax.set_ylabel("fraction of requests ≤ latency")
-    ax.set_title(title)
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8, loc="lower right")
-    return _save(fig, path)
+    return _finish(fig, ax, path, title, "latency (µs)", "fraction of requests ≤ latency", legend_loc="lower right")
 
 
 def latency_over_time(t_s, offered_rps, achieved_rps, p50_us, p99_us, path, title: str = "Load and latency over time"):

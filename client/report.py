@@ -34,8 +34,7 @@ def summarize(r: Records, label: str = "") -> dict:
     h = HdrHistogram()
     h.record(r.latency_ns())
     lag = HdrHistogram()
-    sent = codes != PENDING
-    lag.record((rec["sent_ns"][sent] - rec["sched_ns"][sent]).astype(np.int64))
+    lag.record((rec["sent_ns"][done] - rec["sched_ns"][done]).astype(np.int64))
     fin = rec[done]
     span_s = (int(fin["done_ns"].max()) - int(rec["sched_ns"][0] if r.mode == "open" else fin["sent_ns"].min())) / 1e9 \
         if len(fin) else 0.0

@@ -1,4 +1,4 @@
-"""conftest.py: makes the installed splitrpc (with its compiled extension) the one imported, and shares server fixtures."""
+"""conftest.py: the tests' shared server fixtures and helpers (the root conftest.py makes the installed splitrpc the one imported)."""
 import os
 import socket
 import sys
@@ -7,17 +7,6 @@ import time
 import pytest
 
 _TESTS = os.path.dirname(os.path.abspath(__file__))
-_ROOT = os.path.dirname(_TESTS)
-
-_SOURCE_PKG = os.path.join(_ROOT, "splitrpc") + os.sep
-
-# `python -m pytest` puts the working directory (the repository root) first on sys.path, where
-# the source folder splitrpc/ has no compiled extension: take it off before anything imports
-# splitrpc. (A virtual environment inside the repository, ./.venv, is not the source folder.)
-sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _ROOT]
-for _name in [m for m in sys.modules if m == "splitrpc" or m.startswith("splitrpc.")]:
-    if os.path.abspath(getattr(sys.modules[_name], "__file__", "") or "").startswith(_SOURCE_PKG):
-        del sys.modules[_name]
 if _TESTS not in sys.path:
     sys.path.insert(0, _TESTS)  # the shared helper wire_ref.py
 

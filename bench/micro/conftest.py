@@ -1,23 +1,8 @@
-"""conftest.py: makes the installed splitrpc (with its compiled extension) the one the micro-benchmarks import."""
-import os
-import sys
-
+"""conftest.py: the micro-benchmarks' server fixture (the root conftest.py makes the installed splitrpc the one imported)."""
 import pytest
 
-_MICRO = os.path.dirname(os.path.abspath(__file__))
-_ROOT = os.path.dirname(os.path.dirname(_MICRO))
-_SOURCE_PKG = os.path.join(_ROOT, "splitrpc") + os.sep
-
-# As in tests/conftest.py: the repository root (first on sys.path under `python -m pytest`)
-# holds the source folder splitrpc/ without the compiled extension; take it off before
-# anything imports splitrpc, and forget any splitrpc module already imported from there.
-sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _ROOT]
-for _name in [m for m in sys.modules if m == "splitrpc" or m.startswith("splitrpc.")]:
-    if os.path.abspath(getattr(sys.modules[_name], "__file__", "") or "").startswith(_SOURCE_PKG):
-        del sys.modules[_name]
-
-import splitrpc  # noqa: E402
-from splitrpc.services import register_builtin_services  # noqa: E402
+import splitrpc
+from splitrpc.services import register_builtin_services
 
 
 @pytest.fixture

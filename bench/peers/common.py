@@ -285,6 +285,22 @@ def check_client_args(p: argparse.ArgumentParser, args, open_loop: bool = False)
         p.error("--rate: this peer has no open-loop client (grpc_peer has)")
 
 
+def run_cli(p: argparse.ArgumentParser, args, available: Callable[[], tuple], serve: Callable,
+            client: Callable, open_loop: bool = False) -> int:
+    """A peer's main after parsing: exit 2 when its packages are missing, else serve, or run
+    the client (a coroutine is run to completion) and print its JSON line."""
+    ok, why = available()
+    if not ok:
+        print(why, file=sys.stderr)
+        return 2
+    if args.cmd == "serve":
+        return serve(args) or 0
+    check_client_args(p, args, open_loop)
+    res = client(args)
+    emit(asyncio.run(res) if asyncio.iscoroutine(res) else res)
+    return 0
+
+
 def ready(stream=None) -> None:
     """The line the orchestrator waits for: the server accepts requests."""
     print("READY", file=stream or sys.stdout, flush=True)

@@ -119,19 +119,11 @@ def main(argv=None) -> int:
     p, subs = common.parser("grpc_peer", VARIANTS, __doc__)
     subs["serve"].add_argument("--workers", type=int, default=16, help="thread pool size of the sync server")
     args = p.parse_args(argv)
-    ok, why = available()
-    if not ok:
-        print(why, file=sys.stderr)
-        return 2
-    if args.cmd == "serve":
-        if args.variant == "sync":
-            serve_sync(args)
-        else:
-            asyncio.run(serve_asyncio(args))
-        return 0
-    common.check_client_args(p, args, open_loop=True)
-    common.emit(asyncio.run(client_async(args)))
-    return 0
+
+    def serve(a):
+        return serve_sync(a) if a.variant == "sync" else asyncio.run(serve_asyncio(a))
+
+    return common.run_cli(p, args, available, serve, client_async, open_loop=True)
 
 
 if __name__ == "__main__":

@@ -150,16 +150,7 @@ async def client_async(args) -> dict:
 
 def main(argv=None) -> int:
     p, _ = common.parser("triton_peer", VARIANTS, __doc__)
-    args = p.parse_args(argv)
-    ok, why = available()
-    if not ok:
-        print(why, file=sys.stderr)
-        return 2
-    if args.cmd == "serve":
-        return serve(args)
-    common.check_client_args(p, args)
-    common.emit(asyncio.run(client_async(args)))
-    return 0
+    return common.run_cli(p, p.parse_args(argv), available, serve, client_async)
 
 
 if __name__ == "__main__":

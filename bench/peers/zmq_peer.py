@@ -122,17 +122,7 @@ def client(args) -> dict:
 
 def main(argv=None) -> int:
     p, _ = common.parser("zmq_peer", VARIANTS, __doc__)
-    args = p.parse_args(argv)
-    ok, why = available()
-    if not ok:
-        print(why, file=sys.stderr)
-        return 2
-    if args.cmd == "serve":
-        serve(args)
-        return 0
-    common.check_client_args(p, args)
-    common.emit(client(args))
-    return 0
+    return common.run_cli(p, p.parse_args(argv), available, serve, client)
 
 
 if __name__ == "__main__":

@@ -69,17 +69,28 @@ static void send_errorf(srpc_server_t *srv, const srpc_call_key_t *key, int code
 static void wake_worker(srpc_server_t *srv);
 static unsigned settle(srpc_server_t *srv, srpc_fn_t *fn);
 
+/* Frees a partial message's reassembly state and its share of the memory cap; when it was
+ * being reassembled in a Tensor Queue element, that element is reserved no more and the
+ * function is returned (else NULL). Lock held. */
+static srpc_fn_t *free_partial(srpc_server_t *srv, ct_entry_t *e)
+{
+    srv->reasm_bytes -= srpc_reasm_footprint(e->u.partial.msg_len, e->u.partial.nseg);
+    srpc_reasm_free(&e->u.partial, &srv->pool);
+    if (!e->placed)
+        return NULL;
+    srpc_fn_t *fn = srv->by_id[e->key.func_id];
+    fn->reserved--;
+    e->placed = 0;
+    return fn;
+}
+
 void srpc_server_drop_entry(srpc_server_t *srv, uint32_t idx)
 {
     ct_entry_t *e = &srv->ct.e[idx];
     if (e->state == CT_PARTIAL) {
-        srv->reasm_bytes -= srpc_reasm_footprint(e->u.partial.msg_len, e->u.partial.nseg);
-        srpc_reasm_free(&e->u.partial, &srv->pool);
-        if (e->placed) { /* its reserved element will never be filled: skip it */
-            srpc_fn_t *fn = srv->by_id[e->key.func_id];
+        srpc_fn_t *fn = free_partial(srv, e);
+        if (fn) { /* its reserved element will never be filled: skip it */
             fn->calls[e->placed_seq % fn->capacity].state = CALL_VOID;
-            fn->reserved--;
-            e->placed = 0;
             if (settle(srv, fn))
                 wake_worker(srv);
         }
@@ -228,14 +239,10 @@ static void known_call(srpc_server_t *srv, uint32_t idx, const srpc_hdr_t *h, ui
         return;
     srpc_fn_t *fn = srv->by_id[h->func_id];
     if (e->placed) { /* already in its element: nothing to copy */
-        srpc_reasm_t p = e->u.partial;
-        uint64_t seq = e->placed_seq;
+        uint32_t len = e->u.partial.msg_len;
         ct_list_unlink(&srv->ct, idx);
-        srv->reasm_bytes -= srpc_reasm_footprint(p.msg_len, p.nseg);
-        srpc_reasm_free(&p, &srv->pool);
-        e->placed = 0;
-        fn->reserved--;
-        mark_complete(srv, fn, idx, seq, p.msg_len);
+        free_partial(srv, e);
+        mark_complete(srv, fn, idx, e->placed_seq, len);
         return;
     }
     if (tq_full(fn)) {
