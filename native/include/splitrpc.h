@@ -413,7 +413,7 @@ int srpc_raw_closed_loop(const char *host, uint16_t port, uint32_t req_size, uin
 
 /* ------------------------------------------------------------------ build facts */
 
-/* Bit set of what was compiled in: 1 CUDA, 2 DPDK, 4 sanitizers. */
+/* Bit set of what was compiled in: 1 CUDA kernels (built with nvcc), 2 DPDK, 4 sanitizers. */
 #define SRPC_FEATURE_CUDA 1
 #define SRPC_FEATURE_DPDK 2
 #define SRPC_FEATURE_SANITIZE 4

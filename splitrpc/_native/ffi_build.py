@@ -1,8 +1,9 @@
-"""ffi_build.py: generates the cffi (out-of-line, API mode) C glue from native/include/splitrpc.h.
+"""ffi_build.py: generates the cffi (out-of-line, API mode) C glue from the public headers in native/include.
 
-Run by CMake at build time: ``python ffi_build.py splitrpc.h out.c``. The cdef is derived from
-the header itself, so the header stays the one description of the C API.
+Run by CMake at build time: ``python ffi_build.py splitrpc.h splitrpc_gpu.h out.c``. The cdef is
+derived from the headers themselves, so they stay the one description of the C API.
 """
+import os
 import re
 import sys
 
@@ -16,7 +17,7 @@ def cdef_from_header(text: str) -> str:
     lines = []
     for line in text.splitlines():
         s = line.strip()
-        m = re.match(r"#define\s+(\w+)\s+(\d+)\s*$", s)
+        m = re.match(r"#define\s+(\w+)\s+(0x[0-9a-fA-F]+|\d+)[uUlL]*\s*$", s)
         if m:
             defines[m.group(1)] = m.group(2)
             lines.append(f"#define {m.group(1)} {m.group(2)}")
@@ -28,14 +29,16 @@ def cdef_from_header(text: str) -> str:
     return body
 
 
-def main(header: str, out: str) -> None:
-    with open(header) as f:
-        cdef = cdef_from_header(f.read())
+def main(headers: list, out: str) -> None:
     ffi = cffi.FFI()
-    ffi.cdef(cdef)
-    ffi.set_source("splitrpc._native._splitrpc_cffi", '#include "splitrpc.h"')
+    includes = []
+    for header in headers:
+        with open(header) as f:
+            ffi.cdef(cdef_from_header(f.read()))
+        includes.append(f'#include "{os.path.basename(header)}"')
+    ffi.set_source("splitrpc._native._splitrpc_cffi", "\n".join(includes))
     ffi.emit_c_code(out)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2])
+    main(sys.argv[1:-1], sys.argv[-1])

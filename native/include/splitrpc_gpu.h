@@ -1,0 +1,123 @@
+/* splitrpc_gpu.h: the GPU half of the flat C API: the CUDA driver loaded at run time, device Tensor Queues, pinned staging, stream-ordered copies and completion flags. */
+#ifndef SPLITRPC_GPU_H
+#define SPLITRPC_GPU_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The library never links against CUDA: libcuda.so.1 is opened with dlopen on first use, so
+ * the package builds, imports and serves on the CPU where there is no driver or no GPU. Every
+ * function below returns 0 (or a count) or -errno; where the driver or the device is missing
+ * they return -ENODEV, and srpc_gpu_last_error() says why. Device addresses (CUdeviceptr) and
+ * streams (CUstream, e.g. CuPy's stream.ptr or torch's cuda_stream; 0 = the legacy default
+ * stream) travel as uint64_t. Every function is thread-safe. One that names a device makes
+ * that device's primary context (the one CuPy and PyTorch use; retained once, never released)
+ * current on the calling thread; one that does not (pinned memory, copies, signal, sync) keeps
+ * the thread's current context, or uses the last device initialised.
+ * CUDA errors map to: INVALID_VALUE/HANDLE -EINVAL; OUT_OF_MEMORY -ENOMEM; no driver, no
+ * device, driver mismatch -ENODEV; NOT_SUPPORTED, NO_BINARY_FOR_GPU -ENOTSUP; host memory
+ * already registered -EEXIST, not registered -ENOENT; anything else -EIO. The last error is
+ * kept per thread until the next failure. */
+
+/* Loads the driver (once per process) and checks that device ordinal `device` exists.
+ * Returns 0, -ENODEV (no libcuda, cuInit failed, no such device) or -EINVAL (device < 0). */
+int srpc_gpu_init(int device);
+/* Number of CUDA devices (0 when the driver loads but sees none), or -ENODEV. */
+int srpc_gpu_device_count(void);
+/* Text of the last failure on this thread (library not found, CUDA error name and the call
+ * that returned it); "" when none. Valid until the thread's next GPU call. */
+const char *srpc_gpu_last_error(void);
+/* The device's name (e.g. "NVIDIA H200") into out (cap bytes, NUL-terminated). */
+int srpc_gpu_device_name(int device, char *out, size_t cap);
+/* The allocation granularity of the device's virtual memory management (cuMemCreate's
+ * minimum): the ring of a device Tensor Queue is a multiple of it. */
+int srpc_gpu_granularity(int device, size_t *out);
+
+/* ------------------------------------------------------------------ device tensor queue */
+
+/* A ring of `capacity` elements of `elem_size` bytes in GPU memory: one physical allocation
+ * (cuMemCreate) of ring_bytes = elem_size * capacity rounded up to the granularity, mapped
+ * twice back to back into a reserved range of 2 * ring_bytes (cuMemAddressReserve, cuMemMap
+ * twice, cuMemSetAccess read/write for the device), so that any run of <= capacity
+ * consecutive elements is contiguous, wrapping or not. Element seq sits at
+ * base + (seq * elem_size) mod ring_bytes, as in the host TQ. Owned by its creator;
+ * create and destroy from any thread; nothing inside is locked. */
+typedef struct srpc_dtq srpc_dtq_t;
+
+int srpc_dtq_create(int device, size_t elem_size, uint32_t capacity, srpc_dtq_t **out);
+void srpc_dtq_destroy(srpc_dtq_t *q); /* unmaps, releases; NULL is fine */
+uint64_t srpc_dtq_base(const srpc_dtq_t *q);              /* device address, lower mapping */
+uint64_t srpc_dtq_elem(const srpc_dtq_t *q, uint64_t seq); /* device address of element seq */
+size_t srpc_dtq_ring_bytes(const srpc_dtq_t *q);
+size_t srpc_dtq_elem_size(const srpc_dtq_t *q);
+uint32_t srpc_dtq_capacity(const srpc_dtq_t *q);
+int srpc_dtq_device(const srpc_dtq_t *q);
+
+/* GPU self-test of the double mapping: a kernel writes a pattern through the upper mapping
+ * (base + ring_bytes + i) and a second kernel reads it back through the lower one (base + i),
+ * and the same the other way round. Returns 0 when every byte matched, -EIO when one did not,
+ * -ENOTSUP when the library was built without nvcc (no kernels), -ENODEV without a GPU. */
+int srpc_dtq_check_mirror(srpc_dtq_t *q);
+
+/* ------------------------------------------------------------------ pinned host memory */
+
+/* Page-locks [p, p + len) (page-aligned) and maps it for every device (cuMemHostRegister with
+ * PORTABLE | DEVICEMAP); *dev (may be NULL) gets its device address. */
+int srpc_gpu_host_register(void *p, size_t len, uint64_t *dev);
+int srpc_gpu_host_unregister(void *p);
+/* Allocates len bytes of pinned, device-mapped host memory (cuMemHostAlloc PORTABLE |
+ * DEVICEMAP), zeroed; *dev gets its device address. */
+int srpc_gpu_host_alloc(size_t len, void **host, uint64_t *dev);
+void srpc_gpu_host_free(void *host);
+
+/* ------------------------------------------------------------------ stream-ordered work */
+
+/* Asynchronous copies on `stream` (cuMemcpyHtoDAsync / cuMemcpyDtoHAsync): queued, not done,
+ * at return; the host memory must stay valid until the stream reaches them. */
+int srpc_gpu_copy_htod(uint64_t dst, const void *src, size_t len, uint64_t stream);
+int srpc_gpu_copy_dtoh(void *dst, uint64_t src, size_t len, uint64_t stream);
+/* Makes *flag become `value` once all work queued on `stream` before this call is done:
+ * cuStreamWriteValue32 to flag_dev (the device address of flag, which lives in memory from
+ * srpc_gpu_host_alloc) where the device supports stream memory operations, else a host
+ * function (cuLaunchHostFunc) that stores the value with release order. Readers load *flag
+ * with acquire order. flag_dev == 0: always the host function (flag may be ordinary memory). */
+int srpc_gpu_signal(uint64_t stream, uint32_t *flag, uint64_t flag_dev, uint32_t value);
+/* Waits until `stream` has finished its work (cuStreamSynchronize). */
+int srpc_gpu_stream_sync(uint64_t stream);
+
+/* ------------------------------------------------------------------ O2 orchestration */
+
+/* GPU-managed orchestration (SplitRPC §3.2, O2) for the vecadd service: one persistent kernel,
+ * launched once on a stream of its own, polls a doorbell in pinned mapped host memory and
+ * serves batches of float32 vectors of n_floats elements, y = x + 1, with no kernel launch per
+ * batch. Batches are served in submission order from a ring of SRPC_O2_SLOTS descriptors. */
+#define SRPC_O2_SLOTS 64
+typedef struct srpc_o2 srpc_o2_t;
+
+/* Launches the kernel on `device`. -ENOTSUP without kernels (built without nvcc) or without
+ * stream memory operations, -ENODEV without a GPU. While it runs, anything that waits for the
+ * whole device (cuCtxSynchronize, torch.cuda.synchronize, cuMemFree) waits for it: allocate
+ * queues before start and free them after stop. */
+int srpc_o2_start(int device, uint32_t n_floats, srpc_o2_t **out);
+/* Hands one batch to the kernel: `count` vectors at device address `in` (contiguous) to
+ * device-accessible address `out` (device memory, or mapped pinned host memory such as a
+ * registered staging TQ). The doorbell is rung on `stream` with cuStreamWriteValue32 after
+ * the work already queued there (the batch's host-to-device copy), so the kernel never reads
+ * a batch before its data has arrived. When the kernel has written the outputs it makes them
+ * visible to the host (__threadfence_system) and then sets *done (mapped host memory,
+ * device address done_dev) to 1. -EBUSY when SRPC_O2_SLOTS batches are outstanding. One
+ * submitting thread at a time. */
+int srpc_o2_submit(srpc_o2_t *o, uint64_t in, uint64_t out, uint32_t count, uint64_t stream,
+                   uint32_t *done, uint64_t done_dev);
+/* Serves what was submitted, tells the kernel to finish, waits for it and frees everything
+ * (NULL is fine). Not concurrently with a submit. */
+int srpc_o2_stop(srpc_o2_t *o);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* SPLITRPC_GPU_H */
