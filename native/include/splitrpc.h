@@ -115,6 +115,10 @@ void srpc_reassembler_reset(srpc_reassembler_t *r);
 typedef struct srpc_tq srpc_tq_t;
 
 int srpc_tq_create(size_t elem_size, uint32_t capacity, srpc_tq_t **out);
+/* The same with ring_bytes rounded up to a multiple of align as well (a power of two, e.g. a
+ * GPU's allocation granularity, so that this host TQ is laid out slot for slot like a device
+ * TQ of the same element size and capacity). -EINVAL when align is not a power of two. */
+int srpc_tq_create_aligned(size_t elem_size, uint32_t capacity, size_t align, srpc_tq_t **out);
 void srpc_tq_destroy(srpc_tq_t *tq);
 uint8_t *srpc_tq_elem(const srpc_tq_t *tq, uint64_t seq); /* lower-mapping address of seq */
 uint8_t *srpc_tq_base(const srpc_tq_t *tq);
@@ -168,7 +172,9 @@ void srpc_server_config_init(srpc_server_config_t *cfg);
 
 /* Creates the server and binds its socket; no thread runs yet. */
 int srpc_server_create(const srpc_server_config_t *cfg, srpc_server_t **out);
-/* Stops the engine if running and frees everything. Batches not completed are dropped. */
+/* Stops the engine if running and frees everything. Batches not completed are dropped. GPU
+ * functions: the caller first waits for the streams it passed to stage_in/submit, so that no
+ * copy still targets the queues. */
 void srpc_server_destroy(srpc_server_t *srv);
 int srpc_server_port(const srpc_server_t *srv);
 
@@ -185,6 +191,10 @@ typedef struct srpc_func_config {
     uint32_t capacity;
     uint32_t max_batch;
     uint32_t max_delay_us;
+    int on_gpu;          /* 1: Tensor Queues in the memory of CUDA device gpu_device, with
+                            pinned host staging laid out slot for slot (tensor functions only;
+                            -ENODEV without a usable GPU, -EINVAL for a raw function) */
+    int gpu_device;
 } srpc_func_config_t;
 
 #define SRPC_MAX_TENSORS 8
@@ -210,6 +220,10 @@ typedef struct srpc_batch {
     uint64_t pos;       /* first_seq modulo the period after which every Tensor Queue of the
                            function puts elements at the same addresses again (UINT64_MAX if
                            that period is huge): equal (pos, count) means equal pointers */
+    int gpu_device;     /* -1: host function; else its CUDA device, and in/out above are the
+                           pinned host staging elements, din/dout the device TQ elements */
+    uint64_t din[SRPC_MAX_TENSORS];
+    uint64_t dout[SRPC_MAX_TENSORS];
 } srpc_batch_t;
 
 /* Waits up to timeout_us (-1 = forever) for a batch, following the server's wait mode.
@@ -225,6 +239,36 @@ int srpc_server_complete(srpc_server_t *srv, srpc_batch_t *b, int status, const 
  * a worker loop. Returns what next_batch returns, or complete's error. */
 int srpc_server_complete_next(srpc_server_t *srv, srpc_batch_t *b, int status, const char *msg,
                               int64_t timeout_us);
+
+/* Asynchronous completion. A batch handed back with srpc_server_defer is in flight: the worker
+ * goes on taking batches, and the batch's replies go out once its done word becomes nonzero:
+ * SRPC_DONE | status, status 0 (send the outputs) or an error code (send that ERROR to each
+ * call, with no text). Anyone may write the word, once, with a release store (another thread,
+ * or the GPU through srpc_gpu_signal). Batches of one function finish in the order they were
+ * handed out, whatever order their words are written in; srpc_server_complete on a later batch
+ * waits behind earlier ones in flight the same way. The worker finishes batches (sends replies,
+ * recycles elements) inside next_batch, complete and srpc_server_poll. While batches are in
+ * flight, next_batch polls even in block mode. Raw functions cannot be deferred (-EINVAL). */
+#define SRPC_DONE 0x80000000u
+/* Marks b in flight and gives the address of its done word (valid until it is finished).
+ * Worker thread only. Returns 0 or -EINVAL (not a batch handed out and not yet completed). */
+int srpc_server_defer(srpc_server_t *srv, srpc_batch_t *b, uint32_t **done);
+/* Finishes every in-flight batch whose done word is set (in order). Worker thread only.
+ * Returns the number of batches finished. */
+int srpc_server_poll(srpc_server_t *srv);
+
+/* GPU functions (on_gpu): queue on `stream` (a CUstream as an integer) the copies of the
+ * batch's requests from the pinned host staging elements to the device TQ elements (din).
+ * Worker thread; the batch must not have been completed or deferred yet. Returns 0, -EINVAL
+ * (host function, bad batch) or a GPU error (-EIO, -ENODEV). */
+int srpc_server_stage_in(srpc_server_t *srv, const srpc_batch_t *b, uint64_t stream);
+/* Queues on `stream`, after the work the callback launched there, the copies of the batch's
+ * outputs from the device TQ elements (dout) to the host staging elements, then the write of
+ * the batch's done word (srpc_gpu_signal), and defers the batch: its replies go out when the
+ * stream gets there. The Python worker never waits for the GPU. Worker thread. */
+int srpc_server_submit(srpc_server_t *srv, srpc_batch_t *b, uint64_t stream);
+/* srpc_server_submit, then srpc_server_next_batch into the same *b. */
+int srpc_server_submit_next(srpc_server_t *srv, srpc_batch_t *b, uint64_t stream, int64_t timeout_us);
 
 /* Counters. Fields are monotonically increasing except where noted. */
 enum srpc_drop_reason {
@@ -259,6 +303,7 @@ typedef struct srpc_server_stats {
     uint64_t partial_msgs;   /* gauge: messages being reassembled */
     uint64_t reasm_bytes;    /* gauge: bytes held by partial messages */
     uint64_t cached_replies; /* gauge */
+    uint64_t inflight;       /* gauge: batches deferred (or completed behind one) not yet finished */
     int rcvbuf, sndbuf;      /* effective socket buffer sizes */
 } srpc_server_stats_t;
 

@@ -89,17 +89,33 @@ fail:
 
 int srpc_server_port(const srpc_server_t *srv) { return srpc_udp_local_port(&srv->udp); }
 
+/* Frees a staging TQ of a GPU function (page-locked when pinned) or a host TQ. */
+static void staging_free(srpc_tq_t *tq, int pinned)
+{
+    if (tq && pinned)
+        srpc_gpu_host_unregister(srpc_tq_base(tq));
+    srpc_tq_destroy(tq);
+}
+
 static void fn_free(srpc_fn_t *fn)
 {
     if (!fn)
         return;
     for (uint32_t k = 0; k < SRPC_MAX_TENSORS; k++) {
-        srpc_tq_destroy(fn->in_tq[k]);
-        srpc_tq_destroy(fn->out_tq[k]);
+        staging_free(fn->in_tq[k], fn->staging_pinned);
+        staging_free(fn->out_tq[k], fn->staging_pinned);
+        srpc_dtq_destroy(fn->in_dtq[k]);
+        srpc_dtq_destroy(fn->out_dtq[k]);
     }
+    if (fn->gpu_device >= 0)
+        srpc_gpu_host_free(fn->done_words);
+    else
+        free(fn->done_words);
     if (fn->calls)
-        for (uint32_t i = 0; i < fn->capacity; i++)
+        for (uint32_t i = 0; i < fn->capacity; i++) {
             free(fn->calls[i].reply);
+            free(fn->calls[i].batch_msg);
+        }
     free(fn->calls);
     free(fn->batch_in_len);
     free(fn->batch_out_len);
@@ -131,6 +147,52 @@ static uint64_t address_period(const srpc_fn_t *fn)
     return period;
 }
 
+/* One Tensor Queue of a GPU function: the device TQ and its host staging TQ, laid out slot
+ * for slot (same ring size, so element seq sits at the same offset in both). */
+static int gpu_queue(int dev, uint32_t size, uint32_t capacity, size_t gran, srpc_dtq_t **dq, srpc_tq_t **hq)
+{
+    int r = srpc_dtq_create(dev, size ? size : 1, capacity, dq);
+    if (!r)
+        r = srpc_tq_create_aligned(size ? size : 1, capacity, gran, hq);
+    if (!r && srpc_tq_ring_bytes(*hq) != srpc_dtq_ring_bytes(*dq))
+        r = -EIO; /* cannot happen when both round to the same granularity */
+    return r;
+}
+
+/* The queues of a GPU function: device TQs, pinned host staging and done words in pinned,
+ * device-mapped memory (the GPU writes them with srpc_gpu_signal). A staging TQ that cannot be
+ * page-locked still works, with synchronous copies. */
+static int gpu_queues(srpc_fn_t *fn, int dev)
+{
+    size_t gran;
+    int r = srpc_gpu_init(dev);
+    if (!r)
+        r = srpc_gpu_granularity(dev, &gran);
+    fn->gpu_device = dev; /* from here on fn_free releases GPU resources */
+    for (uint32_t k = 0; !r && k < fn->n_in; k++)
+        r = gpu_queue(dev, fn->in_size[k], fn->capacity, gran, &fn->in_dtq[k], &fn->in_tq[k]);
+    for (uint32_t k = 0; !r && k < fn->n_out; k++)
+        r = gpu_queue(dev, fn->out_size[k], fn->capacity, gran, &fn->out_dtq[k], &fn->out_tq[k]);
+    if (!r) {
+        void *words;
+        r = srpc_gpu_host_alloc(fn->capacity * sizeof(uint32_t), &words, &fn->done_dev);
+        fn->done_words = r ? NULL : words;
+    }
+    if (r)
+        return r;
+    int pinned = 1;
+    for (uint32_t k = 0; pinned && k < fn->n_in + fn->n_out; k++) {
+        srpc_tq_t *tq = k < fn->n_in ? fn->in_tq[k] : fn->out_tq[k - fn->n_in];
+        if (srpc_gpu_host_register(srpc_tq_base(tq), srpc_tq_ring_bytes(tq), NULL) != 0) {
+            for (uint32_t j = 0; j < k; j++) /* all or none, so that fn_free knows */
+                srpc_gpu_host_unregister(srpc_tq_base(j < fn->n_in ? fn->in_tq[j] : fn->out_tq[j - fn->n_in]));
+            pinned = 0;
+        }
+    }
+    fn->staging_pinned = pinned;
+    return 0;
+}
+
 int srpc_server_add_function(srpc_server_t *srv, const srpc_func_config_t *fc)
 {
     if (!srv || !fc || srv->started)
@@ -145,6 +207,7 @@ int srpc_server_add_function(srpc_server_t *srv, const srpc_func_config_t *fc)
     srpc_fn_t *fn = calloc(1, sizeof(*fn));
     if (!fn)
         return -ENOMEM;
+    fn->gpu_device = -1; /* a host function until its GPU queues exist */
     fn->func_id = fc->func_id;
     fn->raw = fc->raw;
     fn->n_in = fc->n_in;
@@ -170,9 +233,11 @@ int srpc_server_add_function(srpc_server_t *srv, const srpc_func_config_t *fc)
         r = -EMSGSIZE;
     fn->req_bytes = (uint32_t)req;
     fn->resp_bytes = (uint32_t)resp;
-    for (uint32_t k = 0; !r && k < fc->n_in; k++)
+    if (!r && fc->on_gpu)
+        r = fc->raw || fc->gpu_device < 0 ? -EINVAL : gpu_queues(fn, fc->gpu_device);
+    for (uint32_t k = 0; !r && !fc->on_gpu && k < fc->n_in; k++)
         r = srpc_tq_create(fn->in_size[k] ? fn->in_size[k] : 1, fn->capacity, &fn->in_tq[k]);
-    for (uint32_t k = 0; !r && k < fc->n_out; k++)
+    for (uint32_t k = 0; !r && !fc->on_gpu && k < fc->n_out; k++)
         r = srpc_tq_create(fn->out_size[k] ? fn->out_size[k] : 1, fn->capacity, &fn->out_tq[k]);
     if (!r)
         fn->period = address_period(fn);
@@ -180,7 +245,9 @@ int srpc_server_add_function(srpc_server_t *srv, const srpc_func_config_t *fc)
         fn->calls = calloc(fn->capacity, sizeof(*fn->calls));
         fn->batch_in_len = calloc(fn->max_batch, sizeof(uint32_t));
         fn->batch_out_len = calloc(fn->max_batch, sizeof(uint32_t));
-        if (!fn->calls || !fn->batch_in_len || !fn->batch_out_len)
+        if (!fc->on_gpu)
+            fn->done_words = calloc(fn->capacity, sizeof(uint32_t));
+        if (!fn->calls || !fn->batch_in_len || !fn->batch_out_len || !fn->done_words)
             r = -ENOMEM;
     }
     if (r) {
@@ -269,6 +336,7 @@ int srpc_server_stats(const srpc_server_t *srv, srpc_server_stats_t *out)
     for (uint32_t i = ct_list_head(&s->ct, CT_LIST_PARTIAL); i != CT_NONE; i = s->ct.e[i].lnext)
         out->partial_msgs++;
     out->reasm_bytes = s->reasm_bytes;
+    out->inflight = __atomic_load_n(&srv->inflight, __ATOMIC_RELAXED);
     out->cached_replies = 0;
     for (uint32_t i = ct_list_head(&s->ct, CT_LIST_DONE); i != CT_NONE; i = s->ct.e[i].lnext)
         out->cached_replies++;

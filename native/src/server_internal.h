@@ -10,6 +10,7 @@
 
 #include "calltab.h"
 #include "splitrpc.h"
+#include "splitrpc_gpu.h"
 #include "transport_udp.h"
 
 /* Inference Monitor states of a call (SplitRPC §4). */
@@ -28,6 +29,10 @@ typedef struct srpc_call {
     uint16_t code;     /* outcome sent: 0 RESPONSE or an error code */
     uint32_t out_len;  /* bytes of the reply (or error text) sent */
     uint8_t *reply;    /* copy of what was sent, for the reply cache (malloc) */
+    /* Set on the first element of a batch when it is handed out (worker thread only): */
+    uint32_t batch_n;  /* the batch's size */
+    uint8_t batch_open; /* handed out, neither completed nor deferred yet */
+    char *batch_msg;   /* its error text (malloc), when completed with one */
 } srpc_call_t;
 
 typedef struct srpc_fn {
@@ -48,6 +53,16 @@ typedef struct srpc_fn {
     uint64_t taken;     /* lock: next element handed to the worker */
     uint64_t done;      /* lock: next element recycled after TX_COMPLETE */
     uint32_t reserved;  /* lock: elements RESERVED now (bounded: see SRPC_PLACE_MAX_FRACTION) */
+    /* Done words of batches in flight, at the index of their first element (worker thread;
+     * written by anyone once deferred): 0 pending, SRPC_DONE | status when finished. In
+     * pinned, device-mapped memory for a GPU function (done_dev: its device address). */
+    uint32_t *done_words;
+    uint64_t done_dev;
+    uint32_t inflight;  /* worker: batches deferred or completed and not yet finished */
+    /* GPU functions: the TQs above are the pinned host staging, these the device TQs. */
+    int gpu_device;     /* -1: host function */
+    srpc_dtq_t *in_dtq[SRPC_MAX_TENSORS], *out_dtq[SRPC_MAX_TENSORS];
+    int staging_pinned; /* the staging TQs are page-locked (else the copies are synchronous) */
 } srpc_fn_t;
 
 #define SRPC_MAX_FUNCS 64
@@ -80,6 +95,7 @@ struct srpc_server {
     srpc_bufpool_t pool;             /* lock: freed reassembly buffers for reuse */
     uint64_t cache_bytes;            /* lock */
     uint32_t rr;                     /* worker: round-robin cursor over functions */
+    uint32_t inflight;               /* worker: sum of the functions' inflight */
     pthread_t thread;
     int started;
     int stopfd;                      /* eventfd, readable once stopping */

@@ -53,18 +53,25 @@ out:;
 
 int srpc_tq_create(size_t elem_size, uint32_t capacity, srpc_tq_t **out)
 {
-    if (!out || elem_size == 0 || capacity == 0)
+    return srpc_tq_create_aligned(elem_size, capacity, 1, out);
+}
+
+int srpc_tq_create_aligned(size_t elem_size, uint32_t capacity, size_t align, srpc_tq_t **out)
+{
+    if (!out || elem_size == 0 || capacity == 0 || align == 0 || (align & (align - 1)))
         return -EINVAL;
     *out = NULL;
 
     long page_l = sysconf(_SC_PAGESIZE);
     size_t page = page_l > 0 ? (size_t)page_l : 4096;
+    if (align < page) /* both are powers of two: the larger is a multiple of the smaller */
+        align = page;
     size_t bytes;
     if (__builtin_mul_overflow(elem_size, (size_t)capacity, &bytes))
         return -EOVERFLOW;
-    if (bytes > SIZE_MAX - (page - 1))
+    if (bytes > SIZE_MAX - (align - 1))
         return -EOVERFLOW;
-    size_t ring_bytes = (bytes + page - 1) / page * page;
+    size_t ring_bytes = (bytes + align - 1) / align * align;
     /* The reservation is 2 * ring_bytes and ftruncate takes an off_t. */
     if (ring_bytes > SIZE_MAX / 2 || (uint64_t)ring_bytes > (uint64_t)INT64_MAX / 2)
         return -EOVERFLOW;

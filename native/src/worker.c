@@ -85,10 +85,21 @@ static int take_batch(srpc_server_t *srv, srpc_batch_t *b, uint64_t now, uint64_
         b->func_id = fn->func_id;
         b->count = count;
         b->first_seq = fn->taken;
-        for (uint32_t k = 0; k < fn->n_in; k++)
+        b->gpu_device = fn->gpu_device;
+        for (uint32_t k = 0; k < fn->n_in; k++) {
             b->in[k] = srpc_tq_elem(fn->in_tq[k], fn->taken);
-        for (uint32_t k = 0; k < fn->n_out; k++)
+            if (fn->in_dtq[k])
+                b->din[k] = srpc_dtq_elem(fn->in_dtq[k], fn->taken);
+        }
+        for (uint32_t k = 0; k < fn->n_out; k++) {
             b->out[k] = srpc_tq_elem(fn->out_tq[k], fn->taken);
+            if (fn->out_dtq[k])
+                b->dout[k] = srpc_dtq_elem(fn->out_dtq[k], fn->taken);
+        }
+        const uint32_t first = (uint32_t)(fn->taken % fn->capacity);
+        fn->calls[first].batch_n = count;
+        fn->calls[first].batch_open = 1;
+        __atomic_store_n(&fn->done_words[first], 0, __ATOMIC_RELAXED);
         if (fn->raw) {
             for (uint32_t i = 0; i < count; i++) {
                 fn->batch_in_len[i] = fn->calls[(fn->taken + i) % fn->capacity].in_len;
@@ -141,6 +152,8 @@ int srpc_server_next_batch(srpc_server_t *srv, srpc_batch_t *b, int64_t timeout_
     for (;;) {
         if (atomic_load(&srv->stopping))
             return leave(srv, -ESHUTDOWN);
+        if (srv->inflight)
+            srpc_server_poll(srv);
         uint64_t now = srpc_now_ns();
         if (atomic_load_explicit(&srv->n_ready, memory_order_acquire) > 0 &&
             (!hold || now >= hold || atomic_load(&srv->ready_gen) != seen_gen)) {
@@ -153,7 +166,8 @@ int srpc_server_next_batch(srpc_server_t *srv, srpc_batch_t *b, int64_t timeout_
         }
         if (now >= deadline)
             return leave(srv, -ETIMEDOUT);
-        int spin = srv->cfg.wait_mode == SRPC_WAIT_POLL ||
+        /* Batches in flight finish when a done word changes, which wakes nobody: poll. */
+        int spin = srv->cfg.wait_mode == SRPC_WAIT_POLL || srv->inflight ||
                    (srv->cfg.wait_mode == SRPC_WAIT_ADAPTIVE && now - start < spin_ns);
         int want = spin ? W_POLLING : W_BLOCKED;
         if (atomic_load_explicit(&srv->w_state, memory_order_relaxed) != want)
@@ -182,13 +196,12 @@ int srpc_server_next_batch(srpc_server_t *srv, srpc_batch_t *b, int64_t timeout_
     }
 }
 
-/* The reply data of call i of a batch as pieces of the output TQ elements. */
-static int reply_pieces(const srpc_fn_t *fn, const srpc_batch_t *b, uint32_t i, struct iovec *iv,
-                        uint32_t *len)
+/* The reply data of the call of element seq as pieces of the output TQ elements (raw: its
+ * length is in the call's record). */
+static int reply_pieces(const srpc_fn_t *fn, uint64_t seq, struct iovec *iv, uint32_t *len)
 {
-    uint64_t seq = b->first_seq + i;
     if (fn->raw) {
-        uint32_t l = b->out_len[i];
+        uint32_t l = fn->calls[seq % fn->capacity].out_len;
         iv[0] = (struct iovec){srpc_tq_elem(fn->out_tq[0], seq), l};
         *len = l;
         return 1;
@@ -240,54 +253,194 @@ static void cache_reply(srpc_server_t *srv, uint32_t idx, int code, uint8_t *dat
     ct_list_push(&srv->ct, idx, CT_LIST_DONE, srpc_now_ns() + (uint64_t)srv->cfg.reply_cache_us * 1000);
 }
 
-int srpc_server_complete(srpc_server_t *srv, srpc_batch_t *b, int status, const char *msg)
+/* Sends the replies of the batch of n calls from element first (status 0: the outputs; else
+ * that error with msg as text), moves the calls to the reply cache and recycles the elements.
+ * Worker thread; every earlier batch of fn is finished. */
+static void finish(srpc_server_t *srv, srpc_fn_t *fn, uint64_t first, uint32_t n, int status,
+                   const char *msg)
 {
-    if (!srv || !b || b->count == 0 || !srv->by_id[b->func_id])
-        return -EINVAL;
-    srpc_fn_t *fn = srv->by_id[b->func_id];
-    if (b->first_seq != fn->done || b->count > fn->taken - fn->done)
-        return -EINVAL; /* not the oldest batch handed out */
-    if (status < 0 || status >= SRPC_E_MAX)
-        status = SRPC_E_INTERNAL;
     const uint32_t max_out = fn->raw ? fn->resp_bytes : 0;
-    for (uint32_t i = 0; i < b->count; i++) {
-        srpc_call_t *c = &fn->calls[(b->first_seq + i) % fn->capacity];
+    for (uint32_t i = 0; i < n; i++) {
+        srpc_call_t *c = &fn->calls[(first + i) % fn->capacity];
         const ct_entry_t *e = &srv->ct.e[c->ct_idx]; /* stable while QUEUED: only we change it */
         c->state = CALL_WORK_COMPLETE;
         struct iovec iv[SRPC_MAX_TENSORS];
         uint32_t len;
-        int n, code = status;
+        int k, code = status;
         char ebuf[64];
         const char *emsg = msg;
-        if (!code && fn->raw && b->out_len[i] > max_out) {
+        if (!code && fn->raw && c->out_len > max_out) {
             code = SRPC_E_INTERNAL;
             emsg = ebuf;
-            snprintf(ebuf, sizeof(ebuf), "reply of %u bytes over the limit %u", b->out_len[i], max_out);
+            snprintf(ebuf, sizeof(ebuf), "reply of %u bytes over the limit %u", c->out_len, max_out);
         }
         if (code) {
             len = emsg ? (uint32_t)strnlen(emsg, SRPC_ERRMSG_MAX) : 0;
             iv[0] = (struct iovec){(void *)emsg, len};
-            n = len ? 1 : 0;
+            k = len ? 1 : 0;
         } else {
-            n = reply_pieces(fn, b, i, iv, &len);
+            k = reply_pieces(fn, first + i, iv, &len);
         }
-        srpc_server_send(srv, &e->key, code, iv, n, len);
+        srpc_server_send(srv, &e->key, code, iv, k, len);
         c->state = CALL_TX_COMPLETE;
         c->code = (uint16_t)code;
         c->out_len = len;
-        c->reply = cacheable(srv, code, len) ? copy_pieces(iv, n, len) : NULL;
+        c->reply = cacheable(srv, code, len) ? copy_pieces(iv, k, len) : NULL;
     }
     pthread_mutex_lock(&srv->lock);
-    for (uint32_t i = 0; i < b->count; i++) {
-        srpc_call_t *c = &fn->calls[(b->first_seq + i) % fn->capacity];
+    for (uint32_t i = 0; i < n; i++) {
+        srpc_call_t *c = &fn->calls[(first + i) % fn->capacity];
         cache_reply(srv, c->ct_idx, c->code, c->reply, c->out_len);
         c->reply = NULL;
         c->state = CALL_READY; /* recycled */
     }
-    fn->done += b->count;
+    fn->done += n;
     srpc_fn_retire_voids(fn, 1);
     pthread_mutex_unlock(&srv->lock);
+}
+
+/* Finishes fn's in-flight batches, oldest first, while the oldest one's done word is set.
+ * Worker thread. Returns how many were finished. */
+static int finish_ready(srpc_server_t *srv, srpc_fn_t *fn)
+{
+    int finished = 0;
+    while (fn->inflight) {
+        pthread_mutex_lock(&srv->lock);
+        srpc_fn_retire_voids(fn, 1);
+        const uint64_t first = fn->done;
+        const int handed_out = fn->done < fn->taken;
+        pthread_mutex_unlock(&srv->lock);
+        srpc_call_t *c0 = &fn->calls[first % fn->capacity];
+        if (!handed_out || c0->batch_open) /* the oldest batch is still with the worker */
+            break;
+        uint32_t w = __atomic_load_n(&fn->done_words[first % fn->capacity], __ATOMIC_ACQUIRE);
+        if (!(w & SRPC_DONE))
+            break;
+        finish(srv, fn, first, c0->batch_n, (int)(w & ~SRPC_DONE), c0->batch_msg);
+        free(c0->batch_msg);
+        c0->batch_msg = NULL;
+        fn->inflight--;
+        __atomic_store_n(&srv->inflight, srv->inflight - 1, __ATOMIC_RELAXED);
+        finished++;
+    }
+    return finished;
+}
+
+int srpc_server_poll(srpc_server_t *srv)
+{
+    if (!srv)
+        return -EINVAL;
+    int finished = 0;
+    for (uint32_t j = 0; srv->inflight && j < srv->nfns; j++)
+        if (srv->fns[j]->inflight)
+            finished += finish_ready(srv, srv->fns[j]);
+    return finished;
+}
+
+/* The function of a batch that was handed out and is neither completed nor deferred yet,
+ * else NULL. Worker thread. */
+static srpc_fn_t *open_batch_fn(srpc_server_t *srv, const srpc_batch_t *b)
+{
+    if (!srv || !b || b->count == 0 || !srv->by_id[b->func_id])
+        return NULL;
+    srpc_fn_t *fn = srv->by_id[b->func_id];
+    pthread_mutex_lock(&srv->lock);
+    int ok = b->first_seq >= fn->done && b->first_seq < fn->taken && b->count <= fn->taken - b->first_seq;
+    pthread_mutex_unlock(&srv->lock);
+    const srpc_call_t *c0 = &fn->calls[b->first_seq % fn->capacity];
+    return ok && c0->batch_open && c0->batch_n == b->count ? fn : NULL;
+}
+
+/* Puts an open batch in flight: from now on its done word decides. */
+static uint32_t *hand_back(srpc_server_t *srv, srpc_fn_t *fn, srpc_batch_t *b)
+{
+    fn->calls[b->first_seq % fn->capacity].batch_open = 0;
+    fn->inflight++;
+    __atomic_store_n(&srv->inflight, srv->inflight + 1, __ATOMIC_RELAXED);
     b->count = 0;
+    return &fn->done_words[b->first_seq % fn->capacity];
+}
+
+int srpc_server_complete(srpc_server_t *srv, srpc_batch_t *b, int status, const char *msg)
+{
+    srpc_fn_t *fn = open_batch_fn(srv, b);
+    if (!fn)
+        return -EINVAL;
+    if (status < 0 || status >= SRPC_E_MAX)
+        status = SRPC_E_INTERNAL;
+    srpc_call_t *c0 = &fn->calls[b->first_seq % fn->capacity];
+    if (fn->raw) /* b->out_len is reused by the next batch: keep the lengths with the calls */
+        for (uint32_t i = 0; i < b->count; i++)
+            fn->calls[(b->first_seq + i) % fn->capacity].out_len = b->out_len[i];
+    if (status && msg)
+        c0->batch_msg = strndup(msg, SRPC_ERRMSG_MAX); /* NULL (no text) if out of memory */
+    uint32_t *done = hand_back(srv, fn, b);
+    __atomic_store_n(done, SRPC_DONE | (uint32_t)status, __ATOMIC_RELEASE);
+    finish_ready(srv, fn);
+    return 0;
+}
+
+int srpc_server_defer(srpc_server_t *srv, srpc_batch_t *b, uint32_t **done)
+{
+    srpc_fn_t *fn = open_batch_fn(srv, b);
+    if (!fn || fn->raw || !done)
+        return -EINVAL;
+    *done = hand_back(srv, fn, b);
+    return 0;
+}
+
+/* Queues the copies of tensor k of a batch between its host staging TQ and its device TQ,
+ * which have the same ring: the elements sit at the same offsets in both. A batch that wraps
+ * is copied in two pieces, each within the lower (page-locked) mapping of the staging TQ. */
+static int copy_tensor(srpc_tq_t *hq, srpc_dtq_t *dq, uint64_t first, uint32_t count, int to_device,
+                       uint64_t stream)
+{
+    const size_t ring = srpc_tq_ring_bytes(hq);
+    size_t off = (size_t)(srpc_tq_elem(hq, first) - srpc_tq_base(hq));
+    size_t left = (size_t)count * srpc_tq_elem_size(hq);
+    while (left) {
+        size_t len = left < ring - off ? left : ring - off;
+        uint8_t *h = srpc_tq_base(hq) + off;
+        uint64_t d = srpc_dtq_base(dq) + off;
+        int r = to_device ? srpc_gpu_copy_htod(d, h, len, stream) : srpc_gpu_copy_dtoh(h, d, len, stream);
+        if (r)
+            return r;
+        left -= len;
+        off = 0;
+    }
+    return 0;
+}
+
+int srpc_server_stage_in(srpc_server_t *srv, const srpc_batch_t *b, uint64_t stream)
+{
+    srpc_fn_t *fn = open_batch_fn(srv, b);
+    if (!fn || fn->gpu_device < 0)
+        return -EINVAL;
+    for (uint32_t k = 0; k < fn->n_in; k++) {
+        int r = copy_tensor(fn->in_tq[k], fn->in_dtq[k], b->first_seq, b->count, 1, stream);
+        if (r)
+            return r;
+    }
+    return 0;
+}
+
+int srpc_server_submit(srpc_server_t *srv, srpc_batch_t *b, uint64_t stream)
+{
+    srpc_fn_t *fn = open_batch_fn(srv, b);
+    if (!fn || fn->gpu_device < 0)
+        return -EINVAL;
+    for (uint32_t k = 0; k < fn->n_out; k++) {
+        int r = copy_tensor(fn->out_tq[k], fn->out_dtq[k], b->first_seq, b->count, 0, stream);
+        if (r)
+            return r; /* still open: the caller completes it with an error */
+    }
+    const uint64_t idx = b->first_seq % fn->capacity;
+    uint32_t *done = hand_back(srv, fn, b);
+    if (srpc_gpu_signal(stream, done, fn->done_dev + idx * sizeof(uint32_t), SRPC_DONE) != 0) {
+        /* No stream-ordered signal: wait here instead, so that no call is lost. */
+        int r = srpc_gpu_stream_sync(stream);
+        __atomic_store_n(done, SRPC_DONE | (uint32_t)(r ? SRPC_E_INTERNAL : 0), __ATOMIC_RELEASE);
+    }
     return 0;
 }
 
@@ -295,5 +448,11 @@ int srpc_server_complete_next(srpc_server_t *srv, srpc_batch_t *b, int status, c
                               int64_t timeout_us)
 {
     int r = srpc_server_complete(srv, b, status, msg);
+    return r ? r : srpc_server_next_batch(srv, b, timeout_us);
+}
+
+int srpc_server_submit_next(srpc_server_t *srv, srpc_batch_t *b, uint64_t stream, int64_t timeout_us)
+{
+    int r = srpc_server_submit(srv, b, stream);
     return r ? r : srpc_server_next_batch(srv, b, timeout_us);
 }
