@@ -1,8 +1,10 @@
 """splitrpc: a control/data path splitting RPC runtime for low-latency ML inference serving."""
 from . import _native
+from . import gpu
 from .client import Client
 from .errors import (BadRequest, Busy, CallTimeout, DeadlineExceeded, InternalError, NativeError, RemoteError,
                      SplitRPCError, TooLarge, UnknownFunction)
+from .gpu import GPUError, GPUUnavailable
 from .server import Server
 from .spec import TensorSpec
 
@@ -31,5 +33,6 @@ def features() -> dict:
 
 __all__ = [
     "Server", "Client", "TensorSpec", "features", "SplitRPCError", "NativeError", "CallTimeout", "RemoteError",
-    "UnknownFunction", "BadRequest", "Busy", "DeadlineExceeded", "InternalError", "TooLarge",
+    "UnknownFunction", "BadRequest", "Busy", "DeadlineExceeded", "InternalError", "TooLarge", "GPUError",
+    "GPUUnavailable", "gpu",
 ]

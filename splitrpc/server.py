@@ -14,6 +14,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from . import gpu
 from ._native import ESHUTDOWN, ETIMEDOUT, check, ffi, lib
 from .errors import SplitRPCError
 from .spec import TensorSpec
@@ -43,6 +44,8 @@ class _Function:
     raw: bool
     max_request: int
     max_response: int
+    device: str = "cpu"               # where its Tensor Queues are: "cpu" or "cuda:N"
+    runner: gpu.DeviceRunner | None = None  # set for a function on a GPU
     calls: int = field(default=0)
     # The callback's arguments by (ring position, B): a ring revisits the same positions, and
     # building the numpy views costs about a microsecond each, finding them a tenth of that.
@@ -166,6 +169,8 @@ class Server:
         raw: bool = False,
         max_request: int = 1 << 20,
         max_response: int = 1 << 20,
+        device: str = "cpu",
+        orchestration: str = "o1",
     ) -> Callable:
         """Decorator registering `fn` under func_id.
 
@@ -174,18 +179,28 @@ class Server:
         Raw functions (``raw=True``) get ``fn(requests, responses)``: lists of B memoryviews
         (requests of their own length, responses of max_response bytes) and return the B
         reply lengths. The views are valid only during the call.
+
+        ``device="cuda:N"`` puts the function's Tensor Queues in GPU memory: the callback gets
+        CuPy arrays (zero-copy views of the device elements; ``torch.from_dlpack`` takes them
+        as they are) and runs with the function's CUDA stream current; it launches its work on
+        that stream and returns without synchronizing. The replies go out when the stream has
+        finished. ``orchestration="graph"`` captures the callback once per batch size as a
+        CUDA graph and replays it. Without a usable GPU the function is served from host
+        memory with numpy arrays, and a warning says why.
         """
 
         def register(fn: Callable) -> Callable:
             self.add_function(fn, func_id, name, inputs, outputs, max_batch=max_batch,
                               max_delay_us=max_delay_us, capacity=capacity, raw=raw,
-                              max_request=max_request, max_response=max_response)
+                              max_request=max_request, max_response=max_response, device=device,
+                              orchestration=orchestration)
             return fn
 
         return register
 
     def add_function(self, fn, func_id, name=None, inputs=(), outputs=(), *, max_batch=8, max_delay_us=0,
-                     capacity=256, raw=False, max_request=1 << 20, max_response=1 << 20) -> None:
+                     capacity=256, raw=False, max_request=1 << 20, max_response=1 << 20, device="cpu",
+                     orchestration="o1") -> None:
         if self._state != "created":
             raise SplitRPCError("functions must be registered before the server starts")
         if not 0 <= func_id <= 0xFFFF:
@@ -195,6 +210,20 @@ class Server:
         if max_batch < 1 or capacity < 1:
             raise ValueError("max_batch and capacity must be at least 1")
         inputs, outputs = list(inputs), list(outputs)
+        name = name or getattr(fn, "__name__", str(func_id))
+        ordinal = gpu.parse_device(device)
+        if orchestration not in gpu.ORCHESTRATIONS:
+            raise ValueError(f"orchestration must be one of {gpu.ORCHESTRATIONS}, got {orchestration!r}")
+        if ordinal >= 0 and raw:
+            raise ValueError("a raw function cannot run on a GPU: declare its tensors instead")
+        if ordinal >= 0:
+            try:
+                gpu.probe(ordinal)
+            except gpu.GPUUnavailable as exc:
+                log.warning("function %s: %s; serving it from host memory on the CPU", name, exc)
+                ordinal = -1
+        if ordinal >= 0:
+            gpu.import_cupy()  # a GPU without CuPy is a setup error, not a reason to fall back
         if raw:
             if inputs or outputs:
                 raise ValueError("a raw function takes max_request/max_response, not tensor specs")
@@ -210,9 +239,16 @@ class Server:
         fc.n_in, fc.n_out = len(in_sizes), len(out_sizes)
         fc.in_sizes, fc.out_sizes = c_in, c_out
         fc.capacity, fc.max_batch, fc.max_delay_us = capacity, max_batch, max_delay_us
-        check(lib.srpc_server_add_function(self._srv, fc), f"cannot register function {func_id}")
-        self._funcs[func_id] = _Function(func_id, name or getattr(fn, "__name__", str(func_id)), fn, inputs,
-                                         outputs, raw, int(max_request), int(max_response))
+        fc.on_gpu, fc.gpu_device = int(ordinal >= 0), max(ordinal, 0)
+        rc = lib.srpc_server_add_function(self._srv, fc)
+        if rc < 0 and ordinal >= 0:
+            raise gpu.GPUError(f"cannot register function {func_id} on cuda:{ordinal}: {gpu.last_error()}")
+        check(rc, f"cannot register function {func_id}")
+        f = _Function(func_id, name, fn, inputs, outputs, raw, int(max_request), int(max_response))
+        if ordinal >= 0:
+            f.device = f"cuda:{ordinal}"
+            f.runner = gpu.DeviceRunner(ordinal, inputs, outputs, fn, orchestration)
+        self._funcs[func_id] = f
 
     # ------------------------------------------------------------------ running
 
@@ -253,12 +289,26 @@ class Server:
                 check(rc, "srpc_server_complete_next")
             fn = funcs[b.func_id]
             try:
-                fn.run(b)
-                fn.calls += b.count
-                rc = complete_next(srv, b, 0, null, _WAIT_US)
+                if fn.runner is not None:
+                    rc = self._run_gpu(fn, b)
+                else:
+                    fn.run(b)
+                    fn.calls += b.count
+                    rc = complete_next(srv, b, 0, null, _WAIT_US)
             except Exception as exc:  # the calls of this batch get INTERNAL; serving goes on
                 log.warning("function %s raised %s: %s", fn.name, type(exc).__name__, exc)
                 rc = complete_next(srv, b, lib.SRPC_E_INTERNAL, ffi.new("char[]", _error_text(exc)), _WAIT_US)
+
+    def _run_gpu(self, fn: _Function, b) -> int:
+        """One batch of a GPU function: queued on its stream and handed back in flight; returns
+        next_batch's code. Raises while the batch is still open, so the caller completes it."""
+        count = b.count
+        fn.runner.run(self._srv, b, b.pos != _NO_POS)
+        rc = lib.srpc_server_submit(self._srv, b, fn.runner.stream.ptr)
+        if rc != 0:
+            raise gpu.GPUError(f"queueing the replies failed ({rc}): {gpu.last_error()}")
+        fn.calls += count
+        return lib.srpc_server_next_batch(self._srv, b, _WAIT_US)
 
     def stop(self) -> None:
         """Stops the engine and the worker; calls not yet answered are dropped."""
@@ -270,6 +320,9 @@ class Server:
         if t is not None and t is not threading.current_thread():
             t.join()
             self._thread = None
+        for f in self._funcs.values():  # no copy may still target the queues when they are freed
+            if f.runner is not None:
+                f.runner.synchronize()
 
     def close(self) -> None:
         """Stops and frees the native server; the port is released."""
@@ -311,7 +364,8 @@ class Server:
             "errors": {name: int(st.errors[c]) for c, name in _ERROR_NAMES.items()},
             "cache_hits": st.cache_hits,
             "partial_messages": st.partial_msgs, "reassembly_bytes": st.reasm_bytes,
-            "cached_replies": st.cached_replies,
+            "cached_replies": st.cached_replies, "in_flight": st.inflight,
             "socket_buffers": {"rcvbuf": st.rcvbuf, "sndbuf": st.sndbuf},
             "functions": {f.name: f.calls for f in self._funcs.values()},
+            "devices": {f.name: f.device for f in self._funcs.values()},
         }

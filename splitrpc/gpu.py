@@ -1,0 +1,143 @@
+"""gpu.py: the GPU side of a function: device parsing, CuPy views of device Tensor Queue elements, the per-function stream, CUDA-graph replay.
+
+CuPy is imported only when a function is registered on a GPU, so the package imports and
+serves on the CPU without it. Everything here runs on the server's worker thread.
+"""
+from __future__ import annotations
+
+import logging
+import re
+
+from ._native import ffi, lib
+from .errors import SplitRPCError
+
+log = logging.getLogger("splitrpc.gpu")
+
+ORCHESTRATIONS = ("o1", "graph")
+
+
+class GPUError(SplitRPCError):
+    """A CUDA driver call of the GPU data path failed."""
+
+
+class GPUUnavailable(GPUError):
+    """No usable CUDA driver or device (a function then falls back to host memory)."""
+
+
+def parse_device(device: str) -> int:
+    """'cpu' -> -1, 'cuda' -> 0, 'cuda:N' -> N; anything else raises ValueError."""
+    if device == "cpu":
+        return -1
+    m = re.fullmatch(r"cuda(?::(\d+))?", device)
+    if not m:
+        raise ValueError(f"device must be 'cpu', 'cuda' or 'cuda:N', got {device!r}")
+    return int(m.group(1) or 0)
+
+
+def last_error() -> str:
+    return ffi.string(lib.srpc_gpu_last_error()).decode("utf-8", "replace")
+
+
+def probe(ordinal: int) -> None:
+    """Raises GPUUnavailable (with the driver's reason) unless device `ordinal` can be used."""
+    rc = lib.srpc_gpu_init(ordinal)
+    if rc != 0:
+        raise GPUUnavailable(f"cuda:{ordinal} is not usable: {last_error() or 'no CUDA driver'}")
+
+
+def available(ordinal: int = 0) -> bool:
+    """True when the CUDA driver loads and device `ordinal` exists."""
+    return lib.srpc_gpu_init(ordinal) == 0
+
+
+def device_name(ordinal: int = 0) -> str:
+    buf = ffi.new("char[]", 256)
+    if lib.srpc_gpu_device_name(ordinal, buf, 256) != 0:
+        raise GPUUnavailable(last_error())
+    return ffi.string(buf).decode()
+
+
+def import_cupy():
+    try:
+        import cupy
+    except ImportError as exc:
+        raise ImportError("a function on a CUDA device needs CuPy: pip install 'splitrpc[gpu]' "
+                          f"(or the cupy-cudaXXx wheel matching your CUDA driver). Cause: {exc}") from exc
+    return cupy
+
+
+class DeviceRunner:
+    """Runs one GPU function's batches: requests to the device TQ, the callback on the
+    function's stream with CuPy views of the elements, then the outputs back and the done word,
+    all stream-ordered; the worker never waits for the GPU."""
+
+    def __init__(self, ordinal: int, inputs: list, outputs: list, callback, orchestration: str):
+        if orchestration not in ORCHESTRATIONS:
+            raise ValueError(f"orchestration must be one of {ORCHESTRATIONS}, got {orchestration!r}")
+        self.cupy = import_cupy()
+        self.ordinal = ordinal
+        self.inputs, self.outputs = inputs, outputs
+        self.callback = callback
+        self.orchestration = orchestration
+        self.device = self.cupy.cuda.Device(ordinal)
+        with self.device:
+            self.stream = self.cupy.cuda.Stream(non_blocking=True)
+        self.views: dict = {}   # (pos, B) -> CuPy views of the TQ elements (no copy)
+        self.graphs: dict = {}  # B -> (graph, static inputs, static outputs)
+
+    def _view(self, addr: int, spec, count: int):
+        cp = self.cupy
+        nbytes = count * spec.nbytes
+        mem = cp.cuda.UnownedMemory(addr, nbytes, self, self.ordinal)
+        return cp.ndarray((count, *spec.shape), dtype=spec.np_dtype, memptr=cp.cuda.MemoryPointer(mem, 0))
+
+    def args(self, b, count: int, cache_ok: bool) -> list:
+        key = (b.pos, count)
+        args = self.views.get(key)
+        if args is None:
+            args = [self._view(b.din[k], s, count) for k, s in enumerate(self.inputs)]
+            args += [self._view(b.dout[k], s, count) for k, s in enumerate(self.outputs)]
+            if cache_ok and len(self.views) < 8192:
+                self.views[key] = args
+        return args
+
+    def run(self, srv, b, cache_ok: bool) -> None:
+        """Queues the batch's work; the caller then submits it (srpc_server_submit)."""
+        count = b.count
+        rc = lib.srpc_server_stage_in(srv, b, self.stream.ptr)
+        if rc != 0:
+            raise GPUError(f"staging the batch in failed ({rc}): {last_error()}")
+        args = self.args(b, count, cache_ok)
+        with self.device, self.stream:
+            if self.orchestration == "graph":
+                self._replay(args, count)
+            else:
+                self.callback(*args)
+
+    def _replay(self, args: list, count: int) -> None:
+        """O1 with a CUDA graph per batch size: the callback is captured once on static
+        buffers; each batch copies its elements in, replays the graph and copies the outputs
+        back (device-to-device, on the same stream)."""
+        cp = self.cupy
+        n_in = len(self.inputs)
+        entry = self.graphs.get(count)
+        if entry is None:
+            static = [cp.empty_like(a) for a in args]
+            for s, a in zip(static[:n_in], args[:n_in]):
+                s[...] = a
+            self.callback(*static)  # warm-up outside the capture (lazy allocations, plans)
+            self.stream.begin_capture()
+            try:
+                self.callback(*static)
+            finally:
+                graph = self.stream.end_capture()
+            entry = self.graphs[count] = (graph, static)
+        graph, static = entry
+        for s, a in zip(static[:n_in], args[:n_in]):
+            s[...] = a
+        graph.launch(self.stream)
+        for a, s in zip(args[n_in:], static[n_in:]):
+            a[...] = s
+
+    def synchronize(self) -> None:
+        self.stream.synchronize()

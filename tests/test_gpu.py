@@ -1,0 +1,143 @@
+"""GPU data path: device parsing, the CPU fallback of device="cuda:N" functions, staging TQs laid out like device TQs, and (where a GPU and CuPy exist) real GPU functions with batches in flight."""
+import logging
+import os
+
+import numpy as np
+import pytest
+
+import splitrpc
+from splitrpc import gpu
+from splitrpc._native import ffi, lib
+
+F32 = "float32"
+HAS_GPU = gpu.available(0)
+
+
+def has_cupy() -> bool:
+    try:
+        gpu.import_cupy()
+        return True
+    except ImportError:
+        return False
+
+
+needs_gpu = pytest.mark.skipif(not (HAS_GPU and has_cupy()), reason="needs a CUDA GPU and CuPy")
+
+
+def vecadd(x, y):
+    y[...] = x + 1
+
+
+def vec_fn(srv, func_id=1, **kw):
+    srv.add_function(vecadd, func_id, "vecadd", [splitrpc.TensorSpec("x", F32, (256,))],
+                     [splitrpc.TensorSpec("y", F32, (256,))], **kw)
+
+
+@pytest.mark.parametrize("text,ordinal", [("cpu", -1), ("cuda", 0), ("cuda:0", 0), ("cuda:3", 3)])
+def test_parse_device(text, ordinal):
+    assert gpu.parse_device(text) == ordinal
+
+
+@pytest.mark.parametrize("text", ["gpu", "cuda:", "cuda:x", "CUDA:0", "cuda:-1", "", "cuda:0 "])
+def test_parse_device_rejects(text):
+    with pytest.raises(ValueError, match="device must be"):
+        gpu.parse_device(text)
+
+
+def test_bad_orchestration_and_raw_on_gpu():
+    srv = splitrpc.Server("127.0.0.1", 0)
+    try:
+        with pytest.raises(ValueError, match="orchestration"):
+            vec_fn(srv, orchestration="o3")
+        with pytest.raises(ValueError, match="raw function cannot run on a GPU"):
+            srv.add_function(lambda q, r: [], 2, "echo", raw=True, device="cuda:0")
+    finally:
+        srv.close()
+
+
+@pytest.mark.skipif(HAS_GPU, reason="checks the behaviour without a GPU")
+def test_without_gpu_the_driver_says_why():
+    assert not gpu.available(0)
+    assert lib.srpc_gpu_device_count() == -19 or lib.srpc_gpu_device_count() == 0  # -ENODEV
+    with pytest.raises(gpu.GPUUnavailable, match="cuda:0 is not usable"):
+        gpu.probe(0)
+    assert gpu.last_error() != ""
+
+
+@pytest.mark.skipif(HAS_GPU, reason="checks the fallback without a GPU")
+@pytest.mark.parametrize("orchestration", ["o1", "graph"])
+def test_cuda_function_falls_back_to_host(make_server, make_client, caplog, orchestration):
+    with caplog.at_level(logging.WARNING, logger="splitrpc.server"):
+        srv = make_server(lambda s: vec_fn(s, device="cuda:0", orchestration=orchestration))
+    assert any("serving it from host memory" in r.getMessage() for r in caplog.records)
+    c = make_client(srv.port, timeout=2.0)
+    x = np.arange(256, dtype=np.float32)
+    assert np.array_equal(np.frombuffer(c.call(1, x), np.float32), x + 1)
+    st = srv.stats()
+    assert st["devices"] == {"vecadd": "cpu"} and st["in_flight"] == 0
+
+
+def test_staging_tq_has_the_device_ring_size():
+    """srpc_tq_create_aligned: the ring is a multiple of the alignment (a GPU's 2 MiB
+    granularity), so host staging and device TQ put element seq at the same offset."""
+    out = ffi.new("srpc_tq_t **")
+    two_mib = 2 << 20
+    assert lib.srpc_tq_create_aligned(1024, 300, two_mib, out) == 0
+    tq = out[0]
+    try:
+        assert lib.srpc_tq_ring_bytes(tq) == two_mib
+        base = int(ffi.cast("uintptr_t", lib.srpc_tq_base(tq)))
+        assert int(ffi.cast("uintptr_t", lib.srpc_tq_elem(tq, 2048 + 5))) == base + 5 * 1024
+        # the mirror: the upper mapping shows what the lower one holds
+        ffi.buffer(lib.srpc_tq_base(tq), 4)[:] = b"abcd"
+        assert ffi.buffer(lib.srpc_tq_base(tq) + two_mib, 4)[:] == b"abcd"
+    finally:
+        lib.srpc_tq_destroy(tq)
+    for bad in (0, 3, 3 << 20):
+        assert lib.srpc_tq_create_aligned(1024, 4, bad, out) == -22  # -EINVAL: not a power of two
+    assert lib.srpc_tq_create_aligned(1024, 4, 1, out) == 0  # smaller than a page: pages
+    assert lib.srpc_tq_ring_bytes(out[0]) == os.sysconf("SC_PAGE_SIZE")
+    lib.srpc_tq_destroy(out[0])
+
+
+# ---------------------------------------------------------------------- on a real GPU
+
+
+@needs_gpu
+@pytest.mark.parametrize("orchestration", ["o1", "graph"])
+def test_gpu_vecadd_many_batches_in_flight(make_server, make_client, orchestration):
+    import cupy
+
+    seen = []
+
+    def on_gpu(x, y):
+        seen.append(type(x))
+        cupy.add(x, 1, out=y)
+
+    def setup(s):
+        s.add_function(on_gpu, 1, "vecadd", [splitrpc.TensorSpec("x", F32, (256,))],
+                       [splitrpc.TensorSpec("y", F32, (256,))], device="cuda:0", orchestration=orchestration,
+                       capacity=64, max_batch=8)
+
+    srv = make_server(setup, wait="poll")
+    c = make_client(srv.port, timeout=5.0)
+    rng = np.random.default_rng(1)
+    xs = [rng.standard_normal(256).astype(np.float32) for _ in range(300)]
+    futs = [c.call_async(1, x) for x in xs]
+    for x, f in zip(xs, futs):
+        assert np.array_equal(np.frombuffer(f.result(), np.float32), x + 1)
+    st = srv.stats()
+    assert st["devices"] == {"vecadd": "cuda:0"} and st["in_flight"] == 0
+    assert st["mean_batch"] > 1 and seen and all(t is cupy.ndarray for t in seen)
+
+
+@needs_gpu
+def test_gpu_callback_error_answers_internal(make_server, make_client):
+    def boom(x, y):
+        raise RuntimeError("kernel exploded")
+
+    srv = make_server(lambda s: s.add_function(boom, 1, "boom", [splitrpc.TensorSpec("x", F32, (4,))],
+                                               [splitrpc.TensorSpec("y", F32, (4,))], device="cuda:0"))
+    c = make_client(srv.port, timeout=5.0)
+    with pytest.raises(splitrpc.InternalError, match="kernel exploded"):
+        c.call(1, np.zeros(4, np.float32))
