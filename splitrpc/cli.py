@@ -1,4 +1,4 @@
-"""cli.py: the `splitrpc` command: serve the built-in services, make one call, run the demo, load a server."""
+"""cli.py: the `splitrpc` command: serve the built-in services and models, make a call, run the demo, load a server."""
 from __future__ import annotations
 
 import argparse
@@ -19,14 +19,39 @@ def _services():
     return SERVICES, register_builtin_services
 
 
+def _models():
+    """The model zoo's table (imports numpy only; building a model imports torch)."""
+    from splitrpc.services import models
+
+    return models
+
+
 def cmd_serve(a) -> int:
     _, register = _services()
+    names = []
+    if a.models:
+        try:
+            names = _models().resolve(a.models)
+        except ValueError as e:
+            print(f"--models: {e}", file=sys.stderr)
+            return 2
     srv = Server(a.host, a.port, wait=a.wait, segment_size=a.segment_size)
     register(srv, max_batch=a.max_batch, max_delay_us=a.max_delay_us)
+    if names:
+        try:
+            _models().register_models(srv, names, device=a.device, small=a.small, max_batch=a.max_batch,
+                                      max_delay_us=a.max_delay_us)
+        except Exception as e:  # no torch (ImportError names the extra), an unusable device, ...
+            srv.close()
+            print(f"--models: {type(e).__name__}: {e}", file=sys.stderr)
+            return 2
     for sig in (signal.SIGINT, signal.SIGTERM):  # explicit: a background job inherits SIGINT ignored
         signal.signal(sig, lambda *_: srv.stop())
-    print(f"splitrpc {__version__} serving vecadd(1) matmul(2) echo(3) head(4) on {a.host}:{srv.port} "
-          f"(wait={a.wait}); Ctrl-C stops", flush=True)
+    zoo = _models().MODELS if names else {}
+    served = " ".join(["vecadd(1) matmul(2) echo(3) head(4)"] + [f"{n}({zoo[n].func_id})" for n in names])
+    model_cfg = f", models on {a.device}{' (small)' if a.small else ''}" if names else ""
+    print(f"splitrpc {__version__} serving {served} on {a.host}:{srv.port} "
+          f"(wait={a.wait}{model_cfg}); Ctrl-C stops", flush=True)
     try:
         srv.serve()
     except KeyboardInterrupt:
@@ -40,7 +65,7 @@ def cmd_serve(a) -> int:
 
 
 def _request_for(a, services) -> tuple[int, bytes, object]:
-    svc = services.get(a.function)
+    svc = services.get(a.function) or _models().MODELS.get(a.function)
     func_id = svc.func_id if svc else int(a.function, 0)
     if a.file:
         with open(a.file, "rb") as f:
@@ -59,8 +84,8 @@ def cmd_call(a) -> int:
     try:
         func_id, data, svc = _request_for(a, services)
     except ValueError:
-        print(f"unknown function {a.function!r}: give a built-in name ({', '.join(services)}) or a number",
-              file=sys.stderr)
+        print(f"unknown function {a.function!r}: give a built-in name ({', '.join(services)}), a model "
+              f"({', '.join(_models().MODELS)}) or a number", file=sys.stderr)
         return 2
     with Client(a.host, a.port, timeout=a.timeout) as c:
         t0 = time.perf_counter()
@@ -71,11 +96,24 @@ def cmd_call(a) -> int:
             return 1
         dt = (time.perf_counter() - t0) * 1e6
     print(f"function {func_id}: {len(data)} B request -> {len(reply)} B reply in {dt:.0f} us (one cold call)")
-    if svc and not a.file and a.text is None:
+    model = svc if isinstance(svc, _models().ModelInfo) else None
+    if model and not a.file and a.text is None:
+        try:
+            ok = _models().check_reply(model.name, data, reply, small=a.small)
+        except ImportError as e:
+            print(f"reply not checked: {e}")
+        else:
+            print("reply matches the model's output within tolerance:", ok)
+    elif svc and not a.file and a.text is None:
         print("reply matches the expected output:", reply == svc.expected(data))
     if a.output:
         with open(a.output, "wb") as f:
             f.write(reply)
+    elif model and len(reply) == model.reply_size:
+        for spec, v in zip(model.outputs, _models().split(model.outputs, reply)):
+            v = v.ravel()
+            print(f"{spec.name} {spec.np_dtype.name}{list(spec.shape)}: {np.array2string(v[:8], precision=4)}"
+                  + (" ..." if v.size > 8 else ""))
     elif len(reply) % 4 == 0 and func_id in (1, 2, 4):
         v = np.frombuffer(reply, "<f4")
         print("float32[%d]: %s" % (v.size, np.array2string(v[:8], precision=4)) + (" ..." if v.size > 8 else ""))
@@ -137,7 +175,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-v", "--verbose", action="store_true", help="log what the server does")
     sub = p.add_subparsers(dest="cmd", required=True)
 
-    s = sub.add_parser("serve", help="serve vecadd, matmul, echo and head")
+    s = sub.add_parser("serve", help="serve vecadd, matmul, echo and head (and models of the zoo)")
     s.add_argument("--host", default="127.0.0.1")
     s.add_argument("--port", type=int, default=9230)
     s.add_argument("--wait", choices=("adaptive", "poll", "block"), default="adaptive",
@@ -145,10 +183,16 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--max-batch", type=int, default=8)
     s.add_argument("--max-delay-us", type=int, default=0)
     s.add_argument("--segment-size", type=int, default=1450, help="reply segment size to non-loopback clients")
+    s.add_argument("--models", metavar="NAMES",
+                   help="also serve these PyTorch models: a comma list of lenet, lstm, resnet18, resnet50, "
+                        "bert-like, or all (needs pip install 'splitrpc[models]')")
+    s.add_argument("--device", default="cpu", help="where the models run: cpu, cuda, cuda:N")
+    s.add_argument("--small", action="store_true", help="the models' small configurations (same I/O sizes)")
     s.set_defaults(func=cmd_serve)
 
     c = sub.add_parser("call", help="make one call and print the reply")
-    c.add_argument("function", help="vecadd, matmul, echo, head, or a numeric func_id")
+    c.add_argument("function", help="vecadd, matmul, echo, head, a model (lenet, lstm, resnet18, resnet50, "
+                                    "bert-like), or a numeric func_id")
     c.add_argument("--host", default="127.0.0.1")
     c.add_argument("--port", type=int, default=9230)
     c.add_argument("--file", help="request bytes from this file")
@@ -156,6 +200,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--output", help="write the reply bytes to this file")
     c.add_argument("--timeout", type=float, default=2.0)
     c.add_argument("--seed", type=int, default=0, help="seed of the example input")
+    c.add_argument("--small", action="store_true", help="a model's reply is checked against its small configuration")
     c.set_defaults(func=cmd_call)
 
     d = sub.add_parser("demo", help="start a server, load each service, print p50/p99 and throughput")

@@ -2,19 +2,29 @@
 
     python -m splitrpc.bench.peers.grpc_peer serve  --service vecadd --port 50051 [--variant sync|asyncio] [--workers 16]
     python -m splitrpc.bench.peers.grpc_peer client --service vecadd --port 50051 --concurrency 16 --calls 5000 --warmup 500
+    python -m splitrpc.bench.peers.grpc_peer serve  --service echo --port 50051 --models lenet,resnet50 [--device cuda]
 
 No protobuf: the method `/splitrpc.bench.Peer/<service>` takes and returns the request and reply
 bytes as they are (no (de)serializer). `serve` prints READY once it accepts calls and stops on
 SIGTERM/SIGINT; `client` prints one JSON line (see common.result). The client (a grpc.aio channel,
 `--concurrency` tasks each with one call outstanding) is the same for both server variants;
 --variant only labels its result.
+
+`serve --models NAMES` (a comma list or "all") also serves those models of the zoo
+(splitrpc.services.models), each as the method `/splitrpc.bench.Peer/<model>`, with the same
+callbacks splitrpc serves, each call a batch of 1. --device cpu: the callback gets
+numpy arrays over the request bytes. --device cuda[:N]: the peer copies the request to the GPU
+itself (torch tensors) and the reply back: the data movement splitrpc's GPU path avoids.
 """
 from __future__ import annotations
 
 import asyncio
 import signal
 import sys
+import warnings
 from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
 
 from . import common
 
@@ -47,19 +57,78 @@ def method(service: str) -> str:
 # ------------------------------------------------------------------ server
 
 
-def _handler(service: str, fn) -> "grpc.GenericRpcHandler":
-    return grpc.method_handlers_generic_handler(SERVICE, {service: grpc.unary_unary_rpc_method_handler(fn)})
+def _handler(methods: dict) -> "grpc.GenericRpcHandler":
+    return grpc.method_handlers_generic_handler(
+        SERVICE, {name: grpc.unary_unary_rpc_method_handler(fn) for name, fn in methods.items()})
+
+
+def model_computes(names: str | None, device: str = "cpu", small: bool = False) -> dict:
+    """{model name: compute(request bytes) -> reply bytes} for the named models of the zoo;
+    a request of the wrong size raises ValueError."""
+    if not names:
+        return {}
+    from splitrpc.services.models import MODELS, resolve, split
+
+    computes = {}
+    for name in resolve(names):
+        info = MODELS[name]
+        computes[name] = _model_compute(info, info.build(device=device, small=small), device, split)
+    return computes
+
+
+def _model_compute(info, callback, device: str, split):
+    def decode(request) -> list:
+        """The (1, ...) input arrays: views on the request bytes, no copy."""
+        try:
+            return [a[None] for a in split(info.inputs, request)]
+        except ValueError as e:
+            raise ValueError(f"{info.name}: request of {e}") from None
+
+    def on_cpu(request) -> bytes:
+        ins = decode(request)
+        outs = [np.empty((1, *s.shape), s.np_dtype) for s in info.outputs]
+        callback(*ins, *outs)
+        return b"".join(o.tobytes() for o in outs)
+
+    if device == "cpu":
+        return on_cpu
+    import torch
+
+    dev = torch.device(device)
+    dtypes = [torch.from_numpy(np.empty(0, s.np_dtype)).dtype for s in info.outputs]
+    # The request bytes are read-only; torch only copies them to the GPU, so its warning is noise.
+    warnings.filterwarnings("ignore", message="The given NumPy array is not writable", category=UserWarning,
+                            module=__name__)
+
+    def on_gpu(request) -> bytes:
+        ins = [torch.from_numpy(a).to(dev) for a in decode(request)]  # host -> GPU copy
+        outs = [torch.empty((1, *s.shape), dtype=t, device=dev) for s, t in zip(info.outputs, dtypes)]
+        callback(*ins, *outs)  # on torch's current stream; .cpu() below waits for it
+        return b"".join(o.cpu().numpy().tobytes() for o in outs)  # GPU -> host copy
+
+    return on_gpu
+
+
+def _methods(args, wrap) -> dict:
+    """The served methods: the --service and the --models, each compute wrapped by wrap(compute)."""
+    computes = {args.service: lambda request: common.compute(args.service, request)}
+    computes.update(model_computes(args.models, args.device, args.small))
+    return {name: wrap(fn) for name, fn in computes.items()}
 
 
 def serve_sync(args) -> None:
-    def call(request: bytes, context) -> bytes:
-        try:
-            return common.compute(args.service, request)
-        except ValueError as e:
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
+    def wrap(compute):
+        def call(request: bytes, context) -> bytes:
+            try:
+                return compute(request)
+            except ValueError as e:
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
 
+        return call
+
+    methods = _methods(args, wrap)
     server = grpc.server(ThreadPoolExecutor(max_workers=args.workers), options=OPTIONS)
-    server.add_generic_rpc_handlers((_handler(args.service, call),))
+    server.add_generic_rpc_handlers((_handler(methods),))
     if server.add_insecure_port(f"{args.host}:{args.port}") == 0:
         raise OSError(f"grpc: cannot bind {args.host}:{args.port}")
     stop = common.stop_event()
@@ -71,14 +140,18 @@ def serve_sync(args) -> None:
 
 
 async def serve_asyncio(args) -> None:
-    async def call(request: bytes, context) -> bytes:
-        try:
-            return common.compute(args.service, request)
-        except ValueError as e:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
+    def wrap(compute):
+        async def call(request: bytes, context) -> bytes:
+            try:
+                return compute(request)
+            except ValueError as e:
+                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
 
+        return call
+
+    methods = _methods(args, wrap)
     server = grpc.aio.server(options=OPTIONS)
-    server.add_generic_rpc_handlers((_handler(args.service, call),))
+    server.add_generic_rpc_handlers((_handler(methods),))
     if server.add_insecure_port(f"{args.host}:{args.port}") == 0:
         raise OSError(f"grpc: cannot bind {args.host}:{args.port}")
     stop = asyncio.Event()
@@ -118,6 +191,10 @@ async def client_async(args) -> dict:
 def main(argv=None) -> int:
     p, subs = common.parser("grpc_peer", VARIANTS, __doc__)
     subs["serve"].add_argument("--workers", type=int, default=16, help="thread pool size of the sync server")
+    subs["serve"].add_argument("--models", metavar="NAMES",
+                               help="also serve these models of the zoo (comma list or all), method = model name")
+    subs["serve"].add_argument("--device", default="cpu", help="where the models run: cpu, cuda, cuda:N")
+    subs["serve"].add_argument("--small", action="store_true", help="the models' small configurations")
     args = p.parse_args(argv)
 
     def serve(a):
