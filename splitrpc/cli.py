@@ -49,7 +49,8 @@ def cmd_serve(a) -> int:
         signal.signal(sig, lambda *_: srv.stop())
     zoo = _models().MODELS if names else {}
     served = " ".join(["vecadd(1) matmul(2) echo(3) head(4)"] + [f"{n}({zoo[n].func_id})" for n in names])
-    model_cfg = f", models on {a.device}{' (small)' if a.small else ''}" if names else ""
+    where = ", ".join(sorted({d for n, d in srv.stats()["devices"].items() if n in names}))  # after any fallback
+    model_cfg = f", models on {where}{' (small)' if a.small else ''}" if names else ""
     print(f"splitrpc {__version__} serving {served} on {a.host}:{srv.port} "
           f"(wait={a.wait}{model_cfg}); Ctrl-C stops", flush=True)
     try:
