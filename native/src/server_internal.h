@@ -30,6 +30,7 @@ typedef struct srpc_call {
     uint32_t out_len;  /* bytes of the reply (or error text) sent */
     uint8_t *reply;    /* copy of what was sent, for the reply cache (malloc) */
     /* Set on the first element of a batch when it is handed out (worker thread only): */
+    uint64_t batch_seq; /* the batch's first_seq */
     uint32_t batch_n;  /* the batch's size */
     uint8_t batch_open; /* handed out, neither completed nor deferred yet */
     char *batch_msg;   /* its error text (malloc), when completed with one */

@@ -97,6 +97,7 @@ static int take_batch(srpc_server_t *srv, srpc_batch_t *b, uint64_t now, uint64_
                 b->dout[k] = srpc_dtq_elem(fn->out_dtq[k], fn->taken);
         }
         const uint32_t first = (uint32_t)(fn->taken % fn->capacity);
+        fn->calls[first].batch_seq = fn->taken;
         fn->calls[first].batch_n = count;
         fn->calls[first].batch_open = 1;
         __atomic_store_n(&fn->done_words[first], 0, __ATOMIC_RELAXED);
@@ -338,17 +339,15 @@ int srpc_server_poll(srpc_server_t *srv)
 }
 
 /* The function of a batch that was handed out and is neither completed nor deferred yet,
- * else NULL. Worker thread. */
+ * else NULL. Worker thread: the batch fields of the call records are the worker's alone, so
+ * no lock is needed (an open batch lies within [done, taken), which the engine leaves alone). */
 static srpc_fn_t *open_batch_fn(srpc_server_t *srv, const srpc_batch_t *b)
 {
     if (!srv || !b || b->count == 0 || !srv->by_id[b->func_id])
         return NULL;
     srpc_fn_t *fn = srv->by_id[b->func_id];
-    pthread_mutex_lock(&srv->lock);
-    int ok = b->first_seq >= fn->done && b->first_seq < fn->taken && b->count <= fn->taken - b->first_seq;
-    pthread_mutex_unlock(&srv->lock);
     const srpc_call_t *c0 = &fn->calls[b->first_seq % fn->capacity];
-    return ok && c0->batch_open && c0->batch_n == b->count ? fn : NULL;
+    return c0->batch_open && c0->batch_seq == b->first_seq && c0->batch_n == b->count ? fn : NULL;
 }
 
 /* Puts an open batch in flight: from now on its done word decides. */
@@ -372,6 +371,13 @@ int srpc_server_complete(srpc_server_t *srv, srpc_batch_t *b, int status, const 
     if (fn->raw) /* b->out_len is reused by the next batch: keep the lengths with the calls */
         for (uint32_t i = 0; i < b->count; i++)
             fn->calls[(b->first_seq + i) % fn->capacity].out_len = b->out_len[i];
+    if (!fn->inflight && b->first_seq == fn->done) {
+        /* The common case, the oldest batch with none in flight: no done word needed. */
+        c0->batch_open = 0;
+        finish(srv, fn, b->first_seq, b->count, status, msg);
+        b->count = 0;
+        return 0;
+    }
     if (status && msg)
         c0->batch_msg = strndup(msg, SRPC_ERRMSG_MAX); /* NULL (no text) if out of memory */
     uint32_t *done = hand_back(srv, fn, b);
