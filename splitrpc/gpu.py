@@ -82,7 +82,6 @@ class DeviceRunner:
         self.device = self.cupy.cuda.Device(ordinal)
         with self.device:
             self.stream = self.cupy.cuda.Stream(non_blocking=True)
-        self.views: dict = {}   # (pos, B) -> CuPy views of the TQ elements (no copy)
         self.graphs: dict = {}  # B -> (graph, static inputs, static outputs)
 
     def _view(self, addr: int, spec, count: int):
@@ -91,23 +90,18 @@ class DeviceRunner:
         mem = cp.cuda.UnownedMemory(addr, nbytes, self, self.ordinal)
         return cp.ndarray((count, *spec.shape), dtype=spec.np_dtype, memptr=cp.cuda.MemoryPointer(mem, 0))
 
-    def args(self, b, count: int, cache_ok: bool) -> list:
-        key = (b.pos, count)
-        args = self.views.get(key)
-        if args is None:
-            args = [self._view(b.din[k], s, count) for k, s in enumerate(self.inputs)]
-            args += [self._view(b.dout[k], s, count) for k, s in enumerate(self.outputs)]
-            if cache_ok and len(self.views) < 8192:
-                self.views[key] = args
-        return args
+    def views(self, b, count: int) -> list:
+        """CuPy views of the batch's device TQ elements, inputs then outputs (no copy)."""
+        args = [self._view(b.din[k], s, count) for k, s in enumerate(self.inputs)]
+        return args + [self._view(b.dout[k], s, count) for k, s in enumerate(self.outputs)]
 
-    def run(self, srv, b, cache_ok: bool) -> None:
-        """Queues the batch's work; the caller then submits it (srpc_server_submit)."""
+    def run(self, srv, b, args: list) -> None:
+        """Queues the batch's work on the stream (args: views()); the caller then submits it
+        (srpc_server_submit)."""
         count = b.count
         rc = lib.srpc_server_stage_in(srv, b, self.stream.ptr)
         if rc != 0:
             raise GPUError(f"staging the batch in failed ({rc}): {last_error()}")
-        args = self.args(b, count, cache_ok)
         with self.device, self.stream:
             if self.orchestration == "graph":
                 self._replay(args, count)

@@ -56,15 +56,23 @@ class _Function:
         if self.raw:
             self._run_raw(b, count)
             return
+        self.callback(*self.args(b, count))
+
+    def args(self, b, count: int) -> list:
+        """The callback's arrays for a batch: numpy views of the host elements, or CuPy views
+        of the device elements for a GPU function; cached by (ring position, B)."""
         key = (b.pos, count)
         args = self.args_cache.get(key)
         if args is None:
-            bin_, bout = getattr(b, "in"), b.out
-            args = [_view(bin_[k], spec, count) for k, spec in enumerate(self.inputs)]
-            args += [_view(bout[k], spec, count) for k, spec in enumerate(self.outputs)]
+            if self.runner is not None:
+                args = self.runner.views(b, count)
+            else:
+                bin_, bout = getattr(b, "in"), b.out
+                args = [_view(bin_[k], spec, count) for k, spec in enumerate(self.inputs)]
+                args += [_view(bout[k], spec, count) for k, spec in enumerate(self.outputs)]
             if key[0] != _NO_POS and len(self.args_cache) < _ARGS_CACHE_LIMIT:
                 self.args_cache[key] = args
-        self.callback(*args)
+        return args
 
     def _run_raw(self, b, count: int) -> None:
         reqs = [ffi.buffer(getattr(b, "in")[0] + i * self.max_request, b.in_len[i]) for i in range(count)]
@@ -303,7 +311,7 @@ class Server:
         """One batch of a GPU function: queued on its stream and handed back in flight; returns
         next_batch's code. Raises while the batch is still open, so the caller completes it."""
         count = b.count
-        fn.runner.run(self._srv, b, b.pos != _NO_POS)
+        fn.runner.run(self._srv, b, fn.args(b, count))
         rc = lib.srpc_server_submit(self._srv, b, fn.runner.stream.ptr)
         if rc != 0:
             raise gpu.GPUError(f"queueing the replies failed ({rc}): {gpu.last_error()}")

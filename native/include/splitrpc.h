@@ -267,8 +267,6 @@ int srpc_server_stage_in(srpc_server_t *srv, const srpc_batch_t *b, uint64_t str
  * the batch's done word (srpc_gpu_signal), and defers the batch: its replies go out when the
  * stream gets there. The Python worker never waits for the GPU. Worker thread. */
 int srpc_server_submit(srpc_server_t *srv, srpc_batch_t *b, uint64_t stream);
-/* srpc_server_submit, then srpc_server_next_batch into the same *b. */
-int srpc_server_submit_next(srpc_server_t *srv, srpc_batch_t *b, uint64_t stream, int64_t timeout_us);
 
 /* Counters. Fields are monotonically increasing except where noted. */
 enum srpc_drop_reason {

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 
 #include "gpu_driver.h"
+#include "ring.h"
 #include "splitrpc_gpu.h"
 
 struct srpc_dtq {
@@ -167,10 +168,7 @@ uint64_t srpc_dtq_base(const srpc_dtq_t *q)
 
 uint64_t srpc_dtq_elem(const srpc_dtq_t *q, uint64_t seq)
 {
-    /* seq * elem_size needs up to 128 bits before the reduction (as srpc_tq_elem). */
-    __extension__ typedef unsigned __int128 u128;
-    u128 off = (u128)seq * q->elem_size % q->ring_bytes;
-    return q->base + (uint64_t)off;
+    return q->base + srpc_ring_offset(seq, q->elem_size, q->ring_bytes);
 }
 
 size_t srpc_dtq_ring_bytes(const srpc_dtq_t *q)

@@ -9,6 +9,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "ring.h"
 #include "splitrpc.h"
 
 struct srpc_tq {
@@ -102,10 +103,7 @@ void srpc_tq_destroy(srpc_tq_t *tq)
 
 uint8_t *srpc_tq_elem(const srpc_tq_t *tq, uint64_t seq)
 {
-    /* seq * elem_size needs up to 128 bits before the reduction. */
-    __extension__ typedef unsigned __int128 u128;
-    u128 off = (u128)seq * tq->elem_size % tq->ring_bytes;
-    return tq->base + (size_t)off;
+    return tq->base + srpc_ring_offset(seq, tq->elem_size, tq->ring_bytes);
 }
 
 uint8_t *srpc_tq_base(const srpc_tq_t *tq)

@@ -456,9 +456,3 @@ int srpc_server_complete_next(srpc_server_t *srv, srpc_batch_t *b, int status, c
     int r = srpc_server_complete(srv, b, status, msg);
     return r ? r : srpc_server_next_batch(srv, b, timeout_us);
 }
-
-int srpc_server_submit_next(srpc_server_t *srv, srpc_batch_t *b, uint64_t stream, int64_t timeout_us)
-{
-    int r = srpc_server_submit(srv, b, stream);
-    return r ? r : srpc_server_next_batch(srv, b, timeout_us);
-}
