@@ -13,7 +13,27 @@ from .errors import SplitRPCError
 
 log = logging.getLogger("splitrpc.gpu")
 
-ORCHESTRATIONS = ("o1", "graph")
+ORCHESTRATIONS = ("o1", "graph", "o2")
+# O2 runs a persistent kernel compiled into the library, named by the callback's `o2_kernel`
+# attribute; these are the ones there are.
+O2_KERNELS = ("vecadd",)
+_EBUSY = 16
+
+
+def check_o2(callback, inputs: list, outputs: list, raw: bool) -> None:
+    """Raises ValueError unless a function can use orchestration="o2": a callback naming a
+    compiled persistent kernel, and one float32 input and one float32 output of equal size."""
+    kernel = getattr(callback, "o2_kernel", None)
+    if kernel not in O2_KERNELS:
+        raise ValueError(f"orchestration='o2' runs a persistent kernel compiled into splitrpc; the callback "
+                         f"must name one of {O2_KERNELS} in its o2_kernel attribute (got {kernel!r}), "
+                         "as splitrpc.services.builtin.vecadd does")
+    if raw or len(inputs) != 1 or len(outputs) != 1:
+        raise ValueError("orchestration='o2' takes exactly one input and one output tensor")
+    i, o = inputs[0], outputs[0]
+    if i.np_dtype.str != "<f4" or o.np_dtype.str != "<f4" or i.nbytes != o.nbytes:
+        raise ValueError(f"orchestration='o2' (vecadd) needs float32 input and output of the same size, got "
+                         f"{i.np_dtype} {i.shape} -> {o.np_dtype} {o.shape}")
 
 
 class GPUError(SplitRPCError):
@@ -69,7 +89,8 @@ def import_cupy():
 class DeviceRunner:
     """Runs one GPU function's batches: requests to the device TQ, the callback on the
     function's stream with CuPy views of the elements, then the outputs back and the done word,
-    all stream-ordered; the worker never waits for the GPU."""
+    all stream-ordered; the worker never waits for the GPU. With O2 the persistent kernel
+    replaces the callback and writes the outputs and the done word itself."""
 
     def __init__(self, ordinal: int, inputs: list, outputs: list, callback, orchestration: str):
         if orchestration not in ORCHESTRATIONS:
@@ -83,6 +104,27 @@ class DeviceRunner:
         with self.device:
             self.stream = self.cupy.cuda.Stream(non_blocking=True)
         self.graphs: dict = {}  # B -> (graph, static inputs, static outputs)
+        self.o2 = None          # srpc_o2_t * while the O2 kernel runs
+        self.o2_floats = inputs[0].nbytes // 4 if orchestration == "o2" else 0
+
+    def start(self) -> None:
+        """Launches the O2 kernel (other orchestrations: nothing to do). Call once every
+        queue exists: while it runs, whatever waits for the whole device waits for ever."""
+        if self.orchestration != "o2" or self.o2 is not None:
+            return
+        out = ffi.new("srpc_o2_t **")
+        rc = lib.srpc_o2_start(self.ordinal, self.o2_floats, out)
+        if rc != 0:
+            raise GPUError(f"cannot start the O2 kernel on cuda:{self.ordinal} ({rc}): {last_error()}")
+        self.o2 = out[0]
+
+    def stop(self) -> None:
+        """Waits for the stream, then ends the O2 kernel once it has served every batch."""
+        self.stream.synchronize()
+        if self.o2 is not None:
+            o2, self.o2 = self.o2, None
+            if lib.srpc_o2_stop(o2) != 0:
+                raise GPUError(f"stopping the O2 kernel failed: {last_error()}")
 
     def _view(self, addr: int, spec, count: int):
         cp = self.cupy
@@ -95,18 +137,29 @@ class DeviceRunner:
         args = [self._view(b.din[k], s, count) for k, s in enumerate(self.inputs)]
         return args + [self._view(b.dout[k], s, count) for k, s in enumerate(self.outputs)]
 
-    def run(self, srv, b, args: list) -> None:
-        """Queues the batch's work on the stream (args: views()); the caller then submits it
-        (srpc_server_submit)."""
+    def run(self, srv, b, args) -> None:
+        """Queues the batch's work on the stream and hands it back in flight (args: views(),
+        unused with O2). Raises while the batch is still open, so the caller completes it."""
         count = b.count
         rc = lib.srpc_server_stage_in(srv, b, self.stream.ptr)
         if rc != 0:
             raise GPUError(f"staging the batch in failed ({rc}): {last_error()}")
+        if self.o2 is not None:
+            rc = lib.srpc_server_submit_o2(srv, b, self.o2, self.stream.ptr)
+            while rc == -_EBUSY:  # the kernel's ring is full: it frees slots on its own
+                lib.srpc_server_poll(srv)
+                rc = lib.srpc_server_submit_o2(srv, b, self.o2, self.stream.ptr)
+            if rc != 0:
+                raise GPUError(f"handing the batch to the O2 kernel failed ({rc}): {last_error()}")
+            return
         with self.device, self.stream:
             if self.orchestration == "graph":
                 self._replay(args, count)
             else:
                 self.callback(*args)
+        rc = lib.srpc_server_submit(srv, b, self.stream.ptr)
+        if rc != 0:
+            raise GPUError(f"queueing the replies failed ({rc}): {last_error()}")
 
     def _replay(self, args: list, count: int) -> None:
         """O1 with a CUDA graph per batch size: the callback is captured once on static
@@ -133,5 +186,3 @@ class DeviceRunner:
         for a, s in zip(args[n_in:], static[n_in:]):
             a[...] = s
 
-    def synchronize(self) -> None:
-        self.stream.synchronize()

@@ -193,8 +193,13 @@ class Server:
         as they are) and runs with the function's CUDA stream current; it launches its work on
         that stream and returns without synchronizing. The replies go out when the stream has
         finished. ``orchestration="graph"`` captures the callback once per batch size as a
-        CUDA graph and replays it. Without a usable GPU the function is served from host
-        memory with numpy arrays, and a warning says why.
+        CUDA graph and replays it. ``orchestration="o2"`` hands each batch to a persistent
+        kernel compiled into the library instead of calling back (SplitRPC's GPU-managed O2);
+        there is one, vecadd, named by the callback's ``o2_kernel`` attribute (the built-in
+        vecadd has it). While an O2 kernel runs, anything that waits for the whole device
+        (``torch.cuda.synchronize()``, ``cudaDeviceSynchronize``, freeing device memory back to
+        the driver) waits until the server stops. Without a usable GPU the function is served
+        from host memory with numpy arrays (O2: with the callback), and a warning says why.
         """
 
         def register(fn: Callable) -> Callable:
@@ -224,6 +229,8 @@ class Server:
             raise ValueError(f"orchestration must be one of {gpu.ORCHESTRATIONS}, got {orchestration!r}")
         if ordinal >= 0 and raw:
             raise ValueError("a raw function cannot run on a GPU: declare its tensors instead")
+        if orchestration == "o2":
+            gpu.check_o2(fn, inputs, outputs, raw)
         if ordinal >= 0:
             try:
                 gpu.probe(ordinal)
@@ -279,7 +286,15 @@ class Server:
         with self._lock:
             if self._state != "created":
                 raise SplitRPCError(f"server already {self._state}")
-            check(lib.srpc_server_start(self._srv), "cannot start the engine")
+            runners = [f.runner for f in self._funcs.values() if f.runner is not None]
+            try:
+                for r in runners:
+                    r.start()
+                check(lib.srpc_server_start(self._srv), "cannot start the engine")
+            except BaseException:
+                for r in runners:
+                    r.stop()
+                raise
             self._state = "running"
 
     def _worker(self) -> None:
@@ -311,10 +326,8 @@ class Server:
         """One batch of a GPU function: queued on its stream and handed back in flight; returns
         next_batch's code. Raises while the batch is still open, so the caller completes it."""
         count = b.count
-        fn.runner.run(self._srv, b, fn.args(b, count))
-        rc = lib.srpc_server_submit(self._srv, b, fn.runner.stream.ptr)
-        if rc != 0:
-            raise gpu.GPUError(f"queueing the replies failed ({rc}): {gpu.last_error()}")
+        runner = fn.runner
+        runner.run(self._srv, b, None if runner.o2 is not None else fn.args(b, count))
         fn.calls += count
         return lib.srpc_server_next_batch(self._srv, b, _WAIT_US)
 
@@ -328,9 +341,9 @@ class Server:
         if t is not None and t is not threading.current_thread():
             t.join()
             self._thread = None
-        for f in self._funcs.values():  # no copy may still target the queues when they are freed
+        for f in self._funcs.values():  # no copy or kernel may still target the queues when they are freed
             if f.runner is not None:
-                f.runner.synchronize()
+                f.runner.stop()
 
     def close(self) -> None:
         """Stops and frees the native server; the port is released."""

@@ -28,6 +28,9 @@ def vecadd(x, y):
     y[...] = x + 1
 
 
+vecadd.o2_kernel = "vecadd"
+
+
 def vec_fn(srv, func_id=1, **kw):
     srv.add_function(vecadd, func_id, "vecadd", [splitrpc.TensorSpec("x", F32, (256,))],
                      [splitrpc.TensorSpec("y", F32, (256,))], **kw)
@@ -51,6 +54,30 @@ def test_bad_orchestration_and_raw_on_gpu():
             vec_fn(srv, orchestration="o3")
         with pytest.raises(ValueError, match="raw function cannot run on a GPU"):
             srv.add_function(lambda q, r: [], 2, "echo", raw=True, device="cuda:0")
+        assert srv.stats()["functions"] == {}
+    finally:
+        srv.close()
+
+
+def test_o2_refuses_what_its_kernel_cannot_do():
+    """O2 runs a compiled vecadd kernel: refused for any other callback or tensor layout,
+    on every machine (before looking for a GPU), so a setup error does not hide behind a
+    CPU fallback."""
+    spec = splitrpc.TensorSpec
+    srv = splitrpc.Server("127.0.0.1", 0)
+    try:
+        with pytest.raises(ValueError, match="o2_kernel"):
+            srv.add_function(lambda x, y: None, 1, "f", [spec("x", F32, (256,))], [spec("y", F32, (256,))],
+                             device="cuda:0", orchestration="o2")
+        bad = [([spec("x", F32, (256,))], [spec("y", F32, (255,))], "same size"),
+               ([spec("x", "int32", (256,))], [spec("y", "int32", (256,))], "float32"),
+               ([spec("x", F32, (4,)), spec("z", F32, (4,))], [spec("y", F32, (4,))], "one input")]
+        for ins, outs, msg in bad:
+            with pytest.raises(ValueError, match=msg):
+                srv.add_function(vecadd, 1, "f", ins, outs, device="cuda:0", orchestration="o2")
+        with pytest.raises(ValueError, match="one input and one output"):
+            srv.add_function(vecadd, 2, "echo", raw=True, orchestration="o2")
+        assert srv.stats()["functions"] == {}
     finally:
         srv.close()
 
@@ -65,7 +92,7 @@ def test_without_gpu_the_driver_says_why():
 
 
 @pytest.mark.skipif(HAS_GPU, reason="checks the fallback without a GPU")
-@pytest.mark.parametrize("orchestration", ["o1", "graph"])
+@pytest.mark.parametrize("orchestration", ["o1", "graph", "o2"])
 def test_cuda_function_falls_back_to_host(make_server, make_client, caplog, orchestration):
     with caplog.at_level(logging.WARNING, logger="splitrpc.server"):
         srv = make_server(lambda s: vec_fn(s, device="cuda:0", orchestration=orchestration))
@@ -104,8 +131,11 @@ def test_staging_tq_has_the_device_ring_size():
 
 
 @needs_gpu
-@pytest.mark.parametrize("orchestration", ["o1", "graph"])
+@pytest.mark.parametrize("orchestration", ["o1", "graph", "o2"])
 def test_gpu_vecadd_many_batches_in_flight(make_server, make_client, orchestration):
+    """1000-float (4000 B) elements do not divide the 2 MiB ring: 1200 calls go round it twice,
+    with elements and batches that straddle its end (the mirror on the device, two copies or
+    two output addresses on the host)."""
     import cupy
 
     seen = []
@@ -114,21 +144,28 @@ def test_gpu_vecadd_many_batches_in_flight(make_server, make_client, orchestrati
         seen.append(type(x))
         cupy.add(x, 1, out=y)
 
+    on_gpu.o2_kernel = "vecadd"
+
     def setup(s):
-        s.add_function(on_gpu, 1, "vecadd", [splitrpc.TensorSpec("x", F32, (256,))],
-                       [splitrpc.TensorSpec("y", F32, (256,))], device="cuda:0", orchestration=orchestration,
+        s.add_function(on_gpu, 1, "vecadd", [splitrpc.TensorSpec("x", F32, (1000,))],
+                       [splitrpc.TensorSpec("y", F32, (1000,))], device="cuda:0", orchestration=orchestration,
                        capacity=64, max_batch=8)
 
     srv = make_server(setup, wait="poll")
     c = make_client(srv.port, timeout=5.0)
     rng = np.random.default_rng(1)
-    xs = [rng.standard_normal(256).astype(np.float32) for _ in range(300)]
-    futs = [c.call_async(1, x) for x in xs]
-    for x, f in zip(xs, futs):
-        assert np.array_equal(np.frombuffer(f.result(), np.float32), x + 1)
+    for _ in range(4):
+        xs = [rng.standard_normal(1000).astype(np.float32) for _ in range(300)]
+        futs = [c.call_async(1, x) for x in xs]
+        for x, f in zip(xs, futs):
+            assert np.array_equal(np.frombuffer(f.result(), np.float32), x + 1)
     st = srv.stats()
-    assert st["devices"] == {"vecadd": "cuda:0"} and st["in_flight"] == 0
-    assert st["mean_batch"] > 1 and seen and all(t is cupy.ndarray for t in seen)
+    assert st["devices"] == {"vecadd": "cuda:0"} and st["in_flight"] == 0 and st["calls"] == 1200
+    assert st["mean_batch"] > 1
+    if orchestration == "o2":
+        assert not seen  # the persistent kernel did the work
+    else:
+        assert seen and all(t is cupy.ndarray for t in seen)
 
 
 @needs_gpu

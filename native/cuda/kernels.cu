@@ -73,9 +73,10 @@ extern "C" __global__ void __launch_bounds__(SRPC_O2_THREADS)
 srpc_o2_vecadd(struct srpc_o2_ctrl *ctrl, uint32_t n_floats)
 {
     __shared__ const float *s_in;
-    __shared__ float *s_out;
+    __shared__ float *s_out, *s_out_rest;
     __shared__ uint32_t *s_done;
-    __shared__ unsigned long long s_total;
+    __shared__ uint32_t s_done_value;
+    __shared__ unsigned long long s_first, s_total; /* floats */
     __shared__ int s_exit;
 
     volatile struct srpc_o2_ctrl *vc = ctrl;
@@ -100,7 +101,10 @@ srpc_o2_vecadd(struct srpc_o2_ctrl *ctrl, uint32_t n_floats)
                 __threadfence_system(); /* the descriptor is read after its doorbell */
                 s_in = (const float *)(uintptr_t)slot->in;
                 s_out = (float *)(uintptr_t)slot->out;
+                s_out_rest = (float *)(uintptr_t)slot->out_rest;
                 s_done = (uint32_t *)(uintptr_t)slot->done;
+                s_done_value = slot->done_value;
+                s_first = slot->out_floats;
                 s_total = (unsigned long long)slot->count * n_floats;
             }
             s_exit = exit_now;
@@ -108,11 +112,13 @@ srpc_o2_vecadd(struct srpc_o2_ctrl *ctrl, uint32_t n_floats)
         __syncthreads();
         if (s_exit)
             return;
-        vecadd_block(s_in, s_out, s_total);
+        vecadd_block(s_in, s_out, s_first);
+        if (s_total > s_first)
+            vecadd_block(s_in + s_first, s_out_rest, s_total - s_first);
         __threadfence_system(); /* this thread's outputs are visible to the host and the GPU */
         __syncthreads();        /* ... for every thread, before the batch is declared done */
         if (threadIdx.x == 0) {
-            *(volatile uint32_t *)s_done = 1;
+            *(volatile uint32_t *)s_done = s_done_value;
             __threadfence_system();
             vc->consumed = seq + 1;
         }

@@ -267,6 +267,15 @@ int srpc_server_stage_in(srpc_server_t *srv, const srpc_batch_t *b, uint64_t str
  * the batch's done word (srpc_gpu_signal), and defers the batch: its replies go out when the
  * stream gets there. The Python worker never waits for the GPU. Worker thread. */
 int srpc_server_submit(srpc_server_t *srv, srpc_batch_t *b, uint64_t stream);
+/* O2 (GPU-managed orchestration) instead of a callback and srpc_server_submit, for a GPU
+ * function with one float32 input and one output of the same size, that of the vectors `o2`
+ * (splitrpc_gpu.h) was started for. After srpc_server_stage_in on `stream`, hands the batch to
+ * the persistent kernel, which writes the outputs straight into the page-locked output staging
+ * and then the batch's done word, and defers the batch. Worker thread. Returns 0; -EINVAL
+ * (not such a function, bad batch); -ENOTSUP (staging not page-locked); -EBUSY (the kernel's
+ * ring is full: the batch is still open, try again); a GPU error. */
+struct srpc_o2;
+int srpc_server_submit_o2(srpc_server_t *srv, srpc_batch_t *b, struct srpc_o2 *o2, uint64_t stream);
 
 /* Counters. Fields are monotonically increasing except where noted. */
 enum srpc_drop_reason {

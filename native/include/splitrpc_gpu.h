@@ -103,16 +103,30 @@ typedef struct srpc_o2 srpc_o2_t;
  * whole device (cuCtxSynchronize, torch.cuda.synchronize, cuMemFree) waits for it: allocate
  * queues before start and free them after stop. */
 int srpc_o2_start(int device, uint32_t n_floats, srpc_o2_t **out);
-/* Hands one batch to the kernel: `count` vectors at device address `in` (contiguous) to
- * device-accessible address `out` (device memory, or mapped pinned host memory such as a
- * registered staging TQ). The doorbell is rung on `stream` with cuStreamWriteValue32 after
- * the work already queued there (the batch's host-to-device copy), so the kernel never reads
- * a batch before its data has arrived. When the kernel has written the outputs it makes them
- * visible to the host (__threadfence_system) and then sets *done (mapped host memory,
- * device address done_dev) to 1. -EBUSY when SRPC_O2_SLOTS batches are outstanding. One
+/* One batch for the kernel: `count` vectors at device address `in` (contiguous), outputs to
+ * device-accessible memory (device memory, or mapped pinned host memory such as a registered
+ * staging TQ): the first out_floats floats at `out`, the others at `out_rest` (an output ring
+ * that wraps; out_floats 0 means all at `out`). When the outputs are written and visible to the host
+ * (__threadfence_system), the kernel sets *done (mapped host memory, device address
+ * done_dev, or 0 to look it up) to done_value. */
+typedef struct srpc_o2_batch {
+    uint64_t in;
+    uint64_t out;
+    uint64_t out_rest;
+    uint32_t count;
+    uint32_t out_floats;
+    uint32_t *done;
+    uint64_t done_dev;
+    uint32_t done_value;
+} srpc_o2_batch_t;
+/* Hands one batch to the kernel. The doorbell is rung on `stream` with cuStreamWriteValue32
+ * after the work already queued there (the batch's host-to-device copy), so the kernel never
+ * reads a batch before its data has arrived. Clears *done first. -EINVAL for a NULL address,
+ * count 0, or out_floats above count * n_floats; -EBUSY when SRPC_O2_SLOTS batches are outstanding. One
  * submitting thread at a time. */
-int srpc_o2_submit(srpc_o2_t *o, uint64_t in, uint64_t out, uint32_t count, uint64_t stream,
-                   uint32_t *done, uint64_t done_dev);
+int srpc_o2_submit(srpc_o2_t *o, const srpc_o2_batch_t *batch, uint64_t stream);
+/* The float32 elements per vector the kernel was started for (0 for NULL). Any thread. */
+uint32_t srpc_o2_vector_floats(const srpc_o2_t *o);
 /* Serves what was submitted, tells the kernel to finish, waits for it and frees everything
  * (NULL is fine). Not concurrently with a submit. */
 int srpc_o2_stop(srpc_o2_t *o);

@@ -84,17 +84,21 @@ fail:
     return rc;
 }
 
-int srpc_o2_submit(srpc_o2_t *o, uint64_t in, uint64_t out, uint32_t count, uint64_t stream,
-                   uint32_t *done, uint64_t done_dev)
+int srpc_o2_submit(srpc_o2_t *o, const srpc_o2_batch_t *b, uint64_t stream)
 {
-    if (!o || !in || !out || count == 0 || !done)
+    if (!o || !b || !b->in || !b->out || b->count == 0 || !b->done)
         return srpc_gpu_failf(-EINVAL, "srpc_o2_submit: NULL handle or address, or no vectors");
+    const uint64_t total = (uint64_t)b->count * o->n_floats;
+    if (total > UINT32_MAX || b->out_floats > total || (b->out_floats && b->out_floats < total && !b->out_rest))
+        return srpc_gpu_failf(-EINVAL, "srpc_o2_submit: %u vectors of %u floats, %u of them at out",
+                              b->count, o->n_floats, b->out_floats);
+    const uint32_t first = b->out_floats ? b->out_floats : (uint32_t)total;
     int rc = srpc_gpu_use_device(o->device);
     if (rc)
         return rc;
     srpc_CUresult r;
-    srpc_CUdeviceptr done_addr = done_dev;
-    if (!done_addr && (r = srpc_cu.MemHostGetDevicePointer(&done_addr, done, 0)) != SRPC_CUDA_SUCCESS)
+    srpc_CUdeviceptr done_addr = b->done_dev;
+    if (!done_addr && (r = srpc_cu.MemHostGetDevicePointer(&done_addr, b->done, 0)) != SRPC_CUDA_SUCCESS)
         return srpc_gpu_fail("cuMemHostGetDevicePointer(done)", r);
 
     /* A slot is free again once the kernel has finished the batch that used it last. */
@@ -104,14 +108,17 @@ int srpc_o2_submit(srpc_o2_t *o, uint64_t in, uint64_t out, uint32_t count, uint
 
     uint32_t idx = o->submitted % SRPC_O2_SLOTS;
     struct srpc_o2_slot *slot = &o->ctrl->slot[idx];
-    slot->in = in;
-    slot->out = out;
+    slot->in = b->in;
+    slot->out = b->out;
+    slot->out_rest = first < total ? b->out_rest : 0;
     slot->done = done_addr;
-    __atomic_store_n(done, 0, __ATOMIC_RELAXED);
+    slot->out_floats = first;
+    slot->done_value = b->done_value;
+    __atomic_store_n(b->done, 0, __ATOMIC_RELAXED);
     /* A sequentially consistent store (a full barrier): the descriptor and the cleared
      * flag are in memory before the driver queues the doorbell write, which the GPU
      * performs only after the stream's earlier work. */
-    __atomic_store_n(&slot->count, count, __ATOMIC_SEQ_CST);
+    __atomic_store_n(&slot->count, b->count, __ATOMIC_SEQ_CST);
     srpc_CUdeviceptr bell = o->ctrl_dev + offsetof(struct srpc_o2_ctrl, slot) +
                             (srpc_CUdeviceptr)idx * sizeof(struct srpc_o2_slot) +
                             offsetof(struct srpc_o2_slot, ready);
@@ -121,6 +128,11 @@ int srpc_o2_submit(srpc_o2_t *o, uint64_t in, uint64_t out, uint32_t count, uint
         return srpc_gpu_fail("cuStreamWriteValue32(O2 doorbell)", r);
     o->submitted++;
     return 0;
+}
+
+uint32_t srpc_o2_vector_floats(const srpc_o2_t *o)
+{
+    return o ? o->n_floats : 0;
 }
 
 /* Every batch submitted so far is served before the kernel returns: their doorbells must

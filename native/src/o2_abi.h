@@ -11,12 +11,15 @@
 
 /* One batch, written by the submitting thread before it rings the slot's doorbell. */
 struct srpc_o2_slot {
-    uint64_t in;     /* device address of count * n_floats input floats (contiguous) */
-    uint64_t out;    /* device-accessible address of as many output floats */
-    uint64_t done;   /* device address of the batch's done flag (uint32_t, mapped host memory) */
-    uint32_t count;  /* vectors in the batch */
-    uint32_t ready;  /* the doorbell: batch number + 1 (mod 2^32), written by cuStreamWriteValue32
-                        on the submitter's stream once that stream's earlier work is done */
+    uint64_t in;         /* device address of count * n_floats input floats (contiguous) */
+    uint64_t out;        /* device-accessible address of the first out_floats output floats */
+    uint64_t out_rest;   /* ... and of the others (an output ring that wraps) */
+    uint64_t done;       /* device address of the batch's done word (uint32_t, mapped host memory) */
+    uint32_t count;      /* vectors in the batch */
+    uint32_t out_floats; /* 1..count * n_floats */
+    uint32_t done_value; /* what the done word is set to */
+    uint32_t ready;      /* the doorbell: batch number + 1 (mod 2^32), written by cuStreamWriteValue32
+                            on the submitter's stream once that stream's earlier work is done */
 };
 
 /* Batch number s (counted from 0 since the start) uses slot s % SRPC_O2_SLOTS. */
@@ -33,9 +36,9 @@ struct srpc_o2_ctrl {
 #else
 #define SRPC_O2_ASSERT(c, m) _Static_assert(c, m)
 #endif
-SRPC_O2_ASSERT(sizeof(struct srpc_o2_slot) == 32, "slot layout");
-SRPC_O2_ASSERT(offsetof(struct srpc_o2_slot, ready) == 28, "slot layout");
+SRPC_O2_ASSERT(sizeof(struct srpc_o2_slot) == 48, "slot layout");
+SRPC_O2_ASSERT(offsetof(struct srpc_o2_slot, ready) == 44, "slot layout");
 SRPC_O2_ASSERT(offsetof(struct srpc_o2_ctrl, slot) == 64, "control block layout");
-SRPC_O2_ASSERT(sizeof(struct srpc_o2_ctrl) == 64 + 32 * SRPC_O2_SLOTS, "control block layout");
+SRPC_O2_ASSERT(sizeof(struct srpc_o2_ctrl) == 64 + 48 * SRPC_O2_SLOTS, "control block layout");
 
 #endif /* SRPC_O2_ABI_H */

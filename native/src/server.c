@@ -183,10 +183,13 @@ static int gpu_queues(srpc_fn_t *fn, int dev)
     int pinned = 1;
     for (uint32_t k = 0; pinned && k < fn->n_in + fn->n_out; k++) {
         srpc_tq_t *tq = k < fn->n_in ? fn->in_tq[k] : fn->out_tq[k - fn->n_in];
-        if (srpc_gpu_host_register(srpc_tq_base(tq), srpc_tq_ring_bytes(tq), NULL) != 0) {
+        uint64_t dev_addr = 0;
+        if (srpc_gpu_host_register(srpc_tq_base(tq), srpc_tq_ring_bytes(tq), &dev_addr) != 0) {
             for (uint32_t j = 0; j < k; j++) /* all or none, so that fn_free knows */
                 srpc_gpu_host_unregister(srpc_tq_base(j < fn->n_in ? fn->in_tq[j] : fn->out_tq[j - fn->n_in]));
             pinned = 0;
+        } else if (k >= fn->n_in) {
+            fn->out_stage_dev[k - fn->n_in] = dev_addr;
         }
     }
     fn->staging_pinned = pinned;

@@ -64,6 +64,7 @@ typedef struct srpc_fn {
     int gpu_device;     /* -1: host function */
     srpc_dtq_t *in_dtq[SRPC_MAX_TENSORS], *out_dtq[SRPC_MAX_TENSORS];
     int staging_pinned; /* the staging TQs are page-locked (else the copies are synchronous) */
+    uint64_t out_stage_dev[SRPC_MAX_TENSORS]; /* pinned: device addresses of the output staging */
 } srpc_fn_t;
 
 #define SRPC_MAX_FUNCS 64
@@ -71,6 +72,12 @@ typedef struct srpc_fn {
 /* Recycles VOID elements the ring counters have reached (lock held). worker = 1 on the worker
  * thread, which alone may look at the elements it has been handed. */
 void srpc_fn_retire_voids(srpc_fn_t *fn, int worker);
+
+/* The function of a batch handed out to the worker and neither completed nor deferred yet,
+ * else NULL. Worker thread (worker.c). */
+srpc_fn_t *srpc_open_batch_fn(srpc_server_t *srv, const srpc_batch_t *b);
+/* Puts such a batch in flight (b->count becomes 0) and returns its done word. Worker thread. */
+uint32_t *srpc_hand_back(srpc_server_t *srv, srpc_fn_t *fn, srpc_batch_t *b);
 
 /* What the worker thread is doing, which decides who receives (see engine.c). */
 enum srpc_worker_state {

@@ -341,7 +341,7 @@ int srpc_server_poll(srpc_server_t *srv)
 /* The function of a batch that was handed out and is neither completed nor deferred yet,
  * else NULL. Worker thread: the batch fields of the call records are the worker's alone, so
  * no lock is needed (an open batch lies within [done, taken), which the engine leaves alone). */
-static srpc_fn_t *open_batch_fn(srpc_server_t *srv, const srpc_batch_t *b)
+srpc_fn_t *srpc_open_batch_fn(srpc_server_t *srv, const srpc_batch_t *b)
 {
     if (!srv || !b || b->count == 0 || !srv->by_id[b->func_id])
         return NULL;
@@ -351,7 +351,7 @@ static srpc_fn_t *open_batch_fn(srpc_server_t *srv, const srpc_batch_t *b)
 }
 
 /* Puts an open batch in flight: from now on its done word decides. */
-static uint32_t *hand_back(srpc_server_t *srv, srpc_fn_t *fn, srpc_batch_t *b)
+uint32_t *srpc_hand_back(srpc_server_t *srv, srpc_fn_t *fn, srpc_batch_t *b)
 {
     fn->calls[b->first_seq % fn->capacity].batch_open = 0;
     fn->inflight++;
@@ -362,7 +362,7 @@ static uint32_t *hand_back(srpc_server_t *srv, srpc_fn_t *fn, srpc_batch_t *b)
 
 int srpc_server_complete(srpc_server_t *srv, srpc_batch_t *b, int status, const char *msg)
 {
-    srpc_fn_t *fn = open_batch_fn(srv, b);
+    srpc_fn_t *fn = srpc_open_batch_fn(srv, b);
     if (!fn)
         return -EINVAL;
     if (status < 0 || status >= SRPC_E_MAX)
@@ -380,7 +380,7 @@ int srpc_server_complete(srpc_server_t *srv, srpc_batch_t *b, int status, const 
     }
     if (status && msg)
         c0->batch_msg = strndup(msg, SRPC_ERRMSG_MAX); /* NULL (no text) if out of memory */
-    uint32_t *done = hand_back(srv, fn, b);
+    uint32_t *done = srpc_hand_back(srv, fn, b);
     __atomic_store_n(done, SRPC_DONE | (uint32_t)status, __ATOMIC_RELEASE);
     finish_ready(srv, fn);
     return 0;
@@ -388,65 +388,10 @@ int srpc_server_complete(srpc_server_t *srv, srpc_batch_t *b, int status, const 
 
 int srpc_server_defer(srpc_server_t *srv, srpc_batch_t *b, uint32_t **done)
 {
-    srpc_fn_t *fn = open_batch_fn(srv, b);
+    srpc_fn_t *fn = srpc_open_batch_fn(srv, b);
     if (!fn || fn->raw || !done)
         return -EINVAL;
-    *done = hand_back(srv, fn, b);
-    return 0;
-}
-
-/* Queues the copies of tensor k of a batch between its host staging TQ and its device TQ,
- * which have the same ring: the elements sit at the same offsets in both. A batch that wraps
- * is copied in two pieces, each within the lower (page-locked) mapping of the staging TQ. */
-static int copy_tensor(srpc_tq_t *hq, srpc_dtq_t *dq, uint64_t first, uint32_t count, int to_device,
-                       uint64_t stream)
-{
-    const size_t ring = srpc_tq_ring_bytes(hq);
-    size_t off = (size_t)(srpc_tq_elem(hq, first) - srpc_tq_base(hq));
-    size_t left = (size_t)count * srpc_tq_elem_size(hq);
-    while (left) {
-        size_t len = left < ring - off ? left : ring - off;
-        uint8_t *h = srpc_tq_base(hq) + off;
-        uint64_t d = srpc_dtq_base(dq) + off;
-        int r = to_device ? srpc_gpu_copy_htod(d, h, len, stream) : srpc_gpu_copy_dtoh(h, d, len, stream);
-        if (r)
-            return r;
-        left -= len;
-        off = 0;
-    }
-    return 0;
-}
-
-int srpc_server_stage_in(srpc_server_t *srv, const srpc_batch_t *b, uint64_t stream)
-{
-    srpc_fn_t *fn = open_batch_fn(srv, b);
-    if (!fn || fn->gpu_device < 0)
-        return -EINVAL;
-    for (uint32_t k = 0; k < fn->n_in; k++) {
-        int r = copy_tensor(fn->in_tq[k], fn->in_dtq[k], b->first_seq, b->count, 1, stream);
-        if (r)
-            return r;
-    }
-    return 0;
-}
-
-int srpc_server_submit(srpc_server_t *srv, srpc_batch_t *b, uint64_t stream)
-{
-    srpc_fn_t *fn = open_batch_fn(srv, b);
-    if (!fn || fn->gpu_device < 0)
-        return -EINVAL;
-    for (uint32_t k = 0; k < fn->n_out; k++) {
-        int r = copy_tensor(fn->out_tq[k], fn->out_dtq[k], b->first_seq, b->count, 0, stream);
-        if (r)
-            return r; /* still open: the caller completes it with an error */
-    }
-    const uint64_t idx = b->first_seq % fn->capacity;
-    uint32_t *done = hand_back(srv, fn, b);
-    if (srpc_gpu_signal(stream, done, fn->done_dev + idx * sizeof(uint32_t), SRPC_DONE) != 0) {
-        /* No stream-ordered signal: wait here instead, so that no call is lost. */
-        int r = srpc_gpu_stream_sync(stream);
-        __atomic_store_n(done, SRPC_DONE | (uint32_t)(r ? SRPC_E_INTERNAL : 0), __ATOMIC_RELEASE);
-    }
+    *done = srpc_hand_back(srv, fn, b);
     return 0;
 }
 

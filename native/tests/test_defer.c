@@ -262,6 +262,8 @@ static void test_api(void)
     CHECK(srpc_server_defer(srv, &b, NULL) == -EINVAL, "defer without a word pointer");
     CHECK(srpc_server_stage_in(srv, &b, 0) == -EINVAL, "stage_in on a host function");
     CHECK(srpc_server_submit(srv, &b, 0) == -EINVAL, "submit on a host function");
+    CHECK(srpc_server_submit_o2(srv, &b, NULL, 0) == -EINVAL, "submit_o2 on a host function");
+    CHECK(srpc_server_submit_o2(NULL, &b, NULL, 0) == -EINVAL, "submit_o2 NULL server");
     memcpy(b.out[0], req, sizeof(req));
     b.out_len[0] = sizeof(req);
     CHECK(srpc_server_complete(srv, &b, 0, NULL) == 0, "raw complete");

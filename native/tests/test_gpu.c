@@ -98,7 +98,9 @@ static void test_bad_args(void)
     CHECK(srpc_o2_start(0, 256, NULL) == -EINVAL, "o2 NULL out");
     CHECK(srpc_o2_start(0, 0, &o) == -EINVAL && o == NULL, "o2 n_floats 0");
     CHECK(srpc_o2_start(-1, 256, &o) == -EINVAL, "o2 device -1");
-    CHECK(srpc_o2_submit(NULL, 1, 1, 1, 0, &flag, 1) == -EINVAL, "submit NULL");
+    srpc_o2_batch_t ob = {.in = 1, .out = 1, .count = 1, .done = &flag, .done_dev = 1};
+    CHECK(srpc_o2_submit(NULL, &ob, 0) == -EINVAL, "submit NULL");
+    CHECK(srpc_o2_vector_floats(NULL) == 0, "vector_floats NULL");
     CHECK(srpc_o2_stop(NULL) == 0, "stop NULL");
     CHECK(srpc_gpu_last_error()[0] != '\0', "no last error after failures");
 }
@@ -348,16 +350,17 @@ static void test_o2(void)
     }
     /* Everything is allocated before the kernel starts and freed after it stops. */
     srpc_dtq_t *qin = NULL, *qout = NULL;
-    float *in = NULL, *out = NULL;
+    float *in = NULL, *out = NULL, *rest = NULL;
     uint32_t *done = NULL;
-    uint64_t in_dev, out_dev, done_dev;
+    uint64_t in_dev, out_dev, rest_dev, done_dev;
     const size_t stage = (size_t)O2_BATCHES * 16 * O2_VEC_BYTES;
     CHECK(srpc_dtq_create(0, O2_VEC_BYTES, O2_CAP, &qin) == 0, "qin");
     CHECK(srpc_dtq_create(0, O2_VEC_BYTES, O2_CAP, &qout) == 0, "qout");
     CHECK(srpc_gpu_host_alloc(stage, (void **)&in, &in_dev) == 0, "in");
     CHECK(srpc_gpu_host_alloc(stage, (void **)&out, &out_dev) == 0, "out");
+    CHECK(srpc_gpu_host_alloc(stage, (void **)&rest, &rest_dev) == 0, "rest");
     CHECK(srpc_gpu_host_alloc(O2_BATCHES * sizeof(uint32_t), (void **)&done, &done_dev) == 0, "done");
-    if (!qin || !qout || !in || !out || !done)
+    if (!qin || !qout || !in || !out || !rest || !done)
         goto out;
     for (size_t i = 0; i < stage / sizeof(float); i++)
         in[i] = (float)(i % 100003) * 0.25f - 7.0f;
@@ -370,10 +373,12 @@ static void test_o2(void)
     CHECK(rc == 0 && o, "o2_start: %d %s", rc, srpc_gpu_last_error());
     if (!o)
         goto out;
+    CHECK(srpc_o2_vector_floats(o) == O2_FLOATS, "vector_floats");
 
     uint64_t seq = 0;          /* next element of the request and response TQs */
     size_t vec = 0;            /* next vector of the staging buffers */
     uint32_t busy = 0;
+    uint32_t split = 0;        /* the direct batch's outputs: this many floats at out, the rest at rest */
     uint64_t first_seq[O2_BATCHES];
     uint32_t count[O2_BATCHES];
     size_t first_vec[O2_BATCHES];
@@ -392,11 +397,21 @@ static void test_o2(void)
             int direct = b == O2_BATCHES - 1; /* outputs straight to mapped host memory */
             CHECK(srpc_gpu_copy_htod(srpc_dtq_elem(qin, seq), in + vec * O2_FLOATS, c * O2_VEC_BYTES, 0) == 0,
                   "htod: %s", srpc_gpu_last_error());
-            uint64_t dst = direct ? out_dev + vec * O2_VEC_BYTES : srpc_dtq_elem(qout, seq);
+            /* The direct batch is split as a wrapping output ring would be, at an odd float. */
+            split = direct ? c * O2_FLOATS / 2 + 1 : 0;
+            srpc_o2_batch_t ob = {
+                .in = srpc_dtq_elem(qin, seq),
+                .out = direct ? out_dev + vec * O2_VEC_BYTES : srpc_dtq_elem(qout, seq),
+                .out_rest = direct ? rest_dev : 0,
+                .count = c,
+                .out_floats = split,
+                .done = &done[b],
+                .done_dev = done_dev + (uint64_t)b * sizeof(uint32_t),
+                .done_value = 0x80000000u | (uint32_t)b,
+            };
             done[b] = 5;
             for (;;) {
-                rc = srpc_o2_submit(o, srpc_dtq_elem(qin, seq), dst, c, 0, &done[b],
-                                    done_dev + (uint64_t)b * sizeof(uint32_t));
+                rc = srpc_o2_submit(o, &ob, 0);
                 if (rc != -EBUSY)
                     break;
                 busy++;
@@ -410,7 +425,7 @@ static void test_o2(void)
         }
         CHECK(b - round_start > 1, "a round has a single batch");
         for (int k = round_start; k < b; k++) {
-            if (!wait_flag(&done[k], 1, 10.0))
+            if (!wait_flag(&done[k], 0x80000000u | (uint32_t)k, 10.0))
                 give_up("an O2 batch never completed");
             if (k != O2_BATCHES - 1)
                 CHECK(srpc_gpu_copy_dtoh(out + first_vec[k] * O2_FLOATS, srpc_dtq_elem(qout, first_seq[k]),
@@ -420,14 +435,22 @@ static void test_o2(void)
     }
     CHECK(seq > 2 * O2_CAP, "the request ring did not wrap twice (%llu)", (unsigned long long)seq);
 
-    size_t wrong = 0;
+    size_t wrong = 0, split_at = first_vec[O2_BATCHES - 1] * O2_FLOATS + split;
     for (size_t i = 0; i < vec * O2_FLOATS; i++)
-        wrong += out[i] != in[i] + 1.0f;
+        wrong += (i < split_at ? out[i] : rest[i - split_at]) != in[i] + 1.0f;
     CHECK(wrong == 0, "%zu of %zu outputs are not input + 1", wrong, vec * O2_FLOATS);
     for (int k = 0; k < O2_BATCHES; k++)
-        CHECK(done[k] == 1, "done flag %d = %u", k, done[k]);
-    CHECK(srpc_o2_submit(o, 0, 1, 1, 0, &done[0], done_dev) == -EINVAL, "submit NULL input");
-    CHECK(srpc_o2_submit(o, 1, 1, 0, 0, &done[0], done_dev) == -EINVAL, "submit 0 vectors");
+        CHECK(done[k] == (0x80000000u | (uint32_t)k), "done word %d = %#x", k, done[k]);
+    srpc_o2_batch_t bad = {.in = 0, .out = out_dev, .count = 1, .done = &done[0], .done_dev = done_dev};
+    CHECK(srpc_o2_submit(o, &bad, 0) == -EINVAL, "submit NULL input");
+    bad.in = in_dev;
+    bad.count = 0;
+    CHECK(srpc_o2_submit(o, &bad, 0) == -EINVAL, "submit 0 vectors");
+    bad.count = 2;
+    bad.out_floats = 2 * O2_FLOATS + 1;
+    CHECK(srpc_o2_submit(o, &bad, 0) == -EINVAL, "submit more floats at out than the batch has");
+    bad.out_floats = O2_FLOATS;
+    CHECK(srpc_o2_submit(o, &bad, 0) == -EINVAL, "submit split without out_rest");
     CHECK(srpc_o2_stop(o) == 0, "stop: %s", srpc_gpu_last_error());
     printf("O2: %d batches, %zu vectors, %u busy retries\n", O2_BATCHES, vec, busy);
 out:
@@ -435,6 +458,7 @@ out:
     srpc_dtq_destroy(qout);
     srpc_gpu_host_free(in);
     srpc_gpu_host_free(out);
+    srpc_gpu_host_free(rest);
     srpc_gpu_host_free(done);
 }
 
