@@ -5,6 +5,7 @@ serves on the CPU without it. Everything here runs on the server's worker thread
 """
 from __future__ import annotations
 
+import errno
 import logging
 import re
 
@@ -17,7 +18,6 @@ ORCHESTRATIONS = ("o1", "graph", "o2")
 # O2 runs a persistent kernel compiled into the library, named by the callback's `o2_kernel`
 # attribute; these are the ones there are.
 O2_KERNELS = ("vecadd",)
-_EBUSY = 16
 
 
 def check_o2(callback, inputs: list, outputs: list, raw: bool) -> None:
@@ -146,7 +146,7 @@ class DeviceRunner:
             raise GPUError(f"staging the batch in failed ({rc}): {last_error()}")
         if self.o2 is not None:
             rc = lib.srpc_server_submit_o2(srv, b, self.o2, self.stream.ptr)
-            while rc == -_EBUSY:  # the kernel's ring is full: it frees slots on its own
+            while rc == -errno.EBUSY:  # the kernel's ring is full: it frees slots on its own
                 lib.srpc_server_poll(srv)
                 rc = lib.srpc_server_submit_o2(srv, b, self.o2, self.stream.ptr)
             if rc != 0:
