@@ -176,23 +176,28 @@ def _tcp_free(port: int) -> bool:
             return False
 
 
-def start_peer(system: str, service: str) -> tuple[Proc, int]:
+def start_peer(system: str, service: str | None, extra: list[str] | None = None,
+               ready_s: float | None = None, env: dict | None = None) -> tuple[Proc, int]:
+    """A peer's server; service None (grpc with `--models` in extra) serves no built-in service;
+    env: the server's environment (None: this process's)."""
     module, variant = PEERS[system]
     port = free_port(socket.SOCK_STREAM)
     while system == "triton" and not _tcp_free(port + 1):  # PyTriton's HTTP endpoint is port + 1
         port = free_port(socket.SOCK_STREAM)
-    proc = Proc([sys.executable, "-m", f"{__package__}.peers.{module}", "serve", "--service", service,
-                 "--port", str(port), "--variant", variant])
-    proc.wait_line("READY", 180.0 if system == "triton" else 30.0)
+    proc = Proc([sys.executable, "-m", f"{__package__}.peers.{module}", "serve",
+                 *(["--service", service] if service else []), "--port", str(port), "--variant", variant,
+                 *(extra or [])], env=env)
+    proc.wait_line("READY", ready_s or (180.0 if system == "triton" else 30.0))
     return proc, port
 
 
-def peer_client(system: str, service: str, port: int, conc: int, calls: int, extra: list[str] | None = None,
+def peer_client(system: str, service: str | None, port: int, conc: int, calls: int, extra: list[str] | None = None,
                 timeout_s: float = 600.0) -> dict:
+    """One run of a peer's own client (its JSON line); service None: `--model NAME` is in extra."""
     module, variant = PEERS[system]
-    cmd = [sys.executable, "-m", f"{__package__}.peers.{module}", "client", "--service", service, "--port", str(port),
-           "--variant", variant, "--concurrency", str(conc), "--calls", str(calls),
-           "--warmup", str(max(calls // 10, 10)), *(extra or [])]
+    cmd = [sys.executable, "-m", f"{__package__}.peers.{module}", "client",
+           *(["--service", service] if service else []), "--port", str(port), "--variant", variant,
+           "--concurrency", str(conc), "--calls", str(calls), "--warmup", str(max(calls // 10, 10)), *(extra or [])]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, cwd=tempfile.gettempdir())
     if p.returncode != 0 or not p.stdout.strip():
         raise ServerDied(f"{system} client exited with {p.returncode}: {p.stderr.strip()[-1500:]}")

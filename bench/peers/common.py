@@ -74,15 +74,54 @@ def fixed_request(service: str, seed: int = DEFAULT_SEED) -> bytes:
     return SERVICES[service].example(np.random.default_rng(seed))
 
 
+def model_request(name: str, seed: int = DEFAULT_SEED) -> bytes:
+    """The one request a client run of a model of the zoo sends: its example for `seed`."""
+    from splitrpc.services.models import MODELS
+
+    return MODELS[name].example(np.random.default_rng(seed))
+
+
+class ModelCheck:
+    """Whether a reply is a model's answer to one fixed request, within the zoo's tolerance
+    (check_reply). A model's reply to the same request is the same bytes again and again (or one
+    of a few), so each distinct reply is checked once and remembered: a check in the timed loop
+    costs a hash, not a run of the reference model."""
+
+    MAX_REMEMBERED = 64
+
+    def __init__(self, name: str, request: bytes, small: bool = False):
+        from splitrpc.services.models import MODELS
+
+        self.name, self.request, self.small = name, bytes(request), small
+        self.reply_size = MODELS[name].reply_size
+        self._seen: dict[bytes, bool] = {}
+
+    def __call__(self, reply) -> bool:
+        reply = bytes(reply)
+        ok = self._seen.get(reply)
+        if ok is None:
+            from splitrpc.services.models import check_reply
+
+            ok = check_reply(self.name, self.request, reply, small=self.small)
+            if len(self._seen) < self.MAX_REMEMBERED:
+                self._seen[reply] = ok
+        return ok
+
+    def describe(self, reply) -> str:
+        return (f"invalid reply: {len(reply)} bytes, not {self.name}'s answer within tolerance "
+                f"(expected {self.reply_size} bytes)")
+
+
 # ------------------------------------------------------------------ measurement
 
 
 class Tally:
     """What the calls of one phase gave: latency per call (0 where it failed), errors, invalid replies.
 
+    `expected`: the reply bytes every call must get, or a check(reply) -> bool (a ModelCheck).
     A call that failed or got a wrong reply keeps latency 0; a call never completed counts as an error."""
 
-    def __init__(self, calls: int, expected: bytes, give_up_after: int):
+    def __init__(self, calls: int, expected, give_up_after: int):
         self.lat_ns = [0] * calls
         self.expected = expected
         self.errors = 0
@@ -99,13 +138,14 @@ class Tally:
 
     def reply(self, i: int, ns: int, reply) -> None:
         self.completed += 1
-        if reply == self.expected:
+        if self.expected(reply) if callable(self.expected) else reply == self.expected:
             self.lat_ns[i] = max(int(ns), 1)
             self._failures_in_a_row = 0
         else:
             self.invalid += 1
             if self.error_text is None:
-                self.error_text = f"invalid reply: {len(reply)} bytes, expected {len(self.expected)}"
+                self.error_text = self.expected.describe(reply) if callable(self.expected) else \
+                    f"invalid reply: {len(reply)} bytes, expected {len(self.expected)}"
 
     def fail(self, i: int, text: str) -> None:
         self.completed += 1
@@ -156,8 +196,13 @@ class _Run:
 
     def __init__(self, args, peer: str):
         self.args, self.peer = args, peer
-        self.request = fixed_request(args.service, args.seed)
-        expected = SERVICES[args.service].expected(self.request)
+        model = getattr(args, "model", None)
+        if model:
+            self.request = model_request(model, args.seed)
+            expected = ModelCheck(model, self.request, args.small)
+        else:
+            self.request = fixed_request(args.service, args.seed)
+            expected = SERVICES[args.service].expected(self.request)
         give_up = args.concurrency + 3  # every call in flight failed, and then some: the server is gone
         self.warm = Tally(args.warmup, expected, give_up) if args.warmup > 0 else None
         self.rec = Tally(args.calls, expected, give_up)
@@ -234,7 +279,7 @@ def result(args, peer: str, tally: Tally, elapsed_s: float) -> dict:
     return {
         "peer": peer,
         "variant": args.variant,
-        "service": args.service,
+        "service": getattr(args, "model", None) or args.service,  # a model's name in --model mode
         "concurrency": args.concurrency,
         "rate": args.rate or None,
         "lat_ns": tally.lat_ns,
@@ -253,15 +298,18 @@ def emit(res: dict) -> None:
 # ------------------------------------------------------------------ CLI and serving
 
 
-def parser(module: str, variants: tuple[str, ...], doc: str) -> tuple[argparse.ArgumentParser, dict]:
-    """The CLI every peer has: `serve` and `client`; returns the parser and its two subparsers."""
+def parser(module: str, variants: tuple[str, ...], doc: str,
+           models: bool = False) -> tuple[argparse.ArgumentParser, dict]:
+    """The CLI every peer has: `serve` and `client`; returns the parser and its two subparsers.
+    models=True (a peer that serves the model zoo): --service becomes optional and the client
+    takes --model NAME [--small] instead (see check_client_args)."""
     p = argparse.ArgumentParser(prog=f"python -m splitrpc.bench.peers.{module}", description=doc,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True)
     subs = {}
     for cmd in ("serve", "client"):
         s = sub.add_parser(cmd)
-        s.add_argument("--service", required=True, choices=SERVICE_NAMES)
+        s.add_argument("--service", required=not models, choices=SERVICE_NAMES)
         s.add_argument("--port", type=int, required=True)
         s.add_argument("--host", default="127.0.0.1")
         s.add_argument("--variant", choices=variants, default=variants[0])
@@ -275,10 +323,22 @@ def parser(module: str, variants: tuple[str, ...], doc: str) -> tuple[argparse.A
     c.add_argument("--rate", type=float, default=0.0,
                    help="open loop: Poisson arrivals at this many calls/s, latency from each due time "
                         "(peers that support it); 0: closed loop")
+    if models:
+        c.add_argument("--model", metavar="NAME", help="call this model of the zoo (the method named after it) "
+                                                       "with its example request; replies checked within tolerance")
+        c.add_argument("--small", action="store_true", help="--model: the server runs the small configuration")
     return p, subs
 
 
 def check_client_args(p: argparse.ArgumentParser, args, open_loop: bool = False) -> None:
+    model = getattr(args, "model", None)
+    if (args.service is None) == (model is None):
+        p.error("client: give exactly one of --service and --model")
+    if model is not None:
+        from splitrpc.services.models import MODELS
+
+        if model not in MODELS:
+            p.error(f"--model: unknown model {model!r}; known: {', '.join(MODELS)}")
     if args.concurrency < 1 or args.calls < 1 or args.warmup < 0 or args.timeout_s <= 0 or args.rate < 0:
         p.error("need --concurrency >= 1, --calls >= 1, --warmup >= 0, --timeout-s > 0, --rate >= 0")
     if args.rate and not open_loop:

@@ -2,7 +2,8 @@
 
     python -m splitrpc.bench.peers.grpc_peer serve  --service vecadd --port 50051 [--variant sync|asyncio] [--workers 16]
     python -m splitrpc.bench.peers.grpc_peer client --service vecadd --port 50051 --concurrency 16 --calls 5000 --warmup 500
-    python -m splitrpc.bench.peers.grpc_peer serve  --service echo --port 50051 --models lenet,resnet50 [--device cuda]
+    python -m splitrpc.bench.peers.grpc_peer serve  --port 50051 --models lenet,resnet50 [--device cuda] [--small]
+    python -m splitrpc.bench.peers.grpc_peer client --model lenet --port 50051 [--small] --concurrency 32 --calls 2000
 
 No protobuf: the method `/splitrpc.bench.Peer/<service>` takes and returns the request and reply
 bytes as they are (no (de)serializer). `serve` prints READY once it accepts calls and stops on
@@ -12,9 +13,12 @@ SIGTERM/SIGINT; `client` prints one JSON line (see common.result). The client (a
 
 `serve --models NAMES` (a comma list or "all") also serves those models of the zoo
 (splitrpc.services.models), each as the method `/splitrpc.bench.Peer/<model>`, with the same
-callbacks splitrpc serves, each call a batch of 1. --device cpu: the callback gets
-numpy arrays over the request bytes. --device cuda[:N]: the peer copies the request to the GPU
-itself (torch tensors) and the reply back: the data movement splitrpc's GPU path avoids.
+callbacks splitrpc serves, each call a batch of 1 (--service is then optional). --device cpu:
+the callback gets numpy arrays over the request bytes. --device cuda[:N]: the peer copies the
+request to the GPU itself (torch tensors) and the reply back: the data movement splitrpc's GPU
+path avoids. `client --model NAME` sends that model's example request (--seed) and checks every
+reply against the model's reference within tolerance (splitrpc.services.models.check_reply;
+--small when the server runs the small configurations) instead of comparing bytes.
 """
 from __future__ import annotations
 
@@ -68,11 +72,15 @@ def model_computes(names: str | None, device: str = "cpu", small: bool = False) 
     if not names:
         return {}
     from splitrpc.services.models import MODELS, resolve, split
+    from splitrpc.services.models.adapter import usable_device
 
+    run_on = usable_device(device)  # as splitrpc serves them: the CPU where torch sees no CUDA device
+    if run_on != device:
+        print("grpc_peer: torch sees no CUDA device, the models run on the CPU", file=sys.stderr)
     computes = {}
     for name in resolve(names):
         info = MODELS[name]
-        computes[name] = _model_compute(info, info.build(device=device, small=small), device, split)
+        computes[name] = _model_compute(info, info.build(device=run_on, small=small), run_on, split)
     return computes
 
 
@@ -110,8 +118,8 @@ def _model_compute(info, callback, device: str, split):
 
 
 def _methods(args, wrap) -> dict:
-    """The served methods: the --service and the --models, each compute wrapped by wrap(compute)."""
-    computes = {args.service: lambda request: common.compute(args.service, request)}
+    """The served methods: the --service (if any) and the --models, each compute wrapped by wrap(compute)."""
+    computes = {args.service: lambda request: common.compute(args.service, request)} if args.service else {}
     computes.update(model_computes(args.models, args.device, args.small))
     return {name: wrap(fn) for name, fn in computes.items()}
 
@@ -169,7 +177,7 @@ async def serve_asyncio(args) -> None:
 
 async def client_async(args) -> dict:
     async with grpc.aio.insecure_channel(f"{args.host}:{args.port}", options=OPTIONS) as channel:
-        stub = channel.unary_unary(method(args.service))  # no serializers: bytes in, bytes out
+        stub = channel.unary_unary(method(args.model or args.service))  # no serializers: bytes in, bytes out
 
         def call(request: bytes):
             return stub(request, timeout=args.timeout_s)
@@ -189,13 +197,22 @@ async def client_async(args) -> dict:
 
 
 def main(argv=None) -> int:
-    p, subs = common.parser("grpc_peer", VARIANTS, __doc__)
+    p, subs = common.parser("grpc_peer", VARIANTS, __doc__, models=True)
     subs["serve"].add_argument("--workers", type=int, default=16, help="thread pool size of the sync server")
     subs["serve"].add_argument("--models", metavar="NAMES",
                                help="also serve these models of the zoo (comma list or all), method = model name")
     subs["serve"].add_argument("--device", default="cpu", help="where the models run: cpu, cuda, cuda:N")
     subs["serve"].add_argument("--small", action="store_true", help="the models' small configurations")
     args = p.parse_args(argv)
+    if args.cmd == "serve" and not (args.service or args.models):
+        p.error("serve: give --service, --models or both")
+    if args.cmd == "serve" and args.models:
+        from splitrpc.services.models import resolve
+
+        try:
+            resolve(args.models)
+        except ValueError as e:
+            p.error(f"--models: {e}")
 
     def serve(a):
         return serve_sync(a) if a.variant == "sync" else asyncio.run(serve_asyncio(a))
