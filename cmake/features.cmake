@@ -2,6 +2,7 @@
 set(SPLITRPC_FEATURE_DEFS "")
 set(SPLITRPC_HAVE_CUDA OFF)
 set(SPLITRPC_HAVE_DPDK OFF)
+set(SPLITRPC_DPDK_SRC native/src/dpdk_none.c) # the DPDK entry points answer -ENOTSUP
 
 # CUDA: the driver is always loaded at run time (dlopen), so the GPU data path is compiled
 # everywhere. Only the kernels (native/cuda/kernels.cu) need the CUDA compiler: with it they
@@ -44,7 +45,12 @@ if(NOT SPLITRPC_DPDK STREQUAL "OFF")
     pkg_check_modules(LIBDPDK QUIET libdpdk)
   endif()
   if(LIBDPDK_FOUND)
-    message(STATUS "splitrpc: libdpdk ${LIBDPDK_VERSION} found; no DPDK sources to build yet")
+    set(SPLITRPC_HAVE_DPDK ON)
+    list(APPEND SPLITRPC_FEATURE_DEFS SPLITRPC_HAVE_DPDK)
+    set(SPLITRPC_DPDK_SRC native/src/dpdk_eal.c)
+    # DPDK's flags (-include rte_config.h, -march) apply to its sources only, not to the core.
+    set_source_files_properties(${SPLITRPC_DPDK_SRC} PROPERTIES COMPILE_OPTIONS "${LIBDPDK_CFLAGS}")
+    message(STATUS "splitrpc: libdpdk ${LIBDPDK_VERSION} found: the DPDK transport is compiled in")
   elseif(SPLITRPC_DPDK STREQUAL "ON")
     message(FATAL_ERROR "SPLITRPC_DPDK=ON but libdpdk was not found by pkg-config")
   endif()

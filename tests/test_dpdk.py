@@ -1,0 +1,106 @@
+"""DPDK's EAL: initialised in a child process (once per process) with --no-huge on virtual ports, never exiting it, the caller's CPU affinity kept; a build without DPDK says so."""
+import os
+import subprocess
+import sys
+import tempfile
+import textwrap
+
+import pytest
+
+from splitrpc import dpdk
+
+needs_dpdk = pytest.mark.skipif(not dpdk.available(), reason="splitrpc was built without DPDK (no libdpdk-dev)")
+# No hugepages, no shared config, no PCI scan, one lcore, quiet: what CI machines allow.
+EAL = ["--no-huge", "--no-shconf", "-m", "128", "--no-pci", "--no-telemetry", "-l", "0", "--log-level=*:error"]
+
+
+def run_child(code: str) -> subprocess.CompletedProcess:
+    """Runs `code` in a fresh interpreter (a fresh EAL) outside the source tree."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP")}
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
+                          timeout=120, cwd=tempfile.gettempdir(), env=env)
+
+
+def last_line(text: str) -> str:
+    """The child's last output line (on bad options the EAL prints its usage to stdout first)."""
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    return lines[-1] if lines else ""
+
+
+@needs_dpdk
+def test_init_probes_virtual_ports_and_keeps_affinity():
+    r = run_child(f"""
+        import os
+        from splitrpc import dpdk
+        before = os.sched_getaffinity(0)
+        assert not dpdk.ready()
+        dpdk.init({EAL!r} + ["--vdev=net_null0", "--vdev=net_null1"])
+        assert dpdk.ready() and dpdk.port_count() == 2, dpdk.port_count()
+        assert os.sched_getaffinity(0) == before, (os.sched_getaffinity(0), before)
+        dpdk.init(["--whatever"])  # once per process: later calls change nothing
+        assert dpdk.port_count() == 2
+        print("OK", len(before))
+    """)
+    assert r.returncode == 0 and last_line(r.stdout).startswith("OK"), r.stdout[-3000:] + r.stderr[-3000:]
+
+
+@needs_dpdk
+def test_bad_arguments_raise_and_never_exit():
+    r = run_child(f"""
+        from splitrpc import dpdk
+        for bad in (["--help"], ["-v"], ["-h"]):  # the EAL would print and exit(): refused first
+            try:
+                dpdk.init(bad)
+            except dpdk.DPDKError as e:
+                assert "not allowed" in str(e), e
+            else:
+                raise SystemExit("no error for " + repr(bad))
+        try:
+            dpdk.port_count()
+        except dpdk.DPDKError as e:
+            assert "not initialised" in str(e)
+        else:
+            raise SystemExit("port_count before init")
+        try:
+            dpdk.init({EAL!r} + ["--no-such-eal-option"])
+        except dpdk.DPDKError as e:
+            first = str(e)
+        else:
+            raise SystemExit("an unknown option was accepted")
+        try:
+            dpdk.init({EAL!r})
+        except dpdk.DPDKError as e:  # the EAL cannot be initialised twice: the same error again
+            assert str(e) == first, (str(e), first)
+        else:
+            raise SystemExit("a second init after a failure succeeded")
+        assert not dpdk.ready()
+        print("OK", first)
+    """)
+    assert r.returncode == 0 and last_line(r.stdout).startswith("OK"), r.stdout[-3000:] + r.stderr[-3000:]
+
+
+@needs_dpdk
+def test_leftover_non_eal_arguments_are_an_error():
+    r = run_child(f"""
+        from splitrpc import dpdk
+        try:
+            dpdk.init({EAL!r} + ["--", "not-eal"])
+        except dpdk.DPDKError as e:
+            assert "not EAL options" in str(e), e
+            print("OK")
+    """)
+    assert r.returncode == 0 and last_line(r.stdout).startswith("OK"), r.stdout[-3000:] + r.stderr[-3000:]
+
+
+@pytest.mark.skipif(dpdk.available(), reason="checks a build without DPDK")
+def test_without_dpdk_the_build_says_so():
+    with pytest.raises(dpdk.DPDKUnavailable, match="without DPDK"):
+        dpdk.init(EAL)
+    with pytest.raises(dpdk.DPDKUnavailable):
+        dpdk.port_count()
+    assert not dpdk.ready()
+
+
+def test_args_must_be_a_sequence():
+    with pytest.raises(TypeError):
+        dpdk.init("--no-huge")
