@@ -1,0 +1,411 @@
+/* transport_dpdk.c: kernel-bypass UDP on one DPDK port (see transport_dpdk.h): software header/payload split on receive, chained mbufs on send, ARP. */
+#include "transport_dpdk.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <rte_errno.h>
+#include <rte_ethdev.h>
+#include <rte_mbuf.h>
+#include <rte_mempool.h>
+
+#include "wire.h"
+
+#define NEIGH_SLOTS 256 /* open addressing, keyed by IPv4 address */
+#define RX_CHUNK 32
+#define TX_CHUNK 32
+#define MAX_FRAME_SEGS 8 /* mbufs of one received frame we look through */
+#define TX_RETRIES 1000  /* tx_burst calls that take nothing before giving up on a chunk */
+
+struct neigh {
+    uint32_t ip; /* 0: free */
+    uint8_t mac[6];
+};
+
+struct srpc_dpdk_port {
+    uint16_t port_id;
+    srpc_endpoint_t self;
+    uint16_t mtu;
+    int started;
+    int tx_csum;   /* the port computes IPv4 and UDP checksums */
+    int rx_csum;   /* the port verifies them and says so in ol_flags */
+    int multi_seg; /* the port sends chained mbufs */
+    uint16_t ip_id;
+    struct rte_mempool *pool;
+    struct neigh neigh[NEIGH_SLOTS];
+    srpc_dpdk_port_stats_t st;
+};
+
+/* ------------------------------------------------------------------ neighbours */
+
+static unsigned neigh_hash(uint32_t ip)
+{
+    return (ip * 2654435761u) >> 24; /* 8 bits */
+}
+
+static struct neigh *neigh_find(srpc_dpdk_port_t *p, uint32_t ip)
+{
+    for (unsigned i = 0, h = neigh_hash(ip); i < NEIGH_SLOTS; i++) {
+        struct neigh *n = &p->neigh[(h + i) % NEIGH_SLOTS];
+        if (n->ip == ip || n->ip == 0)
+            return n;
+    }
+    return NULL;
+}
+
+int srpc_dpdk_neighbour_add(srpc_dpdk_port_t *p, uint32_t ip, const uint8_t mac[6])
+{
+    if (!p || !mac || ip == 0)
+        return -EINVAL;
+    struct neigh *n = neigh_find(p, ip);
+    if (!n)
+        return -ENOSPC;
+    n->ip = ip;
+    memcpy(n->mac, mac, 6);
+    return 0;
+}
+
+/* ------------------------------------------------------------------ open / close */
+
+int srpc_dpdk_port_open(const srpc_dpdk_port_config_t *cfg, srpc_dpdk_port_t **out)
+{
+    if (!cfg || !cfg->dev || !out || cfg->ip == 0 || cfg->udp_port == 0)
+        return -EINVAL;
+    *out = NULL;
+    uint16_t mtu = cfg->mtu ? cfg->mtu : 1500;
+    if (mtu < SRPC_IP4_HLEN + SRPC_UDP_HLEN + SRPC_HDR_LEN + 1 || mtu > 9600)
+        return -EINVAL;
+    uint16_t port_id;
+    if (rte_eth_dev_get_port_by_name(cfg->dev, &port_id) != 0)
+        return -ENODEV;
+    srpc_dpdk_port_t *p = calloc(1, sizeof(*p));
+    if (!p)
+        return -ENOMEM;
+    p->port_id = port_id;
+    p->mtu = mtu;
+    p->self.ip = cfg->ip;
+    p->self.port = cfg->udp_port;
+
+    struct rte_eth_dev_info info;
+    int rc = rte_eth_dev_info_get(port_id, &info);
+    if (rc != 0)
+        goto fail;
+    char name[RTE_MEMPOOL_NAMESIZE];
+    snprintf(name, sizeof(name), "srpc_%u", port_id);
+    /* A frame of mtu bytes fits one mbuf, so received frames are rarely chained. */
+    uint32_t room = RTE_PKTMBUF_HEADROOM + (mtu + SRPC_ETH_HLEN + 4 > 2048 ? mtu + SRPC_ETH_HLEN + 4 : 2048);
+    p->pool = rte_pktmbuf_pool_create(name, cfg->n_mbufs ? cfg->n_mbufs : 8191, 256, 0, (uint16_t)room,
+                                      rte_eth_dev_socket_id(port_id) < 0 ? 0 : rte_eth_dev_socket_id(port_id));
+    if (!p->pool) {
+        rc = -rte_errno;
+        goto fail;
+    }
+    struct rte_eth_conf conf;
+    memset(&conf, 0, sizeof(conf));
+    const uint64_t rx_ck = RTE_ETH_RX_OFFLOAD_IPV4_CKSUM | RTE_ETH_RX_OFFLOAD_UDP_CKSUM;
+    const uint64_t tx_ck = RTE_ETH_TX_OFFLOAD_IPV4_CKSUM | RTE_ETH_TX_OFFLOAD_UDP_CKSUM;
+    p->rx_csum = (info.rx_offload_capa & rx_ck) == rx_ck;
+    p->tx_csum = (info.tx_offload_capa & tx_ck) == tx_ck;
+    p->multi_seg = cfg->tx_chain ? cfg->tx_chain > 0 : (info.tx_offload_capa & RTE_ETH_TX_OFFLOAD_MULTI_SEGS) != 0;
+    conf.rxmode.offloads = p->rx_csum ? rx_ck : 0;
+    conf.txmode.offloads = (p->tx_csum ? tx_ck : 0) |
+                           (info.tx_offload_capa & RTE_ETH_TX_OFFLOAD_MULTI_SEGS && p->multi_seg ? RTE_ETH_TX_OFFLOAD_MULTI_SEGS : 0);
+    if ((rc = rte_eth_dev_configure(port_id, 1, 1, &conf)) != 0)
+        goto fail;
+    uint16_t nb_rxd = 1024, nb_txd = 1024;
+    if ((rc = rte_eth_dev_adjust_nb_rx_tx_desc(port_id, &nb_rxd, &nb_txd)) != 0)
+        goto fail;
+    int socket = rte_eth_dev_socket_id(port_id);
+    socket = socket < 0 ? 0 : socket;
+    if ((rc = rte_eth_rx_queue_setup(port_id, 0, nb_rxd, (unsigned)socket, NULL, p->pool)) != 0)
+        goto fail;
+    struct rte_eth_txconf txc = info.default_txconf;
+    txc.offloads = conf.txmode.offloads;
+    if ((rc = rte_eth_tx_queue_setup(port_id, 0, nb_txd, (unsigned)socket, &txc)) != 0)
+        goto fail;
+    if ((rc = rte_eth_dev_start(port_id)) != 0)
+        goto fail;
+    p->started = 1;
+    struct rte_ether_addr mac;
+    if ((rc = rte_eth_macaddr_get(port_id, &mac)) != 0)
+        goto fail;
+    memcpy(p->self.mac, mac.addr_bytes, 6);
+    *out = p;
+    return 0;
+fail:
+    srpc_dpdk_port_close(p);
+    return rc < 0 ? rc : -EIO;
+}
+
+void srpc_dpdk_port_close(srpc_dpdk_port_t *p)
+{
+    if (!p)
+        return;
+    if (p->started)
+        rte_eth_dev_stop(p->port_id);
+    rte_eth_dev_close(p->port_id); /* releases the queues' mbufs before the pool goes */
+    rte_mempool_free(p->pool);
+    free(p);
+}
+
+void srpc_dpdk_port_mac(const srpc_dpdk_port_t *p, uint8_t mac[6])
+{
+    memcpy(mac, p->self.mac, 6);
+}
+
+void srpc_dpdk_port_stats(const srpc_dpdk_port_t *p, srpc_dpdk_port_stats_t *st)
+{
+    *st = p->st;
+}
+
+/* ------------------------------------------------------------------ send */
+
+/* Hands n mbufs to the port; frees and counts what it does not take. */
+static int tx_all(srpc_dpdk_port_t *p, struct rte_mbuf **m, unsigned n)
+{
+    unsigned done = 0;
+    for (int idle = 0; done < n && idle < TX_RETRIES;) {
+        uint16_t k = rte_eth_tx_burst(p->port_id, 0, m + done, (uint16_t)(n - done));
+        done += k;
+        idle = k ? 0 : idle + 1;
+    }
+    p->st.tx_frames += done;
+    if (done < n) {
+        p->st.tx_failed += n - done;
+        rte_pktmbuf_free_bulk(m + done, n - done);
+        return -EAGAIN;
+    }
+    return 0;
+}
+
+int srpc_dpdk_send_frame(srpc_dpdk_port_t *p, const void *frame, size_t len)
+{
+    struct rte_mbuf *m = rte_pktmbuf_alloc(p->pool);
+    if (!m)
+        return -ENOBUFS;
+    char *d = len <= UINT16_MAX ? rte_pktmbuf_append(m, (uint16_t)len) : NULL;
+    if (!d) {
+        rte_pktmbuf_free(m);
+        return -EMSGSIZE;
+    }
+    memcpy(d, frame, len);
+    return tx_all(p, &m, 1);
+}
+
+/* Copies the next len bytes of the pieces (cursor *pi, *poff) to dst. */
+static int gather(uint8_t *dst, uint32_t len, const struct iovec *pieces, int n, int *pi, size_t *poff)
+{
+    while (len) {
+        if (*pi >= n)
+            return -EINVAL; /* pieces shorter than msg_len */
+        size_t avail = pieces[*pi].iov_len - *poff;
+        size_t take = avail < len ? avail : len;
+        memcpy(dst, (const uint8_t *)pieces[*pi].iov_base + *poff, take);
+        dst += take;
+        len -= (uint32_t)take;
+        *poff += take;
+        if (*poff == pieces[*pi].iov_len) {
+            (*pi)++;
+            *poff = 0;
+        }
+    }
+    return 0;
+}
+
+/* Builds one frame and returns its head, or NULL after freeing h and d: the 64-byte control
+ * part (Ethernet, IPv4, UDP, srpc header) in h, chained to d holding the segment's data (or
+ * all in h when d == h, for a port that cannot send chains). *rc gets the error. */
+static struct rte_mbuf *fill_frame(srpc_dpdk_port_t *p, struct rte_mbuf *h, struct rte_mbuf *d,
+                                   const srpc_endpoint_t *dst, const srpc_hdr_t *sh, uint32_t len,
+                                   const struct iovec *pieces, int n, int *pi, size_t *poff, int *rc)
+{
+    if (d != h && len == 0) { /* no data: no payload mbuf */
+        rte_pktmbuf_free(d);
+        d = h;
+    }
+    uint8_t *ctl = (uint8_t *)rte_pktmbuf_append(h, SRPC_FRAME_HLEN + SRPC_HDR_LEN);
+    uint8_t *data = len ? (uint8_t *)rte_pktmbuf_append(d, (uint16_t)len) : NULL;
+    *rc = !ctl || (len && !data) ? -EMSGSIZE : 0;
+    if (!*rc) {
+        srpc_hdr_encode(sh, ctl + SRPC_FRAME_HLEN);
+        *rc = gather(data, len, pieces, n, pi, poff);
+    }
+    if (!*rc) {
+        struct iovec payload[2] = {{ctl + SRPC_FRAME_HLEN, SRPC_HDR_LEN}, {data, len}};
+        *rc = srpc_frame_build_udp(ctl, &p->self, dst, payload, 2, p->ip_id++,
+                                   p->tx_csum ? SRPC_FRAME_CSUM_OFFLOAD : 0);
+    }
+    if (!*rc && d != h && rte_pktmbuf_chain(h, d) != 0)
+        *rc = -EMSGSIZE;
+    if (*rc) {
+        rte_pktmbuf_free(h);
+        if (d != h)
+            rte_pktmbuf_free(d);
+        return NULL;
+    }
+    if (p->tx_csum) {
+        h->ol_flags |= RTE_MBUF_F_TX_IPV4 | RTE_MBUF_F_TX_IP_CKSUM | RTE_MBUF_F_TX_UDP_CKSUM;
+        h->l2_len = SRPC_ETH_HLEN;
+        h->l3_len = SRPC_IP4_HLEN;
+    }
+    return h;
+}
+
+int srpc_dpdk_send_msg(srpc_dpdk_port_t *p, const struct sockaddr *dst, socklen_t dstlen, const srpc_hdr_t *tmpl,
+                       const struct iovec *pieces, int n, uint32_t msg_len, uint32_t seg_size)
+{
+    if (!p || !dst || !tmpl || (n && !pieces) || n < 0 || seg_size == 0 || seg_size > SRPC_MAX_SEG_DATA)
+        return -EINVAL;
+    if (dst->sa_family != AF_INET || dstlen < (socklen_t)sizeof(struct sockaddr_in))
+        return -EAFNOSUPPORT;
+    const struct sockaddr_in *sin = (const struct sockaddr_in *)dst;
+    srpc_endpoint_t to = {.ip = ntohl(sin->sin_addr.s_addr), .port = ntohs(sin->sin_port)};
+    struct neigh *nb = neigh_find(p, to.ip);
+    if (!nb || nb->ip != to.ip) {
+        p->st.no_neighbour++;
+        return -EHOSTUNREACH;
+    }
+    memcpy(to.mac, nb->mac, 6);
+    uint32_t nseg = srpc_seg_count(msg_len, seg_size);
+    if (nseg > UINT16_MAX)
+        return -EMSGSIZE;
+    uint32_t biggest = nseg > 1 ? seg_size : msg_len;
+    if (SRPC_IP4_HLEN + SRPC_UDP_HLEN + SRPC_HDR_LEN + (uint64_t)biggest > p->mtu)
+        return -EMSGSIZE;
+
+    srpc_hdr_t sh = *tmpl;
+    sh.nseg = (uint16_t)nseg;
+    sh.msg_len = msg_len;
+    const unsigned per = p->multi_seg ? 2 : 1; /* mbufs per frame */
+    struct rte_mbuf *m[TX_CHUNK * 2], *frames[TX_CHUNK];
+    int pi = 0, rc = 0;
+    size_t poff = 0;
+    uint32_t sent = 0;
+    while (sent < nseg) {
+        unsigned cnt = nseg - sent < TX_CHUNK ? nseg - sent : TX_CHUNK;
+        if (rte_pktmbuf_alloc_bulk(p->pool, m, cnt * per) != 0)
+            return sent ? -EAGAIN : -ENOBUFS;
+        for (unsigned i = 0; i < cnt; i++) {
+            uint32_t seq = sent + i;
+            sh.seq = (uint16_t)seq;
+            frames[i] = fill_frame(p, m[i * per], m[i * per + per - 1], &to, &sh,
+                                   srpc_seg_len(msg_len, seg_size, seq), pieces, n, &pi, &poff, &rc);
+            if (!frames[i]) { /* built frames own their payload mbufs; the unused ones are loose */
+                rte_pktmbuf_free_bulk(frames, i);
+                if ((i + 1) * per < cnt * per)
+                    rte_pktmbuf_free_bulk(m + (i + 1) * per, cnt * per - (i + 1) * per);
+                return rc;
+            }
+        }
+        rc = tx_all(p, frames, cnt);
+        sent += cnt;
+        if (rc)
+            return rc;
+    }
+    return (int)nseg;
+}
+
+/* ------------------------------------------------------------------ receive */
+
+/* Copies frame bytes [off, off + len) out of the segments. */
+static void copy_out(uint8_t *dst, const struct iovec *seg, unsigned nseg, size_t off, size_t len)
+{
+    for (unsigned i = 0; i < nseg && len; i++) {
+        if (off >= seg[i].iov_len) {
+            off -= seg[i].iov_len;
+            continue;
+        }
+        size_t take = seg[i].iov_len - off < len ? seg[i].iov_len - off : len;
+        memcpy(dst, (const uint8_t *)seg[i].iov_base + off, take);
+        dst += take;
+        len -= take;
+        off = 0;
+    }
+}
+
+static void answer_arp(srpc_dpdk_port_t *p, const srpc_frame_info_t *info)
+{
+    uint8_t f[SRPC_ARP_FRAME_LEN];
+    if (srpc_frame_build_arp(f, 1, &p->self, info->peer.mac, info->peer.ip) == 0 &&
+        srpc_dpdk_send_frame(p, f, sizeof(f)) == 0)
+        p->st.arp_replies++;
+}
+
+/* One received frame: 1 when it filled slot i of rx, else 0 (dropped, or ARP). */
+static int take_frame(srpc_dpdk_port_t *p, struct rte_mbuf *m, srpc_rx_t *rx, unsigned i)
+{
+    struct iovec seg[MAX_FRAME_SEGS];
+    unsigned nseg = 0;
+    for (struct rte_mbuf *s = m; s; s = s->next) {
+        if (nseg == MAX_FRAME_SEGS) {
+            p->st.drops[SRPC_FRAME_SHORT]++; /* a chain longer than any frame we accept */
+            return 0;
+        }
+        seg[nseg++] = (struct iovec){rte_pktmbuf_mtod(s, void *), s->data_len};
+    }
+    unsigned flags = 0;
+    if (p->rx_csum && (m->ol_flags & RTE_MBUF_F_RX_IP_CKSUM_MASK) == RTE_MBUF_F_RX_IP_CKSUM_GOOD &&
+        (m->ol_flags & RTE_MBUF_F_RX_L4_CKSUM_MASK) == RTE_MBUF_F_RX_L4_CKSUM_GOOD)
+        flags |= SRPC_FRAME_CSUM_CHECKED;
+    srpc_frame_info_t info;
+    int kind = srpc_frame_parse(seg, nseg, &p->self, flags, &info);
+    if (kind < 0) {
+        p->st.drops[-kind < SRPC_FRAME_DROP_MAX ? -kind : 0]++;
+        return 0;
+    }
+    if (kind != SRPC_FRAME_UDP) { /* ARP: learn the sender, answer a question */
+        srpc_dpdk_neighbour_add(p, info.peer.ip, info.peer.mac);
+        if (kind == SRPC_FRAME_ARP_REQUEST)
+            answer_arp(p, &info);
+        return 0;
+    }
+    struct neigh *nb = neigh_find(p, info.peer.ip); /* learn the sender for the reply */
+    if (nb && (nb->ip != info.peer.ip || memcmp(nb->mac, info.peer.mac, 6) != 0)) {
+        nb->ip = info.peer.ip;
+        memcpy(nb->mac, info.peer.mac, 6);
+    }
+    uint32_t len = info.payload_len;
+    uint32_t hlen = len < SRPC_HDR_LEN ? len : SRPC_HDR_LEN;
+    uint32_t dlen = len - hlen;
+    int trunc = dlen > rx->data_cap;
+    copy_out(srpc_rx_hdr(rx, i), seg, nseg, info.payload_off, hlen);
+    copy_out(srpc_rx_data(rx, i), seg, nseg, info.payload_off + hlen, trunc ? rx->data_cap : dlen);
+    if (trunc)
+        p->st.rx_too_big++;
+    struct sockaddr_in *src = (struct sockaddr_in *)&rx->src[i];
+    memset(src, 0, sizeof(*src));
+    src->sin_family = AF_INET;
+    src->sin_addr.s_addr = htonl(info.peer.ip);
+    src->sin_port = htons(info.peer.port);
+    rx->msgs[i].msg_len = len;
+    rx->msgs[i].msg_hdr.msg_name = src;
+    rx->msgs[i].msg_hdr.msg_namelen = sizeof(*src);
+    rx->msgs[i].msg_hdr.msg_flags = trunc ? MSG_TRUNC : 0;
+    return 1;
+}
+
+int srpc_dpdk_rx_burst(srpc_dpdk_port_t *p, srpc_rx_t *rx, unsigned max)
+{
+    if (!p || !rx)
+        return -EINVAL;
+    if (max == 0 || max > rx->burst)
+        max = rx->burst;
+    unsigned got = 0;
+    struct rte_mbuf *m[RX_CHUNK];
+    while (got < max) {
+        unsigned want = max - got < RX_CHUNK ? max - got : RX_CHUNK;
+        uint16_t k = rte_eth_rx_burst(p->port_id, 0, m, (uint16_t)want);
+        p->st.rx_frames += k;
+        for (uint16_t j = 0; j < k; j++) {
+            got += (unsigned)take_frame(p, m[j], rx, got);
+            rte_pktmbuf_free(m[j]);
+        }
+        if (k < want)
+            break;
+    }
+    return (int)got;
+}

@@ -1,0 +1,65 @@
+/* transport_dpdk.h: kernel-bypass UDP on one DPDK Ethernet port: frames checked and built in C (frame.h), the control header split from the payload in software into the receive slots the kernel-UDP transport fills (srpc_rx_t), segmented sends as chained mbufs, ARP answered and learned. */
+#ifndef SRPC_TRANSPORT_DPDK_H
+#define SRPC_TRANSPORT_DPDK_H
+
+#include <stdint.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+#include "frame.h"
+#include "splitrpc.h"
+#include "transport_udp.h" /* srpc_rx_t */
+
+typedef struct srpc_dpdk_port srpc_dpdk_port_t;
+
+typedef struct srpc_dpdk_port_config {
+    const char *dev;    /* the port's DPDK name: "net_ring0", "net_af_packet0", "net_memif0", a PCI address */
+    uint32_t ip;        /* our IPv4 address, host byte order */
+    uint16_t udp_port;  /* our UDP port */
+    uint16_t mtu;       /* largest IP packet sent (segments are cut to fit): 0 = 1500 */
+    uint32_t n_mbufs;   /* mbufs in the pool: 0 = 8191 */
+    int tx_chain;       /* header and data in two chained mbufs: 0 where the port says it sends
+                           chains (MULTI_SEGS), 1 always (ports that pass mbufs on, like net_ring),
+                           -1 never (one mbuf per frame, the data copied after the header) */
+} srpc_dpdk_port_config_t;
+
+typedef struct srpc_dpdk_port_stats {
+    uint64_t rx_frames, tx_frames;
+    uint64_t drops[SRPC_FRAME_DROP_MAX]; /* received frames dropped, by srpc_frame_drop reason */
+    uint64_t rx_too_big;                 /* UDP payloads larger than the receive slot */
+    uint64_t tx_failed;                  /* frames built but not taken by the port (freed) */
+    uint64_t no_neighbour;               /* sends to an address whose MAC is unknown */
+    uint64_t arp_replies;                /* ARP replies we sent */
+} srpc_dpdk_port_stats_t;
+
+/* Configures and starts the port (one RX and one TX queue, an mbuf pool of its own, checksum
+ * offloads where the port has them). The EAL must be initialised (srpc_dpdk_init). Returns 0,
+ * -ENODEV (no such port), -EINVAL, -ENOMEM, or DPDK's -errno. */
+int srpc_dpdk_port_open(const srpc_dpdk_port_config_t *cfg, srpc_dpdk_port_t **out);
+/* Stops the port and frees everything (NULL is fine). No receive or send may be running. */
+void srpc_dpdk_port_close(srpc_dpdk_port_t *p);
+/* The port's MAC address. */
+void srpc_dpdk_port_mac(const srpc_dpdk_port_t *p, uint8_t mac[6]);
+/* Adds or replaces a neighbour (IPv4 address, host order -> MAC), as ARP would learn it.
+ * Returns 0, or -ENOSPC when the table is full of other addresses. */
+int srpc_dpdk_neighbour_add(srpc_dpdk_port_t *p, uint32_t ip, const uint8_t mac[6]);
+/* Receives up to max (<= rx->burst) UDP datagrams for our address and port without blocking,
+ * as srpc_rx_burst does: the first SRPC_HDR_LEN payload bytes in the header slot, the rest in
+ * the data slot (MSG_TRUNC in msg_flags when it does not fit), msgs[i].msg_len = the payload
+ * length, src[i] = the sender (sockaddr_in). Frames that are not such datagrams are dropped and
+ * counted; ARP requests for our address are answered and every ARP sender is learned. Returns
+ * the count (0 when nothing waits). The receiving thread only. */
+int srpc_dpdk_rx_burst(srpc_dpdk_port_t *p, srpc_rx_t *rx, unsigned max);
+/* Sends one message as srpc_udp_send_msg does: cut into seg_size segments, each one frame: a
+ * header mbuf with Ethernet, IPv4, UDP and the control header (64 bytes), chained to a payload
+ * mbuf with the segment's data. dst: an IPv4 sockaddr_in whose MAC is known (learned or added).
+ * Returns the frames sent, -EHOSTUNREACH (MAC unknown), -EMSGSIZE (a segment exceeds the MTU),
+ * -ENOBUFS (no mbufs; nothing sent), -EAGAIN (the port took only part: the rest was freed and
+ * counted), -EAFNOSUPPORT. The sending thread only (one at a time). */
+int srpc_dpdk_send_msg(srpc_dpdk_port_t *p, const struct sockaddr *dst, socklen_t dstlen, const srpc_hdr_t *tmpl,
+                       const struct iovec *pieces, int n, uint32_t msg_len, uint32_t seg_size);
+/* Sends one raw frame as given (tests, and ARP). Returns 0, -ENOBUFS, -EMSGSIZE or -EAGAIN. */
+int srpc_dpdk_send_frame(srpc_dpdk_port_t *p, const void *frame, size_t len);
+void srpc_dpdk_port_stats(const srpc_dpdk_port_t *p, srpc_dpdk_port_stats_t *st);
+
+#endif /* SRPC_TRANSPORT_DPDK_H */
