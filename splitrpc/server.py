@@ -14,7 +14,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from . import gpu
+from . import dpdk, gpu
 from ._native import ESHUTDOWN, ETIMEDOUT, check, ffi, lib
 from .errors import SplitRPCError
 from .spec import TensorSpec
@@ -110,6 +110,13 @@ class Server:
     latency, one core), "block" (it sleeps in poll()), "adaptive" (polls for spin_us after
     each batch, then sleeps). rx_takeover_us: a callback running longer than this lets the
     engine thread take over receiving. Sizes are bytes, times seconds unless named _us.
+
+    transport="dpdk" serves on a DPDK port instead of a kernel socket: the EAL is initialised
+    with dpdk_args (once per process, e.g. ``["--no-huge", "--no-shconf", "-l", "0",
+    "--vdev=net_af_packet0,iface=eth0"]``), dpdk_port names the port ("net_af_packet0", a PCI
+    address), host is the server's IPv4 address on it and port its UDP port (not 0). Both
+    threads then poll the port (no sleeping); ARP requests for host are answered. Replies are
+    cut to fit dpdk_mtu.
     """
 
     def __init__(
@@ -129,9 +136,20 @@ class Server:
         reply_cache_bytes: int = 64 << 20,
         max_calls: int = 65536,
         socket_buffer: int = 32 << 20,
+        transport: str = "udp",
+        dpdk_args: Sequence[str] = (),
+        dpdk_port: str | None = None,
+        dpdk_mtu: int = 1500,
     ):
         if wait not in WAIT_MODES:
             raise ValueError(f"wait must be one of {sorted(WAIT_MODES)}, got {wait!r}")
+        if transport not in ("udp", "dpdk"):
+            raise ValueError(f"transport must be 'udp' or 'dpdk', got {transport!r}")
+        if transport == "dpdk":
+            if not dpdk_port:
+                raise ValueError("transport='dpdk' needs dpdk_port, the DPDK name of the port to serve on "
+                                 "(e.g. 'net_af_packet0' for --vdev=net_af_packet0,iface=eth0)")
+            dpdk.init(dpdk_args)  # once per process; raises DPDKError / DPDKUnavailable
         cfg = ffi.new("srpc_server_config_t *")
         lib.srpc_server_config_init(cfg)
         self._host = ffi.new("char[]", host.encode())
@@ -149,6 +167,10 @@ class Server:
         cfg.reply_cache_bytes = int(reply_cache_bytes)
         cfg.max_calls = int(max_calls)
         cfg.sock_buf_bytes = int(socket_buffer)
+        if transport == "dpdk":
+            self._dpdk_port = ffi.new("char[]", dpdk_port.encode())
+            cfg.dpdk_dev = self._dpdk_port
+            cfg.dpdk_mtu = int(dpdk_mtu)
         out = ffi.new("srpc_server_t **")
         check(lib.srpc_server_create(cfg, out), f"cannot create a server on {host}:{port}")
         self._srv = out[0]

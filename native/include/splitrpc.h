@@ -165,6 +165,12 @@ typedef struct srpc_server_config {
     int sock_buf_bytes;          /* SO_RCVBUF/SO_SNDBUF wanted (FORCE tried first) */
     uint32_t rx_takeover_us;     /* poll/adaptive: the engine thread takes over receiving when
                                     a callback has run this long */
+    const char *dpdk_dev;        /* NULL: kernel UDP sockets. Else the DPDK port to serve on
+                                    ("net_af_packet0", a PCI address; the EAL initialised first
+                                    with srpc_dpdk_init): host is then our IPv4 address (a
+                                    literal), port must not be 0, and both threads poll */
+    uint16_t dpdk_mtu;           /* DPDK: the largest IP packet sent; 0 = 1500. Reply segments
+                                    are cut to fit it whatever seg_size says */
 } srpc_server_config_t;
 
 /* Fills defaults (documented in native/src/tunables.h). */

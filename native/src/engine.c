@@ -35,7 +35,12 @@ int srpc_server_send(srpc_server_t *srv, const srpc_call_key_t *key, int code,
                                                                       : srv->cfg.seg_size;
     if (code) /* an ERROR is one datagram */
         seg = SRPC_MAX_SEG_DATA;
-    int r = srpc_udp_send_msg(&srv->udp, (struct sockaddr *)&ss, sl, &h, pieces, n, len, seg);
+    int r;
+    if (srv->dpdk)
+        r = srpc_dpdk_send_msg(srv->dpdk, (struct sockaddr *)&ss, sl, &h, pieces, n, len,
+                               seg < srv->dpdk_seg ? seg : srv->dpdk_seg);
+    else
+        r = srpc_udp_send_msg(&srv->udp, (struct sockaddr *)&ss, sl, &h, pieces, n, len, seg);
     if (r < 0) {
         ST_ADD(srv, drops[SRPC_DROP_TX_FAILED], 1);
         return r;
@@ -350,7 +355,7 @@ static void process_datagram(srpc_server_t *srv, unsigned i, const struct mmsghd
     ct_key_from_sockaddr(&k, src, h.req_id, h.func_id);
     uint32_t idx = ct_find(&srv->ct, &k);
     const uint8_t *data = srpc_rx_data(&srv->rx, i);
-    if (h.nseg > 1 && dlen >= SRPC_DIRECT_MIN)
+    if (h.nseg > 1 && dlen >= SRPC_DIRECT_MIN && !srv->dpdk) /* receiving in place: sockets only */
         srv->direct_hint = 1;
     if (idx != CT_NONE)
         known_call(srv, idx, &h, seg, data, dlen);
@@ -437,7 +442,8 @@ int srpc_engine_rx_step(srpc_server_t *srv)
     while (srv->direct_hint && n < (int)srv->rx.burst && (r = rx_direct(srv)) > 0)
         n++;
     if (r != 0) { /* r < 0: the next datagram takes the burst path (one only, if in place may follow) */
-        int m = srpc_rx_burst(&srv->udp, &srv->rx, srv->direct_hint ? 1 : srv->rx.burst);
+        int m = srv->dpdk ? srpc_dpdk_rx_burst(srv->dpdk, &srv->rx, srv->rx.burst)
+                          : srpc_rx_burst(&srv->udp, &srv->rx, srv->direct_hint ? 1 : srv->rx.burst);
         if (m > 0) {
             srv->direct_hint = 0; /* process_datagram sets it again for large segments */
             pthread_mutex_lock(&srv->lock);
@@ -496,7 +502,7 @@ void *srpc_engine_main(void *arg)
         }
         int n = srpc_engine_rx_step(srv);
         pthread_mutex_unlock(&srv->rx_lock);
-        if (n > 0)
+        if (n > 0 || srv->dpdk) /* a DPDK port has nothing to sleep on: poll it */
             continue;
         struct pollfd p[2] = {{.fd = srv->udp.fd, .events = POLLIN}, {.fd = srv->stopfd, .events = POLLIN}};
         poll(p, 2, 1); /* re-read w_state at least every ms */

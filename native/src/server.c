@@ -1,5 +1,6 @@
 /* server.c: server life cycle: configuration, function registration (Tensor Queues and the
  * Inference Monitor), the engine thread's start and stop, counters. */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -40,7 +41,22 @@ static int check_config(const srpc_server_config_t *c)
         return -EINVAL;
     if (c->rx_burst == 0 || c->rx_burst > SRPC_MAX_RX_BURST || c->max_calls == 0 || c->max_message == 0)
         return -EINVAL;
+    if (c->dpdk_dev && (c->port == 0 || (c->dpdk_mtu && c->dpdk_mtu < 576)))
+        return -EINVAL;
     return 0;
+}
+
+/* The DPDK port of a server: host must be an IPv4 literal, our address on that port. */
+static int open_dpdk(srpc_server_t *s)
+{
+    struct in_addr a;
+    if (inet_pton(AF_INET, s->host, &a) != 1)
+        return -EINVAL;
+    srpc_dpdk_port_config_t pc = {.dev = s->cfg.dpdk_dev, .ip = ntohl(a.s_addr), .udp_port = s->cfg.port,
+                                  .mtu = s->cfg.dpdk_mtu};
+    uint16_t mtu = pc.mtu ? pc.mtu : 1500;
+    s->dpdk_seg = mtu - SRPC_IP4_HLEN - SRPC_UDP_HLEN - SRPC_HDR_LEN;
+    return srpc_dpdk_port_open(&pc, &s->dpdk);
 }
 
 int srpc_server_create(const srpc_server_config_t *cfg, srpc_server_t **out)
@@ -71,7 +87,7 @@ int srpc_server_create(const srpc_server_config_t *cfg, srpc_server_t **out)
      * too-long datagram is seen (and counted) rather than silently cut. */
     if ((r = srpc_rx_init(&s->rx, cfg->rx_burst, 65535)) != 0)
         goto fail;
-    if ((r = srpc_udp_open(&s->udp, s->host, cfg->port, 1, cfg->sock_buf_bytes)) != 0)
+    if ((r = cfg->dpdk_dev ? open_dpdk(s) : srpc_udp_open(&s->udp, s->host, cfg->port, 1, cfg->sock_buf_bytes)) != 0)
         goto fail;
     s->st.rcvbuf = s->udp.rcvbuf;
     s->st.sndbuf = s->udp.sndbuf;
@@ -87,7 +103,10 @@ fail:
     return r;
 }
 
-int srpc_server_port(const srpc_server_t *srv) { return srpc_udp_local_port(&srv->udp); }
+int srpc_server_port(const srpc_server_t *srv)
+{
+    return srv->dpdk ? srv->cfg.port : srpc_udp_local_port(&srv->udp);
+}
 
 /* Frees a staging TQ of a GPU function (page-locked when pinned) or a host TQ. */
 static void staging_free(srpc_tq_t *tq, int pinned)
@@ -312,6 +331,7 @@ void srpc_server_destroy(srpc_server_t *srv)
     free(srv->by_id);
     srpc_rx_free(&srv->rx);
     srpc_udp_close(&srv->udp);
+    srpc_dpdk_port_close(srv->dpdk);
     if (srv->stopfd >= 0)
         close(srv->stopfd);
     pthread_mutex_destroy(&srv->lock);

@@ -11,6 +11,7 @@
 #include "calltab.h"
 #include "splitrpc.h"
 #include "splitrpc_gpu.h"
+#include "transport_dpdk.h"
 #include "transport_udp.h"
 
 /* Inference Monitor states of a call (SplitRPC §4). */
@@ -89,7 +90,9 @@ enum srpc_worker_state {
 struct srpc_server {
     srpc_server_config_t cfg;
     char host[256];
-    srpc_udp_t udp;
+    srpc_udp_t udp;                  /* kernel UDP (fd -1 with DPDK) */
+    srpc_dpdk_port_t *dpdk;          /* the DPDK port instead, or NULL */
+    uint32_t dpdk_seg;               /* DPDK: the largest reply segment that fits the MTU */
     srpc_rx_t rx;                    /* whoever holds rx_lock */
     pthread_mutex_t rx_lock;         /* the right to receive: engine thread or polling worker */
     int direct_hint;                 /* rx_lock: recent traffic had large segments of partial

@@ -4,6 +4,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,6 +35,9 @@ struct srpc_dpdk_port {
     int tx_csum;   /* the port computes IPv4 and UDP checksums */
     int rx_csum;   /* the port verifies them and says so in ol_flags */
     int multi_seg; /* the port sends chained mbufs */
+    /* The TX queue, the neighbour table, ip_id and the tx counters are shared by the threads
+     * that send (replies, errors) and the one that receives (ARP answers, learning). */
+    pthread_mutex_t tx_lock;
     uint16_t ip_id;
     struct rte_mempool *pool;
     struct neigh neigh[NEIGH_SLOTS];
@@ -57,16 +61,27 @@ static struct neigh *neigh_find(srpc_dpdk_port_t *p, uint32_t ip)
     return NULL;
 }
 
+/* tx_lock held. */
+static int neigh_set(srpc_dpdk_port_t *p, uint32_t ip, const uint8_t mac[6])
+{
+    struct neigh *n = neigh_find(p, ip);
+    if (!n)
+        return -ENOSPC;
+    if (n->ip != ip || memcmp(n->mac, mac, 6) != 0) {
+        n->ip = ip;
+        memcpy(n->mac, mac, 6);
+    }
+    return 0;
+}
+
 int srpc_dpdk_neighbour_add(srpc_dpdk_port_t *p, uint32_t ip, const uint8_t mac[6])
 {
     if (!p || !mac || ip == 0)
         return -EINVAL;
-    struct neigh *n = neigh_find(p, ip);
-    if (!n)
-        return -ENOSPC;
-    n->ip = ip;
-    memcpy(n->mac, mac, 6);
-    return 0;
+    pthread_mutex_lock(&p->tx_lock);
+    int rc = neigh_set(p, ip, mac);
+    pthread_mutex_unlock(&p->tx_lock);
+    return rc;
 }
 
 /* ------------------------------------------------------------------ open / close */
@@ -85,6 +100,7 @@ int srpc_dpdk_port_open(const srpc_dpdk_port_config_t *cfg, srpc_dpdk_port_t **o
     srpc_dpdk_port_t *p = calloc(1, sizeof(*p));
     if (!p)
         return -ENOMEM;
+    pthread_mutex_init(&p->tx_lock, NULL);
     p->port_id = port_id;
     p->mtu = mtu;
     p->self.ip = cfg->ip;
@@ -149,6 +165,7 @@ void srpc_dpdk_port_close(srpc_dpdk_port_t *p)
         rte_eth_dev_stop(p->port_id);
     rte_eth_dev_close(p->port_id); /* releases the queues' mbufs before the pool goes */
     rte_mempool_free(p->pool);
+    pthread_mutex_destroy(&p->tx_lock);
     free(p);
 }
 
@@ -182,7 +199,8 @@ static int tx_all(srpc_dpdk_port_t *p, struct rte_mbuf **m, unsigned n)
     return 0;
 }
 
-int srpc_dpdk_send_frame(srpc_dpdk_port_t *p, const void *frame, size_t len)
+/* tx_lock held. */
+static int send_frame(srpc_dpdk_port_t *p, const void *frame, size_t len)
 {
     struct rte_mbuf *m = rte_pktmbuf_alloc(p->pool);
     if (!m)
@@ -194,6 +212,16 @@ int srpc_dpdk_send_frame(srpc_dpdk_port_t *p, const void *frame, size_t len)
     }
     memcpy(d, frame, len);
     return tx_all(p, &m, 1);
+}
+
+int srpc_dpdk_send_frame(srpc_dpdk_port_t *p, const void *frame, size_t len)
+{
+    if (!p || !frame)
+        return -EINVAL;
+    pthread_mutex_lock(&p->tx_lock);
+    int rc = send_frame(p, frame, len);
+    pthread_mutex_unlock(&p->tx_lock);
+    return rc;
 }
 
 /* Copies the next len bytes of the pieces (cursor *pi, *poff) to dst. */
@@ -255,14 +283,10 @@ static struct rte_mbuf *fill_frame(srpc_dpdk_port_t *p, struct rte_mbuf *h, stru
     return h;
 }
 
-int srpc_dpdk_send_msg(srpc_dpdk_port_t *p, const struct sockaddr *dst, socklen_t dstlen, const srpc_hdr_t *tmpl,
-                       const struct iovec *pieces, int n, uint32_t msg_len, uint32_t seg_size)
+/* tx_lock held. */
+static int send_msg(srpc_dpdk_port_t *p, const struct sockaddr_in *sin, const srpc_hdr_t *tmpl,
+                    const struct iovec *pieces, int n, uint32_t msg_len, uint32_t seg_size)
 {
-    if (!p || !dst || !tmpl || (n && !pieces) || n < 0 || seg_size == 0 || seg_size > SRPC_MAX_SEG_DATA)
-        return -EINVAL;
-    if (dst->sa_family != AF_INET || dstlen < (socklen_t)sizeof(struct sockaddr_in))
-        return -EAFNOSUPPORT;
-    const struct sockaddr_in *sin = (const struct sockaddr_in *)dst;
     srpc_endpoint_t to = {.ip = ntohl(sin->sin_addr.s_addr), .port = ntohs(sin->sin_port)};
     struct neigh *nb = neigh_find(p, to.ip);
     if (!nb || nb->ip != to.ip) {
@@ -309,6 +333,19 @@ int srpc_dpdk_send_msg(srpc_dpdk_port_t *p, const struct sockaddr *dst, socklen_
     return (int)nseg;
 }
 
+int srpc_dpdk_send_msg(srpc_dpdk_port_t *p, const struct sockaddr *dst, socklen_t dstlen, const srpc_hdr_t *tmpl,
+                       const struct iovec *pieces, int n, uint32_t msg_len, uint32_t seg_size)
+{
+    if (!p || !dst || !tmpl || (n && !pieces) || n < 0 || seg_size == 0 || seg_size > SRPC_MAX_SEG_DATA)
+        return -EINVAL;
+    if (dst->sa_family != AF_INET || dstlen < (socklen_t)sizeof(struct sockaddr_in))
+        return -EAFNOSUPPORT;
+    pthread_mutex_lock(&p->tx_lock);
+    int rc = send_msg(p, (const struct sockaddr_in *)dst, tmpl, pieces, n, msg_len, seg_size);
+    pthread_mutex_unlock(&p->tx_lock);
+    return rc;
+}
+
 /* ------------------------------------------------------------------ receive */
 
 /* Copies frame bytes [off, off + len) out of the segments. */
@@ -330,9 +367,12 @@ static void copy_out(uint8_t *dst, const struct iovec *seg, unsigned nseg, size_
 static void answer_arp(srpc_dpdk_port_t *p, const srpc_frame_info_t *info)
 {
     uint8_t f[SRPC_ARP_FRAME_LEN];
-    if (srpc_frame_build_arp(f, 1, &p->self, info->peer.mac, info->peer.ip) == 0 &&
-        srpc_dpdk_send_frame(p, f, sizeof(f)) == 0)
+    if (srpc_frame_build_arp(f, 1, &p->self, info->peer.mac, info->peer.ip) != 0)
+        return;
+    pthread_mutex_lock(&p->tx_lock);
+    if (send_frame(p, f, sizeof(f)) == 0)
         p->st.arp_replies++;
+    pthread_mutex_unlock(&p->tx_lock);
 }
 
 /* One received frame: 1 when it filled slot i of rx, else 0 (dropped, or ARP). */
@@ -363,11 +403,9 @@ static int take_frame(srpc_dpdk_port_t *p, struct rte_mbuf *m, srpc_rx_t *rx, un
             answer_arp(p, &info);
         return 0;
     }
-    struct neigh *nb = neigh_find(p, info.peer.ip); /* learn the sender for the reply */
-    if (nb && (nb->ip != info.peer.ip || memcmp(nb->mac, info.peer.mac, 6) != 0)) {
-        nb->ip = info.peer.ip;
-        memcpy(nb->mac, info.peer.mac, 6);
-    }
+    pthread_mutex_lock(&p->tx_lock); /* learn the sender: the reply goes to its MAC */
+    neigh_set(p, info.peer.ip, info.peer.mac);
+    pthread_mutex_unlock(&p->tx_lock);
     uint32_t len = info.payload_len;
     uint32_t hlen = len < SRPC_HDR_LEN ? len : SRPC_HDR_LEN;
     uint32_t dlen = len - hlen;

@@ -168,7 +168,7 @@ int srpc_server_next_batch(srpc_server_t *srv, srpc_batch_t *b, int64_t timeout_
         if (now >= deadline)
             return leave(srv, -ETIMEDOUT);
         /* Batches in flight finish when a done word changes, which wakes nobody: poll. */
-        int spin = srv->cfg.wait_mode == SRPC_WAIT_POLL || srv->inflight ||
+        int spin = srv->cfg.wait_mode == SRPC_WAIT_POLL || srv->inflight || srv->dpdk ||
                    (srv->cfg.wait_mode == SRPC_WAIT_ADAPTIVE && now - start < spin_ns);
         int want = spin ? W_POLLING : W_BLOCKED;
         if (atomic_load_explicit(&srv->w_state, memory_order_relaxed) != want)
