@@ -213,6 +213,7 @@ def build_parser() -> argparse.ArgumentParser:
     from .loadgen.load_cli import add_parser as add_load_parser
 
     add_load_parser(sub)
+    from .bench.dpdk_veth import add_parser as add_bench_dpdk_parser
     from .bench.models_e2e import add_parser as add_bench_models_parser
     from .bench.orchestration import add_parser as add_bench_orchestration_parser
     from .bench.sidebyside import add_parser as add_bench_parser
@@ -220,6 +221,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_bench_parser(sub)
     add_bench_models_parser(sub)
     add_bench_orchestration_parser(sub)
+    add_bench_dpdk_parser(sub)
     return p
 
 

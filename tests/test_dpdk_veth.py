@@ -1,6 +1,5 @@
 """The DPDK transport end to end: a splitrpc server on net_af_packet over one end of a veth pair, in a network namespace the test makes, answering a kernel-socket client in another (ARP included), every service and message sizes up to 1 MiB, and hostile datagrams."""
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -9,52 +8,24 @@ import textwrap
 import pytest
 
 from splitrpc import dpdk
+from splitrpc.bench import netns
 from splitrpc.bench.procs import Proc
 
 SERVER_IP, CLIENT_IP, PORT = "10.99.0.1", "10.99.0.2", 9000
 EAL = ["--no-huge", "--no-shconf", "-m", "256", "--no-pci", "--no-telemetry", "-l", "0", "--log-level=*:error"]
 
 
-def _run(*cmd: str) -> subprocess.CompletedProcess:
-    return subprocess.run(list(cmd), capture_output=True, text=True, timeout=30)
-
-
-def _why_not() -> str | None:
-    if not dpdk.available():
-        return "splitrpc was built without DPDK (no libdpdk-dev)"
-    if os.geteuid() != 0:
-        return "network namespaces and veth pairs need root"
-    for tool in ("ip", "ethtool"):
-        if shutil.which(tool) is None:
-            return f"{tool} is not installed (iproute2, ethtool)"
-    return None
-
-
 @pytest.fixture
 def veth_pair():
-    """Namespaces A (the DPDK server's end, no kernel address) and B (10.99.0.2/24), joined by
-    a veth pair. B's transmit checksum offload is off: over veth the kernel would otherwise leave
-    UDP checksums for a NIC to finish, and the DPDK side checks them."""
-    why = _why_not()
-    if why:
-        pytest.skip(why)
-    tag = f"{os.getpid() % 100000}"
-    a, b, va, vb = f"srpcA{tag}", f"srpcB{tag}", f"sa{tag}", f"sb{tag}"
-    steps = [("ip", "netns", "add", a), ("ip", "netns", "add", b),
-             ("ip", "link", "add", va, "type", "veth", "peer", "name", vb),
-             ("ip", "link", "set", va, "netns", a), ("ip", "link", "set", vb, "netns", b),
-             ("ip", "-n", a, "link", "set", "lo", "up"), ("ip", "-n", a, "link", "set", va, "up"),
-             ("ip", "-n", b, "link", "set", "lo", "up"), ("ip", "-n", b, "addr", "add", f"{CLIENT_IP}/24", "dev", vb),
-             ("ip", "-n", b, "link", "set", vb, "up"), ("ip", "netns", "exec", b, "ethtool", "-K", vb, "tx", "off")]
+    """Namespaces joined by a veth pair (bench/netns.py): the server's end in one with no kernel
+    address, the client's in the other."""
+    if not dpdk.available():
+        pytest.skip("splitrpc was built without DPDK (no libdpdk-dev)")
     try:
-        for step in steps:
-            r = _run(*step)
-            if r.returncode != 0:
-                pytest.skip(f"cannot make the veth pair here ({' '.join(step)}): {r.stderr.strip()}")
-        yield a, b, va
-    finally:
-        _run("ip", "netns", "del", a)
-        _run("ip", "netns", "del", b)
+        with netns.veth_pair(CLIENT_IP) as pair:
+            yield pair
+    except netns.NetnsUnavailable as e:
+        pytest.skip(f"cannot make the veth pair here: {e}")
 
 
 SERVER = """
@@ -93,7 +64,7 @@ print("OK")
 
 
 def test_dpdk_server_answers_kernel_client_over_veth(veth_pair):
-    a, b, iface = veth_pair
+    a, b, iface = veth_pair.a, veth_pair.b, veth_pair.a_if
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP")}
     server = Proc(["ip", "netns", "exec", a, sys.executable, "-c",
                    textwrap.dedent(SERVER.format(ip=SERVER_IP, port=PORT, eal=EAL, iface=iface))], env=env)
@@ -104,7 +75,31 @@ def test_dpdk_server_answers_kernel_client_over_veth(veth_pair):
                            capture_output=True, text=True, timeout=300, cwd=tempfile.gettempdir(), env=env)
         assert r.returncode == 0 and r.stdout.strip().endswith("OK"), r.stdout[-3000:] + r.stderr[-3000:]
         server.check_alive()
-        neigh = _run("ip", "-n", b, "neigh", "show", SERVER_IP).stdout
+        neigh = netns.run_in(b, "ip", "neigh", "show", SERVER_IP).stdout
         assert "lladdr" in neigh, f"the client never learned the server's MAC through ARP: {neigh!r}"
     finally:
         server.stop()
+
+
+def test_bench_dpdk_end_to_end(veth_pair, tmp_path):
+    """`splitrpc bench-dpdk` with a few calls: both systems measured, no errors, files written.
+    (It makes its own namespaces; the fixture only checks that this machine can.)"""
+    from splitrpc.bench import dpdk_veth
+
+    rc = dpdk_veth.main(["--services", "vecadd,head", "--concurrency", "1,4", "--calls", "300", "--rounds", "1",
+                         "--out", str(tmp_path)])
+    assert rc == 0
+    import json
+
+    doc = json.loads((tmp_path / "dpdk_veth.json").read_text())
+    rows = {(r["system"], r["service"], r["concurrency"]): r for r in doc["table"]}
+    assert set(rows) == {(s, v, c) for s in ("dpdk", "kernel-udp") for v in ("vecadd", "head") for c in (1, 4)}
+    assert all(r["p50_us"] and r["p50_us"] > 0 and r["errors"] == 0 for r in rows.values()), rows
+    assert "dpdk / kernel p50" in (tmp_path / "dpdk_veth.md").read_text()
+
+
+def test_bench_dpdk_rejects_bad_input(capsys):
+    from splitrpc.bench import dpdk_veth
+
+    assert dpdk_veth.main(["--services", "matmul"]) == 2
+    assert "unknown services" in capsys.readouterr().err
