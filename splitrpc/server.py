@@ -149,6 +149,8 @@ class Server:
             if not dpdk_port:
                 raise ValueError("transport='dpdk' needs dpdk_port, the DPDK name of the port to serve on "
                                  "(e.g. 'net_af_packet0' for --vdev=net_af_packet0,iface=eth0)")
+            if not 0 < int(port) < 65536:
+                raise ValueError(f"transport='dpdk' needs a UDP port from 1 to 65535, got {port}")
             dpdk.init(dpdk_args)  # once per process; raises DPDKError / DPDKUnavailable
         cfg = ffi.new("srpc_server_config_t *")
         lib.srpc_server_config_init(cfg)
@@ -175,6 +177,7 @@ class Server:
         check(lib.srpc_server_create(cfg, out), f"cannot create a server on {host}:{port}")
         self._srv = out[0]
         self.host = host
+        self.transport = transport
         self._funcs: dict[int, _Function] = {}
         self._state = "created"
         self._thread: threading.Thread | None = None
@@ -411,4 +414,18 @@ class Server:
             "socket_buffers": {"rcvbuf": st.rcvbuf, "sndbuf": st.sndbuf},
             "functions": {f.name: f.calls for f in self._funcs.values()},
             "devices": {f.name: f.device for f in self._funcs.values()},
+            **({"dpdk": self._dpdk_stats()} if self.transport == "dpdk" else {}),
         }
+
+    def _dpdk_stats(self) -> dict:
+        """The DPDK port's counters: frames, drops by reason, ARP replies, failed sends."""
+        st = ffi.new("srpc_dpdk_stats_t *")
+        check(lib.srpc_server_dpdk_stats(self._srv, st), "srpc_server_dpdk_stats")
+        drops = {}
+        for i in range(1, lib.SRPC_DPDK_DROP_SLOTS):
+            name = lib.srpc_dpdk_drop_name(i)
+            if name == ffi.NULL:
+                break
+            drops[ffi.string(name).decode()] = int(st.drops[i])
+        return {"rx_frames": st.rx_frames, "tx_frames": st.tx_frames, "drops": drops, "rx_too_big": st.rx_too_big,
+                "tx_failed": st.tx_failed, "no_neighbour": st.no_neighbour, "arp_replies": st.arp_replies}

@@ -132,3 +132,41 @@ def test_native_dpdk_transport_on_net_ring(tmp_path):
     assert r.returncode == 0 and last.endswith(" 0 failed") and not last.startswith("0 passed"), \
         r.stdout[-4000:] + r.stderr[-4000:]
     assert "net_ring0 (chained): " in r.stdout and "ok" in r.stdout
+
+
+def test_server_dpdk_arguments_are_checked_first():
+    import splitrpc
+
+    with pytest.raises(ValueError, match="dpdk_port"):
+        splitrpc.Server("10.0.0.1", 9000, transport="dpdk")
+    with pytest.raises(ValueError, match="UDP port"):
+        splitrpc.Server("10.0.0.1", 0, transport="dpdk", dpdk_port="net_null0")
+    with pytest.raises(ValueError, match="transport"):
+        splitrpc.Server("127.0.0.1", 0, transport="rdma")
+    srv = splitrpc.Server("127.0.0.1", 0)
+    try:
+        assert "dpdk" not in srv.stats() and srv.transport == "udp"
+    finally:
+        srv.close()
+
+
+@needs_dpdk
+def test_server_on_a_dpdk_port_in_a_child():
+    """A server on a net_null port: created, stats with the port's counters, closed; a host
+    that is not an IPv4 literal is refused."""
+    r = run_child(f"""
+        import splitrpc
+        try:
+            splitrpc.Server("localhost", 9000, transport="dpdk", dpdk_port="net_null0",
+                            dpdk_args={EAL!r} + ["--vdev=net_null0"])
+        except splitrpc.NativeError as e:
+            print("refused", e)
+        srv = splitrpc.Server("10.0.0.1", 9000, transport="dpdk", dpdk_port="net_null0", dpdk_args=[])
+        st = srv.stats()["dpdk"]
+        assert srv.port == 9000 and set(st["drops"]) >= {{"ethertype", "not_ours", "udp_checksum"}}, st
+        srv.close()
+        print("OK")
+    """)
+    out = r.stdout.splitlines()
+    assert r.returncode == 0 and out and out[-1] == "OK", r.stdout[-3000:] + r.stderr[-3000:]
+    assert any(line.startswith("refused") for line in out)

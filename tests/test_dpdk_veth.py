@@ -29,11 +29,21 @@ def veth_pair():
 
 
 SERVER = """
-import sys, splitrpc
+import json, sys, splitrpc
 from splitrpc.services import register_builtin_services
 srv = splitrpc.Server({ip!r}, {port}, wait="poll", transport="dpdk", dpdk_port="net_af_packet0",
                       dpdk_args={eal!r} + ["--vdev=net_af_packet0,iface={iface}"])
 register_builtin_services(srv)
+
+
+def dpdk_stats(requests, responses):  # the port's counters, for the client to check
+    body = json.dumps(srv.stats()["dpdk"]).encode()
+    for r in responses:
+        r[:len(body)] = body
+    return [len(body)] * len(responses)
+
+
+srv.add_function(dpdk_stats, 99, "dpdk_stats", raw=True, max_request=16, max_response=4096)
 print("READY", flush=True)
 srv.serve()
 """
@@ -59,6 +69,43 @@ for junk in (b"", b"x" * 7, b"\\x53" * 22, rng.bytes(1400), bytes([0x53, 0x12]) 
 futs = [c.call_async(1, np.full(256, i, np.float32).tobytes()) for i in range(64)]
 for i, f in enumerate(futs):
     assert np.array_equal(np.frombuffer(f.result(), np.float32), np.full(256, i + 1, np.float32))
+
+# malformed frames, hand-made on a raw socket, to the server's MAC (learned by ARP above)
+import json, struct
+mac = next(l.split()[3] for l in open("/proc/net/arp") if l.startswith({ip!r} + " "))
+dst = bytes.fromhex(mac.replace(":", ""))
+raw = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
+raw.bind(({iface_b!r}, 0))
+src = raw.getsockname()[4][:6]
+
+def csum(b):
+    b += b"\\0" * (len(b) % 2)
+    s = sum(struct.unpack("!%dH" % (len(b) // 2), b))
+    while s >> 16:
+        s = (s & 0xffff) + (s >> 16)
+    return (~s) & 0xffff
+
+def frame(ethertype=0x0800, ihl=5, udp_len=None, dport={port}, payload=b"x" * 30):
+    ulen = 8 + len(payload) if udp_len is None else udp_len
+    opts = b"\\x01" * 4 * (ihl - 5)
+    ip = struct.pack("!BBHHHBBH4s4s", 0x40 | ihl, 0, 4 * ihl + 8 + len(payload), 1, 0, 64, 17, 0,
+                     socket.inet_aton({client_ip!r}), socket.inet_aton({ip!r})) + opts
+    ip = ip[:10] + struct.pack("!H", csum(ip)) + ip[12:]
+    udp = struct.pack("!HHHH", 40000, dport, ulen, 0) + payload
+    return dst + src + struct.pack("!H", ethertype) + ip + udp
+
+before = json.loads(c.call(99, b""))["drops"]
+for f in (frame(ethertype=0x86dd), frame(ihl=6), frame(udp_len=200), frame(dport={port} + 1)):
+    raw.send(f)
+import time
+for _ in range(100):
+    after = json.loads(c.call(99, b""))["drops"]
+    if all(after[k] > before[k] for k in ("ethertype", "ip_header", "udp_length", "not_ours")):
+        break
+    time.sleep(0.02)
+for k in ("ethertype", "ip_header", "udp_length", "not_ours"):
+    assert after[k] == before[k] + 1, (k, before, after)
+assert c.call(1, np.zeros(256, np.float32).tobytes()) == np.ones(256, np.float32).tobytes()
 print("OK")
 """
 
@@ -71,7 +118,8 @@ def test_dpdk_server_answers_kernel_client_over_veth(veth_pair):
     try:
         server.wait_line("READY", 60)
         r = subprocess.run(["ip", "netns", "exec", b, sys.executable, "-c",
-                            textwrap.dedent(CLIENT.format(ip=SERVER_IP, port=PORT))],
+                            textwrap.dedent(CLIENT.format(ip=SERVER_IP, port=PORT, iface_b=veth_pair.b_if,
+                                                          client_ip=CLIENT_IP))],
                            capture_output=True, text=True, timeout=300, cwd=tempfile.gettempdir(), env=env)
         assert r.returncode == 0 and r.stdout.strip().endswith("OK"), r.stdout[-3000:] + r.stderr[-3000:]
         server.check_alive()

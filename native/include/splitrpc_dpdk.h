@@ -2,6 +2,8 @@
 #ifndef SPLITRPC_DPDK_H
 #define SPLITRPC_DPDK_H
 
+#include <stdint.h>
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -24,6 +26,25 @@ int srpc_dpdk_ready(void);
 int srpc_dpdk_port_count(void);
 /* Why the last failing srpc_dpdk_* call of any thread failed ("" if none). */
 const char *srpc_dpdk_last_error(void);
+
+/* Counters of a DPDK port (monotonic). drops[r]: received frames dropped for reason r, named by
+ * srpc_dpdk_drop_name(r) ("short", "ethertype", "not_ours", "ip_header", "ip_fragment",
+ * "ip_checksum", "protocol", "udp_length", "udp_checksum", "arp_format"); index 0 unused. */
+#define SRPC_DPDK_DROP_SLOTS 16
+typedef struct srpc_dpdk_stats {
+    uint64_t rx_frames, tx_frames;
+    uint64_t drops[SRPC_DPDK_DROP_SLOTS];
+    uint64_t rx_too_big;   /* UDP payloads larger than the receive slot */
+    uint64_t tx_failed;    /* frames built but not taken by the port (freed) */
+    uint64_t no_neighbour; /* sends to an address whose MAC is unknown */
+    uint64_t arp_replies;  /* ARP replies sent */
+} srpc_dpdk_stats_t;
+/* The name of drop reason r, or NULL past the last one. */
+const char *srpc_dpdk_drop_name(int r);
+struct srpc_server;
+/* The counters of a server's DPDK port: 0, or -EINVAL for a server on kernel sockets. Any
+ * thread (the counters are read without a lock). */
+int srpc_server_dpdk_stats(const struct srpc_server *srv, srpc_dpdk_stats_t *st);
 
 #ifdef __cplusplus
 }

@@ -103,6 +103,19 @@ fail:
     return r;
 }
 
+int srpc_server_dpdk_stats(const srpc_server_t *srv, srpc_dpdk_stats_t *st)
+{
+    if (!srv || !st || !srv->dpdk)
+        return -EINVAL;
+    srpc_dpdk_port_stats(srv->dpdk, st);
+    return 0;
+}
+
+const char *srpc_dpdk_drop_name(int r)
+{
+    return r > 0 && r < SRPC_FRAME_DROP_MAX ? srpc_frame_drop_name(r) : NULL;
+}
+
 int srpc_server_port(const srpc_server_t *srv)
 {
     return srv->dpdk ? srv->cfg.port : srpc_udp_local_port(&srv->udp);

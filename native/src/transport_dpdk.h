@@ -8,6 +8,7 @@
 
 #include "frame.h"
 #include "splitrpc.h"
+#include "splitrpc_dpdk.h"
 #include "transport_udp.h" /* srpc_rx_t */
 
 typedef struct srpc_dpdk_port srpc_dpdk_port_t;
@@ -23,14 +24,9 @@ typedef struct srpc_dpdk_port_config {
                            -1 never (one mbuf per frame, the data copied after the header) */
 } srpc_dpdk_port_config_t;
 
-typedef struct srpc_dpdk_port_stats {
-    uint64_t rx_frames, tx_frames;
-    uint64_t drops[SRPC_FRAME_DROP_MAX]; /* received frames dropped, by srpc_frame_drop reason */
-    uint64_t rx_too_big;                 /* UDP payloads larger than the receive slot */
-    uint64_t tx_failed;                  /* frames built but not taken by the port (freed) */
-    uint64_t no_neighbour;               /* sends to an address whose MAC is unknown */
-    uint64_t arp_replies;                /* ARP replies we sent */
-} srpc_dpdk_port_stats_t;
+/* The counters (splitrpc_dpdk.h): drops indexed by srpc_frame_drop. */
+typedef srpc_dpdk_stats_t srpc_dpdk_port_stats_t;
+_Static_assert(SRPC_FRAME_DROP_MAX <= SRPC_DPDK_DROP_SLOTS, "drop reasons fit the public counters");
 
 /* Configures and starts the port (one RX and one TX queue, an mbuf pool of its own, checksum
  * offloads where the port has them). The EAL must be initialised (srpc_dpdk_init). Returns 0,
