@@ -13,6 +13,7 @@ import numpy as np
 
 from .. import __version__
 from ..client import Client
+from ..dpdk import DPDKError
 from ..errors import CallTimeout, SplitRPCError
 from . import report, schedule
 from .progress import ProgressLine
@@ -66,6 +67,13 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--max-outstanding", type=int, default=4096, help="open: calls outstanding at most")
     p.add_argument("--spin", action="store_true", help="busy-poll between sends (most exact send times)")
     p.add_argument("--busy-poll", action="store_true", help="the client spins while waiting for replies")
+    p.add_argument("--transport", choices=("udp", "dpdk"), default="udp",
+                   help="dpdk: send from a DPDK port (see --dpdk-port, --dpdk-args, --local-ip)")
+    p.add_argument("--dpdk-port", help="dpdk: the port's DPDK name, e.g. net_af_packet0")
+    p.add_argument("--dpdk-args", default="", help="dpdk: EAL arguments, space-separated, e.g. "
+                                                   "'--no-huge --no-shconf -l 0 --vdev=net_af_packet0,iface=eth1'")
+    p.add_argument("--local-ip", help="dpdk: this client's IPv4 address on the port")
+    p.add_argument("--server-mac", help="dpdk: the server's MAC (else asked by ARP)")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--out", default="splitrpc-load", help="directory for report.json, runs.csv and PNGs")
     p.add_argument("--label", default="splitrpc")
@@ -189,7 +197,7 @@ def _probe(c: Client, a, func_id: int, req: bytes) -> None:
 def cmd_load(a) -> int:
     try:
         return _load(a)
-    except (LoadError, schedule.TraceError, ValueError, OSError) as e:
+    except (LoadError, schedule.TraceError, ValueError, OSError, DPDKError) as e:
         print(f"splitrpc load: {e}", file=sys.stderr)
         return 2
 
@@ -209,7 +217,10 @@ def _load(a) -> int:
     runs: list[dict] = []
     records: list[Records] = []
     series = None
-    with Client(a.host, a.port, timeout=a.timeout_ms / 1e3, busy_poll=a.busy_poll) as c:
+    dpdk_kw = {} if a.transport == "udp" else {
+        "transport": "dpdk", "dpdk_port": a.dpdk_port, "dpdk_args": a.dpdk_args.split(), "local_ip": a.local_ip,
+        "server_mac": a.server_mac}
+    with Client(a.host, a.port, timeout=a.timeout_ms / 1e3, busy_poll=a.busy_poll, **dpdk_kw) as c:
         _probe(c, a, func_id, req)
         job = Job(a, c, func_id, req, exp)
         if a.mode == "closed":

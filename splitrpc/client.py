@@ -4,9 +4,11 @@ from __future__ import annotations
 import threading
 import time
 from concurrent.futures import Future
+from typing import Sequence
 
 import numpy as np
 
+from . import dpdk
 from ._native import ENOBUFS, ETIMEDOUT, check, ffi, lib
 from .errors import CallTimeout, SplitRPCError, remote_error
 
@@ -26,11 +28,25 @@ class Client:
 
     ``timeout`` is the default per-call timeout in seconds. ``busy_poll`` spins while waiting
     for replies (lowest latency, one core busy). Thread-safe.
+
+    ``transport="dpdk"`` calls from a DPDK port instead of a socket: the EAL is initialised with
+    dpdk_args (once per process), dpdk_port names the port, local_ip is this client's IPv4
+    address on it (host must be the server's IPv4 address), local_port its UDP port (0: one at
+    random). The server's MAC is asked by ARP, or given as server_mac. The client polls.
     """
 
     def __init__(self, host: str = "127.0.0.1", port: int = 9230, timeout: float = 1.0, *,
                  segment_size: int = 0, max_reply: int = 1 << 20, busy_poll: bool = False,
-                 socket_buffer: int = 32 << 20):
+                 socket_buffer: int = 32 << 20, transport: str = "udp", dpdk_args: Sequence[str] = (),
+                 dpdk_port: str | None = None, local_ip: str | None = None, local_port: int = 0,
+                 server_mac: str | None = None, dpdk_mtu: int = 1500):
+        if transport not in ("udp", "dpdk"):
+            raise ValueError(f"transport must be 'udp' or 'dpdk', got {transport!r}")
+        if transport == "dpdk":
+            if not dpdk_port or not local_ip:
+                raise ValueError("transport='dpdk' needs dpdk_port (the DPDK port's name) and local_ip "
+                                 "(this client's IPv4 address on it)")
+            dpdk.init(dpdk_args)
         cfg = ffi.new("srpc_client_config_t *")
         lib.srpc_client_config_init(cfg)
         self._host = ffi.new("char[]", host.encode())
@@ -40,6 +56,12 @@ class Client:
         cfg.max_reply = int(max_reply)
         cfg.busy_poll = int(busy_poll)
         cfg.sock_buf_bytes = int(socket_buffer)
+        if transport == "dpdk":
+            self._dpdk_strs = [ffi.new("char[]", s.encode()) for s in (dpdk_port, local_ip, server_mac or "")]
+            cfg.dpdk_dev, cfg.dpdk_local_ip = self._dpdk_strs[0], self._dpdk_strs[1]
+            cfg.dpdk_server_mac = self._dpdk_strs[2] if server_mac else ffi.NULL
+            cfg.dpdk_local_port = int(local_port)
+            cfg.dpdk_mtu = int(dpdk_mtu)
         out = ffi.new("srpc_client_t **")
         check(lib.srpc_client_create(cfg, out), f"cannot create a client for {host}:{port}")
         self._cl = out[0]

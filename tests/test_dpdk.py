@@ -170,3 +170,65 @@ def test_server_on_a_dpdk_port_in_a_child():
     out = r.stdout.splitlines()
     assert r.returncode == 0 and out and out[-1] == "OK", r.stdout[-3000:] + r.stderr[-3000:]
     assert any(line.startswith("refused") for line in out)
+
+
+MEMIF_SERVER = """
+import splitrpc
+from splitrpc.services import register_builtin_services
+srv = splitrpc.Server("10.77.0.1", 9000, wait="poll", transport="dpdk", dpdk_port="net_memif0",
+                      dpdk_args={eal!r} + ["--vdev=net_memif0,role=server,socket={sock}"])
+register_builtin_services(srv)
+print("READY", flush=True)
+srv.serve()
+"""
+
+MEMIF_CLIENT = """
+import numpy as np
+import splitrpc
+from splitrpc.services import SERVICES
+c = splitrpc.Client("10.77.0.1", 9000, timeout=3.0, transport="dpdk", dpdk_port="net_memif0", local_ip="10.77.0.2",
+                    dpdk_args={eal!r} + ["--vdev=net_memif0,role=client,socket={sock}"])
+rng = np.random.default_rng(5)
+for name, svc in SERVICES.items():
+    for _ in range(3):
+        req = svc.example(rng)
+        assert c.call(svc.func_id, req) == svc.expected(req), name
+for n in (0, 1, 1449, 1450, 1451, 65536, 1 << 20):
+    data = rng.bytes(n)
+    assert c.call(3, data) == data, n
+futs = [c.call_async(1, np.full(256, i, np.float32).tobytes()) for i in range(64)]
+assert all(np.array_equal(np.frombuffer(f.result(), np.float32), np.full(256, i + 1, np.float32))
+           for i, f in enumerate(futs))
+print("OK")
+"""
+
+
+@needs_dpdk
+def test_dpdk_client_and_server_over_memif(tmp_path):
+    """Two processes, each with its own EAL, joined by a shared-memory memif link: the DPDK
+    client asks the server's MAC by ARP and calls every service, up to 1 MiB."""
+    from splitrpc.bench.procs import Proc
+
+    sock = str(tmp_path / "memif.sock")
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP")}
+    server = Proc([sys.executable, "-c", textwrap.dedent(MEMIF_SERVER.format(eal=EAL, sock=sock))], env=env)
+    try:
+        server.wait_line("READY", 60)
+        r = run_child(MEMIF_CLIENT.format(eal=EAL, sock=sock))
+        assert r.returncode == 0 and last_line(r.stdout) == "OK", r.stdout[-3000:] + r.stderr[-3000:]
+        # the load generator from a DPDK port too (a new client process reconnects the link)
+        out = tmp_path / "load"
+        eal = " ".join(EAL + [f"--vdev=net_memif0,role=client,socket={sock}"])
+        load = subprocess.run([sys.executable, "-m", "splitrpc", "load", "--host", "10.77.0.1", "--port", "9000",
+                               "--transport", "dpdk", "--dpdk-port", "net_memif0", "--dpdk-args", eal,
+                               "--local-ip", "10.77.0.3", "--calls", "2000", "--concurrency", "1,8", "--warmup-s", "0",
+                               "--out", str(out), "--no-plots", "--quiet"],
+                              capture_output=True, text=True, timeout=300, cwd=tempfile.gettempdir(), env=env)
+        assert load.returncode == 0, load.stdout[-3000:] + load.stderr[-3000:]
+        import json
+
+        runs = json.loads((out / "report.json").read_text())["runs"]
+        assert len(runs) == 2 and all(r["ok"] == 2000 and r["errors"] == 0 for r in runs), runs
+        server.check_alive()
+    finally:
+        server.stop()

@@ -333,6 +333,14 @@ typedef struct srpc_client_config {
     uint32_t max_reply;        /* largest reply accepted */
     int busy_poll;             /* 1: spin while waiting (lowest latency) */
     int sock_buf_bytes;
+    const char *dpdk_dev;      /* NULL: a kernel UDP socket. Else the DPDK port to call from (the
+                                  EAL initialised first with srpc_dpdk_init); host is then the
+                                  server's IPv4 address (a literal) and the client polls */
+    const char *dpdk_local_ip; /* DPDK: our IPv4 address on that port (a literal) */
+    uint16_t dpdk_local_port;  /* DPDK: our UDP port; 0 = one from 49152-65535 */
+    uint16_t dpdk_mtu;         /* DPDK: the largest IP packet sent; 0 = 1500 */
+    const char *dpdk_server_mac; /* DPDK: "aa:bb:cc:dd:ee:ff" (a static neighbour), or NULL to ask
+                                  by ARP at create (-EHOSTUNREACH when nobody answers in 2 s) */
 } srpc_client_config_t;
 
 void srpc_client_config_init(srpc_client_config_t *cfg);

@@ -1,6 +1,7 @@
 /* client.c: the client's datapath: req_id allocation, segmentation, the outstanding-call
  * table, reply reassembly, per-call timeouts. Thread-safe: one thread at a time receives
  * (the "owner"); the others sleep on a condition variable until it hands over. */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <stdio.h>
 #include <poll.h>
@@ -13,6 +14,7 @@
 
 #include "reassembly.h"
 #include "splitrpc.h"
+#include "transport_dpdk.h"
 #include "transport_udp.h"
 #include "tunables.h"
 
@@ -36,7 +38,9 @@ typedef struct cl_call {
 struct srpc_client {
     srpc_client_config_t cfg;
     char host[256];
-    srpc_udp_t udp;
+    srpc_udp_t udp;          /* fd -1 with DPDK */
+    srpc_dpdk_port_t *dpdk;  /* the DPDK port instead, or NULL */
+    struct sockaddr_in server; /* DPDK: where requests go, and the only source replies come from */
     srpc_rx_t rx;            /* owner thread only */
     uint32_t seg;
     pthread_mutex_t lock;
@@ -65,6 +69,68 @@ void srpc_client_config_init(srpc_client_config_t *c)
     c->sock_buf_bytes = SRPC_DEF_SOCK_BUF;
 }
 
+static int parse_mac(const char *s, uint8_t mac[6])
+{
+    unsigned v[6];
+    char tail;
+    if (sscanf(s, "%x:%x:%x:%x:%x:%x%c", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &tail) != 6)
+        return -EINVAL;
+    for (int i = 0; i < 6; i++) {
+        if (v[i] > 255)
+            return -EINVAL;
+        mac[i] = (uint8_t)v[i];
+    }
+    return 0;
+}
+
+/* Asks who has the server's address until the answer is learned (2 s at most). */
+static int arp_resolve(srpc_client_t *c, const srpc_endpoint_t *self)
+{
+    uint8_t f[SRPC_ARP_FRAME_LEN];
+    uint32_t ip = ntohl(c->server.sin_addr.s_addr);
+    srpc_frame_build_arp(f, 0, self, NULL, ip);
+    for (int tries = 0; tries < 20; tries++) {
+        srpc_dpdk_send_frame(c->dpdk, f, sizeof(f));
+        for (uint64_t until = now_ns() + 100000000ull; now_ns() < until;) {
+            srpc_dpdk_rx_burst(c->dpdk, &c->rx, 0); /* learns ARP replies; nothing else is expected yet */
+            if (srpc_dpdk_neighbour_known(c->dpdk, ip))
+                return 0;
+        }
+    }
+    return -EHOSTUNREACH;
+}
+
+static int open_dpdk(srpc_client_t *c)
+{
+    const srpc_client_config_t *cfg = &c->cfg;
+    struct in_addr server, local;
+    if (cfg->port == 0 || !cfg->dpdk_local_ip || inet_pton(AF_INET, c->host, &server) != 1 ||
+        inet_pton(AF_INET, cfg->dpdk_local_ip, &local) != 1)
+        return -EINVAL;
+    c->server = (struct sockaddr_in){.sin_family = AF_INET, .sin_port = htons(cfg->port), .sin_addr = server};
+    uint16_t lport = cfg->dpdk_local_port;
+    if (!lport) {
+        uint16_t rnd = 0;
+        if (getrandom(&rnd, sizeof(rnd), 0) != sizeof(rnd))
+            rnd = (uint16_t)now_ns();
+        lport = (uint16_t)(49152 + rnd % 16384);
+    }
+    srpc_dpdk_port_config_t pc = {.dev = cfg->dpdk_dev, .ip = ntohl(local.s_addr), .udp_port = lport,
+                                  .mtu = cfg->dpdk_mtu};
+    int r = srpc_dpdk_port_open(&pc, &c->dpdk);
+    if (r)
+        return r;
+    srpc_endpoint_t self = {.ip = pc.ip, .port = lport};
+    srpc_dpdk_port_mac(c->dpdk, self.mac);
+    if (cfg->dpdk_server_mac) {
+        uint8_t mac[6];
+        if ((r = parse_mac(cfg->dpdk_server_mac, mac)) != 0)
+            return r;
+        return srpc_dpdk_neighbour_add(c->dpdk, ntohl(server.s_addr), mac);
+    }
+    return arp_resolve(c, &self);
+}
+
 int srpc_client_create(const srpc_client_config_t *cfg, srpc_client_t **out)
 {
     if (!cfg || !out || !cfg->host || cfg->seg_size > SRPC_MAX_SEG_DATA)
@@ -81,19 +147,26 @@ int srpc_client_create(const srpc_client_config_t *cfg, srpc_client_t **out)
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_cond_init(&c->cv, &ca);
     pthread_condattr_destroy(&ca);
-    int r = srpc_udp_open(&c->udp, c->host, cfg->port, 0, cfg->sock_buf_bytes);
+    c->udp.fd = -1;
+    int r = srpc_rx_init(&c->rx, 16, 65535);
     if (!r)
-        r = srpc_rx_init(&c->rx, 16, 65535);
+        r = cfg->dpdk_dev ? open_dpdk(c) : srpc_udp_open(&c->udp, c->host, cfg->port, 0, cfg->sock_buf_bytes);
     if (r) {
         srpc_client_destroy(c);
         return r;
     }
-    struct sockaddr_storage peer;
-    socklen_t pl = sizeof(peer);
-    getpeername(c->udp.fd, (struct sockaddr *)&peer, &pl);
-    c->seg = cfg->seg_size ? cfg->seg_size
-                           : srpc_sockaddr_is_loopback((struct sockaddr *)&peer) ? SRPC_DEF_SEG_SIZE_LOOPBACK
-                                                                                 : SRPC_DEF_SEG_SIZE;
+    if (c->dpdk) {
+        c->cfg.busy_poll = 1; /* no fd to sleep on */
+        uint32_t fit = (cfg->dpdk_mtu ? cfg->dpdk_mtu : 1500) - SRPC_IP4_HLEN - SRPC_UDP_HLEN - SRPC_HDR_LEN;
+        c->seg = cfg->seg_size && cfg->seg_size < fit ? cfg->seg_size : fit;
+    } else {
+        struct sockaddr_storage peer;
+        socklen_t pl = sizeof(peer);
+        getpeername(c->udp.fd, (struct sockaddr *)&peer, &pl);
+        c->seg = cfg->seg_size ? cfg->seg_size
+                               : srpc_sockaddr_is_loopback((struct sockaddr *)&peer) ? SRPC_DEF_SEG_SIZE_LOOPBACK
+                                                                                     : SRPC_DEF_SEG_SIZE;
+    }
     uint64_t start;
     if (getrandom(&start, sizeof(start), 0) != sizeof(start))
         start = now_ns() ^ ((uint64_t)(uintptr_t)c << 16);
@@ -121,6 +194,7 @@ void srpc_client_destroy(srpc_client_t *c)
         }
     srpc_rx_free(&c->rx);
     srpc_udp_close(&c->udp);
+    srpc_dpdk_port_close(c->dpdk);
     pthread_cond_destroy(&c->cv);
     pthread_mutex_destroy(&c->lock);
     free(c);
@@ -185,6 +259,14 @@ static uint8_t *dup_bytes(const uint8_t *p, uint32_t n)
 }
 
 /* One reply datagram, hostile until checked. Lock held. */
+/* DPDK: whether datagram i came from the server's address and port. */
+static int from_server(const srpc_client_t *c, unsigned i)
+{
+    const struct sockaddr_in *s = (const struct sockaddr_in *)&c->rx.src[i];
+    return s->sin_family == AF_INET && s->sin_addr.s_addr == c->server.sin_addr.s_addr &&
+           s->sin_port == c->server.sin_port;
+}
+
 static void process(srpc_client_t *c, unsigned i)
 {
     const struct mmsghdr *m = &c->rx.msgs[i];
@@ -250,7 +332,9 @@ static void timed_wait(srpc_client_t *c, uint64_t until_ns)
 static void receive_some(srpc_client_t *c, uint64_t until_ns)
 {
     pthread_mutex_unlock(&c->lock);
-    int n = srpc_rx_burst(&c->udp, &c->rx, 0);
+    int n = c->dpdk ? srpc_dpdk_rx_burst(c->dpdk, &c->rx, 0) : srpc_rx_burst(&c->udp, &c->rx, 0);
+    if (n == 0) /* DPDK: nothing waiting */
+        n = -EAGAIN;
     if (n == -EAGAIN && !c->cfg.busy_poll) {
         uint64_t now = now_ns(), wait = until_ns > now ? until_ns - now : 0;
         if (wait > 10000000)
@@ -264,7 +348,10 @@ static void receive_some(srpc_client_t *c, uint64_t until_ns)
     }
     pthread_mutex_lock(&c->lock);
     for (int i = 0; i < n; i++)
-        process(c, (unsigned)i);
+        if (!c->dpdk || from_server(c, (unsigned)i)) /* a socket is connected: only the server */
+            process(c, (unsigned)i);
+        else
+            c->st.dropped++;
 }
 
 /* Waits (lock held) until ready(c, arg) or until_ns; one thread receives, others sleep. */
@@ -330,7 +417,9 @@ static int send_call(srpc_client_t *c, uint16_t func_id, const void *data, uint3
     *req_id = id;
     srpc_hdr_t h = {.type = SRPC_REQUEST, .func_id = func_id, .req_id = id, .aux = aux};
     struct iovec iv = {(void *)data, len};
-    int r = srpc_udp_send_msg(&c->udp, NULL, 0, &h, &iv, len ? 1 : 0, len, c->seg);
+    int r = c->dpdk ? srpc_dpdk_send_msg(c->dpdk, (struct sockaddr *)&c->server, sizeof(c->server), &h, &iv,
+                                         len ? 1 : 0, len, c->seg)
+                    : srpc_udp_send_msg(&c->udp, NULL, 0, &h, &iv, len ? 1 : 0, len, c->seg);
     if (r < 0) {
         srpc_client_release(c, id);
         return r;

@@ -44,6 +44,12 @@ int srpc_dpdk_neighbour_add(srpc_dpdk_port_t *p, uint32_t ip, const uint8_t mac[
     return -ENOTSUP;
 }
 
+int srpc_dpdk_neighbour_known(srpc_dpdk_port_t *p, uint32_t ip)
+{
+    (void)p, (void)ip;
+    return 0;
+}
+
 int srpc_dpdk_rx_burst(srpc_dpdk_port_t *p, srpc_rx_t *rx, unsigned max)
 {
     (void)p, (void)rx, (void)max;

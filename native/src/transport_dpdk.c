@@ -84,6 +84,15 @@ int srpc_dpdk_neighbour_add(srpc_dpdk_port_t *p, uint32_t ip, const uint8_t mac[
     return rc;
 }
 
+int srpc_dpdk_neighbour_known(srpc_dpdk_port_t *p, uint32_t ip)
+{
+    pthread_mutex_lock(&p->tx_lock);
+    const struct neigh *n = neigh_find(p, ip);
+    int known = n && n->ip == ip && ip != 0;
+    pthread_mutex_unlock(&p->tx_lock);
+    return known;
+}
+
 /* ------------------------------------------------------------------ open / close */
 
 int srpc_dpdk_port_open(const srpc_dpdk_port_config_t *cfg, srpc_dpdk_port_t **out)

@@ -39,6 +39,8 @@ void srpc_dpdk_port_mac(const srpc_dpdk_port_t *p, uint8_t mac[6]);
 /* Adds or replaces a neighbour (IPv4 address, host order -> MAC), as ARP would learn it.
  * Returns 0, or -ENOSPC when the table is full of other addresses. */
 int srpc_dpdk_neighbour_add(srpc_dpdk_port_t *p, uint32_t ip, const uint8_t mac[6]);
+/* 1 when the MAC of ip (host order) is known, else 0. */
+int srpc_dpdk_neighbour_known(srpc_dpdk_port_t *p, uint32_t ip);
 /* Receives up to max (<= rx->burst) UDP datagrams for our address and port without blocking,
  * as srpc_rx_burst does: the first SRPC_HDR_LEN payload bytes in the header slot, the rest in
  * the data slot (MSG_TRUNC in msg_flags when it does not fit), msgs[i].msg_len = the payload
