@@ -428,4 +428,5 @@ class Server:
                 break
             drops[ffi.string(name).decode()] = int(st.drops[i])
         return {"rx_frames": st.rx_frames, "tx_frames": st.tx_frames, "drops": drops, "rx_too_big": st.rx_too_big,
-                "tx_failed": st.tx_failed, "no_neighbour": st.no_neighbour, "arp_replies": st.arp_replies}
+                "tx_failed": st.tx_failed, "no_neighbour": st.no_neighbour, "arp_replies": st.arp_replies,
+                "rx_buffer_split": bool(st.rx_buffer_split)}

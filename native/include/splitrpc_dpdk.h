@@ -38,6 +38,8 @@ typedef struct srpc_dpdk_stats {
     uint64_t tx_failed;    /* frames built but not taken by the port (freed) */
     uint64_t no_neighbour; /* sends to an address whose MAC is unknown */
     uint64_t arp_replies;  /* ARP replies sent */
+    uint64_t rx_buffer_split; /* 1: the port splits each frame in hardware (RTE_ETH_RX_OFFLOAD_BUFFER_SPLIT,
+                                 the first 64 bytes to a header pool); 0: split in software */
 } srpc_dpdk_stats_t;
 /* The name of drop reason r, or NULL past the last one. */
 const char *srpc_dpdk_drop_name(int r);

@@ -39,7 +39,9 @@ struct srpc_dpdk_port {
      * that send (replies, errors) and the one that receives (ARP answers, learning). */
     pthread_mutex_t tx_lock;
     uint16_t ip_id;
-    struct rte_mempool *pool;
+    struct rte_mempool *pool;     /* TX mbufs, and RX without a hardware split */
+    struct rte_mempool *hdr_pool; /* hardware split: the first 64 bytes of each frame */
+    struct rte_mempool *data_pool; /* hardware split: the rest (payload) */
     struct neigh neigh[NEIGH_SLOTS];
     srpc_dpdk_port_stats_t st;
 };
@@ -95,6 +97,44 @@ int srpc_dpdk_neighbour_known(srpc_dpdk_port_t *p, uint32_t ip)
 
 /* ------------------------------------------------------------------ open / close */
 
+/* The RX queue. Where the port can split frames into two mempools (mlx5 and others with
+ * RTE_ETH_RX_OFFLOAD_BUFFER_SPLIT), segment 0 takes the 64-byte control part (Ethernet, IPv4,
+ * UDP, splitrpc header) from a small host pool and segment 1 the payload from a pool of its
+ * own (host memory for now: a GPU pool is to come); take_frame reads the chain either way.
+ * Elsewhere, or if the port refuses the split, whole frames land in p->pool. */
+static int setup_rx(srpc_dpdk_port_t *p, const struct rte_eth_dev_info *info, uint16_t nb_rxd, int socket,
+                    uint64_t offloads)
+{
+    const uint16_t ctl = SRPC_FRAME_HLEN + SRPC_HDR_LEN;
+    if ((info->rx_offload_capa & RTE_ETH_RX_OFFLOAD_BUFFER_SPLIT) && info->rx_seg_capa.multi_pools &&
+        info->rx_seg_capa.max_nseg >= 2) {
+        char name[RTE_MEMPOOL_NAMESIZE];
+        unsigned n = 2 * nb_rxd + 1023;
+        snprintf(name, sizeof(name), "srpc_h%u", p->port_id);
+        p->hdr_pool = rte_pktmbuf_pool_create(name, n, 256, 0, RTE_PKTMBUF_HEADROOM + 128, socket);
+        snprintf(name, sizeof(name), "srpc_d%u", p->port_id);
+        p->data_pool = rte_pktmbuf_pool_create(name, n, 256, 0, RTE_PKTMBUF_HEADROOM + p->mtu + 64, socket);
+        if (p->hdr_pool && p->data_pool) {
+            union rte_eth_rxseg seg[2];
+            memset(seg, 0, sizeof(seg));
+            seg[0].split = (struct rte_eth_rxseg_split){.mp = p->hdr_pool, .length = ctl};
+            seg[1].split = (struct rte_eth_rxseg_split){.mp = p->data_pool, .length = 0};
+            struct rte_eth_rxconf rxc = info->default_rxconf;
+            rxc.offloads = offloads | RTE_ETH_RX_OFFLOAD_BUFFER_SPLIT;
+            rxc.rx_seg = seg;
+            rxc.rx_nseg = 2;
+            if (rte_eth_rx_queue_setup(p->port_id, 0, nb_rxd, (unsigned)socket, &rxc, NULL) == 0) {
+                p->st.rx_buffer_split = 1;
+                return 0;
+            }
+        }
+        rte_mempool_free(p->hdr_pool); /* refused: split in software instead */
+        rte_mempool_free(p->data_pool);
+        p->hdr_pool = p->data_pool = NULL;
+    }
+    return rte_eth_rx_queue_setup(p->port_id, 0, nb_rxd, (unsigned)socket, NULL, p->pool);
+}
+
 int srpc_dpdk_port_open(const srpc_dpdk_port_config_t *cfg, srpc_dpdk_port_t **out)
 {
     if (!cfg || !cfg->dev || !out || cfg->ip == 0 || cfg->udp_port == 0)
@@ -146,7 +186,7 @@ int srpc_dpdk_port_open(const srpc_dpdk_port_config_t *cfg, srpc_dpdk_port_t **o
         goto fail;
     int socket = rte_eth_dev_socket_id(port_id);
     socket = socket < 0 ? 0 : socket;
-    if ((rc = rte_eth_rx_queue_setup(port_id, 0, nb_rxd, (unsigned)socket, NULL, p->pool)) != 0)
+    if ((rc = setup_rx(p, &info, nb_rxd, socket, conf.rxmode.offloads)) != 0)
         goto fail;
     struct rte_eth_txconf txc = info.default_txconf;
     txc.offloads = conf.txmode.offloads;
@@ -174,6 +214,8 @@ void srpc_dpdk_port_close(srpc_dpdk_port_t *p)
         rte_eth_dev_stop(p->port_id);
     rte_eth_dev_close(p->port_id); /* releases the queues' mbufs before the pool goes */
     rte_mempool_free(p->pool);
+    rte_mempool_free(p->hdr_pool);
+    rte_mempool_free(p->data_pool);
     pthread_mutex_destroy(&p->tx_lock);
     free(p);
 }

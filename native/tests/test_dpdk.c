@@ -196,6 +196,7 @@ int main(void)
         test_arp();
         srpc_dpdk_port_stats_t st;
         srpc_dpdk_port_stats(port, &st);
+        CHECK(st.rx_buffer_split == 0, "net_ring has no hardware buffer split");
         CHECK(st.tx_failed == 0 && st.rx_frames > 100, "tx_failed %llu, rx_frames %llu",
               (unsigned long long)st.tx_failed, (unsigned long long)st.rx_frames);
         printf("%s (%s): %llu frames received, %s\n", cfgs[c].dev, c ? "one mbuf per frame" : "chained",
