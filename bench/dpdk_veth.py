@@ -189,13 +189,7 @@ def cmd_bench_dpdk(a) -> int:
            else " ".join([os.path.basename(sys.executable), *sys.argv]),
            "machine": report.machine(), "rounds": a.rounds, "af_packet": a.af_packet, "wall_s": round(time.monotonic() - t0, 1),
            "table": median_rows(runs), "runs": runs}
-    os.makedirs(a.out, exist_ok=True)
-    report.write_json(os.path.join(a.out, "dpdk_veth.json"), doc)
-    md = markdown(doc)
-    with open(os.path.join(a.out, "dpdk_veth.md"), "w") as fh:
-        fh.write(md)
-    print(md)
-    print(f"wrote {a.out}/dpdk_veth.md, dpdk_veth.json")
+    report.write_results(a.out, "dpdk_veth", doc, markdown(doc))
     return 0
 
 

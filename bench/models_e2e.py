@@ -554,12 +554,7 @@ def cmd_bench_models(a) -> int:
         a.command = "splitrpc " + shlex.join(sys.argv[1:])
     os.makedirs(a.out, exist_ok=True)
     doc = run(a)
-    report.write_json(os.path.join(a.out, "models_e2e.json"), doc)
-    md = markdown(doc, doc["table"])
-    with open(os.path.join(a.out, "models_e2e.md"), "w") as fh:
-        fh.write(md)
-    print(md)
-    print(f"wrote {a.out}/models_e2e.md, models_e2e.json")
+    report.write_results(a.out, "models_e2e", doc, markdown(doc, doc["table"]))
     return 0
 
 

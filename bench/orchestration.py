@@ -600,12 +600,7 @@ def cmd_bench_orchestration(a) -> int:
            "table": table(cells, runs, computes), "computes": computes,
            "runs": runs}
     doc["wall_s"] = round(time.monotonic() - t0, 1)
-    report.write_json(os.path.join(a.out, "orchestration.json"), doc)
-    md = markdown(doc)
-    with open(os.path.join(a.out, "orchestration.md"), "w") as fh:
-        fh.write(md)
-    print(md)
-    print(f"wrote {a.out}/orchestration.md, orchestration.json")
+    report.write_results(a.out, "orchestration", doc, markdown(doc))
     failed = [r for r in doc["table"] if r["status"].startswith("failed")]
     if failed:
         print(f"splitrpc bench-orchestration: {len(failed)} cell(s) failed: "

@@ -145,3 +145,13 @@ def write_json(path: str, doc: dict) -> None:
     with open(path, "w") as f:
         json.dump(_jsonable(doc), f, indent=2)
         f.write("\n")
+
+
+def write_results(out_dir: str, stem: str, doc: dict, md: str) -> None:
+    """A benchmark's results: out_dir/stem.json and stem.md, the markdown also printed."""
+    os.makedirs(out_dir, exist_ok=True)
+    write_json(os.path.join(out_dir, f"{stem}.json"), doc)
+    with open(os.path.join(out_dir, f"{stem}.md"), "w") as fh:
+        fh.write(md)
+    print(md)
+    print(f"wrote {out_dir}/{stem}.md, {stem}.json")

@@ -6,6 +6,7 @@ import tempfile
 import textwrap
 
 import pytest
+from dpdk_calls import CALLS
 
 from splitrpc import dpdk
 from splitrpc.bench import netns
@@ -52,16 +53,8 @@ CLIENT = """
 import socket
 import numpy as np
 import splitrpc
-from splitrpc.services import SERVICES
 c = splitrpc.Client({ip!r}, {port}, timeout=3.0)
-rng = np.random.default_rng(7)
-for name, svc in SERVICES.items():
-    for _ in range(5):
-        req = svc.example(rng)
-        assert c.call(svc.func_id, req) == svc.expected(req), name
-for n in (0, 1, 1449, 1450, 1451, 4096, 65536, 300000, 1 << 20):  # around one segment, up to 1 MiB
-    data = rng.bytes(n)
-    assert c.call(3, data) == data, n
+""" + CALLS.replace("{", "{{").replace("}", "}}") + """
 # hostile datagrams: garbage, a header that lies about its size, a reply-type packet
 s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
 for junk in (b"", b"x" * 7, b"\\x53" * 22, rng.bytes(1400), bytes([0x53, 0x12]) + b"\\xff" * 40):
@@ -154,19 +147,10 @@ def test_bench_dpdk_rejects_bad_input(capsys):
 
 
 DPDK_CLIENT = """
-import numpy as np
 import splitrpc
-from splitrpc.services import SERVICES
 c = splitrpc.Client({server!r}, {port}, timeout=3.0, transport="dpdk", dpdk_port="net_af_packet0",
                     local_ip={local!r}, dpdk_args={eal!r} + ["--vdev=net_af_packet0,iface={iface},framecnt=4096"])
-rng = np.random.default_rng(3)
-for name, svc in SERVICES.items():
-    for _ in range(3):
-        req = svc.example(rng)
-        assert c.call(svc.func_id, req) == svc.expected(req), name
-for n in (0, 1, 1449, 1450, 1451, 65536, 1 << 20):
-    data = rng.bytes(n)
-    assert c.call(3, data) == data, n
+""" + CALLS.replace("{", "{{").replace("}", "}}") + """
 print("OK")
 """
 
