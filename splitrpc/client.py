@@ -33,13 +33,20 @@ class Client:
     dpdk_args (once per process), dpdk_port names the port, local_ip is this client's IPv4
     address on it (host must be the server's IPv4 address), local_port its UDP port (0: one at
     random). The server's MAC is asked by ARP, or given as server_mac. The client polls.
+
+    ``retries > 0`` sends a request again (same req_id) when its reply has not come within the
+    retransmission timeout: adaptive (smoothed round-trip time + 4 deviations, RFC 6298),
+    between rto_min and rto_max seconds (rto_initial before the first reply), doubling at each
+    retry, at most ``retries`` times; the call's own timeout still ends it. Requests are copied
+    to be sent again. Over a lossy network set it (e.g. 5); the default 0 sends once.
     """
 
     def __init__(self, host: str = "127.0.0.1", port: int = 9230, timeout: float = 1.0, *,
                  segment_size: int = 0, max_reply: int = 1 << 20, busy_poll: bool = False,
                  socket_buffer: int = 32 << 20, transport: str = "udp", dpdk_args: Sequence[str] = (),
                  dpdk_port: str | None = None, local_ip: str | None = None, local_port: int = 0,
-                 server_mac: str | None = None, dpdk_mtu: int = 1500):
+                 server_mac: str | None = None, dpdk_mtu: int = 1500, retries: int = 0, rto_min: float = 0.005,
+                 rto_initial: float = 0.2, rto_max: float = 1.0):
         if transport not in ("udp", "dpdk"):
             raise ValueError(f"transport must be 'udp' or 'dpdk', got {transport!r}")
         if transport == "dpdk":
@@ -56,6 +63,10 @@ class Client:
         cfg.max_reply = int(max_reply)
         cfg.busy_poll = int(busy_poll)
         cfg.sock_buf_bytes = int(socket_buffer)
+        if retries < 0 or not 0 < rto_min <= rto_initial <= rto_max:
+            raise ValueError("retries must be >= 0 and 0 < rto_min <= rto_initial <= rto_max")
+        cfg.retries = int(retries)
+        cfg.rto_min_us, cfg.rto_initial_us, cfg.rto_max_us = (int(v * 1e6) for v in (rto_min, rto_initial, rto_max))
         if transport == "dpdk":
             self._dpdk_strs = [ffi.new("char[]", s.encode()) for s in (dpdk_port, local_ip, server_mac or "")]
             cfg.dpdk_dev, cfg.dpdk_local_ip = self._dpdk_strs[0], self._dpdk_strs[1]
@@ -170,7 +181,8 @@ class Client:
     def stats(self) -> dict:
         st = ffi.new("srpc_client_stats_t *")
         check(lib.srpc_client_stats(self._cl, st), "srpc_client_stats")
-        return {k: getattr(st, k) for k in ("sent_calls", "replies", "errors", "timeouts", "late_or_unknown", "dropped")}
+        return {k: getattr(st, k) for k in ("sent_calls", "replies", "errors", "timeouts", "late_or_unknown", "dropped",
+                                            "retransmits", "srtt_us", "rto_us")}
 
     def _check_open(self) -> None:
         if self._cl is None:

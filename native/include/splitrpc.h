@@ -341,6 +341,15 @@ typedef struct srpc_client_config {
     uint16_t dpdk_mtu;         /* DPDK: the largest IP packet sent; 0 = 1500 */
     const char *dpdk_server_mac; /* DPDK: "aa:bb:cc:dd:ee:ff" (a static neighbour), or NULL to ask
                                   by ARP at create (-EHOSTUNREACH when nobody answers in 2 s) */
+    /* Retransmission: a request whose reply has not come within the retransmission timeout is
+     * sent again with the same req_id (the server answers a duplicate from its reply cache or
+     * ignores it while the call runs), at most `retries` times, the timeout doubling each time.
+     * The timeout adapts to the replies' round-trip times (RFC 6298: srtt + 4 rttvar, Karn's
+     * rule: no sample from a retransmitted call), clamped to [rto_min_us, rto_max_us];
+     * rto_initial_us before the first sample. The request is copied to be sent again.
+     * Retransmissions happen while some thread waits for a reply (wait, wait_any, call). */
+    uint32_t retries;          /* 0: never retransmit (the default) */
+    uint32_t rto_min_us, rto_initial_us, rto_max_us;
 } srpc_client_config_t;
 
 void srpc_client_config_init(srpc_client_config_t *cfg);
@@ -378,6 +387,8 @@ int srpc_client_call(srpc_client_t *cl, uint16_t func_id, const void *data, uint
 
 typedef struct srpc_client_stats {
     uint64_t sent_calls, replies, errors, timeouts, late_or_unknown, dropped;
+    uint64_t retransmits;      /* requests sent again */
+    uint64_t srtt_us, rto_us;  /* the smoothed round-trip time (0 before a sample) and the timeout now */
 } srpc_client_stats_t;
 int srpc_client_stats(const srpc_client_t *cl, srpc_client_stats_t *out);
 

@@ -27,6 +27,12 @@ typedef struct cl_call {
     int code;            /* 0 RESPONSE, else the error code */
     int notify;          /* report through srpc_client_wait_any */
     uint8_t *reply;      /* reply data or error text (malloc) */
+    uint8_t *req;        /* retransmission: a copy of the request until the call finishes */
+    uint32_t req_len;
+    uint16_t aux;
+    uint32_t attempts;   /* retransmissions so far */
+    uint64_t sent_ns;    /* first send (the RTT sample's start) */
+    uint64_t due_ns;     /* next retransmission; UINT64_MAX: none */
     uint32_t reply_len;
     int reasm_active;
     srpc_reasm_t reasm;
@@ -49,6 +55,8 @@ struct srpc_client {
     cl_call_t *buckets[NBUCKETS]; /* lock */
     cl_call_t *done_head, *done_tail; /* lock */
     atomic_uint_fast64_t next_id;
+    uint64_t srtt_ns, rttvar_ns; /* lock: RFC 6298 estimators; srtt 0 before the first sample */
+    uint64_t next_due;       /* lock: the earliest due_ns of a call (UINT64_MAX: none) */
     srpc_client_stats_t st;  /* lock */
 };
 
@@ -67,6 +75,10 @@ void srpc_client_config_init(srpc_client_config_t *c)
     c->max_reply = SRPC_DEF_MAX_REPLY;
     c->busy_poll = 0;
     c->sock_buf_bytes = SRPC_DEF_SOCK_BUF;
+    c->retries = 0;
+    c->rto_min_us = 5000;
+    c->rto_initial_us = 200000;
+    c->rto_max_us = 1000000;
 }
 
 static int parse_mac(const char *s, uint8_t mac[6])
@@ -133,7 +145,9 @@ static int open_dpdk(srpc_client_t *c)
 
 int srpc_client_create(const srpc_client_config_t *cfg, srpc_client_t **out)
 {
-    if (!cfg || !out || !cfg->host || cfg->seg_size > SRPC_MAX_SEG_DATA)
+    if (!cfg || !out || !cfg->host || cfg->seg_size > SRPC_MAX_SEG_DATA ||
+        (cfg->retries && (cfg->rto_min_us == 0 || cfg->rto_min_us > cfg->rto_max_us ||
+                          cfg->rto_initial_us < cfg->rto_min_us || cfg->rto_initial_us > cfg->rto_max_us)))
         return -EINVAL;
     srpc_client_t *c = calloc(1, sizeof(*c));
     if (!c)
@@ -171,6 +185,7 @@ int srpc_client_create(const srpc_client_config_t *cfg, srpc_client_t **out)
     if (getrandom(&start, sizeof(start), 0) != sizeof(start))
         start = now_ns() ^ ((uint64_t)(uintptr_t)c << 16);
     atomic_init(&c->next_id, start);
+    c->next_due = UINT64_MAX;
     *out = c;
     return 0;
 }
@@ -180,7 +195,73 @@ static void call_free(cl_call_t *k)
     if (k->reasm_active)
         srpc_reasm_free(&k->reasm, NULL);
     free(k->reply);
+    free(k->req);
     free(k);
+}
+
+/* ------------------------------------------------------------------ retransmission (lock held) */
+
+/* The retransmission timeout now, before backoff. */
+static uint64_t rto_ns(const srpc_client_t *c)
+{
+    uint64_t lo = (uint64_t)c->cfg.rto_min_us * 1000, hi = (uint64_t)c->cfg.rto_max_us * 1000;
+    uint64_t rto = c->srtt_ns ? c->srtt_ns + 4 * c->rttvar_ns : (uint64_t)c->cfg.rto_initial_us * 1000;
+    return rto < lo ? lo : rto > hi ? hi : rto;
+}
+
+/* RFC 6298 §2 with one reply's round-trip time. */
+static void rtt_sample(srpc_client_t *c, uint64_t r)
+{
+    if (!c->srtt_ns) {
+        c->srtt_ns = r ? r : 1;
+        c->rttvar_ns = r / 2;
+        return;
+    }
+    uint64_t d = c->srtt_ns > r ? c->srtt_ns - r : r - c->srtt_ns;
+    c->rttvar_ns = (3 * c->rttvar_ns + d) / 4;
+    c->srtt_ns = (7 * c->srtt_ns + r) / 8;
+    if (!c->srtt_ns)
+        c->srtt_ns = 1;
+}
+
+static int send_request(srpc_client_t *c, uint64_t id, uint16_t func_id, uint16_t aux, const void *data,
+                        uint32_t len)
+{
+    srpc_hdr_t h = {.type = SRPC_REQUEST, .func_id = func_id, .req_id = id, .aux = aux};
+    struct iovec iv = {(void *)data, len};
+    return c->dpdk ? srpc_dpdk_send_msg(c->dpdk, (struct sockaddr *)&c->server, sizeof(c->server), &h, &iv,
+                                        len ? 1 : 0, len, c->seg)
+                   : srpc_udp_send_msg(&c->udp, NULL, 0, &h, &iv, len ? 1 : 0, len, c->seg);
+}
+
+/* Sends again every unfinished request that is due, and finds the next due time. Cheap when
+ * nothing is due: one comparison. */
+static void retransmit_due(srpc_client_t *c)
+{
+    uint64_t now = now_ns();
+    if (now < c->next_due)
+        return;
+    uint64_t next = UINT64_MAX;
+    const uint64_t base = rto_ns(c), hi = (uint64_t)c->cfg.rto_max_us * 1000;
+    for (int b = 0; b < NBUCKETS; b++)
+        for (cl_call_t *k = c->buckets[b]; k; k = k->hnext) {
+            if (k->done || !k->req || k->due_ns == UINT64_MAX)
+                continue;
+            if (k->due_ns <= now) {
+                if (k->attempts >= c->cfg.retries) { /* given up: the caller's timeout decides */
+                    k->due_ns = UINT64_MAX;
+                    continue;
+                }
+                k->attempts++;
+                c->st.retransmits++;
+                send_request(c, k->req_id, k->func_id, k->aux, k->req, k->req_len); /* a lost resend is retried */
+                uint64_t wait = k->attempts < 20 ? base << k->attempts : hi;
+                k->due_ns = now + (wait < hi ? wait : hi);
+            }
+            if (k->due_ns < next)
+                next = k->due_ns;
+        }
+    c->next_due = next;
 }
 
 void srpc_client_destroy(srpc_client_t *c)
@@ -231,6 +312,12 @@ static void done_unlink(srpc_client_t *c, cl_call_t *k)
 
 static void finish(srpc_client_t *c, cl_call_t *k, int code, uint8_t *data, uint32_t len)
 {
+    if (k->req) {
+        if (k->attempts == 0) /* Karn: a retransmitted call's reply may answer any of its sends */
+            rtt_sample(c, now_ns() - k->sent_ns);
+        free(k->req);
+        k->req = NULL;
+    }
     k->done = 1;
     k->code = code;
     k->reply = data;
@@ -258,7 +345,6 @@ static uint8_t *dup_bytes(const uint8_t *p, uint32_t n)
     return d;
 }
 
-/* One reply datagram, hostile until checked. Lock held. */
 /* DPDK: whether datagram i came from the server's address and port. */
 static int from_server(const srpc_client_t *c, unsigned i)
 {
@@ -267,6 +353,7 @@ static int from_server(const srpc_client_t *c, unsigned i)
            s->sin_port == c->server.sin_port;
 }
 
+/* One reply datagram, hostile until checked. Lock held. */
 static void process(srpc_client_t *c, unsigned i)
 {
     const struct mmsghdr *m = &c->rx.msgs[i];
@@ -358,6 +445,8 @@ static void receive_some(srpc_client_t *c, uint64_t until_ns)
 static int wait_until(srpc_client_t *c, int (*ready)(srpc_client_t *, void *), void *arg, uint64_t until_ns)
 {
     for (int passes = 0;; passes++) {
+        if (c->cfg.retries)
+            retransmit_due(c);
         int r = ready(c, arg);
         if (r != 0)
             return r;
@@ -405,21 +494,34 @@ static int send_call(srpc_client_t *c, uint16_t func_id, const void *data, uint3
     k->req_id = atomic_fetch_add(&c->next_id, 1);
     k->func_id = func_id;
     k->notify = notify;
+    k->aux = aux;
+    k->due_ns = UINT64_MAX;
+    if (c->cfg.retries) { /* kept to be sent again */
+        if (!(k->req = malloc(len ? len : 1))) {
+            free(k);
+            return -ENOMEM;
+        }
+        if (len)
+            memcpy(k->req, data, len);
+        k->req_len = len;
+    }
     pthread_mutex_lock(&c->lock);
     cl_call_t **b = bucket(c, k->req_id);
     k->hnext = *b;
     *b = k;
     c->st.sent_calls++;
+    if (k->req) {
+        k->sent_ns = now_ns();
+        k->due_ns = k->sent_ns + rto_ns(c);
+        if (k->due_ns < c->next_due)
+            c->next_due = k->due_ns;
+    }
     pthread_mutex_unlock(&c->lock);
     /* Once the first datagram is out, the reply may come back and another thread may release
      * the call: k is not touched after the send. */
     const uint64_t id = k->req_id;
     *req_id = id;
-    srpc_hdr_t h = {.type = SRPC_REQUEST, .func_id = func_id, .req_id = id, .aux = aux};
-    struct iovec iv = {(void *)data, len};
-    int r = c->dpdk ? srpc_dpdk_send_msg(c->dpdk, (struct sockaddr *)&c->server, sizeof(c->server), &h, &iv,
-                                         len ? 1 : 0, len, c->seg)
-                    : srpc_udp_send_msg(&c->udp, NULL, 0, &h, &iv, len ? 1 : 0, len, c->seg);
+    int r = send_request(c, id, func_id, aux, data, len);
     if (r < 0) {
         srpc_client_release(c, id);
         return r;
@@ -527,6 +629,8 @@ int srpc_client_stats(const srpc_client_t *c, srpc_client_stats_t *out)
     srpc_client_t *m = (srpc_client_t *)c;
     pthread_mutex_lock(&m->lock);
     *out = m->st;
+    out->srtt_us = m->srtt_ns / 1000;
+    out->rto_us = m->cfg.retries ? rto_ns(m) / 1000 : 0;
     pthread_mutex_unlock(&m->lock);
     return 0;
 }
