@@ -51,13 +51,27 @@ def cmd_serve(a) -> int:
     served = " ".join(["vecadd(1) matmul(2) echo(3) head(4)"] + [f"{n}({zoo[n].func_id})" for n in names])
     where = ", ".join(sorted({d for n, d in srv.stats()["devices"].items() if n in names}))  # after any fallback
     model_cfg = f", models on {where}{' (small)' if a.small else ''}" if names else ""
+    metrics = None
+    if a.metrics_port is not None:
+        from .metrics import MetricsServer
+
+        try:
+            metrics = MetricsServer(srv, a.metrics_port, a.metrics_host)
+        except OSError as e:
+            srv.close()
+            print(f"--metrics-port: cannot listen on {a.metrics_host}:{a.metrics_port}: {e}", file=sys.stderr)
+            return 2
     print(f"splitrpc {__version__} serving {served} on {a.host}:{srv.port} "
           f"(wait={a.wait}{model_cfg}); Ctrl-C stops", flush=True)
+    if metrics:
+        print(f"metrics: http://{metrics.host}:{metrics.port}/metrics", flush=True)
     try:
         srv.serve()
     except KeyboardInterrupt:
         pass
     finally:
+        if metrics:
+            metrics.close()
         st = srv.stats()
         srv.close()
     errors = ", ".join(f"{name} {n}" for name, n in st["errors"].items() if n) or "none"
@@ -189,6 +203,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "bert-like, or all (needs pip install 'splitrpc[models]')")
     s.add_argument("--device", default="cpu", help="where the models run: cpu, cuda, cuda:N")
     s.add_argument("--small", action="store_true", help="the models' small configurations (same I/O sizes)")
+    s.add_argument("--metrics-port", type=int, metavar="PORT",
+                   help="serve the counters for Prometheus at http://HOST:PORT/metrics (0: any free port)")
+    s.add_argument("--metrics-host", default="127.0.0.1", help="address of the metrics endpoint")
     s.set_defaults(func=cmd_serve)
 
     c = sub.add_parser("call", help="make one call and print the reply")

@@ -1,0 +1,91 @@
+"""Prometheus metrics: the text format of Server.stats() (parsed back here), the /metrics endpoint, and `splitrpc serve --metrics-port`."""
+import re
+import subprocess
+import sys
+import tempfile
+import urllib.error
+import urllib.request
+
+import numpy as np
+import pytest
+
+from splitrpc.metrics import CONTENT_TYPE, MetricsServer, prometheus_text
+from splitrpc.services import register_builtin_services
+
+SAMPLE = re.compile(r'^([a-z_]+)(\{[a-z_]+="(?:[^"\\]|\\.)*"\})? (-?\d+(?:\.\d+)?)$')
+
+
+def parse(text: str) -> dict:
+    """{(name, labels): value}; every sample's family declared by a TYPE line first."""
+    types, samples = {}, {}
+    for line in text.splitlines():
+        if line.startswith("# TYPE "):
+            _, _, name, kind = line.split()
+            types[name] = kind
+        elif line.startswith("# HELP ") or not line:
+            continue
+        else:
+            m = SAMPLE.match(line)
+            assert m, f"not a valid sample line: {line!r}"
+            name, labels, value = m.group(1), m.group(2) or "", float(m.group(3))
+            family = re.sub(r"_(bucket|sum|count)$", "", name) if name not in types else name
+            assert family in types, f"{name} has no TYPE line"
+            samples[(name, labels)] = value
+    return samples
+
+
+def test_text_format_of_stats(make_server, make_client):
+    srv = make_server(register_builtin_services)
+    c = make_client(srv.port, timeout=2.0)
+    x = np.zeros(256, np.float32)
+    futs = [c.call_async(1, x) for _ in range(40)]
+    for f in futs:
+        f.result()
+    with pytest.raises(Exception):
+        c.call(99, b"")  # UNKNOWN_FUNCTION: counted under errors
+    st = srv.stats()
+    s = parse(prometheus_text(st))
+    assert s[("splitrpc_calls_total", "")] == st["calls"] >= 40
+    assert s[("splitrpc_function_calls_total", '{function="vecadd"}')] == 40
+    assert s[("splitrpc_errors_total", '{code="UNKNOWN_FUNCTION"}')] == 1
+    assert ("splitrpc_drops_total", '{reason="short"}') in s
+    # the batch-size histogram: cumulative buckets, +Inf = count, sum = calls in batches
+    buckets = [v for (n, lab), v in s.items() if n == "splitrpc_batch_size_bucket"]
+    assert buckets == sorted(buckets) and s[("splitrpc_batch_size_bucket", '{le="+Inf"}')] == st["batches"]
+    assert s[("splitrpc_batch_size_count", "")] == st["batches"]
+    assert s[("splitrpc_batch_size_sum", "")] == sum(k * v for k, v in st["batch_sizes"].items())
+
+
+def test_label_values_are_escaped():
+    text = prometheus_text({"functions": {'we"ird\\name\n': 3}, "drops": {}, "errors": {}})
+    s = parse(text)
+    assert s[("splitrpc_function_calls_total", '{function="we\\"ird\\\\name\\n"}')] == 3
+
+
+def test_endpoint(make_server, make_client):
+    srv = make_server(register_builtin_services)
+    make_client(srv.port, timeout=2.0).call(1, np.zeros(256, np.float32))
+    with MetricsServer(srv, 0) as ms:
+        with urllib.request.urlopen(f"http://127.0.0.1:{ms.port}/metrics", timeout=5) as r:
+            assert r.status == 200 and r.headers["Content-Type"] == CONTENT_TYPE
+            assert parse(r.read().decode())[("splitrpc_calls_total", "")] >= 1
+        with pytest.raises(urllib.error.HTTPError) as ei:
+            urllib.request.urlopen(f"http://127.0.0.1:{ms.port}/other", timeout=5)
+        assert ei.value.code == 404
+
+
+def test_serve_metrics_port_cli():
+    p = subprocess.Popen([sys.executable, "-m", "splitrpc", "serve", "--port", "0", "--metrics-port", "0"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tempfile.gettempdir())
+    try:
+        url = None
+        for _ in range(2):
+            line = p.stdout.readline()
+            m = re.search(r"metrics: (http://\S+)", line)
+            url = url or (m.group(1) if m else None)
+        assert url, "no metrics line printed"
+        with urllib.request.urlopen(url, timeout=5) as r:
+            assert "splitrpc_calls_total 0" in r.read().decode()
+    finally:
+        p.terminate()
+        assert p.wait(10) == 0
