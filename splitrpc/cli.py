@@ -35,7 +35,11 @@ def cmd_serve(a) -> int:
         except ValueError as e:
             print(f"--models: {e}", file=sys.stderr)
             return 2
-    srv = Server(a.host, a.port, wait=a.wait, segment_size=a.segment_size)
+    try:
+        srv = Server(a.host, a.port, wait=a.wait, segment_size=a.segment_size, allow=a.allow)
+    except ValueError as e:
+        print(f"splitrpc serve: {e}", file=sys.stderr)
+        return 2
     register(srv, max_batch=a.max_batch, max_delay_us=a.max_delay_us)
     if names:
         try:
@@ -206,6 +210,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--metrics-port", type=int, metavar="PORT",
                    help="serve the counters for Prometheus at http://HOST:PORT/metrics (0: any free port)")
     s.add_argument("--metrics-host", default="127.0.0.1", help="address of the metrics endpoint")
+    s.add_argument("--allow", metavar="NETS", help="serve only these client networks, e.g. 10.0.0.0/8,127.0.0.1 "
+                                                   "(others are dropped and counted as not_allowed)")
     s.set_defaults(func=cmd_serve)
 
     c = sub.add_parser("call", help="make one call and print the reply")

@@ -7,6 +7,7 @@ replies. Python never sees a datagram.
 """
 from __future__ import annotations
 
+import ipaddress
 import logging
 import threading
 from dataclasses import dataclass, field
@@ -29,7 +30,7 @@ _WAIT_US = 100_000  # the worker returns to Python this often when idle (Ctrl-C,
 
 _DROP_NAMES = [
     "short", "bad_header", "bad_segment", "truncated", "not_request", "inconsistent",
-    "reassembly_timeout", "memory_cap", "table_full", "duplicate", "rejected", "tx_failed",
+    "reassembly_timeout", "memory_cap", "table_full", "duplicate", "rejected", "tx_failed", "not_allowed",
 ]
 _ERROR_NAMES = {1: "UNKNOWN_FUNCTION", 2: "BAD_REQUEST", 3: "BUSY", 4: "DEADLINE", 5: "INTERNAL", 6: "TOO_LARGE"}
 
@@ -111,6 +112,11 @@ class Server:
     each batch, then sleeps). rx_takeover_us: a callback running longer than this lets the
     engine thread take over receiving. Sizes are bytes, times seconds unless named _us.
 
+    allow: the client networks served ("10.0.0.0/8,127.0.0.1" or a list of such; IPv4 and IPv6
+    prefixes, at most 32); datagrams from elsewhere are dropped unread and counted as
+    drops["not_allowed"]. None: any source (the default host, 127.0.0.1, already keeps the
+    server to this machine).
+
     transport="dpdk" serves on a DPDK port instead of a kernel socket: the EAL is initialised
     with dpdk_args (once per process, e.g. ``["--no-huge", "--no-shconf", "-l", "0",
     "--vdev=net_af_packet0,iface=eth0"]``), dpdk_port names the port ("net_af_packet0", a PCI
@@ -136,6 +142,7 @@ class Server:
         reply_cache_bytes: int = 64 << 20,
         max_calls: int = 65536,
         socket_buffer: int = 32 << 20,
+        allow: str | Sequence[str] | None = None,
         transport: str = "udp",
         dpdk_args: Sequence[str] = (),
         dpdk_port: str | None = None,
@@ -169,6 +176,18 @@ class Server:
         cfg.reply_cache_bytes = int(reply_cache_bytes)
         cfg.max_calls = int(max_calls)
         cfg.sock_buf_bytes = int(socket_buffer)
+        if allow:
+            text = allow if isinstance(allow, str) else ",".join(allow)
+            nets = [n for n in text.replace(",", " ").split() if n]
+            if len(nets) > 32:
+                raise ValueError(f"allow: at most 32 networks, got {len(nets)}")
+            for n in nets:
+                try:
+                    ipaddress.ip_network(n, strict=False)
+                except ValueError as e:
+                    raise ValueError(f"allow: {n!r} is not an IPv4 or IPv6 network ({e})") from None
+            self._allow = ffi.new("char[]", text.encode())
+            cfg.allow = self._allow
         if transport == "dpdk":
             self._dpdk_port = ffi.new("char[]", dpdk_port.encode())
             cfg.dpdk_dev = self._dpdk_port

@@ -549,3 +549,37 @@ def test_ipv6_and_dual_stack(server_host, client_host):
             assert c.call(3, blob) == blob
     finally:
         srv.close()
+
+
+def test_allow_list_drops_other_sources(make_server, make_client):
+    """A server that serves 10.0.0.0/8 only drops loopback datagrams unread and counts them;
+    one that allows 127.0.0.0/8 answers."""
+    import numpy as np
+
+    from splitrpc.services import register_builtin_services
+
+    x = np.zeros(256, np.float32)
+    closed = make_server(register_builtin_services, allow="10.0.0.0/8, fd00::/8")
+    with pytest.raises(splitrpc.CallTimeout):
+        make_client(closed.port, timeout=0.3).call(1, x)
+    st = closed.stats()
+    assert st["drops"]["not_allowed"] >= 1 and st["calls"] == 0
+    open_ = make_server(register_builtin_services, allow=["10.0.0.0/8", "127.0.0.0/8"])
+    assert make_client(open_.port, timeout=2.0).call(1, x) == (x + 1).tobytes()
+    assert open_.stats()["drops"]["not_allowed"] == 0
+
+
+@pytest.mark.parametrize("allow", ["10.0.0.0/33", "example.com", ",".join(["10.0.0.1"] * 33)])
+def test_allow_list_refuses_garbage(allow):
+    with pytest.raises(ValueError, match="allow"):
+        splitrpc.Server("127.0.0.1", 0, allow=allow)
+
+
+def test_serve_cli_refuses_a_bad_allow_list():
+    import subprocess
+    import sys
+    import tempfile
+
+    r = subprocess.run([sys.executable, "-m", "splitrpc", "serve", "--port", "0", "--allow", "10.0.0.0/40"],
+                       capture_output=True, text=True, timeout=30, cwd=tempfile.gettempdir())
+    assert r.returncode == 2 and "not an IPv4 or IPv6 network" in r.stderr

@@ -171,6 +171,10 @@ typedef struct srpc_server_config {
                                     literal), port must not be 0, and both threads poll */
     uint16_t dpdk_mtu;           /* DPDK: the largest IP packet sent; 0 = 1500. Reply segments
                                     are cut to fit it whatever seg_size says */
+    const char *allow;           /* NULL or "": datagrams from anywhere. Else the client networks
+                                    served, e.g. "10.0.0.0/8,127.0.0.1,::1/128" (at most 32); from
+                                    elsewhere, dropped unread (SRPC_DROP_NOT_ALLOWED). -EINVAL if
+                                    malformed */
 } srpc_server_config_t;
 
 /* Fills defaults (documented in native/src/tunables.h). */
@@ -297,6 +301,7 @@ enum srpc_drop_reason {
     SRPC_DROP_DUPLICATE,       /* duplicate segment or duplicate of a call in progress */
     SRPC_DROP_REJECTED,        /* further segment of a message already answered with an error */
     SRPC_DROP_TX_FAILED,       /* a reply datagram the socket would not take */
+    SRPC_DROP_NOT_ALLOWED,     /* from a source outside the server's allow-list */
     SRPC_DROP_MAX
 };
 

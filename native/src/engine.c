@@ -328,6 +328,10 @@ static void process_datagram(srpc_server_t *srv, unsigned i, const struct mmsghd
     uint32_t total = m->msg_len;
     ST_ADD(srv, rx_datagrams, 1);
     ST_ADD(srv, rx_bytes, total);
+    if (unlikely(srv->allow.n && !srpc_allowlist_match(&srv->allow, (const struct sockaddr *)&srv->rx.src[i]))) {
+        ST_ADD(srv, drops[SRPC_DROP_NOT_ALLOWED], 1);
+        return;
+    }
     if (unlikely(m->msg_hdr.msg_flags & MSG_TRUNC)) {
         ST_ADD(srv, drops[SRPC_DROP_TRUNCATED], 1);
         return;
@@ -403,8 +407,9 @@ static int rx_direct(srpc_server_t *srv)
     if (len < SRPC_HDR_LEN + SRPC_DIRECT_MIN || len > SRPC_HDR_LEN + SRPC_MAX_SEG_DATA ||
         srpc_hdr_decode(hb, SRPC_HDR_LEN, &h) < 0 || h.type != SRPC_REQUEST || h.nseg < 2 ||
         srpc_seg_check(&h, (size_t)len - SRPC_HDR_LEN, &seg) < 0 ||
-        (src.ss_family != AF_INET && src.ss_family != AF_INET6))
-        return -1;
+        (src.ss_family != AF_INET && src.ss_family != AF_INET6) ||
+        (srv->allow.n && !srpc_allowlist_match(&srv->allow, (struct sockaddr *)&src)))
+        return -1; /* the burst path takes (and counts) it */
     const uint32_t dlen = (uint32_t)len - SRPC_HDR_LEN;
     srpc_call_key_t k;
     ct_key_from_sockaddr(&k, (struct sockaddr *)&src, h.req_id, h.func_id);

@@ -72,12 +72,17 @@ int srpc_server_create(const srpc_server_config_t *cfg, srpc_server_t **out)
     s->cfg = *cfg;
     snprintf(s->host, sizeof(s->host), "%s", cfg->host ? cfg->host : "0.0.0.0");
     s->cfg.host = s->host;
+    s->cfg.allow = NULL; /* parsed below; the caller's string is not kept */
     s->udp.fd = s->stopfd = -1;
     pthread_mutex_init(&s->lock, NULL);
     pthread_mutex_init(&s->rx_lock, NULL);
     s->by_id = calloc(65536, sizeof(*s->by_id));
     if (!s->by_id) {
         r = -ENOMEM;
+        goto fail;
+    }
+    if ((r = srpc_allowlist_parse(&s->allow, cfg->allow)) != 0) {
+        r = -EINVAL;
         goto fail;
     }
     srpc_bufpool_init(&s->pool, SRPC_DEF_REASM_POOL_BYTES);

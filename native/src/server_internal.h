@@ -8,6 +8,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
+#include "allowlist.h"
 #include "calltab.h"
 #include "splitrpc.h"
 #include "splitrpc_gpu.h"
@@ -93,6 +94,7 @@ struct srpc_server {
     srpc_udp_t udp;                  /* kernel UDP (fd -1 with DPDK) */
     srpc_dpdk_port_t *dpdk;          /* the DPDK port instead, or NULL */
     uint32_t dpdk_seg;               /* DPDK: the largest reply segment that fits the MTU */
+    srpc_allowlist_t allow;          /* read-only once created */
     srpc_rx_t rx;                    /* whoever holds rx_lock */
     pthread_mutex_t rx_lock;         /* the right to receive: engine thread or polling worker */
     int direct_hint;                 /* rx_lock: recent traffic had large segments of partial

@@ -15,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "allowlist.h"
 #include "splitrpc.h"
 #include "wire.h"
 
@@ -969,8 +970,63 @@ static void test_schedules(void)
     CHECK(srpc_schedule_trace(SRPC_ARRIVAL_POISSON, 0, t, rbad, 2, 2.5, 5, at, N) == -EINVAL, "negative rate");
 }
 
+/* ------------------------------------------------------------------ allow-list */
+
+static struct sockaddr_storage sa4(const char *ip)
+{
+    struct sockaddr_storage ss = {0};
+    struct sockaddr_in *s = (struct sockaddr_in *)&ss;
+    s->sin_family = AF_INET;
+    inet_pton(AF_INET, ip, &s->sin_addr);
+    return ss;
+}
+
+static struct sockaddr_storage sa6(const char *ip)
+{
+    struct sockaddr_storage ss = {0};
+    struct sockaddr_in6 *s = (struct sockaddr_in6 *)&ss;
+    s->sin6_family = AF_INET6;
+    inet_pton(AF_INET6, ip, &s->sin6_addr);
+    return ss;
+}
+
+static void test_allowlist(void)
+{
+    srpc_allowlist_t l;
+    CHECK(srpc_allowlist_parse(&l, NULL) == 0 && l.n == 0, "NULL: everyone");
+    struct sockaddr_storage a = sa4("203.0.113.9");
+    CHECK(srpc_allowlist_match(&l, (struct sockaddr *)&a), "an empty list allows all");
+    CHECK(srpc_allowlist_parse(&l, "10.0.0.0/8, 192.168.1.7,fd00::/8  2001:db8::1") == 0 && l.n == 4, "parse 4");
+    const struct {
+        const char *ip;
+        int v6, want;
+    } cases[] = {{"10.1.2.3", 0, 1}, {"10.255.255.255", 0, 1}, {"11.0.0.1", 0, 0}, {"9.255.255.255", 0, 0},
+                 {"192.168.1.7", 0, 1}, {"192.168.1.8", 0, 0}, {"fd12::5", 1, 1}, {"fe00::1", 1, 0},
+                 {"2001:db8::1", 1, 1}, {"2001:db8::2", 1, 0}, {"::ffff:10.9.9.9", 1, 1},
+                 {"::ffff:11.9.9.9", 1, 0}};
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        struct sockaddr_storage s = cases[i].v6 ? sa6(cases[i].ip) : sa4(cases[i].ip);
+        CHECK(srpc_allowlist_match(&l, (struct sockaddr *)&s) == cases[i].want, "%s", cases[i].ip);
+    }
+    CHECK(srpc_allowlist_parse(&l, "10.0.0.0/12") == 0, "/12");
+    a = sa4("10.15.255.255");
+    struct sockaddr_storage b = sa4("10.16.0.0");
+    CHECK(srpc_allowlist_match(&l, (struct sockaddr *)&a) && !srpc_allowlist_match(&l, (struct sockaddr *)&b),
+          "a prefix that is not a whole byte");
+    CHECK(srpc_allowlist_parse(&l, "0.0.0.0/0") == 0 && srpc_allowlist_match(&l, (struct sockaddr *)&b), "/0");
+    const char *bad[] = {"10.0.0.0/33", "::/129", "10.0.0.0/", "10.0.0.0/-1", "10.0.0.0/8x", "host.example",
+                         "10.0.0", "1.2.3.4/+8"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+        CHECK(srpc_allowlist_parse(&l, bad[i]) == -EINVAL && l.n == 0, "'%s' refused", bad[i]);
+    char many[33 * 12 + 1] = "";
+    for (int i = 0; i < 33; i++)
+        sprintf(many + strlen(many), "10.0.0.%d,", i);
+    CHECK(srpc_allowlist_parse(&l, many) == -E2BIG, "33 entries");
+}
+
 int main(void)
 {
+    test_allowlist();
     test_hdr_roundtrip();
     test_hdr_layout();
     test_hdr_reject();

@@ -901,7 +901,7 @@ static void test_malformed(void)
     CHECK(st.rx_datagrams == sent, "rx %llu sent %llu", (unsigned long long)st.rx_datagrams, (unsigned long long)sent);
     static const char *names[SRPC_DROP_MAX] = {"SHORT", "BAD_HEADER", "BAD_SEGMENT", "TRUNCATED", "NOT_REQUEST",
                                                "INCONSISTENT", "REASM_TIMEOUT", "MEM_CAP", "TABLE_FULL",
-                                               "DUPLICATE", "REJECTED", "TX_FAILED"};
+                                               "DUPLICATE", "REJECTED", "TX_FAILED", "NOT_ALLOWED"};
     for (int r = 0; r < SRPC_DROP_MAX; r++)
         CHECK(st.drops[r] == want[r], "drops[%s] = %llu, want %llu", names[r], (unsigned long long)st.drops[r],
               (unsigned long long)want[r]);
