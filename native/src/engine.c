@@ -22,8 +22,6 @@ uint64_t srpc_now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-static inline void cpu_relax(void) { __builtin_ia32_pause(); }
-
 int srpc_server_send(srpc_server_t *srv, const srpc_call_key_t *key, int code,
                      const struct iovec *pieces, int n, uint32_t len)
 {
@@ -438,6 +436,43 @@ static int rx_direct(srpc_server_t *srv)
     }
     pthread_mutex_unlock(&srv->lock);
     return 1;
+}
+
+int srpc_engine_feed(srpc_server_t *srv, const uint8_t *dgram, size_t len, const struct sockaddr *src,
+                     socklen_t srclen)
+{
+    if (!srv || (!dgram && len) || !src || srclen > (socklen_t)sizeof(struct sockaddr_storage) || len > UINT32_MAX)
+        return -EINVAL;
+    pthread_mutex_lock(&srv->rx_lock);
+    srpc_rx_t *rx = &srv->rx;
+    size_t h = len < SRPC_HDR_LEN ? len : SRPC_HDR_LEN, d = len - h;
+    int trunc = d > rx->data_cap;
+    if (h)
+        memcpy(srpc_rx_hdr(rx, 0), dgram, h);
+    if (d)
+        memcpy(srpc_rx_data(rx, 0), dgram + h, trunc ? rx->data_cap : d);
+    memset(&rx->src[0], 0, sizeof(rx->src[0]));
+    memcpy(&rx->src[0], src, srclen);
+    struct mmsghdr *m = &rx->msgs[0];
+    m->msg_len = (unsigned)len;
+    m->msg_hdr.msg_name = &rx->src[0];
+    m->msg_hdr.msg_namelen = srclen;
+    m->msg_hdr.msg_flags = trunc ? MSG_TRUNC : 0;
+    uint64_t calls0 = srv->st.calls;
+    pthread_mutex_lock(&srv->lock);
+    process_datagram(srv, 0, m);
+    pthread_mutex_unlock(&srv->lock);
+    if (srv->st.calls != calls0)
+        wake_worker(srv);
+    pthread_mutex_unlock(&srv->rx_lock);
+    return 0;
+}
+
+void srpc_engine_run_timers(srpc_server_t *srv, uint64_t now_ns)
+{
+    pthread_mutex_lock(&srv->lock);
+    run_timers(srv, now_ns);
+    pthread_mutex_unlock(&srv->lock);
 }
 
 int srpc_engine_rx_step(srpc_server_t *srv)

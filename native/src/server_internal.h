@@ -129,6 +129,11 @@ void *srpc_engine_main(void *arg);
 /* One RX burst: receive, check, reassemble, queue, wake the worker. Caller holds rx_lock.
  * Returns the number of datagrams received (0 when none was waiting). */
 int srpc_engine_rx_step(srpc_server_t *srv);
+/* For the fuzz harness and tests: one datagram handled as if received from src, and the timers
+ * run as if the clock read now_ns. They take rx_lock and lock themselves, like the engine. */
+int srpc_engine_feed(srpc_server_t *srv, const uint8_t *dgram, size_t len, const struct sockaddr *src,
+                     socklen_t srclen);
+void srpc_engine_run_timers(srpc_server_t *srv, uint64_t now_ns);
 /* Wakes the engine thread so it re-reads w_state. */
 void srpc_engine_kick(srpc_server_t *srv);
 /* Sends one message to the call's client (reply data, or error text when code != 0).

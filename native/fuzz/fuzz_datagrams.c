@@ -1,0 +1,82 @@
+/* fuzz_datagrams.c: libFuzzer harness over the server's datagram path: header checks, segmentation, reassembly, the call table and reply cache, batching and completion (the monitor), with four client addresses. */
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "server_internal.h"
+
+/* The input is a sequence of records: [op: 1 byte][len: 2 bytes, big-endian][len bytes].
+ * op & 3: which of four client addresses sends it; op & 4: take and complete the batches
+ * that are ready afterwards; op & 8: complete them with an error; op & 16: run the timers
+ * as if 20 s had passed (partial messages and cached replies expire). */
+enum { F_VEC = 1, F_RAW = 3, F_BIG = 5 };
+
+static srpc_server_t *srv;
+
+static void add(uint16_t id, int raw, uint32_t in, uint32_t out, uint32_t cap)
+{
+    srpc_func_config_t f = {.func_id = id, .raw = raw, .n_in = 1, .n_out = 1, .in_sizes = &in, .out_sizes = &out,
+                            .capacity = cap, .max_batch = 4};
+    if (srpc_server_add_function(srv, &f) != 0)
+        abort();
+}
+
+int LLVMFuzzerInitialize(int *argc, char ***argv)
+{
+    (void)argc, (void)argv;
+    srpc_server_config_t cfg;
+    srpc_server_config_init(&cfg);
+    cfg.host = "127.0.0.1";
+    cfg.port = 0;
+    cfg.wait_mode = SRPC_WAIT_POLL;
+    cfg.max_calls = 256;
+    cfg.reasm_mem_cap = 4 << 20;
+    cfg.reply_cache_bytes = 1 << 20;
+    cfg.max_message = 300000;
+    if (srpc_server_create(&cfg, &srv) != 0)
+        abort();
+    add(F_VEC, 0, 1024, 1024, 16);
+    add(F_RAW, 1, 65536, 65536, 8);
+    add(F_BIG, 0, 200000, 16, 4); /* a request of many segments */
+    return 0;
+}
+
+/* Takes every ready batch and completes it (zero outputs, or an error). */
+static void drain(int fail)
+{
+    srpc_batch_t b;
+    while (srpc_server_next_batch(srv, &b, 0) == 0) {
+        if (b.func_id == F_RAW)
+            for (uint32_t i = 0; i < b.count; i++)
+                b.out_len[i] = b.in_len[i] < 64 ? b.in_len[i] : 64;
+        srpc_server_complete(srv, &b, fail ? SRPC_E_INTERNAL : 0, fail ? "fuzz" : NULL);
+    }
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    struct sockaddr_in src[4];
+    for (int i = 0; i < 4; i++)
+        src[i] = (struct sockaddr_in){.sin_family = AF_INET, .sin_port = htons((uint16_t)(1 + i)),
+                                      .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    size_t at = 0;
+    while (at + 3 <= size) {
+        uint8_t op = data[at];
+        size_t len = (size_t)data[at + 1] << 8 | data[at + 2];
+        at += 3;
+        if (len > size - at)
+            len = size - at;
+        srpc_engine_feed(srv, data + at, len, (struct sockaddr *)&src[op & 3], sizeof(src[0]));
+        at += len;
+        if (op & 4)
+            drain(op & 8);
+        if (op & 16)
+            srpc_engine_run_timers(srv, srpc_now_ns() + 20000000000ull);
+    }
+    /* Leave nothing behind for the next input: run what is queued, expire everything. */
+    drain(0);
+    srpc_engine_run_timers(srv, srpc_now_ns() + 3600000000000ull);
+    return 0;
+}
