@@ -223,6 +223,7 @@ class Server:
         max_response: int = 1 << 20,
         device: str = "cpu",
         orchestration: str = "o1",
+        deadline: float | None = None,
     ) -> Callable:
         """Decorator registering `fn` under func_id.
 
@@ -242,7 +243,9 @@ class Server:
         there is one, vecadd, named by the callback's ``o2_kernel`` attribute (the built-in
         vecadd has it). While an O2 kernel runs, anything that waits for the whole device
         (``torch.cuda.synchronize()``, ``cudaDeviceSynchronize``, freeing device memory back to
-        the driver) waits until the server stops. Without a usable GPU the function is served
+        the driver) waits until the server stops. ``deadline`` (seconds): a call still queued that
+        long after its request arrived is not run; its client gets DEADLINE (DeadlineExceeded).
+        Without a usable GPU the function is served
         from host memory with numpy arrays (O2: with the callback), and a warning says why.
         """
 
@@ -250,14 +253,14 @@ class Server:
             self.add_function(fn, func_id, name, inputs, outputs, max_batch=max_batch,
                               max_delay_us=max_delay_us, capacity=capacity, raw=raw,
                               max_request=max_request, max_response=max_response, device=device,
-                              orchestration=orchestration)
+                              orchestration=orchestration, deadline=deadline)
             return fn
 
         return register
 
     def add_function(self, fn, func_id, name=None, inputs=(), outputs=(), *, max_batch=8, max_delay_us=0,
                      capacity=256, raw=False, max_request=1 << 20, max_response=1 << 20, device="cpu",
-                     orchestration="o1") -> None:
+                     orchestration="o1", deadline=None) -> None:
         if self._state != "created":
             raise SplitRPCError("functions must be registered before the server starts")
         if not 0 <= func_id <= 0xFFFF:
@@ -266,6 +269,8 @@ class Server:
             raise ValueError(f"func_id {func_id} is already registered ({self._funcs[func_id].name})")
         if max_batch < 1 or capacity < 1:
             raise ValueError("max_batch and capacity must be at least 1")
+        if deadline is not None and not 0 < deadline <= 4000:
+            raise ValueError(f"deadline must be a positive number of seconds (at most 4000), got {deadline!r}")
         inputs, outputs = list(inputs), list(outputs)
         name = name or getattr(fn, "__name__", str(func_id))
         ordinal = gpu.parse_device(device)
@@ -299,6 +304,7 @@ class Server:
         fc.in_sizes, fc.out_sizes = c_in, c_out
         fc.capacity, fc.max_batch, fc.max_delay_us = capacity, max_batch, max_delay_us
         fc.on_gpu, fc.gpu_device = int(ordinal >= 0), max(ordinal, 0)
+        fc.deadline_us = max(int(deadline * 1e6), 1) if deadline else 0
         rc = lib.srpc_server_add_function(self._srv, fc)
         if rc < 0 and ordinal >= 0:
             raise gpu.GPUError(f"cannot register function {func_id} on cuda:{ordinal}: {gpu.last_error()}")

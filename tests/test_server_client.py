@@ -583,3 +583,40 @@ def test_serve_cli_refuses_a_bad_allow_list():
     r = subprocess.run([sys.executable, "-m", "splitrpc", "serve", "--port", "0", "--allow", "10.0.0.0/40"],
                        capture_output=True, text=True, timeout=30, cwd=tempfile.gettempdir())
     assert r.returncode == 2 and "not an IPv4 or IPv6 network" in r.stderr
+
+
+def test_queueing_deadline_answers_deadline_without_running(make_server, make_client):
+    """max_batch 1, a 60 ms callback and a 20 ms queueing deadline: of 6 calls sent at once,
+    those that waited past 20 ms get DEADLINE and never reach the callback."""
+    import time
+
+    import numpy as np
+
+    ran = []
+
+    def slow(x, y):
+        ran.append(int(x[0, 0]))
+        time.sleep(0.06)
+        y[...] = x
+
+    srv = make_server(lambda s: s.add_function(slow, 1, "slow", [splitrpc.TensorSpec("x", "float32", (4,))],
+                                               [splitrpc.TensorSpec("y", "float32", (4,))], max_batch=1,
+                                               deadline=0.02))
+    c = make_client(srv.port, timeout=5.0)
+    futs = [c.call_async(1, np.full(4, i, np.float32)) for i in range(6)]
+    ok, late = [], []
+    for i, f in enumerate(futs):
+        try:
+            f.result()
+            ok.append(i)
+        except splitrpc.DeadlineExceeded as e:
+            assert "deadline" in str(e)
+            late.append(i)
+    # (the first normally runs; on a starved machine even it may wait past 20 ms)
+    assert late and sorted(ok + late) == list(range(6))
+    assert sorted(ran) == ok  # the late ones never ran
+    st = srv.stats()
+    assert st["errors"]["DEADLINE"] == len(late) and st["functions"]["slow"] == len(ok)
+    with pytest.raises(ValueError, match="deadline"):
+        splitrpc.Server("127.0.0.1", 0).add_function(slow, 2, "x", [splitrpc.TensorSpec("x", "float32", (4,))],
+                                                     [splitrpc.TensorSpec("y", "float32", (4,))], deadline=-1)

@@ -205,6 +205,8 @@ typedef struct srpc_func_config {
                             pinned host staging laid out slot for slot (tensor functions only;
                             -ENODEV without a usable GPU, -EINVAL for a raw function) */
     int gpu_device;
+    uint32_t deadline_us; /* 0: none. A call still queued this long after its request was complete
+                             is not run: its client gets DEADLINE (an SLO on queueing) */
 } srpc_func_config_t;
 
 #define SRPC_MAX_TENSORS 8

@@ -255,6 +255,7 @@ int srpc_server_add_function(srpc_server_t *srv, const srpc_func_config_t *fc)
     fn->capacity = fc->capacity ? fc->capacity : SRPC_DEF_TQ_CAPACITY;
     fn->max_batch = fc->max_batch < fn->capacity ? fc->max_batch : fn->capacity;
     fn->max_delay_us = fc->max_delay_us;
+    fn->deadline_ns = (uint64_t)fc->deadline_us * 1000;
     uint64_t req = 0, resp = 0;
     int r = 0;
     for (uint32_t k = 0; k < fc->n_in; k++) {

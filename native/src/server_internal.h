@@ -45,6 +45,7 @@ typedef struct srpc_fn {
     uint32_t in_size[SRPC_MAX_TENSORS], out_size[SRPC_MAX_TENSORS];
     uint32_t req_bytes, resp_bytes; /* fixed: sums of the tensors; raw: the maxima */
     uint32_t capacity, max_batch, max_delay_us;
+    uint64_t deadline_ns;           /* 0: none; else calls queued longer get DEADLINE unrun */
     uint64_t period;                /* element addresses of every TQ repeat after this many (0: huge) */
     srpc_tq_t *in_tq[SRPC_MAX_TENSORS], *out_tq[SRPC_MAX_TENSORS];
     srpc_call_t *calls;             /* capacity records: element seq at calls[seq % capacity] */

@@ -60,9 +60,21 @@ static uint32_t available(srpc_fn_t *fn)
     return n;
 }
 
+/* The calls at the head of fn's queue that waited longer than its deadline (at most max). */
+static uint32_t overdue(const srpc_fn_t *fn, uint64_t avail, uint64_t now)
+{
+    uint32_t n = 0;
+    while (fn->deadline_ns && n < avail && n < fn->max_batch &&
+           now - fn->calls[(fn->taken + n) % fn->capacity].rx_ns > fn->deadline_ns)
+        n++;
+    return n;
+}
+
 /* Takes the next batch, if any is due (lock held). Functions are visited round-robin; one
  * whose calls are fewer than max_batch waits until its oldest call is max_delay_us old.
- * Returns 1 with *b filled, else 0 with *hold_until_ns the earliest such deadline (or 0). */
+ * Returns 1 with *b filled, 2 with *b holding calls past their function's deadline (to be
+ * completed with DEADLINE, not run), else 0 with *hold_until_ns the earliest such deadline
+ * (or 0). */
 static int take_batch(srpc_server_t *srv, srpc_batch_t *b, uint64_t now, uint64_t *hold_until_ns)
 {
     *hold_until_ns = 0;
@@ -72,7 +84,10 @@ static int take_batch(srpc_server_t *srv, srpc_batch_t *b, uint64_t now, uint64_
         uint64_t avail = available(fn);
         if (avail == 0)
             continue;
-        if (avail < fn->max_batch && fn->max_delay_us) {
+        uint32_t late = overdue(fn, avail, now);
+        if (late)
+            avail = late; /* a batch of the overdue calls alone */
+        else if (avail < fn->max_batch && fn->max_delay_us) {
             uint64_t due = fn->calls[fn->taken % fn->capacity].rx_ns + (uint64_t)fn->max_delay_us * 1000;
             if (now < due) {
                 if (!*hold_until_ns || due < *hold_until_ns)
@@ -113,6 +128,8 @@ static int take_batch(srpc_server_t *srv, srpc_batch_t *b, uint64_t now, uint64_
         fn->taken += count;
         atomic_fetch_sub(&srv->n_ready, count);
         srv->rr = fi + 1;
+        if (late)
+            return 2;
         ST_ADD(srv, batches, 1);
         ST_ADD(srv, batch_calls, count);
         ST_ADD(srv, batch_hist[count < SRPC_BATCH_HIST ? count : SRPC_BATCH_HIST - 1], 1);
@@ -162,6 +179,10 @@ int srpc_server_next_batch(srpc_server_t *srv, srpc_batch_t *b, int64_t timeout_
             pthread_mutex_lock(&srv->lock);
             int got = take_batch(srv, b, now, &hold);
             pthread_mutex_unlock(&srv->lock);
+            if (got == 2) { /* overdue: answered DEADLINE here, never handed to the function */
+                srpc_server_complete(srv, b, SRPC_E_DEADLINE, "queued longer than the function's deadline");
+                continue;
+            }
             if (got)
                 return leave(srv, 0);
         }
