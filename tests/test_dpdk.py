@@ -187,7 +187,8 @@ srv.serve()
 MEMIF_CLIENT = """
 import numpy as np
 import splitrpc
-c = splitrpc.Client("10.77.0.1", 9000, timeout=3.0, transport="dpdk", dpdk_port="net_memif0", local_ip="10.77.0.2",
+c = splitrpc.Client("10.77.0.1", 9000, timeout=10.0, retries=5, transport="dpdk", dpdk_port="net_memif0",
+                    local_ip="10.77.0.2",
                     dpdk_args={eal!r} + ["--vdev=net_memif0,role=client,socket={sock}"])
 """ + CALLS.replace("{", "{{").replace("}", "}}") + """
 futs = [c.call_async(1, np.full(256, i, np.float32).tobytes()) for i in range(64)]

@@ -33,7 +33,7 @@ SERVER = """
 import json, sys, splitrpc
 from splitrpc.services import register_builtin_services
 srv = splitrpc.Server({ip!r}, {port}, wait="poll", transport="dpdk", dpdk_port="net_af_packet0",
-                      dpdk_args={eal!r} + ["--vdev=net_af_packet0,iface={iface}"])
+                      dpdk_args={eal!r} + ["--vdev=net_af_packet0,iface={iface},framecnt=16384"])
 register_builtin_services(srv)
 
 
@@ -53,7 +53,7 @@ CLIENT = """
 import socket
 import numpy as np
 import splitrpc
-c = splitrpc.Client({ip!r}, {port}, timeout=3.0)
+c = splitrpc.Client({ip!r}, {port}, timeout=10.0, retries=5)  # a burst may overrun a packet ring
 """ + CALLS.replace("{", "{{").replace("}", "}}") + """
 # hostile datagrams: garbage, a header that lies about its size, a reply-type packet
 s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
@@ -148,7 +148,7 @@ def test_bench_dpdk_rejects_bad_input(capsys):
 
 DPDK_CLIENT = """
 import splitrpc
-c = splitrpc.Client({server!r}, {port}, timeout=3.0, transport="dpdk", dpdk_port="net_af_packet0",
+c = splitrpc.Client({server!r}, {port}, timeout=10.0, retries=5, transport="dpdk", dpdk_port="net_af_packet0",
                     local_ip={local!r}, dpdk_args={eal!r} + ["--vdev=net_af_packet0,iface={iface},framecnt=4096"])
 """ + CALLS.replace("{", "{{").replace("}", "}}") + """
 print("OK")
