@@ -23,6 +23,7 @@ from splitrpc.loadgen import report
 from splitrpc.loadgen.load_cli import comma_list
 
 from . import netns
+from .command_line import add_subcommand, command_of, run_as_module
 from .procs import Proc, ServerDied
 
 SERVER_IP, PORT = "10.99.0.1", 9000
@@ -55,11 +56,8 @@ for svc in {services!r}:
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
-    p = sub.add_parser("bench-dpdk", help="DPDK transport vs kernel UDP over a veth pair (root)",
-                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    _arguments(p)
-    p.set_defaults(func=cmd_bench_dpdk)
-    return p
+    return add_subcommand(sub, "bench-dpdk", "DPDK transport vs kernel UDP over a veth pair (root)", __doc__,
+                          _arguments, cmd_bench_dpdk)
 
 
 def _arguments(p: argparse.ArgumentParser) -> None:
@@ -185,8 +183,7 @@ def cmd_bench_dpdk(a) -> int:
         print(f"splitrpc bench-dpdk: cannot make the veth pair: {e}", file=sys.stderr)
         return 2
     doc = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-           "command": " ".join(["splitrpc bench-dpdk", *sys.argv[2:]]) if sys.argv[0].endswith("splitrpc")
-           else " ".join([os.path.basename(sys.executable), *sys.argv]),
+           "command": command_of(a),
            "machine": report.machine(), "rounds": a.rounds, "af_packet": a.af_packet, "wall_s": round(time.monotonic() - t0, 1),
            "table": median_rows(runs), "runs": runs}
     report.write_results(a.out, "dpdk_veth", doc, markdown(doc))
@@ -194,10 +191,7 @@ def cmd_bench_dpdk(a) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m splitrpc.bench.dpdk_veth", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    _arguments(p)
-    return cmd_bench_dpdk(p.parse_args(argv))
+    return run_as_module("splitrpc.bench.dpdk_veth", __doc__, _arguments, cmd_bench_dpdk, argv)
 
 
 if __name__ == "__main__":

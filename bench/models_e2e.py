@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shlex
 import sys
 import time
 from dataclasses import dataclass
@@ -27,6 +26,7 @@ from splitrpc.loadgen import report
 from splitrpc.loadgen.load_cli import comma_list
 
 from . import model_server, systems
+from .command_line import add_subcommand, command_of, run_as_module
 from .peers import common
 from .procs import ServerDied
 from .sidebyside import _median_table
@@ -55,11 +55,8 @@ class ModelResult(Result):
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
-    p = sub.add_parser("bench-models", help="model zoo end to end: splitrpc vs in-process vs grpcio",
-                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_arguments(p)
-    p.set_defaults(func=cmd_bench_models)
-    return p
+    return add_subcommand(sub, "bench-models", "model zoo end to end: splitrpc vs in-process vs grpcio", __doc__,
+                          add_arguments, cmd_bench_models)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -550,8 +547,7 @@ def cmd_bench_models(a) -> int:
     if importlib.util.find_spec("torch") is None:
         print("splitrpc bench-models: the models need PyTorch: pip install 'splitrpc[models]'", file=sys.stderr)
         return 2
-    if not getattr(a, "command", None):
-        a.command = "splitrpc " + shlex.join(sys.argv[1:])
+    a.command = command_of(a)
     os.makedirs(a.out, exist_ok=True)
     doc = run(a)
     report.write_results(a.out, "models_e2e", doc, markdown(doc, doc["table"]))
@@ -559,13 +555,7 @@ def cmd_bench_models(a) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m splitrpc.bench.models_e2e", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_arguments(p)
-    argv = list(sys.argv[1:] if argv is None else argv)
-    a = p.parse_args(argv)
-    a.command = "python -m splitrpc.bench.models_e2e " + shlex.join(argv)
-    return cmd_bench_models(a)
+    return run_as_module("splitrpc.bench.models_e2e", __doc__, add_arguments, cmd_bench_models, argv)
 
 
 if __name__ == "__main__":

@@ -23,6 +23,8 @@ from splitrpc.services import builtin
 from splitrpc.services.models import MODELS, split
 from splitrpc.spec import TensorSpec
 
+from .command_line import add_subcommand, command_of, run_as_module
+
 SERVICES = ("vecadd", "matmul", "lenet")
 MODES = ("o1", "graph", "o2")
 MODE_LABEL = {"o1": "O1", "graph": "O1+CG", "o2": "O2"}
@@ -529,11 +531,8 @@ def markdown(doc: dict) -> str:
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
-    p = sub.add_parser("bench-orchestration", help="O1 vs O1+CUDA graphs vs O2 for vecadd, matmul and LeNet",
-                       description=__doc__)
-    _arguments(p)
-    p.set_defaults(func=cmd_bench_orchestration)
-    return p
+    return add_subcommand(sub, "bench-orchestration", "O1 vs O1+CUDA graphs vs O2 for vecadd, matmul and LeNet",
+                          __doc__, _arguments, cmd_bench_orchestration)
 
 
 def _arguments(p: argparse.ArgumentParser) -> None:
@@ -565,14 +564,6 @@ def _bad_input(a) -> str | None:
     return None
 
 
-def _command(a) -> str:
-    if getattr(a, "command", None):
-        return a.command
-    if sys.argv and os.path.basename(sys.argv[0]) == "splitrpc":
-        return "splitrpc " + " ".join(sys.argv[1:])
-    return " ".join(sys.argv)
-
-
 def cmd_bench_orchestration(a) -> int:
     bad = _bad_input(a)
     if bad:
@@ -594,7 +585,7 @@ def cmd_bench_orchestration(a) -> int:
         computes += c
     machine = report.machine()
     machine["gpu"] = state["name"]
-    doc = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "command": _command(a),
+    doc = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "command": command_of(a),
            "machine": machine, "gpu": state, "rounds": a.rounds, "calls": a.calls, "small": a.small,
            "max_batch": MAX_BATCH, "concurrency": {"latency": LATENCY_CONC, "throughput": THROUGHPUT_CONC},
            "table": table(cells, runs, computes), "computes": computes,
@@ -610,12 +601,7 @@ def cmd_bench_orchestration(a) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    p = argparse.ArgumentParser(prog="python -m splitrpc.bench.orchestration", description=__doc__)
-    _arguments(p)
-    a = p.parse_args(argv)
-    a.command = " ".join(["python -m splitrpc.bench.orchestration", *argv])
-    return cmd_bench_orchestration(a)
+    return run_as_module("splitrpc.bench.orchestration", __doc__, _arguments, cmd_bench_orchestration, argv)
 
 
 if __name__ == "__main__":

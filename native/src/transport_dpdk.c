@@ -43,6 +43,7 @@ struct srpc_dpdk_port {
     struct rte_mempool *hdr_pool; /* hardware split: the first 64 bytes of each frame */
     struct rte_mempool *data_pool; /* hardware split: the rest (payload) */
     struct neigh neigh[NEIGH_SLOTS];
+    struct neigh last_learned; /* the receiving thread's: the sender it last put in the table */
     srpc_dpdk_port_stats_t st;
 };
 
@@ -450,13 +451,21 @@ static int take_frame(srpc_dpdk_port_t *p, struct rte_mbuf *m, srpc_rx_t *rx, un
     }
     if (kind != SRPC_FRAME_UDP) { /* ARP: learn the sender, answer a question */
         srpc_dpdk_neighbour_add(p, info.peer.ip, info.peer.mac);
+        p->last_learned.ip = 0; /* the table may have changed under the next datagram's sender */
         if (kind == SRPC_FRAME_ARP_REQUEST)
             answer_arp(p, &info);
         return 0;
     }
-    pthread_mutex_lock(&p->tx_lock); /* learn the sender: the reply goes to its MAC */
-    neigh_set(p, info.peer.ip, info.peer.mac);
-    pthread_mutex_unlock(&p->tx_lock);
+    /* Learn the sender (the reply goes to its MAC). The lock is taken only when the sender is
+     * not the one learned last, so a stream of requests from one client takes none. */
+    if (info.peer.ip != p->last_learned.ip || memcmp(info.peer.mac, p->last_learned.mac, 6) != 0) {
+        pthread_mutex_lock(&p->tx_lock);
+        if (neigh_set(p, info.peer.ip, info.peer.mac) == 0) {
+            p->last_learned.ip = info.peer.ip;
+            memcpy(p->last_learned.mac, info.peer.mac, 6);
+        }
+        pthread_mutex_unlock(&p->tx_lock);
+    }
     uint32_t len = info.payload_len;
     uint32_t hlen = len < SRPC_HDR_LEN ? len : SRPC_HDR_LEN;
     uint32_t dlen = len - hlen;
