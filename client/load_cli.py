@@ -74,6 +74,10 @@ def add_parser(sub) -> argparse.ArgumentParser:
                                                    "'--no-huge --no-shconf -l 0 --vdev=net_af_packet0,iface=eth1'")
     p.add_argument("--local-ip", help="dpdk: this client's IPv4 address on the port")
     p.add_argument("--server-mac", help="dpdk: the server's MAC (else asked by ARP)")
+    p.add_argument("--retries", type=int, default=0,
+                   help="retransmissions of a call whose reply is late (0: none, so losses show as timeouts)")
+    p.add_argument("--protocol", type=int, choices=(1, 2), default=2,
+                   help="wire protocol version: 2 checks every header (docs/PROTOCOL-v2.md), 1 is PROTOCOL.md's")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--out", default="splitrpc-load", help="directory for report.json, runs.csv and PNGs")
     p.add_argument("--label", default="splitrpc")
@@ -212,7 +216,8 @@ def _load(a) -> int:
     doc: dict = {"tool": f"splitrpc load {__version__}", "command": " ".join(sys.argv),
                  "started": datetime.now(timezone.utc).isoformat(timespec="seconds"), "machine": report.machine(),
                  "target": {"host": a.host, "port": a.port, "service": svc.name if svc else None, "func_id": func_id,
-                            "request_bytes": len(req), "checks_replies": exp is not None},
+                            "request_bytes": len(req), "checks_replies": exp is not None, "protocol": a.protocol,
+                            "retries": a.retries},
                  "mode": a.mode, "arrival": a.arrival if a.mode != "closed" else None}
     runs: list[dict] = []
     records: list[Records] = []
@@ -220,7 +225,8 @@ def _load(a) -> int:
     dpdk_kw = {} if a.transport == "udp" else {
         "transport": "dpdk", "dpdk_port": a.dpdk_port, "dpdk_args": a.dpdk_args.split(), "local_ip": a.local_ip,
         "server_mac": a.server_mac}
-    with Client(a.host, a.port, timeout=a.timeout_ms / 1e3, busy_poll=a.busy_poll, **dpdk_kw) as c:
+    with Client(a.host, a.port, timeout=a.timeout_ms / 1e3, busy_poll=a.busy_poll, protocol=a.protocol, retries=a.retries,
+                **dpdk_kw) as c:
         _probe(c, a, func_id, req)
         job = Job(a, c, func_id, req, exp)
         if a.mode == "closed":

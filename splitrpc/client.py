@@ -34,19 +34,26 @@ class Client:
     address on it (host must be the server's IPv4 address), local_port its UDP port (0: one at
     random). The server's MAC is asked by ARP, or given as server_mac. The client polls.
 
-    ``retries > 0`` sends a request again (same req_id) when its reply has not come within the
-    retransmission timeout: adaptive (smoothed round-trip time + 4 deviations, RFC 6298),
-    between rto_min and rto_max seconds (rto_initial before the first reply), doubling at each
-    retry, at most ``retries`` times; the call's own timeout still ends it. Requests are copied
-    to be sent again. Over a lossy network set it (e.g. 5); the default 0 sends once.
+    ``retries`` (default 3) sends a request again (same req_id) when its reply has not come
+    within the retransmission timeout: adaptive (smoothed round-trip time + 4 deviations,
+    RFC 6298), between rto_min and rto_max seconds (rto_initial before the first reply), doubling
+    at each retry, at most ``retries`` times; the call's own timeout still ends it. The server
+    never runs a call twice (its reply cache answers a retransmission). Requests are copied to
+    be sent again; ``retries=0`` sends once and copies nothing. Over a lossy network raise it
+    (e.g. 10).
+
+    ``protocol`` is the wire protocol version of the requests: 2 (the default) protects each
+    header with a CRC-16 so that a header damaged in transit is dropped, never taken for another
+    call's reply (docs/PROTOCOL-v2.md); 1 is PROTOCOL.md's version 1, for servers that speak
+    only that.
     """
 
     def __init__(self, host: str = "127.0.0.1", port: int = 9230, timeout: float = 1.0, *,
                  segment_size: int = 0, max_reply: int = 1 << 20, busy_poll: bool = False,
                  socket_buffer: int = 32 << 20, transport: str = "udp", dpdk_args: Sequence[str] = (),
                  dpdk_port: str | None = None, local_ip: str | None = None, local_port: int = 0,
-                 server_mac: str | None = None, dpdk_mtu: int = 1500, retries: int = 0, rto_min: float = 0.005,
-                 rto_initial: float = 0.2, rto_max: float = 1.0):
+                 server_mac: str | None = None, dpdk_mtu: int = 1500, retries: int = 3, rto_min: float = 0.005,
+                 rto_initial: float = 0.2, rto_max: float = 1.0, protocol: int = 2):
         if transport not in ("udp", "dpdk"):
             raise ValueError(f"transport must be 'udp' or 'dpdk', got {transport!r}")
         if transport == "dpdk":
@@ -66,6 +73,9 @@ class Client:
         if retries < 0 or not 0 < rto_min <= rto_initial <= rto_max:
             raise ValueError("retries must be >= 0 and 0 < rto_min <= rto_initial <= rto_max")
         cfg.retries = int(retries)
+        if protocol not in (1, 2):
+            raise ValueError(f"protocol must be 1 or 2, got {protocol!r}")
+        cfg.version = protocol
         cfg.rto_min_us, cfg.rto_initial_us, cfg.rto_max_us = (int(v * 1e6) for v in (rto_min, rto_initial, rto_max))
         if transport == "dpdk":
             self._dpdk_strs = [ffi.new("char[]", s.encode()) for s in (dpdk_port, local_ip, server_mac or "")]

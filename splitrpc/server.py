@@ -31,6 +31,7 @@ _WAIT_US = 100_000  # the worker returns to Python this often when idle (Ctrl-C,
 _DROP_NAMES = [
     "short", "bad_header", "bad_segment", "truncated", "not_request", "inconsistent",
     "reassembly_timeout", "memory_cap", "table_full", "duplicate", "rejected", "tx_failed", "not_allowed",
+    "bad_check", "client_memory_cap",
 ]
 _ERROR_NAMES = {1: "UNKNOWN_FUNCTION", 2: "BAD_REQUEST", 3: "BUSY", 4: "DEADLINE", 5: "INTERNAL", 6: "TOO_LARGE"}
 

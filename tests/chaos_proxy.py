@@ -10,7 +10,9 @@ from dataclasses import dataclass, field
 
 @dataclass
 class Faults:
-    """Probabilities for one direction. corrupt flips one random bit of the 22-byte header."""
+    """Probabilities for one direction. corrupt changes one random byte of the 22-byte header
+    (XOR with a random nonzero value) after the sender's UDP checksum: the damage a faulty
+    middlebox does, which UDP's checksum cannot see."""
     loss: float = 0.0
     dup: float = 0.0
     reorder: float = 0.0
@@ -58,7 +60,7 @@ class ChaosProxy:
         if data and rng.random() < faults.corrupt:
             b = bytearray(data)
             i = rng.randrange(min(len(b), 22))
-            b[i] ^= 1 << rng.randrange(8)
+            b[i] ^= rng.randrange(1, 256)
             data = bytes(b)
             faults.counts["corrupted"] += 1
         copies = 2 if rng.random() < faults.dup else 1

@@ -1,4 +1,5 @@
-"""foreign_client.py: a splitrpc client written from PROTOCOL.md alone (stdlib only, no splitrpc code)."""
+"""foreign_client.py: a splitrpc client written from PROTOCOL.md and docs/PROTOCOL-v2.md alone (stdlib only, no splitrpc code)."""
+import binascii
 import os
 import random
 import socket
@@ -6,8 +7,30 @@ import struct
 import time
 
 HDR = struct.Struct(">BBHQHHIH")  # magic, ver_type, func_id, req_id, seq, nseg, msg_len, aux
-MAGIC, VERSION = 0xA5, 1
+MAGIC = 0xA5
 REQUEST, RESPONSE, ERROR = 0, 1, 2
+
+
+def crc16(hdr: bytes) -> int:
+    """PROTOCOL-v2.md: CRC-16/CCITT-FALSE of the header with bytes 4..5 zero."""
+    return binascii.crc_hqx(hdr[:4] + bytes(2) + hdr[6:22], 0xFFFF)
+
+
+def pack(version: int, typ: int, func_id: int, req_id: int, seq: int, nseg: int, msg_len: int, aux: int) -> bytes:
+    h = bytearray(HDR.pack(MAGIC, (version << 4) | typ, func_id, req_id, seq, nseg, msg_len, aux))
+    if version == 2:
+        h[4:6] = crc16(bytes(h)).to_bytes(2, "big")
+    return bytes(h)
+
+
+def unpack(dgram: bytes, version: int):
+    """The header fields, or None when a version 2 check does not match."""
+    magic, vt, fid, rid, seq, n, mlen, aux = HDR.unpack_from(dgram)
+    if version == 2:
+        if vt >> 4 != 2 or int.from_bytes(dgram[4:6], "big") != crc16(dgram):
+            return None
+        rid &= (1 << 48) - 1
+    return magic, vt, fid, rid, seq, n, mlen, aux
 
 
 class ProtocolError(Exception):
@@ -21,7 +44,9 @@ class RemoteError(Exception):
 
 
 class ForeignClient:
-    def __init__(self, host: str, port: int, seg_size: int = 1450, timeout: float = 2.0, shuffle: bool = False):
+    def __init__(self, host: str, port: int, seg_size: int = 1450, timeout: float = 2.0, shuffle: bool = False,
+                 version: int = 1):
+        self.version = version
         self.addr = (host, port)
         self.seg = seg_size
         self.timeout = timeout
@@ -29,19 +54,19 @@ class ForeignClient:
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
         self.sock.connect(self.addr)
-        self.next_id = int.from_bytes(os.urandom(8), "big")
+        self.next_id = int.from_bytes(os.urandom(6 if version == 2 else 8), "big")
 
     def close(self):
         self.sock.close()
 
     def segments(self, func_id: int, req_id: int, data: bytes) -> list:
         n = max(1, -(-len(data) // self.seg))
-        return [HDR.pack(MAGIC, (VERSION << 4) | REQUEST, func_id, req_id, i, n, len(data), 0)
+        return [pack(self.version, REQUEST, func_id, req_id, i, n, len(data), 0)
                 + data[i * self.seg:(i + 1) * self.seg] for i in range(n)]
 
     def call(self, func_id: int, data: bytes) -> bytes:
         req_id = self.next_id
-        self.next_id = (self.next_id + 1) % (1 << 64)
+        self.next_id = (self.next_id + 1) % (1 << (48 if self.version == 2 else 64))
         segs = self.segments(func_id, req_id, data)
         if self.shuffle:
             random.Random(req_id).shuffle(segs)
@@ -60,8 +85,11 @@ class ForeignClient:
             dgram = self.sock.recv(65535)
             if len(dgram) < HDR.size:
                 continue
-            magic, vt, fid, rid, seq, n, mlen, aux = HDR.unpack_from(dgram)
-            if magic != MAGIC or vt >> 4 != VERSION or rid != req_id or fid != func_id:
+            fields = unpack(dgram, self.version)
+            if fields is None:
+                continue
+            magic, vt, fid, rid, seq, n, mlen, aux = fields
+            if magic != MAGIC or vt >> 4 != self.version or rid != req_id or fid != func_id:
                 continue
             body = dgram[HDR.size:]
             if vt & 15 == ERROR:

@@ -1,4 +1,4 @@
-"""A client written from PROTOCOL.md alone (tests/foreign_client.py) against a real `splitrpc serve`."""
+"""A client written from PROTOCOL.md and docs/PROTOCOL-v2.md alone (tests/foreign_client.py) against a real `splitrpc serve`: both versions."""
 import os
 import struct
 import subprocess
@@ -41,10 +41,11 @@ def f32(values) -> bytes:
     return struct.pack(f"<{len(values)}f", *values)
 
 
+@pytest.mark.parametrize("version", [1, 2])
 @pytest.mark.parametrize("seg", [1450, 8950, 65485])
 @pytest.mark.parametrize("shuffle", [False, True])
-def test_builtin_services_from_the_protocol_page(served, seg, shuffle):
-    c = ForeignClient("127.0.0.1", served, seg_size=seg, shuffle=shuffle)
+def test_builtin_services_from_the_protocol_page(served, seg, shuffle, version):
+    c = ForeignClient("127.0.0.1", served, seg_size=seg, shuffle=shuffle, version=version)
     try:
         x = [float(i) / 8 for i in range(256)]  # exact in float32, so +1 is too
         assert c.call(1, f32(x)) == f32([v + 1 for v in x])
@@ -61,8 +62,9 @@ def test_builtin_services_from_the_protocol_page(served, seg, shuffle):
         c.close()
 
 
-def test_errors_from_the_protocol_page(served):
-    c = ForeignClient("127.0.0.1", served)
+@pytest.mark.parametrize("version", [1, 2])
+def test_errors_from_the_protocol_page(served, version):
+    c = ForeignClient("127.0.0.1", served, version=version)
     try:
         with pytest.raises(RemoteError) as e:
             c.call(77, b"x")

@@ -100,6 +100,13 @@ def hdr(**kw) -> bytes:
     return ref.encode(**f)
 
 
+def flip(b: bytes, i: int, x: int = 0x41) -> bytes:
+    """b with byte i XORed with x: a header damaged in transit."""
+    d = bytearray(b)
+    d[i] ^= x
+    return bytes(d)
+
+
 def malformed_categories():
     """{name: [datagram, ...]}; every one is dropped on sight (ref.classify != "accept")."""
     valid = hdr(msg_len=1024)
@@ -109,7 +116,9 @@ def malformed_categories():
         "short": [valid[:n] for n in range(1, 22)],
         "wrong_magic": [b"\x00" + valid[1:] + bytes(1024), b"\xa4" + valid[1:] + bytes(1024),
                         b"\xff" + valid[1:] + bytes(1024)],
-        "version": [ref.encode(0, 1, new_id(), 0, 1, 1024, version=v) + bytes(1024) for v in (0, 2, 15)],
+        "version": [ref.encode(0, 1, new_id(), 0, 1, 1024, version=v) + bytes(1024) for v in (0, 3, 15)],
+        "v2_check": [flip(ref.encode(0, 1, new_id(), 0, 1, 1024, version=2), i) + bytes(1024)
+                     for i in (0, 2, 3, 4, 5, 6, 11, 12, 13, 14, 15, 16, 19, 20, 21)],
         "response_error": [hdr(type=t, msg_len=8) + bytes(8) for t in (1, 2)],
         "type_3_15": [ref.encode(t, 1, new_id(), 0, 1, 1024) + bytes(1024) for t in range(3, 16)],
         "nseg_0": [hdr(nseg=0, msg_len=1024) + bytes(1024)],
@@ -133,7 +142,7 @@ def malformed_categories():
         elif kind == 1:
             d = b"\xa5" + rng.randbytes(rng.randrange(0, 80))
         elif kind == 2:
-            d = bytes([0xA5, 0x10 | rng.randrange(16)]) + rng.randbytes(rng.randrange(0, 80))
+            d = bytes([0xA5, rng.choice((0x10, 0x20)) | rng.randrange(16)]) + rng.randbytes(rng.randrange(0, 80))
         else:  # a valid header prefix, then random bytes
             k = rng.randrange(2, 22)
             d = valid[:k] + rng.randbytes(rng.randrange(0, 120))
@@ -147,7 +156,7 @@ def malformed_categories():
 
 
 CATEGORY_REASON = {
-    "empty": "short", "short": "short", "wrong_magic": "bad_header", "version": "bad_header",
+    "empty": "short", "short": "short", "wrong_magic": "bad_header", "version": "bad_header", "v2_check": "bad_check",
     "response_error": "not_request", "type_3_15": "bad_header", "nseg_0": "bad_segment",
     "seq_ge_nseg": "bad_segment", "single_len_mismatch": "bad_segment", "nonlast_len_0": "bad_segment",
     "last_longer_than_s": "bad_segment", "huge_claim": "bad_segment", "after_valid_header": "bad_segment",
@@ -157,7 +166,7 @@ CATEGORY_REASON = {
 def test_barrage_is_dropped_counted_and_harmless(srv, attacker):
     sock = attacker()
     before = srv.stats()
-    expected = {"short": 0, "bad_header": 0, "bad_segment": 0, "not_request": 0}
+    expected = {"short": 0, "bad_header": 0, "bad_segment": 0, "not_request": 0, "bad_check": 0}
     cats = malformed_categories()
     for name, dgrams in cats.items():
         send_all(sock, srv.port, dgrams)
@@ -473,3 +482,73 @@ def test_echo_reassembles_any_size_in_any_order(srv, attacker, s, rel, order):
         assert st["rx_in_place"] == 0
     elif size == 1 << 20 and order == "in_order":
         assert st["rx_in_place"] > 0  # 117 segments: most follow the first while it is partial
+
+
+# ------------------------------------------------------------------ version 2 (docs/PROTOCOL-v2.md)
+
+
+def test_version_2_request_is_answered_in_version_2_and_is_another_call_than_version_1(srv, attacker):
+    sock = attacker()
+    rid = new_id()
+    req = vecadd_request(7)
+    calls = srv.stats()["calls"]
+    for version in (2, 1):  # same req_id, same socket: two calls, each answered in its version
+        sock.sendto(ref.encode(0, 1, rid, 0, 1, len(req), version=version) + req, ("127.0.0.1", srv.port))
+        d = collect(sock)
+        assert len(d) == 1
+        h = ref.decode(d[0])  # checks a version 2 reply's check
+        assert (h.version, h.type, h.req_id) == (version, ref.RESPONSE, rid)
+        assert d[0][ref.HDR_LEN:] == SERVICES["vecadd"].expected(req)
+    wait_for(lambda: srv.stats()["calls"] == calls + 2)
+
+
+def test_damaged_version_2_segment_never_lands_in_the_message(srv, attacker):
+    """A segment whose seq was damaged in transit would put its bytes at another offset of the
+    message in version 1; in version 2 it is dropped, and the retransmitted segment completes
+    the message with the right bytes."""
+    sock = attacker()
+    rid = new_id()
+    img = np.arange(3 * 224 * 224, dtype=np.float32).tobytes()
+    segs = ref.segments(4, rid, img, 8000, version=2)
+    before = srv.stats()["drops"]["bad_check"]
+    bad = flip(segs[3], 13, 0x01)  # seq 3 -> 2, check unchanged
+    send_all(sock, srv.port, [bad] + segs[:3] + segs[4:])  # segment 3 "lost", its damaged copy first
+    assert_silent(sock)
+    send_all(sock, srv.port, [segs[3]])  # the retransmission
+    d = collect(sock)
+    msg = ref.reassemble(d)
+    ((key, m),) = msg.items()
+    assert key == (ref.RESPONSE, 4, rid) and m["data"] == img[:4000]
+    assert srv.stats()["drops"]["bad_check"] == before + 1
+
+
+# ------------------------------------------------------------------ per-client reassembly memory
+
+
+def test_one_client_address_cannot_take_all_reassembly_memory(make_server, attacker):
+    """Partial messages of one IP address (any of its ports) stop at the per-client cap; another
+    address still gets in, and finishing a message frees its share."""
+    srv = make_server(register_builtin_services, reassembly_memory_per_client=100_000, reassembly_timeout=5.0)
+    a1, a2 = attacker(), attacker()  # two ports of 127.0.0.1: one client address
+    other = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    other.bind(("127.0.0.2", 0))  # another address on the loopback network
+    other.settimeout(5.0)
+    try:
+        blobs = [bytes([i]) * 40_000 for i in range(4)]
+        msgs = [ref.segments(3, new_id(), b, 20_000) for b in blobs]  # echo, 2 segments of 20 kB
+        before = srv.stats()["drops"]["client_memory_cap"]
+        send_all(a1, srv.port, [msgs[0][0]])
+        send_all(a2, srv.port, [msgs[1][0]])  # 2 x 40 kB partial: under 100 kB
+        send_all(a2, srv.port, [msgs[2][0]])  # a third would be 120 kB: dropped
+        wait_for(lambda: srv.stats()["drops"]["client_memory_cap"] == before + 1)
+        assert srv.stats()["partial_messages"] == 2
+        send_all(other, srv.port, [msgs[3][0], msgs[3][1]])  # another address: served
+        assert ref.reassemble(collect(other))[(ref.RESPONSE, 3, ref.decode(msgs[3][0]).req_id)]["data"] == blobs[3]
+        send_all(a1, srv.port, [msgs[0][1]])  # completes: its 40 kB are given back
+        assert ref.reassemble(collect(a1))[(ref.RESPONSE, 3, ref.decode(msgs[0][0]).req_id)]["data"] == blobs[0]
+        send_all(a2, srv.port, msgs[2])  # the retransmitted third now fits
+        got = ref.reassemble(collect(a2))
+        assert got[(ref.RESPONSE, 3, ref.decode(msgs[2][0]).req_id)]["data"] == blobs[2]
+        assert srv.stats()["drops"]["client_memory_cap"] == before + 1
+    finally:
+        other.close()

@@ -60,10 +60,14 @@ def test_retries_stop_at_the_cap_and_the_timeout_ends_the_call(make_server, make
         st = c.stats()
         assert st["retransmits"] == 3 and st["timeouts"] == 1
         assert px.up.counts["in"] == 4  # the first send and three more
-        plain = make_client(px.port, timeout=0.3)
+        once = make_client(px.port, timeout=0.3, retries=0)
         with pytest.raises(splitrpc.CallTimeout):
-            plain.call(VEC.func_id, VEC.example(np.random.default_rng(2)))
-        assert plain.stats()["retransmits"] == 0 and px.up.counts["in"] == 5
+            once.call(VEC.func_id, VEC.example(np.random.default_rng(2)))
+        assert once.stats()["retransmits"] == 0 and px.up.counts["in"] == 5
+        default = make_client(px.port, timeout=0.3, rto_initial=0.05)  # retries=3 by default
+        with pytest.raises(splitrpc.CallTimeout):
+            default.call(VEC.func_id, VEC.example(np.random.default_rng(3)))
+        assert default.stats()["retransmits"] == 2 and px.up.counts["in"] == 8  # at 50 and 150 ms
 
 
 def test_timeout_adapts_to_round_trips(make_server, make_client):

@@ -1,4 +1,5 @@
 """Native header codec and segmentation rules (srpc_hdr_*, srpc_seg_*) against a pure-Python PROTOCOL.md reference."""
+import binascii
 import errno
 import os
 import sys
@@ -21,15 +22,17 @@ u64 = st.integers(0, 0xFFFFFFFFFFFFFFFF)
 
 
 @st.composite
-def headers(draw, types=st.integers(0, 2)):
+def headers(draw, types=st.integers(0, 2), versions=st.sampled_from([1, 2])):
     nseg = draw(st.one_of(st.integers(1, 4), st.integers(1, 0xFFFF)))
     seq = draw(st.one_of(st.just(0), st.just(nseg - 1), st.integers(0, nseg - 1)))
-    return ref.Header(draw(types), draw(u16), draw(u64), seq, nseg, draw(u32), draw(u16))
+    version = draw(versions)
+    req_id = draw(u64 if version == 1 else st.integers(0, ref.REQ_ID_V2_MAX))
+    return ref.Header(draw(types), draw(u16), req_id, seq, nseg, draw(u32), draw(u16), version)
 
 
 def c_hdr(h: ref.Header):
     c = ffi.new("srpc_hdr_t *")
-    c.type, c.func_id, c.req_id = h.type, h.func_id, h.req_id
+    c.type, c.version, c.func_id, c.req_id = h.type, h.version, h.func_id, h.req_id
     c.seq, c.nseg, c.msg_len, c.aux = h.seq, h.nseg, h.msg_len, h.aux
     return c
 
@@ -49,7 +52,7 @@ def native_decode(buf: bytes):
     rc = lib.srpc_hdr_decode(src, len(buf), out)
     if rc:
         return rc, None
-    return rc, ref.Header(out.type, out.func_id, out.req_id, out.seq, out.nseg, out.msg_len, out.aux)
+    return rc, ref.Header(out.type, out.func_id, out.req_id, out.seq, out.nseg, out.msg_len, out.aux, out.version)
 
 
 def native_seg(nseg: int, seq: int, msg_len: int, length: int):
@@ -89,6 +92,7 @@ def test_reference_layout_matches_protocol_table():
 @given(headers())
 @example(ref.Header(0, 0, 0, 0, 1, 0, 0))
 @example(ref.Header(2, 0xFFFF, 2**64 - 1, 0xFFFE, 0xFFFF, 2**32 - 1, 0xFFFF))
+@example(ref.Header(2, 0xFFFF, 2**48 - 1, 0xFFFE, 0xFFFF, 2**32 - 1, 0xFFFF, 2))
 def test_native_encode_equals_reference(h):
     assert native_encode(h) == ref.encode_hdr(h)
 
@@ -129,13 +133,12 @@ def test_decode_rejects_short(h, n):
 @SETTINGS
 @given(headers(), u8.filter(lambda m: m != 0xA5))
 def test_decode_rejects_wrong_magic(h, magic):
-    wire = bytearray(ref.encode_hdr(h))
-    wire[0] = magic
-    assert native_decode(bytes(wire))[0] == -errno.EBADMSG
+    wire = ref.encode(h.type, h.func_id, h.req_id, h.seq, h.nseg, h.msg_len, h.aux, magic=magic, version=h.version)
+    assert native_decode(wire)[0] == -errno.EBADMSG
 
 
 @SETTINGS
-@given(headers(), st.integers(0, 15).filter(lambda v: v != 1))
+@given(headers(), st.integers(0, 15).filter(lambda v: v not in (1, 2)))
 def test_decode_rejects_wrong_version(h, version):
     wire = ref.encode(h.type, h.func_id, h.req_id, h.seq, h.nseg, h.msg_len, h.aux, version=version)
     assert native_decode(wire)[0] == -errno.EBADMSG
@@ -144,14 +147,14 @@ def test_decode_rejects_wrong_version(h, version):
 @SETTINGS
 @given(headers(), st.integers(3, 15))
 def test_decode_rejects_unknown_type(h, t):
-    wire = ref.encode(t, h.func_id, h.req_id, h.seq, h.nseg, h.msg_len, h.aux)
+    wire = ref.encode(t, h.func_id, h.req_id, h.seq, h.nseg, h.msg_len, h.aux, version=h.version)
     assert native_decode(wire)[0] == -errno.EBADMSG
 
 
 @SETTINGS
 @given(headers(types=st.integers(0, 2)), u16)
 def test_decode_rejects_nseg_zero(h, seq):
-    wire = ref.encode(h.type, h.func_id, h.req_id, seq, 0, h.msg_len, h.aux)
+    wire = ref.encode(h.type, h.func_id, h.req_id, seq, 0, h.msg_len, h.aux, version=h.version)
     assert native_decode(wire)[0] == -errno.EPROTO
 
 
@@ -169,13 +172,48 @@ def test_decode_rejects_seq_not_below_nseg(data):
 @given(st.binary(min_size=0, max_size=40))
 def test_decode_agrees_with_reference_on_arbitrary_bytes(buf):
     rc, got = native_decode(buf)
-    want = {"short": -errno.EMSGSIZE, "bad_header": -errno.EBADMSG, "bad_segment": -errno.EPROTO}
+    want = {"short": -errno.EMSGSIZE, "bad_check": -errno.EILSEQ, "bad_header": -errno.EBADMSG,
+            "bad_segment": -errno.EPROTO}
     try:
         h = ref.decode(buf)
     except ref.DecodeError as e:
         assert rc == want[e.reason]
     else:
         assert rc == 0 and got == h
+
+
+# ------------------------------------------------------------------ version 2: the header check
+
+
+def test_version_2_example_of_the_protocol_page():
+    """docs/PROTOCOL-v2.md's example header, byte for byte, and its stated CRC parameters."""
+    assert binascii.crc_hqx(b"123456789", 0xFFFF) == 0x29B1  # CRC-16/CCITT-FALSE's check value
+    want = bytes.fromhex("a5 20 00 01 fc 68 00 00 00 00 00 01 00 00 00 01 00 00 04 00 00 00")
+    assert ref.encode(ref.REQUEST, 1, 1, 0, 1, 1024, version=2) == want
+    assert native_encode(ref.Header(0, 1, 1, 0, 1, 1024, 0, 2)) == want
+    assert lib.SRPC_VERSION_2 == 2
+
+
+@SETTINGS
+@given(headers(versions=st.just(2)), st.integers(0, 21), st.integers(1, 255))
+def test_every_one_byte_change_of_a_version_2_header_is_caught(h, i, x):
+    wire = bytearray(ref.encode_hdr(h))
+    wire[i] ^= x
+    rc, got = native_decode(bytes(wire))
+    if i == 1 and (wire[1] >> 4) != 2:  # the version nibble changed: then it is not a version 2 header
+        assert rc != 0 or got.version == 1
+    else:
+        assert rc == -errno.EILSEQ
+        with pytest.raises(ref.DecodeError, match="bad_check"):
+            ref.decode(bytes(wire))
+
+
+@SETTINGS
+@given(headers(versions=st.just(2)))
+def test_version_2_req_id_over_48_bits_is_refused(h):
+    c = c_hdr(h)
+    c.req_id = h.req_id | (1 << 48)
+    assert lib.srpc_hdr_encode(c, ffi.new("uint8_t[]", 22)) == -errno.EINVAL
 
 
 # ------------------------------------------------------------------ segmentation

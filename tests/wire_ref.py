@@ -1,6 +1,7 @@
-"""wire_ref.py: a pure-Python reference of the PROTOCOL.md v1 wire format, written from the spec alone (test helper)."""
+"""wire_ref.py: a pure-Python reference of the PROTOCOL.md v1 wire format and its version 2 header check (docs/PROTOCOL-v2.md), written from the specs alone (test helper)."""
 from __future__ import annotations
 
+import binascii
 import struct
 from dataclasses import dataclass
 
@@ -8,6 +9,8 @@ HDR = struct.Struct(">BBHQHHIH")  # magic, ver_type, func_id, req_id, seq, nseg,
 HDR_LEN = 22
 MAGIC = 0xA5
 VERSION = 1
+VERSION_2 = 2
+REQ_ID_V2_MAX = (1 << 48) - 1
 REQUEST, RESPONSE, ERROR = 0, 1, 2
 MAX_SEG = 65485  # 65507 (largest UDP/IPv4 payload) - 22
 ERRMSG_MAX = 256
@@ -24,22 +27,35 @@ class Header:
     nseg: int
     msg_len: int
     aux: int = 0
+    version: int = VERSION
+
+
+def check16(hdr: bytes) -> int:
+    """docs/PROTOCOL-v2.md: CRC-16/CCITT-FALSE of the 22 header bytes with bytes 4..5 as zero."""
+    return binascii.crc_hqx(hdr[:4] + b"\0\0" + hdr[6:HDR_LEN], 0xFFFF)
 
 
 def encode(type: int, func_id: int, req_id: int, seq: int, nseg: int, msg_len: int, aux: int = 0, *,
            magic: int = MAGIC, version: int = VERSION) -> bytes:
-    """The 22-byte header; magic and version can be overridden to forge bad ones."""
+    """The 22-byte header; magic and version can be overridden to forge bad ones. Version 2
+    carries a 48-bit req_id and the header check in bytes 4..5."""
+    if version == VERSION_2:
+        if not 0 <= req_id <= REQ_ID_V2_MAX:
+            raise ValueError("a version 2 req_id has 48 bits")
+        b = bytearray(HDR.pack(magic, (version << 4) | type, func_id, req_id, seq, nseg, msg_len, aux))
+        b[4:6] = check16(bytes(b)).to_bytes(2, "big")
+        return bytes(b)
     return HDR.pack(magic, (version << 4) | type, func_id, req_id, seq, nseg, msg_len, aux)
 
 
 def encode_hdr(h: Header) -> bytes:
-    return encode(h.type, h.func_id, h.req_id, h.seq, h.nseg, h.msg_len, h.aux)
+    return encode(h.type, h.func_id, h.req_id, h.seq, h.nseg, h.msg_len, h.aux, version=h.version)
 
 
 class DecodeError(ValueError):
     def __init__(self, reason: str):
         super().__init__(reason)
-        self.reason = reason  # "short", "bad_header" or "bad_segment"
+        self.reason = reason  # "short", "bad_check", "bad_header" or "bad_segment"
 
 
 def decode(buf: bytes) -> Header:
@@ -47,11 +63,16 @@ def decode(buf: bytes) -> Header:
     if len(buf) < HDR_LEN:
         raise DecodeError("short")
     magic, vt, func_id, req_id, seq, nseg, msg_len, aux = HDR.unpack_from(buf)
-    if magic != MAGIC or vt >> 4 != VERSION or (vt & 0xF) > ERROR:
+    version = vt >> 4
+    if version == VERSION_2:  # the check first: no other field is believed before it
+        if int.from_bytes(buf[4:6], "big") != check16(bytes(buf[:HDR_LEN])):
+            raise DecodeError("bad_check")
+        req_id &= REQ_ID_V2_MAX
+    if magic != MAGIC or version not in (VERSION, VERSION_2) or (vt & 0xF) > ERROR:
         raise DecodeError("bad_header")
     if nseg == 0 or seq >= nseg:
         raise DecodeError("bad_segment")
-    return Header(vt & 0xF, func_id, req_id, seq, nseg, msg_len, aux)
+    return Header(vt & 0xF, func_id, req_id, seq, nseg, msg_len, aux, version)
 
 
 def seg_size(nseg: int, seq: int, msg_len: int, length: int) -> int | None:
@@ -84,10 +105,11 @@ def cut(msg_len: int, s: int) -> list[tuple[int, int, int]]:
     return [(i, i * s, min(s, msg_len - i * s)) for i in range(n)]
 
 
-def segments(func_id: int, req_id: int, data: bytes, s: int, type: int = REQUEST, aux: int = 0) -> list[bytes]:
+def segments(func_id: int, req_id: int, data: bytes, s: int, type: int = REQUEST, aux: int = 0,
+             version: int = VERSION) -> list[bytes]:
     """The datagrams of one message, in seq order."""
     parts = cut(len(data), s)
-    return [encode(type, func_id, req_id, seq, len(parts), len(data), aux) + data[off:off + ln]
+    return [encode(type, func_id, req_id, seq, len(parts), len(data), aux, version=version) + data[off:off + ln]
             for seq, off, ln in parts]
 
 

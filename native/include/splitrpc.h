@@ -9,11 +9,13 @@
 extern "C" {
 #endif
 
-/* ------------------------------------------------------------------ wire (PROTOCOL.md v1) */
+/* ------------------------------------------------------------------ wire (PROTOCOL.md v1, docs/PROTOCOL-v2.md) */
 
 #define SRPC_HDR_LEN 22           /* control header bytes at the start of every datagram */
 #define SRPC_MAGIC 0xA5
-#define SRPC_VERSION 1
+#define SRPC_VERSION 1            /* version 1: PROTOCOL.md */
+#define SRPC_VERSION_2 2          /* version 2: version 1 with a CRC-16 header check, 48-bit req_id */
+#define SRPC_REQ_ID_V2_MASK 0xffffffffffffull
 #define SRPC_MAX_SEG_DATA 65485   /* 65507 (largest UDP/IPv4 payload) - 22 */
 #define SRPC_ERRMSG_MAX 256       /* longest optional UTF-8 message of an ERROR datagram */
 
@@ -37,6 +39,7 @@ enum srpc_error_code {
 /* A decoded control header, fields in host order. */
 typedef struct srpc_hdr {
     uint8_t type;     /* enum srpc_msg_type */
+    uint8_t version;  /* 1 or 2; 0 is taken as 1 when encoding */
     uint16_t func_id;
     uint64_t req_id;
     uint16_t seq;
@@ -45,13 +48,18 @@ typedef struct srpc_hdr {
     uint16_t aux;
 } srpc_hdr_t;
 
-/* Writes the 22-byte big-endian header. Returns 0, or -EINVAL for a type > 2. */
+/* Writes the 22-byte big-endian header of h->version (version 2 with its check). Returns 0,
+ * or -EINVAL for a type > 2, a version other than 0, 1, 2, or a version 2 req_id over 48 bits. */
 int srpc_hdr_encode(const srpc_hdr_t *h, uint8_t out[SRPC_HDR_LEN]);
 
-/* Parses and checks the header alone: length >= 22, magic, version, type, nseg >= 1,
- * seq < nseg. Returns 0, -EMSGSIZE (short), -EBADMSG (magic/version/type) or -EPROTO
+/* Parses and checks the header alone: length >= 22, magic, version (1 or 2), the version 2
+ * check, type, nseg >= 1, seq < nseg. Returns 0, -EMSGSIZE (short), -EILSEQ (version 2 check
+ * mismatch, tested before any other field), -EBADMSG (magic/version/type) or -EPROTO
  * (seq/nseg). Never reads past len. */
 int srpc_hdr_decode(const uint8_t *buf, size_t len, srpc_hdr_t *out);
+
+/* The version 2 check of a 22-byte header: CRC-16/CCITT-FALSE over it with bytes 4..5 as 0. */
+uint16_t srpc_hdr_check16(const uint8_t hdr[SRPC_HDR_LEN]);
 
 /* Checks the segmentation rules of PROTOCOL.md for one segment carrying data_len bytes
  * and derives the message's segment size S (for nseg == 1, S = msg_len).
@@ -90,10 +98,10 @@ void srpc_reassembler_destroy(srpc_reassembler_t *r);
 /* Adds one datagram (header and data, len bytes; copied, the caller keeps it). A segment of a
  * new message starts that message when none is in progress (a completed one is dropped).
  * Returns 1 when the message became complete, 0 when more segments are needed, or rejects
- * the datagram and changes nothing: -EMSGSIZE (shorter than the header), -EBADMSG (magic,
- * version or type), -EPROTO (impossible seq/nseg/msg_len/length, or disagreeing with the
+ * the datagram and changes nothing: -EMSGSIZE (shorter than the header), -EILSEQ (a version 2
+ * header check mismatch), -EBADMSG (magic, version or type), -EPROTO (impossible seq/nseg/msg_len/length, or disagreeing with the
  * message's msg_len, nseg or S), -EALREADY (a duplicate, also of the completed message),
- * -EBUSY (a segment of another message, by req_id, type or func_id, while one is in
+ * -EBUSY (a segment of another message, by req_id, type, func_id or version, while one is in
  * progress), -E2BIG (msg_len > max_msg), -EINVAL (NULL r or dgram); or -ENOMEM (a
  * completed message was dropped all the same). */
 int srpc_reassembler_push(srpc_reassembler_t *r, const uint8_t *dgram, size_t len);
@@ -304,6 +312,8 @@ enum srpc_drop_reason {
     SRPC_DROP_REJECTED,        /* further segment of a message already answered with an error */
     SRPC_DROP_TX_FAILED,       /* a reply datagram the socket would not take */
     SRPC_DROP_NOT_ALLOWED,     /* from a source outside the server's allow-list */
+    SRPC_DROP_BAD_CHECK,       /* version 2 header whose check does not match */
+    SRPC_DROP_CLIENT_MEM_CAP,  /* the sending address's share of reassembly memory reached */
     SRPC_DROP_MAX
 };
 
@@ -357,6 +367,10 @@ typedef struct srpc_client_config {
      * Retransmissions happen while some thread waits for a reply (wait, wait_any, call). */
     uint32_t retries;          /* 0: never retransmit (the default) */
     uint32_t rto_min_us, rto_initial_us, rto_max_us;
+    /* Wire protocol of the requests: 2 (the default: a CRC-16 header check, 48-bit req_ids,
+     * docs/PROTOCOL-v2.md) or 1 (PROTOCOL.md, for servers that speak only version 1). Replies
+     * of the other version are dropped. */
+    uint8_t version;
 } srpc_client_config_t;
 
 void srpc_client_config_init(srpc_client_config_t *cfg);

@@ -21,7 +21,8 @@ static uint32_t key_hash(const srpc_call_key_t *k)
     uint64_t a, b;
     memcpy(&a, k->addr.ip, 8);
     memcpy(&b, k->addr.ip + 8, 8);
-    uint64_t h = mix64(k->req_id ^ ((uint64_t)k->func_id << 48) ^ ((uint64_t)k->addr.port << 32));
+    uint64_t h = mix64(k->req_id ^ ((uint64_t)k->func_id << 48) ^ ((uint64_t)k->addr.port << 32) ^
+                       ((uint64_t)k->version << 60));
     h = mix64(h ^ a);
     h = mix64(h ^ b ^ k->addr.family);
     return (uint32_t)h;
@@ -29,7 +30,8 @@ static uint32_t key_hash(const srpc_call_key_t *k)
 
 static int key_eq(const srpc_call_key_t *x, const srpc_call_key_t *y)
 {
-    return x->req_id == y->req_id && x->func_id == y->func_id && x->addr.port == y->addr.port &&
+    return x->req_id == y->req_id && x->func_id == y->func_id && x->version == y->version &&
+           x->addr.port == y->addr.port &&
            x->addr.family == y->addr.family && memcmp(x->addr.ip, y->addr.ip, 16) == 0;
 }
 
@@ -68,12 +70,12 @@ void ct_destroy(calltab_t *ct)
     memset(ct, 0, sizeof(*ct));
 }
 
-void ct_key_from_sockaddr(srpc_call_key_t *k, const struct sockaddr *sa, uint64_t req_id,
-                          uint16_t func_id)
+void ct_key_from_sockaddr(srpc_call_key_t *k, const struct sockaddr *sa, const srpc_hdr_t *h)
 {
     memset(k, 0, sizeof(*k));
-    k->req_id = req_id;
-    k->func_id = func_id;
+    k->req_id = h->req_id;
+    k->func_id = h->func_id;
+    k->version = h->version ? h->version : SRPC_VERSION;
     k->addr.family = sa->sa_family;
     if (sa->sa_family == AF_INET) {
         const struct sockaddr_in *s4 = (const struct sockaddr_in *)sa;
@@ -143,6 +145,7 @@ void ct_list_unlink(calltab_t *ct, uint32_t idx)
         ct->e[e->lnext].lprev = e->lprev;
     else
         ct->tail[e->list] = e->lprev;
+    ct->count[e->list]--;
     e->list = CT_NLISTS;
     e->lprev = e->lnext = CT_NONE;
 }
@@ -160,6 +163,7 @@ void ct_list_push(calltab_t *ct, uint32_t idx, uint8_t list, uint64_t expires_ns
     else
         ct->head[list] = idx;
     ct->tail[list] = idx;
+    ct->count[list]++;
 }
 
 void ct_remove(calltab_t *ct, uint32_t idx)

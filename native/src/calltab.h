@@ -1,5 +1,5 @@
 /* calltab.h: the server's table of known calls (partial, queued, answered, rejected) keyed by
- * (client address, port, req_id, func_id), with FIFO expiry lists. Owned by one thread at a
+ * (client address, port, protocol version, req_id, func_id), with FIFO expiry lists. Owned by one thread at a
  * time: the engine lock serialises every call. */
 #ifndef SRPC_CALLTAB_H
 #define SRPC_CALLTAB_H
@@ -22,6 +22,7 @@ typedef struct srpc_call_key {
     srpc_addr_t addr;
     uint64_t req_id;
     uint16_t func_id;
+    uint8_t version; /* the request's protocol version: replies are sent in it */
 } srpc_call_key_t;
 
 enum ct_state { CT_FREE = 0, CT_PARTIAL, CT_QUEUED, CT_DONE, CT_REJECTED };
@@ -50,14 +51,13 @@ typedef struct calltab {
     uint32_t *buckets;
     uint32_t nbuckets_mask;
     uint32_t max_entries, used, free_head;
-    uint32_t head[CT_NLISTS], tail[CT_NLISTS];
+    uint32_t head[CT_NLISTS], tail[CT_NLISTS], count[CT_NLISTS]; /* count: entries on each list */
 } calltab_t;
 
 int ct_init(calltab_t *ct, uint32_t max_entries);
 void ct_destroy(calltab_t *ct); /* frees the table only; callers free entry payloads first */
 
-void ct_key_from_sockaddr(srpc_call_key_t *k, const struct sockaddr *sa, uint64_t req_id,
-                          uint16_t func_id);
+void ct_key_from_sockaddr(srpc_call_key_t *k, const struct sockaddr *sa, const srpc_hdr_t *h);
 /* Writes the sockaddr of a key's address (for replies); returns its length. */
 socklen_t ct_key_to_sockaddr(const srpc_call_key_t *k, struct sockaddr_storage *ss);
 

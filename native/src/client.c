@@ -79,6 +79,7 @@ void srpc_client_config_init(srpc_client_config_t *c)
     c->rto_min_us = 5000;
     c->rto_initial_us = 200000;
     c->rto_max_us = 1000000;
+    c->version = SRPC_VERSION_2;
 }
 
 static int parse_mac(const char *s, uint8_t mac[6])
@@ -146,6 +147,7 @@ static int open_dpdk(srpc_client_t *c)
 int srpc_client_create(const srpc_client_config_t *cfg, srpc_client_t **out)
 {
     if (!cfg || !out || !cfg->host || cfg->seg_size > SRPC_MAX_SEG_DATA ||
+        (cfg->version != SRPC_VERSION && cfg->version != SRPC_VERSION_2) ||
         (cfg->retries && (cfg->rto_min_us == 0 || cfg->rto_min_us > cfg->rto_max_us ||
                           cfg->rto_initial_us < cfg->rto_min_us || cfg->rto_initial_us > cfg->rto_max_us)))
         return -EINVAL;
@@ -227,7 +229,7 @@ static void rtt_sample(srpc_client_t *c, uint64_t r)
 static int send_request(srpc_client_t *c, uint64_t id, uint16_t func_id, uint16_t aux, const void *data,
                         uint32_t len)
 {
-    srpc_hdr_t h = {.type = SRPC_REQUEST, .func_id = func_id, .req_id = id, .aux = aux};
+    srpc_hdr_t h = {.type = SRPC_REQUEST, .version = c->cfg.version, .func_id = func_id, .req_id = id, .aux = aux};
     struct iovec iv = {(void *)data, len};
     return c->dpdk ? srpc_dpdk_send_msg(c->dpdk, (struct sockaddr *)&c->server, sizeof(c->server), &h, &iv,
                                         len ? 1 : 0, len, c->seg)
@@ -361,7 +363,7 @@ static void process(srpc_client_t *c, unsigned i)
     uint32_t seg, total = m->msg_len;
     if ((m->msg_hdr.msg_flags & MSG_TRUNC) ||
         srpc_hdr_decode(srpc_rx_hdr(&c->rx, i), total < SRPC_HDR_LEN ? total : SRPC_HDR_LEN, &h) < 0 ||
-        h.type == SRPC_REQUEST || srpc_seg_check(&h, total - SRPC_HDR_LEN, &seg) < 0) {
+        h.type == SRPC_REQUEST || h.version != c->cfg.version || srpc_seg_check(&h, total - SRPC_HDR_LEN, &seg) < 0) {
         c->st.dropped++;
         return;
     }
@@ -492,6 +494,8 @@ static int send_call(srpc_client_t *c, uint16_t func_id, const void *data, uint3
     if (!k)
         return -ENOMEM;
     k->req_id = atomic_fetch_add(&c->next_id, 1);
+    if (c->cfg.version == SRPC_VERSION_2) /* 48 bits on the wire; wraps after 2^48 calls */
+        k->req_id &= SRPC_REQ_ID_V2_MASK;
     k->func_id = func_id;
     k->notify = notify;
     k->aux = aux;

@@ -80,7 +80,7 @@ void srpc_reassembler_destroy(srpc_reassembler_t *r)
 
 static int same_message(const srpc_hdr_t *a, const srpc_hdr_t *b)
 {
-    return a->req_id == b->req_id && a->type == b->type && a->func_id == b->func_id;
+    return a->req_id == b->req_id && a->type == b->type && a->func_id == b->func_id && a->version == b->version;
 }
 
 int srpc_reassembler_push(srpc_reassembler_t *r, const uint8_t *dgram, size_t len)

@@ -27,8 +27,8 @@ int srpc_server_send(srpc_server_t *srv, const srpc_call_key_t *key, int code,
 {
     struct sockaddr_storage ss;
     socklen_t sl = ct_key_to_sockaddr(key, &ss);
-    srpc_hdr_t h = {.type = code ? SRPC_ERROR : SRPC_RESPONSE, .func_id = key->func_id,
-                    .req_id = key->req_id, .aux = (uint16_t)code};
+    srpc_hdr_t h = {.type = code ? SRPC_ERROR : SRPC_RESPONSE, .version = key->version,
+                    .func_id = key->func_id, .req_id = key->req_id, .aux = (uint16_t)code};
     uint32_t seg = srpc_sockaddr_is_loopback((struct sockaddr *)&ss) ? srv->cfg.seg_size_loopback
                                                                       : srv->cfg.seg_size;
     if (code) /* an ERROR is one datagram */
@@ -338,7 +338,7 @@ static void process_datagram(srpc_server_t *srv, unsigned i, const struct mmsghd
     int r = srpc_hdr_decode(srpc_rx_hdr(&srv->rx, i), total < SRPC_HDR_LEN ? total : SRPC_HDR_LEN, &h);
     if (unlikely(r < 0)) {
         ST_ADD(srv, drops[r == -EMSGSIZE ? SRPC_DROP_SHORT : r == -EPROTO ? SRPC_DROP_BAD_SEGMENT
-                                                                          : SRPC_DROP_BAD_HEADER], 1);
+                          : r == -EILSEQ ? SRPC_DROP_BAD_CHECK : SRPC_DROP_BAD_HEADER], 1);
         return;
     }
     if (unlikely(h.type != SRPC_REQUEST)) {
@@ -354,7 +354,7 @@ static void process_datagram(srpc_server_t *srv, unsigned i, const struct mmsghd
     if (unlikely(src->sa_family != AF_INET && src->sa_family != AF_INET6))
         return;
     srpc_call_key_t k;
-    ct_key_from_sockaddr(&k, src, h.req_id, h.func_id);
+    ct_key_from_sockaddr(&k, src, &h);
     uint32_t idx = ct_find(&srv->ct, &k);
     const uint8_t *data = srpc_rx_data(&srv->rx, i);
     if (h.nseg > 1 && dlen >= SRPC_DIRECT_MIN && !srv->dpdk) /* receiving in place: sockets only */
@@ -410,7 +410,7 @@ static int rx_direct(srpc_server_t *srv)
         return -1; /* the burst path takes (and counts) it */
     const uint32_t dlen = (uint32_t)len - SRPC_HDR_LEN;
     srpc_call_key_t k;
-    ct_key_from_sockaddr(&k, (struct sockaddr *)&src, h.req_id, h.func_id);
+    ct_key_from_sockaddr(&k, (struct sockaddr *)&src, &h);
     pthread_mutex_lock(&srv->lock);
     uint32_t idx = ct_find(&srv->ct, &k);
     uint8_t *dst = idx != CT_NONE && srv->ct.e[idx].state == CT_PARTIAL

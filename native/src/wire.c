@@ -1,4 +1,4 @@
-/* wire.c: encode, decode and check the control header and segmentation of PROTOCOL.md v1. */
+/* wire.c: encode, decode and check the control header (PROTOCOL.md v1, docs/PROTOCOL-v2.md) and the segmentation. */
 #include <errno.h>
 #include <stdint.h>
 
@@ -38,20 +38,44 @@ static uint64_t get64(const uint8_t *p)
     return (uint64_t)get32(p) << 32 | get32(p + 4);
 }
 
+/* CRC-16/CCITT-FALSE (poly 0x1021, init 0xFFFF, not reflected, no final XOR), one table
+ * lookup per byte. The table is built at compile time from the polynomial. */
+#define CRC_STEP(c) ((c) & 0x8000 ? ((c) << 1 ^ 0x1021) & 0xffff : ((c) << 1) & 0xffff)
+#define CRC_ENTRY(b) CRC_STEP(CRC_STEP(CRC_STEP(CRC_STEP(CRC_STEP(CRC_STEP(CRC_STEP(CRC_STEP((b) << 8))))))))
+#define CRC_ROW(b) CRC_ENTRY(b), CRC_ENTRY(b + 1), CRC_ENTRY(b + 2), CRC_ENTRY(b + 3), \
+                   CRC_ENTRY(b + 4), CRC_ENTRY(b + 5), CRC_ENTRY(b + 6), CRC_ENTRY(b + 7)
+#define CRC_ROWS(b) CRC_ROW(b), CRC_ROW(b + 8), CRC_ROW(b + 16), CRC_ROW(b + 24)
+static const uint16_t crc_table[256] = {CRC_ROWS(0), CRC_ROWS(32), CRC_ROWS(64), CRC_ROWS(96),
+                                        CRC_ROWS(128), CRC_ROWS(160), CRC_ROWS(192), CRC_ROWS(224)};
+
+uint16_t srpc_hdr_check16(const uint8_t hdr[SRPC_HDR_LEN])
+{
+    uint16_t c = 0xffff;
+    for (int i = 0; i < SRPC_HDR_LEN; i++) {
+        uint8_t b = i == SRPC_OFF_CHECK || i == SRPC_OFF_CHECK + 1 ? 0 : hdr[i];
+        c = (uint16_t)(c << 8 ^ crc_table[(c >> 8 ^ b) & 0xff]);
+    }
+    return c;
+}
+
 int srpc_hdr_encode(const srpc_hdr_t *h, uint8_t out[SRPC_HDR_LEN])
 {
     if (!h || !out)
         return -EINVAL;
-    if (h->type > SRPC_ERROR)
+    unsigned ver = h->version ? h->version : SRPC_VERSION;
+    if (h->type > SRPC_ERROR || ver > SRPC_VERSION_2 ||
+        (ver == SRPC_VERSION_2 && h->req_id > SRPC_REQ_ID_V2_MASK))
         return -EINVAL;
     out[SRPC_OFF_MAGIC] = SRPC_MAGIC;
-    out[SRPC_OFF_VER_TYPE] = (uint8_t)(SRPC_VERSION << 4 | h->type);
+    out[SRPC_OFF_VER_TYPE] = (uint8_t)(ver << 4 | h->type);
     put16(out + SRPC_OFF_FUNC_ID, h->func_id);
-    put64(out + SRPC_OFF_REQ_ID, h->req_id);
+    put64(out + SRPC_OFF_REQ_ID, h->req_id); /* v2: the top 16 bits are 0, the check's place */
     put16(out + SRPC_OFF_SEQ, h->seq);
     put16(out + SRPC_OFF_NSEG, h->nseg);
     put32(out + SRPC_OFF_MSG_LEN, h->msg_len);
     put16(out + SRPC_OFF_AUX, h->aux);
+    if (ver == SRPC_VERSION_2)
+        put16(out + SRPC_OFF_CHECK, srpc_hdr_check16(out));
     return 0;
 }
 
@@ -61,9 +85,12 @@ int srpc_hdr_decode(const uint8_t *buf, size_t len, srpc_hdr_t *out)
         return -EMSGSIZE;
     if (!buf || !out)
         return -EINVAL;
+    unsigned ver = buf[SRPC_OFF_VER_TYPE] >> 4;
+    if (ver == SRPC_VERSION_2 && get16(buf + SRPC_OFF_CHECK) != srpc_hdr_check16(buf))
+        return -EILSEQ; /* before believing any field, the magic included */
     if (buf[SRPC_OFF_MAGIC] != SRPC_MAGIC)
         return -EBADMSG;
-    if (buf[SRPC_OFF_VER_TYPE] >> 4 != SRPC_VERSION)
+    if (ver != SRPC_VERSION && ver != SRPC_VERSION_2)
         return -EBADMSG;
     uint8_t type = buf[SRPC_OFF_VER_TYPE] & 0x0f;
     if (type > SRPC_ERROR)
@@ -74,8 +101,11 @@ int srpc_hdr_decode(const uint8_t *buf, size_t len, srpc_hdr_t *out)
         return -EPROTO;
 
     out->type = type;
+    out->version = (uint8_t)ver;
     out->func_id = get16(buf + SRPC_OFF_FUNC_ID);
     out->req_id = get64(buf + SRPC_OFF_REQ_ID);
+    if (ver == SRPC_VERSION_2)
+        out->req_id &= SRPC_REQ_ID_V2_MASK;
     out->seq = seq;
     out->nseg = nseg;
     out->msg_len = get32(buf + SRPC_OFF_MSG_LEN);

@@ -1,4 +1,4 @@
-/* wire.h: internal mirror of the 22-byte control header of PROTOCOL.md, pinned by static asserts. */
+/* wire.h: internal mirror of the 22-byte control header of PROTOCOL.md (and its version 2 check), pinned by static asserts. */
 #ifndef SRPC_WIRE_H
 #define SRPC_WIRE_H
 
@@ -25,6 +25,7 @@ struct srpc_wire_hdr {
 #define SRPC_OFF_VER_TYPE 1
 #define SRPC_OFF_FUNC_ID 2
 #define SRPC_OFF_REQ_ID 4
+#define SRPC_OFF_CHECK 4  /* version 2: the CRC-16 header check; req_id keeps bytes 6..11 */
 #define SRPC_OFF_SEQ 12
 #define SRPC_OFF_NSEG 14
 #define SRPC_OFF_MSG_LEN 16

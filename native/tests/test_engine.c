@@ -495,11 +495,26 @@ static uint16_t be16(const uint8_t *p) { return (uint16_t)(p[0] << 8 | p[1]); }
 #define CLS_VALID (-1)
 /* What PROTOCOL.md says a receiving server must do with one datagram, written from the text
  * (not from wire.c): the drop reason, or CLS_VALID for a well-formed REQUEST segment. */
+/* CRC-16/CCITT-FALSE bit by bit, as docs/PROTOCOL-v2.md defines it (bytes 4..5 as zero):
+ * independent of wire.c's table. */
+static uint16_t v2_check(const uint8_t *d)
+{
+    uint16_t c = 0xffff;
+    for (int i = 0; i < SRPC_HDR_LEN; i++) {
+        c ^= (uint16_t)((i == 4 || i == 5 ? 0 : d[i]) << 8);
+        for (int b = 0; b < 8; b++)
+            c = c & 0x8000 ? (uint16_t)(c << 1 ^ 0x1021) : (uint16_t)(c << 1);
+    }
+    return c;
+}
+
 static int classify(const uint8_t *d, size_t n)
 {
     if (n < SRPC_HDR_LEN)
         return SRPC_DROP_SHORT;
-    if (d[0] != 0xA5 || (d[1] >> 4) != 1 || (d[1] & 15) > 2)
+    if ((d[1] >> 4) == 2 && be16(d + 4) != v2_check(d))
+        return SRPC_DROP_BAD_CHECK;
+    if (d[0] != 0xA5 || ((d[1] >> 4) != 1 && (d[1] >> 4) != 2) || (d[1] & 15) > 2)
         return SRPC_DROP_BAD_HEADER;
     uint64_t seq = be16(d + 12), nseg = be16(d + 14), msg_len = be32(d + 16), len = n - SRPC_HDR_LEN, s;
     if (nseg == 0 || seq >= nseg)
@@ -813,7 +828,9 @@ static void test_malformed(void)
     SEND_BAD(l, SRPC_DROP_BAD_HEADER, "wrong magic");
     l = mk_dg(dg, SRPC_REQUEST, F_VECADD, 3, 0, 1, 1024, 0, data, 1024);
     dg[1] = 0x20;
-    SEND_BAD(l, SRPC_DROP_BAD_HEADER, "version 2");
+    SEND_BAD(l, SRPC_DROP_BAD_CHECK, "version 2 without its check");
+    dg[1] = 0x30;
+    SEND_BAD(l, SRPC_DROP_BAD_HEADER, "version 3");
     dg[1] = 0x00;
     SEND_BAD(l, SRPC_DROP_BAD_HEADER, "version 0");
     dg[1] = 0x13;
@@ -884,6 +901,12 @@ static void test_malformed(void)
             dg[1] = (uint8_t)(0x10 | (dg[1] & 15));
             if (i % 4 == 0) /* small nseg and seq, so some get past the header */
                 dg[14] = 0, dg[12] = 0, dg[13] = dg[13] % 4, dg[15] = (uint8_t)(1 + dg[15] % 4);
+            if (i % 8 == 0 || i % 8 == 3) /* version 2: with its check right, or (3) most likely wrong */
+                dg[1] = (uint8_t)(0x20 | (dg[1] & 15));
+            if (i % 8 == 0) {
+                uint16_t c = v2_check(dg);
+                dg[4] = (uint8_t)(c >> 8), dg[5] = (uint8_t)c;
+            }
         }
         int c = classify(dg, len);
         if (c == CLS_VALID) { /* a well-formed request would rightly be answered */
@@ -901,12 +924,13 @@ static void test_malformed(void)
     CHECK(st.rx_datagrams == sent, "rx %llu sent %llu", (unsigned long long)st.rx_datagrams, (unsigned long long)sent);
     static const char *names[SRPC_DROP_MAX] = {"SHORT", "BAD_HEADER", "BAD_SEGMENT", "TRUNCATED", "NOT_REQUEST",
                                                "INCONSISTENT", "REASM_TIMEOUT", "MEM_CAP", "TABLE_FULL",
-                                               "DUPLICATE", "REJECTED", "TX_FAILED", "NOT_ALLOWED"};
+                                               "DUPLICATE", "REJECTED", "TX_FAILED", "NOT_ALLOWED", "BAD_CHECK",
+                                               "CLIENT_MEM_CAP"};
     for (int r = 0; r < SRPC_DROP_MAX; r++)
         CHECK(st.drops[r] == want[r], "drops[%s] = %llu, want %llu", names[r], (unsigned long long)st.drops[r],
               (unsigned long long)want[r]);
     CHECK(want[SRPC_DROP_SHORT] > 3 && want[SRPC_DROP_BAD_HEADER] > 50 && want[SRPC_DROP_BAD_SEGMENT] > 20 &&
-              want[SRPC_DROP_NOT_REQUEST] > 5,
+              want[SRPC_DROP_NOT_REQUEST] > 5 && want[SRPC_DROP_BAD_CHECK] > 10,
           "the random datagrams covered the reasons");
     CHECK(st.tx_datagrams == 0 && st.calls == 0, "nothing sent, nothing queued");
     CHECK(st.partial_msgs == 0 && st.reasm_bytes == 0, "inconsistent messages dropped whole: %llu partial",
