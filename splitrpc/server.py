@@ -118,6 +118,11 @@ class Server:
     drops["not_allowed"]. None: any source (the default host, 127.0.0.1, already keeps the
     server to this machine).
 
+    Partial messages (segments still missing) hold at most reassembly_memory bytes in all and
+    reassembly_memory_per_client for the clients of one IP address (any port); a new message
+    over either is dropped (drops["memory_cap"], drops["client_memory_cap"]) and its client's
+    retransmission tries again later.
+
     transport="dpdk" serves on a DPDK port instead of a kernel socket: the EAL is initialised
     with dpdk_args (once per process, e.g. ``["--no-huge", "--no-shconf", "-l", "0",
     "--vdev=net_af_packet0,iface=eth0"]``), dpdk_port names the port ("net_af_packet0", a PCI
@@ -139,6 +144,7 @@ class Server:
         max_message: int = 1 << 20,
         reassembly_timeout: float = 0.5,
         reassembly_memory: int = 256 << 20,
+        reassembly_memory_per_client: int = 64 << 20,
         reply_cache_ttl: float = 10.0,
         reply_cache_bytes: int = 64 << 20,
         max_calls: int = 65536,
@@ -173,6 +179,7 @@ class Server:
         cfg.max_message = int(max_message)
         cfg.reasm_timeout_us = int(reassembly_timeout * 1e6)
         cfg.reasm_mem_cap = int(reassembly_memory)
+        cfg.reasm_mem_cap_client = int(reassembly_memory_per_client)
         cfg.reply_cache_us = int(reply_cache_ttl * 1e6)
         cfg.reply_cache_bytes = int(reply_cache_bytes)
         cfg.max_calls = int(max_calls)

@@ -166,6 +166,7 @@ typedef struct srpc_server_config {
     uint32_t max_message;        /* largest request accepted (TOO_LARGE above) */
     uint32_t reasm_timeout_us;   /* a partial message is dropped after this */
     uint64_t reasm_mem_cap;      /* bytes of all partial messages together */
+    uint64_t reasm_mem_cap_client; /* bytes of the partial messages of one client address (IP) */
     uint32_t reply_cache_us;     /* how long a finished call's reply is remembered */
     uint64_t reply_cache_bytes;  /* bytes of cached replies together */
     uint32_t max_calls;          /* entries of the call table (partial, in progress, cached) */

@@ -77,7 +77,9 @@ static unsigned settle(srpc_server_t *srv, srpc_fn_t *fn);
  * function is returned (else NULL). Lock held. */
 static srpc_fn_t *free_partial(srpc_server_t *srv, ct_entry_t *e)
 {
-    srv->reasm_bytes -= srpc_reasm_footprint(e->u.partial.msg_len, e->u.partial.nseg);
+    size_t fp = srpc_reasm_footprint(e->u.partial.msg_len, e->u.partial.nseg);
+    srv->reasm_bytes -= fp;
+    srcmem_sub(&srv->srcmem, &e->key.addr, fp);
     srpc_reasm_free(&e->u.partial, &srv->pool);
     if (!e->placed)
         return NULL;
@@ -255,9 +257,11 @@ static void known_call(srpc_server_t *srv, uint32_t idx, const srpc_hdr_t *h, ui
         return;
     }
     srpc_reasm_t p = e->u.partial;
+    size_t fp = srpc_reasm_footprint(p.msg_len, p.nseg);
+    srv->reasm_bytes -= fp;
+    srcmem_sub(&srv->srcmem, &e->key.addr, fp);
     ct_list_unlink(&srv->ct, idx);
     enqueue(srv, fn, idx, p.buf, p.msg_len);
-    srv->reasm_bytes -= srpc_reasm_footprint(p.msg_len, p.nseg);
     srpc_reasm_free(&p, &srv->pool);
 }
 
@@ -296,6 +300,10 @@ static void new_call(srpc_server_t *srv, const srpc_call_key_t *k, const srpc_hd
         ST_ADD(srv, drops[SRPC_DROP_MEM_CAP], 1);
         return;
     }
+    if (unlikely(srcmem_get(&srv->srcmem, &k->addr) + need > srv->cfg.reasm_mem_cap_client)) {
+        ST_ADD(srv, drops[SRPC_DROP_CLIENT_MEM_CAP], 1);
+        return;
+    }
     uint32_t idx = insert_entry(srv, k, CT_PARTIAL);
     if (idx == CT_NONE)
         return;
@@ -316,6 +324,7 @@ static void new_call(srpc_server_t *srv, const srpc_call_key_t *k, const srpc_hd
         fn->reserved++;
     }
     srv->reasm_bytes += need;
+    srcmem_add(&srv->srcmem, &k->addr, need); /* cannot fail: one address per partial call at most */
     ct_list_push(&srv->ct, idx, CT_LIST_PARTIAL, srpc_now_ns() + (uint64_t)srv->cfg.reasm_timeout_us * 1000);
     srpc_reasm_add(&e->u.partial, h, seg, data, dlen); /* first segment: cannot fail */
 }

@@ -24,6 +24,7 @@ void srpc_server_config_init(srpc_server_config_t *c)
     c->max_message = SRPC_DEF_MAX_MESSAGE;
     c->reasm_timeout_us = SRPC_DEF_REASM_TIMEOUT_US;
     c->reasm_mem_cap = SRPC_DEF_REASM_MEM_CAP;
+    c->reasm_mem_cap_client = SRPC_DEF_REASM_MEM_CAP_CLIENT;
     c->reply_cache_us = SRPC_DEF_REPLY_CACHE_US;
     c->reply_cache_bytes = SRPC_DEF_REPLY_CACHE_BYTES;
     c->max_calls = SRPC_DEF_MAX_CALLS;
@@ -86,7 +87,7 @@ int srpc_server_create(const srpc_server_config_t *cfg, srpc_server_t **out)
         goto fail;
     }
     srpc_bufpool_init(&s->pool, SRPC_DEF_REASM_POOL_BYTES);
-    if ((r = ct_init(&s->ct, cfg->max_calls)) != 0)
+    if ((r = ct_init(&s->ct, cfg->max_calls)) != 0 || (r = srcmem_init(&s->srcmem, cfg->max_calls)) != 0)
         goto fail;
     /* A datagram's data lands in a payload slot big enough for any UDP payload, so a
      * too-long datagram is seen (and counted) rather than silently cut. */
@@ -344,6 +345,7 @@ void srpc_server_destroy(srpc_server_t *srv)
                 srpc_server_drop_entry(srv, i);
         ct_destroy(&srv->ct);
     }
+    srcmem_destroy(&srv->srcmem);
     srpc_bufpool_destroy(&srv->pool);
     for (uint32_t i = 0; i < srv->nfns; i++)
         fn_free(srv->fns[i]);

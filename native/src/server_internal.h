@@ -10,6 +10,7 @@
 
 #include "allowlist.h"
 #include "calltab.h"
+#include "srcmem.h"
 #include "splitrpc.h"
 #include "splitrpc_gpu.h"
 #include "transport_dpdk.h"
@@ -106,6 +107,7 @@ struct srpc_server {
     uint32_t nfns;
     srpc_fn_t **by_id;               /* 65536 entries, read-only once started */
     uint64_t reasm_bytes;            /* lock */
+    srcmem_t srcmem;                 /* lock: reassembly bytes by client address */
     srpc_bufpool_t pool;             /* lock: freed reassembly buffers for reuse */
     uint64_t cache_bytes;            /* lock */
     uint32_t rr;                     /* worker: round-robin cursor over functions */

@@ -24,6 +24,8 @@
 #define SRPC_DEF_REASM_TIMEOUT_US 500000
 /* All partial messages together: bounds what a flood of first segments can pin. */
 #define SRPC_DEF_REASM_MEM_CAP (256ull << 20)
+/* ... and of one client address: a quarter, so that one sender cannot take it all. */
+#define SRPC_DEF_REASM_MEM_CAP_CLIENT (64ull << 20)
 
 /* Freed reassembly buffers kept for reuse, so large messages do not fault in fresh pages. */
 #define SRPC_DEF_REASM_POOL_BYTES (16ull << 20)

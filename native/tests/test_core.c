@@ -17,6 +17,7 @@
 
 #include "allowlist.h"
 #include "splitrpc.h"
+#include "srcmem.h"
 #include "wire.h"
 
 #include "check.h"
@@ -1038,6 +1039,58 @@ static struct sockaddr_storage sa6(const char *ip)
     return ss;
 }
 
+/* Per-address byte counts against a plain array model: random adds and subtractions over a
+ * small table, so probe runs wrap and backward-shift deletes move entries. */
+static void test_srcmem(void)
+{
+    enum { MAXC = 48, NADDR = 64 };
+    srcmem_t m;
+    CHECK(srcmem_init(&m, 0) == -EINVAL, "0 clients refused");
+    CHECK(srcmem_init(&m, MAXC) == 0, "init");
+    uint64_t model[NADDR] = {0};
+    unsigned live = 0, full = 0, bad = 0;
+    uint64_t x = 12345;
+    for (int op = 0; op < 200000; op++) {
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        unsigned a = (unsigned)(x >> 33) % NADDR;
+        srpc_addr_t ad = {.family = (a & 1) ? AF_INET6 : AF_INET};
+        ad.ip[(a * 7) % 16] = (uint8_t)(a + 1);
+        ad.ip[0] ^= (uint8_t)(a >> 3);
+        uint64_t n = (x >> 20) % 5000 + 1;
+        if ((x >> 40) % 3) {
+            int r = srcmem_add(&m, &ad, n);
+            if (r == -ENOSPC) {
+                full++;
+                if (model[a] != 0 || live < MAXC)
+                    bad++;
+            } else if (r == 0) {
+                live += model[a] == 0;
+                model[a] += n;
+            } else {
+                bad++;
+            }
+        } else {
+            srcmem_sub(&m, &ad, n);
+            uint64_t before = model[a];
+            model[a] = n < model[a] ? model[a] - n : 0;
+            live -= before != 0 && model[a] == 0;
+        }
+        if (op % 97 == 0)
+            for (unsigned b = 0; b < NADDR; b++) {
+                srpc_addr_t bd = {.family = (b & 1) ? AF_INET6 : AF_INET};
+                bd.ip[(b * 7) % 16] = (uint8_t)(b + 1);
+                bd.ip[0] ^= (uint8_t)(b >> 3);
+                bad += srcmem_get(&m, &bd) != model[b];
+            }
+    }
+    CHECK(bad == 0, "%u disagreements with the model", bad);
+    CHECK(full > 0 && m.used == live, "table filled up at times (%u) and counts %u live addresses (%u)", full,
+          m.used, live);
+    srpc_addr_t zero = {0};
+    CHECK(srcmem_add(&m, &zero, 1) == -EINVAL, "family 0 refused");
+    srcmem_destroy(&m);
+}
+
 static void test_allowlist(void)
 {
     srpc_allowlist_t l;
@@ -1075,6 +1128,7 @@ static void test_allowlist(void)
 int main(void)
 {
     test_allowlist();
+    test_srcmem();
     test_hdr_roundtrip();
     test_hdr_layout();
     test_hdr_v2();
