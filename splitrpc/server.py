@@ -436,6 +436,7 @@ class Server:
         return {
             "rx_datagrams": st.rx_datagrams, "rx_bytes": st.rx_bytes,
             "tx_datagrams": st.tx_datagrams, "tx_bytes": st.tx_bytes, "rx_in_place": st.rx_in_place,
+            "unplaced": st.unplaced,
             "calls": st.calls, "replies": st.replies, "batches": st.batches,
             "mean_batch": (st.batch_calls / st.batches) if st.batches else 0.0,
             "batch_sizes": hist,

@@ -323,6 +323,8 @@ enum srpc_drop_reason {
 typedef struct srpc_server_stats {
     uint64_t rx_datagrams, rx_bytes, tx_datagrams, tx_bytes;
     uint64_t rx_in_place;    /* segments received straight into their message buffer */
+    uint64_t unplaced;       /* partial messages moved out of their Tensor Queue element, so
+                                that calls completed behind them did not wait longer */
     uint64_t calls;          /* requests fully received and queued */
     uint64_t replies;        /* RESPONSE messages sent */
     uint64_t batches;

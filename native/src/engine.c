@@ -320,7 +320,10 @@ static void new_call(srpc_server_t *srv, const srpc_call_key_t *k, const srpc_hd
     e->placed = (uint8_t)place;
     if (place) {
         e->placed_seq = fn->head++;
-        fn->calls[e->placed_seq % fn->capacity].state = CALL_RESERVED;
+        srpc_call_t *c = &fn->calls[e->placed_seq % fn->capacity];
+        c->state = CALL_RESERVED;
+        c->ct_idx = idx;
+        c->rx_ns = srpc_now_ns(); /* RESERVED: since when (unblock_reserved) */
         fn->reserved++;
     }
     srv->reasm_bytes += need;
@@ -374,9 +377,46 @@ static void process_datagram(srpc_server_t *srv, unsigned i, const struct mmsghd
         new_call(srv, &k, &h, seg, data, dlen);
 }
 
-/* Expires partial messages, cached replies and rejections. Lock held. */
+/* Whether a call behind fn's first unsettled element is RX_COMPLETE. Lock held. */
+static int complete_behind(const srpc_fn_t *fn)
+{
+    for (uint64_t s = fn->ready_end + 1; s < fn->head; s++)
+        if (fn->calls[s % fn->capacity].state == CALL_RX_COMPLETE)
+            return 1;
+    return 0;
+}
+
+/* A call completed behind a message being reassembled in its Tensor Queue element waits for
+ * it, since batches keep arrival order. A message still partial SRPC_UNPLACE_AFTER_US after it
+ * took its element (a segment lost, or a sender that never finishes) moves to a pool buffer and
+ * gives the element up, so it holds nobody back for longer. Lock held. */
+static void unblock_reserved(srpc_server_t *srv, uint64_t now)
+{
+    for (uint32_t f = 0; f < srv->nfns; f++) {
+        srpc_fn_t *fn = srv->fns[f];
+        while (fn->reserved && fn->ready_end < fn->head) {
+            srpc_call_t *c = &fn->calls[fn->ready_end % fn->capacity];
+            if (c->state != CALL_RESERVED || now - c->rx_ns < SRPC_UNPLACE_AFTER_US * 1000ull ||
+                !complete_behind(fn))
+                break;
+            ct_entry_t *e = &srv->ct.e[c->ct_idx];
+            if (srpc_reasm_unborrow(&e->u.partial, &srv->pool) != 0)
+                break; /* no memory now: it waits for its completion or expiry */
+            e->placed = 0;
+            fn->reserved--;
+            c->state = CALL_VOID;
+            ST_ADD(srv, unplaced, 1);
+            if (settle(srv, fn))
+                wake_worker(srv);
+        }
+    }
+}
+
+/* Expires partial messages, cached replies and rejections; unblocks queues. Lock held. */
 static void run_timers(srpc_server_t *srv, uint64_t now)
 {
+    const unsigned gen = atomic_load(&srv->ready_gen);
+    unblock_reserved(srv, now);
     static const uint8_t lists[] = {CT_LIST_PARTIAL, CT_LIST_DONE, CT_LIST_REJECTED};
     for (unsigned l = 0; l < sizeof(lists); l++) {
         uint32_t i;
@@ -385,6 +425,12 @@ static void run_timers(srpc_server_t *srv, uint64_t now)
                 ST_ADD(srv, drops[SRPC_DROP_REASM_TIMEOUT], 1);
             srpc_server_drop_entry(srv, i);
         }
+    }
+    /* Calls behind an expired or moved partial message became ready: a worker asleep in
+     * poll() on the socket (block mode) would not see it until a datagram came; wake it. */
+    if (atomic_load(&srv->ready_gen) != gen) {
+        uint64_t one = 1;
+        if (write(srv->wakefd, &one, sizeof(one)) < 0) { /* the counter is set already */ }
     }
 }
 

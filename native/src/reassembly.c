@@ -91,6 +91,21 @@ int srpc_reasm_init(srpc_reasm_t *r, const srpc_hdr_t *h, uint32_t seg_size, srp
     return 0;
 }
 
+int srpc_reasm_unborrow(srpc_reasm_t *r, srpc_bufpool_t *pool)
+{
+    if (!r->borrowed)
+        return 0;
+    size_t cap;
+    uint8_t *buf = pool_get(pool, r->msg_len ? r->msg_len : 1, &cap);
+    if (!buf)
+        return -ENOMEM;
+    memcpy(buf, r->buf, r->msg_len);
+    r->buf = buf;
+    r->buf_cap = cap;
+    r->borrowed = 0;
+    return 0;
+}
+
 int srpc_reasm_init_at(srpc_reasm_t *r, const srpc_hdr_t *h, uint32_t seg_size, uint8_t *buf)
 {
     memset(r, 0, sizeof(*r));

@@ -40,6 +40,10 @@ int srpc_reasm_init(srpc_reasm_t *r, const srpc_hdr_t *h, uint32_t seg_size, srp
 
 /* Like srpc_reasm_init, but the message is put together in buf (msg_len bytes, owned by the
  * caller and kept valid until srpc_reasm_free). Returns 0 or -ENOMEM (the bitmap). */
+/* A message reassembled in a borrowed buffer moves to a buffer of its own (from pool when one
+ * fits): the bytes so far are copied, the borrowed buffer is no longer touched. Returns 0, or
+ * -ENOMEM (nothing changed). No-op for a message that owns its buffer. */
+int srpc_reasm_unborrow(srpc_reasm_t *r, srpc_bufpool_t *pool);
 int srpc_reasm_init_at(srpc_reasm_t *r, const srpc_hdr_t *h, uint32_t seg_size, uint8_t *buf);
 
 /* Adds one checked segment. Returns 1 when the message became complete, 0 when the

@@ -74,7 +74,7 @@ int srpc_server_create(const srpc_server_config_t *cfg, srpc_server_t **out)
     snprintf(s->host, sizeof(s->host), "%s", cfg->host ? cfg->host : "0.0.0.0");
     s->cfg.host = s->host;
     s->cfg.allow = NULL; /* parsed below; the caller's string is not kept */
-    s->udp.fd = s->stopfd = -1;
+    s->udp.fd = s->stopfd = s->wakefd = -1;
     pthread_mutex_init(&s->lock, NULL);
     pthread_mutex_init(&s->rx_lock, NULL);
     s->by_id = calloc(65536, sizeof(*s->by_id));
@@ -98,7 +98,8 @@ int srpc_server_create(const srpc_server_config_t *cfg, srpc_server_t **out)
     s->st.rcvbuf = s->udp.rcvbuf;
     s->st.sndbuf = s->udp.sndbuf;
     s->stopfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK); /* readable once stopped: ends poll() */
-    if (s->stopfd < 0) {
+    s->wakefd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (s->stopfd < 0 || s->wakefd < 0) {
         r = -errno;
         goto fail;
     }
@@ -355,6 +356,8 @@ void srpc_server_destroy(srpc_server_t *srv)
     srpc_dpdk_port_close(srv->dpdk);
     if (srv->stopfd >= 0)
         close(srv->stopfd);
+    if (srv->wakefd >= 0)
+        close(srv->wakefd);
     pthread_mutex_destroy(&srv->lock);
     pthread_mutex_destroy(&srv->rx_lock);
     free(srv);

@@ -115,6 +115,7 @@ struct srpc_server {
     pthread_t thread;
     int started;
     int stopfd;                      /* eventfd, readable once stopping */
+    int wakefd;                      /* eventfd: the engine's timers made calls ready (wakes poll()) */
     atomic_int stopping;
     atomic_uint ready_gen;           /* bumped when calls are queued; the worker futex-waits on it */
     atomic_int worker_sleeping;

@@ -54,6 +54,9 @@
  * than capacity / SRPC_PLACE_MAX_FRACTION elements are reserved that way: a flood of first
  * segments that never complete cannot take a whole queue (the others use pool buffers). */
 #define SRPC_PLACE_MAX_FRACTION 2
+/* Calls completed behind such a message wait for it at most this long: then it moves to a pool
+ * buffer (a copy) and gives its element up. Longer than a healthy message takes to arrive. */
+#define SRPC_UNPLACE_AFTER_US 2000
 
 /* How often the engine scans its expiry lists. */
 #define SRPC_TIMER_PERIOD_US 1000

@@ -151,9 +151,12 @@ static int leave(srpc_server_t *srv, int rc)
  * Called with rx_lock held: while the worker waits, it is the one that receives. */
 static void wait_readable(srpc_server_t *srv, int64_t timeout_us)
 {
-    struct pollfd p[2] = {{.fd = srv->udp.fd, .events = POLLIN}, {.fd = srv->stopfd, .events = POLLIN}};
+    struct pollfd p[3] = {{.fd = srv->udp.fd, .events = POLLIN}, {.fd = srv->stopfd, .events = POLLIN},
+                          {.fd = srv->wakefd, .events = POLLIN}};
     int ms = timeout_us < 0 || timeout_us > (int64_t)INT_MAX * 1000 ? -1 : (int)((timeout_us + 999) / 1000);
-    poll(p, 2, ms);
+    poll(p, 3, ms);
+    uint64_t v;
+    if (p[2].revents & POLLIN && read(srv->wakefd, &v, sizeof(v)) < 0) { /* drained by the read */ }
 }
 
 int srpc_server_next_batch(srpc_server_t *srv, srpc_batch_t *b, int64_t timeout_us)
