@@ -522,6 +522,40 @@ unsigned srpc_features(void);
 const char *srpc_version(void);
 const char *srpc_strerror(int code); /* name of an error code (1..6, 100..103) */
 
+/* ------------------------------------------------------------------ fault injection (testing builds) */
+
+/* Builds with SRPC_FAULT_INJECTION (CMake SPLITRPC_FAULT_INJECTION, on by default with
+ * SPLITRPC_TESTS, off in the Python package) can make the kernel UDP socket of a server or a
+ * client lossy. Each datagram that passes one way draws, independently: drop (it is lost),
+ * corrupt (one random bit of its 22-byte control header is flipped), reorder (it is held back
+ * and goes out after the next datagram that way, or at the socket's next receive when none
+ * follows; never lost) and dup (it goes out twice). Other builds answer -ENOTSUP. */
+typedef struct srpc_faults_cfg {
+    double drop, dup, reorder, corrupt; /* probabilities, each in [0, 1] */
+} srpc_faults_cfg_t;
+
+typedef struct srpc_fault_counts {
+    uint64_t in;         /* datagrams that went through the injector */
+    uint64_t dropped, duplicated, reordered, corrupted;
+    uint64_t discarded;  /* held or waiting datagrams freed unsent (socket closed or full) */
+} srpc_fault_counts_t;
+
+/* Sets the faults of what the server receives (rx) and sends (tx); NULL: none that way.
+ * seed makes the draws repeatable. Call after create and before srpc_server_start (-EBUSY
+ * after); replaces earlier settings. Returns 0, -EINVAL (NULL srv, a probability outside
+ * [0, 1] or NaN), -ENOTSUP (a build without fault injection, or a DPDK server), -ENOMEM.
+ * Every datagram the server receives then passes the rx faults (its in-place receive of large
+ * segments is off while they are set). */
+int srpc_server_set_faults(srpc_server_t *srv, const srpc_faults_cfg_t *rx, const srpc_faults_cfg_t *tx,
+                           uint64_t seed);
+/* The same for a client: after create, before its first call (not thread-safe against calls). */
+int srpc_client_set_faults(srpc_client_t *cl, const srpc_faults_cfg_t *rx, const srpc_faults_cfg_t *tx,
+                           uint64_t seed);
+/* Copies the counters of each direction (zeros where none is set); rx or tx may be NULL.
+ * Thread-safe. Returns 0, -EINVAL (NULL server or client) or -ENOTSUP. */
+int srpc_server_fault_counts(const srpc_server_t *srv, srpc_fault_counts_t *rx, srpc_fault_counts_t *tx);
+int srpc_client_fault_counts(const srpc_client_t *cl, srpc_fault_counts_t *rx, srpc_fault_counts_t *tx);
+
 #ifdef __cplusplus
 }
 #endif

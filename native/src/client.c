@@ -638,3 +638,22 @@ int srpc_client_stats(const srpc_client_t *c, srpc_client_stats_t *out)
     pthread_mutex_unlock(&m->lock);
     return 0;
 }
+
+/* ------------------------------------------------------------------ fault injection (testing builds) */
+
+int srpc_client_set_faults(srpc_client_t *c, const srpc_faults_cfg_t *rx, const srpc_faults_cfg_t *tx,
+                           uint64_t seed)
+{
+    if (!c)
+        return -EINVAL;
+    if (c->dpdk)
+        return -ENOTSUP; /* the hooks are in the kernel UDP transport only */
+    return srpc_udp_set_faults(&c->udp, rx, tx, seed);
+}
+
+int srpc_client_fault_counts(const srpc_client_t *c, srpc_fault_counts_t *rx, srpc_fault_counts_t *tx)
+{
+    if (!c)
+        return -EINVAL;
+    return srpc_udp_fault_counts(&c->udp, rx, tx);
+}

@@ -369,7 +369,8 @@ static void process_datagram(srpc_server_t *srv, unsigned i, const struct mmsghd
     ct_key_from_sockaddr(&k, src, &h);
     uint32_t idx = ct_find(&srv->ct, &k);
     const uint8_t *data = srpc_rx_data(&srv->rx, i);
-    if (h.nseg > 1 && dlen >= SRPC_DIRECT_MIN && !srv->dpdk) /* receiving in place: sockets only */
+    /* receiving in place: sockets only, and not through a fault injector (testing builds) */
+    if (h.nseg > 1 && dlen >= SRPC_DIRECT_MIN && !srv->dpdk && !srv->udp.rx_faults)
         srv->direct_hint = 1;
     if (idx != CT_NONE)
         known_call(srv, idx, &h, seg, data, dlen);

@@ -1,5 +1,6 @@
 /* transport_udp.c: kernel UDP transport (see transport_udp.h). */
 #include "transport_udp.h"
+#include "faults.h"
 #include "wire.h"
 
 #include <errno.h>
@@ -24,6 +25,7 @@ static int set_buf(int fd, int force_opt, int opt, int bytes)
 int srpc_udp_open(srpc_udp_t *u, const char *host, uint16_t port, int bind_mode, int buf_bytes)
 {
     u->fd = -1;
+    u->rx_faults = u->tx_faults = NULL; /* srpc_udp_set_faults, after opening */
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_DGRAM};
     if (bind_mode)
         hints.ai_flags = AI_PASSIVE;
@@ -64,6 +66,15 @@ void srpc_udp_close(srpc_udp_t *u)
     if (u->fd >= 0)
         close(u->fd);
     u->fd = -1;
+#ifdef SRPC_FAULT_INJECTION
+    struct srpc_faults *f[2] = {u->rx_faults, u->tx_faults};
+    for (int i = 0; i < 2; i++)
+        if (f[i]) {
+            srpc_faults_discard(f[i]); /* counted, though nobody reads them any more */
+            srpc_faults_destroy(f[i]);
+        }
+    u->rx_faults = u->tx_faults = NULL;
+#endif
 }
 
 int srpc_udp_local_port(const srpc_udp_t *u)
@@ -123,10 +134,9 @@ void srpc_rx_free(srpc_rx_t *rx)
     memset(rx, 0, sizeof(*rx));
 }
 
-int srpc_rx_burst(srpc_udp_t *u, srpc_rx_t *rx, unsigned max)
+/* Receives up to max datagrams into slots [0, max). Returns the count, or -EAGAIN / -errno. */
+static int rx_recv(srpc_udp_t *u, srpc_rx_t *rx, unsigned max)
 {
-    if (max == 0 || max > rx->burst)
-        max = rx->burst;
     for (unsigned i = 0; i < max; i++) {
         struct msghdr *m = &rx->msgs[i].msg_hdr;
         m->msg_name = &rx->src[i];
@@ -146,6 +156,24 @@ int srpc_rx_burst(srpc_udp_t *u, srpc_rx_t *rx, unsigned max)
     return n;
 }
 
+#ifdef SRPC_FAULT_INJECTION
+static int rx_burst_faulty(srpc_udp_t *u, srpc_rx_t *rx, unsigned max);
+static void tx_release_held(srpc_udp_t *u);
+#endif
+
+int srpc_rx_burst(srpc_udp_t *u, srpc_rx_t *rx, unsigned max)
+{
+    if (max == 0 || max > rx->burst)
+        max = rx->burst;
+#ifdef SRPC_FAULT_INJECTION
+    if (u->tx_faults)
+        tx_release_held(u);
+    if (u->rx_faults)
+        return rx_burst_faulty(u, rx, max);
+#endif
+    return rx_recv(u, rx, max);
+}
+
 #define TX_BURST 32
 #define TX_MAX_IOV (2 + SRPC_MAX_TENSORS)
 
@@ -156,6 +184,36 @@ static int wait_writable(int fd)
     int r = poll(&p, 1, 50);
     return r > 0 ? 0 : -EAGAIN;
 }
+
+/* Hands cnt datagrams to the socket, waiting a little for room when it is full; *done gets
+ * how many it took. Returns 0 or -errno. */
+static int send_all(int fd, struct mmsghdr *msgs, unsigned cnt, unsigned *done)
+{
+    int tries = 0;
+    *done = 0;
+    while (*done < cnt) {
+        int r = sendmmsg(fd, msgs + *done, cnt - *done, 0);
+        if (r > 0) {
+            *done += (unsigned)r;
+            continue;
+        }
+        if (r < 0 && errno == EINTR)
+            continue;
+        /* A connected socket reports an earlier datagram's ICMP "port unreachable" on the next
+         * call, which then sent nothing: the error is consumed, so send again (a peer that is
+         * down shows as a timeout, not as the failure of an unrelated later send). */
+        if (r < 0 && errno == ECONNREFUSED && tries++ < 20)
+            continue;
+        if (r < 0 && (errno == EAGAIN || errno == ENOBUFS) && tries++ < 20 && wait_writable(fd) == 0)
+            continue;
+        return -(r < 0 ? errno : EIO);
+    }
+    return 0;
+}
+
+#ifdef SRPC_FAULT_INJECTION
+static int send_faulty(srpc_udp_t *u, struct mmsghdr *msgs, unsigned cnt);
+#endif
 
 int srpc_udp_send_msg(srpc_udp_t *u, const struct sockaddr *dst, socklen_t dstlen,
                       const srpc_hdr_t *tmpl, const struct iovec *pieces, int n,
@@ -206,21 +264,193 @@ int srpc_udp_send_msg(srpc_udp_t *u, const struct sockaddr *dst, socklen_t dstle
                                                 .msg_iov = iov[cnt], .msg_iovlen = (size_t)k};
             msgs[cnt].msg_len = 0;
         }
-        unsigned done = 0;
-        int tries = 0;
-        while (done < cnt) {
-            int r = sendmmsg(u->fd, msgs + done, cnt - done, 0);
-            if (r > 0) {
-                done += (unsigned)r;
-                continue;
-            }
-            if (r < 0 && errno == EINTR)
-                continue;
-            if (r < 0 && (errno == EAGAIN || errno == ENOBUFS) && tries++ < 20 && wait_writable(u->fd) == 0)
-                continue;
-            return -(r < 0 ? errno : EIO);
-        }
+        unsigned done;
+        int r;
+#ifdef SRPC_FAULT_INJECTION
+        if (u->tx_faults)
+            r = send_faulty(u, msgs, cnt);
+        else
+#endif
+            r = send_all(u->fd, msgs, cnt, &done);
+        if (r < 0)
+            return r;
         sent += cnt;
     }
     return (int)nseg;
 }
+
+/* ------------------------------------------------------------------ fault injection (testing builds) */
+
+#ifdef SRPC_FAULT_INJECTION
+
+/* Moves what came out of the RX injector into slots [0, max): header slot, payload slot,
+ * source, length and flags, as recvmmsg would have left them. Returns the count. */
+static unsigned rx_deliver(srpc_faults_t *f, srpc_rx_t *rx, unsigned max)
+{
+    unsigned out = 0;
+    srpc_fault_dgram_t *d;
+    while (out < max && (d = srpc_faults_pop(f)) != NULL) {
+        uint32_t h = d->len < SRPC_HDR_LEN ? d->len : SRPC_HDR_LEN, dl = d->len - h;
+        int flags = d->flags;
+        if (dl > rx->data_cap) { /* cannot happen: it came from a slot of this size */
+            dl = (uint32_t)rx->data_cap;
+            flags |= MSG_TRUNC;
+        }
+        memcpy(srpc_rx_hdr(rx, out), d->bytes, h);
+        memcpy(srpc_rx_data(rx, out), d->bytes + h, dl);
+        memset(&rx->src[out], 0, sizeof(rx->src[out]));
+        memcpy(&rx->src[out], &d->addr, d->addrlen);
+        struct msghdr *m = &rx->msgs[out].msg_hdr;
+        m->msg_name = &rx->src[out];
+        m->msg_namelen = d->addrlen;
+        m->msg_iov = &rx->iov[2 * out];
+        m->msg_iovlen = 2;
+        m->msg_control = NULL;
+        m->msg_controllen = 0;
+        m->msg_flags = flags;
+        rx->msgs[out].msg_len = h + dl;
+        free(d);
+        out++;
+    }
+    return out;
+}
+
+/* Pushes the n datagrams received into slots [0, n) through the RX injector. */
+static void rx_push(srpc_faults_t *f, srpc_rx_t *rx, unsigned n)
+{
+    for (unsigned i = 0; i < n; i++) {
+        const struct mmsghdr *m = &rx->msgs[i];
+        uint32_t len = m->msg_len;
+        struct iovec iv[2] = {{srpc_rx_hdr(rx, i), len < SRPC_HDR_LEN ? len : SRPC_HDR_LEN},
+                              {srpc_rx_data(rx, i), len > SRPC_HDR_LEN ? len - SRPC_HDR_LEN : 0}};
+        (void)srpc_faults_push(f, iv, 2, len, (const struct sockaddr *)&rx->src[i], m->msg_hdr.msg_namelen,
+                               m->msg_hdr.msg_flags); /* -ENOMEM: counted as discarded */
+    }
+}
+
+/* srpc_rx_burst through the RX injector: what it still has to give out goes first; else the
+ * socket is read until something comes out (a few rounds at most, in case all were dropped),
+ * and the datagram held back is let out once the socket has nothing more. */
+static int rx_burst_faulty(srpc_udp_t *u, srpc_rx_t *rx, unsigned max)
+{
+    srpc_faults_t *f = u->rx_faults;
+    int err = 0;
+    for (int round = 0; round < 8 && srpc_faults_pending(f) == 0; round++) {
+        int n = rx_recv(u, rx, max);
+        if (n < 0) {
+            if (n == -EAGAIN)
+                srpc_faults_release(f);
+            else
+                err = n;
+            break;
+        }
+        rx_push(f, rx, (unsigned)n);
+    }
+    unsigned out = rx_deliver(f, rx, max);
+    return out ? (int)out : err ? err : -EAGAIN;
+}
+
+/* Sends what came out of the TX injector, up to TX_BURST datagrams per sendmmsg; what the
+ * socket refuses is counted as discarded. Returns 0 or the last -errno. */
+static int tx_drain(srpc_udp_t *u)
+{
+    srpc_faults_t *f = u->tx_faults;
+    int rc = 0;
+    for (;;) {
+        srpc_fault_dgram_t *d[TX_BURST];
+        struct iovec iov[TX_BURST];
+        struct mmsghdr m[TX_BURST];
+        unsigned k = 0;
+        while (k < TX_BURST && (d[k] = srpc_faults_pop(f)) != NULL) {
+            iov[k] = (struct iovec){d[k]->bytes, d[k]->len};
+            m[k].msg_hdr = (struct msghdr){.msg_name = d[k]->addrlen ? &d[k]->addr : NULL,
+                                           .msg_namelen = d[k]->addrlen, .msg_iov = &iov[k], .msg_iovlen = 1};
+            m[k].msg_len = 0;
+            k++;
+        }
+        if (k == 0)
+            return rc;
+        unsigned done;
+        int r = send_all(u->fd, m, k, &done);
+        if (r < 0) {
+            srpc_faults_count_discarded(f, k - done);
+            rc = r;
+        }
+        for (unsigned i = 0; i < k; i++)
+            free(d[i]);
+    }
+}
+
+/* The sending half of srpc_udp_send_msg through the TX injector. The datagrams are copied
+ * in, so whatever comes out (possibly another thread's) is sent from the injector's copies. */
+static int send_faulty(srpc_udp_t *u, struct mmsghdr *msgs, unsigned cnt)
+{
+    for (unsigned i = 0; i < cnt; i++) {
+        const struct msghdr *h = &msgs[i].msg_hdr;
+        size_t len = 0;
+        for (size_t k = 0; k < h->msg_iovlen; k++)
+            len += h->msg_iov[k].iov_len;
+        (void)srpc_faults_push(u->tx_faults, h->msg_iov, (int)h->msg_iovlen, (uint32_t)len, h->msg_name,
+                               h->msg_namelen, 0); /* -ENOMEM: counted as discarded */
+    }
+    return tx_drain(u);
+}
+
+/* Lets the TX datagram held back go out: called on every receive, so that a held reply or
+ * request waits at most until the socket's owner looks for what came back. */
+static void tx_release_held(srpc_udp_t *u)
+{
+    srpc_faults_release(u->tx_faults);
+    (void)tx_drain(u); /* a refusal is counted as discarded */
+}
+
+int srpc_udp_set_faults(srpc_udp_t *u, const srpc_faults_cfg_t *rx, const srpc_faults_cfg_t *tx, uint64_t seed)
+{
+    if (!u || (rx && srpc_faults_cfg_check(rx) != 0) || (tx && srpc_faults_cfg_check(tx) != 0))
+        return -EINVAL;
+    srpc_faults_t *nr = NULL, *nt = NULL;
+    /* Two streams from one seed: distinct starting points of splitmix64. */
+    if ((rx && srpc_faults_create(rx, seed, &nr) != 0) ||
+        (tx && srpc_faults_create(tx, seed ^ 0x5bd1e9955bd1e995ull, &nt) != 0)) {
+        srpc_faults_destroy(nr);
+        return -ENOMEM;
+    }
+    srpc_faults_destroy(u->rx_faults);
+    srpc_faults_destroy(u->tx_faults);
+    u->rx_faults = nr;
+    u->tx_faults = nt;
+    return 0;
+}
+
+int srpc_udp_fault_counts(const srpc_udp_t *u, srpc_fault_counts_t *rx, srpc_fault_counts_t *tx)
+{
+    if (!u)
+        return -EINVAL;
+    if (rx) {
+        memset(rx, 0, sizeof(*rx));
+        if (u->rx_faults)
+            srpc_faults_counts(u->rx_faults, rx);
+    }
+    if (tx) {
+        memset(tx, 0, sizeof(*tx));
+        if (u->tx_faults)
+            srpc_faults_counts(u->tx_faults, tx);
+    }
+    return 0;
+}
+
+#else /* no fault injection in this build: the hooks above are absent */
+
+int srpc_udp_set_faults(srpc_udp_t *u, const srpc_faults_cfg_t *rx, const srpc_faults_cfg_t *tx, uint64_t seed)
+{
+    (void)u, (void)rx, (void)tx, (void)seed;
+    return -ENOTSUP;
+}
+
+int srpc_udp_fault_counts(const srpc_udp_t *u, srpc_fault_counts_t *rx, srpc_fault_counts_t *tx)
+{
+    (void)u, (void)rx, (void)tx;
+    return -ENOTSUP;
+}
+
+#endif
