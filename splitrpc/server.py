@@ -452,7 +452,9 @@ class Server:
         }
 
     def _dpdk_stats(self) -> dict:
-        """The DPDK port's counters: frames, drops by reason, ARP replies, failed sends."""
+        """The DPDK port's counters: frames, drops by reason, ARP replies, failed sends; whether the
+        port splits frames in hardware, and where the payloads then land ("none": software split,
+        "dpdk", "host" or "gpu": the payload pool's memory)."""
         st = ffi.new("srpc_dpdk_stats_t *")
         check(lib.srpc_server_dpdk_stats(self._srv, st), "srpc_server_dpdk_stats")
         drops = {}
@@ -463,4 +465,5 @@ class Server:
             drops[ffi.string(name).decode()] = int(st.drops[i])
         return {"rx_frames": st.rx_frames, "tx_frames": st.tx_frames, "drops": drops, "rx_too_big": st.rx_too_big,
                 "tx_failed": st.tx_failed, "no_neighbour": st.no_neighbour, "arp_replies": st.arp_replies,
-                "rx_buffer_split": bool(st.rx_buffer_split)}
+                "rx_buffer_split": bool(st.rx_buffer_split),
+                "payload_pool": ffi.string(lib.srpc_dpdk_payload_pool_name(st.payload_pool)).decode()}

@@ -107,11 +107,9 @@ def test_args_must_be_a_sequence():
         dpdk.init("--no-huge")
 
 
-@needs_dpdk
-def test_native_dpdk_transport_on_net_ring(tmp_path):
-    """native/tests/test_dpdk.c: messages up to 200 kB through the transport's send and its
-    software header/payload split (chained and single mbufs), malformed frames dropped by
-    reason, ARP answered and learned, on net_ring ports that loop what they send back."""
+def build_native(tmp_path, *targets: str):
+    """Configures the native tests with DPDK (no CUDA compiler) in tmp_path and builds the targets;
+    returns the path of the first."""
     import pathlib
     import shutil
 
@@ -124,15 +122,49 @@ def test_native_dpdk_transport_on_net_ring(tmp_path):
                           "-DSPLITRPC_PYTHON=OFF", "-DSPLITRPC_CUDA=OFF", "-DSPLITRPC_DPDK=ON"],
                          capture_output=True, text=True)
     assert cfg.returncode == 0, cfg.stdout[-4000:] + cfg.stderr[-4000:]
-    bld = subprocess.run([cmake, "--build", str(tmp_path), "-j", "2", "--target", "test_dpdk"],
+    bld = subprocess.run([cmake, "--build", str(tmp_path), "-j", "2", "--target", *targets],
                          capture_output=True, text=True)
     assert bld.returncode == 0, bld.stdout[-4000:] + bld.stderr[-4000:]
-    r = subprocess.run([str(tmp_path / "test_dpdk")], capture_output=True, text=True, timeout=300,
-                       cwd=tempfile.gettempdir())
+    return tmp_path / targets[0]
+
+
+def run_native(exe, *args, env=None) -> subprocess.CompletedProcess:
+    r = subprocess.run([str(exe), *args], capture_output=True, text=True, timeout=300, cwd=tempfile.gettempdir(),
+                       env=env)
     last = last_line(r.stdout)
     assert r.returncode == 0 and last.endswith(" 0 failed") and not last.startswith("0 passed"), \
         r.stdout[-4000:] + r.stderr[-4000:]
+    return r
+
+
+@needs_dpdk
+def test_native_dpdk_transport_on_net_ring(tmp_path):
+    """native/tests/test_dpdk.c: messages up to 200 kB through the transport's send and its
+    software header/payload split (chained and single mbufs), malformed frames dropped by
+    reason, ARP answered and learned, on net_ring ports that loop what they send back."""
+    r = run_native(build_native(tmp_path, "test_dpdk"))
     assert "net_ring0 (chained): " in r.stdout and "ok" in r.stdout
+
+
+@needs_dpdk
+def test_native_payload_pools(tmp_path):
+    """native/tests/test_dpdk_pool.c: the buffer split's payload pool in host memory of our own
+    (mmap, registered with rte_extmem_register, DMA-mapped for a net_ring port, external mbufs):
+    every buffer inside the registered region with its IOVA set, torn down and made again more
+    times than the EAL has memseg lists (a leaked registration would run out); the GPU pool's
+    clear error without a GPU; a port without buffer split asked for a GPU pool splits in
+    software. Then again with a stand-in libcuda.so.1 (native/tests/fake_libcuda.c: host memory
+    that faults if touched): the GPU pool's control flow (64 KiB alignment, SYNC_MEMOPS,
+    registration, teardown down to cuMemFree) runs and its "GPU memory" is never read. Buffer
+    split itself, real GPU memory and a real DMA mapping need a NIC and a GPU."""
+    exe = build_native(tmp_path, "test_dpdk_pool", "fake_cuda")
+    r = run_native(exe)
+    assert "host pool, round 2: " in r.stdout or "IOVA as PA" in r.stdout, r.stdout
+    assert "GPU pool" in r.stdout
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP")}
+    env["LD_LIBRARY_PATH"] = str(tmp_path / "fake_cuda")
+    r = run_native(exe, env=env)
+    assert "GPU pool, round 2: made on cuda:0 of the stand-in driver" in r.stdout, r.stdout + r.stderr
 
 
 def test_server_dpdk_arguments_are_checked_first():
@@ -166,6 +198,7 @@ def test_server_on_a_dpdk_port_in_a_child():
         st = srv.stats()["dpdk"]
         assert srv.port == 9000 and set(st["drops"]) >= {{"ethertype", "not_ours", "udp_checksum"}}, st
         assert st["rx_buffer_split"] is False  # net_null cannot split frames: software does
+        assert st["payload_pool"] == "none", st
         srv.close()
         print("OK")
     """)

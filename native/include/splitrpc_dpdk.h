@@ -40,9 +40,21 @@ typedef struct srpc_dpdk_stats {
     uint64_t arp_replies;  /* ARP replies sent */
     uint64_t rx_buffer_split; /* 1: the port splits each frame in hardware (RTE_ETH_RX_OFFLOAD_BUFFER_SPLIT,
                                  the first 64 bytes to a header pool); 0: split in software */
+    uint64_t payload_pool;    /* where the hardware split puts the rest: SRPC_DPDK_PAYLOAD_* */
 } srpc_dpdk_stats_t;
 /* The name of drop reason r, or NULL past the last one. */
 const char *srpc_dpdk_drop_name(int r);
+
+/* Kinds of payload pool (srpc_dpdk_stats_t.payload_pool), named by srpc_dpdk_payload_pool_name. */
+#define SRPC_DPDK_PAYLOAD_NONE 0 /* "none": no hardware split; whole frames land in one host pool and
+                                    the header is split from the payload in software */
+#define SRPC_DPDK_PAYLOAD_DPDK 1 /* "dpdk": hardware split, payloads in a pool of DPDK's own host memory */
+#define SRPC_DPDK_PAYLOAD_HOST 2 /* "host": hardware split, payloads in page-aligned (locked where
+                                    allowed) host memory registered with DPDK and DMA-mapped for the port */
+#define SRPC_DPDK_PAYLOAD_GPU 3  /* "gpu": hardware split, payloads in GPU memory (cuMemAlloc) registered
+                                    and DMA-mapped likewise */
+/* The name of payload pool kind k, or NULL for an unknown kind. */
+const char *srpc_dpdk_payload_pool_name(int kind);
 struct srpc_server;
 /* The counters of a server's DPDK port: 0, or -EINVAL for a server on kernel sockets. Any
  * thread (the counters are read without a lock). */

@@ -180,6 +180,7 @@ static void load_driver(void)
         srpc_cu.write_value_v2 = 1;
     else
         sym(h, "cuStreamWriteValue32", &srpc_cu.StreamWriteValue32);
+    sym(h, "cuPointerSetAttribute", &srpc_cu.PointerSetAttribute); /* optional: NULL if missing */
 
     srpc_CUresult r = srpc_cu.Init(0);
     if (r == SRPC_CUDA_ERROR_NO_DEVICE) {

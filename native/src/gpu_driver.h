@@ -92,6 +92,12 @@ enum {
     SRPC_CU_STREAM_WRITE_VALUE_DEFAULT = 0x0
 };
 
+enum {
+    /* CUpointer_attribute: memory that a NIC writes by DMA (GPUDirect RDMA) must have its
+     * synchronous memory operations synchronised (cuPointerSetAttribute, value 1). */
+    SRPC_CU_POINTER_ATTRIBUTE_SYNC_MEMOPS = 6
+};
+
 /* ------------------------------------------------------------------ entry points */
 
 /* Filled once per process by srpc_gpu_load(); read-only afterwards. Each member is the
@@ -145,6 +151,9 @@ struct srpc_cu_api {
                                   unsigned bx, unsigned by, unsigned bz, unsigned shared_bytes,
                                   srpc_CUstream s, void **params, void **extra); /* cuLaunchKernel */
     int write_value_v2; /* 1: StreamWriteValue32 is the v2 entry point (no module parameter needed) */
+    /* Optional entry points: NULL where the driver lacks them (the load does not fail). */
+    srpc_CUresult (*PointerSetAttribute)(const void *value, int attribute,
+                                         srpc_CUdeviceptr ptr);        /* cuPointerSetAttribute */
 };
 
 /* The driver's entry points; valid only after srpc_gpu_load() returned 0. */

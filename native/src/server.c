@@ -9,6 +9,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include "gpu_driver.h"
 #include "server_internal.h"
 #include "tunables.h"
 
@@ -121,6 +122,33 @@ int srpc_server_dpdk_stats(const srpc_server_t *srv, srpc_dpdk_stats_t *st)
 const char *srpc_dpdk_drop_name(int r)
 {
     return r > 0 && r < SRPC_FRAME_DROP_MAX ? srpc_frame_drop_name(r) : NULL;
+}
+
+const char *srpc_dpdk_payload_pool_name(int kind)
+{
+    static const char *const names[] = {"none", "dpdk", "host", "gpu"};
+    return kind >= 0 && kind < (int)(sizeof(names) / sizeof(names[0])) ? names[kind] : NULL;
+}
+
+/* A GPU function on a DPDK port that splits frames in hardware: its payloads belong in a payload
+ * pool of GPU memory, but the engine cannot take a payload from device memory yet (it copies
+ * every payload into the Tensor Queue on the host), so the function is refused rather than
+ * served through host memory or, worse, read from GPU memory on the host. 0 when there is no
+ * such port; a missing driver or device gives its usual error. */
+static int refuse_gpu_split(const srpc_server_t *srv, int dev)
+{
+    if (!srv->dpdk)
+        return 0;
+    srpc_dpdk_stats_t st;
+    srpc_dpdk_port_stats(srv->dpdk, &st);
+    if (!st.rx_buffer_split)
+        return 0;
+    int r = srpc_gpu_use_device(dev);
+    if (r)
+        return r;
+    return srpc_gpu_failf(-ENOTSUP, "DPDK port %s splits frames in hardware: payloads for cuda:%d would land in "
+                          "GPU memory, and the engine has no device receive path yet; use a port without "
+                          "buffer split, or a host function", srv->cfg.dpdk_dev, dev);
 }
 
 int srpc_server_port(const srpc_server_t *srv)
@@ -277,7 +305,9 @@ int srpc_server_add_function(srpc_server_t *srv, const srpc_func_config_t *fc)
     fn->req_bytes = (uint32_t)req;
     fn->resp_bytes = (uint32_t)resp;
     if (!r && fc->on_gpu)
-        r = fc->raw || fc->gpu_device < 0 ? -EINVAL : gpu_queues(fn, fc->gpu_device);
+        r = fc->raw || fc->gpu_device < 0 ? -EINVAL : refuse_gpu_split(srv, fc->gpu_device);
+    if (!r && fc->on_gpu)
+        r = gpu_queues(fn, fc->gpu_device);
     for (uint32_t k = 0; !r && !fc->on_gpu && k < fc->n_in; k++)
         r = srpc_tq_create(fn->in_size[k] ? fn->in_size[k] : 1, fn->capacity, &fn->in_tq[k]);
     for (uint32_t k = 0; !r && !fc->on_gpu && k < fc->n_out; k++)

@@ -1,4 +1,4 @@
-/* transport_dpdk.c: kernel-bypass UDP on one DPDK port (see transport_dpdk.h): software header/payload split on receive, chained mbufs on send, ARP. */
+/* transport_dpdk.c: kernel-bypass UDP on one DPDK port (see transport_dpdk.h): header/payload split on receive (by the NIC into a header pool and a payload pool where it can, else in software), chained mbufs on send, ARP. */
 #include "transport_dpdk.h"
 
 #include <arpa/inet.h>
@@ -14,6 +14,7 @@
 #include <rte_mbuf.h>
 #include <rte_mempool.h>
 
+#include "dpdk_payload_pool.h"
 #include "wire.h"
 
 #define NEIGH_SLOTS 256 /* open addressing, keyed by IPv4 address */
@@ -42,6 +43,8 @@ struct srpc_dpdk_port {
     struct rte_mempool *pool;     /* TX mbufs, and RX without a hardware split */
     struct rte_mempool *hdr_pool; /* hardware split: the first 64 bytes of each frame */
     struct rte_mempool *data_pool; /* hardware split: the rest (payload) */
+    srpc_payload_pool_t *payload;  /* data_pool's external memory, when it has some (else NULL:
+                                      data_pool is DPDK memory, or there is no split) */
     struct neigh neigh[NEIGH_SLOTS];
     struct neigh last_learned; /* the receiving thread's: the sender it last put in the table */
     srpc_dpdk_port_stats_t st;
@@ -98,13 +101,54 @@ int srpc_dpdk_neighbour_known(srpc_dpdk_port_t *p, uint32_t ip)
 
 /* ------------------------------------------------------------------ open / close */
 
+/* The payload pool of a hardware split, in order of preference: GPU memory when asked for
+ * and the driver has the device; host memory of our own, registered and DMA-mapped like it;
+ * a pool of DPDK's own memory (e.g. under IOVA-as-PA). What was not made and why is logged.
+ * Sets p->data_pool (and p->payload) and the payload_pool counter. */
+static int make_payload_pool(srpc_dpdk_port_t *p, const srpc_dpdk_port_config_t *cfg, unsigned n, uint16_t room,
+                             int socket)
+{
+    char name[RTE_MEMPOOL_NAMESIZE];
+    snprintf(name, sizeof(name), "srpc_d%u", p->port_id);
+    srpc_payload_pool_config_t pc = {.name = name, .port_id = p->port_id, .n = n, .data_room = room,
+                                     .socket = socket, .on_gpu = cfg->payload_on_gpu != 0,
+                                     .gpu_device = cfg->gpu_device};
+    for (;;) {
+        if (srpc_payload_pool_create(&pc, &p->payload) == 0) {
+            p->data_pool = srpc_payload_pool_mempool(p->payload);
+            p->st.payload_pool = (uint64_t)srpc_payload_pool_kind(p->payload);
+            return 0;
+        }
+        fprintf(stderr, "splitrpc: %s: %s; %s\n", cfg->dev, srpc_payload_pool_last_error(),
+                pc.on_gpu ? "payloads go to host memory instead" : "payloads go to DPDK memory instead");
+        if (!pc.on_gpu)
+            break;
+        pc.on_gpu = 0;
+    }
+    p->data_pool = rte_pktmbuf_pool_create(name, n, 256, 0, room, socket);
+    p->st.payload_pool = SRPC_DPDK_PAYLOAD_DPDK;
+    return p->data_pool ? 0 : -rte_errno;
+}
+
+static void free_split_pools(srpc_dpdk_port_t *p)
+{
+    rte_mempool_free(p->hdr_pool);
+    if (p->payload)
+        srpc_payload_pool_destroy(p->payload); /* frees data_pool, its mempool */
+    else
+        rte_mempool_free(p->data_pool);
+    p->hdr_pool = p->data_pool = NULL;
+    p->payload = NULL;
+    p->st.payload_pool = SRPC_DPDK_PAYLOAD_NONE;
+}
+
 /* The RX queue. Where the port can split frames into two mempools (mlx5 and others with
  * RTE_ETH_RX_OFFLOAD_BUFFER_SPLIT), segment 0 takes the 64-byte control part (Ethernet, IPv4,
- * UDP, splitrpc header) from a small host pool and segment 1 the payload from a pool of its
- * own (host memory for now: a GPU pool is to come); take_frame reads the chain either way.
+ * UDP, splitrpc header) from a small host pool and segment 1 the payload from the payload
+ * pool (make_payload_pool); take_frame reads the chain either way, but never one in GPU memory.
  * Elsewhere, or if the port refuses the split, whole frames land in p->pool. */
-static int setup_rx(srpc_dpdk_port_t *p, const struct rte_eth_dev_info *info, uint16_t nb_rxd, int socket,
-                    uint64_t offloads)
+static int setup_rx(srpc_dpdk_port_t *p, const srpc_dpdk_port_config_t *cfg, const struct rte_eth_dev_info *info,
+                    uint16_t nb_rxd, int socket, uint64_t offloads)
 {
     const uint16_t ctl = SRPC_FRAME_HLEN + SRPC_HDR_LEN;
     if ((info->rx_offload_capa & RTE_ETH_RX_OFFLOAD_BUFFER_SPLIT) && info->rx_seg_capa.multi_pools &&
@@ -113,9 +157,7 @@ static int setup_rx(srpc_dpdk_port_t *p, const struct rte_eth_dev_info *info, ui
         unsigned n = 2 * nb_rxd + 1023;
         snprintf(name, sizeof(name), "srpc_h%u", p->port_id);
         p->hdr_pool = rte_pktmbuf_pool_create(name, n, 256, 0, RTE_PKTMBUF_HEADROOM + 128, socket);
-        snprintf(name, sizeof(name), "srpc_d%u", p->port_id);
-        p->data_pool = rte_pktmbuf_pool_create(name, n, 256, 0, RTE_PKTMBUF_HEADROOM + p->mtu + 64, socket);
-        if (p->hdr_pool && p->data_pool) {
+        if (p->hdr_pool && make_payload_pool(p, cfg, n, RTE_PKTMBUF_HEADROOM + p->mtu + 64, socket) == 0) {
             union rte_eth_rxseg seg[2];
             memset(seg, 0, sizeof(seg));
             seg[0].split = (struct rte_eth_rxseg_split){.mp = p->hdr_pool, .length = ctl};
@@ -124,14 +166,15 @@ static int setup_rx(srpc_dpdk_port_t *p, const struct rte_eth_dev_info *info, ui
             rxc.offloads = offloads | RTE_ETH_RX_OFFLOAD_BUFFER_SPLIT;
             rxc.rx_seg = seg;
             rxc.rx_nseg = 2;
-            if (rte_eth_rx_queue_setup(p->port_id, 0, nb_rxd, (unsigned)socket, &rxc, NULL) == 0) {
+            int rc = rte_eth_rx_queue_setup(p->port_id, 0, nb_rxd, (unsigned)socket, &rxc, NULL);
+            if (rc == 0) {
                 p->st.rx_buffer_split = 1;
                 return 0;
             }
+            fprintf(stderr, "splitrpc: %s: the port refused the RX buffer split (%s): split in software\n",
+                    cfg->dev, rte_strerror(-rc));
         }
-        rte_mempool_free(p->hdr_pool); /* refused: split in software instead */
-        rte_mempool_free(p->data_pool);
-        p->hdr_pool = p->data_pool = NULL;
+        free_split_pools(p); /* refused: split in software instead */
     }
     return rte_eth_rx_queue_setup(p->port_id, 0, nb_rxd, (unsigned)socket, NULL, p->pool);
 }
@@ -187,7 +230,7 @@ int srpc_dpdk_port_open(const srpc_dpdk_port_config_t *cfg, srpc_dpdk_port_t **o
         goto fail;
     int socket = rte_eth_dev_socket_id(port_id);
     socket = socket < 0 ? 0 : socket;
-    if ((rc = setup_rx(p, &info, nb_rxd, socket, conf.rxmode.offloads)) != 0)
+    if ((rc = setup_rx(p, cfg, &info, nb_rxd, socket, conf.rxmode.offloads)) != 0)
         goto fail;
     struct rte_eth_txconf txc = info.default_txconf;
     txc.offloads = conf.txmode.offloads;
@@ -215,8 +258,7 @@ void srpc_dpdk_port_close(srpc_dpdk_port_t *p)
         rte_eth_dev_stop(p->port_id);
     rte_eth_dev_close(p->port_id); /* releases the queues' mbufs before the pool goes */
     rte_mempool_free(p->pool);
-    rte_mempool_free(p->hdr_pool);
-    rte_mempool_free(p->data_pool);
+    free_split_pools(p); /* after the close: the mbufs are back in their pools */
     pthread_mutex_destroy(&p->tx_lock);
     free(p);
 }
@@ -490,6 +532,8 @@ int srpc_dpdk_rx_burst(srpc_dpdk_port_t *p, srpc_rx_t *rx, unsigned max)
 {
     if (!p || !rx)
         return -EINVAL;
+    if (p->st.payload_pool == SRPC_DPDK_PAYLOAD_GPU)
+        return -ENOTSUP; /* take_frame would read GPU memory on the host */
     if (max == 0 || max > rx->burst)
         max = rx->burst;
     unsigned got = 0;

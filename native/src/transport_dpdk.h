@@ -1,4 +1,4 @@
-/* transport_dpdk.h: kernel-bypass UDP on one DPDK Ethernet port: frames checked and built in C (frame.h), the control header split from the payload in software into the receive slots the kernel-UDP transport fills (srpc_rx_t), segmented sends as chained mbufs, ARP answered and learned. */
+/* transport_dpdk.h: kernel-bypass UDP on one DPDK Ethernet port: frames checked and built in C (frame.h), the control header split from the payload (by the NIC into two mempools where it can, else in software) into the receive slots the kernel-UDP transport fills (srpc_rx_t), segmented sends as chained mbufs, ARP answered and learned. */
 #ifndef SRPC_TRANSPORT_DPDK_H
 #define SRPC_TRANSPORT_DPDK_H
 
@@ -22,6 +22,11 @@ typedef struct srpc_dpdk_port_config {
     int tx_chain;       /* header and data in two chained mbufs: 0 where the port says it sends
                            chains (MULTI_SEGS), 1 always (ports that pass mbufs on, like net_ring),
                            -1 never (one mbuf per frame, the data copied after the header) */
+    int payload_on_gpu; /* where the port splits frames in hardware: 1 = the payload pool in the
+                           memory of CUDA device gpu_device when the driver has it (else, or if it
+                           cannot be registered and mapped, host memory); 0 = host memory. A port
+                           whose payloads land in GPU memory cannot receive yet (rx_burst -ENOTSUP) */
+    int gpu_device;
 } srpc_dpdk_port_config_t;
 
 /* The counters (splitrpc_dpdk.h): drops indexed by srpc_frame_drop. */
@@ -29,8 +34,11 @@ typedef srpc_dpdk_stats_t srpc_dpdk_port_stats_t;
 _Static_assert(SRPC_FRAME_DROP_MAX <= SRPC_DPDK_DROP_SLOTS, "drop reasons fit the public counters");
 
 /* Configures and starts the port (one RX and one TX queue, an mbuf pool of its own, checksum
- * offloads where the port has them). The EAL must be initialised (srpc_dpdk_init). Returns 0,
- * -ENODEV (no such port), -EINVAL, -ENOMEM, or DPDK's -errno. */
+ * offloads where the port has them). Where the port splits frames in hardware
+ * (RTE_ETH_RX_OFFLOAD_BUFFER_SPLIT), the RX queue takes the 64-byte control part from a host
+ * header pool and the payload from a payload pool (dpdk_payload_pool.h; kind in the stats'
+ * payload_pool); elsewhere the split is done in software. The EAL must be initialised
+ * (srpc_dpdk_init). Returns 0, -ENODEV (no such port), -EINVAL, -ENOMEM, or DPDK's -errno. */
 int srpc_dpdk_port_open(const srpc_dpdk_port_config_t *cfg, srpc_dpdk_port_t **out);
 /* Stops the port and frees everything (NULL is fine). No receive or send may be running. */
 void srpc_dpdk_port_close(srpc_dpdk_port_t *p);
@@ -46,7 +54,9 @@ int srpc_dpdk_neighbour_known(srpc_dpdk_port_t *p, uint32_t ip);
  * the data slot (MSG_TRUNC in msg_flags when it does not fit), msgs[i].msg_len = the payload
  * length, src[i] = the sender (sockaddr_in). Frames that are not such datagrams are dropped and
  * counted; ARP requests for our address are answered and every ARP sender is learned. Returns
- * the count (0 when nothing waits). The receiving thread only. */
+ * the count (0 when nothing waits), or -ENOTSUP on a port whose payloads land in GPU memory
+ * (they are never read on the host, and the device receive path is not written). The
+ * receiving thread only. */
 int srpc_dpdk_rx_burst(srpc_dpdk_port_t *p, srpc_rx_t *rx, unsigned max);
 /* Sends one message as srpc_udp_send_msg does: cut into seg_size segments, each one frame: a
  * header mbuf with Ethernet, IPv4, UDP and the control header (64 bytes), chained to a payload
