@@ -1,4 +1,5 @@
 """make_fuzz_corpus.py: writes the seed corpus of the libFuzzer harness (native/fuzz/fuzz_datagrams.c) into tests/fuzz_corpus/: valid calls, multi-segment messages in and out of order, duplicates, errors and near-misses, in its record format."""
+import binascii
 import os
 import struct
 import sys
@@ -6,18 +7,27 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def hdr(typ, func, req, seq, nseg, msg_len, aux=0):
-    return struct.pack(">BBHQHHIH", 0xA5, (1 << 4) | typ, func, req, seq, nseg, msg_len, aux)
+def hdr(typ, func, req, seq, nseg, msg_len, aux=0, version=1):
+    h = bytearray(struct.pack(">BBHQHHIH", 0xA5, (version << 4) | typ, func, req, seq, nseg, msg_len, aux))
+    if version == 2:  # docs/PROTOCOL-v2.md: CRC-16/CCITT-FALSE of the header, bytes 4..5 zero
+        h[4:6] = binascii.crc_hqx(bytes(h), 0xFFFF).to_bytes(2, "big")
+    return bytes(h)
+
+
+def flipped(b, i, x=0x10):
+    d = bytearray(b)
+    d[i] ^= x
+    return bytes(d)
 
 
 def rec(op, dgram):
     return struct.pack(">BH", op, len(dgram)) + dgram
 
 
-def segments(func, req, data, s, order=None):
+def segments(func, req, data, s, order=None, version=1):
     n = max(1, -(-len(data) // s))
     idx = order if order is not None else range(n)
-    return [hdr(0, func, req, i, n, len(data)) + data[i * s:(i + 1) * s] for i in idx]
+    return [hdr(0, func, req, i, n, len(data), version=version) + data[i * s:(i + 1) * s] for i in idx]
 
 
 def main(out: str) -> None:
@@ -40,6 +50,11 @@ def main(out: str) -> None:
         "seq_past_nseg": rec(0, hdr(0, 1, 12, 3, 2, 2048) + vec),
         "two_clients_same_id": rec(0, hdr(0, 1, 13, 0, 1, 1024) + vec) + rec(2, hdr(0, 1, 13, 0, 1, 1024) + vec)
         + rec(4, b""),
+        "v2_vecadd": rec(4, hdr(0, 1, 14, 0, 1, 1024, version=2) + vec),
+        "v2_and_v1_same_id": rec(0, hdr(0, 1, 15, 0, 1, 1024, version=2) + vec) + rec(0, hdr(0, 1, 15, 0, 1, 1024) + vec)
+        + rec(4, b""),
+        "v2_damaged_seq": rec(0, flipped(segments(5, 16, big, 1400, version=2)[3], 13, 0x01)) + rec(4, b""),
+        "v2_big_in_order": b"".join(rec(0, d) for d in segments(5, 17, big, 1400, version=2)) + rec(4, b""),
     }
     for name, blob in seeds.items():
         with open(os.path.join(out, name), "wb") as f:
