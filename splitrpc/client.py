@@ -100,21 +100,34 @@ class Client:
             buf = self._tls.buf = ffi.new("uint8_t[]", max(self.max_reply, 512))
         return buf
 
-    def call(self, func_id: int, data=b"", timeout: float | None = None) -> bytes:
+    def _budget(self, func_id: int, timeout: float | None, deadline: float | None) -> float:
+        """Seconds the call may take: its timeout (the client's by default), cut to what is left
+        before deadline (a time.monotonic() instant). CallTimeout when nothing is left."""
+        tmo = self.timeout if timeout is None else timeout
+        if deadline is not None:
+            tmo = min(tmo, deadline - time.monotonic())
+            if tmo <= 0:
+                raise CallTimeout(f"the deadline of the call to function {func_id} has passed; nothing was sent")
+        return tmo
+
+    def call(self, func_id: int, data=b"", timeout: float | None = None, *, deadline: float | None = None) -> bytes:
         """Calls func_id with data (bytes-like or numpy array); returns the reply's bytes.
 
-        Raises a RemoteError subclass for an ERROR reply and CallTimeout when none came.
+        The call ends after timeout seconds (the client's default timeout if None) or at
+        deadline, a time.monotonic() instant, whichever comes first: give one deadline to the
+        several calls that serve one request of yours. Raises a RemoteError subclass for an
+        ERROR reply and CallTimeout when no reply came in time (or the deadline had passed).
         """
         self._check_open()
+        tmo = self._budget(func_id, timeout, deadline)
         mv = as_buffer(data)
         src = ffi.from_buffer(mv)
         out = self._out_buffer()
         out_len = ffi.new("uint32_t *")
         code = ffi.new("int *")
-        tmo = self.timeout if timeout is None else timeout
         rc = lib.srpc_client_call(self._cl, func_id, src, len(mv), out, len(out), out_len, code, int(tmo * 1e6))
         if rc == -ETIMEDOUT:
-            raise CallTimeout(f"no reply to function {func_id} within {tmo} s")
+            raise CallTimeout(f"no reply to function {func_id} within {tmo:.3g} s")
         if rc == -ENOBUFS:
             raise SplitRPCError(f"reply of {out_len[0]} bytes is larger than max_reply")
         check(rc, "srpc_client_call")
@@ -123,13 +136,15 @@ class Client:
             raise remote_error(code[0], reply)
         return reply
 
-    def call_async(self, func_id: int, data=b"", timeout: float | None = None) -> Future:
-        """Sends the call and returns a Future of its reply bytes (or its exception)."""
+    def call_async(self, func_id: int, data=b"", timeout: float | None = None, *,
+                   deadline: float | None = None) -> Future:
+        """Sends the call and returns a Future of its reply bytes (or its exception); timeout
+        and deadline as for call()."""
         self._check_open()
+        tmo = self._budget(func_id, timeout, deadline)
         mv = as_buffer(data)
         rid = ffi.new("uint64_t *")
         fut: Future = Future()
-        tmo = self.timeout if timeout is None else timeout
         with self._plock:  # registered before a reply can be reported
             check(lib.srpc_client_send(self._cl, func_id, ffi.from_buffer(mv), len(mv), 0, rid), "srpc_client_send")
             self._pending[rid[0]] = (fut, time.monotonic() + tmo)

@@ -241,6 +241,22 @@ def test_future_times_out_while_other_calls_are_pending(make_server, make_client
     assert long.result(timeout=10.0) == b"efgh"
 
 
+def test_deadline_cuts_the_timeout_and_a_past_one_sends_nothing(make_client):
+    c = make_client(dead_port(), timeout=5.0)
+    t0 = time.monotonic()
+    with pytest.raises(splitrpc.CallTimeout):
+        c.call(1, bytes(1024), deadline=t0 + 0.1)
+    assert 0.09 < time.monotonic() - t0 < 2.0  # the deadline, not the 5 s timeout
+    with pytest.raises(splitrpc.CallTimeout):
+        c.call_async(1, bytes(1024), deadline=t0 + 0.15).result(timeout=3)
+    sent = c.stats()["sent_calls"]
+    with pytest.raises(splitrpc.CallTimeout, match="deadline"):
+        c.call(1, bytes(1024), deadline=time.monotonic() - 1)
+    with pytest.raises(splitrpc.CallTimeout, match="deadline"):
+        c.call_async(1, bytes(1024), deadline=time.monotonic())
+    assert c.stats()["sent_calls"] == sent  # nothing sent past the deadline
+
+
 def test_call_timeout_without_server(make_client):
     c = make_client(dead_port(), timeout=0.2)
     with pytest.raises(splitrpc.CallTimeout):
