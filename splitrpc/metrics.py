@@ -21,6 +21,7 @@ _SCALARS = (
     ("partial_messages", "partial_messages", "gauge", "Requests being reassembled."),
     ("reassembly_bytes", "reassembly_bytes", "gauge", "Bytes held by requests being reassembled."),
     ("in_flight", "batches_in_flight", "gauge", "Batches handed back before their work finished (GPU)."),
+    ("queued", "queued_calls", "gauge", "Calls received and waiting for a batch."),
 )
 
 
@@ -58,6 +59,17 @@ def prometheus_text(st: dict, prefix: str = "splitrpc") -> str:
     full = f"{prefix}_batch_size"
     out += [f"# HELP {full} Calls per batch.", f"# TYPE {full} histogram"]
     out += [f"{full}{suffix} {v}" for suffix, v in buckets]
+    qd = st.get("queue_delay")
+    if qd:
+        full = f"{prefix}_queue_delay_seconds"
+        out += [f"# HELP {full} Time from a call's last request datagram to the start of the batch that runs it.",
+                f"# TYPE {full} histogram"]
+        cum = 0
+        for le_us, n in zip(qd["le_us"], qd["counts"]):
+            cum += int(n)
+            le = "+Inf" if le_us is None else repr(le_us / 1e6)
+            out.append(f'{full}_bucket{{le="{le}"}} {cum}')
+        out += [f"{full}_sum {qd['sum_us'] / 1e6:.9f}", f"{full}_count {cum}"]
     for k, v in st.get("socket_buffers", {}).items():
         metric(f"socket_{k}_bytes", "gauge", f"Effective socket {k} size.", [("", int(v))])
     d = st.get("dpdk")

@@ -429,10 +429,12 @@ class Server:
     # ------------------------------------------------------------------ counters
 
     def stats(self) -> dict:
-        """Counters of the engine: datagrams, calls, batches, drops by reason, errors by code."""
+        """Counters of the engine: datagrams, calls, batches, drops by reason, errors by code,
+        calls queued now and the queue-delay histogram of the calls run."""
         st = ffi.new("srpc_server_stats_t *")
         check(lib.srpc_server_stats(self._srv, st), "srpc_server_stats")
         hist = {i: int(st.batch_hist[i]) for i in range(1, lib.SRPC_BATCH_HIST) if st.batch_hist[i]}
+        qd = [int(st.queue_delay_hist[i]) for i in range(lib.SRPC_QDELAY_HIST)]
         return {
             "rx_datagrams": st.rx_datagrams, "rx_bytes": st.rx_bytes,
             "tx_datagrams": st.tx_datagrams, "tx_bytes": st.tx_bytes, "rx_in_place": st.rx_in_place,
@@ -444,7 +446,11 @@ class Server:
             "errors": {name: int(st.errors[c]) for c, name in _ERROR_NAMES.items()},
             "cache_hits": st.cache_hits,
             "partial_messages": st.partial_msgs, "reassembly_bytes": st.reasm_bytes,
-            "cached_replies": st.cached_replies, "in_flight": st.inflight,
+            "cached_replies": st.cached_replies, "in_flight": st.inflight, "queued": st.queued,
+            # calls run, by how long they were queued (RX_COMPLETE to the start of their batch):
+            # bucket i counts delays of at most le_us[i] (and more than le_us[i-1]); the last, longer
+            "queue_delay": {"le_us": [1 << i for i in range(lib.SRPC_QDELAY_HIST - 1)] + [None], "counts": qd,
+                            "count": sum(qd), "sum_us": st.queue_delay_sum_ns / 1e3},
             "socket_buffers": {"rcvbuf": st.rcvbuf, "sndbuf": st.sndbuf},
             "functions": {f.name: f.calls for f in self._funcs.values()},
             "devices": {f.name: f.device for f in self._funcs.values()},

@@ -1,14 +1,18 @@
-"""Prometheus metrics: the text format of Server.stats() (parsed back here), the /metrics endpoint, and `splitrpc serve --metrics-port`."""
+"""Prometheus metrics: the text format of Server.stats() (parsed back here), the queue-delay histogram, the /metrics endpoint, and `splitrpc serve --metrics-port`."""
 import re
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 import urllib.error
 import urllib.request
 
 import numpy as np
 import pytest
+from conftest import settled
 
+from splitrpc import TensorSpec
 from splitrpc.metrics import CONTENT_TYPE, MetricsServer, prometheus_text
 from splitrpc.services import register_builtin_services
 
@@ -54,6 +58,67 @@ def test_text_format_of_stats(make_server, make_client):
     assert buckets == sorted(buckets) and s[("splitrpc_batch_size_bucket", '{le="+Inf"}')] == st["batches"]
     assert s[("splitrpc_batch_size_count", "")] == st["batches"]
     assert s[("splitrpc_batch_size_sum", "")] == sum(k * v for k, v in st["batch_sizes"].items())
+
+
+def test_queue_delay_histogram(make_server, make_client):
+    """Every call run is counted once in the native queue-delay histogram (RX_COMPLETE to the start
+    of its batch); Prometheus gets it in seconds with cumulative buckets."""
+    srv = make_server(register_builtin_services)
+    c = make_client(srv.port, timeout=2.0)
+    x = np.zeros(256, np.float32)
+    for _ in range(3):  # bursts: some calls wait behind a batch
+        for f in [c.call_async(1, x) for _ in range(50)]:
+            f.result()
+    c.call(2, np.zeros(2048, np.float32))
+    st = settled(srv, lambda s: s["queue_delay"]["count"] == 151)
+    qd = st["queue_delay"]
+    run = sum(k * v for k, v in st["batch_sizes"].items())
+    assert run == sum(st["functions"].values()) == 151
+    assert qd["count"] == sum(qd["counts"]) == run
+    assert len(qd["counts"]) == len(qd["le_us"]) and qd["le_us"][-1] is None
+    assert qd["le_us"][:-1] == [1 << i for i in range(len(qd["le_us"]) - 1)]
+    assert 0 < qd["sum_us"] < 151 * 2e6  # each waited, none for two seconds
+    assert st["queued"] == 0
+    s = parse(prometheus_text(st))
+    buckets = [(lab, v) for (n, lab), v in s.items() if n == "splitrpc_queue_delay_seconds_bucket"]
+    les = [lab for lab, _ in buckets]
+    values = [v for _, v in buckets]
+    assert les[-1] == '{le="+Inf"}' and les[0] == '{le="1e-06"}' and len(les) == len(qd["counts"])
+    assert [float(lab[5:-2]) for lab in les[:-1]] == [u / 1e6 for u in qd["le_us"][:-1]]
+    assert values == sorted(values), "buckets are cumulative"
+    assert values == list(np.cumsum(qd["counts"]))
+    assert values[-1] == s[("splitrpc_queue_delay_seconds_count", "")] == run
+    assert s[("splitrpc_queue_delay_seconds_sum", "")] == pytest.approx(qd["sum_us"] / 1e6, abs=1e-9)
+    assert s[("splitrpc_queued_calls", "")] == 0
+
+
+def test_queued_gauge_counts_waiting_calls(make_server, make_client):
+    """Calls that wait behind a slow batch show in the queued gauge, and their queue delay lands
+    in the buckets of that wait."""
+    gate = threading.Event()
+
+    def setup(srv):
+        def slow(x, y):
+            gate.wait(5)
+            np.add(x, 1, out=y)
+        srv.add_function(slow, 1, "slow", [TensorSpec("x", "float32", (4,))], [TensorSpec("y", "float32", (4,))],
+                         max_batch=1)
+
+    srv = make_server(setup)
+    c = make_client(srv.port, timeout=5.0)
+    futs = [c.call_async(1, np.zeros(4, np.float32)) for _ in range(5)]
+    st = settled(srv, lambda s: s["queued"] == 4)  # one runs (blocked), four wait
+    assert st["queued"] == 4
+    time.sleep(0.05)
+    gate.set()
+    for f in futs:
+        f.result()
+    st = settled(srv, lambda s: s["queue_delay"]["count"] == 5)
+    qd = st["queue_delay"]
+    assert st["queued"] == 0 and qd["count"] == 5
+    # four calls waited at least the 50 ms the gate stayed shut: all in buckets above 32 ms
+    waited = sum(n for le, n in zip(qd["le_us"], qd["counts"]) if le is None or le > 32768)
+    assert waited >= 4
 
 
 def test_label_values_are_escaped():

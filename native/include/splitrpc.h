@@ -319,6 +319,10 @@ enum srpc_drop_reason {
 };
 
 #define SRPC_BATCH_HIST 65 /* batch sizes 1..64, the last bucket is 64 and above */
+/* Queue delay buckets: bucket i < SRPC_QDELAY_HIST - 1 counts delays of at most 2^i us and
+ * more than 2^(i-1) us (bucket 0: at most 1 us); the last one, delays over 2^(SRPC_QDELAY_HIST-2)
+ * us (about 67 s). */
+#define SRPC_QDELAY_HIST 28
 
 typedef struct srpc_server_stats {
     uint64_t rx_datagrams, rx_bytes, tx_datagrams, tx_bytes;
@@ -337,6 +341,11 @@ typedef struct srpc_server_stats {
     uint64_t reasm_bytes;    /* gauge: bytes held by partial messages */
     uint64_t cached_replies; /* gauge */
     uint64_t inflight;       /* gauge: batches deferred (or completed behind one) not yet finished */
+    uint64_t queued;         /* gauge: calls queued (RX_COMPLETE) and not yet taken into a batch */
+    /* Queue delay of every call run: from RX_COMPLETE (fully received) to the start of the
+     * batch that runs it, counted when the batch is taken; not cumulative (see above). */
+    uint64_t queue_delay_hist[SRPC_QDELAY_HIST];
+    uint64_t queue_delay_sum_ns;
     int rcvbuf, sndbuf;      /* effective socket buffer sizes */
 } srpc_server_stats_t;
 

@@ -409,14 +409,11 @@ int srpc_server_stats(const srpc_server_t *srv, srpc_server_stats_t *out)
         dst[i] = __atomic_load_n(&src[i], __ATOMIC_RELAXED);
     out->rcvbuf = s->st.rcvbuf;
     out->sndbuf = s->st.sndbuf;
-    out->partial_msgs = 0;
-    for (uint32_t i = ct_list_head(&s->ct, CT_LIST_PARTIAL); i != CT_NONE; i = s->ct.e[i].lnext)
-        out->partial_msgs++;
+    out->partial_msgs = s->ct.count[CT_LIST_PARTIAL]; /* kept as entries move: a scrape is O(1) */
     out->reasm_bytes = s->reasm_bytes;
     out->inflight = __atomic_load_n(&srv->inflight, __ATOMIC_RELAXED);
-    out->cached_replies = 0;
-    for (uint32_t i = ct_list_head(&s->ct, CT_LIST_DONE); i != CT_NONE; i = s->ct.e[i].lnext)
-        out->cached_replies++;
+    out->queued = atomic_load(&s->n_ready);
+    out->cached_replies = s->ct.count[CT_LIST_DONE];
     pthread_mutex_unlock(&s->lock);
     return 0;
 }

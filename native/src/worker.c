@@ -70,11 +70,33 @@ static uint32_t overdue(const srpc_fn_t *fn, uint64_t avail, uint64_t now)
     return n;
 }
 
+/* The queue-delay bucket of a call that waited ns: the first i with ns <= 2^i us (splitrpc.h). */
+static unsigned qdelay_bucket(uint64_t ns)
+{
+    uint64_t us = (ns + 999) / 1000; /* rounded up: "at most 2^i us" exactly */
+    unsigned i = us <= 1 ? 0 : 64u - (unsigned)__builtin_clzll(us - 1);
+    return i < SRPC_QDELAY_HIST ? i : SRPC_QDELAY_HIST - 1;
+}
+
+/* Counts the queue delay of the count calls from element first, whose batch starts now. */
+static void record_queue_delay(srpc_server_t *srv, const srpc_fn_t *fn, uint64_t first, uint32_t count,
+                               uint64_t now)
+{
+    uint64_t sum = 0;
+    for (uint32_t i = 0; i < count; i++) {
+        uint64_t rx = fn->calls[(first + i) % fn->capacity].rx_ns;
+        uint64_t d = now > rx ? now - rx : 0;
+        sum += d;
+        ST_ADD(srv, queue_delay_hist[qdelay_bucket(d)], 1);
+    }
+    ST_ADD(srv, queue_delay_sum_ns, sum);
+}
+
 /* Takes the next batch, if any is due (lock held). Functions are visited round-robin; one
  * whose calls are fewer than max_batch waits until its oldest call is max_delay_us old.
- * Returns 1 with *b filled, 2 with *b holding calls past their function's deadline (to be
- * completed with DEADLINE, not run), else 0 with *hold_until_ns the earliest such deadline
- * (or 0). */
+ * Returns 1 with *b filled (3: and the function's queue is still at least half full behind
+ * it), 2 with *b holding calls past their function's deadline (to be completed with DEADLINE,
+ * not run), else 0 with *hold_until_ns the earliest such deadline (or 0). */
 static int take_batch(srpc_server_t *srv, srpc_batch_t *b, uint64_t now, uint64_t *hold_until_ns)
 {
     *hold_until_ns = 0;
@@ -133,7 +155,8 @@ static int take_batch(srpc_server_t *srv, srpc_batch_t *b, uint64_t now, uint64_
         ST_ADD(srv, batches, 1);
         ST_ADD(srv, batch_calls, count);
         ST_ADD(srv, batch_hist[count < SRPC_BATCH_HIST ? count : SRPC_BATCH_HIST - 1], 1);
-        return 1;
+        record_queue_delay(srv, fn, b->first_seq, count, now);
+        return fn->head - fn->taken >= (fn->capacity + 1) / 2 ? 3 : 1;
     }
     return 0;
 }
@@ -147,6 +170,20 @@ static int leave(srpc_server_t *srv, int rc)
     return rc;
 }
 
+/* Leaves with a batch while its function's queue is at least half full behind it: the server
+ * is saturated, so the engine thread receives at once, in parallel with the callback, instead
+ * of after rx_takeover_us. The requests that keep coming are then queued or answered BUSY while
+ * the batch runs rather than between batches, which would cost the batches their time. Below
+ * that load the worker keeps receiving itself, with no thread hand-off. */
+static int leave_saturated(srpc_server_t *srv)
+{
+    const uint64_t now = srpc_now_ns(), trust = (uint64_t)srv->cfg.rx_takeover_us * 1000;
+    atomic_store(&srv->w_away_since, now > trust ? now - trust : 0);
+    atomic_store(&srv->w_state, W_AWAY);
+    srpc_engine_kick(srv);
+    return 0;
+}
+
 /* Sleeps in poll() until a datagram arrives, the server stops or timeout_us passes.
  * Called with rx_lock held: while the worker waits, it is the one that receives. */
 static void wait_readable(srpc_server_t *srv, int64_t timeout_us)
@@ -157,6 +194,23 @@ static void wait_readable(srpc_server_t *srv, int64_t timeout_us)
     poll(p, 3, ms);
     uint64_t v;
     if (p[2].revents & POLLIN && read(srv->wakefd, &v, sizeof(v)) < 0) { /* drained by the read */ }
+}
+
+/* Receives what waits for the server before a batch is taken while calls are queued (when no
+ * other thread is receiving). Under sustained load the queue is not empty when the worker comes
+ * back for a batch, and the engine thread takes over receiving only after one callback has run
+ * rx_takeover_us: without this, requests beyond capacity would wait in the socket buffer
+ * (seconds, then dropped by the kernel) instead of being queued or answered BUSY at once.
+ * Stops when a burst comes back short, or after rx_takeover_us, so batches still run when
+ * receiving alone could take all the time. */
+static void catch_up(srpc_server_t *srv)
+{
+    if (pthread_mutex_trylock(&srv->rx_lock) != 0)
+        return;
+    const uint64_t until = srpc_now_ns() + (uint64_t)srv->cfg.rx_takeover_us * 1000;
+    while (srpc_engine_rx_step(srv) >= (int)srv->rx.burst && srpc_now_ns() < until)
+        ;
+    pthread_mutex_unlock(&srv->rx_lock);
 }
 
 int srpc_server_next_batch(srpc_server_t *srv, srpc_batch_t *b, int64_t timeout_us)
@@ -178,6 +232,11 @@ int srpc_server_next_batch(srpc_server_t *srv, srpc_batch_t *b, int64_t timeout_
         uint64_t now = srpc_now_ns();
         if (atomic_load_explicit(&srv->n_ready, memory_order_acquire) > 0 &&
             (!hold || now >= hold || atomic_load(&srv->ready_gen) != seen_gen)) {
+            if (atomic_load(&srv->n_ready) > 1) { /* one call alone: no backlog, and no syscall on
+                                                    the lowest-latency path */
+                catch_up(srv);
+                now = srpc_now_ns();
+            }
             seen_gen = atomic_load(&srv->ready_gen);
             pthread_mutex_lock(&srv->lock);
             int got = take_batch(srv, b, now, &hold);
@@ -187,7 +246,7 @@ int srpc_server_next_batch(srpc_server_t *srv, srpc_batch_t *b, int64_t timeout_
                 continue;
             }
             if (got)
-                return leave(srv, 0);
+                return got == 3 ? leave_saturated(srv) : leave(srv, 0);
         }
         if (now >= deadline)
             return leave(srv, -ETIMEDOUT);
