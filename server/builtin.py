@@ -1,6 +1,8 @@
 """builtin.py: vecadd, matmul, echo and head, with example inputs and reply checks for each."""
 from __future__ import annotations
 
+import functools
+import time
 from dataclasses import dataclass
 from typing import Callable
 
@@ -64,14 +66,36 @@ SERVICES = {
 }
 
 
-def register_builtin_services(server, *, max_batch: int = 8, max_delay_us: int = 0) -> None:
-    """Registers the four built-in services on a splitrpc.Server."""
+def with_batch_cost(fn: Callable, cost_us: int) -> Callable:
+    """fn that first sleeps cost_us per batch, whatever its size: a fixed service time per batch
+    with the CPU left free meanwhile, as while a GPU runs a batch (0: fn itself)."""
+    if cost_us <= 0:
+        return fn
+    seconds = cost_us / 1e6
+
+    @functools.wraps(fn)
+    def costly(*args):
+        time.sleep(seconds)
+        return fn(*args)
+
+    costly.__dict__.pop("o2_kernel", None)  # a persistent kernel would skip the cost
+    return costly
+
+
+def register_builtin_services(server, *, max_batch: int = 8, max_delay_us: int = 0, batch_cost_us: int = 0) -> None:
+    """Registers the four built-in services on a splitrpc.Server. batch_cost_us > 0 adds that
+    fixed service time to every batch (with_batch_cost), which bounds the server's capacity at
+    about max_batch * 1e6 / batch_cost_us calls/s: a server-bound service for overload tests."""
     f32 = "float32"
-    server.add_function(vecadd, 1, "vecadd", [TensorSpec("x", f32, (256,))], [TensorSpec("y", f32, (256,))],
+
+    def cb(fn):
+        return with_batch_cost(fn, batch_cost_us)
+
+    server.add_function(cb(vecadd), 1, "vecadd", [TensorSpec("x", f32, (256,))], [TensorSpec("y", f32, (256,))],
                         max_batch=max_batch, max_delay_us=max_delay_us)
-    server.add_function(matmul, 2, "matmul", [TensorSpec("a", f32, (32, 32)), TensorSpec("b", f32, (32, 32))],
+    server.add_function(cb(matmul), 2, "matmul", [TensorSpec("a", f32, (32, 32)), TensorSpec("b", f32, (32, 32))],
                         [TensorSpec("c", f32, (32, 32))], max_batch=max_batch, max_delay_us=max_delay_us)
-    server.add_function(echo, 3, "echo", raw=True, max_request=ECHO_MAX, max_response=ECHO_MAX,
+    server.add_function(cb(echo), 3, "echo", raw=True, max_request=ECHO_MAX, max_response=ECHO_MAX,
                         capacity=64, max_batch=max_batch)
-    server.add_function(head, 4, "head", [TensorSpec("x", f32, (3, 224, 224))], [TensorSpec("y", f32, (1000,))],
+    server.add_function(cb(head), 4, "head", [TensorSpec("x", f32, (3, 224, 224))], [TensorSpec("y", f32, (1000,))],
                         capacity=64, max_batch=max_batch, max_delay_us=max_delay_us)

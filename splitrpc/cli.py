@@ -40,7 +40,7 @@ def cmd_serve(a) -> int:
     except ValueError as e:
         print(f"splitrpc serve: {e}", file=sys.stderr)
         return 2
-    register(srv, max_batch=a.max_batch, max_delay_us=a.max_delay_us)
+    register(srv, max_batch=a.max_batch, max_delay_us=a.max_delay_us, batch_cost_us=a.batch_cost_us)
     if names:
         try:
             _models().register_models(srv, names, device=a.device, small=a.small, max_batch=a.max_batch,
@@ -66,7 +66,8 @@ def cmd_serve(a) -> int:
             print(f"--metrics-port: cannot listen on {a.metrics_host}:{a.metrics_port}: {e}", file=sys.stderr)
             return 2
     print(f"splitrpc {__version__} serving {served} on {a.host}:{srv.port} "
-          f"(wait={a.wait}{model_cfg}); Ctrl-C stops", flush=True)
+          f"(wait={a.wait}{model_cfg}{f', {a.batch_cost_us} us per batch' if a.batch_cost_us > 0 else ''}); "
+          "Ctrl-C stops", flush=True)
     if metrics:
         print(f"metrics: http://{metrics.host}:{metrics.port}/metrics", flush=True)
     try:
@@ -201,6 +202,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="poll: lowest latency, burns a core; block: idle-efficient")
     s.add_argument("--max-batch", type=int, default=8)
     s.add_argument("--max-delay-us", type=int, default=0)
+    s.add_argument("--batch-cost-us", type=int, default=0, metavar="US",
+                   help="the built-in services sleep this long per batch (a fixed service time, as on a GPU): "
+                        "a server of known capacity, about max-batch * 1e6 / US calls/s")
     s.add_argument("--segment-size", type=int, default=1450, help="reply segment size to non-loopback clients")
     s.add_argument("--models", metavar="NAMES",
                    help="also serve these PyTorch models: a comma list of lenet, lstm, resnet18, resnet50, "
@@ -239,12 +243,14 @@ def build_parser() -> argparse.ArgumentParser:
     from .bench.dpdk_veth import add_parser as add_bench_dpdk_parser
     from .bench.models_e2e import add_parser as add_bench_models_parser
     from .bench.orchestration import add_parser as add_bench_orchestration_parser
+    from .bench.overload import add_parser as add_bench_overload_parser
     from .bench.sidebyside import add_parser as add_bench_parser
 
     add_bench_parser(sub)
     add_bench_models_parser(sub)
     add_bench_orchestration_parser(sub)
     add_bench_dpdk_parser(sub)
+    add_bench_overload_parser(sub)
     return p
 
 
