@@ -263,25 +263,28 @@ def phase_stats(rec: np.ndarray, ph: dict) -> dict:
             "p50_us": p50, "p99_us": p99, "send_lag_p99_us": float(np.percentile(lag, 99)) if len(lag) else None}
 
 
-def recovery(rec: np.ndarray, t_drop_s: float, end_s: float, bound_us: float, bin_s: float, hold: int) -> dict:
-    """Bins of bin_s from the drop on: p99 (by due time) of each; recovery_s is the start of the
-    first bin from which `hold` bins in a row have p99 <= bound_us (None: never)."""
+def recovery(rec: np.ndarray, t_drop_s: float, end_s: float, bound_us: float, bin_s: float, hold: int,
+             p50_bound_us: float = float("inf")) -> dict:
+    """Bins of bin_s from the drop on: p50 and p99 (by due time) of each; recovery_s is the start
+    of the first bin from which `hold` bins in a row have p99 <= bound_us and p50 <=
+    p50_bound_us (None: never)."""
     n = int(np.floor((end_s - t_drop_s) / bin_s + 1e-9))
     code, sched = rec["code"], rec["sched_ns"]
-    p99s, busy = [], []
+    p99s, p50s, busy = [], [], []
     for i in range(n):
         lo, hi = (t_drop_s + i * bin_s) * 1e9, (t_drop_s + (i + 1) * bin_s) * 1e9
         due = (sched >= lo) & (sched < hi)
         m = due & (code == OK)
         lat = (rec["done_ns"][m] - sched[m]) / 1e3
         p99s.append(float(np.percentile(lat, 99)) if len(lat) else None)
+        p50s.append(float(np.percentile(lat, 50)) if len(lat) else None)
         busy.append(int((due & (code == BUSY)).sum()))
-    good = [p is not None and p <= bound_us for p in p99s]
+    good = [p is not None and p <= bound_us and m <= p50_bound_us for p, m in zip(p99s, p50s)]
     first = next((i for i in range(n) if all(good[i:i + hold]) and i + hold <= n), None)
     later_bad = [round(i * bin_s, 3) for i in range(first + hold, n) if not good[i]] if first is not None else []
     return {"bound_us": bound_us, "bin_s": bin_s, "hold_bins": hold,
             "recovery_s": None if first is None else round(first * bin_s, 3),
-            "p99_us_by_bin": p99s, "busy_by_bin": busy, "later_bins_over_bound_s": later_bad}
+            "p99_us_by_bin": p99s, "p50_us_by_bin": p50s, "busy_by_bin": busy, "later_bins_over_bound_s": later_bad}
 
 
 def rss_stats(samples: list[dict], start_ns: int, phs: list[dict]) -> dict:
@@ -337,8 +340,18 @@ def analyze(rec: np.ndarray, start_ns: int, phs: list[dict], samples: list[dict]
         per_phase[ph["name"]]["server"] = counter_stats(samples, start_ns, ph)
     rss = rss_stats(samples, start_ns, phs)
     t_drop = phs[1]["end_s"]
-    bound = TARGETS["recovery_p99_factor"] * base["p99_us"] if base["p99_us"] else float("nan")
-    rec_ = recovery(rec, t_drop, end_s, bound, bin_s, TARGETS["recovery_hold_bins"])
+    # The bound: 2x the baseline's p99, or the worst 100 ms bin the baseline itself showed (this
+    # shared VM stalls now and then at any load): a bin's p99 is a noisier statistic than the
+    # p99 of the whole baseline, so a bound below the baseline's own bins would judge the noise.
+    base_bins = recovery(rec, phs[0]["start_s"], phs[0]["end_s"], float("inf"), bin_s, 1)["p99_us_by_bin"]
+    worst_base_bin = max((p for p in base_bins if p is not None), default=0.0)
+    bound = max(TARGETS["recovery_p99_factor"] * base["p99_us"], worst_base_bin) if base["p99_us"] else float("nan")
+    # ... and the median per bin within 2x the baseline's: robust to those stalls, it shows
+    # whether a backlog is still being worked off.
+    p50_bound = TARGETS["recovery_p99_factor"] * base["p50_us"] if base.get("p50_us") else float("inf")
+    rec_ = recovery(rec, t_drop, end_s, bound, bin_s, TARGETS["recovery_hold_bins"], p50_bound)
+    rec_["baseline_worst_bin_us"] = worst_base_bin
+    rec_["p50_bound_us"] = p50_bound
     unserved = over["due"] - over["ok"]
     busy_frac = over["busy"] / unserved if unserved > 0 else None
     goodput_pct = 100.0 * over["goodput_rps"] / peak if peak > 0 else None
@@ -365,11 +378,14 @@ def analyze(rec: np.ndarray, start_ns: int, phs: list[dict], samples: list[dict]
               f"baseline {rss['baseline']['median_mib']:.1f} MiB, overload max {rss['overload']['max_mib']:.1f} MiB, "
               f"trend {rss['trend_mib']:+.1f} MiB", "-" if rss["growth_mib"] is None else f"{rss['growth_mib']:+.1f} MiB"),
         check("latency recovers", f"p99 per {bin_s * 1e3:.0f} ms bin <= {TARGETS['recovery_p99_factor']:g}x the "
-                                  f"baseline p99 ({TARGETS['recovery_hold_bins']} bins in a row) from at most "
+                                  f"baseline p99 (or the baseline's worst bin if higher) and p50 <= "
+                                  f"{TARGETS['recovery_p99_factor']:g}x the baseline p50 "
+                                  f"({TARGETS['recovery_hold_bins']} bins in a row) from at most "
                                   f"{TARGETS['recovery_max_s']:g} s after the drop",
               rec_["recovery_s"],
               rec_["recovery_s"] is not None and rec_["recovery_s"] <= TARGETS["recovery_max_s"],
-              f"bound {bound / 1e3:.2f} ms (baseline p99 {base['p99_us'] / 1e3:.2f} ms)" if base["p99_us"] else
+              f"bound {bound / 1e3:.2f} ms (baseline p99 {base['p99_us'] / 1e3:.2f} ms, its worst bin "
+              f"{worst_base_bin / 1e3:.2f} ms; p50 bound {p50_bound / 1e3:.2f} ms)" if base["p99_us"] else
               "no baseline p99", "never" if rec_["recovery_s"] is None else f"{rec_['recovery_s']:.1f} s"),
         check("no wrong replies", "0", invalid, invalid == 0),
     ]
