@@ -37,13 +37,13 @@ def reassembler():
         lib.srpc_reassembler_destroy(out[0])
 
 
-def segment(message: bytes, seg_size: int):
+def segment(message: bytes, seg_size: int, version: int = 1):
     """The datagrams of message at S = seg_size: (out buffer, lengths, cffi tmpl, count)."""
     nseg = -(-len(message) // seg_size)
     cap = len(message) + nseg * HDR_LEN
     out = ffi.new("uint8_t[]", cap)
     lens = ffi.new("uint32_t[]", nseg)
-    tmpl = ffi.new("srpc_hdr_t *", dict(type=lib.SRPC_REQUEST, func_id=4, req_id=77))
+    tmpl = ffi.new("srpc_hdr_t *", dict(type=lib.SRPC_REQUEST, func_id=4, req_id=77, version=version))
     return out, lens, tmpl, nseg, cap
 
 
@@ -64,12 +64,34 @@ def test_hdr_decode(benchmark):
     assert hdr_fields(h) == HDR
 
 
+# docs/PROTOCOL-v2.md: the same header with a 48-bit req_id and its CRC-16 in bytes 4..5.
+HDR_V2 = dict(HDR, req_id=0x456789ABCDEF)
+
+
+def test_hdr_encode_v2(benchmark):
+    h = ffi.new("srpc_hdr_t *", dict(HDR_V2, version=2))
+    out = ffi.new("uint8_t[]", HDR_LEN)
+    assert benchmark(lib.srpc_hdr_encode, h, out) == 0
+    b = ffi.buffer(out)[:]
+    assert b[1] >> 4 == 2 and int.from_bytes(b[4:6], "big") == lib.srpc_hdr_check16(out)
+
+
+def test_hdr_decode_v2(benchmark):
+    h = ffi.new("srpc_hdr_t *", dict(HDR_V2, version=2))
+    buf = ffi.new("uint8_t[]", HDR_LEN)
+    assert lib.srpc_hdr_encode(h, buf) == 0
+    out = ffi.new("srpc_hdr_t *")
+    assert benchmark(lib.srpc_hdr_decode, buf, HDR_LEN, out) == 0
+    assert hdr_fields(out) == HDR_V2 and out.version == 2
+
+
 # ------------------------------------------------------------------ message codec
 
 
-@pytest.mark.parametrize("seg_size", [8950, 64000])
-def test_segment_588k(benchmark, message, seg_size):
-    out, lens, tmpl, nseg, cap = segment(message, seg_size)
+@pytest.mark.parametrize("version", [1, 2])
+@pytest.mark.parametrize("seg_size", [1450, 8950, 64000])
+def test_segment_588k(benchmark, message, seg_size, version):
+    out, lens, tmpl, nseg, cap = segment(message, seg_size, version)
     src = ffi.from_buffer(message)
     n = benchmark(lib.srpc_msg_segment, tmpl, src, MSG_LEN, seg_size, out, cap, lens, nseg)
     assert n == nseg
