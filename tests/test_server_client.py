@@ -10,6 +10,7 @@ import pytest
 
 import splitrpc
 from splitrpc import TensorSpec
+from splitrpc._native import ffi, lib
 from splitrpc.services import SERVICES, register_builtin_services
 
 from conftest import free_udp_port as dead_port, settled, wait_for
@@ -636,3 +637,13 @@ def test_queueing_deadline_answers_deadline_without_running(make_server, make_cl
     with pytest.raises(ValueError, match="deadline"):
         splitrpc.Server("127.0.0.1", 0).add_function(slow, 2, "x", [splitrpc.TensorSpec("x", "float32", (4,))],
                                                      [splitrpc.TensorSpec("y", "float32", (4,))], deadline=-1)
+
+
+def test_features_tell_whether_fault_injection_is_built_in(make_server):
+    """The Python package is built without fault injection (testing builds only): features()
+    says so, and the native setter agrees."""
+    srv = make_server()
+    cfg = ffi.new("srpc_faults_cfg_t *", {"drop": 0.5})
+    rc = lib.srpc_server_set_faults(srv._srv, cfg, ffi.NULL, 1)
+    assert splitrpc.features()["fault_injection"] == (rc != -errno.ENOTSUP)
+    assert not splitrpc.features()["fault_injection"]

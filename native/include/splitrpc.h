@@ -523,10 +523,12 @@ int srpc_raw_closed_loop(const char *host, uint16_t port, uint32_t req_size, uin
 
 /* ------------------------------------------------------------------ build facts */
 
-/* Bit set of what was compiled in: 1 CUDA kernels (built with nvcc), 2 DPDK, 4 sanitizers. */
+/* Bit set of what was compiled in: 1 CUDA kernels (built with nvcc), 2 DPDK, 4 sanitizers,
+ * 8 fault injection (testing builds: srpc_server_set_faults works). */
 #define SRPC_FEATURE_CUDA 1
 #define SRPC_FEATURE_DPDK 2
 #define SRPC_FEATURE_SANITIZE 4
+#define SRPC_FEATURE_FAULTS 8
 unsigned srpc_features(void);
 const char *srpc_version(void);
 const char *srpc_strerror(int code); /* name of an error code (1..6, 100..103) */

@@ -17,6 +17,9 @@ unsigned srpc_features(void)
 #ifdef SPLITRPC_SANITIZED
     f |= SRPC_FEATURE_SANITIZE;
 #endif
+#ifdef SRPC_FAULT_INJECTION
+    f |= SRPC_FEATURE_FAULTS;
+#endif
     return f;
 }
 

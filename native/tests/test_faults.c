@@ -773,6 +773,7 @@ int main(void)
 {
     uint64_t t0 = now_ns();
 #ifdef SRPC_FAULT_INJECTION
+    CHECK(srpc_features() & SRPC_FEATURE_FAULTS, "srpc_features says fault injection is in");
     test_settings();
     test_counts();
     test_reorder_keeps_all();
@@ -788,6 +789,7 @@ int main(void)
     scenario("corrupt", bits, 300, 0, 1);
 #else
     (void)rnd;
+    CHECK(!(srpc_features() & SRPC_FEATURE_FAULTS), "srpc_features says fault injection is out");
     test_unsupported();
     printf("fault injection not compiled in (SPLITRPC_FAULT_INJECTION=OFF): setters checked only\n");
 #endif

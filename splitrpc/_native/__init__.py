@@ -35,4 +35,5 @@ def features() -> dict:
         "cuda": bool(f & lib.SRPC_FEATURE_CUDA),
         "dpdk": bool(f & lib.SRPC_FEATURE_DPDK),
         "sanitizers": bool(f & lib.SRPC_FEATURE_SANITIZE),
+        "fault_injection": bool(f & lib.SRPC_FEATURE_FAULTS),
     }
