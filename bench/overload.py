@@ -223,16 +223,8 @@ def series(rec: np.ndarray, end_s: float, bin_s: float) -> dict:
     ok = code == OK
     sent = rec["sent_ns"] > 0
     other = ~ok & (code != BUSY) & (code != TIMEOUT) & (code != PENDING)
-    p50, p99 = np.full(nb, np.nan), np.full(nb, np.nan)
     okb = np.clip((sched[ok] / ns).astype(np.int64), 0, nb - 1)
-    lat = (rec["done_ns"][ok] - sched[ok]) / 1e3
-    order = np.argsort(okb, kind="stable")
-    okb, lat = okb[order], lat[order]
-    edges = np.searchsorted(okb, np.arange(nb + 1))
-    for b in range(nb):
-        seg = lat[edges[b]:edges[b + 1]]
-        if len(seg):
-            p50[b], p99[b] = np.percentile(seg, [50, 99])
+    p50, p99 = report.binned_p50_p99(okb, (rec["done_ns"][ok] - sched[ok]) / 1e3, nb)
     return {"t_s": np.arange(nb) * bin_s, "offered_rps": count(sched) / bin_s,
             "sent_rps": count(rec["sent_ns"], sent) / bin_s, "goodput_rps": count(rec["done_ns"], ok) / bin_s,
             "busy": count(sched, code == BUSY), "timeouts": count(sched, code == TIMEOUT),

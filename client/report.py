@@ -59,6 +59,19 @@ def summarize(r: Records, label: str = "") -> dict:
     }
 
 
+def binned_p50_p99(bins: np.ndarray, values: np.ndarray, nb: int) -> tuple[np.ndarray, np.ndarray]:
+    """p50 and p99 of values in each of nb bins (bins[i]: value i's bin), NaN where empty."""
+    p50, p99 = np.full(nb, np.nan), np.full(nb, np.nan)
+    order = np.argsort(bins, kind="stable")
+    sb, sv = bins[order], values[order]
+    edges = np.searchsorted(sb, np.arange(nb + 1))
+    for b in range(nb):
+        seg = sv[edges[b]:edges[b + 1]]
+        if len(seg):
+            p50[b], p99[b] = np.percentile(seg, [50, 99])
+    return p50, p99
+
+
 def time_series(r: Records, bin_s: float = 1.0) -> dict:
     """Per time bin (by due time): offered and achieved rate, p50 and p99 latency (µs)."""
     if not bin_s > 0:
@@ -72,17 +85,8 @@ def time_series(r: Records, bin_s: float = 1.0) -> dict:
     done_bins = (okd["done_ns"] / (bin_s * 1e9)).astype(np.int64)
     achieved = np.bincount(done_bins, minlength=nb)[:nb] / bin_s
     lat_us = (okd["done_ns"] - okd["sched_ns"]) / 1e3
-    p50 = np.full(nb, np.nan)
-    p99 = np.full(nb, np.nan)
     errors = np.bincount(bins[~ok & (rec["code"] != PENDING)], minlength=nb)
-    ob = bins[ok]
-    idx = np.argsort(ob, kind="stable")
-    sb, sl = ob[idx], lat_us[idx]
-    edges = np.searchsorted(sb, np.arange(nb + 1))
-    for b in range(nb):
-        seg = sl[edges[b]:edges[b + 1]]
-        if len(seg):
-            p50[b], p99[b] = np.percentile(seg, [50, 99])
+    p50, p99 = binned_p50_p99(bins[ok], lat_us, nb)
     return {"t_s": np.arange(nb) * bin_s, "offered_rps": offered, "achieved_rps": achieved,
             "p50_us": p50, "p99_us": p99, "errors": errors}
 
