@@ -184,8 +184,13 @@ def cmd_demo(a) -> int:
     finally:
         st = srv.stats()
         srv.close()
+    drops = {k: v for k, v in st["drops"].items() if v}
+    why = f" ({', '.join(f'{k} {v}' for k, v in drops.items())})" if drops else ""
     print(f"server: {st['calls']} calls in {st['batches']} batches (mean batch {st['mean_batch']:.2f}), "
-          f"drops {sum(st['drops'].values())}, errors {sum(st['errors'].values())}")
+          f"drops {sum(drops.values())}{why}, errors {sum(st['errors'].values())}")
+    if drops.get("duplicate"):
+        print("  (duplicate: the client sent a request again while the server still ran it: a reply that took "
+              "longer than the retransmission timeout; the server never runs a call twice)")
     return 1 if failed else 0
 
 
