@@ -1,9 +1,12 @@
 """Client retransmission through a chaos proxy: lost, duplicated and reordered datagrams in both directions, every call still gets its own right answer; the retry cap and the adaptive timeout."""
+import time
+
 import numpy as np
 import pytest
 from chaos_proxy import ChaosProxy, Faults
 
 import splitrpc
+from splitrpc import TensorSpec
 from splitrpc.services import SERVICES, register_builtin_services
 
 VEC = SERVICES["vecadd"]
@@ -79,6 +82,31 @@ def test_timeout_adapts_to_round_trips(make_server, make_client):
         assert c.call(VEC.func_id, req) == VEC.expected(req)
     st = c.stats()
     assert 0 < st["srtt_us"] < 100000 and 1000 <= st["rto_us"] < 500000 and st["retransmits"] == 0
+
+
+def test_each_function_has_its_own_round_trip_estimate(make_server, make_client):
+    """A slow function called after many fast calls is not retransmitted at the fast function's
+    timeout: round trips include the service time, so each function is estimated apart."""
+    def setup(srv):
+        register_builtin_services(srv)
+
+        @srv.function(9, "slow", inputs=[TensorSpec("x", "uint8", (1,))], outputs=[TensorSpec("y", "uint8", (1,))])
+        def slow(x, y):
+            time.sleep(0.04)
+            y[:] = x
+
+    srv = make_server(setup)
+    c = make_client(srv.port, timeout=5.0, retries=3, rto_min=0.005, rto_initial=0.5, rto_max=2.0)
+    req = VEC.example(np.random.default_rng(6))
+    for _ in range(100):
+        assert c.call(VEC.func_id, req) == VEC.expected(req)
+    assert c.stats()["rto_us"] == 5000  # vecadd's: the floor
+    for i in range(4):
+        assert c.call(9, bytes([i])) == bytes([i])
+    st = c.stats()
+    assert st["retransmits"] == 0, st
+    assert 35000 < st["srtt_us"] < 500000 and st["rto_us"] > 40000  # the slow function's own
+    assert c.call(VEC.func_id, req) == VEC.expected(req) and c.stats()["rto_us"] == 5000
 
 
 @pytest.mark.parametrize("kw", [dict(retries=-1), dict(rto_min=0.0), dict(rto_min=0.5, rto_initial=0.2),

@@ -373,9 +373,10 @@ typedef struct srpc_client_config {
     /* Retransmission: a request whose reply has not come within the retransmission timeout is
      * sent again with the same req_id (the server answers a duplicate from its reply cache or
      * ignores it while the call runs), at most `retries` times, the timeout doubling each time.
-     * The timeout adapts to the replies' round-trip times (RFC 6298: srtt + 4 rttvar, Karn's
-     * rule: no sample from a retransmitted call), clamped to [rto_min_us, rto_max_us];
-     * rto_initial_us before the first sample. The request is copied to be sent again.
+     * The timeout adapts to the replies' round-trip times, per function since a function's
+     * service time is part of them (RFC 6298: srtt + 4 rttvar, Karn's rule: no sample from a
+     * retransmitted call), clamped to [rto_min_us, rto_max_us]; rto_initial_us before a
+     * function's first sample. The request is copied to be sent again.
      * Retransmissions happen while some thread waits for a reply (wait, wait_any, call). */
     uint32_t retries;          /* 0: never retransmit (the default) */
     uint32_t rto_min_us, rto_initial_us, rto_max_us;
@@ -421,7 +422,9 @@ int srpc_client_call(srpc_client_t *cl, uint16_t func_id, const void *data, uint
 typedef struct srpc_client_stats {
     uint64_t sent_calls, replies, errors, timeouts, late_or_unknown, dropped;
     uint64_t retransmits;      /* requests sent again */
-    uint64_t srtt_us, rto_us;  /* the smoothed round-trip time (0 before a sample) and the timeout now */
+    uint64_t srtt_us, rto_us;  /* of the function that answered last (each function has its own
+                                  estimators): its smoothed round-trip time (0 before a sample)
+                                  and its retransmission timeout now */
 } srpc_client_stats_t;
 int srpc_client_stats(const srpc_client_t *cl, srpc_client_stats_t *out);
 

@@ -19,6 +19,14 @@
 #include "tunables.h"
 
 #define NBUCKETS 4096
+#define RTT_SLOTS 64 /* round-trip estimators, one per function (func_id % RTT_SLOTS, last one wins) */
+
+/* RFC 6298 estimators of one function's round trips: its service time is part of them, and
+ * functions differ by orders of magnitude (a 10 us vecadd next to a 3 ms model). */
+typedef struct rtt_est {
+    uint32_t func_plus1; /* func_id + 1; 0: unused */
+    uint64_t srtt_ns, rttvar_ns;
+} rtt_est_t;
 
 typedef struct cl_call {
     uint64_t req_id;
@@ -55,7 +63,8 @@ struct srpc_client {
     cl_call_t *buckets[NBUCKETS]; /* lock */
     cl_call_t *done_head, *done_tail; /* lock */
     atomic_uint_fast64_t next_id;
-    uint64_t srtt_ns, rttvar_ns; /* lock: RFC 6298 estimators; srtt 0 before the first sample */
+    rtt_est_t rtt[RTT_SLOTS];  /* lock: per-function estimators */
+    uint16_t last_func;       /* lock: the function of the last sample (for stats) */
     uint64_t next_due;       /* lock: the earliest due_ns of a call (UINT64_MAX: none) */
     srpc_client_stats_t st;  /* lock */
 };
@@ -203,27 +212,36 @@ static void call_free(cl_call_t *k)
 
 /* ------------------------------------------------------------------ retransmission (lock held) */
 
-/* The retransmission timeout now, before backoff. */
-static uint64_t rto_ns(const srpc_client_t *c)
+/* The estimators of func_id, or NULL before its first sample. */
+static const rtt_est_t *rtt_of(const srpc_client_t *c, uint16_t func_id)
 {
+    const rtt_est_t *e = &c->rtt[func_id % RTT_SLOTS];
+    return e->func_plus1 == (uint32_t)func_id + 1 ? e : NULL;
+}
+
+/* func_id's retransmission timeout now, before backoff: rto_initial before its first sample. */
+static uint64_t rto_ns(const srpc_client_t *c, uint16_t func_id)
+{
+    const rtt_est_t *e = rtt_of(c, func_id);
     uint64_t lo = (uint64_t)c->cfg.rto_min_us * 1000, hi = (uint64_t)c->cfg.rto_max_us * 1000;
-    uint64_t rto = c->srtt_ns ? c->srtt_ns + 4 * c->rttvar_ns : (uint64_t)c->cfg.rto_initial_us * 1000;
+    uint64_t rto = e ? e->srtt_ns + 4 * e->rttvar_ns : (uint64_t)c->cfg.rto_initial_us * 1000;
     return rto < lo ? lo : rto > hi ? hi : rto;
 }
 
-/* RFC 6298 §2 with one reply's round-trip time. */
-static void rtt_sample(srpc_client_t *c, uint64_t r)
+/* RFC 6298 §2 with one reply's round-trip time, for its function. */
+static void rtt_sample(srpc_client_t *c, uint16_t func_id, uint64_t r)
 {
-    if (!c->srtt_ns) {
-        c->srtt_ns = r ? r : 1;
-        c->rttvar_ns = r / 2;
+    rtt_est_t *e = &c->rtt[func_id % RTT_SLOTS];
+    c->last_func = func_id;
+    if (e->func_plus1 != (uint32_t)func_id + 1) { /* its first sample (or the slot's new owner) */
+        *e = (rtt_est_t){.func_plus1 = (uint32_t)func_id + 1, .srtt_ns = r ? r : 1, .rttvar_ns = r / 2};
         return;
     }
-    uint64_t d = c->srtt_ns > r ? c->srtt_ns - r : r - c->srtt_ns;
-    c->rttvar_ns = (3 * c->rttvar_ns + d) / 4;
-    c->srtt_ns = (7 * c->srtt_ns + r) / 8;
-    if (!c->srtt_ns)
-        c->srtt_ns = 1;
+    uint64_t d = e->srtt_ns > r ? e->srtt_ns - r : r - e->srtt_ns;
+    e->rttvar_ns = (3 * e->rttvar_ns + d) / 4;
+    e->srtt_ns = (7 * e->srtt_ns + r) / 8;
+    if (!e->srtt_ns)
+        e->srtt_ns = 1;
 }
 
 static int send_request(srpc_client_t *c, uint64_t id, uint16_t func_id, uint16_t aux, const void *data,
@@ -244,7 +262,7 @@ static void retransmit_due(srpc_client_t *c)
     if (now < c->next_due)
         return;
     uint64_t next = UINT64_MAX;
-    const uint64_t base = rto_ns(c), hi = (uint64_t)c->cfg.rto_max_us * 1000;
+    const uint64_t hi = (uint64_t)c->cfg.rto_max_us * 1000;
     for (int b = 0; b < NBUCKETS; b++)
         for (cl_call_t *k = c->buckets[b]; k; k = k->hnext) {
             if (k->done || !k->req || k->due_ns == UINT64_MAX)
@@ -257,7 +275,7 @@ static void retransmit_due(srpc_client_t *c)
                 k->attempts++;
                 c->st.retransmits++;
                 send_request(c, k->req_id, k->func_id, k->aux, k->req, k->req_len); /* a lost resend is retried */
-                uint64_t wait = k->attempts < 20 ? base << k->attempts : hi;
+                uint64_t wait = k->attempts < 20 ? rto_ns(c, k->func_id) << k->attempts : hi;
                 k->due_ns = now + (wait < hi ? wait : hi);
             }
             if (k->due_ns < next)
@@ -316,7 +334,7 @@ static void finish(srpc_client_t *c, cl_call_t *k, int code, uint8_t *data, uint
 {
     if (k->req) {
         if (k->attempts == 0) /* Karn: a retransmitted call's reply may answer any of its sends */
-            rtt_sample(c, now_ns() - k->sent_ns);
+            rtt_sample(c, k->func_id, now_ns() - k->sent_ns);
         free(k->req);
         k->req = NULL;
     }
@@ -516,7 +534,7 @@ static int send_call(srpc_client_t *c, uint16_t func_id, const void *data, uint3
     c->st.sent_calls++;
     if (k->req) {
         k->sent_ns = now_ns();
-        k->due_ns = k->sent_ns + rto_ns(c);
+        k->due_ns = k->sent_ns + rto_ns(c, k->func_id);
         if (k->due_ns < c->next_due)
             c->next_due = k->due_ns;
     }
@@ -633,8 +651,9 @@ int srpc_client_stats(const srpc_client_t *c, srpc_client_stats_t *out)
     srpc_client_t *m = (srpc_client_t *)c;
     pthread_mutex_lock(&m->lock);
     *out = m->st;
-    out->srtt_us = m->srtt_ns / 1000;
-    out->rto_us = m->cfg.retries ? rto_ns(m) / 1000 : 0;
+    const rtt_est_t *e = rtt_of(m, m->last_func);
+    out->srtt_us = e ? e->srtt_ns / 1000 : 0;
+    out->rto_us = m->cfg.retries ? rto_ns(m, m->last_func) / 1000 : 0;
     pthread_mutex_unlock(&m->lock);
     return 0;
 }
