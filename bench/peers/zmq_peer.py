@@ -44,14 +44,7 @@ def serve(args) -> None:
     try:
         common.ready()
         while True:
-            try:
-                frames = sock.recv_multipart(flags=zmq.NOBLOCK, copy=False)
-            except zmq.Again:
-                # Nothing waiting: block in poll() for at most 100 ms, so that this thread comes
-                # back to Python and runs the SIGINT/SIGTERM handler even when the signal was
-                # delivered to one of libzmq's own threads (which leaves a blocking recv asleep).
-                sock.poll(100)
-                continue
+            frames = sock.recv_multipart(copy=False)
             if len(frames) != 3:  # [peer identity, tag, request]; anything else is not ours
                 continue
             ident, tag, request = frames
