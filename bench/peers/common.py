@@ -385,13 +385,19 @@ def stop_event() -> threading.Event:
 
     signal.signal(signal.SIGTERM, handler)
     signal.signal(signal.SIGINT, handler)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})  # as interrupt_on_sigterm
     return ev
 
 
 def interrupt_on_sigterm() -> None:
-    """SIGTERM raises KeyboardInterrupt, as SIGINT does (for servers blocked in a native receive)."""
+    """SIGTERM and SIGINT raise KeyboardInterrupt (for servers blocked in a native receive).
+    Both explicitly, and unblocked: a process inherits ignored signals (a background job of a
+    non-interactive shell ignores SIGINT, and Python then installs no handler of its own) and
+    its parent thread's signal mask."""
 
     def handler(signum, frame):
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGINT, handler)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
