@@ -262,15 +262,13 @@ def recovery(rec: np.ndarray, t_drop_s: float, end_s: float, bound_us: float, bi
     p50_bound_us (None: never)."""
     n = int(np.floor((end_s - t_drop_s) / bin_s + 1e-9))
     code, sched = rec["code"], rec["sched_ns"]
-    p99s, p50s, busy = [], [], []
-    for i in range(n):
-        lo, hi = (t_drop_s + i * bin_s) * 1e9, (t_drop_s + (i + 1) * bin_s) * 1e9
-        due = (sched >= lo) & (sched < hi)
-        m = due & (code == OK)
-        lat = (rec["done_ns"][m] - sched[m]) / 1e3
-        p99s.append(float(np.percentile(lat, 99)) if len(lat) else None)
-        p50s.append(float(np.percentile(lat, 50)) if len(lat) else None)
-        busy.append(int((due & (code == BUSY)).sum()))
+    b = np.floor((sched - t_drop_s * 1e9) / (bin_s * 1e9)).astype(np.int64)
+    inside = (b >= 0) & (b < n)
+    ok = inside & (code == OK)
+    p50a, p99a = report.binned_p50_p99(b[ok], (rec["done_ns"][ok] - sched[ok]) / 1e3, n)
+    p50s = [None if np.isnan(v) else float(v) for v in p50a]
+    p99s = [None if np.isnan(v) else float(v) for v in p99a]
+    busy = [int(v) for v in np.bincount(b[inside & (code == BUSY)], minlength=n)[:n]]
     good = [p is not None and p <= bound_us and m <= p50_bound_us for p, m in zip(p99s, p50s)]
     first = next((i for i in range(n) if all(good[i:i + hold]) and i + hold <= n), None)
     later_bad = [round(i * bin_s, 3) for i in range(first + hold, n) if not good[i]] if first is not None else []

@@ -1,17 +1,15 @@
 """make_fuzz_corpus.py: writes the seed corpus of the libFuzzer harness (native/fuzz/fuzz_datagrams.c) into tests/fuzz_corpus/: valid calls, multi-segment messages in and out of order, duplicates, errors and near-misses, in its record format."""
-import binascii
 import os
 import struct
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import wire_ref  # noqa: E402  the reference encoder of both protocol versions
 
 
 def hdr(typ, func, req, seq, nseg, msg_len, aux=0, version=1):
-    h = bytearray(struct.pack(">BBHQHHIH", 0xA5, (version << 4) | typ, func, req, seq, nseg, msg_len, aux))
-    if version == 2:  # docs/PROTOCOL-v2.md: CRC-16/CCITT-FALSE of the header, bytes 4..5 zero
-        h[4:6] = binascii.crc_hqx(bytes(h), 0xFFFF).to_bytes(2, "big")
-    return bytes(h)
+    return wire_ref.encode(typ, func, req, seq, nseg, msg_len, aux, version=version)
 
 
 def flipped(b, i, x=0x10):

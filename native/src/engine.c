@@ -72,14 +72,27 @@ static void send_errorf(srpc_server_t *srv, const srpc_call_key_t *key, int code
 static void wake_worker(srpc_server_t *srv);
 static unsigned settle(srpc_server_t *srv, srpc_fn_t *fn);
 
+/* The memory caps' count of partial messages, in all and by client address: a message's
+ * reassembly footprint is added when it starts and taken back when it ends. Lock held. */
+static void count_partial(srpc_server_t *srv, const srpc_addr_t *a, size_t bytes)
+{
+    srv->reasm_bytes += bytes;
+    srcmem_add(&srv->srcmem, a, bytes); /* cannot fail: one address per partial call at most */
+}
+
+static void uncount_partial(srpc_server_t *srv, const srpc_addr_t *a, const srpc_reasm_t *r)
+{
+    size_t bytes = srpc_reasm_footprint(r->msg_len, r->nseg);
+    srv->reasm_bytes -= bytes;
+    srcmem_sub(&srv->srcmem, a, bytes);
+}
+
 /* Frees a partial message's reassembly state and its share of the memory cap; when it was
  * being reassembled in a Tensor Queue element, that element is reserved no more and the
  * function is returned (else NULL). Lock held. */
 static srpc_fn_t *free_partial(srpc_server_t *srv, ct_entry_t *e)
 {
-    size_t fp = srpc_reasm_footprint(e->u.partial.msg_len, e->u.partial.nseg);
-    srv->reasm_bytes -= fp;
-    srcmem_sub(&srv->srcmem, &e->key.addr, fp);
+    uncount_partial(srv, &e->key.addr, &e->u.partial);
     srpc_reasm_free(&e->u.partial, &srv->pool);
     if (!e->placed)
         return NULL;
@@ -257,9 +270,7 @@ static void known_call(srpc_server_t *srv, uint32_t idx, const srpc_hdr_t *h, ui
         return;
     }
     srpc_reasm_t p = e->u.partial;
-    size_t fp = srpc_reasm_footprint(p.msg_len, p.nseg);
-    srv->reasm_bytes -= fp;
-    srcmem_sub(&srv->srcmem, &e->key.addr, fp);
+    uncount_partial(srv, &e->key.addr, &p);
     ct_list_unlink(&srv->ct, idx);
     enqueue(srv, fn, idx, p.buf, p.msg_len);
     srpc_reasm_free(&p, &srv->pool);
@@ -326,8 +337,7 @@ static void new_call(srpc_server_t *srv, const srpc_call_key_t *k, const srpc_hd
         c->rx_ns = srpc_now_ns(); /* RESERVED: since when (unblock_reserved) */
         fn->reserved++;
     }
-    srv->reasm_bytes += need;
-    srcmem_add(&srv->srcmem, &k->addr, need); /* cannot fail: one address per partial call at most */
+    count_partial(srv, &k->addr, need);
     ct_list_push(&srv->ct, idx, CT_LIST_PARTIAL, srpc_now_ns() + (uint64_t)srv->cfg.reasm_timeout_us * 1000);
     srpc_reasm_add(&e->u.partial, h, seg, data, dlen); /* first segment: cannot fail */
 }
