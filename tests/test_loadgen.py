@@ -93,6 +93,29 @@ def test_closed_loop_run_checks_every_reply(builtin_server):
         assert s["invalid"] == 50 and s["errors_by_code"] == {"INVALID": 50} and s["ok"] == 0
 
 
+def test_load_runs_beside_futures_on_one_client(builtin_server):
+    """Futures (call_async) and two load runs share one client, each seeing only its own
+    replies: the futures' poller used to take a run's replies, which then timed out."""
+    import threading
+
+    svc = SERVICES["vecadd"]
+    req = svc.example(np.random.default_rng(1))
+    with Client("127.0.0.1", builtin_server.port, timeout=5.0) as c:
+        futs = [c.call_async(svc.func_id, req) for _ in range(32)]
+        runs = []
+        threads = [threading.Thread(target=lambda: runs.append(
+            run_load(c, svc.func_id, req, expect=svc.expected(req), concurrency=4, n=1000, timeout_s=5.0)))
+            for _ in range(2)]
+        for t in threads:
+            t.start()
+        more = [c.call_async(svc.func_id, req) for _ in range(32)]
+        for t in threads:
+            t.join(60)
+        assert all(f.result(timeout=30) == svc.expected(req) for f in futs + more)
+        assert len(runs) == 2 and all(np.all(r.rec["code"] == OK) for r in runs), \
+            [np.unique(r.rec["code"], return_counts=True) for r in runs]
+
+
 def test_open_loop_latency_counts_from_the_due_time(builtin_server):
     svc = SERVICES["vecadd"]
     req = svc.example(np.random.default_rng(0))

@@ -400,9 +400,22 @@ int srpc_client_send(srpc_client_t *cl, uint16_t func_id, const void *data, uint
  * Thread-safe: one thread receives at a time, the others wait for it. */
 int srpc_client_wait(srpc_client_t *cl, uint64_t req_id, int64_t timeout_us);
 
-/* Waits up to timeout_us for any finished call and writes up to n finished req_ids into
- * ids. Returns the count (0 on timeout). Thread-safe. */
+/* Waits up to timeout_us for any finished call sent by srpc_client_send and writes up to n
+ * finished req_ids into ids. Returns the count (0 on timeout). Thread-safe. */
 int srpc_client_wait_any(srpc_client_t *cl, uint64_t *ids, int n, int64_t timeout_us);
+
+/* A completion queue: the calls sent through it are reported by srpc_client_wait_cq when
+ * they finish, and nowhere else, so that independent users of one client (the Python
+ * futures, a load run, another load run) each see only their own calls. srpc_client_send
+ * and srpc_client_wait_any use the client's own queue. All four are thread-safe. The caller
+ * owns a queue it creates and destroys it before the client; calls of a destroyed queue
+ * that have not been reported are reported nowhere (release them by id). */
+typedef struct srpc_client_cq srpc_client_cq_t;
+int srpc_client_cq_create(srpc_client_t *cl, srpc_client_cq_t **out);
+void srpc_client_cq_destroy(srpc_client_t *cl, srpc_client_cq_t *cq);
+int srpc_client_send_cq(srpc_client_t *cl, srpc_client_cq_t *cq, uint16_t func_id, const void *data,
+                        uint32_t len, uint16_t aux, uint64_t *req_id);
+int srpc_client_wait_cq(srpc_client_t *cl, srpc_client_cq_t *cq, uint64_t *ids, int n, int64_t timeout_us);
 
 /* Outcome of a finished call: *code 0 (RESPONSE), an error code, SRPC_E_PENDING while
  * unfinished; *data and *len its reply (or error text). The pointers stay valid until

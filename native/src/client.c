@@ -33,7 +33,7 @@ typedef struct cl_call {
     uint16_t func_id;
     int done;
     int code;            /* 0 RESPONSE, else the error code */
-    int notify;          /* report through srpc_client_wait_any */
+    srpc_client_cq_t *cq; /* reported there when finished; NULL: not reported (a blocking call) */
     uint8_t *reply;      /* reply data or error text (malloc) */
     uint8_t *req;        /* retransmission: a copy of the request until the call finishes */
     uint32_t req_len;
@@ -45,9 +45,13 @@ typedef struct cl_call {
     int reasm_active;
     srpc_reasm_t reasm;
     struct cl_call *hnext;
-    struct cl_call *dnext, *dprev; /* finished-and-unreported list */
+    struct cl_call *dnext, *dprev; /* cq's finished-and-unreported list */
     int on_done_list;
 } cl_call_t;
+
+struct srpc_client_cq {
+    cl_call_t *head, *tail; /* client lock: finished calls not yet reported, oldest first */
+};
 
 struct srpc_client {
     srpc_client_config_t cfg;
@@ -61,7 +65,7 @@ struct srpc_client {
     pthread_cond_t cv;
     int rx_owned;            /* lock */
     cl_call_t *buckets[NBUCKETS]; /* lock */
-    cl_call_t *done_head, *done_tail; /* lock */
+    srpc_client_cq_t cq;     /* lock: srpc_client_send/wait_any's queue */
     atomic_uint_fast64_t next_id;
     rtt_est_t rtt[RTT_SLOTS];  /* lock: per-function estimators */
     uint16_t last_func;       /* lock: the function of the last sample (for stats) */
@@ -314,18 +318,19 @@ static cl_call_t *find(srpc_client_t *c, uint64_t id)
     return NULL;
 }
 
-static void done_unlink(srpc_client_t *c, cl_call_t *k)
+static void done_unlink(cl_call_t *k)
 {
     if (!k->on_done_list)
         return;
+    srpc_client_cq_t *q = k->cq;
     if (k->dprev)
         k->dprev->dnext = k->dnext;
     else
-        c->done_head = k->dnext;
+        q->head = k->dnext;
     if (k->dnext)
         k->dnext->dprev = k->dprev;
     else
-        c->done_tail = k->dprev;
+        q->tail = k->dprev;
     k->on_done_list = 0;
     k->dnext = k->dprev = NULL;
 }
@@ -346,13 +351,14 @@ static void finish(srpc_client_t *c, cl_call_t *k, int code, uint8_t *data, uint
         c->st.errors++;
     else
         c->st.replies++;
-    if (k->notify) {
-        k->dprev = c->done_tail;
-        if (c->done_tail)
-            c->done_tail->dnext = k;
+    srpc_client_cq_t *q = k->cq;
+    if (q) {
+        k->dprev = q->tail;
+        if (q->tail)
+            q->tail->dnext = k;
         else
-            c->done_head = k;
-        c->done_tail = k;
+            q->head = k;
+        q->tail = k;
         k->on_done_list = 1;
     }
 }
@@ -497,12 +503,12 @@ static int call_ready(srpc_client_t *c, void *arg)
 
 static int any_ready(srpc_client_t *c, void *arg)
 {
-    (void)arg;
-    return c->done_head ? 1 : 0;
+    (void)c;
+    return ((srpc_client_cq_t *)arg)->head ? 1 : 0;
 }
 
 static int send_call(srpc_client_t *c, uint16_t func_id, const void *data, uint32_t len,
-                     uint16_t aux, int notify, uint64_t *req_id)
+                     uint16_t aux, srpc_client_cq_t *cq, uint64_t *req_id)
 {
     if (!c || (!data && len) || !req_id)
         return -EINVAL;
@@ -515,7 +521,7 @@ static int send_call(srpc_client_t *c, uint16_t func_id, const void *data, uint3
     if (c->cfg.version == SRPC_VERSION_2) /* 48 bits on the wire; wraps after 2^48 calls */
         k->req_id &= SRPC_REQ_ID_V2_MASK;
     k->func_id = func_id;
-    k->notify = notify;
+    k->cq = cq;
     k->aux = aux;
     k->due_ns = UINT64_MAX;
     if (c->cfg.retries) { /* kept to be sent again */
@@ -554,7 +560,35 @@ static int send_call(srpc_client_t *c, uint16_t func_id, const void *data, uint3
 int srpc_client_send(srpc_client_t *c, uint16_t func_id, const void *data, uint32_t len,
                      uint16_t aux, uint64_t *req_id)
 {
-    return send_call(c, func_id, data, len, aux, 1, req_id);
+    return c ? send_call(c, func_id, data, len, aux, &c->cq, req_id) : -EINVAL;
+}
+
+int srpc_client_send_cq(srpc_client_t *c, srpc_client_cq_t *cq, uint16_t func_id, const void *data,
+                        uint32_t len, uint16_t aux, uint64_t *req_id)
+{
+    return c && cq ? send_call(c, func_id, data, len, aux, cq, req_id) : -EINVAL;
+}
+
+int srpc_client_cq_create(srpc_client_t *c, srpc_client_cq_t **out)
+{
+    if (!c || !out)
+        return -EINVAL;
+    return (*out = calloc(1, sizeof(**out))) ? 0 : -ENOMEM;
+}
+
+void srpc_client_cq_destroy(srpc_client_t *c, srpc_client_cq_t *cq)
+{
+    if (!c || !cq || cq == &c->cq)
+        return;
+    pthread_mutex_lock(&c->lock);
+    for (unsigned b = 0; b < NBUCKETS; b++) /* its calls are reported nowhere from now on */
+        for (cl_call_t *k = c->buckets[b]; k; k = k->hnext)
+            if (k->cq == cq) {
+                done_unlink(k);
+                k->cq = NULL;
+            }
+    pthread_mutex_unlock(&c->lock);
+    free(cq);
 }
 
 int srpc_client_wait(srpc_client_t *c, uint64_t req_id, int64_t timeout_us)
@@ -569,14 +603,19 @@ int srpc_client_wait(srpc_client_t *c, uint64_t req_id, int64_t timeout_us)
 
 int srpc_client_wait_any(srpc_client_t *c, uint64_t *ids, int n, int64_t timeout_us)
 {
-    if (!c || !ids || n <= 0)
+    return c ? srpc_client_wait_cq(c, &c->cq, ids, n, timeout_us) : -EINVAL;
+}
+
+int srpc_client_wait_cq(srpc_client_t *c, srpc_client_cq_t *cq, uint64_t *ids, int n, int64_t timeout_us)
+{
+    if (!c || !cq || !ids || n <= 0)
         return -EINVAL;
     pthread_mutex_lock(&c->lock);
-    int r = wait_until(c, any_ready, NULL, deadline_of(timeout_us));
+    int r = wait_until(c, any_ready, cq, deadline_of(timeout_us));
     int cnt = 0;
-    while (r > 0 && cnt < n && c->done_head) {
-        cl_call_t *k = c->done_head;
-        done_unlink(c, k);
+    while (r > 0 && cnt < n && cq->head) {
+        cl_call_t *k = cq->head;
+        done_unlink(k);
         ids[cnt++] = k->req_id;
     }
     pthread_mutex_unlock(&c->lock);
@@ -609,7 +648,7 @@ int srpc_client_release(srpc_client_t *c, uint64_t req_id)
     cl_call_t *k = *p;
     if (k) {
         *p = k->hnext;
-        done_unlink(c, k);
+        done_unlink(k);
         if (!k->done)
             c->st.timeouts++;
     }
@@ -626,7 +665,7 @@ int srpc_client_call(srpc_client_t *c, uint16_t func_id, const void *data, uint3
     if (!out_len || !code || (!out && cap))
         return -EINVAL;
     uint64_t id;
-    int r = send_call(c, func_id, data, len, 0, 0, &id);
+    int r = send_call(c, func_id, data, len, 0, NULL, &id);
     if (r)
         return r;
     r = srpc_client_wait(c, id, timeout_us);

@@ -26,6 +26,7 @@ typedef struct pend {
 
 typedef struct run {
     srpc_client_t *cl;
+    srpc_client_cq_t *cq; /* this run's calls, and only them */
     const srpc_load_params_t *p;
     srpc_load_rec_t *rec;
     uint32_t *order;
@@ -93,7 +94,7 @@ static void send_one(run_t *R, uint64_t now)
     r->sent_ns = now;
     __atomic_store_n(&R->prog->sent, R->next, __ATOMIC_RELAXED);
     uint64_t id;
-    if (srpc_client_send(R->cl, p->func_id, p->req, p->req_len, 0, &id) != 0) {
+    if (srpc_client_send_cq(R->cl, R->cq, p->func_id, p->req, p->req_len, 0, &id) != 0) {
         finish(R, idx, SRPC_E_SEND, 0, rel_now(R));
         return;
     }
@@ -106,7 +107,7 @@ static void on_reply(run_t *R, uint64_t id, uint64_t now)
 {
     uint32_t idx = tab_take(R, id);
     if (idx == UINT32_MAX)
-        return; /* not a call of this run */
+        return; /* defensive: the run's queue holds only its own calls */
     int code = SRPC_E_PENDING;
     const uint8_t *d = NULL;
     uint32_t len = 0;
@@ -189,7 +190,7 @@ int srpc_load_run(srpc_client_t *cl, const srpc_load_params_t *p, srpc_load_rec_
     R.mask = size - 1;
     R.tab = calloc(size, sizeof(*R.tab));
     R.rid = calloc(p->n, sizeof(*R.rid));
-    if (!R.tab || !R.rid) {
+    if (!R.tab || !R.rid || srpc_client_cq_create(cl, &R.cq) != 0) {
         free(R.tab);
         free(R.rid);
         return -ENOMEM;
@@ -210,7 +211,7 @@ int srpc_load_run(srpc_client_t *cl, const srpc_load_params_t *p, srpc_load_rec_
             send_one(&R, now);
             now = rel_now(&R);
         }
-        int k = srpc_client_wait_any(cl, ids, 64, wait_budget_us(&R, now));
+        int k = srpc_client_wait_cq(cl, R.cq, ids, 64, wait_budget_us(&R, now));
         if (k < 0) {
             rc = k;
             break;
@@ -223,6 +224,7 @@ int srpc_load_run(srpc_client_t *cl, const srpc_load_params_t *p, srpc_load_rec_
     for (uint32_t i = 0; i <= R.mask; i++)
         if (R.tab[i].used)
             srpc_client_release(cl, R.tab[i].req_id);
+    srpc_client_cq_destroy(cl, R.cq);
     if (old_slack > 0)
         prctl(PR_SET_TIMERSLACK, (unsigned long)old_slack, 0, 0, 0);
     free(R.tab);

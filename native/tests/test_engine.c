@@ -1546,6 +1546,102 @@ static void test_load_run(sctx_t *s)
     close(sink);
 }
 
+/* Completion queues: users of one client each see only their own finished calls. A thread
+ * reporting srpc_client_send's calls (as the Python futures do) runs beside two load runs on
+ * the same client; before queues, whichever waited first took the others' replies. */
+typedef struct {
+    srpc_client_t *c;
+    int calls, replies;
+} cq_user_t;
+
+static void *cq_async_user(void *arg)
+{
+    cq_user_t *u = arg;
+    float in[256];
+    fill_floats(in, 256, 1.0f);
+    uint64_t ids[16];
+    for (int i = 0; i < u->calls; i++) {
+        uint64_t id;
+        if (srpc_client_send(u->c, F_VECADD, in, 1024, 0, &id) != 0)
+            return NULL;
+        for (int got = 0; !got;) {
+            int n = srpc_client_wait_any(u->c, ids, 16, TMO_US);
+            if (n <= 0)
+                return NULL;
+            for (int k = 0; k < n; k++) {
+                got |= ids[k] == id;
+                u->replies += ids[k] == id;
+                srpc_client_release(u->c, ids[k]);
+            }
+        }
+    }
+    return NULL;
+}
+
+typedef struct {
+    srpc_client_t *c;
+    srpc_load_rec_t rec[400];
+    uint32_t order[400];
+    int rc;
+} cq_run_t;
+
+static void *cq_load_user(void *arg)
+{
+    cq_run_t *r = arg;
+    float in[256], want[256];
+    fill_floats(in, 256, 2.0f);
+    fill_floats(want, 256, 3.0f);
+    srpc_load_params_t p = {.func_id = F_VECADD, .req = in, .req_len = 1024, .expect = want, .expect_len = 1024,
+                            .concurrency = 4, .n = 400, .timeout_us = TMO_US};
+    uint64_t start;
+    r->rc = srpc_load_run(r->c, &p, r->rec, r->order, NULL, &start);
+    return NULL;
+}
+
+static void test_completion_queues(sctx_t *s)
+{
+    srpc_client_t *c = mk_client(s->port, 0);
+    srpc_client_cq_t *a = NULL, *b = NULL;
+    CHECK(srpc_client_cq_create(c, &a) == 0 && srpc_client_cq_create(c, &b) == 0 && a && b, "cq create");
+    CHECK(srpc_client_cq_create(NULL, &a) == -EINVAL && srpc_client_cq_create(c, NULL) == -EINVAL, "cq create NULL");
+    float in[256];
+    fill_floats(in, 256, 0.0f);
+    uint64_t ia, ib, id, got[8];
+    CHECK(srpc_client_send_cq(c, a, F_VECADD, in, 1024, 0, &ia) == 0 &&
+              srpc_client_send_cq(c, b, F_VECADD, in, 1024, 0, &ib) == 0 &&
+              srpc_client_send(c, F_VECADD, in, 1024, 0, &id) == 0, "send on three queues");
+    CHECK(srpc_client_send_cq(c, NULL, F_VECADD, in, 1024, 0, &ia) == -EINVAL, "send to a NULL queue");
+    CHECK(srpc_client_wait_cq(c, a, got, 8, TMO_US) == 1 && got[0] == ia, "queue a reports its call only");
+    CHECK(srpc_client_wait_any(c, got, 8, TMO_US) == 1 && got[0] == id, "the client's queue reports its call only");
+    CHECK(srpc_client_wait_cq(c, a, got, 8, 20000) == 0, "queue a has nothing more");
+    CHECK(srpc_client_wait(c, ib, TMO_US) == 0, "b's call finished");
+    srpc_client_cq_destroy(c, b); /* b's finished, unreported call: reported nowhere, still released by id */
+    CHECK(srpc_client_wait_any(c, got, 8, 20000) == 0, "b's call is not reported on the client's queue");
+    CHECK(srpc_client_release(c, ia) == 0 && srpc_client_release(c, ib) == 0 && srpc_client_release(c, id) == 0,
+          "release");
+    srpc_client_cq_destroy(c, a);
+    srpc_client_cq_destroy(c, NULL);
+
+    cq_user_t u = {.c = c, .calls = 300};
+    static cq_run_t r1, r2;
+    r1.c = r2.c = c;
+    pthread_t tu, t1, t2;
+    pthread_create(&tu, NULL, cq_async_user, &u);
+    pthread_create(&t1, NULL, cq_load_user, &r1);
+    pthread_create(&t2, NULL, cq_load_user, &r2);
+    pthread_join(tu, NULL);
+    pthread_join(t1, NULL);
+    pthread_join(t2, NULL);
+    uint32_t ok1 = 0, ok2 = 0;
+    for (int i = 0; i < 400; i++) {
+        ok1 += r1.rec[i].code == 0;
+        ok2 += r2.rec[i].code == 0;
+    }
+    CHECK(u.replies == 300 && r1.rc == 0 && r2.rc == 0 && ok1 == 400 && ok2 == 400,
+          "three users of one client: %d of 300 async replies, runs %u and %u of 400 ok", u.replies, ok1, ok2);
+    srpc_client_destroy(c);
+}
+
 /* srpc_server_stop wakes a worker blocked in next_batch with no timeout. */
 static void test_stop(int mode)
 {
@@ -1631,6 +1727,7 @@ int main(void)
     test_segments(s);
     test_closed_loop(s, "block", 200);
     test_load_run(s);
+    test_completion_queues(s);
     server_down(s);
 
     test_api();
