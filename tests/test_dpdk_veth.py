@@ -1,4 +1,5 @@
 """The DPDK transport end to end: a splitrpc server on net_af_packet over one end of a veth pair, in a network namespace the test makes, answering a kernel-socket client in another (ARP included), every service and message sizes up to 1 MiB, and hostile datagrams."""
+import json
 import os
 import subprocess
 import sys
@@ -130,7 +131,6 @@ def test_bench_dpdk_end_to_end(veth_pair, tmp_path):
     rc = dpdk_veth.main(["--services", "vecadd,head", "--concurrency", "1,4", "--calls", "300", "--rounds", "1",
                          "--out", str(tmp_path)])
     assert rc == 0
-    import json
 
     doc = json.loads((tmp_path / "dpdk_veth.json").read_text())
     rows = {(r["system"], r["service"], r["concurrency"]): r for r in doc["table"]}
@@ -155,9 +155,10 @@ print("OK")
 """
 
 
-def test_dpdk_client_calls_kernel_server_over_veth(veth_pair):
+def test_dpdk_client_calls_kernel_server_over_veth(veth_pair, tmp_path):
     """The other way round: a DPDK client (ARP for the server, answering the server's ARP) on
-    one end, `splitrpc serve` on a kernel socket at the other end's address."""
+    one end, `splitrpc serve` on a kernel socket at the other end's address; then the load
+    generator from the same DPDK port."""
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP")}
     server = Proc(veth_pair.exec_argv(veth_pair.b, [sys.executable, "-m", "splitrpc", "serve", "--host", CLIENT_IP,
                                                     "--port", str(PORT)]), env=env)
@@ -170,6 +171,15 @@ def test_dpdk_client_calls_kernel_server_over_veth(veth_pair):
             if r.returncode == 0 or "CallTimeout" not in r.stderr:
                 break
         assert r.returncode == 0 and r.stdout.strip().endswith("OK"), r.stdout[-3000:] + r.stderr[-3000:]
+        eal = " ".join(EAL + [f"--vdev=net_af_packet0,iface={veth_pair.a_if},framecnt=4096"])
+        load = subprocess.run(veth_pair.exec_argv(veth_pair.a, [
+            sys.executable, "-m", "splitrpc", "load", "--host", CLIENT_IP, "--port", str(PORT), "--transport", "dpdk",
+            "--dpdk-port", "net_af_packet0", "--dpdk-args", eal, "--local-ip", SERVER_IP, "--calls", "2000",
+            "--concurrency", "1,8", "--warmup-s", "0", "--out", str(tmp_path), "--no-plots", "--quiet"]),
+            capture_output=True, text=True, timeout=300, cwd=tempfile.gettempdir(), env=env)
+        assert load.returncode == 0, load.stdout[-3000:] + load.stderr[-3000:]
+        runs = json.loads((tmp_path / "report.json").read_text())["runs"]
+        assert len(runs) == 2 and all(r["ok"] == 2000 and r["errors"] == 0 for r in runs), runs
         server.check_alive()
     finally:
         server.stop()
