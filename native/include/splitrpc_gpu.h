@@ -76,10 +76,15 @@ void srpc_gpu_host_free(void *host);
 
 /* ------------------------------------------------------------------ stream-ordered work */
 
-/* Asynchronous copies on `stream` (cuMemcpyHtoDAsync / cuMemcpyDtoHAsync): queued, not done,
- * at return; the host memory must stay valid until the stream reaches them. */
+/* Asynchronous copies on `stream` (cuMemcpyHtoDAsync / cuMemcpyDtoHAsync / cuMemcpyDtoDAsync):
+ * queued, not done, at return; the host memory must stay valid until the stream reaches them. */
 int srpc_gpu_copy_htod(uint64_t dst, const void *src, size_t len, uint64_t stream);
 int srpc_gpu_copy_dtoh(void *dst, uint64_t src, size_t len, uint64_t stream);
+int srpc_gpu_copy_dtod(uint64_t dst, uint64_t src, size_t len, uint64_t stream);
+/* A non-blocking stream of device `device` (cuStreamCreate) for the caller to own; destroy it
+ * with srpc_gpu_stream_destroy (0 is fine). */
+int srpc_gpu_stream_create(int device, uint64_t *out);
+void srpc_gpu_stream_destroy(uint64_t stream);
 /* Makes *flag become `value` once all work queued on `stream` before this call is done:
  * cuStreamWriteValue32 to flag_dev (the device address of flag, which lives in memory from
  * srpc_gpu_host_alloc) where the device supports stream memory operations, else a host

@@ -155,6 +155,7 @@ static void load_driver(void)
         SRPC_SYM(MemHostGetDevicePointer, "cuMemHostGetDevicePointer_v2"),
         SRPC_SYM(MemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2"),
         SRPC_SYM(MemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2"),
+        SRPC_SYM(MemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2"),
         SRPC_SYM(LaunchHostFunc, "cuLaunchHostFunc"),
         SRPC_SYM(StreamCreate, "cuStreamCreate"),
         SRPC_SYM(StreamDestroy, "cuStreamDestroy_v2"),

@@ -138,6 +138,8 @@ struct srpc_cu_api {
                                      srpc_CUstream s);                        /* cuMemcpyHtoDAsync_v2 */
     srpc_CUresult (*MemcpyDtoHAsync)(void *dst, srpc_CUdeviceptr src, size_t len,
                                      srpc_CUstream s);                        /* cuMemcpyDtoHAsync_v2 */
+    srpc_CUresult (*MemcpyDtoDAsync)(srpc_CUdeviceptr dst, srpc_CUdeviceptr src, size_t len,
+                                     srpc_CUstream s);                        /* cuMemcpyDtoDAsync_v2 */
     srpc_CUresult (*StreamWriteValue32)(srpc_CUstream s, srpc_CUdeviceptr addr, uint32_t value,
                                         unsigned flags);                      /* cuStreamWriteValue32_v2, else cuStreamWriteValue32 */
     srpc_CUresult (*LaunchHostFunc)(srpc_CUstream s, srpc_CUhostFn fn, void *user); /* cuLaunchHostFunc */

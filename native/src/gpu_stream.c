@@ -167,6 +167,41 @@ int srpc_gpu_signal(uint64_t stream, uint32_t *flag, uint64_t flag_dev, uint32_t
     return signal_by_host_func(s, flag, value);
 }
 
+int srpc_gpu_copy_dtod(uint64_t dst, uint64_t src, size_t len, uint64_t stream)
+{
+    if (!dst || !src)
+        return srpc_gpu_failf(-EINVAL, "srpc_gpu_copy_dtod: NULL address");
+    if (len == 0)
+        return 0;
+    int rc = srpc_gpu_use_any();
+    if (rc)
+        return rc;
+    srpc_CUresult r = srpc_cu.MemcpyDtoDAsync(dst, src, len, srpc_gpu_stream(stream));
+    return r == SRPC_CUDA_SUCCESS ? 0 : srpc_gpu_fail("cuMemcpyDtoDAsync", r);
+}
+
+int srpc_gpu_stream_create(int device, uint64_t *out)
+{
+    if (!out)
+        return srpc_gpu_failf(-EINVAL, "srpc_gpu_stream_create: NULL out");
+    *out = 0;
+    int rc = srpc_gpu_use_device(device);
+    if (rc)
+        return rc;
+    srpc_CUstream s = NULL;
+    srpc_CUresult r = srpc_cu.StreamCreate(&s, SRPC_CU_STREAM_NON_BLOCKING);
+    if (r != SRPC_CUDA_SUCCESS)
+        return srpc_gpu_fail("cuStreamCreate", r);
+    *out = (uint64_t)(uintptr_t)s;
+    return 0;
+}
+
+void srpc_gpu_stream_destroy(uint64_t stream)
+{
+    if (stream && srpc_gpu_use_any() == 0)
+        srpc_cu.StreamDestroy(srpc_gpu_stream(stream));
+}
+
 int srpc_gpu_stream_sync(uint64_t stream)
 {
     int rc = srpc_gpu_use_any();
