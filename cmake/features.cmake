@@ -47,7 +47,8 @@ if(NOT SPLITRPC_DPDK STREQUAL "OFF")
   if(LIBDPDK_FOUND)
     set(SPLITRPC_HAVE_DPDK ON)
     list(APPEND SPLITRPC_FEATURE_DEFS SPLITRPC_HAVE_DPDK)
-    set(SPLITRPC_DPDK_SRC native/src/dpdk_eal.c native/src/transport_dpdk.c native/src/dpdk_payload_pool.c)
+    set(SPLITRPC_DPDK_SRC native/src/dpdk_eal.c native/src/transport_dpdk.c native/src/dpdk_payload_pool.c
+                          native/src/dpdk_split_emulation.c)
     # DPDK's flags (-include rte_config.h, -march) apply to its sources only, not to the core.
     set_source_files_properties(${SPLITRPC_DPDK_SRC} PROPERTIES COMPILE_OPTIONS "${LIBDPDK_CFLAGS}")
     message(STATUS "splitrpc: libdpdk ${LIBDPDK_VERSION} found: the DPDK transport is compiled in")

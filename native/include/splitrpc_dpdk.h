@@ -40,7 +40,12 @@ typedef struct srpc_dpdk_stats {
     uint64_t arp_replies;  /* ARP replies sent */
     uint64_t rx_buffer_split; /* 1: the port splits each frame in hardware (RTE_ETH_RX_OFFLOAD_BUFFER_SPLIT,
                                  the first 64 bytes to a header pool); 0: split in software */
-    uint64_t payload_pool;    /* where the hardware split puts the rest: SRPC_DPDK_PAYLOAD_* */
+    uint64_t payload_pool;    /* where the split puts the rest: SRPC_DPDK_PAYLOAD_* */
+    uint64_t rx_split_emulated; /* 1: no hardware split, but frames are split in software the way
+                                   the NIC would, into the payload pool (emulate_split) */
+    uint64_t rx_device_payloads; /* datagrams whose data was handed on as a device address */
+    uint64_t rx_device_to_host;  /* datagrams whose data was copied from GPU memory to the host
+                                    (multi-segment messages, replies to a client) */
 } srpc_dpdk_stats_t;
 /* The name of drop reason r, or NULL past the last one. */
 const char *srpc_dpdk_drop_name(int r);

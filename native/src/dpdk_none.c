@@ -56,6 +56,14 @@ int srpc_dpdk_rx_burst(srpc_dpdk_port_t *p, srpc_rx_t *rx, unsigned max)
     return -ENOTSUP;
 }
 
+void srpc_dpdk_rx_release(srpc_dpdk_port_t *p) { (void)p; }
+
+int srpc_dpdk_payload_device(const srpc_dpdk_port_t *p)
+{
+    (void)p;
+    return -1;
+}
+
 int srpc_dpdk_send_msg(srpc_dpdk_port_t *p, const struct sockaddr *dst, socklen_t dstlen, const srpc_hdr_t *tmpl,
                        const struct iovec *pieces, int n, uint32_t msg_len, uint32_t seg_size)
 {

@@ -15,6 +15,8 @@
 #include <rte_mempool.h>
 
 #include "dpdk_payload_pool.h"
+#include "dpdk_split_emulation.h"
+#include "splitrpc_gpu.h"
 #include "wire.h"
 
 #define NEIGH_SLOTS 256 /* open addressing, keyed by IPv4 address */
@@ -45,6 +47,11 @@ struct srpc_dpdk_port {
     struct rte_mempool *data_pool; /* hardware split: the rest (payload) */
     srpc_payload_pool_t *payload;  /* data_pool's external memory, when it has some (else NULL:
                                       data_pool is DPDK memory, or there is no split) */
+    int emulate;     /* no hardware split: frames split in software into data_pool */
+    int gpu;         /* the CUDA device data_pool's memory is on, or -1 (host memory) */
+    uint64_t stream; /* gpu: the receiving thread's copies (emulation, device to host) */
+    struct rte_mbuf **held; /* gpu: frames whose data was handed on as device addresses */
+    unsigned n_held, held_cap;
     struct neigh neigh[NEIGH_SLOTS];
     struct neigh last_learned; /* the receiving thread's: the sender it last put in the table */
     srpc_dpdk_port_stats_t st;
@@ -113,11 +120,22 @@ static int make_payload_pool(srpc_dpdk_port_t *p, const srpc_dpdk_port_config_t 
     srpc_payload_pool_config_t pc = {.name = name, .port_id = p->port_id, .n = n, .data_room = room,
                                      .socket = socket, .on_gpu = cfg->payload_on_gpu != 0,
                                      .gpu_device = cfg->gpu_device};
+    if (pc.on_gpu && !p->rx_csum && !p->emulate) {
+        fprintf(stderr, "splitrpc: %s: the port does not verify UDP checksums, and payloads in GPU memory "
+                        "cannot be summed on the host: payloads go to host memory instead\n", cfg->dev);
+        pc.on_gpu = 0;
+    }
     for (;;) {
         if (srpc_payload_pool_create(&pc, &p->payload) == 0) {
             p->data_pool = srpc_payload_pool_mempool(p->payload);
             p->st.payload_pool = (uint64_t)srpc_payload_pool_kind(p->payload);
-            return 0;
+            if (p->st.payload_pool != SRPC_DPDK_PAYLOAD_GPU)
+                return 0;
+            p->gpu = pc.gpu_device;
+            int rc = srpc_gpu_stream_create(p->gpu, &p->stream);
+            if (rc)
+                fprintf(stderr, "splitrpc: %s: %s\n", cfg->dev, srpc_gpu_last_error());
+            return rc;
         }
         fprintf(stderr, "splitrpc: %s: %s; %s\n", cfg->dev, srpc_payload_pool_last_error(),
                 pc.on_gpu ? "payloads go to host memory instead" : "payloads go to DPDK memory instead");
@@ -132,6 +150,9 @@ static int make_payload_pool(srpc_dpdk_port_t *p, const srpc_dpdk_port_config_t 
 
 static void free_split_pools(srpc_dpdk_port_t *p)
 {
+    srpc_gpu_stream_destroy(p->stream);
+    p->stream = 0;
+    p->gpu = -1;
     rte_mempool_free(p->hdr_pool);
     if (p->payload)
         srpc_payload_pool_destroy(p->payload); /* frees data_pool, its mempool */
@@ -176,6 +197,15 @@ static int setup_rx(srpc_dpdk_port_t *p, const srpc_dpdk_port_config_t *cfg, con
         }
         free_split_pools(p); /* refused: split in software instead */
     }
+    if (cfg->emulate_split) { /* whole frames land in p->pool; rx_burst splits them into data_pool */
+        p->emulate = 1;
+        int rc = make_payload_pool(p, cfg, 2 * nb_rxd + 1023, RTE_PKTMBUF_HEADROOM + p->mtu + 64, socket);
+        if (rc) {
+            free_split_pools(p);
+            return rc;
+        }
+        p->st.rx_split_emulated = 1;
+    }
     return rte_eth_rx_queue_setup(p->port_id, 0, nb_rxd, (unsigned)socket, NULL, p->pool);
 }
 
@@ -195,6 +225,7 @@ int srpc_dpdk_port_open(const srpc_dpdk_port_config_t *cfg, srpc_dpdk_port_t **o
         return -ENOMEM;
     pthread_mutex_init(&p->tx_lock, NULL);
     p->port_id = port_id;
+    p->gpu = -1;
     p->mtu = mtu;
     p->self.ip = cfg->ip;
     p->self.port = cfg->udp_port;
@@ -256,6 +287,8 @@ void srpc_dpdk_port_close(srpc_dpdk_port_t *p)
         return;
     if (p->started)
         rte_eth_dev_stop(p->port_id);
+    srpc_dpdk_rx_release(p);
+    free(p->held);
     rte_eth_dev_close(p->port_id); /* releases the queues' mbufs before the pool goes */
     rte_mempool_free(p->pool);
     free_split_pools(p); /* after the close: the mbufs are back in their pools */
@@ -469,8 +502,55 @@ static void answer_arp(srpc_dpdk_port_t *p, const srpc_frame_info_t *info)
     pthread_mutex_unlock(&p->tx_lock);
 }
 
-/* One received frame: 1 when it filled slot i of rx, else 0 (dropped, or ARP). */
-static int take_frame(srpc_dpdk_port_t *p, struct rte_mbuf *m, srpc_rx_t *rx, unsigned i)
+/* Copies frame bytes [off, off + len) out of the segments of a frame whose segments after the
+ * first lie in GPU memory: the first with memcpy, the others device to host on the port's
+ * stream (complete after srpc_dpdk_rx_burst's synchronisation). */
+static int copy_out_dev(srpc_dpdk_port_t *p, uint8_t *dst, const struct iovec *seg, unsigned nseg, size_t off,
+                        size_t len)
+{
+    for (unsigned i = 0; i < nseg && len; i++) {
+        if (off >= seg[i].iov_len) {
+            off -= seg[i].iov_len;
+            continue;
+        }
+        size_t take = seg[i].iov_len - off < len ? seg[i].iov_len - off : len;
+        const uint8_t *src = (const uint8_t *)seg[i].iov_base + off;
+        if (i == 0)
+            memcpy(dst, src, take);
+        else if (srpc_gpu_copy_dtoh(dst, (uint64_t)(uintptr_t)src, take, p->stream) != 0)
+            return -EIO;
+        dst += take;
+        len -= take;
+        off = 0;
+    }
+    return 0;
+}
+
+/* Where the data of a datagram whose payload lies in GPU memory goes (see rx_burst): 1 when its
+ * address is handed on (rx->dev[i], the frame to be held), 0 when it was copied to the data
+ * slot, -1 when the copy failed. hdr: its splitrpc header, on the host. */
+static int place_dev_data(srpc_dpdk_port_t *p, srpc_rx_t *rx, unsigned i, const struct iovec *seg, unsigned nseg,
+                          const srpc_frame_info_t *info, uint32_t dlen)
+{
+    const size_t data_off = info->payload_off + SRPC_HDR_LEN;
+    srpc_hdr_t h;
+    if (dlen && srpc_hdr_decode(srpc_rx_hdr(rx, i), SRPC_HDR_LEN, &h) == 0 && h.type == SRPC_REQUEST &&
+        h.nseg == 1 && nseg == 2 && data_off == seg[0].iov_len && seg[1].iov_len == dlen) {
+        rx->dev[i] = (uint64_t)(uintptr_t)seg[1].iov_base; /* a whole request, in one device buffer */
+        p->st.rx_device_payloads++;
+        return 1;
+    }
+    /* Segments of larger messages (reassembled on the host), and whatever the engine will drop. */
+    uint32_t n = dlen > rx->data_cap ? (uint32_t)rx->data_cap : dlen;
+    if (n && copy_out_dev(p, srpc_rx_data(rx, i), seg, nseg, data_off, n) != 0)
+        return -1;
+    p->st.rx_device_to_host += n != 0;
+    return 0;
+}
+
+/* One received frame: 1 when it filled slot i of rx, else 0 (dropped, or ARP). *hold: the frame
+ * must stay until srpc_dpdk_rx_release (its data is handed on as a device address). */
+static int take_frame(srpc_dpdk_port_t *p, struct rte_mbuf *m, srpc_rx_t *rx, unsigned i, int *hold)
 {
     struct iovec seg[MAX_FRAME_SEGS];
     unsigned nseg = 0;
@@ -482,9 +562,15 @@ static int take_frame(srpc_dpdk_port_t *p, struct rte_mbuf *m, srpc_rx_t *rx, un
         seg[nseg++] = (struct iovec){rte_pktmbuf_mtod(s, void *), s->data_len};
     }
     unsigned flags = 0;
-    if (p->rx_csum && (m->ol_flags & RTE_MBUF_F_RX_IP_CKSUM_MASK) == RTE_MBUF_F_RX_IP_CKSUM_GOOD &&
+    if ((p->rx_csum || p->emulate) && (m->ol_flags & RTE_MBUF_F_RX_IP_CKSUM_MASK) == RTE_MBUF_F_RX_IP_CKSUM_GOOD &&
         (m->ol_flags & RTE_MBUF_F_RX_L4_CKSUM_MASK) == RTE_MBUF_F_RX_L4_CKSUM_GOOD)
         flags |= SRPC_FRAME_CSUM_CHECKED;
+    /* Payload bytes in GPU memory: the host reads the first segment only, and cannot sum them. */
+    const int on_dev = p->gpu >= 0 && m->pkt_len > m->data_len;
+    if (on_dev && !(flags & SRPC_FRAME_CSUM_CHECKED)) {
+        p->st.drops[SRPC_FRAME_UDP_CHECKSUM]++;
+        return 0;
+    }
     srpc_frame_info_t info;
     int kind = srpc_frame_parse(seg, nseg, &p->self, flags, &info);
     if (kind < 0) {
@@ -512,8 +598,21 @@ static int take_frame(srpc_dpdk_port_t *p, struct rte_mbuf *m, srpc_rx_t *rx, un
     uint32_t hlen = len < SRPC_HDR_LEN ? len : SRPC_HDR_LEN;
     uint32_t dlen = len - hlen;
     int trunc = dlen > rx->data_cap;
-    copy_out(srpc_rx_hdr(rx, i), seg, nseg, info.payload_off, hlen);
-    copy_out(srpc_rx_data(rx, i), seg, nseg, info.payload_off + hlen, trunc ? rx->data_cap : dlen);
+    rx->dev[i] = 0;
+    if (on_dev) {
+        if (info.payload_off + hlen > seg[0].iov_len) { /* a split that cut the splitrpc header */
+            p->st.drops[SRPC_FRAME_SHORT]++;
+            return 0;
+        }
+        memcpy(srpc_rx_hdr(rx, i), (const uint8_t *)seg[0].iov_base + info.payload_off, hlen);
+        int r = place_dev_data(p, rx, i, seg, nseg, &info, dlen);
+        if (r < 0)
+            return 0; /* the copy's error is in srpc_gpu_last_error; the client retransmits */
+        *hold = r;
+    } else {
+        copy_out(srpc_rx_hdr(rx, i), seg, nseg, info.payload_off, hlen);
+        copy_out(srpc_rx_data(rx, i), seg, nseg, info.payload_off + hlen, trunc ? rx->data_cap : dlen);
+    }
     if (trunc)
         p->st.rx_too_big++;
     struct sockaddr_in *src = (struct sockaddr_in *)&rx->src[i];
@@ -528,26 +627,60 @@ static int take_frame(srpc_dpdk_port_t *p, struct rte_mbuf *m, srpc_rx_t *rx, un
     return 1;
 }
 
+void srpc_dpdk_rx_release(srpc_dpdk_port_t *p)
+{
+    if (p && p->n_held) {
+        rte_pktmbuf_free_bulk(p->held, p->n_held);
+        p->n_held = 0;
+    }
+}
+
+int srpc_dpdk_payload_device(const srpc_dpdk_port_t *p)
+{
+    return p ? p->gpu : -1;
+}
+
 int srpc_dpdk_rx_burst(srpc_dpdk_port_t *p, srpc_rx_t *rx, unsigned max)
 {
     if (!p || !rx)
         return -EINVAL;
-    if (p->st.payload_pool == SRPC_DPDK_PAYLOAD_GPU)
-        return -ENOTSUP; /* take_frame would read GPU memory on the host */
+    srpc_dpdk_rx_release(p);
     if (max == 0 || max > rx->burst)
         max = rx->burst;
+    if (p->gpu >= 0 && p->held_cap < max) {
+        struct rte_mbuf **h = realloc(p->held, max * sizeof(*h));
+        if (!h)
+            return -ENOMEM;
+        p->held = h;
+        p->held_cap = max;
+    }
+    const uint16_t ctl = SRPC_FRAME_HLEN + SRPC_HDR_LEN;
     unsigned got = 0;
     struct rte_mbuf *m[RX_CHUNK];
     while (got < max) {
         unsigned want = max - got < RX_CHUNK ? max - got : RX_CHUNK;
         uint16_t k = rte_eth_rx_burst(p->port_id, 0, m, (uint16_t)want);
         p->st.rx_frames += k;
+        if (p->emulate) {
+            for (uint16_t j = 0; j < k; j++)
+                srpc_split_emulate(m[j], p->data_pool, ctl, p->gpu >= 0, p->stream, &p->self);
+            if (p->gpu >= 0 && k && srpc_gpu_stream_sync(p->stream) != 0) {
+                rte_pktmbuf_free_bulk(m, k);
+                return -EIO; /* srpc_gpu_last_error says why */
+            }
+        }
         for (uint16_t j = 0; j < k; j++) {
-            got += (unsigned)take_frame(p, m[j], rx, got);
-            rte_pktmbuf_free(m[j]);
+            int hold = 0;
+            got += (unsigned)take_frame(p, m[j], rx, got, &hold);
+            if (hold)
+                p->held[p->n_held++] = m[j];
+            else
+                rte_pktmbuf_free(m[j]);
         }
         if (k < want)
             break;
     }
+    if (p->gpu >= 0 && got && srpc_gpu_stream_sync(p->stream) != 0) /* the device-to-host copies */
+        return -EIO;
     return (int)got;
 }

@@ -22,11 +22,17 @@ typedef struct srpc_dpdk_port_config {
     int tx_chain;       /* header and data in two chained mbufs: 0 where the port says it sends
                            chains (MULTI_SEGS), 1 always (ports that pass mbufs on, like net_ring),
                            -1 never (one mbuf per frame, the data copied after the header) */
-    int payload_on_gpu; /* where the port splits frames in hardware: 1 = the payload pool in the
-                           memory of CUDA device gpu_device when the driver has it (else, or if it
-                           cannot be registered and mapped, host memory); 0 = host memory. A port
-                           whose payloads land in GPU memory cannot receive yet (rx_burst -ENOTSUP) */
+    int payload_on_gpu; /* where frames are split (by the port, or emulate_split): 1 = the payload
+                           pool in the memory of CUDA device gpu_device when the driver has it and
+                           the port verifies UDP checksums (the host cannot read the payload to sum
+                           it); else, or if it cannot be registered and mapped, host memory. 0 =
+                           host memory */
     int gpu_device;
+    int emulate_split;  /* 1: on a port without a hardware split, split every received frame in
+                           software the way the NIC would (the first 64 bytes stay in the frame's
+                           mbuf, the rest is copied into an mbuf of the payload pool, the UDP
+                           checksum verified first), so that the split receive path runs on any
+                           port: for tests, and to measure that path */
 } srpc_dpdk_port_config_t;
 
 /* The counters (splitrpc_dpdk.h): drops indexed by srpc_frame_drop. */
@@ -52,12 +58,20 @@ int srpc_dpdk_neighbour_known(srpc_dpdk_port_t *p, uint32_t ip);
 /* Receives up to max (<= rx->burst) UDP datagrams for our address and port without blocking,
  * as srpc_rx_burst does: the first SRPC_HDR_LEN payload bytes in the header slot, the rest in
  * the data slot (MSG_TRUNC in msg_flags when it does not fit), msgs[i].msg_len = the payload
- * length, src[i] = the sender (sockaddr_in). Frames that are not such datagrams are dropped and
- * counted; ARP requests for our address are answered and every ARP sender is learned. Returns
- * the count (0 when nothing waits), or -ENOTSUP on a port whose payloads land in GPU memory
- * (they are never read on the host, and the device receive path is not written). The
- * receiving thread only. */
+ * length, src[i] = the sender (sockaddr_in), rx->dev[i] = 0. Frames that are not such datagrams
+ * are dropped and counted; ARP requests for our address are answered and every ARP sender is
+ * learned. Returns the count (0 when nothing waits).
+ * A port whose payloads land in GPU memory (srpc_dpdk_payload_device >= 0) never reads them on
+ * the host: the data of a one-segment request stays where it landed and rx->dev[i] is its
+ * device address (its mbuf held until srpc_dpdk_rx_release); the data of any other datagram is
+ * copied to its data slot (device to host) before return. Frames whose UDP checksum the port
+ * did not verify are dropped as "udp_checksum". The receiving thread only. */
 int srpc_dpdk_rx_burst(srpc_dpdk_port_t *p, srpc_rx_t *rx, unsigned max);
+/* Frees the mbufs the last burst held for device addresses (rx->dev). The caller's copies from
+ * them must be complete. Also done by the next srpc_dpdk_rx_burst. The receiving thread only. */
+void srpc_dpdk_rx_release(srpc_dpdk_port_t *p);
+/* The CUDA device whose memory the payloads land in, or -1 (host memory). */
+int srpc_dpdk_payload_device(const srpc_dpdk_port_t *p);
 /* Sends one message as srpc_udp_send_msg does: cut into seg_size segments, each one frame: a
  * header mbuf with Ethernet, IPv4, UDP and the control header (64 bytes), chained to a payload
  * mbuf with the segment's data. dst: an IPv4 sockaddr_in whose MAC is known (learned or added).

@@ -113,7 +113,8 @@ int srpc_rx_init(srpc_rx_t *rx, unsigned burst, size_t data_cap)
     rx->msgs = calloc(burst, sizeof(*rx->msgs));
     rx->iov = calloc((size_t)burst * 2, sizeof(*rx->iov));
     rx->src = calloc(burst, sizeof(*rx->src));
-    if (!rx->hdr || !rx->data || !rx->msgs || !rx->iov || !rx->src) {
+    rx->dev = calloc(burst, sizeof(*rx->dev));
+    if (!rx->hdr || !rx->data || !rx->msgs || !rx->iov || !rx->src || !rx->dev) {
         srpc_rx_free(rx);
         return -ENOMEM;
     }
@@ -131,6 +132,7 @@ void srpc_rx_free(srpc_rx_t *rx)
     free(rx->msgs);
     free(rx->iov);
     free(rx->src);
+    free(rx->dev);
     memset(rx, 0, sizeof(*rx));
 }
 

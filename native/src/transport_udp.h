@@ -43,6 +43,9 @@ typedef struct srpc_rx {
     struct mmsghdr *msgs;
     struct iovec *iov;              /* 2 per datagram */
     struct sockaddr_storage *src;
+    uint64_t *dev;                  /* per datagram: 0, or the device address of its data when
+                                       it stayed in GPU memory (a DPDK port with a GPU payload
+                                       pool: srpc_dpdk_rx_burst); then the data slot is unused */
 } srpc_rx_t;
 
 int srpc_rx_init(srpc_rx_t *rx, unsigned burst, size_t data_cap);

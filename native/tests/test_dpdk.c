@@ -1,5 +1,6 @@
-/* test_dpdk.c: the DPDK transport on a net_ring port (what it sends comes back to it): messages of every size through send and the software split, malformed frames dropped and counted, ARP answered and learned. Needs no NIC and no hugepages. */
+/* test_dpdk.c: the DPDK transport on a net_ring port (what it sends comes back to it): messages of every size through send and the software split, malformed frames dropped and counted, ARP answered and learned; the same with the NIC's buffer split emulated into a host payload pool and, with a CUDA driver (the stand-in fake_libcuda.c on LD_LIBRARY_PATH will do), into GPU memory, where requests are handed on as device addresses. Needs no NIC and no hugepages. */
 #include <arpa/inet.h>
+#include <dlfcn.h>
 #include <errno.h>
 #include <netinet/in.h>
 #include <stdio.h>
@@ -8,6 +9,7 @@
 
 #include "frame.h"
 #include "splitrpc_dpdk.h"
+#include "splitrpc_gpu.h"
 #include "transport_dpdk.h"
 #include "wire.h"
 
@@ -20,6 +22,15 @@
 
 static srpc_dpdk_port_t *port;
 static srpc_rx_t rx;
+static void *(*fake_shadow)(unsigned long long); /* the stand-in libcuda's view of its device memory */
+
+/* Datagram i's data: its data slot, or where it stayed in (stand-in) GPU memory. */
+static const uint8_t *data_of(unsigned i)
+{
+    if (!rx.dev[i])
+        return srpc_rx_data(&rx, i);
+    return fake_shadow ? fake_shadow(rx.dev[i]) : NULL;
+}
 
 static struct sockaddr_in addr(uint32_t ip, uint16_t p)
 {
@@ -44,8 +55,10 @@ static int receive(unsigned want, srpc_hdr_t *hdrs, uint8_t *msg, size_t msg_cap
                   "source");
             if (hdrs && got < want)
                 hdrs[got] = h;
-            if (msg && (uint64_t)h.seq * seg + (len - SRPC_HDR_LEN) <= msg_cap)
-                memcpy(msg + (size_t)h.seq * seg, srpc_rx_data(&rx, i), len - SRPC_HDR_LEN);
+            const uint8_t *d = data_of((unsigned)i);
+            CHECK(d != NULL, "device data without a stand-in driver to read it");
+            if (d && msg && (uint64_t)h.seq * seg + (len - SRPC_HDR_LEN) <= msg_cap)
+                memcpy(msg + (size_t)h.seq * seg, d, len - SRPC_HDR_LEN);
         }
     }
     return (int)got;
@@ -88,6 +101,42 @@ static void test_messages(void)
     CHECK(srpc_dpdk_send_msg(port, (struct sockaddr *)&self, sizeof(self), &t, &one, 1, 3000, 1400) == -EINVAL,
           "pieces shorter than the message");
     CHECK(receive(1, NULL, NULL, 0) == 0, "nothing left over from refused sends");
+}
+
+/* Requests on a port whose payloads land in GPU memory: a one-segment request is handed on as
+ * the device address of its data (held until the next burst), a larger one copied to the
+ * host; thousands of them, more than the payload pool has buffers, so a held buffer that was
+ * never given back would show. */
+static void test_device_requests(void)
+{
+    static uint8_t in[6000], out[6000];
+    for (size_t i = 0; i < sizeof(in); i++)
+        in[i] = (uint8_t)(i * 7 + 1);
+    struct sockaddr_in self = addr(IP_SELF, PORT);
+    srpc_dpdk_port_stats_t st0, st1;
+    srpc_dpdk_port_stats(port, &st0);
+    int bad = 0;
+    const uint32_t sizes[] = {1, 700, 1400, 5000};
+    for (int r = 0; r < 4000; r++) {
+        uint32_t len = sizes[r % 4], nseg = srpc_seg_count(len, 1400);
+        srpc_hdr_t t = {.type = SRPC_REQUEST, .func_id = 3, .req_id = 50000 + (uint64_t)r};
+        struct iovec one = {in + r % 97, len};
+        if (srpc_dpdk_send_msg(port, (struct sockaddr *)&self, sizeof(self), &t, &one, 1, len, 1400) != (int)nseg) {
+            bad++;
+            continue;
+        }
+        memset(out, 0xee, len);
+        bad += receive(nseg, NULL, out, sizeof(out)) != (int)nseg || memcmp(out, in + r % 97, len) != 0;
+        bad += (nseg == 1) != (rx.dev[0] != 0); /* the last datagram received sits in slot 0 */
+    }
+    srpc_dpdk_rx_release(port);
+    srpc_dpdk_port_stats(port, &st1);
+    CHECK(bad == 0, "device requests: %d of 4000 wrong", bad);
+    CHECK(st1.rx_device_payloads - st0.rx_device_payloads == 3000 &&
+              st1.rx_device_to_host - st0.rx_device_to_host == 1000 * 4,
+          "3000 handed on as device addresses (%llu), 4000 segments copied to the host (%llu)",
+          (unsigned long long)(st1.rx_device_payloads - st0.rx_device_payloads),
+          (unsigned long long)(st1.rx_device_to_host - st0.rx_device_to_host));
 }
 
 /* A frame from our own MAC to our own MAC carrying `len` payload bytes, checksums right. */
@@ -163,7 +212,8 @@ static void test_arp(void)
 int main(void)
 {
     const char *args[] = {"--no-huge", "--no-shconf", "-m", "256", "--no-pci", "--no-telemetry", "-l", "0",
-                          "--log-level=*:error", "--vdev=net_ring0", "--vdev=net_ring1"};
+                          "--log-level=*:error", "--vdev=net_ring0", "--vdev=net_ring1", "--vdev=net_ring2",
+                          "--vdev=net_ring3"};
     int rc = srpc_dpdk_init(args, (int)(sizeof(args) / sizeof(args[0])));
     if (rc != 0) {
         printf("DPDK EAL: %s\n", srpc_dpdk_last_error());
@@ -178,10 +228,23 @@ int main(void)
     CHECK(srpc_dpdk_port_open(&bad, &port) == -EINVAL && !port, "port 0");
     CHECK(srpc_rx_init(&rx, 32, DATA_CAP) == 0, "rx slots");
     /* net_ring0: frames of two chained mbufs (64-byte control part, then the data), as a
-     * header/payload buffer split would deliver them; net_ring1: one mbuf per frame. */
-    const srpc_dpdk_port_config_t cfgs[2] = {{.dev = "net_ring0", .ip = IP_SELF, .udp_port = PORT, .tx_chain = 1},
-                                             {.dev = "net_ring1", .ip = IP_SELF, .udp_port = PORT, .tx_chain = -1}};
-    for (int c = 0; c < 2; c++) {
+     * header/payload buffer split would deliver them; net_ring1: one mbuf per frame; then
+     * one mbuf per frame with the buffer split emulated into a host payload pool, and into GPU memory
+     * where a CUDA driver answers (the stand-in's device memory is read through its shadow). */
+    const srpc_dpdk_port_config_t cfgs[4] = {
+        {.dev = "net_ring0", .ip = IP_SELF, .udp_port = PORT, .tx_chain = 1},
+        {.dev = "net_ring1", .ip = IP_SELF, .udp_port = PORT, .tx_chain = -1},
+        {.dev = "net_ring2", .ip = IP_SELF, .udp_port = PORT, .tx_chain = -1, .emulate_split = 1},
+        {.dev = "net_ring3", .ip = IP_SELF, .udp_port = PORT, .tx_chain = -1, .emulate_split = 1,
+         .payload_on_gpu = 1, .gpu_device = 0}};
+    const char *names[4] = {"chained", "one mbuf per frame", "split emulated, host payload pool",
+                            "split emulated, GPU payload pool"};
+    int have_gpu = srpc_gpu_init(0) == 0;
+    void *cuda = have_gpu ? dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD) : NULL;
+    *(void **)&fake_shadow = cuda ? dlsym(cuda, "fake_cuda_shadow") : NULL;
+    if (!have_gpu)
+        printf("no CUDA driver: %s (the GPU payload pool is not tried)\n", srpc_gpu_last_error());
+    for (int c = 0; c < 4 - !have_gpu; c++) {
         port = NULL;
         rc = srpc_dpdk_port_open(&cfgs[c], &port);
         CHECK(rc == 0 && port, "open %s: %d", cfgs[c].dev, rc);
@@ -191,15 +254,24 @@ int main(void)
         srpc_dpdk_port_mac(port, mac);
         CHECK(srpc_dpdk_neighbour_add(port, IP_SELF, mac) == 0, "neighbour: ourselves");
         int before = failed;
+        srpc_dpdk_port_stats_t st;
+        srpc_dpdk_port_stats(port, &st);
+        CHECK(st.rx_split_emulated == (c >= 2) && (c < 2 || st.payload_pool != SRPC_DPDK_PAYLOAD_NONE) &&
+                  (c == 3) == (st.payload_pool == SRPC_DPDK_PAYLOAD_GPU) &&
+                  (c == 3) == (srpc_dpdk_payload_device(port) == 0),
+              "%s: emulated %llu, payload pool %s", names[c], (unsigned long long)st.rx_split_emulated,
+              srpc_dpdk_payload_pool_name((int)st.payload_pool));
         test_messages();
         test_malformed();
         test_arp();
-        srpc_dpdk_port_stats_t st;
+        if (c == 3 && fake_shadow)
+            test_device_requests();
         srpc_dpdk_port_stats(port, &st);
         CHECK(st.rx_buffer_split == 0, "net_ring has no hardware buffer split");
+        CHECK(c != 3 || st.rx_device_to_host > 0, "replies copied from GPU memory to the host");
         CHECK(st.tx_failed == 0 && st.rx_frames > 100, "tx_failed %llu, rx_frames %llu",
               (unsigned long long)st.tx_failed, (unsigned long long)st.rx_frames);
-        printf("%s (%s): %llu frames received, %s\n", cfgs[c].dev, c ? "one mbuf per frame" : "chained",
+        printf("%s (%s): %llu frames received, %s\n", cfgs[c].dev, names[c],
                (unsigned long long)st.rx_frames, failed == before ? "ok" : "FAILED");
         srpc_dpdk_port_close(port);
     }
