@@ -102,6 +102,15 @@ def _view(ptr, spec: TensorSpec, count: int) -> np.ndarray:
     return np.frombuffer(buf, dtype=spec.np_dtype).reshape((count, *spec.shape))
 
 
+
+def _payload_device(where: str) -> int:
+    """dpdk_payload: "host" -> -1, "cuda:N" -> N."""
+    if where == "host":
+        return -1
+    if isinstance(where, str) and where.startswith("cuda:") and where[5:].isdigit() and int(where[5:]) < 64:
+        return int(where[5:])
+    raise ValueError(f"dpdk_payload must be 'host' or 'cuda:N', got {where!r}")
+
 class Server:
     """A splitrpc server bound to one UDP port.
 
@@ -128,7 +137,11 @@ class Server:
     "--vdev=net_af_packet0,iface=eth0"]``), dpdk_port names the port ("net_af_packet0", a PCI
     address), host is the server's IPv4 address on it and port its UDP port (not 0). Both
     threads then poll the port (no sleeping); ARP requests for host are answered. Replies are
-    cut to fit dpdk_mtu.
+    cut to fit dpdk_mtu. Where the port splits frames in hardware (or dpdk_emulate_split=True
+    splits them in software the same way, on any port), dpdk_payload says where the payloads
+    land: "host" (the default) or "cuda:N", GPU memory, from where a one-segment request goes
+    straight to a GPU function's device Tensor Queues (stats()["dpdk"]["payload_pool"] says
+    which one was made: "cuda:N" needs a port that verifies UDP checksums).
     """
 
     def __init__(
@@ -154,6 +167,8 @@ class Server:
         dpdk_args: Sequence[str] = (),
         dpdk_port: str | None = None,
         dpdk_mtu: int = 1500,
+        dpdk_payload: str = "host",
+        dpdk_emulate_split: bool = False,
     ):
         if wait not in WAIT_MODES:
             raise ValueError(f"wait must be one of {sorted(WAIT_MODES)}, got {wait!r}")
@@ -165,6 +180,7 @@ class Server:
                                  "(e.g. 'net_af_packet0' for --vdev=net_af_packet0,iface=eth0)")
             if not 0 < int(port) < 65536:
                 raise ValueError(f"transport='dpdk' needs a UDP port from 1 to 65535, got {port}")
+            payload_gpu = _payload_device(dpdk_payload)
             dpdk.init(dpdk_args)  # once per process; raises DPDKError / DPDKUnavailable
         cfg = ffi.new("srpc_server_config_t *")
         lib.srpc_server_config_init(cfg)
@@ -200,6 +216,8 @@ class Server:
             self._dpdk_port = ffi.new("char[]", dpdk_port.encode())
             cfg.dpdk_dev = self._dpdk_port
             cfg.dpdk_mtu = int(dpdk_mtu)
+            cfg.dpdk_payload_gpu = payload_gpu
+            cfg.dpdk_emulate_split = 1 if dpdk_emulate_split else 0
         out = ffi.new("srpc_server_t **")
         check(lib.srpc_server_create(cfg, out), f"cannot create a server on {host}:{port}")
         self._srv = out[0]
@@ -471,5 +489,6 @@ class Server:
             drops[ffi.string(name).decode()] = int(st.drops[i])
         return {"rx_frames": st.rx_frames, "tx_frames": st.tx_frames, "drops": drops, "rx_too_big": st.rx_too_big,
                 "tx_failed": st.tx_failed, "no_neighbour": st.no_neighbour, "arp_replies": st.arp_replies,
-                "rx_buffer_split": bool(st.rx_buffer_split),
-                "payload_pool": ffi.string(lib.srpc_dpdk_payload_pool_name(st.payload_pool)).decode()}
+                "rx_buffer_split": bool(st.rx_buffer_split), "rx_split_emulated": bool(st.rx_split_emulated),
+                "payload_pool": ffi.string(lib.srpc_dpdk_payload_pool_name(st.payload_pool)).decode(),
+                "rx_device_payloads": st.rx_device_payloads, "rx_device_to_host": st.rx_device_to_host}

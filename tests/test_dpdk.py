@@ -138,17 +138,41 @@ def run_native(exe, *args, env=None) -> subprocess.CompletedProcess:
     return r
 
 
+@pytest.fixture(scope="module")
+def native_build(tmp_path_factory):
+    """The DPDK native tests and the stand-in libcuda.so.1 (native/tests/fake_libcuda.c), built
+    once for this module."""
+    if not dpdk.available():
+        pytest.skip("splitrpc was built without DPDK (no libdpdk-dev)")
+    d = tmp_path_factory.mktemp("native")
+    build_native(d, "test_dpdk", "test_dpdk_pool", "fake_cuda")
+    return d
+
+
+def fake_cuda_env(build) -> dict:
+    """A child's environment that loads the stand-in libcuda.so.1 of `build`."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP")}
+    env["LD_LIBRARY_PATH"] = str(build / "fake_cuda")
+    return env
+
+
 @needs_dpdk
-def test_native_dpdk_transport_on_net_ring(tmp_path):
+def test_native_dpdk_transport_on_net_ring(native_build):
     """native/tests/test_dpdk.c: messages up to 200 kB through the transport's send and its
     software header/payload split (chained and single mbufs), malformed frames dropped by
-    reason, ARP answered and learned, on net_ring ports that loop what they send back."""
-    r = run_native(build_native(tmp_path, "test_dpdk"))
-    assert "net_ring0 (chained): " in r.stdout and "ok" in r.stdout
+    reason, ARP answered and learned, on net_ring ports that loop what they send back; again
+    with the NIC's buffer split emulated into a host payload pool. Then with the stand-in
+    libcuda (device memory the CPU cannot touch, read by the test through its shadow): the split
+    into GPU memory, one-segment requests handed on as device addresses and every other
+    datagram copied device to host, 4000 requests through a pool of ~3000 buffers."""
+    r = run_native(native_build / "test_dpdk")
+    assert "net_ring0 (chained): " in r.stdout and "split emulated, host payload pool): " in r.stdout, r.stdout
+    r = run_native(native_build / "test_dpdk", env=fake_cuda_env(native_build))
+    assert "net_ring3 (split emulated, GPU payload pool): " in r.stdout and "FAILED" not in r.stdout, r.stdout
 
 
 @needs_dpdk
-def test_native_payload_pools(tmp_path):
+def test_native_payload_pools(native_build):
     """native/tests/test_dpdk_pool.c: the buffer split's payload pool in host memory of our own
     (mmap, registered with rte_extmem_register, DMA-mapped for a net_ring port, external mbufs):
     every buffer inside the registered region with its IOVA set, torn down and made again more
@@ -158,13 +182,11 @@ def test_native_payload_pools(tmp_path):
     that faults if touched): the GPU pool's control flow (64 KiB alignment, SYNC_MEMOPS,
     registration, teardown down to cuMemFree) runs and its "GPU memory" is never read. Buffer
     split itself, real GPU memory and a real DMA mapping need a NIC and a GPU."""
-    exe = build_native(tmp_path, "test_dpdk_pool", "fake_cuda")
+    exe = native_build / "test_dpdk_pool"
     r = run_native(exe)
     assert "host pool, round 2: " in r.stdout or "IOVA as PA" in r.stdout, r.stdout
     assert "GPU pool" in r.stdout
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP")}
-    env["LD_LIBRARY_PATH"] = str(tmp_path / "fake_cuda")
-    r = run_native(exe, env=env)
+    r = run_native(exe, env=fake_cuda_env(native_build))
     assert "GPU pool, round 2: made on cuda:0 of the stand-in driver" in r.stdout, r.stdout + r.stderr
 
 
@@ -175,6 +197,9 @@ def test_server_dpdk_arguments_are_checked_first():
         splitrpc.Server("10.0.0.1", 9000, transport="dpdk")
     with pytest.raises(ValueError, match="UDP port"):
         splitrpc.Server("10.0.0.1", 0, transport="dpdk", dpdk_port="net_null0")
+    for bad in ("gpu", "cuda:", "cuda:x", "cuda:64", None):
+        with pytest.raises(ValueError, match="dpdk_payload"):
+            splitrpc.Server("10.0.0.1", 9000, transport="dpdk", dpdk_port="net_null0", dpdk_payload=bad)
     with pytest.raises(ValueError, match="transport"):
         splitrpc.Server("127.0.0.1", 0, transport="rdma")
     srv = splitrpc.Server("127.0.0.1", 0)
@@ -209,11 +234,37 @@ def test_server_on_a_dpdk_port_in_a_child():
 
 
 MEMIF_SERVER = """
+import json
 import splitrpc
 from splitrpc.services import register_builtin_services
 srv = splitrpc.Server("10.77.0.1", 9000, wait="poll", transport="dpdk", dpdk_port="net_memif0",
-                      dpdk_args={eal!r} + ["--vdev=net_memif0,role=server,socket={sock}"])
+                      dpdk_args={eal!r} + ["--vdev=net_memif0,role=server,socket={sock}"], **{kw!r})
 register_builtin_services(srv)
+
+
+def dpdk_stats(requests, responses):  # the port's counters, for the client to check
+    body = json.dumps(srv.stats()["dpdk"]).encode()
+    for r in responses:
+        r[:len(body)] = body
+    return [len(body)] * len(responses)
+
+
+srv.add_function(dpdk_stats, 99, "dpdk_stats", raw=True, max_request=16, max_response=4096)
+
+
+def inject(requests, responses):  # the stand-in libcuda fails the next copy out of GPU memory (b"c")
+    import ctypes                  # or the next synchronisation after one (b"s")
+    cuda = ctypes.CDLL("libcuda.so.1")
+    for r in requests:
+        if bytes(r) == b"c":
+            cuda.fake_cuda_fail_copies(1, 1)
+        else:
+            cuda.fake_cuda_fail_syncs_after(1, 1)
+    return [0] * len(responses)
+
+
+if {kw!r}.get("dpdk_payload"):
+    srv.add_function(inject, 98, "inject", raw=True, max_request=1, max_response=1)
 print("READY", flush=True)
 srv.serve()
 """
@@ -237,26 +288,46 @@ for conc in (1, 8):
     recs = run_load(c, vecadd.func_id, req, expect=vecadd.expected(req), concurrency=conc, n=2000, timeout_s=5.0)
     codes = recs.rec["code"]
     assert len(codes) == 2000 and (codes == OK).all(), (conc, np.unique(codes, return_counts=True))
+if {gpu!r}:  # a failed copy out of GPU memory, then a failed wait for one: INTERNAL, never run
+    for how, says in ((b"c", "copy from GPU memory failed"), (b"s", "copy of the request from GPU memory failed")):
+        c.call(98, how)
+        try:
+            c.call(vecadd.func_id, req)
+            raise AssertionError("a call whose request was lost in GPU memory ran")
+        except splitrpc.InternalError as e:
+            assert says in e.message, e
+        assert c.call(vecadd.func_id, req) == vecadd.expected(req)
+print("STATS", c.call(99, b"").decode(), flush=True)
 print("OK", flush=True)
 sys.stdin.readline()  # the test stops the server before this client lets go of the link
 """
 
 
 @needs_dpdk
-def test_dpdk_client_and_server_over_memif(tmp_path):
+@pytest.mark.parametrize("split", ["software", "emulated-host", "emulated-gpu"])
+def test_dpdk_client_and_server_over_memif(tmp_path, split, request):
     """Two processes, each with its own EAL, joined by a shared-memory memif link: the DPDK
     client asks the server's MAC by ARP, calls every service up to 1 MiB, then runs the load
-    generator's native loop. The server is stopped before the client lets go of the link:
-    DPDK 22.11's memif unmaps the link's memory from its interrupt thread when the peer
-    leaves, under the feet of a process polling it (README, "DPDK transport")."""
+    generator's native loop. The server splits frames in software as usual, or as a NIC's
+    buffer split would into a host payload pool, or into GPU memory: there the stand-in
+    libcuda (device memory the CPU cannot touch) serves, one-segment requests reach the host
+    functions by device-to-host copies in the engine, and nothing reads the payloads on the host.
+    The server is stopped before the client lets go of the link: DPDK 22.11's memif unmaps the
+    link's memory from its interrupt thread when the peer leaves, under the feet of a process
+    polling it (README, "Serve over DPDK")."""
     from splitrpc.bench.procs import Proc
 
     sock = str(tmp_path / "memif.sock")
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP")}
-    server = Proc([sys.executable, "-c", textwrap.dedent(MEMIF_SERVER.format(eal=EAL, sock=sock))], env=env)
+    kw = {"software": {}, "emulated-host": {"dpdk_emulate_split": True},
+          "emulated-gpu": {"dpdk_emulate_split": True, "dpdk_payload": "cuda:0"}}[split]
+    server_env = fake_cuda_env(request.getfixturevalue("native_build")) if split == "emulated-gpu" else env
+    server = Proc([sys.executable, "-c", textwrap.dedent(MEMIF_SERVER.format(eal=EAL, sock=sock, kw=kw))],
+                  env=server_env)
     try:
         server.wait_line("READY", 60)
-        client = subprocess.Popen([sys.executable, "-c", textwrap.dedent(MEMIF_CLIENT.format(eal=EAL, sock=sock))],
+        code = textwrap.dedent(MEMIF_CLIENT.format(eal=EAL, sock=sock, gpu=split == "emulated-gpu"))
+        client = subprocess.Popen([sys.executable, "-c", code],
                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                   cwd=tempfile.gettempdir(), env=env)
     except BaseException:
@@ -269,6 +340,12 @@ def test_dpdk_client_and_server_over_memif(tmp_path):
         server.stop()
         out, err = client.communicate("\n", timeout=60)
     assert lines[-1:] == ["OK"] and client.returncode == 0, f"{lines[-5:]} {out[-3000:]} {err[-3000:]}"
+    import json
+
+    st = json.loads(next(ln for ln in lines if ln.startswith("STATS "))[6:])
+    assert st["rx_split_emulated"] == (split != "software"), st
+    assert st["payload_pool"] == {"software": "none", "emulated-host": "host", "emulated-gpu": "gpu"}[split], st
+    assert (st["rx_device_payloads"] > 1000 and st["rx_device_to_host"] > 700) == (split == "emulated-gpu"), st
 
 
 def wait_for_line(proc: subprocess.Popen, word: str, timeout: float) -> list[str]:

@@ -180,6 +180,16 @@ typedef struct srpc_server_config {
                                     literal), port must not be 0, and both threads poll */
     uint16_t dpdk_mtu;           /* DPDK: the largest IP packet sent; 0 = 1500. Reply segments
                                     are cut to fit it whatever seg_size says */
+    int dpdk_payload_gpu;        /* DPDK, where frames are split (by the NIC, or dpdk_emulate_split):
+                                    -1 (the default): the payloads land in host memory; N: in the
+                                    memory of cuda:N, from where a one-segment request goes to the
+                                    device Tensor Queues of a GPU function without touching the host
+                                    (device to host for host functions and larger messages). Needs
+                                    the port to verify UDP checksums (else host memory, said on
+                                    stderr); srpc_server_dpdk_stats says where they land */
+    int dpdk_emulate_split;      /* DPDK: 1 = on a port without a hardware split, split each frame in
+                                    software the way the NIC would, so that the path above runs
+                                    (tests, measurements); 0 = no */
     const char *allow;           /* NULL or "": datagrams from anywhere. Else the client networks
                                     served, e.g. "10.0.0.0/8,127.0.0.1,::1/128" (at most 32); from
                                     elsewhere, dropped unread (SRPC_DROP_NOT_ALLOWED). -EINVAL if

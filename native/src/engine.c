@@ -182,10 +182,12 @@ static unsigned settle(srpc_server_t *srv, srpc_fn_t *fn)
 
 /* Records the request in element seq (filled) in the Inference Monitor as RX_COMPLETE and
  * queues it for the worker. Lock held. */
-static void mark_complete(srpc_server_t *srv, srpc_fn_t *fn, uint32_t ct_idx, uint64_t seq, uint32_t len)
+static void mark_complete(srpc_server_t *srv, srpc_fn_t *fn, uint32_t ct_idx, uint64_t seq, uint32_t len,
+                          int dev_in)
 {
     srpc_call_t *c = &fn->calls[seq % fn->capacity];
     c->state = CALL_RX_COMPLETE;
+    c->dev_in = (uint8_t)dev_in;
     c->ct_idx = ct_idx;
     c->in_len = len;
     c->rx_ns = srpc_now_ns();
@@ -196,15 +198,44 @@ static void mark_complete(srpc_server_t *srv, srpc_fn_t *fn, uint32_t ct_idx, ui
     settle(srv, fn);
 }
 
-/* Copies a whole request into element fn->head of the function's input TQs and marks it
- * RX_COMPLETE. Lock held; the caller checked that there is room. */
-static void enqueue(srpc_server_t *srv, srpc_fn_t *fn, uint32_t ct_idx, const uint8_t *data, uint32_t len)
+/* Queues on rx_stream the copies of a request whose data stayed in GPU memory (dev) into
+ * element seq of fn's input queues, as srpc_tq_scatter lays it out: device to device into the
+ * device TQs of a GPU function, device to host into the TQs of a host function. They are
+ * complete before the burst's calls become visible (srpc_engine_rx_step). Lock held. */
+static int copy_in_dev(srpc_server_t *srv, srpc_fn_t *fn, uint64_t seq, uint64_t dev, uint32_t len)
 {
+    uint32_t off = 0;
+    for (uint32_t k = 0; k < fn->n_in && off < len; k++) {
+        uint32_t n = fn->n_in == 1 ? len : fn->in_size[k];
+        int r = fn->gpu_device >= 0
+                    ? srpc_gpu_copy_dtod(srpc_dtq_elem(fn->in_dtq[k], seq), dev + off, n, srv->rx_stream)
+                    : srpc_gpu_copy_dtoh(srpc_tq_elem(fn->in_tq[k], seq), dev + off, n, srv->rx_stream);
+        if (r)
+            return r;
+        off += n;
+    }
+    srv->rx_dev_calls[srv->rx_dev_copies++] = (struct srpc_dev_call){fn, seq}; /* one per datagram */
+    return 0;
+}
+
+/* Copies a whole request (host data, or dev != 0: its device address) into element fn->head
+ * of the function's input TQs and marks it RX_COMPLETE. Lock held; the caller checked that
+ * there is room. */
+static void enqueue(srpc_server_t *srv, srpc_fn_t *fn, uint32_t ct_idx, const uint8_t *data, uint32_t len,
+                    uint64_t dev)
+{
+    if (unlikely(dev) && copy_in_dev(srv, fn, fn->head, dev, len) != 0) {
+        srpc_call_key_t k = srv->ct.e[ct_idx].key;
+        srpc_server_drop_entry(srv, ct_idx);
+        send_errorf(srv, &k, SRPC_E_INTERNAL, "copy from GPU memory failed: %s", srpc_gpu_last_error());
+        return;
+    }
     uint64_t seq = fn->head++;
     /* Cannot fail: new_call checked len against the function's sizes (raw: len <= in_size[0],
      * one input; fixed: len == the sum of in_size). */
-    (void)srpc_tq_scatter(fn->in_tq, fn->in_size, fn->n_in, seq, data, len);
-    mark_complete(srv, fn, ct_idx, seq, len);
+    if (!dev)
+        (void)srpc_tq_scatter(fn->in_tq, fn->in_size, fn->n_in, seq, data, len);
+    mark_complete(srv, fn, ct_idx, seq, len, dev && fn->gpu_device >= 0 ? SRPC_DEV_IN_DEVICE : SRPC_DEV_IN_HOST);
 }
 
 static int tq_full(const srpc_fn_t *fn) { return fn->head - fn->done >= fn->capacity; }
@@ -260,7 +291,7 @@ static void known_call(srpc_server_t *srv, uint32_t idx, const srpc_hdr_t *h, ui
         uint32_t len = e->u.partial.msg_len;
         ct_list_unlink(&srv->ct, idx);
         free_partial(srv, e);
-        mark_complete(srv, fn, idx, e->placed_seq, len);
+        mark_complete(srv, fn, idx, e->placed_seq, len, SRPC_DEV_IN_HOST);
         return;
     }
     if (tq_full(fn)) {
@@ -272,13 +303,13 @@ static void known_call(srpc_server_t *srv, uint32_t idx, const srpc_hdr_t *h, ui
     srpc_reasm_t p = e->u.partial;
     uncount_partial(srv, &e->key.addr, &p);
     ct_list_unlink(&srv->ct, idx);
-    enqueue(srv, fn, idx, p.buf, p.msg_len);
+    enqueue(srv, fn, idx, p.buf, p.msg_len, 0);
     srpc_reasm_free(&p, &srv->pool);
 }
 
-/* The first segment seen of a new call. */
+/* The first segment seen of a new call (dev: see enqueue; one-segment requests only). */
 static void new_call(srpc_server_t *srv, const srpc_call_key_t *k, const srpc_hdr_t *h,
-                     uint32_t seg, const uint8_t *data, uint32_t dlen)
+                     uint32_t seg, const uint8_t *data, uint32_t dlen, uint64_t dev)
 {
     srpc_fn_t *fn = srv->by_id[h->func_id];
     if (unlikely(!fn)) {
@@ -303,7 +334,11 @@ static void new_call(srpc_server_t *srv, const srpc_call_key_t *k, const srpc_hd
         }
         uint32_t idx = insert_entry(srv, k, CT_QUEUED);
         if (idx != CT_NONE)
-            enqueue(srv, fn, idx, data, dlen);
+            enqueue(srv, fn, idx, data, dlen, dev);
+        return;
+    }
+    if (unlikely(dev)) { /* the transport hands on device addresses of one-segment requests only */
+        ST_ADD(srv, drops[SRPC_DROP_BAD_SEGMENT], 1);
         return;
     }
     size_t need = srpc_reasm_footprint(h->msg_len, h->nseg);
@@ -333,6 +368,7 @@ static void new_call(srpc_server_t *srv, const srpc_call_key_t *k, const srpc_hd
         e->placed_seq = fn->head++;
         srpc_call_t *c = &fn->calls[e->placed_seq % fn->capacity];
         c->state = CALL_RESERVED;
+        c->dev_in = SRPC_DEV_IN_HOST; /* also if it ends VOID: never a stale FAILED */
         c->ct_idx = idx;
         c->rx_ns = srpc_now_ns(); /* RESERVED: since when (unblock_reserved) */
         fn->reserved++;
@@ -378,14 +414,18 @@ static void process_datagram(srpc_server_t *srv, unsigned i, const struct mmsghd
     srpc_call_key_t k;
     ct_key_from_sockaddr(&k, src, &h);
     uint32_t idx = ct_find(&srv->ct, &k);
-    const uint8_t *data = srpc_rx_data(&srv->rx, i);
+    /* A one-segment request whose data stayed in GPU memory (DPDK, payload pool on a GPU): dev
+     * is its address and the data slot is unused. A known call never reads it: a duplicate
+     * reads no data, and a partial message disagrees with it (nseg) before any copy. */
+    const uint64_t dev = srv->rx.dev[i];
+    const uint8_t *data = dev ? NULL : srpc_rx_data(&srv->rx, i);
     /* receiving in place: sockets only, and not through a fault injector (testing builds) */
     if (h.nseg > 1 && dlen >= SRPC_DIRECT_MIN && !srv->dpdk && !srv->udp.rx_faults)
         srv->direct_hint = 1;
     if (idx != CT_NONE)
         known_call(srv, idx, &h, seg, data, dlen);
     else
-        new_call(srv, &k, &h, seg, data, dlen);
+        new_call(srv, &k, &h, seg, data, dlen, dev);
 }
 
 /* Whether a call behind fn's first unsettled element is RX_COMPLETE. Lock held. */
@@ -541,6 +581,22 @@ void srpc_engine_run_timers(srpc_server_t *srv, uint64_t now_ns)
     pthread_mutex_unlock(&srv->lock);
 }
 
+/* Waits for the burst's copies out of GPU memory. If they failed, the calls they were for are
+ * marked so that the worker answers them INTERNAL instead of running them on whatever their
+ * elements held before (take_batch). Lock held. */
+static void finish_dev_copies(srpc_server_t *srv)
+{
+    unsigned n = srv->rx_dev_copies;
+    srv->rx_dev_copies = 0;
+    if (srpc_gpu_stream_sync(srv->rx_stream) == 0)
+        return;
+    for (unsigned i = 0; i < n; i++) {
+        srpc_fn_t *fn = srv->rx_dev_calls[i].fn;
+        fn->calls[srv->rx_dev_calls[i].seq % fn->capacity].dev_in = SRPC_DEV_IN_FAILED;
+        fn->dev_failed++;
+    }
+}
+
 int srpc_engine_rx_step(srpc_server_t *srv)
 {
     uint64_t calls0 = srv->st.calls; /* written only under rx_lock, by enqueue */
@@ -555,9 +611,13 @@ int srpc_engine_rx_step(srpc_server_t *srv)
             pthread_mutex_lock(&srv->lock);
             for (int i = 0; i < m; i++)
                 process_datagram(srv, (unsigned)i, &srv->rx.msgs[i]);
+            if (srv->rx_dev_copies)
+                finish_dev_copies(srv); /* before the worker may see the calls */
             pthread_mutex_unlock(&srv->lock);
             n += m;
         }
+        if (srv->dpdk)
+            srpc_dpdk_rx_release(srv->dpdk); /* the frames whose data was copied from */
     }
     if (srv->st.calls != calls0)
         wake_worker(srv);

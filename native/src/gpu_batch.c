@@ -27,15 +27,29 @@ static int copy_tensor(srpc_tq_t *hq, srpc_dtq_t *dq, uint64_t first, uint32_t c
     return 0;
 }
 
+/* Whether call first + i of fn's batch has its request in the device TQs already. */
+static int in_device(const srpc_fn_t *fn, uint64_t first, uint32_t i)
+{
+    return fn->calls[(first + i) % fn->capacity].dev_in == SRPC_DEV_IN_DEVICE;
+}
+
+/* The requests of a batch go from the staging TQs to the device TQs, except those the engine
+ * copied there straight from GPU memory (SRPC_DEV_IN_DEVICE): one copy per run of the others. */
 int srpc_server_stage_in(srpc_server_t *srv, const srpc_batch_t *b, uint64_t stream)
 {
     srpc_fn_t *fn = srpc_open_batch_fn(srv, b);
     if (!fn || fn->gpu_device < 0)
         return -EINVAL;
-    for (uint32_t k = 0; k < fn->n_in; k++) {
-        int r = copy_tensor(fn->in_tq[k], fn->in_dtq[k], b->first_seq, b->count, 1, stream);
-        if (r)
-            return r;
+    for (uint32_t i = 0, j; i < b->count; i = j) {
+        while (i < b->count && in_device(fn, b->first_seq, i))
+            i++;
+        for (j = i; j < b->count && !in_device(fn, b->first_seq, j); j++)
+            ;
+        for (uint32_t k = 0; i < j && k < fn->n_in; k++) {
+            int r = copy_tensor(fn->in_tq[k], fn->in_dtq[k], b->first_seq + i, j - i, 1, stream);
+            if (r)
+                return r;
+        }
     }
     return 0;
 }

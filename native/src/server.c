@@ -32,6 +32,7 @@ void srpc_server_config_init(srpc_server_config_t *c)
     c->rx_burst = SRPC_DEF_RX_BURST;
     c->sock_buf_bytes = SRPC_DEF_SOCK_BUF;
     c->rx_takeover_us = SRPC_DEF_RX_TAKEOVER_US;
+    c->dpdk_payload_gpu = -1;
 }
 
 static int check_config(const srpc_server_config_t *c)
@@ -43,7 +44,8 @@ static int check_config(const srpc_server_config_t *c)
         return -EINVAL;
     if (c->rx_burst == 0 || c->rx_burst > SRPC_MAX_RX_BURST || c->max_calls == 0 || c->max_message == 0)
         return -EINVAL;
-    if (c->dpdk_dev && (c->port == 0 || (c->dpdk_mtu && c->dpdk_mtu < 576)))
+    if (c->dpdk_dev && (c->port == 0 || (c->dpdk_mtu && c->dpdk_mtu < 576) || c->dpdk_payload_gpu < -1 ||
+                        c->dpdk_payload_gpu >= SRPC_GPU_MAX_DEVICES))
         return -EINVAL;
     return 0;
 }
@@ -55,10 +57,17 @@ static int open_dpdk(srpc_server_t *s)
     if (inet_pton(AF_INET, s->host, &a) != 1)
         return -EINVAL;
     srpc_dpdk_port_config_t pc = {.dev = s->cfg.dpdk_dev, .ip = ntohl(a.s_addr), .udp_port = s->cfg.port,
-                                  .mtu = s->cfg.dpdk_mtu};
+                                  .mtu = s->cfg.dpdk_mtu, .payload_on_gpu = s->cfg.dpdk_payload_gpu >= 0,
+                                  .gpu_device = s->cfg.dpdk_payload_gpu, .emulate_split = s->cfg.dpdk_emulate_split};
     uint16_t mtu = pc.mtu ? pc.mtu : 1500;
     s->dpdk_seg = mtu - SRPC_IP4_HLEN - SRPC_UDP_HLEN - SRPC_HDR_LEN;
-    return srpc_dpdk_port_open(&pc, &s->dpdk);
+    int r = srpc_dpdk_port_open(&pc, &s->dpdk);
+    int dev = r ? -1 : srpc_dpdk_payload_device(s->dpdk);
+    if (dev < 0)
+        return r;
+    if (!(s->rx_dev_calls = calloc(s->cfg.rx_burst, sizeof(*s->rx_dev_calls))))
+        return -ENOMEM;
+    return srpc_gpu_stream_create(dev, &s->rx_stream); /* the engine's copies */
 }
 
 int srpc_server_create(const srpc_server_config_t *cfg, srpc_server_t **out)
@@ -128,27 +137,6 @@ const char *srpc_dpdk_payload_pool_name(int kind)
 {
     static const char *const names[] = {"none", "dpdk", "host", "gpu"};
     return kind >= 0 && kind < (int)(sizeof(names) / sizeof(names[0])) ? names[kind] : NULL;
-}
-
-/* A GPU function on a DPDK port that splits frames in hardware: its payloads belong in a payload
- * pool of GPU memory, but the engine cannot take a payload from device memory yet (it copies
- * every payload into the Tensor Queue on the host), so the function is refused rather than
- * served through host memory or, worse, read from GPU memory on the host. 0 when there is no
- * such port; a missing driver or device gives its usual error. */
-static int refuse_gpu_split(const srpc_server_t *srv, int dev)
-{
-    if (!srv->dpdk)
-        return 0;
-    srpc_dpdk_stats_t st;
-    srpc_dpdk_port_stats(srv->dpdk, &st);
-    if (!st.rx_buffer_split)
-        return 0;
-    int r = srpc_gpu_use_device(dev);
-    if (r)
-        return r;
-    return srpc_gpu_failf(-ENOTSUP, "DPDK port %s splits frames in hardware: payloads for cuda:%d would land in "
-                          "GPU memory, and the engine has no device receive path yet; use a port without "
-                          "buffer split, or a host function", srv->cfg.dpdk_dev, dev);
 }
 
 int srpc_server_port(const srpc_server_t *srv)
@@ -304,8 +292,8 @@ int srpc_server_add_function(srpc_server_t *srv, const srpc_func_config_t *fc)
         r = -EMSGSIZE;
     fn->req_bytes = (uint32_t)req;
     fn->resp_bytes = (uint32_t)resp;
-    if (!r && fc->on_gpu)
-        r = fc->raw || fc->gpu_device < 0 ? -EINVAL : refuse_gpu_split(srv, fc->gpu_device);
+    if (!r && fc->on_gpu && (fc->raw || fc->gpu_device < 0))
+        r = -EINVAL;
     if (!r && fc->on_gpu)
         r = gpu_queues(fn, fc->gpu_device);
     for (uint32_t k = 0; !r && !fc->on_gpu && k < fc->n_in; k++)
@@ -383,6 +371,8 @@ void srpc_server_destroy(srpc_server_t *srv)
     free(srv->by_id);
     srpc_rx_free(&srv->rx);
     srpc_udp_close(&srv->udp);
+    srpc_gpu_stream_destroy(srv->rx_stream);
+    free(srv->rx_dev_calls);
     srpc_dpdk_port_close(srv->dpdk);
     if (srv->stopfd >= 0)
         close(srv->stopfd);

@@ -23,6 +23,14 @@ enum srpc_call_state {
     CALL_VOID      /* a reserved element whose request never completed: skipped, then recycled */
 };
 
+/* Where the engine put a request (srpc_call_t.dev_in). */
+enum {
+    SRPC_DEV_IN_HOST = 0,   /* the host TQs (a GPU function's staging, copied over per batch) */
+    SRPC_DEV_IN_DEVICE = 1, /* straight into a GPU function's device TQs, from a payload in GPU
+                               memory: the batch's staging copy skips it */
+    SRPC_DEV_IN_FAILED = 2  /* the copy from GPU memory failed: answered INTERNAL, never run */
+};
+
 /* Inference Monitor record of the call that owns TQ element `seq` of a function. */
 typedef struct srpc_call {
     uint8_t state;     /* enum srpc_call_state */
@@ -32,6 +40,7 @@ typedef struct srpc_call {
     uint16_t code;     /* outcome sent: 0 RESPONSE or an error code */
     uint32_t out_len;  /* bytes of the reply (or error text) sent */
     uint8_t *reply;    /* copy of what was sent, for the reply cache (malloc) */
+    uint8_t dev_in;    /* SRPC_DEV_IN_*: where the engine put the request */
     /* Set on the first element of a batch when it is handed out (worker thread only): */
     uint64_t batch_seq; /* the batch's first_seq */
     uint32_t batch_n;  /* the batch's size */
@@ -58,6 +67,7 @@ typedef struct srpc_fn {
     uint64_t taken;     /* lock: next element handed to the worker */
     uint64_t done;      /* lock: next element recycled after TX_COMPLETE */
     uint32_t reserved;  /* lock: elements RESERVED now (bounded: see SRPC_PLACE_MAX_FRACTION) */
+    uint32_t dev_failed; /* lock: calls marked SRPC_DEV_IN_FAILED not yet taken */
     /* Done words of batches in flight, at the index of their first element (worker thread;
      * written by anyone once deferred): 0 pending, SRPC_DONE | status when finished. In
      * pinned, device-mapped memory for a GPU function (done_dev: its device address). */
@@ -96,6 +106,13 @@ struct srpc_server {
     srpc_udp_t udp;                  /* kernel UDP (fd -1 with DPDK) */
     srpc_dpdk_port_t *dpdk;          /* the DPDK port instead, or NULL */
     uint32_t dpdk_seg;               /* DPDK: the largest reply segment that fits the MTU */
+    uint64_t rx_stream;              /* a DPDK port's payloads land in GPU memory: the stream of
+                                        the engine's copies out of it (else 0) */
+    struct srpc_dev_call {           /* lock: the calls copied from GPU memory in this burst */
+        struct srpc_fn *fn;
+        uint64_t seq;
+    } *rx_dev_calls;                 /* rx.burst of them (allocated with rx_stream) */
+    unsigned rx_dev_copies;          /* lock: how many */
     srpc_allowlist_t allow;          /* read-only once created */
     srpc_rx_t rx;                    /* whoever holds rx_lock */
     pthread_mutex_t rx_lock;         /* the right to receive: engine thread or polling worker */

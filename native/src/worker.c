@@ -70,6 +70,26 @@ static uint32_t overdue(const srpc_fn_t *fn, uint64_t avail, uint64_t now)
     return n;
 }
 
+/* Calls whose copy from GPU memory failed (SRPC_DEV_IN_FAILED) are never run: a batch stops
+ * before the first of them, and a batch of them alone is answered INTERNAL. Returns how many of
+ * the count calls from the head of fn's queue to take, and sets *failed when they are such calls.
+ * Lock held. */
+static uint32_t cut_at_failed(srpc_fn_t *fn, uint32_t count, int *failed)
+{
+    *failed = 0;
+    if (__builtin_expect(fn->dev_failed == 0, 1))
+        return count;
+    const int head_failed = fn->calls[fn->taken % fn->capacity].dev_in == SRPC_DEV_IN_FAILED;
+    uint32_t n = 1;
+    while (n < count && (fn->calls[(fn->taken + n) % fn->capacity].dev_in == SRPC_DEV_IN_FAILED) == head_failed)
+        n++;
+    if (head_failed) {
+        *failed = 1;
+        fn->dev_failed -= n;
+    }
+    return n;
+}
+
 /* The queue-delay bucket of a call that waited ns: the first i with ns <= 2^i us (splitrpc.h). */
 static unsigned qdelay_bucket(uint64_t ns)
 {
@@ -96,7 +116,8 @@ static void record_queue_delay(srpc_server_t *srv, const srpc_fn_t *fn, uint64_t
  * whose calls are fewer than max_batch waits until its oldest call is max_delay_us old.
  * Returns 1 with *b filled (3: and the function's queue is still at least half full behind
  * it), 2 with *b holding calls past their function's deadline (to be completed with DEADLINE,
- * not run), else 0 with *hold_until_ns the earliest such deadline (or 0). */
+ * not run), 4 with *b holding calls whose copy from GPU memory failed (to be completed with
+ * INTERNAL, not run), else 0 with *hold_until_ns the earliest such deadline (or 0). */
 static int take_batch(srpc_server_t *srv, srpc_batch_t *b, uint64_t now, uint64_t *hold_until_ns)
 {
     *hold_until_ns = 0;
@@ -117,7 +138,8 @@ static int take_batch(srpc_server_t *srv, srpc_batch_t *b, uint64_t now, uint64_
                 continue;
             }
         }
-        uint32_t count = (uint32_t)(avail < fn->max_batch ? avail : fn->max_batch);
+        int failed;
+        uint32_t count = cut_at_failed(fn, (uint32_t)(avail < fn->max_batch ? avail : fn->max_batch), &failed);
         memset(b, 0, sizeof(*b));
         b->func_id = fn->func_id;
         b->count = count;
@@ -150,8 +172,8 @@ static int take_batch(srpc_server_t *srv, srpc_batch_t *b, uint64_t now, uint64_
         fn->taken += count;
         atomic_fetch_sub(&srv->n_ready, count);
         srv->rr = fi + 1;
-        if (late)
-            return 2;
+        if (late || failed)
+            return failed ? 4 : 2;
         ST_ADD(srv, batches, 1);
         ST_ADD(srv, batch_calls, count);
         ST_ADD(srv, batch_hist[count < SRPC_BATCH_HIST ? count : SRPC_BATCH_HIST - 1], 1);
@@ -243,6 +265,10 @@ int srpc_server_next_batch(srpc_server_t *srv, srpc_batch_t *b, int64_t timeout_
             pthread_mutex_unlock(&srv->lock);
             if (got == 2) { /* overdue: answered DEADLINE here, never handed to the function */
                 srpc_server_complete(srv, b, SRPC_E_DEADLINE, "queued longer than the function's deadline");
+                continue;
+            }
+            if (got == 4) {
+                srpc_server_complete(srv, b, SRPC_E_INTERNAL, "the copy of the request from GPU memory failed");
                 continue;
             }
             if (got)
