@@ -7,7 +7,7 @@ import textwrap
 import threading
 
 import pytest
-from dpdk_calls import CALLS
+from dpdk_calls import CALLS, STATS_FUNCTION
 
 from splitrpc import dpdk
 
@@ -241,15 +241,7 @@ srv = splitrpc.Server("10.77.0.1", 9000, wait="poll", transport="dpdk", dpdk_por
                       dpdk_args={eal!r} + ["--vdev=net_memif0,role=server,socket={sock}"], **{kw!r})
 register_builtin_services(srv)
 
-
-def dpdk_stats(requests, responses):  # the port's counters, for the client to check
-    body = json.dumps(srv.stats()["dpdk"]).encode()
-    for r in responses:
-        r[:len(body)] = body
-    return [len(body)] * len(responses)
-
-
-srv.add_function(dpdk_stats, 99, "dpdk_stats", raw=True, max_request=16, max_response=4096)
+""" + STATS_FUNCTION + """
 
 
 def inject(requests, responses):  # the stand-in libcuda fails the next copy out of GPU memory (b"c")

@@ -7,7 +7,7 @@ import tempfile
 import textwrap
 
 import pytest
-from dpdk_calls import CALLS
+from dpdk_calls import CALLS, STATS_FUNCTION
 
 from splitrpc import dpdk
 from splitrpc.bench import netns
@@ -37,15 +37,7 @@ srv = splitrpc.Server({ip!r}, {port}, wait="poll", transport="dpdk", dpdk_port="
                       dpdk_args={eal!r} + ["--vdev=net_af_packet0,iface={iface},framecnt=16384"])
 register_builtin_services(srv)
 
-
-def dpdk_stats(requests, responses):  # the port's counters, for the client to check
-    body = json.dumps(srv.stats()["dpdk"]).encode()
-    for r in responses:
-        r[:len(body)] = body
-    return [len(body)] * len(responses)
-
-
-srv.add_function(dpdk_stats, 99, "dpdk_stats", raw=True, max_request=16, max_response=4096)
+""" + STATS_FUNCTION + """
 print("READY", flush=True)
 srv.serve()
 """
