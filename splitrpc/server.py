@@ -104,12 +104,14 @@ def _view(ptr, spec: TensorSpec, count: int) -> np.ndarray:
 
 
 def _payload_device(where: str) -> int:
-    """dpdk_payload: "host" -> -1, "cuda:N" -> N."""
+    """dpdk_payload: "auto" -> SRPC_DPDK_PAYLOAD_AUTO, "host" -> -1, "cuda:N" -> N."""
+    if where == "auto":
+        return -2  # SRPC_DPDK_PAYLOAD_AUTO
     if where == "host":
         return -1
     if isinstance(where, str) and where.startswith("cuda:") and where[5:].isdigit() and int(where[5:]) < 64:
         return int(where[5:])
-    raise ValueError(f"dpdk_payload must be 'host' or 'cuda:N', got {where!r}")
+    raise ValueError(f"dpdk_payload must be 'auto', 'host' or 'cuda:N', got {where!r}")
 
 class Server:
     """A splitrpc server bound to one UDP port.
@@ -139,9 +141,10 @@ class Server:
     threads then poll the port (no sleeping); ARP requests for host are answered. Replies are
     cut to fit dpdk_mtu. Where the port splits frames in hardware (or dpdk_emulate_split=True
     splits them in software the same way, on any port), dpdk_payload says where the payloads
-    land: "host" (the default) or "cuda:N", GPU memory, from where a one-segment request goes
-    straight to a GPU function's device Tensor Queues (stats()["dpdk"]["payload_pool"] says
-    which one was made: "cuda:N" needs a port that verifies UDP checksums).
+    land: "auto" (the default: cuda:0 where there is a GPU, else host memory), "host", or
+    "cuda:N", GPU memory, from where a one-segment request goes straight to a GPU function's
+    device Tensor Queues (stats()["dpdk"]["payload_pool"] says which one was made: GPU memory
+    needs a port that verifies UDP checksums).
     """
 
     def __init__(
@@ -167,7 +170,7 @@ class Server:
         dpdk_args: Sequence[str] = (),
         dpdk_port: str | None = None,
         dpdk_mtu: int = 1500,
-        dpdk_payload: str = "host",
+        dpdk_payload: str = "auto",
         dpdk_emulate_split: bool = False,
     ):
         if wait not in WAIT_MODES:

@@ -255,7 +255,7 @@ def inject(requests, responses):  # the stand-in libcuda fails the next copy out
     return [0] * len(responses)
 
 
-if {kw!r}.get("dpdk_payload"):
+if {kw!r}.get("dpdk_payload", "").startswith("cuda:"):
     srv.add_function(inject, 98, "inject", raw=True, max_request=1, max_response=1)
 print("READY", flush=True)
 srv.serve()
@@ -296,12 +296,13 @@ sys.stdin.readline()  # the test stops the server before this client lets go of 
 
 
 @needs_dpdk
-@pytest.mark.parametrize("split", ["software", "emulated-host", "emulated-gpu"])
+@pytest.mark.parametrize("split", ["software", "emulated-host", "emulated-gpu", "emulated-auto"])
 def test_dpdk_client_and_server_over_memif(tmp_path, split, request):
     """Two processes, each with its own EAL, joined by a shared-memory memif link: the DPDK
     client asks the server's MAC by ARP, calls every service up to 1 MiB, then runs the load
     generator's native loop. The server splits frames in software as usual, or as a NIC's
-    buffer split would into a host payload pool, or into GPU memory: there the stand-in
+    buffer split would into a host payload pool, or into GPU memory (asked for, or the default
+    where a CUDA driver has a device): there the stand-in
     libcuda (device memory the CPU cannot touch) serves, one-segment requests reach the host
     functions by device-to-host copies in the engine, and nothing reads the payloads on the host.
     The server is stopped before the client lets go of the link: DPDK 22.11's memif unmaps the
@@ -311,9 +312,11 @@ def test_dpdk_client_and_server_over_memif(tmp_path, split, request):
 
     sock = str(tmp_path / "memif.sock")
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP")}
-    kw = {"software": {}, "emulated-host": {"dpdk_emulate_split": True},
-          "emulated-gpu": {"dpdk_emulate_split": True, "dpdk_payload": "cuda:0"}}[split]
-    server_env = fake_cuda_env(request.getfixturevalue("native_build")) if split == "emulated-gpu" else env
+    kw = {"software": {}, "emulated-host": {"dpdk_emulate_split": True, "dpdk_payload": "host"},
+          "emulated-gpu": {"dpdk_emulate_split": True, "dpdk_payload": "cuda:0"},
+          "emulated-auto": {"dpdk_emulate_split": True}}[split]
+    on_gpu = split in ("emulated-gpu", "emulated-auto")
+    server_env = fake_cuda_env(request.getfixturevalue("native_build")) if on_gpu else env
     server = Proc([sys.executable, "-c", textwrap.dedent(MEMIF_SERVER.format(eal=EAL, sock=sock, kw=kw))],
                   env=server_env)
     try:
@@ -336,8 +339,8 @@ def test_dpdk_client_and_server_over_memif(tmp_path, split, request):
 
     st = json.loads(next(ln for ln in lines if ln.startswith("STATS "))[6:])
     assert st["rx_split_emulated"] == (split != "software"), st
-    assert st["payload_pool"] == {"software": "none", "emulated-host": "host", "emulated-gpu": "gpu"}[split], st
-    assert (st["rx_device_payloads"] > 1000 and st["rx_device_to_host"] > 700) == (split == "emulated-gpu"), st
+    assert st["payload_pool"] == ("gpu" if on_gpu else "none" if split == "software" else "host"), st
+    assert (st["rx_device_payloads"] > 1000 and st["rx_device_to_host"] > 700) == on_gpu, st
 
 
 def wait_for_line(proc: subprocess.Popen, word: str, timeout: float) -> list[str]:

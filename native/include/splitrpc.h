@@ -181,7 +181,8 @@ typedef struct srpc_server_config {
     uint16_t dpdk_mtu;           /* DPDK: the largest IP packet sent; 0 = 1500. Reply segments
                                     are cut to fit it whatever seg_size says */
     int dpdk_payload_gpu;        /* DPDK, where frames are split (by the NIC, or dpdk_emulate_split):
-                                    -1 (the default): the payloads land in host memory; N: in the
+                                    SRPC_DPDK_PAYLOAD_AUTO (the default): cuda:0 when the CUDA
+                                    driver has a device, else host memory; -1: host memory; N: the
                                     memory of cuda:N, from where a one-segment request goes to the
                                     device Tensor Queues of a GPU function without touching the host
                                     (device to host for host functions and larger messages). Needs
@@ -195,6 +196,8 @@ typedef struct srpc_server_config {
                                     elsewhere, dropped unread (SRPC_DROP_NOT_ALLOWED). -EINVAL if
                                     malformed */
 } srpc_server_config_t;
+
+#define SRPC_DPDK_PAYLOAD_AUTO (-2)
 
 /* Fills defaults (documented in native/src/tunables.h). */
 void srpc_server_config_init(srpc_server_config_t *cfg);

@@ -32,7 +32,7 @@ void srpc_server_config_init(srpc_server_config_t *c)
     c->rx_burst = SRPC_DEF_RX_BURST;
     c->sock_buf_bytes = SRPC_DEF_SOCK_BUF;
     c->rx_takeover_us = SRPC_DEF_RX_TAKEOVER_US;
-    c->dpdk_payload_gpu = -1;
+    c->dpdk_payload_gpu = SRPC_DPDK_PAYLOAD_AUTO;
 }
 
 static int check_config(const srpc_server_config_t *c)
@@ -44,7 +44,7 @@ static int check_config(const srpc_server_config_t *c)
         return -EINVAL;
     if (c->rx_burst == 0 || c->rx_burst > SRPC_MAX_RX_BURST || c->max_calls == 0 || c->max_message == 0)
         return -EINVAL;
-    if (c->dpdk_dev && (c->port == 0 || (c->dpdk_mtu && c->dpdk_mtu < 576) || c->dpdk_payload_gpu < -1 ||
+    if (c->dpdk_dev && (c->port == 0 || (c->dpdk_mtu && c->dpdk_mtu < 576) || c->dpdk_payload_gpu < SRPC_DPDK_PAYLOAD_AUTO ||
                         c->dpdk_payload_gpu >= SRPC_GPU_MAX_DEVICES))
         return -EINVAL;
     return 0;
@@ -56,9 +56,12 @@ static int open_dpdk(srpc_server_t *s)
     struct in_addr a;
     if (inet_pton(AF_INET, s->host, &a) != 1)
         return -EINVAL;
+    int gpu = s->cfg.dpdk_payload_gpu;
+    if (gpu == SRPC_DPDK_PAYLOAD_AUTO) /* quietly host memory on a machine without a GPU */
+        gpu = srpc_gpu_device_count() > 0 ? 0 : -1;
     srpc_dpdk_port_config_t pc = {.dev = s->cfg.dpdk_dev, .ip = ntohl(a.s_addr), .udp_port = s->cfg.port,
-                                  .mtu = s->cfg.dpdk_mtu, .payload_on_gpu = s->cfg.dpdk_payload_gpu >= 0,
-                                  .gpu_device = s->cfg.dpdk_payload_gpu, .emulate_split = s->cfg.dpdk_emulate_split};
+                                  .mtu = s->cfg.dpdk_mtu, .payload_on_gpu = gpu >= 0, .gpu_device = gpu,
+                                  .emulate_split = s->cfg.dpdk_emulate_split};
     uint16_t mtu = pc.mtu ? pc.mtu : 1500;
     s->dpdk_seg = mtu - SRPC_IP4_HLEN - SRPC_UDP_HLEN - SRPC_HDR_LEN;
     int r = srpc_dpdk_port_open(&pc, &s->dpdk);
