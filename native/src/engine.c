@@ -10,6 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "gpu_driver.h"
 #include "server_internal.h"
 #include "tunables.h"
 
@@ -608,12 +609,16 @@ int srpc_engine_rx_step(srpc_server_t *srv)
                           : srpc_rx_burst(&srv->udp, &srv->rx, srv->direct_hint ? 1 : srv->rx.burst);
         if (m > 0) {
             srv->direct_hint = 0; /* process_datagram sets it again for large segments */
+            srpc_CUcontext saved = NULL; /* the copies out of GPU memory run in the payloads' context */
+            int gpu = srv->rx_stream && srpc_gpu_enter(srv->rx_device, &saved) == 0;
             pthread_mutex_lock(&srv->lock);
             for (int i = 0; i < m; i++)
                 process_datagram(srv, (unsigned)i, &srv->rx.msgs[i]);
             if (srv->rx_dev_copies)
                 finish_dev_copies(srv); /* before the worker may see the calls */
             pthread_mutex_unlock(&srv->lock);
+            if (gpu)
+                srpc_gpu_leave(saved);
             n += m;
         }
         if (srv->dpdk)

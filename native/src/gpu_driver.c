@@ -272,6 +272,24 @@ int srpc_gpu_use_device(int device)
     return 0;
 }
 
+int srpc_gpu_enter(int device, srpc_CUcontext *saved)
+{
+    *saved = NULL;
+    int rc = srpc_gpu_load();
+    if (rc)
+        return rc;
+    if (srpc_cu.CtxGetCurrent(saved) != SRPC_CUDA_SUCCESS)
+        *saved = NULL;
+    return srpc_gpu_use_device(device);
+}
+
+void srpc_gpu_leave(srpc_CUcontext saved)
+{
+    srpc_CUcontext cur = NULL;
+    if (srpc_cu.CtxGetCurrent && srpc_cu.CtxGetCurrent(&cur) == SRPC_CUDA_SUCCESS && cur != saved)
+        srpc_cu.CtxSetCurrent(saved);
+}
+
 int srpc_gpu_use_any(void)
 {
     int rc = srpc_gpu_load();

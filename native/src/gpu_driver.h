@@ -181,6 +181,13 @@ int srpc_gpu_use_device(int device);
  * (device 0 until then). Same returns as srpc_gpu_use_device. Any thread. */
 int srpc_gpu_use_any(void);
 
+/* For a library thread's own GPU work on a thread it shares with the caller's code (a Python
+ * worker whose CuPy context must not change under it): makes device's primary context current
+ * and puts in *saved the one that was (NULL for none); srpc_gpu_leave(saved) makes that one
+ * current again. Same returns as srpc_gpu_use_device. Any thread. */
+int srpc_gpu_enter(int device, srpc_CUcontext *saved);
+void srpc_gpu_leave(srpc_CUcontext saved);
+
 /* Whether cuStreamWriteValue32 may be used on `device` (ordinal): always with the v2 entry
  * point, else as CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_MEM_OPS(_V1) says. Queried once per
  * device; srpc_gpu_memops_off() records a device that answered CUDA_ERROR_NOT_SUPPORTED. */

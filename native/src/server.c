@@ -70,6 +70,7 @@ static int open_dpdk(srpc_server_t *s)
         return r;
     if (!(s->rx_dev_calls = calloc(s->cfg.rx_burst, sizeof(*s->rx_dev_calls))))
         return -ENOMEM;
+    s->rx_device = dev;
     return srpc_gpu_stream_create(dev, &s->rx_stream); /* the engine's copies */
 }
 

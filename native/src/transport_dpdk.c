@@ -16,6 +16,7 @@
 
 #include "dpdk_payload_pool.h"
 #include "dpdk_split_emulation.h"
+#include "gpu_driver.h"
 #include "splitrpc_gpu.h"
 #include "wire.h"
 
@@ -640,11 +641,27 @@ int srpc_dpdk_payload_device(const srpc_dpdk_port_t *p)
     return p ? p->gpu : -1;
 }
 
+static int rx_burst(srpc_dpdk_port_t *p, srpc_rx_t *rx, unsigned max);
+
 int srpc_dpdk_rx_burst(srpc_dpdk_port_t *p, srpc_rx_t *rx, unsigned max)
 {
     if (!p || !rx)
         return -EINVAL;
     srpc_dpdk_rx_release(p);
+    if (p->gpu < 0)
+        return rx_burst(p, rx, max);
+    srpc_CUcontext saved; /* the receiving thread may be a worker with a context of its own */
+    int rc = srpc_gpu_enter(p->gpu, &saved);
+    if (rc == 0)
+        rc = rx_burst(p, rx, max);
+    srpc_gpu_leave(saved);
+    return rc;
+}
+
+/* srpc_dpdk_rx_burst, the previous burst released and, with a GPU payload pool, its device's
+ * context current. */
+static int rx_burst(srpc_dpdk_port_t *p, srpc_rx_t *rx, unsigned max)
+{
     if (max == 0 || max > rx->burst)
         max = rx->burst;
     if (p->gpu >= 0 && p->held_cap < max) {
