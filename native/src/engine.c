@@ -610,7 +610,7 @@ int srpc_engine_rx_step(srpc_server_t *srv)
         if (m > 0) {
             srv->direct_hint = 0; /* process_datagram sets it again for large segments */
             srpc_CUcontext saved = NULL; /* the copies out of GPU memory run in the payloads' context */
-            int gpu = srv->rx_stream && srpc_gpu_enter(srv->rx_device, &saved) == 0;
+            int gpu = srv->rx_stream && srpc_gpu_enter(srpc_dpdk_payload_device(srv->dpdk), &saved) == 0;
             pthread_mutex_lock(&srv->lock);
             for (int i = 0; i < m; i++)
                 process_datagram(srv, (unsigned)i, &srv->rx.msgs[i]);

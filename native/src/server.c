@@ -44,8 +44,8 @@ static int check_config(const srpc_server_config_t *c)
         return -EINVAL;
     if (c->rx_burst == 0 || c->rx_burst > SRPC_MAX_RX_BURST || c->max_calls == 0 || c->max_message == 0)
         return -EINVAL;
-    if (c->dpdk_dev && (c->port == 0 || (c->dpdk_mtu && c->dpdk_mtu < 576) || c->dpdk_payload_gpu < SRPC_DPDK_PAYLOAD_AUTO ||
-                        c->dpdk_payload_gpu >= SRPC_GPU_MAX_DEVICES))
+    if (c->dpdk_dev && (c->port == 0 || (c->dpdk_mtu && c->dpdk_mtu < 576) ||
+                        c->dpdk_payload_gpu < SRPC_DPDK_PAYLOAD_AUTO || c->dpdk_payload_gpu >= SRPC_GPU_MAX_DEVICES))
         return -EINVAL;
     return 0;
 }
@@ -70,7 +70,6 @@ static int open_dpdk(srpc_server_t *s)
         return r;
     if (!(s->rx_dev_calls = calloc(s->cfg.rx_burst, sizeof(*s->rx_dev_calls))))
         return -ENOMEM;
-    s->rx_device = dev;
     return srpc_gpu_stream_create(dev, &s->rx_stream); /* the engine's copies */
 }
 

@@ -108,7 +108,6 @@ struct srpc_server {
     uint32_t dpdk_seg;               /* DPDK: the largest reply segment that fits the MTU */
     uint64_t rx_stream;              /* a DPDK port's payloads land in GPU memory: the stream of
                                         the engine's copies out of it (else 0) */
-    int rx_device;                   /* and the device they land on */
     struct srpc_dev_call {           /* lock: the calls copied from GPU memory in this burst */
         struct srpc_fn *fn;
         uint64_t seq;

@@ -48,7 +48,6 @@ struct srpc_dpdk_port {
     struct rte_mempool *data_pool; /* hardware split: the rest (payload) */
     srpc_payload_pool_t *payload;  /* data_pool's external memory, when it has some (else NULL:
                                       data_pool is DPDK memory, or there is no split) */
-    int emulate;     /* no hardware split: frames split in software into data_pool */
     int gpu;         /* the CUDA device data_pool's memory is on, or -1 (host memory) */
     uint64_t stream; /* gpu: the receiving thread's copies (emulation, device to host) */
     struct rte_mbuf **held; /* gpu: frames whose data was handed on as device addresses */
@@ -121,7 +120,7 @@ static int make_payload_pool(srpc_dpdk_port_t *p, const srpc_dpdk_port_config_t 
     srpc_payload_pool_config_t pc = {.name = name, .port_id = p->port_id, .n = n, .data_room = room,
                                      .socket = socket, .on_gpu = cfg->payload_on_gpu != 0,
                                      .gpu_device = cfg->gpu_device};
-    if (pc.on_gpu && !p->rx_csum && !p->emulate) {
+    if (pc.on_gpu && !p->rx_csum && !p->st.rx_split_emulated) {
         fprintf(stderr, "splitrpc: %s: the port does not verify UDP checksums, and payloads in GPU memory "
                         "cannot be summed on the host: payloads go to host memory instead\n", cfg->dev);
         pc.on_gpu = 0;
@@ -199,13 +198,12 @@ static int setup_rx(srpc_dpdk_port_t *p, const srpc_dpdk_port_config_t *cfg, con
         free_split_pools(p); /* refused: split in software instead */
     }
     if (cfg->emulate_split) { /* whole frames land in p->pool; rx_burst splits them into data_pool */
-        p->emulate = 1;
+        p->st.rx_split_emulated = 1; /* also tells make_payload_pool the checksums get verified */
         int rc = make_payload_pool(p, cfg, 2 * nb_rxd + 1023, RTE_PKTMBUF_HEADROOM + p->mtu + 64, socket);
         if (rc) {
             free_split_pools(p);
             return rc;
         }
-        p->st.rx_split_emulated = 1;
     }
     return rte_eth_rx_queue_setup(p->port_id, 0, nb_rxd, (unsigned)socket, NULL, p->pool);
 }
@@ -476,8 +474,13 @@ int srpc_dpdk_send_msg(srpc_dpdk_port_t *p, const struct sockaddr *dst, socklen_
 
 /* ------------------------------------------------------------------ receive */
 
-/* Copies frame bytes [off, off + len) out of the segments. */
-static void copy_out(uint8_t *dst, const struct iovec *seg, unsigned nseg, size_t off, size_t len)
+#define ALL_ON_HOST MAX_FRAME_SEGS /* copy_out's dev_from for a frame wholly in host memory */
+
+/* Copies frame bytes [off, off + len) out of the segments to dst (host). Segments from index
+ * dev_from on lie in GPU memory: copied device to host on the port's stream (complete after
+ * rx_burst's synchronisation). 0, or -EIO when such a copy failed. */
+static int copy_out(const srpc_dpdk_port_t *p, unsigned dev_from, uint8_t *dst, const struct iovec *seg,
+                    unsigned nseg, size_t off, size_t len)
 {
     for (unsigned i = 0; i < nseg && len; i++) {
         if (off >= seg[i].iov_len) {
@@ -485,11 +488,16 @@ static void copy_out(uint8_t *dst, const struct iovec *seg, unsigned nseg, size_
             continue;
         }
         size_t take = seg[i].iov_len - off < len ? seg[i].iov_len - off : len;
-        memcpy(dst, (const uint8_t *)seg[i].iov_base + off, take);
+        const uint8_t *src = (const uint8_t *)seg[i].iov_base + off;
+        if (i < dev_from)
+            memcpy(dst, src, take);
+        else if (srpc_gpu_copy_dtoh(dst, (uint64_t)(uintptr_t)src, take, p->stream) != 0)
+            return -EIO;
         dst += take;
         len -= take;
         off = 0;
     }
+    return 0;
 }
 
 static void answer_arp(srpc_dpdk_port_t *p, const srpc_frame_info_t *info)
@@ -503,47 +511,25 @@ static void answer_arp(srpc_dpdk_port_t *p, const srpc_frame_info_t *info)
     pthread_mutex_unlock(&p->tx_lock);
 }
 
-/* Copies frame bytes [off, off + len) out of the segments of a frame whose segments after the
- * first lie in GPU memory: the first with memcpy, the others device to host on the port's
- * stream (complete after srpc_dpdk_rx_burst's synchronisation). */
-static int copy_out_dev(srpc_dpdk_port_t *p, uint8_t *dst, const struct iovec *seg, unsigned nseg, size_t off,
-                        size_t len)
-{
-    for (unsigned i = 0; i < nseg && len; i++) {
-        if (off >= seg[i].iov_len) {
-            off -= seg[i].iov_len;
-            continue;
-        }
-        size_t take = seg[i].iov_len - off < len ? seg[i].iov_len - off : len;
-        const uint8_t *src = (const uint8_t *)seg[i].iov_base + off;
-        if (i == 0)
-            memcpy(dst, src, take);
-        else if (srpc_gpu_copy_dtoh(dst, (uint64_t)(uintptr_t)src, take, p->stream) != 0)
-            return -EIO;
-        dst += take;
-        len -= take;
-        off = 0;
-    }
-    return 0;
-}
-
-/* Where the data of a datagram whose payload lies in GPU memory goes (see rx_burst): 1 when its
- * address is handed on (rx->dev[i], the frame to be held), 0 when it was copied to the data
- * slot, -1 when the copy failed. hdr: its splitrpc header, on the host. */
+/* Where the data of a datagram whose payload lies in GPU memory (segments 1 on) goes, its
+ * splitrpc header already in the header slot: 1 when its address is handed on (rx->dev[i], the
+ * frame to be held), 0 when it was copied to the data slot, -1 when the copy failed. Only the
+ * raw type and nseg fields decide it; the engine decodes and checks the header once, and
+ * drops a bad one without reading the data. */
 static int place_dev_data(srpc_dpdk_port_t *p, srpc_rx_t *rx, unsigned i, const struct iovec *seg, unsigned nseg,
                           const srpc_frame_info_t *info, uint32_t dlen)
 {
     const size_t data_off = info->payload_off + SRPC_HDR_LEN;
-    srpc_hdr_t h;
-    if (dlen && srpc_hdr_decode(srpc_rx_hdr(rx, i), SRPC_HDR_LEN, &h) == 0 && h.type == SRPC_REQUEST &&
-        h.nseg == 1 && nseg == 2 && data_off == seg[0].iov_len && seg[1].iov_len == dlen) {
+    const uint8_t *hb = srpc_rx_hdr(rx, i);
+    if (dlen && (hb[SRPC_OFF_VER_TYPE] & 0x0f) == SRPC_REQUEST && hb[SRPC_OFF_NSEG] == 0 &&
+        hb[SRPC_OFF_NSEG + 1] == 1 && nseg == 2 && data_off == seg[0].iov_len && seg[1].iov_len == dlen) {
         rx->dev[i] = (uint64_t)(uintptr_t)seg[1].iov_base; /* a whole request, in one device buffer */
         p->st.rx_device_payloads++;
         return 1;
     }
     /* Segments of larger messages (reassembled on the host), and whatever the engine will drop. */
     uint32_t n = dlen > rx->data_cap ? (uint32_t)rx->data_cap : dlen;
-    if (n && copy_out_dev(p, srpc_rx_data(rx, i), seg, nseg, data_off, n) != 0)
+    if (n && copy_out(p, 1, srpc_rx_data(rx, i), seg, nseg, data_off, n) != 0)
         return -1;
     p->st.rx_device_to_host += n != 0;
     return 0;
@@ -563,7 +549,7 @@ static int take_frame(srpc_dpdk_port_t *p, struct rte_mbuf *m, srpc_rx_t *rx, un
         seg[nseg++] = (struct iovec){rte_pktmbuf_mtod(s, void *), s->data_len};
     }
     unsigned flags = 0;
-    if ((p->rx_csum || p->emulate) && (m->ol_flags & RTE_MBUF_F_RX_IP_CKSUM_MASK) == RTE_MBUF_F_RX_IP_CKSUM_GOOD &&
+    if ((p->rx_csum || p->st.rx_split_emulated) && (m->ol_flags & RTE_MBUF_F_RX_IP_CKSUM_MASK) == RTE_MBUF_F_RX_IP_CKSUM_GOOD &&
         (m->ol_flags & RTE_MBUF_F_RX_L4_CKSUM_MASK) == RTE_MBUF_F_RX_L4_CKSUM_GOOD)
         flags |= SRPC_FRAME_CSUM_CHECKED;
     /* Payload bytes in GPU memory: the host reads the first segment only, and cannot sum them. */
@@ -600,19 +586,18 @@ static int take_frame(srpc_dpdk_port_t *p, struct rte_mbuf *m, srpc_rx_t *rx, un
     uint32_t dlen = len - hlen;
     int trunc = dlen > rx->data_cap;
     rx->dev[i] = 0;
+    if (on_dev && info.payload_off + hlen > seg[0].iov_len) { /* a split that cut the splitrpc header */
+        p->st.drops[SRPC_FRAME_SHORT]++;
+        return 0;
+    }
+    copy_out(p, ALL_ON_HOST, srpc_rx_hdr(rx, i), seg, nseg, info.payload_off, hlen);
     if (on_dev) {
-        if (info.payload_off + hlen > seg[0].iov_len) { /* a split that cut the splitrpc header */
-            p->st.drops[SRPC_FRAME_SHORT]++;
-            return 0;
-        }
-        memcpy(srpc_rx_hdr(rx, i), (const uint8_t *)seg[0].iov_base + info.payload_off, hlen);
         int r = place_dev_data(p, rx, i, seg, nseg, &info, dlen);
         if (r < 0)
             return 0; /* the copy's error is in srpc_gpu_last_error; the client retransmits */
         *hold = r;
     } else {
-        copy_out(srpc_rx_hdr(rx, i), seg, nseg, info.payload_off, hlen);
-        copy_out(srpc_rx_data(rx, i), seg, nseg, info.payload_off + hlen, trunc ? rx->data_cap : dlen);
+        copy_out(p, ALL_ON_HOST, srpc_rx_data(rx, i), seg, nseg, info.payload_off + hlen, trunc ? rx->data_cap : dlen);
     }
     if (trunc)
         p->st.rx_too_big++;
@@ -678,7 +663,7 @@ static int rx_burst(srpc_dpdk_port_t *p, srpc_rx_t *rx, unsigned max)
         unsigned want = max - got < RX_CHUNK ? max - got : RX_CHUNK;
         uint16_t k = rte_eth_rx_burst(p->port_id, 0, m, (uint16_t)want);
         p->st.rx_frames += k;
-        if (p->emulate) {
+        if (p->st.rx_split_emulated) {
             for (uint16_t j = 0; j < k; j++)
                 srpc_split_emulate(m[j], p->data_pool, ctl, p->gpu >= 0, p->stream, &p->self);
             if (p->gpu >= 0 && k && srpc_gpu_stream_sync(p->stream) != 0) {

@@ -136,10 +136,9 @@ static void test_device_requests(void)
     /* The receiving thread's own context (none here) is what it finds after a burst. */
     void *cur = &cur;
     cu_set_current(NULL);
-    struct sockaddr_in self2 = addr(IP_SELF, PORT);
     srpc_hdr_t t = {.type = SRPC_REQUEST, .func_id = 3, .req_id = 1};
     struct iovec one = {in, 100};
-    CHECK(srpc_dpdk_send_msg(port, (struct sockaddr *)&self2, sizeof(self2), &t, &one, 1, 100, 1400) == 1 &&
+    CHECK(srpc_dpdk_send_msg(port, (struct sockaddr *)&self, sizeof(self), &t, &one, 1, 100, 1400) == 1 &&
               receive(1, NULL, NULL, 0) == 1 && cu_get_current(&cur) == 0 && cur == NULL,
           "a burst leaves the receiving thread's CUDA context as it found it");
     CHECK(st1.rx_device_payloads - st0.rx_device_payloads == 3000 &&
