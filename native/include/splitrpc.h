@@ -233,6 +233,10 @@ typedef struct srpc_func_config {
 
 #define SRPC_MAX_TENSORS 8
 
+/* Fills a function's defaults (native/src/tunables.h): one input and one output, capacity
+ * SRPC_DEF_TQ_CAPACITY, max_batch SRPC_DEF_MAX_BATCH, the rest 0 (host, no delay, no deadline). */
+void srpc_func_config_init(srpc_func_config_t *fc);
+
 int srpc_server_add_function(srpc_server_t *srv, const srpc_func_config_t *fc);
 
 /* Starts the engine thread. */
@@ -331,6 +335,10 @@ enum srpc_drop_reason {
     SRPC_DROP_MAX
 };
 
+/* The name of drop reason r ("short", "bad_header", ...: the keys of a server's drop counters),
+ * or NULL past the last one. */
+const char *srpc_drop_name(int reason);
+
 #define SRPC_BATCH_HIST 65 /* batch sizes 1..64, the last bucket is 64 and above */
 /* Queue delay buckets: bucket i < SRPC_QDELAY_HIST - 1 counts delays of at most 2^i us and
  * more than 2^(i-1) us (bucket 0: at most 1 us); the last one, delays over 2^(SRPC_QDELAY_HIST-2)
@@ -391,7 +399,7 @@ typedef struct srpc_client_config {
      * retransmitted call), clamped to [rto_min_us, rto_max_us]; rto_initial_us before a
      * function's first sample. The request is copied to be sent again.
      * Retransmissions happen while some thread waits for a reply (wait, wait_any, call). */
-    uint32_t retries;          /* 0: never retransmit (the default) */
+    uint32_t retries;          /* 0: never retransmit; default SRPC_DEF_RETRIES (tunables.h) */
     uint32_t rto_min_us, rto_initial_us, rto_max_us;
     /* Wire protocol of the requests: 2 (the default: a CRC-16 header check, 48-bit req_ids,
      * docs/PROTOCOL-v2.md) or 1 (PROTOCOL.md, for servers that speak only version 1). Replies

@@ -83,15 +83,15 @@ static uint64_t now_ns(void)
 void srpc_client_config_init(srpc_client_config_t *c)
 {
     memset(c, 0, sizeof(*c));
-    c->host = "127.0.0.1";
-    c->port = 9230;
+    c->host = SRPC_DEF_HOST;
+    c->port = SRPC_DEF_PORT;
     c->max_reply = SRPC_DEF_MAX_REPLY;
     c->busy_poll = 0;
     c->sock_buf_bytes = SRPC_DEF_SOCK_BUF;
-    c->retries = 0;
-    c->rto_min_us = 5000;
-    c->rto_initial_us = 200000;
-    c->rto_max_us = 1000000;
+    c->retries = SRPC_DEF_RETRIES;
+    c->rto_min_us = SRPC_DEF_RTO_MIN_US;
+    c->rto_initial_us = SRPC_DEF_RTO_INITIAL_US;
+    c->rto_max_us = SRPC_DEF_RTO_MAX_US;
     c->version = SRPC_VERSION_2;
 }
 

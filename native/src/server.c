@@ -16,8 +16,8 @@
 void srpc_server_config_init(srpc_server_config_t *c)
 {
     memset(c, 0, sizeof(*c));
-    c->host = "127.0.0.1";
-    c->port = 9230;
+    c->host = SRPC_DEF_HOST;
+    c->port = SRPC_DEF_PORT;
     c->wait_mode = SRPC_WAIT_ADAPTIVE;
     c->spin_us = SRPC_DEF_SPIN_US;
     c->seg_size = SRPC_DEF_SEG_SIZE;
@@ -252,6 +252,27 @@ static int gpu_queues(srpc_fn_t *fn, int dev)
     }
     fn->staging_pinned = pinned;
     return 0;
+}
+
+void srpc_func_config_init(srpc_func_config_t *fc)
+{
+    memset(fc, 0, sizeof(*fc));
+    fc->n_in = fc->n_out = 1;
+    fc->capacity = SRPC_DEF_TQ_CAPACITY;
+    fc->max_batch = SRPC_DEF_MAX_BATCH;
+}
+
+const char *srpc_drop_name(int reason)
+{
+    static const char *const names[SRPC_DROP_MAX] = {
+        [SRPC_DROP_SHORT] = "short", [SRPC_DROP_BAD_HEADER] = "bad_header", [SRPC_DROP_BAD_SEGMENT] = "bad_segment",
+        [SRPC_DROP_TRUNCATED] = "truncated", [SRPC_DROP_NOT_REQUEST] = "not_request",
+        [SRPC_DROP_INCONSISTENT] = "inconsistent", [SRPC_DROP_REASM_TIMEOUT] = "reassembly_timeout",
+        [SRPC_DROP_MEM_CAP] = "memory_cap", [SRPC_DROP_TABLE_FULL] = "table_full", [SRPC_DROP_DUPLICATE] = "duplicate",
+        [SRPC_DROP_REJECTED] = "rejected", [SRPC_DROP_TX_FAILED] = "tx_failed", [SRPC_DROP_NOT_ALLOWED] = "not_allowed",
+        [SRPC_DROP_BAD_CHECK] = "bad_check", [SRPC_DROP_CLIENT_MEM_CAP] = "client_memory_cap",
+    };
+    return reason >= 0 && reason < SRPC_DROP_MAX ? names[reason] : NULL;
 }
 
 int srpc_server_add_function(srpc_server_t *srv, const srpc_func_config_t *fc)

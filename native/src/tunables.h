@@ -2,6 +2,15 @@
 #ifndef SRPC_TUNABLES_H
 #define SRPC_TUNABLES_H
 
+/* Where a server listens when not told: loopback keeps it on this machine; 9230 is the
+ * project's port (the client's default peer). */
+#define SRPC_DEF_HOST "127.0.0.1"
+#define SRPC_DEF_PORT 9230
+
+/* Calls handed to a callback at once when the function does not say: enough to amortise the
+ * callback's fixed cost, few enough that a batch of small tensors stays in cache. */
+#define SRPC_DEF_MAX_BATCH 8
+
 /* Datagrams per recvmmsg/sendmmsg: amortises the syscall without holding a burst so long
  * that the first datagram waits behind the last. */
 #define SRPC_DEF_RX_BURST 32
@@ -60,6 +69,15 @@
 
 /* How often the engine scans its expiry lists. */
 #define SRPC_TIMER_PERIOD_US 1000
+
+/* Client retransmission (RFC 6298 per function): 3 retries ride out a lost datagram or two on
+ * a healthy network; 5 ms is above a loopback round trip with a small batch; a first call
+ * waits 200 ms (no sample yet); 1 s caps the backoff. Load runs set retries to 0 so that
+ * losses show in measurements. */
+#define SRPC_DEF_RETRIES 3
+#define SRPC_DEF_RTO_MIN_US 5000
+#define SRPC_DEF_RTO_INITIAL_US 200000
+#define SRPC_DEF_RTO_MAX_US 1000000
 
 /* Client: largest reply accepted by default (the echo service's limit). */
 #define SRPC_DEF_MAX_REPLY (1u << 20)
