@@ -16,7 +16,7 @@ if(SPLITRPC_HAVE_CUDA)
     COMMAND ${CMAKE_CUDA_COMPILER} --fatbin -O3 ${_ccbin} ${SPLITRPC_CUDA_GENCODE}
             -I${CMAKE_CURRENT_SOURCE_DIR}/native/src -I${CMAKE_CURRENT_SOURCE_DIR}/native/include
             -o ${_fatbin} ${CMAKE_CURRENT_SOURCE_DIR}/native/cuda/kernels.cu
-    DEPENDS native/cuda/kernels.cu native/src/o2_abi.h native/include/splitrpc_gpu.h
+    DEPENDS native/cuda/kernels.cu native/src/gpu/o2_abi.h native/include/splitrpc_gpu.h
     COMMENT "Compiling the CUDA kernels to a fatbin (sm_80, sm_90, compute_90 PTX)"
     VERBATIM)
   add_custom_command(
@@ -28,5 +28,5 @@ if(SPLITRPC_HAVE_CUDA)
     VERBATIM)
   set(SPLITRPC_KERNELS_SRC ${_fatbin_c})
 else()
-  set(SPLITRPC_KERNELS_SRC native/src/kernels_none.c)
+  set(SPLITRPC_KERNELS_SRC native/src/gpu/kernels_none.c)
 endif()

@@ -2,7 +2,7 @@
 set(SPLITRPC_FEATURE_DEFS "")
 set(SPLITRPC_HAVE_CUDA OFF)
 set(SPLITRPC_HAVE_DPDK OFF)
-set(SPLITRPC_DPDK_SRC native/src/dpdk_none.c) # the DPDK entry points answer -ENOTSUP
+set(SPLITRPC_DPDK_SRC native/src/dpdk/dpdk_none.c) # the DPDK entry points answer -ENOTSUP
 
 # CUDA: the driver is always loaded at run time (dlopen), so the GPU data path is compiled
 # everywhere. Only the kernels (native/cuda/kernels.cu) need the CUDA compiler: with it they
@@ -47,8 +47,8 @@ if(NOT SPLITRPC_DPDK STREQUAL "OFF")
   if(LIBDPDK_FOUND)
     set(SPLITRPC_HAVE_DPDK ON)
     list(APPEND SPLITRPC_FEATURE_DEFS SPLITRPC_HAVE_DPDK)
-    set(SPLITRPC_DPDK_SRC native/src/dpdk_eal.c native/src/transport_dpdk.c native/src/dpdk_payload_pool.c
-                          native/src/dpdk_split_emulation.c)
+    set(SPLITRPC_DPDK_SRC native/src/dpdk/dpdk_eal.c native/src/dpdk/transport_dpdk.c
+                          native/src/dpdk/dpdk_payload_pool.c native/src/dpdk/dpdk_split_emulation.c)
     # DPDK's flags (-include rte_config.h, -march) apply to its sources only, not to the core.
     set_source_files_properties(${SPLITRPC_DPDK_SRC} PROPERTIES COMPILE_OPTIONS "${LIBDPDK_CFLAGS}")
     message(STATUS "splitrpc: libdpdk ${LIBDPDK_VERSION} found: the DPDK transport is compiled in")

@@ -1,7 +1,7 @@
 /* kernels.cu: the GPU kernels of splitrpc, built into a fatbin and loaded with the driver API: the device Tensor Queue mirror self-test and the O2 persistent vecadd server. */
 #include <stdint.h>
 
-#include "o2_abi.h"
+#include "gpu/o2_abi.h"
 
 /* ------------------------------------------------------------------ mirror self-test */
 

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "server_internal.h"
+#include "server/engine.h"
 
 /* The input is a sequence of records: [op: 1 byte][len: 2 bytes, big-endian][len bytes].
  * op & 3: which of four client addresses sends it; op & 4: take and complete the batches

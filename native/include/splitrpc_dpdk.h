@@ -58,6 +58,9 @@ const char *srpc_dpdk_drop_name(int r);
                                     allowed) host memory registered with DPDK and DMA-mapped for the port */
 #define SRPC_DPDK_PAYLOAD_GPU 3  /* "gpu": hardware split, payloads in GPU memory (cuMemAlloc) registered
                                     and DMA-mapped likewise */
+/* Where a server's payload pool goes when the caller does not say (srpc_server_config_t
+ * dpdk_payload_gpu): cuda:0 when the CUDA driver has a device, else host memory. */
+#define SRPC_DPDK_PAYLOAD_AUTO (-2)
 /* The name of payload pool kind k, or NULL for an unknown kind. */
 const char *srpc_dpdk_payload_pool_name(int kind);
 struct srpc_server;

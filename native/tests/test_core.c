@@ -15,10 +15,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "allowlist.h"
+#include "server/allowlist.h"
 #include "splitrpc.h"
-#include "srcmem.h"
-#include "wire.h"
+#include "server/srcmem.h"
+#include "core/wire.h"
 
 #include "check.h"
 

@@ -4,7 +4,7 @@
 
 #include <cuda.h>
 
-#include "gpu_driver.h"
+#include "gpu/gpu_driver.h"
 
 #define SAME_SIZE(a, b) _Static_assert(sizeof(a) == sizeof(b), "sizeof " #a " != sizeof " #b)
 #define SAME_FIELD(sa, sb, f)                                                         \

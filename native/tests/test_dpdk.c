@@ -7,11 +7,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "frame.h"
+#include "dpdk/frame.h"
 #include "splitrpc_dpdk.h"
 #include "splitrpc_gpu.h"
-#include "transport_dpdk.h"
-#include "wire.h"
+#include "dpdk/transport_dpdk.h"
+#include "core/wire.h"
 
 #include "check.h"
 
@@ -48,7 +48,7 @@ static int receive(unsigned want, srpc_hdr_t *hdrs, uint8_t *msg, size_t msg_cap
         idle = n > 0 ? 0 : idle + 1;
         for (int i = 0; i < n; i++, got++) {
             srpc_hdr_t h;
-            uint32_t len = rx.msgs[i].msg_len, seg;
+            uint32_t len = rx.len[i], seg;
             CHECK(len >= SRPC_HDR_LEN && srpc_hdr_decode(srpc_rx_hdr(&rx, i), SRPC_HDR_LEN, &h) == 0, "header");
             CHECK(srpc_seg_check(&h, len - SRPC_HDR_LEN, &seg) == 0, "segment %u", h.seq);
             const struct sockaddr_in *src = (const struct sockaddr_in *)&rx.src[i];
@@ -192,7 +192,7 @@ static void test_malformed(void)
     len = udp_frame(f, PORT, SRPC_HDR_LEN + DATA_CAP + 5);
     CHECK(srpc_dpdk_send_frame(port, f, len) == 0, "big frame sent");
     int n = srpc_dpdk_rx_burst(port, &rx, 0);
-    CHECK(n == 1 && (rx.msgs[0].msg_hdr.msg_flags & MSG_TRUNC) && rx.msgs[0].msg_len == SRPC_HDR_LEN + DATA_CAP + 5,
+    CHECK(n == 1 && rx.trunc[0] && rx.len[0] == SRPC_HDR_LEN + DATA_CAP + 5,
           "a payload over the slot is marked truncated (%d)", n);
 }
 

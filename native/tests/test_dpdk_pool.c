@@ -12,9 +12,9 @@
 #include <rte_memory.h>
 #include <rte_mempool.h>
 
-#include "dpdk_payload_pool.h"
+#include "dpdk/dpdk_payload_pool.h"
 #include "splitrpc_dpdk.h"
-#include "transport_dpdk.h"
+#include "dpdk/transport_dpdk.h"
 
 #include "check.h"
 

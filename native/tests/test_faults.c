@@ -17,9 +17,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "faults.h"
+#include "tools/faults.h"
 #include "splitrpc.h"
-#include "transport_udp.h"
+#include "transport/udp.h"
 
 #include "check.h"
 
@@ -338,14 +338,14 @@ static void test_rx_hook(void)
         if (i % 100 != 99 && i != N - 1)
             continue;
         for (int idle = 0; idle < 50;) { /* drain what was sent */
-            int n = srpc_rx_burst(&u, &rx, 0);
+            int n = srpc_udp_rx_burst(&u, &rx, 0);
             if (n <= 0) {
                 idle++;
                 usleep(200);
                 continue;
             }
             for (int j = 0; j < n; j++) {
-                uint32_t len2 = rx.msgs[j].msg_len, num;
+                uint32_t len2 = rx.len[j], num;
                 uint8_t whole[64];
                 uint32_t hl = len2 < SRPC_HDR_LEN ? len2 : SRPC_HDR_LEN;
                 memcpy(whole, srpc_rx_hdr(&rx, (unsigned)j), hl);
@@ -353,7 +353,7 @@ static void test_rx_hook(void)
                 memcpy(&num, whole, 4);
                 const struct sockaddr_in *from = (const struct sockaddr_in *)&rx.src[j];
                 int ok = num < N && len2 == 4 + num % 50 && from->sin_port == htons(sport) &&
-                         rx.msgs[j].msg_hdr.msg_namelen == sizeof(*from);
+                         rx.srclen[j] == sizeof(*from);
                 for (uint32_t k = 4; ok && k < len2; k++)
                     ok = whole[k] == (uint8_t)(num * 7 + k);
                 if (!ok) {
@@ -415,7 +415,7 @@ static void test_tx_hook(void)
             continue;
         srpc_rx_t rx; /* a receive on the sending socket lets the held datagram out */
         if (i == N - 1 && srpc_rx_init(&rx, 4, 2048) == 0) {
-            CHECK(srpc_rx_burst(&u, &rx, 0) == -EAGAIN, "nothing to receive");
+            CHECK(srpc_udp_rx_burst(&u, &rx, 0) == -EAGAIN, "nothing to receive");
             srpc_rx_free(&rx);
         }
         uint8_t b[2048];

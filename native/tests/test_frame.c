@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "frame.h"
+#include "dpdk/frame.h"
 
 #include "check.h"
 

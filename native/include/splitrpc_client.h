@@ -1,0 +1,181 @@
+/* splitrpc_client.h: the client half of the C API: calls (blocking, asynchronous, completion queues), retransmission, and the native load generator with its arrival schedules. */
+#ifndef SPLITRPC_CLIENT_H
+#define SPLITRPC_CLIENT_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "splitrpc_core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------------------ client */
+
+typedef struct srpc_client srpc_client_t;
+
+typedef struct srpc_client_config {
+    const char *host;          /* server address or name */
+    uint16_t port;
+    uint32_t seg_size;         /* request segment data size S; 0 = by destination */
+    uint32_t max_reply;        /* largest reply accepted */
+    int busy_poll;             /* 1: spin while waiting (lowest latency) */
+    int sock_buf_bytes;
+    const char *dpdk_dev;      /* NULL: a kernel UDP socket. Else the DPDK port to call from (the
+                                  EAL initialised first with srpc_dpdk_init); host is then the
+                                  server's IPv4 address (a literal) and the client polls */
+    const char *dpdk_local_ip; /* DPDK: our IPv4 address on that port (a literal) */
+    uint16_t dpdk_local_port;  /* DPDK: our UDP port; 0 = one from 49152-65535 */
+    uint16_t dpdk_mtu;         /* DPDK: the largest IP packet sent; 0 = 1500 */
+    const char *dpdk_server_mac; /* DPDK: "aa:bb:cc:dd:ee:ff" (a static neighbour), or NULL to ask
+                                  by ARP at create (-EHOSTUNREACH when nobody answers in 2 s) */
+    /* Retransmission: a request whose reply has not come within the retransmission timeout is
+     * sent again with the same req_id (the server answers a duplicate from its reply cache or
+     * ignores it while the call runs), at most `retries` times, the timeout doubling each time.
+     * The timeout adapts to the replies' round-trip times, per function since a function's
+     * service time is part of them (RFC 6298: srtt + 4 rttvar, Karn's rule: no sample from a
+     * retransmitted call), clamped to [rto_min_us, rto_max_us]; rto_initial_us before a
+     * function's first sample. The request is copied to be sent again.
+     * Retransmissions happen while some thread waits for a reply (wait, wait_any, call). */
+    uint32_t retries;          /* 0: never retransmit; default SRPC_DEF_RETRIES (tunables.h) */
+    uint32_t rto_min_us, rto_initial_us, rto_max_us;
+    /* Wire protocol of the requests: 2 (the default: a CRC-16 header check, 48-bit req_ids,
+     * docs/PROTOCOL-v2.md) or 1 (PROTOCOL.md, for servers that speak only version 1). Replies
+     * of the other version are dropped. */
+    uint8_t version;
+} srpc_client_config_t;
+
+void srpc_client_config_init(srpc_client_config_t *cfg);
+int srpc_client_create(const srpc_client_config_t *cfg, srpc_client_t **out);
+void srpc_client_destroy(srpc_client_t *cl);
+
+/* Sends a request; *req_id receives the call's id. Thread-safe. The data is copied into
+ * datagrams before return; the caller keeps ownership. */
+int srpc_client_send(srpc_client_t *cl, uint16_t func_id, const void *data, uint32_t len,
+                     uint16_t aux, uint64_t *req_id);
+
+/* Waits until call req_id finishes or timeout_us passes (-1 = forever). Returns 0 when the
+ * call has an outcome (see srpc_client_result), -ETIMEDOUT, or -ENOENT for an unknown id.
+ * Thread-safe: one thread receives at a time, the others wait for it. */
+int srpc_client_wait(srpc_client_t *cl, uint64_t req_id, int64_t timeout_us);
+
+/* Waits up to timeout_us for any finished call sent by srpc_client_send and writes up to n
+ * finished req_ids into ids. Returns the count (0 on timeout). Thread-safe. */
+int srpc_client_wait_any(srpc_client_t *cl, uint64_t *ids, int n, int64_t timeout_us);
+
+/* A completion queue: the calls sent through it are reported by srpc_client_wait_cq when
+ * they finish, and nowhere else, so that independent users of one client (the Python
+ * futures, a load run, another load run) each see only their own calls. srpc_client_send
+ * and srpc_client_wait_any use the client's own queue. All four are thread-safe. The caller
+ * owns a queue it creates and destroys it before the client; calls of a destroyed queue
+ * that have not been reported are reported nowhere (release them by id). */
+typedef struct srpc_client_cq srpc_client_cq_t;
+int srpc_client_cq_create(srpc_client_t *cl, srpc_client_cq_t **out);
+void srpc_client_cq_destroy(srpc_client_t *cl, srpc_client_cq_t *cq);
+int srpc_client_send_cq(srpc_client_t *cl, srpc_client_cq_t *cq, uint16_t func_id, const void *data,
+                        uint32_t len, uint16_t aux, uint64_t *req_id);
+int srpc_client_wait_cq(srpc_client_t *cl, srpc_client_cq_t *cq, uint64_t *ids, int n, int64_t timeout_us);
+
+/* Outcome of a finished call: *code 0 (RESPONSE), an error code, SRPC_E_PENDING while
+ * unfinished; *data and *len its reply (or error text). The pointers stay valid until
+ * srpc_client_release(req_id). Returns -ENOENT for an unknown id. */
+int srpc_client_result(srpc_client_t *cl, uint64_t req_id, int *code, const uint8_t **data,
+                       uint32_t *len);
+
+/* Forgets a call (finished or not); a late reply for it is dropped. */
+int srpc_client_release(srpc_client_t *cl, uint64_t req_id);
+
+/* One call, start to end: send, wait, copy the reply into out (cap bytes).
+ * Returns 0 with *out_len and *code set (code != 0: error, message in out), -ETIMEDOUT,
+ * -ENOBUFS when the reply is larger than cap (*out_len says how large). */
+int srpc_client_call(srpc_client_t *cl, uint16_t func_id, const void *data, uint32_t len,
+                     void *out, uint32_t cap, uint32_t *out_len, int *code, int64_t timeout_us);
+
+typedef struct srpc_client_stats {
+    uint64_t sent_calls, replies, errors, timeouts, late_or_unknown, dropped;
+    uint64_t retransmits;      /* requests sent again */
+    uint64_t srtt_us, rto_us;  /* of the function that answered last (each function has its own
+                                  estimators): its smoothed round-trip time (0 before a sample)
+                                  and its retransmission timeout now */
+} srpc_client_stats_t;
+int srpc_client_stats(const srpc_client_t *cl, srpc_client_stats_t *out);
+
+/* Closed-loop load in native code: keeps `concurrency` calls outstanding until n_calls
+ * have finished (after `warmup` more finished calls that are not recorded). lat_ns[i]
+ * receives the latency of the i-th recorded call (0 where it failed); *errors counts
+ * calls that ended in an error or a timeout; *elapsed_ns the recorded phase's wall time.
+ * Runs on the calling thread. */
+int srpc_client_closed_loop(srpc_client_t *cl, uint16_t func_id, const void *data,
+                            uint32_t len, uint32_t concurrency, uint32_t warmup,
+                            uint32_t n_calls, int64_t timeout_us, uint64_t *lat_ns,
+                            uint64_t *errors, uint64_t *elapsed_ns);
+
+/* ------------------------------------------------------------------ load generator */
+
+/* Inter-arrival distributions of an open-loop schedule. */
+enum srpc_arrival {
+    SRPC_ARRIVAL_CONSTANT = 0,  /* every 1/rate s */
+    SRPC_ARRIVAL_POISSON = 1,   /* exponential gaps (coefficient of variation 1) */
+    SRPC_ARRIVAL_HYPEREXP = 2   /* two-phase hyperexponential with balanced means, CV = cv > 1 */
+};
+
+/* Fills at[0..n) with the due times (ns from the start, non-decreasing) of n arrivals at a
+ * mean of `rate` calls/s. The first arrival is one gap after 0. Deterministic for a seed.
+ * Returns 0 or -EINVAL (rate <= 0, unknown kind, hyperexponential with cv <= 1). */
+int srpc_schedule_fill(int arrival, double rate, double cv, uint64_t seed, uint64_t *at, uint32_t n);
+
+/* A schedule following a rate trace: the rate is rate[i] calls/s from t_s[i] until t_s[i+1]
+ * (the last one until end_s); t_s is increasing and starts at >= 0. Arrivals of each piece
+ * are drawn as in srpc_schedule_fill, restarting at the piece's start. Writes up to cap due
+ * times into at and returns how many, or -ENOBUFS when more than cap would be needed, or
+ * -EINVAL. */
+int srpc_schedule_trace(int arrival, double cv, const double *t_s, const double *rate, uint32_t npts,
+                        double end_s, uint64_t seed, uint64_t *at, uint32_t cap);
+
+/* The outcome of one call of a load run. Times are ns from the run's start. */
+typedef struct srpc_load_rec {
+    uint64_t sched_ns;   /* when the call was due (closed loop: when it was issued) */
+    uint64_t sent_ns;    /* when the request was handed to the socket */
+    uint64_t done_ns;    /* when its outcome was known */
+    int32_t code;        /* 0 valid reply, a wire error code, SRPC_E_TIMEOUT, SRPC_E_INVALID,
+                            SRPC_E_SEND, or SRPC_E_PENDING when the run stopped first */
+    uint32_t reply_len;
+} srpc_load_rec_t;
+
+typedef struct srpc_load_params {
+    uint16_t func_id;
+    const void *req;           /* the request sent by every call (copied into datagrams) */
+    uint32_t req_len;
+    const void *expect;        /* the reply every call must get; NULL: replies are not checked */
+    uint32_t expect_len;
+    uint32_t concurrency;      /* > 0: closed loop with this many calls outstanding */
+    const uint64_t *sched_ns;  /* concurrency == 0: open loop, n due times (non-decreasing) */
+    uint32_t n;                /* calls to make */
+    uint32_t max_outstanding;  /* open loop: a due call waits while this many are outstanding
+                                  (its latency still counts from its due time) */
+    int64_t timeout_us;        /* a call unanswered this long after its send times out */
+    int spin;                  /* 1: busy-poll between sends; 0: sleep until the next due time */
+} srpc_load_params_t;
+
+/* Shared with a watcher thread while a run is in progress. The runner appends the index of
+ * each finished call to order[] and then publishes `finished` (release store); a watcher
+ * may read order[0..finished) and those records at any time. Setting `stop` ends the run
+ * early (calls still outstanding get SRPC_E_PENDING and are not listed in order[]). */
+typedef struct srpc_load_progress {
+    uint32_t finished;
+    uint32_t sent;
+    int stop;
+} srpc_load_progress_t;
+
+/* Runs a closed- or open-loop load on the calling thread (release the GIL around it). rec
+ * and order have p->n entries and are owned by the caller; prog may be NULL. *start_ns gets
+ * the CLOCK_MONOTONIC time of the run's start. Returns 0, or -EINVAL for bad parameters,
+ * -ENOMEM, or a client error that made the run impossible. Sending failures and timeouts
+ * are outcomes in rec, not errors of the run. */
+int srpc_load_run(srpc_client_t *cl, const srpc_load_params_t *p, srpc_load_rec_t *rec,
+                  uint32_t *order, srpc_load_progress_t *prog, uint64_t *start_ns);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* SPLITRPC_CLIENT_H */

@@ -1,0 +1,244 @@
+/* splitrpc_server.h: the server half of the C API: configuration, functions and their Tensor Queues, batches for the worker, completion (now, deferred, on a GPU stream), counters. */
+#ifndef SPLITRPC_SERVER_H
+#define SPLITRPC_SERVER_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "splitrpc_core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------------------ server */
+
+typedef struct srpc_server srpc_server_t;
+
+/* Who receives: while the worker thread waits for a batch in poll mode (and in the spin phase
+ * of adaptive mode) it runs the engine's receive step itself, inline, so one server thread
+ * spins, not two; the engine thread receives while the worker sleeps (block mode, adaptive
+ * after spin_us) or has been in a callback for longer than rx_takeover_us. */
+enum srpc_wait_mode {
+    SRPC_WAIT_POLL = 0,     /* busy-poll: lowest latency, one core spins */
+    SRPC_WAIT_BLOCK = 1,    /* epoll / futex: idle-efficient; the engine thread receives */
+    SRPC_WAIT_ADAPTIVE = 2  /* poll for spin_us after the last batch, then block */
+};
+
+typedef struct srpc_server_config {
+    const char *host;            /* numeric IPv4/IPv6 address or name to bind */
+    uint16_t port;               /* 0 = any; srpc_server_port() tells which */
+    int wait_mode;               /* enum srpc_wait_mode, for the engine and the worker */
+    uint32_t spin_us;            /* adaptive: spin this long before blocking */
+    uint32_t seg_size;           /* reply segment data size S to non-loopback clients */
+    uint32_t seg_size_loopback;  /* reply S to loopback clients */
+    uint32_t max_message;        /* largest request accepted (TOO_LARGE above) */
+    uint32_t reasm_timeout_us;   /* a partial message is dropped after this */
+    uint64_t reasm_mem_cap;      /* bytes of all partial messages together */
+    uint64_t reasm_mem_cap_client; /* bytes of the partial messages of one client address (IP) */
+    uint32_t reply_cache_us;     /* how long a finished call's reply is remembered */
+    uint64_t reply_cache_bytes;  /* bytes of cached replies together */
+    uint32_t max_calls;          /* entries of the call table (partial, in progress, cached) */
+    uint32_t rx_burst;           /* datagrams per recvmmsg */
+    int sock_buf_bytes;          /* SO_RCVBUF/SO_SNDBUF wanted (FORCE tried first) */
+    uint32_t rx_takeover_us;     /* poll/adaptive: the engine thread takes over receiving when
+                                    a callback has run this long */
+    const char *dpdk_dev;        /* NULL: kernel UDP sockets. Else the DPDK port to serve on
+                                    ("net_af_packet0", a PCI address; the EAL initialised first
+                                    with srpc_dpdk_init): host is then our IPv4 address (a
+                                    literal), port must not be 0, and both threads poll */
+    uint16_t dpdk_mtu;           /* DPDK: the largest IP packet sent; 0 = 1500. Reply segments
+                                    are cut to fit it whatever seg_size says */
+    int dpdk_payload_gpu;        /* DPDK, where frames are split (by the NIC, or dpdk_emulate_split):
+                                    SRPC_DPDK_PAYLOAD_AUTO (the default): cuda:0 when the CUDA
+                                    driver has a device, else host memory; -1: host memory; N: the
+                                    memory of cuda:N, from where a one-segment request goes to the
+                                    device Tensor Queues of a GPU function without touching the host
+                                    (device to host for host functions and larger messages). Needs
+                                    the port to verify UDP checksums (else host memory, said on
+                                    stderr); srpc_server_dpdk_stats says where they land */
+    int dpdk_emulate_split;      /* DPDK: 1 = on a port without a hardware split, split each frame in
+                                    software the way the NIC would, so that the path above runs
+                                    (tests, measurements); 0 = no */
+    const char *allow;           /* NULL or "": datagrams from anywhere. Else the client networks
+                                    served, e.g. "10.0.0.0/8,127.0.0.1,::1/128" (at most 32); from
+                                    elsewhere, dropped unread (SRPC_DROP_NOT_ALLOWED). -EINVAL if
+                                    malformed */
+} srpc_server_config_t;
+
+
+/* Fills defaults (documented in native/src/tunables.h). */
+void srpc_server_config_init(srpc_server_config_t *cfg);
+
+/* Creates the server and binds its socket; no thread runs yet. */
+int srpc_server_create(const srpc_server_config_t *cfg, srpc_server_t **out);
+/* Stops the engine if running and frees everything. Batches not completed are dropped. GPU
+ * functions: the caller first waits for the streams it passed to stage_in/submit, so that no
+ * copy still targets the queues. */
+void srpc_server_destroy(srpc_server_t *srv);
+int srpc_server_port(const srpc_server_t *srv);
+
+/* Registers a function before srpc_server_start(). n_in/n_out tensors, each a fixed number of
+ * bytes; the request is the concatenation of the inputs and the reply that of the outputs.
+ * raw != 0: one input and one output of variable size up to in_sizes[0]/out_sizes[0]
+ * bytes (the zero-copy raw API). capacity: elements in each Tensor Queue. */
+typedef struct srpc_func_config {
+    uint16_t func_id;
+    int raw;
+    uint32_t n_in, n_out;
+    const uint32_t *in_sizes;
+    const uint32_t *out_sizes;
+    uint32_t capacity;
+    uint32_t max_batch;
+    uint32_t max_delay_us;
+    int on_gpu;          /* 1: Tensor Queues in the memory of CUDA device gpu_device, with
+                            pinned host staging laid out slot for slot (tensor functions only;
+                            -ENODEV without a usable GPU, -EINVAL for a raw function) */
+    int gpu_device;
+    uint32_t deadline_us; /* 0: none. A call still queued this long after its request was complete
+                             is not run: its client gets DEADLINE (an SLO on queueing) */
+} srpc_func_config_t;
+
+
+/* Fills a function's defaults (native/src/tunables.h): one input and one output, capacity
+ * SRPC_DEF_TQ_CAPACITY, max_batch SRPC_DEF_MAX_BATCH, the rest 0 (host, no delay, no deadline). */
+void srpc_func_config_init(srpc_func_config_t *fc);
+
+int srpc_server_add_function(srpc_server_t *srv, const srpc_func_config_t *fc);
+
+/* Starts the engine thread. */
+int srpc_server_start(srpc_server_t *srv);
+/* Stops the engine thread and wakes any waiting worker (which gets -ESHUTDOWN). */
+int srpc_server_stop(srpc_server_t *srv);
+
+/* A batch handed to the worker: `count` consecutive calls of one function. in[k] points at
+ * the first of `count` contiguous elements of input k's request TQ, out[k] likewise for the
+ * response TQ. Valid until srpc_server_complete(); the worker thread owns it until then. */
+typedef struct srpc_batch {
+    uint16_t func_id;
+    uint32_t count;
+    uint64_t first_seq;
+    uint8_t *in[SRPC_MAX_TENSORS];
+    uint8_t *out[SRPC_MAX_TENSORS];
+    uint32_t *in_len;   /* raw functions: request length of each call (count entries) */
+    uint32_t *out_len;  /* raw functions: the worker writes each reply length here */
+    uint64_t pos;       /* first_seq modulo the period after which every Tensor Queue of the
+                           function puts elements at the same addresses again (UINT64_MAX if
+                           that period is huge): equal (pos, count) means equal pointers */
+    int gpu_device;     /* -1: host function; else its CUDA device, and in/out above are the
+                           pinned host staging elements, din/dout the device TQ elements */
+    uint64_t din[SRPC_MAX_TENSORS];
+    uint64_t dout[SRPC_MAX_TENSORS];
+} srpc_batch_t;
+
+/* Waits up to timeout_us (-1 = forever) for a batch, following the server's wait mode.
+ * Returns 0 with *b filled, -ETIMEDOUT, or -ESHUTDOWN once stopped. One worker thread. */
+int srpc_server_next_batch(srpc_server_t *srv, srpc_batch_t *b, int64_t timeout_us);
+
+/* Finishes a batch: status 0 sends each reply (raw: out_len[i] bytes); status an error code
+ * (e.g. SRPC_E_INTERNAL) sends that ERROR, with msg (may be NULL) as its text, to every
+ * call of the batch. Called by the thread that got the batch. */
+int srpc_server_complete(srpc_server_t *srv, srpc_batch_t *b, int status, const char *msg);
+
+/* srpc_server_complete, then srpc_server_next_batch into the same *b: one call per batch for
+ * a worker loop. Returns what next_batch returns, or complete's error. */
+int srpc_server_complete_next(srpc_server_t *srv, srpc_batch_t *b, int status, const char *msg,
+                              int64_t timeout_us);
+
+/* Asynchronous completion. A batch handed back with srpc_server_defer is in flight: the worker
+ * goes on taking batches, and the batch's replies go out once its done word becomes nonzero:
+ * SRPC_DONE | status, status 0 (send the outputs) or an error code (send that ERROR to each
+ * call, with no text). Anyone may write the word, once, with a release store (another thread,
+ * or the GPU through srpc_gpu_signal). Batches of one function finish in the order they were
+ * handed out, whatever order their words are written in; srpc_server_complete on a later batch
+ * waits behind earlier ones in flight the same way. The worker finishes batches (sends replies,
+ * recycles elements) inside next_batch, complete and srpc_server_poll. While batches are in
+ * flight, next_batch polls even in block mode. Raw functions cannot be deferred (-EINVAL). */
+#define SRPC_DONE 0x80000000u
+/* Marks b in flight and gives the address of its done word (valid until it is finished).
+ * Worker thread only. Returns 0 or -EINVAL (not a batch handed out and not yet completed). */
+int srpc_server_defer(srpc_server_t *srv, srpc_batch_t *b, uint32_t **done);
+/* Finishes every in-flight batch whose done word is set (in order). Worker thread only.
+ * Returns the number of batches finished. */
+int srpc_server_poll(srpc_server_t *srv);
+
+/* GPU functions (on_gpu): queue on `stream` (a CUstream as an integer) the copies of the
+ * batch's requests from the pinned host staging elements to the device TQ elements (din).
+ * Worker thread; the batch must not have been completed or deferred yet. Returns 0, -EINVAL
+ * (host function, bad batch) or a GPU error (-EIO, -ENODEV). */
+int srpc_server_stage_in(srpc_server_t *srv, const srpc_batch_t *b, uint64_t stream);
+/* Queues on `stream`, after the work the callback launched there, the copies of the batch's
+ * outputs from the device TQ elements (dout) to the host staging elements, then the write of
+ * the batch's done word (srpc_gpu_signal), and defers the batch: its replies go out when the
+ * stream gets there. The Python worker never waits for the GPU. Worker thread. */
+int srpc_server_submit(srpc_server_t *srv, srpc_batch_t *b, uint64_t stream);
+/* O2 (GPU-managed orchestration) instead of a callback and srpc_server_submit, for a GPU
+ * function with one float32 input and one output of the same size, that of the vectors `o2`
+ * (splitrpc_gpu.h) was started for. After srpc_server_stage_in on `stream`, hands the batch to
+ * the persistent kernel, which writes the outputs straight into the page-locked output staging
+ * and then the batch's done word, and defers the batch. Worker thread. Returns 0; -EINVAL
+ * (not such a function, bad batch); -ENOTSUP (staging not page-locked); -EBUSY (the kernel's
+ * ring is full: the batch is still open, try again); a GPU error. */
+struct srpc_o2;
+int srpc_server_submit_o2(srpc_server_t *srv, srpc_batch_t *b, struct srpc_o2 *o2, uint64_t stream);
+
+/* Counters. Fields are monotonically increasing except where noted. */
+enum srpc_drop_reason {
+    SRPC_DROP_SHORT = 0,       /* shorter than the header */
+    SRPC_DROP_BAD_HEADER,      /* magic, version or type */
+    SRPC_DROP_BAD_SEGMENT,     /* impossible seq/nseg/msg_len/length */
+    SRPC_DROP_TRUNCATED,       /* datagram larger than the receive buffer */
+    SRPC_DROP_NOT_REQUEST,     /* RESPONSE or ERROR sent to the server */
+    SRPC_DROP_INCONSISTENT,    /* segment disagrees with the message's S or msg_len */
+    SRPC_DROP_REASM_TIMEOUT,   /* partial message expired (counted once per message) */
+    SRPC_DROP_MEM_CAP,         /* reassembly memory cap reached */
+    SRPC_DROP_TABLE_FULL,      /* call table full */
+    SRPC_DROP_DUPLICATE,       /* duplicate segment or duplicate of a call in progress */
+    SRPC_DROP_REJECTED,        /* further segment of a message already answered with an error */
+    SRPC_DROP_TX_FAILED,       /* a reply datagram the socket would not take */
+    SRPC_DROP_NOT_ALLOWED,     /* from a source outside the server's allow-list */
+    SRPC_DROP_BAD_CHECK,       /* version 2 header whose check does not match */
+    SRPC_DROP_CLIENT_MEM_CAP,  /* the sending address's share of reassembly memory reached */
+    SRPC_DROP_MAX
+};
+
+/* The name of drop reason r ("short", "bad_header", ...: the keys of a server's drop counters),
+ * or NULL past the last one. */
+const char *srpc_drop_name(int reason);
+
+#define SRPC_BATCH_HIST 65 /* batch sizes 1..64, the last bucket is 64 and above */
+/* Queue delay buckets: bucket i < SRPC_QDELAY_HIST - 1 counts delays of at most 2^i us and
+ * more than 2^(i-1) us (bucket 0: at most 1 us); the last one, delays over 2^(SRPC_QDELAY_HIST-2)
+ * us (about 67 s). */
+#define SRPC_QDELAY_HIST 28
+
+typedef struct srpc_server_stats {
+    uint64_t rx_datagrams, rx_bytes, tx_datagrams, tx_bytes;
+    uint64_t rx_in_place;    /* segments received straight into their message buffer */
+    uint64_t unplaced;       /* partial messages moved out of their Tensor Queue element, so
+                                that calls completed behind them did not wait longer */
+    uint64_t calls;          /* requests fully received and queued */
+    uint64_t replies;        /* RESPONSE messages sent */
+    uint64_t batches;
+    uint64_t batch_calls;    /* sum of batch sizes */
+    uint64_t batch_hist[SRPC_BATCH_HIST];
+    uint64_t drops[SRPC_DROP_MAX];
+    uint64_t errors[SRPC_E_MAX];   /* ERROR messages sent, by code */
+    uint64_t cache_hits;     /* replies re-sent from the reply cache */
+    uint64_t partial_msgs;   /* gauge: messages being reassembled */
+    uint64_t reasm_bytes;    /* gauge: bytes held by partial messages */
+    uint64_t cached_replies; /* gauge */
+    uint64_t inflight;       /* gauge: batches deferred (or completed behind one) not yet finished */
+    uint64_t queued;         /* gauge: calls queued (RX_COMPLETE) and not yet taken into a batch */
+    /* Queue delay of every call run: from RX_COMPLETE (fully received) to the start of the
+     * batch that runs it, counted when the batch is taken; not cumulative (see above). */
+    uint64_t queue_delay_hist[SRPC_QDELAY_HIST];
+    uint64_t queue_delay_sum_ns;
+    int rcvbuf, sndbuf;      /* effective socket buffer sizes */
+} srpc_server_stats_t;
+
+int srpc_server_stats(const srpc_server_t *srv, srpc_server_stats_t *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* SPLITRPC_SERVER_H */

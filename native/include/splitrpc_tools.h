@@ -1,0 +1,73 @@
+/* splitrpc_tools.h: test and benchmark tools of the C API: the raw-UDP baseline (the kernel path's limit) and the fault injection of testing builds. */
+#ifndef SPLITRPC_TOOLS_H
+#define SPLITRPC_TOOLS_H
+
+#include <stdint.h>
+#include "splitrpc_core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------------------ raw UDP baseline */
+
+/* The physical limit of the kernel socket path: a server and a ping-pong client of plain
+ * UDP datagrams with no header and no processing. resp_size == 0: the server echoes each
+ * datagram and the client sends one datagram of req_size (<= 65507) bytes. resp_size > 0:
+ * the client sends req_size bytes cut into datagrams of SRPC_RAW_SEG bytes, the server
+ * answers every req_size bytes received with resp_size bytes cut the same way, and the
+ * client waits for all of them. busy = 1 polls with non-blocking calls, 0 blocks.
+ * The server runs until *stop becomes non-zero (checked at least every 10 ms). */
+#define SRPC_RAW_SEG 65000
+int srpc_raw_echo_serve(const char *host, uint16_t port, int busy, uint32_t req_size,
+                        uint32_t resp_size, volatile int *stop);
+int srpc_raw_pingpong(const char *host, uint16_t port, uint32_t req_size, uint32_t resp_size,
+                      int busy, uint32_t warmup, uint32_t n, uint64_t *lat_ns);
+/* The same with `concurrency` requests outstanding on one socket (replies come back in
+ * order): the kernel path's throughput limit. *elapsed_ns (may be NULL) gets the wall time
+ * of the n recorded calls. */
+int srpc_raw_closed_loop(const char *host, uint16_t port, uint32_t req_size, uint32_t resp_size, int busy,
+                         uint32_t concurrency, uint32_t warmup, uint32_t n, uint64_t *lat_ns,
+                         uint64_t *elapsed_ns);
+
+/* ------------------------------------------------------------------ fault injection (testing builds) */
+
+/* Builds with SRPC_FAULT_INJECTION (CMake SPLITRPC_FAULT_INJECTION, on by default with
+ * SPLITRPC_TESTS, off in the Python package) can make the kernel UDP socket of a server or a
+ * client lossy. Each datagram that passes one way draws, independently: drop (it is lost),
+ * corrupt (one random bit of its 22-byte control header is flipped), reorder (it is held back
+ * and goes out after the next datagram that way, or at the socket's next receive when none
+ * follows; never lost) and dup (it goes out twice). Other builds answer -ENOTSUP. */
+typedef struct srpc_faults_cfg {
+    double drop, dup, reorder, corrupt; /* probabilities, each in [0, 1] */
+} srpc_faults_cfg_t;
+
+typedef struct srpc_fault_counts {
+    uint64_t in;         /* datagrams that went through the injector */
+    uint64_t dropped, duplicated, reordered, corrupted;
+    uint64_t discarded;  /* held or waiting datagrams freed unsent (socket closed or full) */
+} srpc_fault_counts_t;
+
+struct srpc_server;
+struct srpc_client;
+
+/* Sets the faults of what the server receives (rx) and sends (tx); NULL: none that way.
+ * seed makes the draws repeatable. Call after create and before srpc_server_start (-EBUSY
+ * after); replaces earlier settings. Returns 0, -EINVAL (NULL srv, a probability outside
+ * [0, 1] or NaN), -ENOTSUP (a build without fault injection, or a DPDK server), -ENOMEM.
+ * Every datagram the server receives then passes the rx faults (its in-place receive of large
+ * segments is off while they are set). */
+int srpc_server_set_faults(struct srpc_server *srv, const srpc_faults_cfg_t *rx, const srpc_faults_cfg_t *tx,
+                           uint64_t seed);
+/* The same for a client: after create, before its first call (not thread-safe against calls). */
+int srpc_client_set_faults(struct srpc_client *cl, const srpc_faults_cfg_t *rx, const srpc_faults_cfg_t *tx,
+                           uint64_t seed);
+/* Copies the counters of each direction (zeros where none is set); rx or tx may be NULL.
+ * Thread-safe. Returns 0, -EINVAL (NULL server or client) or -ENOTSUP. */
+int srpc_server_fault_counts(const struct srpc_server *srv, srpc_fault_counts_t *rx, srpc_fault_counts_t *tx);
+int srpc_client_fault_counts(const struct srpc_client *cl, srpc_fault_counts_t *rx, srpc_fault_counts_t *tx);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* SPLITRPC_TOOLS_H */

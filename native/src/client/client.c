@@ -1,0 +1,644 @@
+/* client.c: the client's datapath: req_id allocation, segmentation, the outstanding-call
+ * table, reply reassembly, per-call timeouts. Thread-safe: one thread at a time receives
+ * (the "owner"); the others sleep on a condition variable until it hands over. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <stdio.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+
+#include "core/clock.h"
+#include "core/wait.h"
+#include "core/reassembly.h"
+#include "core/tunables.h"
+#include "splitrpc_client.h"
+#include "transport/transport.h"
+
+#define NBUCKETS 4096
+#define RTT_SLOTS 64 /* round-trip estimators, one per function (func_id % RTT_SLOTS, last one wins) */
+
+/* RFC 6298 estimators of one function's round trips: its service time is part of them, and
+ * functions differ by orders of magnitude (a 10 us vecadd next to a 3 ms model). */
+typedef struct rtt_est {
+    uint32_t func_plus1; /* func_id + 1; 0: unused */
+    uint64_t srtt_ns, rttvar_ns;
+} rtt_est_t;
+
+typedef struct cl_call {
+    uint64_t req_id;
+    uint16_t func_id;
+    int done;
+    int code;            /* 0 RESPONSE, else the error code */
+    srpc_client_cq_t *cq; /* reported there when finished; NULL: not reported (a blocking call) */
+    uint8_t *reply;      /* reply data or error text (malloc) */
+    uint8_t *req;        /* retransmission: a copy of the request until the call finishes */
+    uint32_t req_len;
+    uint16_t aux;
+    uint32_t attempts;   /* retransmissions so far */
+    uint64_t sent_ns;    /* first send (the RTT sample's start) */
+    uint64_t due_ns;     /* next retransmission; UINT64_MAX: none */
+    uint32_t reply_len;
+    int reasm_active;
+    srpc_reasm_t reasm;
+    struct cl_call *hnext;
+    struct cl_call *dnext, *dprev; /* cq's finished-and-unreported list */
+    int on_done_list;
+} cl_call_t;
+
+struct srpc_client_cq {
+    cl_call_t *head, *tail; /* client lock: finished calls not yet reported, oldest first */
+};
+
+struct srpc_client {
+    srpc_client_config_t cfg;
+    char host[256];
+    srpc_transport_t *tp;    /* connected to the server: only its datagrams are received */
+    srpc_rx_t rx;            /* owner thread only */
+    uint32_t seg;
+    pthread_mutex_t lock;
+    pthread_cond_t cv;
+    int rx_owned;            /* lock */
+    cl_call_t *buckets[NBUCKETS]; /* lock */
+    srpc_client_cq_t cq;     /* lock: srpc_client_send/wait_any's queue */
+    atomic_uint_fast64_t next_id;
+    rtt_est_t rtt[RTT_SLOTS];  /* lock: per-function estimators */
+    uint16_t last_func;       /* lock: the function of the last sample (for stats) */
+    uint64_t next_due;       /* lock: the earliest due_ns of a call (UINT64_MAX: none) */
+    srpc_client_stats_t st;  /* lock */
+};
+
+
+void srpc_client_config_init(srpc_client_config_t *c)
+{
+    memset(c, 0, sizeof(*c));
+    c->host = SRPC_DEF_HOST;
+    c->port = SRPC_DEF_PORT;
+    c->max_reply = SRPC_DEF_MAX_REPLY;
+    c->busy_poll = 0;
+    c->sock_buf_bytes = SRPC_DEF_SOCK_BUF;
+    c->retries = SRPC_DEF_RETRIES;
+    c->rto_min_us = SRPC_DEF_RTO_MIN_US;
+    c->rto_initial_us = SRPC_DEF_RTO_INITIAL_US;
+    c->rto_max_us = SRPC_DEF_RTO_MAX_US;
+    c->version = SRPC_VERSION_2;
+}
+
+int srpc_client_create(const srpc_client_config_t *cfg, srpc_client_t **out)
+{
+    if (!cfg || !out || !cfg->host || cfg->seg_size > SRPC_MAX_SEG_DATA ||
+        (cfg->version != SRPC_VERSION && cfg->version != SRPC_VERSION_2) ||
+        (cfg->retries && (cfg->rto_min_us == 0 || cfg->rto_min_us > cfg->rto_max_us ||
+                          cfg->rto_initial_us < cfg->rto_min_us || cfg->rto_initial_us > cfg->rto_max_us)))
+        return -EINVAL;
+    srpc_client_t *c = calloc(1, sizeof(*c));
+    if (!c)
+        return -ENOMEM;
+    c->cfg = *cfg;
+    snprintf(c->host, sizeof(c->host), "%s", cfg->host);
+    c->cfg.host = c->host;
+    pthread_mutex_init(&c->lock, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&c->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    int r = srpc_rx_init(&c->rx, 16, 65535);
+    srpc_transport_spec_t spec = {.host = c->host, .port = cfg->port, .bind = 0, .sock_buf_bytes = cfg->sock_buf_bytes,
+                                  .dpdk_dev = cfg->dpdk_dev, .dpdk_mtu = cfg->dpdk_mtu, .dpdk_local_ip = cfg->dpdk_local_ip,
+                                  .dpdk_local_port = cfg->dpdk_local_port, .dpdk_peer_mac = cfg->dpdk_server_mac};
+    if (!r)
+        r = srpc_transport_open(&spec, &c->tp);
+    if (r) {
+        srpc_client_destroy(c);
+        return r;
+    }
+    if (c->tp->wait_fd < 0)
+        c->cfg.busy_poll = 1; /* nothing to sleep on: poll */
+    /* Requests are cut at S = seg_size, else by destination (PROTOCOL.md: 1450 fits an
+     * Ethernet MTU, a loopback peer takes whole 64 KiB datagrams), never above what one
+     * datagram of the transport carries (DPDK: what fits the MTU). */
+    uint32_t seg = cfg->seg_size ? cfg->seg_size
+                   : c->tp->max_seg < SRPC_MAX_SEG_DATA ? c->tp->max_seg
+                   : c->tp->peer_loopback ? SRPC_DEF_SEG_SIZE_LOOPBACK : SRPC_DEF_SEG_SIZE;
+    c->seg = seg < c->tp->max_seg ? seg : c->tp->max_seg;
+    uint64_t start;
+    if (getrandom(&start, sizeof(start), 0) != sizeof(start))
+        start = srpc_now_ns() ^ ((uint64_t)(uintptr_t)c << 16);
+    atomic_init(&c->next_id, start);
+    c->next_due = UINT64_MAX;
+    *out = c;
+    return 0;
+}
+
+static void call_free(cl_call_t *k)
+{
+    if (k->reasm_active)
+        srpc_reasm_free(&k->reasm, NULL);
+    free(k->reply);
+    free(k->req);
+    free(k);
+}
+
+/* ------------------------------------------------------------------ retransmission (lock held) */
+
+/* The estimators of func_id, or NULL before its first sample. */
+static const rtt_est_t *rtt_of(const srpc_client_t *c, uint16_t func_id)
+{
+    const rtt_est_t *e = &c->rtt[func_id % RTT_SLOTS];
+    return e->func_plus1 == (uint32_t)func_id + 1 ? e : NULL;
+}
+
+/* func_id's retransmission timeout now, before backoff: rto_initial before its first sample. */
+static uint64_t rto_ns(const srpc_client_t *c, uint16_t func_id)
+{
+    const rtt_est_t *e = rtt_of(c, func_id);
+    uint64_t lo = (uint64_t)c->cfg.rto_min_us * 1000, hi = (uint64_t)c->cfg.rto_max_us * 1000;
+    uint64_t rto = e ? e->srtt_ns + 4 * e->rttvar_ns : (uint64_t)c->cfg.rto_initial_us * 1000;
+    return rto < lo ? lo : rto > hi ? hi : rto;
+}
+
+/* RFC 6298 §2 with one reply's round-trip time, for its function. */
+static void rtt_sample(srpc_client_t *c, uint16_t func_id, uint64_t r)
+{
+    rtt_est_t *e = &c->rtt[func_id % RTT_SLOTS];
+    c->last_func = func_id;
+    if (e->func_plus1 != (uint32_t)func_id + 1) { /* its first sample (or the slot's new owner) */
+        *e = (rtt_est_t){.func_plus1 = (uint32_t)func_id + 1, .srtt_ns = r ? r : 1, .rttvar_ns = r / 2};
+        return;
+    }
+    uint64_t d = e->srtt_ns > r ? e->srtt_ns - r : r - e->srtt_ns;
+    e->rttvar_ns = (3 * e->rttvar_ns + d) / 4;
+    e->srtt_ns = (7 * e->srtt_ns + r) / 8;
+    if (!e->srtt_ns)
+        e->srtt_ns = 1;
+}
+
+static int send_request(srpc_client_t *c, uint64_t id, uint16_t func_id, uint16_t aux, const void *data,
+                        uint32_t len)
+{
+    struct iovec iv = {(void *)data, len};
+    srpc_tx_msg_t m = {.hdr = {.type = SRPC_REQUEST, .version = c->cfg.version, .func_id = func_id, .req_id = id,
+                               .aux = aux},
+                       .pieces = &iv, .npieces = len ? 1 : 0, .len = len, .seg_size = c->seg};
+    srpc_tp_send(c->tp, &m, 1);
+    return m.result;
+}
+
+/* Sends again every unfinished request that is due, and finds the next due time. Cheap when
+ * nothing is due: one comparison. */
+static void retransmit_due(srpc_client_t *c)
+{
+    uint64_t now = srpc_now_ns();
+    if (now < c->next_due)
+        return;
+    uint64_t next = UINT64_MAX;
+    const uint64_t hi = (uint64_t)c->cfg.rto_max_us * 1000;
+    for (int b = 0; b < NBUCKETS; b++)
+        for (cl_call_t *k = c->buckets[b]; k; k = k->hnext) {
+            if (k->done || !k->req || k->due_ns == UINT64_MAX)
+                continue;
+            if (k->due_ns <= now) {
+                if (k->attempts >= c->cfg.retries) { /* given up: the caller's timeout decides */
+                    k->due_ns = UINT64_MAX;
+                    continue;
+                }
+                k->attempts++;
+                c->st.retransmits++;
+                send_request(c, k->req_id, k->func_id, k->aux, k->req, k->req_len); /* a lost resend is retried */
+                uint64_t wait = k->attempts < 20 ? rto_ns(c, k->func_id) << k->attempts : hi;
+                k->due_ns = now + (wait < hi ? wait : hi);
+            }
+            if (k->due_ns < next)
+                next = k->due_ns;
+        }
+    c->next_due = next;
+}
+
+void srpc_client_destroy(srpc_client_t *c)
+{
+    if (!c)
+        return;
+    for (int b = 0; b < NBUCKETS; b++)
+        for (cl_call_t *k = c->buckets[b], *n; k; k = n) {
+            n = k->hnext;
+            call_free(k);
+        }
+    srpc_rx_free(&c->rx);
+    srpc_transport_close(c->tp);
+    pthread_cond_destroy(&c->cv);
+    pthread_mutex_destroy(&c->lock);
+    free(c);
+}
+
+static cl_call_t **bucket(srpc_client_t *c, uint64_t id)
+{
+    return &c->buckets[(id ^ (id >> 17) ^ (id >> 31)) & (NBUCKETS - 1)];
+}
+
+static cl_call_t *find(srpc_client_t *c, uint64_t id)
+{
+    for (cl_call_t *k = *bucket(c, id); k; k = k->hnext)
+        if (k->req_id == id)
+            return k;
+    return NULL;
+}
+
+static void done_unlink(cl_call_t *k)
+{
+    if (!k->on_done_list)
+        return;
+    srpc_client_cq_t *q = k->cq;
+    if (k->dprev)
+        k->dprev->dnext = k->dnext;
+    else
+        q->head = k->dnext;
+    if (k->dnext)
+        k->dnext->dprev = k->dprev;
+    else
+        q->tail = k->dprev;
+    k->on_done_list = 0;
+    k->dnext = k->dprev = NULL;
+}
+
+static void finish(srpc_client_t *c, cl_call_t *k, int code, uint8_t *data, uint32_t len)
+{
+    if (k->req) {
+        if (k->attempts == 0) /* Karn: a retransmitted call's reply may answer any of its sends */
+            rtt_sample(c, k->func_id, srpc_now_ns() - k->sent_ns);
+        free(k->req);
+        k->req = NULL;
+    }
+    k->done = 1;
+    k->code = code;
+    k->reply = data;
+    k->reply_len = len;
+    if (code)
+        c->st.errors++;
+    else
+        c->st.replies++;
+    srpc_client_cq_t *q = k->cq;
+    if (q) {
+        k->dprev = q->tail;
+        if (q->tail)
+            q->tail->dnext = k;
+        else
+            q->head = k;
+        q->tail = k;
+        k->on_done_list = 1;
+    }
+}
+
+static uint8_t *dup_bytes(const uint8_t *p, uint32_t n)
+{
+    uint8_t *d = malloc(n ? n : 1);
+    if (d && n)
+        memcpy(d, p, n);
+    return d;
+}
+
+/* One reply datagram, hostile until checked. Lock held. */
+static void process(srpc_client_t *c, unsigned i)
+{
+    srpc_hdr_t h;
+    uint32_t seg, total = c->rx.len[i];
+    if (c->rx.trunc[i] ||
+        srpc_hdr_decode(srpc_rx_hdr(&c->rx, i), total < SRPC_HDR_LEN ? total : SRPC_HDR_LEN, &h) < 0 ||
+        h.type == SRPC_REQUEST || h.version != c->cfg.version || srpc_seg_check(&h, total - SRPC_HDR_LEN, &seg) < 0) {
+        c->st.dropped++;
+        return;
+    }
+    cl_call_t *k = find(c, h.req_id);
+    if (!k || k->done || k->func_id != h.func_id) {
+        c->st.late_or_unknown++;
+        return;
+    }
+    const uint8_t *data = srpc_rx_data(&c->rx, i);
+    uint32_t dlen = total - SRPC_HDR_LEN;
+    if (h.type == SRPC_ERROR) {
+        uint32_t l = dlen < SRPC_ERRMSG_MAX ? dlen : SRPC_ERRMSG_MAX;
+        finish(c, k, h.aux ? h.aux : SRPC_E_INTERNAL, dup_bytes(data, l), l);
+        return;
+    }
+    if (h.msg_len > c->cfg.max_reply) {
+        static const char msg[] = "reply larger than the client's max_reply";
+        finish(c, k, SRPC_E_TOO_LARGE, dup_bytes((const uint8_t *)msg, sizeof(msg) - 1), sizeof(msg) - 1);
+        return;
+    }
+    if (h.nseg == 1) {
+        finish(c, k, 0, dup_bytes(data, dlen), dlen);
+        return;
+    }
+    if (!k->reasm_active) {
+        if (srpc_reasm_init(&k->reasm, &h, seg, NULL) != 0) {
+            c->st.dropped++;
+            return;
+        }
+        k->reasm_active = 1;
+    }
+    int r = srpc_reasm_add(&k->reasm, &h, seg, data, dlen);
+    if (r == -EPROTO) { /* disagrees with the message: start over */
+        srpc_reasm_free(&k->reasm, NULL);
+        k->reasm_active = 0;
+        c->st.dropped++;
+    } else if (r == 1) {
+        uint8_t *buf = k->reasm.buf;
+        uint32_t len = k->reasm.msg_len;
+        k->reasm.buf = NULL;
+        srpc_reasm_free(&k->reasm, NULL);
+        k->reasm_active = 0;
+        finish(c, k, 0, buf, len);
+    }
+}
+
+static void timed_wait(srpc_client_t *c, uint64_t until_ns)
+{
+    struct timespec ts = {.tv_sec = (time_t)(until_ns / 1000000000ull), .tv_nsec = (long)(until_ns % 1000000000ull)};
+    pthread_cond_timedwait(&c->cv, &c->lock, &ts);
+}
+
+/* Receives what has arrived, waiting up to until_ns for something. Called with the lock
+ * held and rx_owned taken by this thread; returns with the lock held. */
+static void receive_some(srpc_client_t *c, uint64_t until_ns)
+{
+    pthread_mutex_unlock(&c->lock);
+    int n = srpc_tp_rx_burst(c->tp, &c->rx, 0);
+    if (n == 0 && !c->cfg.busy_poll) {
+        uint64_t now = srpc_now_ns(), wait = until_ns > now ? until_ns - now : 0;
+        if (wait > 10000000)
+            wait = 10000000; /* re-check at least every 10 ms */
+        struct timespec ts = {.tv_sec = 0, .tv_nsec = (long)wait};
+        struct pollfd p = {.fd = c->tp->wait_fd, .events = POLLIN};
+        if (ppoll(&p, 1, &ts, NULL) > 0)
+            n = srpc_tp_rx_burst(c->tp, &c->rx, 0);
+    } else if (n == 0) {
+        srpc_cpu_relax();
+    }
+    pthread_mutex_lock(&c->lock);
+    for (int i = 0; i < n; i++)
+        process(c, (unsigned)i);
+}
+
+/* Waits (lock held) until ready(c, arg) or until_ns; one thread receives, others sleep. */
+static int wait_until(srpc_client_t *c, int (*ready)(srpc_client_t *, void *), void *arg, uint64_t until_ns)
+{
+    for (int passes = 0;; passes++) {
+        if (c->cfg.retries)
+            retransmit_due(c);
+        int r = ready(c, arg);
+        if (r != 0)
+            return r;
+        if (passes && srpc_now_ns() >= until_ns) /* a zero timeout still makes one receive pass */
+            return -ETIMEDOUT;
+        if (c->rx_owned) {
+            uint64_t t = srpc_now_ns() + 1000000;
+            timed_wait(c, t < until_ns ? t : until_ns);
+            continue;
+        }
+        c->rx_owned = 1;
+        receive_some(c, until_ns);
+        c->rx_owned = 0;
+        pthread_cond_broadcast(&c->cv);
+    }
+}
+
+static uint64_t deadline_of(int64_t timeout_us)
+{
+    return timeout_us < 0 ? UINT64_MAX : srpc_now_ns() + (uint64_t)timeout_us * 1000;
+}
+
+static int call_ready(srpc_client_t *c, void *arg)
+{
+    cl_call_t *k = find(c, *(uint64_t *)arg);
+    return !k ? -ENOENT : k->done ? 1 : 0;
+}
+
+static int any_ready(srpc_client_t *c, void *arg)
+{
+    (void)c;
+    return ((srpc_client_cq_t *)arg)->head ? 1 : 0;
+}
+
+static int send_call(srpc_client_t *c, uint16_t func_id, const void *data, uint32_t len,
+                     uint16_t aux, srpc_client_cq_t *cq, uint64_t *req_id)
+{
+    if (!c || (!data && len) || !req_id)
+        return -EINVAL;
+    if (srpc_seg_count(len, c->seg) > UINT16_MAX)
+        return -EMSGSIZE;
+    cl_call_t *k = calloc(1, sizeof(*k));
+    if (!k)
+        return -ENOMEM;
+    k->req_id = atomic_fetch_add(&c->next_id, 1);
+    if (c->cfg.version == SRPC_VERSION_2) /* 48 bits on the wire; wraps after 2^48 calls */
+        k->req_id &= SRPC_REQ_ID_V2_MASK;
+    k->func_id = func_id;
+    k->cq = cq;
+    k->aux = aux;
+    k->due_ns = UINT64_MAX;
+    if (c->cfg.retries) { /* kept to be sent again */
+        if (!(k->req = malloc(len ? len : 1))) {
+            free(k);
+            return -ENOMEM;
+        }
+        if (len)
+            memcpy(k->req, data, len);
+        k->req_len = len;
+    }
+    pthread_mutex_lock(&c->lock);
+    cl_call_t **b = bucket(c, k->req_id);
+    k->hnext = *b;
+    *b = k;
+    c->st.sent_calls++;
+    if (k->req) {
+        k->sent_ns = srpc_now_ns();
+        k->due_ns = k->sent_ns + rto_ns(c, k->func_id);
+        if (k->due_ns < c->next_due)
+            c->next_due = k->due_ns;
+    }
+    pthread_mutex_unlock(&c->lock);
+    /* Once the first datagram is out, the reply may come back and another thread may release
+     * the call: k is not touched after the send. */
+    const uint64_t id = k->req_id;
+    *req_id = id;
+    int r = send_request(c, id, func_id, aux, data, len);
+    if (r < 0) {
+        srpc_client_release(c, id);
+        return r;
+    }
+    return 0;
+}
+
+int srpc_client_send(srpc_client_t *c, uint16_t func_id, const void *data, uint32_t len,
+                     uint16_t aux, uint64_t *req_id)
+{
+    return c ? send_call(c, func_id, data, len, aux, &c->cq, req_id) : -EINVAL;
+}
+
+int srpc_client_send_cq(srpc_client_t *c, srpc_client_cq_t *cq, uint16_t func_id, const void *data,
+                        uint32_t len, uint16_t aux, uint64_t *req_id)
+{
+    return c && cq ? send_call(c, func_id, data, len, aux, cq, req_id) : -EINVAL;
+}
+
+int srpc_client_cq_create(srpc_client_t *c, srpc_client_cq_t **out)
+{
+    if (!c || !out)
+        return -EINVAL;
+    return (*out = calloc(1, sizeof(**out))) ? 0 : -ENOMEM;
+}
+
+void srpc_client_cq_destroy(srpc_client_t *c, srpc_client_cq_t *cq)
+{
+    if (!c || !cq || cq == &c->cq)
+        return;
+    pthread_mutex_lock(&c->lock);
+    for (unsigned b = 0; b < NBUCKETS; b++) /* its calls are reported nowhere from now on */
+        for (cl_call_t *k = c->buckets[b]; k; k = k->hnext)
+            if (k->cq == cq) {
+                done_unlink(k);
+                k->cq = NULL;
+            }
+    pthread_mutex_unlock(&c->lock);
+    free(cq);
+}
+
+int srpc_client_wait(srpc_client_t *c, uint64_t req_id, int64_t timeout_us)
+{
+    if (!c)
+        return -EINVAL;
+    pthread_mutex_lock(&c->lock);
+    int r = wait_until(c, call_ready, &req_id, deadline_of(timeout_us));
+    pthread_mutex_unlock(&c->lock);
+    return r > 0 ? 0 : r;
+}
+
+int srpc_client_wait_any(srpc_client_t *c, uint64_t *ids, int n, int64_t timeout_us)
+{
+    return c ? srpc_client_wait_cq(c, &c->cq, ids, n, timeout_us) : -EINVAL;
+}
+
+int srpc_client_wait_cq(srpc_client_t *c, srpc_client_cq_t *cq, uint64_t *ids, int n, int64_t timeout_us)
+{
+    if (!c || !cq || !ids || n <= 0)
+        return -EINVAL;
+    pthread_mutex_lock(&c->lock);
+    int r = wait_until(c, any_ready, cq, deadline_of(timeout_us));
+    int cnt = 0;
+    while (r > 0 && cnt < n && cq->head) {
+        cl_call_t *k = cq->head;
+        done_unlink(k);
+        ids[cnt++] = k->req_id;
+    }
+    pthread_mutex_unlock(&c->lock);
+    return r == -ETIMEDOUT ? 0 : r < 0 ? r : cnt;
+}
+
+int srpc_client_result(srpc_client_t *c, uint64_t req_id, int *code, const uint8_t **data, uint32_t *len)
+{
+    if (!c || !code || !data || !len)
+        return -EINVAL;
+    pthread_mutex_lock(&c->lock);
+    cl_call_t *k = find(c, req_id);
+    if (k) {
+        *code = k->done ? k->code : SRPC_E_PENDING;
+        *data = k->reply;
+        *len = k->done ? k->reply_len : 0;
+    }
+    pthread_mutex_unlock(&c->lock);
+    return k ? 0 : -ENOENT;
+}
+
+int srpc_client_release(srpc_client_t *c, uint64_t req_id)
+{
+    if (!c)
+        return -EINVAL;
+    pthread_mutex_lock(&c->lock);
+    cl_call_t **p = bucket(c, req_id);
+    while (*p && (*p)->req_id != req_id)
+        p = &(*p)->hnext;
+    cl_call_t *k = *p;
+    if (k) {
+        *p = k->hnext;
+        done_unlink(k);
+        if (!k->done)
+            c->st.timeouts++;
+    }
+    pthread_mutex_unlock(&c->lock);
+    if (!k)
+        return -ENOENT;
+    call_free(k);
+    return 0;
+}
+
+int srpc_client_call(srpc_client_t *c, uint16_t func_id, const void *data, uint32_t len,
+                     void *out, uint32_t cap, uint32_t *out_len, int *code, int64_t timeout_us)
+{
+    if (!out_len || !code || (!out && cap))
+        return -EINVAL;
+    uint64_t id;
+    int r = send_call(c, func_id, data, len, 0, NULL, &id);
+    if (r)
+        return r;
+    r = srpc_client_wait(c, id, timeout_us);
+    if (r == 0) {
+        const uint8_t *d;
+        uint32_t l;
+        srpc_client_result(c, id, code, &d, &l);
+        *out_len = l;
+        if (l > cap)
+            r = -ENOBUFS;
+        else if (l)
+            memcpy(out, d, l);
+    }
+    srpc_client_release(c, id);
+    return r;
+}
+
+int srpc_client_stats(const srpc_client_t *c, srpc_client_stats_t *out)
+{
+    if (!c || !out)
+        return -EINVAL;
+    srpc_client_t *m = (srpc_client_t *)c;
+    pthread_mutex_lock(&m->lock);
+    *out = m->st;
+    const rtt_est_t *e = rtt_of(m, m->last_func);
+    out->srtt_us = e ? e->srtt_ns / 1000 : 0;
+    out->rto_us = m->cfg.retries ? rto_ns(m, m->last_func) / 1000 : 0;
+    pthread_mutex_unlock(&m->lock);
+    return 0;
+}
+
+/* ------------------------------------------------------------------ fault injection (testing builds) */
+
+int srpc_client_set_faults(srpc_client_t *c, const srpc_faults_cfg_t *rx, const srpc_faults_cfg_t *tx,
+                           uint64_t seed)
+{
+#ifndef SRPC_FAULT_INJECTION
+    (void)rx, (void)tx, (void)seed;
+    if (c)
+        return -ENOTSUP;
+#endif
+    if (!c)
+        return -EINVAL;
+    if (!c->tp->ops->set_faults)
+        return -ENOTSUP; /* a transport without injectors (DPDK) */
+    return c->tp->ops->set_faults(c->tp, rx, tx, seed);
+}
+
+int srpc_client_fault_counts(const srpc_client_t *c, srpc_fault_counts_t *rx, srpc_fault_counts_t *tx)
+{
+#ifndef SRPC_FAULT_INJECTION
+    if (c)
+        return -ENOTSUP;
+#endif
+    if (!c)
+        return -EINVAL;
+    if (!c->tp->ops->fault_counts)
+        return -ENOTSUP;
+    return c->tp->ops->fault_counts(c->tp, rx, tx);
+}

@@ -1,0 +1,99 @@
+/* tunables.h: every default and limit of the native core in one place, each with its reason. */
+#ifndef SRPC_TUNABLES_H
+#define SRPC_TUNABLES_H
+
+/* Where a server listens when not told: loopback keeps it on this machine; 9230 is the
+ * project's port (the client's default peer). */
+#define SRPC_DEF_HOST "127.0.0.1"
+#define SRPC_DEF_PORT 9230
+
+/* Calls handed to a callback at once when the function does not say: enough to amortise the
+ * callback's fixed cost, few enough that a batch of small tensors stays in cache. */
+#define SRPC_DEF_MAX_BATCH 8
+
+/* Datagrams per recvmmsg/sendmmsg: amortises the syscall without holding a burst so long
+ * that the first datagram waits behind the last. */
+#define SRPC_DEF_RX_BURST 32
+#define SRPC_MAX_RX_BURST 256
+
+/* Reply segment size: 1450 fits a 1500-byte Ethernet MTU (PROTOCOL.md); loopback takes a
+ * whole 64 KiB datagram, and a 588 KiB message costs about 2x more in 8950-byte pieces. */
+#define SRPC_DEF_SEG_SIZE 1450
+#define SRPC_DEF_SEG_SIZE_LOOPBACK 65000
+
+/* A segment of at least this many data bytes that belongs to a message already being
+ * reassembled is received straight into its place (a header peek costs one syscall, a copy
+ * of 64 KiB several microseconds). */
+#define SRPC_DIRECT_MIN 8192
+
+/* Largest request: the built-in echo takes up to 1 MiB; anything larger is TOO_LARGE. */
+#define SRPC_DEF_MAX_MESSAGE (1u << 20)
+
+/* A partial message older than this is dropped: long enough for a retransmission round. */
+#define SRPC_DEF_REASM_TIMEOUT_US 500000
+/* All partial messages together: bounds what a flood of first segments can pin. */
+#define SRPC_DEF_REASM_MEM_CAP (256ull << 20)
+/* ... and of one client address: a quarter, so that one sender cannot take it all. */
+#define SRPC_DEF_REASM_MEM_CAP_CLIENT (64ull << 20)
+
+/* Freed reassembly buffers kept for reuse, so large messages do not fault in fresh pages. */
+#define SRPC_DEF_REASM_POOL_BYTES (16ull << 20)
+
+/* PROTOCOL.md: the reply-cache lifetime is a documented server setting, default 10 s. */
+#define SRPC_DEF_REPLY_CACHE_US 10000000
+#define SRPC_DEF_REPLY_CACHE_BYTES (64ull << 20)
+
+/* Call-table entries (partial, in progress, cached, rejected): bounds the hash memory. */
+#define SRPC_DEF_MAX_CALLS 65536
+
+/* Adaptive wait: spin this long before sleeping; waking a sleeper costs ~40-50 us here. */
+#define SRPC_DEF_SPIN_US 200
+
+/* A callback running longer than this lets the engine thread take over receiving, so a
+ * long batch delays RX (and BUSY answers) by about this much at most. */
+#define SRPC_DEF_RX_TAKEOVER_US 1000
+
+/* Socket buffers: a 1 MiB message in flight is 16 datagrams of 64 KiB, times truesize. */
+#define SRPC_DEF_SOCK_BUF (32 << 20)
+
+/* Elements per Tensor Queue when the caller does not say. */
+#define SRPC_DEF_TQ_CAPACITY 256
+
+/* Multi-segment requests are reassembled straight into their Tensor Queue element while fewer
+ * than capacity / SRPC_PLACE_MAX_FRACTION elements are reserved that way: a flood of first
+ * segments that never complete cannot take a whole queue (the others use pool buffers). */
+#define SRPC_PLACE_MAX_FRACTION 2
+/* Calls completed behind such a message wait for it at most this long: then it moves to a pool
+ * buffer (a copy) and gives its element up. Longer than a healthy message takes to arrive. */
+#define SRPC_UNPLACE_AFTER_US 2000
+
+/* How often the expiry timers run while messages are partial (their expiry, and the queues
+ * they hold back: SRPC_UNPLACE_AFTER_US). */
+#define SRPC_TIMER_PERIOD_US 1000
+/* ... and at least this often otherwise (cached replies and rejections expire at their own
+ * time; one cached by the worker after the timers looked is expired this much late at most). */
+#define SRPC_TIMER_IDLE_US 100000
+
+/* While the worker receives, the engine thread looks at it this often: a worker that leaves for
+ * a callback known to be slow tells it at once, so this bounds only how late a first slow
+ * callback is noticed, and each look wakes a thread (which costs the spinning ones their tail
+ * latency: 1000 looks a second showed in a 1-outstanding p99). */
+#define SRPC_ENGINE_CHECK_US 10000
+
+/* Client retransmission (RFC 6298 per function): 3 retries ride out a lost datagram or two on
+ * a healthy network; 5 ms is above a loopback round trip with a small batch; a first call
+ * waits 200 ms (no sample yet); 1 s caps the backoff. Load runs set retries to 0 so that
+ * losses show in measurements. */
+#define SRPC_DEF_RETRIES 3
+#define SRPC_DEF_RTO_MIN_US 5000
+#define SRPC_DEF_RTO_INITIAL_US 200000
+#define SRPC_DEF_RTO_MAX_US 1000000
+
+/* Client: largest reply accepted by default (the echo service's limit). */
+#define SRPC_DEF_MAX_REPLY (1u << 20)
+
+/* Load generator: stop sleeping this long before a due send and spin instead; waking a
+ * sleeping thread costs ~50 us on the 2-vCPU VMs we measure on. */
+#define SRPC_LOAD_WAKE_EARLY_NS 60000ull
+
+#endif

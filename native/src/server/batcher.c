@@ -1,0 +1,129 @@
+/* batcher.c: which ready calls form the next batch (see batcher.h). */
+#include "server/batcher.h"
+
+#include <string.h>
+
+#include "server/callring.h"
+
+/* The calls at the head of fn's queue that waited longer than its deadline (at most max). */
+static uint32_t overdue(const srpc_fn_t *fn, uint64_t avail, uint64_t now)
+{
+    uint32_t n = 0;
+    while (fn->deadline_ns && n < avail && n < fn->max_batch &&
+           now - fn->calls[(fn->taken + n) % fn->capacity].rx_ns > fn->deadline_ns)
+        n++;
+    return n;
+}
+
+/* Calls whose copy from GPU memory failed (SRPC_DEV_IN_FAILED) are never run: a batch stops
+ * before the first of them, and a batch of them alone is answered INTERNAL. Returns how many of
+ * the count calls from the head of fn's queue to take, and sets *failed when they are such calls. */
+static uint32_t cut_at_failed(const srpc_fn_t *fn, uint32_t count, int *failed)
+{
+    *failed = 0;
+    if (__builtin_expect(fn->dev_failed == 0, 1))
+        return count;
+    const int head_failed = fn->calls[fn->taken % fn->capacity].dev_in == SRPC_DEV_IN_FAILED;
+    uint32_t n = 1;
+    while (n < count && (fn->calls[(fn->taken + n) % fn->capacity].dev_in == SRPC_DEV_IN_FAILED) == head_failed)
+        n++;
+    *failed = head_failed;
+    return n;
+}
+
+/* The queue-delay bucket of a call that waited ns: the first i with ns <= 2^i us (splitrpc_server.h). */
+static unsigned qdelay_bucket(uint64_t ns)
+{
+    uint64_t us = (ns + 999) / 1000; /* rounded up: "at most 2^i us" exactly */
+    unsigned i = us <= 1 ? 0 : 64u - (unsigned)__builtin_clzll(us - 1);
+    return i < SRPC_QDELAY_HIST ? i : SRPC_QDELAY_HIST - 1;
+}
+
+/* Counts the queue delay of the count calls from element first, whose batch starts now. */
+static void record_queue_delay(srpc_server_t *srv, const srpc_fn_t *fn, uint64_t first, uint32_t count, uint64_t now)
+{
+    uint64_t sum = 0;
+    for (uint32_t i = 0; i < count; i++) {
+        uint64_t rx = fn->calls[(first + i) % fn->capacity].rx_ns;
+        uint64_t d = now > rx ? now - rx : 0;
+        sum += d;
+        ST_ADD(srv, queue_delay_hist[qdelay_bucket(d)], 1);
+    }
+    ST_ADD(srv, queue_delay_sum_ns, sum);
+}
+
+/* Fills *b with the count calls from fn->taken: pointers into every Tensor Queue (and device TQ),
+ * the raw lengths, the ring position; marks the batch open on its first record. */
+static void describe(srpc_fn_t *fn, srpc_batch_t *b, uint32_t count)
+{
+    memset(b, 0, sizeof(*b));
+    b->func_id = fn->func_id;
+    b->count = count;
+    b->first_seq = fn->taken;
+    b->gpu_device = fn->gpu_device;
+    for (uint32_t k = 0; k < fn->n_in; k++) {
+        b->in[k] = srpc_tq_elem(fn->in_tq[k], fn->taken);
+        if (fn->in_dtq[k])
+            b->din[k] = srpc_dtq_elem(fn->in_dtq[k], fn->taken);
+    }
+    for (uint32_t k = 0; k < fn->n_out; k++) {
+        b->out[k] = srpc_tq_elem(fn->out_tq[k], fn->taken);
+        if (fn->out_dtq[k])
+            b->dout[k] = srpc_dtq_elem(fn->out_dtq[k], fn->taken);
+    }
+    srpc_call_t *c0 = &fn->calls[fn->taken % fn->capacity];
+    c0->batch_seq = fn->taken;
+    c0->batch_n = count;
+    c0->batch_open = 1;
+    __atomic_store_n(&fn->done_words[fn->taken % fn->capacity], 0, __ATOMIC_RELAXED);
+    if (fn->raw) {
+        for (uint32_t i = 0; i < count; i++) {
+            fn->batch_in_len[i] = fn->calls[(fn->taken + i) % fn->capacity].in_len;
+            fn->batch_out_len[i] = 0;
+        }
+        b->in_len = fn->batch_in_len;
+        b->out_len = fn->batch_out_len;
+    }
+    b->pos = fn->period ? fn->taken % fn->period : UINT64_MAX;
+}
+
+enum srpc_take srpc_batcher_take_locked(srpc_server_t *srv, srpc_batch_t *b, srpc_fn_t **fn_out, uint64_t now,
+                                        uint64_t *hold_until_ns)
+{
+    SRPC_ASSERT_LOCKED(srv);
+    *hold_until_ns = 0;
+    for (uint32_t j = 0; j < srv->nfns; j++) {
+        uint32_t fi = (srv->rr + j) % srv->nfns;
+        srpc_fn_t *fn = srv->fns[fi];
+        uint64_t avail = srpc_ring_available_locked(srv, fn);
+        if (avail == 0)
+            continue;
+        uint32_t late = overdue(fn, avail, now);
+        if (late) {
+            avail = late; /* a batch of the overdue calls alone */
+        } else if (avail < fn->max_batch && fn->max_delay_us) {
+            uint64_t due = fn->calls[fn->taken % fn->capacity].rx_ns + (uint64_t)fn->max_delay_us * 1000;
+            if (now < due) {
+                if (!*hold_until_ns || due < *hold_until_ns)
+                    *hold_until_ns = due;
+                continue;
+            }
+        }
+        int failed;
+        uint32_t count = cut_at_failed(fn, (uint32_t)(avail < fn->max_batch ? avail : fn->max_batch), &failed);
+        describe(fn, b, count);
+        srpc_ring_take_locked(srv, fn, count);
+        srv->rr = fi + 1;
+        *fn_out = fn;
+        if (failed)
+            return SRPC_TAKE_FAILED;
+        if (late)
+            return SRPC_TAKE_OVERDUE;
+        ST_ADD(srv, batches, 1);
+        ST_ADD(srv, batch_calls, count);
+        ST_ADD(srv, batch_hist[count < SRPC_BATCH_HIST ? count : SRPC_BATCH_HIST - 1], 1);
+        record_queue_delay(srv, fn, b->first_seq, count, now);
+        return fn->head - fn->taken >= (fn->capacity + 1) / 2 ? SRPC_TAKE_SATURATED : SRPC_TAKE_BATCH;
+    }
+    return SRPC_TAKE_NONE;
+}

@@ -1,0 +1,22 @@
+/* batcher.h: which ready calls form the next batch: functions visited round-robin, up to max_batch consecutive calls, held back up to max_delay_us to fill, calls past their deadline and calls with no request (a failed copy from GPU memory) set apart to be answered, not run. */
+#ifndef SRPC_BATCHER_H
+#define SRPC_BATCHER_H
+
+#include <stdint.h>
+
+#include "server/server_state.h"
+
+/* What srpc_batcher_take_locked found. */
+enum srpc_take {
+    SRPC_TAKE_NONE = 0,  /* no batch is due (*hold_until_ns: the earliest held one, or 0) */
+    SRPC_TAKE_BATCH,     /* a batch to run */
+    SRPC_TAKE_SATURATED, /* a batch to run, and its function's queue is still at least half full */
+    SRPC_TAKE_OVERDUE,   /* calls past their function's deadline: complete them with DEADLINE */
+    SRPC_TAKE_FAILED     /* calls whose copy from GPU memory failed: complete them with INTERNAL */
+};
+
+/* Takes the next batch that is due at now into *b (its function in *fn). Lock held, worker. */
+enum srpc_take srpc_batcher_take_locked(srpc_server_t *srv, srpc_batch_t *b, srpc_fn_t **fn, uint64_t now,
+                                        uint64_t *hold_until_ns);
+
+#endif /* SRPC_BATCHER_H */

@@ -1,0 +1,147 @@
+/* callring.c: the Inference Monitor (see callring.h): ring counters and call states of every function's Tensor Queues. */
+#include "server/callring.h"
+
+static srpc_call_t *call_at(const srpc_fn_t *fn, uint64_t seq) { return &fn->calls[seq % fn->capacity]; }
+
+/* Recycles VOID elements the counters have reached. worker = 1 on the worker thread, which
+ * alone may look at the elements it has been handed. Lock held. */
+static void retire_voids(srpc_fn_t *fn, int worker)
+{
+    /* Elements in [done, taken) belong to the worker: VOID ones there were skipped by
+     * srpc_ring_available_locked and are recycled when the batches before them are. */
+    while (worker && fn->done < fn->taken && call_at(fn, fn->done)->state == CALL_VOID)
+        call_at(fn, fn->done++)->state = CALL_READY;
+    /* Nothing handed out: a VOID element next in line is taken and recycled at once. */
+    while (fn->done == fn->taken && fn->taken < fn->ready_end && call_at(fn, fn->taken)->state == CALL_VOID) {
+        call_at(fn, fn->taken)->state = CALL_READY;
+        fn->done++;
+        fn->taken++;
+    }
+}
+
+/* Moves ready_end over the settled elements that follow it (RX_COMPLETE or VOID) and makes
+ * the RX_COMPLETE ones available to the worker; returns how many. Lock held. */
+static unsigned settle(srpc_server_t *srv, srpc_fn_t *fn)
+{
+    unsigned ready = 0;
+    for (; fn->ready_end < fn->head; fn->ready_end++) {
+        uint8_t st = call_at(fn, fn->ready_end)->state;
+        if (st == CALL_RX_COMPLETE)
+            ready++;
+        else if (st != CALL_VOID)
+            break; /* RESERVED: later calls wait, so batches keep arrival order */
+    }
+    retire_voids(fn, 0);
+    if (ready)
+        atomic_fetch_add(&srv->n_ready, ready);
+    return ready;
+}
+
+uint64_t srpc_ring_claim_locked(srpc_server_t *srv, srpc_fn_t *fn)
+{
+    SRPC_ASSERT_LOCKED(srv);
+    return fn->head++;
+}
+
+uint64_t srpc_ring_reserve_locked(srpc_server_t *srv, srpc_fn_t *fn, uint32_t ct_idx, uint64_t now)
+{
+    SRPC_ASSERT_LOCKED(srv);
+    uint64_t seq = fn->head++;
+    srpc_call_t *c = call_at(fn, seq);
+    c->state = CALL_RESERVED;
+    c->dev_in = SRPC_DEV_IN_HOST; /* also if it ends VOID: never a stale FAILED */
+    c->ct_idx = ct_idx;
+    c->rx_ns = now;
+    fn->reserved++;
+    return seq;
+}
+
+unsigned srpc_ring_fill_locked(srpc_server_t *srv, srpc_fn_t *fn, uint64_t seq, uint32_t ct_idx, uint32_t len,
+                               int dev_in, uint64_t now)
+{
+    SRPC_ASSERT_LOCKED(srv);
+    srpc_call_t *c = call_at(fn, seq);
+    if (c->state == CALL_RESERVED)
+        fn->reserved--;
+    c->state = CALL_RX_COMPLETE;
+    c->dev_in = (uint8_t)dev_in;
+    c->ct_idx = ct_idx;
+    c->in_len = len;
+    c->rx_ns = now;
+    return settle(srv, fn);
+}
+
+unsigned srpc_ring_void_locked(srpc_server_t *srv, srpc_fn_t *fn, uint64_t seq)
+{
+    SRPC_ASSERT_LOCKED(srv);
+    srpc_call_t *c = call_at(fn, seq);
+    if (c->state == CALL_RESERVED)
+        fn->reserved--;
+    c->state = CALL_VOID;
+    return settle(srv, fn);
+}
+
+void srpc_ring_mark_failed_locked(srpc_server_t *srv, srpc_fn_t *fn, uint64_t seq)
+{
+    SRPC_ASSERT_LOCKED(srv);
+    call_at(fn, seq)->dev_in = SRPC_DEV_IN_FAILED;
+    fn->dev_failed++;
+}
+
+int srpc_ring_blocked_by_reserved_locked(srpc_server_t *srv, const srpc_fn_t *fn, uint64_t now, uint64_t min_age_ns,
+                                         uint64_t *seq, uint32_t *ct_idx)
+{
+    SRPC_ASSERT_LOCKED(srv);
+    if (!fn->reserved || fn->ready_end >= fn->head)
+        return 0;
+    const srpc_call_t *c = call_at(fn, fn->ready_end);
+    if (c->state != CALL_RESERVED || now - c->rx_ns < min_age_ns)
+        return 0;
+    for (uint64_t s = fn->ready_end + 1; s < fn->head; s++)
+        if (call_at(fn, s)->state == CALL_RX_COMPLETE) {
+            *seq = fn->ready_end;
+            *ct_idx = c->ct_idx;
+            return 1;
+        }
+    return 0; /* nobody waits behind it */
+}
+
+uint32_t srpc_ring_available_locked(srpc_server_t *srv, srpc_fn_t *fn)
+{
+    SRPC_ASSERT_LOCKED(srv);
+    retire_voids(fn, 1);
+    while (fn->taken < fn->ready_end && call_at(fn, fn->taken)->state == CALL_VOID)
+        fn->taken++; /* a batch is out: recycled when it completes */
+    uint32_t n = 0;
+    while (n < fn->max_batch && fn->taken + n < fn->ready_end && call_at(fn, fn->taken + n)->state == CALL_RX_COMPLETE)
+        n++;
+    return n;
+}
+
+void srpc_ring_take_locked(srpc_server_t *srv, srpc_fn_t *fn, uint32_t count)
+{
+    SRPC_ASSERT_LOCKED(srv);
+    if (unlikely(fn->dev_failed))
+        for (uint32_t i = 0; i < count; i++)
+            fn->dev_failed -= call_at(fn, fn->taken + i)->dev_in == SRPC_DEV_IN_FAILED;
+    fn->taken += count;
+    atomic_fetch_sub(&srv->n_ready, count);
+}
+
+int srpc_ring_oldest_out_locked(srpc_server_t *srv, srpc_fn_t *fn, uint64_t *first)
+{
+    SRPC_ASSERT_LOCKED(srv);
+    retire_voids(fn, 1);
+    *first = fn->done;
+    return fn->done < fn->taken;
+}
+
+void srpc_ring_recycle_locked(srpc_server_t *srv, srpc_fn_t *fn, uint64_t first, uint32_t n)
+{
+    SRPC_ASSERT_LOCKED(srv);
+    assert(first == fn->done && n <= fn->taken - fn->done); /* batches finish oldest first */
+    for (uint32_t i = 0; i < n; i++)
+        call_at(fn, first + i)->state = CALL_READY;
+    fn->done += n;
+    retire_voids(fn, 1);
+}

@@ -1,0 +1,167 @@
+/* completion.c: the end of a batch (see completion.h): complete, defer, poll, finish. */
+#include "server/completion.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "server/callring.h"
+#include "server/reply.h"
+
+/* The reply of the call of element seq as pieces of the output TQ elements (raw: its length is
+ * in the call's record). Returns the number of pieces. */
+static int reply_pieces(const srpc_fn_t *fn, uint64_t seq, struct iovec *iv, uint32_t *len)
+{
+    if (fn->raw) {
+        uint32_t l = fn->calls[seq % fn->capacity].out_len;
+        iv[0] = (struct iovec){srpc_tq_elem(fn->out_tq[0], seq), l};
+        *len = l;
+        return 1;
+    }
+    for (uint32_t k = 0; k < fn->n_out; k++)
+        iv[k] = (struct iovec){srpc_tq_elem(fn->out_tq[k], seq), fn->out_size[k]};
+    *len = fn->resp_bytes;
+    return (int)fn->n_out;
+}
+
+/* Sends the replies of the batch of n calls from element first (status 0: the outputs; else
+ * that error with msg as text) in one send per SRPC_REPLY_BATCH calls, moves the calls to the
+ * reply cache and recycles the elements. Every earlier batch of fn is finished. */
+static void finish_w(srpc_server_t *srv, srpc_fn_t *fn, uint64_t first, uint32_t n, int status, const char *msg)
+{
+    const uint32_t max_out = fn->raw ? fn->resp_bytes : 0;
+    const uint32_t msg_len = status && msg ? (uint32_t)strnlen(msg, SRPC_ERRMSG_MAX) : 0;
+    srpc_reply_batch_t b;
+    char ebuf[SRPC_REPLY_BATCH][64];
+    for (uint32_t at = 0; at < n;) {
+        const uint32_t chunk = n - at < SRPC_REPLY_BATCH ? n - at : SRPC_REPLY_BATCH;
+        b.n = 0;
+        for (uint32_t i = 0; i < chunk; i++) {
+            srpc_call_t *c = &fn->calls[(first + at + i) % fn->capacity];
+            const ct_entry_t *e = &srv->ct.e[c->ct_idx]; /* stable while QUEUED: only we change it */
+            srpc_call_work_complete_w(c);
+            struct iovec iv[SRPC_MAX_TENSORS];
+            uint32_t len = msg_len;
+            int k = 0, code = status;
+            iv[0] = (struct iovec){(void *)msg, msg_len};
+            if (!code && fn->raw && c->out_len > max_out) {
+                code = SRPC_E_INTERNAL;
+                len = (uint32_t)snprintf(ebuf[i], sizeof(ebuf[i]), "reply of %u bytes over the limit %u", c->out_len,
+                                         max_out);
+                iv[0] = (struct iovec){ebuf[i], len};
+            }
+            if (code)
+                k = len ? 1 : 0;
+            else
+                k = reply_pieces(fn, first + at + i, iv, &len);
+            srpc_reply_add(srv, &b, &e->key, code, iv, k, len);
+            srpc_call_tx_complete_w(c, code, len);
+        }
+        srpc_reply_flush(srv, &b); /* the replies go out before anything is cached */
+        srpc_srv_lock(srv);
+        for (uint32_t i = 0; i < chunk; i++) {
+            const srpc_call_t *c = &fn->calls[(first + at + i) % fn->capacity];
+            srpc_reply_cache_locked(srv, c->ct_idx, c->code, b.msg[i].pieces, b.msg[i].npieces, c->out_len);
+        }
+        at += chunk;
+        if (at == n)
+            srpc_ring_recycle_locked(srv, fn, first, n);
+        srpc_srv_unlock(srv);
+    }
+}
+
+/* Finishes fn's in-flight batches, oldest first, while the oldest one's done word is set.
+ * Returns how many were finished. */
+static int finish_ready_w(srpc_server_t *srv, srpc_fn_t *fn)
+{
+    int finished = 0;
+    while (fn->inflight) {
+        uint64_t first;
+        srpc_srv_lock(srv);
+        const int handed_out = srpc_ring_oldest_out_locked(srv, fn, &first);
+        srpc_srv_unlock(srv);
+        srpc_call_t *c0 = &fn->calls[first % fn->capacity];
+        if (!handed_out || c0->batch_open) /* the oldest batch is still with the worker */
+            break;
+        uint32_t w = __atomic_load_n(&fn->done_words[first % fn->capacity], __ATOMIC_ACQUIRE);
+        if (!(w & SRPC_DONE))
+            break;
+        finish_w(srv, fn, first, c0->batch_n, (int)(w & ~SRPC_DONE), c0->batch_msg);
+        free(c0->batch_msg);
+        c0->batch_msg = NULL;
+        fn->inflight--;
+        __atomic_store_n(&srv->inflight, srv->inflight - 1, __ATOMIC_RELAXED);
+        finished++;
+    }
+    return finished;
+}
+
+int srpc_server_poll(srpc_server_t *srv)
+{
+    if (!srv)
+        return -EINVAL;
+    int finished = 0;
+    for (uint32_t j = 0; srv->inflight && j < srv->nfns; j++)
+        if (srv->fns[j]->inflight)
+            finished += finish_ready_w(srv, srv->fns[j]);
+    return finished;
+}
+
+srpc_fn_t *srpc_completion_open_fn_w(srpc_server_t *srv, const srpc_batch_t *b)
+{
+    if (!srv || !b || b->count == 0 || !srv->by_id[b->func_id])
+        return NULL;
+    srpc_fn_t *fn = srv->by_id[b->func_id];
+    /* The batch fields of the call records are the worker's alone, so no lock is needed (an
+     * open batch lies within [done, taken), which the engine leaves alone). */
+    const srpc_call_t *c0 = &fn->calls[b->first_seq % fn->capacity];
+    if (!(c0->batch_open && c0->batch_seq == b->first_seq && c0->batch_n == b->count))
+        return NULL;
+    SRPC_ASSERT_WORKER(srv); /* the thread that got the batch */
+    return fn;
+}
+
+uint32_t *srpc_completion_hand_back_w(srpc_server_t *srv, srpc_fn_t *fn, srpc_batch_t *b)
+{
+    fn->calls[b->first_seq % fn->capacity].batch_open = 0;
+    fn->inflight++;
+    __atomic_store_n(&srv->inflight, srv->inflight + 1, __ATOMIC_RELAXED);
+    b->count = 0;
+    return &fn->done_words[b->first_seq % fn->capacity];
+}
+
+int srpc_server_complete(srpc_server_t *srv, srpc_batch_t *b, int status, const char *msg)
+{
+    srpc_fn_t *fn = srpc_completion_open_fn_w(srv, b);
+    if (!fn)
+        return -EINVAL;
+    if (status < 0 || status >= SRPC_E_MAX)
+        status = SRPC_E_INTERNAL;
+    srpc_call_t *c0 = &fn->calls[b->first_seq % fn->capacity];
+    if (fn->raw) /* b->out_len is reused by the next batch: keep the lengths with the calls */
+        for (uint32_t i = 0; i < b->count; i++)
+            fn->calls[(b->first_seq + i) % fn->capacity].out_len = b->out_len[i];
+    if (!fn->inflight && b->first_seq == fn->done) {
+        /* The common case, the oldest batch with none in flight: no done word needed. */
+        c0->batch_open = 0;
+        finish_w(srv, fn, b->first_seq, b->count, status, msg);
+        b->count = 0;
+        return 0;
+    }
+    if (status && msg)
+        c0->batch_msg = strndup(msg, SRPC_ERRMSG_MAX); /* NULL (no text) if out of memory */
+    uint32_t *done = srpc_completion_hand_back_w(srv, fn, b);
+    __atomic_store_n(done, SRPC_DONE | (uint32_t)status, __ATOMIC_RELEASE);
+    finish_ready_w(srv, fn);
+    return 0;
+}
+
+int srpc_server_defer(srpc_server_t *srv, srpc_batch_t *b, uint32_t **done)
+{
+    srpc_fn_t *fn = srpc_completion_open_fn_w(srv, b);
+    if (!fn || fn->raw || !done)
+        return -EINVAL;
+    *done = srpc_completion_hand_back_w(srv, fn, b);
+    return 0;
+}

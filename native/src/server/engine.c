@@ -1,0 +1,389 @@
+/* engine.c: the server's receive path (see engine.h): decode, check, dispatch each datagram of a burst; the expiry timers. */
+#include "server/engine.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/tunables.h"
+#include "server/callring.h"
+#include "server/gpu_rx.h"
+#include "server/partial.h"
+#include "server/reply.h"
+
+/* The timers are due within a period of now (a partial message or a rejection was added). */
+static void timers_soon(srpc_server_t *srv, uint64_t at)
+{
+    if (srv->rx.next_timer_ns > at)
+        srv->rx.next_timer_ns = at;
+}
+
+/* A new call-table entry, making room by evicting the oldest rejection or cached reply when the
+ * table is full; CT_NONE (counted) when there is none to evict. */
+static uint32_t insert_entry(srpc_server_t *srv, const srpc_call_key_t *k, uint8_t state)
+{
+    uint32_t i = ct_insert(&srv->ct, k, state);
+    if (i == CT_NONE && srpc_reply_evict_one_locked(srv) == 0)
+        i = ct_insert(&srv->ct, k, state);
+    if (i == CT_NONE)
+        ST_ADD(srv, drops[SRPC_DROP_TABLE_FULL], 1);
+    return i;
+}
+
+/* Answers the first segment seen of a message with an error; for a multi-segment message the
+ * rest of its segments are then ignored (PROTOCOL.md: "the message's other segments are then
+ * ignored"). */
+#define reject(srv, k, h, now, code, ...)                                                           \
+    do {                                                                                           \
+        srpc_reply_error_rx((srv), (k), (code), __VA_ARGS__);                                      \
+        if ((h)->nseg > 1) {                                                                       \
+            srpc_reply_remember_rejection_locked((srv), (k), (h), (code), (now));                  \
+            timers_soon((srv), (now) + (uint64_t)(srv)->cfg.reasm_timeout_us * 1000);             \
+        }                                                                                          \
+    } while (0)
+
+/* Copies a whole request (host data, or dev != 0: its device address) into the next element of
+ * the function's input TQs and marks it RX_COMPLETE. The caller checked that there is room. */
+static void enqueue(srpc_server_t *srv, srpc_fn_t *fn, uint32_t ct_idx, const uint8_t *data, uint32_t len,
+                    uint64_t dev, uint64_t now)
+{
+    if (unlikely(dev) && srpc_gpu_rx_copy_in_locked(srv, fn, srpc_ring_next(fn), dev, len) != 0) {
+        srpc_call_key_t k = srv->ct.e[ct_idx].key;
+        ct_remove(&srv->ct, ct_idx);
+        srpc_reply_error_rx(srv, &k, SRPC_E_INTERNAL, "copy from GPU memory failed: %s", srpc_gpu_last_error());
+        return;
+    }
+    const uint64_t seq = srpc_ring_claim_locked(srv, fn);
+    /* Cannot fail: new_call checked len against the function's sizes (raw: len <= in_size[0],
+     * one input; fixed: len == the sum of in_size). */
+    if (!dev)
+        (void)srpc_tq_scatter(fn->in_tq, fn->in_size, fn->n_in, seq, data, len);
+    ct_entry_t *e = &srv->ct.e[ct_idx];
+    e->state = CT_QUEUED;
+    e->u.queued.seq = seq;
+    ST_ADD(srv, calls, 1);
+    srv->rx.ready += srpc_ring_fill_locked(srv, fn, seq, ct_idx, len,
+                                           dev && fn->gpu_device >= 0 ? SRPC_DEV_IN_DEVICE : SRPC_DEV_IN_HOST, now);
+}
+
+/* A segment of a call the table knows. */
+static void known_call(srpc_server_t *srv, uint32_t idx, const srpc_hdr_t *h, uint32_t seg, const uint8_t *data,
+                       uint32_t dlen, uint64_t now)
+{
+    ct_entry_t *e = &srv->ct.e[idx];
+    switch (e->state) {
+    case CT_QUEUED:
+        ST_ADD(srv, drops[SRPC_DROP_DUPLICATE], 1);
+        return;
+    case CT_DONE:
+        if (h->seq == 0)
+            srpc_reply_resend_locked(srv, idx);
+        else
+            ST_ADD(srv, drops[SRPC_DROP_DUPLICATE], 1);
+        return;
+    case CT_REJECTED:
+        srpc_reply_rejected_segment_locked(srv, idx, h);
+        return;
+    case CT_PARTIAL:
+        break;
+    default:
+        return;
+    }
+    int r = srpc_reasm_add(&e->u.partial, h, seg, data, dlen);
+    if (r == -EALREADY) {
+        ST_ADD(srv, drops[SRPC_DROP_DUPLICATE], 1);
+        return;
+    }
+    if (r < 0) { /* disagrees with the message: PROTOCOL.md drops the whole message */
+        ST_ADD(srv, drops[SRPC_DROP_INCONSISTENT], 1);
+        srv->rx.ready += srpc_partial_drop_locked(srv, idx);
+        return;
+    }
+    if (r == 0)
+        return;
+    srpc_fn_t *fn = srv->by_id[h->func_id];
+    if (!e->placed && srpc_ring_full(fn)) {
+        srpc_call_key_t k = e->key;
+        srv->rx.ready += srpc_partial_drop_locked(srv, idx);
+        srpc_reply_error_rx(srv, &k, SRPC_E_BUSY, "queue of function %u is full", h->func_id);
+        return;
+    }
+    uint64_t seq;
+    srpc_reasm_t msg;
+    const uint32_t len = e->u.partial.msg_len;
+    if (srpc_partial_finish_locked(srv, idx, &seq, &msg)) { /* already in its element */
+        e->state = CT_QUEUED;
+        e->u.queued.seq = seq;
+        ST_ADD(srv, calls, 1);
+        srv->rx.ready += srpc_ring_fill_locked(srv, fn, seq, idx, len, SRPC_DEV_IN_HOST, now);
+        return;
+    }
+    enqueue(srv, fn, idx, msg.buf, msg.msg_len, 0, now);
+    srpc_partial_free_buf_locked(srv, &msg);
+}
+
+/* The first segment seen of a new call (dev: see enqueue; one-segment requests only). */
+static void new_call(srpc_server_t *srv, const srpc_call_key_t *k, const srpc_hdr_t *h, uint32_t seg,
+                     const uint8_t *data, uint32_t dlen, uint64_t dev, uint64_t now)
+{
+    srpc_fn_t *fn = srv->by_id[h->func_id];
+    if (unlikely(!fn)) {
+        reject(srv, k, h, now, SRPC_E_UNKNOWN_FUNCTION, "no function %u", h->func_id);
+        return;
+    }
+    const uint32_t limit = fn->raw ? fn->req_bytes : srv->cfg.max_message;
+    if (unlikely(h->msg_len > limit || h->msg_len > srv->cfg.max_message)) {
+        reject(srv, k, h, now, SRPC_E_TOO_LARGE, "request of %u bytes, limit %u", h->msg_len,
+               limit < srv->cfg.max_message ? limit : srv->cfg.max_message);
+        return;
+    }
+    if (unlikely(!fn->raw && h->msg_len != fn->req_bytes)) {
+        reject(srv, k, h, now, SRPC_E_BAD_REQUEST, "function %u takes %u bytes, got %u", h->func_id, fn->req_bytes,
+               h->msg_len);
+        return;
+    }
+    if (h->nseg == 1) {
+        if (unlikely(srpc_ring_full(fn))) {
+            srpc_reply_error_rx(srv, k, SRPC_E_BUSY, "queue of function %u is full", h->func_id);
+            return;
+        }
+        uint32_t idx = insert_entry(srv, k, CT_QUEUED);
+        if (idx != CT_NONE)
+            enqueue(srv, fn, idx, data, dlen, dev, now);
+        return;
+    }
+    if (unlikely(dev)) { /* the transport hands on device addresses of one-segment requests only */
+        ST_ADD(srv, drops[SRPC_DROP_BAD_SEGMENT], 1);
+        return;
+    }
+    int why = srpc_partial_admit_locked(srv, &k->addr, h->msg_len, h->nseg);
+    if (unlikely(why)) {
+        ST_ADD(srv, drops[why], 1);
+        return;
+    }
+    uint32_t idx = insert_entry(srv, k, CT_PARTIAL);
+    if (idx == CT_NONE)
+        return;
+    if (srpc_partial_start_locked(srv, idx, fn, h, seg, now) != 0) {
+        ST_ADD(srv, drops[SRPC_DROP_MEM_CAP], 1);
+        return;
+    }
+    timers_soon(srv, now + SRPC_TIMER_PERIOD_US * 1000ull); /* expiry, and unblocking its queue */
+    srpc_reasm_add(&srv->ct.e[idx].u.partial, h, seg, data, dlen); /* first segment: cannot fail */
+}
+
+/* Datagram i of the burst, hostile until checked. rx and lock held. */
+static void process_datagram(srpc_server_t *srv, unsigned i, uint64_t now)
+{
+    const srpc_rx_t *rx = &srv->rx.slots;
+    const uint32_t total = rx->len[i];
+    ST_ADD(srv, rx_datagrams, 1);
+    ST_ADD(srv, rx_bytes, total);
+    const struct sockaddr *src = (const struct sockaddr *)&rx->src[i];
+    if (unlikely(srv->allow.n && !srpc_allowlist_match(&srv->allow, src))) {
+        ST_ADD(srv, drops[SRPC_DROP_NOT_ALLOWED], 1);
+        return;
+    }
+    if (unlikely(rx->trunc[i])) {
+        ST_ADD(srv, drops[SRPC_DROP_TRUNCATED], 1);
+        return;
+    }
+    srpc_hdr_t h;
+    int r = srpc_hdr_decode(srpc_rx_hdr(rx, i), total < SRPC_HDR_LEN ? total : SRPC_HDR_LEN, &h);
+    if (unlikely(r < 0)) {
+        ST_ADD(srv, drops[r == -EMSGSIZE ? SRPC_DROP_SHORT : r == -EPROTO ? SRPC_DROP_BAD_SEGMENT
+                          : r == -EILSEQ ? SRPC_DROP_BAD_CHECK : SRPC_DROP_BAD_HEADER], 1);
+        return;
+    }
+    if (unlikely(h.type != SRPC_REQUEST)) {
+        ST_ADD(srv, drops[SRPC_DROP_NOT_REQUEST], 1);
+        return;
+    }
+    const uint32_t dlen = total - SRPC_HDR_LEN;
+    uint32_t seg;
+    if (unlikely(srpc_seg_check(&h, dlen, &seg) < 0)) {
+        ST_ADD(srv, drops[SRPC_DROP_BAD_SEGMENT], 1);
+        return;
+    }
+    if (unlikely(src->sa_family != AF_INET && src->sa_family != AF_INET6))
+        return;
+    srpc_call_key_t k;
+    ct_key_from_sockaddr(&k, src, &h);
+    uint32_t idx = ct_find(&srv->ct, &k);
+    /* A one-segment request whose data stayed in GPU memory: dev is its address and the data
+     * slot is unused. A known call never reads it: a duplicate reads no data, and a partial
+     * message disagrees with it (nseg) before any copy. */
+    const uint64_t dev = rx->dev[i];
+    const uint8_t *data = dev ? NULL : srpc_rx_data(rx, i);
+    if (h.nseg > 1 && dlen >= SRPC_DIRECT_MIN && !srv->rx.direct_off && srpc_tp_can_recv_into(srv->tp))
+        srv->rx.direct_hint = 1;
+    if (idx != CT_NONE)
+        known_call(srv, idx, &h, seg, data, dlen, now);
+    else
+        new_call(srv, &k, &h, seg, data, dlen, dev, now);
+}
+
+/* Receives the next datagram straight into its place in a message being reassembled, when it
+ * is a large, new, consistent segment of one: its header and source are peeked first and
+ * checked, and the lock is held across the receive so the buffer cannot expire meanwhile.
+ * Returns 1 when a datagram was handled, 0 when none was waiting, -1 when the next one must
+ * take the burst path. rx. */
+static int rx_direct(srpc_server_t *srv)
+{
+    srpc_transport_t *tp = srv->tp;
+    uint8_t *hb = srpc_rx_hdr(&srv->rx.slots, 0);
+    struct sockaddr_storage src;
+    int len = tp->ops->peek(tp, hb, &src);
+    if (len == -EAGAIN)
+        return 0;
+    if (len == -ENOTSUP)
+        srv->rx.direct_off = 1; /* a fault injector: every datagram takes the burst path */
+    if (len < 0)
+        return -1;
+    srpc_hdr_t h;
+    uint32_t seg;
+    if (len < SRPC_HDR_LEN + SRPC_DIRECT_MIN || len > SRPC_HDR_LEN + SRPC_MAX_SEG_DATA ||
+        srpc_hdr_decode(hb, SRPC_HDR_LEN, &h) < 0 || h.type != SRPC_REQUEST || h.nseg < 2 ||
+        srpc_seg_check(&h, (size_t)len - SRPC_HDR_LEN, &seg) < 0 ||
+        (src.ss_family != AF_INET && src.ss_family != AF_INET6) ||
+        (srv->allow.n && !srpc_allowlist_match(&srv->allow, (struct sockaddr *)&src)))
+        return -1; /* the burst path takes (and counts) it */
+    const uint32_t dlen = (uint32_t)len - SRPC_HDR_LEN;
+    srpc_call_key_t k;
+    ct_key_from_sockaddr(&k, (struct sockaddr *)&src, &h);
+    srpc_srv_lock(srv);
+    uint32_t idx = ct_find(&srv->ct, &k);
+    uint8_t *dst = idx != CT_NONE && srv->ct.e[idx].state == CT_PARTIAL
+                       ? srpc_reasm_slot(&srv->ct.e[idx].u.partial, &h, seg, dlen) : NULL;
+    if (!dst) {
+        srpc_srv_unlock(srv);
+        return -1;
+    }
+    uint8_t peeked[SRPC_HDR_LEN];
+    memcpy(peeked, hb, SRPC_HDR_LEN);
+    int got = tp->ops->recv_into(tp, hb, dst, dlen);
+    ST_ADD(srv, rx_datagrams, 1);
+    ST_ADD(srv, rx_bytes, got > 0 ? (uint64_t)got : 0);
+    if (unlikely(got != len || memcmp(peeked, hb, SRPC_HDR_LEN) != 0)) {
+        /* Not the datagram peeked (cannot happen with one receiver): its bytes may sit in the
+         * slot, which stays unmarked, so the real segment overwrites them later. */
+        ST_ADD(srv, drops[SRPC_DROP_INCONSISTENT], 1);
+    } else {
+        ST_ADD(srv, rx_in_place, 1);
+        known_call(srv, idx, &h, seg, dst, dlen, srpc_now_ns()); /* marks the segment; copies nothing */
+    }
+    srpc_srv_unlock(srv);
+    return 1;
+}
+
+/* What a burst leaves behind: its error replies go out, the worker learns of its calls. */
+static void end_of_burst(srpc_server_t *srv)
+{
+    if (srv->rx.errq.n)
+        srpc_reply_errors_flush_rx(srv);
+    if (srv->rx.ready) {
+        srv->rx.ready = 0;
+        srpc_ring_notify(srv);
+    }
+}
+
+int srpc_engine_rx_step_rx(srpc_server_t *srv)
+{
+    SRPC_ASSERT_RX(srv);
+    srpc_rx_t *rx = &srv->rx.slots;
+    int n = 0, r = -1;
+    while (srv->rx.direct_hint && n < (int)rx->burst && (r = rx_direct(srv)) > 0)
+        n++;
+    if (r != 0) { /* r < 0: the next datagram takes the burst path (one only, if in place may follow) */
+        srpc_CUcontext saved;
+        const int entered = srpc_gpu_rx_enter_rx(srv, &saved); /* the copies out of GPU memory */
+        int m = srpc_tp_rx_burst(srv->tp, rx, srv->rx.direct_hint ? 1 : rx->burst);
+        if (m > 0) {
+            srv->rx.direct_hint = 0; /* process_datagram sets it again for large segments */
+            const uint64_t now = srpc_now_ns();
+            srpc_srv_lock(srv);
+            for (int i = 0; i < m; i++)
+                process_datagram(srv, (unsigned)i, now);
+            if (srv->rx.dev_copies)
+                srpc_gpu_rx_finish_locked(srv); /* before the worker may see the calls */
+            srpc_srv_unlock(srv);
+            n += m;
+        }
+        srpc_tp_rx_release(srv->tp); /* the frames whose data was copied from */
+        srpc_gpu_rx_leave_rx(srv, entered, saved);
+    }
+    end_of_burst(srv);
+    return n;
+}
+
+void srpc_engine_timers_rx(srpc_server_t *srv, uint64_t now)
+{
+    SRPC_ASSERT_RX(srv);
+    srpc_srv_lock(srv);
+    unsigned ready = srpc_partial_unblock_locked(srv, now);
+    ready += srpc_partial_expire_locked(srv, now);
+    srpc_reply_expire_locked(srv, now);
+    /* Next: every period while messages are partial (their expiry, and the queues they hold
+     * back); else when the oldest cached reply or rejection expires, at least every idle period. */
+    uint64_t next = now + SRPC_TIMER_IDLE_US * 1000ull;
+    if (srpc_partial_pending_locked(srv)) {
+        next = now + SRPC_TIMER_PERIOD_US * 1000ull;
+    } else {
+        uint64_t t = srpc_reply_next_expiry_locked(srv);
+        if (t < next)
+            next = t;
+    }
+    srv->rx.next_timer_ns = next;
+    srpc_srv_unlock(srv);
+    if (ready) {
+        srpc_ring_notify(srv);
+        /* A worker asleep in poll() on the transport (block mode) would not see the calls
+         * until a datagram came: wake it. */
+        uint64_t one = 1;
+        if (write(srv->wakefd, &one, sizeof(one)) < 0) { /* the counter is set already */ }
+    }
+}
+
+int64_t srpc_engine_timers_in_rx(const srpc_server_t *srv, uint64_t now, int64_t max_us)
+{
+    SRPC_ASSERT_RX(srv);
+    if (now >= srv->rx.next_timer_ns)
+        return 0;
+    uint64_t us = (srv->rx.next_timer_ns - now) / 1000 + 1;
+    return max_us >= 0 && us > (uint64_t)max_us ? max_us : (int64_t)us;
+}
+
+int srpc_engine_feed(srpc_server_t *srv, const uint8_t *dgram, size_t len, const struct sockaddr *src,
+                     socklen_t srclen)
+{
+    if (!srv || (!dgram && len) || !src || srclen > (socklen_t)sizeof(struct sockaddr_storage) || len > UINT32_MAX)
+        return -EINVAL;
+    srpc_rx_lock(srv);
+    srpc_rx_t *rx = &srv->rx.slots;
+    size_t h = len < SRPC_HDR_LEN ? len : SRPC_HDR_LEN, d = len - h;
+    int trunc = d > rx->data_cap;
+    if (h)
+        memcpy(srpc_rx_hdr(rx, 0), dgram, h);
+    if (d)
+        memcpy(srpc_rx_data(rx, 0), dgram + h, trunc ? rx->data_cap : d);
+    memset(&rx->src[0], 0, sizeof(rx->src[0]));
+    memcpy(&rx->src[0], src, srclen);
+    rx->srclen[0] = srclen;
+    rx->len[0] = (uint32_t)len;
+    rx->trunc[0] = (uint8_t)trunc;
+    rx->dev[0] = 0;
+    srpc_srv_lock(srv);
+    process_datagram(srv, 0, srpc_now_ns());
+    srpc_srv_unlock(srv);
+    end_of_burst(srv);
+    srpc_rx_unlock(srv);
+    return 0;
+}
+
+void srpc_engine_run_timers(srpc_server_t *srv, uint64_t now_ns)
+{
+    srpc_rx_lock(srv);
+    srpc_engine_timers_rx(srv, now_ns);
+    srpc_rx_unlock(srv);
+}

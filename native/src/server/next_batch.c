@@ -1,0 +1,69 @@
+/* next_batch.c: the worker's wait for its next batch (srpc_server_next_batch): finishing batches in flight, taking the next one due, receiving inline meanwhile; and srpc_server_complete_next, one call per batch for a worker loop. */
+#include <errno.h>
+
+#include "server/batcher.h"
+#include "server/rx_owner.h"
+#include "server/server_state.h"
+
+int srpc_server_next_batch(srpc_server_t *srv, srpc_batch_t *b, int64_t timeout_us)
+{
+    if (!srv || !b)
+        return -EINVAL;
+    SRPC_OWNER_SET(srv->worker);
+    const uint64_t start = srpc_now_ns();
+    srpc_rx_owner_back_w(srv, start);
+    const uint64_t spin_ns = (uint64_t)srv->cfg.spin_us * 1000;
+    /* Beyond ~100 days a timeout is as good as none (and start + timeout cannot overflow). */
+    const uint64_t deadline = timeout_us < 0 || timeout_us > (INT64_C(1) << 43) ? UINT64_MAX
+                                                                               : start + (uint64_t)timeout_us * 1000;
+    uint64_t hold = 0;
+    unsigned seen_gen = 0; /* ready_gen at the last take: newer calls end a hold early */
+    for (;;) {
+        if (atomic_load(&srv->stopping))
+            return srpc_rx_owner_leave_w(srv, NULL, 0, -ESHUTDOWN);
+        if (srv->inflight)
+            srpc_server_poll(srv);
+        uint64_t now = srpc_now_ns();
+        if (atomic_load_explicit(&srv->n_ready, memory_order_acquire) > 0 &&
+            (!hold || now >= hold || atomic_load(&srv->ready_gen) != seen_gen)) {
+            if (atomic_load(&srv->n_ready) > 1) { /* one call alone: no backlog, and no syscall on
+                                                    the lowest-latency path */
+                srpc_rx_owner_catch_up_w(srv);
+                now = srpc_now_ns();
+            }
+            seen_gen = atomic_load(&srv->ready_gen);
+            srpc_fn_t *fn = NULL;
+            srpc_srv_lock(srv);
+            const enum srpc_take got = srpc_batcher_take_locked(srv, b, &fn, now, &hold);
+            srpc_srv_unlock(srv);
+            switch (got) {
+            case SRPC_TAKE_OVERDUE: /* answered DEADLINE here, never handed to the function */
+                srpc_server_complete(srv, b, SRPC_E_DEADLINE, "queued longer than the function's deadline");
+                continue;
+            case SRPC_TAKE_FAILED:
+                srpc_server_complete(srv, b, SRPC_E_INTERNAL, "the copy of the request from GPU memory failed");
+                continue;
+            case SRPC_TAKE_BATCH:
+            case SRPC_TAKE_SATURATED:
+                return srpc_rx_owner_leave_w(srv, fn, got == SRPC_TAKE_SATURATED, 0);
+            case SRPC_TAKE_NONE:
+                break;
+            }
+        }
+        if (now >= deadline)
+            return srpc_rx_owner_leave_w(srv, NULL, 0, -ETIMEDOUT);
+        /* Batches in flight finish when a done word changes, which wakes nobody: poll. So is a
+         * transport with nothing to sleep on. */
+        const int spin = srv->cfg.wait_mode == SRPC_WAIT_POLL || srv->inflight || srv->tp->wait_fd < 0 ||
+                         (srv->cfg.wait_mode == SRPC_WAIT_ADAPTIVE && now - start < spin_ns);
+        srpc_rx_owner_wait_w(srv, spin, hold && hold < deadline ? hold : deadline);
+        if (hold && srpc_now_ns() >= hold)
+            hold = 0;
+    }
+}
+
+int srpc_server_complete_next(srpc_server_t *srv, srpc_batch_t *b, int status, const char *msg, int64_t timeout_us)
+{
+    int r = srpc_server_complete(srv, b, status, msg);
+    return r ? r : srpc_server_next_batch(srv, b, timeout_us);
+}

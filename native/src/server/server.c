@@ -1,0 +1,278 @@
+/* server.c: a server's life cycle: configuration, creation (the transport, the call table, the reply log), function registration, the engine thread's start and stop, destruction, counters and the fault injectors of testing builds. */
+#include <errno.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "core/tunables.h"
+#include "dpdk/transport_dpdk.h"
+#include "server/callring.h"
+#include "server/function.h"
+#include "server/gpu_rx.h"
+#include "server/partial.h"
+#include "server/reply.h"
+#include "server/rx_owner.h"
+#include "server/server_state.h"
+#include "splitrpc_tools.h"
+
+void srpc_server_config_init(srpc_server_config_t *c)
+{
+    memset(c, 0, sizeof(*c));
+    c->host = SRPC_DEF_HOST;
+    c->port = SRPC_DEF_PORT;
+    c->wait_mode = SRPC_WAIT_ADAPTIVE;
+    c->spin_us = SRPC_DEF_SPIN_US;
+    c->seg_size = SRPC_DEF_SEG_SIZE;
+    c->seg_size_loopback = SRPC_DEF_SEG_SIZE_LOOPBACK;
+    c->max_message = SRPC_DEF_MAX_MESSAGE;
+    c->reasm_timeout_us = SRPC_DEF_REASM_TIMEOUT_US;
+    c->reasm_mem_cap = SRPC_DEF_REASM_MEM_CAP;
+    c->reasm_mem_cap_client = SRPC_DEF_REASM_MEM_CAP_CLIENT;
+    c->reply_cache_us = SRPC_DEF_REPLY_CACHE_US;
+    c->reply_cache_bytes = SRPC_DEF_REPLY_CACHE_BYTES;
+    c->max_calls = SRPC_DEF_MAX_CALLS;
+    c->rx_burst = SRPC_DEF_RX_BURST;
+    c->sock_buf_bytes = SRPC_DEF_SOCK_BUF;
+    c->rx_takeover_us = SRPC_DEF_RX_TAKEOVER_US;
+    c->dpdk_payload_gpu = SRPC_DPDK_PAYLOAD_AUTO;
+}
+
+static int check_config(const srpc_server_config_t *c)
+{
+    if (c->wait_mode < SRPC_WAIT_POLL || c->wait_mode > SRPC_WAIT_ADAPTIVE)
+        return -EINVAL;
+    if (c->seg_size == 0 || c->seg_size > SRPC_MAX_SEG_DATA || c->seg_size_loopback == 0 ||
+        c->seg_size_loopback > SRPC_MAX_SEG_DATA)
+        return -EINVAL;
+    if (c->rx_burst == 0 || c->rx_burst > SRPC_MAX_RX_BURST || c->max_calls == 0 || c->max_message == 0)
+        return -EINVAL;
+    return 0; /* the transport checks its own settings (srpc_transport_open) */
+}
+
+int srpc_server_create(const srpc_server_config_t *cfg, srpc_server_t **out)
+{
+    if (!cfg || !out)
+        return -EINVAL;
+    int r = check_config(cfg);
+    if (r)
+        return r;
+    srpc_server_t *s = calloc(1, sizeof(*s));
+    if (!s)
+        return -ENOMEM;
+    s->cfg = *cfg;
+    snprintf(s->host, sizeof(s->host), "%s", cfg->host ? cfg->host : "0.0.0.0");
+    s->cfg.host = s->host;
+    s->cfg.allow = NULL; /* parsed below; the caller's string is not kept */
+    s->stopfd = s->wakefd = -1;
+    pthread_mutex_init(&s->lock, NULL);
+    pthread_mutex_init(&s->rx.lock, NULL);
+    s->by_id = calloc(65536, sizeof(*s->by_id));
+    if (!s->by_id) {
+        r = -ENOMEM;
+        goto fail;
+    }
+    if ((r = srpc_allowlist_parse(&s->allow, cfg->allow)) != 0) {
+        r = -EINVAL;
+        goto fail;
+    }
+    srpc_bufpool_init(&s->pool, SRPC_DEF_REASM_POOL_BYTES);
+    if ((r = ct_init(&s->ct, cfg->max_calls)) != 0 || (r = srcmem_init(&s->srcmem, cfg->max_calls)) != 0 ||
+        (r = srpc_reply_log_init(&s->log, cfg->reply_cache_bytes)) != 0)
+        goto fail;
+    /* A datagram's data lands in a payload slot big enough for any UDP payload, so a
+     * too-long datagram is seen (and counted) rather than silently cut. */
+    if ((r = srpc_rx_init(&s->rx.slots, cfg->rx_burst, 65535)) != 0)
+        goto fail;
+    srpc_transport_spec_t spec = {.host = s->host, .port = cfg->port, .bind = 1, .sock_buf_bytes = cfg->sock_buf_bytes,
+                                  .dpdk_dev = cfg->dpdk_dev, .dpdk_mtu = cfg->dpdk_mtu,
+                                  .dpdk_payload_gpu = cfg->dpdk_payload_gpu, .dpdk_emulate_split = cfg->dpdk_emulate_split};
+    if ((r = srpc_transport_open(&spec, &s->tp)) != 0 || (r = srpc_gpu_rx_init(s)) != 0)
+        goto fail;
+    s->st.rcvbuf = s->tp->rcvbuf;
+    s->st.sndbuf = s->tp->sndbuf;
+    s->stopfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK); /* readable once stopped: ends poll() */
+    s->wakefd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (s->stopfd < 0 || s->wakefd < 0) {
+        r = -errno;
+        goto fail;
+    }
+    *out = s;
+    return 0;
+fail:
+    srpc_server_destroy(s);
+    return r;
+}
+
+int srpc_server_dpdk_stats(const srpc_server_t *srv, srpc_dpdk_stats_t *st)
+{
+    if (!srv || !st)
+        return -EINVAL;
+    return srpc_dpdk_transport_stats(srv->tp, st);
+}
+
+int srpc_server_port(const srpc_server_t *srv)
+{
+    return srv->tp->ops->local_port(srv->tp);
+}
+
+int srpc_server_add_function(srpc_server_t *srv, const srpc_func_config_t *fc)
+{
+    if (!srv || !fc || srv->started)
+        return -EINVAL;
+    if (srv->by_id[fc->func_id])
+        return -EEXIST;
+    if (srv->nfns == SRPC_MAX_FUNCS)
+        return -ENOSPC;
+    srpc_fn_t *fn;
+    int r = srpc_function_create(&srv->cfg, fc, &fn);
+    if (r)
+        return r;
+    srv->fns[srv->nfns++] = fn;
+    srv->by_id[fn->func_id] = fn;
+    return 0;
+}
+
+int srpc_server_start(srpc_server_t *srv)
+{
+    if (!srv || srv->started)
+        return -EINVAL;
+    atomic_store(&srv->stopping, 0);
+    atomic_store(&srv->rx.w_state, W_AWAY);
+    atomic_store(&srv->rx.w_away_since, srpc_now_ns());
+    int r = pthread_create(&srv->thread, NULL, srpc_rx_owner_engine_main, srv);
+    if (r)
+        return -r;
+    srv->started = 1;
+    return 0;
+}
+
+int srpc_server_stop(srpc_server_t *srv)
+{
+    if (!srv)
+        return -EINVAL;
+    atomic_store(&srv->stopping, 1);
+    uint64_t one = 1;
+    if (srv->stopfd >= 0 && write(srv->stopfd, &one, sizeof(one)) < 0) {
+        /* the counter is already non-zero: poll() sees it readable anyway */
+    }
+    srpc_ring_notify(srv);
+    srpc_futex_wake(&srv->ready_gen);
+    srpc_rx_owner_kick(srv);
+    if (srv->started) {
+        pthread_join(srv->thread, NULL);
+        srv->started = 0;
+    }
+    return 0;
+}
+
+void srpc_server_destroy(srpc_server_t *srv)
+{
+    if (!srv)
+        return;
+    srpc_server_stop(srv);
+    if (srv->ct.e) {
+        srpc_srv_lock(srv);
+        for (uint32_t i = 0; i < srv->ct.max_entries; i++) {
+            const uint8_t st = srv->ct.e[i].state;
+            if (st == CT_PARTIAL)
+                srpc_partial_drop_locked(srv, i);
+            else if (st == CT_DONE || st == CT_REJECTED)
+                srpc_reply_forget_locked(srv, i);
+            else if (st != CT_FREE)
+                ct_remove(&srv->ct, i);
+        }
+        srpc_srv_unlock(srv);
+        ct_destroy(&srv->ct);
+    }
+    srcmem_destroy(&srv->srcmem);
+    srpc_bufpool_destroy(&srv->pool);
+    srpc_reply_log_free(&srv->log);
+    for (uint32_t i = 0; i < srv->nfns; i++)
+        srpc_function_free(srv->fns[i]);
+    free(srv->by_id);
+    srpc_rx_free(&srv->rx.slots);
+    srpc_gpu_rx_free(srv);
+    srpc_transport_close(srv->tp);
+    if (srv->stopfd >= 0)
+        close(srv->stopfd);
+    if (srv->wakefd >= 0)
+        close(srv->wakefd);
+    pthread_mutex_destroy(&srv->lock);
+    pthread_mutex_destroy(&srv->rx.lock);
+    free(srv);
+}
+
+/* ------------------------------------------------------------------ counters */
+
+const char *srpc_drop_name(int reason)
+{
+    static const char *const names[SRPC_DROP_MAX] = {
+        [SRPC_DROP_SHORT] = "short", [SRPC_DROP_BAD_HEADER] = "bad_header", [SRPC_DROP_BAD_SEGMENT] = "bad_segment",
+        [SRPC_DROP_TRUNCATED] = "truncated", [SRPC_DROP_NOT_REQUEST] = "not_request",
+        [SRPC_DROP_INCONSISTENT] = "inconsistent", [SRPC_DROP_REASM_TIMEOUT] = "reassembly_timeout",
+        [SRPC_DROP_MEM_CAP] = "memory_cap", [SRPC_DROP_TABLE_FULL] = "table_full", [SRPC_DROP_DUPLICATE] = "duplicate",
+        [SRPC_DROP_REJECTED] = "rejected", [SRPC_DROP_TX_FAILED] = "tx_failed", [SRPC_DROP_NOT_ALLOWED] = "not_allowed",
+        [SRPC_DROP_BAD_CHECK] = "bad_check", [SRPC_DROP_CLIENT_MEM_CAP] = "client_memory_cap",
+    };
+    return reason >= 0 && reason < SRPC_DROP_MAX ? names[reason] : NULL;
+}
+
+_Static_assert(offsetof(srpc_server_stats_t, rcvbuf) % sizeof(uint64_t) == 0,
+               "the stats counters before rcvbuf are read as an array of uint64_t");
+
+int srpc_server_stats(const srpc_server_t *srv, srpc_server_stats_t *out)
+{
+    if (!srv || !out)
+        return -EINVAL;
+    srpc_server_t *s = (srpc_server_t *)srv;
+    srpc_srv_lock(s);
+    /* The counters are added to atomically from two threads: read them the same way. */
+    const uint64_t *src = (const uint64_t *)&s->st;
+    uint64_t *dst = (uint64_t *)out;
+    for (size_t i = 0; i < offsetof(srpc_server_stats_t, rcvbuf) / sizeof(uint64_t); i++)
+        dst[i] = __atomic_load_n(&src[i], __ATOMIC_RELAXED);
+    out->rcvbuf = s->st.rcvbuf;
+    out->sndbuf = s->st.sndbuf;
+    out->partial_msgs = s->ct.count[CT_LIST_PARTIAL]; /* kept as entries move: a scrape is O(1) */
+    out->reasm_bytes = s->reasm_bytes;
+    out->inflight = __atomic_load_n(&srv->inflight, __ATOMIC_RELAXED);
+    out->queued = atomic_load(&s->n_ready);
+    out->cached_replies = s->ct.count[CT_LIST_DONE];
+    srpc_srv_unlock(s);
+    return 0;
+}
+
+/* ------------------------------------------------------------------ fault injection (testing builds) */
+
+int srpc_server_set_faults(srpc_server_t *srv, const srpc_faults_cfg_t *rx, const srpc_faults_cfg_t *tx,
+                           uint64_t seed)
+{
+#ifndef SRPC_FAULT_INJECTION
+    (void)rx, (void)tx, (void)seed;
+    if (srv)
+        return -ENOTSUP;
+#endif
+    if (!srv)
+        return -EINVAL;
+    if (!srv->tp->ops->set_faults)
+        return -ENOTSUP; /* a transport without injectors (DPDK) */
+    if (srv->started)
+        return -EBUSY;
+    return srv->tp->ops->set_faults(srv->tp, rx, tx, seed);
+}
+
+int srpc_server_fault_counts(const srpc_server_t *srv, srpc_fault_counts_t *rx, srpc_fault_counts_t *tx)
+{
+#ifndef SRPC_FAULT_INJECTION
+    if (srv)
+        return -ENOTSUP;
+#endif
+    if (!srv)
+        return -EINVAL;
+    if (!srv->tp->ops->fault_counts)
+        return -ENOTSUP;
+    return srv->tp->ops->fault_counts(srv->tp, rx, tx);
+}

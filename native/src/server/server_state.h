@@ -1,0 +1,243 @@
+/* server_state.h: the state of a server, grouped by the concern that owns it, with the lock or thread that guards each field, and the checks of those rules (debug builds). Data only: the code is in the files named below. */
+#ifndef SRPC_SERVER_STATE_H
+#define SRPC_SERVER_STATE_H
+
+#include <assert.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "core/clock.h"
+#include "server/allowlist.h"
+#include "server/calltab.h"
+#include "server/srcmem.h"
+#include "splitrpc_gpu.h"
+#include "splitrpc_server.h"
+#include "transport/transport.h"
+
+/* Thread and lock rules, checked where cheap (builds without NDEBUG: the tests' builds):
+ *   *_locked   the caller holds srv->lock (srpc_srv_lock);
+ *   *_rx       the caller holds the right to receive, srv->rx.lock (rx_owner.c);
+ *   *_w        the worker thread: the one that took the batches in next_batch (completion.c).
+ * Everything else says its rule where it is declared. */
+#ifndef NDEBUG
+#define SRPC_OWNER_SET(field) atomic_store_explicit(&(field), (unsigned long)pthread_self(), memory_order_relaxed)
+#define SRPC_OWNER_CLEAR(field) atomic_store_explicit(&(field), 0ul, memory_order_relaxed)
+#define SRPC_ASSERT_OWNER(field) \
+    assert(atomic_load_explicit(&(field), memory_order_relaxed) == (unsigned long)pthread_self())
+#else
+#define SRPC_OWNER_SET(field) ((void)0)
+#define SRPC_OWNER_CLEAR(field) ((void)0)
+#define SRPC_ASSERT_OWNER(field) ((void)sizeof(field))
+#endif
+#define SRPC_ASSERT_LOCKED(srv) SRPC_ASSERT_OWNER((srv)->lock_owner)
+#define SRPC_ASSERT_RX(srv) SRPC_ASSERT_OWNER((srv)->rx.owner)
+#define SRPC_ASSERT_WORKER(srv) SRPC_ASSERT_OWNER((srv)->worker)
+
+#define unlikely(x) __builtin_expect(!!(x), 0)
+
+/* ------------------------------------------------------------------ the Inference Monitor (callring.c) */
+
+/* States of the call that owns a Tensor Queue element (SplitRPC §4). Only callring.c and the
+ * inline transitions in callring.h change them. */
+enum srpc_call_state {
+    CALL_READY = 0, CALL_RX_COMPLETE, CALL_WORK_COMPLETE, CALL_TX_COMPLETE,
+    CALL_RESERVED, /* a multi-segment request is being reassembled straight into the element */
+    CALL_VOID      /* a reserved element whose request never completed: skipped, then recycled */
+};
+
+/* Where the engine put a request (srpc_call_t.dev_in). */
+enum {
+    SRPC_DEV_IN_HOST = 0,   /* the host TQs (a GPU function's staging, copied over per batch) */
+    SRPC_DEV_IN_DEVICE = 1, /* straight into a GPU function's device TQs, from a payload in GPU
+                               memory: the batch's staging copy skips it */
+    SRPC_DEV_IN_FAILED = 2  /* the copy from GPU memory failed: answered INTERNAL, never run */
+};
+
+/* The record of the call that owns TQ element `seq` of a function (calls[seq % capacity]).
+ * Elements in [done, taken) are the worker's: it reads and writes their records without the
+ * lock; the others are the engine's, under the lock. */
+typedef struct srpc_call {
+    uint8_t state;     /* enum srpc_call_state */
+    uint8_t dev_in;    /* SRPC_DEV_IN_*: where the engine put the request */
+    uint16_t code;     /* outcome sent: 0 RESPONSE or an error code */
+    uint32_t ct_idx;   /* its call-table entry (client address, req_id, func_id) */
+    uint32_t in_len;   /* request bytes (raw functions vary) */
+    uint32_t out_len;  /* bytes of the reply (or error text) sent */
+    uint64_t rx_ns;    /* when it became RX_COMPLETE (RESERVED: since when) */
+    /* Set on the first element of a batch when it is handed out (worker thread only): */
+    uint64_t batch_seq; /* the batch's first_seq */
+    uint32_t batch_n;  /* the batch's size */
+    uint8_t batch_open; /* handed out, neither completed nor deferred yet */
+    char *batch_msg;   /* its error text (malloc), when completed with one in flight */
+} srpc_call_t;
+
+/* A registered function: its Tensor Queues, the Inference Monitor records of their elements
+ * and the ring counters. Sizes and queues are read-only once the server starts. */
+typedef struct srpc_fn {
+    uint16_t func_id;
+    int raw;
+    uint32_t n_in, n_out;
+    uint32_t in_size[SRPC_MAX_TENSORS], out_size[SRPC_MAX_TENSORS];
+    uint32_t req_bytes, resp_bytes; /* fixed: sums of the tensors; raw: the maxima */
+    uint32_t capacity, max_batch, max_delay_us;
+    uint64_t deadline_ns;           /* 0: none; else calls queued longer get DEADLINE unrun */
+    uint64_t period;                /* element addresses of every TQ repeat after this many (0: huge) */
+    srpc_tq_t *in_tq[SRPC_MAX_TENSORS], *out_tq[SRPC_MAX_TENSORS];
+    srpc_call_t *calls;             /* capacity records: element seq at calls[seq % capacity] */
+    uint32_t *batch_in_len, *batch_out_len; /* max_batch each, for the raw API (worker) */
+    /* Ring counters (callring.c moves them), each only grows:
+     * done <= taken <= ready_end <= head <= done + capacity. */
+    uint64_t head;      /* lock: next element the engine fills (or reserves) */
+    uint64_t ready_end; /* lock: [taken, ready_end) are settled (RX_COMPLETE or VOID); a
+                           RESERVED element stops it, so batches keep arrival order */
+    uint64_t taken;     /* lock: next element handed to the worker */
+    uint64_t done;      /* lock: next element recycled after TX_COMPLETE */
+    uint32_t reserved;  /* lock: elements RESERVED now (bounded: see SRPC_PLACE_MAX_FRACTION) */
+    uint32_t dev_failed; /* lock: calls marked SRPC_DEV_IN_FAILED not yet taken */
+    /* Done words of batches in flight, at the index of their first element (worker thread;
+     * written by anyone once deferred): 0 pending, SRPC_DONE | status when finished. In
+     * pinned, device-mapped memory for a GPU function (done_dev: its device address). */
+    uint32_t *done_words;
+    uint64_t done_dev;
+    uint32_t inflight;  /* worker: batches deferred or completed and not yet finished */
+    uint8_t cb_slow;    /* worker: its last batch kept the worker away longer than half of
+                           rx_takeover_us (rx_owner.c: the engine thread is then told at once) */
+    /* GPU functions: the TQs above are the pinned host staging, these the device TQs. */
+    int gpu_device;     /* -1: host function */
+    srpc_dtq_t *in_dtq[SRPC_MAX_TENSORS], *out_dtq[SRPC_MAX_TENSORS];
+    int staging_pinned; /* the staging TQs are page-locked (else the copies are synchronous) */
+    uint64_t out_stage_dev[SRPC_MAX_TENSORS]; /* pinned: device addresses of the output staging */
+} srpc_fn_t;
+
+#define SRPC_MAX_FUNCS 64
+
+/* ------------------------------------------------------------------ the reply log (reply.c) */
+
+/* Cached replies, back to back in one ring of bytes in the order they were cached, which is the
+ * order they leave (expiry and eviction take the oldest): caching a reply is one copy, with no
+ * allocation. Offsets only grow; byte off lives at base[off % cap]. Lock. */
+typedef struct srpc_reply_log {
+    uint8_t *base;
+    uint64_t cap;
+    uint64_t head;  /* where the next reply goes */
+    uint64_t tail;  /* the oldest cached byte (== head: none) */
+} srpc_reply_log_t;
+
+/* Error replies the engine decided during one receive burst, sent together after it (rx). */
+#define SRPC_ERRQ_MAX 64
+typedef struct srpc_errq {
+    unsigned n;
+    srpc_call_key_t key[SRPC_ERRQ_MAX];
+    uint16_t code[SRPC_ERRQ_MAX];
+    uint16_t len[SRPC_ERRQ_MAX];
+    char text[SRPC_ERRQ_MAX][SRPC_ERRMSG_MAX + 1];
+} srpc_errq_t;
+
+/* ------------------------------------------------------------------ who receives (rx_owner.c) */
+
+/* What the worker thread is doing, which decides who receives (rx_owner.c). */
+enum srpc_worker_state {
+    W_AWAY = 0,   /* in Python with a batch (or not in next_batch at all) */
+    W_POLLING,    /* in next_batch, receiving inline: the engine thread sleeps */
+    W_BLOCKED     /* in next_batch, asleep on the transport's fd: it still receives */
+};
+
+/* The right to receive and what goes with it: the slots, the in-place hint, the error replies
+ * of the burst, the timers' schedule. Whoever holds lock receives (engine thread or worker). */
+typedef struct srpc_rx_state {
+    pthread_mutex_t lock;
+    _Atomic unsigned long owner;     /* debug builds: the thread holding lock */
+    srpc_rx_t slots;                 /* rx */
+    int direct_hint;                 /* rx: recent traffic had large segments of partial
+                                        messages, so try receiving in place first */
+    int direct_off;                  /* rx: the transport cannot receive in place (now) */
+    unsigned ready;                  /* rx: calls this burst made ready (the worker is woken once) */
+    srpc_errq_t errq;                /* rx */
+    uint64_t next_timer_ns;          /* rx: when the expiry timers are due next */
+    /* GPU payloads (a transport whose data lands in device memory): the stream of the burst's
+     * copies out of it, and the calls they were for (gpu_rx.c). */
+    uint64_t dev_stream;
+    struct srpc_dev_call {
+        srpc_fn_t *fn;
+        uint64_t seq;
+    } *dev_calls;                    /* burst of them; lock */
+    unsigned dev_copies;             /* lock */
+    /* Handshake with the engine thread (rx_owner.c). */
+    atomic_int w_state;              /* enum srpc_worker_state */
+    _Atomic uint64_t w_away_since;   /* when the worker last left next_batch */
+    atomic_int w_slow;               /* its last callback ran longer than half the takeover time */
+    atomic_uint e_gen;               /* the engine thread futex-waits on it */
+} srpc_rx_state_t;
+
+/* ------------------------------------------------------------------ the server */
+
+struct srpc_server {
+    srpc_server_config_t cfg;        /* read-only once created */
+    char host[256];
+    srpc_transport_t *tp;            /* read-only once created */
+    srpc_allowlist_t allow;          /* read-only once created */
+    srpc_rx_state_t rx;
+    pthread_mutex_t lock;            /* the call table, the ring counters, the reply log */
+    _Atomic unsigned long lock_owner; /* debug builds: the thread holding lock */
+    calltab_t ct;                    /* lock */
+    srpc_fn_t *fns[SRPC_MAX_FUNCS];  /* read-only once started */
+    uint32_t nfns;
+    srpc_fn_t **by_id;               /* 65536 entries, read-only once started */
+    uint64_t reasm_bytes;            /* lock: bytes of partial messages (partial.c) */
+    srcmem_t srcmem;                 /* lock: the same by client address */
+    srpc_bufpool_t pool;             /* lock: freed reassembly buffers for reuse */
+    srpc_reply_log_t log;            /* lock */
+    /* The worker (next_batch.c, batcher.c, completion.c). */
+    _Atomic unsigned long worker;    /* debug builds: the thread in next_batch last */
+    uint32_t rr;                     /* worker: round-robin cursor over functions */
+    srpc_fn_t *last_fn;              /* worker: the function of the batch handed out last */
+    uint32_t inflight;               /* worker (read by stats): sum of the functions' inflight */
+    atomic_uint ready_gen;           /* bumped when calls are queued; the worker futex-waits on it */
+    atomic_int worker_sleeping;
+    atomic_uint n_ready;             /* calls queued and not yet taken */
+    /* Life cycle (server.c). */
+    pthread_t thread;
+    int started;
+    int stopfd;                      /* eventfd, readable once stopping */
+    int wakefd;                      /* eventfd: the timers made calls ready (wakes poll()) */
+    atomic_int stopping;
+    srpc_server_stats_t st;          /* updated with relaxed atomic adds */
+};
+
+#define ST_ADD(srv, field, v) __atomic_fetch_add(&(srv)->st.field, (v), __ATOMIC_RELAXED)
+
+static inline void srpc_srv_lock(srpc_server_t *srv)
+{
+    pthread_mutex_lock(&srv->lock);
+    SRPC_OWNER_SET(srv->lock_owner);
+}
+
+static inline void srpc_srv_unlock(srpc_server_t *srv)
+{
+    SRPC_OWNER_CLEAR(srv->lock_owner);
+    pthread_mutex_unlock(&srv->lock);
+}
+
+/* The right to receive (rx): whoever holds srv->rx.lock. */
+static inline void srpc_rx_lock(srpc_server_t *srv)
+{
+    pthread_mutex_lock(&srv->rx.lock);
+    SRPC_OWNER_SET(srv->rx.owner);
+}
+
+static inline int srpc_rx_trylock(srpc_server_t *srv)
+{
+    if (pthread_mutex_trylock(&srv->rx.lock) != 0)
+        return 0;
+    SRPC_OWNER_SET(srv->rx.owner);
+    return 1;
+}
+
+static inline void srpc_rx_unlock(srpc_server_t *srv)
+{
+    SRPC_OWNER_CLEAR(srv->rx.owner);
+    pthread_mutex_unlock(&srv->rx.lock);
+}
+
+#endif /* SRPC_SERVER_STATE_H */

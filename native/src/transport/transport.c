@@ -1,0 +1,39 @@
+/* transport.c: what every transport shares: the transport-neutral receive slots. */
+#include "transport/transport.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+int srpc_rx_init(srpc_rx_t *rx, unsigned burst, size_t data_cap)
+{
+    memset(rx, 0, sizeof(*rx));
+    if (burst == 0 || data_cap == 0)
+        return -EINVAL;
+    rx->burst = burst;
+    rx->data_cap = data_cap;
+    rx->hdr = aligned_alloc(64, (size_t)burst * SRPC_HDR_SLOT);
+    rx->data = aligned_alloc(4096, ((size_t)burst * data_cap + 4095) & ~(size_t)4095);
+    rx->len = calloc(burst, sizeof(*rx->len));
+    rx->trunc = calloc(burst, sizeof(*rx->trunc));
+    rx->src = calloc(burst, sizeof(*rx->src));
+    rx->srclen = calloc(burst, sizeof(*rx->srclen));
+    rx->dev = calloc(burst, sizeof(*rx->dev));
+    if (!rx->hdr || !rx->data || !rx->len || !rx->trunc || !rx->src || !rx->srclen || !rx->dev) {
+        srpc_rx_free(rx);
+        return -ENOMEM;
+    }
+    return 0;
+}
+
+void srpc_rx_free(srpc_rx_t *rx)
+{
+    free(rx->hdr);
+    free(rx->data);
+    free(rx->len);
+    free(rx->trunc);
+    free(rx->src);
+    free(rx->srclen);
+    free(rx->dev);
+    memset(rx, 0, sizeof(*rx));
+}

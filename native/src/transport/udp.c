@@ -1,0 +1,591 @@
+/* udp.c: the kernel UDP transport (see udp.h): sockets, recvmmsg bursts into header and data slots, messages to sendmmsg, in-place receive, fault injection of testing builds. */
+#include "transport/udp.h"
+
+#include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/wire.h"
+#include "tools/faults.h"
+
+static int set_buf(int fd, int force_opt, int opt, int bytes)
+{
+    if (setsockopt(fd, SOL_SOCKET, force_opt, &bytes, sizeof(bytes)) != 0)
+        (void)setsockopt(fd, SOL_SOCKET, opt, &bytes, sizeof(bytes)); /* capped by rmem_max */
+    int got = 0;
+    socklen_t l = sizeof(got);
+    getsockopt(fd, SOL_SOCKET, opt, &got, &l);
+    return got;
+}
+
+int srpc_udp_open(srpc_udp_t *u, const char *host, uint16_t port, int bind_mode, int buf_bytes)
+{
+    memset(u, 0, sizeof(*u));
+    u->fd = -1;
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_DGRAM};
+    if (bind_mode)
+        hints.ai_flags = AI_PASSIVE;
+    char ports[8];
+    snprintf(ports, sizeof(ports), "%u", (unsigned)port);
+    struct addrinfo *res = NULL;
+    int g = getaddrinfo(host, ports, &hints, &res);
+    if (g != 0)
+        return g == EAI_SYSTEM ? -errno : -EADDRNOTAVAIL;
+    int rc = -EADDRNOTAVAIL;
+    for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
+        int fd = socket(ai->ai_family, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        if (fd < 0) {
+            rc = -errno;
+            continue;
+        }
+        if (buf_bytes > 0) {
+            u->rcvbuf = set_buf(fd, SO_RCVBUFFORCE, SO_RCVBUF, buf_bytes);
+            u->sndbuf = set_buf(fd, SO_SNDBUFFORCE, SO_SNDBUF, buf_bytes);
+        }
+        int r = bind_mode ? bind(fd, ai->ai_addr, ai->ai_addrlen) : connect(fd, ai->ai_addr, ai->ai_addrlen);
+        if (r != 0) {
+            rc = -errno;
+            close(fd);
+            continue;
+        }
+        u->fd = fd;
+        u->family = ai->ai_family;
+        rc = 0;
+        break;
+    }
+    freeaddrinfo(res);
+    return rc;
+}
+
+void srpc_udp_close(srpc_udp_t *u)
+{
+    if (u->fd >= 0)
+        close(u->fd);
+    u->fd = -1;
+    free(u->rx_msgs);
+    free(u->rx_iov);
+    u->rx_msgs = NULL;
+    u->rx_iov = NULL;
+    u->rx_cap = 0;
+#ifdef SRPC_FAULT_INJECTION
+    struct srpc_faults *f[2] = {u->rx_faults, u->tx_faults};
+    for (int i = 0; i < 2; i++)
+        if (f[i]) {
+            srpc_faults_discard(f[i]); /* counted, though nobody reads them any more */
+            srpc_faults_destroy(f[i]);
+        }
+    u->rx_faults = u->tx_faults = NULL;
+#endif
+}
+
+int srpc_udp_local_port(const srpc_udp_t *u)
+{
+    struct sockaddr_storage ss;
+    socklen_t l = sizeof(ss);
+    if (getsockname(u->fd, (struct sockaddr *)&ss, &l) != 0)
+        return -errno;
+    if (ss.ss_family == AF_INET)
+        return ntohs(((struct sockaddr_in *)&ss)->sin_port);
+    return ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
+}
+
+/* ------------------------------------------------------------------ receive */
+
+/* The recvmmsg vectors for bursts of n (receiving thread). */
+static int rx_vectors(srpc_udp_t *u, unsigned n)
+{
+    if (u->rx_cap >= n)
+        return 0;
+    struct mmsghdr *m = calloc(n, sizeof(*m));
+    struct iovec *iv = calloc((size_t)n * 2, sizeof(*iv));
+    if (!m || !iv) {
+        free(m);
+        free(iv);
+        return -ENOMEM;
+    }
+    free(u->rx_msgs);
+    free(u->rx_iov);
+    u->rx_msgs = m;
+    u->rx_iov = iv;
+    u->rx_cap = n;
+    return 0;
+}
+
+/* Receives up to max datagrams into slots [0, max). Returns the count, or -EAGAIN / -errno. */
+static int rx_recv(srpc_udp_t *u, srpc_rx_t *rx, unsigned max)
+{
+    int r = rx_vectors(u, max);
+    if (r)
+        return r;
+    for (unsigned i = 0; i < max; i++) {
+        u->rx_iov[2 * i] = (struct iovec){srpc_rx_hdr(rx, i), SRPC_HDR_LEN};
+        u->rx_iov[2 * i + 1] = (struct iovec){srpc_rx_data(rx, i), rx->data_cap};
+        u->rx_msgs[i].msg_hdr = (struct msghdr){.msg_name = &rx->src[i], .msg_namelen = sizeof(rx->src[i]),
+                                                .msg_iov = &u->rx_iov[2 * i], .msg_iovlen = 2};
+    }
+    int n;
+    do
+        n = recvmmsg(u->fd, u->rx_msgs, max, MSG_DONTWAIT, NULL);
+    while (n < 0 && errno == EINTR);
+    if (n < 0)
+        return errno == EWOULDBLOCK ? -EAGAIN : -errno;
+    for (int i = 0; i < n; i++) {
+        rx->len[i] = u->rx_msgs[i].msg_len;
+        rx->trunc[i] = (u->rx_msgs[i].msg_hdr.msg_flags & MSG_TRUNC) != 0;
+        rx->srclen[i] = u->rx_msgs[i].msg_hdr.msg_namelen;
+        rx->dev[i] = 0;
+    }
+    return n;
+}
+
+#ifdef SRPC_FAULT_INJECTION
+static int rx_burst_faulty(srpc_udp_t *u, srpc_rx_t *rx, unsigned max);
+static void tx_release_held(srpc_udp_t *u);
+#endif
+
+int srpc_udp_rx_burst(srpc_udp_t *u, srpc_rx_t *rx, unsigned max)
+{
+    if (max == 0 || max > rx->burst)
+        max = rx->burst;
+#ifdef SRPC_FAULT_INJECTION
+    if (u->tx_faults)
+        tx_release_held(u);
+    if (u->rx_faults)
+        return rx_burst_faulty(u, rx, max);
+#endif
+    return rx_recv(u, rx, max);
+}
+
+int srpc_udp_peek(srpc_udp_t *u, uint8_t hdr[SRPC_HDR_LEN], struct sockaddr_storage *src)
+{
+    if (u->rx_faults) /* every datagram must pass the injector */
+        return -ENOTSUP;
+    struct iovec iv = {hdr, SRPC_HDR_LEN};
+    struct msghdr m = {.msg_name = src, .msg_namelen = sizeof(*src), .msg_iov = &iv, .msg_iovlen = 1};
+    ssize_t len = recvmsg(u->fd, &m, MSG_PEEK | MSG_DONTWAIT | MSG_TRUNC); /* the full length */
+    if (len < 0)
+        return errno == EAGAIN || errno == EWOULDBLOCK ? -EAGAIN : -errno;
+    return len > INT32_MAX ? -EMSGSIZE : (int)len;
+}
+
+int srpc_udp_recv_into(srpc_udp_t *u, uint8_t hdr[SRPC_HDR_LEN], void *dst, uint32_t dlen)
+{
+    struct iovec iv[2] = {{hdr, SRPC_HDR_LEN}, {dst, dlen}}; /* writes at most dlen into dst */
+    struct msghdr m = {.msg_iov = iv, .msg_iovlen = 2};
+    ssize_t got = recvmsg(u->fd, &m, MSG_DONTWAIT);
+    if (got < 0)
+        return -errno;
+    return got > INT32_MAX ? -EMSGSIZE : (int)got;
+}
+
+/* ------------------------------------------------------------------ send */
+
+#define TX_BURST 64                            /* datagrams per sendmmsg */
+#define TX_MAX_IOV (1 + SRPC_TX_MAX_PIECES)    /* a header and the pieces a segment spans */
+
+/* Waits up to 50 ms for room in the send buffer. */
+static int wait_writable(int fd)
+{
+    struct pollfd p = {.fd = fd, .events = POLLOUT};
+    int r = poll(&p, 1, 50);
+    return r > 0 ? 0 : -EAGAIN;
+}
+
+/* Hands cnt datagrams to the socket, waiting a little for room when it is full; *done gets
+ * how many it took. Returns 0 or -errno. */
+static int send_all(int fd, struct mmsghdr *msgs, unsigned cnt, unsigned *done)
+{
+    int tries = 0;
+    *done = 0;
+    while (*done < cnt) {
+        int r = sendmmsg(fd, msgs + *done, cnt - *done, 0);
+        if (r > 0) {
+            *done += (unsigned)r;
+            continue;
+        }
+        if (r < 0 && errno == EINTR)
+            continue;
+        /* A connected socket reports an earlier datagram's ICMP "port unreachable" on the next
+         * call, which then sent nothing: the error is consumed, so send again (a peer that is
+         * down shows as a timeout, not as the failure of an unrelated later send). */
+        if (r < 0 && errno == ECONNREFUSED && tries++ < 20)
+            continue;
+        if (r < 0 && (errno == EAGAIN || errno == ENOBUFS) && tries++ < 20 && wait_writable(fd) == 0)
+            continue;
+        return -(r < 0 ? errno : EIO);
+    }
+    return 0;
+}
+
+#ifdef SRPC_FAULT_INJECTION
+static int send_faulty(srpc_udp_t *u, struct mmsghdr *msgs, unsigned cnt, unsigned *done);
+#endif
+
+/* Datagrams built and not yet handed to the socket; owner[i]: the message of datagram i. */
+typedef struct tx_batch {
+    uint8_t hdr[TX_BURST][SRPC_HDR_LEN];
+    struct iovec iov[TX_BURST][TX_MAX_IOV];
+    struct mmsghdr mm[TX_BURST];
+    unsigned owner[TX_BURST];
+    unsigned cnt;
+} tx_batch_t;
+
+/* Sends what the batch holds; each owner's result counts its datagrams taken, or becomes the
+ * error of the first one refused. */
+static void tx_flush(srpc_udp_t *u, tx_batch_t *b, srpc_tx_msg_t *msgs)
+{
+    unsigned done = 0;
+    int r;
+#ifdef SRPC_FAULT_INJECTION
+    if (u->tx_faults)
+        r = send_faulty(u, b->mm, b->cnt, &done);
+    else
+#endif
+        r = send_all(u->fd, b->mm, b->cnt, &done);
+    for (unsigned i = 0; i < b->cnt; i++) {
+        srpc_tx_msg_t *m = &msgs[b->owner[i]];
+        if (i < done) {
+            if (m->result >= 0)
+                m->result++;
+        } else if (m->result >= 0) {
+            m->result = r < 0 ? r : -EIO;
+        }
+    }
+    b->cnt = 0;
+}
+
+/* 0 when msg can be cut into datagrams (its segment count in *nseg), else -errno. */
+static int tx_check(const srpc_tx_msg_t *m, uint32_t *nseg)
+{
+    if (m->seg_size == 0 || m->seg_size > SRPC_MAX_SEG_DATA || m->npieces < 0 || m->npieces > SRPC_TX_MAX_PIECES ||
+        (m->npieces && !m->pieces))
+        return -EINVAL;
+    uint64_t have = 0;
+    for (int k = 0; k < m->npieces; k++)
+        have += m->pieces[k].iov_len;
+    if (have < m->len)
+        return -EINVAL; /* pieces shorter than the message */
+    *nseg = srpc_seg_count(m->len, m->seg_size);
+    return *nseg > UINT16_MAX ? -EMSGSIZE : 0;
+}
+
+int srpc_udp_send(srpc_udp_t *u, srpc_tx_msg_t *msgs, unsigned n)
+{
+    tx_batch_t b;
+    b.cnt = 0;
+    for (unsigned i = 0; i < n; i++) {
+        srpc_tx_msg_t *m = &msgs[i];
+        uint32_t nseg = 0;
+        m->result = tx_check(m, &nseg);
+        if (m->result < 0)
+            continue;
+        srpc_hdr_t h = m->hdr;
+        h.nseg = (uint16_t)nseg;
+        h.msg_len = m->len;
+        int piece = 0;      /* cursor into the pieces */
+        size_t piece_off = 0;
+        for (uint32_t seq = 0; seq < nseg && m->result >= 0; seq++) {
+            if (b.cnt == TX_BURST)
+                tx_flush(u, &b, msgs);
+            const unsigned d = b.cnt;
+            h.seq = (uint16_t)seq;
+            srpc_hdr_encode(&h, b.hdr[d]);
+            int k = 0;
+            b.iov[d][k++] = (struct iovec){b.hdr[d], SRPC_HDR_LEN};
+            /* Cannot run out of iovecs: a segment spans at most npieces <= SRPC_TX_MAX_PIECES. */
+            for (uint32_t need = srpc_seg_len(m->len, m->seg_size, seq); need > 0;) {
+                size_t take = m->pieces[piece].iov_len - piece_off;
+                if (take > need)
+                    take = need;
+                if (take)
+                    b.iov[d][k++] = (struct iovec){(uint8_t *)m->pieces[piece].iov_base + piece_off, take};
+                need -= (uint32_t)take;
+                piece_off += take;
+                if (piece_off == m->pieces[piece].iov_len) {
+                    piece++;
+                    piece_off = 0;
+                }
+            }
+            b.mm[d].msg_hdr = (struct msghdr){.msg_name = (void *)m->dst, .msg_namelen = m->dst ? m->dstlen : 0,
+                                              .msg_iov = b.iov[d], .msg_iovlen = (size_t)k};
+            b.mm[d].msg_len = 0;
+            b.owner[d] = i;
+            b.cnt++;
+        }
+    }
+    if (b.cnt)
+        tx_flush(u, &b, msgs);
+    int whole = 0;
+    for (unsigned i = 0; i < n; i++)
+        whole += msgs[i].result >= 0;
+    return whole;
+}
+
+int srpc_udp_send_msg(srpc_udp_t *u, const struct sockaddr *dst, socklen_t dstlen,
+                      const srpc_hdr_t *tmpl, const struct iovec *pieces, int n,
+                      uint32_t msg_len, uint32_t seg_size)
+{
+    srpc_tx_msg_t m = {.dst = dst, .dstlen = dstlen, .hdr = *tmpl, .pieces = pieces, .npieces = n,
+                       .len = msg_len, .seg_size = seg_size};
+    srpc_udp_send(u, &m, 1);
+    return m.result;
+}
+
+/* ------------------------------------------------------------------ fault injection (testing builds) */
+
+#ifdef SRPC_FAULT_INJECTION
+
+/* Moves what came out of the RX injector into slots [0, max): header slot, data slot, source,
+ * length and truncation, as recvmmsg would have left them. Returns the count. */
+static unsigned rx_deliver(srpc_faults_t *f, srpc_rx_t *rx, unsigned max)
+{
+    unsigned out = 0;
+    srpc_fault_dgram_t *d;
+    while (out < max && (d = srpc_faults_pop(f)) != NULL) {
+        uint32_t h = d->len < SRPC_HDR_LEN ? d->len : SRPC_HDR_LEN, dl = d->len - h;
+        int trunc = (d->flags & MSG_TRUNC) != 0;
+        if (dl > rx->data_cap) { /* cannot happen: it came from a slot of this size */
+            dl = (uint32_t)rx->data_cap;
+            trunc = 1;
+        }
+        memcpy(srpc_rx_hdr(rx, out), d->bytes, h);
+        memcpy(srpc_rx_data(rx, out), d->bytes + h, dl);
+        memset(&rx->src[out], 0, sizeof(rx->src[out]));
+        memcpy(&rx->src[out], &d->addr, d->addrlen);
+        rx->srclen[out] = d->addrlen;
+        rx->len[out] = h + dl;
+        rx->trunc[out] = (uint8_t)trunc;
+        rx->dev[out] = 0;
+        free(d);
+        out++;
+    }
+    return out;
+}
+
+/* Pushes the n datagrams received into slots [0, n) through the RX injector. */
+static void rx_push(srpc_faults_t *f, srpc_rx_t *rx, unsigned n)
+{
+    for (unsigned i = 0; i < n; i++) {
+        uint32_t len = rx->len[i];
+        struct iovec iv[2] = {{srpc_rx_hdr(rx, i), len < SRPC_HDR_LEN ? len : SRPC_HDR_LEN},
+                              {srpc_rx_data(rx, i), len > SRPC_HDR_LEN ? len - SRPC_HDR_LEN : 0}};
+        (void)srpc_faults_push(f, iv, 2, len, (const struct sockaddr *)&rx->src[i], rx->srclen[i],
+                               rx->trunc[i] ? MSG_TRUNC : 0); /* -ENOMEM: counted as discarded */
+    }
+}
+
+/* srpc_udp_rx_burst through the RX injector: what it still has to give out goes first; else the
+ * socket is read until something comes out (a few rounds at most, in case all were dropped),
+ * and the datagram held back is let out once the socket has nothing more. */
+static int rx_burst_faulty(srpc_udp_t *u, srpc_rx_t *rx, unsigned max)
+{
+    srpc_faults_t *f = u->rx_faults;
+    int err = 0;
+    for (int round = 0; round < 8 && srpc_faults_pending(f) == 0; round++) {
+        int n = rx_recv(u, rx, max);
+        if (n < 0) {
+            if (n == -EAGAIN)
+                srpc_faults_release(f);
+            else
+                err = n;
+            break;
+        }
+        rx_push(f, rx, (unsigned)n);
+    }
+    unsigned out = rx_deliver(f, rx, max);
+    return out ? (int)out : err ? err : -EAGAIN;
+}
+
+/* Sends what came out of the TX injector, up to TX_BURST datagrams per sendmmsg; what the
+ * socket refuses is counted as discarded. Returns 0 or the last -errno. */
+static int tx_drain(srpc_udp_t *u)
+{
+    srpc_faults_t *f = u->tx_faults;
+    int rc = 0;
+    for (;;) {
+        srpc_fault_dgram_t *d[TX_BURST];
+        struct iovec iov[TX_BURST];
+        struct mmsghdr m[TX_BURST];
+        unsigned k = 0;
+        while (k < TX_BURST && (d[k] = srpc_faults_pop(f)) != NULL) {
+            iov[k] = (struct iovec){d[k]->bytes, d[k]->len};
+            m[k].msg_hdr = (struct msghdr){.msg_name = d[k]->addrlen ? &d[k]->addr : NULL,
+                                           .msg_namelen = d[k]->addrlen, .msg_iov = &iov[k], .msg_iovlen = 1};
+            m[k].msg_len = 0;
+            k++;
+        }
+        if (k == 0)
+            return rc;
+        unsigned done;
+        int r = send_all(u->fd, m, k, &done);
+        if (r < 0) {
+            srpc_faults_count_discarded(f, k - done);
+            rc = r;
+        }
+        for (unsigned i = 0; i < k; i++)
+            free(d[i]);
+    }
+}
+
+/* The sending half of srpc_udp_send through the TX injector. The datagrams are copied in, so
+ * whatever comes out (possibly another thread's) is sent from the injector's copies; every
+ * datagram the injector takes counts as sent, dropped or not, as on a lossy wire. */
+static int send_faulty(srpc_udp_t *u, struct mmsghdr *msgs, unsigned cnt, unsigned *done)
+{
+    for (unsigned i = 0; i < cnt; i++) {
+        const struct msghdr *h = &msgs[i].msg_hdr;
+        size_t len = 0;
+        for (size_t k = 0; k < h->msg_iovlen; k++)
+            len += h->msg_iov[k].iov_len;
+        (void)srpc_faults_push(u->tx_faults, h->msg_iov, (int)h->msg_iovlen, (uint32_t)len, h->msg_name,
+                               h->msg_namelen, 0); /* -ENOMEM: counted as discarded */
+    }
+    int r = tx_drain(u);
+    *done = r < 0 ? 0 : cnt; /* what the socket refused fails the messages, as without faults */
+    return r;
+}
+
+/* Lets the TX datagram held back go out: called on every receive, so that a held reply or
+ * request waits at most until the socket's owner looks for what came back. */
+static void tx_release_held(srpc_udp_t *u)
+{
+    srpc_faults_release(u->tx_faults);
+    (void)tx_drain(u); /* a refusal is counted as discarded */
+}
+
+int srpc_udp_set_faults(srpc_udp_t *u, const srpc_faults_cfg_t *rx, const srpc_faults_cfg_t *tx, uint64_t seed)
+{
+    if (!u || (rx && srpc_faults_cfg_check(rx) != 0) || (tx && srpc_faults_cfg_check(tx) != 0))
+        return -EINVAL;
+    srpc_faults_t *nr = NULL, *nt = NULL;
+    /* Two streams from one seed: distinct starting points of splitmix64. */
+    if ((rx && srpc_faults_create(rx, seed, &nr) != 0) ||
+        (tx && srpc_faults_create(tx, seed ^ 0x5bd1e9955bd1e995ull, &nt) != 0)) {
+        srpc_faults_destroy(nr);
+        return -ENOMEM;
+    }
+    srpc_faults_destroy(u->rx_faults);
+    srpc_faults_destroy(u->tx_faults);
+    u->rx_faults = nr;
+    u->tx_faults = nt;
+    return 0;
+}
+
+int srpc_udp_fault_counts(const srpc_udp_t *u, srpc_fault_counts_t *rx, srpc_fault_counts_t *tx)
+{
+    if (!u)
+        return -EINVAL;
+    if (rx) {
+        memset(rx, 0, sizeof(*rx));
+        if (u->rx_faults)
+            srpc_faults_counts(u->rx_faults, rx);
+    }
+    if (tx) {
+        memset(tx, 0, sizeof(*tx));
+        if (u->tx_faults)
+            srpc_faults_counts(u->tx_faults, tx);
+    }
+    return 0;
+}
+
+#else /* no fault injection in this build: the hooks above are absent */
+
+int srpc_udp_set_faults(srpc_udp_t *u, const srpc_faults_cfg_t *rx, const srpc_faults_cfg_t *tx, uint64_t seed)
+{
+    (void)u, (void)rx, (void)tx, (void)seed;
+    return -ENOTSUP;
+}
+
+int srpc_udp_fault_counts(const srpc_udp_t *u, srpc_fault_counts_t *rx, srpc_fault_counts_t *tx)
+{
+    (void)u, (void)rx, (void)tx;
+    return -ENOTSUP;
+}
+
+#endif
+
+/* ------------------------------------------------------------------ the transport */
+
+typedef struct udp_transport {
+    srpc_transport_t t;
+    srpc_udp_t u;
+} udp_transport_t;
+
+static srpc_udp_t *udp_of(srpc_transport_t *t) { return &((udp_transport_t *)t)->u; }
+static const srpc_udp_t *udp_of_c(const srpc_transport_t *t) { return &((const udp_transport_t *)t)->u; }
+
+static int op_rx_burst(srpc_transport_t *t, srpc_rx_t *rx, unsigned max)
+{
+    int n = srpc_udp_rx_burst(udp_of(t), rx, max);
+    return n == -EAGAIN ? 0 : n;
+}
+
+static int op_peek(srpc_transport_t *t, uint8_t hdr[SRPC_HDR_LEN], struct sockaddr_storage *src)
+{
+    return srpc_udp_peek(udp_of(t), hdr, src);
+}
+
+static int op_recv_into(srpc_transport_t *t, uint8_t hdr[SRPC_HDR_LEN], void *dst, uint32_t dlen)
+{
+    return srpc_udp_recv_into(udp_of(t), hdr, dst, dlen);
+}
+
+static int op_send(srpc_transport_t *t, srpc_tx_msg_t *msgs, unsigned n) { return srpc_udp_send(udp_of(t), msgs, n); }
+
+static int op_local_port(const srpc_transport_t *t) { return srpc_udp_local_port(udp_of_c(t)); }
+
+static int op_set_faults(srpc_transport_t *t, const srpc_faults_cfg_t *rx, const srpc_faults_cfg_t *tx, uint64_t seed)
+{
+    return srpc_udp_set_faults(udp_of(t), rx, tx, seed);
+}
+
+static int op_fault_counts(const srpc_transport_t *t, srpc_fault_counts_t *rx, srpc_fault_counts_t *tx)
+{
+    return srpc_udp_fault_counts(udp_of_c(t), rx, tx);
+}
+
+static void op_close(srpc_transport_t *t)
+{
+    srpc_udp_close(udp_of(t));
+    free(t);
+}
+
+static const srpc_transport_ops_t udp_ops = {
+    .name = "udp",
+    .rx_burst = op_rx_burst,
+    .peek = op_peek,
+    .recv_into = op_recv_into,
+    .send = op_send,
+    .local_port = op_local_port,
+    .set_faults = op_set_faults,
+    .fault_counts = op_fault_counts,
+    .close = op_close,
+};
+
+int srpc_udp_transport_open(const srpc_transport_spec_t *spec, srpc_transport_t **out)
+{
+    udp_transport_t *ut = calloc(1, sizeof(*ut));
+    if (!ut)
+        return -ENOMEM;
+    int r = srpc_udp_open(&ut->u, spec->host, spec->port, spec->bind, spec->sock_buf_bytes);
+    if (r) {
+        free(ut);
+        return r;
+    }
+    ut->t = (srpc_transport_t){.ops = &udp_ops, .wait_fd = ut->u.fd, .max_seg = SRPC_MAX_SEG_DATA,
+                               .payload_device = -1, .rcvbuf = ut->u.rcvbuf, .sndbuf = ut->u.sndbuf};
+    if (!spec->bind) {
+        struct sockaddr_storage peer;
+        socklen_t pl = sizeof(peer);
+        ut->t.peer_loopback = getpeername(ut->u.fd, (struct sockaddr *)&peer, &pl) == 0 &&
+                              srpc_sockaddr_is_loopback((struct sockaddr *)&peer);
+    }
+    *out = &ut->t;
+    return 0;
+}
