@@ -1,4 +1,4 @@
-"""foreign_client.py: a splitrpc client written from PROTOCOL.md and docs/PROTOCOL-v2.md alone (stdlib only, no splitrpc code)."""
+"""foreign_client.py: a splitrpc client written from docs/PROTOCOL.md and docs/PROTOCOL-v2.md alone (stdlib only, no splitrpc code)."""
 import binascii
 import os
 import random
@@ -12,7 +12,7 @@ REQUEST, RESPONSE, ERROR = 0, 1, 2
 
 
 def crc16(hdr: bytes) -> int:
-    """PROTOCOL-v2.md: CRC-16/CCITT-FALSE of the header with bytes 4..5 zero."""
+    """docs/PROTOCOL-v2.md: CRC-16/CCITT-FALSE of the header with bytes 4..5 zero."""
     return binascii.crc_hqx(hdr[:4] + bytes(2) + hdr[6:22], 0xFFFF)
 
 

@@ -1,4 +1,4 @@
-"""A client written from PROTOCOL.md and docs/PROTOCOL-v2.md alone (tests/foreign_client.py) against a real `splitrpc serve`: both versions."""
+"""A client written from docs/PROTOCOL.md and docs/PROTOCOL-v2.md alone (tests/foreign_client.py) against a real `splitrpc serve`: both versions."""
 import os
 import struct
 import subprocess

@@ -472,7 +472,7 @@ def test_echo_reassembles_any_size_in_any_order(srv, attacker, s, rel, order):
     m, _ = reply_of(sock, (ref.RESPONSE, 3, rid), quiet=0.1)
     assert m["data"] == data
     # Every extra datagram is dropped as a duplicate, except a segment 0 that comes after the
-    # call finished: that one is answered from the reply cache (PROTOCOL.md, Retransmission).
+    # call finished: that one is answered from the reply cache (docs/PROTOCOL.md, Retransmission).
     extra = len(idx) - len(segs)
     st = settled(srv, lambda st: st["drops"]["duplicate"] + st["cache_hits"] == extra)
     assert st["drops"]["duplicate"] + st["cache_hits"] == extra

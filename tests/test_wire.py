@@ -1,4 +1,4 @@
-"""Native header codec and segmentation rules (srpc_hdr_*, srpc_seg_*) against a pure-Python PROTOCOL.md reference."""
+"""Native header codec and segmentation rules (srpc_hdr_*, srpc_seg_*) against a pure-Python docs/PROTOCOL.md reference."""
 import binascii
 import errno
 import os
@@ -80,7 +80,7 @@ def test_reference_layout_matches_protocol_table():
     assert (lib.SRPC_REQUEST, lib.SRPC_RESPONSE, lib.SRPC_ERROR) == (0, 1, 2)
     codes = (lib.SRPC_E_UNKNOWN_FUNCTION, lib.SRPC_E_BAD_REQUEST, lib.SRPC_E_BUSY, lib.SRPC_E_DEADLINE,
              lib.SRPC_E_INTERNAL, lib.SRPC_E_TOO_LARGE)
-    assert codes == (1, 2, 3, 4, 5, 6)  # PROTOCOL.md, Calls
+    assert codes == (1, 2, 3, 4, 5, 6)  # docs/PROTOCOL.md, Calls
     names = [ffi.string(lib.srpc_strerror(c)).decode() for c in codes]
     assert names == ["UNKNOWN_FUNCTION", "BAD_REQUEST", "BUSY", "DEADLINE", "INTERNAL", "TOO_LARGE"]
 

@@ -1,4 +1,4 @@
-"""wire_ref.py: a pure-Python reference of the PROTOCOL.md v1 wire format and its version 2 header check (docs/PROTOCOL-v2.md), written from the specs alone (test helper)."""
+"""wire_ref.py: a pure-Python reference of the docs/PROTOCOL.md v1 wire format and its version 2 header check (docs/PROTOCOL-v2.md), written from the specs alone (test helper)."""
 from __future__ import annotations
 
 import binascii
@@ -59,7 +59,7 @@ class DecodeError(ValueError):
 
 
 def decode(buf: bytes) -> Header:
-    """Parses and checks the header alone, as PROTOCOL.md says a receiver must."""
+    """Parses and checks the header alone, as docs/PROTOCOL.md says a receiver must."""
     if len(buf) < HDR_LEN:
         raise DecodeError("short")
     magic, vt, func_id, req_id, seq, nseg, msg_len, aux = HDR.unpack_from(buf)
@@ -76,7 +76,7 @@ def decode(buf: bytes) -> Header:
 
 
 def seg_size(nseg: int, seq: int, msg_len: int, length: int) -> int | None:
-    """PROTOCOL.md "Segmentation": the message's S derived from one segment carrying `length`
+    """docs/PROTOCOL.md "Segmentation": the message's S derived from one segment carrying `length`
     data bytes, or None for an impossible combination."""
     if nseg == 0 or seq >= nseg:
         return None

@@ -13,7 +13,7 @@ from splitrpc._native import ffi, lib
 HDR_LEN = lib.SRPC_HDR_LEN
 MSG_LEN = 3 * 224 * 224 * 4  # 602112 bytes (588 KiB): the head service's request
 HDR = dict(type=lib.SRPC_RESPONSE, func_id=4, req_id=0x0123456789ABCDEF, seq=3, nseg=7, msg_len=MSG_LEN, aux=9)
-# PROTOCOL.md: magic, version << 4 | type, func_id, req_id, seq, nseg, msg_len, aux; big-endian.
+# docs/PROTOCOL.md: magic, version << 4 | type, func_id, req_id, seq, nseg, msg_len, aux; big-endian.
 HDR_BYTES = struct.pack(">BBHQHHIH", 0xA5, 0x10 | HDR["type"], HDR["func_id"], HDR["req_id"], HDR["seq"],
                         HDR["nseg"], HDR["msg_len"], HDR["aux"])
 

@@ -40,7 +40,7 @@ typedef struct srpc_client_config {
     uint32_t retries;          /* 0: never retransmit; default SRPC_DEF_RETRIES (tunables.h) */
     uint32_t rto_min_us, rto_initial_us, rto_max_us;
     /* Wire protocol of the requests: 2 (the default: a CRC-16 header check, 48-bit req_ids,
-     * docs/PROTOCOL-v2.md) or 1 (PROTOCOL.md, for servers that speak only version 1). Replies
+     * docs/PROTOCOL-v2.md) or 1 (docs/PROTOCOL.md, for servers that speak only version 1). Replies
      * of the other version are dropped. */
     uint8_t version;
 } srpc_client_config_t;
@@ -75,6 +75,14 @@ void srpc_client_cq_destroy(srpc_client_t *cl, srpc_client_cq_t *cq);
 int srpc_client_send_cq(srpc_client_t *cl, srpc_client_cq_t *cq, uint16_t func_id, const void *data,
                         uint32_t len, uint16_t aux, uint64_t *req_id);
 int srpc_client_wait_cq(srpc_client_t *cl, srpc_client_cq_t *cq, uint64_t *ids, int n, int64_t timeout_us);
+
+/* n calls of func_id with the same request, sent with one send through cq (a load generator's
+ * burst): each gets its req_id in ids[i] and its outcome of sending in rcs[i] (0, or -errno:
+ * that call was not sent and is forgotten). n is 1..SRPC_CLIENT_SEND_MAX. Returns how many
+ * were sent, or -errno (-EINVAL, -EMSGSIZE, -ENOMEM: none was). Thread-safe. */
+#define SRPC_CLIENT_SEND_MAX 64
+int srpc_client_send_many_cq(srpc_client_t *cl, srpc_client_cq_t *cq, uint16_t func_id, const void *data,
+                             uint32_t len, uint32_t n, uint64_t *ids, int *rcs);
 
 /* Outcome of a finished call: *code 0 (RESPONSE), an error code, SRPC_E_PENDING while
  * unfinished; *data and *len its reply (or error text). The pointers stay valid until

@@ -9,11 +9,11 @@
 extern "C" {
 #endif
 
-/* ------------------------------------------------------------------ wire (PROTOCOL.md v1, docs/PROTOCOL-v2.md) */
+/* ------------------------------------------------------------------ wire (docs/PROTOCOL.md v1, docs/PROTOCOL-v2.md) */
 
 #define SRPC_HDR_LEN 22           /* control header bytes at the start of every datagram */
 #define SRPC_MAGIC 0xA5
-#define SRPC_VERSION 1            /* version 1: PROTOCOL.md */
+#define SRPC_VERSION 1            /* version 1: docs/PROTOCOL.md */
 #define SRPC_VERSION_2 2          /* version 2: version 1 with a CRC-16 header check, 48-bit req_id */
 #define SRPC_REQ_ID_V2_MASK 0xffffffffffffull
 #define SRPC_MAX_SEG_DATA 65485   /* 65507 (largest UDP/IPv4 payload) - 22 */
@@ -61,7 +61,7 @@ int srpc_hdr_decode(const uint8_t *buf, size_t len, srpc_hdr_t *out);
 /* The version 2 check of a 22-byte header: CRC-16/CCITT-FALSE over it with bytes 4..5 as 0. */
 uint16_t srpc_hdr_check16(const uint8_t hdr[SRPC_HDR_LEN]);
 
-/* Checks the segmentation rules of PROTOCOL.md for one segment carrying data_len bytes
+/* Checks the segmentation rules of docs/PROTOCOL.md for one segment carrying data_len bytes
  * and derives the message's segment size S (for nseg == 1, S = msg_len).
  * Returns 0 with *seg_size set, or -EPROTO for an impossible combination. */
 int srpc_seg_check(const srpc_hdr_t *h, size_t data_len, uint32_t *seg_size);

@@ -73,7 +73,7 @@ static void test_hdr_layout(void)
     uint8_t buf[SRPC_HDR_LEN + 1];
     buf[SRPC_HDR_LEN] = 0xee;
     CHECK(srpc_hdr_encode(&h, buf) == 0, "encode");
-    CHECK(memcmp(buf, want, SRPC_HDR_LEN) == 0, "bytes differ from PROTOCOL.md layout");
+    CHECK(memcmp(buf, want, SRPC_HDR_LEN) == 0, "bytes differ from docs/PROTOCOL.md layout");
     CHECK(buf[SRPC_HDR_LEN] == 0xee, "encode wrote past 22 bytes");
 
     /* The mirror struct agrees with the bytes once swapped from network order. */
@@ -96,7 +96,7 @@ static void test_hdr_v2(void)
     uint8_t buf[SRPC_HDR_LEN];
     srpc_hdr_t out;
     CHECK(srpc_hdr_encode(&h, buf) == 0, "encode v2");
-    CHECK(memcmp(buf, want, SRPC_HDR_LEN) == 0, "v2 bytes differ from PROTOCOL-v2.md's example");
+    CHECK(memcmp(buf, want, SRPC_HDR_LEN) == 0, "v2 bytes differ from docs/PROTOCOL-v2.md's example");
     CHECK(srpc_hdr_check16(buf) == 0xfc68, "check of the example");
     CHECK(srpc_hdr_decode(buf, sizeof(buf), &out) == 0 && out.version == 2 && out.req_id == 1 &&
               out.msg_len == 1024 && out.func_id == 1, "decode v2");
@@ -423,7 +423,7 @@ static void test_tq(void)
 
 static uint8_t msg_byte(uint32_t i) { return (uint8_t)(i * 31 + (i >> 8) * 7 + 3); }
 
-/* Segments a len-byte message at S and checks every datagram against PROTOCOL.md. Returns
+/* Segments a len-byte message at S and checks every datagram against docs/PROTOCOL.md. Returns
  * the datagram count (or the error), with out/dlen/offs filled. */
 static int segment_checked(const srpc_hdr_t *tmpl, const uint8_t *msg, uint32_t len, uint32_t S,
                            uint8_t *out, size_t cap, uint32_t *dlen, size_t *offs, uint32_t max)

@@ -493,7 +493,7 @@ static uint32_t be32(const uint8_t *p) { return (uint32_t)p[0] << 24 | (uint32_t
 static uint16_t be16(const uint8_t *p) { return (uint16_t)(p[0] << 8 | p[1]); }
 
 #define CLS_VALID (-1)
-/* What PROTOCOL.md says a receiving server must do with one datagram, written from the text
+/* What docs/PROTOCOL.md says a receiving server must do with one datagram, written from the text
  * (not from wire.c): the drop reason, or CLS_VALID for a well-formed REQUEST segment. */
 /* CRC-16/CCITT-FALSE bit by bit, as docs/PROTOCOL-v2.md defines it (bytes 4..5 as zero):
  * independent of wire.c's table. */

@@ -119,7 +119,7 @@ int srpc_client_create(const srpc_client_config_t *cfg, srpc_client_t **out)
     }
     if (c->tp->wait_fd < 0)
         c->cfg.busy_poll = 1; /* nothing to sleep on: poll */
-    /* Requests are cut at S = seg_size, else by destination (PROTOCOL.md: 1450 fits an
+    /* Requests are cut at S = seg_size, else by destination (docs/PROTOCOL.md: 1450 fits an
      * Ethernet MTU, a loopback peer takes whole 64 KiB datagrams), never above what one
      * datagram of the transport carries (DPDK: what fits the MTU). */
     uint32_t seg = cfg->seg_size ? cfg->seg_size
@@ -423,54 +423,93 @@ static int any_ready(srpc_client_t *c, void *arg)
     return ((srpc_client_cq_t *)arg)->head ? 1 : 0;
 }
 
-static int send_call(srpc_client_t *c, uint16_t func_id, const void *data, uint32_t len,
-                     uint16_t aux, srpc_client_cq_t *cq, uint64_t *req_id)
+/* Sends n calls of func_id with the same request (data, len, aux), each its own req_id in ids[i],
+ * in one transport send, reported to cq (NULL: nowhere). rcs[i] gets 0, or the error of a call
+ * that could not be sent (it is forgotten). Returns how many were sent, or -errno when the
+ * arguments are bad or no memory was left for the first call. */
+static int send_calls(srpc_client_t *c, uint16_t func_id, const void *data, uint32_t len, uint16_t aux,
+                      srpc_client_cq_t *cq, uint32_t n, uint64_t *ids, int *rcs)
 {
-    if (!c || (!data && len) || !req_id)
+    if (!c || (!data && len) || !ids || !rcs || n == 0 || n > SRPC_CLIENT_SEND_MAX)
         return -EINVAL;
     if (srpc_seg_count(len, c->seg) > UINT16_MAX)
         return -EMSGSIZE;
-    cl_call_t *k = calloc(1, sizeof(*k));
-    if (!k)
-        return -ENOMEM;
-    k->req_id = atomic_fetch_add(&c->next_id, 1);
-    if (c->cfg.version == SRPC_VERSION_2) /* 48 bits on the wire; wraps after 2^48 calls */
-        k->req_id &= SRPC_REQ_ID_V2_MASK;
-    k->func_id = func_id;
-    k->cq = cq;
-    k->aux = aux;
-    k->due_ns = UINT64_MAX;
-    if (c->cfg.retries) { /* kept to be sent again */
-        if (!(k->req = malloc(len ? len : 1))) {
-            free(k);
-            return -ENOMEM;
+    cl_call_t *k[SRPC_CLIENT_SEND_MAX];
+    for (uint32_t i = 0; i < n; i++) {
+        k[i] = calloc(1, sizeof(*k[i]));
+        if (k[i] && c->cfg.retries && !(k[i]->req = malloc(len ? len : 1))) { /* kept to be sent again */
+            free(k[i]);
+            k[i] = NULL;
         }
-        if (len)
-            memcpy(k->req, data, len);
-        k->req_len = len;
+        if (!k[i]) {
+            if (i == 0)
+                return -ENOMEM;
+            for (uint32_t j = i; j < n; j++)
+                rcs[j] = -ENOMEM;
+            n = i;
+            break;
+        }
+        k[i]->req_id = atomic_fetch_add(&c->next_id, 1);
+        if (c->cfg.version == SRPC_VERSION_2) /* 48 bits on the wire; wraps after 2^48 calls */
+            k[i]->req_id &= SRPC_REQ_ID_V2_MASK;
+        k[i]->func_id = func_id;
+        k[i]->cq = cq;
+        k[i]->aux = aux;
+        k[i]->due_ns = UINT64_MAX;
+        if (k[i]->req) {
+            if (len)
+                memcpy(k[i]->req, data, len);
+            k[i]->req_len = len;
+        }
+        ids[i] = k[i]->req_id;
     }
+    const uint64_t now = c->cfg.retries ? srpc_now_ns() : 0;
     pthread_mutex_lock(&c->lock);
-    cl_call_t **b = bucket(c, k->req_id);
-    k->hnext = *b;
-    *b = k;
-    c->st.sent_calls++;
-    if (k->req) {
-        k->sent_ns = srpc_now_ns();
-        k->due_ns = k->sent_ns + rto_ns(c, k->func_id);
-        if (k->due_ns < c->next_due)
-            c->next_due = k->due_ns;
+    for (uint32_t i = 0; i < n; i++) {
+        cl_call_t **b = bucket(c, k[i]->req_id);
+        k[i]->hnext = *b;
+        *b = k[i];
+        if (k[i]->req) {
+            k[i]->sent_ns = now;
+            k[i]->due_ns = now + rto_ns(c, func_id);
+            if (k[i]->due_ns < c->next_due)
+                c->next_due = k[i]->due_ns;
+        }
     }
+    c->st.sent_calls += n;
     pthread_mutex_unlock(&c->lock);
     /* Once the first datagram is out, the reply may come back and another thread may release
      * the call: k is not touched after the send. */
-    const uint64_t id = k->req_id;
-    *req_id = id;
-    int r = send_request(c, id, func_id, aux, data, len);
-    if (r < 0) {
-        srpc_client_release(c, id);
-        return r;
+    struct iovec iv = {(void *)data, len};
+    srpc_tx_msg_t m[SRPC_CLIENT_SEND_MAX];
+    for (uint32_t i = 0; i < n; i++)
+        m[i] = (srpc_tx_msg_t){.hdr = {.type = SRPC_REQUEST, .version = c->cfg.version, .func_id = func_id,
+                                       .req_id = ids[i], .aux = aux},
+                               .pieces = &iv, .npieces = len ? 1 : 0, .len = len, .seg_size = c->seg};
+    srpc_tp_send(c->tp, m, n);
+    int sent = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        rcs[i] = m[i].result < 0 ? m[i].result : 0;
+        if (rcs[i])
+            srpc_client_release(c, ids[i]);
+        else
+            sent++;
     }
-    return 0;
+    return sent;
+}
+
+static int send_call(srpc_client_t *c, uint16_t func_id, const void *data, uint32_t len, uint16_t aux,
+                     srpc_client_cq_t *cq, uint64_t *req_id)
+{
+    int rc = 0;
+    int r = send_calls(c, func_id, data, len, aux, cq, 1, req_id, &rc);
+    return r < 0 ? r : rc;
+}
+
+int srpc_client_send_many_cq(srpc_client_t *c, srpc_client_cq_t *cq, uint16_t func_id, const void *data, uint32_t len,
+                             uint32_t n, uint64_t *ids, int *rcs)
+{
+    return c && cq ? send_calls(c, func_id, data, len, 0, cq, n, ids, rcs) : -EINVAL;
 }
 
 int srpc_client_send(srpc_client_t *c, uint16_t func_id, const void *data, uint32_t len,

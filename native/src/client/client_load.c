@@ -79,22 +79,42 @@ static void finish(run_t *R, uint32_t idx, int code, uint32_t reply_len, uint64_
     __atomic_store_n(&R->prog->finished, R->finished, __ATOMIC_RELEASE);
 }
 
-static void send_one(run_t *R, uint64_t now)
+/* Sends the next n calls (all due by now) with one send. */
+static void send_next(run_t *R, uint32_t n, uint64_t now)
 {
     const srpc_load_params_t *p = R->p;
-    uint32_t idx = R->next++;
-    srpc_load_rec_t *r = &R->rec[idx];
-    r->sched_ns = p->concurrency ? now : p->sched_ns[idx];
-    r->sent_ns = now;
-    __atomic_store_n(&R->prog->sent, R->next, __ATOMIC_RELAXED);
-    uint64_t id;
-    if (srpc_client_send_cq(R->cl, R->cq, p->func_id, p->req, p->req_len, 0, &id) != 0) {
-        finish(R, idx, SRPC_E_SEND, 0, rel_now(R));
-        return;
+    uint64_t ids[SRPC_CLIENT_SEND_MAX];
+    int rcs[SRPC_CLIENT_SEND_MAX];
+    const uint32_t first = R->next;
+    for (uint32_t i = 0; i < n; i++) {
+        srpc_load_rec_t *r = &R->rec[first + i];
+        r->sched_ns = p->concurrency ? now : p->sched_ns[first + i];
+        r->sent_ns = now;
     }
-    R->rid[idx] = id;
-    tab_put(R, id, idx);
-    R->outstanding++;
+    R->next += n;
+    __atomic_store_n(&R->prog->sent, R->next, __ATOMIC_RELAXED);
+    int sent = srpc_client_send_many_cq(R->cl, R->cq, p->func_id, p->req, p->req_len, n, ids, rcs);
+    for (uint32_t i = 0; i < n; i++) {
+        if (sent < 0 || rcs[i] != 0) {
+            finish(R, first + i, SRPC_E_SEND, 0, rel_now(R));
+            continue;
+        }
+        R->rid[first + i] = ids[i];
+        tab_put(R, ids[i], first + i);
+        R->outstanding++;
+    }
+}
+
+/* How many calls are due now: closed loop, as many as may be outstanding; open loop, those
+ * whose due time has come (while fewer than the cap are outstanding). At most one send's worth. */
+static uint32_t due_now(const run_t *R, uint64_t now)
+{
+    const srpc_load_params_t *p = R->p;
+    uint32_t n = 0;
+    while (R->next + n < p->n && R->outstanding + n < R->cap && n < SRPC_CLIENT_SEND_MAX &&
+           (p->concurrency || p->sched_ns[R->next + n] <= now))
+        n++;
+    return n;
 }
 
 static void on_reply(run_t *R, uint64_t id, uint64_t now)
@@ -201,10 +221,8 @@ int srpc_load_run(srpc_client_t *cl, const srpc_load_params_t *p, srpc_load_rec_
     uint64_t ids[64];
     while (R.finished < p->n && !__atomic_load_n(&R.prog->stop, __ATOMIC_ACQUIRE)) {
         uint64_t now = rel_now(&R);
-        while (R.next < p->n && R.outstanding < R.cap && (p->concurrency || p->sched_ns[R.next] <= now)) {
-            send_one(&R, now);
-            now = rel_now(&R);
-        }
+        for (uint32_t n; (n = due_now(&R, now)) > 0; now = rel_now(&R))
+            send_next(&R, n, now);
         int k = srpc_client_wait_cq(cl, R.cq, ids, 64, wait_budget_us(&R, now));
         if (k < 0) {
             rc = k;

@@ -1,5 +1,5 @@
 /* reassembly.h: one multi-segment message being put together from segments that arrive in
- * any order, duplicated or not at all (PROTOCOL.md, Segmentation). Single-owner. */
+ * any order, duplicated or not at all (docs/PROTOCOL.md, Segmentation). Single-owner. */
 #ifndef SRPC_REASSEMBLY_H
 #define SRPC_REASSEMBLY_H
 

@@ -16,7 +16,7 @@
 #define SRPC_DEF_RX_BURST 32
 #define SRPC_MAX_RX_BURST 256
 
-/* Reply segment size: 1450 fits a 1500-byte Ethernet MTU (PROTOCOL.md); loopback takes a
+/* Reply segment size: 1450 fits a 1500-byte Ethernet MTU (docs/PROTOCOL.md); loopback takes a
  * whole 64 KiB datagram, and a 588 KiB message costs about 2x more in 8950-byte pieces. */
 #define SRPC_DEF_SEG_SIZE 1450
 #define SRPC_DEF_SEG_SIZE_LOOPBACK 65000
@@ -39,7 +39,7 @@
 /* Freed reassembly buffers kept for reuse, so large messages do not fault in fresh pages. */
 #define SRPC_DEF_REASM_POOL_BYTES (16ull << 20)
 
-/* PROTOCOL.md: the reply-cache lifetime is a documented server setting, default 10 s. */
+/* docs/PROTOCOL.md: the reply-cache lifetime is a documented server setting, default 10 s. */
 #define SRPC_DEF_REPLY_CACHE_US 10000000
 #define SRPC_DEF_REPLY_CACHE_BYTES (64ull << 20)
 

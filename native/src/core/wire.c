@@ -1,4 +1,4 @@
-/* wire.c: encode, decode and check the control header (PROTOCOL.md v1, docs/PROTOCOL-v2.md) and the segmentation. */
+/* wire.c: encode, decode and check the control header (docs/PROTOCOL.md v1, docs/PROTOCOL-v2.md) and the segmentation. */
 #include <errno.h>
 #include <stdint.h>
 

@@ -1,4 +1,4 @@
-/* wire.h: internal mirror of the 22-byte control header of PROTOCOL.md (and its version 2 check), pinned by static asserts. */
+/* wire.h: internal mirror of the 22-byte control header of docs/PROTOCOL.md (and its version 2 check), pinned by static asserts. */
 #ifndef SRPC_WIRE_H
 #define SRPC_WIRE_H
 
@@ -44,7 +44,7 @@ _Static_assert(offsetof(struct srpc_wire_hdr, aux) == SRPC_OFF_AUX, "aux at 20")
 _Static_assert(14 + 20 + 8 + SRPC_HDR_LEN == 64, "control part of a frame is 64 bytes");
 _Static_assert(SRPC_MAX_SEG_DATA == 65507 - SRPC_HDR_LEN, "largest IPv4 UDP payload less header");
 
-/* Data bytes of segment seq of a msg_len-byte message cut at seg_size (PROTOCOL.md,
+/* Data bytes of segment seq of a msg_len-byte message cut at seg_size (docs/PROTOCOL.md,
  * Segmentation): seg_size for every segment but the last, the rest for the last, msg_len for
  * a single segment; 0 past the end. The senders (srpc_udp_send_msg, srpc_msg_segment) share it. */
 static inline uint32_t srpc_seg_len(uint32_t msg_len, uint32_t seg_size, uint32_t seq)

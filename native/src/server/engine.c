@@ -32,7 +32,7 @@ static uint32_t insert_entry(srpc_server_t *srv, const srpc_call_key_t *k, uint8
 }
 
 /* Answers the first segment seen of a message with an error; for a multi-segment message the
- * rest of its segments are then ignored (PROTOCOL.md: "the message's other segments are then
+ * rest of its segments are then ignored (docs/PROTOCOL.md: "the message's other segments are then
  * ignored"). */
 #define reject(srv, k, h, now, code, ...)                                                           \
     do {                                                                                           \
@@ -95,7 +95,7 @@ static void known_call(srpc_server_t *srv, uint32_t idx, const srpc_hdr_t *h, ui
         ST_ADD(srv, drops[SRPC_DROP_DUPLICATE], 1);
         return;
     }
-    if (r < 0) { /* disagrees with the message: PROTOCOL.md drops the whole message */
+    if (r < 0) { /* disagrees with the message: docs/PROTOCOL.md drops the whole message */
         ST_ADD(srv, drops[SRPC_DROP_INCONSISTENT], 1);
         srv->rx.ready += srpc_partial_drop_locked(srv, idx);
         return;

@@ -39,7 +39,7 @@ void srpc_reply_errors_flush_rx(srpc_server_t *srv);
 int srpc_reply_log_init(srpc_reply_log_t *log, uint64_t cap);
 void srpc_reply_log_free(srpc_reply_log_t *log);
 
-/* Whether a reply is cached at all: RESPONSE and INTERNAL outcomes are (PROTOCOL.md: BUSY and
+/* Whether a reply is cached at all: RESPONSE and INTERNAL outcomes are (docs/PROTOCOL.md: BUSY and
  * DEADLINE are not, and 1, 2, 6 are recomputed); one larger than the whole log is not. */
 int srpc_reply_cacheable(const srpc_server_t *srv, int code, uint32_t len);
 /* The call of entry idx (CT_QUEUED) was answered with code and the n pieces (len bytes):
@@ -51,7 +51,7 @@ void srpc_reply_cache_locked(srpc_server_t *srv, uint32_t idx, int code, const s
  * from the log. */
 void srpc_reply_resend_locked(srpc_server_t *srv, uint32_t idx);
 /* Remembers that the multi-segment message of key (first seen segment h->seq) was answered
- * with an error, so that its other segments are ignored (PROTOCOL.md), until the reassembly
+ * with an error, so that its other segments are ignored (docs/PROTOCOL.md), until the reassembly
  * timeout. rx. */
 void srpc_reply_remember_rejection_locked(srpc_server_t *srv, const srpc_call_key_t *key, const srpc_hdr_t *h,
                                           int code, uint64_t now);
