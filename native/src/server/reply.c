@@ -1,6 +1,7 @@
 /* reply.c: what the server sends and remembers (see reply.h): replies and error replies through the transport, the reply log, rejections. */
 #include "server/reply.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -153,6 +154,7 @@ void srpc_reply_cache_locked(srpc_server_t *srv, uint32_t idx, int code, const s
         return;
     }
     const uint64_t off = log_place(srv, len);
+    assert(len == 0 || off % srv->log.cap + len <= srv->log.cap); /* contiguous in the ring */
     uint8_t *dst = len ? srv->log.base + off % srv->log.cap : NULL;
     for (int k = 0, at = 0; k < n && (uint32_t)at < len; k++) {
         size_t take = pieces[k].iov_len < len - (uint32_t)at ? pieces[k].iov_len : len - (uint32_t)at;

@@ -1,0 +1,263 @@
+/* test_reply.c: the server's reply path on one thread: a batch's replies (more than one send's worth), the reply log that answers retransmissions (oldest replies leave first, one larger than the log is not kept, zero-length ones are, expiry), and the error replies of one receive burst. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "core/wire.h"
+#include "server/engine.h"
+
+#include "check.h"
+
+enum { F_RAW = 1, F_BIG = 2, F_WIDE = 3 };
+#define LOG_BYTES 10000u
+#define MAX_REPLY 4000u
+
+static srpc_server_t *srv;
+static int cl;                /* the client's socket: replies arrive here */
+static struct sockaddr_in me; /* its address, the source of every request fed */
+static int srv_port;
+
+/* The reply the test's function gives to request req_id: len bytes derived from it. */
+static uint32_t reply_len(uint64_t id) { return id % 17 == 5 ? 0 : 1000 + (uint32_t)(id * 700 % 3001); }
+static uint8_t reply_byte(uint64_t id, uint32_t k) { return (uint8_t)(id * 31 + k * 7); }
+
+static void add(uint16_t id, uint32_t out, uint32_t max_batch, uint32_t cap)
+{
+    uint32_t in = 64;
+    srpc_func_config_t f;
+    srpc_func_config_init(&f);
+    f.func_id = id;
+    f.raw = 1;
+    f.in_sizes = &in;
+    f.out_sizes = &out;
+    f.max_batch = max_batch;
+    f.capacity = cap;
+    CHECK(srpc_server_add_function(srv, &f) == 0, "add function %u", id);
+}
+
+/* One request of function fn, as if it came from the client socket. */
+static void feed(uint16_t fn, uint64_t id)
+{
+    uint8_t d[SRPC_HDR_LEN + 8];
+    srpc_hdr_t h = {.type = SRPC_REQUEST, .version = SRPC_VERSION_2, .func_id = fn, .req_id = id, .nseg = 1,
+                    .msg_len = 8};
+    srpc_hdr_encode(&h, d);
+    memcpy(d + SRPC_HDR_LEN, &id, 8);
+    srpc_engine_feed(srv, d, sizeof(d), (struct sockaddr *)&me, sizeof(me));
+}
+
+/* Runs every ready batch (the function's replies; F_BIG's larger than the log); returns the
+ * number of batches and, in *calls, of calls. */
+static int drain(int *calls)
+{
+    srpc_batch_t b;
+    int batches = 0;
+    while (srpc_server_next_batch(srv, &b, 0) == 0) {
+        batches++;
+        for (uint32_t i = 0; i < b.count; i++) {
+            uint64_t id;
+            memcpy(&id, b.in[0] + (size_t)i * 64, 8);
+            uint32_t len = b.func_id == F_BIG ? LOG_BYTES + 1 : reply_len(id);
+            uint8_t *out = b.out[0] + (size_t)i * (b.func_id == F_BIG ? LOG_BYTES + 1 : MAX_REPLY);
+            for (uint32_t k = 0; k < len; k++)
+                out[k] = reply_byte(id, k);
+            b.out_len[i] = len;
+        }
+        if (calls)
+            *calls += (int)b.count;
+        CHECK(srpc_server_complete(srv, &b, 0, NULL) == 0, "complete");
+    }
+    return batches;
+}
+
+/* Receives one reply message (any number of segments) for call id; 1 when its bytes are the
+ * function's reply (code 0) or its error is `code`. */
+static int got_reply(uint64_t id, int code, uint32_t want_len, uint16_t fn)
+{
+    static uint8_t msg[LOG_BYTES + 64];
+    uint8_t buf[65536];
+    uint32_t have = 0, nseg = 0, seen = 0;
+    for (;;) {
+        struct pollfd p = {.fd = cl, .events = POLLIN};
+        if (poll(&p, 1, 1000) <= 0)
+            return 0;
+        ssize_t n = recv(cl, buf, sizeof(buf), 0);
+        srpc_hdr_t h;
+        uint32_t seg;
+        if (n < SRPC_HDR_LEN || srpc_hdr_decode(buf, SRPC_HDR_LEN, &h) != 0 ||
+            srpc_seg_check(&h, (size_t)n - SRPC_HDR_LEN, &seg) != 0 || h.req_id != id || h.func_id != fn)
+            return 0;
+        if (code)
+            return h.type == SRPC_ERROR && h.aux == code;
+        if (h.type != SRPC_RESPONSE || h.msg_len != want_len || h.msg_len > sizeof(msg))
+            return 0;
+        memcpy(msg + (size_t)h.seq * seg, buf + SRPC_HDR_LEN, (size_t)n - SRPC_HDR_LEN);
+        nseg = h.nseg;
+        have += (uint32_t)n - SRPC_HDR_LEN;
+        if (++seen == nseg)
+            break;
+    }
+    for (uint32_t k = 0; k < want_len; k++)
+        if (msg[k] != reply_byte(id, k))
+            return 0;
+    return have == want_len;
+}
+
+static srpc_server_stats_t stats(void)
+{
+    srpc_server_stats_t st;
+    srpc_server_stats(srv, &st);
+    return st;
+}
+
+/* 40 calls in one batch: more replies than one send takes, each right. */
+static void test_wide_batch(void)
+{
+    for (uint64_t id = 9000; id < 9040; id++)
+        feed(F_WIDE, id);
+    int calls = 0;
+    CHECK(drain(&calls) == 1 && calls == 40, "one batch of 40 (%d calls)", calls);
+    int ok = 0;
+    for (uint64_t id = 9000; id < 9040; id++)
+        ok += got_reply(id, 0, reply_len(id), F_WIDE);
+    CHECK(ok == 40, "%d of 40 replies right", ok);
+}
+
+/* The log keeps the newest replies that fit, oldest first out; retransmissions of those are
+ * answered from it, byte for byte, and run nothing. */
+static void test_log(void)
+{
+    enum { N = 60 };
+    for (uint64_t id = 1; id <= N; id++) {
+        feed(F_RAW, id);
+        drain(NULL);
+        CHECK(got_reply(id, 0, reply_len(id), F_RAW), "reply %llu", (unsigned long long)id);
+    }
+    /* Newest to oldest: hits until the first miss; a miss runs the call again. */
+    srpc_server_stats_t st0 = stats();
+    uint32_t m = 0, bytes = 0;
+    for (uint64_t id = N; id >= 1; id--) {
+        feed(F_RAW, id);
+        int calls = 0;
+        drain(&calls);
+        CHECK(got_reply(id, 0, reply_len(id), F_RAW), "retransmission of %llu answered right", (unsigned long long)id);
+        if (calls)
+            break;
+        m++;
+        bytes += reply_len(id);
+    }
+    srpc_server_stats_t st1 = stats();
+    const uint32_t next = reply_len(N - m);
+    CHECK(st1.cache_hits - st0.cache_hits == m && m >= 2, "%u hits", m);
+    CHECK(bytes <= LOG_BYTES, "the %u replies answered from the log hold %u bytes, over %u", m, bytes, LOG_BYTES);
+    /* Oldest first out: the next older one did not fit beside them (at most one reply's worth
+     * is lost where the ring wraps). */
+    CHECK(bytes + next > LOG_BYTES - MAX_REPLY, "%u + %u bytes: it would have fitted", bytes, next);
+    CHECK(st1.cached_replies <= m + 1, "cached %llu", (unsigned long long)st1.cached_replies);
+}
+
+/* A reply larger than the whole log is sent, not kept; a zero-length one is kept. */
+static void test_sizes(void)
+{
+    feed(F_BIG, 500);
+    drain(NULL);
+    CHECK(got_reply(500, 0, LOG_BYTES + 1, F_BIG), "big reply");
+    srpc_server_stats_t st0 = stats();
+    feed(F_BIG, 500);
+    int calls = 0;
+    drain(&calls);
+    CHECK(calls == 1 && stats().cache_hits == st0.cache_hits, "a reply over the log is not cached: it runs again");
+    CHECK(got_reply(500, 0, LOG_BYTES + 1, F_BIG), "big reply again");
+    const uint64_t zero = 17 * 100 + 5; /* reply_len 0 */
+    feed(F_RAW, zero);
+    drain(NULL);
+    CHECK(got_reply(zero, 0, 0, F_RAW), "empty reply");
+    st0 = stats();
+    feed(F_RAW, zero);
+    calls = 0;
+    drain(&calls);
+    CHECK(calls == 0 && stats().cache_hits == st0.cache_hits + 1, "an empty reply is cached");
+    CHECK(got_reply(zero, 0, 0, F_RAW), "empty reply from the log");
+}
+
+/* Cached replies expire: then a retransmission runs the call again. */
+static void test_expiry(void)
+{
+    feed(F_RAW, 7000);
+    drain(NULL);
+    CHECK(got_reply(7000, 0, reply_len(7000), F_RAW), "reply");
+    CHECK(stats().cached_replies > 0, "cached");
+    srpc_engine_run_timers(srv, srpc_now_ns() + 20000000000ull);
+    CHECK(stats().cached_replies == 0, "all expired");
+    feed(F_RAW, 7000);
+    int calls = 0;
+    drain(&calls);
+    CHECK(calls == 1 && got_reply(7000, 0, reply_len(7000), F_RAW), "runs again after expiry");
+}
+
+/* 100 requests for an unknown function in the socket at once: the engine answers each in
+ * the bursts that receive them (more errors than one burst's queue holds). */
+static void test_burst_errors(void)
+{
+    struct sockaddr_in to = {.sin_family = AF_INET, .sin_port = htons((uint16_t)srv_port),
+                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    for (uint64_t id = 0; id < 100; id++) {
+        uint8_t d[SRPC_HDR_LEN];
+        srpc_hdr_t h = {.type = SRPC_REQUEST, .version = SRPC_VERSION_2, .func_id = 999, .req_id = 20000 + id,
+                        .nseg = 1, .msg_len = 0};
+        srpc_hdr_encode(&h, d);
+        CHECK(sendto(cl, d, sizeof(d), 0, (struct sockaddr *)&to, sizeof(to)) == SRPC_HDR_LEN, "send");
+    }
+    srpc_server_stats_t st0 = stats();
+    srpc_batch_t b;
+    for (int i = 0; i < 50 && stats().rx_datagrams - st0.rx_datagrams < 100; i++)
+        CHECK(srpc_server_next_batch(srv, &b, 1000) == -ETIMEDOUT, "no batch"); /* receives inline */
+    int ok = 0;
+    for (uint64_t id = 0; id < 100; id++)
+        ok += got_reply(20000 + id, SRPC_E_UNKNOWN_FUNCTION, 0, 999);
+    CHECK(ok == 100, "%d of 100 UNKNOWN_FUNCTION errors", ok);
+    CHECK(stats().errors[SRPC_E_UNKNOWN_FUNCTION] - st0.errors[SRPC_E_UNKNOWN_FUNCTION] == 100, "counted");
+}
+
+int main(void)
+{
+    srpc_server_config_t cfg;
+    srpc_server_config_init(&cfg);
+    cfg.host = "127.0.0.1";
+    cfg.port = 0;
+    cfg.wait_mode = SRPC_WAIT_POLL;
+    cfg.reply_cache_bytes = LOG_BYTES;
+    cfg.seg_size_loopback = 1400; /* replies of several segments */
+    if (srpc_server_create(&cfg, &srv) != 0) {
+        fprintf(stderr, "cannot create a server\n");
+        return 2;
+    }
+    srv_port = srpc_server_port(srv);
+    add(F_RAW, MAX_REPLY, 1, 16);
+    add(F_BIG, LOG_BYTES + 1, 1, 4);
+    add(F_WIDE, MAX_REPLY, 64, 128);
+    cl = socket(AF_INET, SOCK_DGRAM, 0);
+    me = (struct sockaddr_in){.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t ml = sizeof(me);
+    int big = 8 << 20;
+    setsockopt(cl, SOL_SOCKET, SO_RCVBUF, &big, sizeof(big));
+    if (bind(cl, (struct sockaddr *)&me, sizeof(me)) != 0 || getsockname(cl, (struct sockaddr *)&me, &ml) != 0) {
+        fprintf(stderr, "cannot bind the client socket\n");
+        return 2;
+    }
+    test_wide_batch();
+    test_log();
+    test_sizes();
+    test_expiry();
+    test_burst_errors();
+    srpc_server_destroy(srv);
+    close(cl);
+    printf("%d passed, %d failed\n", passed, failed);
+    return failed ? 1 : 0;
+}
