@@ -73,6 +73,7 @@ void srpc_udp_close(srpc_udp_t *u)
     u->rx_msgs = NULL;
     u->rx_iov = NULL;
     u->rx_cap = 0;
+    u->rx_hdr = u->rx_data = u->rx_src = NULL;
 #ifdef SRPC_FAULT_INJECTION
     struct srpc_faults *f[2] = {u->rx_faults, u->tx_faults};
     for (int i = 0; i < 2; i++)
@@ -97,13 +98,14 @@ int srpc_udp_local_port(const srpc_udp_t *u)
 
 /* ------------------------------------------------------------------ receive */
 
-/* The recvmmsg vectors for bursts of n (receiving thread). */
-static int rx_vectors(srpc_udp_t *u, unsigned n)
+/* The recvmmsg vectors for rx's slots (receiving thread): built when the slots change. */
+static int rx_vectors(srpc_udp_t *u, srpc_rx_t *rx)
 {
-    if (u->rx_cap >= n)
+    if (u->rx_hdr == rx->hdr && u->rx_data == rx->data && u->rx_src == rx->src && u->rx_cap == rx->burst &&
+        u->rx_data_cap == rx->data_cap)
         return 0;
-    struct mmsghdr *m = calloc(n, sizeof(*m));
-    struct iovec *iv = calloc((size_t)n * 2, sizeof(*iv));
+    struct mmsghdr *m = calloc(rx->burst, sizeof(*m));
+    struct iovec *iv = calloc((size_t)rx->burst * 2, sizeof(*iv));
     if (!m || !iv) {
         free(m);
         free(iv);
@@ -111,24 +113,28 @@ static int rx_vectors(srpc_udp_t *u, unsigned n)
     }
     free(u->rx_msgs);
     free(u->rx_iov);
+    for (unsigned i = 0; i < rx->burst; i++) {
+        iv[2 * i] = (struct iovec){srpc_rx_hdr(rx, i), SRPC_HDR_LEN};
+        iv[2 * i + 1] = (struct iovec){srpc_rx_data(rx, i), rx->data_cap};
+        m[i].msg_hdr = (struct msghdr){.msg_name = &rx->src[i], .msg_namelen = sizeof(rx->src[i]),
+                                       .msg_iov = &iv[2 * i], .msg_iovlen = 2};
+    }
     u->rx_msgs = m;
     u->rx_iov = iv;
-    u->rx_cap = n;
+    u->rx_cap = rx->burst;
+    u->rx_data_cap = rx->data_cap;
+    u->rx_hdr = rx->hdr;
+    u->rx_data = rx->data;
+    u->rx_src = rx->src;
     return 0;
 }
 
 /* Receives up to max datagrams into slots [0, max). Returns the count, or -EAGAIN / -errno. */
 static int rx_recv(srpc_udp_t *u, srpc_rx_t *rx, unsigned max)
 {
-    int r = rx_vectors(u, max);
+    int r = rx_vectors(u, rx);
     if (r)
         return r;
-    for (unsigned i = 0; i < max; i++) {
-        u->rx_iov[2 * i] = (struct iovec){srpc_rx_hdr(rx, i), SRPC_HDR_LEN};
-        u->rx_iov[2 * i + 1] = (struct iovec){srpc_rx_data(rx, i), rx->data_cap};
-        u->rx_msgs[i].msg_hdr = (struct msghdr){.msg_name = &rx->src[i], .msg_namelen = sizeof(rx->src[i]),
-                                                .msg_iov = &u->rx_iov[2 * i], .msg_iovlen = 2};
-    }
     int n;
     do
         n = recvmmsg(u->fd, u->rx_msgs, max, MSG_DONTWAIT, NULL);
@@ -136,10 +142,12 @@ static int rx_recv(srpc_udp_t *u, srpc_rx_t *rx, unsigned max)
     if (n < 0)
         return errno == EWOULDBLOCK ? -EAGAIN : -errno;
     for (int i = 0; i < n; i++) {
+        struct msghdr *m = &u->rx_msgs[i].msg_hdr;
         rx->len[i] = u->rx_msgs[i].msg_len;
-        rx->trunc[i] = (u->rx_msgs[i].msg_hdr.msg_flags & MSG_TRUNC) != 0;
-        rx->srclen[i] = u->rx_msgs[i].msg_hdr.msg_namelen;
+        rx->trunc[i] = (m->msg_flags & MSG_TRUNC) != 0;
+        rx->srclen[i] = m->msg_namelen;
         rx->dev[i] = 0;
+        m->msg_namelen = sizeof(rx->src[i]); /* the kernel wrote the source's length there */
     }
     return n;
 }

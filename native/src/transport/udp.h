@@ -18,10 +18,13 @@ typedef struct srpc_udp {
      * leaves (tools/faults.h), NULL for none (always NULL in other builds). Set with
      * srpc_udp_set_faults before traffic starts; owned by the socket, freed at close. */
     struct srpc_faults *rx_faults, *tx_faults;
-    /* The receiving thread's recvmmsg vectors, grown to the largest burst asked for. */
+    /* The receiving thread's recvmmsg vectors, pointing into the slots they were built for
+     * (built once for a set of slots, then only the entries a receive used are reset). */
     struct mmsghdr *rx_msgs;
     struct iovec *rx_iov;
     unsigned rx_cap;
+    size_t rx_data_cap;
+    const void *rx_hdr, *rx_data, *rx_src;
 } srpc_udp_t;
 
 /* Opens a non-blocking UDP socket. bind_mode 1: bind to host:port (server); 0: connect to
