@@ -30,7 +30,7 @@ from datetime import datetime, timezone
 import numpy as np
 
 import splitrpc
-from splitrpc._native import lib
+from splitrpc._native import E_BUSY
 from splitrpc.errors import SplitRPCError
 from splitrpc.loadgen import report, schedule
 from splitrpc.loadgen.load_cli import comma_list
@@ -41,7 +41,7 @@ from splitrpc.services import SERVICES
 from .command_line import add_subcommand, command_of, run_as_module
 from .procs import Proc, ServerDied, free_port
 
-BUSY = lib.SRPC_E_BUSY
+BUSY = E_BUSY
 BASE_FACTOR = 0.5            # the load before and after the overload, times capacity
 REPLY_CACHE_MIB = 64         # the server's default reply-cache cap (Server(reply_cache_bytes=64 MiB))
 
