@@ -15,7 +15,7 @@ import numpy as np
 import splitrpc
 from splitrpc import gpu
 from splitrpc.loadgen import report
-from splitrpc.loadgen.hdr import HdrHistogram
+from splitrpc.loadgen.hdr import percentiles
 from splitrpc.loadgen.load_cli import comma_list
 from splitrpc.loadgen.runner import OK, run_load
 from splitrpc.services import SERVICES as BUILTIN
@@ -207,12 +207,10 @@ def _batch1(name: str, req: bytes) -> list[np.ndarray]:
 
 
 def _percentiles(lat_ns: np.ndarray) -> tuple[float | None, float | None]:
-    ok = lat_ns[lat_ns > 0].astype(np.int64)
-    if not ok.size:
+    pct = percentiles(lat_ns[lat_ns > 0].astype(np.int64), (50, 99))
+    if pct[50] is None:
         return None, None
-    h = HdrHistogram()
-    h.record(ok)
-    return h.value_at_percentile(50) / 1e3, h.value_at_percentile(99) / 1e3
+    return pct[50] / 1e3, pct[99] / 1e3
 
 
 def _timed(once, calls: int) -> np.ndarray:

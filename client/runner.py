@@ -13,6 +13,7 @@ from splitrpc import Client
 from splitrpc._native import loadgen as _loadgen
 from splitrpc._native.loadgen import INVALID, OK, PENDING, REC_DTYPE, SEND_FAILED, TIMEOUT  # noqa: F401 - public here
 from splitrpc.client import as_buffer
+from splitrpc.loadgen.hdr import percentiles
 
 
 def code_name(code: int) -> str:
@@ -98,10 +99,10 @@ def run_load(client: Client, func_id: int, request, *, expect=None, concurrency:
                 fin = run.finished
                 recent = rec[order[seen:fin]]
                 ok = recent[recent["code"] == OK]
-                lat = (ok["done_ns"] - ok["sched_ns"]) / 1e3
+                p99 = percentiles(ok["done_ns"] - ok["sched_ns"], (99,))[99]
                 errs += int(np.count_nonzero(recent["code"] != OK))  # only the new ones: O(interval)
                 on_progress(Snapshot(now - t0, int(run.sent), fin, n, (fin - seen) / max(now - last_t, 1e-9),
-                                     float(np.percentile(lat, 99)) if len(lat) else float("nan"), errs))
+                                     p99 / 1e3 if p99 is not None else float("nan"), errs))
                 seen, last_t = fin, now
     except KeyboardInterrupt:
         run.stop()

@@ -11,6 +11,7 @@ import numpy as np
 
 from . import Client, Server, __version__, features
 from .errors import SplitRPCError
+from .loadgen.hdr import percentiles
 
 
 def _services():
@@ -147,11 +148,12 @@ def cmd_call(a) -> int:
 
 def _summary(name: str, conc: int, res: dict) -> str:
     lat = res["latency_ns"]
-    ok = lat[lat > 0] / 1000.0
+    ok = lat[lat > 0]
     if ok.size == 0:
         return f"{name:8s} {conc:5d}  all {res['errors']} calls failed"
     tput = ok.size / res["elapsed_s"] if res["elapsed_s"] else 0.0
-    return (f"{name:8s} {conc:5d} {np.percentile(ok, 50):9.1f} {np.percentile(ok, 99):9.1f} "
+    pct = percentiles(ok, (50, 99))  # ns; the tables of `splitrpc load` and the benchmarks use the same
+    return (f"{name:8s} {conc:5d} {pct[50] / 1e3:9.1f} {pct[99] / 1e3:9.1f} "
             f"{tput:12.0f} {res['errors']:7d}")
 
 
