@@ -22,6 +22,7 @@ from datetime import datetime, timezone
 
 import numpy as np
 
+from splitrpc._native.server import FUNCTION_DEFAULTS
 from splitrpc.loadgen import report
 from splitrpc.loadgen.load_cli import comma_list
 
@@ -66,7 +67,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--small", action="store_true", help="the models' small configurations (same I/O sizes)")
     p.add_argument("--concurrency", type=comma_list(int), default=[1, 32],
                    help="closed-loop calls outstanding (default 1,32); splitrpc-local always runs one at a time")
-    p.add_argument("--max-batch", type=int, default=8, help="splitrpc's dynamic batching limit")
+    p.add_argument("--max-batch", type=int, default=FUNCTION_DEFAULTS["max_batch"],
+                   help="splitrpc's dynamic batching limit (default: the library's, %(default)s)")
     p.add_argument("--calls", type=int, default=2000, help="recorded calls per run (after a tenth as warm-up)")
     p.add_argument("--rounds", type=int, default=3, help="rounds, systems interleaved; tables quote medians")
     p.add_argument("--systems", type=comma_list(str, positive=False), default=list(SYSTEMS),

@@ -14,6 +14,7 @@ import numpy as np
 
 import splitrpc
 from splitrpc import gpu
+from splitrpc._native.server import FUNCTION_DEFAULTS
 from splitrpc.loadgen import report
 from splitrpc.loadgen.hdr import percentiles
 from splitrpc.loadgen.load_cli import comma_list
@@ -28,7 +29,7 @@ from .command_line import add_subcommand, command_of, run_as_module
 SERVICES = ("vecadd", "matmul", "lenet")
 MODES = ("o1", "graph", "o2")
 MODE_LABEL = {"o1": "O1", "graph": "O1+CG", "o2": "O2"}
-MAX_BATCH = 8
+MAX_BATCH = FUNCTION_DEFAULTS["max_batch"]  # the library's default batching limit
 LATENCY_CONC, THROUGHPUT_CONC = 1, 32
 VALIDATE_CALLS = 16      # distinct requests checked one by one (batch 1), then all at once (batched)
 MATMUL_RTOL = 1e-3       # a GPU GEMM sums in another order (and may use TF32)
@@ -50,7 +51,7 @@ class Service:
     inputs: tuple
     outputs: tuple
     o2_kernel: str | None = None
-    capacity: int = 256
+    capacity: int | None = None  # Tensor Queue elements; None: the library's default
 
     @property
     def reply_size(self) -> int:

@@ -31,6 +31,7 @@ import numpy as np
 
 import splitrpc
 from splitrpc._native import E_BUSY
+from splitrpc._native.server import FUNCTION_DEFAULTS, SERVER_DEFAULTS
 from splitrpc.errors import SplitRPCError
 from splitrpc.loadgen import report, schedule
 from splitrpc.loadgen.hdr import percentiles
@@ -44,7 +45,7 @@ from .procs import Proc, ServerDied, free_port
 
 BUSY = E_BUSY
 BASE_FACTOR = 0.5            # the load before and after the overload, times capacity
-REPLY_CACHE_MIB = 64         # the server's default reply-cache cap (Server(reply_cache_bytes=64 MiB))
+REPLY_CACHE_MIB = SERVER_DEFAULTS["reply_cache_bytes"] >> 20  # the server's default reply-cache cap
 
 # The targets of issue 6, fixed before any run; the report shows each as measured, pass or FAIL.
 TARGETS = {
@@ -70,7 +71,8 @@ def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--service", default="vecadd", choices=("vecadd", "matmul"))
     p.add_argument("--batch-cost-us", type=int, default=500,
                    help="the server's fixed service time per batch (splitrpc serve --batch-cost-us; 0: none)")
-    p.add_argument("--max-batch", type=int, default=8)
+    p.add_argument("--max-batch", type=int, default=FUNCTION_DEFAULTS["max_batch"],
+                   help="the server's batching limit (default: the library's, %(default)s)")
     p.add_argument("--wait", choices=("adaptive", "poll", "block"), default="adaptive", help="the server's wait mode")
     p.add_argument("--factor", type=float, default=3.0, help="the overload, times the measured capacity")
     p.add_argument("--overload-s", type=float, default=20.0)

@@ -32,7 +32,7 @@ class ModelInfo:
     example: Callable[[np.random.Generator], bytes]
     factory: str        # "module:callable" in this package, called with small=...
     summary: str
-    capacity: int = 256  # request Tensor Queue elements (ResNet's are 588 KiB: fewer)
+    capacity: int | None = None  # request Tensor Queue elements (None: the library's default; ResNet's: fewer)
     # extra check of integer outputs, which are not compared to the reference:
     # consistent(request_arrays, reply_arrays, atol) -> bool
     consistent: Callable | None = None
@@ -149,12 +149,13 @@ def resolve(names) -> list[str]:
     return names
 
 
-def register_models(server, names, *, device: str = "cpu", small: bool = False, max_batch: int = 8,
-                    max_delay_us: int = 0, seed: int = 0) -> dict:
+def register_models(server, names, *, device: str = "cpu", small: bool = False, max_batch: int | None = None,
+                    max_delay_us: int | None = None, seed: int = 0) -> dict:
     """Builds the named models and registers them on a splitrpc.Server under their func_ids;
     returns {name: callback}. names: "all", "lenet,lstm" or a list. device="cuda:N" is passed
     on to add_function (CuPy views of GPU Tensor Queues); where torch sees no CUDA device the
-    models run on the CPU (add_function falls back to host memory the same way)."""
+    models run on the CPU (add_function falls back to host memory the same way). max_batch and
+    max_delay_us left None take the library's defaults."""
     names = resolve(names)
     run_on = device
     if device != "cpu" and names:
