@@ -51,7 +51,7 @@ class Service:
     inputs: tuple
     outputs: tuple
     o2_kernel: str | None = None
-    capacity: int | None = None  # Tensor Queue elements; None: the library's default
+    capacity: int = FUNCTION_DEFAULTS["capacity"]  # Tensor Queue elements
 
     @property
     def reply_size(self) -> int:

@@ -9,6 +9,7 @@ from typing import Callable, Iterable
 
 import numpy as np
 
+from splitrpc._native.server import FUNCTION_DEFAULTS
 from splitrpc.spec import TensorSpec
 
 log = logging.getLogger("splitrpc.models")
@@ -32,7 +33,7 @@ class ModelInfo:
     example: Callable[[np.random.Generator], bytes]
     factory: str        # "module:callable" in this package, called with small=...
     summary: str
-    capacity: int | None = None  # request Tensor Queue elements (None: the library's default; ResNet's: fewer)
+    capacity: int = FUNCTION_DEFAULTS["capacity"]  # request Tensor Queue elements (ResNet's are 588 KiB: fewer)
     # extra check of integer outputs, which are not compared to the reference:
     # consistent(request_arrays, reply_arrays, atol) -> bool
     consistent: Callable | None = None
