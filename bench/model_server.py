@@ -62,7 +62,7 @@ def start(models: list[str], device: str, small: bool, max_batch: int, wait: str
     """The server as a child process, once it printed READY (building the models may take a while);
     env: its environment (None: this process's)."""
     port = free_port()
-    args = [sys.executable, "-m", f"{__package__}.model_server", "--port", str(port), "--wait", wait,
+    args = [sys.executable, "-m", "splitrpc.bench.model_server", "--port", str(port), "--wait", wait,
             "--models", ",".join(models), "--device", device, "--max-batch", str(max_batch)]
     proc = Proc(args + (["--small"] if small else []), env=env)
     proc.wait_line("READY", ready_s)

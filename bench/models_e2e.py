@@ -23,15 +23,14 @@ from datetime import datetime, timezone
 import numpy as np
 
 from splitrpc._native.server import FUNCTION_DEFAULTS
+from splitrpc.bench import model_server, systems
+from splitrpc.bench.command_line import add_subcommand, command_of, run_as_module
+from splitrpc.bench.peers import common
+from splitrpc.bench.procs import ServerDied
+from splitrpc.bench.sidebyside import _median_table
+from splitrpc.bench.systems import Result, _fill
 from splitrpc.loadgen import report
 from splitrpc.loadgen.load_cli import comma_list
-
-from . import model_server, systems
-from .command_line import add_subcommand, command_of, run_as_module
-from .peers import common
-from .procs import ServerDied
-from .sidebyside import _median_table
-from .systems import Result, _fill
 
 SYSTEMS = ("splitrpc", "splitrpc-local", "grpc")
 DEFAULT_MODELS = ("lenet", "resnet18", "bert-like")

@@ -15,6 +15,7 @@ import numpy as np
 import splitrpc
 from splitrpc import gpu
 from splitrpc._native.server import FUNCTION_DEFAULTS
+from splitrpc.bench.command_line import add_subcommand, command_of, run_as_module
 from splitrpc.loadgen import report
 from splitrpc.loadgen.hdr import percentiles
 from splitrpc.loadgen.load_cli import comma_list
@@ -23,8 +24,6 @@ from splitrpc.services import SERVICES as BUILTIN
 from splitrpc.services import builtin
 from splitrpc.services.models import MODELS, split
 from splitrpc.spec import TensorSpec
-
-from .command_line import add_subcommand, command_of, run_as_module
 
 SERVICES = ("vecadd", "matmul", "lenet")
 MODES = ("o1", "graph", "o2")

@@ -32,6 +32,8 @@ import numpy as np
 import splitrpc
 from splitrpc._native import E_BUSY
 from splitrpc._native.server import FUNCTION_DEFAULTS, SERVER_DEFAULTS
+from splitrpc.bench.command_line import add_subcommand, command_of, run_as_module
+from splitrpc.bench.procs import Proc, ServerDied, free_port
 from splitrpc.errors import SplitRPCError
 from splitrpc.loadgen import report, schedule
 from splitrpc.loadgen.hdr import percentiles
@@ -39,9 +41,6 @@ from splitrpc.loadgen.load_cli import comma_list
 from splitrpc.loadgen.runner import INVALID, OK, PENDING, SEND_FAILED, TIMEOUT, Records, Snapshot, run_load
 from splitrpc.loadgen.validate import validate
 from splitrpc.services import SERVICES
-
-from .command_line import add_subcommand, command_of, run_as_module
-from .procs import Proc, ServerDied, free_port
 
 BUSY = E_BUSY
 BASE_FACTOR = 0.5            # the load before and after the overload, times capacity

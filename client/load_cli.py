@@ -11,15 +11,15 @@ from datetime import datetime, timezone
 
 import numpy as np
 
-from .. import __version__
-from ..client import Client
-from ..dpdk import DPDKError
-from ..errors import CallTimeout, SplitRPCError
-from .._native.client import CLIENT_DEFAULTS
-from . import report, schedule
-from .progress import ProgressLine
-from .runner import Records, run_load
-from .validate import validate
+from splitrpc import __version__
+from splitrpc._native.client import CLIENT_DEFAULTS
+from splitrpc.client import Client
+from splitrpc.dpdk import DPDKError
+from splitrpc.errors import CallTimeout, SplitRPCError
+from splitrpc.loadgen import report, schedule
+from splitrpc.loadgen.progress import ProgressLine
+from splitrpc.loadgen.runner import Records, run_load
+from splitrpc.loadgen.validate import validate
 
 
 class LoadError(Exception):
@@ -106,7 +106,7 @@ def _target(a):
         except OSError as e:
             raise LoadError(str(e)) from None
         return a.func_id, req, exp, None
-    from ..services import SERVICES
+    from splitrpc.services import SERVICES
 
     svc = SERVICES.get(a.service)
     if svc is None:
@@ -166,7 +166,7 @@ def _print_row(s: dict) -> None:
 
 
 def _plots(a, out: str, runs: list[dict], records: list[Records], series: dict | None) -> list[str]:
-    from . import plots
+    from splitrpc.loadgen import plots
 
     made = []
     cdf = {(f"c={s['concurrency']}" if s["mode"] == "closed" else f"{s['offered_rps']:,.0f}/s"): r.latency_ns() / 1e3

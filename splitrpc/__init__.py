@@ -1,12 +1,11 @@
 """splitrpc: a control/data path splitting RPC runtime for low-latency ML inference serving."""
-from . import _native
-from . import gpu
-from .client import Client
-from .errors import (BadRequest, Busy, CallTimeout, DeadlineExceeded, InternalError, NativeError, RemoteError,
-                     SplitRPCError, TooLarge, UnknownFunction)
-from .gpu import GPUError, GPUUnavailable
-from .server import Server
-from .spec import TensorSpec
+from splitrpc import _native, gpu
+from splitrpc.client import Client
+from splitrpc.errors import (BadRequest, Busy, CallTimeout, DeadlineExceeded, InternalError, NativeError,
+                             RemoteError, SplitRPCError, TooLarge, UnknownFunction)
+from splitrpc.gpu import GPUError, GPUUnavailable
+from splitrpc.server import Server
+from splitrpc.spec import TensorSpec
 
 __version__ = _native.version()
 

@@ -9,12 +9,12 @@ import time
 
 import numpy as np
 
-from . import Client, Server, __version__, features
-from .server import WAIT_MODES
-from ._native.client import CLIENT_DEFAULTS
-from ._native.server import FUNCTION_DEFAULTS, SERVER_DEFAULTS
-from .errors import SplitRPCError
-from .loadgen.hdr import percentiles
+from splitrpc import Client, Server, __version__, features
+from splitrpc._native.client import CLIENT_DEFAULTS
+from splitrpc._native.server import FUNCTION_DEFAULTS, SERVER_DEFAULTS
+from splitrpc.errors import SplitRPCError
+from splitrpc.loadgen.hdr import percentiles
+from splitrpc.server import WAIT_MODES
 
 
 def _services():
@@ -61,7 +61,7 @@ def cmd_serve(a) -> int:
     model_cfg = f", models on {where}{' (small)' if a.small else ''}" if names else ""
     metrics = None
     if a.metrics_port is not None:
-        from .metrics import MetricsServer
+        from splitrpc.metrics import MetricsServer
 
         try:
             metrics = MetricsServer(srv, a.metrics_port, a.metrics_host)
@@ -255,14 +255,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"the server's wait mode (default: {SERVER_DEFAULTS['wait']})")
     d.set_defaults(func=cmd_demo)
 
-    from .loadgen.load_cli import add_parser as add_load_parser
+    from splitrpc.loadgen.load_cli import add_parser as add_load_parser
 
     add_load_parser(sub)
-    from .bench.dpdk_veth import add_parser as add_bench_dpdk_parser
-    from .bench.models_e2e import add_parser as add_bench_models_parser
-    from .bench.orchestration import add_parser as add_bench_orchestration_parser
-    from .bench.overload import add_parser as add_bench_overload_parser
-    from .bench.sidebyside import add_parser as add_bench_parser
+    from splitrpc.bench.dpdk_veth import add_parser as add_bench_dpdk_parser
+    from splitrpc.bench.models_e2e import add_parser as add_bench_models_parser
+    from splitrpc.bench.orchestration import add_parser as add_bench_orchestration_parser
+    from splitrpc.bench.overload import add_parser as add_bench_overload_parser
+    from splitrpc.bench.sidebyside import add_parser as add_bench_parser
 
     add_bench_parser(sub)
     add_bench_models_parser(sub)

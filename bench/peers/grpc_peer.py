@@ -30,7 +30,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from . import common
+from splitrpc.bench.peers import common
 
 try:
     import grpc

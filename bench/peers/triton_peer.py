@@ -20,7 +20,7 @@ import sysconfig
 
 import numpy as np
 
-from . import common
+from splitrpc.bench.peers import common
 
 try:
     import pytriton  # noqa: F401  (the server side)

@@ -2,8 +2,8 @@
 from __future__ import annotations
 
 import functools
-import importlib
 import logging
+from importlib import import_module
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
@@ -48,10 +48,10 @@ class ModelInfo:
 
     def build(self, device: str = "cpu", small: bool = False, seed: int = 0):
         """The serving callback on `device` ("cpu", "cuda", "cuda:N"), weights fixed by `seed`."""
-        from . import adapter  # raises ImportError naming the `models` extra when torch is missing
+        from splitrpc.services.models import adapter  # ImportError naming the `models` extra without torch
 
         mod, fn = self.factory.split(":")
-        make = getattr(importlib.import_module(f".{mod}", __package__), fn)
+        make = getattr(import_module(f"splitrpc.services.models.{mod}"), fn)
         module = adapter.construct(make, small=small, seed=seed)
         return adapter.TorchCallback(module, len(self.inputs), device)
 
@@ -97,7 +97,7 @@ def _bert_example(rng: np.random.Generator) -> bytes:
 
 def _bert_consistent(req: list, rep: list, atol: float) -> bool:
     """best_span is an allowed span and scores the most under the reply's own logits."""
-    from .bert import MAX_ANSWER, SPAN, SPAN_PACK
+    from splitrpc.services.models.bert import MAX_ANSWER, SPAN, SPAN_PACK
 
     logits, span = rep[0], int(rep[1][0])
     valid = min(max(int(req[2][0]), 1), 384)
@@ -160,7 +160,7 @@ def register_models(server, names, *, device: str = "cpu", small: bool = False, 
     names = resolve(names)
     run_on = device
     if device != "cpu" and names:
-        from .adapter import usable_device
+        from splitrpc.services.models.adapter import usable_device
 
         run_on = usable_device(device)
         if run_on != device:
