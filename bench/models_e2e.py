@@ -543,9 +543,9 @@ def cmd_bench_models(a) -> int:
     if why:
         print(f"splitrpc bench-models: {why}", file=sys.stderr)
         return 2
-    import importlib.util
+    from importlib import util
 
-    if importlib.util.find_spec("torch") is None:
+    if util.find_spec("torch") is None:
         print("splitrpc bench-models: the models need PyTorch: pip install 'splitrpc[models]'", file=sys.stderr)
         return 2
     a.command = command_of(a)

@@ -24,8 +24,8 @@ import socket
 import sys
 import threading
 import time
-import urllib.request
 from datetime import datetime, timezone
+from urllib import request
 
 import numpy as np
 
@@ -100,7 +100,7 @@ def start_server(a) -> tuple[Proc, int, str]:
             "--max-batch", str(a.max_batch), "--batch-cost-us", str(a.batch_cost_us), "--metrics-port", str(mport)]
     proc = Proc(argv)
     url = f"http://127.0.0.1:{mport}/metrics"
-    proc.wait_until(lambda: urllib.request.urlopen(url, timeout=2).close(), "splitrpc serve's metrics", 60)
+    proc.wait_until(lambda: request.urlopen(url, timeout=2).close(), "splitrpc serve's metrics", 60)
     return proc, port, url
 
 
@@ -143,7 +143,7 @@ class Sampler(threading.Thread):
         row = {"t_ns": time.monotonic_ns(), "rss_kib": read_rss_kib(self.pid),
                "busy": None, "calls": None, "replies": None, "queued": None}
         try:
-            with urllib.request.urlopen(self.url, timeout=2) as r:
+            with request.urlopen(self.url, timeout=2) as r:
                 m = parse_metrics(r.read().decode())
             row.update(busy=m.get('splitrpc_errors_total{code="BUSY"}'), calls=m.get("splitrpc_calls_total"),
                        replies=m.get("splitrpc_replies_total"), queued=m.get("splitrpc_queued_calls"))

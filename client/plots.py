@@ -22,14 +22,13 @@ class PlotUnavailable(ImportError):
 
 
 def _figure(nrows: int = 1, figsize=(8.0, 5.0)):
-    """A new Agg-backed figure and its axes, without pyplot: nothing global is touched or left open."""
+    """A new figure and its axes, without pyplot: nothing global is touched or left open. (Its
+    savefig(format="png") renders with Agg, as matplotlib's own non-pyplot examples do.)"""
     try:
-        from matplotlib.backends.backend_agg import FigureCanvasAgg
-        from matplotlib.figure import Figure
+        from matplotlib import figure
     except ImportError as e:
         raise PlotUnavailable(f"plots need matplotlib ({e}); install it with: pip install 'splitrpc[plot]'") from e
-    fig = Figure(figsize=figsize, layout="constrained")
-    FigureCanvasAgg(fig)
+    fig = figure.Figure(figsize=figsize, layout="constrained")
     axes = fig.subplots(nrows, 1, sharex=True) if nrows > 1 else fig.subplots()
     return fig, axes
 
@@ -45,8 +44,8 @@ def _save(fig, path):
 
 def _ticks(fmt):
     """A tick formatter writing each tick value v as fmt(v) (called after _figure(), so matplotlib is there)."""
-    from matplotlib.ticker import FuncFormatter
-    return FuncFormatter(lambda v, _pos: fmt(v))
+    from matplotlib import ticker
+    return ticker.FuncFormatter(lambda v, _pos: fmt(v))
 
 
 def _si(x: float) -> str:

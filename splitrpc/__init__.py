@@ -12,11 +12,11 @@ __version__ = _native.version()
 
 def _check_build() -> None:
     """The extension must come from the same build as the installed package."""
-    from importlib.metadata import PackageNotFoundError, version
+    from importlib import metadata
 
     try:
-        dist = version("splitrpc")
-    except PackageNotFoundError:
+        dist = metadata.version("splitrpc")
+    except metadata.PackageNotFoundError:
         return
     if dist != __version__:
         raise ImportError(f"splitrpc native extension {__version__} does not match the installed package {dist}")
