@@ -83,7 +83,7 @@ class Server:
         dpdk_emulate_split: bool = False,
     ):
         # A setting left None takes the C core's default (srpc_server_config_init, native/src/tunables.h;
-        # splitrpc._native.server.SERVER_DEFAULTS): 127.0.0.1:9230, adaptive wait, ...; dpdk_mtu: 1500.
+        # splitrpc._native.server.SERVER_DEFAULTS lists them; dpdk_mtu: 0 there, which means 1500).
         if wait is not None and wait not in WAIT_MODES:
             raise ValueError(f"wait must be one of {sorted(WAIT_MODES)}, got {wait!r}")
         if transport not in ("udp", "dpdk"):
