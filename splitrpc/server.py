@@ -79,7 +79,7 @@ class Server:
         dpdk_args: Sequence[str] = (),
         dpdk_port: str | None = None,
         dpdk_mtu: int | None = None,
-        dpdk_payload: str | None = None,
+        dpdk_payload: str = "auto",
         dpdk_emulate_split: bool = False,
     ):
         # A setting left None takes the C core's default (srpc_server_config_init, native/src/tunables.h;

@@ -71,10 +71,9 @@ SERVER_DEFAULTS = _read_defaults()            # the C core's defaults (native/sr
 FUNCTION_DEFAULTS = _read_function_defaults()  # a function's: srpc_func_config_init
 
 
-def payload_device(where: str | None) -> int:
-    """dpdk_payload: None or "auto" -> SRPC_DPDK_PAYLOAD_AUTO (config_init's default), "host" -> -1,
-    "cuda:N" -> N."""
-    if where is None or where == "auto":
+def payload_device(where: str) -> int:
+    """dpdk_payload: "auto" -> SRPC_DPDK_PAYLOAD_AUTO (config_init's default), "host" -> -1, "cuda:N" -> N."""
+    if where == "auto":
         return _config().dpdk_payload_gpu  # the cdef has no negative #defines: read the default itself
     if where == "host":
         return -1
