@@ -19,12 +19,11 @@ from datetime import datetime, timezone
 import numpy as np
 
 from splitrpc import dpdk
+from splitrpc.bench import netns
+from splitrpc.bench.command_line import add_subcommand, command_of, run_as_module
+from splitrpc.bench.procs import Proc, ServerDied
 from splitrpc.loadgen import report
 from splitrpc.loadgen.load_cli import comma_list
-
-from . import netns
-from .command_line import add_subcommand, command_of, run_as_module
-from .procs import Proc, ServerDied
 
 SERVER_IP, PORT = "10.99.0.1", 9000
 SYSTEMS = ("dpdk", "kernel-udp")

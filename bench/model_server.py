@@ -14,7 +14,8 @@ import json
 import signal
 import sys
 
-from .procs import Proc, free_port
+from splitrpc._native.server import FUNCTION_DEFAULTS, SERVER_DEFAULTS
+from splitrpc.bench.procs import Proc, free_port
 
 STATS_FUNC_ID = 90  # clear of the built-in services (1-4) and of the model zoo (10-14)
 STATS_MAX_REPLY = 64 << 10
@@ -61,7 +62,7 @@ def start(models: list[str], device: str, small: bool, max_batch: int, wait: str
     """The server as a child process, once it printed READY (building the models may take a while);
     env: its environment (None: this process's)."""
     port = free_port()
-    args = [sys.executable, "-m", f"{__package__}.model_server", "--port", str(port), "--wait", wait,
+    args = [sys.executable, "-m", "splitrpc.bench.model_server", "--port", str(port), "--wait", wait,
             "--models", ",".join(models), "--device", device, "--max-batch", str(max_batch)]
     proc = Proc(args + (["--small"] if small else []), env=env)
     proc.wait_line("READY", ready_s)
@@ -71,14 +72,16 @@ def start(models: list[str], device: str, small: bool, max_batch: int, wait: str
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m splitrpc.bench.model_server", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--host", help=f"address to bind (default: the library's, {SERVER_DEFAULTS['host']})")
     p.add_argument("--port", type=int, required=True)
     p.add_argument("--wait", choices=("adaptive", "poll", "block"), default="poll")
     p.add_argument("--models", metavar="NAMES", required=True, help="comma list of the zoo's models, or all")
     p.add_argument("--device", default="cpu", help="where the models run: cpu, cuda, cuda:N")
     p.add_argument("--small", action="store_true", help="the models' small configurations (same I/O sizes)")
-    p.add_argument("--max-batch", type=int, default=8)
-    p.add_argument("--max-delay-us", type=int, default=0)
+    p.add_argument("--max-batch", type=int, default=FUNCTION_DEFAULTS["max_batch"],
+                   help="calls per batch at most (default: the library's, %(default)s)")
+    p.add_argument("--max-delay-us", type=int, default=FUNCTION_DEFAULTS["max_delay_us"],
+                   help="how long a batch may wait for more calls (default: the library's, %(default)s)")
     return p
 
 

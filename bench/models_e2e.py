@@ -22,15 +22,15 @@ from datetime import datetime, timezone
 
 import numpy as np
 
+from splitrpc._native.server import FUNCTION_DEFAULTS
+from splitrpc.bench import model_server, systems
+from splitrpc.bench.command_line import add_subcommand, command_of, run_as_module
+from splitrpc.bench.peers import common
+from splitrpc.bench.procs import ServerDied
+from splitrpc.bench.sidebyside import _median_table
+from splitrpc.bench.systems import Result, _fill
 from splitrpc.loadgen import report
 from splitrpc.loadgen.load_cli import comma_list
-
-from . import model_server, systems
-from .command_line import add_subcommand, command_of, run_as_module
-from .peers import common
-from .procs import ServerDied
-from .sidebyside import _median_table
-from .systems import Result, _fill
 
 SYSTEMS = ("splitrpc", "splitrpc-local", "grpc")
 DEFAULT_MODELS = ("lenet", "resnet18", "bert-like")
@@ -66,7 +66,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--small", action="store_true", help="the models' small configurations (same I/O sizes)")
     p.add_argument("--concurrency", type=comma_list(int), default=[1, 32],
                    help="closed-loop calls outstanding (default 1,32); splitrpc-local always runs one at a time")
-    p.add_argument("--max-batch", type=int, default=8, help="splitrpc's dynamic batching limit")
+    p.add_argument("--max-batch", type=int, default=FUNCTION_DEFAULTS["max_batch"],
+                   help="splitrpc's dynamic batching limit (default: the library's, %(default)s)")
     p.add_argument("--calls", type=int, default=2000, help="recorded calls per run (after a tenth as warm-up)")
     p.add_argument("--rounds", type=int, default=3, help="rounds, systems interleaved; tables quote medians")
     p.add_argument("--systems", type=comma_list(str, positive=False), default=list(SYSTEMS),
@@ -542,9 +543,9 @@ def cmd_bench_models(a) -> int:
     if why:
         print(f"splitrpc bench-models: {why}", file=sys.stderr)
         return 2
-    import importlib.util
+    from importlib import util
 
-    if importlib.util.find_spec("torch") is None:
+    if util.find_spec("torch") is None:
         print("splitrpc bench-models: the models need PyTorch: pip install 'splitrpc[models]'", file=sys.stderr)
         return 2
     a.command = command_of(a)

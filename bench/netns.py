@@ -1,11 +1,11 @@
 """netns.py: two network namespaces joined by a veth pair, made and removed by the tests and benchmarks of the DPDK transport (needs root, iproute2 and ethtool)."""
 from __future__ import annotations
 
-import contextlib
 import itertools
 import os
 import shutil
 import subprocess
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 
@@ -47,7 +47,7 @@ def run_in(ns: str, *cmd: str) -> subprocess.CompletedProcess:
     return _run("ip", "netns", "exec", ns, *cmd)
 
 
-@contextlib.contextmanager
+@contextmanager
 def veth_pair(client_ip: str = "10.99.0.2", tag: str | None = None):
     """Yields a VethPair and removes both namespaces afterwards. The kernel side's transmit
     checksum offload is off: over veth the kernel leaves UDP checksums for a NIC to finish, and

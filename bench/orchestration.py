@@ -14,8 +14,10 @@ import numpy as np
 
 import splitrpc
 from splitrpc import gpu
+from splitrpc._native.server import FUNCTION_DEFAULTS
+from splitrpc.bench.command_line import add_subcommand, command_of, run_as_module
 from splitrpc.loadgen import report
-from splitrpc.loadgen.hdr import HdrHistogram
+from splitrpc.loadgen.hdr import percentiles
 from splitrpc.loadgen.load_cli import comma_list
 from splitrpc.loadgen.runner import OK, run_load
 from splitrpc.services import SERVICES as BUILTIN
@@ -23,12 +25,10 @@ from splitrpc.services import builtin
 from splitrpc.services.models import MODELS, split
 from splitrpc.spec import TensorSpec
 
-from .command_line import add_subcommand, command_of, run_as_module
-
 SERVICES = ("vecadd", "matmul", "lenet")
 MODES = ("o1", "graph", "o2")
 MODE_LABEL = {"o1": "O1", "graph": "O1+CG", "o2": "O2"}
-MAX_BATCH = 8
+MAX_BATCH = FUNCTION_DEFAULTS["max_batch"]  # the library's default batching limit
 LATENCY_CONC, THROUGHPUT_CONC = 1, 32
 VALIDATE_CALLS = 16      # distinct requests checked one by one (batch 1), then all at once (batched)
 MATMUL_RTOL = 1e-3       # a GPU GEMM sums in another order (and may use TF32)
@@ -50,7 +50,7 @@ class Service:
     inputs: tuple
     outputs: tuple
     o2_kernel: str | None = None
-    capacity: int = 256
+    capacity: int = FUNCTION_DEFAULTS["capacity"]  # Tensor Queue elements
 
     @property
     def reply_size(self) -> int:
@@ -207,12 +207,10 @@ def _batch1(name: str, req: bytes) -> list[np.ndarray]:
 
 
 def _percentiles(lat_ns: np.ndarray) -> tuple[float | None, float | None]:
-    ok = lat_ns[lat_ns > 0].astype(np.int64)
-    if not ok.size:
+    pct = percentiles(lat_ns[lat_ns > 0].astype(np.int64), (50, 99))
+    if pct[50] is None:
         return None, None
-    h = HdrHistogram()
-    h.record(ok)
-    return h.value_at_percentile(50) / 1e3, h.value_at_percentile(99) / 1e3
+    return pct[50] / 1e3, pct[99] / 1e3
 
 
 def _timed(once, calls: int) -> np.ndarray:

@@ -24,26 +24,27 @@ import socket
 import sys
 import threading
 import time
-import urllib.request
 from datetime import datetime, timezone
+from urllib import request
 
 import numpy as np
 
 import splitrpc
-from splitrpc._native import lib
+from splitrpc._native import E_BUSY
+from splitrpc._native.server import FUNCTION_DEFAULTS, SERVER_DEFAULTS
+from splitrpc.bench.command_line import add_subcommand, command_of, run_as_module
+from splitrpc.bench.procs import Proc, ServerDied, free_port
 from splitrpc.errors import SplitRPCError
 from splitrpc.loadgen import report, schedule
+from splitrpc.loadgen.hdr import percentiles
 from splitrpc.loadgen.load_cli import comma_list
 from splitrpc.loadgen.runner import INVALID, OK, PENDING, SEND_FAILED, TIMEOUT, Records, Snapshot, run_load
 from splitrpc.loadgen.validate import validate
 from splitrpc.services import SERVICES
 
-from .command_line import add_subcommand, command_of, run_as_module
-from .procs import Proc, ServerDied, free_port
-
-BUSY = lib.SRPC_E_BUSY
+BUSY = E_BUSY
 BASE_FACTOR = 0.5            # the load before and after the overload, times capacity
-REPLY_CACHE_MIB = 64         # the server's default reply-cache cap (Server(reply_cache_bytes=64 MiB))
+REPLY_CACHE_MIB = SERVER_DEFAULTS["reply_cache_bytes"] >> 20  # the server's default reply-cache cap
 
 # The targets of issue 6, fixed before any run; the report shows each as measured, pass or FAIL.
 TARGETS = {
@@ -69,7 +70,8 @@ def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--service", default="vecadd", choices=("vecadd", "matmul"))
     p.add_argument("--batch-cost-us", type=int, default=500,
                    help="the server's fixed service time per batch (splitrpc serve --batch-cost-us; 0: none)")
-    p.add_argument("--max-batch", type=int, default=8)
+    p.add_argument("--max-batch", type=int, default=FUNCTION_DEFAULTS["max_batch"],
+                   help="the server's batching limit (default: the library's, %(default)s)")
     p.add_argument("--wait", choices=("adaptive", "poll", "block"), default="adaptive", help="the server's wait mode")
     p.add_argument("--factor", type=float, default=3.0, help="the overload, times the measured capacity")
     p.add_argument("--overload-s", type=float, default=20.0)
@@ -98,7 +100,7 @@ def start_server(a) -> tuple[Proc, int, str]:
             "--max-batch", str(a.max_batch), "--batch-cost-us", str(a.batch_cost_us), "--metrics-port", str(mport)]
     proc = Proc(argv)
     url = f"http://127.0.0.1:{mport}/metrics"
-    proc.wait_until(lambda: urllib.request.urlopen(url, timeout=2).close(), "splitrpc serve's metrics", 60)
+    proc.wait_until(lambda: request.urlopen(url, timeout=2).close(), "splitrpc serve's metrics", 60)
     return proc, port, url
 
 
@@ -141,7 +143,7 @@ class Sampler(threading.Thread):
         row = {"t_ns": time.monotonic_ns(), "rss_kib": read_rss_kib(self.pid),
                "busy": None, "calls": None, "replies": None, "queued": None}
         try:
-            with urllib.request.urlopen(self.url, timeout=2) as r:
+            with request.urlopen(self.url, timeout=2) as r:
                 m = parse_metrics(r.read().decode())
             row.update(busy=m.get('splitrpc_errors_total{code="BUSY"}'), calls=m.get("splitrpc_calls_total"),
                        replies=m.get("splitrpc_replies_total"), queued=m.get("splitrpc_queued_calls"))
@@ -201,11 +203,12 @@ def phases(a, peak: float) -> list[dict]:
 # ------------------------------------------------------------------ analysis
 
 
-def _pcts(lat_us: np.ndarray) -> tuple[float | None, float | None]:
-    if not len(lat_us):
+def _pcts(lat_ns: np.ndarray) -> tuple[float | None, float | None]:
+    """p50 and p99 in µs of latencies in ns (hdr.percentiles); None, None without any."""
+    pct = percentiles(lat_ns, (50, 99))
+    if pct[50] is None:
         return None, None
-    p50, p99 = np.percentile(lat_us, [50, 99])
-    return float(p50), float(p99)
+    return pct[50] / 1e3, pct[99] / 1e3
 
 
 def series(rec: np.ndarray, end_s: float, bin_s: float) -> dict:
@@ -224,7 +227,7 @@ def series(rec: np.ndarray, end_s: float, bin_s: float) -> dict:
     sent = rec["sent_ns"] > 0
     other = ~ok & (code != BUSY) & (code != TIMEOUT) & (code != PENDING)
     okb = np.clip((sched[ok] / ns).astype(np.int64), 0, nb - 1)
-    p50, p99 = report.binned_p50_p99(okb, (rec["done_ns"][ok] - sched[ok]) / 1e3, nb)
+    p50, p99 = report.binned_p50_p99(okb, rec["done_ns"][ok] - sched[ok], nb)
     return {"t_s": np.arange(nb) * bin_s, "offered_rps": count(sched) / bin_s,
             "sent_rps": count(rec["sent_ns"], sent) / bin_s, "goodput_rps": count(rec["done_ns"], ok) / bin_s,
             "busy": count(sched, code == BUSY), "timeouts": count(sched, code == TIMEOUT),
@@ -239,9 +242,10 @@ def phase_stats(rec: np.ndarray, ph: dict) -> dict:
     ok = code == OK
     done_in = ok & (rec["done_ns"] >= lo) & (rec["done_ns"] < hi)
     d = rec[due]
-    lat = (d["done_ns"][d["code"] == OK] - d["sched_ns"][d["code"] == OK]) / 1e3
-    lag = (d["sent_ns"][d["sent_ns"] > 0] - d["sched_ns"][d["sent_ns"] > 0]) / 1e3
+    lat = d["done_ns"][d["code"] == OK] - d["sched_ns"][d["code"] == OK]
+    lag = d["sent_ns"][d["sent_ns"] > 0] - d["sched_ns"][d["sent_ns"] > 0]
     p50, p99 = _pcts(lat)
+    lag_p99 = percentiles(lag, (99,))[99]
     secs = ph["end_s"] - ph["start_s"]
     by_code: dict[str, int] = {}
     for c, k in zip(*np.unique(d["code"][d["code"] != OK], return_counts=True)):
@@ -252,7 +256,7 @@ def phase_stats(rec: np.ndarray, ph: dict) -> dict:
             "goodput_rps": int(done_in.sum()) / secs if secs > 0 else None,
             "busy": int((d["code"] == BUSY).sum()), "timeouts": int((d["code"] == TIMEOUT).sum()),
             "invalid": int((d["code"] == INVALID).sum()), "failures_by_code": by_code,
-            "p50_us": p50, "p99_us": p99, "send_lag_p99_us": float(np.percentile(lag, 99)) if len(lag) else None}
+            "p50_us": p50, "p99_us": p99, "send_lag_p99_us": lag_p99 / 1e3 if lag_p99 is not None else None}
 
 
 def recovery(rec: np.ndarray, t_drop_s: float, end_s: float, bound_us: float, bin_s: float, hold: int,
@@ -265,7 +269,7 @@ def recovery(rec: np.ndarray, t_drop_s: float, end_s: float, bound_us: float, bi
     b = np.floor((sched - t_drop_s * 1e9) / (bin_s * 1e9)).astype(np.int64)
     inside = (b >= 0) & (b < n)
     ok = inside & (code == OK)
-    p50a, p99a = report.binned_p50_p99(b[ok], (rec["done_ns"][ok] - sched[ok]) / 1e3, n)
+    p50a, p99a = report.binned_p50_p99(b[ok], rec["done_ns"][ok] - sched[ok], n)
     p50s = [None if np.isnan(v) else float(v) for v in p50a]
     p99s = [None if np.isnan(v) else float(v) for v in p99a]
     busy = [int(v) for v in np.bincount(b[inside & (code == BUSY)], minlength=n)[:n]]

@@ -11,12 +11,11 @@ from datetime import datetime, timezone
 
 import numpy as np
 
+from splitrpc.bench import systems
+from splitrpc.bench.procs import ServerDied, start_raw, start_splitrpc
+from splitrpc.bench.systems import PEERS, SYSTEMS, Result
 from splitrpc.loadgen import report
 from splitrpc.loadgen.load_cli import comma_list
-
-from . import systems
-from .procs import ServerDied, start_raw, start_splitrpc
-from .systems import PEERS, SYSTEMS, Result
 
 SERVICES = ("vecadd", "head", "matmul", "echo")
 

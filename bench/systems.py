@@ -2,27 +2,27 @@
 limit, the in-process callback, and the peers in bench/peers) with closed- and open-loop runs."""
 from __future__ import annotations
 
-import importlib
+import json
 import os
 import socket
-import json
 import subprocess
 import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
+from importlib import import_module
 
 import numpy as np
 
 from splitrpc import Client
-from splitrpc._native import check, ffi, lib
+from splitrpc._native import raw as _raw
+from splitrpc.bench.peers import common
+from splitrpc.bench.procs import Proc, ServerDied, free_port, start_raw, start_splitrpc
+from splitrpc.errors import NativeError
 from splitrpc.loadgen import report, schedule
-from splitrpc.loadgen.hdr import HdrHistogram
+from splitrpc.loadgen.hdr import percentiles
 from splitrpc.loadgen.runner import run_load
 from splitrpc.services import SERVICES
-
-from .peers import common
-from .procs import Proc, ServerDied, free_port, start_raw, start_splitrpc
 
 PEERS = {  # system name -> (module, variant)
     "grpc-sync": ("grpc_peer", "sync"),
@@ -60,11 +60,10 @@ def _fill(r: Result, lat_ns: np.ndarray, elapsed_s: float | None, calls: int, er
     ok = lat_ns[lat_ns > 0].astype(np.int64)
     r.calls, r.ok, r.errors, r.invalid = calls, int(ok.size), errors, invalid
     if ok.size:
-        h = HdrHistogram()
-        h.record(ok)
-        r.p50_us = h.value_at_percentile(50) / 1e3
-        r.p99_us = h.value_at_percentile(99) / 1e3
-        r.mean_us = h.mean / 1e3
+        pct = percentiles(ok, (50, 99))
+        r.p50_us = pct[50] / 1e3
+        r.p99_us = pct[99] / 1e3
+        r.mean_us = int(ok.sum()) / ok.size / 1e3  # exact sum, as HdrHistogram.mean
         r.throughput_rps = ok.size / elapsed_s if elapsed_s else None
         r.lat_us = ok / 1e3
     if r.ok == 0:
@@ -119,18 +118,15 @@ def raw_sizes(service: str) -> tuple[int, int]:
 
 def raw_run(proc: Proc, port: int, service: str, busy: bool, conc: int, calls: int) -> Result:
     req_size, resp_size = raw_sizes(service)
-    probe = ffi.new("uint64_t[1]")
-    proc.wait_until(lambda: check(lib.srpc_raw_pingpong(b"127.0.0.1", port, req_size, resp_size, 0, 0, 1, probe),
-                                  "raw ping"), "raw UDP server")
-    lat = np.zeros(calls, np.uint64)
-    el = ffi.new("uint64_t *")
+    proc.wait_until(lambda: _raw.pingpong("127.0.0.1", port, req_size, resp_size, False, 0, 1), "raw UDP server")
     r = Result(f"raw-udp-{'busy' if busy else 'block'}", service, conc)
-    rc = lib.srpc_raw_closed_loop(b"127.0.0.1", port, req_size, resp_size, int(busy), conc, max(calls // 10, 10),
-                                  calls, ffi.cast("uint64_t *", lat.ctypes.data), el)
-    if rc < 0:
-        r.status = f"failed: {os.strerror(-rc)}"
+    try:
+        lat, elapsed_ns = _raw.closed_loop("127.0.0.1", port, req_size, resp_size, busy, conc, max(calls // 10, 10),
+                                           calls)
+    except NativeError as e:
+        r.status = f"failed: {os.strerror(e.errno)}"
         return r
-    return _fill(r, lat, el[0] / 1e9, calls, 0, 0)
+    return _fill(r, lat, elapsed_ns / 1e9, calls, 0, 0)
 
 
 # ------------------------------------------------------------------ splitrpc through its native load generator
@@ -163,7 +159,7 @@ def splitrpc_open(c: Client, system: str, service: str, rate: float, duration_s:
 
 def peer_available(system: str) -> tuple[bool, str]:
     module, _ = PEERS[system]
-    mod = importlib.import_module(f"{__package__}.peers.{module}")
+    mod = import_module(f"splitrpc.bench.peers.{module}")
     return mod.available()
 
 
@@ -184,7 +180,7 @@ def start_peer(system: str, service: str | None, extra: list[str] | None = None,
     port = free_port(socket.SOCK_STREAM)
     while system == "triton" and not _tcp_free(port + 1):  # PyTriton's HTTP endpoint is port + 1
         port = free_port(socket.SOCK_STREAM)
-    proc = Proc([sys.executable, "-m", f"{__package__}.peers.{module}", "serve",
+    proc = Proc([sys.executable, "-m", f"splitrpc.bench.peers.{module}", "serve",
                  *(["--service", service] if service else []), "--port", str(port), "--variant", variant,
                  *(extra or [])], env=env)
     proc.wait_line("READY", ready_s or (180.0 if system == "triton" else 30.0))
@@ -195,7 +191,7 @@ def peer_client(system: str, service: str | None, port: int, conc: int, calls: i
                 timeout_s: float = 600.0) -> dict:
     """One run of a peer's own client (its JSON line); service None: `--model NAME` is in extra."""
     module, variant = PEERS[system]
-    cmd = [sys.executable, "-m", f"{__package__}.peers.{module}", "client",
+    cmd = [sys.executable, "-m", f"splitrpc.bench.peers.{module}", "client",
            *(["--service", service] if service else []), "--port", str(port), "--variant", variant,
            "--concurrency", str(conc), "--calls", str(calls), "--warmup", str(max(calls // 10, 10)), *(extra or [])]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, cwd=tempfile.gettempdir())

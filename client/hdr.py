@@ -6,7 +6,7 @@ from fractions import Fraction
 
 import numpy as np
 
-__all__ = ["HdrHistogram", "EmptyHistogramError", "DEFAULT_PERCENTILES"]
+__all__ = ["HdrHistogram", "EmptyHistogramError", "DEFAULT_PERCENTILES", "percentiles"]
 
 DEFAULT_PERCENTILES = (50, 90, 95, 99, 99.9, 100)
 
@@ -279,6 +279,18 @@ class HdrHistogram:
     def __repr__(self) -> str:
         return (f"HdrHistogram(lowest_discernible={self.lowest_discernible}, highest_trackable="
                 f"{self.highest_trackable}, significant_figures={self.significant_figures}, count={self._count})")
+
+
+def percentiles(values, ps=(50, 99)) -> dict:
+    """{p: value at percentile p} of values (non-negative integers, e.g. latencies in ns) from an
+    HdrHistogram with its default precision (3 significant figures, never above the exact max):
+    the one way every report, table and command-line line of splitrpc computes percentiles, so
+    that they compare. {p: None} for each p when there are no values."""
+    h = HdrHistogram()
+    h.record(values)
+    if not h.count:
+        return dict.fromkeys(ps)
+    return h.percentiles(ps)
 
 
 def _rank(p, count: int) -> int:

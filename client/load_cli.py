@@ -11,14 +11,15 @@ from datetime import datetime, timezone
 
 import numpy as np
 
-from .. import __version__
-from ..client import Client
-from ..dpdk import DPDKError
-from ..errors import CallTimeout, SplitRPCError
-from . import report, schedule
-from .progress import ProgressLine
-from .runner import Records, run_load
-from .validate import validate
+from splitrpc import __version__
+from splitrpc._native.client import CLIENT_DEFAULTS
+from splitrpc.client import Client
+from splitrpc.dpdk import DPDKError
+from splitrpc.errors import CallTimeout, SplitRPCError
+from splitrpc.loadgen import report, schedule
+from splitrpc.loadgen.progress import ProgressLine
+from splitrpc.loadgen.runner import Records, run_load
+from splitrpc.loadgen.validate import validate
 
 
 class LoadError(Exception):
@@ -44,8 +45,9 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p = sub.add_parser("load", help="load a splitrpc server: closed loop, open loop or trace replay",
                        description="Warm-up, validation, then the measured runs. Every timestamp is taken "
                                    "in native code; open-loop latency counts from each call's due time.")
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=9230)
+    # --host, --port and --protocol left out take the library's defaults (srpc_client_config_init).
+    p.add_argument("--host", help=f"the server's address (default: {CLIENT_DEFAULTS['host']})")
+    p.add_argument("--port", type=int, help=f"the server's UDP port (default: {CLIENT_DEFAULTS['port']})")
     p.add_argument("--service", default="vecadd", help="built-in service: vecadd, matmul, echo, head")
     p.add_argument("--func-id", type=int, help="call this function id instead of a built-in service")
     p.add_argument("--request-file", help="request bytes (with --func-id)")
@@ -74,10 +76,12 @@ def add_parser(sub) -> argparse.ArgumentParser:
                                                    "'--no-huge --no-shconf -l 0 --vdev=net_af_packet0,iface=eth1'")
     p.add_argument("--local-ip", help="dpdk: this client's IPv4 address on the port")
     p.add_argument("--server-mac", help="dpdk: the server's MAC (else asked by ARP)")
+    # The load generator's own default, unlike the library's: no retransmission, so that losses show.
     p.add_argument("--retries", type=int, default=0,
                    help="retransmissions of a call whose reply is late (0: none, so losses show as timeouts)")
-    p.add_argument("--protocol", type=int, choices=(1, 2), default=2,
-                   help="wire protocol version: 2 checks every header (docs/PROTOCOL-v2.md), 1 is PROTOCOL.md's")
+    p.add_argument("--protocol", type=int, choices=(1, 2),
+                   help="wire protocol version: 2 checks every header (docs/PROTOCOL-v2.md), 1 is PROTOCOL.md's "
+                        f"(default: {CLIENT_DEFAULTS['protocol']})")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--out", default="splitrpc-load", help="directory for report.json, runs.csv and PNGs")
     p.add_argument("--label", default="splitrpc")
@@ -102,7 +106,7 @@ def _target(a):
         except OSError as e:
             raise LoadError(str(e)) from None
         return a.func_id, req, exp, None
-    from ..services import SERVICES
+    from splitrpc.services import SERVICES
 
     svc = SERVICES.get(a.service)
     if svc is None:
@@ -162,7 +166,7 @@ def _print_row(s: dict) -> None:
 
 
 def _plots(a, out: str, runs: list[dict], records: list[Records], series: dict | None) -> list[str]:
-    from . import plots
+    from splitrpc.loadgen import plots
 
     made = []
     cdf = {(f"c={s['concurrency']}" if s["mode"] == "closed" else f"{s['offered_rps']:,.0f}/s"): r.latency_ns() / 1e3
@@ -192,7 +196,7 @@ def _probe(c: Client, a, func_id: int, req: bytes) -> None:
     try:
         c.call(func_id, req)
     except CallTimeout:
-        raise LoadError(f"no reply from {a.host}:{a.port} within {a.timeout_ms:g} ms: is a server "
+        raise LoadError(f"no reply from {c.host}:{c.port} within {a.timeout_ms:g} ms: is a server "
                         f"(`splitrpc serve`) running there?") from None
     except SplitRPCError:
         pass
@@ -215,8 +219,9 @@ def _load(a) -> int:
     os.makedirs(a.out, exist_ok=True)
     doc: dict = {"tool": f"splitrpc load {__version__}", "command": " ".join(sys.argv),
                  "started": datetime.now(timezone.utc).isoformat(timespec="seconds"), "machine": report.machine(),
-                 "target": {"host": a.host, "port": a.port, "service": svc.name if svc else None, "func_id": func_id,
-                            "request_bytes": len(req), "checks_replies": exp is not None, "protocol": a.protocol,
+                 "target": {"host": None, "port": None, "service": svc.name if svc else None, "func_id": func_id,
+                            "request_bytes": len(req), "checks_replies": exp is not None,
+                            "protocol": CLIENT_DEFAULTS["protocol"] if a.protocol is None else a.protocol,
                             "retries": a.retries},
                  "mode": a.mode, "arrival": a.arrival if a.mode != "closed" else None}
     runs: list[dict] = []
@@ -227,6 +232,7 @@ def _load(a) -> int:
         "server_mac": a.server_mac}
     with Client(a.host, a.port, timeout=a.timeout_ms / 1e3, busy_poll=a.busy_poll, protocol=a.protocol, retries=a.retries,
                 **dpdk_kw) as c:
+        doc["target"].update(host=c.host, port=c.port)  # where the client sends (the defaults' if not given)
         _probe(c, a, func_id, req)
         job = Job(a, c, func_id, req, exp)
         if a.mode == "closed":

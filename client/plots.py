@@ -3,9 +3,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from fractions import Fraction
 
 import numpy as np
+
+from splitrpc.loadgen.hdr import percentiles
 
 __all__ = ["PlotUnavailable", "find_knee", "latency_vs_load", "throughput_vs_concurrency", "latency_cdf",
            "latency_over_time"]
@@ -21,14 +22,13 @@ class PlotUnavailable(ImportError):
 
 
 def _figure(nrows: int = 1, figsize=(8.0, 5.0)):
-    """A new Agg-backed figure and its axes, without pyplot: nothing global is touched or left open."""
+    """A new figure and its axes, without pyplot: nothing global is touched or left open. (Its
+    savefig(format="png") renders with Agg, as matplotlib's own non-pyplot examples do.)"""
     try:
-        from matplotlib.backends.backend_agg import FigureCanvasAgg
-        from matplotlib.figure import Figure
+        from matplotlib import figure
     except ImportError as e:
         raise PlotUnavailable(f"plots need matplotlib ({e}); install it with: pip install 'splitrpc[plot]'") from e
-    fig = Figure(figsize=figsize, layout="constrained")
-    FigureCanvasAgg(fig)
+    fig = figure.Figure(figsize=figsize, layout="constrained")
     axes = fig.subplots(nrows, 1, sharex=True) if nrows > 1 else fig.subplots()
     return fig, axes
 
@@ -44,8 +44,8 @@ def _save(fig, path):
 
 def _ticks(fmt):
     """A tick formatter writing each tick value v as fmt(v) (called after _figure(), so matplotlib is there)."""
-    from matplotlib.ticker import FuncFormatter
-    return FuncFormatter(lambda v, _pos: fmt(v))
+    from matplotlib import ticker
+    return ticker.FuncFormatter(lambda v, _pos: fmt(v))
 
 
 def _si(x: float) -> str:
@@ -180,14 +180,9 @@ def throughput_vs_concurrency(series, path, title: str = "Throughput vs concurre
     return _finish(fig, ax, path, title, "concurrency (outstanding requests)", "throughput (requests/s)")
 
 
-def _quantile(sorted_values: np.ndarray, p: float) -> float:
-    """The value at percentile p: index ceil(p/100 * n) - 1 (as HdrHistogram.value_at_percentile)."""
-    q = Fraction(repr(float(p))) * sorted_values.size / 100
-    return float(sorted_values[max(-(-q.numerator // q.denominator), 1) - 1])
-
-
 def latency_cdf(series, path, title: str = "Latency CDF"):
-    """The empirical CDF of each series' latencies (µs), log x, p50 and p99 marked.
+    """The empirical CDF of each series' latencies (µs), log x, p50 and p99 marked (hdr.percentiles,
+    as in the tables).
 
     series: {label: array of latencies in µs, all finite and > 0}. Large arrays are drawn from
     quantiles spaced evenly in the body and logarithmically in the tail. Writes a PNG to path.
@@ -212,7 +207,8 @@ def latency_cdf(series, path, title: str = "Latency CDF"):
             ranks = ranks[(ranks >= 1) & (ranks <= n)]
         else:
             ranks = np.arange(1, n + 1)
-        p50, p99 = _quantile(s, 50), _quantile(s, 99)
+        pct = percentiles(np.rint(s * 1e3), (50, 99))  # of the latencies in ns
+        p50, p99 = pct[50] / 1e3, pct[99] / 1e3
         ax.step(s[ranks - 1], ranks / n, where="post", color=color,
                 label=f"{label} (n={n}, p50 {p50:.3g} µs, p99 {p99:.3g} µs)")
         ax.plot([p50, p99], [0.5, 0.99], "o", color=color, markersize=4, alpha=0.5)

@@ -7,7 +7,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.text import Text
 
-from .runner import Snapshot
+from splitrpc.loadgen.runner import Snapshot
 
 
 class ProgressLine:

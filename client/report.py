@@ -10,8 +10,8 @@ import platform
 
 import numpy as np
 
-from .hdr import HdrHistogram
-from .runner import INVALID, OK, PENDING, SEND_FAILED, TIMEOUT, Records, code_name
+from splitrpc.loadgen.hdr import HdrHistogram, percentiles
+from splitrpc.loadgen.runner import INVALID, OK, PENDING, SEND_FAILED, TIMEOUT, Records, code_name
 
 LATENCY_KEYS = ("min", "mean", "p50", "p90", "p95", "p99", "p99.9", "max")
 
@@ -59,16 +59,18 @@ def summarize(r: Records, label: str = "") -> dict:
     }
 
 
-def binned_p50_p99(bins: np.ndarray, values: np.ndarray, nb: int) -> tuple[np.ndarray, np.ndarray]:
-    """p50 and p99 of values in each of nb bins (bins[i]: value i's bin), NaN where empty."""
+def binned_p50_p99(bins: np.ndarray, latency_ns: np.ndarray, nb: int) -> tuple[np.ndarray, np.ndarray]:
+    """p50 and p99 in µs (hdr.percentiles) of the latencies (ns) in each of nb bins (bins[i]:
+    latency i's bin), NaN where empty."""
     p50, p99 = np.full(nb, np.nan), np.full(nb, np.nan)
     order = np.argsort(bins, kind="stable")
-    sb, sv = bins[order], values[order]
+    sb, sv = bins[order], latency_ns[order]
     edges = np.searchsorted(sb, np.arange(nb + 1))
     for b in range(nb):
         seg = sv[edges[b]:edges[b + 1]]
         if len(seg):
-            p50[b], p99[b] = np.percentile(seg, [50, 99])
+            pct = percentiles(seg, (50, 99))
+            p50[b], p99[b] = pct[50] / 1e3, pct[99] / 1e3
     return p50, p99
 
 
@@ -84,9 +86,9 @@ def time_series(r: Records, bin_s: float = 1.0) -> dict:
     okd = rec[ok]
     done_bins = (okd["done_ns"] / (bin_s * 1e9)).astype(np.int64)
     achieved = np.bincount(done_bins, minlength=nb)[:nb] / bin_s
-    lat_us = (okd["done_ns"] - okd["sched_ns"]) / 1e3
+    lat_ns = okd["done_ns"] - okd["sched_ns"]
     errors = np.bincount(bins[~ok & (rec["code"] != PENDING)], minlength=nb)
-    p50, p99 = binned_p50_p99(bins[ok], lat_us, nb)
+    p50, p99 = binned_p50_p99(bins[ok], lat_ns, nb)
     return {"t_s": np.arange(nb) * bin_s, "offered_rps": offered, "achieved_rps": achieved,
             "p50_us": p50, "p99_us": p99, "errors": errors}
 

@@ -9,18 +9,16 @@ from typing import Callable
 
 import numpy as np
 
-from .._native import check, ffi, lib
-from ..client import Client, as_buffer
-
-REC_DTYPE = np.dtype([("sched_ns", "<u8"), ("sent_ns", "<u8"), ("done_ns", "<u8"),
-                      ("code", "<i4"), ("reply_len", "<u4")])
-assert REC_DTYPE.itemsize == ffi.sizeof("srpc_load_rec_t"), "srpc_load_rec_t layout changed"
-
-OK, TIMEOUT, PENDING, INVALID, SEND_FAILED = 0, lib.SRPC_E_TIMEOUT, lib.SRPC_E_PENDING, lib.SRPC_E_INVALID, lib.SRPC_E_SEND
+from splitrpc import Client
+from splitrpc._native import loadgen as _loadgen
+from splitrpc._native.loadgen import INVALID, OK, PENDING, REC_DTYPE, SEND_FAILED, TIMEOUT  # noqa: F401 - public here
+from splitrpc.client import as_buffer
+from splitrpc.loadgen.hdr import percentiles
 
 
 def code_name(code: int) -> str:
-    return ffi.string(lib.srpc_strerror(int(code))).decode()
+    """The name of a call's outcome code ("TIMEOUT", "BUSY", ...), from the C core."""
+    return _loadgen.code_name(code)
 
 
 @dataclass
@@ -81,31 +79,10 @@ def run_load(client: Client, func_id: int, request, *, expect=None, concurrency:
     client._check_open()
     req = as_buffer(request)
     exp = as_buffer(expect) if expect is not None else None
-    rec = np.zeros(n, dtype=REC_DTYPE)
-    order = np.zeros(n, dtype=np.uint32)
-    p = ffi.new("srpc_load_params_t *")
-    p.func_id = func_id
-    p.req = ffi.from_buffer(req)
-    p.req_len = len(req)
-    if exp is not None:
-        p.expect = ffi.from_buffer(exp)
-        p.expect_len = len(exp)
-    p.concurrency = concurrency
-    if sched is not None:
-        p.sched_ns = ffi.cast("uint64_t *", sched.ctypes.data)
-    p.n = n
-    p.max_outstanding = max_outstanding
-    p.timeout_us = max(1, int(timeout_s * 1e6))
-    p.spin = int(spin)
-    prog = ffi.new("srpc_load_progress_t *")
-    start = ffi.new("uint64_t *")
-    result: list[int] = []
-
-    def body() -> None:
-        result.append(lib.srpc_load_run(client._cl, p, ffi.cast("srpc_load_rec_t *", rec.ctypes.data),
-                                        ffi.cast("uint32_t *", order.ctypes.data), prog, start))
-
-    th = threading.Thread(target=body, name="splitrpc-load", daemon=True)
+    run = _loadgen.LoadRun(client._cl, func_id, req, exp, concurrency=concurrency, sched=sched, n=n,
+                           max_outstanding=max_outstanding, timeout_us=max(1, int(timeout_s * 1e6)), spin=spin)
+    rec, order = run.rec, run.order
+    th = threading.Thread(target=run.run, name="splitrpc-load", daemon=True)
     interrupted = False
     t0 = time.monotonic()
     th.start()
@@ -115,23 +92,23 @@ def run_load(client: Client, func_id: int, request, *, expect=None, concurrency:
         while th.is_alive():
             th.join(interval_s)
             if stop is not None and stop.is_set():
-                prog.stop = 1
+                run.stop()
                 interrupted = True
             if on_progress is not None and th.is_alive():
                 now = time.monotonic()
-                fin = prog.finished
+                fin = run.finished
                 recent = rec[order[seen:fin]]
                 ok = recent[recent["code"] == OK]
-                lat = (ok["done_ns"] - ok["sched_ns"]) / 1e3
+                p99 = percentiles(ok["done_ns"] - ok["sched_ns"], (99,))[99]
                 errs += int(np.count_nonzero(recent["code"] != OK))  # only the new ones: O(interval)
-                on_progress(Snapshot(now - t0, int(prog.sent), fin, n, (fin - seen) / max(now - last_t, 1e-9),
-                                     float(np.percentile(lat, 99)) if len(lat) else float("nan"), errs))
+                on_progress(Snapshot(now - t0, int(run.sent), fin, n, (fin - seen) / max(now - last_t, 1e-9),
+                                     p99 / 1e3 if p99 is not None else float("nan"), errs))
                 seen, last_t = fin, now
     except KeyboardInterrupt:
-        prog.stop = 1
+        run.stop()
         interrupted = True
         th.join()
-    check(result[0] if result else -1, "srpc_load_run")
-    out = Records(rec, order[:prog.finished].copy(), int(start[0]), mode, concurrency, interrupted)
+    run.check()
+    out = Records(rec, order[:run.finished].copy(), run.start_ns, mode, concurrency, interrupted)
     out.meta = {"func_id": func_id, "request_bytes": len(req), "timeout_s": timeout_s, "spin": bool(spin)}
     return out

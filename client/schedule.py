@@ -7,9 +7,9 @@ import math
 
 import numpy as np
 
-from .._native import ENOBUFS, check, ffi, lib
+from splitrpc._native import loadgen as _loadgen
 
-ARRIVALS = {"constant": 0, "poisson": 1, "hyperexp": 2}
+ARRIVALS = _loadgen.ARRIVALS  # name -> the C core's enum srpc_arrival
 
 
 class TraceError(ValueError):
@@ -35,10 +35,7 @@ def arrivals(arrival: str, rate: float, n: int, *, cv: float = 4.0, seed: int = 
     if n < 0:
         raise ValueError("n must be >= 0")
     _check_shape(arrival, cv)
-    at = np.empty(n, dtype=np.uint64)
-    check(lib.srpc_schedule_fill(_kind(arrival), float(rate), float(cv), seed & (2**64 - 1),
-                                 ffi.cast("uint64_t *", at.ctypes.data), n), "srpc_schedule_fill")
-    return at
+    return _loadgen.schedule_fill(_kind(arrival), rate, cv, seed, n)
 
 
 def validate_trace(t_s, rate) -> tuple[np.ndarray, np.ndarray]:
@@ -66,18 +63,13 @@ def trace_arrivals(t_s, rate, end_s: float, *, arrival: str = "poisson", cv: flo
     edges = np.append(t, max(end_s, t[-1]))
     expected = float(np.sum(r * np.clip(np.diff(edges), 0, None)))
     cap = int(expected * 1.2 + 10 * math.sqrt(expected + 1) + 1000)
-    tp = ffi.cast("double *", t.ctypes.data)
-    rp = ffi.cast("double *", r.ctypes.data)
     while True:
         if cap >= 2**31:
             raise TraceError(f"the trace asks for about {expected:.3g} calls, more than one run can hold")
-        at = np.empty(cap, dtype=np.uint64)
-        n = lib.srpc_schedule_trace(_kind(arrival), float(cv), tp, rp, len(t), float(end_s), seed & (2**64 - 1),
-                                    ffi.cast("uint64_t *", at.ctypes.data), cap)
-        if n != -ENOBUFS:  # more arrivals than room (unlikely): try again with more
-            check(n, "srpc_schedule_trace")
-            return at[:n]
-        cap *= 2
+        at = _loadgen.schedule_trace(_kind(arrival), cv, t, r, end_s, seed, cap)
+        if at is not None:
+            return at
+        cap *= 2  # more arrivals than room (unlikely): try again with more
 
 
 def read_trace_csv(path: str) -> tuple[np.ndarray, np.ndarray]:

@@ -6,8 +6,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..client import Client
-from ..errors import SplitRPCError
+from splitrpc.client import Client
+from splitrpc.errors import SplitRPCError
 
 
 @dataclass

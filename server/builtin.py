@@ -82,10 +82,12 @@ def with_batch_cost(fn: Callable, cost_us: int) -> Callable:
     return costly
 
 
-def register_builtin_services(server, *, max_batch: int = 8, max_delay_us: int = 0, batch_cost_us: int = 0) -> None:
-    """Registers the four built-in services on a splitrpc.Server. batch_cost_us > 0 adds that
-    fixed service time to every batch (with_batch_cost), which bounds the server's capacity at
-    about max_batch * 1e6 / batch_cost_us calls/s: a server-bound service for overload tests."""
+def register_builtin_services(server, *, max_batch: int | None = None, max_delay_us: int | None = None,
+                              batch_cost_us: int = 0) -> None:
+    """Registers the four built-in services on a splitrpc.Server; max_batch and max_delay_us left
+    None take the library's defaults. batch_cost_us > 0 adds that fixed service time to every
+    batch (with_batch_cost), which bounds the server's capacity at about max_batch * 1e6 /
+    batch_cost_us calls/s: a server-bound service for overload tests."""
     f32 = "float32"
 
     def cb(fn):

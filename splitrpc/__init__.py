@@ -1,23 +1,22 @@
 """splitrpc: a control/data path splitting RPC runtime for low-latency ML inference serving."""
-from . import _native
-from . import gpu
-from .client import Client
-from .errors import (BadRequest, Busy, CallTimeout, DeadlineExceeded, InternalError, NativeError, RemoteError,
-                     SplitRPCError, TooLarge, UnknownFunction)
-from .gpu import GPUError, GPUUnavailable
-from .server import Server
-from .spec import TensorSpec
+from splitrpc import _native, gpu
+from splitrpc.client import Client
+from splitrpc.errors import (BadRequest, Busy, CallTimeout, DeadlineExceeded, InternalError, NativeError,
+                             RemoteError, SplitRPCError, TooLarge, UnknownFunction)
+from splitrpc.gpu import GPUError, GPUUnavailable
+from splitrpc.server import Server
+from splitrpc.spec import TensorSpec
 
 __version__ = _native.version()
 
 
 def _check_build() -> None:
     """The extension must come from the same build as the installed package."""
-    from importlib.metadata import PackageNotFoundError, version
+    from importlib import metadata
 
     try:
-        dist = version("splitrpc")
-    except PackageNotFoundError:
+        dist = metadata.version("splitrpc")
+    except metadata.PackageNotFoundError:
         return
     if dist != __version__:
         raise ImportError(f"splitrpc native extension {__version__} does not match the installed package {dist}")

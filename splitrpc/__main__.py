@@ -1,6 +1,6 @@
 """__main__.py: `python -m splitrpc` runs the command line."""
 import sys
 
-from .cli import main
+from splitrpc.cli import main
 
 sys.exit(main())

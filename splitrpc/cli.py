@@ -9,8 +9,12 @@ import time
 
 import numpy as np
 
-from . import Client, Server, __version__, features
-from .errors import SplitRPCError
+from splitrpc import Client, Server, __version__, features
+from splitrpc._native.client import CLIENT_DEFAULTS
+from splitrpc._native.server import FUNCTION_DEFAULTS, SERVER_DEFAULTS
+from splitrpc.errors import SplitRPCError
+from splitrpc.loadgen.hdr import percentiles
+from splitrpc.server import WAIT_MODES
 
 
 def _services():
@@ -57,7 +61,7 @@ def cmd_serve(a) -> int:
     model_cfg = f", models on {where}{' (small)' if a.small else ''}" if names else ""
     metrics = None
     if a.metrics_port is not None:
-        from .metrics import MetricsServer
+        from splitrpc.metrics import MetricsServer
 
         try:
             metrics = MetricsServer(srv, a.metrics_port, a.metrics_host)
@@ -65,8 +69,9 @@ def cmd_serve(a) -> int:
             srv.close()
             print(f"--metrics-port: cannot listen on {a.metrics_host}:{a.metrics_port}: {e}", file=sys.stderr)
             return 2
-    print(f"splitrpc {__version__} serving {served} on {a.host}:{srv.port} "
-          f"(wait={a.wait}{model_cfg}{f', {a.batch_cost_us} us per batch' if a.batch_cost_us > 0 else ''}); "
+    cost = f", {a.batch_cost_us} us per batch" if a.batch_cost_us > 0 else ""
+    print(f"splitrpc {__version__} serving {served} on {srv.host}:{srv.port} "
+          f"(wait={a.wait or SERVER_DEFAULTS['wait']}{model_cfg}{cost}); "
           "Ctrl-C stops", flush=True)
     if metrics:
         print(f"metrics: http://{metrics.host}:{metrics.port}/metrics", flush=True)
@@ -147,11 +152,12 @@ def cmd_call(a) -> int:
 
 def _summary(name: str, conc: int, res: dict) -> str:
     lat = res["latency_ns"]
-    ok = lat[lat > 0] / 1000.0
+    ok = lat[lat > 0]
     if ok.size == 0:
         return f"{name:8s} {conc:5d}  all {res['errors']} calls failed"
     tput = ok.size / res["elapsed_s"] if res["elapsed_s"] else 0.0
-    return (f"{name:8s} {conc:5d} {np.percentile(ok, 50):9.1f} {np.percentile(ok, 99):9.1f} "
+    pct = percentiles(ok, (50, 99))  # ns; the tables of `splitrpc load` and the benchmarks use the same
+    return (f"{name:8s} {conc:5d} {pct[50] / 1e3:9.1f} {pct[99] / 1e3:9.1f} "
             f"{tput:12.0f} {res['errors']:7d}")
 
 
@@ -161,13 +167,14 @@ def cmd_demo(a) -> int:
     register(srv)
     srv.start()
     port = srv.port
-    print(f"splitrpc {__version__} demo: server on {a.host}:{port} (wait={a.wait}), features {features()}")
+    wait = a.wait or SERVER_DEFAULTS["wait"]
+    print(f"splitrpc {__version__} demo: server on {srv.host}:{port} (wait={wait}), features {features()}")
     print(f"closed loop, {a.calls} calls per row after {a.calls // 10} warm-up calls; latency in microseconds")
     print(f"{'service':8s} {'conc':>5s} {'p50':>9s} {'p99':>9s} {'calls/s':>12s} {'errors':>7s}")
     rng = np.random.default_rng(1)
     failed = 0
     try:
-        with Client(a.host, port, timeout=2.0, busy_poll=a.wait == "poll") as c:
+        with Client(srv.host, port, timeout=2.0, busy_poll=wait == "poll") as c:
             for name in ("vecadd", "matmul", "echo", "head"):
                 svc = services[name]
                 data = svc.example(rng)
@@ -200,17 +207,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-v", "--verbose", action="store_true", help="log what the server does")
     sub = p.add_subparsers(dest="cmd", required=True)
 
+    # Options left out take the library's defaults (the C core's, srpc_*_config_init): None here.
     s = sub.add_parser("serve", help="serve vecadd, matmul, echo and head (and models of the zoo)")
-    s.add_argument("--host", default="127.0.0.1")
-    s.add_argument("--port", type=int, default=9230)
-    s.add_argument("--wait", choices=("adaptive", "poll", "block"), default="adaptive",
-                   help="poll: lowest latency, burns a core; block: idle-efficient")
-    s.add_argument("--max-batch", type=int, default=8)
-    s.add_argument("--max-delay-us", type=int, default=0)
+    s.add_argument("--host", help=f"address to bind (default: {SERVER_DEFAULTS['host']})")
+    s.add_argument("--port", type=int, help=f"UDP port (default: {SERVER_DEFAULTS['port']})")
+    s.add_argument("--wait", choices=tuple(WAIT_MODES),
+                   help="poll: lowest latency, burns a core; block: idle-efficient "
+                        f"(default: {SERVER_DEFAULTS['wait']})")
+    s.add_argument("--max-batch", type=int,
+                   help=f"calls per batch at most (default: {FUNCTION_DEFAULTS['max_batch']})")
+    s.add_argument("--max-delay-us", type=int,
+                   help=f"how long a batch may wait for more calls (default: {FUNCTION_DEFAULTS['max_delay_us']})")
     s.add_argument("--batch-cost-us", type=int, default=0, metavar="US",
                    help="the built-in services sleep this long per batch (a fixed service time, as on a GPU): "
                         "a server of known capacity, about max-batch * 1e6 / US calls/s")
-    s.add_argument("--segment-size", type=int, default=1450, help="reply segment size to non-loopback clients")
+    s.add_argument("--segment-size", type=int, help="reply segment size to non-loopback clients "
+                                                     f"(default: {SERVER_DEFAULTS['segment_size']})")
     s.add_argument("--models", metavar="NAMES",
                    help="also serve these PyTorch models: a comma list of lenet, lstm, resnet18, resnet50, "
                         "bert-like, or all (needs pip install 'splitrpc[models]')")
@@ -226,30 +238,31 @@ def build_parser() -> argparse.ArgumentParser:
     c = sub.add_parser("call", help="make one call and print the reply")
     c.add_argument("function", help="vecadd, matmul, echo, head, a model (lenet, lstm, resnet18, resnet50, "
                                     "bert-like), or a numeric func_id")
-    c.add_argument("--host", default="127.0.0.1")
-    c.add_argument("--port", type=int, default=9230)
+    c.add_argument("--host", help=f"the server's address (default: {CLIENT_DEFAULTS['host']})")
+    c.add_argument("--port", type=int, help=f"the server's UDP port (default: {CLIENT_DEFAULTS['port']})")
     c.add_argument("--file", help="request bytes from this file")
     c.add_argument("--text", help="request bytes: this UTF-8 text")
     c.add_argument("--output", help="write the reply bytes to this file")
-    c.add_argument("--timeout", type=float, default=2.0)
+    c.add_argument("--timeout", type=float, default=2.0, help="seconds (default: %(default)s)")
     c.add_argument("--seed", type=int, default=0, help="seed of the example input")
     c.add_argument("--small", action="store_true", help="a model's reply is checked against its small configuration")
     c.set_defaults(func=cmd_call)
 
     d = sub.add_parser("demo", help="start a server, load each service, print p50/p99 and throughput")
-    d.add_argument("--host", default="127.0.0.1")
+    d.add_argument("--host", help=f"the server's address (default: {SERVER_DEFAULTS['host']})")
     d.add_argument("--calls", type=int, default=2000)
-    d.add_argument("--wait", choices=("adaptive", "poll", "block"), default="adaptive")
+    d.add_argument("--wait", choices=tuple(WAIT_MODES),
+                   help=f"the server's wait mode (default: {SERVER_DEFAULTS['wait']})")
     d.set_defaults(func=cmd_demo)
 
-    from .loadgen.load_cli import add_parser as add_load_parser
+    from splitrpc.loadgen.load_cli import add_parser as add_load_parser
 
     add_load_parser(sub)
-    from .bench.dpdk_veth import add_parser as add_bench_dpdk_parser
-    from .bench.models_e2e import add_parser as add_bench_models_parser
-    from .bench.orchestration import add_parser as add_bench_orchestration_parser
-    from .bench.overload import add_parser as add_bench_overload_parser
-    from .bench.sidebyside import add_parser as add_bench_parser
+    from splitrpc.bench.dpdk_veth import add_parser as add_bench_dpdk_parser
+    from splitrpc.bench.models_e2e import add_parser as add_bench_models_parser
+    from splitrpc.bench.orchestration import add_parser as add_bench_orchestration_parser
+    from splitrpc.bench.overload import add_parser as add_bench_overload_parser
+    from splitrpc.bench.sidebyside import add_parser as add_bench_parser
 
     add_bench_parser(sub)
     add_bench_models_parser(sub)

@@ -8,9 +8,9 @@ from typing import Sequence
 
 import numpy as np
 
-from . import dpdk
-from ._native import ENOBUFS, ETIMEDOUT, check, ffi, lib
-from .errors import CallTimeout, SplitRPCError, remote_error
+from splitrpc import dpdk
+from splitrpc._native import client as _client
+from splitrpc.errors import CallTimeout, SplitRPCError, remote_error
 
 
 def as_buffer(data) -> memoryview:
@@ -48,12 +48,16 @@ class Client:
     only that.
     """
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 9230, timeout: float = 1.0, *,
-                 segment_size: int = 0, max_reply: int = 1 << 20, busy_poll: bool = False,
-                 socket_buffer: int = 32 << 20, transport: str = "udp", dpdk_args: Sequence[str] = (),
+    def __init__(self, host: str | None = None, port: int | None = None, timeout: float = 1.0, *,
+                 segment_size: int | None = None, max_reply: int | None = None, busy_poll: bool = False,
+                 socket_buffer: int | None = None, transport: str = "udp", dpdk_args: Sequence[str] = (),
                  dpdk_port: str | None = None, local_ip: str | None = None, local_port: int = 0,
-                 server_mac: str | None = None, dpdk_mtu: int = 1500, retries: int = 3, rto_min: float = 0.005,
-                 rto_initial: float = 0.2, rto_max: float = 1.0, protocol: int = 2):
+                 server_mac: str | None = None, dpdk_mtu: int | None = None, retries: int | None = None,
+                 rto_min: float | None = None, rto_initial: float | None = None, rto_max: float | None = None,
+                 protocol: int | None = None):
+        # A setting left None takes the C core's default (srpc_client_config_init, native/src/tunables.h;
+        # splitrpc._native.client.CLIENT_DEFAULTS; segment_size: by destination; dpdk_mtu: 1500).
+        # timeout has no C counterpart: it is Python's own, defined here once.
         if transport not in ("udp", "dpdk"):
             raise ValueError(f"transport must be 'udp' or 'dpdk', got {transport!r}")
         if transport == "dpdk":
@@ -61,44 +65,35 @@ class Client:
                 raise ValueError("transport='dpdk' needs dpdk_port (the DPDK port's name) and local_ip "
                                  "(this client's IPv4 address on it)")
             dpdk.init(dpdk_args)
-        cfg = ffi.new("srpc_client_config_t *")
-        lib.srpc_client_config_init(cfg)
-        self._host = ffi.new("char[]", host.encode())
-        cfg.host = self._host
-        cfg.port = int(port)
-        cfg.seg_size = int(segment_size)
-        cfg.max_reply = int(max_reply)
-        cfg.busy_poll = int(busy_poll)
-        cfg.sock_buf_bytes = int(socket_buffer)
-        if retries < 0 or not 0 < rto_min <= rto_initial <= rto_max:
+        d = _client.CLIENT_DEFAULTS
+        rto = [d[k] if v is None else v for k, v in (("rto_min", rto_min), ("rto_initial", rto_initial),
+                                                      ("rto_max", rto_max))]
+        if (retries is not None and retries < 0) or not 0 < rto[0] <= rto[1] <= rto[2]:
             raise ValueError("retries must be >= 0 and 0 < rto_min <= rto_initial <= rto_max")
-        cfg.retries = int(retries)
-        if protocol not in (1, 2):
+        if protocol is not None and protocol not in (1, 2):
             raise ValueError(f"protocol must be 1 or 2, got {protocol!r}")
-        cfg.version = protocol
-        cfg.rto_min_us, cfg.rto_initial_us, cfg.rto_max_us = (int(v * 1e6) for v in (rto_min, rto_initial, rto_max))
-        if transport == "dpdk":
-            self._dpdk_strs = [ffi.new("char[]", s.encode()) for s in (dpdk_port, local_ip, server_mac or "")]
-            cfg.dpdk_dev, cfg.dpdk_local_ip = self._dpdk_strs[0], self._dpdk_strs[1]
-            cfg.dpdk_server_mac = self._dpdk_strs[2] if server_mac else ffi.NULL
-            cfg.dpdk_local_port = int(local_port)
-            cfg.dpdk_mtu = int(dpdk_mtu)
-        out = ffi.new("srpc_client_t **")
-        check(lib.srpc_client_create(cfg, out), f"cannot create a client for {host}:{port}")
-        self._cl = out[0]
-        self.host, self.port, self.timeout = host, port, timeout
-        self.max_reply = int(max_reply)
+        dpdk_kw = {} if transport != "dpdk" else {
+            "dpdk_dev": dpdk_port, "dpdk_local_ip": local_ip, "dpdk_local_port": local_port,
+            "dpdk_server_mac": server_mac, "dpdk_mtu": dpdk_mtu}
+        self._native = _client.create_client(
+            host, port=port, segment_size=segment_size, max_reply=max_reply, busy_poll=busy_poll,
+            socket_buffer=socket_buffer, retries=retries, rto_min=rto_min, rto_initial=rto_initial, rto_max=rto_max,
+            protocol=protocol, **dpdk_kw)
+        self._cl = self._native.handle
+        self.host, self.port, self.timeout = self._native.host, self._native.port, timeout
+        self.max_reply = self._native.max_reply
         self._tls = threading.local()
         self._pending: dict[int, tuple[Future, float]] = {}
         self._plock = threading.Lock()
         self._poller: threading.Thread | None = None
         self._closing = False
 
-    def _out_buffer(self):
-        buf = getattr(self._tls, "buf", None)
-        if buf is None:
-            buf = self._tls.buf = ffi.new("uint8_t[]", max(self.max_reply, 512))
-        return buf
+    def _buffers(self) -> _client.CallBuffers:
+        """This thread's reply buffer for call()."""
+        bufs = getattr(self._tls, "bufs", None)
+        if bufs is None:
+            bufs = self._tls.bufs = _client.CallBuffers(self.max_reply)
+        return bufs
 
     def _budget(self, func_id: int, timeout: float | None, deadline: float | None) -> float:
         """Seconds the call may take: its timeout (the client's by default), cut to what is left
@@ -120,21 +115,7 @@ class Client:
         """
         self._check_open()
         tmo = self._budget(func_id, timeout, deadline)
-        mv = as_buffer(data)
-        src = ffi.from_buffer(mv)
-        out = self._out_buffer()
-        out_len = ffi.new("uint32_t *")
-        code = ffi.new("int *")
-        rc = lib.srpc_client_call(self._cl, func_id, src, len(mv), out, len(out), out_len, code, int(tmo * 1e6))
-        if rc == -ETIMEDOUT:
-            raise CallTimeout(f"no reply to function {func_id} within {tmo:.3g} s")
-        if rc == -ENOBUFS:
-            raise SplitRPCError(f"reply of {out_len[0]} bytes is larger than max_reply")
-        check(rc, "srpc_client_call")
-        reply = ffi.buffer(out, out_len[0])[:]
-        if code[0]:
-            raise remote_error(code[0], reply)
-        return reply
+        return _client.call(self._cl, self._buffers(), func_id, as_buffer(data), tmo)
 
     def call_async(self, func_id: int, data=b"", timeout: float | None = None, *,
                    deadline: float | None = None) -> Future:
@@ -143,32 +124,22 @@ class Client:
         self._check_open()
         tmo = self._budget(func_id, timeout, deadline)
         mv = as_buffer(data)
-        rid = ffi.new("uint64_t *")
         fut: Future = Future()
         with self._plock:  # registered before a reply can be reported
-            check(lib.srpc_client_send(self._cl, func_id, ffi.from_buffer(mv), len(mv), 0, rid), "srpc_client_send")
-            self._pending[rid[0]] = (fut, time.monotonic() + tmo)
+            rid = _client.send(self._cl, func_id, mv)
+            self._pending[rid] = (fut, time.monotonic() + tmo)
             if self._poller is None:
                 self._poller = threading.Thread(target=self._poll_loop, name="splitrpc-client", daemon=True)
                 self._poller.start()
         return fut
 
     def _poll_loop(self) -> None:
-        ids = ffi.new("uint64_t[64]")
-        code = ffi.new("int *")
-        data = ffi.new("uint8_t **")
-        length = ffi.new("uint32_t *")
+        completions = _client.Completions(self._cl)
         while not self._closing:
-            n = lib.srpc_client_wait_any(self._cl, ids, 64, 20_000)
-            if n < 0:
+            done = completions.wait(20_000)
+            if done is None:
                 break
-            done = []
-            for i in range(n):
-                rid = ids[i]
-                lib.srpc_client_result(self._cl, rid, code, data, length)
-                reply = ffi.buffer(data[0], length[0])[:] if length[0] else b""
-                lib.srpc_client_release(self._cl, rid)
-                done.append((rid, code[0], reply))
+            n = len(done)
             now = time.monotonic()
             with self._plock:
                 finished = [(self._pending.pop(rid, (None, 0))[0], c, r) for rid, c, r in done]
@@ -178,7 +149,7 @@ class Client:
                 if idle:  # the next call_async starts a new poller
                     self._poller = None
             for rid in expired:
-                lib.srpc_client_release(self._cl, rid)
+                _client.release(self._cl, rid)
             for fut, c, r in finished:
                 if fut is not None and not fut.done():
                     fut.set_exception(remote_error(c, r)) if c else fut.set_result(r)
@@ -193,21 +164,13 @@ class Client:
         """Closed-loop load in native code: `concurrency` calls outstanding until `calls`
         recorded ones finished. Returns latencies (ns, numpy), errors and elapsed seconds."""
         self._check_open()
-        mv = as_buffer(data)
-        lat = np.zeros(calls, dtype=np.uint64)
-        errors = ffi.new("uint64_t *")
-        elapsed = ffi.new("uint64_t *")
         tmo = self.timeout if timeout is None else timeout
-        check(lib.srpc_client_closed_loop(self._cl, func_id, ffi.from_buffer(mv), len(mv), concurrency, warmup,
-                                          calls, int(tmo * 1e6), ffi.cast("uint64_t *", lat.ctypes.data),
-                                          errors, elapsed), "srpc_client_closed_loop")
-        return {"latency_ns": lat, "errors": int(errors[0]), "elapsed_s": elapsed[0] / 1e9}
+        lat, errors, elapsed_ns = _client.closed_loop(self._cl, func_id, as_buffer(data), concurrency, warmup, calls,
+                                                      int(tmo * 1e6))
+        return {"latency_ns": lat, "errors": errors, "elapsed_s": elapsed_ns / 1e9}
 
     def stats(self) -> dict:
-        st = ffi.new("srpc_client_stats_t *")
-        check(lib.srpc_client_stats(self._cl, st), "srpc_client_stats")
-        return {k: getattr(st, k) for k in ("sent_calls", "replies", "errors", "timeouts", "late_or_unknown", "dropped",
-                                            "retransmits", "srtt_us", "rto_us")}
+        return _client.read_stats(self._cl)
 
     def _check_open(self) -> None:
         if self._cl is None:
@@ -225,7 +188,7 @@ class Client:
             if not fut.done():
                 fut.set_exception(SplitRPCError("client closed"))
         if self._cl is not None:
-            lib.srpc_client_destroy(self._cl)
+            _client.destroy(self._cl)
             self._cl = None
 
     def __enter__(self) -> "Client":

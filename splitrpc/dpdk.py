@@ -1,28 +1,19 @@
 """dpdk.py: DPDK's EAL from Python: initialised once per process, never exiting it, with its ports and errors."""
 from __future__ import annotations
 
-import errno
 from typing import Sequence
 
-from ._native import ffi, lib
-from .errors import SplitRPCError
-
-
-class DPDKError(SplitRPCError):
-    """The EAL could not be initialised or used; the message is DPDK's reason."""
-
-
-class DPDKUnavailable(DPDKError):
-    """This build of splitrpc has no DPDK (libdpdk was not found when it was built)."""
+from splitrpc._native import dpdk as _dpdk
+from splitrpc.errors import DPDKError, DPDKUnavailable  # noqa: F401 - public here as splitrpc.dpdk.DPDKError
 
 
 def available() -> bool:
     """True when the native core was compiled with DPDK."""
-    return bool(lib.srpc_features() & lib.SRPC_FEATURE_DPDK)
+    return _dpdk.available()
 
 
 def last_error() -> str:
-    return ffi.string(lib.srpc_dpdk_last_error()).decode("utf-8", "replace")
+    return _dpdk.last_error()
 
 
 def init(args: Sequence[str]) -> None:
@@ -32,24 +23,13 @@ def init(args: Sequence[str]) -> None:
     thread keeps its CPU affinity."""
     if isinstance(args, (str, bytes)):
         raise TypeError("args must be a sequence of EAL arguments, not one string")
-    keep = [ffi.new("char[]", str(a).encode()) for a in args]
-    argv = ffi.new("const char *[]", keep) if keep else ffi.NULL
-    rc = lib.srpc_dpdk_init(argv, len(keep))
-    if rc == -errno.ENOTSUP:
-        raise DPDKUnavailable(last_error())
-    if rc != 0:
-        raise DPDKError(f"DPDK EAL initialisation failed ({errno.errorcode.get(-rc, rc)}): {last_error()}")
+    _dpdk.init(args)
 
 
 def ready() -> bool:
-    return bool(lib.srpc_dpdk_ready())
+    return _dpdk.ready()
 
 
 def port_count() -> int:
     """Ethernet ports DPDK probed (physical ones, and --vdev virtual ones)."""
-    rc = lib.srpc_dpdk_port_count()
-    if rc == -errno.ENOTSUP:
-        raise DPDKUnavailable(last_error())
-    if rc < 0:
-        raise DPDKError("DPDK is not initialised: call splitrpc.dpdk.init(args) first")
-    return rc
+    return _dpdk.port_count()

@@ -13,6 +13,22 @@ class CallTimeout(SplitRPCError, TimeoutError):
     """No reply arrived within the call's timeout."""
 
 
+class GPUError(SplitRPCError):
+    """A CUDA driver call of the GPU data path failed."""
+
+
+class GPUUnavailable(GPUError):
+    """No usable CUDA driver or device (a function then falls back to host memory)."""
+
+
+class DPDKError(SplitRPCError):
+    """The EAL could not be initialised or used; the message is DPDK's reason."""
+
+
+class DPDKUnavailable(DPDKError):
+    """This build of splitrpc has no DPDK (libdpdk was not found when it was built)."""
+
+
 class RemoteError(SplitRPCError):
     """The server answered with an ERROR datagram (PROTOCOL.md, Calls)."""
 

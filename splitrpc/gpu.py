@@ -1,16 +1,16 @@
 """gpu.py: the GPU side of a function: device parsing, CuPy views of device Tensor Queue elements, the per-function stream, CUDA-graph replay.
 
 CuPy is imported only when a function is registered on a GPU, so the package imports and
-serves on the CPU without it. Everything here runs on the server's worker thread.
+serves on the CPU without it. Everything here runs on the server's worker thread. The native
+calls are in splitrpc._native.gpu.
 """
 from __future__ import annotations
 
-import errno
 import logging
 import re
 
-from ._native import ffi, lib
-from .errors import SplitRPCError
+from splitrpc._native import gpu as _gpu
+from splitrpc.errors import GPUError, GPUUnavailable  # noqa: F401 - public here as splitrpc.gpu.GPUError
 
 log = logging.getLogger("splitrpc.gpu")
 
@@ -36,14 +36,6 @@ def check_o2(callback, inputs: list, outputs: list, raw: bool) -> None:
                          f"{i.np_dtype} {i.shape} -> {o.np_dtype} {o.shape}")
 
 
-class GPUError(SplitRPCError):
-    """A CUDA driver call of the GPU data path failed."""
-
-
-class GPUUnavailable(GPUError):
-    """No usable CUDA driver or device (a function then falls back to host memory)."""
-
-
 def parse_device(device: str) -> int:
     """'cpu' -> -1, 'cuda' -> 0, 'cuda:N' -> N; anything else raises ValueError."""
     if device == "cpu":
@@ -55,26 +47,23 @@ def parse_device(device: str) -> int:
 
 
 def last_error() -> str:
-    return ffi.string(lib.srpc_gpu_last_error()).decode("utf-8", "replace")
+    """Why the last GPU call of this thread failed ("" when none did)."""
+    return _gpu.last_error()
 
 
 def probe(ordinal: int) -> None:
     """Raises GPUUnavailable (with the driver's reason) unless device `ordinal` can be used."""
-    rc = lib.srpc_gpu_init(ordinal)
-    if rc != 0:
+    if not _gpu.init(ordinal):
         raise GPUUnavailable(f"cuda:{ordinal} is not usable: {last_error() or 'no CUDA driver'}")
 
 
 def available(ordinal: int = 0) -> bool:
     """True when the CUDA driver loads and device `ordinal` exists."""
-    return lib.srpc_gpu_init(ordinal) == 0
+    return _gpu.init(ordinal)
 
 
 def device_name(ordinal: int = 0) -> str:
-    buf = ffi.new("char[]", 256)
-    if lib.srpc_gpu_device_name(ordinal, buf, 256) != 0:
-        raise GPUUnavailable(last_error())
-    return ffi.string(buf).decode()
+    return _gpu.device_name(ordinal)
 
 
 def import_cupy():
@@ -112,19 +101,14 @@ class DeviceRunner:
         queue exists: while it runs, whatever waits for the whole device waits for ever."""
         if self.orchestration != "o2" or self.o2 is not None:
             return
-        out = ffi.new("srpc_o2_t **")
-        rc = lib.srpc_o2_start(self.ordinal, self.o2_floats, out)
-        if rc != 0:
-            raise GPUError(f"cannot start the O2 kernel on cuda:{self.ordinal} ({rc}): {last_error()}")
-        self.o2 = out[0]
+        self.o2 = _gpu.o2_start(self.ordinal, self.o2_floats)
 
     def stop(self) -> None:
         """Waits for the stream, then ends the O2 kernel once it has served every batch."""
         self.stream.synchronize()
         if self.o2 is not None:
             o2, self.o2 = self.o2, None
-            if lib.srpc_o2_stop(o2) != 0:
-                raise GPUError(f"stopping the O2 kernel failed: {last_error()}")
+            _gpu.o2_stop(o2)
 
     def _view(self, addr: int, spec, count: int):
         cp = self.cupy
@@ -134,32 +118,24 @@ class DeviceRunner:
 
     def views(self, b, count: int) -> list:
         """CuPy views of the batch's device TQ elements, inputs then outputs (no copy)."""
-        args = [self._view(b.din[k], s, count) for k, s in enumerate(self.inputs)]
-        return args + [self._view(b.dout[k], s, count) for k, s in enumerate(self.outputs)]
+        din, dout = _gpu.device_pointers(b, len(self.inputs), len(self.outputs))
+        args = [self._view(din[k], s, count) for k, s in enumerate(self.inputs)]
+        return args + [self._view(dout[k], s, count) for k, s in enumerate(self.outputs)]
 
     def run(self, srv, b, args) -> None:
         """Queues the batch's work on the stream and hands it back in flight (args: views(),
         unused with O2). Raises while the batch is still open, so the caller completes it."""
-        count = b.count
-        rc = lib.srpc_server_stage_in(srv, b, self.stream.ptr)
-        if rc != 0:
-            raise GPUError(f"staging the batch in failed ({rc}): {last_error()}")
+        stream = self.stream.ptr
+        _gpu.stage_in(srv, b, stream)
         if self.o2 is not None:
-            rc = lib.srpc_server_submit_o2(srv, b, self.o2, self.stream.ptr)
-            while rc == -errno.EBUSY:  # the kernel's ring is full: it frees slots on its own
-                lib.srpc_server_poll(srv)
-                rc = lib.srpc_server_submit_o2(srv, b, self.o2, self.stream.ptr)
-            if rc != 0:
-                raise GPUError(f"handing the batch to the O2 kernel failed ({rc}): {last_error()}")
+            _gpu.submit_o2(srv, b, self.o2, stream)
             return
         with self.device, self.stream:
             if self.orchestration == "graph":
-                self._replay(args, count)
+                self._replay(args, b.count)
             else:
                 self.callback(*args)
-        rc = lib.srpc_server_submit(srv, b, self.stream.ptr)
-        if rc != 0:
-            raise GPUError(f"queueing the replies failed ({rc}): {last_error()}")
+        _gpu.submit(srv, b, stream)
 
     def _replay(self, args: list, count: int) -> None:
         """O1 with a CUDA graph per batch size: the callback is captured once on static

@@ -161,6 +161,31 @@ def test_check_reply_rejects_wrong_replies():
         assert not zoo.check_reply("bert-like", a, bad, small=True)
 
 
+@pytest.mark.parametrize("name", NAMES)
+def test_read_only_inputs_are_copied_not_handed_to_torch_as_writable(name, monkeypatch):
+    """Inputs are read-only by contract; one in read-only memory (a view of immutable request
+    bytes, as the benchmark peers decode) reaches torch as a copy, never through torch.from_numpy
+    (which would warn that the tensor could write it), and gives the same reply."""
+    info = zoo.MODELS[name]
+    cb = info.build(small=True)
+    req = requests_for(name, 1, seed=4)[0]
+    read_only = [a[None] for a in zoo.split(info.inputs, req)]
+    assert not any(a.flags.writeable for a in read_only)
+    from_numpy = torch.from_numpy
+
+    def checked(a):
+        assert a.flags.writeable, "torch.from_numpy got read-only memory"
+        return from_numpy(a)
+
+    monkeypatch.setattr(torch, "from_numpy", checked)
+    outs = [np.empty((1, *s.shape), s.np_dtype) for s in info.outputs]
+    cb(*read_only, *outs)
+    want = [np.empty((1, *s.shape), s.np_dtype) for s in info.outputs]
+    cb(*(np.array(a) for a in read_only), *want)  # writable copies: zero-copy into torch
+    for o, w in zip(outs, want):
+        assert np.array_equal(o, w)
+
+
 def test_lenet_takes_uint8_pixels():
     info = zoo.MODELS["lenet"]
     assert [s.np_dtype for s in info.inputs] == [np.dtype(np.uint8)]

@@ -25,12 +25,11 @@ from __future__ import annotations
 import asyncio
 import signal
 import sys
-import warnings
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from . import common
+from splitrpc.bench.peers import common
 
 try:
     import grpc
@@ -104,12 +103,10 @@ def _model_compute(info, callback, device: str, split):
 
     dev = torch.device(device)
     dtypes = [torch.from_numpy(np.empty(0, s.np_dtype)).dtype for s in info.outputs]
-    # The request bytes are read-only; torch only copies them to the GPU, so its warning is noise.
-    warnings.filterwarnings("ignore", message="The given NumPy array is not writable", category=UserWarning,
-                            module=__name__)
 
     def on_gpu(request) -> bytes:
-        ins = [torch.from_numpy(a).to(dev) for a in decode(request)]  # host -> GPU copy
+        # The request bytes are read-only (torch has no read-only tensors): copied straight to the GPU.
+        ins = [torch.tensor(a, device=dev) for a in decode(request)]  # host -> GPU copy
         outs = [torch.empty((1, *s.shape), dtype=t, device=dev) for s, t in zip(info.outputs, dtypes)]
         callback(*ins, *outs)  # on torch's current stream; .cpu() below waits for it
         return b"".join(o.cpu().numpy().tobytes() for o in outs)  # GPU -> host copy

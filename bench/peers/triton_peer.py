@@ -20,7 +20,7 @@ import sysconfig
 
 import numpy as np
 
-from . import common
+from splitrpc.bench.peers import common
 
 try:
     import pytriton  # noqa: F401  (the server side)
@@ -39,8 +39,9 @@ def available() -> tuple[bool, str]:
     """Whether PyTriton and tritonclient import here, and why not."""
     if _IMPORT_ERROR is not None:
         return False, f"nvidia-pytriton / tritonclient not installed ({_IMPORT_ERROR})"
-    from importlib.metadata import version
-    return True, f"nvidia-pytriton {version('nvidia-pytriton')}, tritonclient {version('tritonclient')}"
+    from importlib import metadata
+    return True, (f"nvidia-pytriton {metadata.version('nvidia-pytriton')}, "
+                  f"tritonclient {metadata.version('tritonclient')}")
 
 
 def ports(port: int) -> dict:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import sys
 import time
 
-from . import common
+from splitrpc.bench.peers import common
 
 try:
     import zmq

@@ -10,7 +10,8 @@ check_reply) needs PyTorch: ``pip install 'splitrpc[models]'``.
 Random weights from a fixed seed (nothing is downloaded): replies are deterministic for a seed
 but mean nothing. func_ids 10-14 (the built-in services are 1-4).
 """
-from .registry import MODELS, RTOL, ModelInfo, check_reply, reference, register_models, resolve, run_batch, split
+from splitrpc.services.models.registry import (MODELS, RTOL, ModelInfo, check_reply, reference, register_models,
+                                               resolve, run_batch, split)
 
 __all__ = ["MODELS", "RTOL", "ModelInfo", "check_reply", "reference", "register_models", "resolve", "run_batch",
            "split"]

@@ -1,19 +1,12 @@
 """adapter.py: a torch module as a splitrpc tensor callback (zero-copy in and out, stream-ordered on CUDA)."""
 from __future__ import annotations
 
-import warnings
-
 try:
     import torch
 except ImportError as e:  # the registry (specs, examples) works without torch; building a model does not
     raise ImportError("the splitrpc model zoo needs PyTorch: pip install 'splitrpc[models]'") from e
 
 import numpy as np
-
-# The batch views of a request Tensor Queue may be read-only (a peer decoding immutable bytes);
-# nothing here writes to an input, so torch's warning about it is noise. Scoped to this module.
-warnings.filterwarnings("ignore", message="The given NumPy array is not writable", category=UserWarning,
-                        module=__name__)
 
 
 def init_params(module: "torch.nn.Module", seed: int) -> None:
@@ -82,10 +75,16 @@ class TorchCallback:
     """The serving callback of a model: ``callback(*inputs, *outputs)``.
 
     Each argument is a (B, *shape) array: numpy (CPU), CuPy (a function registered with
-    device="cuda:N") or a torch tensor (a benchmark peer that moved the request itself). Inputs
-    become torch tensors without a copy (torch.from_numpy, torch.from_dlpack) and move only if
-    they are not on the model's device; the module runs under torch.inference_mode; each
-    result is copied into a torch view of its output array (``.copy_()``), in place.
+    device="cuda:N") or a torch tensor (a benchmark peer that moved the request itself).
+
+    Inputs are read-only, outputs writable. Nothing here writes to an input: the module's forward
+    gets the inputs as tensors under torch.inference_mode and computes new ones; each result is
+    copied into a torch view of its output array (``.copy_()``), in place. An input becomes a
+    torch tensor without a copy (torch.from_numpy, torch.from_dlpack) and moves only if it is not
+    on the model's device. torch has no read-only tensors, so an input in read-only memory (a
+    numpy view of immutable request bytes, as the benchmark peers decode them) is not handed to
+    torch as writable memory: it is copied into a tensor torch owns, on the model's device. The
+    server's Tensor Queue views are writable memory and go in without a copy.
 
     On CUDA the work is queued on the CuPy current stream (torch.cuda.ExternalStream), or on
     torch's current stream when the arguments are torch tensors, and nothing synchronizes: the
@@ -125,7 +124,7 @@ class TorchCallback:
 
     @staticmethod
     def _tensor(a) -> "torch.Tensor":
-        """A torch tensor on a's memory (no copy)."""
+        """A torch tensor on a's memory (no copy): an output, or a writable input."""
         if isinstance(a, torch.Tensor):
             return a
         if isinstance(a, np.ndarray):
@@ -136,6 +135,9 @@ class TorchCallback:
         dev = self.device
         xs = []
         for a in ins:
+            if isinstance(a, np.ndarray) and not a.flags.writeable:
+                xs.append(torch.tensor(a, device=dev))  # read-only memory: a copy torch owns (see the class)
+                continue
             t = self._tensor(a)
             xs.append(t if t.device == dev else t.to(dev))
         ys = self.module(*xs)

@@ -2,13 +2,14 @@
 from __future__ import annotations
 
 import functools
-import importlib
 import logging
+from importlib import import_module
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
 import numpy as np
 
+from splitrpc._native.server import FUNCTION_DEFAULTS
 from splitrpc.spec import TensorSpec
 
 log = logging.getLogger("splitrpc.models")
@@ -32,7 +33,7 @@ class ModelInfo:
     example: Callable[[np.random.Generator], bytes]
     factory: str        # "module:callable" in this package, called with small=...
     summary: str
-    capacity: int = 256  # request Tensor Queue elements (ResNet's are 588 KiB: fewer)
+    capacity: int = FUNCTION_DEFAULTS["capacity"]  # request Tensor Queue elements (ResNet's are 588 KiB: fewer)
     # extra check of integer outputs, which are not compared to the reference:
     # consistent(request_arrays, reply_arrays, atol) -> bool
     consistent: Callable | None = None
@@ -47,10 +48,10 @@ class ModelInfo:
 
     def build(self, device: str = "cpu", small: bool = False, seed: int = 0):
         """The serving callback on `device` ("cpu", "cuda", "cuda:N"), weights fixed by `seed`."""
-        from . import adapter  # raises ImportError naming the `models` extra when torch is missing
+        from splitrpc.services.models import adapter  # ImportError naming the `models` extra without torch
 
         mod, fn = self.factory.split(":")
-        make = getattr(importlib.import_module(f".{mod}", __package__), fn)
+        make = getattr(import_module(f"splitrpc.services.models.{mod}"), fn)
         module = adapter.construct(make, small=small, seed=seed)
         return adapter.TorchCallback(module, len(self.inputs), device)
 
@@ -96,7 +97,7 @@ def _bert_example(rng: np.random.Generator) -> bytes:
 
 def _bert_consistent(req: list, rep: list, atol: float) -> bool:
     """best_span is an allowed span and scores the most under the reply's own logits."""
-    from .bert import MAX_ANSWER, SPAN, SPAN_PACK
+    from splitrpc.services.models.bert import MAX_ANSWER, SPAN, SPAN_PACK
 
     logits, span = rep[0], int(rep[1][0])
     valid = min(max(int(req[2][0]), 1), 384)
@@ -149,16 +150,17 @@ def resolve(names) -> list[str]:
     return names
 
 
-def register_models(server, names, *, device: str = "cpu", small: bool = False, max_batch: int = 8,
-                    max_delay_us: int = 0, seed: int = 0) -> dict:
+def register_models(server, names, *, device: str = "cpu", small: bool = False, max_batch: int | None = None,
+                    max_delay_us: int | None = None, seed: int = 0) -> dict:
     """Builds the named models and registers them on a splitrpc.Server under their func_ids;
     returns {name: callback}. names: "all", "lenet,lstm" or a list. device="cuda:N" is passed
     on to add_function (CuPy views of GPU Tensor Queues); where torch sees no CUDA device the
-    models run on the CPU (add_function falls back to host memory the same way)."""
+    models run on the CPU (add_function falls back to host memory the same way). max_batch and
+    max_delay_us left None take the library's defaults."""
     names = resolve(names)
     run_on = device
     if device != "cpu" and names:
-        from .adapter import usable_device
+        from splitrpc.services.models.adapter import usable_device
 
         run_on = usable_device(device)
         if run_on != device:

@@ -1,9 +1,15 @@
-"""_native: the only code that touches cffi's ffi/lib; turns -errno returns into exceptions."""
+"""_native: the only code that touches cffi's ffi/lib; turns -errno returns into exceptions and C names into Python ones.
+
+Like pyzmq's zmq/backend/cffi, this package is the binding layer: its modules, one per concern
+(server, client, loadgen, gpu, dpdk, raw, wire), hold every cffi call, struct and buffer, and the
+public classes (splitrpc.Server, splitrpc.Client, splitrpc.gpu, splitrpc.dpdk, splitrpc.loadgen)
+are thin layers over them.
+"""
 import errno as _errno
 import os as _os
 
 try:
-    from ._splitrpc_cffi import ffi, lib
+    from splitrpc._native._splitrpc_cffi import ffi, lib
 except ImportError as exc:  # pragma: no cover - depends on how the package was installed
     raise ImportError(
         "splitrpc's native extension (_splitrpc_cffi) is not built or not importable. "
@@ -11,11 +17,13 @@ except ImportError as exc:  # pragma: no cover - depends on how the package was 
         f"outside the source tree. Cause: {exc}"
     ) from exc
 
-from ..errors import NativeError
+from splitrpc.errors import NativeError
 
 ETIMEDOUT = _errno.ETIMEDOUT
 ESHUTDOWN = _errno.ESHUTDOWN
 ENOBUFS = _errno.ENOBUFS
+EBUSY = _errno.EBUSY
+ENOTSUP = _errno.ENOTSUP
 
 
 def check(rc: int, what: str) -> int:
@@ -25,8 +33,15 @@ def check(rc: int, what: str) -> int:
     return rc
 
 
+def text(ptr, errors: str = "strict") -> str | None:
+    """A NUL-terminated C string as str (UTF-8); None for NULL."""
+    if ptr == ffi.NULL:
+        return None
+    return ffi.string(ptr).decode("utf-8", errors)
+
+
 def version() -> str:
-    return ffi.string(lib.srpc_version()).decode()
+    return text(lib.srpc_version())
 
 
 def features() -> dict:
@@ -37,3 +52,14 @@ def features() -> dict:
         "sanitizers": bool(f & lib.SRPC_FEATURE_SANITIZE),
         "fault_injection": bool(f & lib.SRPC_FEATURE_FAULTS),
     }
+
+
+def strerror(code: int) -> str:
+    """The C core's name of an error code: "BUSY", "TIMEOUT", ... ("UNKNOWN" for a code it does not know)."""
+    return text(lib.srpc_strerror(int(code)))
+
+
+# The error codes that travel in ERROR datagrams (1 .. SRPC_E_MAX - 1) and their names, from C.
+ERROR_NAMES = {code: strerror(code) for code in range(1, lib.SRPC_E_MAX)}
+E_BUSY = lib.SRPC_E_BUSY
+E_INTERNAL = lib.SRPC_E_INTERNAL

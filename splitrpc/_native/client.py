@@ -1,0 +1,176 @@
+"""client.py (binding layer): the native client through cffi: its configuration and C defaults, blocking calls, sends and the completion primitives of futures, closed-loop load and counters."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from splitrpc._native import ENOBUFS, ETIMEDOUT, check, ffi, lib, text
+from splitrpc.errors import CallTimeout, SplitRPCError, remote_error
+
+# Client keyword -> (srpc_client_config_t field, how many of the C unit make one of ours).
+_CONFIG_FIELDS = {
+    "port": ("port", 1),
+    "segment_size": ("seg_size", 1),
+    "max_reply": ("max_reply", 1),
+    "socket_buffer": ("sock_buf_bytes", 1),
+    "retries": ("retries", 1),
+    "rto_min": ("rto_min_us", 1_000_000),      # seconds
+    "rto_initial": ("rto_initial_us", 1_000_000),
+    "rto_max": ("rto_max_us", 1_000_000),
+    "protocol": ("version", 1),
+}
+
+
+def _config():
+    cfg = ffi.new("srpc_client_config_t *")
+    lib.srpc_client_config_init(cfg)
+    return cfg
+
+
+def _read_defaults() -> dict:
+    cfg = _config()
+    out = {"host": text(cfg.host)}
+    for name, (c_field, scale) in _CONFIG_FIELDS.items():
+        v = getattr(cfg, c_field)
+        out[name] = v / scale if scale != 1 else int(v)
+    return out
+
+
+CLIENT_DEFAULTS = _read_defaults()  # srpc_client_config_init's values as Client keywords (native/src/tunables.h)
+
+
+@dataclass
+class NativeClient:
+    """A created srpc_client_t and what its configuration says."""
+    handle: object
+    host: str
+    port: int
+    max_reply: int
+    keep: list = field(default_factory=list, repr=False)
+
+
+def create_client(host: str | None = None, *, busy_poll: bool = False, dpdk_dev: str | None = None,
+                  dpdk_local_ip: str | None = None, dpdk_local_port: int = 0, dpdk_server_mac: str | None = None,
+                  dpdk_mtu: int | None = None, **settings) -> NativeClient:
+    """srpc_client_create with srpc_client_config_init's defaults, each replaced by the keyword
+    given (not None); settings are Client keywords of _CONFIG_FIELDS. Raises NativeError."""
+    cfg = _config()
+    keep = []
+
+    def c_string(s: str):
+        p = ffi.new("char[]", s.encode())
+        keep.append(p)
+        return p
+
+    if host is not None:
+        cfg.host = c_string(host)
+    for name, value in settings.items():
+        if value is not None:
+            c_field, scale = _CONFIG_FIELDS[name]
+            setattr(cfg, c_field, int(value * scale) if scale != 1 else int(value))
+    cfg.busy_poll = int(busy_poll)
+    if dpdk_dev is not None:
+        cfg.dpdk_dev, cfg.dpdk_local_ip = c_string(dpdk_dev), c_string(dpdk_local_ip)
+        cfg.dpdk_server_mac = c_string(dpdk_server_mac) if dpdk_server_mac else ffi.NULL
+        cfg.dpdk_local_port = int(dpdk_local_port)
+        if dpdk_mtu is not None:
+            cfg.dpdk_mtu = int(dpdk_mtu)
+    out = ffi.new("srpc_client_t **")
+    check(lib.srpc_client_create(cfg, out), f"cannot create a client for {text(cfg.host)}:{cfg.port}")
+    return NativeClient(out[0], text(cfg.host), int(cfg.port), int(cfg.max_reply), keep)
+
+
+def destroy(cl) -> None:
+    lib.srpc_client_destroy(cl)
+
+
+class CallBuffers:
+    """One thread's reply buffer (max_reply bytes, at least 512 for an error's text) and out-parameters."""
+    __slots__ = ("out", "size", "out_len", "code")
+
+    def __init__(self, max_reply: int):
+        self.out = ffi.new("uint8_t[]", max(max_reply, 512))
+        self.size = len(self.out)
+        self.out_len = ffi.new("uint32_t *")
+        self.code = ffi.new("int *")
+
+
+def call(cl, bufs: CallBuffers, func_id: int, mv: memoryview, tmo: float) -> bytes:
+    """One call start to end (srpc_client_call): the reply's bytes; raises CallTimeout, a
+    RemoteError subclass for an ERROR reply, or SplitRPCError for a reply too large."""
+    out_len, code = bufs.out_len, bufs.code
+    rc = lib.srpc_client_call(cl, func_id, ffi.from_buffer(mv), len(mv), bufs.out, bufs.size, out_len, code,
+                              int(tmo * 1e6))
+    if rc == -ETIMEDOUT:
+        raise CallTimeout(f"no reply to function {func_id} within {tmo:.3g} s")
+    if rc == -ENOBUFS:
+        raise SplitRPCError(f"reply of {out_len[0]} bytes is larger than max_reply")
+    check(rc, "srpc_client_call")
+    reply = ffi.buffer(bufs.out, out_len[0])[:]
+    if code[0]:
+        raise remote_error(code[0], reply)
+    return reply
+
+
+def send(cl, func_id: int, mv: memoryview) -> int:
+    """Sends a request on the client's own completion queue; returns its req_id."""
+    rid = ffi.new("uint64_t *")
+    check(lib.srpc_client_send(cl, func_id, ffi.from_buffer(mv), len(mv), 0, rid), "srpc_client_send")
+    return rid[0]
+
+
+class Completions:
+    """Reports the calls made with send() as they finish (srpc_client_wait_any), each with its
+    outcome, and releases them: the primitive of the client's futures poller."""
+
+    def __init__(self, cl, batch: int = 64):
+        self._cl = cl
+        self._n = batch
+        self._ids = ffi.new("uint64_t[]", batch)
+        self._code = ffi.new("int *")
+        self._data = ffi.new("uint8_t **")
+        self._len = ffi.new("uint32_t *")
+
+    def wait(self, timeout_us: int) -> list | None:
+        """Up to `batch` finished calls as (req_id, code, reply bytes), after waiting up to
+        timeout_us for one; [] when none finished in time, None when the client failed."""
+        cl, ids, code, data, length = self._cl, self._ids, self._code, self._data, self._len
+        n = lib.srpc_client_wait_any(cl, ids, self._n, timeout_us)
+        if n < 0:
+            return None
+        done = []
+        for i in range(n):
+            rid = ids[i]
+            lib.srpc_client_result(cl, rid, code, data, length)
+            reply = ffi.buffer(data[0], length[0])[:] if length[0] else b""
+            lib.srpc_client_release(cl, rid)
+            done.append((rid, code[0], reply))
+        return done
+
+
+def release(cl, rid: int) -> None:
+    """Forgets a call; a late reply for it is dropped."""
+    lib.srpc_client_release(cl, rid)
+
+
+def closed_loop(cl, func_id: int, mv: memoryview, concurrency: int, warmup: int, calls: int,
+                timeout_us: int) -> tuple[np.ndarray, int, int]:
+    """srpc_client_closed_loop: (latency of each recorded call in ns, 0 where it failed, errors, elapsed ns)."""
+    lat = np.zeros(calls, dtype=np.uint64)
+    errors = ffi.new("uint64_t *")
+    elapsed = ffi.new("uint64_t *")
+    check(lib.srpc_client_closed_loop(cl, func_id, ffi.from_buffer(mv), len(mv), concurrency, warmup, calls,
+                                      timeout_us, ffi.cast("uint64_t *", lat.ctypes.data), errors, elapsed),
+          "srpc_client_closed_loop")
+    return lat, int(errors[0]), int(elapsed[0])
+
+
+_STATS = ("sent_calls", "replies", "errors", "timeouts", "late_or_unknown", "dropped", "retransmits", "srtt_us",
+          "rto_us")
+
+
+def read_stats(cl) -> dict:
+    st = ffi.new("srpc_client_stats_t *")
+    check(lib.srpc_client_stats(cl, st), "srpc_client_stats")
+    return {k: getattr(st, k) for k in _STATS}

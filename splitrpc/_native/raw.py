@@ -1,0 +1,31 @@
+"""raw.py (binding layer): the raw-UDP baseline through cffi: a plain echo server and ping-pong or closed-loop clients with no header and no processing, the kernel socket path's limit."""
+from __future__ import annotations
+
+import numpy as np
+
+from splitrpc._native import check, ffi, lib
+
+
+def echo_serve(host: str, port: int, busy: bool, req_size: int, resp_size: int) -> int:
+    """srpc_raw_echo_serve on this thread until the process ends; its code (0, or -errno)."""
+    stop = ffi.new("int *")  # nothing sets it: the server runs until its process is stopped
+    return lib.srpc_raw_echo_serve(host.encode(), port, int(busy), req_size, resp_size, stop)
+
+
+def pingpong(host: str, port: int, req_size: int, resp_size: int, busy: bool, warmup: int, n: int) -> np.ndarray:
+    """srpc_raw_pingpong: the latency of each of n calls (ns); raises NativeError."""
+    lat = np.zeros(max(n, 1), np.uint64)
+    check(lib.srpc_raw_pingpong(host.encode(), port, req_size, resp_size, int(busy), warmup, n,
+                                ffi.cast("uint64_t *", lat.ctypes.data)), "raw ping")
+    return lat[:n]
+
+
+def closed_loop(host: str, port: int, req_size: int, resp_size: int, busy: bool, concurrency: int, warmup: int,
+                n: int) -> tuple[np.ndarray, int]:
+    """srpc_raw_closed_loop: (latency of each of the n recorded calls in ns, their wall time in ns);
+    raises NativeError."""
+    lat = np.zeros(n, np.uint64)
+    elapsed = ffi.new("uint64_t *")
+    check(lib.srpc_raw_closed_loop(host.encode(), port, req_size, resp_size, int(busy), concurrency, warmup, n,
+                                   ffi.cast("uint64_t *", lat.ctypes.data), elapsed), "srpc_raw_closed_loop")
+    return lat, int(elapsed[0])

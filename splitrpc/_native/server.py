@@ -1,0 +1,327 @@
+"""server.py (binding layer): the native server through cffi: its configuration and C defaults, the batch worker loop with numpy views of Tensor Queue elements, and its counters as plain dicts.
+
+The worker loop runs once per batch and is the hot path of serving: it binds what it needs to
+locals, looks a function's arguments up by (ring position, B) and does nothing else per batch.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from splitrpc._native import ESHUTDOWN, ETIMEDOUT, ERROR_NAMES, check, ffi, lib, text
+from splitrpc._native import gpu as _gpu
+from splitrpc.errors import GPUError, SplitRPCError
+
+log = logging.getLogger("splitrpc.server")
+
+WAIT_MODES = {"poll": lib.SRPC_WAIT_POLL, "block": lib.SRPC_WAIT_BLOCK, "adaptive": lib.SRPC_WAIT_ADAPTIVE}
+
+_NO_POS = (1 << 64) - 1  # srpc_batch_t.pos (UINT64_MAX) when a function's address period is too long to cache
+_ARGS_CACHE_LIMIT = 8192
+WAIT_US = 100_000  # the worker returns to Python this often when idle (Ctrl-C, stop)
+
+# The keys of stats()["drops"], in the order of enum srpc_drop_reason: named by the C core.
+DROP_NAMES = tuple(text(lib.srpc_drop_name(i)) for i in range(lib.SRPC_DROP_MAX))
+
+# Server keyword -> (srpc_server_config_t field, how many of the C unit make one of ours):
+# the one table for setting a configuration and for reading its defaults back.
+_CONFIG_FIELDS = {
+    "port": ("port", 1),
+    "spin_us": ("spin_us", 1),
+    "rx_takeover_us": ("rx_takeover_us", 1),
+    "segment_size": ("seg_size", 1),
+    "segment_size_loopback": ("seg_size_loopback", 1),
+    "max_message": ("max_message", 1),
+    "reassembly_timeout": ("reasm_timeout_us", 1_000_000),  # seconds
+    "reassembly_memory": ("reasm_mem_cap", 1),
+    "reassembly_memory_per_client": ("reasm_mem_cap_client", 1),
+    "reply_cache_ttl": ("reply_cache_us", 1_000_000),  # seconds
+    "reply_cache_bytes": ("reply_cache_bytes", 1),
+    "max_calls": ("max_calls", 1),
+    "socket_buffer": ("sock_buf_bytes", 1),
+}
+
+
+def _config() -> "ffi.CData":
+    cfg = ffi.new("srpc_server_config_t *")
+    lib.srpc_server_config_init(cfg)
+    return cfg
+
+
+def _read_defaults() -> dict:
+    """srpc_server_config_init's values as Server keywords (seconds where the keyword says so)."""
+    cfg = _config()
+    out = {"host": text(cfg.host), "wait": next(k for k, v in WAIT_MODES.items() if v == cfg.wait_mode)}
+    for name, (c_field, scale) in _CONFIG_FIELDS.items():
+        v = getattr(cfg, c_field)
+        out[name] = v / scale if scale != 1 else int(v)
+    return out
+
+
+def _read_function_defaults() -> dict:
+    fc = ffi.new("srpc_func_config_t *")
+    lib.srpc_func_config_init(fc)
+    return {"capacity": fc.capacity, "max_batch": fc.max_batch, "max_delay_us": fc.max_delay_us}
+
+
+SERVER_DEFAULTS = _read_defaults()            # the C core's defaults (native/src/tunables.h)
+FUNCTION_DEFAULTS = _read_function_defaults()  # a function's: srpc_func_config_init
+
+
+def payload_device(where: str) -> int:
+    """dpdk_payload: "auto" -> SRPC_DPDK_PAYLOAD_AUTO (config_init's default), "host" -> -1, "cuda:N" -> N."""
+    if where == "auto":
+        return _config().dpdk_payload_gpu  # the cdef has no negative #defines: read the default itself
+    if where == "host":
+        return -1
+    if isinstance(where, str) and where.startswith("cuda:") and where[5:].isdigit() and int(where[5:]) < 64:
+        return int(where[5:])
+    raise ValueError(f"dpdk_payload must be 'auto', 'host' or 'cuda:N', got {where!r}")
+
+
+@dataclass
+class NativeServer:
+    """A created srpc_server_t and the C strings its configuration points at."""
+    handle: object
+    host: str            # the address bound (the default's when none was given)
+    max_message: int     # the largest request accepted
+    keep: list = field(default_factory=list, repr=False)
+
+
+def create_server(host: str | None = None, *, wait: str | None = None, allow: str | None = None,
+                  dpdk_dev: str | None = None, dpdk_mtu: int | None = None, dpdk_payload_gpu: int | None = None,
+                  dpdk_emulate_split: bool = False, **settings) -> NativeServer:
+    """srpc_server_create with srpc_server_config_init's defaults, each replaced by the keyword
+    given (not None); settings are Server keywords of _CONFIG_FIELDS, dpdk_payload_gpu one of
+    payload_device(). Raises NativeError."""
+    cfg = _config()
+    keep = []
+
+    def c_string(s: str):
+        p = ffi.new("char[]", s.encode())
+        keep.append(p)
+        return p
+
+    if host is not None:
+        cfg.host = c_string(host)
+    if wait is not None:
+        cfg.wait_mode = WAIT_MODES[wait]
+    for name, value in settings.items():
+        if value is not None:
+            c_field, scale = _CONFIG_FIELDS[name]
+            setattr(cfg, c_field, int(value * scale) if scale != 1 else int(value))
+    if allow:
+        cfg.allow = c_string(allow)
+    if dpdk_dev is not None:
+        cfg.dpdk_dev = c_string(dpdk_dev)
+        if dpdk_mtu is not None:
+            cfg.dpdk_mtu = int(dpdk_mtu)
+        if dpdk_payload_gpu is not None:
+            cfg.dpdk_payload_gpu = dpdk_payload_gpu
+        cfg.dpdk_emulate_split = 1 if dpdk_emulate_split else 0
+    out = ffi.new("srpc_server_t **")
+    where = f"{text(cfg.host)}:{cfg.port}"
+    check(lib.srpc_server_create(cfg, out), f"cannot create a server on {where}")
+    return NativeServer(out[0], text(cfg.host), int(cfg.max_message), keep)
+
+
+def server_port(srv) -> int:
+    return check(lib.srpc_server_port(srv), "srpc_server_port")
+
+
+def add_function(srv, func_id: int, *, raw: bool, in_sizes: list, out_sizes: list, capacity: int | None,
+                 max_batch: int | None, max_delay_us: int | None, gpu_device: int, deadline_us: int) -> None:
+    """srpc_server_add_function with srpc_func_config_init's defaults where a setting is None;
+    gpu_device -1: host memory. Raises GPUError (a GPU function) or NativeError."""
+    fc = ffi.new("srpc_func_config_t *")
+    lib.srpc_func_config_init(fc)
+    c_in = ffi.new("uint32_t[]", in_sizes)
+    c_out = ffi.new("uint32_t[]", out_sizes)
+    fc.func_id, fc.raw = func_id, int(raw)
+    fc.n_in, fc.n_out = len(in_sizes), len(out_sizes)
+    fc.in_sizes, fc.out_sizes = c_in, c_out
+    if capacity is not None:
+        fc.capacity = capacity
+    if max_batch is not None:
+        fc.max_batch = max_batch
+    if max_delay_us is not None:
+        fc.max_delay_us = max_delay_us
+    fc.on_gpu, fc.gpu_device = int(gpu_device >= 0), max(gpu_device, 0)
+    fc.deadline_us = deadline_us
+    rc = lib.srpc_server_add_function(srv, fc)
+    if rc < 0 and gpu_device >= 0:
+        raise GPUError(f"cannot register function {func_id} on cuda:{gpu_device}: {_gpu.last_error()}")
+    check(rc, f"cannot register function {func_id}")
+
+
+def start(srv) -> None:
+    check(lib.srpc_server_start(srv), "cannot start the engine")
+
+
+def stop(srv) -> None:
+    lib.srpc_server_stop(srv)
+
+
+def destroy(srv) -> None:
+    lib.srpc_server_destroy(srv)
+
+
+# ------------------------------------------------------------------ functions and the worker loop
+
+
+@dataclass
+class Function:
+    """A registered function as the worker runs it: its callback and how to hand it a batch."""
+    func_id: int
+    name: str
+    callback: Callable
+    inputs: list
+    outputs: list
+    raw: bool
+    max_request: int
+    max_response: int
+    device: str = "cpu"       # where its Tensor Queues are: "cpu" or "cuda:N"
+    runner: object = None     # a splitrpc.gpu.DeviceRunner for a function on a GPU
+    calls: int = field(default=0)
+    # The callback's arguments by (ring position, B): a ring revisits the same positions, and
+    # building the numpy views costs about a microsecond each, finding them a tenth of that.
+    args_cache: dict = field(default_factory=dict)
+
+    def run(self, b) -> None:
+        count = b.count
+        if self.raw:
+            self._run_raw(b, count)
+            return
+        self.callback(*self.args(b, count))
+
+    def args(self, b, count: int) -> list:
+        """The callback's arrays for a batch: numpy views of the host elements, or CuPy views
+        of the device elements for a GPU function; cached by (ring position, B)."""
+        key = (b.pos, count)
+        args = self.args_cache.get(key)
+        if args is None:
+            if self.runner is not None:
+                args = self.runner.views(b, count)
+            else:
+                bin_, bout = getattr(b, "in"), b.out
+                args = [_view(bin_[k], spec, count) for k, spec in enumerate(self.inputs)]
+                args += [_view(bout[k], spec, count) for k, spec in enumerate(self.outputs)]
+            if key[0] != _NO_POS and len(self.args_cache) < _ARGS_CACHE_LIMIT:
+                self.args_cache[key] = args
+        return args
+
+    def _run_raw(self, b, count: int) -> None:
+        reqs = [ffi.buffer(getattr(b, "in")[0] + i * self.max_request, b.in_len[i]) for i in range(count)]
+        resps = [ffi.buffer(b.out[0] + i * self.max_response, self.max_response) for i in range(count)]
+        lengths = self.callback([memoryview(r) for r in reqs], [memoryview(r) for r in resps])
+        lengths = list(lengths) if lengths is not None else []
+        if len(lengths) != count:
+            raise SplitRPCError(f"raw function {self.name!r} returned {len(lengths)} lengths for {count} calls")
+        for i, n in enumerate(lengths):
+            n = int(n)
+            if not 0 <= n <= self.max_response:
+                raise SplitRPCError(f"raw function {self.name!r}: reply length {n} outside 0..{self.max_response}")
+            b.out_len[i] = n
+
+
+def _view(ptr, spec, count: int) -> np.ndarray:
+    """A (count, *shape) array over `count` contiguous Tensor Queue elements (no copy)."""
+    buf = ffi.buffer(ptr, count * spec.nbytes)
+    return np.frombuffer(buf, dtype=spec.np_dtype).reshape((count, *spec.shape))
+
+
+def _error_text(exc: BaseException) -> bytes:
+    """The exception as an ERROR datagram's text: UTF-8, at most 256 bytes, cut between characters."""
+    text_ = f"{type(exc).__name__}: {exc}".encode("utf-8", "replace")[:lib.SRPC_ERRMSG_MAX]
+    return text_.decode("utf-8", "ignore").encode("utf-8")
+
+
+def serve(srv, funcs: dict) -> None:
+    """The worker loop: takes each batch, runs its function's callback once (a GPU function's
+    is queued on its stream and the batch handed back in flight) and completes it, until the
+    server stops. A callback that raises gets INTERNAL for its batch's calls; serving goes on."""
+    b = ffi.new("srpc_batch_t *")
+    null = ffi.NULL
+    next_batch, complete_next = lib.srpc_server_next_batch, lib.srpc_server_complete_next
+    rc = next_batch(srv, b, WAIT_US)
+    while True:  # once per batch: keep this loop lean
+        if rc:
+            if rc == -ETIMEDOUT:
+                rc = next_batch(srv, b, WAIT_US)
+                continue
+            if rc == -ESHUTDOWN:
+                return
+            check(rc, "srpc_server_complete_next")
+        fn = funcs[b.func_id]
+        try:
+            if fn.runner is not None:
+                rc = _run_gpu(srv, fn, b)
+            else:
+                fn.run(b)
+                fn.calls += b.count
+                rc = complete_next(srv, b, 0, null, WAIT_US)
+        except Exception as exc:  # the calls of this batch get INTERNAL; serving goes on
+            log.warning("function %s raised %s: %s", fn.name, type(exc).__name__, exc)
+            rc = complete_next(srv, b, lib.SRPC_E_INTERNAL, ffi.new("char[]", _error_text(exc)), WAIT_US)
+
+
+def _run_gpu(srv, fn: Function, b) -> int:
+    """One batch of a GPU function: queued on its stream and handed back in flight; returns
+    next_batch's code. Raises while the batch is still open, so the caller completes it."""
+    count = b.count
+    runner = fn.runner
+    runner.run(srv, b, None if runner.o2 is not None else fn.args(b, count))
+    fn.calls += count
+    return lib.srpc_server_next_batch(srv, b, WAIT_US)
+
+
+# ------------------------------------------------------------------ counters
+
+
+def read_stats(srv) -> dict:
+    """srpc_server_stats as a dict: datagrams, calls, batches, drops by reason and errors by
+    code (both named by the C core), gauges, the queue-delay histogram, socket buffers."""
+    st = ffi.new("srpc_server_stats_t *")
+    check(lib.srpc_server_stats(srv, st), "srpc_server_stats")
+    hist = {i: int(st.batch_hist[i]) for i in range(1, lib.SRPC_BATCH_HIST) if st.batch_hist[i]}
+    qd = [int(st.queue_delay_hist[i]) for i in range(lib.SRPC_QDELAY_HIST)]
+    return {
+        "rx_datagrams": st.rx_datagrams, "rx_bytes": st.rx_bytes,
+        "tx_datagrams": st.tx_datagrams, "tx_bytes": st.tx_bytes, "rx_in_place": st.rx_in_place,
+        "unplaced": st.unplaced,
+        "calls": st.calls, "replies": st.replies, "batches": st.batches,
+        "mean_batch": (st.batch_calls / st.batches) if st.batches else 0.0,
+        "batch_sizes": hist,
+        "drops": {name: int(st.drops[i]) for i, name in enumerate(DROP_NAMES)},
+        "errors": {name: int(st.errors[c]) for c, name in ERROR_NAMES.items()},
+        "cache_hits": st.cache_hits,
+        "partial_messages": st.partial_msgs, "reassembly_bytes": st.reasm_bytes,
+        "cached_replies": st.cached_replies, "in_flight": st.inflight, "queued": st.queued,
+        # calls run, by how long they were queued (RX_COMPLETE to the start of their batch):
+        # bucket i counts delays of at most le_us[i] (and more than le_us[i-1]); the last, longer
+        "queue_delay": {"le_us": [1 << i for i in range(lib.SRPC_QDELAY_HIST - 1)] + [None], "counts": qd,
+                        "count": sum(qd), "sum_us": st.queue_delay_sum_ns / 1e3},
+        "socket_buffers": {"rcvbuf": st.rcvbuf, "sndbuf": st.sndbuf},
+    }
+
+
+def read_dpdk_stats(srv) -> dict:
+    """The DPDK port's counters: frames, drops by reason, ARP replies, failed sends; whether the
+    port splits frames in hardware, and where the payloads then land ("none": software split,
+    "dpdk", "host" or "gpu": the payload pool's memory)."""
+    st = ffi.new("srpc_dpdk_stats_t *")
+    check(lib.srpc_server_dpdk_stats(srv, st), "srpc_server_dpdk_stats")
+    drops = {}
+    for i in range(1, lib.SRPC_DPDK_DROP_SLOTS):
+        name = text(lib.srpc_dpdk_drop_name(i))
+        if name is None:
+            break
+        drops[name] = int(st.drops[i])
+    return {"rx_frames": st.rx_frames, "tx_frames": st.tx_frames, "drops": drops, "rx_too_big": st.rx_too_big,
+            "tx_failed": st.tx_failed, "no_neighbour": st.no_neighbour, "arp_replies": st.arp_replies,
+            "rx_buffer_split": bool(st.rx_buffer_split), "rx_split_emulated": bool(st.rx_split_emulated),
+            "payload_pool": text(lib.srpc_dpdk_payload_pool_name(st.payload_pool)),
+            "rx_device_payloads": st.rx_device_payloads, "rx_device_to_host": st.rx_device_to_host}

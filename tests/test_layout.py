@@ -1,0 +1,99 @@
+"""The package layout: absolute imports only, every installed module importable by its installed name, and cffi's ffi/lib touched only in splitrpc/_native."""
+import ast
+import importlib
+import importlib.util
+import pathlib
+import pkgutil
+import re
+import shutil
+import subprocess
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+# Source folder -> the name it is installed under (CMakeLists.txt install(DIRECTORY) and the package itself).
+INSTALLED = {"splitrpc": "splitrpc", "client": "splitrpc.loadgen", "server": "splitrpc.services",
+             "bench": "splitrpc.bench"}
+HAVE_TORCH = importlib.util.find_spec("torch") is not None
+NEEDS_TORCH = ("splitrpc.services.models.adapter", "splitrpc.services.models.bert", "splitrpc.services.models.lenet",
+               "splitrpc.services.models.lstm", "splitrpc.services.models.resnet")
+
+
+def sources(*folders: str) -> list[pathlib.Path]:
+    return sorted(p for f in folders for p in (ROOT / f).rglob("*.py"))
+
+
+@pytest.mark.parametrize("folder", ["client", "server", "bench", "splitrpc"])
+def test_no_relative_imports(folder):
+    """A module imports correctly as written from its installed name only with absolute imports:
+    client/ is installed as splitrpc.loadgen, so `from ..client import` would mean another thing."""
+    bad = []
+    for path in sources(folder):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ImportFrom) and node.level > 0:
+                bad.append(f"{path.relative_to(ROOT)}:{node.lineno}: from {'.' * node.level}{node.module or ''} import")
+    assert not bad, "relative imports:\n" + "\n".join(bad)
+
+
+def _installed_modules(package: str) -> list[str]:
+    pkg = importlib.import_module(package)
+    return [package] + [m.name for m in pkgutil.walk_packages(pkg.__path__, prefix=f"{package}.")]
+
+
+@pytest.mark.parametrize("package", ["splitrpc.loadgen", "splitrpc.services", "splitrpc.bench"])
+def test_every_module_imports_by_its_installed_name(package):
+    names = _installed_modules(package)
+    assert len(names) > 1
+    for name in names:
+        if name in NEEDS_TORCH and not HAVE_TORCH:
+            continue
+        importlib.import_module(name)
+
+
+def test_each_source_module_is_installed():
+    """Every .py of the installed folders is there under its installed name (bench/micro is not installed)."""
+    installed = {n for p in ("splitrpc.loadgen", "splitrpc.services", "splitrpc.bench") for n in _installed_modules(p)}
+    for folder in ("client", "server", "bench"):
+        for path in sources(folder):
+            rel = path.relative_to(ROOT / folder).with_suffix("")
+            if rel.parts[0] == "micro":
+                continue
+            parts = rel.parts[:-1] if rel.name == "__init__" else rel.parts
+            assert ".".join((INSTALLED[folder], *parts)) in installed, path
+
+
+def _ffi_lib_lines() -> list[str]:
+    """`git grep -nI "ffi\\.\\|lib\\." -- splitrpc client server bench` (binary files skipped), or
+    the same over the files when this is not a git checkout."""
+    folders = ("splitrpc", "client", "server", "bench")
+    if shutil.which("git") and (ROOT / ".git").exists():
+        r = subprocess.run(["git", "grep", "-nI", r"ffi\.\|lib\.", "--", *folders], cwd=ROOT, capture_output=True,
+                           text=True, timeout=60)
+        assert r.returncode in (0, 1), r.stderr  # 1: nothing found
+        return r.stdout.splitlines()
+    pattern = re.compile(r"ffi\.|lib\.")
+    out = []
+    for path in sources(*folders):
+        for i, line in enumerate(path.read_text().splitlines(), 1):
+            if pattern.search(line):
+                out.append(f"{path.relative_to(ROOT)}:{i}:{line}")
+    return out
+
+
+def test_only_the_binding_layer_touches_ffi_and_lib():
+    """splitrpc/_native is the only code that uses cffi's ffi/lib (pyzmq's backend/cffi layout)."""
+    outside = [line for line in _ffi_lib_lines() if not line.startswith("splitrpc/_native/")]
+    assert not outside, "ffi/lib outside splitrpc/_native:\n" + "\n".join(outside)
+
+
+def test_nothing_imports_ffi_or_lib_outside_the_binding_layer():
+    bad = []
+    for path in sources("splitrpc", "client", "server", "bench"):
+        if path.is_relative_to(ROOT / "splitrpc" / "_native"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ImportFrom) and any(a.name in ("ffi", "lib") for a in node.names):
+                bad.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+            if isinstance(node, ast.Import) and any(a.name.endswith("_splitrpc_cffi") for a in node.names):
+                bad.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert not bad, "imports of ffi/lib outside splitrpc/_native: " + ", ".join(bad)
