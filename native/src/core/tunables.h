@@ -74,11 +74,11 @@
  * time; one cached by the worker after the timers looked is expired this much late at most). */
 #define SRPC_TIMER_IDLE_US 100000
 
-/* While the worker receives, the engine thread looks at it this often: a worker that leaves for
- * a callback known to be slow tells it at once, so this bounds only how late a first slow
- * callback is noticed, and each look wakes a thread (which costs the spinning ones their tail
- * latency: 1000 looks a second showed in a 1-outstanding p99). */
-#define SRPC_ENGINE_CHECK_US 10000
+/* While the worker receives, the engine thread looks at it this often. A worker that leaves for
+ * a function's first batch, or for one whose last callback was slow, tells it at once, so this
+ * bounds only how late a callback that turned slow is noticed; each look wakes a thread, which
+ * costs the spinning ones their tail latency (1000 looks a second showed in a 1-outstanding p99). */
+#define SRPC_ENGINE_CHECK_US 100000
 
 /* Client retransmission (RFC 6298 per function): 3 retries ride out a lost datagram or two on
  * a healthy network; 5 ms is above a loopback round trip with a small batch; a first call

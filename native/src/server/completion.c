@@ -27,7 +27,12 @@ static int reply_pieces(const srpc_fn_t *fn, uint64_t seq, struct iovec *iv, uin
 
 /* Sends the replies of the batch of n calls from element first (status 0: the outputs; else
  * that error with msg as text) in one send per SRPC_REPLY_BATCH calls, moves the calls to the
- * reply cache and recycles the elements. Every earlier batch of fn is finished. */
+ * reply cache and recycles the elements. Every earlier batch of fn is finished.
+ * The elements are recycled before the last replies leave, so that a client whose reply came
+ * back finds its call's element free already (with as many calls outstanding as the queue
+ * holds, it never meets BUSY). That is safe: the engine then writes only request elements and
+ * call records, and the replies are sent from the output elements, which only the worker's next
+ * callback writes, after this send. */
 static void finish_w(srpc_server_t *srv, srpc_fn_t *fn, uint64_t first, uint32_t n, int status, const char *msg)
 {
     const uint32_t max_out = fn->raw ? fn->resp_bytes : 0;
@@ -58,7 +63,6 @@ static void finish_w(srpc_server_t *srv, srpc_fn_t *fn, uint64_t first, uint32_t
             srpc_reply_add(srv, &b, &e->key, code, iv, k, len);
             srpc_call_tx_complete_w(c, code, len);
         }
-        srpc_reply_flush(srv, &b); /* the replies go out before anything is cached */
         srpc_srv_lock(srv);
         for (uint32_t i = 0; i < chunk; i++) {
             const srpc_call_t *c = &fn->calls[(first + at + i) % fn->capacity];
@@ -68,6 +72,7 @@ static void finish_w(srpc_server_t *srv, srpc_fn_t *fn, uint64_t first, uint32_t
         if (at == n)
             srpc_ring_recycle_locked(srv, fn, first, n);
         srpc_srv_unlock(srv);
+        srpc_reply_flush(srv, &b);
     }
 }
 

@@ -102,7 +102,8 @@ typedef struct srpc_fn {
     uint64_t done_dev;
     uint32_t inflight;  /* worker: batches deferred or completed and not yet finished */
     uint8_t cb_slow;    /* worker: its last batch kept the worker away longer than half of
-                           rx_takeover_us (rx_owner.c: the engine thread is then told at once) */
+                           rx_takeover_us, or it has had none yet (rx_owner.c: the engine
+                           thread is then told at once) */
     /* GPU functions: the TQs above are the pinned host staging, these the device TQs. */
     int gpu_device;     /* -1: host function */
     srpc_dtq_t *in_dtq[SRPC_MAX_TENSORS], *out_dtq[SRPC_MAX_TENSORS];
