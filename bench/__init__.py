@@ -1,0 +1,1 @@
+"""splitrpc.bench (the bench/ folder, installed under this name): `splitrpc bench` and the other benchmark subcommands, the peers they compare with, and the A/B of two builds; micro/ (pytest-benchmark) and results/ are not installed."""

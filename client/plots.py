@@ -34,9 +34,10 @@ def _figure(nrows: int = 1, figsize=(8.0, 5.0)):
 
 
 def _save(fig, path):
-    """Writes fig as a PNG to path, frees it, and returns path."""
+    """Writes fig as a PNG to path, frees it, and returns path. No "Software" text chunk: the
+    file holds the picture and nothing that names the library that drew it."""
     try:
-        fig.savefig(path, format="png", dpi=_DPI)
+        fig.savefig(path, format="png", dpi=_DPI, metadata={"Software": None})
     finally:
         fig.clear()
     return path

@@ -30,7 +30,7 @@ class DPDKUnavailable(DPDKError):
 
 
 class RemoteError(SplitRPCError):
-    """The server answered with an ERROR datagram (PROTOCOL.md, Calls)."""
+    """The server answered with an ERROR datagram (docs/PROTOCOL.md, Calls)."""
 
     code = 0
     name = "ERROR"

@@ -18,7 +18,7 @@ class TensorSpec:
         dt = np.dtype(self.dtype)
         if dt.hasobject:
             raise ValueError(f"tensor {self.name!r}: dtype {self.dtype!r} is not a plain numeric type")
-        # The wire carries little-endian tensors (PROTOCOL.md, Data of the built-in services).
+        # The wire carries little-endian tensors (docs/PROTOCOL.md, Data of the built-in services).
         object.__setattr__(self, "dtype", dt.newbyteorder("<").str if dt.byteorder == ">" else dt.str)
 
     @property

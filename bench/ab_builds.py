@@ -1,0 +1,175 @@
+"""ab_builds.py: an A/B benchmark of two installed builds of splitrpc in one run: `splitrpc bench` of each, rounds interleaved (A B, then B A, ...), its splitrpc rows and the raw-UDP limit compared cell by cell with the rounds' spread.
+
+    python bench/ab_builds.py --a main=/path/to/venv-old/bin/splitrpc --b new=.venv/bin/splitrpc \\
+        --rounds 3 --out bench/results/ab_example
+
+Each build measures the raw-UDP limit in its own runs, so ratios to it are taken within a run.
+A cell of B is "worse" only when its best round is worse than A's worst (the rounds' ranges
+do not overlap), "better" the other way round, else "same".
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime, timezone
+
+SYSTEMS = ("raw-udp-busy", "splitrpc-poll", "splitrpc-block")
+METRICS = (("p50_us", "p50 µs", -1), ("p99_us", "p99 µs", -1), ("throughput_rps", "calls/s", +1))
+
+
+def _machine() -> dict:
+    cpu = "?"
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "?")
+    except OSError:
+        pass
+    return {"cpu": cpu, "cpus": os.cpu_count(), "kernel": platform.release(), "python": platform.python_version()}
+
+
+def _run(exe: str, a, out: str) -> list[dict]:
+    cmd = [exe, "bench", "--systems", ",".join(SYSTEMS), "--services", a.services, "--concurrency", a.concurrency,
+           "--calls", str(a.calls), "--rounds", "1", "--rates", a.rates, "--sweep-s", str(a.sweep_s), "--out", out]
+    print("$", " ".join(cmd), flush=True)
+    p = subprocess.run(cmd, cwd=tempfile.gettempdir(), text=True, capture_output=True)
+    if p.returncode != 0:
+        sys.exit(f"{exe} bench failed ({p.returncode}):\n{p.stdout[-2000:]}\n{p.stderr[-2000:]}")
+    with open(os.path.join(out, "sidebyside.json")) as f:
+        doc = json.load(f)
+    return doc["runs"] + doc["open_loop"]
+
+
+def _key(r: dict, rates: list[float]) -> tuple:
+    """(system, service, concurrency, rate): an open-loop run by the rate asked for, not the one drawn."""
+    rate = None
+    if r.get("concurrency") is None and r.get("offered_rps"):
+        rate = min(rates, key=lambda x: abs(x - r["offered_rps"]))
+    return (r["system"], r["service"], r.get("concurrency"), rate)
+
+
+def _spread(vals: list[float]) -> dict:
+    vals = sorted(v for v in vals if v is not None)
+    if not vals:
+        return {"median": None, "min": None, "max": None}
+    n = len(vals)
+    med = vals[n // 2] if n % 2 else (vals[n // 2 - 1] + vals[n // 2]) / 2
+    return {"median": med, "min": vals[0], "max": vals[-1]}
+
+
+def _verdict(a: dict, b: dict, sign: int) -> str:
+    """sign +1: higher is better; -1: lower is better."""
+    if a["median"] is None or b["median"] is None:
+        return "-"
+    if sign > 0:
+        return "worse" if b["max"] < a["min"] else "better" if b["min"] > a["max"] else "same"
+    return "worse" if b["min"] > a["max"] else "better" if b["max"] < a["min"] else "same"
+
+
+def _ratio(runs: list[dict], system: str, service: str, conc: int, metric: str) -> float | None:
+    """system's metric over raw-udp-busy's, in one run."""
+    def get(s):
+        return next((r.get(metric) for r in runs if r["system"] == s and r["service"] == service
+                     and r.get("concurrency") == conc and r.get(metric)), None)
+    x, raw = get(system), get("raw-udp-busy")
+    return x / raw if x and raw else None
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--a", required=True, metavar="NAME=SPLITRPC", help="the baseline build: a name and its splitrpc command")
+    p.add_argument("--b", required=True, metavar="NAME=SPLITRPC", help="the build compared with it")
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--services", default="vecadd,head,matmul,echo")
+    p.add_argument("--concurrency", default="1,16,32")
+    p.add_argument("--calls", type=int, default=20000)
+    p.add_argument("--rates", default="1000,5000,20000,50000,100000,200000")
+    p.add_argument("--sweep-s", type=float, default=2.0)
+    p.add_argument("--out", required=True)
+    a = p.parse_args(argv)
+    builds = []
+    for spec in (a.a, a.b):
+        name, _, exe = spec.partition("=")
+        if not name or not exe:
+            p.error(f"expected NAME=SPLITRPC, got {spec!r}")
+        builds.append((name, os.path.abspath(exe) if os.sep in exe else exe))
+    os.makedirs(a.out, exist_ok=True)
+    t0 = time.monotonic()
+    runs: dict[str, list[list[dict]]] = {name: [] for name, _ in builds}
+    with tempfile.TemporaryDirectory() as tmp:
+        for rnd in range(a.rounds):
+            order = builds if rnd % 2 == 0 else builds[::-1]
+            for name, exe in order:
+                print(f"round {rnd + 1}/{a.rounds}: {name}", flush=True)
+                runs[name].append(_run(exe, a, os.path.join(tmp, f"{rnd}-{name}")))
+    (na, _), (nb, _) = builds
+    rates = [float(x) for x in a.rates.split(",")]
+    cells = {}
+    for name in (na, nb):
+        for rnd in runs[name]:
+            for r in rnd:
+                cells.setdefault(_key(r, rates), {}).setdefault(name, []).append(r)
+    table = []
+    for key in sorted(cells, key=lambda k: (k[1], k[2] or 0, k[3] or 0, SYSTEMS.index(k[0]) if k[0] in SYSTEMS else 9)):
+        by = cells[key]
+        if na not in by or nb not in by:
+            continue
+        row = {"system": key[0], "service": key[1], "concurrency": key[2], "offered_rps": key[3]}
+        for m, _, sign in METRICS:
+            sa, sb = _spread([r.get(m) for r in by[na]]), _spread([r.get(m) for r in by[nb]])
+            row[m] = {na: sa, nb: sb, "verdict": _verdict(sa, sb, sign)}
+        table.append(row)
+    ratios = {}
+    for name in (na, nb):
+        ratios[name] = {
+            "vecadd c=16 calls/s, splitrpc-poll / raw-udp-busy":
+                _spread([_ratio(rr, "splitrpc-poll", "vecadd", 16, "throughput_rps") for rr in runs[name]]),
+            "vecadd c=1 p99, splitrpc-poll / raw-udp-busy":
+                _spread([_ratio(rr, "splitrpc-poll", "vecadd", 1, "p99_us") for rr in runs[name]]),
+            "vecadd c=1 p50, splitrpc-poll / raw-udp-busy":
+                _spread([_ratio(rr, "splitrpc-poll", "vecadd", 1, "p50_us") for rr in runs[name]]),
+        }
+    doc = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "command": " ".join(sys.argv),
+           "machine": _machine(), "builds": dict(builds), "rounds": a.rounds, "wall_s": time.monotonic() - t0,
+           "table": table, "ratios": ratios, "runs": runs}
+    with open(os.path.join(a.out, "ab.json"), "w") as f:
+        json.dump(doc, f, indent=1)
+    with open(os.path.join(a.out, "ab.md"), "w") as f:
+        f.write(_markdown(doc, na, nb))
+    print(f"wrote {a.out}/ab.md and ab.json in {doc['wall_s']:.0f} s")
+    return 0
+
+
+def _markdown(doc: dict, na: str, nb: str) -> str:
+    def f(v, d=1):
+        return "-" if v is None else f"{v:,.{d}f}"
+
+    def cell(s, d=1):
+        return f"{f(s['median'], d)} ({f(s['min'], d)}-{f(s['max'], d)})"
+
+    lines = [f"# A/B: {na} vs {nb}", "", f"- date: {doc['date']}", f"- command: `{doc['command']}`",
+             f"- builds: {', '.join(f'{k}: `{v}`' for k, v in doc['builds'].items())}",
+             f"- machine: {doc['machine']}",
+             f"- {doc['rounds']} rounds, builds interleaved (A B, B A, ...); each cell: median (min-max over rounds)",
+             "- verdict: worse/better only when the rounds' ranges do not overlap, else same", "",
+             "## Ratios to the raw-UDP limit (within each run)", "", f"| ratio | {na} | {nb} |", "|---|---:|---:|"]
+    for k in doc["ratios"][na]:
+        lines.append(f"| {k} | {cell(doc['ratios'][na][k], 2)} | {cell(doc['ratios'][nb][k], 2)} |")
+    for m, label, _ in METRICS:
+        d = 0 if m == "throughput_rps" else 1
+        lines += ["", f"## {label}", "", f"| service | system | conc or rate | {na} | {nb} | verdict |",
+                  "|---|---|---:|---:|---:|---|"]
+        for r in doc["table"]:
+            where = r["concurrency"] if r["concurrency"] is not None else f"{r['offered_rps']:,.0f}/s"
+            lines.append(f"| {r['service']} | {r['system']} | {where} | {cell(r[m][na], d)} | {cell(r[m][nb], d)} | "
+                         f"{r[m]['verdict']} |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
