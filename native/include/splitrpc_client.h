@@ -78,8 +78,10 @@ int srpc_client_wait_cq(srpc_client_t *cl, srpc_client_cq_t *cq, uint64_t *ids, 
 
 /* n calls of func_id with the same request, sent with one send through cq (a load generator's
  * burst): each gets its req_id in ids[i] and its outcome of sending in rcs[i] (0, or -errno:
- * that call was not sent and is forgotten). n is 1..SRPC_CLIENT_SEND_MAX. Returns how many
- * were sent, or -errno (-EINVAL, -EMSGSIZE, -ENOMEM: none was). Thread-safe. */
+ * that call was not sent and is forgotten). n is 1..SRPC_CLIENT_SEND_MAX. Unlike
+ * srpc_client_send, the request is not copied for retransmission: data must stay as it is until
+ * each call has finished or been released. Returns how many were sent, or -errno (-EINVAL,
+ * -EMSGSIZE, -ENOMEM: none was). Thread-safe. */
 #define SRPC_CLIENT_SEND_MAX 64
 int srpc_client_send_many_cq(srpc_client_t *cl, srpc_client_cq_t *cq, uint16_t func_id, const void *data,
                              uint32_t len, uint32_t n, uint64_t *ids, int *rcs);

@@ -36,8 +36,10 @@ typedef struct cl_call {
     int code;            /* 0 RESPONSE, else the error code */
     srpc_client_cq_t *cq; /* reported there when finished; NULL: not reported (a blocking call) */
     uint8_t *reply;      /* reply data or error text (malloc) */
-    uint8_t *req;        /* retransmission: a copy of the request until the call finishes */
+    uint8_t *req;        /* retransmission: the request until the call finishes: a copy, or the
+                            caller's bytes when req_borrowed (srpc_client_send_many_cq) */
     uint32_t req_len;
+    uint8_t req_borrowed;
     uint16_t aux;
     uint32_t attempts;   /* retransmissions so far */
     uint64_t sent_ns;    /* first send (the RTT sample's start) */
@@ -140,7 +142,8 @@ static void call_free(cl_call_t *k)
     if (k->reasm_active)
         srpc_reasm_free(&k->reasm, NULL);
     free(k->reply);
-    free(k->req);
+    if (!k->req_borrowed)
+        free(k->req);
     free(k);
 }
 
@@ -270,7 +273,8 @@ static void finish(srpc_client_t *c, cl_call_t *k, int code, uint8_t *data, uint
     if (k->req) {
         if (k->attempts == 0) /* Karn: a retransmitted call's reply may answer any of its sends */
             rtt_sample(c, k->func_id, srpc_now_ns() - k->sent_ns);
-        free(k->req);
+        if (!k->req_borrowed)
+            free(k->req);
         k->req = NULL;
     }
     k->done = 1;
@@ -425,10 +429,11 @@ static int any_ready(srpc_client_t *c, void *arg)
 
 /* Sends n calls of func_id with the same request (data, len, aux), each its own req_id in ids[i],
  * in one transport send, reported to cq (NULL: nowhere). rcs[i] gets 0, or the error of a call
- * that could not be sent (it is forgotten). Returns how many were sent, or -errno when the
- * arguments are bad or no memory was left for the first call. */
+ * that could not be sent (it is forgotten). borrow: the caller keeps data as it is until every
+ * call has finished or been released, so it is not copied for retransmission. Returns how many
+ * were sent, or -errno when the arguments are bad or no memory was left for the first call. */
 static int send_calls(srpc_client_t *c, uint16_t func_id, const void *data, uint32_t len, uint16_t aux,
-                      srpc_client_cq_t *cq, uint32_t n, uint64_t *ids, int *rcs)
+                      srpc_client_cq_t *cq, uint32_t n, uint64_t *ids, int *rcs, int borrow)
 {
     if (!c || (!data && len) || !ids || !rcs || n == 0 || n > SRPC_CLIENT_SEND_MAX)
         return -EINVAL;
@@ -437,7 +442,10 @@ static int send_calls(srpc_client_t *c, uint16_t func_id, const void *data, uint
     cl_call_t *k[SRPC_CLIENT_SEND_MAX];
     for (uint32_t i = 0; i < n; i++) {
         k[i] = calloc(1, sizeof(*k[i]));
-        if (k[i] && c->cfg.retries && !(k[i]->req = malloc(len ? len : 1))) { /* kept to be sent again */
+        if (k[i] && c->cfg.retries && borrow) {
+            k[i]->req = (uint8_t *)data;
+            k[i]->req_borrowed = 1;
+        } else if (k[i] && c->cfg.retries && !(k[i]->req = malloc(len ? len : 1))) { /* kept to be sent again */
             free(k[i]);
             k[i] = NULL;
         }
@@ -457,7 +465,7 @@ static int send_calls(srpc_client_t *c, uint16_t func_id, const void *data, uint
         k[i]->aux = aux;
         k[i]->due_ns = UINT64_MAX;
         if (k[i]->req) {
-            if (len)
+            if (len && !borrow)
                 memcpy(k[i]->req, data, len);
             k[i]->req_len = len;
         }
@@ -502,14 +510,14 @@ static int send_call(srpc_client_t *c, uint16_t func_id, const void *data, uint3
                      srpc_client_cq_t *cq, uint64_t *req_id)
 {
     int rc = 0;
-    int r = send_calls(c, func_id, data, len, aux, cq, 1, req_id, &rc);
+    int r = send_calls(c, func_id, data, len, aux, cq, 1, req_id, &rc, 0);
     return r < 0 ? r : rc;
 }
 
 int srpc_client_send_many_cq(srpc_client_t *c, srpc_client_cq_t *cq, uint16_t func_id, const void *data, uint32_t len,
                              uint32_t n, uint64_t *ids, int *rcs)
 {
-    return c && cq ? send_calls(c, func_id, data, len, 0, cq, n, ids, rcs) : -EINVAL;
+    return c && cq ? send_calls(c, func_id, data, len, 0, cq, n, ids, rcs, 1) : -EINVAL;
 }
 
 int srpc_client_send(srpc_client_t *c, uint16_t func_id, const void *data, uint32_t len,

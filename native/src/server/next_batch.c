@@ -56,7 +56,7 @@ int srpc_server_next_batch(srpc_server_t *srv, srpc_batch_t *b, int64_t timeout_
          * transport with nothing to sleep on. */
         const int spin = srv->cfg.wait_mode == SRPC_WAIT_POLL || srv->inflight || srv->tp->wait_fd < 0 ||
                          (srv->cfg.wait_mode == SRPC_WAIT_ADAPTIVE && now - start < spin_ns);
-        srpc_rx_owner_wait_w(srv, spin, hold && hold < deadline ? hold : deadline);
+        srpc_rx_owner_wait_w(srv, spin, now, hold && hold < deadline ? hold : deadline);
         if (hold && srpc_now_ns() >= hold)
             hold = 0;
     }

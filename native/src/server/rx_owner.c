@@ -111,7 +111,7 @@ static void wait_readable(srpc_server_t *srv, int64_t timeout_us)
     if (p[2].revents & POLLIN && read(srv->wakefd, &v, sizeof(v)) < 0) { /* drained by the read */ }
 }
 
-void srpc_rx_owner_wait_w(srpc_server_t *srv, int spin, uint64_t until_ns)
+void srpc_rx_owner_wait_w(srpc_server_t *srv, int spin, uint64_t now, uint64_t until_ns)
 {
     const int want = spin ? W_POLLING : W_BLOCKED;
     if (atomic_load_explicit(&srv->rx.w_state, memory_order_relaxed) != want)
@@ -126,7 +126,6 @@ void srpc_rx_owner_wait_w(srpc_server_t *srv, int spin, uint64_t until_ns)
         atomic_store(&srv->worker_sleeping, 0);
         return;
     }
-    const uint64_t now = srpc_now_ns();
     timers_if_due(srv, now);
     const int n = srpc_engine_rx_step_rx(srv); /* receive inline: no hand-off, one thread */
     if (n == 0 && !spin) {

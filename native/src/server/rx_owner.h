@@ -23,9 +23,9 @@ int srpc_rx_owner_leave_w(srpc_server_t *srv, srpc_fn_t *fn, int saturated, int 
  * at once instead of waiting in the socket buffer. Stops when a burst comes back short, or
  * after rx_takeover_us, so batches still run when receiving alone could take all the time. Worker. */
 void srpc_rx_owner_catch_up_w(srpc_server_t *srv);
-/* One step of waiting for calls: receives inline (spin: once, then returns; else sleeping on the
- * transport until a datagram, the timers, or until_ns), or, while the engine thread receives,
- * sleeps until it queues calls. Worker. */
-void srpc_rx_owner_wait_w(srpc_server_t *srv, int spin, uint64_t until_ns);
+/* One step of waiting for calls, at now: receives inline (spin: once, then returns; else
+ * sleeping on the transport until a datagram, the timers, or until_ns), or, while the engine
+ * thread receives, sleeps until it queues calls. Worker. */
+void srpc_rx_owner_wait_w(srpc_server_t *srv, int spin, uint64_t now, uint64_t until_ns);
 
 #endif /* SRPC_RX_OWNER_H */
