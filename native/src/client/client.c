@@ -665,27 +665,16 @@ int srpc_client_stats(const srpc_client_t *c, srpc_client_stats_t *out)
 int srpc_client_set_faults(srpc_client_t *c, const srpc_faults_cfg_t *rx, const srpc_faults_cfg_t *tx,
                            uint64_t seed)
 {
-#ifndef SRPC_FAULT_INJECTION
-    (void)rx, (void)tx, (void)seed;
-    if (c)
-        return -ENOTSUP;
-#endif
     if (!c)
         return -EINVAL;
-    if (!c->tp->ops->set_faults)
-        return -ENOTSUP; /* a transport without injectors (DPDK) */
+    if (!srpc_tp_has_faults(c->tp))
+        return -ENOTSUP; /* a build without fault injection, or a transport without injectors (DPDK) */
     return c->tp->ops->set_faults(c->tp, rx, tx, seed);
 }
 
 int srpc_client_fault_counts(const srpc_client_t *c, srpc_fault_counts_t *rx, srpc_fault_counts_t *tx)
 {
-#ifndef SRPC_FAULT_INJECTION
-    if (c)
-        return -ENOTSUP;
-#endif
     if (!c)
         return -EINVAL;
-    if (!c->tp->ops->fault_counts)
-        return -ENOTSUP;
-    return c->tp->ops->fault_counts(c->tp, rx, tx);
+    return srpc_tp_has_faults(c->tp) ? c->tp->ops->fault_counts(c->tp, rx, tx) : -ENOTSUP;
 }

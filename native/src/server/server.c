@@ -250,15 +250,10 @@ int srpc_server_stats(const srpc_server_t *srv, srpc_server_stats_t *out)
 int srpc_server_set_faults(srpc_server_t *srv, const srpc_faults_cfg_t *rx, const srpc_faults_cfg_t *tx,
                            uint64_t seed)
 {
-#ifndef SRPC_FAULT_INJECTION
-    (void)rx, (void)tx, (void)seed;
-    if (srv)
-        return -ENOTSUP;
-#endif
     if (!srv)
         return -EINVAL;
-    if (!srv->tp->ops->set_faults)
-        return -ENOTSUP; /* a transport without injectors (DPDK) */
+    if (!srpc_tp_has_faults(srv->tp))
+        return -ENOTSUP; /* a build without fault injection, or a transport without injectors (DPDK) */
     if (srv->started)
         return -EBUSY;
     return srv->tp->ops->set_faults(srv->tp, rx, tx, seed);
@@ -266,13 +261,7 @@ int srpc_server_set_faults(srpc_server_t *srv, const srpc_faults_cfg_t *rx, cons
 
 int srpc_server_fault_counts(const srpc_server_t *srv, srpc_fault_counts_t *rx, srpc_fault_counts_t *tx)
 {
-#ifndef SRPC_FAULT_INJECTION
-    if (srv)
-        return -ENOTSUP;
-#endif
     if (!srv)
         return -EINVAL;
-    if (!srv->tp->ops->fault_counts)
-        return -ENOTSUP;
-    return srv->tp->ops->fault_counts(srv->tp, rx, tx);
+    return srpc_tp_has_faults(srv->tp) ? srv->tp->ops->fault_counts(srv->tp, rx, tx) : -ENOTSUP;
 }

@@ -133,6 +133,17 @@ static inline int srpc_tp_send(srpc_transport_t *t, srpc_tx_msg_t *msgs, unsigne
 {
     return t->ops->send(t, msgs, n);
 }
+/* 1 when the transport has fault injectors: a testing build (SRPC_FAULT_INJECTION) and a
+ * transport that implements them (kernel UDP). */
+static inline int srpc_tp_has_faults(const srpc_transport_t *t)
+{
+#ifdef SRPC_FAULT_INJECTION
+    return t->ops->set_faults != NULL;
+#else
+    (void)t;
+    return 0;
+#endif
+}
 /* 1 when this transport can receive in place now (peek and recv_into). */
 static inline int srpc_tp_can_recv_into(const srpc_transport_t *t) { return t->ops->peek != NULL; }
 
