@@ -10,7 +10,7 @@ import numpy as np
 
 from splitrpc import dpdk
 from splitrpc._native import client as _client
-from splitrpc.errors import CallTimeout, SplitRPCError, remote_error
+from splitrpc.errors import CallTimeout, SplitRPCError
 
 
 def as_buffer(data) -> memoryview:
@@ -34,13 +34,21 @@ class Client:
     address on it (host must be the server's IPv4 address), local_port its UDP port (0: one at
     random). The server's MAC is asked by ARP, or given as server_mac. The client polls.
 
-    ``retries`` (default 3) sends a request again (same req_id) when its reply has not come
-    within the retransmission timeout: adaptive (smoothed round-trip time + 4 deviations,
-    RFC 6298), between rto_min and rto_max seconds (rto_initial before the first reply), doubling
-    at each retry, at most ``retries`` times; the call's own timeout still ends it. The server
-    never runs a call twice (its reply cache answers a retransmission). Requests are copied to
-    be sent again; ``retries=0`` sends once and copies nothing. Over a lossy network raise it
-    (e.g. 10).
+    Retransmission: a request is sent again (same req_id) when its reply has not come within
+    the retransmission timeout: adaptive (smoothed round-trip time + 4 deviations, RFC 6298),
+    between rto_min and rto_max seconds (rto_initial before the first reply), doubling at each
+    try up to rto_max, until the reply comes or the call's timeout or deadline passes.
+    ``retries`` caps the count (default None: no cap, the deadline ends it; 0: never). The
+    server never runs a call twice (its reply cache answers a retransmission).
+
+    Flow control: at most ``window`` calls (default None: the C default, half a default server
+    queue; 0: no limit) are outstanding at the server; further calls wait in the client, in
+    the order they were made, each still bound by its own timeout, and are sent as earlier ones
+    finish. A ``Busy`` answer is retried after a backoff (``busy_backoff`` seconds, doubling
+    per Busy of the call, capped at rto_max, with jitter) while the call's deadline leaves room
+    for it; the caller sees ``Busy`` only when it does not (or with ``busy_retry=False``).
+    ``stats()`` counts both (``busy_retries``, ``window_waits``). The load generator's calls
+    (``closed_loop``, ``splitrpc.loadgen``) are never held back or retried after Busy.
 
     ``protocol`` is the wire protocol version of the requests: 2 (the default) protects each
     header with a CRC-16 so that a header damaged in transit is dropped, never taken for another
@@ -54,6 +62,7 @@ class Client:
                  dpdk_port: str | None = None, local_ip: str | None = None, local_port: int = 0,
                  server_mac: str | None = None, dpdk_mtu: int | None = None, retries: int | None = None,
                  rto_min: float | None = None, rto_initial: float | None = None, rto_max: float | None = None,
+                 window: int | None = None, busy_retry: bool | None = None, busy_backoff: float | None = None,
                  protocol: int | None = None):
         # A setting left None takes the C core's default (srpc_client_config_init, native/src/tunables.h;
         # splitrpc._native.client.CLIENT_DEFAULTS; segment_size: by destination; dpdk_mtu: 1500).
@@ -70,6 +79,8 @@ class Client:
                                                       ("rto_max", rto_max))]
         if (retries is not None and retries < 0) or not 0 < rto[0] <= rto[1] <= rto[2]:
             raise ValueError("retries must be >= 0 and 0 < rto_min <= rto_initial <= rto_max")
+        if (window is not None and window < 0) or (busy_backoff is not None and not busy_backoff > 0):
+            raise ValueError("window must be >= 0 and busy_backoff > 0 seconds")
         if protocol is not None and protocol not in (1, 2):
             raise ValueError(f"protocol must be 1 or 2, got {protocol!r}")
         dpdk_kw = {} if transport != "dpdk" else {
@@ -78,7 +89,8 @@ class Client:
         self._native = _client.create_client(
             host, port=port, segment_size=segment_size, max_reply=max_reply, busy_poll=busy_poll,
             socket_buffer=socket_buffer, retries=retries, rto_min=rto_min, rto_initial=rto_initial, rto_max=rto_max,
-            protocol=protocol, **dpdk_kw)
+            window=window, busy_retry=None if busy_retry is None else int(bool(busy_retry)),
+            busy_backoff=busy_backoff, protocol=protocol, **dpdk_kw)
         self._cl = self._native.handle
         self.host, self.port, self.timeout = self._native.host, self._native.port, timeout
         self.max_reply = self._native.max_reply
@@ -126,7 +138,7 @@ class Client:
         mv = as_buffer(data)
         fut: Future = Future()
         with self._plock:  # registered before a reply can be reported
-            rid = _client.send(self._cl, func_id, mv)
+            rid = _client.send(self._cl, func_id, mv, tmo)
             self._pending[rid] = (fut, time.monotonic() + tmo)
             if self._poller is None:
                 self._poller = threading.Thread(target=self._poll_loop, name="splitrpc-client", daemon=True)
@@ -152,7 +164,7 @@ class Client:
                 _client.release(self._cl, rid)
             for fut, c, r in finished:
                 if fut is not None and not fut.done():
-                    fut.set_exception(remote_error(c, r)) if c else fut.set_result(r)
+                    fut.set_exception(_client.call_error(c, r)) if c else fut.set_result(r)
             for fut in timed_out:
                 if not fut.done():
                     fut.set_exception(CallTimeout("no reply within the call's timeout"))

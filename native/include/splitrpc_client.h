@@ -13,6 +13,7 @@ extern "C" {
 /* ------------------------------------------------------------------ client */
 
 typedef struct srpc_client srpc_client_t;
+typedef struct srpc_client_cq srpc_client_cq_t; /* a completion queue (srpc_client_cq_create) */
 
 typedef struct srpc_client_config {
     const char *host;          /* server address or name */
@@ -31,14 +32,29 @@ typedef struct srpc_client_config {
                                   by ARP at create (-EHOSTUNREACH when nobody answers in 2 s) */
     /* Retransmission: a request whose reply has not come within the retransmission timeout is
      * sent again with the same req_id (the server answers a duplicate from its reply cache or
-     * ignores it while the call runs), at most `retries` times, the timeout doubling each time.
-     * The timeout adapts to the replies' round-trip times, per function since a function's
-     * service time is part of them (RFC 6298: srtt + 4 rttvar, Karn's rule: no sample from a
-     * retransmitted call), clamped to [rto_min_us, rto_max_us]; rto_initial_us before a
-     * function's first sample. The request is copied to be sent again.
+     * ignores it while the call runs), until its reply comes, its deadline passes (a call sent
+     * with a timeout) or it has been sent again `retries` times, the timeout doubling each time
+     * up to rto_max_us. The timeout adapts to the replies' round-trip times, per function since
+     * a function's service time is part of them (RFC 6298: srtt + 4 rttvar, Karn's rule: no
+     * sample from a retransmitted call), clamped to [rto_min_us, rto_max_us]; rto_initial_us
+     * before a function's first sample. The request is copied to be sent again.
      * Retransmissions happen while some thread waits for a reply (wait, wait_any, call). */
-    uint32_t retries;          /* 0: never retransmit; default SRPC_DEF_RETRIES (tunables.h) */
+    uint32_t retries;          /* 0: never retransmit; default SRPC_DEF_RETRIES (tunables.h):
+                                  UINT32_MAX, until the deadline */
     uint32_t rto_min_us, rto_initial_us, rto_max_us;
+    /* Flow control (calls made by srpc_client_send*, srpc_client_call; not the load generator's,
+     * which are sent when due and never held back): at most `window` such calls are outstanding
+     * (sent, unanswered); later ones wait in the client in the order they were made and are sent
+     * as earlier ones finish, each still bound by its deadline (one that passes while waiting
+     * finishes it with SRPC_E_TIMEOUT, never sent). 0: no window. */
+    uint32_t window;           /* default SRPC_DEF_CLIENT_WINDOW, half a default server queue */
+    /* A BUSY answer is not reported while the call's deadline leaves time for another try: the
+     * request is sent again (same req_id: BUSY is not cached, PROTOCOL.md) after a backoff of
+     * busy_backoff_us, doubling with each BUSY (capped at rto_max_us), drawn in [half, all] of
+     * it. BUSY is reported when the next try would come after the deadline, or at once with
+     * busy_retry 0. The request is copied for this. */
+    int busy_retry;            /* default 1 */
+    uint32_t busy_backoff_us;  /* default SRPC_DEF_BUSY_BACKOFF_US */
     /* Wire protocol of the requests: 2 (the default: a CRC-16 header check, 48-bit req_ids,
      * docs/PROTOCOL-v2.md) or 1 (docs/PROTOCOL.md, for servers that speak only version 1). Replies
      * of the other version are dropped. */
@@ -50,9 +66,16 @@ int srpc_client_create(const srpc_client_config_t *cfg, srpc_client_t **out);
 void srpc_client_destroy(srpc_client_t *cl);
 
 /* Sends a request; *req_id receives the call's id. Thread-safe. The data is copied into
- * datagrams before return; the caller keeps ownership. */
+ * datagrams (or, held back by the window, into the client) before return; the caller keeps
+ * ownership. The call has no deadline: it is retransmitted until released. */
 int srpc_client_send(srpc_client_t *cl, uint16_t func_id, const void *data, uint32_t len,
                      uint16_t aux, uint64_t *req_id);
+
+/* srpc_client_send with a deadline timeout_us from now (-1: none), through cq (NULL: the
+ * client's own queue, as srpc_client_send): retransmissions, BUSY retries and a wait in the
+ * window end there. Its outcome is reported on the queue like any other. Thread-safe. */
+int srpc_client_send_timed(srpc_client_t *cl, srpc_client_cq_t *cq, uint16_t func_id, const void *data,
+                           uint32_t len, uint16_t aux, int64_t timeout_us, uint64_t *req_id);
 
 /* Waits until call req_id finishes or timeout_us passes (-1 = forever). Returns 0 when the
  * call has an outcome (see srpc_client_result), -ETIMEDOUT, or -ENOENT for an unknown id.
@@ -69,7 +92,6 @@ int srpc_client_wait_any(srpc_client_t *cl, uint64_t *ids, int n, int64_t timeou
  * and srpc_client_wait_any use the client's own queue. All four are thread-safe. The caller
  * owns a queue it creates and destroys it before the client; calls of a destroyed queue
  * that have not been reported are reported nowhere (release them by id). */
-typedef struct srpc_client_cq srpc_client_cq_t;
 int srpc_client_cq_create(srpc_client_t *cl, srpc_client_cq_t **out);
 void srpc_client_cq_destroy(srpc_client_t *cl, srpc_client_cq_t *cq);
 int srpc_client_send_cq(srpc_client_t *cl, srpc_client_cq_t *cq, uint16_t func_id, const void *data,
@@ -95,15 +117,19 @@ int srpc_client_result(srpc_client_t *cl, uint64_t req_id, int *code, const uint
 /* Forgets a call (finished or not); a late reply for it is dropped. */
 int srpc_client_release(srpc_client_t *cl, uint64_t req_id);
 
-/* One call, start to end: send, wait, copy the reply into out (cap bytes).
- * Returns 0 with *out_len and *code set (code != 0: error, message in out), -ETIMEDOUT,
+/* One call, start to end: send, wait, copy the reply into out (cap bytes); timeout_us is the
+ * call's deadline (retransmissions, BUSY retries and a wait in the window end there). Returns 0 with *out_len and *code set (code != 0: error, message in out), -ETIMEDOUT,
  * -ENOBUFS when the reply is larger than cap (*out_len says how large). */
 int srpc_client_call(srpc_client_t *cl, uint16_t func_id, const void *data, uint32_t len,
                      void *out, uint32_t cap, uint32_t *out_len, int *code, int64_t timeout_us);
 
 typedef struct srpc_client_stats {
     uint64_t sent_calls, replies, errors, timeouts, late_or_unknown, dropped;
-    uint64_t retransmits;      /* requests sent again */
+    uint64_t retransmits;      /* requests sent again after a retransmission timeout */
+    uint64_t busy_retries;     /* requests sent again after a BUSY answer */
+    uint64_t window_waits;     /* calls held back by the window before their first send */
+    uint64_t outstanding;      /* now: calls counted in the window (sent, unanswered) */
+    uint64_t waiting;          /* now: calls waiting for room in the window */
     uint64_t srtt_us, rto_us;  /* of the function that answered last (each function has its own
                                   estimators): its smoothed round-trip time (0 before a sample)
                                   and its retransmission timeout now */

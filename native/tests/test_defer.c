@@ -62,6 +62,10 @@ static srpc_client_t *client(int port)
     srpc_client_config_init(&cfg);
     cfg.host = "127.0.0.1";
     cfg.port = (uint16_t)port;
+    /* the server's answers as sent (BUSY included), the old client's 3 retransmissions, no window */
+    cfg.retries = 3;
+    cfg.window = 0;
+    cfg.busy_retry = 0;
     srpc_client_t *c = NULL;
     if (srpc_client_create(&cfg, &c) != 0) {
         fprintf(stderr, "cannot create a client, giving up\n");

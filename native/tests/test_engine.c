@@ -355,6 +355,10 @@ static srpc_client_t *mk_client(int port, uint32_t seg)
     srpc_client_config_init(&cfg);
     cfg.host = "127.0.0.1";
     cfg.port = (uint16_t)port;
+    /* the server's answers as sent (BUSY included), the old client's 3 retransmissions, no window */
+    cfg.retries = 3;
+    cfg.window = 0;
+    cfg.busy_retry = 0;
     cfg.seg_size = seg;
     srpc_client_t *c = NULL;
     int r = srpc_client_create(&cfg, &c);

@@ -8,6 +8,18 @@ import numpy as np
 from splitrpc._native import ENOBUFS, ETIMEDOUT, check, ffi, lib, text
 from splitrpc.errors import CallTimeout, SplitRPCError, remote_error
 
+E_TIMEOUT = lib.SRPC_E_TIMEOUT  # a local outcome: the deadline passed in the client (never on the wire)
+
+
+def call_error(code: int, reply: bytes) -> SplitRPCError:
+    """The exception for a finished call's non-zero code: CallTimeout for the client's own
+    timeout, else the RemoteError of the ERROR datagram's code."""
+    if code == E_TIMEOUT:
+        return CallTimeout(reply.decode("utf-8", errors="replace") or "no reply within the call's timeout")
+    if code >= lib.SRPC_E_MAX:
+        return SplitRPCError(f"{text(lib.srpc_strerror(code))}: {reply.decode('utf-8', errors='replace')}")
+    return remote_error(code, reply)
+
 # Client keyword -> (srpc_client_config_t field, how many of the C unit make one of ours).
 _CONFIG_FIELDS = {
     "port": ("port", 1),
@@ -18,6 +30,9 @@ _CONFIG_FIELDS = {
     "rto_min": ("rto_min_us", 1_000_000),      # seconds
     "rto_initial": ("rto_initial_us", 1_000_000),
     "rto_max": ("rto_max_us", 1_000_000),
+    "window": ("window", 1),
+    "busy_retry": ("busy_retry", 1),
+    "busy_backoff": ("busy_backoff_us", 1_000_000),  # seconds
     "protocol": ("version", 1),
 }
 
@@ -109,14 +124,16 @@ def call(cl, bufs: CallBuffers, func_id: int, mv: memoryview, tmo: float) -> byt
     check(rc, "srpc_client_call")
     reply = ffi.buffer(bufs.out, out_len[0])[:]
     if code[0]:
-        raise remote_error(code[0], reply)
+        raise call_error(code[0], reply)
     return reply
 
 
-def send(cl, func_id: int, mv: memoryview) -> int:
-    """Sends a request on the client's own completion queue; returns its req_id."""
+def send(cl, func_id: int, mv: memoryview, timeout: float) -> int:
+    """Sends a request on the client's own completion queue with its deadline `timeout` seconds
+    from now (srpc_client_send_timed: the window may hold it back); returns its req_id."""
     rid = ffi.new("uint64_t *")
-    check(lib.srpc_client_send(cl, func_id, ffi.from_buffer(mv), len(mv), 0, rid), "srpc_client_send")
+    check(lib.srpc_client_send_timed(cl, ffi.NULL, func_id, ffi.from_buffer(mv), len(mv), 0, int(timeout * 1e6), rid),
+          "srpc_client_send_timed")
     return rid[0]
 
 
@@ -166,8 +183,8 @@ def closed_loop(cl, func_id: int, mv: memoryview, concurrency: int, warmup: int,
     return lat, int(errors[0]), int(elapsed[0])
 
 
-_STATS = ("sent_calls", "replies", "errors", "timeouts", "late_or_unknown", "dropped", "retransmits", "srtt_us",
-          "rto_us")
+_STATS = ("sent_calls", "replies", "errors", "timeouts", "late_or_unknown", "dropped", "retransmits", "busy_retries",
+          "window_waits", "outstanding", "waiting", "srtt_us", "rto_us")
 
 
 def read_stats(cl) -> dict:

@@ -1,6 +1,7 @@
 /* client.c: the client's datapath: req_id allocation, segmentation, the outstanding-call
- * table, reply reassembly, per-call timeouts. Thread-safe: one thread at a time receives
- * (the "owner"); the others sleep on a condition variable until it hands over. */
+ * table, reply reassembly, retransmission, flow control (the window and BUSY retries).
+ * Thread-safe: one thread at a time receives (the "owner"); the others sleep on a condition
+ * variable until it hands over. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <stdio.h>
@@ -43,7 +44,14 @@ typedef struct cl_call {
     uint16_t aux;
     uint32_t attempts;   /* retransmissions so far */
     uint64_t sent_ns;    /* first send (the RTT sample's start) */
-    uint64_t due_ns;     /* next retransmission; UINT64_MAX: none */
+    uint64_t due_ns;     /* next retransmission or BUSY retry; UINT64_MAX: none */
+    uint64_t deadline_ns; /* the call gives up here: UINT64_MAX: never */
+    uint8_t flow;        /* a caller's call: the window and BUSY retries apply (not a load run's) */
+    uint8_t in_window;   /* counted in c->outstanding */
+    uint8_t waiting;     /* on c's window queue, not sent yet */
+    uint8_t busy_wait;   /* answered BUSY: sent again at due_ns */
+    uint32_t busy_n;     /* BUSY answers so far */
+    struct cl_call *wnext, *wprev; /* the window queue */
     uint32_t reply_len;
     int reasm_active;
     srpc_reasm_t reasm;
@@ -71,6 +79,9 @@ struct srpc_client {
     rtt_est_t rtt[RTT_SLOTS];  /* lock: per-function estimators */
     uint16_t last_func;       /* lock: the function of the last sample (for stats) */
     uint64_t next_due;       /* lock: the earliest due_ns of a call (UINT64_MAX: none) */
+    uint64_t outstanding;    /* lock: flow calls sent and unfinished (the window's use) */
+    cl_call_t *whead, *wtail; /* lock: flow calls waiting for the window, oldest first */
+    uint64_t rnd;            /* lock: BUSY backoff jitter (xorshift) */
     srpc_client_stats_t st;  /* lock */
 };
 
@@ -87,6 +98,9 @@ void srpc_client_config_init(srpc_client_config_t *c)
     c->rto_min_us = SRPC_DEF_RTO_MIN_US;
     c->rto_initial_us = SRPC_DEF_RTO_INITIAL_US;
     c->rto_max_us = SRPC_DEF_RTO_MAX_US;
+    c->window = SRPC_DEF_CLIENT_WINDOW;
+    c->busy_retry = 1;
+    c->busy_backoff_us = SRPC_DEF_BUSY_BACKOFF_US;
     c->version = SRPC_VERSION_2;
 }
 
@@ -95,7 +109,8 @@ int srpc_client_create(const srpc_client_config_t *cfg, srpc_client_t **out)
     if (!cfg || !out || !cfg->host || cfg->seg_size > SRPC_MAX_SEG_DATA ||
         (cfg->version != SRPC_VERSION && cfg->version != SRPC_VERSION_2) ||
         (cfg->retries && (cfg->rto_min_us == 0 || cfg->rto_min_us > cfg->rto_max_us ||
-                          cfg->rto_initial_us < cfg->rto_min_us || cfg->rto_initial_us > cfg->rto_max_us)))
+                          cfg->rto_initial_us < cfg->rto_min_us || cfg->rto_initial_us > cfg->rto_max_us)) ||
+        (cfg->busy_retry && (cfg->busy_backoff_us == 0 || cfg->rto_max_us == 0)))
         return -EINVAL;
     srpc_client_t *c = calloc(1, sizeof(*c));
     if (!c)
@@ -132,6 +147,7 @@ int srpc_client_create(const srpc_client_config_t *cfg, srpc_client_t **out)
     if (getrandom(&start, sizeof(start), 0) != sizeof(start))
         start = srpc_now_ns() ^ ((uint64_t)(uintptr_t)c << 16);
     atomic_init(&c->next_id, start);
+    c->rnd = start | 1;
     c->next_due = UINT64_MAX;
     *out = c;
     return 0;
@@ -192,8 +208,25 @@ static int send_request(srpc_client_t *c, uint64_t id, uint16_t func_id, uint16_
     return m.result;
 }
 
-/* Sends again every unfinished request that is due, and finds the next due time. Cheap when
- * nothing is due: one comparison. */
+static void finish(srpc_client_t *c, cl_call_t *k, int code, uint8_t *data, uint32_t len);
+static void send_waiting(srpc_client_t *c);
+static uint8_t *dup_bytes(const uint8_t *p, uint32_t n);
+
+/* Finishes k with a local code and its text (a copy). Lock held. */
+static void finish_local(srpc_client_t *c, cl_call_t *k, int code, const char *msg)
+{
+    uint32_t l = (uint32_t)strlen(msg);
+    finish(c, k, code, dup_bytes((const uint8_t *)msg, l), l);
+}
+
+static void note_due(srpc_client_t *c, uint64_t due)
+{
+    if (due < c->next_due)
+        c->next_due = due;
+}
+
+/* Sends again every unfinished request that is due (a retransmission, or a try after BUSY),
+ * and finds the next due time. Cheap when nothing is due: one comparison. Lock held. */
 static void retransmit_due(srpc_client_t *c)
 {
     uint64_t now = srpc_now_ns();
@@ -206,20 +239,104 @@ static void retransmit_due(srpc_client_t *c)
             if (k->done || !k->req || k->due_ns == UINT64_MAX)
                 continue;
             if (k->due_ns <= now) {
-                if (k->attempts >= c->cfg.retries) { /* given up: the caller's timeout decides */
-                    k->due_ns = UINT64_MAX;
+                if (k->busy_wait) { /* its backoff after BUSY is over: a fresh attempt */
+                    k->busy_wait = 0;
+                    c->st.busy_retries++;
+                    send_request(c, k->req_id, k->func_id, k->aux, k->req, k->req_len);
+                    k->due_ns = c->cfg.retries && k->deadline_ns > now ? now + rto_ns(c, k->func_id) : UINT64_MAX;
+                } else if (k->attempts >= c->cfg.retries || now >= k->deadline_ns) {
+                    k->due_ns = UINT64_MAX; /* given up: the caller's timeout decides */
                     continue;
+                } else {
+                    k->attempts++;
+                    c->st.retransmits++;
+                    send_request(c, k->req_id, k->func_id, k->aux, k->req, k->req_len); /* a lost resend is retried */
+                    uint64_t wait = k->attempts < 20 ? rto_ns(c, k->func_id) << k->attempts : hi;
+                    k->due_ns = now + (wait < hi ? wait : hi);
                 }
-                k->attempts++;
-                c->st.retransmits++;
-                send_request(c, k->req_id, k->func_id, k->aux, k->req, k->req_len); /* a lost resend is retried */
-                uint64_t wait = k->attempts < 20 ? rto_ns(c, k->func_id) << k->attempts : hi;
-                k->due_ns = now + (wait < hi ? wait : hi);
             }
             if (k->due_ns < next)
                 next = k->due_ns;
         }
     c->next_due = next;
+}
+
+/* A BUSY answer to flow call k: arms a later try and returns 1, or returns 0 when BUSY is its
+ * outcome (no retries, no copy to send, or the try would come after its deadline). Lock held. */
+static int busy_retry(srpc_client_t *c, cl_call_t *k)
+{
+    if (!k->flow || !c->cfg.busy_retry || !k->req)
+        return 0;
+    const uint64_t hi = (uint64_t)c->cfg.rto_max_us * 1000;
+    uint64_t base = (uint64_t)c->cfg.busy_backoff_us * 1000;
+    uint64_t wait = k->busy_n < 20 ? base << k->busy_n : hi;
+    if (wait > hi)
+        wait = hi;
+    c->rnd ^= c->rnd << 13; /* xorshift64: jitter in [wait / 2, wait] */
+    c->rnd ^= c->rnd >> 7;
+    c->rnd ^= c->rnd << 17;
+    wait = wait / 2 + c->rnd % (wait / 2 + 1);
+    uint64_t now = srpc_now_ns();
+    if (now + wait >= k->deadline_ns)
+        return 0;
+    k->busy_n++;
+    k->busy_wait = 1;
+    k->due_ns = now + wait;
+    note_due(c, k->due_ns);
+    return 1;
+}
+
+/* ------------------------------------------------------------------ the window (lock held) */
+
+static void window_unlink(srpc_client_t *c, cl_call_t *k)
+{
+    if (k->wprev)
+        k->wprev->wnext = k->wnext;
+    else
+        c->whead = k->wnext;
+    if (k->wnext)
+        k->wnext->wprev = k->wprev;
+    else
+        c->wtail = k->wprev;
+    k->wnext = k->wprev = NULL;
+    k->waiting = 0;
+}
+
+/* k leaves the window (finished or forgotten): room for a waiting call. */
+static void window_leave(srpc_client_t *c, cl_call_t *k)
+{
+    if (k->in_window) {
+        k->in_window = 0;
+        c->outstanding--;
+    }
+}
+
+static int window_full(const srpc_client_t *c)
+{
+    return c->cfg.window && c->outstanding >= c->cfg.window;
+}
+
+/* Sends the waiting calls the window has room for, oldest first; one whose deadline has passed
+ * finishes with SRPC_E_TIMEOUT unsent. Sends under the lock (the transport's send is
+ * thread-safe; the lock keeps the order). */
+static void send_waiting(srpc_client_t *c)
+{
+    while (c->whead && !window_full(c)) {
+        cl_call_t *k = c->whead;
+        window_unlink(c, k);
+        uint64_t now = srpc_now_ns();
+        if (now >= k->deadline_ns) {
+            finish_local(c, k, SRPC_E_TIMEOUT, "the call's deadline passed while it waited for the client's window");
+            continue;
+        }
+        k->in_window = 1;
+        c->outstanding++;
+        k->sent_ns = now;
+        k->due_ns = c->cfg.retries ? now + rto_ns(c, k->func_id) : UINT64_MAX;
+        note_due(c, k->due_ns);
+        if (send_request(c, k->req_id, k->func_id, k->aux, k->req, k->req_len) < 0 && !c->cfg.retries && !k->done)
+            finish_local(c, k, SRPC_E_SEND, "the request could not be sent");
+    }
 }
 
 void srpc_client_destroy(srpc_client_t *c)
@@ -271,13 +388,17 @@ static void done_unlink(cl_call_t *k)
 static void finish(srpc_client_t *c, cl_call_t *k, int code, uint8_t *data, uint32_t len)
 {
     if (k->req) {
-        if (k->attempts == 0) /* Karn: a retransmitted call's reply may answer any of its sends */
+        if (k->attempts == 0 && k->busy_n == 0) /* Karn: a call sent again may be answered by any send */
             rtt_sample(c, k->func_id, srpc_now_ns() - k->sent_ns);
         if (!k->req_borrowed)
             free(k->req);
         k->req = NULL;
     }
     k->done = 1;
+    k->busy_wait = 0;
+    if (k->waiting) /* finished before its first send (its deadline passed) */
+        window_unlink(c, k);
+    window_leave(c, k);
     k->code = code;
     k->reply = data;
     k->reply_len = len;
@@ -317,13 +438,17 @@ static void process(srpc_client_t *c, unsigned i)
         return;
     }
     cl_call_t *k = find(c, h.req_id);
-    if (!k || k->done || k->func_id != h.func_id) {
+    if (!k || k->done || k->waiting || k->func_id != h.func_id) { /* waiting: never sent, so no reply is its */
         c->st.late_or_unknown++;
         return;
     }
     const uint8_t *data = srpc_rx_data(&c->rx, i);
     uint32_t dlen = total - SRPC_HDR_LEN;
     if (h.type == SRPC_ERROR) {
+        if (h.aux == SRPC_E_BUSY && !k->busy_wait && busy_retry(c, k))
+            return;
+        if (k->busy_wait) /* a BUSY for an earlier send while a later one is armed: that one decides */
+            return;
         uint32_t l = dlen < SRPC_ERRMSG_MAX ? dlen : SRPC_ERRMSG_MAX;
         finish(c, k, h.aux ? h.aux : SRPC_E_INTERNAL, dup_bytes(data, l), l);
         return;
@@ -369,6 +494,8 @@ static void timed_wait(srpc_client_t *c, uint64_t until_ns)
  * held and rx_owned taken by this thread; returns with the lock held. */
 static void receive_some(srpc_client_t *c, uint64_t until_ns)
 {
+    if (c->next_due < until_ns) /* wake for the next retransmission or BUSY retry */
+        until_ns = c->next_due;
     pthread_mutex_unlock(&c->lock);
     int n = srpc_tp_rx_burst(c->tp, &c->rx, 0);
     if (n == 0 && !c->cfg.busy_poll) {
@@ -385,14 +512,15 @@ static void receive_some(srpc_client_t *c, uint64_t until_ns)
     pthread_mutex_lock(&c->lock);
     for (int i = 0; i < n; i++)
         process(c, (unsigned)i);
+    if (c->whead)
+        send_waiting(c);
 }
 
 /* Waits (lock held) until ready(c, arg) or until_ns; one thread receives, others sleep. */
 static int wait_until(srpc_client_t *c, int (*ready)(srpc_client_t *, void *), void *arg, uint64_t until_ns)
 {
     for (int passes = 0;; passes++) {
-        if (c->cfg.retries)
-            retransmit_due(c);
+        retransmit_due(c);
         int r = ready(c, arg);
         if (r != 0)
             return r;
@@ -410,11 +538,6 @@ static int wait_until(srpc_client_t *c, int (*ready)(srpc_client_t *, void *), v
     }
 }
 
-static uint64_t deadline_of(int64_t timeout_us)
-{
-    return timeout_us < 0 ? UINT64_MAX : srpc_now_ns() + (uint64_t)timeout_us * 1000;
-}
-
 static int call_ready(srpc_client_t *c, void *arg)
 {
     cl_call_t *k = find(c, *(uint64_t *)arg);
@@ -429,23 +552,29 @@ static int any_ready(srpc_client_t *c, void *arg)
 
 /* Sends n calls of func_id with the same request (data, len, aux), each its own req_id in ids[i],
  * in one transport send, reported to cq (NULL: nowhere). rcs[i] gets 0, or the error of a call
- * that could not be sent (it is forgotten). borrow: the caller keeps data as it is until every
- * call has finished or been released, so it is not copied for retransmission. Returns how many
- * were sent, or -errno when the arguments are bad or no memory was left for the first call. */
+ * that could not be sent (it is forgotten). borrow (a load run's calls): the caller keeps data as
+ * it is until every call has finished or been released, so it is not copied for retransmission,
+ * and the calls are sent now, outside the window, with no BUSY retry. Otherwise (one call, n = 1)
+ * the call is a flow call with its deadline: it waits in the client while the window is full.
+ * Returns how many were sent (or are waiting), or -errno when the arguments are bad or no
+ * memory was left for the first call. */
 static int send_calls(srpc_client_t *c, uint16_t func_id, const void *data, uint32_t len, uint16_t aux,
-                      srpc_client_cq_t *cq, uint32_t n, uint64_t *ids, int *rcs, int borrow)
+                      srpc_client_cq_t *cq, uint32_t n, uint64_t *ids, int *rcs, int borrow, uint64_t deadline_ns)
 {
-    if (!c || (!data && len) || !ids || !rcs || n == 0 || n > SRPC_CLIENT_SEND_MAX)
+    if (!c || (!data && len) || !ids || !rcs || n == 0 || n > SRPC_CLIENT_SEND_MAX || (!borrow && n != 1))
         return -EINVAL;
     if (srpc_seg_count(len, c->seg) > UINT16_MAX)
         return -EMSGSIZE;
+    /* A flow call keeps its request while it may have to be sent later: held back by the
+     * window, retransmitted, or tried again after BUSY. */
+    const int keep = borrow ? c->cfg.retries != 0 : c->cfg.retries || c->cfg.busy_retry || c->cfg.window;
     cl_call_t *k[SRPC_CLIENT_SEND_MAX];
     for (uint32_t i = 0; i < n; i++) {
         k[i] = calloc(1, sizeof(*k[i]));
-        if (k[i] && c->cfg.retries && borrow) {
+        if (k[i] && keep && borrow) {
             k[i]->req = (uint8_t *)data;
             k[i]->req_borrowed = 1;
-        } else if (k[i] && c->cfg.retries && !(k[i]->req = malloc(len ? len : 1))) { /* kept to be sent again */
+        } else if (k[i] && keep && !(k[i]->req = malloc(len ? len : 1))) {
             free(k[i]);
             k[i] = NULL;
         }
@@ -464,27 +593,48 @@ static int send_calls(srpc_client_t *c, uint16_t func_id, const void *data, uint
         k[i]->cq = cq;
         k[i]->aux = aux;
         k[i]->due_ns = UINT64_MAX;
+        k[i]->deadline_ns = deadline_ns;
+        k[i]->flow = !borrow;
         if (k[i]->req) {
             if (len && !borrow)
                 memcpy(k[i]->req, data, len);
             k[i]->req_len = len;
         }
         ids[i] = k[i]->req_id;
+        rcs[i] = 0;
     }
-    const uint64_t now = c->cfg.retries ? srpc_now_ns() : 0;
+    const uint64_t now = srpc_now_ns();
     pthread_mutex_lock(&c->lock);
     for (uint32_t i = 0; i < n; i++) {
         cl_call_t **b = bucket(c, k[i]->req_id);
         k[i]->hnext = *b;
         *b = k[i];
-        if (k[i]->req) {
-            k[i]->sent_ns = now;
-            k[i]->due_ns = now + rto_ns(c, func_id);
-            if (k[i]->due_ns < c->next_due)
-                c->next_due = k[i]->due_ns;
-        }
     }
     c->st.sent_calls += n;
+    if (!borrow && (c->whead || window_full(c))) { /* behind the others, in order */
+        k[0]->waiting = 1;
+        k[0]->wprev = c->wtail;
+        if (c->wtail)
+            c->wtail->wnext = k[0];
+        else
+            c->whead = k[0];
+        c->wtail = k[0];
+        c->st.window_waits++;
+        send_waiting(c); /* sends it (and those before it) if the window has room */
+        pthread_mutex_unlock(&c->lock);
+        return 1;
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        if (!borrow) {
+            k[i]->in_window = 1;
+            c->outstanding++;
+        }
+        k[i]->sent_ns = now;
+        if (k[i]->req && c->cfg.retries) {
+            k[i]->due_ns = now + rto_ns(c, func_id);
+            note_due(c, k[i]->due_ns);
+        }
+    }
     pthread_mutex_unlock(&c->lock);
     /* Once the first datagram is out, the reply may come back and another thread may release
      * the call: k is not touched after the send. */
@@ -506,30 +656,41 @@ static int send_calls(srpc_client_t *c, uint16_t func_id, const void *data, uint
     return sent;
 }
 
+static uint64_t deadline_of(int64_t timeout_us)
+{
+    return timeout_us < 0 ? UINT64_MAX : srpc_now_ns() + (uint64_t)timeout_us * 1000;
+}
+
 static int send_call(srpc_client_t *c, uint16_t func_id, const void *data, uint32_t len, uint16_t aux,
-                     srpc_client_cq_t *cq, uint64_t *req_id)
+                     srpc_client_cq_t *cq, uint64_t deadline_ns, uint64_t *req_id)
 {
     int rc = 0;
-    int r = send_calls(c, func_id, data, len, aux, cq, 1, req_id, &rc, 0);
+    int r = send_calls(c, func_id, data, len, aux, cq, 1, req_id, &rc, 0, deadline_ns);
     return r < 0 ? r : rc;
 }
 
 int srpc_client_send_many_cq(srpc_client_t *c, srpc_client_cq_t *cq, uint16_t func_id, const void *data, uint32_t len,
                              uint32_t n, uint64_t *ids, int *rcs)
 {
-    return c && cq ? send_calls(c, func_id, data, len, 0, cq, n, ids, rcs, 1) : -EINVAL;
+    return c && cq ? send_calls(c, func_id, data, len, 0, cq, n, ids, rcs, 1, UINT64_MAX) : -EINVAL;
 }
 
 int srpc_client_send(srpc_client_t *c, uint16_t func_id, const void *data, uint32_t len,
                      uint16_t aux, uint64_t *req_id)
 {
-    return c ? send_call(c, func_id, data, len, aux, &c->cq, req_id) : -EINVAL;
+    return c ? send_call(c, func_id, data, len, aux, &c->cq, UINT64_MAX, req_id) : -EINVAL;
+}
+
+int srpc_client_send_timed(srpc_client_t *c, srpc_client_cq_t *cq, uint16_t func_id, const void *data, uint32_t len,
+                           uint16_t aux, int64_t timeout_us, uint64_t *req_id)
+{
+    return c ? send_call(c, func_id, data, len, aux, cq ? cq : &c->cq, deadline_of(timeout_us), req_id) : -EINVAL;
 }
 
 int srpc_client_send_cq(srpc_client_t *c, srpc_client_cq_t *cq, uint16_t func_id, const void *data,
                         uint32_t len, uint16_t aux, uint64_t *req_id)
 {
-    return c && cq ? send_call(c, func_id, data, len, aux, cq, req_id) : -EINVAL;
+    return c && cq ? send_call(c, func_id, data, len, aux, cq, UINT64_MAX, req_id) : -EINVAL;
 }
 
 int srpc_client_cq_create(srpc_client_t *c, srpc_client_cq_t **out)
@@ -612,8 +773,13 @@ int srpc_client_release(srpc_client_t *c, uint64_t req_id)
     if (k) {
         *p = k->hnext;
         done_unlink(k);
+        if (k->waiting)
+            window_unlink(c, k);
+        window_leave(c, k);
         if (!k->done)
             c->st.timeouts++;
+        if (c->whead)
+            send_waiting(c);
     }
     pthread_mutex_unlock(&c->lock);
     if (!k)
@@ -628,7 +794,7 @@ int srpc_client_call(srpc_client_t *c, uint16_t func_id, const void *data, uint3
     if (!out_len || !code || (!out && cap))
         return -EINVAL;
     uint64_t id;
-    int r = send_call(c, func_id, data, len, 0, NULL, &id);
+    int r = send_call(c, func_id, data, len, 0, NULL, deadline_of(timeout_us), &id);
     if (r)
         return r;
     r = srpc_client_wait(c, id, timeout_us);
@@ -653,6 +819,10 @@ int srpc_client_stats(const srpc_client_t *c, srpc_client_stats_t *out)
     srpc_client_t *m = (srpc_client_t *)c;
     pthread_mutex_lock(&m->lock);
     *out = m->st;
+    out->outstanding = m->outstanding;
+    out->waiting = 0;
+    for (const cl_call_t *k = m->whead; k; k = k->wnext)
+        out->waiting++;
     const rtt_est_t *e = rtt_of(m, m->last_func);
     out->srtt_us = e ? e->srtt_ns / 1000 : 0;
     out->rto_us = m->cfg.retries ? rto_ns(m, m->last_func) / 1000 : 0;

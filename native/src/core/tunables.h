@@ -2,6 +2,8 @@
 #ifndef SRPC_TUNABLES_H
 #define SRPC_TUNABLES_H
 
+#include <stdint.h>
+
 /* Where a server listens when not told: loopback keeps it on this machine; 9230 is the
  * project's port (the client's default peer). */
 #define SRPC_DEF_HOST "127.0.0.1"
@@ -80,14 +82,25 @@
  * costs the spinning ones their tail latency (1000 looks a second showed in a 1-outstanding p99). */
 #define SRPC_ENGINE_CHECK_US 100000
 
-/* Client retransmission (RFC 6298 per function): 3 retries ride out a lost datagram or two on
- * a healthy network; 5 ms is above a loopback round trip with a small batch; a first call
- * waits 200 ms (no sample yet); 1 s caps the backoff. Load runs set retries to 0 so that
- * losses show in measurements. */
-#define SRPC_DEF_RETRIES 3
+/* Client retransmission (RFC 6298 per function): a request is sent again until its reply comes
+ * or its deadline (the call's timeout) passes, the timeout doubling each time up to rto_max, so
+ * a call gives up only when its caller does (UINT32_MAX: no cap on the count); 5 ms is above a
+ * loopback round trip with a small batch; a first call waits 200 ms (no sample yet); 1 s caps
+ * the backoff. Load runs (splitrpc load, bench-overload) set retries to 0 so that losses show
+ * in measurements. */
+#define SRPC_DEF_RETRIES UINT32_MAX
 #define SRPC_DEF_RTO_MIN_US 5000
 #define SRPC_DEF_RTO_INITIAL_US 200000
 #define SRPC_DEF_RTO_MAX_US 1000000
+
+/* Client flow control: at most this many calls of one client are outstanding at its server
+ * (sent and unanswered); the others wait in the client, in order. Half a default Tensor Queue,
+ * so that one client's burst never fills a function's queue on its own. */
+#define SRPC_DEF_CLIENT_WINDOW (SRPC_DEF_TQ_CAPACITY / 2)
+/* A BUSY answer is retried after this long, doubling with each BUSY of the call (capped at
+ * rto_max), drawn between half and all of it so that clients turned away together do not come
+ * back together: a full default queue of small calls drains in about a millisecond. */
+#define SRPC_DEF_BUSY_BACKOFF_US 1000
 
 /* Client: largest reply accepted by default (the echo service's limit). */
 #define SRPC_DEF_MAX_REPLY (1u << 20)
