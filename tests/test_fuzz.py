@@ -1,4 +1,4 @@
-"""The libFuzzer harness over the server's datagram path (native/fuzz/fuzz_datagrams.c), built with clang under ASan+UBSan and run for a bounded number of inputs from the seed corpus in tests/fuzz_corpus; skips, saying why, without clang's libFuzzer."""
+"""The libFuzzer harnesses over the server's datagram path (native/fuzz/fuzz_datagrams.c) and the client's reply path (native/fuzz/fuzz_replies.c), built with clang under ASan+UBSan and run for a bounded number of inputs from the seed corpus in tests/fuzz_corpus; skips, saying why, without clang's libFuzzer."""
 import pathlib
 import shutil
 import subprocess
@@ -25,28 +25,71 @@ def _clang() -> str | None:
     return None
 
 
-def test_fuzz_datagram_path(tmp_path):
+@pytest.fixture(scope="module")
+def fuzz_build(tmp_path_factory):
+    """Both harnesses, built once with clang under ASan+UBSan."""
     cc = _clang()
     if cc is None:
         pytest.skip("no clang with libFuzzer (apt-get install clang-14 libclang-rt-14-dev, as .ci/run does)")
     cmake = shutil.which("cmake")
-    build = tmp_path / "build"
+    build = tmp_path_factory.mktemp("fuzz-build")
     gen = ["-G", "Ninja"] if shutil.which("ninja") else []
     cfg = subprocess.run([cmake, "-S", str(ROOT), "-B", str(build), *gen, f"-DCMAKE_C_COMPILER={cc}",
                           "-DSPLITRPC_FUZZ=ON", "-DSPLITRPC_PYTHON=OFF", "-DSPLITRPC_CUDA=OFF", "-DSPLITRPC_DPDK=OFF"],
                          capture_output=True, text=True)
     assert cfg.returncode == 0, cfg.stdout[-3000:] + cfg.stderr[-3000:]
-    bld = subprocess.run([cmake, "--build", str(build), "-j", "2", "--target", "fuzz_datagrams"],
+    bld = subprocess.run([cmake, "--build", str(build), "-j", "2", "--target", "fuzz_datagrams", "fuzz_replies"],
                          capture_output=True, text=True)
     assert bld.returncode == 0, bld.stdout[-3000:] + bld.stderr[-3000:]
-    corpus = tmp_path / "corpus"  # a copy: the fuzzer adds what it finds, the repository's stays as is
-    shutil.copytree(ROOT / "tests" / "fuzz_corpus", corpus)
+    return build
+
+
+def _fuzz(harness: pathlib.Path, corpus: pathlib.Path, tmp_path: pathlib.Path, max_len: int) -> None:
     seeds = len(list(corpus.iterdir()))
-    r = subprocess.run([str(build / "fuzz_datagrams"), f"-runs={RUNS}", "-seed=1", "-max_len=300000",
+    r = subprocess.run([str(harness), f"-runs={RUNS}", "-seed=1", f"-max_len={max_len}",
                         "-rss_limit_mb=2048", "-max_total_time=120", f"-artifact_prefix={tmp_path}/", str(corpus)],
                        capture_output=True, text=True, timeout=300)
     out = r.stdout + r.stderr
     assert r.returncode == 0, out[-6000:]
     assert "ERROR: AddressSanitizer" not in out and "runtime error" not in out, out[-6000:]
     assert f"Done {RUNS} runs" in out, out[-3000:]
-    assert seeds >= 10 and len(list(corpus.iterdir())) > seeds, "the fuzzer found no new coverage at all"
+    assert len(list(corpus.iterdir())) > seeds, "the fuzzer found no new coverage at all"
+
+
+def test_fuzz_datagram_path(fuzz_build, tmp_path):
+    corpus = tmp_path / "corpus"  # a copy: the fuzzer adds what it finds, the repository's stays as is
+    shutil.copytree(ROOT / "tests" / "fuzz_corpus", corpus)
+    assert len(list(corpus.iterdir())) >= 10
+    _fuzz(fuzz_build / "fuzz_datagrams", corpus, tmp_path, 300000)
+
+
+def _record(op: int, body: bytes) -> bytes:
+    return bytes([op]) + len(body).to_bytes(2, "big") + body
+
+
+def _reply(call: int, typ: int, seq: int, nseg: int, msg_len: int, aux: int, data: bytes, release: bool = False) -> bytes:
+    """A record of fuzz_replies.c: a reply with a valid header to call `call`."""
+    fields = bytes([typ]) + seq.to_bytes(2, "big") + nseg.to_bytes(2, "big") + msg_len.to_bytes(4, "big") + bytes([aux])
+    return _record((call << 1) | (16 if release else 0), fields + bytes(2) + data)
+
+
+def test_fuzz_client_reply_path(fuzz_build, tmp_path):
+    """Seeds: right replies, BUSY and other errors, a two-segment reply, releases while calls wait,
+    a damaged header, garbage."""
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    seeds = {
+        "ok": _reply(0, 1, 0, 1, 4, 0, b"abcd"),
+        "busy_then_ok": _reply(1, 2, 0, 1, 4, 3, b"full") + _reply(1, 1, 0, 1, 4, 0, b"abcd"),
+        "errors": b"".join(_reply(i, 2, 0, 1, 3, code, b"err") for i, code in enumerate((1, 2, 4, 5, 6, 7))),
+        "two_segments": _reply(2, 1, 0, 2, 3000, 0, bytes(1500)) + _reply(2, 1, 1, 2, 3000, 0, bytes(1500)),
+        "release_waiting": _reply(5, 1, 0, 1, 4, 0, b"abcd", release=True) + _reply(4, 1, 0, 1, 4, 0, b"abcd", True),
+        "window_turns": b"".join(_reply(i, 1, 0, 1, 4, 0, b"abcd") for i in range(6)),
+        "raw_garbage": _record(1, bytes(range(40))),
+        "too_large": _reply(3, 1, 0, 1, 1 << 30, 0, b"x"),
+        "bad_seq": _reply(0, 1, 5, 2, 10, 0, b"0123456789"),
+        "busy_storm": b"".join(_reply(i % 6, 2, 0, 1, 1, 3, b"b") for i in range(24)),
+    }
+    for name, body in seeds.items():
+        (corpus / name).write_bytes(body)
+    _fuzz(fuzz_build / "fuzz_replies", corpus, tmp_path, 70000)
