@@ -10,6 +10,7 @@ import logging
 import re
 
 from splitrpc._native import gpu as _gpu
+from splitrpc._native import server as _server
 from splitrpc.errors import GPUError, GPUUnavailable  # noqa: F401 - public here as splitrpc.gpu.GPUError
 
 log = logging.getLogger("splitrpc.gpu")
@@ -134,7 +135,9 @@ class DeviceRunner:
             if self.orchestration == "graph":
                 self._replay(args, b.count)
             else:
-                self.callback(*args)
+                r = self.callback(*args)
+                if r is not None:  # some calls fail alone
+                    _server.fail_calls(srv, b, b.count, r)
         _gpu.submit(srv, b, stream)
 
     def _replay(self, args: list, count: int) -> None:

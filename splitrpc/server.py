@@ -156,6 +156,13 @@ class Server:
         (requests of their own length, responses of max_response bytes) and return the B
         reply lengths. The views are valid only during the call.
 
+        One call of a batch can fail alone: a tensor callback returns ``{i: error}`` (i its
+        index in the batch, error a RemoteError such as ``splitrpc.BadRequest("key 7 out of
+        range")``) and the other calls get their outputs; a raw callback puts the error in place
+        of the call's length. The client gets that error's code and text (256 bytes at most).
+        Raising fails the whole batch with INTERNAL. (GPU functions under
+        ``orchestration="graph"`` or ``"o2"`` have no per-call results.)
+
         ``device="cuda:N"`` puts the function's Tensor Queues in GPU memory: the callback gets
         CuPy arrays (zero-copy views of the device elements; ``torch.from_dlpack`` takes them
         as they are) and runs with the function's CUDA stream current; it launches its work on

@@ -10,7 +10,8 @@
 /* The input is a sequence of records: [op: 1 byte][len: 2 bytes, big-endian][len bytes].
  * op & 3: which of four client addresses sends it; op & 4: take and complete the batches
  * that are ready afterwards; op & 8: complete them with an error; op & 16: run the timers
- * as if 20 s had passed (partial messages and cached replies expire). */
+ * as if 20 s had passed (partial messages and cached replies expire); op & 32: before completing,
+ * fail the calls whose request's first byte is odd one by one (srpc_server_fail_call). */
 enum { F_VEC = 1, F_RAW = 3, F_BIG = 5 };
 
 static srpc_server_t *srv;
@@ -43,14 +44,21 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     return 0;
 }
 
-/* Takes every ready batch and completes it (zero outputs, or an error). */
-static void drain(int fail)
+/* Takes every ready batch and completes it (zero outputs, or an error), some of its calls
+ * failed alone first when per_call. */
+static void drain(int fail, int per_call)
 {
     srpc_batch_t b;
     while (srpc_server_next_batch(srv, &b, 0) == 0) {
         if (b.func_id == F_RAW)
             for (uint32_t i = 0; i < b.count; i++)
                 b.out_len[i] = b.in_len[i] < 64 ? b.in_len[i] : 64;
+        for (uint32_t i = 0; per_call && i < b.count; i++) {
+            const uint8_t *req = b.in[0] + (size_t)i * (b.func_id == F_RAW ? 65536 : b.func_id == F_BIG ? 200000 : 1024);
+            if ((b.func_id != F_RAW || b.in_len[i]) && (req[0] & 1) &&
+                srpc_server_fail_call(srv, &b, i, 1 + req[0] % (SRPC_E_MAX - 1), (req[0] & 2) ? NULL : "fuzz call") != 0)
+                abort(); /* a valid index and code of an open batch: must be taken */
+        }
         srpc_server_complete(srv, &b, fail ? SRPC_E_INTERNAL : 0, fail ? "fuzz" : NULL);
     }
 }
@@ -71,12 +79,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         srpc_engine_feed(srv, data + at, len, (struct sockaddr *)&src[op & 3], sizeof(src[0]));
         at += len;
         if (op & 4)
-            drain(op & 8);
+            drain(op & 8, op & 32);
         if (op & 16)
             srpc_engine_run_timers(srv, srpc_now_ns() + 20000000000ull);
     }
     /* Leave nothing behind for the next input: run what is queued, expire everything. */
-    drain(0);
+    drain(0, 0);
     srpc_engine_run_timers(srv, srpc_now_ns() + 3600000000000ull);
     return 0;
 }

@@ -139,6 +139,14 @@ int srpc_server_next_batch(srpc_server_t *srv, srpc_batch_t *b, int64_t timeout_
  * call of the batch. Called by the thread that got the batch. */
 int srpc_server_complete(srpc_server_t *srv, srpc_batch_t *b, int status, const char *msg);
 
+/* Fails call i of batch b alone (0 <= i < b->count): it gets ERROR `code` (1 .. SRPC_E_MAX - 1,
+ * e.g. SRPC_E_BAD_REQUEST for a bad key) with msg (may be NULL; at most SRPC_ERRMSG_MAX bytes
+ * are kept) as its text, while the batch's other calls get the batch's outcome. Call before
+ * srpc_server_complete or srpc_server_defer; a second call for the same i replaces the first;
+ * a batch completed with an error sends that error to every call. Worker thread (the one that
+ * got the batch). Returns 0, -EINVAL (not an open batch, i out of range, a bad code) or -ENOMEM. */
+int srpc_server_fail_call(srpc_server_t *srv, srpc_batch_t *b, uint32_t i, int code, const char *msg);
+
 /* srpc_server_complete, then srpc_server_next_batch into the same *b: one call per batch for
  * a worker loop. Returns what next_batch returns, or complete's error. */
 int srpc_server_complete_next(srpc_server_t *srv, srpc_batch_t *b, int status, const char *msg,

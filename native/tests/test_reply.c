@@ -1,4 +1,4 @@
-/* test_reply.c: the server's reply path on one thread: a batch's replies (more than one send's worth), the reply log that answers retransmissions (oldest replies leave first, one larger than the log is not kept, zero-length ones are, expiry), and the error replies of one receive burst. */
+/* test_reply.c: the server's reply path on one thread: a batch's replies (more than one send's worth), the reply log that answers retransmissions (oldest replies leave first, one larger than the log is not kept, zero-length ones are, expiry), and the error replies of one receive burst, calls of a batch failed one by one. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
@@ -225,6 +225,97 @@ static void test_burst_errors(void)
     CHECK(stats().errors[SRPC_E_UNKNOWN_FUNCTION] - st0.errors[SRPC_E_UNKNOWN_FUNCTION] == 100, "counted");
 }
 
+/* ERROR `code` with text `text` (NULL: none) for call id. */
+static int got_error(uint64_t id, int code, const char *text, uint16_t fn)
+{
+    uint8_t buf[2048];
+    struct pollfd p = {.fd = cl, .events = POLLIN};
+    if (poll(&p, 1, 1000) <= 0)
+        return 0;
+    ssize_t n = recv(cl, buf, sizeof(buf), 0);
+    srpc_hdr_t h;
+    size_t tl = text ? strlen(text) : 0;
+    return n >= SRPC_HDR_LEN && srpc_hdr_decode(buf, SRPC_HDR_LEN, &h) == 0 && h.req_id == id && h.func_id == fn &&
+           h.type == SRPC_ERROR && h.aux == code && (size_t)n - SRPC_HDR_LEN == tl && h.msg_len == tl &&
+           memcmp(buf + SRPC_HDR_LEN, text ? text : "", tl) == 0;
+}
+
+/* Fills the outputs of an open batch as drain() does. */
+static void fill(srpc_batch_t *b)
+{
+    for (uint32_t i = 0; i < b->count; i++) {
+        uint64_t id;
+        memcpy(&id, b->in[0] + (size_t)i * 64, 8);
+        for (uint32_t k = 0; k < reply_len(id); k++)
+            b->out[0][(size_t)i * MAX_REPLY + k] = reply_byte(id, k);
+        b->out_len[i] = reply_len(id);
+    }
+}
+
+/* srpc_server_fail_call: three calls of a batch of 40 get their own errors (one replaced by a
+ * second failure, one with no text), the 37 others their replies; bad arguments are refused; a
+ * batch completed with an error sends it to every call, failed ones included; a failure left on
+ * a batch never completed is freed with the server (ASan). */
+static void test_per_call_errors(void)
+{
+    srpc_server_stats_t st0 = stats();
+    for (uint64_t id = 30000; id < 30040; id++)
+        feed(F_WIDE, id);
+    srpc_batch_t b;
+    CHECK(srpc_server_next_batch(srv, &b, 0) == 0 && b.count == 40, "a batch of 40");
+    fill(&b);
+    CHECK(srpc_server_fail_call(srv, &b, 3, SRPC_E_BAD_REQUEST, "key 7 out of range") == 0, "fail 3");
+    CHECK(srpc_server_fail_call(srv, &b, 10, SRPC_E_INTERNAL, "first") == 0, "fail 10");
+    CHECK(srpc_server_fail_call(srv, &b, 10, SRPC_E_BAD_REQUEST, "second") == 0, "fail 10 again");
+    CHECK(srpc_server_fail_call(srv, &b, 39, SRPC_E_DEADLINE, NULL) == 0, "fail 39, no text");
+    CHECK(srpc_server_fail_call(srv, &b, 40, SRPC_E_BAD_REQUEST, "x") == -EINVAL, "index past the batch");
+    CHECK(srpc_server_fail_call(srv, &b, 0, 0, "x") == -EINVAL, "code 0");
+    CHECK(srpc_server_fail_call(srv, &b, 0, SRPC_E_MAX, "x") == -EINVAL, "code past the last");
+    CHECK(srpc_server_fail_call(srv, &b, 0, SRPC_E_TIMEOUT, "x") == -EINVAL, "a local code");
+    CHECK(srpc_server_complete(srv, &b, 0, NULL) == 0, "complete");
+    CHECK(srpc_server_fail_call(srv, &b, 0, SRPC_E_BAD_REQUEST, "x") == -EINVAL, "after completion");
+    int ok = 0;
+    for (uint64_t id = 30000; id < 30040; id++) {
+        uint32_t i = (uint32_t)(id - 30000);
+        if (i == 3)
+            ok += got_error(id, SRPC_E_BAD_REQUEST, "key 7 out of range", F_WIDE);
+        else if (i == 10)
+            ok += got_error(id, SRPC_E_BAD_REQUEST, "second", F_WIDE);
+        else if (i == 39)
+            ok += got_error(id, SRPC_E_DEADLINE, NULL, F_WIDE);
+        else
+            ok += got_reply(id, 0, reply_len(id), F_WIDE);
+    }
+    CHECK(ok == 40, "%d of 40 outcomes right", ok);
+    srpc_server_stats_t st = stats();
+    CHECK(st.errors[SRPC_E_BAD_REQUEST] - st0.errors[SRPC_E_BAD_REQUEST] == 2 &&
+              st.errors[SRPC_E_DEADLINE] - st0.errors[SRPC_E_DEADLINE] == 1 && st.replies - st0.replies == 37,
+          "counted by code");
+    /* the batch's error wins over a call's own */
+    for (uint64_t id = 30100; id < 30104; id++)
+        feed(F_WIDE, id);
+    CHECK(srpc_server_next_batch(srv, &b, 0) == 0 && b.count == 4, "a batch of 4");
+    CHECK(srpc_server_fail_call(srv, &b, 1, SRPC_E_BAD_REQUEST, "mine") == 0, "fail 1");
+    CHECK(srpc_server_complete(srv, &b, SRPC_E_INTERNAL, "all of them") == 0, "complete with an error");
+    ok = 0;
+    for (uint64_t id = 30100; id < 30104; id++)
+        ok += got_error(id, SRPC_E_INTERNAL, "all of them", F_WIDE);
+    CHECK(ok == 4, "%d of 4 INTERNAL", ok);
+    /* the element that carried a failure is used again: its next call is answered normally */
+    for (uint64_t id = 30200; id < 30204; id++)
+        feed(F_WIDE, id);
+    int calls = 0;
+    CHECK(drain(&calls) == 1 && calls == 4, "a clean batch");
+    ok = 0;
+    for (uint64_t id = 30200; id < 30204; id++)
+        ok += got_reply(id, 0, reply_len(id), F_WIDE);
+    CHECK(ok == 4, "%d of 4 clean replies", ok);
+    /* left open with a failure: the server frees it */
+    feed(F_WIDE, 30300);
+    CHECK(srpc_server_next_batch(srv, &b, 0) == 0, "one more");
+    CHECK(srpc_server_fail_call(srv, &b, 0, SRPC_E_BAD_REQUEST, "never sent") == 0, "fail, never complete");
+}
+
 int main(void)
 {
     srpc_server_config_t cfg;
@@ -256,6 +347,7 @@ int main(void)
     test_sizes();
     test_expiry();
     test_burst_errors();
+    test_per_call_errors();
     srpc_server_destroy(srv);
     close(cl);
     printf("%d passed, %d failed\n", passed, failed);

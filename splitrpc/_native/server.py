@@ -13,7 +13,7 @@ import numpy as np
 
 from splitrpc._native import ESHUTDOWN, ETIMEDOUT, ERROR_NAMES, check, ffi, lib, text
 from splitrpc._native import gpu as _gpu
-from splitrpc.errors import GPUError, SplitRPCError
+from splitrpc.errors import GPUError, RemoteError, SplitRPCError
 
 log = logging.getLogger("splitrpc.server")
 
@@ -206,7 +206,7 @@ class Function:
                 self.args_cache[key] = args
         return args
 
-    def _run_raw(self, b, count: int) -> None:
+    def _run_raw(self, srv, b, count: int) -> None:
         reqs = [ffi.buffer(getattr(b, "in")[0] + i * self.max_request, b.in_len[i]) for i in range(count)]
         resps = [ffi.buffer(b.out[0] + i * self.max_response, self.max_response) for i in range(count)]
         lengths = self.callback([memoryview(r) for r in reqs], [memoryview(r) for r in resps])
@@ -214,6 +214,10 @@ class Function:
         if len(lengths) != count:
             raise SplitRPCError(f"raw function {self.name!r} returned {len(lengths)} lengths for {count} calls")
         for i, n in enumerate(lengths):
+            if isinstance(n, RemoteError):  # this call fails alone
+                fail_call(srv, b, count, i, n)
+                b.out_len[i] = 0
+                continue
             n = int(n)
             if not 0 <= n <= self.max_response:
                 raise SplitRPCError(f"raw function {self.name!r}: reply length {n} outside 0..{self.max_response}")
@@ -226,10 +230,36 @@ def _view(ptr, spec, count: int) -> np.ndarray:
     return np.frombuffer(buf, dtype=spec.np_dtype).reshape((count, *spec.shape))
 
 
+def fail_call(srv, b, count: int, i, err) -> None:
+    """Call i of the open batch b gets err's ERROR alone (srpc_server_fail_call); raises
+    SplitRPCError for an index outside the batch or an err that is not a RemoteError."""
+    if not isinstance(err, RemoteError) or not 0 < err.code < lib.SRPC_E_MAX:
+        raise SplitRPCError(f"call {i!r}: a call fails with a RemoteError instance such as "
+                            f"splitrpc.BadRequest('why'), got {err!r}")
+    if isinstance(i, bool) or not isinstance(i, (int, np.integer)) or not 0 <= i < count:
+        raise SplitRPCError(f"call index {i!r} outside the batch of {count}")
+    check(lib.srpc_server_fail_call(srv, b, int(i), err.code, ffi.new("char[]", _cut(err.message))),
+          "srpc_server_fail_call")
+
+
+def fail_calls(srv, b, count: int, errors) -> None:
+    """A tensor callback's return value: None, or {call index: RemoteError} for the calls of
+    its batch that fail alone (the others get their outputs)."""
+    if not hasattr(errors, "items"):
+        raise SplitRPCError("a function's callback returns None, or a dict {call index: RemoteError} of the "
+                            f"calls that fail, got {type(errors).__name__}")
+    for i, err in errors.items():
+        fail_call(srv, b, count, i, err)
+
+
+def _cut(text_: str) -> bytes:
+    """text_ as UTF-8, at most SRPC_ERRMSG_MAX bytes, cut between characters."""
+    return text_.encode("utf-8", "replace")[:lib.SRPC_ERRMSG_MAX].decode("utf-8", "ignore").encode("utf-8")
+
+
 def _error_text(exc: BaseException) -> bytes:
     """The exception as an ERROR datagram's text: UTF-8, at most 256 bytes, cut between characters."""
-    text_ = f"{type(exc).__name__}: {exc}".encode("utf-8", "replace")[:lib.SRPC_ERRMSG_MAX]
-    return text_.decode("utf-8", "ignore").encode("utf-8")
+    return _cut(f"{type(exc).__name__}: {exc}")
 
 
 def serve(srv, funcs: dict) -> None:
@@ -255,10 +285,12 @@ def serve(srv, funcs: dict) -> None:
                 rc = _run_gpu(srv, fn, b)
                 continue
             if fn.raw:
-                fn._run_raw(b, count)
+                fn._run_raw(srv, b, count)
             else:  # a host tensor function, the common case: its views by (ring position, B)
                 args = fn.args_cache.get((b.pos, count))
-                fn.callback(*(args if args is not None else fn.args(b, count)))
+                r = fn.callback(*(args if args is not None else fn.args(b, count)))
+                if r is not None:  # some calls fail alone
+                    fail_calls(srv, b, count, r)
             fn.calls += count
             rc = complete_next(srv, b, 0, null, WAIT_US)
         except Exception as exc:  # the calls of this batch get INTERNAL; serving goes on

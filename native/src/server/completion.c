@@ -25,8 +25,9 @@ static int reply_pieces(const srpc_fn_t *fn, uint64_t seq, struct iovec *iv, uin
     return (int)fn->n_out;
 }
 
-/* Sends the replies of the batch of n calls from element first (status 0: the outputs; else
- * that error with msg as text) in one send per SRPC_REPLY_BATCH calls, moves the calls to the
+/* Sends the replies of the batch of n calls from element first (status 0: the outputs, or a
+ * call's own error set by srpc_server_fail_call; else that error with msg as text, to every
+ * call) in one send per SRPC_REPLY_BATCH calls, moves the calls to the
  * reply cache and recycles the elements. Every earlier batch of fn is finished.
  * The elements are recycled before the last replies leave, so that a client whose reply came
  * back finds its call's element free already (with as many calls outstanding as the queue
@@ -39,6 +40,7 @@ static void finish_w(srpc_server_t *srv, srpc_fn_t *fn, uint64_t first, uint32_t
     const uint32_t msg_len = status && msg ? (uint32_t)strnlen(msg, SRPC_ERRMSG_MAX) : 0;
     srpc_reply_batch_t b;
     char ebuf[SRPC_REPLY_BATCH][64];
+    char *own[SRPC_REPLY_BATCH]; /* calls' own error texts: sent from, freed after the send */
     for (uint32_t at = 0; at < n;) {
         const uint32_t chunk = n - at < SRPC_REPLY_BATCH ? n - at : SRPC_REPLY_BATCH;
         b.n = 0;
@@ -50,6 +52,14 @@ static void finish_w(srpc_server_t *srv, srpc_fn_t *fn, uint64_t first, uint32_t
             uint32_t len = msg_len;
             int k = 0, code = status;
             iv[0] = (struct iovec){(void *)msg, msg_len};
+            own[i] = c->fail_msg; /* taken off the record now: recycling hands it to the engine */
+            if (!code && c->fail_code) {
+                code = c->fail_code;
+                len = own[i] ? (uint32_t)strlen(own[i]) : 0;
+                iv[0] = (struct iovec){own[i], len};
+            }
+            c->fail_code = 0;
+            c->fail_msg = NULL;
             if (!code && fn->raw && c->out_len > max_out) {
                 code = SRPC_E_INTERNAL;
                 len = (uint32_t)snprintf(ebuf[i], sizeof(ebuf[i]), "reply of %u bytes over the limit %u", c->out_len,
@@ -73,6 +83,8 @@ static void finish_w(srpc_server_t *srv, srpc_fn_t *fn, uint64_t first, uint32_t
             srpc_ring_recycle_locked(srv, fn, first, n);
         srpc_srv_unlock(srv);
         srpc_reply_flush(srv, &b);
+        for (uint32_t i = 0; i < chunk; i++)
+            free(own[i]);
     }
 }
 
@@ -159,6 +171,21 @@ int srpc_server_complete(srpc_server_t *srv, srpc_batch_t *b, int status, const 
     uint32_t *done = srpc_completion_hand_back_w(srv, fn, b);
     __atomic_store_n(done, SRPC_DONE | (uint32_t)status, __ATOMIC_RELEASE);
     finish_ready_w(srv, fn);
+    return 0;
+}
+
+int srpc_server_fail_call(srpc_server_t *srv, srpc_batch_t *b, uint32_t i, int code, const char *msg)
+{
+    srpc_fn_t *fn = srpc_completion_open_fn_w(srv, b);
+    if (!fn || i >= b->count || code <= 0 || code >= SRPC_E_MAX)
+        return -EINVAL;
+    char *text = NULL;
+    if (msg && !(text = strndup(msg, SRPC_ERRMSG_MAX)))
+        return -ENOMEM;
+    srpc_call_t *c = &fn->calls[(b->first_seq + i) % fn->capacity];
+    free(c->fail_msg);
+    c->fail_msg = text;
+    c->fail_code = (uint16_t)code;
     return 0;
 }
 

@@ -32,7 +32,7 @@ void srpc_function_free(srpc_fn_t *fn)
         free(fn->done_words);
     if (fn->calls)
         for (uint32_t i = 0; i < fn->capacity; i++)
-            free(fn->calls[i].batch_msg);
+            free(fn->calls[i].batch_msg), free(fn->calls[i].fail_msg);
     free(fn->calls);
     free(fn->batch_in_len);
     free(fn->batch_out_len);

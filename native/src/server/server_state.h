@@ -70,6 +70,10 @@ typedef struct srpc_call {
     uint32_t batch_n;  /* the batch's size */
     uint8_t batch_open; /* handed out, neither completed nor deferred yet */
     char *batch_msg;   /* its error text (malloc), when completed with one in flight */
+    /* This call's own outcome, set by srpc_server_fail_call (worker thread only, while the
+     * call is the worker's): */
+    uint16_t fail_code; /* 0: the batch's outcome; else this ERROR code */
+    char *fail_msg;    /* its text (malloc) or NULL */
 } srpc_call_t;
 
 /* A registered function: its Tensor Queues, the Inference Monitor records of their elements
