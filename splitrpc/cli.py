@@ -2,9 +2,13 @@
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import signal
+import socket
+import subprocess
 import sys
+import threading
 import time
 
 import numpy as np
@@ -31,6 +35,8 @@ def _models():
 
 
 def cmd_serve(a) -> int:
+    if a.processes != 1:
+        return _serve_processes(a)
     _, register = _services()
     names = []
     if a.models:
@@ -40,7 +46,7 @@ def cmd_serve(a) -> int:
             print(f"--models: {e}", file=sys.stderr)
             return 2
     try:
-        srv = Server(a.host, a.port, wait=a.wait, segment_size=a.segment_size, allow=a.allow)
+        srv = Server(a.host, a.port, wait=a.wait, segment_size=a.segment_size, allow=a.allow, reuse_port=a.reuse_port)
     except ValueError as e:
         print(f"splitrpc serve: {e}", file=sys.stderr)
         return 2
@@ -84,9 +90,80 @@ def cmd_serve(a) -> int:
             metrics.close()
         st = srv.stats()
         srv.close()
-    errors = ", ".join(f"{name} {n}" for name, n in st["errors"].items() if n) or "none"
-    print(f"stopped: {st['calls']} calls in {st['batches']} batches; errors sent: {errors}", flush=True)
+    print(f"stopped: {_stats_line(st)}", flush=True)
+    if a.stats_json:  # for the parent of --processes
+        print("STATS " + json.dumps({k: st[k] for k in _SUMMED}), flush=True)
     return 0
+
+
+_SUMMED = ("calls", "replies", "batches", "rx_datagrams", "tx_datagrams", "errors", "drops")
+
+
+def _stats_line(st: dict) -> str:
+    errors = ", ".join(f"{name} {n}" for name, n in st["errors"].items() if n) or "none"
+    return f"{st['calls']} calls in {st['batches']} batches; errors sent: {errors}"
+
+
+def _serve_processes(a) -> int:
+    """`splitrpc serve --processes N`: N server processes on one port (SO_REUSEPORT); their
+    output prefixed [i]; on SIGINT/SIGTERM they stop and each one's counters and the sum are
+    printed."""
+    if a.processes < 1:
+        print("--processes must be >= 1", file=sys.stderr)
+        return 2
+    host = a.host or SERVER_DEFAULTS["host"]
+    port = SERVER_DEFAULTS["port"] if a.port is None else a.port
+    if port == 0:  # one free port for all: found, then let go before the children bind it
+        fam = socket.AF_INET6 if ":" in host else socket.AF_INET
+        with socket.socket(fam, socket.SOCK_DGRAM) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+            s.bind((host, 0))
+            port = s.getsockname()[1]
+    opts = {"--host": host, "--port": port, "--wait": a.wait, "--max-batch": a.max_batch,
+            "--max-delay-us": a.max_delay_us, "--batch-cost-us": a.batch_cost_us, "--segment-size": a.segment_size,
+            "--models": a.models, "--device": a.device, "--metrics-host": a.metrics_host, "--allow": a.allow}
+    base = [sys.executable, "-m", "splitrpc", *(["-v"] if a.verbose else []), "serve", "--reuse-port", "--stats-json"]
+    for k, v in opts.items():
+        if v is not None:
+            base += [k, str(v)]
+    if a.small:
+        base.append("--small")
+    procs, stats, ready = [], {}, threading.Semaphore(0)
+
+    def relay(i: int, p) -> None:
+        for line in p.stdout:
+            if line.startswith("STATS "):
+                stats[i] = json.loads(line[6:])
+                continue
+            print(f"[{i}] {line}", end="", flush=True)
+            if " serving " in line:
+                ready.release()
+
+    for i in range(a.processes):
+        metrics = [] if a.metrics_port is None else ["--metrics-port", str(a.metrics_port and a.metrics_port + i)]
+        p = subprocess.Popen(base + metrics, stdout=subprocess.PIPE, text=True)
+        procs.append(p)
+        threading.Thread(target=relay, args=(i, p), daemon=True).start()
+    stop = lambda *_: [p.send_signal(signal.SIGTERM) for p in procs if p.poll() is None]  # noqa: E731
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, stop)
+    up = 0
+    while up < a.processes and all(p.poll() is None for p in procs):
+        up += ready.acquire(timeout=0.2)
+    if up == a.processes:
+        print(f"{a.processes} processes serving on {host}:{port} (SO_REUSEPORT: each client address goes to "
+              "one of them); Ctrl-C stops", flush=True)
+    else:
+        stop()
+    codes = [p.wait() for p in procs]
+    time.sleep(0.1)  # the relays print the last lines
+    for i in sorted(stats):
+        print(f"process {i}: {_stats_line(stats[i])}")
+    if stats:
+        total = {k: sum(s[k] for s in stats.values()) for k in ("calls", "replies", "batches")}
+        total["errors"] = {n: sum(s["errors"].get(n, 0) for s in stats.values()) for n in next(iter(stats.values()))["errors"]}
+        print(f"together: {_stats_line(total)}", flush=True)
+    return 0 if up == a.processes and not any(codes) else 1
 
 
 def _request_for(a, services) -> tuple[int, bytes, object]:
@@ -233,6 +310,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--metrics-host", default="127.0.0.1", help="address of the metrics endpoint")
     s.add_argument("--allow", metavar="NETS", help="serve only these client networks, e.g. 10.0.0.0/8,127.0.0.1 "
                                                    "(others are dropped and counted as not_allowed)")
+    s.add_argument("--processes", type=int, default=1, metavar="N",
+                   help="N server processes on one port (SO_REUSEPORT; --metrics-port P: process i on P+i)")
+    s.add_argument("--reuse-port", action="store_true", help="let other processes bind the same port")
+    s.add_argument("--stats-json", action="store_true", help=argparse.SUPPRESS)  # a --processes child's
     s.set_defaults(func=cmd_serve)
 
     c = sub.add_parser("call", help="make one call and print the reply")

@@ -43,6 +43,11 @@ class Server:
     over either is dropped (drops["memory_cap"], drops["client_memory_cap"]) and its client's
     retransmission tries again later.
 
+    reuse_port=True lets several server processes bind the same host:port (SO_REUSEPORT): the
+    kernel hands each client address to one of them, so every segment of a message reaches the
+    same process; each counts its own stats() (``splitrpc serve --processes N`` runs N of them and
+    sums their counters). Kernel UDP only.
+
     transport="dpdk" serves on a DPDK port instead of a kernel socket: the EAL is initialised
     with dpdk_args (once per process, e.g. ``["--no-huge", "--no-shconf", "-l", "0",
     "--vdev=net_af_packet0,iface=eth0"]``), dpdk_port names the port ("net_af_packet0", a PCI
@@ -74,6 +79,7 @@ class Server:
         reply_cache_bytes: int | None = None,
         max_calls: int | None = None,
         socket_buffer: int | None = None,
+        reuse_port: bool = False,
         allow: str | Sequence[str] | None = None,
         transport: str = "udp",
         dpdk_args: Sequence[str] = (),
@@ -88,6 +94,8 @@ class Server:
             raise ValueError(f"wait must be one of {sorted(WAIT_MODES)}, got {wait!r}")
         if transport not in ("udp", "dpdk"):
             raise ValueError(f"transport must be 'udp' or 'dpdk', got {transport!r}")
+        if reuse_port and transport == "dpdk":
+            raise ValueError("reuse_port is for kernel UDP: a DPDK port belongs to one process")
         payload_gpu = None
         if transport == "dpdk":
             if not dpdk_port:
@@ -114,7 +122,8 @@ class Server:
             segment_size_loopback=segment_size_loopback, max_message=max_message,
             reassembly_timeout=reassembly_timeout, reassembly_memory=reassembly_memory,
             reassembly_memory_per_client=reassembly_memory_per_client, reply_cache_ttl=reply_cache_ttl,
-            reply_cache_bytes=reply_cache_bytes, max_calls=max_calls, socket_buffer=socket_buffer, allow=allow_text,
+            reply_cache_bytes=reply_cache_bytes, max_calls=max_calls, socket_buffer=socket_buffer,
+            reuse_port=int(bool(reuse_port)), allow=allow_text,
             dpdk_dev=dpdk_port if transport == "dpdk" else None, dpdk_mtu=dpdk_mtu, dpdk_payload_gpu=payload_gpu,
             dpdk_emulate_split=dpdk_emulate_split)
         self._srv = self._native.handle

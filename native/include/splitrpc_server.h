@@ -40,6 +40,10 @@ typedef struct srpc_server_config {
     uint32_t max_calls;          /* entries of the call table (partial, in progress, cached) */
     uint32_t rx_burst;           /* datagrams per recvmmsg */
     int sock_buf_bytes;          /* SO_RCVBUF/SO_SNDBUF wanted (FORCE tried first) */
+    int reuse_port;              /* 1: SO_REUSEPORT, so that several server processes share host:port;
+                                    the kernel hands each client address (4-tuple) to one of them, so
+                                    all segments of a message land in the same process. Kernel UDP
+                                    only (-EINVAL with dpdk_dev) */
     uint32_t rx_takeover_us;     /* poll/adaptive: the engine thread takes over receiving when
                                     a callback has run this long */
     const char *dpdk_dev;        /* NULL: kernel UDP sockets. Else the DPDK port to serve on

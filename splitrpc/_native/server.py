@@ -42,6 +42,7 @@ _CONFIG_FIELDS = {
     "reply_cache_bytes": ("reply_cache_bytes", 1),
     "max_calls": ("max_calls", 1),
     "socket_buffer": ("sock_buf_bytes", 1),
+    "reuse_port": ("reuse_port", 1),  # 0 or 1
 }
 
 

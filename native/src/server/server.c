@@ -86,7 +86,8 @@ int srpc_server_create(const srpc_server_config_t *cfg, srpc_server_t **out)
      * too-long datagram is seen (and counted) rather than silently cut. */
     if ((r = srpc_rx_init(&s->rx.slots, cfg->rx_burst, 65535)) != 0)
         goto fail;
-    srpc_transport_spec_t spec = {.host = s->host, .port = cfg->port, .bind = 1, .sock_buf_bytes = cfg->sock_buf_bytes,
+    srpc_transport_spec_t spec = {.host = s->host, .port = cfg->port, .bind = 1, .reuse_port = cfg->reuse_port,
+                                  .sock_buf_bytes = cfg->sock_buf_bytes,
                                   .dpdk_dev = cfg->dpdk_dev, .dpdk_mtu = cfg->dpdk_mtu,
                                   .dpdk_payload_gpu = cfg->dpdk_payload_gpu, .dpdk_emulate_split = cfg->dpdk_emulate_split};
     if ((r = srpc_transport_open(&spec, &s->tp)) != 0 || (r = srpc_gpu_rx_init(s)) != 0)

@@ -100,6 +100,7 @@ typedef struct srpc_transport_spec {
     const char *host;
     uint16_t port;
     int bind;                  /* 1: serve on host:port; 0: a client of host:port */
+    int reuse_port;            /* serving, kernel UDP: SO_REUSEPORT (several processes on one port) */
     int sock_buf_bytes;        /* kernel UDP: SO_RCVBUF/SO_SNDBUF wanted */
     const char *dpdk_dev;      /* NULL: kernel UDP. Else the DPDK port (the EAL initialised); host is
                                   then an IPv4 literal: ours when serving, the server's for a client */

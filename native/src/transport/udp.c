@@ -48,7 +48,10 @@ int srpc_udp_open(srpc_udp_t *u, const char *host, uint16_t port, int bind_mode,
             u->rcvbuf = set_buf(fd, SO_RCVBUFFORCE, SO_RCVBUF, buf_bytes);
             u->sndbuf = set_buf(fd, SO_SNDBUFFORCE, SO_SNDBUF, buf_bytes);
         }
-        int r = bind_mode ? bind(fd, ai->ai_addr, ai->ai_addrlen) : connect(fd, ai->ai_addr, ai->ai_addrlen);
+        const int one = 1;
+        int r = bind_mode == SRPC_UDP_BIND_SHARED ? setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one)) : 0;
+        if (r == 0)
+            r = bind_mode ? bind(fd, ai->ai_addr, ai->ai_addrlen) : connect(fd, ai->ai_addr, ai->ai_addrlen);
         if (r != 0) {
             rc = -errno;
             close(fd);
@@ -581,7 +584,9 @@ int srpc_udp_transport_open(const srpc_transport_spec_t *spec, srpc_transport_t 
     udp_transport_t *ut = calloc(1, sizeof(*ut));
     if (!ut)
         return -ENOMEM;
-    int r = srpc_udp_open(&ut->u, spec->host, spec->port, spec->bind, spec->sock_buf_bytes);
+    int r = srpc_udp_open(&ut->u, spec->host, spec->port,
+                          !spec->bind ? SRPC_UDP_CONNECT : spec->reuse_port ? SRPC_UDP_BIND_SHARED : SRPC_UDP_BIND,
+                          spec->sock_buf_bytes);
     if (r) {
         free(ut);
         return r;

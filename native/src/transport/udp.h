@@ -30,6 +30,9 @@ typedef struct srpc_udp {
 /* Opens a non-blocking UDP socket. bind_mode 1: bind to host:port (server); 0: connect to
  * host:port (client, bound to an ephemeral port). buf_bytes: wanted socket buffers. Every
  * field of u is set (what it held before is not read). */
+/* bind_mode: 0 connect to host:port, SRPC_UDP_BIND bind to it, SRPC_UDP_BIND_SHARED bind with
+ * SO_REUSEPORT (other processes may bind it too). */
+enum { SRPC_UDP_CONNECT = 0, SRPC_UDP_BIND = 1, SRPC_UDP_BIND_SHARED = 2 };
 int srpc_udp_open(srpc_udp_t *u, const char *host, uint16_t port, int bind_mode, int buf_bytes);
 /* Closes the socket; a fault injector's datagrams still held are freed and counted as
  * discarded, and the injectors freed. */
