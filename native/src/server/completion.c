@@ -27,20 +27,26 @@ static int reply_pieces(const srpc_fn_t *fn, uint64_t seq, struct iovec *iv, uin
 
 /* Sends the replies of the batch of n calls from element first (status 0: the outputs, or a
  * call's own error set by srpc_server_fail_call; else that error with msg as text, to every
- * call) in one send per SRPC_REPLY_BATCH calls, moves the calls to the
- * reply cache and recycles the elements. Every earlier batch of fn is finished.
- * The elements are recycled before the last replies leave, so that a client whose reply came
- * back finds its call's element free already (with as many calls outstanding as the queue
- * holds, it never meets BUSY). That is safe: the engine then writes only request elements and
- * call records, and the replies are sent from the output elements, which only the worker's next
- * callback writes, after this send. */
+ * call) in one send per SRPC_REPLY_BATCH calls, moves the calls to the reply cache and recycles
+ * the elements. Every earlier batch of fn is finished.
+ * Order: the elements are recycled, then the replies sent, then cached. Recycled first, so that
+ * a client whose reply came back finds its call's element free already (with as many calls
+ * outstanding as the queue holds, it never meets BUSY); that is safe because the engine then
+ * writes only request elements and call records, and the replies are sent (and cached) from the
+ * output elements, which only the worker's next callback writes. Cached after the send, so that
+ * the copy into the reply log (a page fault the first time round the log) never delays a
+ * reply; what the cache needs of a call record is read before the recycling hands the record to
+ * the engine. Until it is cached a retransmission finds the call CT_QUEUED and is dropped as a
+ * duplicate (its next try is answered from the cache). */
 static void finish_w(srpc_server_t *srv, srpc_fn_t *fn, uint64_t first, uint32_t n, int status, const char *msg)
 {
     const uint32_t max_out = fn->raw ? fn->resp_bytes : 0;
     const uint32_t msg_len = status && msg ? (uint32_t)strnlen(msg, SRPC_ERRMSG_MAX) : 0;
     srpc_reply_batch_t b;
     char ebuf[SRPC_REPLY_BATCH][64];
-    char *own[SRPC_REPLY_BATCH]; /* calls' own error texts: sent from, freed after the send */
+    char *own[SRPC_REPLY_BATCH]; /* calls' own error texts: sent and cached from, freed after */
+    uint32_t ct_idx[SRPC_REPLY_BATCH], out_len[SRPC_REPLY_BATCH];
+    int out_code[SRPC_REPLY_BATCH];
     for (uint32_t at = 0; at < n;) {
         const uint32_t chunk = n - at < SRPC_REPLY_BATCH ? n - at : SRPC_REPLY_BATCH;
         b.n = 0;
@@ -72,17 +78,21 @@ static void finish_w(srpc_server_t *srv, srpc_fn_t *fn, uint64_t first, uint32_t
                 k = reply_pieces(fn, first + at + i, iv, &len);
             srpc_reply_add(srv, &b, &e->key, code, iv, k, len);
             srpc_call_tx_complete_w(c, code, len);
-        }
-        srpc_srv_lock(srv);
-        for (uint32_t i = 0; i < chunk; i++) {
-            const srpc_call_t *c = &fn->calls[(first + at + i) % fn->capacity];
-            srpc_reply_cache_locked(srv, c->ct_idx, c->code, b.msg[i].pieces, b.msg[i].npieces, c->out_len);
+            ct_idx[i] = c->ct_idx;
+            out_code[i] = code;
+            out_len[i] = len;
         }
         at += chunk;
-        if (at == n)
+        if (at == n) {
+            srpc_srv_lock(srv);
             srpc_ring_recycle_locked(srv, fn, first, n);
-        srpc_srv_unlock(srv);
+            srpc_srv_unlock(srv);
+        }
         srpc_reply_flush(srv, &b);
+        srpc_srv_lock(srv);
+        for (uint32_t i = 0; i < chunk; i++)
+            srpc_reply_cache_locked(srv, ct_idx[i], out_code[i], b.msg[i].pieces, b.msg[i].npieces, out_len[i]);
+        srpc_srv_unlock(srv);
         for (uint32_t i = 0; i < chunk; i++)
             free(own[i]);
     }
