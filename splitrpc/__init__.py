@@ -3,6 +3,7 @@ from splitrpc import _native, gpu
 from splitrpc.client import Client
 from splitrpc.errors import (BadRequest, Busy, CallTimeout, DeadlineExceeded, InternalError, NativeError,
                              RemoteError, SplitRPCError, TooLarge, UnknownFunction)
+from splitrpc.executor import ThreadPool
 from splitrpc.gpu import GPUError, GPUUnavailable
 from splitrpc.server import Server
 from splitrpc.spec import TensorSpec
@@ -33,5 +34,5 @@ def features() -> dict:
 __all__ = [
     "Server", "Client", "TensorSpec", "features", "SplitRPCError", "NativeError", "CallTimeout", "RemoteError",
     "UnknownFunction", "BadRequest", "Busy", "DeadlineExceeded", "InternalError", "TooLarge", "GPUError",
-    "GPUUnavailable", "gpu",
+    "GPUUnavailable", "gpu", "ThreadPool",
 ]

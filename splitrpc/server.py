@@ -13,6 +13,8 @@ import threading
 from typing import Callable, Sequence
 
 from splitrpc import dpdk, gpu
+from splitrpc import executor as executor_
+from splitrpc.executor import ThreadPool
 from splitrpc._native import server as _server
 from splitrpc.errors import SplitRPCError
 from splitrpc.spec import TensorSpec
@@ -133,6 +135,8 @@ class Server:
         self._state = "created"
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
+        self._jobs = _server.PoolJobs()  # batches handed to thread pools, not yet finished
+        self._pools_held = False         # the pools' threads were acquired (start) and not released
 
     # ------------------------------------------------------------------ registration
 
@@ -156,6 +160,7 @@ class Server:
         device: str = "cpu",
         orchestration: str = "o1",
         deadline: float | None = None,
+        executor: "str | int | ThreadPool" = "inline",
     ) -> Callable:
         """Decorator registering `fn` under func_id.
 
@@ -169,7 +174,14 @@ class Server:
         index in the batch, error a RemoteError such as ``splitrpc.BadRequest("key 7 out of
         range")``) and the other calls get their outputs; a raw callback puts the error in place
         of the call's length. The client gets that error's code and text (256 bytes at most).
-        Raising fails the whole batch with INTERNAL. (GPU functions under
+        Raising fails the whole batch with INTERNAL.
+
+        A host function may also finish its batch later, from any thread: its callback returns a
+        ``concurrent.futures.Future`` and the worker goes on at once; when the Future is done, its
+        result is taken as the callback's return value (None, the dict of failed calls, or a raw
+        function's lengths) and the replies go out; its exception fails the batch with INTERNAL.
+        The views stay valid until then (they are the batch's Tensor Queue elements, and its calls
+        keep them). (GPU functions under
         ``orchestration="graph"`` or ``"o2"`` have no per-call results.)
 
         ``device="cuda:N"`` puts the function's Tensor Queues in GPU memory: the callback gets
@@ -187,6 +199,14 @@ class Server:
         Without a usable GPU the function is served
         from host memory with numpy arrays (O2: with the callback), and a warning says why.
 
+        ``executor`` says where the callback runs: ``"inline"`` (the default) on the server's one
+        worker thread, the fastest for short callbacks; a number N, on a pool of N threads of its
+        own; or a ``splitrpc.ThreadPool`` shared with other functions. On a pool, a slow batch
+        holds neither the worker nor other functions, and several batches run at once (callbacks
+        that release the GIL, like numpy and PyTorch, overlap); the function has at most N batches
+        out, and its calls queue meanwhile and fill its next batch. Replies of one function still
+        leave in the order its batches were taken. GPU functions run inline.
+
         ``max_batch``, ``capacity`` (elements per Tensor Queue) and ``max_delay_us`` left None take
         the C core's defaults (srpc_func_config_init, native/src/tunables.h); a raw function's
         ``max_request`` and ``max_response`` left None are the server's max_message.
@@ -196,14 +216,14 @@ class Server:
             self.add_function(fn, func_id, name, inputs, outputs, max_batch=max_batch,
                               max_delay_us=max_delay_us, capacity=capacity, raw=raw,
                               max_request=max_request, max_response=max_response, device=device,
-                              orchestration=orchestration, deadline=deadline)
+                              orchestration=orchestration, deadline=deadline, executor=executor)
             return fn
 
         return register
 
     def add_function(self, fn, func_id, name=None, inputs=(), outputs=(), *, max_batch=None, max_delay_us=None,
                      capacity=None, raw=False, max_request=None, max_response=None, device="cpu",
-                     orchestration="o1", deadline=None) -> None:
+                     orchestration="o1", deadline=None, executor="inline") -> None:
         """Registers fn under func_id: what the function decorator does (see there)."""
         if self._state != "created":
             raise SplitRPCError("functions must be registered before the server starts")
@@ -232,6 +252,7 @@ class Server:
                 ordinal = -1
         if ordinal >= 0:
             gpu.import_cupy()  # a GPU without CuPy is a setup error, not a reason to fall back
+        pool = executor_.resolve(executor, ordinal)
         if raw:
             if inputs or outputs:
                 raise ValueError("a raw function takes max_request/max_response, not tensor specs")
@@ -245,12 +266,14 @@ class Server:
             in_sizes, out_sizes = [s.nbytes for s in inputs], [s.nbytes for s in outputs]
         _server.add_function(self._srv, func_id, raw=raw, in_sizes=in_sizes, out_sizes=out_sizes, capacity=capacity,
                              max_batch=max_batch, max_delay_us=max_delay_us, gpu_device=ordinal,
-                             deadline_us=max(int(deadline * 1e6), 1) if deadline else 0)
+                             deadline_us=max(int(deadline * 1e6), 1) if deadline else 0,
+                             max_inflight=pool.threads if pool is not None else 0)
         f = _server.Function(func_id, name, fn, inputs, outputs, raw, in_sizes[0] if raw else 0,
                              out_sizes[0] if raw else 0)
         if ordinal >= 0:
             f.device = f"cuda:{ordinal}"
             f.runner = gpu.DeviceRunner(ordinal, inputs, outputs, fn, orchestration)
+        f.pool = pool
         self._funcs[func_id] = f
 
     # ------------------------------------------------------------------ running
@@ -283,10 +306,17 @@ class Server:
                 for r in runners:
                     r.stop()
                 raise
+            for p in self._pools():
+                p.acquire()
+            self._pools_held = True
             self._state = "running"
 
+    def _pools(self) -> list:
+        """The distinct thread pools of the functions (a pool may serve several)."""
+        return list({id(f.pool): f.pool for f in self._funcs.values() if f.pool is not None}.values())
+
     def _worker(self) -> None:
-        _server.serve(self._srv, self._funcs)  # the per-batch loop, in the binding layer
+        _server.serve(self._srv, self._funcs, self._jobs)  # the per-batch loop, in the binding layer
 
     def stop(self) -> None:
         """Stops the engine and the worker; calls not yet answered are dropped."""
@@ -298,6 +328,12 @@ class Server:
         if t is not None and t is not threading.current_thread():
             t.join()
             self._thread = None
+        self._jobs.wait_idle()  # no other thread may still use the queues when they are freed
+        with self._lock:
+            held, self._pools_held = self._pools_held, False
+        if held:
+            for p in self._pools():
+                p.release()
         for f in self._funcs.values():  # no copy or kernel may still target the queues when they are freed
             if f.runner is not None:
                 f.runner.stop()

@@ -100,11 +100,16 @@ typedef struct srpc_func_config {
     int gpu_device;
     uint32_t deadline_us; /* 0: none. A call still queued this long after its request was complete
                              is not run: its client gets DEADLINE (an SLO on queueing) */
+    uint32_t max_inflight; /* 0: no limit. Else at most this many of the function's batches are out
+                              at once (handed out, deferred, not yet finished): the threads of the
+                              executor that runs them. At the limit its calls wait in its queue
+                              (and fill its next batch) while other functions' batches are taken */
 } srpc_func_config_t;
 
 
 /* Fills a function's defaults (native/src/tunables.h): one input and one output, capacity
- * SRPC_DEF_TQ_CAPACITY, max_batch SRPC_DEF_MAX_BATCH, the rest 0 (host, no delay, no deadline). */
+ * SRPC_DEF_TQ_CAPACITY, max_batch SRPC_DEF_MAX_BATCH, the rest 0 (host, no delay, no deadline,
+ * no limit on batches out). */
 void srpc_func_config_init(srpc_func_config_t *fc);
 
 int srpc_server_add_function(srpc_server_t *srv, const srpc_func_config_t *fc);
@@ -145,10 +150,12 @@ int srpc_server_complete(srpc_server_t *srv, srpc_batch_t *b, int status, const 
 
 /* Fails call i of batch b alone (0 <= i < b->count): it gets ERROR `code` (1 .. SRPC_E_MAX - 1,
  * e.g. SRPC_E_BAD_REQUEST for a bad key) with msg (may be NULL; at most SRPC_ERRMSG_MAX bytes
- * are kept) as its text, while the batch's other calls get the batch's outcome. Call before
- * srpc_server_complete or srpc_server_defer; a second call for the same i replaces the first;
- * a batch completed with an error sends that error to every call. Worker thread (the one that
- * got the batch). Returns 0, -EINVAL (not an open batch, i out of range, a bad code) or -ENOMEM. */
+ * are kept) as its text, while the batch's other calls get the batch's outcome. A second call
+ * for the same i replaces the first; a batch completed with an error sends that error to every
+ * call. Either on an open batch, by the worker thread before srpc_server_complete or
+ * srpc_server_defer; or on a deferred batch (b: the copy srpc_server_finish takes), by the
+ * thread that will finish it, before srpc_server_finish. Returns 0, -EINVAL (neither, i out of
+ * range, a bad code) or -ENOMEM. */
 int srpc_server_fail_call(srpc_server_t *srv, srpc_batch_t *b, uint32_t i, int code, const char *msg);
 
 /* srpc_server_complete, then srpc_server_next_batch into the same *b: one call per batch for
@@ -159,16 +166,29 @@ int srpc_server_complete_next(srpc_server_t *srv, srpc_batch_t *b, int status, c
 /* Asynchronous completion. A batch handed back with srpc_server_defer is in flight: the worker
  * goes on taking batches, and the batch's replies go out once its done word becomes nonzero:
  * SRPC_DONE | status, status 0 (send the outputs) or an error code (send that ERROR to each
- * call, with no text). Anyone may write the word, once, with a release store (another thread,
- * or the GPU through srpc_gpu_signal). Batches of one function finish in the order they were
- * handed out, whatever order their words are written in; srpc_server_complete on a later batch
- * waits behind earlier ones in flight the same way. The worker finishes batches (sends replies,
- * recycles elements) inside next_batch, complete and srpc_server_poll. While batches are in
- * flight, next_batch polls even in block mode. Raw functions cannot be deferred (-EINVAL). */
+ * call, with no text). The word is written once: by srpc_server_finish from any thread (which
+ * also wakes the worker, gives a raw function's reply lengths and an error's text), or directly
+ * with a release store (the GPU through srpc_gpu_signal, or another thread). Batches of one
+ * function finish in the order they were handed out, whatever order their words are written in;
+ * srpc_server_complete on a later batch waits behind earlier ones in flight the same way. The
+ * worker finishes batches (sends replies, recycles elements) inside next_batch, complete and
+ * srpc_server_poll. While a GPU function's batches are in flight, next_batch polls even in block
+ * mode; a host function's word written directly (not by srpc_server_finish) is seen within
+ * SRPC_DEFER_CHECK_US by a worker asleep in block mode. */
 #define SRPC_DONE 0x80000000u
-/* Marks b in flight and gives the address of its done word (valid until it is finished).
- * Worker thread only. Returns 0 or -EINVAL (not a batch handed out and not yet completed). */
+/* Marks b in flight and gives the address of its done word (valid until it is finished);
+ * b->count becomes 0 (copy *b first to finish it with srpc_server_finish). A raw function's
+ * batch is finished with srpc_server_finish, which carries its lengths (its word written
+ * directly sends each call INTERNAL). Worker thread only. Returns 0 or -EINVAL (not a batch
+ * handed out and not yet completed). */
 int srpc_server_defer(srpc_server_t *srv, srpc_batch_t *b, uint32_t **done);
+/* Finishes a deferred batch, from any thread, once: status 0 sends each call its outputs (a raw
+ * function's: b->out_len[i] bytes, read now) or the error it was failed with alone; an error
+ * code sends that ERROR with msg (may be NULL) as text to every call. b is the batch as
+ * srpc_server_next_batch filled it, copied before srpc_server_defer (out_len may point at the
+ * caller's own array of count lengths). Writes the done word and wakes the worker, which sends
+ * the replies. Returns 0, or -EINVAL (not a deferred batch, or finished already). */
+int srpc_server_finish(srpc_server_t *srv, const srpc_batch_t *b, int status, const char *msg);
 /* Finishes every in-flight batch whose done word is set (in order). Worker thread only.
  * Returns the number of batches finished. */
 int srpc_server_poll(srpc_server_t *srv);

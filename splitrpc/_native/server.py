@@ -5,7 +5,10 @@ locals, looks a function's arguments up by (ring position, B) and does nothing e
 """
 from __future__ import annotations
 
+import functools
 import logging
+import threading
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -134,9 +137,11 @@ def server_port(srv) -> int:
 
 
 def add_function(srv, func_id: int, *, raw: bool, in_sizes: list, out_sizes: list, capacity: int | None,
-                 max_batch: int | None, max_delay_us: int | None, gpu_device: int, deadline_us: int) -> None:
+                 max_batch: int | None, max_delay_us: int | None, gpu_device: int, deadline_us: int,
+                 max_inflight: int = 0) -> None:
     """srpc_server_add_function with srpc_func_config_init's defaults where a setting is None;
-    gpu_device -1: host memory. Raises GPUError (a GPU function) or NativeError."""
+    gpu_device -1: host memory; max_inflight 0: no limit on the function's batches out at once.
+    Raises GPUError (a GPU function) or NativeError."""
     fc = ffi.new("srpc_func_config_t *")
     lib.srpc_func_config_init(fc)
     c_in = ffi.new("uint32_t[]", in_sizes)
@@ -152,6 +157,7 @@ def add_function(srv, func_id: int, *, raw: bool, in_sizes: list, out_sizes: lis
         fc.max_delay_us = max_delay_us
     fc.on_gpu, fc.gpu_device = int(gpu_device >= 0), max(gpu_device, 0)
     fc.deadline_us = deadline_us
+    fc.max_inflight = max_inflight
     rc = lib.srpc_server_add_function(srv, fc)
     if rc < 0 and gpu_device >= 0:
         raise GPUError(f"cannot register function {func_id} on cuda:{gpu_device}: {_gpu.last_error()}")
@@ -186,6 +192,7 @@ class Function:
     max_response: int
     device: str = "cpu"       # where its Tensor Queues are: "cpu" or "cuda:N"
     runner: object = None     # a splitrpc.gpu.DeviceRunner for a function on a GPU
+    pool: object = None       # a splitrpc.executor.ThreadPool that runs its batches, or None: inline
     calls: int = field(default=0)
     # The callback's arguments by (ring position, B): a ring revisits the same positions, and
     # building the numpy views costs about a microsecond each, finding them a tenth of that.
@@ -207,22 +214,30 @@ class Function:
                 self.args_cache[key] = args
         return args
 
-    def _run_raw(self, srv, b, count: int) -> None:
-        reqs = [ffi.buffer(getattr(b, "in")[0] + i * self.max_request, b.in_len[i]) for i in range(count)]
-        resps = [ffi.buffer(b.out[0] + i * self.max_response, self.max_response) for i in range(count)]
-        lengths = self.callback([memoryview(r) for r in reqs], [memoryview(r) for r in resps])
+    def raw_args(self, b, count: int) -> tuple:
+        """A raw callback's arguments: the requests (their own lengths) and the responses
+        (max_response bytes each) as lists of memoryviews of the batch's elements."""
+        base_in, base_out, in_len = getattr(b, "in")[0], b.out[0], b.in_len
+        reqs = [memoryview(ffi.buffer(base_in + i * self.max_request, in_len[i])) for i in range(count)]
+        resps = [memoryview(ffi.buffer(base_out + i * self.max_response, self.max_response)) for i in range(count)]
+        return reqs, resps
+
+    def raw_lengths(self, srv, b, count: int, lengths, out) -> None:
+        """A raw callback's return value into out[0..count) (the batch's out_len): a length per
+        call, or a RemoteError for a call that fails alone (srpc_server_fail_call on b)."""
         lengths = list(lengths) if lengths is not None else []
         if len(lengths) != count:
             raise SplitRPCError(f"raw function {self.name!r} returned {len(lengths)} lengths for {count} calls")
         for i, n in enumerate(lengths):
             if isinstance(n, RemoteError):  # this call fails alone
                 fail_call(srv, b, count, i, n)
-                b.out_len[i] = 0
+                out[i] = 0
                 continue
             n = int(n)
             if not 0 <= n <= self.max_response:
                 raise SplitRPCError(f"raw function {self.name!r}: reply length {n} outside 0..{self.max_response}")
-            b.out_len[i] = n
+            out[i] = n
+
 
 
 def _view(ptr, spec, count: int) -> np.ndarray:
@@ -263,11 +278,107 @@ def _error_text(exc: BaseException) -> bytes:
     return _cut(f"{type(exc).__name__}: {exc}")
 
 
-def serve(srv, funcs: dict) -> None:
+class PoolJobs:
+    """The batches of one server deferred in Python (handed to a thread pool, or waiting on a
+    callback's Future) and not yet finished: stop() waits for them, so that no other thread still
+    uses the server's queues when they are freed."""
+
+    def __init__(self):
+        self._cv = threading.Condition()
+        self._n = 0
+        self.stopping = False
+        self.calls_lock = threading.Lock()  # Function.calls, counted on several threads
+
+    def started(self) -> None:
+        with self._cv:
+            self._n += 1
+
+    def ended(self) -> None:
+        with self._cv:
+            self._n -= 1
+            if not self._n:
+                self._cv.notify_all()
+
+    def wait_idle(self, warn_every_s: float = 5.0) -> None:
+        """Marks the server stopping (pool batches not begun are dropped) and waits for the
+        others, saying every warn_every_s seconds how many it still waits for."""
+        with self._cv:
+            self.stopping = True
+            while not self._cv.wait_for(lambda: self._n == 0, timeout=warn_every_s):
+                log.warning("stop waits for %d batches still running on other threads (a thread pool, or a "
+                            "callback's Future not done yet)", self._n)
+
+
+def _defer(srv, b, jobs: PoolJobs, done):
+    """Defers the open batch b and returns a copy that describes it (b is reused for the next
+    batch, and srpc_server_defer empties it); the batch is one of jobs' until it is finished."""
+    copy = ffi.new("srpc_batch_t *", b[0])
+    check(lib.srpc_server_defer(srv, b, done), "srpc_server_defer")
+    jobs.started()
+    return copy
+
+
+def _hand_to_pool(srv, fn: Function, b, count: int, jobs: PoolJobs, done) -> None:
+    """Queues the batch's callback on fn's pool, deferred; the pool thread finishes it
+    (_run_on_pool). The arguments are built here, while b still describes the batch."""
+    args = fn.raw_args(b, count) if fn.raw else fn.args(b, count)
+    copy = _defer(srv, b, jobs, done)
+    fn.pool.submit(functools.partial(_run_on_pool, srv, fn, copy, count, args, jobs))
+
+
+def _run_on_pool(srv, fn: Function, b, count: int, args, jobs: PoolJobs) -> None:
+    """A pool thread's part of a deferred batch: the callback, then _settle."""
+    if jobs.stopping:  # the server is stopping: the batch is dropped with the queues
+        jobs.ended()
+        return
+    try:
+        r = fn.callback(*args)
+    except Exception as exc:
+        _settle(srv, fn, b, count, None, exc, jobs)
+        return
+    _settle(srv, fn, b, count, r, None, jobs)
+
+
+def _settle(srv, fn: Function, b, count: int, r, exc: BaseException | None, jobs: PoolJobs) -> None:
+    """Finishes the deferred batch b (srpc_server_finish, which wakes the worker to send the
+    replies) from the callback's return value r: None or {i: RemoteError} for a tensor function,
+    the lengths for a raw one; or, r a concurrent.futures.Future of that, once it is done (on
+    the thread that completes it). exc: the callback raised, and the batch gets INTERNAL, as on
+    the worker. Any thread; ends the batch's job."""
+    if exc is None and isinstance(r, Future):
+        r.add_done_callback(lambda f: _settle(srv, fn, b, count, None if f.exception() else f.result(),
+                                              f.exception(), jobs))
+        return
+    try:
+        if exc is None:
+            try:
+                if fn.raw:
+                    lens = ffi.new("uint32_t[]", count)
+                    fn.raw_lengths(srv, b, count, r, lens)
+                    b.out_len = lens
+                elif r is not None:
+                    fail_calls(srv, b, count, r)
+                with jobs.calls_lock:
+                    fn.calls += count
+                check(lib.srpc_server_finish(srv, b, 0, ffi.NULL), "srpc_server_finish")
+                return
+            except Exception as e:  # a bad return value: INTERNAL, said why
+                exc = e
+        log.warning("function %s raised %s: %s", fn.name, type(exc).__name__, exc)
+        lib.srpc_server_finish(srv, b, lib.SRPC_E_INTERNAL, ffi.new("char[]", _error_text(exc)))
+    finally:
+        jobs.ended()
+
+
+def serve(srv, funcs: dict, jobs: PoolJobs | None = None) -> None:
     """The worker loop: takes each batch, runs its function's callback once (a GPU function's
-    is queued on its stream and the batch handed back in flight) and completes it, until the
-    server stops. A callback that raises gets INTERNAL for its batch's calls; serving goes on."""
+    is queued on its stream and the batch handed back in flight; a pool function's is handed to
+    its pool and finished there; one whose callback returns a Future is finished when that is
+    done) and completes it, until the server stops. A callback that raises gets INTERNAL for its
+    batch's calls; serving goes on."""
     b = ffi.new("srpc_batch_t *")
+    done = ffi.new("uint32_t **")
+    jobs = jobs if jobs is not None else PoolJobs()
     null = ffi.NULL
     next_batch, complete_next = lib.srpc_server_next_batch, lib.srpc_server_complete_next
     rc = next_batch(srv, b, WAIT_US)
@@ -285,13 +396,26 @@ def serve(srv, funcs: dict) -> None:
             if fn.runner is not None:
                 rc = _run_gpu(srv, fn, b)
                 continue
+            if fn.pool is not None:
+                _hand_to_pool(srv, fn, b, count, jobs, done)
+                rc = next_batch(srv, b, WAIT_US)
+                continue
             if fn.raw:
-                fn._run_raw(srv, b, count)
+                r = fn.callback(*fn.raw_args(b, count))
+                if isinstance(r, Future):  # finished later, by whoever completes it
+                    _settle(srv, fn, _defer(srv, b, jobs, done), count, r, None, jobs)
+                    rc = next_batch(srv, b, WAIT_US)
+                    continue
+                fn.raw_lengths(srv, b, count, r, b.out_len)
             else:  # a host tensor function, the common case: its views by (ring position, B)
                 args = fn.args_cache.get((b.pos, count))
                 r = fn.callback(*(args if args is not None else fn.args(b, count)))
-                if r is not None:  # some calls fail alone
-                    fail_calls(srv, b, count, r)
+                if r is not None:
+                    if isinstance(r, Future):  # finished later, by whoever completes it
+                        _settle(srv, fn, _defer(srv, b, jobs, done), count, r, None, jobs)
+                        rc = next_batch(srv, b, WAIT_US)
+                        continue
+                    fail_calls(srv, b, count, r)  # some calls fail alone
             fn.calls += count
             rc = complete_next(srv, b, 0, null, WAIT_US)
         except Exception as exc:  # the calls of this batch get INTERNAL; serving goes on

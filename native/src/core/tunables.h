@@ -82,6 +82,11 @@
  * costs the spinning ones their tail latency (1000 looks a second showed in a 1-outstanding p99). */
 #define SRPC_ENGINE_CHECK_US 100000
 
+/* A worker asleep in block mode while a host function's batches are in flight looks at their
+ * done words this often: srpc_server_finish wakes it at once, a word written directly (the
+ * deferral API's other way) is seen this late at most. */
+#define SRPC_DEFER_CHECK_US 1000
+
 /* Client retransmission (RFC 6298 per function): a request is sent again until its reply comes
  * or its deadline (the call's timeout) passes, the timeout doubling each time up to rto_max, so
  * a call gives up only when its caller does (UINT32_MAX: no cap on the count); 5 ms is above a

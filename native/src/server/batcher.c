@@ -95,6 +95,8 @@ enum srpc_take srpc_batcher_take_locked(srpc_server_t *srv, srpc_batch_t *b, srp
     for (uint32_t j = 0; j < srv->nfns; j++) {
         uint32_t fi = (srv->rr + j) % srv->nfns;
         srpc_fn_t *fn = srv->fns[fi];
+        if (fn->max_inflight && fn->inflight >= fn->max_inflight)
+            continue; /* its executor is busy: its calls wait, and fill its next batch */
         uint64_t avail = srpc_ring_available_locked(srv, fn);
         if (avail == 0)
             continue;

@@ -1,4 +1,4 @@
-/* batcher.h: which ready calls form the next batch: functions visited round-robin, up to max_batch consecutive calls, held back up to max_delay_us to fill, calls past their deadline and calls with no request (a failed copy from GPU memory) set apart to be answered, not run. */
+/* batcher.h: which ready calls form the next batch: functions visited round-robin (those with max_inflight batches out skipped), up to max_batch consecutive calls, held back up to max_delay_us to fill, calls past their deadline and calls with no request (a failed copy from GPU memory) set apart to be answered, not run. */
 #ifndef SRPC_BATCHER_H
 #define SRPC_BATCHER_H
 

@@ -5,9 +5,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "server/callring.h"
 #include "server/reply.h"
+
+/* A deferred raw call's length until srpc_server_finish gives it. */
+#define NO_LENGTH UINT32_MAX
 
 /* The reply of the call of element seq as pieces of the output TQ elements (raw: its length is
  * in the call's record). Returns the number of pieces. */
@@ -68,8 +72,10 @@ static void finish_w(srpc_server_t *srv, srpc_fn_t *fn, uint64_t first, uint32_t
             c->fail_msg = NULL;
             if (!code && fn->raw && c->out_len > max_out) {
                 code = SRPC_E_INTERNAL;
-                len = (uint32_t)snprintf(ebuf[i], sizeof(ebuf[i]), "reply of %u bytes over the limit %u", c->out_len,
-                                         max_out);
+                len = c->out_len == NO_LENGTH
+                          ? (uint32_t)snprintf(ebuf[i], sizeof(ebuf[i]), "deferred batch finished with no reply length")
+                          : (uint32_t)snprintf(ebuf[i], sizeof(ebuf[i]), "reply of %u bytes over the limit %u",
+                                               c->out_len, max_out);
                 iv[0] = (struct iovec){ebuf[i], len};
             }
             if (code)
@@ -119,6 +125,8 @@ static int finish_ready_w(srpc_server_t *srv, srpc_fn_t *fn)
         c0->batch_msg = NULL;
         fn->inflight--;
         __atomic_store_n(&srv->inflight, srv->inflight - 1, __ATOMIC_RELAXED);
+        if (fn->gpu_device >= 0)
+            srv->inflight_gpu--;
         finished++;
     }
     return finished;
@@ -154,6 +162,8 @@ uint32_t *srpc_completion_hand_back_w(srpc_server_t *srv, srpc_fn_t *fn, srpc_ba
     fn->calls[b->first_seq % fn->capacity].batch_open = 0;
     fn->inflight++;
     __atomic_store_n(&srv->inflight, srv->inflight + 1, __ATOMIC_RELAXED);
+    if (fn->gpu_device >= 0)
+        srv->inflight_gpu++;
     b->count = 0;
     return &fn->done_words[b->first_seq % fn->capacity];
 }
@@ -184,9 +194,27 @@ int srpc_server_complete(srpc_server_t *srv, srpc_batch_t *b, int status, const 
     return 0;
 }
 
+/* The function of b when b is (a copy of) a batch deferred and not finished yet, else NULL.
+ * Any thread: while the done word is 0 the batch's first record does not change. */
+static srpc_fn_t *deferred_fn(srpc_server_t *srv, const srpc_batch_t *b)
+{
+    if (!srv || !b || b->count == 0 || !srv->by_id[b->func_id])
+        return NULL;
+    srpc_fn_t *fn = srv->by_id[b->func_id];
+    const uint64_t at = b->first_seq % fn->capacity;
+    const srpc_call_t *c0 = &fn->calls[at];
+    if (__atomic_load_n(&fn->done_words[at], __ATOMIC_ACQUIRE) != 0)
+        return NULL; /* finished already (or its slot reused) */
+    if (c0->batch_open || c0->batch_seq != b->first_seq || c0->batch_n != b->count)
+        return NULL;
+    return fn;
+}
+
 int srpc_server_fail_call(srpc_server_t *srv, srpc_batch_t *b, uint32_t i, int code, const char *msg)
 {
     srpc_fn_t *fn = srpc_completion_open_fn_w(srv, b);
+    if (!fn)
+        fn = deferred_fn(srv, b); /* by the thread that will finish it */
     if (!fn || i >= b->count || code <= 0 || code >= SRPC_E_MAX)
         return -EINVAL;
     char *text = NULL;
@@ -202,8 +230,33 @@ int srpc_server_fail_call(srpc_server_t *srv, srpc_batch_t *b, uint32_t i, int c
 int srpc_server_defer(srpc_server_t *srv, srpc_batch_t *b, uint32_t **done)
 {
     srpc_fn_t *fn = srpc_completion_open_fn_w(srv, b);
-    if (!fn || fn->raw || !done)
+    if (!fn || !done)
         return -EINVAL;
+    if (fn->raw) /* the lengths come with srpc_server_finish */
+        for (uint32_t i = 0; i < b->count; i++)
+            fn->calls[(b->first_seq + i) % fn->capacity].out_len = NO_LENGTH;
     *done = srpc_completion_hand_back_w(srv, fn, b);
+    return 0;
+}
+
+int srpc_server_finish(srpc_server_t *srv, const srpc_batch_t *b, int status, const char *msg)
+{
+    srpc_fn_t *fn = deferred_fn(srv, b);
+    if (!fn || (fn->raw && !status && !b->out_len))
+        return -EINVAL;
+    if (status < 0 || status >= SRPC_E_MAX)
+        status = SRPC_E_INTERNAL;
+    const uint64_t at = b->first_seq % fn->capacity;
+    if (fn->raw && !status)
+        for (uint32_t i = 0; i < b->count; i++)
+            fn->calls[(b->first_seq + i) % fn->capacity].out_len = b->out_len[i];
+    if (status && msg)
+        fn->calls[at].batch_msg = strndup(msg, SRPC_ERRMSG_MAX); /* NULL (no text) if out of memory */
+    __atomic_store_n(&fn->done_words[at], SRPC_DONE | (uint32_t)status, __ATOMIC_RELEASE);
+    /* Wake the worker wherever it sleeps: on ready_gen (the engine thread receiving) or in
+     * poll() on the transport (block mode). */
+    srpc_ring_notify(srv);
+    uint64_t one = 1;
+    if (write(srv->wakefd, &one, sizeof(one)) < 0) { /* the counter is set already */ }
     return 0;
 }

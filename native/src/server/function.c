@@ -139,6 +139,7 @@ int srpc_function_create(const srpc_server_config_t *cfg, const srpc_func_config
     fn->max_batch = fc->max_batch < fn->capacity ? fc->max_batch : fn->capacity;
     fn->max_delay_us = fc->max_delay_us;
     fn->deadline_ns = (uint64_t)fc->deadline_us * 1000;
+    fn->max_inflight = fc->max_inflight;
     uint64_t req = 0, resp = 0;
     int r = 0;
     for (uint32_t k = 0; k < fc->n_in; k++) {

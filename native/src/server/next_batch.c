@@ -1,6 +1,7 @@
 /* next_batch.c: the worker's wait for its next batch (srpc_server_next_batch): finishing batches in flight, taking the next one due, receiving inline meanwhile; and srpc_server_complete_next, one call per batch for a worker loop. */
 #include <errno.h>
 
+#include "core/tunables.h"
 #include "server/batcher.h"
 #include "server/rx_owner.h"
 #include "server/server_state.h"
@@ -52,11 +53,16 @@ int srpc_server_next_batch(srpc_server_t *srv, srpc_batch_t *b, int64_t timeout_
         }
         if (now >= deadline)
             return srpc_rx_owner_leave_w(srv, NULL, 0, -ETIMEDOUT);
-        /* Batches in flight finish when a done word changes, which wakes nobody: poll. So is a
-         * transport with nothing to sleep on. */
-        const int spin = srv->cfg.wait_mode == SRPC_WAIT_POLL || srv->inflight || srv->tp->wait_fd < 0 ||
+        /* A GPU function's batches in flight finish when the GPU writes a done word, which wakes
+         * nobody: poll. So is a transport with nothing to sleep on. A host function's are
+         * finished by srpc_server_finish, which wakes us; a word written directly is looked for
+         * every SRPC_DEFER_CHECK_US. */
+        const int spin = srv->cfg.wait_mode == SRPC_WAIT_POLL || srv->inflight_gpu || srv->tp->wait_fd < 0 ||
                          (srv->cfg.wait_mode == SRPC_WAIT_ADAPTIVE && now - start < spin_ns);
-        srpc_rx_owner_wait_w(srv, spin, now, hold && hold < deadline ? hold : deadline);
+        uint64_t until = hold && hold < deadline ? hold : deadline;
+        if (srv->inflight && until > now + SRPC_DEFER_CHECK_US * 1000ull)
+            until = now + SRPC_DEFER_CHECK_US * 1000ull;
+        srpc_rx_owner_wait_w(srv, spin, now, until);
         if (hold && srpc_now_ns() >= hold)
             hold = 0;
     }

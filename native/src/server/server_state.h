@@ -56,7 +56,9 @@ enum {
 
 /* The record of the call that owns TQ element `seq` of a function (calls[seq % capacity]).
  * Elements in [done, taken) are the worker's: it reads and writes their records without the
- * lock; the others are the engine's, under the lock. */
+ * lock; the others are the engine's, under the lock. A deferred batch's records (out_len,
+ * fail_code, fail_msg, batch_msg) are the finishing thread's until it writes the done word
+ * (srpc_server_finish, release), after which the worker reads them (acquire). */
 typedef struct srpc_call {
     uint8_t state;     /* enum srpc_call_state */
     uint8_t dev_in;    /* SRPC_DEV_IN_*: where the engine put the request */
@@ -105,6 +107,8 @@ typedef struct srpc_fn {
     uint32_t *done_words;
     uint64_t done_dev;
     uint32_t inflight;  /* worker: batches deferred or completed and not yet finished */
+    uint32_t max_inflight; /* read-only: 0, or the most batches out at once (the batcher skips
+                              the function at the limit) */
     uint8_t cb_slow;    /* worker: its last batch kept the worker away longer than half of
                            rx_takeover_us, or it has had none yet (rx_owner.c: the engine
                            thread is then told at once) */
@@ -198,6 +202,8 @@ struct srpc_server {
     uint32_t rr;                     /* worker: round-robin cursor over functions */
     srpc_fn_t *last_fn;              /* worker: the function of the batch handed out last */
     uint32_t inflight;               /* worker (read by stats): sum of the functions' inflight */
+    uint32_t inflight_gpu;           /* worker: those of GPU functions, whose done words nobody
+                                        wakes the worker for (it polls while there are any) */
     atomic_uint ready_gen;           /* bumped when calls are queued; the worker futex-waits on it */
     atomic_int worker_sleeping;
     atomic_uint n_ready;             /* calls queued and not yet taken */

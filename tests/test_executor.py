@@ -1,0 +1,293 @@
+"""Executors (issue 15, item 1): a function's batches on a thread pool run beside the worker and beside each other; a slow one holds no other function; per-call results, errors and raw lengths from pool threads; the pool's limit fills the next batch; stop waits for running callbacks."""
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import splitrpc
+from splitrpc import TensorSpec
+
+VEC = [TensorSpec("x", "float32", (4,))]
+
+
+def _slow_and_fast(gate: threading.Event, entered: threading.Event, executor):
+    def setup(srv):
+        @srv.function(1, "slow", inputs=VEC, outputs=VEC, max_batch=8, executor=executor)
+        def slow(x, y):
+            entered.set()
+            gate.wait(10)
+            y[:] = x * 2
+
+        @srv.function(2, "fast", inputs=VEC, outputs=VEC)
+        def fast(x, y):
+            y[:] = x + 1
+    return setup
+
+
+def test_a_slow_function_on_a_pool_holds_no_other_function(make_server, make_client):
+    gate, entered = threading.Event(), threading.Event()
+    srv = make_server(_slow_and_fast(gate, entered, executor=2))
+    c = make_client(srv.port, timeout=10.0)
+    x = np.arange(4, dtype=np.float32)
+    slow = c.call_async(1, x)
+    assert entered.wait(5)
+    for i in range(50):  # all answered while the slow batch is still running
+        assert np.array_equal(np.frombuffer(c.call(2, x + i), np.float32), x + i + 1)
+    assert not slow.done()
+    gate.set()
+    assert np.array_equal(np.frombuffer(slow.result(), np.float32), x * 2)
+    assert srv.stats()["functions"] == {"slow": 1, "fast": 50}
+
+
+def test_inline_the_same_slow_batch_holds_the_other_function(make_server, make_client):
+    """The control for the test above: inline, the fast function waits behind the slow batch."""
+    gate, entered = threading.Event(), threading.Event()
+    srv = make_server(_slow_and_fast(gate, entered, executor="inline"))
+    c = make_client(srv.port, timeout=10.0)
+    fast_c = make_client(srv.port, timeout=0.3)
+    x = np.arange(4, dtype=np.float32)
+    slow = c.call_async(1, x)
+    assert entered.wait(5)
+    with pytest.raises(splitrpc.CallTimeout):
+        fast_c.call(2, x)
+    gate.set()
+    slow.result()
+
+
+def test_batches_of_one_function_run_at_once_up_to_the_pool_size(make_server, make_client):
+    lock = threading.Lock()
+    running, most = [0], [0]
+    both = threading.Barrier(2, timeout=5)
+
+    def setup(srv):
+        @srv.function(3, "pair", inputs=VEC, outputs=VEC, max_batch=1, executor=2)
+        def pair(x, y):
+            with lock:
+                running[0] += 1
+                most[0] = max(most[0], running[0])
+            try:
+                both.wait()  # breaks (INTERNAL) unless two batches run at the same time
+            except threading.BrokenBarrierError:
+                pass
+            time.sleep(0.01)
+            y[:] = x * 3
+            with lock:
+                running[0] -= 1
+
+    srv = make_server(setup)
+    c = make_client(srv.port, timeout=10.0)
+    xs = [np.full(4, i, np.float32) for i in range(6)]
+    futs = [c.call_async(3, x) for x in xs]
+    for x, f in zip(xs, futs):
+        assert np.array_equal(np.frombuffer(f.result(), np.float32), x * 3)
+    assert most[0] == 2  # two at once, never three
+    assert not both.broken
+
+
+def test_calls_wait_for_a_busy_pool_and_fill_the_next_batch(make_server, make_client):
+    gate, entered = threading.Event(), threading.Event()
+    srv = make_server(_slow_and_fast(gate, entered, executor=1))
+    c = make_client(srv.port, timeout=10.0)
+    x = np.ones(4, np.float32)
+    first = c.call_async(1, x)
+    assert entered.wait(5)
+    rest = [c.call_async(1, x * i) for i in range(2, 7)]
+    deadline = time.monotonic() + 5
+    while srv.stats()["queued"] < 5 and time.monotonic() < deadline:
+        time.sleep(0.005)
+    assert srv.stats()["queued"] == 5  # waiting in the queue, not handed out
+    gate.set()
+    first.result()
+    for i, f in zip(range(2, 7), rest):
+        assert np.array_equal(np.frombuffer(f.result(), np.float32), x * i * 2)
+    assert srv.stats()["batch_sizes"] == {1: 1, 5: 1}
+
+
+def test_per_call_errors_and_exceptions_from_a_pool_thread(make_server, make_client):
+    def setup(srv):
+        @srv.function(4, "lookup", inputs=[TensorSpec("key", "int64", (1,))],
+                      outputs=[TensorSpec("v", "float32", (1,))], max_batch=8, executor=2)
+        def lookup(key, v):
+            k = key[:, 0]
+            if (k == 13).any():
+                raise RuntimeError("unlucky key")
+            v[:, 0] = k * 0.5
+            return {int(i): splitrpc.BadRequest(f"key {int(k[i])} < 0") for i in np.flatnonzero(k < 0)}
+
+    srv = make_server(setup)
+    c = make_client(srv.port, timeout=10.0)
+    assert np.frombuffer(c.call(4, np.array([8], np.int64)), np.float32)[0] == 4.0
+    with pytest.raises(splitrpc.BadRequest, match="key -3 < 0"):
+        c.call(4, np.array([-3], np.int64))
+    with pytest.raises(splitrpc.InternalError, match="RuntimeError: unlucky key"):
+        c.call(4, np.array([13], np.int64))
+    keys = [1, -1, 2, -2, 3] * 8
+    futs = [c.call_async(4, np.array([k], np.int64)) for k in keys]
+    for k, f in zip(keys, futs):
+        if k < 0:
+            with pytest.raises(splitrpc.BadRequest):
+                f.result()
+        else:
+            assert np.frombuffer(f.result(), np.float32)[0] == k * 0.5
+    assert srv.stats()["errors"]["INTERNAL"] == 1
+
+
+def test_a_raw_function_on_a_pool(make_server, make_client):
+    def setup(srv):
+        @srv.function(5, "upper", raw=True, max_request=64, max_response=64, executor=2)
+        def upper(reqs, resps):
+            out = []
+            for q, r in zip(reqs, resps):
+                b = bytes(q)
+                if not b.isascii():
+                    out.append(splitrpc.BadRequest("not ASCII"))
+                    continue
+                r[:len(b)] = b.upper()
+                out.append(len(b))
+            return out
+
+        @srv.function(6, "bad_length", raw=True, max_request=16, max_response=16, executor=1)
+        def bad_length(reqs, resps):
+            return [99] * len(reqs)
+
+    srv = make_server(setup)
+    c = make_client(srv.port, timeout=10.0)
+    reqs = [b"abc", "é".encode(), b"xyz", b"", b"q" * 64] * 10
+    futs = [c.call_async(5, r) for r in reqs]
+    for r, f in zip(reqs, futs):
+        if r.isascii():
+            assert f.result() == r.upper()
+        else:
+            with pytest.raises(splitrpc.BadRequest, match="not ASCII"):
+                f.result()
+    with pytest.raises(splitrpc.InternalError, match="reply length 99 outside 0..16"):
+        c.call(6, b"x")
+    assert c.call(5, b"still serving") == b"STILL SERVING"
+
+
+def test_one_pool_shared_by_two_functions(make_server, make_client):
+    pool = splitrpc.ThreadPool(2, name="shared")
+    names = set()
+
+    def setup(srv):
+        for fid, k in ((7, 2.0), (8, 3.0)):
+            @srv.function(fid, f"scale{int(k)}", inputs=VEC, outputs=VEC, executor=pool)
+            def scale(x, y, k=k):
+                names.add(threading.current_thread().name)
+                y[:] = x * k
+
+    srv = make_server(setup)
+    c = make_client(srv.port, timeout=10.0)
+    x = np.arange(4, dtype=np.float32)
+    for _ in range(20):
+        assert np.array_equal(np.frombuffer(c.call(7, x), np.float32), x * 2)
+        assert np.array_equal(np.frombuffer(c.call(8, x), np.float32), x * 3)
+    assert names and all(n.startswith("shared-") for n in names)
+    srv.close()
+    assert pool._running == []  # its threads ended with its last server
+
+
+def test_stop_waits_for_a_running_callback(make_client):
+    gate, entered, finished = threading.Event(), threading.Event(), threading.Event()
+    srv = splitrpc.Server("127.0.0.1", 0, wait="block")
+
+    @srv.function(9, "hold", inputs=VEC, outputs=VEC, executor=1)
+    def hold(x, y):
+        entered.set()
+        gate.wait(10)
+        y[:] = x
+        finished.set()
+
+    srv.start()
+    c = make_client(srv.port, timeout=5.0)
+    c.call_async(9, np.zeros(4, np.float32))
+    assert entered.wait(5)
+    threading.Timer(0.2, gate.set).start()
+    srv.close()  # returns only once the callback is done with the queues
+    assert finished.is_set()
+
+
+@pytest.mark.parametrize("bad", ["threads", 0, -1, True, 2.5])
+def test_bad_executors_are_refused(bad):
+    srv = splitrpc.Server("127.0.0.1", 0)
+    try:
+        with pytest.raises(ValueError, match="executor|at least 1 thread"):
+            srv.add_function(lambda x, y: None, 1, inputs=VEC, outputs=VEC, executor=bad)
+    finally:
+        srv.close()
+
+
+def test_a_callback_returns_a_future_finished_later_by_another_thread(make_server, make_client):
+    from concurrent.futures import Future, ThreadPoolExecutor
+
+    mine = ThreadPoolExecutor(2)  # the user's own threads
+    gate = threading.Event()
+
+    def setup(srv):
+        @srv.function(10, "later", inputs=[TensorSpec("k", "int64", (1,))],
+                      outputs=[TensorSpec("v", "float32", (1,))], max_batch=4)
+        def later(k, v):
+            def work():
+                gate.wait(10)
+                if (k[:, 0] == 13).any():
+                    raise ValueError("thirteen")
+                v[:, 0] = k[:, 0] + 0.5
+                return {int(i): splitrpc.BadRequest("negative") for i in np.flatnonzero(k[:, 0] < 0)}
+            return mine.submit(work)
+
+        @srv.function(11, "echo_later", raw=True, max_request=32, max_response=32)
+        def echo_later(reqs, resps):
+            f = Future()
+
+            def work():
+                for q, r in zip(reqs, resps):
+                    r[:len(q)] = q
+                f.set_result([len(q) for q in reqs])
+            threading.Timer(0.01, work).start()
+            return f
+
+        @srv.function(2, "fast", inputs=VEC, outputs=VEC)
+        def fast(x, y):
+            y[:] = x + 1
+
+    srv = make_server(setup)
+    c = make_client(srv.port, timeout=10.0)
+    futs = [c.call_async(10, np.array([k], np.int64)) for k in (1, -2, 3)]
+    x = np.zeros(4, np.float32)
+    for _ in range(20):  # the worker is free while the Futures wait
+        assert np.array_equal(np.frombuffer(c.call(2, x), np.float32), x + 1)
+    gate.set()
+    assert np.frombuffer(futs[0].result(), np.float32)[0] == 1.5
+    with pytest.raises(splitrpc.BadRequest, match="negative"):
+        futs[1].result()
+    assert np.frombuffer(futs[2].result(), np.float32)[0] == 3.5
+    with pytest.raises(splitrpc.InternalError, match="ValueError: thirteen"):
+        c.call(10, np.array([13], np.int64))
+    assert c.call(11, b"raw, later") == b"raw, later"
+    srv.close()
+    mine.shutdown()
+
+
+def test_stop_waits_for_a_future_not_done_yet(make_client):
+    from concurrent.futures import Future
+
+    pending: list[Future] = []
+    srv = splitrpc.Server("127.0.0.1", 0, wait="block")
+
+    @srv.function(12, "never_yet", inputs=VEC, outputs=VEC)
+    def never_yet(x, y):
+        f = Future()
+        pending.append(f)
+        return f
+
+    srv.start()
+    c = make_client(srv.port, timeout=5.0)
+    c.call_async(12, np.zeros(4, np.float32))
+    deadline = time.monotonic() + 5
+    while not pending and time.monotonic() < deadline:
+        time.sleep(0.005)
+    assert pending
+    threading.Timer(0.2, lambda: pending[0].set_result(None)).start()
+    srv.close()  # waits for the Future: its views are the queues' memory
+    assert pending[0].done()
