@@ -1,6 +1,7 @@
 """splitrpc: a control/data path splitting RPC runtime for low-latency ML inference serving."""
 from splitrpc import _native, gpu
 from splitrpc.client import Client
+from splitrpc.cost import CostTable
 from splitrpc.errors import (BadRequest, Busy, CallTimeout, DeadlineExceeded, InternalError, NativeError,
                              RemoteError, SplitRPCError, TooLarge, UnknownFunction)
 from splitrpc.executor import ThreadPool
@@ -34,5 +35,5 @@ def features() -> dict:
 __all__ = [
     "Server", "Client", "TensorSpec", "features", "SplitRPCError", "NativeError", "CallTimeout", "RemoteError",
     "UnknownFunction", "BadRequest", "Busy", "DeadlineExceeded", "InternalError", "TooLarge", "GPUError",
-    "GPUUnavailable", "gpu", "ThreadPool",
+    "GPUUnavailable", "gpu", "ThreadPool", "CostTable",
 ]

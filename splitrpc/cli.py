@@ -18,7 +18,7 @@ from splitrpc._native.client import CLIENT_DEFAULTS
 from splitrpc._native.server import FUNCTION_DEFAULTS, SERVER_DEFAULTS
 from splitrpc.errors import SplitRPCError
 from splitrpc.loadgen.hdr import percentiles
-from splitrpc.server import WAIT_MODES
+from splitrpc.server import SCHED_POLICIES, WAIT_MODES
 
 
 def _services():
@@ -46,7 +46,8 @@ def cmd_serve(a) -> int:
             print(f"--models: {e}", file=sys.stderr)
             return 2
     try:
-        srv = Server(a.host, a.port, wait=a.wait, segment_size=a.segment_size, allow=a.allow, reuse_port=a.reuse_port)
+        srv = Server(a.host, a.port, wait=a.wait, sched=a.sched, segment_size=a.segment_size, allow=a.allow,
+                     reuse_port=a.reuse_port)
     except ValueError as e:
         print(f"splitrpc serve: {e}", file=sys.stderr)
         return 2
@@ -119,7 +120,7 @@ def _serve_processes(a) -> int:
             s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
             s.bind((host, 0))
             port = s.getsockname()[1]
-    opts = {"--host": host, "--port": port, "--wait": a.wait, "--max-batch": a.max_batch,
+    opts = {"--host": host, "--port": port, "--wait": a.wait, "--sched": a.sched, "--max-batch": a.max_batch,
             "--max-delay-us": a.max_delay_us, "--batch-cost-us": a.batch_cost_us, "--segment-size": a.segment_size,
             "--models": a.models, "--device": a.device, "--metrics-host": a.metrics_host, "--allow": a.allow}
     base = [sys.executable, "-m", "splitrpc", *(["-v"] if a.verbose else []), "serve", "--reuse-port", "--stats-json"]
@@ -291,6 +292,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--wait", choices=tuple(WAIT_MODES),
                    help="poll: lowest latency, burns a core; block: idle-efficient "
                         f"(default: {SERVER_DEFAULTS['wait']})")
+    s.add_argument("--sched", choices=tuple(SCHED_POLICIES),
+                   help="which function's batch runs next: rr, priority, fair, edf (docs/serving.md; "
+                        f"default: {SERVER_DEFAULTS['sched']})")
     s.add_argument("--max-batch", type=int,
                    help=f"calls per batch at most (default: {FUNCTION_DEFAULTS['max_batch']})")
     s.add_argument("--max-delay-us", type=int,

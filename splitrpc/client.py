@@ -117,28 +117,35 @@ class Client:
                 raise CallTimeout(f"the deadline of the call to function {func_id} has passed; nothing was sent")
         return tmo
 
-    def call(self, func_id: int, data=b"", timeout: float | None = None, *, deadline: float | None = None) -> bytes:
+    def call(self, func_id: int, data=b"", timeout: float | None = None, *, deadline: float | None = None,
+             aux: int = 0) -> bytes:
         """Calls func_id with data (bytes-like or numpy array); returns the reply's bytes.
 
         The call ends after timeout seconds (the client's default timeout if None) or at
         deadline, a time.monotonic() instant, whichever comes first: give one deadline to the
-        several calls that serve one request of yours. Raises a RemoteError subclass for an
-        ERROR reply and CallTimeout when no reply came in time (or the deadline had passed).
+        several calls that serve one request of yours. aux (0..65535) goes in the request
+        header: a cost estimate or a priority class, as the function was registered (0: none).
+        Raises a RemoteError subclass for an ERROR reply and CallTimeout when no reply came in
+        time (or the deadline had passed).
         """
+        if aux:
+            return self.call_async(func_id, data, timeout, deadline=deadline, aux=aux).result()
         self._check_open()
         tmo = self._budget(func_id, timeout, deadline)
         return _client.call(self._cl, self._buffers(), func_id, as_buffer(data), tmo)
 
     def call_async(self, func_id: int, data=b"", timeout: float | None = None, *,
-                   deadline: float | None = None) -> Future:
-        """Sends the call and returns a Future of its reply bytes (or its exception); timeout
-        and deadline as for call()."""
+                   deadline: float | None = None, aux: int = 0) -> Future:
+        """Sends the call and returns a Future of its reply bytes (or its exception); timeout,
+        deadline and aux as for call()."""
+        if isinstance(aux, bool) or not isinstance(aux, int) or not 0 <= aux <= 0xFFFF:
+            raise ValueError(f"aux must be an integer from 0 to 65535, got {aux!r}")
         self._check_open()
         tmo = self._budget(func_id, timeout, deadline)
         mv = as_buffer(data)
         fut: Future = Future()
         with self._plock:  # registered before a reply can be reported
-            rid = _client.send(self._cl, func_id, mv, tmo)
+            rid = _client.send(self._cl, func_id, mv, tmo, aux)
             self._pending[rid] = (fut, time.monotonic() + tmo)
             if self._poller is None:
                 self._poller = threading.Thread(target=self._poll_loop, name="splitrpc-client", daemon=True)

@@ -7,13 +7,16 @@ replies. Python never sees a datagram.
 """
 from __future__ import annotations
 
+import inspect
 import ipaddress
 import logging
 import threading
 from typing import Callable, Sequence
 
 from splitrpc import dpdk, gpu
+from splitrpc import cost as cost_
 from splitrpc import executor as executor_
+from splitrpc.cost import CostTable
 from splitrpc.executor import ThreadPool
 from splitrpc._native import server as _server
 from splitrpc.errors import SplitRPCError
@@ -22,6 +25,16 @@ from splitrpc.spec import TensorSpec
 log = logging.getLogger("splitrpc.server")
 
 WAIT_MODES = _server.WAIT_MODES
+SCHED_POLICIES = _server.SCHED_POLICIES
+
+
+def _takes_costs(fn) -> bool:
+    """Whether callback fn has a parameter named costs (passed by keyword)."""
+    try:
+        p = inspect.signature(fn).parameters.get("costs")
+    except (TypeError, ValueError):
+        return False
+    return p is not None and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
 
 
 class Server:
@@ -34,6 +47,13 @@ class Server:
     latency, one core), "block" (it sleeps in poll()), "adaptive" (polls for spin_us after
     each batch, then sleeps). rx_takeover_us: a callback running longer than this lets the
     engine thread take over receiving. Sizes are bytes, times seconds unless named _us.
+
+    sched: which function's due batch the worker takes next: "rr" (the default: each function
+    with calls queued in turn), "priority" (the highest ``priority=`` of function() first, strict;
+    equals in turn), "fair" (weighted fair share: the function that has had the least work per
+    unit of its ``weight=``, work being admission cost where it has one, else calls) or "edf"
+    (earliest deadline first: the oldest queued call's arrival plus its function's
+    ``deadline``). Calls past their deadline are answered first under every policy.
 
     allow: the client networks served ("10.0.0.0/8,127.0.0.1" or a list of such; IPv4 and IPv6
     prefixes, at most 32); datagrams from elsewhere are dropped unread and counted as
@@ -69,6 +89,7 @@ class Server:
         port: int | None = None,
         *,
         wait: str | None = None,
+        sched: str | None = None,
         spin_us: int | None = None,
         rx_takeover_us: int | None = None,
         segment_size: int | None = None,
@@ -94,6 +115,8 @@ class Server:
         # splitrpc._native.server.SERVER_DEFAULTS lists them; dpdk_mtu: 0 there, which means 1500).
         if wait is not None and wait not in WAIT_MODES:
             raise ValueError(f"wait must be one of {sorted(WAIT_MODES)}, got {wait!r}")
+        if sched is not None and sched not in SCHED_POLICIES:
+            raise ValueError(f"sched must be one of {sorted(SCHED_POLICIES)}, got {sched!r}")
         if transport not in ("udp", "dpdk"):
             raise ValueError(f"transport must be 'udp' or 'dpdk', got {transport!r}")
         if reuse_port and transport == "dpdk":
@@ -120,7 +143,7 @@ class Server:
                 except ValueError as e:
                     raise ValueError(f"allow: {n!r} is not an IPv4 or IPv6 network ({e})") from None
         self._native = _server.create_server(
-            host, port=port, wait=wait, spin_us=spin_us, rx_takeover_us=rx_takeover_us, segment_size=segment_size,
+            host, port=port, wait=wait, sched=sched, spin_us=spin_us, rx_takeover_us=rx_takeover_us, segment_size=segment_size,
             segment_size_loopback=segment_size_loopback, max_message=max_message,
             reassembly_timeout=reassembly_timeout, reassembly_memory=reassembly_memory,
             reassembly_memory_per_client=reassembly_memory_per_client, reply_cache_ttl=reply_cache_ttl,
@@ -161,6 +184,10 @@ class Server:
         orchestration: str = "o1",
         deadline: float | None = None,
         executor: "str | int | ThreadPool" = "inline",
+        cost: "str | CostTable | None" = None,
+        max_batch_cost: int | None = None,
+        priority: int | None = None,
+        weight: int | None = None,
     ) -> Callable:
         """Decorator registering `fn` under func_id.
 
@@ -207,6 +234,17 @@ class Server:
         out, and its calls queue meanwhile and fill its next batch. Replies of one function still
         leave in the order its batches were taken. GPU functions run inline.
 
+        ``cost`` gives each call an admission cost, computed by the engine when its request is
+        complete: ``"aux"`` (the request header's aux, which clients set) or a
+        ``splitrpc.CostTable(table, key_offset=, keys=, key_dtype=)`` (the sum of the table's rows
+        for the request's integer keys; a key outside the table fails that call alone with
+        BAD_REQUEST). ``max_batch_cost`` bounds a batch's summed cost as ``max_batch`` bounds its
+        count (a call costlier alone runs alone). A callback with a ``costs`` parameter gets
+        them: ``costs=`` a uint32 array, one per call of the batch.
+
+        ``priority`` (0 .. 2**32 - 1, higher first) and ``weight`` (its share) matter under the
+        server's ``sched="priority"`` and ``sched="fair"``.
+
         ``max_batch``, ``capacity`` (elements per Tensor Queue) and ``max_delay_us`` left None take
         the C core's defaults (srpc_func_config_init, native/src/tunables.h); a raw function's
         ``max_request`` and ``max_response`` left None are the server's max_message.
@@ -216,14 +254,16 @@ class Server:
             self.add_function(fn, func_id, name, inputs, outputs, max_batch=max_batch,
                               max_delay_us=max_delay_us, capacity=capacity, raw=raw,
                               max_request=max_request, max_response=max_response, device=device,
-                              orchestration=orchestration, deadline=deadline, executor=executor)
+                              orchestration=orchestration, deadline=deadline, executor=executor, cost=cost,
+                              max_batch_cost=max_batch_cost, priority=priority, weight=weight)
             return fn
 
         return register
 
     def add_function(self, fn, func_id, name=None, inputs=(), outputs=(), *, max_batch=None, max_delay_us=None,
                      capacity=None, raw=False, max_request=None, max_response=None, device="cpu",
-                     orchestration="o1", deadline=None, executor="inline") -> None:
+                     orchestration="o1", deadline=None, executor="inline", cost=None,
+                     max_batch_cost=None, priority=None, weight=None) -> None:
         """Registers fn under func_id: what the function decorator does (see there)."""
         if self._state != "created":
             raise SplitRPCError("functions must be registered before the server starts")
@@ -253,6 +293,22 @@ class Server:
         if ordinal >= 0:
             gpu.import_cupy()  # a GPU without CuPy is a setup error, not a reason to fall back
         pool = executor_.resolve(executor, ordinal)
+        if cost is not None and cost != cost_.AUX and not isinstance(cost, CostTable):
+            raise ValueError(f"cost must be None, 'aux' or a splitrpc.CostTable, got {cost!r}")
+        if max_batch_cost is not None and (isinstance(max_batch_cost, bool) or not isinstance(max_batch_cost, int)
+                                           or not 1 <= max_batch_cost < 2**64):
+            raise ValueError(f"max_batch_cost must be a positive integer, got {max_batch_cost!r}")
+        for what, v in (("priority", priority), ("weight", weight)):
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < 2**32):
+                raise ValueError(f"{what} must be an integer from 0 to 2**32 - 1, got {v!r}")
+        if max_batch_cost is not None and cost is None:
+            raise ValueError("max_batch_cost needs a cost ('aux' or a CostTable)")
+        if isinstance(cost, CostTable) and ordinal >= 0:
+            raise ValueError("a cost table is read from the request in host memory: not for a GPU function "
+                             "(cost='aux' is)")
+        costs_kw = _takes_costs(fn)
+        if costs_kw and (cost is None or ordinal >= 0):
+            raise ValueError(f"{name}: a callback with a 'costs' parameter needs cost= and a host function")
         if raw:
             if inputs or outputs:
                 raise ValueError("a raw function takes max_request/max_response, not tensor specs")
@@ -264,16 +320,20 @@ class Server:
             if not inputs or not outputs:
                 raise ValueError("a tensor function needs at least one input and one output TensorSpec")
             in_sizes, out_sizes = [s.nbytes for s in inputs], [s.nbytes for s in outputs]
+        if isinstance(cost, CostTable):
+            cost.check_fits(in_sizes, raw)
         _server.add_function(self._srv, func_id, raw=raw, in_sizes=in_sizes, out_sizes=out_sizes, capacity=capacity,
                              max_batch=max_batch, max_delay_us=max_delay_us, gpu_device=ordinal,
                              deadline_us=max(int(deadline * 1e6), 1) if deadline else 0,
-                             max_inflight=pool.threads if pool is not None else 0)
+                             max_inflight=pool.threads if pool is not None else 0, cost=cost,
+                             max_batch_cost=max_batch_cost or 0, priority=priority, weight=weight)
         f = _server.Function(func_id, name, fn, inputs, outputs, raw, in_sizes[0] if raw else 0,
                              out_sizes[0] if raw else 0)
         if ordinal >= 0:
             f.device = f"cuda:{ordinal}"
             f.runner = gpu.DeviceRunner(ordinal, inputs, outputs, fn, orchestration)
         f.pool = pool
+        f.costs_kw = costs_kw
         self._funcs[func_id] = f
 
     # ------------------------------------------------------------------ running

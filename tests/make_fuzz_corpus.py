@@ -53,6 +53,14 @@ def main(out: str) -> None:
         + rec(4, b""),
         "v2_damaged_seq": rec(0, flipped(segments(5, 16, big, 1400, version=2)[3], 13, 0x01)) + rec(4, b""),
         "v2_big_in_order": b"".join(rec(0, d) for d in segments(5, 17, big, 1400, version=2)) + rec(4, b""),
+        # admission costs (keys of F_VEC: two int32 at byte 0; F_BIG: one int64 at byte 8; F_RAW: aux),
+        # batches bounded by cost, deferred and finished (op & 64)
+        "cost_keys_deferred": b"".join(rec(0, hdr(0, 1, 18 + i, 0, 1, 1024) + struct.pack("<ii", k0, k1) + vec[8:])
+                                       for i, (k0, k1) in enumerate([(1, 2), (30, 20), (5, 5), (49, 0), (-1, 3)]))
+        + rec(4 | 64, b""),
+        "raw_aux_deferred": rec(0, hdr(0, 3, 23, 0, 1, 5, aux=500) + b"hello") + rec(4 | 64 | 32, b""),
+        "big_key": b"".join(rec(0, d) for d in segments(5, 24, big[:8] + struct.pack("<q", 7) + big[16:], 8000))
+        + rec(4 | 64, b""),
     }
     for name, blob in seeds.items():
         with open(os.path.join(out, name), "wb") as f:

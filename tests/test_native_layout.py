@@ -119,7 +119,7 @@ def test_no_two_files_call_each_other_in_a_circle():
 _SERVER_LAYERS = [
     {"server/calltab", "server/srcmem", "server/allowlist"},
     {"server/callring"},
-    {"server/partial", "server/reply", "server/gpu_rx"},
+    {"server/partial", "server/reply", "server/gpu_rx", "server/cost", "server/sched"},
     {"server/engine", "server/batcher", "server/completion", "server/function"},
     {"server/rx_owner", "server/gpu_batch"},
     {"server/next_batch"},

@@ -1,5 +1,6 @@
 /* fuzz_datagrams.c: libFuzzer harness over the server's datagram path: header checks, segmentation, reassembly, the call table and reply cache, batching and completion (the monitor), with four client addresses. */
 #include <arpa/inet.h>
+#include <errno.h>
 #include <netinet/in.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -11,15 +12,23 @@
  * op & 3: which of four client addresses sends it; op & 4: take and complete the batches
  * that are ready afterwards; op & 8: complete them with an error; op & 16: run the timers
  * as if 20 s had passed (partial messages and cached replies expire); op & 32: before completing,
- * fail the calls whose request's first byte is odd one by one (srpc_server_fail_call). */
+ * fail the calls whose request's first byte is odd one by one (srpc_server_fail_call); op & 64:
+ * defer each batch and finish it with srpc_server_finish from a copy, as a thread pool does.
+ * Admission costs: F_VEC from a table of two int32 keys at byte 0 (bounded batches), F_RAW from
+ * the header's aux, F_BIG from one int64 key at byte 8; the server shares work fairly by cost. */
 enum { F_VEC = 1, F_RAW = 3, F_BIG = 5 };
+#define VEC_MAX_BATCH_COST 60
 
 static srpc_server_t *srv;
+static uint32_t table[50];
 
-static void add(uint16_t id, int raw, uint32_t in, uint32_t out, uint32_t cap)
+static void add(uint16_t id, int raw, uint32_t in, uint32_t out, uint32_t cap, int cost_from, uint32_t key_offset,
+                uint32_t keys, uint32_t key_size, uint64_t max_cost)
 {
     srpc_func_config_t f = {.func_id = id, .raw = raw, .n_in = 1, .n_out = 1, .in_sizes = &in, .out_sizes = &out,
-                            .capacity = cap, .max_batch = 4};
+                            .capacity = cap, .max_batch = 4, .cost_from = cost_from, .cost_table = table,
+                            .cost_table_len = 50, .cost_key_offset = key_offset, .cost_key_count = keys,
+                            .cost_key_size = key_size, .max_batch_cost = max_cost, .weight = id};
     if (srpc_server_add_function(srv, &f) != 0)
         abort();
 }
@@ -36,20 +45,33 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     cfg.reasm_mem_cap = 4 << 20;
     cfg.reply_cache_bytes = 1 << 20;
     cfg.max_message = 300000;
+    cfg.sched = SRPC_SCHED_FAIR;
     if (srpc_server_create(&cfg, &srv) != 0)
         abort();
-    add(F_VEC, 0, 1024, 1024, 16);
-    add(F_RAW, 1, 65536, 65536, 8);
-    add(F_BIG, 0, 200000, 16, 4); /* a request of many segments */
+    for (uint32_t i = 0; i < 50; i++)
+        table[i] = i;
+    add(F_VEC, 0, 1024, 1024, 16, SRPC_COST_TABLE, 0, 2, 4, VEC_MAX_BATCH_COST);
+    add(F_RAW, 1, 65536, 65536, 8, SRPC_COST_AUX, 0, 0, 0, 0);
+    add(F_BIG, 0, 200000, 16, 4, SRPC_COST_TABLE, 8, 1, 8, 0); /* a request of many segments */
     return 0;
 }
 
 /* Takes every ready batch and completes it (zero outputs, or an error), some of its calls
  * failed alone first when per_call. */
-static void drain(int fail, int per_call)
+static void drain(int fail, int per_call, int deferred)
 {
     srpc_batch_t b;
     while (srpc_server_next_batch(srv, &b, 0) == 0) {
+        if (!b.cost)
+            abort(); /* every function here has a cost */
+        uint64_t sum = 0;
+        for (uint32_t i = 0; i < b.count; i++) {
+            if (b.func_id != F_RAW && b.cost[i] > 2 * 49)
+                abort(); /* a cost from the table: at most two rows of 49 (a bad key never runs) */
+            sum += b.cost[i];
+        }
+        if (b.func_id == F_VEC && b.count > 1 && sum > VEC_MAX_BATCH_COST)
+            abort(); /* max_batch_cost */
         if (b.func_id == F_RAW)
             for (uint32_t i = 0; i < b.count; i++)
                 b.out_len[i] = b.in_len[i] < 64 ? b.in_len[i] : 64;
@@ -58,6 +80,15 @@ static void drain(int fail, int per_call)
             if ((b.func_id != F_RAW || b.in_len[i]) && (req[0] & 1) &&
                 srpc_server_fail_call(srv, &b, i, 1 + req[0] % (SRPC_E_MAX - 1), (req[0] & 2) ? NULL : "fuzz call") != 0)
                 abort(); /* a valid index and code of an open batch: must be taken */
+        }
+        if (deferred) {
+            srpc_batch_t copy = b;
+            uint32_t *word;
+            if (srpc_server_defer(srv, &b, &word) != 0 ||
+                srpc_server_finish(srv, &copy, fail ? SRPC_E_INTERNAL : 0, fail ? "fuzz" : NULL) != 0 ||
+                srpc_server_finish(srv, &copy, 0, NULL) != -EINVAL)
+                abort(); /* a batch handed out defers, and finishes once */
+            continue;
         }
         srpc_server_complete(srv, &b, fail ? SRPC_E_INTERNAL : 0, fail ? "fuzz" : NULL);
     }
@@ -79,12 +110,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         srpc_engine_feed(srv, data + at, len, (struct sockaddr *)&src[op & 3], sizeof(src[0]));
         at += len;
         if (op & 4)
-            drain(op & 8, op & 32);
+            drain(op & 8, op & 32, op & 64);
         if (op & 16)
             srpc_engine_run_timers(srv, srpc_now_ns() + 20000000000ull);
     }
     /* Leave nothing behind for the next input: run what is queued, expire everything. */
-    drain(0, 0);
+    drain(0, 0, 0);
     srpc_engine_run_timers(srv, srpc_now_ns() + 3600000000000ull);
     return 0;
 }

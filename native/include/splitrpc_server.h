@@ -67,7 +67,21 @@ typedef struct srpc_server_config {
                                     served, e.g. "10.0.0.0/8,127.0.0.1,::1/128" (at most 32); from
                                     elsewhere, dropped unread (SRPC_DROP_NOT_ALLOWED). -EINVAL if
                                     malformed */
+    int sched;                   /* which function's due batch the worker takes next (enum
+                                    srpc_sched): round robin (the default), priority, fair share, EDF */
 } srpc_server_config_t;
+
+/* srpc_server_config_t.sched. Calls past their function's deadline are answered first whatever
+ * the policy; a function held back (max_delay_us) or at max_inflight is not a candidate. */
+enum srpc_sched {
+    SRPC_SCHED_RR = 0,       /* every function with a batch due in turn (work-conserving) */
+    SRPC_SCHED_PRIORITY = 1, /* the highest srpc_func_config_t.priority first; equals in turn.
+                                Strict: a lower class runs only when no higher one has a batch due */
+    SRPC_SCHED_FAIR = 2,     /* weighted fair share: the function that has had the least work per
+                                unit of weight (work: admission cost where it has one, else calls) */
+    SRPC_SCHED_EDF = 3       /* earliest deadline first: the oldest queued call's rx time plus its
+                                function's deadline_us (SRPC_EDF_NO_DEADLINE_US where none) */
+};
 
 
 /* Fills defaults (documented in native/src/tunables.h). */
@@ -104,7 +118,28 @@ typedef struct srpc_func_config {
                               at once (handed out, deferred, not yet finished): the threads of the
                               executor that runs them. At the limit its calls wait in its queue
                               (and fill its next batch) while other functions' batches are taken */
+    /* Admission cost: a number per call, computed by the engine when the call's request is
+     * complete (srpc_batch_t.cost), bounding batches with max_batch_cost and seen by schedulers. */
+    int cost_from;             /* SRPC_COST_NONE (every call costs 0), SRPC_COST_AUX (the request
+                                  header's aux) or SRPC_COST_TABLE (below; host functions only) */
+    const uint32_t *cost_table; /* TABLE: cost of each key 0 .. cost_table_len - 1 (copied) */
+    uint32_t cost_table_len;
+    uint32_t cost_key_offset;  /* TABLE: byte offset of the first key in the request */
+    uint32_t cost_key_count;   /* TABLE: keys back to back from there; the call costs the sum of
+                                  their rows (at most UINT32_MAX). A key outside the table, or a
+                                  raw request too short for its keys, answers that call alone
+                                  BAD_REQUEST, saying which key */
+    uint32_t cost_key_size;    /* TABLE: 4 or 8: keys are little-endian signed integers */
+    uint64_t max_batch_cost;   /* 0: none. Else a batch's calls cost at most this together, as
+                                  max_batch bounds their count (a call costlier alone runs alone) */
+    uint32_t priority;         /* SRPC_SCHED_PRIORITY: higher runs first (0: the lowest) */
+    uint32_t weight;           /* SRPC_SCHED_FAIR: its share of the work (0 counts as 1) */
 } srpc_func_config_t;
+
+/* srpc_func_config_t.cost_from */
+#define SRPC_COST_NONE 0
+#define SRPC_COST_AUX 1
+#define SRPC_COST_TABLE 2
 
 
 /* Fills a function's defaults (native/src/tunables.h): one input and one output, capacity
@@ -137,6 +172,8 @@ typedef struct srpc_batch {
                            pinned host staging elements, din/dout the device TQ elements */
     uint64_t din[SRPC_MAX_TENSORS];
     uint64_t dout[SRPC_MAX_TENSORS];
+    const uint32_t *cost; /* functions with an admission cost: each call's (count entries); valid
+                             until the worker's next srpc_server_next_batch. Else NULL */
 } srpc_batch_t;
 
 /* Waits up to timeout_us (-1 = forever) for a batch, following the server's wait mode.

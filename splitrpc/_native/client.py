@@ -128,12 +128,13 @@ def call(cl, bufs: CallBuffers, func_id: int, mv: memoryview, tmo: float) -> byt
     return reply
 
 
-def send(cl, func_id: int, mv: memoryview, timeout: float) -> int:
-    """Sends a request on the client's own completion queue with its deadline `timeout` seconds
-    from now (srpc_client_send_timed: the window may hold it back); returns its req_id."""
+def send(cl, func_id: int, mv: memoryview, timeout: float, aux: int = 0) -> int:
+    """Sends a request (header aux: aux) on the client's own completion queue with its deadline
+    `timeout` seconds from now (srpc_client_send_timed: the window may hold it back); returns its
+    req_id."""
     rid = ffi.new("uint64_t *")
-    check(lib.srpc_client_send_timed(cl, ffi.NULL, func_id, ffi.from_buffer(mv), len(mv), 0, int(timeout * 1e6), rid),
-          "srpc_client_send_timed")
+    check(lib.srpc_client_send_timed(cl, ffi.NULL, func_id, ffi.from_buffer(mv), len(mv), aux, int(timeout * 1e6),
+                                     rid), "srpc_client_send_timed")
     return rid[0]
 
 

@@ -21,9 +21,12 @@ from splitrpc.errors import GPUError, RemoteError, SplitRPCError
 log = logging.getLogger("splitrpc.server")
 
 WAIT_MODES = {"poll": lib.SRPC_WAIT_POLL, "block": lib.SRPC_WAIT_BLOCK, "adaptive": lib.SRPC_WAIT_ADAPTIVE}
+SCHED_POLICIES = {"rr": lib.SRPC_SCHED_RR, "priority": lib.SRPC_SCHED_PRIORITY, "fair": lib.SRPC_SCHED_FAIR,
+                  "edf": lib.SRPC_SCHED_EDF}
 
 _NO_POS = (1 << 64) - 1  # srpc_batch_t.pos (UINT64_MAX) when a function's address period is too long to cache
 _ARGS_CACHE_LIMIT = 8192
+_NO_KWARGS: dict = {}
 WAIT_US = 100_000  # the worker returns to Python this often when idle (Ctrl-C, stop)
 
 # The keys of stats()["drops"], in the order of enum srpc_drop_reason: named by the C core.
@@ -58,7 +61,8 @@ def _config() -> "ffi.CData":
 def _read_defaults() -> dict:
     """srpc_server_config_init's values as Server keywords (seconds where the keyword says so)."""
     cfg = _config()
-    out = {"host": text(cfg.host), "wait": next(k for k, v in WAIT_MODES.items() if v == cfg.wait_mode)}
+    out = {"host": text(cfg.host), "wait": next(k for k, v in WAIT_MODES.items() if v == cfg.wait_mode),
+           "sched": next(k for k, v in SCHED_POLICIES.items() if v == cfg.sched)}
     for name, (c_field, scale) in _CONFIG_FIELDS.items():
         v = getattr(cfg, c_field)
         out[name] = v / scale if scale != 1 else int(v)
@@ -68,7 +72,8 @@ def _read_defaults() -> dict:
 def _read_function_defaults() -> dict:
     fc = ffi.new("srpc_func_config_t *")
     lib.srpc_func_config_init(fc)
-    return {"capacity": fc.capacity, "max_batch": fc.max_batch, "max_delay_us": fc.max_delay_us}
+    return {"capacity": fc.capacity, "max_batch": fc.max_batch, "max_delay_us": fc.max_delay_us,
+            "priority": fc.priority, "weight": fc.weight}
 
 
 SERVER_DEFAULTS = _read_defaults()            # the C core's defaults (native/src/tunables.h)
@@ -95,7 +100,8 @@ class NativeServer:
     keep: list = field(default_factory=list, repr=False)
 
 
-def create_server(host: str | None = None, *, wait: str | None = None, allow: str | None = None,
+def create_server(host: str | None = None, *, wait: str | None = None, sched: str | None = None,
+                  allow: str | None = None,
                   dpdk_dev: str | None = None, dpdk_mtu: int | None = None, dpdk_payload_gpu: int | None = None,
                   dpdk_emulate_split: bool = False, **settings) -> NativeServer:
     """srpc_server_create with srpc_server_config_init's defaults, each replaced by the keyword
@@ -113,6 +119,8 @@ def create_server(host: str | None = None, *, wait: str | None = None, allow: st
         cfg.host = c_string(host)
     if wait is not None:
         cfg.wait_mode = WAIT_MODES[wait]
+    if sched is not None:
+        cfg.sched = SCHED_POLICIES[sched]
     for name, value in settings.items():
         if value is not None:
             c_field, scale = _CONFIG_FIELDS[name]
@@ -138,9 +146,11 @@ def server_port(srv) -> int:
 
 def add_function(srv, func_id: int, *, raw: bool, in_sizes: list, out_sizes: list, capacity: int | None,
                  max_batch: int | None, max_delay_us: int | None, gpu_device: int, deadline_us: int,
-                 max_inflight: int = 0) -> None:
+                 max_inflight: int = 0, cost=None, max_batch_cost: int = 0, priority: int | None = None,
+                 weight: int | None = None) -> None:
     """srpc_server_add_function with srpc_func_config_init's defaults where a setting is None;
-    gpu_device -1: host memory; max_inflight 0: no limit on the function's batches out at once.
+    gpu_device -1: host memory; max_inflight 0: no limit on the function's batches out at once;
+    cost None, "aux" or a splitrpc.cost.CostTable (checked already), max_batch_cost 0: none.
     Raises GPUError (a GPU function) or NativeError."""
     fc = ffi.new("srpc_func_config_t *")
     lib.srpc_func_config_init(fc)
@@ -158,7 +168,22 @@ def add_function(srv, func_id: int, *, raw: bool, in_sizes: list, out_sizes: lis
     fc.on_gpu, fc.gpu_device = int(gpu_device >= 0), max(gpu_device, 0)
     fc.deadline_us = deadline_us
     fc.max_inflight = max_inflight
+    fc.max_batch_cost = max_batch_cost
+    if priority is not None:
+        fc.priority = priority
+    if weight is not None:
+        fc.weight = weight
+    table = None
+    if cost == "aux":
+        fc.cost_from = lib.SRPC_COST_AUX
+    elif cost is not None:
+        table = cost.table  # copied by the C core during the call
+        fc.cost_from = lib.SRPC_COST_TABLE
+        fc.cost_table = ffi.cast("const uint32_t *", ffi.from_buffer(table))
+        fc.cost_table_len = len(table)
+        fc.cost_key_offset, fc.cost_key_count, fc.cost_key_size = cost.key_offset, cost.keys, cost.key_bytes
     rc = lib.srpc_server_add_function(srv, fc)
+    del table
     if rc < 0 and gpu_device >= 0:
         raise GPUError(f"cannot register function {func_id} on cuda:{gpu_device}: {_gpu.last_error()}")
     check(rc, f"cannot register function {func_id}")
@@ -193,6 +218,7 @@ class Function:
     device: str = "cpu"       # where its Tensor Queues are: "cpu" or "cuda:N"
     runner: object = None     # a splitrpc.gpu.DeviceRunner for a function on a GPU
     pool: object = None       # a splitrpc.executor.ThreadPool that runs its batches, or None: inline
+    costs_kw: bool = False    # the callback takes its calls' admission costs as costs=
     calls: int = field(default=0)
     # The callback's arguments by (ring position, B): a ring revisits the same positions, and
     # building the numpy views costs about a microsecond each, finding them a tenth of that.
@@ -213,6 +239,13 @@ class Function:
             if key[0] != _NO_POS and len(self.args_cache) < _ARGS_CACHE_LIMIT:
                 self.args_cache[key] = args
         return args
+
+    def kwargs(self, b, count: int) -> dict:
+        """The callback's keyword arguments: costs= (a uint32 array of the calls' admission
+        costs, a copy) when it takes them, else none."""
+        if not self.costs_kw:
+            return _NO_KWARGS
+        return {"costs": np.frombuffer(ffi.buffer(b.cost, 4 * count), np.uint32).copy()}
 
     def raw_args(self, b, count: int) -> tuple:
         """A raw callback's arguments: the requests (their own lengths) and the responses
@@ -322,17 +355,18 @@ def _hand_to_pool(srv, fn: Function, b, count: int, jobs: PoolJobs, done) -> Non
     """Queues the batch's callback on fn's pool, deferred; the pool thread finishes it
     (_run_on_pool). The arguments are built here, while b still describes the batch."""
     args = fn.raw_args(b, count) if fn.raw else fn.args(b, count)
+    kwargs = fn.kwargs(b, count)
     copy = _defer(srv, b, jobs, done)
-    fn.pool.submit(functools.partial(_run_on_pool, srv, fn, copy, count, args, jobs))
+    fn.pool.submit(functools.partial(_run_on_pool, srv, fn, copy, count, args, kwargs, jobs))
 
 
-def _run_on_pool(srv, fn: Function, b, count: int, args, jobs: PoolJobs) -> None:
+def _run_on_pool(srv, fn: Function, b, count: int, args, kwargs: dict, jobs: PoolJobs) -> None:
     """A pool thread's part of a deferred batch: the callback, then _settle."""
     if jobs.stopping:  # the server is stopping: the batch is dropped with the queues
         jobs.ended()
         return
     try:
-        r = fn.callback(*args)
+        r = fn.callback(*args, **kwargs)
     except Exception as exc:
         _settle(srv, fn, b, count, None, exc, jobs)
         return
@@ -401,7 +435,7 @@ def serve(srv, funcs: dict, jobs: PoolJobs | None = None) -> None:
                 rc = next_batch(srv, b, WAIT_US)
                 continue
             if fn.raw:
-                r = fn.callback(*fn.raw_args(b, count))
+                r = fn.callback(*fn.raw_args(b, count), **fn.kwargs(b, count))
                 if isinstance(r, Future):  # finished later, by whoever completes it
                     _settle(srv, fn, _defer(srv, b, jobs, done), count, r, None, jobs)
                     rc = next_batch(srv, b, WAIT_US)
@@ -409,7 +443,9 @@ def serve(srv, funcs: dict, jobs: PoolJobs | None = None) -> None:
                 fn.raw_lengths(srv, b, count, r, b.out_len)
             else:  # a host tensor function, the common case: its views by (ring position, B)
                 args = fn.args_cache.get((b.pos, count))
-                r = fn.callback(*(args if args is not None else fn.args(b, count)))
+                if args is None:
+                    args = fn.args(b, count)
+                r = fn.callback(*args, **fn.kwargs(b, count)) if fn.costs_kw else fn.callback(*args)
                 if r is not None:
                     if isinstance(r, Future):  # finished later, by whoever completes it
                         _settle(srv, fn, _defer(srv, b, jobs, done), count, r, None, jobs)

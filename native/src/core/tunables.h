@@ -87,6 +87,13 @@
  * deferral API's other way) is seen this late at most. */
 #define SRPC_DEFER_CHECK_US 1000
 
+/* Earliest-deadline-first scheduling: a function without a deadline ranks as if it had this
+ * one, so its calls still run as they age behind functions that have one. */
+#define SRPC_EDF_NO_DEADLINE_US 1000000
+/* Fair share: the virtual time a unit of work costs a function of weight 1 (weight w: 1/w of
+ * it). lcm(1..16), so that shares of weights up to 16 are exact. */
+#define SRPC_FAIR_SCALE 720720
+
 /* Client retransmission (RFC 6298 per function): a request is sent again until its reply comes
  * or its deadline (the call's timeout) passes, the timeout doubling each time up to rto_max, so
  * a call gives up only when its caller does (UINT32_MAX: no cap on the count); 5 ms is above a

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "server/callring.h"
+#include "server/sched.h"
 
 /* The calls at the head of fn's queue that waited longer than its deadline (at most max). */
 static uint32_t overdue(const srpc_fn_t *fn, uint64_t avail, uint64_t now)
@@ -15,19 +16,33 @@ static uint32_t overdue(const srpc_fn_t *fn, uint64_t avail, uint64_t now)
     return n;
 }
 
-/* Calls whose copy from GPU memory failed (SRPC_DEV_IN_FAILED) are never run: a batch stops
- * before the first of them, and a batch of them alone is answered INTERNAL. Returns how many of
- * the count calls from the head of fn's queue to take, and sets *failed when they are such calls. */
-static uint32_t cut_at_failed(const srpc_fn_t *fn, uint32_t count, int *failed)
+/* Refused calls (a failed copy from GPU memory, a bad cost key) are never run: a batch stops
+ * before the first of them, and a batch of them alone is answered with each call's error.
+ * Returns how many of the count calls from the head of fn's queue to take, and sets *refused
+ * when they are such calls. */
+static uint32_t cut_at_refused(const srpc_fn_t *fn, uint32_t count, int *refused)
 {
-    *failed = 0;
-    if (__builtin_expect(fn->dev_failed == 0, 1))
+    *refused = 0;
+    if (__builtin_expect(fn->refused == 0, 1))
         return count;
-    const int head_failed = fn->calls[fn->taken % fn->capacity].dev_in == SRPC_DEV_IN_FAILED;
+    const uint8_t head = fn->calls[fn->taken % fn->capacity].refused;
     uint32_t n = 1;
-    while (n < count && (fn->calls[(fn->taken + n) % fn->capacity].dev_in == SRPC_DEV_IN_FAILED) == head_failed)
+    while (n < count && fn->calls[(fn->taken + n) % fn->capacity].refused == head)
         n++;
-    *failed = head_failed;
+    *refused = head;
+    return n;
+}
+
+/* A batch's calls cost at most max_batch_cost together (the first call alone may cost more).
+ * Returns how many of the count calls from the head of fn's queue to take. */
+static uint32_t cut_at_cost(const srpc_fn_t *fn, uint32_t count)
+{
+    if (!fn->max_batch_cost)
+        return count;
+    uint64_t sum = fn->calls[fn->taken % fn->capacity].cost;
+    uint32_t n = 1;
+    while (n < count && (sum += fn->calls[(fn->taken + n) % fn->capacity].cost) <= fn->max_batch_cost)
+        n++;
     return n;
 }
 
@@ -76,6 +91,11 @@ static void describe(srpc_fn_t *fn, srpc_batch_t *b, uint32_t count)
     c0->batch_n = count;
     c0->batch_open = 1;
     __atomic_store_n(&fn->done_words[fn->taken % fn->capacity], 0, __ATOMIC_RELAXED);
+    if (fn->batch_cost) {
+        for (uint32_t i = 0; i < count; i++)
+            fn->batch_cost[i] = fn->calls[(fn->taken + i) % fn->capacity].cost;
+        b->cost = fn->batch_cost;
+    }
     if (fn->raw) {
         for (uint32_t i = 0; i < count; i++) {
             fn->batch_in_len[i] = fn->calls[(fn->taken + i) % fn->capacity].in_len;
@@ -87,11 +107,42 @@ static void describe(srpc_fn_t *fn, srpc_batch_t *b, uint32_t count)
     b->pos = fn->period ? fn->taken % fn->period : UINT64_MAX;
 }
 
+/* Hands the next count calls of fn out as batch *b (refused: they are such calls). */
+static enum srpc_take take(srpc_server_t *srv, srpc_fn_t *fn, uint32_t fi, srpc_batch_t *b, uint64_t avail,
+                           uint32_t late, uint64_t rank, srpc_fn_t **fn_out, uint64_t now)
+{
+    int refused;
+    uint32_t count = cut_at_refused(fn, (uint32_t)(avail < fn->max_batch ? avail : fn->max_batch), &refused);
+    if (!refused)
+        count = cut_at_cost(fn, count);
+    describe(fn, b, count);
+    srpc_ring_take_locked(srv, fn, count);
+    srv->rr = fi + 1;
+    *fn_out = fn;
+    if (refused)
+        return SRPC_TAKE_REFUSED;
+    if (late)
+        return SRPC_TAKE_OVERDUE;
+    uint64_t cost = 0;
+    for (uint32_t i = 0; fn->batch_cost && i < count; i++)
+        cost += fn->batch_cost[i];
+    srpc_sched_taken_locked(srv, fn, rank, count, cost);
+    ST_ADD(srv, batches, 1);
+    ST_ADD(srv, batch_calls, count);
+    ST_ADD(srv, batch_hist[count < SRPC_BATCH_HIST ? count : SRPC_BATCH_HIST - 1], 1);
+    record_queue_delay(srv, fn, b->first_seq, count, now);
+    return fn->head - fn->taken >= (fn->capacity + 1) / 2 ? SRPC_TAKE_SATURATED : SRPC_TAKE_BATCH;
+}
+
 enum srpc_take srpc_batcher_take_locked(srpc_server_t *srv, srpc_batch_t *b, srpc_fn_t **fn_out, uint64_t now,
                                         uint64_t *hold_until_ns)
 {
     SRPC_ASSERT_LOCKED(srv);
     *hold_until_ns = 0;
+    const int rr = srv->cfg.sched == SRPC_SCHED_RR;
+    srpc_fn_t *best = NULL;
+    uint32_t best_fi = 0;
+    uint64_t best_avail = 0, best_rank = 0;
     for (uint32_t j = 0; j < srv->nfns; j++) {
         uint32_t fi = (srv->rr + j) % srv->nfns;
         srpc_fn_t *fn = srv->fns[fi];
@@ -101,9 +152,9 @@ enum srpc_take srpc_batcher_take_locked(srpc_server_t *srv, srpc_batch_t *b, srp
         if (avail == 0)
             continue;
         uint32_t late = overdue(fn, avail, now);
-        if (late) {
-            avail = late; /* a batch of the overdue calls alone */
-        } else if (avail < fn->max_batch && fn->max_delay_us) {
+        if (late) /* a batch of the overdue calls alone, answered at once whatever the policy */
+            return take(srv, fn, fi, b, late, late, 0, fn_out, now);
+        if (avail < fn->max_batch && fn->max_delay_us) {
             uint64_t due = fn->calls[fn->taken % fn->capacity].rx_ns + (uint64_t)fn->max_delay_us * 1000;
             if (now < due) {
                 if (!*hold_until_ns || due < *hold_until_ns)
@@ -111,21 +162,15 @@ enum srpc_take srpc_batcher_take_locked(srpc_server_t *srv, srpc_batch_t *b, srp
                 continue;
             }
         }
-        int failed;
-        uint32_t count = cut_at_failed(fn, (uint32_t)(avail < fn->max_batch ? avail : fn->max_batch), &failed);
-        describe(fn, b, count);
-        srpc_ring_take_locked(srv, fn, count);
-        srv->rr = fi + 1;
-        *fn_out = fn;
-        if (failed)
-            return SRPC_TAKE_FAILED;
-        if (late)
-            return SRPC_TAKE_OVERDUE;
-        ST_ADD(srv, batches, 1);
-        ST_ADD(srv, batch_calls, count);
-        ST_ADD(srv, batch_hist[count < SRPC_BATCH_HIST ? count : SRPC_BATCH_HIST - 1], 1);
-        record_queue_delay(srv, fn, b->first_seq, count, now);
-        return fn->head - fn->taken >= (fn->capacity + 1) / 2 ? SRPC_TAKE_SATURATED : SRPC_TAKE_BATCH;
+        if (rr) /* the next in turn: no ranking */
+            return take(srv, fn, fi, b, avail, 0, 0, fn_out, now);
+        const uint64_t rank = srpc_sched_rank_locked(srv, fn, now);
+        if (!best || rank < best_rank) {
+            best = fn;
+            best_fi = fi;
+            best_avail = avail;
+            best_rank = rank;
+        }
     }
-    return SRPC_TAKE_NONE;
+    return best ? take(srv, best, best_fi, b, best_avail, 0, best_rank, fn_out, now) : SRPC_TAKE_NONE;
 }

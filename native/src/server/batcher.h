@@ -1,4 +1,4 @@
-/* batcher.h: which ready calls form the next batch: functions visited round-robin (those with max_inflight batches out skipped), up to max_batch consecutive calls, held back up to max_delay_us to fill, calls past their deadline and calls with no request (a failed copy from GPU memory) set apart to be answered, not run. */
+/* batcher.h: which ready calls form the next batch: functions visited round-robin (those with max_inflight batches out skipped), up to max_batch consecutive calls, held back up to max_delay_us to fill, bounded by max_batch_cost; calls past their deadline and refused calls (a failed copy from GPU memory, a bad cost key) set apart to be answered, not run. */
 #ifndef SRPC_BATCHER_H
 #define SRPC_BATCHER_H
 
@@ -12,7 +12,8 @@ enum srpc_take {
     SRPC_TAKE_BATCH,     /* a batch to run */
     SRPC_TAKE_SATURATED, /* a batch to run, and its function's queue is still at least half full */
     SRPC_TAKE_OVERDUE,   /* calls past their function's deadline: complete them with DEADLINE */
-    SRPC_TAKE_FAILED     /* calls whose copy from GPU memory failed: complete them with INTERNAL */
+    SRPC_TAKE_REFUSED    /* refused calls (srpc_ring_refuse_locked): complete them with status 0,
+                            which sends each its own error */
 };
 
 /* Takes the next batch that is due at now into *b (its function in *fn). Lock held, worker. */

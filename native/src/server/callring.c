@@ -1,6 +1,9 @@
 /* callring.c: the Inference Monitor (see callring.h): ring counters and call states of every function's Tensor Queues. */
 #include "server/callring.h"
 
+#include <stdlib.h>
+#include <string.h>
+
 static srpc_call_t *call_at(const srpc_fn_t *fn, uint64_t seq) { return &fn->calls[seq % fn->capacity]; }
 
 /* Recycles VOID elements the counters have reached. worker = 1 on the worker thread, which
@@ -49,7 +52,8 @@ uint64_t srpc_ring_reserve_locked(srpc_server_t *srv, srpc_fn_t *fn, uint32_t ct
     uint64_t seq = fn->head++;
     srpc_call_t *c = call_at(fn, seq);
     c->state = CALL_RESERVED;
-    c->dev_in = SRPC_DEV_IN_HOST; /* also if it ends VOID: never a stale FAILED */
+    c->dev_in = SRPC_DEV_IN_HOST;
+    c->refused = 0; /* also if it ends VOID: never a stale refusal */
     c->ct_idx = ct_idx;
     c->rx_ns = now;
     fn->reserved++;
@@ -65,6 +69,7 @@ unsigned srpc_ring_fill_locked(srpc_server_t *srv, srpc_fn_t *fn, uint64_t seq, 
         fn->reserved--;
     c->state = CALL_RX_COMPLETE;
     c->dev_in = (uint8_t)dev_in;
+    c->refused = 0;
     c->ct_idx = ct_idx;
     c->in_len = len;
     c->rx_ns = now;
@@ -81,11 +86,17 @@ unsigned srpc_ring_void_locked(srpc_server_t *srv, srpc_fn_t *fn, uint64_t seq)
     return settle(srv, fn);
 }
 
-void srpc_ring_mark_failed_locked(srpc_server_t *srv, srpc_fn_t *fn, uint64_t seq)
+void srpc_ring_refuse_locked(srpc_server_t *srv, srpc_fn_t *fn, uint64_t seq, int code, const char *msg)
 {
     SRPC_ASSERT_LOCKED(srv);
-    call_at(fn, seq)->dev_in = SRPC_DEV_IN_FAILED;
-    fn->dev_failed++;
+    srpc_call_t *c = call_at(fn, seq);
+    if (c->refused)
+        return;
+    c->refused = 1;
+    c->fail_code = (uint16_t)code;
+    free(c->fail_msg);
+    c->fail_msg = msg ? strndup(msg, SRPC_ERRMSG_MAX) : NULL; /* NULL (no text) if out of memory */
+    fn->refused++;
 }
 
 int srpc_ring_blocked_by_reserved_locked(srpc_server_t *srv, const srpc_fn_t *fn, uint64_t now, uint64_t min_age_ns,
@@ -121,9 +132,9 @@ uint32_t srpc_ring_available_locked(srpc_server_t *srv, srpc_fn_t *fn)
 void srpc_ring_take_locked(srpc_server_t *srv, srpc_fn_t *fn, uint32_t count)
 {
     SRPC_ASSERT_LOCKED(srv);
-    if (unlikely(fn->dev_failed))
+    if (unlikely(fn->refused))
         for (uint32_t i = 0; i < count; i++)
-            fn->dev_failed -= call_at(fn, fn->taken + i)->dev_in == SRPC_DEV_IN_FAILED;
+            fn->refused -= call_at(fn, fn->taken + i)->refused;
     fn->taken += count;
     atomic_fetch_sub(&srv->n_ready, count);
 }

@@ -28,9 +28,10 @@ unsigned srpc_ring_fill_locked(srpc_server_t *srv, srpc_fn_t *fn, uint64_t seq, 
 /* A reserved element whose request will never complete: VOID, skipped and recycled. Returns
  * how many calls became ready behind it. */
 unsigned srpc_ring_void_locked(srpc_server_t *srv, srpc_fn_t *fn, uint64_t seq);
-/* Marks the call of element seq as having no request after all (its copy from GPU memory
- * failed): it is answered INTERNAL, never run. */
-void srpc_ring_mark_failed_locked(srpc_server_t *srv, srpc_fn_t *fn, uint64_t seq);
+/* Refuses the call of element seq (RX_COMPLETE): it is never run, and is answered ERROR code
+ * with msg (may be NULL) as text when its turn comes (its copy from GPU memory failed, a bad
+ * cost key). The first refusal of a call stands. */
+void srpc_ring_refuse_locked(srpc_server_t *srv, srpc_fn_t *fn, uint64_t seq, int code, const char *msg);
 /* The reserved element that holds fn's queue back: 1 with *seq and *ct_idx when the first
  * element not yet settled is RESERVED since min_age_ns before now and a call behind it is
  * complete, else 0. */

@@ -34,6 +34,7 @@ typedef struct ct_entry {
     uint8_t list;      /* enum ct_list it is on, or CT_NLISTS */
     uint16_t code;     /* DONE/REJECTED: 0 = RESPONSE, else the error code sent */
     uint8_t placed;    /* PARTIAL: reassembled straight into TQ element placed_seq */
+    uint16_t aux;      /* PARTIAL: the request header's aux (of the first segment received) */
     uint64_t placed_seq;
     uint32_t hnext;    /* hash chain */
     uint32_t lprev, lnext;

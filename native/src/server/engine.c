@@ -8,6 +8,7 @@
 
 #include "core/tunables.h"
 #include "server/callring.h"
+#include "server/cost.h"
 #include "server/gpu_rx.h"
 #include "server/partial.h"
 #include "server/reply.h"
@@ -46,7 +47,7 @@ static uint32_t insert_entry(srpc_server_t *srv, const srpc_call_key_t *k, uint8
 /* Copies a whole request (host data, or dev != 0: its device address) into the next element of
  * the function's input TQs and marks it RX_COMPLETE. The caller checked that there is room. */
 static void enqueue(srpc_server_t *srv, srpc_fn_t *fn, uint32_t ct_idx, const uint8_t *data, uint32_t len,
-                    uint64_t dev, uint64_t now)
+                    uint64_t dev, uint16_t aux, uint64_t now)
 {
     if (unlikely(dev) && srpc_gpu_rx_copy_in_locked(srv, fn, srpc_ring_next(fn), dev, len) != 0) {
         srpc_call_key_t k = srv->ct.e[ct_idx].key;
@@ -65,6 +66,10 @@ static void enqueue(srpc_server_t *srv, srpc_fn_t *fn, uint32_t ct_idx, const ui
     ST_ADD(srv, calls, 1);
     srv->rx.ready += srpc_ring_fill_locked(srv, fn, seq, ct_idx, len,
                                            dev && fn->gpu_device >= 0 ? SRPC_DEV_IN_DEVICE : SRPC_DEV_IN_HOST, now);
+    /* Its admission cost; a table's keys in a request copied out of GPU memory are read once the
+     * copy is done (srpc_gpu_rx_finish_locked). */
+    if (fn->cost_from != SRPC_COST_NONE && !(dev && fn->cost_from == SRPC_COST_TABLE))
+        srpc_cost_admit_locked(srv, fn, seq, aux);
 }
 
 /* A segment of a call the table knows. */
@@ -117,9 +122,11 @@ static void known_call(srpc_server_t *srv, uint32_t idx, const srpc_hdr_t *h, ui
         e->u.queued.seq = seq;
         ST_ADD(srv, calls, 1);
         srv->rx.ready += srpc_ring_fill_locked(srv, fn, seq, idx, len, SRPC_DEV_IN_HOST, now);
+        if (fn->cost_from != SRPC_COST_NONE)
+            srpc_cost_admit_locked(srv, fn, seq, e->aux);
         return;
     }
-    enqueue(srv, fn, idx, msg.buf, msg.msg_len, 0, now);
+    enqueue(srv, fn, idx, msg.buf, msg.msg_len, 0, e->aux, now);
     srpc_partial_free_buf_locked(srv, &msg);
 }
 
@@ -150,7 +157,7 @@ static void new_call(srpc_server_t *srv, const srpc_call_key_t *k, const srpc_hd
         }
         uint32_t idx = insert_entry(srv, k, CT_QUEUED);
         if (idx != CT_NONE)
-            enqueue(srv, fn, idx, data, dlen, dev, now);
+            enqueue(srv, fn, idx, data, dlen, dev, h->aux, now);
         return;
     }
     if (unlikely(dev)) { /* the transport hands on device addresses of one-segment requests only */
@@ -165,6 +172,7 @@ static void new_call(srpc_server_t *srv, const srpc_call_key_t *k, const srpc_hd
     uint32_t idx = insert_entry(srv, k, CT_PARTIAL);
     if (idx == CT_NONE)
         return;
+    srv->ct.e[idx].aux = h->aux;
     if (srpc_partial_start_locked(srv, idx, fn, h, seg, now) != 0) {
         ST_ADD(srv, drops[SRPC_DROP_MEM_CAP], 1);
         return;

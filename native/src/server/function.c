@@ -7,6 +7,7 @@
 
 #include "core/tunables.h"
 #include "gpu/gpu_driver.h"
+#include "server/cost.h"
 
 /* Frees a staging TQ of a GPU function (page-locked when pinned) or a host TQ. */
 static void staging_free(srpc_tq_t *tq, int pinned)
@@ -36,6 +37,7 @@ void srpc_function_free(srpc_fn_t *fn)
     free(fn->calls);
     free(fn->batch_in_len);
     free(fn->batch_out_len);
+    srpc_cost_free(fn);
     free(fn);
 }
 
@@ -140,6 +142,8 @@ int srpc_function_create(const srpc_server_config_t *cfg, const srpc_func_config
     fn->max_delay_us = fc->max_delay_us;
     fn->deadline_ns = (uint64_t)fc->deadline_us * 1000;
     fn->max_inflight = fc->max_inflight;
+    fn->priority = fc->priority;
+    fn->weight = fc->weight;
     uint64_t req = 0, resp = 0;
     int r = 0;
     for (uint32_t k = 0; k < fc->n_in; k++) {
@@ -158,8 +162,8 @@ int srpc_function_create(const srpc_server_config_t *cfg, const srpc_func_config
         r = -EMSGSIZE;
     fn->req_bytes = (uint32_t)req;
     fn->resp_bytes = (uint32_t)resp;
-    if (!r && fc->on_gpu && (fc->raw || fc->gpu_device < 0))
-        r = -EINVAL;
+    if (!r && fc->on_gpu && (fc->raw || fc->gpu_device < 0 || fc->cost_from == SRPC_COST_TABLE))
+        r = -EINVAL; /* a cost table's keys are read from host memory */
     if (!r && fc->on_gpu)
         r = gpu_queues(fn, fc->gpu_device);
     for (uint32_t k = 0; !r && !fc->on_gpu && k < fc->n_in; k++)
@@ -177,6 +181,8 @@ int srpc_function_create(const srpc_server_config_t *cfg, const srpc_func_config
         if (!fn->calls || !fn->batch_in_len || !fn->batch_out_len || !fn->done_words)
             r = -ENOMEM;
     }
+    if (!r)
+        r = srpc_cost_setup(fn, fc);
     if (r) {
         srpc_function_free(fn);
         return r;

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 
 #include "server/callring.h"
+#include "server/cost.h"
 
 int srpc_gpu_rx_init(srpc_server_t *srv)
 {
@@ -60,8 +61,15 @@ void srpc_gpu_rx_finish_locked(srpc_server_t *srv)
     SRPC_ASSERT_LOCKED(srv);
     const unsigned n = srv->rx.dev_copies;
     srv->rx.dev_copies = 0;
-    if (n == 0 || srpc_gpu_stream_sync(srv->rx.dev_stream) == 0)
+    if (n == 0)
         return;
-    for (unsigned i = 0; i < n; i++)
-        srpc_ring_mark_failed_locked(srv, srv->rx.dev_calls[i].fn, srv->rx.dev_calls[i].seq);
+    const int failed = srpc_gpu_stream_sync(srv->rx.dev_stream) != 0;
+    for (unsigned i = 0; i < n; i++) {
+        srpc_fn_t *fn = srv->rx.dev_calls[i].fn;
+        if (failed)
+            srpc_ring_refuse_locked(srv, fn, srv->rx.dev_calls[i].seq, SRPC_E_INTERNAL,
+                                    "the copy of the request from GPU memory failed");
+        else if (fn->cost_from == SRPC_COST_TABLE) /* its keys are in the host elements now */
+            srpc_cost_admit_locked(srv, fn, srv->rx.dev_calls[i].seq, 0);
+    }
 }

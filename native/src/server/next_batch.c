@@ -41,8 +41,8 @@ int srpc_server_next_batch(srpc_server_t *srv, srpc_batch_t *b, int64_t timeout_
             case SRPC_TAKE_OVERDUE: /* answered DEADLINE here, never handed to the function */
                 srpc_server_complete(srv, b, SRPC_E_DEADLINE, "queued longer than the function's deadline");
                 continue;
-            case SRPC_TAKE_FAILED:
-                srpc_server_complete(srv, b, SRPC_E_INTERNAL, "the copy of the request from GPU memory failed");
+            case SRPC_TAKE_REFUSED: /* each call gets the error it was refused with */
+                srpc_server_complete(srv, b, 0, NULL);
                 continue;
             case SRPC_TAKE_BATCH:
             case SRPC_TAKE_SATURATED:

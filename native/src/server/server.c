@@ -49,6 +49,8 @@ static int check_config(const srpc_server_config_t *c)
         return -EINVAL;
     if (c->rx_burst == 0 || c->rx_burst > SRPC_MAX_RX_BURST || c->max_calls == 0 || c->max_message == 0)
         return -EINVAL;
+    if (c->sched < SRPC_SCHED_RR || c->sched > SRPC_SCHED_EDF)
+        return -EINVAL;
     return 0; /* the transport checks its own settings (srpc_transport_open) */
 }
 

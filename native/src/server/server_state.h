@@ -49,9 +49,8 @@ enum srpc_call_state {
 /* Where the engine put a request (srpc_call_t.dev_in). */
 enum {
     SRPC_DEV_IN_HOST = 0,   /* the host TQs (a GPU function's staging, copied over per batch) */
-    SRPC_DEV_IN_DEVICE = 1, /* straight into a GPU function's device TQs, from a payload in GPU
+    SRPC_DEV_IN_DEVICE = 1  /* straight into a GPU function's device TQs, from a payload in GPU
                                memory: the batch's staging copy skips it */
-    SRPC_DEV_IN_FAILED = 2  /* the copy from GPU memory failed: answered INTERNAL, never run */
 };
 
 /* The record of the call that owns TQ element `seq` of a function (calls[seq % capacity]).
@@ -62,6 +61,8 @@ enum {
 typedef struct srpc_call {
     uint8_t state;     /* enum srpc_call_state */
     uint8_t dev_in;    /* SRPC_DEV_IN_*: where the engine put the request */
+    uint8_t refused;   /* 1: never run, answered with fail_code and fail_msg (the copy from GPU
+                          memory failed, a bad cost key); set by the engine with the lock */
     uint16_t code;     /* outcome sent: 0 RESPONSE or an error code */
     uint32_t ct_idx;   /* its call-table entry (client address, req_id, func_id) */
     uint32_t in_len;   /* request bytes (raw functions vary) */
@@ -73,9 +74,10 @@ typedef struct srpc_call {
     uint8_t batch_open; /* handed out, neither completed nor deferred yet */
     char *batch_msg;   /* its error text (malloc), when completed with one in flight */
     /* This call's own outcome, set by srpc_server_fail_call (worker thread only, while the
-     * call is the worker's): */
+     * call is the worker's), or by the engine when it refuses the call: */
     uint16_t fail_code; /* 0: the batch's outcome; else this ERROR code */
     char *fail_msg;    /* its text (malloc) or NULL */
+    uint32_t cost;     /* its admission cost (cost.c), set when it becomes RX_COMPLETE */
 } srpc_call_t;
 
 /* A registered function: its Tensor Queues, the Inference Monitor records of their elements
@@ -100,7 +102,7 @@ typedef struct srpc_fn {
     uint64_t taken;     /* lock: next element handed to the worker */
     uint64_t done;      /* lock: next element recycled after TX_COMPLETE */
     uint32_t reserved;  /* lock: elements RESERVED now (bounded: see SRPC_PLACE_MAX_FRACTION) */
-    uint32_t dev_failed; /* lock: calls marked SRPC_DEV_IN_FAILED not yet taken */
+    uint32_t refused;   /* lock: calls refused (never run) not yet taken */
     /* Done words of batches in flight, at the index of their first element (worker thread;
      * written by anyone once deferred): 0 pending, SRPC_DONE | status when finished. In
      * pinned, device-mapped memory for a GPU function (done_dev: its device address). */
@@ -109,6 +111,15 @@ typedef struct srpc_fn {
     uint32_t inflight;  /* worker: batches deferred or completed and not yet finished */
     uint32_t max_inflight; /* read-only: 0, or the most batches out at once (the batcher skips
                               the function at the limit) */
+    /* Admission cost (cost.c), read-only once registered. */
+    int cost_from;                  /* SRPC_COST_* */
+    uint32_t *cost_table, cost_table_len; /* TABLE: owned copy */
+    uint32_t cost_key_offset, cost_key_count, cost_key_size;
+    uint64_t max_batch_cost;        /* 0: none */
+    uint32_t *batch_cost;           /* max_batch entries: the batch's costs (worker) */
+    /* Scheduling (sched.c). */
+    uint32_t priority, weight;      /* read-only */
+    uint64_t vtime;                 /* lock: fair share: its virtual finish time */
     uint8_t cb_slow;    /* worker: its last batch kept the worker away longer than half of
                            rx_takeover_us, or it has had none yet (rx_owner.c: the engine
                            thread is then told at once) */
@@ -200,6 +211,7 @@ struct srpc_server {
     /* The worker (next_batch.c, batcher.c, completion.c). */
     _Atomic unsigned long worker;    /* debug builds: the thread in next_batch last */
     uint32_t rr;                     /* worker: round-robin cursor over functions */
+    uint64_t vclock;                 /* lock: fair share: the rank of the batch taken last */
     srpc_fn_t *last_fn;              /* worker: the function of the batch handed out last */
     uint32_t inflight;               /* worker (read by stats): sum of the functions' inflight */
     uint32_t inflight_gpu;           /* worker: those of GPU functions, whose done words nobody

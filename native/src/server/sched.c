@@ -1,0 +1,35 @@
+/* sched.c: the scheduler seam (see sched.h). */
+#include "server/sched.h"
+
+#include "core/tunables.h"
+
+uint64_t srpc_sched_rank_locked(const srpc_server_t *srv, const srpc_fn_t *fn, uint64_t now)
+{
+    SRPC_ASSERT_LOCKED(srv);
+    (void)now;
+    switch (srv->cfg.sched) {
+    case SRPC_SCHED_PRIORITY: /* the highest priority first */
+        return UINT32_MAX - (uint64_t)fn->priority;
+    case SRPC_SCHED_FAIR: { /* the least work done per unit of weight; a function that was idle
+                               starts from the clock, not from its old credit */
+        return fn->vtime > srv->vclock ? fn->vtime : srv->vclock;
+    }
+    case SRPC_SCHED_EDF: { /* the oldest call's deadline, earliest first */
+        const uint64_t rx = fn->calls[fn->taken % fn->capacity].rx_ns;
+        return rx + (fn->deadline_ns ? fn->deadline_ns : SRPC_EDF_NO_DEADLINE_US * 1000ull);
+    }
+    default:
+        return 0;
+    }
+}
+
+void srpc_sched_taken_locked(srpc_server_t *srv, srpc_fn_t *fn, uint64_t rank, uint32_t count, uint64_t cost)
+{
+    SRPC_ASSERT_LOCKED(srv);
+    if (srv->cfg.sched != SRPC_SCHED_FAIR)
+        return;
+    /* Work is the batch's admission cost where the function has one, else its count of calls. */
+    const uint64_t work = fn->cost_from != SRPC_COST_NONE ? cost : count;
+    srv->vclock = rank;
+    fn->vtime = rank + (work ? work : 1) * SRPC_FAIR_SCALE / (fn->weight ? fn->weight : 1);
+}

@@ -1,0 +1,169 @@
+/* test_sched.c: the scheduler seam over real loopback UDP: which function's due batch the worker takes next under round robin, strict priority, weighted fair share (by calls and by admission cost) and earliest deadline first, and the configurations refused. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "splitrpc.h"
+
+#include "check.h"
+
+#define TMO_US 3000000
+
+static void sleep_us(long us)
+{
+    struct timespec ts = {us / 1000000, (us % 1000000) * 1000};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
+}
+
+typedef struct {
+    uint16_t id;
+    uint32_t priority, weight, deadline_us;
+    int cost_aux;
+} fdef_t;
+
+static srpc_server_t *server_up(int sched, const fdef_t *f, int nf, uint32_t max_batch, int *port)
+{
+    srpc_server_config_t cfg;
+    srpc_server_config_init(&cfg);
+    cfg.host = "127.0.0.1";
+    cfg.port = 0;
+    cfg.wait_mode = SRPC_WAIT_BLOCK;
+    cfg.sched = sched;
+    srpc_server_t *srv = NULL;
+    if (srpc_server_create(&cfg, &srv) != 0) {
+        fprintf(stderr, "cannot create a server, giving up\n");
+        exit(2);
+    }
+    static uint32_t s8 = 8;
+    for (int i = 0; i < nf; i++) {
+        srpc_func_config_t fc;
+        srpc_func_config_init(&fc);
+        fc.func_id = f[i].id;
+        fc.in_sizes = fc.out_sizes = &s8;
+        fc.capacity = 64;
+        fc.max_batch = max_batch;
+        fc.priority = f[i].priority;
+        fc.weight = f[i].weight;
+        fc.deadline_us = f[i].deadline_us;
+        fc.cost_from = f[i].cost_aux ? SRPC_COST_AUX : SRPC_COST_NONE;
+        CHECK(srpc_server_add_function(srv, &fc) == 0, "add %u", f[i].id);
+    }
+    CHECK(srpc_server_start(srv) == 0, "start");
+    *port = srpc_server_port(srv);
+    return srv;
+}
+
+static srpc_client_t *client(int port)
+{
+    srpc_client_config_t cfg;
+    srpc_client_config_init(&cfg);
+    cfg.host = "127.0.0.1";
+    cfg.port = (uint16_t)port;
+    cfg.retries = 0;
+    srpc_client_t *c = NULL;
+    if (srpc_client_create(&cfg, &c) != 0) {
+        fprintf(stderr, "cannot create a client, giving up\n");
+        exit(2);
+    }
+    return c;
+}
+
+static int wait_queued(srpc_server_t *srv, uint64_t n)
+{
+    srpc_server_stats_t st;
+    for (int i = 0; i < 3000; i++) {
+        srpc_server_stats(srv, &st);
+        if (st.queued >= n)
+            return 1;
+        sleep_us(1000);
+    }
+    return 0;
+}
+
+static void send_n(srpc_client_t *c, uint16_t f, int n, uint16_t aux)
+{
+    uint8_t req[8] = {0};
+    for (int i = 0; i < n; i++) {
+        uint64_t id;
+        CHECK(srpc_client_send(c, f, req, sizeof(req), aux, &id) == 0, "send to %u", f);
+    }
+}
+
+/* Takes up to max batches; writes their function ids (one letter per call) into order. */
+static void run(srpc_server_t *srv, char *order, int max)
+{
+    srpc_batch_t b;
+    int at = 0;
+    while (at < max && srpc_server_next_batch(srv, &b, 50000) == 0) {
+        for (uint32_t i = 0; i < b.count && at < max; i++)
+            order[at++] = (char)('A' + b.func_id - 1);
+        CHECK(srpc_server_complete(srv, &b, 0, NULL) == 0, "complete");
+    }
+    order[at] = 0;
+}
+
+static void expect_order(int sched, const fdef_t *f, int nf, const int *counts, const uint16_t *aux,
+                         uint32_t max_batch, const char *want, const char *what)
+{
+    int port;
+    srpc_server_t *srv = server_up(sched, f, nf, max_batch, &port);
+    srpc_client_t *c = client(port);
+    int total = 0;
+    for (int i = 0; i < nf; i++) {
+        send_n(c, f[i].id, counts[i], aux ? aux[i] : 0);
+        total += counts[i];
+        sleep_us(2000); /* a known order of arrival (EDF ranks by it) */
+    }
+    CHECK(wait_queued(srv, (uint64_t)total), "%s: %d queued", what, total);
+    char order[256];
+    run(srv, order, (int)strlen(want));
+    CHECK(strcmp(order, want) == 0, "%s: took %s, want %s", what, order, want);
+    srpc_client_destroy(c);
+    srpc_server_destroy(srv);
+}
+
+int main(void)
+{
+    fdef_t two[2] = {{.id = 1}, {.id = 2}};
+    int four_each[2] = {4, 4};
+    expect_order(SRPC_SCHED_RR, two, 2, four_each, NULL, 2, "AABBAABB", "round robin");
+
+    fdef_t prio[3] = {{.id = 1, .priority = 0}, {.id = 2, .priority = 5}, {.id = 3, .priority = 5}};
+    int three[3] = {4, 4, 4};
+    expect_order(SRPC_SCHED_PRIORITY, prio, 3, three, NULL, 2, "BBCCBBCCAAAA", "priority, equals in turn");
+
+    fdef_t fair[2] = {{.id = 1, .weight = 1}, {.id = 2, .weight = 3}};
+    int many[2] = {16, 16};
+    expect_order(SRPC_SCHED_FAIR, fair, 2, many, NULL, 1, "ABBBABBBABBB", "fair share 1:3 by calls");
+
+    /* By admission cost: A's calls cost 3, B's 1, equal weights: B gets three calls per A's one. */
+    fdef_t fair_cost[2] = {{.id = 1, .weight = 1, .cost_aux = 1}, {.id = 2, .weight = 1, .cost_aux = 1}};
+    uint16_t costs[2] = {3, 1};
+    expect_order(SRPC_SCHED_FAIR, fair_cost, 2, many, costs, 1, "ABBBABBBABBB", "fair share by cost");
+
+    /* EDF: A's calls came first but may wait 800 ms; B's came 2 ms later and may wait 400 ms;
+     * C's have none (ranked as 1 s). */
+    fdef_t edf[3] = {{.id = 1, .deadline_us = 800000}, {.id = 2, .deadline_us = 400000}, {.id = 3}};
+    int edf_counts[3] = {2, 2, 2};
+    expect_order(SRPC_SCHED_EDF, edf, 3, edf_counts, NULL, 1, "BBAACC", "earliest deadline first");
+
+    srpc_server_config_t cfg;
+    srpc_server_config_init(&cfg);
+    cfg.host = "127.0.0.1";
+    cfg.port = 0;
+    srpc_server_t *srv = NULL;
+    cfg.sched = 4;
+    CHECK(srpc_server_create(&cfg, &srv) == -EINVAL, "an unknown policy");
+    cfg.sched = -1;
+    CHECK(srpc_server_create(&cfg, &srv) == -EINVAL, "a negative policy");
+    printf("%d passed, %d failed\n", passed, failed);
+    return failed ? 1 : 0;
+}

@@ -1,0 +1,85 @@
+"""The scheduler seam from Python (issue 15, item 3): Server(sched=...) with per-function priority and weight decides which function's queued calls run next; bad settings are refused."""
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import splitrpc
+from splitrpc import TensorSpec
+
+SPEC = [TensorSpec("x", "float32", (1,))]
+
+
+def _run_order(make_server, make_client, sched, funcs, sends):
+    """funcs: {func_id: function kwargs}; a gate function holds the worker while `sends` (func ids,
+    in order) queue; returns the func ids in the order their calls ran."""
+    order, gate, entered = [], threading.Event(), threading.Event()
+
+    def setup(srv):
+        @srv.function(99, "gate", inputs=SPEC, outputs=SPEC)
+        def hold(x, y):
+            entered.set()
+            gate.wait(10)
+            y[:] = x
+
+        for fid, kw in funcs.items():
+            @srv.function(fid, f"f{fid}", inputs=SPEC, outputs=SPEC, max_batch=1, **kw)
+            def work(x, y, fid=fid):
+                order.append(fid)
+                y[:] = x
+
+    srv = make_server(setup, sched=sched)
+    c = make_client(srv.port, timeout=10.0)
+    x = np.zeros(1, np.float32)
+    first = c.call_async(99, x)
+    assert entered.wait(5)
+    futs = []
+    for fid in sends:
+        futs.append(c.call_async(fid, x))
+        time.sleep(0.002)  # a known order of arrival
+    deadline = time.monotonic() + 5
+    while srv.stats()["queued"] < len(sends) and time.monotonic() < deadline:
+        time.sleep(0.002)
+    gate.set()
+    first.result()
+    for f in futs:
+        f.result()
+    return order
+
+
+def test_priority_runs_the_high_class_first(make_server, make_client):
+    order = _run_order(make_server, make_client, "priority", {1: dict(priority=0), 2: dict(priority=7)},
+                       [1, 1, 1, 2, 2, 2])
+    assert order == [2, 2, 2, 1, 1, 1]
+
+
+def test_round_robin_is_the_default_and_alternates(make_server, make_client):
+    order = _run_order(make_server, make_client, None, {1: dict(priority=0), 2: dict(priority=7)},
+                       [1, 1, 1, 2, 2, 2])
+    assert order == [1, 2, 1, 2, 1, 2]
+
+
+def test_fair_share_follows_the_weights(make_server, make_client):
+    order = _run_order(make_server, make_client, "fair", {1: dict(weight=1), 2: dict(weight=2)}, [1] * 6 + [2] * 6)
+    first_six = order[:6]
+    assert first_six.count(2) == 4 and first_six.count(1) == 2, order
+
+
+def test_edf_runs_the_nearest_deadline_first(make_server, make_client):
+    order = _run_order(make_server, make_client, "edf", {1: dict(deadline=5.0), 2: dict(deadline=1.0)},
+                       [1, 1, 2, 2])
+    assert order == [2, 2, 1, 1]
+
+
+@pytest.mark.parametrize("kw, why", [(dict(sched="lottery"), "sched must be one of"),
+                                     (dict(priority=-1), "priority must be an integer"),
+                                     (dict(weight=2**32), "weight must be an integer"),
+                                     (dict(priority=True), "priority must be an integer")])
+def test_bad_scheduling_settings_are_refused(kw, why):
+    with pytest.raises(ValueError, match=why):
+        srv = splitrpc.Server("127.0.0.1", 0, **({"sched": kw["sched"]} if "sched" in kw else {}))
+        try:
+            srv.add_function(lambda x, y: None, 1, inputs=SPEC, outputs=SPEC, **kw)
+        finally:
+            srv.close()
