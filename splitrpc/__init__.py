@@ -6,7 +6,7 @@ from splitrpc.errors import (BadRequest, Busy, CallTimeout, DeadlineExceeded, In
                              RemoteError, SplitRPCError, TooLarge, UnknownFunction)
 from splitrpc.executor import ThreadPool
 from splitrpc.gpu import GPUError, GPUUnavailable
-from splitrpc.server import Server
+from splitrpc.server import QueueView, Server
 from splitrpc.spec import TensorSpec
 
 __version__ = _native.version()
@@ -35,5 +35,5 @@ def features() -> dict:
 __all__ = [
     "Server", "Client", "TensorSpec", "features", "SplitRPCError", "NativeError", "CallTimeout", "RemoteError",
     "UnknownFunction", "BadRequest", "Busy", "DeadlineExceeded", "InternalError", "TooLarge", "GPUError",
-    "GPUUnavailable", "gpu", "ThreadPool", "CostTable",
+    "GPUUnavailable", "gpu", "ThreadPool", "CostTable", "QueueView",
 ]

@@ -26,6 +26,7 @@ log = logging.getLogger("splitrpc.server")
 
 WAIT_MODES = _server.WAIT_MODES
 SCHED_POLICIES = _server.SCHED_POLICIES
+QueueView = _server.QueueView
 
 
 def _takes_costs(fn) -> bool:
@@ -54,6 +55,14 @@ class Server:
     unit of its ``weight=``, work being admission cost where it has one, else calls) or "edf"
     (earliest deadline first: the oldest queued call's arrival plus its function's
     ``deadline``). Calls past their deadline are answered first under every policy.
+
+    policy: an object of yours with ``choose(queues)``, asked once per batch decision when more
+    than one function has a batch due (never per datagram), on the worker thread: ``queues`` is a
+    list of ``QueueView`` (func_id, name, queued, oldest_wait in seconds, queued_cost, in_flight,
+    priority, weight, deadline); it returns the func_id to run next, ``(func_id, max_calls)`` to
+    also cut the batch, or None to let ``sched`` decide. If it raises or returns anything else,
+    ``sched`` decides, the error is counted (``stats()["sched"]["errors"]``) and logged (the
+    first one with its traceback), and serving goes on. Keep it short: the worker waits for it.
 
     allow: the client networks served ("10.0.0.0/8,127.0.0.1" or a list of such; IPv4 and IPv6
     prefixes, at most 32); datagrams from elsewhere are dropped unread and counted as
@@ -90,6 +99,7 @@ class Server:
         *,
         wait: str | None = None,
         sched: str | None = None,
+        policy=None,
         spin_us: int | None = None,
         rx_takeover_us: int | None = None,
         segment_size: int | None = None,
@@ -115,6 +125,8 @@ class Server:
         # splitrpc._native.server.SERVER_DEFAULTS lists them; dpdk_mtu: 0 there, which means 1500).
         if wait is not None and wait not in WAIT_MODES:
             raise ValueError(f"wait must be one of {sorted(WAIT_MODES)}, got {wait!r}")
+        if policy is not None and not callable(getattr(policy, "choose", None)):
+            raise ValueError(f"policy must have a choose(queues) method, got {policy!r}")
         if sched is not None and sched not in SCHED_POLICIES:
             raise ValueError(f"sched must be one of {sorted(SCHED_POLICIES)}, got {sched!r}")
         if transport not in ("udp", "dpdk"):
@@ -155,6 +167,7 @@ class Server:
         self.host = self._native.host
         self.transport = transport
         self._funcs: dict[int, _server.Function] = {}
+        self._policy = policy
         self._state = "created"
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
@@ -358,6 +371,8 @@ class Server:
             if self._state != "created":
                 raise SplitRPCError(f"server already {self._state}")
             runners = [f.runner for f in self._funcs.values() if f.runner is not None]
+            if self._policy is not None:
+                _server.set_policy(self._native, self._policy, {f.func_id: f.name for f in self._funcs.values()})
             try:
                 for r in runners:
                     r.start()

@@ -83,3 +83,82 @@ def test_bad_scheduling_settings_are_refused(kw, why):
             srv.add_function(lambda x, y: None, 1, inputs=SPEC, outputs=SPEC, **kw)
         finally:
             srv.close()
+
+
+class _MostQueued:
+    """A policy of the user's: the function with the most calls queued, at most 2 per batch."""
+
+    def __init__(self):
+        self.seen = []
+
+    def choose(self, queues):
+        self.seen.append([(q.func_id, q.name, q.queued, q.priority) for q in queues])
+        assert all(q.oldest_wait >= 0 and q.in_flight == 0 and q.deadline is None for q in queues)
+        best = max(queues, key=lambda q: q.queued)
+        return best.func_id, 2
+
+
+class _Broken:
+    def __init__(self, how):
+        self.how, self.calls = how, 0
+
+    def choose(self, queues):
+        self.calls += 1
+        if self.how == "raise":
+            raise RuntimeError("policy bug")
+        return 12345  # no such function
+
+
+def _policy_run(make_server, make_client, policy, sched="priority"):
+    order, gate, entered = [], threading.Event(), threading.Event()
+
+    def setup(srv):
+        @srv.function(99, "gate", inputs=SPEC, outputs=SPEC, priority=100)
+        def hold(x, y):
+            entered.set()
+            gate.wait(10)
+            y[:] = x
+
+        for fid, prio in ((1, 9), (2, 1)):
+            @srv.function(fid, f"f{fid}", inputs=SPEC, outputs=SPEC, max_batch=8, priority=prio)
+            def work(x, y, fid=fid):
+                order.extend([fid] * len(x))
+                y[:] = x
+
+    srv = make_server(setup, sched=sched, policy=policy)
+    c = make_client(srv.port, timeout=10.0)
+    x = np.zeros(1, np.float32)
+    first = c.call_async(99, x)
+    assert entered.wait(5)
+    futs = [c.call_async(1, x) for _ in range(2)] + [c.call_async(2, x) for _ in range(5)]
+    deadline = time.monotonic() + 5
+    while srv.stats()["queued"] < 7 and time.monotonic() < deadline:
+        time.sleep(0.002)
+    gate.set()
+    first.result()
+    for f in futs:
+        f.result()
+    return order, srv.stats()
+
+
+def test_a_python_policy_decides_once_per_batch(make_server, make_client):
+    p = _MostQueued()
+    order, st = _policy_run(make_server, make_client, p)
+    assert order == [2, 2, 2, 2, 1, 1, 2]  # 5 vs 2 queued, cut to 2; 3 vs 2; 1 vs 2; then 2 alone
+    assert p.seen[0] == [(1, "f1", 2, 9), (2, "f2", 5, 1)]
+    assert st["sched"] == {"asked": 3, "errors": 0}
+
+
+@pytest.mark.parametrize("how", ["raise", "unknown"])
+def test_a_failing_policy_falls_back_and_is_reported(make_server, make_client, caplog, how):
+    p = _Broken(how)
+    with caplog.at_level("WARNING", logger="splitrpc.server"):
+        order, st = _policy_run(make_server, make_client, p)
+    assert order == [1, 1, 2, 2, 2, 2, 2]  # the built-in priority policy decided
+    assert p.calls == 1 and st["sched"] == {"asked": 1, "errors": 1}
+    assert any("scheduling policy" in r.message for r in caplog.records)
+
+
+def test_a_policy_without_choose_is_refused():
+    with pytest.raises(ValueError, match="choose"):
+        splitrpc.Server("127.0.0.1", 0, policy=object())

@@ -149,6 +149,27 @@ void srpc_func_config_init(srpc_func_config_t *fc);
 
 int srpc_server_add_function(srpc_server_t *srv, const srpc_func_config_t *fc);
 
+/* A scheduling policy of the caller's, asked once per batch decision when more than one function
+ * has a batch due (never per datagram): it sees each such function's queue and returns the index
+ * (in due[]) of the one to take, and may cut the batch to *max_calls calls (0: no cut beyond
+ * max_batch and max_batch_cost). -1: no preference, the server's built-in policy (sched)
+ * decides; any other value outside 0 .. n - 1 is counted as an error
+ * (srpc_server_stats_t.sched_errors) and the built-in policy decides. Calls past their
+ * deadline are answered before it is asked. It runs on the worker thread, inside
+ * srpc_server_next_batch, with no lock held; it must not call back into the server. */
+typedef struct srpc_sched_view {
+    uint16_t func_id;
+    uint32_t queued;          /* calls queued and ready */
+    uint64_t oldest_wait_ns;  /* how long the oldest of them has been queued */
+    uint64_t queued_cost;     /* their summed admission cost (0 without one) */
+    uint32_t inflight;        /* its batches out (deferred, not yet finished) */
+    uint32_t priority, weight;
+    uint64_t deadline_ns;     /* its deadline (0: none) */
+} srpc_sched_view_t;
+typedef int (*srpc_sched_fn)(void *ctx, const srpc_sched_view_t *due, uint32_t n, uint32_t *max_calls);
+/* Installs fn (NULL: none) with ctx before srpc_server_start. Returns 0, or -EBUSY once started. */
+int srpc_server_set_sched_fn(srpc_server_t *srv, srpc_sched_fn fn, void *ctx);
+
 /* Starts the engine thread. */
 int srpc_server_start(srpc_server_t *srv);
 /* Stops the engine thread and wakes any waiting worker (which gets -ESHUTDOWN). */
@@ -302,6 +323,8 @@ typedef struct srpc_server_stats {
      * batch that runs it, counted when the batch is taken; not cumulative (see above). */
     uint64_t queue_delay_hist[SRPC_QDELAY_HIST];
     uint64_t queue_delay_sum_ns;
+    uint64_t sched_asked;    /* batch decisions put to the caller's policy (srpc_server_set_sched_fn) */
+    uint64_t sched_errors;   /* ... that it answered with an invalid choice (the built-in policy decided) */
     int rcvbuf, sndbuf;      /* effective socket buffer sizes */
 } srpc_server_stats_t;
 

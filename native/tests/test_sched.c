@@ -130,8 +130,88 @@ static void expect_order(int sched, const fdef_t *f, int nf, const int *counts, 
     srpc_server_destroy(srv);
 }
 
+/* The caller's policy: mode 0 picks the function with the most calls queued, cut to 2 calls;
+ * mode 1 answers -1 (no preference); mode 2 answers out of range (an error). Records what it saw. */
+typedef struct {
+    int mode, asked;
+    uint32_t last_n;
+    srpc_sched_view_t seen[4];
+} policy_t;
+
+static int policy(void *ctx, const srpc_sched_view_t *due, uint32_t n, uint32_t *max_calls)
+{
+    policy_t *p = ctx;
+    p->asked++;
+    p->last_n = n;
+    memcpy(p->seen, due, (n < 4 ? n : 4) * sizeof(*due));
+    if (p->mode == 1)
+        return -1;
+    if (p->mode == 2)
+        return (int)n + 5;
+    uint32_t best = 0;
+    for (uint32_t i = 1; i < n; i++)
+        if (due[i].queued > due[best].queued)
+            best = i;
+    *max_calls = 2;
+    return (int)best;
+}
+
+static void test_external_policy(void)
+{
+    for (int mode = 0; mode < 3; mode++) {
+        fdef_t f[2] = {{.id = 1, .priority = 9}, {.id = 2, .priority = 1}};
+        srpc_server_config_t cfg;
+        srpc_server_config_init(&cfg);
+        cfg.host = "127.0.0.1";
+        cfg.port = 0;
+        cfg.wait_mode = SRPC_WAIT_BLOCK;
+        cfg.sched = SRPC_SCHED_PRIORITY; /* the built-in fallback */
+        srpc_server_t *srv = NULL;
+        CHECK(srpc_server_create(&cfg, &srv) == 0, "server");
+        static uint32_t s8 = 8;
+        for (int i = 0; i < 2; i++) {
+            srpc_func_config_t fc;
+            srpc_func_config_init(&fc);
+            fc.func_id = f[i].id;
+            fc.in_sizes = fc.out_sizes = &s8;
+            fc.capacity = 64;
+            fc.max_batch = 8;
+            fc.priority = f[i].priority;
+            CHECK(srpc_server_add_function(srv, &fc) == 0, "add");
+        }
+        policy_t p = {.mode = mode};
+        CHECK(srpc_server_set_sched_fn(srv, policy, &p) == 0, "set the policy");
+        CHECK(srpc_server_start(srv) == 0, "start");
+        CHECK(srpc_server_set_sched_fn(srv, NULL, NULL) == -EBUSY, "not once started");
+        srpc_client_t *c = client(srpc_server_port(srv));
+        send_n(c, 1, 2, 0);
+        send_n(c, 2, 5, 0);
+        CHECK(wait_queued(srv, 7), "7 queued");
+        char order[64];
+        run(srv, order, 7);
+        srpc_server_stats_t st;
+        srpc_server_stats(srv, &st);
+        if (mode == 0) { /* 2 vs 5 queued: function 2, cut to 2 calls; 2 vs 3: 2 again; 2 vs 1: function 1;
+                            then function 2 alone: nothing to decide */
+            CHECK(strcmp(order, "BBBBAAB") == 0, "the policy's order: %s", order);
+            CHECK(p.asked == 3 && p.last_n == 2 && p.seen[0].func_id == 1 && p.seen[0].queued == 2 &&
+                  p.seen[1].func_id == 2 && p.seen[1].queued == 1 && p.seen[1].priority == 1,
+                  "what it saw last: asked %d, %u with %u queued, %u with %u", p.asked, p.seen[0].func_id,
+                  p.seen[0].queued, p.seen[1].func_id, p.seen[1].queued);
+            CHECK(st.sched_errors == 0 && st.sched_asked == 3, "asked %llu", (unsigned long long)st.sched_asked);
+        } else { /* the built-in priority policy decides: function 1 (priority 9) first */
+            CHECK(strcmp(order, "AABBBBB") == 0, "mode %d: fallback order %s", mode, order);
+            CHECK(st.sched_asked == 1 && st.sched_errors == (mode == 2 ? 1u : 0u), "mode %d: asked %llu, errors %llu",
+                  mode, (unsigned long long)st.sched_asked, (unsigned long long)st.sched_errors);
+        }
+        srpc_client_destroy(c);
+        srpc_server_destroy(srv);
+    }
+}
+
 int main(void)
 {
+    test_external_policy();
     fdef_t two[2] = {{.id = 1}, {.id = 2}};
     int four_each[2] = {4, 4};
     expect_order(SRPC_SCHED_RR, two, 2, four_each, NULL, 2, "AABBAABB", "round robin");

@@ -189,6 +189,55 @@ def add_function(srv, func_id: int, *, raw: bool, in_sizes: list, out_sizes: lis
     check(rc, f"cannot register function {func_id}")
 
 
+@dataclass(frozen=True)
+class QueueView:
+    """What a scheduling policy sees of one function with a batch due (srpc_sched_view_t)."""
+    func_id: int
+    name: str
+    queued: int            # calls queued and ready
+    oldest_wait: float     # seconds the oldest of them has waited
+    queued_cost: int       # their summed admission cost (0 without one)
+    in_flight: int         # its batches out (deferred, not finished)
+    priority: int
+    weight: int
+    deadline: float | None  # its deadline in seconds, or None
+
+
+def set_policy(native: "NativeServer", policy, names: dict) -> None:
+    """Installs policy (an object with choose(views) -> func_id | (func_id, max_calls) | None) as
+    the server's scheduling policy (srpc_server_set_sched_fn), asked once per batch decision on
+    the worker thread. A choice it raises on or gets wrong is counted by the C core
+    (stats()["sched"]["errors"]) and the built-in policy decides; the first such error, and then
+    every 1000th, is logged."""
+    errors = [0]
+
+    def choose(_ctx, due, n, max_calls) -> int:
+        try:
+            views = [QueueView(v.func_id, names.get(v.func_id, str(v.func_id)), v.queued, v.oldest_wait_ns / 1e9,
+                               v.queued_cost, v.inflight, v.priority, v.weight,
+                               v.deadline_ns / 1e9 if v.deadline_ns else None) for v in (due[i] for i in range(n))]
+            r = policy.choose(views)
+            if r is None:
+                return -1
+            fid, cap = r if isinstance(r, tuple) else (r, 0)
+            at = next((i for i, v in enumerate(views) if v.func_id == fid), None)
+            if at is None or isinstance(cap, bool) or not isinstance(cap, int) or not 0 <= cap < 2**32:
+                raise SplitRPCError(f"the policy chose {r!r}: not (func_id, max_calls) of a function with a batch due "
+                                    f"({[v.func_id for v in views]})")
+            max_calls[0] = cap
+            return at
+        except Exception as exc:  # the built-in policy decides; serving goes on
+            errors[0] += 1
+            if errors[0] % 1000 == 1:
+                log.warning("scheduling policy %r failed (%d so far; the built-in policy decided): %s: %s",
+                            policy, errors[0], type(exc).__name__, exc, exc_info=errors[0] == 1)
+            return -2
+
+    cb = ffi.callback("int(void *, const srpc_sched_view_t *, uint32_t, uint32_t *)", choose, error=-2)
+    native.keep.append(cb)  # alive as long as the server
+    check(lib.srpc_server_set_sched_fn(native.handle, cb, ffi.NULL), "srpc_server_set_sched_fn")
+
+
 def start(srv) -> None:
     check(lib.srpc_server_start(srv), "cannot start the engine")
 
@@ -496,6 +545,8 @@ def read_stats(srv) -> dict:
         "queue_delay": {"le_us": [1 << i for i in range(lib.SRPC_QDELAY_HIST - 1)] + [None], "counts": qd,
                         "count": sum(qd), "sum_us": st.queue_delay_sum_ns / 1e3},
         "socket_buffers": {"rcvbuf": st.rcvbuf, "sndbuf": st.sndbuf},
+        # batch decisions put to a Python scheduling policy, and those it got wrong or raised on
+        "sched": {"asked": st.sched_asked, "errors": st.sched_errors},
     }
 
 

@@ -109,9 +109,11 @@ static void describe(srpc_fn_t *fn, srpc_batch_t *b, uint32_t count)
 
 /* Hands the next count calls of fn out as batch *b (refused: they are such calls). */
 static enum srpc_take take(srpc_server_t *srv, srpc_fn_t *fn, uint32_t fi, srpc_batch_t *b, uint64_t avail,
-                           uint32_t late, uint64_t rank, srpc_fn_t **fn_out, uint64_t now)
+                           uint32_t late, uint64_t rank, srpc_fn_t **fn_out, uint64_t now, uint32_t cap)
 {
     int refused;
+    if (cap && avail > cap)
+        avail = cap;
     uint32_t count = cut_at_refused(fn, (uint32_t)(avail < fn->max_batch ? avail : fn->max_batch), &refused);
     if (!refused)
         count = cut_at_cost(fn, count);
@@ -134,11 +136,71 @@ static enum srpc_take take(srpc_server_t *srv, srpc_fn_t *fn, uint32_t fi, srpc_
     return fn->head - fn->taken >= (fn->capacity + 1) / 2 ? SRPC_TAKE_SATURATED : SRPC_TAKE_BATCH;
 }
 
+/* Whether fn can hand out a batch at all now: 0 when its executor is at its limit or nothing is
+ * ready; else the ready calls (at most max_batch), with *late the overdue ones among them. */
+static uint64_t ready_now(srpc_server_t *srv, srpc_fn_t *fn, uint64_t now, uint32_t *late)
+{
+    *late = 0;
+    if (fn->max_inflight && fn->inflight >= fn->max_inflight)
+        return 0; /* its executor is busy: its calls wait, and fill its next batch */
+    uint64_t avail = srpc_ring_available_locked(srv, fn);
+    if (avail)
+        *late = overdue(fn, avail, now);
+    return avail;
+}
+
+/* Whether fn's batch is held back to fill (max_delay_us) at now; sets *hold to the earliest due. */
+static int held(const srpc_fn_t *fn, uint64_t avail, uint64_t now, uint64_t *hold)
+{
+    if (avail >= fn->max_batch || !fn->max_delay_us)
+        return 0;
+    uint64_t due = fn->calls[fn->taken % fn->capacity].rx_ns + (uint64_t)fn->max_delay_us * 1000;
+    if (now >= due)
+        return 0;
+    if (!*hold || due < *hold)
+        *hold = due;
+    return 1;
+}
+
+uint32_t srpc_batcher_due_locked(srpc_server_t *srv, uint64_t now, srpc_sched_view_t *view, uint32_t *fi)
+{
+    SRPC_ASSERT_LOCKED(srv);
+    uint32_t n = 0;
+    uint64_t hold = 0;
+    for (uint32_t j = 0; j < srv->nfns; j++) {
+        srpc_fn_t *fn = srv->fns[j];
+        uint32_t late;
+        uint64_t avail = ready_now(srv, fn, now, &late);
+        if (late)
+            return 0; /* answered first, whatever a policy says */
+        if (!avail || held(fn, avail, now, &hold))
+            continue;
+        srpc_sched_view_t *v = &view[n];
+        *v = (srpc_sched_view_t){.func_id = fn->func_id, .queued = (uint32_t)(fn->ready_end - fn->taken),
+                                 .inflight = fn->inflight, .priority = fn->priority, .weight = fn->weight,
+                                 .deadline_ns = fn->deadline_ns};
+        const uint64_t rx = fn->calls[fn->taken % fn->capacity].rx_ns;
+        v->oldest_wait_ns = now > rx ? now - rx : 0;
+        for (uint64_t s = fn->taken; fn->cost_from != SRPC_COST_NONE && s < fn->ready_end; s++)
+            v->queued_cost += fn->calls[s % fn->capacity].cost;
+        fi[n++] = j;
+    }
+    return n;
+}
+
 enum srpc_take srpc_batcher_take_locked(srpc_server_t *srv, srpc_batch_t *b, srpc_fn_t **fn_out, uint64_t now,
-                                        uint64_t *hold_until_ns)
+                                        uint64_t *hold_until_ns, int prefer, uint32_t cap)
 {
     SRPC_ASSERT_LOCKED(srv);
     *hold_until_ns = 0;
+    if (prefer >= 0 && (uint32_t)prefer < srv->nfns) { /* the caller's policy chose it just now */
+        srpc_fn_t *fn = srv->fns[prefer];
+        uint32_t late;
+        uint64_t avail = ready_now(srv, fn, now, &late), ignored = 0;
+        if (avail && !late && !held(fn, avail, now, &ignored))
+            return take(srv, fn, (uint32_t)prefer, b, avail, 0, srpc_sched_rank_locked(srv, fn, now), fn_out, now,
+                        cap);
+    }
     const int rr = srv->cfg.sched == SRPC_SCHED_RR;
     srpc_fn_t *best = NULL;
     uint32_t best_fi = 0;
@@ -146,24 +208,16 @@ enum srpc_take srpc_batcher_take_locked(srpc_server_t *srv, srpc_batch_t *b, srp
     for (uint32_t j = 0; j < srv->nfns; j++) {
         uint32_t fi = (srv->rr + j) % srv->nfns;
         srpc_fn_t *fn = srv->fns[fi];
-        if (fn->max_inflight && fn->inflight >= fn->max_inflight)
-            continue; /* its executor is busy: its calls wait, and fill its next batch */
-        uint64_t avail = srpc_ring_available_locked(srv, fn);
+        uint32_t late;
+        uint64_t avail = ready_now(srv, fn, now, &late);
         if (avail == 0)
             continue;
-        uint32_t late = overdue(fn, avail, now);
         if (late) /* a batch of the overdue calls alone, answered at once whatever the policy */
-            return take(srv, fn, fi, b, late, late, 0, fn_out, now);
-        if (avail < fn->max_batch && fn->max_delay_us) {
-            uint64_t due = fn->calls[fn->taken % fn->capacity].rx_ns + (uint64_t)fn->max_delay_us * 1000;
-            if (now < due) {
-                if (!*hold_until_ns || due < *hold_until_ns)
-                    *hold_until_ns = due;
-                continue;
-            }
-        }
+            return take(srv, fn, fi, b, late, late, 0, fn_out, now, 0);
+        if (held(fn, avail, now, hold_until_ns))
+            continue;
         if (rr) /* the next in turn: no ranking */
-            return take(srv, fn, fi, b, avail, 0, 0, fn_out, now);
+            return take(srv, fn, fi, b, avail, 0, 0, fn_out, now, 0);
         const uint64_t rank = srpc_sched_rank_locked(srv, fn, now);
         if (!best || rank < best_rank) {
             best = fn;
@@ -172,5 +226,5 @@ enum srpc_take srpc_batcher_take_locked(srpc_server_t *srv, srpc_batch_t *b, srp
             best_rank = rank;
         }
     }
-    return best ? take(srv, best, best_fi, b, best_avail, 0, best_rank, fn_out, now) : SRPC_TAKE_NONE;
+    return best ? take(srv, best, best_fi, b, best_avail, 0, best_rank, fn_out, now, 0) : SRPC_TAKE_NONE;
 }

@@ -16,8 +16,14 @@ enum srpc_take {
                             which sends each its own error */
 };
 
-/* Takes the next batch that is due at now into *b (its function in *fn). Lock held, worker. */
+/* The functions with a batch due at now (none overdue: 0 then), as the caller's policy sees them:
+ * up to SRPC_MAX_FUNCS views, and in fi[] each one's index in srv->fns. Lock held, worker. */
+uint32_t srpc_batcher_due_locked(srpc_server_t *srv, uint64_t now, srpc_sched_view_t *view, uint32_t *fi);
+
+/* Takes the next batch that is due at now into *b (its function in *fn). prefer: the index in
+ * srv->fns of the function the caller's policy chose (-1: the built-in policy decides), cap: at
+ * most this many calls (0: no cap). Lock held, worker. */
 enum srpc_take srpc_batcher_take_locked(srpc_server_t *srv, srpc_batch_t *b, srpc_fn_t **fn, uint64_t now,
-                                        uint64_t *hold_until_ns);
+                                        uint64_t *hold_until_ns, int prefer, uint32_t cap);
 
 #endif /* SRPC_BATCHER_H */

@@ -6,6 +6,29 @@
 #include "server/rx_owner.h"
 #include "server/server_state.h"
 
+/* Puts the decision to the caller's policy when more than one function has a batch due: the
+ * index in srv->fns of its choice (and *cap), or -1 for the built-in policy. The policy runs with
+ * no lock held; the calls it saw stay queued (only this thread takes them). Worker. */
+static int ask_policy_w(srpc_server_t *srv, uint64_t now, uint32_t *cap)
+{
+    srpc_sched_view_t view[SRPC_MAX_FUNCS];
+    uint32_t fi[SRPC_MAX_FUNCS];
+    srpc_srv_lock(srv);
+    const uint32_t n = srpc_batcher_due_locked(srv, now, view, fi);
+    srpc_srv_unlock(srv);
+    if (n < 2)
+        return -1;
+    ST_ADD(srv, sched_asked, 1);
+    *cap = 0;
+    const int r = srv->sched_fn(srv->sched_ctx, view, n, cap);
+    if (r >= 0 && (uint32_t)r < n)
+        return (int)fi[r];
+    if (r != -1)
+        ST_ADD(srv, sched_errors, 1);
+    *cap = 0;
+    return -1;
+}
+
 int srpc_server_next_batch(srpc_server_t *srv, srpc_batch_t *b, int64_t timeout_us)
 {
     if (!srv || !b)
@@ -33,9 +56,11 @@ int srpc_server_next_batch(srpc_server_t *srv, srpc_batch_t *b, int64_t timeout_
                 now = srpc_now_ns();
             }
             seen_gen = atomic_load(&srv->ready_gen);
+            uint32_t cap = 0;
+            const int prefer = srv->sched_fn ? ask_policy_w(srv, now, &cap) : -1;
             srpc_fn_t *fn = NULL;
             srpc_srv_lock(srv);
-            const enum srpc_take got = srpc_batcher_take_locked(srv, b, &fn, now, &hold);
+            const enum srpc_take got = srpc_batcher_take_locked(srv, b, &fn, now, &hold, prefer, cap);
             srpc_srv_unlock(srv);
             switch (got) {
             case SRPC_TAKE_OVERDUE: /* answered DEADLINE here, never handed to the function */

@@ -152,6 +152,17 @@ int srpc_server_start(srpc_server_t *srv)
     return 0;
 }
 
+int srpc_server_set_sched_fn(srpc_server_t *srv, srpc_sched_fn fn, void *ctx)
+{
+    if (!srv)
+        return -EINVAL;
+    if (srv->started)
+        return -EBUSY;
+    srv->sched_fn = fn;
+    srv->sched_ctx = ctx;
+    return 0;
+}
+
 int srpc_server_stop(srpc_server_t *srv)
 {
     if (!srv)

@@ -212,6 +212,8 @@ struct srpc_server {
     _Atomic unsigned long worker;    /* debug builds: the thread in next_batch last */
     uint32_t rr;                     /* worker: round-robin cursor over functions */
     uint64_t vclock;                 /* lock: fair share: the rank of the batch taken last */
+    srpc_sched_fn sched_fn;          /* read-only once started: the caller's policy, or NULL */
+    void *sched_ctx;
     srpc_fn_t *last_fn;              /* worker: the function of the batch handed out last */
     uint32_t inflight;               /* worker (read by stats): sum of the functions' inflight */
     uint32_t inflight_gpu;           /* worker: those of GPU functions, whose done words nobody
