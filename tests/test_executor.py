@@ -291,3 +291,20 @@ def test_stop_waits_for_a_future_not_done_yet(make_client):
     threading.Timer(0.2, lambda: pending[0].set_result(None)).start()
     srv.close()  # waits for the Future: its views are the queues' memory
     assert pending[0].done()
+
+
+def test_a_cancelled_future_fails_its_batch_with_internal(make_server, make_client):
+    from concurrent.futures import Future
+
+    def setup(srv):
+        @srv.function(13, "cancelled", inputs=VEC, outputs=VEC)
+        def cancelled(x, y):
+            f = Future()
+            threading.Timer(0.01, f.cancel).start()
+            return f
+
+    srv = make_server(setup)
+    c = make_client(srv.port, timeout=10.0)
+    with pytest.raises(splitrpc.InternalError, match="CancelledError"):
+        c.call(13, np.zeros(4, np.float32))
+    srv.close()  # nothing left waiting

@@ -422,6 +422,14 @@ def _run_on_pool(srv, fn: Function, b, count: int, args, kwargs: dict, jobs: Poo
     _settle(srv, fn, b, count, r, None, jobs)
 
 
+def _outcome(f: Future) -> tuple:
+    """A done Future's (result, None), or (None, its exception), a cancellation included."""
+    try:
+        return f.result(), None
+    except BaseException as e:  # CancelledError is a BaseException
+        return None, e
+
+
 def _settle(srv, fn: Function, b, count: int, r, exc: BaseException | None, jobs: PoolJobs) -> None:
     """Finishes the deferred batch b (srpc_server_finish, which wakes the worker to send the
     replies) from the callback's return value r: None or {i: RemoteError} for a tensor function,
@@ -429,8 +437,7 @@ def _settle(srv, fn: Function, b, count: int, r, exc: BaseException | None, jobs
     the thread that completes it). exc: the callback raised, and the batch gets INTERNAL, as on
     the worker. Any thread; ends the batch's job."""
     if exc is None and isinstance(r, Future):
-        r.add_done_callback(lambda f: _settle(srv, fn, b, count, None if f.exception() else f.result(),
-                                              f.exception(), jobs))
+        r.add_done_callback(lambda f: _settle(srv, fn, b, count, *_outcome(f), jobs))
         return
     try:
         if exc is None:
