@@ -1,5 +1,6 @@
 """Admission cost (issue 15, item 4): per-call costs computed by the engine from a table of keys or from the header's aux; hostile keys answer BAD_REQUEST for their call alone; max_batch_cost bounds batches; the callback sees its batch's costs."""
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -56,8 +57,14 @@ def test_max_batch_cost_bounds_each_batch(make_server, make_client):
     srv = make_server(_sampler(seen, gate, max_batch_cost=100))
     c = make_client(srv.port, timeout=10.0)
     first = c.call_async(1, _req([0, 0, 0, 1]))  # holds the worker while the others queue
+    deadline = time.monotonic() + 5
+    while srv.stats()["batches"] < 1 and time.monotonic() < deadline:
+        time.sleep(0.002)
     seeds = [[5, 5, 0, 0], [10, 0, 0, 0], [1, 1, 1, 1], [20, 20, 0, 0], [0, 0, 0, 0], [7, 0, 0, 0]]
     futs = [c.call_async(1, _req(s)) for s in seeds]
+    deadline = time.monotonic() + 5
+    while srv.stats()["queued"] < len(seeds) and time.monotonic() < deadline:
+        time.sleep(0.002)  # all queued behind the first batch, so they batch up
     gate.set()
     first.result()
     for s, f in zip(seeds, futs):
