@@ -7,6 +7,7 @@ replies. Python never sees a datagram.
 """
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import ipaddress
 import logging
@@ -58,9 +59,10 @@ class Server:
 
     policy: an object of yours with ``choose(queues)``, asked once per batch decision when more
     than one function has a batch due (never per datagram), on the worker thread: ``queues`` is a
-    list of ``QueueView`` (func_id, name, queued, oldest_wait in seconds, queued_cost, in_flight,
-    priority, weight, deadline); it returns the func_id to run next, ``(func_id, max_calls)`` to
-    also cut the batch, or None to let ``sched`` decide. If it raises or returns anything else,
+    list of ``QueueView`` (func_id, name, aux_class, queued, oldest_wait in seconds, queued_cost,
+    in_flight, priority, weight, deadline); it returns the func_id to run next (or the QueueView,
+    to pick one aux class), ``(choice, max_calls)`` to also cut the batch, or None to let
+    ``sched`` decide. If it raises or returns anything else,
     ``sched`` decides, the error is counted (``stats()["sched"]["errors"]``) and logged (the
     first one with its traceback), and serving goes on. Keep it short: the worker waits for it.
 
@@ -201,6 +203,7 @@ class Server:
         max_batch_cost: int | None = None,
         priority: int | None = None,
         weight: int | None = None,
+        aux_classes: int | None = None,
     ) -> Callable:
         """Decorator registering `fn` under func_id.
 
@@ -256,7 +259,11 @@ class Server:
         them: ``costs=`` a uint32 array, one per call of the batch.
 
         ``priority`` (0 .. 2**32 - 1, higher first) and ``weight`` (its share) matter under the
-        server's ``sched="priority"`` and ``sched="fair"``.
+        server's ``sched="priority"`` and ``sched="fair"``. ``aux_classes=N`` (2 .. 16) gives the
+        function N queues, one per priority class: a call goes to class min(aux, N - 1) of its
+        request header (``client.call(f, x, aux=k)``), and class k ranks as priority
+        ``priority + k`` (a higher aux runs first under ``sched="priority"``). The callback is the
+        same; its batches hold calls of one class. Host functions, and not with ``cost="aux"``.
 
         ``max_batch``, ``capacity`` (elements per Tensor Queue) and ``max_delay_us`` left None take
         the C core's defaults (srpc_func_config_init, native/src/tunables.h); a raw function's
@@ -268,7 +275,8 @@ class Server:
                               max_delay_us=max_delay_us, capacity=capacity, raw=raw,
                               max_request=max_request, max_response=max_response, device=device,
                               orchestration=orchestration, deadline=deadline, executor=executor, cost=cost,
-                              max_batch_cost=max_batch_cost, priority=priority, weight=weight)
+                              max_batch_cost=max_batch_cost, priority=priority, weight=weight,
+                              aux_classes=aux_classes)
             return fn
 
         return register
@@ -276,7 +284,7 @@ class Server:
     def add_function(self, fn, func_id, name=None, inputs=(), outputs=(), *, max_batch=None, max_delay_us=None,
                      capacity=None, raw=False, max_request=None, max_response=None, device="cpu",
                      orchestration="o1", deadline=None, executor="inline", cost=None,
-                     max_batch_cost=None, priority=None, weight=None) -> None:
+                     max_batch_cost=None, priority=None, weight=None, aux_classes=None) -> None:
         """Registers fn under func_id: what the function decorator does (see there)."""
         if self._state != "created":
             raise SplitRPCError("functions must be registered before the server starts")
@@ -314,6 +322,16 @@ class Server:
         for what, v in (("priority", priority), ("weight", weight)):
             if v is not None and (isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < 2**32):
                 raise ValueError(f"{what} must be an integer from 0 to 2**32 - 1, got {v!r}")
+        if aux_classes is not None and (isinstance(aux_classes, bool) or not isinstance(aux_classes, int)
+                                        or not 1 <= aux_classes <= _server.MAX_AUX_CLASSES):
+            raise ValueError(f"aux_classes must be an integer from 1 to {_server.MAX_AUX_CLASSES}, got {aux_classes!r}")
+        n_classes = 0 if aux_classes in (None, 1) else aux_classes
+        if n_classes and cost == cost_.AUX:
+            raise ValueError("aux_classes and cost='aux' both read the request header's aux: choose one")
+        if n_classes and ordinal >= 0:
+            raise ValueError("aux_classes are for host functions")
+        if n_classes and len(self._funcs_and_classes()) + n_classes > _server.MAX_FUNCS:
+            raise ValueError(f"at most {_server.MAX_FUNCS} queues in a server (each aux class is one)")
         if max_batch_cost is not None and cost is None:
             raise ValueError("max_batch_cost needs a cost ('aux' or a CostTable)")
         if isinstance(cost, CostTable) and ordinal >= 0:
@@ -339,7 +357,8 @@ class Server:
                              max_batch=max_batch, max_delay_us=max_delay_us, gpu_device=ordinal,
                              deadline_us=max(int(deadline * 1e6), 1) if deadline else 0,
                              max_inflight=pool.threads if pool is not None else 0, cost=cost,
-                             max_batch_cost=max_batch_cost or 0, priority=priority, weight=weight)
+                             max_batch_cost=max_batch_cost or 0, priority=priority, weight=weight,
+                             aux_classes=n_classes)
         f = _server.Function(func_id, name, fn, inputs, outputs, raw, in_sizes[0] if raw else 0,
                              out_sizes[0] if raw else 0)
         if ordinal >= 0:
@@ -347,6 +366,9 @@ class Server:
             f.runner = gpu.DeviceRunner(ordinal, inputs, outputs, fn, orchestration)
         f.pool = pool
         f.costs_kw = costs_kw
+        if n_classes:  # a Function per class: each has its own queues, so its own views
+            f.classes = [f] + [dataclasses.replace(f, classes=None, args_cache={}, calls=0)
+                               for _ in range(n_classes - 1)]
         self._funcs[func_id] = f
 
     # ------------------------------------------------------------------ running
@@ -385,6 +407,10 @@ class Server:
                 p.acquire()
             self._pools_held = True
             self._state = "running"
+
+    def _funcs_and_classes(self) -> list:
+        """Every queue's Function: a function with aux classes counts once per class."""
+        return [c for f in self._funcs.values() for c in (f.classes or [f])]
 
     def _pools(self) -> list:
         """The distinct thread pools of the functions (a pool may serve several)."""
@@ -443,7 +469,7 @@ class Server:
         calls queued now and the queue-delay histogram of the calls run."""
         return {
             **_server.read_stats(self._srv),
-            "functions": {f.name: f.calls for f in self._funcs.values()},
+            "functions": {f.name: sum(c.calls for c in (f.classes or [f])) for f in self._funcs.values()},
             "devices": {f.name: f.device for f in self._funcs.values()},
             **({"dpdk": self._dpdk_stats()} if self.transport == "dpdk" else {}),
         }

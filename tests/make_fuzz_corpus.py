@@ -59,6 +59,8 @@ def main(out: str) -> None:
                                        for i, (k0, k1) in enumerate([(1, 2), (30, 20), (5, 5), (49, 0), (-1, 3)]))
         + rec(4 | 64, b""),
         "raw_aux_deferred": rec(0, hdr(0, 3, 23, 0, 1, 5, aux=500) + b"hello") + rec(4 | 64 | 32, b""),
+        "aux_classes": b"".join(rec(i & 3, hdr(0, 7, 30 + i, 0, 1, 16, aux=a) + bytes(range(16)))
+                                for i, a in enumerate([0, 1, 2, 9, 65535, 1])) + rec(4 | 64, b"") + rec(4 | 32, b""),
         "big_key": b"".join(rec(0, d) for d in segments(5, 24, big[:8] + struct.pack("<q", 7) + big[16:], 8000))
         + rec(4 | 64, b""),
     }

@@ -162,3 +162,48 @@ def test_a_failing_policy_falls_back_and_is_reported(make_server, make_client, c
 def test_a_policy_without_choose_is_refused():
     with pytest.raises(ValueError, match="choose"):
         splitrpc.Server("127.0.0.1", 0, policy=object())
+
+
+def test_aux_classes_of_one_function_run_by_priority(make_server, make_client):
+    """aux_classes=3: a call's class is min(aux, 2) of its header; class k ranks priority + k."""
+    order, gate, entered = [], threading.Event(), threading.Event()
+
+    def setup(srv):
+        @srv.function(99, "gate", inputs=SPEC, outputs=SPEC)
+        def hold(x, y):
+            entered.set()
+            gate.wait(10)
+            y[:] = x
+
+        @srv.function(1, "classed", inputs=SPEC, outputs=SPEC, max_batch=8, aux_classes=3, executor=1)
+        def classed(x, y):
+            order.append(sorted(x[:, 0].tolist()))
+            y[:] = x * 2
+
+    srv = make_server(setup, sched="priority")
+    c = make_client(srv.port, timeout=10.0)
+    first = c.call_async(99, np.zeros(1, np.float32))
+    assert entered.wait(5)
+    sends = [(0, 1.0), (0, 2.0), (1, 3.0), (2, 4.0), (65535, 5.0), (1, 6.0)]
+    futs = [(v, c.call_async(1, np.array([v], np.float32), aux=aux)) for aux, v in sends]
+    deadline = time.monotonic() + 5
+    while srv.stats()["queued"] < len(sends) and time.monotonic() < deadline:
+        time.sleep(0.002)
+    gate.set()
+    first.result()
+    for v, f in futs:
+        assert np.frombuffer(f.result(), np.float32)[0] == 2 * v
+    assert order == [[4.0, 5.0], [3.0, 6.0], [1.0, 2.0]]  # class 2 (aux 2, 65535), class 1, class 0
+    assert srv.stats()["functions"]["classed"] == 6
+
+
+@pytest.mark.parametrize("kw, why", [(dict(aux_classes=17), "aux_classes must be"),
+                                     (dict(aux_classes=2, cost="aux"), "both read the request header's aux"),
+                                     (dict(aux_classes=True), "aux_classes must be")])
+def test_bad_aux_classes_are_refused(kw, why):
+    srv = splitrpc.Server("127.0.0.1", 0)
+    try:
+        with pytest.raises(ValueError, match=why):
+            srv.add_function(lambda x, y: None, 1, inputs=SPEC, outputs=SPEC, **kw)
+    finally:
+        srv.close()

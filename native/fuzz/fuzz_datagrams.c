@@ -15,8 +15,9 @@
  * fail the calls whose request's first byte is odd one by one (srpc_server_fail_call); op & 64:
  * defer each batch and finish it with srpc_server_finish from a copy, as a thread pool does.
  * Admission costs: F_VEC from a table of two int32 keys at byte 0 (bounded batches), F_RAW from
- * the header's aux, F_BIG from one int64 key at byte 8; the server shares work fairly by cost. */
-enum { F_VEC = 1, F_RAW = 3, F_BIG = 5 };
+ * the header's aux, F_BIG from one int64 key at byte 8; the server shares work fairly by cost.
+ * F_CLS has 3 aux classes: a call's queue is chosen by its header's aux. */
+enum { F_VEC = 1, F_RAW = 3, F_BIG = 5, F_CLS = 7 };
 #define VEC_MAX_BATCH_COST 60
 
 static srpc_server_t *srv;
@@ -53,6 +54,11 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     add(F_VEC, 0, 1024, 1024, 16, SRPC_COST_TABLE, 0, 2, 4, VEC_MAX_BATCH_COST);
     add(F_RAW, 1, 65536, 65536, 8, SRPC_COST_AUX, 0, 0, 0, 0);
     add(F_BIG, 0, 200000, 16, 4, SRPC_COST_TABLE, 8, 1, 8, 0); /* a request of many segments */
+    uint32_t s16 = 16;
+    srpc_func_config_t cls = {.func_id = F_CLS, .n_in = 1, .n_out = 1, .in_sizes = &s16, .out_sizes = &s16,
+                              .capacity = 4, .max_batch = 2, .aux_classes = 3};
+    if (srpc_server_add_function(srv, &cls) != 0)
+        abort();
     return 0;
 }
 
@@ -62,10 +68,10 @@ static void drain(int fail, int per_call, int deferred)
 {
     srpc_batch_t b;
     while (srpc_server_next_batch(srv, &b, 0) == 0) {
-        if (!b.cost)
-            abort(); /* every function here has a cost */
+        if (!b.cost != (b.func_id == F_CLS) || (b.func_id != F_CLS && b.aux_class) || b.aux_class > 2)
+            abort(); /* every function here but F_CLS has a cost; only F_CLS has classes */
         uint64_t sum = 0;
-        for (uint32_t i = 0; i < b.count; i++) {
+        for (uint32_t i = 0; b.cost && i < b.count; i++) {
             if (b.func_id != F_RAW && b.cost[i] > 2 * 49)
                 abort(); /* a cost from the table: at most two rows of 49 (a bad key never runs) */
             sum += b.cost[i];
@@ -76,7 +82,10 @@ static void drain(int fail, int per_call, int deferred)
             for (uint32_t i = 0; i < b.count; i++)
                 b.out_len[i] = b.in_len[i] < 64 ? b.in_len[i] : 64;
         for (uint32_t i = 0; per_call && i < b.count; i++) {
-            const uint8_t *req = b.in[0] + (size_t)i * (b.func_id == F_RAW ? 65536 : b.func_id == F_BIG ? 200000 : 1024);
+            const uint8_t *req = b.in[0] + (size_t)i * (b.func_id == F_RAW   ? 65536
+                                                        : b.func_id == F_BIG ? 200000
+                                                        : b.func_id == F_CLS ? 16
+                                                                             : 1024);
             if ((b.func_id != F_RAW || b.in_len[i]) && (req[0] & 1) &&
                 srpc_server_fail_call(srv, &b, i, 1 + req[0] % (SRPC_E_MAX - 1), (req[0] & 2) ? NULL : "fuzz call") != 0)
                 abort(); /* a valid index and code of an open batch: must be taken */

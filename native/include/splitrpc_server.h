@@ -134,7 +134,16 @@ typedef struct srpc_func_config {
                                   max_batch bounds their count (a call costlier alone runs alone) */
     uint32_t priority;         /* SRPC_SCHED_PRIORITY: higher runs first (0: the lowest) */
     uint32_t weight;           /* SRPC_SCHED_FAIR: its share of the work (0 counts as 1) */
+    uint32_t aux_classes;      /* 0 or 1: one queue. N (2 .. SRPC_MAX_AUX_CLASSES): N queues (each
+                                  with its own Tensor Queues of capacity elements), one per class: a
+                                  call goes to class min(aux, N - 1) of its request header, and
+                                  class k ranks as priority + k. Each class is scheduled as a
+                                  function of its own (srpc_batch_t.aux_class says which). -EINVAL
+                                  with cost_from SRPC_COST_AUX (aux cannot mean both) */
 } srpc_func_config_t;
+
+#define SRPC_MAX_FUNCS 64      /* queues in a server: a function with aux classes has one each */
+#define SRPC_MAX_AUX_CLASSES 16
 
 /* srpc_func_config_t.cost_from */
 #define SRPC_COST_NONE 0
@@ -159,6 +168,7 @@ int srpc_server_add_function(srpc_server_t *srv, const srpc_func_config_t *fc);
  * srpc_server_next_batch, with no lock held; it must not call back into the server. */
 typedef struct srpc_sched_view {
     uint16_t func_id;
+    uint16_t aux_class;       /* which of its aux classes' queues (0 without classes) */
     uint32_t queued;          /* calls queued and ready */
     uint64_t oldest_wait_ns;  /* how long the oldest of them has been queued */
     uint64_t queued_cost;     /* their summed admission cost (0 without one) */
@@ -195,6 +205,7 @@ typedef struct srpc_batch {
     uint64_t dout[SRPC_MAX_TENSORS];
     const uint32_t *cost; /* functions with an admission cost: each call's (count entries); valid
                              until the worker's next srpc_server_next_batch. Else NULL */
+    uint16_t aux_class;   /* a function with aux classes: the class of every call of the batch */
 } srpc_batch_t;
 
 /* Waits up to timeout_us (-1 = forever) for a batch, following the server's wait mode.

@@ -209,8 +209,71 @@ static void test_external_policy(void)
     }
 }
 
+/* A function with 3 aux classes under the priority policy: a call's class is min(aux, 2), the
+ * higher class runs first (class k ranks as priority + k), batches hold one class. */
+static void test_aux_classes(void)
+{
+    srpc_server_config_t cfg;
+    srpc_server_config_init(&cfg);
+    cfg.host = "127.0.0.1";
+    cfg.port = 0;
+    cfg.wait_mode = SRPC_WAIT_BLOCK;
+    cfg.sched = SRPC_SCHED_PRIORITY;
+    srpc_server_t *srv = NULL;
+    CHECK(srpc_server_create(&cfg, &srv) == 0, "server");
+    static uint32_t s8 = 8;
+    srpc_func_config_t fc;
+    srpc_func_config_init(&fc);
+    fc.func_id = 1;
+    fc.in_sizes = fc.out_sizes = &s8;
+    fc.capacity = 16;
+    fc.max_batch = 8;
+    fc.aux_classes = 3;
+    fc.priority = 10; /* classes 0, 1, 2 rank 10, 11, 12 */
+    srpc_func_config_t bad = fc;
+    bad.aux_classes = SRPC_MAX_AUX_CLASSES + 1;
+    CHECK(srpc_server_add_function(srv, &bad) == -EINVAL, "too many classes");
+    bad = fc;
+    bad.cost_from = SRPC_COST_AUX;
+    CHECK(srpc_server_add_function(srv, &bad) == -EINVAL, "classes and an aux cost");
+    CHECK(srpc_server_add_function(srv, &fc) == 0, "add 3 classes");
+    CHECK(srpc_server_add_function(srv, &fc) == -EEXIST, "the same id again");
+    fc.func_id = 2;
+    fc.aux_classes = 0;
+    fc.priority = 5; /* below every class of function 1 */
+    CHECK(srpc_server_add_function(srv, &fc) == 0, "a plain function");
+    CHECK(srpc_server_start(srv) == 0, "start");
+    srpc_client_t *c = client(srpc_server_port(srv));
+    send_n(c, 1, 2, 0);
+    send_n(c, 1, 1, 1);
+    send_n(c, 2, 2, 0);
+    send_n(c, 1, 1, 2);
+    send_n(c, 1, 2, 65535); /* hostile aux: the last class */
+    CHECK(wait_queued(srv, 8), "8 queued");
+    srpc_batch_t b;
+    const struct { uint16_t f, cls; uint32_t n; } want[4] = {{1, 2, 3}, {1, 1, 1}, {1, 0, 2}, {2, 0, 2}};
+    for (int i = 0; i < 4; i++) {
+        CHECK(srpc_server_next_batch(srv, &b, 100000) == 0, "batch %d", i);
+        CHECK(b.func_id == want[i].f && b.aux_class == want[i].cls && b.count == want[i].n,
+              "batch %d: function %u class %u, %u calls; want %u, %u, %u", i, b.func_id, b.aux_class, b.count,
+              want[i].f, want[i].cls, want[i].n);
+        if (i == 0) { /* a batch names its class: a wrong class is not this batch */
+            srpc_batch_t wrong = b;
+            wrong.aux_class = 0;
+            CHECK(srpc_server_complete(srv, &wrong, 0, NULL) == -EINVAL, "the batch of another class");
+        }
+        CHECK(srpc_server_complete(srv, &b, 0, NULL) == 0, "complete %d", i);
+    }
+    srpc_server_stats_t st;
+    srpc_server_stats(srv, &st);
+    CHECK(st.replies == 8, "8 replies, got %llu", (unsigned long long)st.replies);
+    srpc_client_destroy(c);
+    srpc_server_destroy(srv);
+}
+
 int main(void)
 {
+    test_aux_classes();
     test_external_policy();
     fdef_t two[2] = {{.id = 1}, {.id = 2}};
     int four_each[2] = {4, 4};

@@ -26,6 +26,8 @@ SCHED_POLICIES = {"rr": lib.SRPC_SCHED_RR, "priority": lib.SRPC_SCHED_PRIORITY, 
 
 _NO_POS = (1 << 64) - 1  # srpc_batch_t.pos (UINT64_MAX) when a function's address period is too long to cache
 _ARGS_CACHE_LIMIT = 8192
+MAX_FUNCS = lib.SRPC_MAX_FUNCS            # queues in a server (a function with aux classes has one each)
+MAX_AUX_CLASSES = lib.SRPC_MAX_AUX_CLASSES
 _NO_KWARGS: dict = {}
 WAIT_US = 100_000  # the worker returns to Python this often when idle (Ctrl-C, stop)
 
@@ -147,7 +149,7 @@ def server_port(srv) -> int:
 def add_function(srv, func_id: int, *, raw: bool, in_sizes: list, out_sizes: list, capacity: int | None,
                  max_batch: int | None, max_delay_us: int | None, gpu_device: int, deadline_us: int,
                  max_inflight: int = 0, cost=None, max_batch_cost: int = 0, priority: int | None = None,
-                 weight: int | None = None) -> None:
+                 weight: int | None = None, aux_classes: int = 0) -> None:
     """srpc_server_add_function with srpc_func_config_init's defaults where a setting is None;
     gpu_device -1: host memory; max_inflight 0: no limit on the function's batches out at once;
     cost None, "aux" or a splitrpc.cost.CostTable (checked already), max_batch_cost 0: none.
@@ -173,6 +175,7 @@ def add_function(srv, func_id: int, *, raw: bool, in_sizes: list, out_sizes: lis
         fc.priority = priority
     if weight is not None:
         fc.weight = weight
+    fc.aux_classes = aux_classes
     table = None
     if cost == "aux":
         fc.cost_from = lib.SRPC_COST_AUX
@@ -194,6 +197,7 @@ class QueueView:
     """What a scheduling policy sees of one function with a batch due (srpc_sched_view_t)."""
     func_id: int
     name: str
+    aux_class: int         # which of its aux classes' queues (0 without classes)
     queued: int            # calls queued and ready
     oldest_wait: float     # seconds the oldest of them has waited
     queued_cost: int       # their summed admission cost (0 without one)
@@ -204,7 +208,8 @@ class QueueView:
 
 
 def set_policy(native: "NativeServer", policy, names: dict) -> None:
-    """Installs policy (an object with choose(views) -> func_id | (func_id, max_calls) | None) as
+    """Installs policy (an object with choose(views) -> func_id or QueueView, optionally in a
+    (choice, max_calls) pair, or None) as
     the server's scheduling policy (srpc_server_set_sched_fn), asked once per batch decision on
     the worker thread. A choice it raises on or gets wrong is counted by the C core
     (stats()["sched"]["errors"]) and the built-in policy decides; the first such error, and then
@@ -213,14 +218,17 @@ def set_policy(native: "NativeServer", policy, names: dict) -> None:
 
     def choose(_ctx, due, n, max_calls) -> int:
         try:
-            views = [QueueView(v.func_id, names.get(v.func_id, str(v.func_id)), v.queued, v.oldest_wait_ns / 1e9,
+            views = [QueueView(v.func_id, names.get(v.func_id, str(v.func_id)), v.aux_class, v.queued,
+                               v.oldest_wait_ns / 1e9,
                                v.queued_cost, v.inflight, v.priority, v.weight,
                                v.deadline_ns / 1e9 if v.deadline_ns else None) for v in (due[i] for i in range(n))]
             r = policy.choose(views)
             if r is None:
                 return -1
             fid, cap = r if isinstance(r, tuple) else (r, 0)
-            at = next((i for i, v in enumerate(views) if v.func_id == fid), None)
+            at = next((i for i, v in enumerate(views) if v is fid), None)  # a QueueView it was given
+            if at is None and not isinstance(fid, QueueView):  # a func_id: its first queue listed
+                at = next((i for i, v in enumerate(views) if v.func_id == fid), None)
             if at is None or isinstance(cap, bool) or not isinstance(cap, int) or not 0 <= cap < 2**32:
                 raise SplitRPCError(f"the policy chose {r!r}: not (func_id, max_calls) of a function with a batch due "
                                     f"({[v.func_id for v in views]})")
@@ -268,6 +276,8 @@ class Function:
     runner: object = None     # a splitrpc.gpu.DeviceRunner for a function on a GPU
     pool: object = None       # a splitrpc.executor.ThreadPool that runs its batches, or None: inline
     costs_kw: bool = False    # the callback takes its calls' admission costs as costs=
+    # aux classes: the Function of each class's queues (this one is class 0), or None
+    classes: list | None = None
     calls: int = field(default=0)
     # The callback's arguments by (ring position, B): a ring revisits the same positions, and
     # building the numpy views costs about a microsecond each, finding them a tenth of that.
@@ -481,6 +491,8 @@ def serve(srv, funcs: dict, jobs: PoolJobs | None = None) -> None:
                 return
             check(rc, "srpc_server_complete_next")
         fn = funcs[b.func_id]
+        if fn.classes is not None:  # one of its aux classes' queues
+            fn = fn.classes[b.aux_class]
         count = b.count
         try:
             if fn.runner is not None:

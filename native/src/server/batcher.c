@@ -73,6 +73,7 @@ static void describe(srpc_fn_t *fn, srpc_batch_t *b, uint32_t count)
 {
     memset(b, 0, sizeof(*b));
     b->func_id = fn->func_id;
+    b->aux_class = fn->aux_class;
     b->count = count;
     b->first_seq = fn->taken;
     b->gpu_device = fn->gpu_device;
@@ -176,7 +177,7 @@ uint32_t srpc_batcher_due_locked(srpc_server_t *srv, uint64_t now, srpc_sched_vi
         if (!avail || held(fn, avail, now, &hold))
             continue;
         srpc_sched_view_t *v = &view[n];
-        *v = (srpc_sched_view_t){.func_id = fn->func_id, .queued = (uint32_t)(fn->ready_end - fn->taken),
+        *v = (srpc_sched_view_t){.func_id = fn->func_id, .aux_class = fn->aux_class, .queued = (uint32_t)(fn->ready_end - fn->taken),
                                  .inflight = fn->inflight, .priority = fn->priority, .weight = fn->weight,
                                  .deadline_ns = fn->deadline_ns};
         const uint64_t rx = fn->calls[fn->taken % fn->capacity].rx_ns;

@@ -145,9 +145,9 @@ int srpc_server_poll(srpc_server_t *srv)
 
 srpc_fn_t *srpc_completion_open_fn_w(srpc_server_t *srv, const srpc_batch_t *b)
 {
-    if (!srv || !b || b->count == 0 || !srv->by_id[b->func_id])
+    srpc_fn_t *fn = srv && b && b->count ? srpc_fn_lookup(srv, b->func_id, b->aux_class) : NULL;
+    if (!fn)
         return NULL;
-    srpc_fn_t *fn = srv->by_id[b->func_id];
     /* The batch fields of the call records are the worker's alone, so no lock is needed (an
      * open batch lies within [done, taken), which the engine leaves alone). */
     const srpc_call_t *c0 = &fn->calls[b->first_seq % fn->capacity];
@@ -198,9 +198,9 @@ int srpc_server_complete(srpc_server_t *srv, srpc_batch_t *b, int status, const 
  * Any thread: while the done word is 0 the batch's first record does not change. */
 static srpc_fn_t *deferred_fn(srpc_server_t *srv, const srpc_batch_t *b)
 {
-    if (!srv || !b || b->count == 0 || !srv->by_id[b->func_id])
+    srpc_fn_t *fn = srv && b && b->count ? srpc_fn_lookup(srv, b->func_id, b->aux_class) : NULL;
+    if (!fn)
         return NULL;
-    srpc_fn_t *fn = srv->by_id[b->func_id];
     const uint64_t at = b->first_seq % fn->capacity;
     const srpc_call_t *c0 = &fn->calls[at];
     if (__atomic_load_n(&fn->done_words[at], __ATOMIC_ACQUIRE) != 0)

@@ -107,7 +107,7 @@ static void known_call(srpc_server_t *srv, uint32_t idx, const srpc_hdr_t *h, ui
     }
     if (r == 0)
         return;
-    srpc_fn_t *fn = srv->by_id[h->func_id];
+    srpc_fn_t *fn = srpc_fn_lookup(srv, h->func_id, e->aux);
     if (!e->placed && srpc_ring_full(fn)) {
         srpc_call_key_t k = e->key;
         srv->rx.ready += srpc_partial_drop_locked(srv, idx);
@@ -134,7 +134,7 @@ static void known_call(srpc_server_t *srv, uint32_t idx, const srpc_hdr_t *h, ui
 static void new_call(srpc_server_t *srv, const srpc_call_key_t *k, const srpc_hdr_t *h, uint32_t seg,
                      const uint8_t *data, uint32_t dlen, uint64_t dev, uint64_t now)
 {
-    srpc_fn_t *fn = srv->by_id[h->func_id];
+    srpc_fn_t *fn = srpc_fn_lookup(srv, h->func_id, h->aux); /* its aux class's queue, if it has classes */
     if (unlikely(!fn)) {
         reject(srv, k, h, now, SRPC_E_UNKNOWN_FUNCTION, "no function %u", h->func_id);
         return;

@@ -84,7 +84,7 @@ unsigned srpc_partial_drop_locked(srpc_server_t *srv, uint32_t idx)
     unsigned ready = 0;
     if (e->placed) { /* its reserved element will never be filled: skip it */
         e->placed = 0;
-        ready = srpc_ring_void_locked(srv, srv->by_id[e->key.func_id], e->placed_seq);
+        ready = srpc_ring_void_locked(srv, srpc_fn_lookup(srv, e->key.func_id, e->aux), e->placed_seq);
     }
     ct_remove(&srv->ct, idx);
     return ready;

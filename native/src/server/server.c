@@ -127,14 +127,27 @@ int srpc_server_add_function(srpc_server_t *srv, const srpc_func_config_t *fc)
         return -EINVAL;
     if (srv->by_id[fc->func_id])
         return -EEXIST;
-    if (srv->nfns == SRPC_MAX_FUNCS)
+    const uint32_t n = fc->aux_classes > 1 ? fc->aux_classes : 1;
+    if (n > SRPC_MAX_AUX_CLASSES || (n > 1 && fc->cost_from == SRPC_COST_AUX))
+        return -EINVAL;
+    if (srv->nfns + n > SRPC_MAX_FUNCS)
         return -ENOSPC;
-    srpc_fn_t *fn;
-    int r = srpc_function_create(&srv->cfg, fc, &fn);
-    if (r)
-        return r;
-    srv->fns[srv->nfns++] = fn;
-    srv->by_id[fn->func_id] = fn;
+    const uint32_t first = srv->nfns;
+    for (uint32_t k = 0; k < n; k++) { /* one record (queues, ring) per class */
+        srpc_fn_t *fn;
+        int r = srpc_function_create(&srv->cfg, fc, &fn);
+        if (r) {
+            while (srv->nfns > first)
+                srpc_function_free(srv->fns[--srv->nfns]);
+            return r;
+        }
+        fn->aux_class = (uint16_t)k;
+        fn->n_classes = (uint16_t)(n > 1 ? n : 0);
+        fn->first_fi = first;
+        fn->priority = k <= UINT32_MAX - fc->priority ? fc->priority + k : UINT32_MAX; /* saturating */
+        srv->fns[srv->nfns++] = fn;
+    }
+    srv->by_id[fc->func_id] = srv->fns[first];
     return 0;
 }
 

@@ -118,7 +118,10 @@ typedef struct srpc_fn {
     uint64_t max_batch_cost;        /* 0: none */
     uint32_t *batch_cost;           /* max_batch entries: the batch's costs (worker) */
     /* Scheduling (sched.c). */
-    uint32_t priority, weight;      /* read-only */
+    uint32_t priority, weight;      /* read-only (a class's priority includes its class) */
+    uint16_t aux_class, n_classes;  /* read-only: its class, and how many its function has (0 or
+                                       1: none); the classes' records are first_fi, first_fi + 1.. */
+    uint32_t first_fi;              /* read-only: srv->fns index of class 0 */
     uint64_t vtime;                 /* lock: fair share: its virtual finish time */
     uint8_t cb_slow;    /* worker: its last batch kept the worker away longer than half of
                            rx_takeover_us, or it has had none yet (rx_owner.c: the engine
@@ -130,7 +133,6 @@ typedef struct srpc_fn {
     uint64_t out_stage_dev[SRPC_MAX_TENSORS]; /* pinned: device addresses of the output staging */
 } srpc_fn_t;
 
-#define SRPC_MAX_FUNCS 64
 
 /* ------------------------------------------------------------------ the reply log (reply.c) */
 
@@ -231,6 +233,16 @@ struct srpc_server {
 };
 
 #define ST_ADD(srv, field, v) __atomic_fetch_add(&(srv)->st.field, (v), __ATOMIC_RELAXED)
+
+/* The queue a call of func_id with header aux goes to: the function, or the record of its aux
+ * class; NULL for an unknown function. */
+static inline srpc_fn_t *srpc_fn_lookup(const srpc_server_t *srv, uint16_t func_id, uint16_t aux)
+{
+    srpc_fn_t *fn = srv->by_id[func_id];
+    if (fn && fn->n_classes > 1)
+        fn = srv->fns[fn->first_fi + (aux < fn->n_classes ? aux : fn->n_classes - 1u)];
+    return fn;
+}
 
 static inline void srpc_srv_lock(srpc_server_t *srv)
 {
