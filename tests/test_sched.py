@@ -11,18 +11,40 @@ from splitrpc import TensorSpec
 SPEC = [TensorSpec("x", "float32", (1,))]
 
 
+class _Gate:
+    """Function 99 holds the worker in its callback until release(): the calls sent meanwhile
+    queue up, so the scheduler then chooses among all of them."""
+
+    def __init__(self, srv, **kw):
+        self.open, self.entered = threading.Event(), threading.Event()
+
+        @srv.function(99, "gate", inputs=SPEC, outputs=SPEC, **kw)
+        def hold(x, y):
+            self.entered.set()
+            self.open.wait(10)
+            y[:] = x
+
+    def close(self, c):
+        """Sends the call that holds the worker and waits until it does."""
+        self.first = c.call_async(99, np.zeros(1, np.float32))
+        assert self.entered.wait(5)
+
+    def release(self, srv, queued: int):
+        """Opens once `queued` calls wait (or after 5 s)."""
+        deadline = time.monotonic() + 5
+        while srv.stats()["queued"] < queued and time.monotonic() < deadline:
+            time.sleep(0.002)
+        self.open.set()
+        self.first.result()
+
+
 def _run_order(make_server, make_client, sched, funcs, sends):
     """funcs: {func_id: function kwargs}; a gate function holds the worker while `sends` (func ids,
     in order) queue; returns the func ids in the order their calls ran."""
-    order, gate, entered = [], threading.Event(), threading.Event()
+    order, gates = [], []
 
     def setup(srv):
-        @srv.function(99, "gate", inputs=SPEC, outputs=SPEC)
-        def hold(x, y):
-            entered.set()
-            gate.wait(10)
-            y[:] = x
-
+        gates.append(_Gate(srv))
         for fid, kw in funcs.items():
             @srv.function(fid, f"f{fid}", inputs=SPEC, outputs=SPEC, max_batch=1, **kw)
             def work(x, y, fid=fid):
@@ -32,17 +54,12 @@ def _run_order(make_server, make_client, sched, funcs, sends):
     srv = make_server(setup, sched=sched)
     c = make_client(srv.port, timeout=10.0)
     x = np.zeros(1, np.float32)
-    first = c.call_async(99, x)
-    assert entered.wait(5)
+    gates[0].close(c)
     futs = []
     for fid in sends:
         futs.append(c.call_async(fid, x))
         time.sleep(0.002)  # a known order of arrival
-    deadline = time.monotonic() + 5
-    while srv.stats()["queued"] < len(sends) and time.monotonic() < deadline:
-        time.sleep(0.002)
-    gate.set()
-    first.result()
+    gates[0].release(srv, len(sends))
     for f in futs:
         f.result()
     return order
@@ -110,15 +127,10 @@ class _Broken:
 
 
 def _policy_run(make_server, make_client, policy, sched="priority"):
-    order, gate, entered = [], threading.Event(), threading.Event()
+    order, gates = [], []
 
     def setup(srv):
-        @srv.function(99, "gate", inputs=SPEC, outputs=SPEC, priority=100)
-        def hold(x, y):
-            entered.set()
-            gate.wait(10)
-            y[:] = x
-
+        gates.append(_Gate(srv, priority=100))
         for fid, prio in ((1, 9), (2, 1)):
             @srv.function(fid, f"f{fid}", inputs=SPEC, outputs=SPEC, max_batch=8, priority=prio)
             def work(x, y, fid=fid):
@@ -128,14 +140,9 @@ def _policy_run(make_server, make_client, policy, sched="priority"):
     srv = make_server(setup, sched=sched, policy=policy)
     c = make_client(srv.port, timeout=10.0)
     x = np.zeros(1, np.float32)
-    first = c.call_async(99, x)
-    assert entered.wait(5)
+    gates[0].close(c)
     futs = [c.call_async(1, x) for _ in range(2)] + [c.call_async(2, x) for _ in range(5)]
-    deadline = time.monotonic() + 5
-    while srv.stats()["queued"] < 7 and time.monotonic() < deadline:
-        time.sleep(0.002)
-    gate.set()
-    first.result()
+    gates[0].release(srv, 7)
     for f in futs:
         f.result()
     return order, srv.stats()
@@ -166,14 +173,10 @@ def test_a_policy_without_choose_is_refused():
 
 def test_aux_classes_of_one_function_run_by_priority(make_server, make_client):
     """aux_classes=3: a call's class is min(aux, 2) of its header; class k ranks priority + k."""
-    order, gate, entered = [], threading.Event(), threading.Event()
+    order, gates = [], []
 
     def setup(srv):
-        @srv.function(99, "gate", inputs=SPEC, outputs=SPEC)
-        def hold(x, y):
-            entered.set()
-            gate.wait(10)
-            y[:] = x
+        gates.append(_Gate(srv))
 
         @srv.function(1, "classed", inputs=SPEC, outputs=SPEC, max_batch=8, aux_classes=3, executor=1)
         def classed(x, y):
@@ -182,15 +185,10 @@ def test_aux_classes_of_one_function_run_by_priority(make_server, make_client):
 
     srv = make_server(setup, sched="priority")
     c = make_client(srv.port, timeout=10.0)
-    first = c.call_async(99, np.zeros(1, np.float32))
-    assert entered.wait(5)
+    gates[0].close(c)
     sends = [(0, 1.0), (0, 2.0), (1, 3.0), (2, 4.0), (65535, 5.0), (1, 6.0)]
     futs = [(v, c.call_async(1, np.array([v], np.float32), aux=aux)) for aux, v in sends]
-    deadline = time.monotonic() + 5
-    while srv.stats()["queued"] < len(sends) and time.monotonic() < deadline:
-        time.sleep(0.002)
-    gate.set()
-    first.result()
+    gates[0].release(srv, len(sends))
     for v, f in futs:
         assert np.frombuffer(f.result(), np.float32)[0] == 2 * v
     assert order == [[4.0, 5.0], [3.0, 6.0], [1.0, 2.0]]  # class 2 (aux 2, 65535), class 1, class 0

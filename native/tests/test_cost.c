@@ -13,6 +13,7 @@
 #include "splitrpc.h"
 
 #include "check.h"
+#include "loopback.h"
 
 enum { F_T32 = 1, F_T64 = 2, F_AUX = 3, F_RAW = 4 };
 #define ROWS 10
@@ -20,28 +21,13 @@ enum { F_T32 = 1, F_T64 = 2, F_AUX = 3, F_RAW = 4 };
 
 static uint32_t table[ROWS];
 
-static void sleep_us(long us)
-{
-    struct timespec ts = {us / 1000000, (us % 1000000) * 1000};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-    }
-}
-
 /* F_T32: 16-byte requests (a tag, then 2 int32 keys at byte 4, then padding), cost = sum of the
  * keys' rows, max_batch_cost 60. F_T64: two tensors of 8 and 16 bytes, one int64 key at byte 8
  * (the second tensor). F_AUX: the header's aux. F_RAW: raw, one int32 key at byte 2. */
 static srpc_server_t *server_up(int *port)
 {
-    srpc_server_config_t cfg;
-    srpc_server_config_init(&cfg);
-    cfg.host = "127.0.0.1";
-    cfg.port = 0;
-    cfg.wait_mode = SRPC_WAIT_BLOCK;
-    srpc_server_t *srv = NULL;
-    if (srpc_server_create(&cfg, &srv) != 0) {
-        fprintf(stderr, "cannot create a server, giving up\n");
-        exit(2);
-    }
+    const srpc_server_config_t cfg = loopback_server_config(SRPC_WAIT_BLOCK);
+    srpc_server_t *srv = loopback_server(&cfg);
     for (int i = 0; i < ROWS; i++)
         table[i] = (uint32_t)i * 10;
     uint32_t s16 = 16, s8 = 8, raw = 64, two_in[2] = {8, 16};
@@ -70,34 +56,10 @@ static srpc_server_t *server_up(int *port)
     return srv;
 }
 
-static srpc_client_t *client(int port)
-{
-    srpc_client_config_t cfg;
-    srpc_client_config_init(&cfg);
-    cfg.host = "127.0.0.1";
-    cfg.port = (uint16_t)port;
-    cfg.retries = 0; /* every call once: the server's answers as they are */
-    srpc_client_t *c = NULL;
-    if (srpc_client_create(&cfg, &c) != 0) {
-        fprintf(stderr, "cannot create a client, giving up\n");
-        exit(2);
-    }
-    return c;
-}
+/* Every call once: the server's answers as they are. */
+static srpc_client_t *client(int port) { return loopback_client(port, 0); }
 
-static uint64_t calls(srpc_server_t *srv)
-{
-    srpc_server_stats_t st;
-    srpc_server_stats(srv, &st);
-    return st.calls;
-}
-
-static int wait_calls(srpc_server_t *srv, uint64_t n)
-{
-    for (int i = 0; i < 3000 && calls(srv) < n; i++)
-        sleep_us(1000);
-    return calls(srv) >= n;
-}
+static int wait_calls(srpc_server_t *srv, uint64_t n) { return wait_for_calls(srv, n, 0); }
 
 static void put32(uint8_t *p, int32_t v) { memcpy(p, &v, 4); } /* little-endian hosts (x86, arm64) */
 static void put64(uint8_t *p, int64_t v) { memcpy(p, &v, 8); }
@@ -236,10 +198,7 @@ static void test_table_and_batch_cost(void)
 
 static void test_registration(void)
 {
-    srpc_server_config_t cfg;
-    srpc_server_config_init(&cfg);
-    cfg.host = "127.0.0.1";
-    cfg.port = 0;
+    const srpc_server_config_t cfg = loopback_server_config(SRPC_WAIT_BLOCK);
     srpc_server_t *srv = NULL;
     CHECK(srpc_server_create(&cfg, &srv) == 0, "server");
     uint32_t s16 = 16, t[2] = {1, 2};

@@ -15,31 +15,17 @@
 #include "splitrpc_gpu.h"
 
 #include "check.h"
+#include "loopback.h"
 
 enum { F_ADD = 1, F_RAW = 2, F_TINY = 3 };
 #define NF 256     /* floats per vector */
 #define TMO_US 3000000
 
-static void sleep_us(long us)
-{
-    struct timespec ts = {us / 1000000, (us % 1000000) * 1000};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-    }
-}
-
 /* A started server whose worker is the test itself (no worker thread). */
 static srpc_server_t *server_up(int wait_mode, int *port)
 {
-    srpc_server_config_t cfg;
-    srpc_server_config_init(&cfg);
-    cfg.host = "127.0.0.1";
-    cfg.port = 0;
-    cfg.wait_mode = wait_mode;
-    srpc_server_t *srv = NULL;
-    if (srpc_server_create(&cfg, &srv) != 0) {
-        fprintf(stderr, "cannot create a server, giving up\n");
-        exit(2);
-    }
+    const srpc_server_config_t cfg = loopback_server_config(wait_mode);
+    srpc_server_t *srv = loopback_server(&cfg);
     uint32_t vec = NF * 4, raw = 4096;
     srpc_func_config_t add = {.func_id = F_ADD, .n_in = 1, .n_out = 1, .in_sizes = &vec, .out_sizes = &vec,
                               .capacity = 16, .max_batch = 2};
@@ -56,44 +42,12 @@ static srpc_server_t *server_up(int wait_mode, int *port)
     return srv;
 }
 
-static srpc_client_t *client_retries(int port, uint32_t retries)
-{
-    srpc_client_config_t cfg;
-    srpc_client_config_init(&cfg);
-    cfg.host = "127.0.0.1";
-    cfg.port = (uint16_t)port;
-    /* the server's answers as sent (BUSY included), the given retransmissions, no window */
-    cfg.retries = retries;
-    cfg.window = 0;
-    cfg.busy_retry = 0;
-    srpc_client_t *c = NULL;
-    if (srpc_client_create(&cfg, &c) != 0) {
-        fprintf(stderr, "cannot create a client, giving up\n");
-        exit(2);
-    }
-    return c;
-}
-
 /* The old client's 3 retransmissions. */
-static srpc_client_t *client(int port) { return client_retries(port, 3); }
+static srpc_client_t *client(int port) { return loopback_client(port, 3); }
 
-static srpc_server_stats_t stats(srpc_server_t *srv)
-{
-    srpc_server_stats_t st;
-    memset(&st, 0, sizeof(st));
-    srpc_server_stats(srv, &st);
-    return st;
-}
+static srpc_server_stats_t stats(srpc_server_t *srv) { return server_stats(srv); }
 
-static int wait_calls(srpc_server_t *srv, uint64_t n)
-{
-    for (int i = 0; i < 3000; i++) {
-        if (stats(srv).calls >= n)
-            return 1;
-        sleep_us(1000);
-    }
-    return 0;
-}
+static int wait_calls(srpc_server_t *srv, uint64_t n) { return wait_for_calls(srv, n, 0); }
 
 /* Sends n vecadd calls whose vectors are all `base + i`. */
 static void send_vecs(srpc_client_t *c, uint16_t f, int n, float base, uint64_t *ids)
@@ -354,7 +308,7 @@ static void test_finish_any_thread(int mode)
     srpc_server_t *srv = server_up(mode, &port);
     /* No retransmission: the worker below waits longer than a first timeout, and a call answered
      * with an error other than INTERNAL is not cached (it would run again). */
-    srpc_client_t *c = client_retries(port, 0);
+    srpc_client_t *c = loopback_client(port, 0);
     uint64_t ids[4];
     send_vecs(c, F_ADD, 4, 20.0f, ids);
     CHECK(wait_calls(srv, 4), "4 calls queued");
@@ -451,11 +405,7 @@ static void test_finish_any_thread(int mode)
  * next batch while another function's batches are taken. */
 static void test_max_inflight(void)
 {
-    srpc_server_config_t cfg;
-    srpc_server_config_init(&cfg);
-    cfg.host = "127.0.0.1";
-    cfg.port = 0;
-    cfg.wait_mode = SRPC_WAIT_BLOCK;
+    const srpc_server_config_t cfg = loopback_server_config(SRPC_WAIT_BLOCK);
     srpc_server_t *srv = NULL;
     CHECK(srpc_server_create(&cfg, &srv) == 0, "server");
     uint32_t vec = NF * 4;

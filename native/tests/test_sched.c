@@ -13,15 +13,9 @@
 #include "splitrpc.h"
 
 #include "check.h"
+#include "loopback.h"
 
 #define TMO_US 3000000
-
-static void sleep_us(long us)
-{
-    struct timespec ts = {us / 1000000, (us % 1000000) * 1000};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-    }
-}
 
 typedef struct {
     uint16_t id;
@@ -31,17 +25,9 @@ typedef struct {
 
 static srpc_server_t *server_up(int sched, const fdef_t *f, int nf, uint32_t max_batch, int *port)
 {
-    srpc_server_config_t cfg;
-    srpc_server_config_init(&cfg);
-    cfg.host = "127.0.0.1";
-    cfg.port = 0;
-    cfg.wait_mode = SRPC_WAIT_BLOCK;
+    srpc_server_config_t cfg = loopback_server_config(SRPC_WAIT_BLOCK);
     cfg.sched = sched;
-    srpc_server_t *srv = NULL;
-    if (srpc_server_create(&cfg, &srv) != 0) {
-        fprintf(stderr, "cannot create a server, giving up\n");
-        exit(2);
-    }
+    srpc_server_t *srv = loopback_server(&cfg);
     static uint32_t s8 = 8;
     for (int i = 0; i < nf; i++) {
         srpc_func_config_t fc;
@@ -61,32 +47,9 @@ static srpc_server_t *server_up(int sched, const fdef_t *f, int nf, uint32_t max
     return srv;
 }
 
-static srpc_client_t *client(int port)
-{
-    srpc_client_config_t cfg;
-    srpc_client_config_init(&cfg);
-    cfg.host = "127.0.0.1";
-    cfg.port = (uint16_t)port;
-    cfg.retries = 0;
-    srpc_client_t *c = NULL;
-    if (srpc_client_create(&cfg, &c) != 0) {
-        fprintf(stderr, "cannot create a client, giving up\n");
-        exit(2);
-    }
-    return c;
-}
+static srpc_client_t *client(int port) { return loopback_client(port, 0); }
 
-static int wait_queued(srpc_server_t *srv, uint64_t n)
-{
-    srpc_server_stats_t st;
-    for (int i = 0; i < 3000; i++) {
-        srpc_server_stats(srv, &st);
-        if (st.queued >= n)
-            return 1;
-        sleep_us(1000);
-    }
-    return 0;
-}
+static int wait_queued(srpc_server_t *srv, uint64_t n) { return wait_for_calls(srv, n, 1); }
 
 static void send_n(srpc_client_t *c, uint16_t f, int n, uint16_t aux)
 {
@@ -160,11 +123,7 @@ static void test_external_policy(void)
 {
     for (int mode = 0; mode < 3; mode++) {
         fdef_t f[2] = {{.id = 1, .priority = 9}, {.id = 2, .priority = 1}};
-        srpc_server_config_t cfg;
-        srpc_server_config_init(&cfg);
-        cfg.host = "127.0.0.1";
-        cfg.port = 0;
-        cfg.wait_mode = SRPC_WAIT_BLOCK;
+        srpc_server_config_t cfg = loopback_server_config(SRPC_WAIT_BLOCK);
         cfg.sched = SRPC_SCHED_PRIORITY; /* the built-in fallback */
         srpc_server_t *srv = NULL;
         CHECK(srpc_server_create(&cfg, &srv) == 0, "server");
@@ -213,11 +172,7 @@ static void test_external_policy(void)
  * higher class runs first (class k ranks as priority + k), batches hold one class. */
 static void test_aux_classes(void)
 {
-    srpc_server_config_t cfg;
-    srpc_server_config_init(&cfg);
-    cfg.host = "127.0.0.1";
-    cfg.port = 0;
-    cfg.wait_mode = SRPC_WAIT_BLOCK;
+    srpc_server_config_t cfg = loopback_server_config(SRPC_WAIT_BLOCK);
     cfg.sched = SRPC_SCHED_PRIORITY;
     srpc_server_t *srv = NULL;
     CHECK(srpc_server_create(&cfg, &srv) == 0, "server");
@@ -298,10 +253,7 @@ int main(void)
     int edf_counts[3] = {2, 2, 2};
     expect_order(SRPC_SCHED_EDF, edf, 3, edf_counts, NULL, 1, "BBAACC", "earliest deadline first");
 
-    srpc_server_config_t cfg;
-    srpc_server_config_init(&cfg);
-    cfg.host = "127.0.0.1";
-    cfg.port = 0;
+    srpc_server_config_t cfg = loopback_server_config(SRPC_WAIT_BLOCK);
     srpc_server_t *srv = NULL;
     cfg.sched = 4;
     CHECK(srpc_server_create(&cfg, &srv) == -EINVAL, "an unknown policy");

@@ -126,10 +126,7 @@ static enum srpc_take take(srpc_server_t *srv, srpc_fn_t *fn, uint32_t fi, srpc_
         return SRPC_TAKE_REFUSED;
     if (late)
         return SRPC_TAKE_OVERDUE;
-    uint64_t cost = 0;
-    for (uint32_t i = 0; fn->batch_cost && i < count; i++)
-        cost += fn->batch_cost[i];
-    srpc_sched_taken_locked(srv, fn, rank, count, cost);
+    srpc_sched_taken_locked(srv, fn, rank, b);
     ST_ADD(srv, batches, 1);
     ST_ADD(srv, batch_calls, count);
     ST_ADD(srv, batch_hist[count < SRPC_BATCH_HIST ? count : SRPC_BATCH_HIST - 1], 1);
@@ -199,7 +196,7 @@ enum srpc_take srpc_batcher_take_locked(srpc_server_t *srv, srpc_batch_t *b, srp
         uint32_t late;
         uint64_t avail = ready_now(srv, fn, now, &late), ignored = 0;
         if (avail && !late && !held(fn, avail, now, &ignored))
-            return take(srv, fn, (uint32_t)prefer, b, avail, 0, srpc_sched_rank_locked(srv, fn, now), fn_out, now,
+            return take(srv, fn, (uint32_t)prefer, b, avail, 0, srpc_sched_rank_locked(srv, fn), fn_out, now,
                         cap);
     }
     const int rr = srv->cfg.sched == SRPC_SCHED_RR;
@@ -219,7 +216,7 @@ enum srpc_take srpc_batcher_take_locked(srpc_server_t *srv, srpc_batch_t *b, srp
             continue;
         if (rr) /* the next in turn: no ranking */
             return take(srv, fn, fi, b, avail, 0, 0, fn_out, now, 0);
-        const uint64_t rank = srpc_sched_rank_locked(srv, fn, now);
+        const uint64_t rank = srpc_sched_rank_locked(srv, fn);
         if (!best || rank < best_rank) {
             best = fn;
             best_fi = fi;

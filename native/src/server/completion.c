@@ -13,6 +13,14 @@
 /* A deferred raw call's length until srpc_server_finish gives it. */
 #define NO_LENGTH UINT32_MAX
 
+/* A raw batch's reply lengths (b->out_len, count entries) kept with its calls: b->out_len is
+ * reused by the next batch, or is the finishing thread's own array. */
+static void keep_lengths(srpc_fn_t *fn, const srpc_batch_t *b)
+{
+    for (uint32_t i = 0; i < b->count; i++)
+        fn->calls[(b->first_seq + i) % fn->capacity].out_len = b->out_len[i];
+}
+
 /* The reply of the call of element seq as pieces of the output TQ elements (raw: its length is
  * in the call's record). Returns the number of pieces. */
 static int reply_pieces(const srpc_fn_t *fn, uint64_t seq, struct iovec *iv, uint32_t *len)
@@ -176,9 +184,8 @@ int srpc_server_complete(srpc_server_t *srv, srpc_batch_t *b, int status, const 
     if (status < 0 || status >= SRPC_E_MAX)
         status = SRPC_E_INTERNAL;
     srpc_call_t *c0 = &fn->calls[b->first_seq % fn->capacity];
-    if (fn->raw) /* b->out_len is reused by the next batch: keep the lengths with the calls */
-        for (uint32_t i = 0; i < b->count; i++)
-            fn->calls[(b->first_seq + i) % fn->capacity].out_len = b->out_len[i];
+    if (fn->raw)
+        keep_lengths(fn, b);
     if (!fn->inflight && b->first_seq == fn->done) {
         /* The common case, the oldest batch with none in flight: no done word needed. */
         c0->batch_open = 0;
@@ -248,8 +255,7 @@ int srpc_server_finish(srpc_server_t *srv, const srpc_batch_t *b, int status, co
         status = SRPC_E_INTERNAL;
     const uint64_t at = b->first_seq % fn->capacity;
     if (fn->raw && !status)
-        for (uint32_t i = 0; i < b->count; i++)
-            fn->calls[(b->first_seq + i) % fn->capacity].out_len = b->out_len[i];
+        keep_lengths(fn, b);
     if (status && msg)
         fn->calls[at].batch_msg = strndup(msg, SRPC_ERRMSG_MAX); /* NULL (no text) if out of memory */
     __atomic_store_n(&fn->done_words[at], SRPC_DONE | (uint32_t)status, __ATOMIC_RELEASE);

@@ -44,6 +44,17 @@ static uint32_t insert_entry(srpc_server_t *srv, const srpc_call_key_t *k, uint8
         }                                                                                          \
     } while (0)
 
+/* The call of element seq (its request of len bytes complete, where dev_in says) becomes
+ * RX_COMPLETE and gets its admission cost (aux: its header's). A table's keys in a request still
+ * being copied out of GPU memory are read once the copy is done (srpc_gpu_rx_finish_locked). */
+static void fill(srpc_server_t *srv, srpc_fn_t *fn, uint64_t seq, uint32_t ct_idx, uint32_t len, int dev_in,
+                 int copying, uint16_t aux, uint64_t now)
+{
+    srv->rx.ready += srpc_ring_fill_locked(srv, fn, seq, ct_idx, len, dev_in, now);
+    if (fn->cost_from != SRPC_COST_NONE && !(copying && fn->cost_from == SRPC_COST_TABLE))
+        srpc_cost_admit_locked(srv, fn, seq, aux);
+}
+
 /* Copies a whole request (host data, or dev != 0: its device address) into the next element of
  * the function's input TQs and marks it RX_COMPLETE. The caller checked that there is room. */
 static void enqueue(srpc_server_t *srv, srpc_fn_t *fn, uint32_t ct_idx, const uint8_t *data, uint32_t len,
@@ -64,12 +75,8 @@ static void enqueue(srpc_server_t *srv, srpc_fn_t *fn, uint32_t ct_idx, const ui
     e->state = CT_QUEUED;
     e->u.queued.seq = seq;
     ST_ADD(srv, calls, 1);
-    srv->rx.ready += srpc_ring_fill_locked(srv, fn, seq, ct_idx, len,
-                                           dev && fn->gpu_device >= 0 ? SRPC_DEV_IN_DEVICE : SRPC_DEV_IN_HOST, now);
-    /* Its admission cost; a table's keys in a request copied out of GPU memory are read once the
-     * copy is done (srpc_gpu_rx_finish_locked). */
-    if (fn->cost_from != SRPC_COST_NONE && !(dev && fn->cost_from == SRPC_COST_TABLE))
-        srpc_cost_admit_locked(srv, fn, seq, aux);
+    fill(srv, fn, seq, ct_idx, len, dev && fn->gpu_device >= 0 ? SRPC_DEV_IN_DEVICE : SRPC_DEV_IN_HOST, dev != 0,
+         aux, now);
 }
 
 /* A segment of a call the table knows. */
@@ -121,9 +128,7 @@ static void known_call(srpc_server_t *srv, uint32_t idx, const srpc_hdr_t *h, ui
         e->state = CT_QUEUED;
         e->u.queued.seq = seq;
         ST_ADD(srv, calls, 1);
-        srv->rx.ready += srpc_ring_fill_locked(srv, fn, seq, idx, len, SRPC_DEV_IN_HOST, now);
-        if (fn->cost_from != SRPC_COST_NONE)
-            srpc_cost_admit_locked(srv, fn, seq, e->aux);
+        fill(srv, fn, seq, idx, len, SRPC_DEV_IN_HOST, 0, e->aux, now);
         return;
     }
     enqueue(srv, fn, idx, msg.buf, msg.msg_len, 0, e->aux, now);

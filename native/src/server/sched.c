@@ -3,10 +3,9 @@
 
 #include "core/tunables.h"
 
-uint64_t srpc_sched_rank_locked(const srpc_server_t *srv, const srpc_fn_t *fn, uint64_t now)
+uint64_t srpc_sched_rank_locked(const srpc_server_t *srv, const srpc_fn_t *fn)
 {
     SRPC_ASSERT_LOCKED(srv);
-    (void)now;
     switch (srv->cfg.sched) {
     case SRPC_SCHED_PRIORITY: /* the highest priority first */
         return UINT32_MAX - (uint64_t)fn->priority;
@@ -23,13 +22,18 @@ uint64_t srpc_sched_rank_locked(const srpc_server_t *srv, const srpc_fn_t *fn, u
     }
 }
 
-void srpc_sched_taken_locked(srpc_server_t *srv, srpc_fn_t *fn, uint64_t rank, uint32_t count, uint64_t cost)
+void srpc_sched_taken_locked(srpc_server_t *srv, srpc_fn_t *fn, uint64_t rank, const srpc_batch_t *b)
 {
     SRPC_ASSERT_LOCKED(srv);
     if (srv->cfg.sched != SRPC_SCHED_FAIR)
         return;
     /* Work is the batch's admission cost where the function has one, else its count of calls. */
-    const uint64_t work = fn->cost_from != SRPC_COST_NONE ? cost : count;
+    uint64_t work = 0;
+    if (b->cost)
+        for (uint32_t i = 0; i < b->count; i++)
+            work += b->cost[i];
+    else
+        work = b->count;
     srv->vclock = rank;
     fn->vtime = rank + (work ? work : 1) * SRPC_FAIR_SCALE / (fn->weight ? fn->weight : 1);
 }

@@ -9,10 +9,10 @@
 /* The rank of fn's due batch under the server's policy: the batcher takes the function of the
  * lowest rank, the first in round-robin order among equals (under SRPC_SCHED_RR every rank is
  * 0, so that is the next one in turn). Lock held, worker. */
-uint64_t srpc_sched_rank_locked(const srpc_server_t *srv, const srpc_fn_t *fn, uint64_t now);
+uint64_t srpc_sched_rank_locked(const srpc_server_t *srv, const srpc_fn_t *fn);
 
-/* fn's batch of count calls costing cost together was taken (its rank was rank): the fair-share
- * clocks move on. Lock held, worker. */
-void srpc_sched_taken_locked(srpc_server_t *srv, srpc_fn_t *fn, uint64_t rank, uint32_t count, uint64_t cost);
+/* Batch b of fn was just taken (its rank was rank; b->cost holds its calls' admission costs
+ * where fn has them): the fair-share clocks move on. Lock held, worker. */
+void srpc_sched_taken_locked(srpc_server_t *srv, srpc_fn_t *fn, uint64_t rank, const srpc_batch_t *b);
 
 #endif /* SRPC_SCHED_H */
