@@ -20,11 +20,14 @@ class CostTable:
     """Each call costs the sum of ``table[key]`` over its ``keys`` integer keys, read from the
     request at byte ``key_offset`` (``key_dtype``: "int32" or "int64", little-endian, back to
     back). The keys must lie within one input tensor (a raw function's request must be long
-    enough to hold them, else that call gets BAD_REQUEST). The table is copied at registration.
+    enough to hold them, else that call gets BAD_REQUEST). ``keys=None`` (raw functions only):
+    every key from key_offset to the end of the request, a variable-length list such as a GNN
+    request's seed nodes (a request that does not end on a whole key gets BAD_REQUEST; none
+    costs 0). The table is copied at registration.
     """
     table: object
     key_offset: int = 0
-    keys: int = 1
+    keys: int | None = 1
     key_dtype: str = "int32"
 
     def __post_init__(self):
@@ -35,7 +38,8 @@ class CostTable:
             raise ValueError("a cost table holds integers from 0 to 2**32 - 1")
         if self.key_dtype not in KEY_DTYPES:
             raise ValueError(f"key_dtype must be one of {sorted(KEY_DTYPES)}, got {self.key_dtype!r}")
-        if self.keys < 1 or self.key_offset < 0:
+        if (self.keys is not None and (isinstance(self.keys, bool) or not isinstance(self.keys, int)
+                                       or self.keys < 1)) or self.key_offset < 0:
             raise ValueError(f"a cost table needs keys >= 1 and key_offset >= 0, got {self.keys}, {self.key_offset}")
         object.__setattr__(self, "table", np.ascontiguousarray(t, dtype=np.uint32))
 
@@ -45,7 +49,14 @@ class CostTable:
 
     def check_fits(self, in_sizes: list[int], raw: bool) -> None:
         """Raises ValueError unless the keys lie within one input tensor (or a raw function's
-        largest request)."""
+        largest request); keys=None only for a raw function."""
+        if self.keys is None:
+            if not raw:
+                raise ValueError("keys=None (every key to the end of the request) is for raw functions; "
+                                 "a tensor function's keys are a fixed count")
+            if self.key_offset > in_sizes[0]:
+                raise ValueError(f"cost keys start at byte {self.key_offset}, past max_request {in_sizes[0]}")
+            return
         end = self.key_offset + self.keys * self.key_bytes
         start = 0
         for size in in_sizes:

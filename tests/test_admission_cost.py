@@ -106,8 +106,38 @@ def test_aux_is_the_cost_and_a_raw_request_too_short_for_its_keys(make_server, m
         c.call(2, x, aux=70000)
 
 
+def test_a_raw_function_costs_every_key_of_a_variable_length_list(make_server, make_client):
+    """keys=None: a GNN-style request is any number of int64 seed ids; it costs the sum of their
+    rows; a bad id or a request not ending on a whole key fails that call alone."""
+    seen = []
+
+    def setup(srv):
+        @srv.function(4, "seed_list", raw=True, max_request=8 * 64, max_response=8,
+                      cost=CostTable(ROWS, keys=None, key_dtype="int64"), max_batch=1)
+        def seed_list(reqs, resps, costs):
+            for r, q, k in zip(resps, reqs, costs):
+                seen.append((len(q) // 8, int(k)))
+                r[:8] = int(k).to_bytes(8, "little")
+            return [8] * len(reqs)
+
+    srv = make_server(setup)
+    c = make_client(srv.port, timeout=10.0)
+    for ids in ([5], [1, 2, 3], list(range(64)), []):
+        got = int.from_bytes(c.call(4, np.array(ids, "<i8").tobytes()), "little")
+        assert got == int(ROWS[ids].sum())
+    assert seen == [(1, 15), (3, 18), (64, int(ROWS[:64].sum())), (0, 0)]
+    with pytest.raises(splitrpc.BadRequest, match=r"cost key 100 \(key 2, at byte 16\) is outside the table of 100"):
+        c.call(4, np.array([1, 2, 100], "<i8").tobytes())
+    with pytest.raises(splitrpc.BadRequest, match="cost key -1"):
+        c.call(4, np.array([-1], "<i8").tobytes())
+    with pytest.raises(splitrpc.BadRequest, match="does not hold whole 8-byte cost keys after byte 0"):
+        c.call(4, np.array([1, 2], "<i8").tobytes()[:12])
+    assert int.from_bytes(c.call(4, np.array([7], "<i8").tobytes()), "little") == 21  # the rest still runs
+
+
 @pytest.mark.parametrize("kw, why", [
     (dict(cost="size"), "cost must be None, 'aux' or a splitrpc.CostTable"),
+    (dict(cost=CostTable([1], keys=None)), "keys=None .* is for raw functions"),
     (dict(cost=CostTable([1]), max_batch_cost=0), "max_batch_cost must be a positive integer"),
     (dict(max_batch_cost=10), "max_batch_cost needs a cost"),
     (dict(cost=CostTable([1], key_offset=2, keys=1)), "do not lie within one input tensor"),

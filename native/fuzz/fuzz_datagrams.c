@@ -17,7 +17,7 @@
  * Admission costs: F_VEC from a table of two int32 keys at byte 0 (bounded batches), F_RAW from
  * the header's aux, F_BIG from one int64 key at byte 8; the server shares work fairly by cost.
  * F_CLS has 3 aux classes: a call's queue is chosen by its header's aux. */
-enum { F_VEC = 1, F_RAW = 3, F_BIG = 5, F_CLS = 7 };
+enum { F_VEC = 1, F_RAW = 3, F_BIG = 5, F_CLS = 7, F_LIST = 9 };
 #define VEC_MAX_BATCH_COST 60
 
 static srpc_server_t *srv;
@@ -54,6 +54,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     add(F_VEC, 0, 1024, 1024, 16, SRPC_COST_TABLE, 0, 2, 4, VEC_MAX_BATCH_COST);
     add(F_RAW, 1, 65536, 65536, 8, SRPC_COST_AUX, 0, 0, 0, 0);
     add(F_BIG, 0, 200000, 16, 4, SRPC_COST_TABLE, 8, 1, 8, 0); /* a request of many segments */
+    add(F_LIST, 1, 4096, 64, 8, SRPC_COST_TABLE, 0, 0, 4, 0);  /* raw: every int32 key to the end (a GNN seed list) */
     uint32_t s16 = 16;
     srpc_func_config_t cls = {.func_id = F_CLS, .n_in = 1, .n_out = 1, .in_sizes = &s16, .out_sizes = &s16,
                               .capacity = 4, .max_batch = 2, .aux_classes = 3};
@@ -72,21 +73,24 @@ static void drain(int fail, int per_call, int deferred)
             abort(); /* every function here but F_CLS has a cost; only F_CLS has classes */
         uint64_t sum = 0;
         for (uint32_t i = 0; b.cost && i < b.count; i++) {
-            if (b.func_id != F_RAW && b.cost[i] > 2 * 49)
+            if (b.func_id == F_LIST && (b.in_len[i] % 4 || b.cost[i] > b.in_len[i] / 4 * 49))
+                abort(); /* whole keys only, each row at most 49 */
+            if (b.func_id != F_RAW && b.func_id != F_LIST && b.cost[i] > 2 * 49)
                 abort(); /* a cost from the table: at most two rows of 49 (a bad key never runs) */
             sum += b.cost[i];
         }
         if (b.func_id == F_VEC && b.count > 1 && sum > VEC_MAX_BATCH_COST)
             abort(); /* max_batch_cost */
-        if (b.func_id == F_RAW)
+        if (b.func_id == F_RAW || b.func_id == F_LIST)
             for (uint32_t i = 0; i < b.count; i++)
                 b.out_len[i] = b.in_len[i] < 64 ? b.in_len[i] : 64;
         for (uint32_t i = 0; per_call && i < b.count; i++) {
             const uint8_t *req = b.in[0] + (size_t)i * (b.func_id == F_RAW   ? 65536
+                                                        : b.func_id == F_LIST ? 4096
                                                         : b.func_id == F_BIG ? 200000
                                                         : b.func_id == F_CLS ? 16
                                                                              : 1024);
-            if ((b.func_id != F_RAW || b.in_len[i]) && (req[0] & 1) &&
+            if ((!b.in_len || b.in_len[i]) && (req[0] & 1) &&
                 srpc_server_fail_call(srv, &b, i, 1 + req[0] % (SRPC_E_MAX - 1), (req[0] & 2) ? NULL : "fuzz call") != 0)
                 abort(); /* a valid index and code of an open batch: must be taken */
         }

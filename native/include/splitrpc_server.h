@@ -128,7 +128,10 @@ typedef struct srpc_func_config {
     uint32_t cost_key_count;   /* TABLE: keys back to back from there; the call costs the sum of
                                   their rows (at most UINT32_MAX). A key outside the table, or a
                                   raw request too short for its keys, answers that call alone
-                                  BAD_REQUEST, saying which key */
+                                  BAD_REQUEST, saying which key. 0 (raw functions only): every
+                                  key from cost_key_offset to the end of the request (a
+                                  variable-length list, e.g. a GNN request's seed nodes; a
+                                  request that does not end on a whole key is BAD_REQUEST) */
     uint32_t cost_key_size;    /* TABLE: 4 or 8: keys are little-endian signed integers */
     uint64_t max_batch_cost;   /* 0: none. Else a batch's calls cost at most this together, as
                                   max_batch bounds their count (a call costlier alone runs alone) */

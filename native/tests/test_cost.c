@@ -15,7 +15,7 @@
 #include "check.h"
 #include "loopback.h"
 
-enum { F_T32 = 1, F_T64 = 2, F_AUX = 3, F_RAW = 4 };
+enum { F_T32 = 1, F_T64 = 2, F_AUX = 3, F_RAW = 4, F_LIST = 5 };
 #define ROWS 10
 #define TMO_US 3000000
 
@@ -23,7 +23,8 @@ static uint32_t table[ROWS];
 
 /* F_T32: 16-byte requests (a tag, then 2 int32 keys at byte 4, then padding), cost = sum of the
  * keys' rows, max_batch_cost 60. F_T64: two tensors of 8 and 16 bytes, one int64 key at byte 8
- * (the second tensor). F_AUX: the header's aux. F_RAW: raw, one int32 key at byte 2. */
+ * (the second tensor). F_AUX: the header's aux. F_RAW: raw, one int32 key at byte 2. F_LIST: raw,
+ * every int64 key from byte 8 to the end of the request (a variable-length list). */
 static srpc_server_t *server_up(int *port)
 {
     const srpc_server_config_t cfg = loopback_server_config(SRPC_WAIT_BLOCK);
@@ -49,7 +50,13 @@ static srpc_server_t *server_up(int *port)
     table[0] = 999; /* the server keeps its own copy */
     CHECK(srpc_server_add_function(srv, &t64) == 0, "add F_T64");
     CHECK(srpc_server_add_function(srv, &aux) == 0, "add F_AUX");
+    srpc_func_config_t list = rawf;
+    list.func_id = F_LIST;
+    list.cost_key_offset = 8;
+    list.cost_key_count = 0;
+    list.cost_key_size = 8;
     CHECK(srpc_server_add_function(srv, &rawf) == 0, "add F_RAW");
+    CHECK(srpc_server_add_function(srv, &list) == 0, "add F_LIST");
     table[0] = 0;
     CHECK(srpc_server_start(srv) == 0, "start");
     *port = srpc_server_port(srv);
@@ -103,7 +110,7 @@ static int run_batches(srpc_server_t *srv, uint32_t *sizes, uint32_t *costs, int
         sizes[nb++] = b.count;
         for (uint32_t i = 0; i < b.count; i++) {
             costs[at++] = b.cost ? b.cost[i] : UINT32_MAX;
-            if (b.func_id == F_RAW)
+            if (b.func_id == F_RAW || b.func_id == F_LIST)
                 b.out_len[i] = 0;
         }
         if (b.func_id == F_T32)
@@ -192,6 +199,38 @@ static void test_table_and_batch_cost(void)
             CHECK(strstr(text, "request of 5 bytes has no room for its 1 cost keys at byte 2") != NULL, "raw: %s",
                   text);
     }
+
+    /* Key lists: 8 header bytes, then any number of int64 keys (none, one, three, a bad one, a
+     * request not ending on a whole key, one shorter than the offset). */
+    int64_t list[4] = {0, 0, 0, 0};
+    uint8_t lreq[8 + 4 * 8] = {0};
+    const uint32_t lens[6] = {8, 16, 32, 32, 13, 4};
+    const int64_t vals[6][3] = {{0}, {2}, {1, 2, 9}, {1, 10, 2}, {3}, {0}};
+    for (int i = 0; i < 6; i++) {
+        memset(lreq, 0, sizeof(lreq));
+        for (int k = 0; k < 3; k++) {
+            list[k] = vals[i][k];
+            put64(lreq + 8 + 8 * k, list[k]);
+        }
+        CHECK(srpc_client_send(c, F_LIST, lreq, lens[i], 0, &ids[i]) == 0, "send list %d", i);
+    }
+    CHECK(wait_calls(srv, 22), "6 lists queued");
+    nb = run_batches(srv, sizes, costs, 16);
+    run = 0;
+    for (int i = 0; i < nb; i++)
+        run += sizes[i];
+    /* no keys: 0; [2]: 20; [1, 2, 9]: 10 + 20 + 90 */
+    CHECK(run == 3 && costs[0] == 0 && costs[1] == 20 && costs[2] == 120, "lists cost 0, 20, 120: %u run, %u %u %u",
+          run, costs[0], costs[1], costs[2]);
+    for (int i = 0; i < 6; i++) {
+        int code = outcome(c, ids[i], text, sizeof(text));
+        CHECK(code == (i < 3 ? 0 : SRPC_E_BAD_REQUEST), "list %d: code %d (%s)", i, code, text);
+        if (i == 3)
+            CHECK(strstr(text, "cost key 10 (key 1, at byte 16) is outside the table of 10") != NULL, "list 3: %s",
+                  text);
+        if (i == 4 || i == 5)
+            CHECK(strstr(text, "does not hold whole 8-byte cost keys after byte 8") != NULL, "list %d: %s", i, text);
+    }
     srpc_client_destroy(c);
     srpc_server_destroy(srv);
 }
@@ -216,7 +255,7 @@ static void test_registration(void)
     CHECK(srpc_server_add_function(srv, &g) == -EINVAL, "keys at a huge offset");
     g = f;
     g.cost_key_count = 0;
-    CHECK(srpc_server_add_function(srv, &g) == -EINVAL, "no keys");
+    CHECK(srpc_server_add_function(srv, &g) == -EINVAL, "no keys (a key list is for raw functions)");
     g = f;
     g.cost_table = NULL;
     CHECK(srpc_server_add_function(srv, &g) == -EINVAL, "no table");

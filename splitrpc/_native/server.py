@@ -184,7 +184,7 @@ def add_function(srv, func_id: int, *, raw: bool, in_sizes: list, out_sizes: lis
         fc.cost_from = lib.SRPC_COST_TABLE
         fc.cost_table = ffi.cast("const uint32_t *", ffi.from_buffer(table))
         fc.cost_table_len = len(table)
-        fc.cost_key_offset, fc.cost_key_count, fc.cost_key_size = cost.key_offset, cost.keys, cost.key_bytes
+        fc.cost_key_offset, fc.cost_key_count, fc.cost_key_size = cost.key_offset, cost.keys or 0, cost.key_bytes
     rc = lib.srpc_server_add_function(srv, fc)
     del table
     if rc < 0 and gpu_device >= 0:

@@ -34,7 +34,7 @@ int srpc_cost_setup(srpc_fn_t *fn, const srpc_func_config_t *fc)
         fn->cost_key_offset = fc->cost_key_offset;
         fn->cost_key_count = fc->cost_key_count;
         fn->cost_key_size = fc->cost_key_size;
-        if (!fc->cost_table || fc->cost_table_len == 0 || fc->on_gpu || fc->cost_key_count == 0 ||
+        if (!fc->cost_table || fc->cost_table_len == 0 || fc->on_gpu || (fc->cost_key_count == 0 && !fn->raw) ||
             (fc->cost_key_size != 4 && fc->cost_key_size != 8) || key_tensor(fn, &at) < 0)
             return -EINVAL;
         fn->cost_table = malloc((size_t)fc->cost_table_len * sizeof(uint32_t));
@@ -82,15 +82,24 @@ static int cost_of(const srpc_fn_t *fn, uint64_t seq, uint32_t len, uint16_t aux
         return 0;
     uint32_t at;
     const int k = key_tensor(fn, &at);
-    const uint64_t end = (uint64_t)fn->cost_key_offset + (uint64_t)fn->cost_key_count * fn->cost_key_size;
+    uint32_t count = fn->cost_key_count;
+    if (count == 0) { /* a raw function's keys run from the offset to the end of its request */
+        if (len < fn->cost_key_offset || (len - fn->cost_key_offset) % fn->cost_key_size != 0) {
+            snprintf(why, n, "a request of %u bytes does not hold whole %u-byte cost keys after byte %u", len,
+                     fn->cost_key_size, fn->cost_key_offset);
+            return -EINVAL;
+        }
+        count = (len - fn->cost_key_offset) / fn->cost_key_size;
+    }
+    const uint64_t end = (uint64_t)fn->cost_key_offset + (uint64_t)count * fn->cost_key_size;
     if (k < 0 || (fn->raw && end > len)) { /* fixed sizes were checked at registration */
         snprintf(why, n, "a request of %u bytes has no room for its %u cost keys at byte %u", len,
-                 fn->cost_key_count, fn->cost_key_offset);
+                 count, fn->cost_key_offset);
         return -EINVAL;
     }
     const uint8_t *p = srpc_tq_elem(fn->in_tq[k], seq) + at;
     uint64_t sum = 0;
-    for (uint32_t i = 0; i < fn->cost_key_count; i++) {
+    for (uint32_t i = 0; i < count; i++) {
         const int64_t key = key_at(p, fn->cost_key_size, i);
         if (key < 0 || (uint64_t)key >= fn->cost_table_len) {
             snprintf(why, n, "cost key %" PRId64 " (key %u, at byte %u) is outside the table of %u rows", key, i,
