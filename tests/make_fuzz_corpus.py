@@ -63,6 +63,10 @@ def main(out: str) -> None:
                                 for i, a in enumerate([0, 1, 2, 9, 65535, 1])) + rec(4 | 64, b"") + rec(4 | 32, b""),
         "big_key": b"".join(rec(0, d) for d in segments(5, 24, big[:8] + struct.pack("<q", 7) + big[16:], 8000))
         + rec(4 | 64, b""),
+        # F_LIST: a raw list of int32 keys to the end (a GNN seed list): none, some, a bad one, a ragged end
+        "key_lists": b"".join(rec(i & 3, hdr(0, 9, 40 + i, 0, 1, len(p)) + p) for i, p in enumerate(
+            [b"", struct.pack("<3i", 1, 2, 49), struct.pack("<2i", 3, 50), struct.pack("<i", 4) + b"xy"]))
+        + rec(4 | 32, b""),
     }
     for name, blob in seeds.items():
         with open(os.path.join(out, name), "wb") as f:
