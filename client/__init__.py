@@ -1,1 +1,1 @@
-"""splitrpc.loadgen (the client/ folder, installed under this name): the client side beyond the Client class: the native load generator's runner and schedules, the HDR histogram, reports, plots and `splitrpc load`."""
+"""splitrpc.loadgen (the client/ folder, installed under this name): the client side beyond the Client class: the native load generator's runner and schedules, the HDR histogram, reports, plots, request sets and `splitrpc load`."""

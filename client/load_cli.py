@@ -18,8 +18,9 @@ from splitrpc.dpdk import DPDKError
 from splitrpc.errors import CallTimeout, SplitRPCError
 from splitrpc.loadgen import report, schedule
 from splitrpc.loadgen.progress import ProgressLine
+from splitrpc.loadgen.request_set import RequestSet, load_request_set
 from splitrpc.loadgen.runner import Records, run_load
-from splitrpc.loadgen.validate import validate
+from splitrpc.loadgen.validate import validate, validate_set
 
 
 class LoadError(Exception):
@@ -52,6 +53,10 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--func-id", type=int, help="call this function id instead of a built-in service")
     p.add_argument("--request-file", help="request bytes (with --func-id)")
     p.add_argument("--expect-file", help="the reply every call must get (with --func-id)")
+    p.add_argument("--requests", metavar="FILE.npz",
+                   help="a request set (with --func-id, instead of --request-file): each call draws one of its "
+                        "requests by its weights (seeded by --seed); latency is also reported per request class. "
+                        "npz arrays: data, offsets[, expect_data, expect_offsets, weights, names]")
     p.add_argument("--mode", choices=("closed", "open", "trace"), default="closed")
     p.add_argument("--concurrency", type=comma_list(int), default=[1], help="closed: calls outstanding, e.g. 1,16,32")
     p.add_argument("--calls", type=int, default=20000, help="closed: recorded calls per concurrency")
@@ -92,10 +97,21 @@ def add_parser(sub) -> argparse.ArgumentParser:
 
 
 def _target(a):
-    """(func_id, request, expected reply or None, service or None)."""
+    """(func_id, request, expected reply or None, service or None, request set or None); with a
+    request set, request and expected reply are None."""
+    if a.requests:
+        if a.func_id is None:
+            raise LoadError("--requests needs --func-id (the function its requests call)")
+        if a.request_file or a.expect_file:
+            raise LoadError("--requests replaces --request-file and --expect-file: give one or the other")
+        try:
+            rs = load_request_set(a.requests)
+        except ValueError as e:
+            raise LoadError(f"--requests {e}") from None
+        return a.func_id, None, None, None, rs
     if a.func_id is not None:
         if not a.request_file:
-            raise LoadError("--func-id needs --request-file (the request bytes)")
+            raise LoadError("--func-id needs --request-file (the request bytes) or --requests (a request set)")
         try:
             with open(a.request_file, "rb") as f:
                 req = f.read()
@@ -105,14 +121,14 @@ def _target(a):
                     exp = f.read()
         except OSError as e:
             raise LoadError(str(e)) from None
-        return a.func_id, req, exp, None
+        return a.func_id, req, exp, None, None
     from splitrpc.services import SERVICES
 
     svc = SERVICES.get(a.service)
     if svc is None:
         raise LoadError(f"unknown service {a.service!r}; built-in: {', '.join(SERVICES)} (or use --func-id)")
     req = svc.example(np.random.default_rng(a.seed))
-    return svc.func_id, req, svc.expected(req), svc
+    return svc.func_id, req, svc.expected(req), svc, None
 
 
 def _trace(a) -> tuple[np.ndarray, np.ndarray, float]:
@@ -128,16 +144,28 @@ def _trace(a) -> tuple[np.ndarray, np.ndarray, float]:
 
 
 class Job:
-    """One `splitrpc load` invocation: holds the client, target and options."""
+    """One `splitrpc load` invocation: holds the client, target and options. With a request
+    set, each run's calls draw their requests from one generator seeded by --seed."""
 
-    def __init__(self, a, client: Client, func_id: int, req: bytes, exp: bytes | None):
-        self.a, self.c, self.func_id, self.req, self.exp = a, client, func_id, req, exp
+    def __init__(self, a, client: Client, func_id: int, req: bytes | None, exp: bytes | None,
+                 rs: RequestSet | None = None):
+        self.a, self.c, self.func_id, self.req, self.exp, self.rs = a, client, func_id, req, exp, rs
+        self.rng = np.random.default_rng(a.seed)
 
     def run(self, title: str, **kw) -> Records:
+        if self.rs is not None:
+            n = kw["n"] if kw.get("concurrency") else len(kw["schedule"])
+            target = {"request": self.rs.requests, "expect": self.rs.expects, "index": self.rs.draw(n, self.rng)}
+        else:
+            target = {"request": self.req, "expect": self.exp}
         with ProgressLine(title, enabled=not self.a.quiet) as line:
-            return run_load(self.c, self.func_id, self.req, expect=self.exp, timeout_s=self.a.timeout_ms / 1e3,
-                            spin=self.a.spin, max_outstanding=self.a.max_outstanding, on_progress=line.update,
-                            interval_s=0.25, **kw)
+            return run_load(self.c, self.func_id, timeout_s=self.a.timeout_ms / 1e3, spin=self.a.spin,
+                            max_outstanding=self.a.max_outstanding, on_progress=line.update, interval_s=0.25,
+                            **target, **kw)
+
+    def summarize(self, r: Records, label: str) -> dict:
+        """report.summarize, with the request set's class names (by_request)."""
+        return report.summarize(r, label, names=self.rs.class_names() if self.rs is not None else None)
 
     def warmup(self, concurrency: int = 0, rate: float = 0.0) -> dict | None:
         s = self.a.warmup_s
@@ -154,7 +182,7 @@ class Job:
         else:
             r = self.run("warm-up", schedule=schedule.arrivals(self.a.arrival, rate, max(1, int(rate * s)),
                                                                cv=self.a.cv, seed=self.a.seed + 1000))
-        return report.summarize(r, "warm-up")
+        return self.summarize(r, "warm-up")
 
 
 def _print_row(s: dict) -> None:
@@ -163,6 +191,10 @@ def _print_row(s: dict) -> None:
     p = lambda v: "-" if v is None else f"{v:,.1f}"  # noqa: E731
     print(f"{s['label']:>10s} {key:>12s} {s['achieved_rps']:>12,.0f} {p(lat['p50']):>10s} {p(lat['p99']):>10s} "
           f"{p(lat['p99.9']):>10s} {s['errors']:>7,d} {s['invalid']:>7,d}", flush=True)
+    for name, c in s.get("by_request", {}).items():  # a request set: one line per request class
+        lat = c["latency_us"]
+        print(f"{'':>10s} {name[:12]:>12s} {c['calls']:>12,d} {p(lat['p50']):>10s} {p(lat['p99']):>10s} "
+              f"{p(lat['p99.9']):>10s} {c['errors']:>7,d} {c['invalid']:>7,d}", flush=True)
 
 
 def _plots(a, out: str, runs: list[dict], records: list[Records], series: dict | None) -> list[str]:
@@ -190,7 +222,7 @@ def _plots(a, out: str, runs: list[dict], records: list[Records], series: dict |
     return made
 
 
-def _probe(c: Client, a, func_id: int, req: bytes) -> None:
+def _probe(c: Client, a, func_id: int, req) -> None:
     """One call before anything else, so a server that is not there fails fast and clearly
     (a remote error is fine here: validation and the runs count those)."""
     try:
@@ -202,6 +234,11 @@ def _probe(c: Client, a, func_id: int, req: bytes) -> None:
         pass
 
 
+def _mean_request_bytes(rs: RequestSet) -> int:
+    """The request size a call sends on average (by the set's probabilities)."""
+    return round(float(np.dot(rs.probabilities, [len(q) for q in rs.requests])))
+
+
 def cmd_load(a) -> int:
     try:
         return _load(a)
@@ -211,7 +248,7 @@ def cmd_load(a) -> int:
 
 
 def _load(a) -> int:
-    func_id, req, exp, svc = _target(a)
+    func_id, req, exp, svc, rs = _target(a)
     if a.timeout_ms <= 0 or a.calls <= 0 or a.duration <= 0 or a.max_outstanding <= 0:
         raise LoadError("--timeout-ms, --calls, --duration and --max-outstanding must be > 0")
     if a.mode == "trace":
@@ -220,10 +257,21 @@ def _load(a) -> int:
     doc: dict = {"tool": f"splitrpc load {__version__}", "command": " ".join(sys.argv),
                  "started": datetime.now(timezone.utc).isoformat(timespec="seconds"), "machine": report.machine(),
                  "target": {"host": None, "port": None, "service": svc.name if svc else None, "func_id": func_id,
-                            "request_bytes": len(req), "checks_replies": exp is not None,
+                            "request_bytes": len(req) if rs is None else _mean_request_bytes(rs),
+                            "checks_replies": (exp if rs is None else rs.expects) is not None,
                             "protocol": CLIENT_DEFAULTS["protocol"] if a.protocol is None else a.protocol,
                             "retries": a.retries},
                  "mode": a.mode, "arrival": a.arrival if a.mode != "closed" else None}
+    if rs is not None:
+        sizes = [len(q) for q in rs.requests]
+        classes: dict = {}
+        for name, pr in zip(rs.class_names(), rs.probabilities.tolist()):
+            c = classes.setdefault(name, {"requests": 0, "probability": 0.0})
+            c["requests"] += 1
+            c["probability"] += pr
+        doc["target"]["request_set"] = {
+            "file": a.requests, "requests": len(rs), "request_bytes_min": min(sizes), "request_bytes_max": max(sizes),
+            "classes": {k: {**c, "probability": round(c["probability"], 6)} for k, c in classes.items()}}
     runs: list[dict] = []
     records: list[Records] = []
     series = None
@@ -233,8 +281,8 @@ def _load(a) -> int:
     with Client(a.host, a.port, timeout=a.timeout_ms / 1e3, busy_poll=a.busy_poll, protocol=a.protocol, retries=a.retries,
                 **dpdk_kw) as c:
         doc["target"].update(host=c.host, port=c.port)  # where the client sends (the defaults' if not given)
-        _probe(c, a, func_id, req)
-        job = Job(a, c, func_id, req, exp)
+        _probe(c, a, func_id, req if rs is None else rs.requests[0])
+        job = Job(a, c, func_id, req, exp, rs)
         if a.mode == "closed":
             doc["warmup"] = job.warmup(concurrency=a.concurrency[0])
         elif a.mode == "open":
@@ -246,6 +294,11 @@ def _load(a) -> int:
             doc["validation"] = v.as_dict()
             print(f"validation: {v.ok}/{v.calls} replies correct" + (f"; {'; '.join(v.problems)}" if v.problems else ""),
                   flush=True)
+        elif rs is not None and rs.expects is not None and a.validate > 0:
+            v = validate_set(c, func_id, rs.requests, rs.expects, a.validate)
+            doc["validation"] = v.as_dict()
+            print(f"validation: {v.ok}/{v.calls} replies correct (the request set's requests in turn)"
+                  + (f"; {'; '.join(v.problems)}" if v.problems else ""), flush=True)
         else:
             doc["validation"] = None
         print(f"{'system':>10s} {'load':>12s} {'calls/s':>12s} {'p50 µs':>10s} {'p99 µs':>10s} {'p99.9 µs':>10s} "
@@ -254,7 +307,7 @@ def _load(a) -> int:
             for conc in a.concurrency:
                 recs = job.run(f"closed c={conc}", concurrency=conc, n=a.calls)
                 records.append(recs)
-                runs.append(report.summarize(recs, a.label))
+                runs.append(job.summarize(recs, a.label))
                 _print_row(runs[-1])
                 if recs.interrupted:
                     break
@@ -264,7 +317,7 @@ def _load(a) -> int:
                 sched = schedule.arrivals(a.arrival, rate, n, cv=a.cv, seed=a.seed + i)
                 recs = job.run(f"open {rate:,.0f}/s", schedule=sched)
                 records.append(recs)
-                runs.append(report.summarize(recs, a.label))
+                runs.append(job.summarize(recs, a.label))
                 _print_row(runs[-1])
                 if recs.interrupted:
                     break
@@ -276,7 +329,7 @@ def _load(a) -> int:
                             "points": len(t), "duration_s": end, "calls": len(sched)}
             recs = job.run("trace", schedule=sched)
             records.append(recs)
-            runs.append(report.summarize(recs, a.label))
+            runs.append(job.summarize(recs, a.label))
             _print_row(runs[-1])
             series = report.time_series(recs, a.bin_s or max(end / 100, 0.01))
             report.write_series_csv(os.path.join(a.out, "series.csv"), series)

@@ -21,8 +21,40 @@ def _us(h: HdrHistogram) -> dict:
     return {k: (None if d[k] is None else round(d[k] / 1e3, 3)) for k in LATENCY_KEYS}
 
 
-def summarize(r: Records, label: str = "") -> dict:
-    """One run as a flat-ish dict: counts by outcome, throughput and latency percentiles (µs)."""
+def by_request(r: Records, names=None) -> dict:
+    """Per request class of a run with a request set (Records.req_index): calls, ok, errors,
+    invalid, timeouts and latency percentiles (µs, from the due time). names gives each
+    request's class (requests sharing a name are one class, listed in "requests"); without
+    names each request is its own class, keyed by its index as a string. Classes that no call
+    used are listed with 0 calls."""
+    if r.req_index is None:
+        raise ValueError("these records do not say which request each call sent (req_index)")
+    n_reqs = int(r.meta.get("request_set", {}).get("requests", 0)) or int(r.req_index.max(initial=0)) + 1
+    keys = [str(k) for k in range(n_reqs)] if names is None else [str(x) for x in names]
+    if len(keys) != n_reqs:
+        raise ValueError(f"{len(keys)} names for {n_reqs} requests")
+    members: dict[str, list[int]] = {}
+    for k, key in enumerate(keys):
+        members.setdefault(key, []).append(k)
+    codes = r.rec["code"]
+    out = {}
+    for key, ks in members.items():
+        mine = np.isin(r.req_index, ks)
+        c = codes[mine]
+        ok = c == OK
+        done = c != PENDING
+        okr = r.rec[mine & (codes == OK)]
+        h = HdrHistogram()
+        h.record((okr["done_ns"] - okr["sched_ns"]).astype(np.int64))
+        out[key] = {"requests": ks, "calls": int(mine.sum()), "ok": int(ok.sum()), "errors": int((done & ~ok).sum()),
+                    "invalid": int((c == INVALID).sum()), "timeouts": int((c == TIMEOUT).sum()),
+                    "latency_us": _us(h)}
+    return out
+
+
+def summarize(r: Records, label: str = "", names=None) -> dict:
+    """One run as a flat-ish dict: counts by outcome, throughput and latency percentiles (µs).
+    A run with a request set also gets "by_request" (see by_request; names: one per request)."""
     rec = r.rec
     n = len(rec)
     codes = rec["code"]
@@ -56,6 +88,7 @@ def summarize(r: Records, label: str = "") -> dict:
         "latency_us": _us(h),
         "send_lag_us": _us(lag),   # how late the generator sent compared with the schedule
         **r.meta,
+        **({"by_request": by_request(r, names)} if "request_set" in r.meta else {}),
     }
 
 

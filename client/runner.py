@@ -32,6 +32,9 @@ class Records:
     concurrency: int = 0
     interrupted: bool = False
     meta: dict = field(default_factory=dict)
+    # The request each call sent (uint32, aligned with rec): an index into the run's request
+    # set, all 0 for a run with one request. None only for Records made by hand.
+    req_index: np.ndarray | None = None
 
     @property
     def finished(self) -> np.ndarray:
@@ -55,14 +58,23 @@ class Snapshot:
     errors: int           # calls that did not end in a valid reply, so far
 
 
+def _is_set(request) -> bool:
+    """A request set is a list or tuple of bytes-likes; anything else is one request."""
+    return isinstance(request, (list, tuple))
+
+
 def run_load(client: Client, func_id: int, request, *, expect=None, concurrency: int = 0,
              schedule: np.ndarray | None = None, n: int | None = None, timeout_s: float = 1.0,
              spin: bool = False, max_outstanding: int = 4096,
              on_progress: Callable[[Snapshot], None] | None = None, interval_s: float = 0.5,
-             stop: threading.Event | None = None) -> Records:
+             stop: threading.Event | None = None, index: np.ndarray | None = None) -> Records:
     """Closed loop (`concurrency` > 0, `n` calls) or open loop (`schedule`: due times in ns).
-    `expect`: the reply every call must get (others count as INVALID). Ctrl-C or `stop` end
-    the run early; the calls made so far are kept and `interrupted` is set."""
+    `request`: the bytes every call sends, and `expect` the reply every call must get (others
+    count as INVALID); or a request set: `request` a list of bytes-likes, `expect` None or a
+    list of as many expected replies, and call i sends request[index[i]] (`index`: one integer
+    per call, < len(request); None: i % len(request)). Records.req_index says which request
+    each call sent. Ctrl-C or `stop` end the run early; the calls made so far are kept and
+    `interrupted` is set."""
     if concurrency > 0:
         if not n or n <= 0:
             raise ValueError("a closed-loop run needs n > 0 calls")
@@ -77,10 +89,42 @@ def run_load(client: Client, func_id: int, request, *, expect=None, concurrency:
     if not timeout_s > 0:
         raise ValueError("timeout_s must be > 0")
     client._check_open()
-    req = as_buffer(request)
-    exp = as_buffer(expect) if expect is not None else None
+    if _is_set(request):
+        reqs = [as_buffer(b) for b in request]
+        if not reqs:
+            raise ValueError("a request set needs at least one request")
+        if expect is not None and not _is_set(expect):
+            raise ValueError("with a request set, expect is a list (one expected reply per request) or None")
+        exps = None if expect is None else [as_buffer(b) for b in expect]
+        if exps is not None and len(exps) != len(reqs):
+            raise ValueError(f"{len(exps)} expected replies for {len(reqs)} requests")
+        if index is None:
+            idx = np.arange(n, dtype=np.int64) % len(reqs)
+            c_index = None
+        else:
+            idx = np.asarray(index)
+            if idx.ndim != 1 or len(idx) != n:
+                raise ValueError(f"index needs one request index per call ({n}), got shape {idx.shape}")
+            if idx.dtype.kind not in "iu" or (n and (int(idx.min()) < 0 or int(idx.max()) >= len(reqs))):
+                raise ValueError(f"index must hold integers in [0, {len(reqs)})")
+            c_index = idx = np.ascontiguousarray(idx, dtype=np.uint32)
+        req_index = idx.astype(np.uint32)
+        req = exp = None
+        sizes = [r.nbytes for r in reqs]
+        request_bytes = round(float(np.mean(np.asarray(sizes)[req_index])))
+    else:
+        if index is not None:
+            raise ValueError("index is for a request set (request given as a list)")
+        if _is_set(expect):
+            raise ValueError("expect is a list only with a request set")
+        req = as_buffer(request)
+        exp = as_buffer(expect) if expect is not None else None
+        reqs = exps = c_index = None
+        req_index = np.zeros(n, dtype=np.uint32)
+        request_bytes = len(req)
     run = _loadgen.LoadRun(client._cl, func_id, req, exp, concurrency=concurrency, sched=sched, n=n,
-                           max_outstanding=max_outstanding, timeout_us=max(1, int(timeout_s * 1e6)), spin=spin)
+                           max_outstanding=max_outstanding, timeout_us=max(1, int(timeout_s * 1e6)), spin=spin,
+                           reqs=reqs, expects=exps, index=c_index)
     rec, order = run.rec, run.order
     th = threading.Thread(target=run.run, name="splitrpc-load", daemon=True)
     interrupted = False
@@ -109,6 +153,10 @@ def run_load(client: Client, func_id: int, request, *, expect=None, concurrency:
         interrupted = True
         th.join()
     run.check()
-    out = Records(rec, order[:run.finished].copy(), run.start_ns, mode, concurrency, interrupted)
-    out.meta = {"func_id": func_id, "request_bytes": len(req), "timeout_s": timeout_s, "spin": bool(spin)}
+    out = Records(rec, order[:run.finished].copy(), run.start_ns, mode, concurrency, interrupted,
+                  req_index=req_index)
+    out.meta = {"func_id": func_id, "request_bytes": request_bytes, "timeout_s": timeout_s, "spin": bool(spin)}
+    if reqs is not None:
+        out.meta["request_set"] = {"requests": len(reqs), "request_bytes_min": min(sizes),
+                                   "request_bytes_max": max(sizes), "checks_replies": exps is not None}
     return out

@@ -1,5 +1,5 @@
-"""validate.py: the validation phase of a load run: varied inputs through the Python client,
-every reply compared with the service's expected output."""
+"""validate.py: the validation phase of a load run: varied inputs (or a request set's requests)
+through the Python client, every reply compared with the expected output."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -49,4 +49,30 @@ def validate(client: Client, service, calls: int = 32, seed: int = 1, keep: int 
             v.invalid += 1
             if len(v.problems) < keep:
                 v.problems.append(f"call {i}: reply of {len(reply)} B differs from the expected {len(want)} B")
+    return v
+
+
+def validate_set(client: Client, func_id: int, requests, expects, calls: int = 32, keep: int = 5) -> Validation:
+    """Calls func_id `calls` times cycling through a request set's requests (call i sends
+    requests[i % len]) and checks each reply against that request's expected reply."""
+    if len(requests) == 0 or len(expects) != len(requests):
+        raise ValueError("validate_set needs one expected reply per request")
+    v = Validation()
+    for i in range(calls):
+        k = i % len(requests)
+        v.calls += 1
+        try:
+            reply = client.call(func_id, requests[k])
+        except SplitRPCError as e:
+            v.errors += 1
+            if len(v.problems) < keep:
+                v.problems.append(f"call {i} (request {k}): {type(e).__name__}: {e}")
+            continue
+        if reply == bytes(expects[k]):
+            v.ok += 1
+        else:
+            v.invalid += 1
+            if len(v.problems) < keep:
+                v.problems.append(f"call {i} (request {k}): reply of {len(reply)} B differs from the expected "
+                                  f"{len(expects[k])} B")
     return v

@@ -227,3 +227,186 @@ def test_cli_reports_wrong_replies_and_fails(make_server, tmp_path, capsys):
 def test_cli_usage_errors(tmp_path, capsys, args, msg):
     rc, _ = _load(tmp_path, free_udp_port(), *args)
     assert rc == 2 and msg in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- request sets
+
+ECHO = SERVICES["echo"].func_id  # replies with the request
+
+
+def _echo_set():
+    """Three requests of different sizes (one empty, one over several datagrams)."""
+    rng = np.random.default_rng(7)
+    return [b"small", b"", rng.bytes(5000)]
+
+
+def test_request_set_replies_checked_per_request(builtin_server):
+    reqs = _echo_set()
+    idx = np.array([(i // 3) % 3 for i in range(300)], dtype=np.uint32)  # runs of 3 calls with one request
+    sched = schedule.arrivals("poisson", 3000, 300, seed=4)
+    with Client("127.0.0.1", builtin_server.port, timeout=2.0) as c:
+        r = run_load(c, ECHO, reqs, expect=reqs, schedule=sched, index=idx, max_outstanding=32)
+        assert np.all(r.rec["code"] == OK), np.unique(r.rec["code"], return_counts=True)
+        assert np.array_equal(r.req_index, idx)
+        assert np.array_equal(r.rec["reply_len"], np.array([len(q) for q in reqs])[idx])
+        s = report.summarize(r, names=["s", "e", "big"])
+        assert {k: v["calls"] for k, v in s["by_request"].items()} == {"s": 102, "e": 99, "big": 99}
+        assert all(v["ok"] == v["calls"] and v["latency_us"]["p99.9"] >= v["latency_us"]["p50"] > 0
+                   for v in s["by_request"].values())
+
+        wrong = list(reqs)
+        wrong[2] = bytes([reqs[2][0] ^ 1]) + reqs[2][1:]  # request 2's expected reply is wrong
+        r = run_load(c, ECHO, reqs, expect=wrong, concurrency=8, n=90)
+        assert np.array_equal(r.req_index, np.arange(90) % 3)  # no index: call i sends request i % 3
+        assert np.all(r.rec["code"][r.req_index == 2] == INVALID)
+        assert np.all(r.rec["code"][r.req_index != 2] == OK)
+        by = report.summarize(r)["by_request"]
+        assert [by[k]["invalid"] for k in ("0", "1", "2")] == [0, 0, 30] and by["2"]["ok"] == 0
+
+        r = run_load(c, ECHO, reqs, concurrency=4, n=30)  # no expects: nothing is checked
+        assert np.all(r.rec["code"] == OK) and r.meta["request_set"]["checks_replies"] is False
+
+
+def test_single_request_records_index_zero(builtin_server):
+    with Client("127.0.0.1", builtin_server.port, timeout=2.0) as c:
+        r = run_load(c, ECHO, b"abc", expect=b"abc", concurrency=2, n=20)
+    assert r.req_index.dtype == np.uint32 and np.array_equal(r.req_index, np.zeros(20))
+    assert "by_request" not in report.summarize(r) and r.meta["request_bytes"] == 3
+
+
+@pytest.mark.parametrize("kw,msg", [(dict(request=[]), "at least one"),
+                                    (dict(request=[b"a", b"b"], expect=[b"a"]), "1 expected replies for 2"),
+                                    (dict(request=[b"a"], expect=b"a"), "expect is a list"),
+                                    (dict(request=[b"a", b"b"], index=np.array([0, 2, 1, 0])), r"\[0, 2\)"),
+                                    (dict(request=[b"a", b"b"], index=np.array([0, -1, 1, 0])), r"\[0, 2\)"),
+                                    (dict(request=[b"a", b"b"], index=np.array([0, 1])), "one request index per call"),
+                                    (dict(request=b"a", index=np.zeros(4, dtype=np.uint32)), "request set"),
+                                    (dict(request=b"a", expect=[b"a"]), "only with a request set")])
+def test_request_set_bad_arguments(builtin_server, kw, msg):
+    with Client("127.0.0.1", builtin_server.port) as c:
+        with pytest.raises(ValueError, match=msg):
+            run_load(c, ECHO, concurrency=1, n=4, **kw)
+
+
+def test_request_set_file_roundtrip_and_weighted_draw(tmp_path):
+    from splitrpc.loadgen.request_set import load_request_set, save_request_set
+
+    p = tmp_path / "set.bin"  # any name: written exactly there
+    save_request_set(p, [b"aa", np.arange(3, dtype=np.uint8)], expects=[b"AA", b"xyz"], weights=[4, 1],
+                     names=["small", "large"])
+    rs = load_request_set(p)
+    assert rs.requests == [b"aa", b"\x00\x01\x02"] and rs.expects == [b"AA", b"xyz"]
+    assert rs.names == ["small", "large"] and list(rs.probabilities) == [0.8, 0.2]
+    idx = rs.draw(1000, np.random.default_rng(3))
+    # binomial(1000, 0.2): sd 12.6, so 200 +- 60 is more than 4.7 sd either way
+    assert idx.dtype == np.uint32 and set(np.unique(idx)) == {0, 1} and 140 < np.sum(idx == 1) < 260
+    assert np.array_equal(idx, rs.draw(1000, np.random.default_rng(3)))
+    save_request_set(p, [b"x", b"y", b"z"])
+    rs = load_request_set(p)
+    assert rs.expects is None and rs.weights is None and rs.class_names() == ["0", "1", "2"]
+    assert set(np.unique(rs.draw(300, np.random.default_rng(1)))) == {0, 1, 2}
+
+
+def _npz(path, **arrays):
+    with open(path, "wb") as f:
+        np.savez(f, **arrays)
+    return path
+
+
+GOOD = dict(data=np.frombuffer(b"abcdef", dtype=np.uint8), offsets=np.array([0, 2, 6], dtype=np.uint64))
+
+
+@pytest.mark.parametrize("arrays,msg", [
+    (dict(offsets=GOOD["offsets"]), "missing data"),
+    (dict(data=GOOD["data"]), "missing offsets"),
+    (dict(GOOD, offsets=np.array([0, 2, 7], dtype=np.uint64)), "ends at 7"),
+    (dict(GOOD, offsets=np.array([0, 4, 2, 6], dtype=np.uint64)), "decreases"),
+    (dict(GOOD, offsets=np.array([1, 2, 6], dtype=np.uint64)), r"offsets\[0\]"),
+    (dict(GOOD, offsets=np.array([0, 2**63 + 5], dtype=np.uint64)), "past the data"),
+    (dict(GOOD, data=np.zeros(6, dtype=np.int32)), "uint8"),
+    (dict(GOOD, expect_data=GOOD["data"]), "come together"),
+    (dict(GOOD, expect_data=GOOD["data"], expect_offsets=np.array([0, 6], dtype=np.uint64)),
+     "1 expected replies for 2"),
+    (dict(GOOD, weights=np.array([1.0, -1.0])), ">= 0"),
+    (dict(GOOD, weights=np.array([1.0, np.nan])), "finite"),
+    (dict(GOOD, weights=np.array([0.0, 0.0])), "all zero"),
+    (dict(GOOD, weights=np.array([1.0, 2.0, 3.0])), "one weight per request"),
+    (dict(GOOD, names=np.array(["a"])), "1 names for 2"),
+])
+def test_request_set_file_errors(tmp_path, arrays, msg):
+    from splitrpc.loadgen.request_set import load_request_set
+
+    p = _npz(tmp_path / "bad.npz", **arrays)
+    with pytest.raises(ValueError, match=msg) as e:
+        load_request_set(p)
+    assert "bad.npz" in str(e.value)
+
+
+def test_request_set_not_an_npz(tmp_path):
+    from splitrpc.loadgen.request_set import load_request_set
+
+    p = tmp_path / "x.npz"
+    p.write_bytes(b"not a zip at all")
+    with pytest.raises(ValueError, match="x.npz"):
+        load_request_set(p)
+    np.save(tmp_path / "one.npy", np.zeros(3))
+    with pytest.raises(ValueError, match="single array"):
+        load_request_set(tmp_path / "one.npy")
+
+
+def test_cli_request_set_reports_by_request(builtin_server, tmp_path, capsys):
+    from splitrpc.loadgen.request_set import save_request_set
+
+    big = np.random.default_rng(2).bytes(3000)
+    reqs = [b"s1", b"s2", big]
+    path = tmp_path / "set.npz"
+    save_request_set(path, reqs, expects=reqs, weights=[0.4, 0.4, 0.2], names=["small", "small", "large"])
+    rc, out = _load(tmp_path, builtin_server.port, "--func-id", str(ECHO), "--requests", str(path), "--mode", "open",
+                    "--rates", "2000", "--duration", "0.5", "--max-outstanding", "32", "--validate", "6",
+                    "--no-plots", "--seed", "5")
+    assert rc == 0, capsys.readouterr()
+    doc = json.loads((out / "report.json").read_text())
+    assert doc["validation"]["passed"] and doc["validation"]["calls"] == 6
+    assert doc["target"]["request_set"]["classes"] == {"small": {"requests": 2, "probability": 0.8},
+                                                       "large": {"requests": 1, "probability": 0.2}}
+    assert doc["target"]["checks_replies"] is True
+    run = doc["runs"][0]
+    by = run["by_request"]
+    assert set(by) == {"small", "large"} and by["small"]["requests"] == [0, 1] and by["large"]["requests"] == [2]
+    assert by["small"]["calls"] + by["large"]["calls"] == run["calls"] == run["ok"] == 1000
+    assert 100 < by["large"]["calls"] < 300  # binomial(1000, 0.2): 200 +- 8 sd
+    assert all(v["errors"] == 0 and v["latency_us"]["p50"] > 0 and v["latency_us"]["p99.9"] is not None
+               for v in by.values())
+    assert run["latency_us"]["p50"] > 0 and "large" in capsys.readouterr().out
+
+    # One wrong expected reply: the run fails on exactly that class's calls.
+    save_request_set(path, reqs, expects=[b"s1", b"s2", big[::-1]], names=["a", "b", "c"])
+    rc, out = _load(tmp_path, builtin_server.port, "--func-id", str(ECHO), "--requests", str(path),
+                    "--calls", "60", "--concurrency", "4", "--validate", "0", "--no-plots")
+    assert rc == 1
+    by = json.loads((out / "report.json").read_text())["runs"][0]["by_request"]
+    assert by["c"]["invalid"] == by["c"]["calls"] > 0 and by["a"]["invalid"] == by["b"]["invalid"] == 0
+    assert by["a"]["ok"] == by["a"]["calls"] > 0
+
+
+@pytest.mark.parametrize("case,msg", [("missing", "missing offsets"), ("weights", "all zero"),
+                                      ("garbage", "not a request-set npz"), ("nofile", "No such file"),
+                                      ("nofunc", "--requests needs --func-id"),
+                                      ("both", "--requests replaces --request-file")])
+def test_cli_request_set_errors(tmp_path, capsys, case, msg):
+    p = tmp_path / "s.npz"
+    if case == "missing":
+        _npz(p, data=GOOD["data"])
+    elif case == "weights":
+        _npz(p, **GOOD, weights=np.zeros(2))
+    elif case == "garbage":
+        p.write_bytes(b"\x00" * 10)
+    else:
+        _npz(p, **GOOD)
+    args = ["--requests", str(p if case != "nofile" else tmp_path / "none.npz")]
+    if case != "nofunc":
+        args += ["--func-id", "3"]
+    if case == "both":
+        args += ["--request-file", str(p)]
+    rc, _ = _load(tmp_path, free_udp_port(), *args)
+    assert rc == 2 and msg in capsys.readouterr().err

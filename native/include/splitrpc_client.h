@@ -191,6 +191,21 @@ typedef struct srpc_load_params {
                                   (its latency still counts from its due time) */
     int64_t timeout_us;        /* a call unanswered this long after its send times out */
     int spin;                  /* 1: busy-poll between sends; 0: sleep until the next due time */
+    /* A request set: calls send different requests (appended: an initialiser that leaves these
+     * out keeps the single req above). Every array is the caller's, read by the calling thread
+     * only, and must stay unchanged until srpc_load_run returns: requests are sent without a copy
+     * (a retransmission reads them again). n_reqs > 0 requires req == NULL, req_len == 0,
+     * expect == NULL and expect_len == 0; n_reqs == 0 requires all the pointers below NULL. */
+    uint32_t n_reqs;           /* 0: every call sends req; > 0: the set's size */
+    const uint8_t *reqs;       /* the requests back to back: request k is reqs[req_off[k], req_off[k+1]) */
+    const uint64_t *req_off;   /* n_reqs + 1 offsets: req_off[0] == 0, non-decreasing, each request
+                                  < 2^32 B (reqs may be NULL only when every request is empty) */
+    const uint32_t *req_index; /* n entries: call i sends request req_index[i] (< n_reqs);
+                                  NULL: call i sends request i % n_reqs */
+    const uint8_t *expects;    /* the expected reply of each request, back to back (as reqs), with
+                                  expect_off (n_reqs + 1 offsets, as req_off); both NULL: replies
+                                  are not checked. A reply that differs is SRPC_E_INVALID */
+    const uint64_t *expect_off;
 } srpc_load_params_t;
 
 /* Shared with a watcher thread while a run is in progress. The runner appends the index of

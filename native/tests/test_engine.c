@@ -1550,6 +1550,99 @@ static void test_load_run(sctx_t *s)
     close(sink);
 }
 
+/* A request set: calls send different requests (a 1 B one, an empty one, a 3000 B one that
+ * takes several datagrams), each reply checked against its own request's expected reply;
+ * per-call indices with runs of one request (sent together) and the i % n_reqs default; and
+ * every malformed set rejected before anything is sent. */
+static void test_load_set(sctx_t *s)
+{
+    enum { N = 600, BIG = 3000 };
+    static srpc_load_rec_t rec[N];
+    static uint32_t order[N], idx[N];
+    static uint64_t sched[N];
+    static uint8_t reqs[1 + BIG], exps[1 + BIG];
+    reqs[0] = 'a';
+    for (uint32_t i = 0; i < BIG; i++)
+        reqs[1 + i] = (uint8_t)(i * 7 + 3);
+    memcpy(exps, reqs, sizeof(reqs));
+    const uint64_t off[4] = {0, 1, 1, 1 + BIG}, lens[3] = {1, 0, BIG};
+    for (uint32_t i = 0; i < N; i++) /* runs of 1..5 calls with the same request */
+        idx[i] = (i / (1 + i % 5)) % 3;
+    srpc_client_t *c = mk_client(s->port, 0);
+    CHECK(srpc_schedule_fill(SRPC_ARRIVAL_POISSON, 20000.0, 0, 5, sched, N) == 0, "set schedule");
+    srpc_load_params_t p = {.func_id = F_ECHO, .sched_ns = sched, .n = N, .max_outstanding = 6, /* echo queues 8 */
+                            .timeout_us = TMO_US, .n_reqs = 3, .reqs = reqs, .req_off = off, .req_index = idx,
+                            .expects = exps, .expect_off = off};
+    srpc_load_progress_t prog = {0, 0, 0};
+    uint64_t start = 0;
+    CHECK(srpc_load_run(c, &p, rec, order, &prog, &start) == 0, "set: open loop run");
+    uint32_t ok = 0;
+    for (uint32_t i = 0; i < N; i++)
+        ok += rec[i].code == 0 && rec[i].reply_len == lens[idx[i]] && rec[i].sent_ns >= rec[i].sched_ns;
+    CHECK(ok == N && prog.finished == N, "set: open loop %u of %u replies right", ok, N);
+
+    exps[1 + 1234] ^= 0x10; /* request 2's expected reply is now wrong: exactly its calls are invalid */
+    p.req_index = NULL;
+    p.concurrency = 6;
+    p.n = 300;
+    CHECK(srpc_load_run(c, &p, rec, order, &prog, &start) == 0, "set: closed loop run");
+    uint32_t right = 0;
+    for (uint32_t i = 0; i < 300; i++)
+        right += i % 3 == 2 ? rec[i].code == SRPC_E_INVALID && rec[i].reply_len == BIG
+                            : rec[i].code == 0 && rec[i].reply_len == lens[i % 3];
+    CHECK(right == 300, "set: %u of 300 calls with the outcome of their request (i %% 3)", right);
+    p.expects = NULL;
+    p.expect_off = NULL;
+    p.n = 30;
+    CHECK(srpc_load_run(c, &p, rec, order, &prog, &start) == 0, "set: run without expects");
+    ok = 0;
+    for (uint32_t i = 0; i < 30; i++)
+        ok += rec[i].code == 0 && rec[i].reply_len == lens[i % 3];
+    CHECK(ok == 30, "set: without expects, %u of 30 ok", ok);
+
+    /* Malformed parameters: -EINVAL each, before anything is sent. */
+    const srpc_load_params_t good = {.func_id = F_ECHO, .concurrency = 2, .n = 6, .timeout_us = TMO_US, .n_reqs = 3,
+                                     .reqs = reqs, .req_off = off, .req_index = idx, .expects = exps,
+                                     .expect_off = off};
+    const uint64_t zero_first[4] = {1, 1, 1, 1 + BIG}, back[4] = {0, 2, 1, 1 + BIG},
+                   huge[4] = {0, 1, 1, 1 + (1ull << 32)}, empty[4] = {0, 0, 0, 0};
+    const uint32_t bad_idx[6] = {0, 1, 2, 3, 0, 1};
+    const char *what[] = {"req and a set", "expect and a set", "a set's arrays without n_reqs", "req_off NULL",
+                          "req_off[0] != 0", "req_off decreasing", "a request of 2^32 B", "reqs NULL, requests not empty",
+                          "an index >= n_reqs", "expects without expect_off", "expect_off without expects",
+                          "expect_off decreasing", "expect_off[0] != 0", "expects' end past 2^32 per reply"};
+    enum { NBAD = sizeof(what) / sizeof(what[0]) };
+    for (int b = 0; b < NBAD; b++) {
+        srpc_load_params_t q = good;
+        switch (b) {
+        case 0: q.req = reqs; q.req_len = 1; break;
+        case 1: q.expect = exps; q.expect_len = 1; break;
+        case 2: q.n_reqs = 0; break;
+        case 3: q.req_off = NULL; break;
+        case 4: q.req_off = zero_first; break;
+        case 5: q.req_off = back; break;
+        case 6: q.req_off = huge; break;
+        case 7: q.reqs = NULL; break;
+        case 8: q.req_index = bad_idx; break;
+        case 9: q.expect_off = NULL; break;
+        case 10: q.expects = NULL; break;
+        case 11: q.expect_off = back; break;
+        case 12: q.expect_off = zero_first; break;
+        default: q.expect_off = huge; break;
+        }
+        CHECK(srpc_load_run(c, &q, rec, order, &prog, &start) == -EINVAL, "set: malformed (%s) rejected", what[b]);
+    }
+    srpc_load_params_t q = good; /* the same set well formed runs; empty requests need no buffer */
+    CHECK(srpc_load_run(c, &q, rec, order, &prog, &start) == 0, "set: the well-formed set runs");
+    q.reqs = NULL;
+    q.req_off = empty;
+    q.expects = NULL;
+    q.expect_off = NULL;
+    CHECK(srpc_load_run(c, &q, rec, order, &prog, &start) == 0 && rec[5].code == 0 && rec[5].reply_len == 0,
+          "set: all-empty requests without a buffer");
+    srpc_client_destroy(c);
+}
+
 /* Completion queues: users of one client each see only their own finished calls. A thread
  * reporting srpc_client_send's calls (as the Python futures do) runs beside two load runs on
  * the same client; before queues, whichever waited first took the others' replies. */
@@ -1731,6 +1824,7 @@ int main(void)
     test_segments(s);
     test_closed_loop(s, "block", 200);
     test_load_run(s);
+    test_load_set(s);
     test_completion_queues(s);
     server_down(s);
 

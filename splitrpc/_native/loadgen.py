@@ -49,22 +49,71 @@ def schedule_trace(kind: int, cv: float, t: np.ndarray, r: np.ndarray, end_s: fl
     return at[:n]
 
 
+def pack(bufs) -> tuple[np.ndarray, np.ndarray]:
+    """Byte buffers back to back: (data, offsets), offsets has len(bufs) + 1 uint64 entries and
+    data one spare byte at the end, so that its address is valid even when every buffer is empty."""
+    views = [memoryview(b).cast("B") for b in bufs]
+    off = np.zeros(len(views) + 1, dtype=np.uint64)
+    np.cumsum([v.nbytes for v in views], out=off[1:])
+    data = np.zeros(int(off[-1]) + 1, dtype=np.uint8)
+    for v, a in zip(views, off[:-1].tolist()):
+        data[a:a + v.nbytes] = np.frombuffer(v, dtype=np.uint8)
+    return data, off
+
+
 class LoadRun:
     """One srpc_load_run, set up: closed loop (concurrency > 0, n calls) or open loop (sched:
     due times in ns). run() blocks (call it on a helper thread; cffi releases the GIL); `rec`
-    (REC_DTYPE) and `order` are the arrays C writes, finished/sent/stop the shared progress."""
+    (REC_DTYPE) and `order` are the arrays C writes, finished/sent/stop the shared progress.
 
-    def __init__(self, cl, func_id: int, req: memoryview, expect: memoryview | None, *, concurrency: int,
-                 sched: np.ndarray | None, n: int, max_outstanding: int, timeout_us: int, spin: bool):
+    Every call sends `req` (checked against `expect` unless None), or, with `reqs` (a list of
+    bytes-likes; req must then be None), a request set: call i sends reqs[index[i]] (index:
+    n uint32 values < len(reqs); None: i % len(reqs)) and its reply is checked against
+    expects[index[i]] (expects: None, or one bytes-like per request; expect must be None)."""
+
+    def __init__(self, cl, func_id: int, req: memoryview | None, expect: memoryview | None, *, concurrency: int,
+                 sched: np.ndarray | None, n: int, max_outstanding: int, timeout_us: int, spin: bool,
+                 reqs: list | None = None, expects: list | None = None, index: np.ndarray | None = None):
         self.rec = np.zeros(n, dtype=REC_DTYPE)
         self.order = np.zeros(n, dtype=np.uint32)
         p = ffi.new("srpc_load_params_t *")
         p.func_id = func_id
-        p.req = ffi.from_buffer(req)
-        p.req_len = len(req)
-        if expect is not None:
-            p.expect = ffi.from_buffer(expect)
-            p.expect_len = len(expect)
+        keep: list = [req, expect, sched]  # what p points at lives as long as this run
+        if reqs is None:
+            if req is None or expects is not None or index is not None:
+                raise ValueError("give one request (req), or a request set (reqs, expects, index)")
+            p.req = ffi.from_buffer(req)
+            p.req_len = len(req)
+            if expect is not None:
+                p.expect = ffi.from_buffer(expect)
+                p.expect_len = len(expect)
+        else:
+            if req is not None or expect is not None:
+                raise ValueError("give one request (req, expect) or a request set (reqs, expects), not both")
+            if not 0 < len(reqs) < 2**32:
+                raise ValueError("a request set needs 1 .. 2^32 - 1 requests")
+            if expects is not None and len(expects) != len(reqs):
+                raise ValueError(f"{len(expects)} expected replies for {len(reqs)} requests")
+            data, off = pack(reqs)
+            p.n_reqs = len(reqs)
+            p.reqs = ffi.cast("uint8_t *", data.ctypes.data)
+            p.req_off = _u64p(off)
+            keep += [data, off]
+            if expects is not None:
+                edata, eoff = pack(expects)
+                p.expects = ffi.cast("uint8_t *", edata.ctypes.data)
+                p.expect_off = _u64p(eoff)
+                keep += [edata, eoff]
+            if index is not None:
+                if not (isinstance(index, np.ndarray) and index.dtype == np.uint32 and index.ndim == 1
+                        and index.flags.c_contiguous):
+                    raise ValueError("index must be a contiguous 1-d uint32 array")
+                if len(index) != n:
+                    raise ValueError(f"index has {len(index)} entries for {n} calls")
+                if n and int(index.max()) >= len(reqs):
+                    raise ValueError(f"index holds {int(index.max())}, past the set's {len(reqs)} requests")
+                p.req_index = ffi.cast("uint32_t *", index.ctypes.data)
+                keep.append(index)
         p.concurrency = concurrency
         if sched is not None:
             p.sched_ns = _u64p(sched)
@@ -72,7 +121,7 @@ class LoadRun:
         p.max_outstanding = max_outstanding
         p.timeout_us = timeout_us
         p.spin = int(spin)
-        self._keep = (req, expect, sched)  # what p points at lives as long as this run
+        self._keep = keep
         self._cl, self._p = cl, p
         self._prog = ffi.new("srpc_load_progress_t *")
         self._start = ffi.new("uint64_t *")

@@ -79,23 +79,45 @@ static void finish(run_t *R, uint32_t idx, int code, uint32_t reply_len, uint64_
     __atomic_store_n(&R->prog->finished, R->finished, __ATOMIC_RELEASE);
 }
 
-/* Sends the next n calls (all due by now) with one send. */
+/* The request (of the set) that call i sends. */
+static uint32_t req_of(const srpc_load_params_t *p, uint32_t i)
+{
+    return p->req_index ? p->req_index[i] : i % p->n_reqs;
+}
+
+/* Sends the next n calls (all due by now): with one send, or with a request set one send per
+ * run of consecutive calls that send the same request. */
 static void send_next(run_t *R, uint32_t n, uint64_t now)
 {
     const srpc_load_params_t *p = R->p;
     uint64_t ids[SRPC_CLIENT_SEND_MAX];
     int rcs[SRPC_CLIENT_SEND_MAX];
     const uint32_t first = R->next;
-    for (uint32_t i = 0; i < n; i++) {
-        srpc_load_rec_t *r = &R->rec[first + i];
-        r->sched_ns = p->concurrency ? now : p->sched_ns[first + i];
-        r->sent_ns = now;
-    }
     R->next += n;
     __atomic_store_n(&R->prog->sent, R->next, __ATOMIC_RELAXED);
-    int sent = srpc_client_send_many_cq(R->cl, R->cq, p->func_id, p->req, p->req_len, n, ids, rcs);
+    for (uint32_t g = 0, m; g < n; g += m) {
+        const void *data = p->req;
+        uint32_t len = p->req_len;
+        m = n - g;
+        if (p->n_reqs) {
+            const uint32_t k = req_of(p, first + g);
+            for (m = 1; g + m < n && req_of(p, first + g + m) == k; m++)
+                ;
+            data = p->reqs ? p->reqs + p->req_off[k] : NULL;
+            len = (uint32_t)(p->req_off[k + 1] - p->req_off[k]);
+        }
+        const uint64_t t = g ? rel_now(R) : now;
+        for (uint32_t i = g; i < g + m; i++) {
+            srpc_load_rec_t *r = &R->rec[first + i];
+            r->sched_ns = p->concurrency ? t : p->sched_ns[first + i];
+            r->sent_ns = t;
+        }
+        int sent = srpc_client_send_many_cq(R->cl, R->cq, p->func_id, data, len, m, ids + g, rcs + g);
+        for (uint32_t i = g; sent < 0 && i < g + m; i++)
+            rcs[i] = sent;
+    }
     for (uint32_t i = 0; i < n; i++) {
-        if (sent < 0 || rcs[i] != 0) {
+        if (rcs[i] != 0) {
             finish(R, first + i, SRPC_E_SEND, 0, rel_now(R));
             continue;
         }
@@ -126,8 +148,15 @@ static void on_reply(run_t *R, uint64_t id, uint64_t now)
     const uint8_t *d = NULL;
     uint32_t len = 0;
     srpc_client_result(R->cl, id, &code, &d, &len);
-    if (code == 0 && R->p->expect &&
-        (len != R->p->expect_len || (len && memcmp(d, R->p->expect, len) != 0)))
+    const srpc_load_params_t *p = R->p;
+    const uint8_t *want = p->expect;
+    uint64_t want_len = p->expect_len;
+    if (p->n_reqs && p->expects) {
+        const uint32_t k = req_of(p, idx);
+        want = p->expects + p->expect_off[k];
+        want_len = p->expect_off[k + 1] - p->expect_off[k];
+    }
+    if (code == 0 && want && (len != want_len || (len && memcmp(d, want, len) != 0)))
         code = SRPC_E_INVALID;
     srpc_client_release(R->cl, id);
     R->outstanding--;
@@ -171,11 +200,41 @@ static int64_t wait_budget_us(const run_t *R, uint64_t now)
     return (int64_t)((until - now - SRPC_LOAD_WAKE_EARLY_NS) / 1000);
 }
 
+/* Offsets of n pieces back to back in buf: off[0] == 0, non-decreasing, each piece < 2^32 B,
+ * the end addressable, and buf given unless every piece is empty. */
+static int check_offsets(const uint8_t *buf, const uint64_t *off, uint32_t n)
+{
+    if (!off || off[0] != 0)
+        return -EINVAL;
+    for (uint32_t k = 0; k < n; k++)
+        if (off[k + 1] < off[k] || off[k + 1] - off[k] > UINT32_MAX)
+            return -EINVAL;
+    if ((uint64_t)(size_t)off[n] != off[n] || (!buf && off[n]))
+        return -EINVAL;
+    return 0;
+}
+
+/* A request set, or none: see srpc_load_params_t. */
+static int check_set(const srpc_load_params_t *p)
+{
+    if (p->n_reqs == 0)
+        return p->reqs || p->req_off || p->req_index || p->expects || p->expect_off ? -EINVAL : 0;
+    if (p->req || p->req_len || p->expect || p->expect_len || !p->expects != !p->expect_off)
+        return -EINVAL;
+    if (check_offsets(p->reqs, p->req_off, p->n_reqs) != 0 ||
+        (p->expects && check_offsets(p->expects, p->expect_off, p->n_reqs) != 0))
+        return -EINVAL;
+    for (uint32_t i = 0; p->req_index && i < p->n; i++)
+        if (p->req_index[i] >= p->n_reqs)
+            return -EINVAL;
+    return 0;
+}
+
 static int check_params(srpc_client_t *cl, const srpc_load_params_t *p, const srpc_load_rec_t *rec,
                         const uint32_t *order, const uint64_t *start_ns)
 {
     if (!cl || !p || !rec || !order || !start_ns || p->n == 0 || p->timeout_us <= 0 ||
-        (!p->req && p->req_len))
+        (!p->req && p->req_len) || check_set(p) != 0)
         return -EINVAL;
     if (p->concurrency == 0) {
         if (!p->sched_ns || p->max_outstanding == 0)
