@@ -7,6 +7,7 @@
 #include "splitrpc_client.h"
 #include "splitrpc_gpu.h"
 #include "splitrpc_dpdk.h"
+#include "splitrpc_gnn.h"
 #include "splitrpc_tools.h"
 
 #endif /* SPLITRPC_H */
