@@ -34,16 +34,29 @@ def _models():
     return models
 
 
+# The GNN models (splitrpc.services.gnn.serve.FUNC_IDS): served with a PSGS-routed pair of lanes.
+GNN_MODELS = {"graphsage": 15, "gat": 16}
+
+
+def _split_models(spec: str) -> tuple[list, list]:
+    """--models: (zoo names, GNN names); ValueError for an unknown name."""
+    parts = [n.strip() for n in spec.split(",") if n.strip()]
+    gnn = [n for n in dict.fromkeys(parts) if n in GNN_MODELS]
+    rest = [n for n in parts if n not in GNN_MODELS]
+    zoo = _models().resolve(",".join(rest)) if rest else []
+    return zoo, gnn
+
+
 def cmd_serve(a) -> int:
     if a.processes != 1:
         return _serve_processes(a)
     _, register = _services()
-    names = []
+    names, gnn_names = [], []
     if a.models:
         try:
-            names = _models().resolve(a.models)
+            names, gnn_names = _split_models(a.models)
         except ValueError as e:
-            print(f"--models: {e}", file=sys.stderr)
+            print(f"--models: {e} (or the GNN models {', '.join(GNN_MODELS)})", file=sys.stderr)
             return 2
     try:
         srv = Server(a.host, a.port, wait=a.wait, sched=a.sched, segment_size=a.segment_size, allow=a.allow,
@@ -60,10 +73,31 @@ def cmd_serve(a) -> int:
             srv.close()
             print(f"--models: {type(e).__name__}: {e}", file=sys.stderr)
             return 2
+    gnn_cfg = ""
+    if gnn_names:
+        try:
+            from splitrpc.services.gnn.serve import register_gnn
+
+            for n in gnn_names:
+                svc = register_gnn(srv, n, small=a.small, policy=a.gnn_policy, threshold=a.gnn_threshold,
+                                   calibration=a.gnn_calibration, point=a.gnn_point,
+                                   max_batch=a.max_batch or 8, max_delay_us=a.max_delay_us or 0, device=a.device)
+            gnn_cfg = (f", GNN {svc.graph.name} graph ({svc.graph.num_nodes} nodes) policy {a.gnn_policy} "
+                       f"threshold {svc.router.threshold:.0f}, lanes: "
+                       + "; ".join(ln.label for ln in svc.lanes.values()))
+        except ImportError as e:
+            srv.close()
+            print(f"--models: {e}; the GNN models need pip install 'splitrpc[gnn]'", file=sys.stderr)
+            return 2
+        except Exception as e:  # a bad calibration file or threshold, ...
+            srv.close()
+            print(f"--models: {type(e).__name__}: {e}", file=sys.stderr)
+            return 2
     for sig in (signal.SIGINT, signal.SIGTERM):  # explicit: a background job inherits SIGINT ignored
         signal.signal(sig, lambda *_: srv.stop())
     zoo = _models().MODELS if names else {}
-    served = " ".join(["vecadd(1) matmul(2) echo(3) head(4)"] + [f"{n}({zoo[n].func_id})" for n in names])
+    served = " ".join(["vecadd(1) matmul(2) echo(3) head(4)"] + [f"{n}({zoo[n].func_id})" for n in names]
+                      + [f"{n}({GNN_MODELS[n]})" for n in gnn_names])
     where = ", ".join(sorted({d for n, d in srv.stats()["devices"].items() if n in names}))  # after any fallback
     model_cfg = f", models on {where}{' (small)' if a.small else ''}" if names else ""
     metrics = None
@@ -78,7 +112,7 @@ def cmd_serve(a) -> int:
             return 2
     cost = f", {a.batch_cost_us} us per batch" if a.batch_cost_us > 0 else ""
     print(f"splitrpc {__version__} serving {served} on {srv.host}:{srv.port} "
-          f"(wait={a.wait or SERVER_DEFAULTS['wait']}{model_cfg}{cost}); "
+          f"(wait={a.wait or SERVER_DEFAULTS['wait']}{model_cfg}{gnn_cfg}{cost}); "
           "Ctrl-C stops", flush=True)
     if metrics:
         print(f"metrics: http://{metrics.host}:{metrics.port}/metrics", flush=True)
@@ -122,7 +156,9 @@ def _serve_processes(a) -> int:
             port = s.getsockname()[1]
     opts = {"--host": host, "--port": port, "--wait": a.wait, "--sched": a.sched, "--max-batch": a.max_batch,
             "--max-delay-us": a.max_delay_us, "--batch-cost-us": a.batch_cost_us, "--segment-size": a.segment_size,
-            "--models": a.models, "--device": a.device, "--metrics-host": a.metrics_host, "--allow": a.allow}
+            "--models": a.models, "--device": a.device, "--metrics-host": a.metrics_host, "--allow": a.allow,
+            "--gnn-policy": a.gnn_policy, "--gnn-threshold": a.gnn_threshold, "--gnn-calibration": a.gnn_calibration,
+            "--gnn-point": a.gnn_point}
     base = [sys.executable, "-m", "splitrpc", *(["-v"] if a.verbose else []), "serve", "--reuse-port", "--stats-json"]
     for k, v in opts.items():
         if v is not None:
@@ -182,7 +218,42 @@ def _request_for(a, services) -> tuple[int, bytes, object]:
     return func_id, data, svc
 
 
+def _call_gnn(a) -> int:
+    """`splitrpc call graphsage|gat`: an example seed list, the reply checked against a local run."""
+    try:
+        from splitrpc.services.gnn.serve import GNNService
+    except ImportError as e:
+        print(f"{e}; the GNN models need pip install 'splitrpc[gnn]'", file=sys.stderr)
+        return 2
+    print(f"building the {'small' if a.small else 'reddit-like'} graph and {a.function} to check the reply ...",
+          flush=True)
+    svc = GNNService(a.function, small=a.small)
+    data = svc.example(np.random.default_rng(a.seed))
+    with Client(a.host, a.port, timeout=a.timeout) as c:
+        t0 = time.perf_counter()
+        try:
+            reply = c.call(GNN_MODELS[a.function], data)
+        except SplitRPCError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 1
+        dt = (time.perf_counter() - t0) * 1e6
+    seeds = np.frombuffer(data, "<i8")
+    print(f"function {GNN_MODELS[a.function]}: {len(seeds)} seeds {seeds.tolist()} "
+          f"(PSGS {float(svc.psgs[seeds].sum()):.0f}) -> {len(reply)} B reply in {dt:.0f} us (one cold call)")
+    ok = svc.check_reply(data, reply)
+    print("reply matches the model's output within tolerance:", ok)
+    if len(reply) % 4 == 0 and reply:
+        v = np.frombuffer(reply, "<f4").reshape(len(seeds), -1)
+        print(f"logits float32[{v.shape[0]}, {v.shape[1]}]: seed {seeds[0]}: {np.array2string(v[0, :6], precision=4)} ...")
+    if a.output:
+        with open(a.output, "wb") as f:
+            f.write(reply)
+    return 0 if ok else 1
+
+
 def cmd_call(a) -> int:
+    if a.function in GNN_MODELS and not a.file and a.text is None:
+        return _call_gnn(a)
     services, _ = _services()
     try:
         func_id, data, svc = _request_for(a, services)
@@ -306,7 +377,15 @@ def build_parser() -> argparse.ArgumentParser:
                                                      f"(default: {SERVER_DEFAULTS['segment_size']})")
     s.add_argument("--models", metavar="NAMES",
                    help="also serve these PyTorch models: a comma list of lenet, lstm, resnet18, resnet50, "
-                        "bert-like, or all (needs pip install 'splitrpc[models]')")
+                        "bert-like, or all (needs pip install 'splitrpc[models]'); and the GNN models "
+                        "graphsage, gat (pip install 'splitrpc[gnn]')")
+    s.add_argument("--gnn-policy", default="routed", choices=("routed", "cpu", "bulk"),
+                   help="GNN models (graphsage, gat): route each batch by its PSGS, or always one lane")
+    s.add_argument("--gnn-threshold", type=float, metavar="PSGS",
+                   help="GNN routing threshold (a batch's summed PSGS); default: --gnn-calibration's, else built in")
+    s.add_argument("--gnn-calibration", metavar="FILE", help="a calibration file of `splitrpc calibrate`")
+    s.add_argument("--gnn-point", default="loose", choices=("strict", "loose", "cpu_preferred", "gpu_preferred"),
+                   help="which crossing point of the calibration routes (default: %(default)s)")
     s.add_argument("--device", default="cpu", help="where the models run: cpu, cuda, cuda:N")
     s.add_argument("--small", action="store_true", help="the models' small configurations (same I/O sizes)")
     s.add_argument("--metrics-port", type=int, metavar="PORT",
@@ -322,7 +401,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     c = sub.add_parser("call", help="make one call and print the reply")
     c.add_argument("function", help="vecadd, matmul, echo, head, a model (lenet, lstm, resnet18, resnet50, "
-                                    "bert-like), or a numeric func_id")
+                                    "bert-like, graphsage, gat), or a numeric func_id")
     c.add_argument("--host", help=f"the server's address (default: {CLIENT_DEFAULTS['host']})")
     c.add_argument("--port", type=int, help=f"the server's UDP port (default: {CLIENT_DEFAULTS['port']})")
     c.add_argument("--file", help="request bytes from this file")
@@ -354,7 +433,24 @@ def build_parser() -> argparse.ArgumentParser:
     add_bench_orchestration_parser(sub)
     add_bench_dpdk_parser(sub)
     add_bench_overload_parser(sub)
+    from splitrpc.bench.gnn import add_parser as add_bench_gnn_parser
+
+    add_bench_gnn_parser(sub)
+    _add_calibrate_parser(sub)
     return p
+
+
+def _add_calibrate_parser(sub) -> None:
+    """`splitrpc calibrate`: its options are registered here; running it needs the gnn extra."""
+    try:
+        from splitrpc.services.gnn.measure import add_parser
+    except ImportError as e:  # scipy or torch missing: the command says so when run
+        why = str(e)
+        c = sub.add_parser("calibrate", help="GNN lanes' latency against PSGS (needs pip install 'splitrpc[gnn]')")
+        c.set_defaults(func=lambda a: print(f"splitrpc calibrate: {why}; pip install 'splitrpc[gnn]'",
+                                            file=sys.stderr) or 2)
+        return
+    add_parser(sub)
 
 
 def main(argv: list[str] | None = None) -> int:

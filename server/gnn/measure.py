@@ -1,0 +1,114 @@
+"""measure.py: calibration measurements for PSGS routing: batches of known PSGS run on each lane at full load without queueing, and `splitrpc calibrate`, which turns them into a calibration file and its plot.
+
+Quiver measures latency against PSGS "when both CPUs and GPUs are near full utilization, with no
+queuing": here each lane's thread runs its own list of batches back to back, both lanes at once
+(each busy all the time, no batch ever waits), and every batch's service time (sampling,
+feature gathering, model) is one measurement. Batches have 1 .. 256 seeds drawn in proportion to
+degree, so their summed PSGS spans small to large.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import threading
+import time
+
+import numpy as np
+
+from splitrpc.services.gnn import calibrate
+from splitrpc.services.gnn.serve import FANOUTS, GNNService, draw_seeds
+
+SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256)  # seeds per calibration batch
+
+
+def batches(service: GNNService, per_size: int, seed: int, sizes=SIZES) -> list[np.ndarray]:
+    """per_size batches of each size, seeds drawn by degree, in a shuffled order."""
+    rng = np.random.default_rng(seed)
+    out = [draw_seeds(service.graph, rng, s) for s in sizes for _ in range(per_size)]
+    order = rng.permutation(len(out))
+    return [out[i] for i in order]
+
+
+def measure(service: GNNService, *, per_size: int = 30, seed: int = 1, warmup: int = 3, sizes=SIZES,
+            progress=None) -> calibrate.Measurements:
+    """Runs per_size batches of every size on each lane, both lanes at once; returns the
+    measurements (lane, batch PSGS, latency). progress(done, total) is called now and then."""
+    lanes = list(service.lanes)
+    work = {ln: batches(service, per_size, seed + i, sizes) for i, ln in enumerate(lanes)}
+    total = sum(len(w) for w in work.values())
+    rows: dict[str, list] = {ln: [] for ln in lanes}
+    done = [0]
+    errors: list = []
+
+    def run(lane: str) -> None:
+        try:
+            for b in work[lane][:warmup]:
+                service.infer(b, lane)  # first-touch costs (allocations, code paths) not measured
+            for b in work[lane]:
+                t0 = time.perf_counter()
+                service.infer(b, lane)
+                rows[lane].append((float(service.psgs[b].sum()), time.perf_counter() - t0))
+                done[0] += 1
+        except BaseException as e:  # reported by the caller
+            errors.append(e)
+
+    threads = [threading.Thread(target=run, args=(ln,), name=f"calibrate-{ln}") for ln in lanes]
+    for t in threads:
+        t.start()
+    while any(t.is_alive() for t in threads):
+        for t in threads:
+            t.join(0.5)
+        if progress:
+            progress(done[0], total)
+    if errors:
+        raise errors[0]
+    lane_col = [ln for ln in lanes for _ in rows[ln]]
+    psgs = [r[0] for ln in lanes for r in rows[ln]]
+    lat = [r[1] for ln in lanes for r in rows[ln]]
+    return calibrate.Measurements(np.array(lane_col), np.array(psgs), np.array(lat))
+
+
+def add_parser(sub) -> argparse.ArgumentParser:
+    p = sub.add_parser("calibrate", help="measure the GNN lanes' latency against PSGS and write a calibration file",
+                       description="Runs batches of known PSGS on both sampling lanes at full load without "
+                                   "queueing, derives the four crossing points (Quiver: strict, loose, "
+                                   "CPU-preferred, GPU-preferred) and writes them with a plot.")
+    p.add_argument("--model", default="graphsage", choices=("graphsage", "gat"))
+    p.add_argument("--small", action="store_true", help="the small graph (fast; for trying it out)")
+    p.add_argument("--per-size", type=int, default=30, help="batches of each size per lane (default: %(default)s)")
+    p.add_argument("--bins", type=int, default=12, help="PSGS bins, log-spaced (default: %(default)s)")
+    p.add_argument("--out", default="gnn_calibration.json", help="the calibration file (a PNG is written beside it)")
+    p.add_argument("--seed", type=int, default=1)
+    p.set_defaults(func=cmd_calibrate)
+    return p
+
+
+def cmd_calibrate(a) -> int:
+    import torch
+
+    torch.set_num_threads(1)  # one core per lane, as served (register_gnn)
+    print(f"building {a.model} on the {'small' if a.small else 'reddit-like'} graph ...", flush=True)
+    svc = GNNService(a.model, small=a.small)
+    labels = {ln: svc.lanes[ln].label for ln in svc.lanes}
+    print("lanes: " + "; ".join(f"{k}: {v}" for k, v in labels.items()), flush=True)
+
+    def progress(done: int, total: int) -> None:
+        print(f"\r  {done}/{total} batches", end="", flush=True)
+
+    meas = measure(svc, per_size=a.per_size, seed=a.seed, progress=progress)
+    print()
+    try:
+        edges = calibrate.adaptive_edges(meas, a.bins)  # log-spaced, thin neighbours merged
+        cal = calibrate.calibrate(meas, edges, fanouts=FANOUTS, graph=svc.graph.name, labels=labels)
+    except calibrate.CalibrationError as e:
+        print(f"splitrpc calibrate: {e}", file=sys.stderr)
+        return 1
+    os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
+    cal.save(a.out)
+    png = a.out.rsplit(".", 1)[0] + ".png"
+    calibrate.plot(cal, png)
+    for k in ("strict", "loose", "cpu_preferred", "gpu_preferred"):
+        print(f"  {k:14s} PSGS {cal.threshold(k):10.0f}")
+    print(f"wrote {a.out} and {png}")
+    return 0

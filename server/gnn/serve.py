@@ -1,0 +1,272 @@
+"""serve.py: a GNN model (GraphSAGE or GAT over a graph of the store) served as one splitrpc function with two sampling lanes, each batch routed to one by its summed PSGS (Quiver's hybrid sampling).
+
+The request is a list of seed node ids (little-endian int64, 1 .. MAX_SEEDS of them), the reply
+their logits (float32, seeds x classes, in request order). The function is raw (requests of any
+length) and costs each call the sum of its seeds' PSGS, computed by the native engine from the
+PSGS table (``CostTable(keys=None)``); a seed id outside the graph fails that call alone with
+BAD_REQUEST before any Python runs. When a batch is formed its calls' costs are summed: below the
+threshold it goes to the CPU lane (the per-seed sampler in C), else to the other lane (the GPU
+sampler; without a GPU the bulk PyTorch sampler on the CPU, a stand-in for it, labelled so).
+Feature gathering and the model run after sampling, on the lane's thread.
+
+Each lane is one thread (one device): the function runs on a pool of as many threads as lanes
+it may use, and a lane takes one batch at a time (its lock), so two batches overlap only on
+different lanes. Static policies ("cpu", "bulk") use one lane and one thread: the baselines of
+the benchmark.
+
+Sampling is a function of (salt, node, hop) in both lanes (see sampling.py), so the two lanes
+give the same sample and the same logits for a request, and a reply can be checked against a
+local run (``GNNService.reference``).
+"""
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from splitrpc.errors import BadRequest
+from splitrpc.services.gnn import graph as graph_
+from splitrpc.services.gnn.calibrate import Calibration
+
+log = logging.getLogger("splitrpc.gnn")
+
+MAX_SEEDS = 256                 # seed ids per request (the request is at most 2 KiB)
+FANOUTS = (25, 10)              # GraphSAGE's [25, 10], as in Quiver's evaluation
+FUNC_IDS = {"graphsage": 15, "gat": 16}
+HIDDEN = {"graphsage": 128, "gat": 32}   # hidden width (GAT: per head, 4 heads)
+SMALL_HIDDEN = {"graphsage": 32, "gat": 8}
+POLICIES = ("routed", "cpu", "bulk")
+# The routing threshold without a calibration file: the batch PSGS (summed over its calls' seeds)
+# from which the other lane is taken. Measured on this project's 2-vCPU VM with the reddit-like
+# graph and FANOUTS ("loose" crossing of bench/results/gnn_calibration.json); calibrate your own
+# machine with `splitrpc calibrate`.
+DEFAULT_THRESHOLD = 6000.0
+RTOL = 1e-4                     # replies vs the local reference: same sample, float sums reordered
+
+
+def other_lane() -> str:
+    """The name of the non-CPU lane here: "gpu" where torch sees CUDA, else "bulk" (the stand-in)."""
+    import torch
+
+    return "gpu" if torch.cuda.is_available() else "bulk"
+
+
+@dataclass
+class LaneStats:
+    batches: int = 0
+    calls: int = 0
+    seeds: int = 0
+    psgs: float = 0.0
+    busy_s: float = 0.0
+
+
+@dataclass
+class Lane:
+    """One sampling lane: one batch at a time (lock), its counters."""
+
+    name: str
+    label: str
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    stats: LaneStats = field(default_factory=LaneStats)
+
+
+class GNNService:
+    """A GNN model over a synthetic graph, ready to serve: the graph, its node features, the PSGS
+    table (the admission cost), the model with weights from `seed`, and the lanes.
+
+    model: "graphsage" or "gat"; small: the "small" graph and narrow layers (tests, CI) instead
+    of "reddit-like"; salt: the sampling salt (the same salt gives the same samples)."""
+
+    def __init__(self, model: str = "graphsage", *, small: bool = False, fanouts=FANOUTS, seed: int = 0,
+                 salt: int = 0, device: str = "cpu"):
+        import torch
+
+        from splitrpc.services.gnn import metrics, models, sampling
+
+        if model not in FUNC_IDS:
+            raise ValueError(f"unknown GNN model {model!r}; known: {', '.join(FUNC_IDS)}")
+        self.model_name, self.small, self.seed, self.salt = model, bool(small), int(seed), int(salt)
+        self.fanouts = tuple(int(f) for f in fanouts)
+        preset = "small" if small else "reddit-like"
+        p = graph_.PRESETS[preset]
+        self.graph = graph_.synthetic(preset, seed=seed)
+        self.classes = p["classes"]
+        self.features = torch.from_numpy(graph_.node_features(self.graph.num_nodes, p["dim"], seed=seed))
+        self.psgs = metrics.psgs(self.graph, self.fanouts)
+        self.cost_table = cost_table(self.psgs)
+        hidden = (SMALL_HIDDEN if small else HIDDEN)[model]
+        self.module = models.build(model, p["dim"], self.classes, hidden=hidden, hops=len(self.fanouts), seed=seed)
+        self.device = device
+        other = other_lane() if device != "cpu" else "bulk"
+        self.lanes = {"cpu": Lane("cpu", sampling.LANE_LABELS["cpu"]),
+                      other: Lane(other, sampling.LANE_LABELS[other])}
+        self.other = other
+        self._sampling, self._models = sampling, models
+
+    # ------------------------------------------------------------------ one batch
+
+    def sample(self, seeds: np.ndarray, lane: str):
+        """The Sample of `seeds` on lane "cpu" or the other lane (no lock)."""
+        if lane == "cpu":
+            return self._sampling.cpu_sample(self.graph, seeds, self.fanouts, self.salt)
+        return self._sampling.bulk_sample(self.graph, seeds, self.fanouts, self.salt,
+                                          device="cuda" if lane == "gpu" else "cpu")
+
+    def infer(self, seeds, lane: str = "cpu") -> np.ndarray:
+        """Logits (len(seeds), classes) float32 of `seeds` (int64 node ids) sampled on `lane`,
+        holding that lane for the whole batch and counting it."""
+        seeds = np.ascontiguousarray(seeds, dtype=np.int64)
+        ln = self.lanes[lane]
+        with ln.lock:
+            t0 = time.perf_counter()
+            out = self._run(seeds, lane)
+            ln.stats.busy_s += time.perf_counter() - t0
+            ln.stats.batches += 1
+            ln.stats.seeds += len(seeds)
+        return out
+
+    def _run(self, seeds: np.ndarray, lane: str) -> np.ndarray:
+        import torch
+
+        s = self.sample(seeds, lane)
+        with torch.inference_mode():
+            logits = self._models.forward(self.module, s, self.features)
+        return logits.detach().to("cpu").numpy()
+
+    def reference(self, seeds) -> np.ndarray:
+        """The logits a server with this setup answers for `seeds` (CPU lane, no counting)."""
+        return self._run(np.ascontiguousarray(seeds, dtype=np.int64), "cpu")
+
+    def check_reply(self, request: bytes, reply: bytes) -> bool:
+        """Whether `reply` holds the logits this model gives the request's seeds (RTOL)."""
+        seeds = np.frombuffer(request, "<i8")
+        want = self.reference(seeds)
+        if len(reply) != want.nbytes:
+            return False
+        got = np.frombuffer(reply, "<f4").reshape(want.shape)
+        return bool(np.all(np.isfinite(got)) and np.allclose(got, want, rtol=RTOL,
+                                                              atol=RTOL * max(1.0, float(np.abs(want).max()))))
+
+    # ------------------------------------------------------------------ requests
+
+    def example(self, rng: np.random.Generator, n: int = 8, by_degree: bool = True) -> bytes:
+        """A request of n seed ids, drawn in proportion to out-degree (by_degree) or uniformly."""
+        return draw_seeds(self.graph, rng, n, by_degree).astype("<i8").tobytes()
+
+    def stats(self) -> dict:
+        return {name: dict(vars(ln.stats), label=ln.label) for name, ln in self.lanes.items()}
+
+
+def cost_table(psgs) -> np.ndarray:
+    """The admission cost of each seed: its PSGS rounded up (the engine sums integers per call),
+    as uint32. ValueError for a table with NaN, infinite, negative or too large values, saying
+    which node: a cost table is checked before it is registered."""
+    p = np.asarray(psgs, dtype=np.float64)
+    if p.ndim != 1 or p.size == 0:
+        raise ValueError(f"a PSGS table is a non-empty 1-D array, got shape {p.shape}")
+    bad = np.flatnonzero(~np.isfinite(p) | (p < 0) | (p > 2**32 - 1))
+    if bad.size:
+        raise ValueError(f"PSGS of node {int(bad[0])} is {p[bad[0]]}: a cost must be a finite number from 0 to 2**32 - 1")
+    return np.maximum(np.ceil(p), 1).astype(np.uint32)
+
+
+def draw_seeds(graph: graph_.Graph, rng: np.random.Generator, n: int, by_degree: bool = True) -> np.ndarray:
+    """n seed ids (int64), with probability proportional to out-degree (by_degree) or uniform."""
+    if by_degree and graph.num_edges:
+        p = graph.degree / graph.num_edges
+        return rng.choice(graph.num_nodes, size=n, p=p).astype(np.int64)
+    return rng.integers(0, graph.num_nodes, n, dtype=np.int64)
+
+
+class Router:
+    """Which lane a batch of summed PSGS `cost` takes: policy "routed" (below threshold: "cpu",
+    else the other lane), "cpu" or "bulk"/"gpu" (static)."""
+
+    def __init__(self, service: GNNService, policy: str = "routed", threshold: float | None = None):
+        if policy not in POLICIES and policy != service.other:
+            raise ValueError(f"policy must be one of {POLICIES}, got {policy!r}")
+        if threshold is not None and (math.isnan(threshold) or threshold < 0):
+            raise ValueError(f"threshold must be a PSGS >= 0 (inf: always the CPU lane), got {threshold!r}")
+        self.service, self.policy = service, policy
+        self.threshold = DEFAULT_THRESHOLD if threshold is None else float(threshold)
+
+    def lane(self, cost: float) -> str:
+        if self.policy == "cpu":
+            return "cpu"
+        if self.policy != "routed":
+            return self.service.other
+        return "cpu" if cost < self.threshold else self.service.other
+
+    @property
+    def lanes_used(self) -> int:
+        return 2 if self.policy == "routed" else 1
+
+
+def threshold_from(calibration: str | None, point: str, threshold: float | None) -> float | None:
+    """The routing threshold: a fixed number wins, else the calibration file's `point` ("strict",
+    "loose", "cpu_preferred", "gpu_preferred"), else None (DEFAULT_THRESHOLD)."""
+    if threshold is not None:
+        return float(threshold)
+    if calibration:
+        return Calibration.load(calibration).threshold(point)
+    return None
+
+
+def register_gnn(server, model: str = "graphsage", *, small: bool = False, policy: str = "routed",
+                 threshold: float | None = None, calibration: str | None = None, point: str = "loose",
+                 func_id: int | None = None, max_batch: int = 8, max_delay_us: int = 0, seed: int = 0,
+                 salt: int = 0, device: str = "cpu", torch_threads: int | None = 1) -> GNNService:
+    """Builds the model's GNNService and registers it on `server` (before it starts) under
+    FUNC_IDS[model] (or func_id); returns the service (its .stats() counts each lane's work).
+    threshold (a PSGS) or calibration (a file of `splitrpc calibrate`, its `point`) set the
+    routing threshold, else DEFAULT_THRESHOLD. torch_threads sets PyTorch's intra-op threads for
+    the process (1: each lane is one core); None leaves it."""
+    import torch
+
+    from splitrpc.executor import ThreadPool
+    from splitrpc import CostTable
+
+    if torch_threads is not None:
+        torch.set_num_threads(int(torch_threads))
+    svc = GNNService(model, small=small, seed=seed, salt=salt, device=device)
+    router = Router(svc, policy, threshold_from(calibration, point, threshold))
+    svc.router = router
+    classes = svc.classes
+
+    def gnn_batch(reqs, resps, costs):
+        lengths: list = [0] * len(reqs)
+        seeds, rows = [], []
+        for i, q in enumerate(reqs):
+            n = len(q) // 8  # the engine let only whole int64 keys, each a node of the graph, through
+            if n == 0:
+                lengths[i] = BadRequest(f"a {model} request holds 1 to {MAX_SEEDS} int64 seed ids, got none")
+                continue
+            seeds.append(np.frombuffer(q, "<i8"))
+            rows.append((i, n))
+        if not seeds:
+            return lengths
+        lane = router.lane(float(np.sum(costs, dtype=np.float64)))
+        logits = svc.infer(np.concatenate(seeds), lane)
+        svc.lanes[lane].stats.calls += len(rows)
+        svc.lanes[lane].stats.psgs += float(np.sum(costs, dtype=np.float64))
+        at = 0
+        for i, n in rows:
+            out = logits[at:at + n]
+            resps[i][:out.nbytes] = out.tobytes()
+            lengths[i] = out.nbytes
+            at += n
+        return lengths
+
+    gnn_batch.__name__ = model
+    server.add_function(gnn_batch, func_id if func_id is not None else FUNC_IDS[model], model, raw=True,
+                        max_request=8 * MAX_SEEDS, max_response=4 * classes * MAX_SEEDS, max_batch=max_batch,
+                        max_delay_us=max_delay_us, executor=ThreadPool(router.lanes_used, name=f"gnn-{model}"),
+                        cost=CostTable(svc.cost_table, keys=None, key_dtype="int64"))
+    log.info("%s: %d nodes, %d edges, fan-outs %s, policy %s, threshold %.0f, lanes: %s", model,
+             svc.graph.num_nodes, svc.graph.num_edges, list(svc.fanouts), policy, router.threshold,
+             "; ".join(ln.label for ln in svc.lanes.values()))
+    return svc
