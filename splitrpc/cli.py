@@ -49,6 +49,9 @@ def _split_models(spec: str) -> tuple[list, list]:
 
 def cmd_serve(a) -> int:
     if a.processes != 1:
+        if a.gnn_trace:
+            print("--gnn-trace: one process only (not with --processes)", file=sys.stderr)
+            return 2
         return _serve_processes(a)
     _, register = _services()
     names, gnn_names = [], []
@@ -73,7 +76,7 @@ def cmd_serve(a) -> int:
             srv.close()
             print(f"--models: {type(e).__name__}: {e}", file=sys.stderr)
             return 2
-    gnn_cfg = ""
+    gnn_cfg, gnn_svcs = "", {}
     if gnn_names:
         try:
             from splitrpc.services.gnn.serve import register_gnn
@@ -81,7 +84,9 @@ def cmd_serve(a) -> int:
             for n in gnn_names:
                 svc = register_gnn(srv, n, small=a.small, policy=a.gnn_policy, threshold=a.gnn_threshold,
                                    calibration=a.gnn_calibration, point=a.gnn_point,
-                                   max_batch=a.max_batch or 8, max_delay_us=a.max_delay_us or 0, device=a.device)
+                                   max_batch=a.max_batch or 8, max_delay_us=a.max_delay_us or 0, device=a.device,
+                                   trace=bool(a.gnn_trace))
+                gnn_svcs[n] = svc
             gnn_cfg = (f", GNN {svc.graph.name} graph ({svc.graph.num_nodes} nodes) policy {a.gnn_policy} "
                        f"threshold {svc.router.threshold:.0f}, lanes: "
                        + "; ".join(ln.label for ln in svc.lanes.values()))
@@ -126,6 +131,14 @@ def cmd_serve(a) -> int:
         st = srv.stats()
         srv.close()
     print(f"stopped: {_stats_line(st)}", flush=True)
+    for n, svc in gnn_svcs.items():
+        print(f"{n}: " + "; ".join(f"{k} lane {v['batches']} batches, {v['calls']} calls, busy {v['busy_s']:.1f} s"
+                                   for k, v in svc.stats().items()), flush=True)
+        if a.gnn_trace:
+            path = a.gnn_trace if len(gnn_svcs) == 1 else f"{a.gnn_trace.removesuffix('.npz')}.{n}.npz"
+            svc.trace.save(path)
+            print(f"{n}: wrote {svc.trace.n} batches to {path}"
+                  + (f" ({svc.trace.dropped} more not kept)" if svc.trace.dropped else ""), flush=True)
     if a.stats_json:  # for the parent of --processes
         print("STATS " + json.dumps({k: st[k] for k in _SUMMED}), flush=True)
     return 0
@@ -386,6 +399,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--gnn-calibration", metavar="FILE", help="a calibration file of `splitrpc calibrate`")
     s.add_argument("--gnn-point", default="loose", choices=("strict", "loose", "cpu_preferred", "gpu_preferred"),
                    help="which crossing point of the calibration routes (default: %(default)s)")
+    s.add_argument("--gnn-trace", metavar="FILE.npz",
+                   help="record every GNN batch (lane, summed PSGS, calls, service time) and write them here "
+                        "when stopped (one file per GNN model: FILE.MODEL.npz when several)")
     s.add_argument("--device", default="cpu", help="where the models run: cpu, cuda, cuda:N")
     s.add_argument("--small", action="store_true", help="the models' small configurations (same I/O sizes)")
     s.add_argument("--metrics-port", type=int, metavar="PORT",

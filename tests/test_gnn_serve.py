@@ -14,6 +14,7 @@ pytest.importorskip("scipy")
 import splitrpc  # noqa: E402
 from conftest import free_udp_port  # noqa: E402
 from splitrpc.services.gnn import calibrate, serve  # noqa: E402
+from splitrpc.services.gnn.serve import load_trace  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -154,10 +155,11 @@ def _cmd(*args):
     return [sys.executable, "-m", "splitrpc", *args]
 
 
-def test_serve_and_call_graphsage_from_the_command_line(run_env):
+def test_serve_and_call_graphsage_from_the_command_line(run_env, tmp_path):
     port = free_udp_port()
+    trace = tmp_path / "trace.npz"
     proc = subprocess.Popen(_cmd("serve", "--port", str(port), "--wait", "block", "--models", "graphsage,lenet",
-                                 "--small", "--gnn-threshold", "2500"),
+                                 "--small", "--gnn-threshold", "2500", "--gnn-trace", str(trace)),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **run_env)
     try:
         line = proc.stdout.readline()
@@ -169,7 +171,19 @@ def test_serve_and_call_graphsage_from_the_command_line(run_env):
         assert "reply matches the model's output within tolerance: True" in p.stdout
     finally:
         proc.terminate()
-        proc.communicate(timeout=20)
+        out, err = proc.communicate(timeout=20)
+    assert "graphsage: cpu lane" in out and "wrote" in out, out + err
+    t = load_trace(str(trace))  # every batch: its lane follows the threshold on its summed PSGS
+    assert t["t_end"].size >= 1 and int(t["calls"].sum()) >= 1 and list(t["lanes"]) == ["cpu", "bulk"]
+    assert np.all(t["service_s"] > 0) and np.all(t["psgs"] > 0)
+    assert np.array_equal(t["lane"] == 0, t["psgs"] < 2500)
+
+
+def test_gnn_trace_is_refused_with_several_processes(run_env, tmp_path):
+    p = subprocess.run(_cmd("serve", "--port", "0", "--processes", "2", "--models", "graphsage", "--small",
+                            "--gnn-trace", str(tmp_path / "t.npz")), capture_output=True, text=True, timeout=60,
+                       **run_env)
+    assert p.returncode == 2 and "one process only" in p.stderr
 
 
 def test_serve_refuses_a_bad_calibration_file(run_env, tmp_path):

@@ -3,8 +3,9 @@
 Quiver measures latency against PSGS "when both CPUs and GPUs are near full utilization, with no
 queuing": here each lane's thread runs its own list of batches back to back, both lanes at once
 (each busy all the time, no batch ever waits), and every batch's service time (sampling,
-feature gathering, model) is one measurement. Batches have 1 .. 256 seeds drawn in proportion to
-degree, so their summed PSGS spans small to large.
+feature gathering, model) is one measurement. Batches have 1 .. 1024 seeds drawn in proportion to
+degree, so their summed PSGS spans one small request to a full batch of large ones (bench-gnn's
+largest: 8 calls of 128 seeds); a server's routing threshold should lie inside the measured range.
 """
 from __future__ import annotations
 
@@ -19,7 +20,10 @@ import numpy as np
 from splitrpc.services.gnn import calibrate
 from splitrpc.services.gnn.serve import FANOUTS, GNNService, draw_seeds
 
-SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256)  # seeds per calibration batch
+SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)  # seeds per calibration batch
+# Batches of each size per lane. A bin's max over n samples is exceeded by a further batch with
+# probability about 1/(n+1): 100 per size keeps that near 1% (a bound meant to hold for 99%).
+PER_SIZE = 100
 
 
 def batches(service: GNNService, per_size: int, seed: int, sizes=SIZES) -> list[np.ndarray]:
@@ -30,7 +34,7 @@ def batches(service: GNNService, per_size: int, seed: int, sizes=SIZES) -> list[
     return [out[i] for i in order]
 
 
-def measure(service: GNNService, *, per_size: int = 30, seed: int = 1, warmup: int = 3, sizes=SIZES,
+def measure(service: GNNService, *, per_size: int = PER_SIZE, seed: int = 1, warmup: int = 3, sizes=SIZES,
             progress=None) -> calibrate.Measurements:
     """Runs per_size batches of every size on each lane, both lanes at once; returns the
     measurements (lane, batch PSGS, latency). progress(done, total) is called now and then."""
@@ -76,7 +80,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
                                    "CPU-preferred, GPU-preferred) and writes them with a plot.")
     p.add_argument("--model", default="graphsage", choices=("graphsage", "gat"))
     p.add_argument("--small", action="store_true", help="the small graph (fast; for trying it out)")
-    p.add_argument("--per-size", type=int, default=30, help="batches of each size per lane (default: %(default)s)")
+    p.add_argument("--per-size", type=int, default=PER_SIZE, help="batches of each size per lane (default: %(default)s)")
     p.add_argument("--bins", type=int, default=12, help="PSGS bins, log-spaced (default: %(default)s)")
     p.add_argument("--out", default="gnn_calibration.json", help="the calibration file (a PNG is written beside it)")
     p.add_argument("--seed", type=int, default=1)

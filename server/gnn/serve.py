@@ -46,6 +46,7 @@ POLICIES = ("routed", "cpu", "bulk")
 # machine with `splitrpc calibrate`.
 DEFAULT_THRESHOLD = 6000.0
 RTOL = 1e-4                     # replies vs the local reference: same sample, float sums reordered
+TRACE_ROWS = 1 << 20            # batches a BatchTrace keeps (about 30 MB)
 
 
 def other_lane() -> str:
@@ -72,6 +73,45 @@ class Lane:
     label: str
     lock: threading.Lock = field(default_factory=threading.Lock)
     stats: LaneStats = field(default_factory=LaneStats)
+
+
+class BatchTrace:
+    """Every served batch's (end time, lane, summed PSGS, calls, service time), for checking the
+    calibrated bounds and the lane mix afterwards (`splitrpc serve --gnn-trace`). Fixed capacity:
+    rows past it are counted in `dropped`, not kept. One lock; any thread may add."""
+
+    def __init__(self, lanes, capacity: int = TRACE_ROWS):
+        self.lanes = list(lanes)
+        self.t_end = np.zeros(capacity, np.float64)     # time.monotonic() when the batch ended
+        self.lane = np.zeros(capacity, np.uint8)        # index into self.lanes
+        self.psgs = np.zeros(capacity, np.float64)
+        self.calls = np.zeros(capacity, np.uint32)
+        self.service_s = np.zeros(capacity, np.float64)  # on the lane, lock held: no queueing
+        self.n = self.dropped = 0
+        self._lock = threading.Lock()
+
+    def add(self, lane: str, psgs: float, calls: int, service_s: float, t_end: float) -> None:
+        with self._lock:
+            i = self.n
+            if i >= self.t_end.size:
+                self.dropped += 1
+                return
+            self.t_end[i], self.lane[i], self.psgs[i] = t_end, self.lanes.index(lane), psgs
+            self.calls[i], self.service_s[i] = calls, service_s
+            self.n = i + 1
+
+    def save(self, path: str) -> None:
+        """Writes the rows so far as an .npz (arrays of those names, plus lanes and dropped)."""
+        with self._lock, open(path, "wb") as f:  # a file object: savez adds no ".npz" to the name
+            n = self.n
+            np.savez(f, t_end=self.t_end[:n], lane=self.lane[:n], psgs=self.psgs[:n], calls=self.calls[:n],
+                     service_s=self.service_s[:n], lanes=np.array(self.lanes), dropped=np.int64(self.dropped))
+
+
+def load_trace(path: str) -> dict:
+    """A BatchTrace file as a dict of arrays ("lanes": the lane names, "lane": indices into it)."""
+    with np.load(path) as z:
+        return {k: z[k] for k in z.files}
 
 
 class GNNService:
@@ -105,6 +145,7 @@ class GNNService:
         self.lanes = {"cpu": Lane("cpu", sampling.LANE_LABELS["cpu"]),
                       other: Lane(other, sampling.LANE_LABELS[other])}
         self.other = other
+        self.trace: BatchTrace | None = None  # set to record every batch (serve --gnn-trace)
         self._sampling, self._models = sampling, models
 
     # ------------------------------------------------------------------ one batch
@@ -116,17 +157,24 @@ class GNNService:
         return self._sampling.bulk_sample(self.graph, seeds, self.fanouts, self.salt,
                                           device="cuda" if lane == "gpu" else "cpu")
 
-    def infer(self, seeds, lane: str = "cpu") -> np.ndarray:
+    def infer(self, seeds, lane: str = "cpu", *, calls: int = 0, psgs: float = 0.0) -> np.ndarray:
         """Logits (len(seeds), classes) float32 of `seeds` (int64 node ids) sampled on `lane`,
-        holding that lane for the whole batch and counting it."""
+        holding that lane for the whole batch and counting it (calls and psgs: the batch's, for
+        the counters and the trace)."""
         seeds = np.ascontiguousarray(seeds, dtype=np.int64)
         ln = self.lanes[lane]
         with ln.lock:
             t0 = time.perf_counter()
             out = self._run(seeds, lane)
-            ln.stats.busy_s += time.perf_counter() - t0
-            ln.stats.batches += 1
-            ln.stats.seeds += len(seeds)
+            dt = time.perf_counter() - t0
+            st = ln.stats
+            st.busy_s += dt
+            st.batches += 1
+            st.seeds += len(seeds)
+            st.calls += calls
+            st.psgs += psgs
+        if self.trace is not None:
+            self.trace.add(lane, psgs, calls, dt, time.monotonic())
         return out
 
     def _run(self, seeds: np.ndarray, lane: str) -> np.ndarray:
@@ -219,12 +267,14 @@ def threshold_from(calibration: str | None, point: str, threshold: float | None)
 def register_gnn(server, model: str = "graphsage", *, small: bool = False, policy: str = "routed",
                  threshold: float | None = None, calibration: str | None = None, point: str = "loose",
                  func_id: int | None = None, max_batch: int = 8, max_delay_us: int = 0, seed: int = 0,
-                 salt: int = 0, device: str = "cpu", torch_threads: int | None = 1) -> GNNService:
+                 salt: int = 0, device: str = "cpu", torch_threads: int | None = 1,
+                 trace: bool = False) -> GNNService:
     """Builds the model's GNNService and registers it on `server` (before it starts) under
     FUNC_IDS[model] (or func_id); returns the service (its .stats() counts each lane's work).
     threshold (a PSGS) or calibration (a file of `splitrpc calibrate`, its `point`) set the
     routing threshold, else DEFAULT_THRESHOLD. torch_threads sets PyTorch's intra-op threads for
-    the process (1: each lane is one core); None leaves it."""
+    the process (1: each lane is one core); None leaves it. trace: record every batch in
+    ``service.trace`` (a BatchTrace)."""
     import torch
 
     from splitrpc.executor import ThreadPool
@@ -235,6 +285,8 @@ def register_gnn(server, model: str = "graphsage", *, small: bool = False, polic
     svc = GNNService(model, small=small, seed=seed, salt=salt, device=device)
     router = Router(svc, policy, threshold_from(calibration, point, threshold))
     svc.router = router
+    if trace:
+        svc.trace = BatchTrace(svc.lanes)
     classes = svc.classes
 
     def gnn_batch(reqs, resps, costs):
@@ -249,10 +301,9 @@ def register_gnn(server, model: str = "graphsage", *, small: bool = False, polic
             rows.append((i, n))
         if not seeds:
             return lengths
-        lane = router.lane(float(np.sum(costs, dtype=np.float64)))
-        logits = svc.infer(np.concatenate(seeds), lane)
-        svc.lanes[lane].stats.calls += len(rows)
-        svc.lanes[lane].stats.psgs += float(np.sum(costs, dtype=np.float64))
+        cost = float(np.sum(costs, dtype=np.float64))
+        lane = router.lane(cost)
+        logits = svc.infer(np.concatenate(seeds), lane, calls=len(rows), psgs=cost)
         at = 0
         for i, n in rows:
             out = logits[at:at + n]
