@@ -1,4 +1,4 @@
-"""test_gnn_calibrate.py: PSGS calibration's pure part (splitrpc.services.gnn.calibrate): curves, the four crossing points on synthetic latency lines, the +inf/0 cases, sample-count errors, bounds, JSON round trip and the plot."""
+"""test_gnn_calibrate.py: PSGS calibration's pure part (splitrpc.services.gnn.calibrate): curves, the four crossing points on synthetic latency lines (and past a noisy spike), the +inf/0 cases, sample-count errors, bounds, JSON round trip and the plot."""
 import json
 import math
 
@@ -165,6 +165,24 @@ def test_crossing_interpolates_between_bin_centres():
     pts = crossings(curves(Measurements(lane, psgs, lat), [1, 4, 16]))
     assert pts["loose"].psgs == pytest.approx(5.0) and pts["loose"].latency_s == pytest.approx(3.0)
     assert pts["loose"].bound_s == 5.0  # both bins straddle/route: max of CPU in bin 0, both lanes in bin 1
+
+
+def test_a_noisy_spike_at_small_psgs_does_not_move_the_crossing():
+    # Four bins (centres 2, 8, 32, 128): CPU 1, 4 (a spike over the GPU's 3), 2, 5; GPU 3 throughout.
+    # The CPU goes above the GPU for good only between 32 and 128: the crossing is there, not at the
+    # spike (which would send nearly every batch to the GPU lane).
+    n = MIN_SAMPLES
+    centres, cpu = [2.0, 8.0, 32.0, 128.0], [1.0, 4.0, 2.0, 5.0]
+    lane, psgs, lat = [], [], []
+    for c, v in zip(centres, cpu):
+        lane += ["cpu"] * n + ["gpu"] * n
+        psgs += [c] * (2 * n)
+        lat += [v] * n + [3.0] * n
+    pts = crossings(curves(Measurements(lane, psgs, lat), [1, 4, 16, 64, 256]))
+    assert pts["loose"].psgs == pytest.approx(32 + 96 * (1 / 3)) and pts["loose"].latency_s == pytest.approx(3.0)
+    # the CPU below in the last bin: always CPU, whatever came before
+    lat_end = [v if i < len(lat) - 2 * n else (2.0 if lane[i] == "cpu" else 3.0) for i, v in enumerate(lat)]
+    assert crossings(curves(Measurements(lane, psgs, lat_end), [1, 4, 16, 64, 256]))["loose"].psgs == math.inf
 
 
 def test_too_few_samples_names_the_bin_and_the_count_needed():

@@ -19,12 +19,15 @@ The four points (cpu statistic = gpu statistic):
   "gpu_preferred"  CPU mean = GPU max    (point 2)
   "strict"         CPU max  = GPU max    (point 3, latency preferred; alias "latency_preferred")
   "loose"          CPU mean = GPU mean   (point 4, throughput preferred; alias "throughput_preferred")
-Crossing rule: with d_i = cpu_i - gpu_i over the used bins in PSGS order, the crossing is at the
-first i with d_i < 0 <= d_{i+1} (the CPU curve goes from below the GPU curve to at or above it),
-linearly interpolated in PSGS between the two bins' centres: x = c_i + (c_{i+1} - c_i) ·
-(-d_i) / (d_{i+1} - d_i). With no such i: +inf when the CPU curve is below in every used bin
-(always CPU), 0 otherwise (the CPU curve starts at or above the GPU curve and never comes from
-below: always GPU). Both are returned, never raised.
+Crossing rule: with d_i = cpu_i - gpu_i over the used bins in PSGS order, the crossing is where
+the CPU curve goes from below the GPU curve to at or above it *for good*: at the i with d_i < 0
+and d_j >= 0 for every j > i, linearly interpolated in PSGS between the two bins' centres:
+x = c_i + (c_{i+1} - c_i) · (-d_i) / (d_{i+1} - d_i). A max over a few dozen batches is noisy
+where both lanes are fast, and the CPU's max can poke above the GPU's in one small bin; the first
+sign change would then send nearly everything to the GPU lane, while the lanes' real order
+(cheap CPU for small batches, the GPU for large ones) is the one at the top of the range. With no
+such i: +inf when the CPU curve is below in the last used bin (always CPU), 0 when it is at or
+above in every used bin (always GPU). Both are returned, never raised.
 
 The bounds a point implies:
 * ``Crossing.latency_s``: the two curves' common interpolated value at the crossing (NaN at 0 or
@@ -256,11 +259,14 @@ def _crossing(cv: Curves, cpu_stat: str, gpu_stat: str) -> tuple[float, float]:
     cpu = getattr(cv, cpu_stat)["cpu"][used]
     gpu = getattr(cv, gpu_stat)["gpu"][used]
     d = cpu - gpu
-    for i in range(d.size - 1):
-        if d[i] < 0 <= d[i + 1]:
-            t = -d[i] / (d[i + 1] - d[i])
-            return float(c[i] + (c[i + 1] - c[i]) * t), float(cpu[i] + (cpu[i + 1] - cpu[i]) * t)
-    return (math.inf if np.all(d < 0) else 0.0), math.nan
+    if d[-1] < 0:
+        return math.inf, math.nan
+    below = np.flatnonzero(d < 0)
+    if below.size == 0:
+        return 0.0, math.nan
+    i = int(below[-1])  # the last bin with the CPU below; at or above in every bin after it
+    t = -d[i] / (d[i + 1] - d[i])
+    return float(c[i] + (c[i + 1] - c[i]) * t), float(cpu[i] + (cpu[i + 1] - cpu[i]) * t)
 
 
 def routed_max(cv: Curves, threshold: float) -> np.ndarray:
