@@ -85,10 +85,11 @@ def cmd_serve(a) -> int:
                 svc = register_gnn(srv, n, small=a.small, policy=a.gnn_policy, threshold=a.gnn_threshold,
                                    calibration=a.gnn_calibration, point=a.gnn_point,
                                    max_batch=a.max_batch or 8, max_delay_us=a.max_delay_us or 0, device=a.device,
-                                   trace=bool(a.gnn_trace))
+                                   trace=bool(a.gnn_trace),
+                                   concurrent_lanes={"auto": None, "on": True, "off": False}[a.gnn_concurrent_lanes])
                 gnn_svcs[n] = svc
             gnn_cfg = (f", GNN {svc.graph.name} graph ({svc.graph.num_nodes} nodes) policy {a.gnn_policy} "
-                       f"threshold {svc.router.threshold:.0f}, lanes: "
+                       f"threshold {svc.router.threshold:.0f}, lanes {'together' if svc.concurrent_lanes else 'in turn'}: "
                        + "; ".join(ln.label for ln in svc.lanes.values()))
         except ImportError as e:
             srv.close()
@@ -171,7 +172,7 @@ def _serve_processes(a) -> int:
             "--max-delay-us": a.max_delay_us, "--batch-cost-us": a.batch_cost_us, "--segment-size": a.segment_size,
             "--models": a.models, "--device": a.device, "--metrics-host": a.metrics_host, "--allow": a.allow,
             "--gnn-policy": a.gnn_policy, "--gnn-threshold": a.gnn_threshold, "--gnn-calibration": a.gnn_calibration,
-            "--gnn-point": a.gnn_point}
+            "--gnn-point": a.gnn_point, "--gnn-concurrent-lanes": a.gnn_concurrent_lanes}
     base = [sys.executable, "-m", "splitrpc", *(["-v"] if a.verbose else []), "serve", "--reuse-port", "--stats-json"]
     for k, v in opts.items():
         if v is not None:
@@ -397,8 +398,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--gnn-threshold", type=float, metavar="PSGS",
                    help="GNN routing threshold (a batch's summed PSGS); default: --gnn-calibration's, else built in")
     s.add_argument("--gnn-calibration", metavar="FILE", help="a calibration file of `splitrpc calibrate`")
-    s.add_argument("--gnn-point", default="loose", choices=("strict", "loose", "cpu_preferred", "gpu_preferred"),
-                   help="which crossing point of the calibration routes (default: %(default)s)")
+    s.add_argument("--gnn-point", choices=("strict", "loose", "cpu_preferred", "gpu_preferred"),
+                   help="which crossing point of the calibration routes (default: the one the file names)")
+    s.add_argument("--gnn-concurrent-lanes", default="auto", choices=("auto", "on", "off"),
+                   help="routed GNN models: run a batch on each lane at once (on), or one batch at a time "
+                        "(off); auto: on only where the other lane is a GPU (default: %(default)s)")
     s.add_argument("--gnn-trace", metavar="FILE.npz",
                    help="record every GNN batch (lane, summed PSGS, calls, service time) and write them here "
                         "when stopped (one file per GNN model: FILE.MODEL.npz when several)")

@@ -126,6 +126,9 @@ def test_the_threshold_comes_from_a_number_a_calibration_file_or_the_default(tmp
     assert serve.threshold_from(None, "loose", 77.0) == 77.0
     assert serve.threshold_from(path, "loose", None) == cal.threshold("loose")
     assert serve.threshold_from(path, "strict", None) == cal.threshold("strict")
+    # no point named: the file's default, which calibrate() sets to DEFAULT_POINT
+    assert cal.default == calibrate.DEFAULT_POINT
+    assert serve.threshold_from(path, None, None) == cal.threshold(calibrate.DEFAULT_POINT)
     assert serve.threshold_from(None, "loose", None) is None
     (tmp_path / "broken.json").write_text("{not json")
     with pytest.raises(calibrate.CalibrationError):
@@ -210,7 +213,7 @@ def test_calibrate_writes_a_file_the_server_takes(run_env, tmp_path):
 
 def test_bench_gnn_runs_end_to_end_on_the_small_graph(run_env, tmp_path):
     out = tmp_path / "bench"
-    p = subprocess.run(_cmd("bench-gnn", "--small", "--duration", "0.5", "--rounds", "1", "--fractions", "0.3,0.6",
+    p = subprocess.run(_cmd("bench-gnn", "--small", "--duration", "0.5", "--rounds", "1", "--fractions", "0.3,0.6", "--min-calls", "20",
                             "--per-size", "22", "--out", str(out), "--quiet"),
                        capture_output=True, text=True, timeout=600, **run_env)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]

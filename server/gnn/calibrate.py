@@ -61,6 +61,12 @@ VERSION = 1
 DEFAULT_LABELS = {"cpu": "CPU", "gpu": "GPU"}
 
 
+# The crossing point a calibration routes by unless told otherwise (saved in the file as "default";
+# `splitrpc serve --gnn-calibration` uses the file's): latency first, as a serving system with a
+# latency target wants.
+DEFAULT_POINT = "strict"
+
+
 class CalibrationError(ValueError):
     """The measurements cannot calibrate (too few samples, a lane missing) or a calibration file
     is wrong or corrupt."""
@@ -324,7 +330,7 @@ class Calibration:
     graph: str
     points: dict         # name -> Crossing
     curves: Curves
-    default: str = "strict"
+    default: str = DEFAULT_POINT
     min_samples: int = MIN_SAMPLES
     labels: dict = field(default_factory=lambda: dict(DEFAULT_LABELS))
 
@@ -389,7 +395,7 @@ class Calibration:
         return cls.from_dict(d, where=path)
 
 
-def calibrate(meas: Measurements, bins, *, fanouts, graph: str, default: str = "strict",
+def calibrate(meas: Measurements, bins, *, fanouts, graph: str, default: str = DEFAULT_POINT,
               min_samples: int = MIN_SAMPLES, labels: dict | None = None) -> Calibration:
     """Curves, crossing points and a Calibration from measurements in one call."""
     cv = curves(meas, bins)

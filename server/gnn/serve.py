@@ -9,10 +9,13 @@ threshold it goes to the CPU lane (the per-seed sampler in C), else to the other
 sampler; without a GPU the bulk PyTorch sampler on the CPU, a stand-in for it, labelled so).
 Feature gathering and the model run after sampling, on the lane's thread.
 
-Each lane is one thread (one device): the function runs on a pool of as many threads as lanes
-it may use, and a lane takes one batch at a time (its lock), so two batches overlap only on
-different lanes. Static policies ("cpu", "bulk") use one lane and one thread: the baselines of
-the benchmark.
+A lane takes one batch at a time (its lock). Where the other lane is a GPU the two lanes are
+separate hardware and run together: the function gets a pool of two threads, so two batches
+overlap, on different lanes. The bulk stand-in runs on the same CPU cores as the CPU lane, so by
+default the lanes take turns (one thread): running both at once would add no processor, only
+contention, and a second thread takes the next batch while the first runs, cut early and held
+while its lane is busy (measured: bench/results/gnn.md). Static policies ("cpu", "bulk") use
+one lane and one thread: the baselines of the benchmark.
 
 Sampling is a function of (salt, node, hop) in both lanes (see sampling.py), so the two lanes
 give the same sample and the same logits for a request, and a reply can be checked against a
@@ -146,6 +149,7 @@ class GNNService:
                       other: Lane(other, sampling.LANE_LABELS[other])}
         self.other = other
         self.trace: BatchTrace | None = None  # set to record every batch (serve --gnn-trace)
+        self.concurrent_lanes = False         # a batch on each lane at once (register_gnn sets it)
         self._sampling, self._models = sampling, models
 
     # ------------------------------------------------------------------ one batch
@@ -249,14 +253,16 @@ class Router:
             return self.service.other
         return "cpu" if cost < self.threshold else self.service.other
 
-    @property
-    def lanes_used(self) -> int:
-        return 2 if self.policy == "routed" else 1
+    def threads(self, concurrent: bool) -> int:
+        """Batches run at once: one per lane when the policy uses both and they may run together
+        (concurrent), else one."""
+        return 2 if self.policy == "routed" and concurrent else 1
 
 
-def threshold_from(calibration: str | None, point: str, threshold: float | None) -> float | None:
+def threshold_from(calibration: str | None, point: str | None, threshold: float | None) -> float | None:
     """The routing threshold: a fixed number wins, else the calibration file's `point` ("strict",
-    "loose", "cpu_preferred", "gpu_preferred"), else None (DEFAULT_THRESHOLD)."""
+    "loose", "cpu_preferred", "gpu_preferred"; None: the file's default), else None
+    (DEFAULT_THRESHOLD)."""
     if threshold is not None:
         return float(threshold)
     if calibration:
@@ -265,16 +271,17 @@ def threshold_from(calibration: str | None, point: str, threshold: float | None)
 
 
 def register_gnn(server, model: str = "graphsage", *, small: bool = False, policy: str = "routed",
-                 threshold: float | None = None, calibration: str | None = None, point: str = "loose",
+                 threshold: float | None = None, calibration: str | None = None, point: str | None = None,
                  func_id: int | None = None, max_batch: int = 8, max_delay_us: int = 0, seed: int = 0,
                  salt: int = 0, device: str = "cpu", torch_threads: int | None = 1,
-                 trace: bool = False) -> GNNService:
+                 trace: bool = False, concurrent_lanes: bool | None = None) -> GNNService:
     """Builds the model's GNNService and registers it on `server` (before it starts) under
     FUNC_IDS[model] (or func_id); returns the service (its .stats() counts each lane's work).
     threshold (a PSGS) or calibration (a file of `splitrpc calibrate`, its `point`) set the
     routing threshold, else DEFAULT_THRESHOLD. torch_threads sets PyTorch's intra-op threads for
     the process (1: each lane is one core); None leaves it. trace: record every batch in
-    ``service.trace`` (a BatchTrace)."""
+    ``service.trace`` (a BatchTrace). concurrent_lanes: whether a routed function runs a batch on
+    each lane at once (two threads); None: only where the other lane is a GPU."""
     import torch
 
     from splitrpc.executor import ThreadPool
@@ -287,6 +294,8 @@ def register_gnn(server, model: str = "graphsage", *, small: bool = False, polic
     svc.router = router
     if trace:
         svc.trace = BatchTrace(svc.lanes)
+    concurrent = svc.other == "gpu" if concurrent_lanes is None else bool(concurrent_lanes)
+    svc.concurrent_lanes = router.threads(concurrent) == 2
     classes = svc.classes
 
     def gnn_batch(reqs, resps, costs):
@@ -315,7 +324,7 @@ def register_gnn(server, model: str = "graphsage", *, small: bool = False, polic
     gnn_batch.__name__ = model
     server.add_function(gnn_batch, func_id if func_id is not None else FUNC_IDS[model], model, raw=True,
                         max_request=8 * MAX_SEEDS, max_response=4 * classes * MAX_SEEDS, max_batch=max_batch,
-                        max_delay_us=max_delay_us, executor=ThreadPool(router.lanes_used, name=f"gnn-{model}"),
+                        max_delay_us=max_delay_us, executor=ThreadPool(router.threads(concurrent), name=f"gnn-{model}"),
                         cost=CostTable(svc.cost_table, keys=None, key_dtype="int64"))
     log.info("%s: %d nodes, %d edges, fan-outs %s, policy %s, threshold %.0f, lanes: %s", model,
              svc.graph.num_nodes, svc.graph.num_edges, list(svc.fanouts), policy, router.threshold,
