@@ -332,12 +332,10 @@ def judge(table: dict, cal, thresholds: dict, fractions, under_bound: dict) -> d
 
 
 def plot(path: str, table: dict, fractions, nominal: dict) -> None:
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
+    from matplotlib import figure  # no pyplot: nothing global touched; savefig renders with Agg
 
     wls = [w for w in WORKLOADS if any(w in table[p] for p in table)]
-    fig = Figure(figsize=(4.2 * len(wls), 3.8), dpi=110)
-    FigureCanvasAgg(fig)
+    fig = figure.Figure(figsize=(4.2 * len(wls), 3.8), dpi=110)
     for i, wl in enumerate(wls):
         ax = fig.add_subplot(1, len(wls), i + 1)
         for pol in table:
@@ -358,12 +356,10 @@ def plot(path: str, table: dict, fractions, nominal: dict) -> None:
 
 
 def plot_placement(path: str, pl: dict) -> None:
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
+    from matplotlib import figure  # no pyplot: nothing global touched; savefig renders with Agg
 
     pols = list(pl["by_policy"])
-    fig = Figure(figsize=(8, 3.4), dpi=110)
-    FigureCanvasAgg(fig)
+    fig = figure.Figure(figsize=(8, 3.4), dpi=110)
     ax = fig.add_subplot(1, 2, 1)
     ax.bar(pols, [pl["by_policy"][p]["device_hit_rate"] for p in pols], color=["tab:green", "tab:blue", "tab:gray"])
     ax.set_ylabel(f"device-tier hit rate ({pl['cache_fraction']:.0%} of features)")

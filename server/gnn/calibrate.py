@@ -407,16 +407,14 @@ def plot(calibration: Calibration, path, *, labels: dict | None = None, title: s
     """A PNG at path: mean (solid) and max (dashed) latency vs batch PSGS per lane, log x, with the
     four crossing points marked and labelled. labels overrides the lanes' names
     (e.g. {"gpu": "bulk (stand-in for GPU)"})."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
+    from matplotlib import figure  # no pyplot: nothing global touched; savefig renders with Agg
 
     cal = calibration
     names = {**cal.labels, **_labels(labels or {}, defaults={})}
     cv = cal.curves
     used = cv.used
     x = cv.centres[used]
-    fig = Figure(figsize=(8, 5), dpi=110)
-    FigureCanvasAgg(fig)
+    fig = figure.Figure(figsize=(8, 5), dpi=110)
     ax = fig.add_subplot(1, 1, 1)
     colours = {"cpu": "tab:blue", "gpu": "tab:orange"}
     for lane in LANES:
