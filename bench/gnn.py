@@ -49,7 +49,8 @@ MIXED_LARGE = 0.2                 # fraction of the mixed workload's calls that 
 REQUESTS_PER_CLASS = 200          # distinct seed lists per class
 FRACTIONS = (0.3, 0.6, 0.9, 1.2, 1.5)  # offered load, times the workload's nominal capacity
 MIN_CALLS = 800                   # calls per run at least (a run lasts --duration or this many calls)
-POLICIES = ("cpu", "bulk", "strict", "loose")
+ROUTED = ("strict", "loose")      # routed policies: the calibration's point each routes by
+POLICIES = ("cpu", "bulk") + ROUTED
 WORKLOADS = ("small", "large", "mixed")
 CACHE_FRACTION, HOST_FRACTION = 0.2, 0.3
 PLACEMENT_REQUESTS, GATHER_REPEATS = 1000, 3   # mixed-workload requests whose gathers are timed
@@ -115,7 +116,7 @@ def nominal_capacity(cal, svc, reqs, weights) -> float:
     t = []
     for r in reqs:
         ps = float(svc.psgs[np.frombuffer(r, "<i8")].sum())
-        t.append(min(float(np.interp(math.log(max(ps, 1.0)), x, cv.mean[lane][used])) for lane in ("cpu", "gpu")))
+        t.append(min(float(np.interp(math.log(max(ps, 1.0)), x, cv.mean[lane][used])) for lane in cv.mean))
     w = np.asarray(weights, float)
     return 1.0 / float(np.dot(w / w.sum(), t))
 
@@ -151,7 +152,7 @@ def trace_cells(trace: dict, windows: list, cal, policy: str) -> list:
         n = int(calls[m].sum())
         cell["batches"] = int(m.sum())
         cell["other_lane_share"] = float(calls[m & other].sum() / n) if n else math.nan
-        if policy in ("strict", "loose") and n:
+        if policy in ROUTED and n:
             bound = cal.bound_at(trace["psgs"][m], policy)
             service = trace["service_s"][m]
             over = service > bound
@@ -278,7 +279,7 @@ def judge(table: dict, cal, thresholds: dict, fractions, under_bound: dict) -> d
         return table.get(pol, {}).get(wl, {}).get(f, {}).get("sustained", False)
 
     statics = [p for p in ("cpu", "bulk") if p in table]
-    routed = [p for p in ("strict", "loose") if p in table]
+    routed = [p for p in ROUTED if p in table]
     for wl in WORKLOADS:
         if not statics or not routed or not any(wl in table[p] for p in statics):
             continue
@@ -403,7 +404,7 @@ def markdown(doc: dict) -> str:
             lines.append(f"| {pol} | " + " | ".join(cells) + " |")
         lines.append("")
     lines.append("(x): not sustained (under 95% of the offered rate achieved, or timeouts).")
-    routed = [p for p in ("strict", "loose") if p in doc["table"]]
+    routed = [p for p in ROUTED if p in doc["table"]]
     if routed:
         lines += ["", "### Lane mix: share of calls served by the other lane (from the servers' batch traces)", "",
                   "| policy, workload | " + " | ".join(f"{f}x" for f in doc["fractions"]) + " |",
@@ -434,7 +435,7 @@ def cmd_bench_gnn(a) -> int:
     from splitrpc import Client
     from splitrpc.loadgen.report import machine
     from splitrpc.services.gnn import calibrate
-    from splitrpc.services.gnn.measure import measure
+    from splitrpc.services.gnn.measure import calibration
     from splitrpc.services.gnn.serve import FUNC_IDS, GNNService, load_trace
 
     policies = [p for p in a.policies.split(",") if p]
@@ -455,13 +456,10 @@ def cmd_bench_gnn(a) -> int:
         cal.save(cal_path)
     else:
         _say(a, "calibrating: batches of known PSGS on both lanes at once ...")
-        meas = measure(svc, per_size=a.per_size, seed=a.seed)
-        labels = {ln: svc.lanes[ln].label for ln in svc.lanes}
-        cal = calibrate.calibrate(meas, calibrate.adaptive_edges(meas, 12), fanouts=svc.fanouts,
-                                  graph=svc.graph.name, labels=labels)
+        cal = calibration(svc, per_size=a.per_size, seed=a.seed)
         cal.save(cal_path)
     calibrate.plot(cal, os.path.join(a.out, "gnn_calibration.png"))
-    thresholds = {k: cal.threshold(k) for k in ("strict", "loose", "cpu_preferred", "gpu_preferred")}
+    thresholds = {k: cal.threshold(k) for k in calibrate.POINTS}
     _say(a, "thresholds: " + ", ".join(f"{k} {v:.0f}" for k, v in thresholds.items()))
 
     rng = np.random.default_rng(a.seed)

@@ -34,15 +34,20 @@ def _models():
     return models
 
 
-# The GNN models (splitrpc.services.gnn.serve.FUNC_IDS): served with a PSGS-routed pair of lanes.
-GNN_MODELS = {"graphsage": 15, "gat": 16}
+def _gnn():
+    """The GNN serving module: FUNC_IDS, POLICIES, register_gnn, GNNService (imports numpy only;
+    building a service imports torch, scipy and torch-geometric)."""
+    from splitrpc.services.gnn import serve
+
+    return serve
 
 
 def _split_models(spec: str) -> tuple[list, list]:
     """--models: (zoo names, GNN names); ValueError for an unknown name."""
+    gnn_ids = _gnn().FUNC_IDS
     parts = [n.strip() for n in spec.split(",") if n.strip()]
-    gnn = [n for n in dict.fromkeys(parts) if n in GNN_MODELS]
-    rest = [n for n in parts if n not in GNN_MODELS]
+    gnn = [n for n in dict.fromkeys(parts) if n in gnn_ids]
+    rest = [n for n in parts if n not in gnn_ids]
     zoo = _models().resolve(",".join(rest)) if rest else []
     return zoo, gnn
 
@@ -59,7 +64,7 @@ def cmd_serve(a) -> int:
         try:
             names, gnn_names = _split_models(a.models)
         except ValueError as e:
-            print(f"--models: {e} (or the GNN models {', '.join(GNN_MODELS)})", file=sys.stderr)
+            print(f"--models: {e} (or the GNN models {', '.join(_gnn().FUNC_IDS)})", file=sys.stderr)
             return 2
     try:
         srv = Server(a.host, a.port, wait=a.wait, sched=a.sched, segment_size=a.segment_size, allow=a.allow,
@@ -79,10 +84,8 @@ def cmd_serve(a) -> int:
     gnn_cfg, gnn_svcs = "", {}
     if gnn_names:
         try:
-            from splitrpc.services.gnn.serve import register_gnn
-
             for n in gnn_names:
-                svc = register_gnn(srv, n, small=a.small, policy=a.gnn_policy, threshold=a.gnn_threshold,
+                svc = _gnn().register_gnn(srv, n, small=a.small, policy=a.gnn_policy, threshold=a.gnn_threshold,
                                    calibration=a.gnn_calibration, point=a.gnn_point,
                                    max_batch=a.max_batch or 8, max_delay_us=a.max_delay_us or 0, device=a.device,
                                    trace=bool(a.gnn_trace),
@@ -103,7 +106,7 @@ def cmd_serve(a) -> int:
         signal.signal(sig, lambda *_: srv.stop())
     zoo = _models().MODELS if names else {}
     served = " ".join(["vecadd(1) matmul(2) echo(3) head(4)"] + [f"{n}({zoo[n].func_id})" for n in names]
-                      + [f"{n}({GNN_MODELS[n]})" for n in gnn_names])
+                      + [f"{n}({_gnn().FUNC_IDS[n]})" for n in gnn_names])
     where = ", ".join(sorted({d for n, d in srv.stats()["devices"].items() if n in names}))  # after any fallback
     model_cfg = f", models on {where}{' (small)' if a.small else ''}" if names else ""
     metrics = None
@@ -232,27 +235,35 @@ def _request_for(a, services) -> tuple[int, bytes, object]:
     return func_id, data, svc
 
 
-def _call_gnn(a) -> int:
-    """`splitrpc call graphsage|gat`: an example seed list, the reply checked against a local run."""
-    try:
-        from splitrpc.services.gnn.serve import GNNService
-    except ImportError as e:
-        print(f"{e}; the GNN models need pip install 'splitrpc[gnn]'", file=sys.stderr)
-        return 2
-    print(f"building the {'small' if a.small else 'reddit-like'} graph and {a.function} to check the reply ...",
-          flush=True)
-    svc = GNNService(a.function, small=a.small)
-    data = svc.example(np.random.default_rng(a.seed))
+def _timed_call(a, func_id: int, data: bytes) -> tuple:
+    """One call to --host/--port: (reply, microseconds), or (None, None) after printing the error."""
     with Client(a.host, a.port, timeout=a.timeout) as c:
         t0 = time.perf_counter()
         try:
-            reply = c.call(GNN_MODELS[a.function], data)
+            reply = c.call(func_id, data)
         except SplitRPCError as e:
             print(f"error: {e}", file=sys.stderr)
-            return 1
-        dt = (time.perf_counter() - t0) * 1e6
+            return None, None
+        return reply, (time.perf_counter() - t0) * 1e6
+
+
+def _call_gnn(a) -> int:
+    """`splitrpc call graphsage|gat`: an example seed list, the reply checked against a local run."""
+    print(f"building the {'small' if a.small else 'reddit-like'} graph and {a.function} to check the reply ...",
+          flush=True)
+    gnn = _gnn()
+    try:
+        svc = gnn.GNNService(a.function, small=a.small)  # imports torch, scipy, torch-geometric
+    except ImportError as e:
+        print(f"{e}; the GNN models need pip install 'splitrpc[gnn]'", file=sys.stderr)
+        return 2
+    func_id = gnn.FUNC_IDS[a.function]
+    data = svc.example(np.random.default_rng(a.seed))
+    reply, dt = _timed_call(a, func_id, data)
+    if reply is None:
+        return 1
     seeds = np.frombuffer(data, "<i8")
-    print(f"function {GNN_MODELS[a.function]}: {len(seeds)} seeds {seeds.tolist()} "
+    print(f"function {func_id}: {len(seeds)} seeds {seeds.tolist()} "
           f"(PSGS {float(svc.psgs[seeds].sum()):.0f}) -> {len(reply)} B reply in {dt:.0f} us (one cold call)")
     ok = svc.check_reply(data, reply)
     print("reply matches the model's output within tolerance:", ok)
@@ -266,7 +277,7 @@ def _call_gnn(a) -> int:
 
 
 def cmd_call(a) -> int:
-    if a.function in GNN_MODELS and not a.file and a.text is None:
+    if a.function in _gnn().FUNC_IDS and not a.file and a.text is None:
         return _call_gnn(a)
     services, _ = _services()
     try:
@@ -275,14 +286,9 @@ def cmd_call(a) -> int:
         print(f"unknown function {a.function!r}: give a built-in name ({', '.join(services)}), a model "
               f"({', '.join(_models().MODELS)}) or a number", file=sys.stderr)
         return 2
-    with Client(a.host, a.port, timeout=a.timeout) as c:
-        t0 = time.perf_counter()
-        try:
-            reply = c.call(func_id, data)
-        except SplitRPCError as e:
-            print(f"error: {e}", file=sys.stderr)
-            return 1
-        dt = (time.perf_counter() - t0) * 1e6
+    reply, dt = _timed_call(a, func_id, data)
+    if reply is None:
+        return 1
     print(f"function {func_id}: {len(data)} B request -> {len(reply)} B reply in {dt:.0f} us (one cold call)")
     model = svc if isinstance(svc, _models().ModelInfo) else None
     if model and not a.file and a.text is None:
@@ -393,12 +399,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also serve these PyTorch models: a comma list of lenet, lstm, resnet18, resnet50, "
                         "bert-like, or all (needs pip install 'splitrpc[models]'); and the GNN models "
                         "graphsage, gat (pip install 'splitrpc[gnn]')")
-    s.add_argument("--gnn-policy", default="routed", choices=("routed", "cpu", "bulk"),
+    from splitrpc.services.gnn.calibrate import POINTS
+
+    s.add_argument("--gnn-policy", default="routed", choices=_gnn().POLICIES,
                    help="GNN models (graphsage, gat): route each batch by its PSGS, or always one lane")
     s.add_argument("--gnn-threshold", type=float, metavar="PSGS",
                    help="GNN routing threshold (a batch's summed PSGS); default: --gnn-calibration's, else built in")
     s.add_argument("--gnn-calibration", metavar="FILE", help="a calibration file of `splitrpc calibrate`")
-    s.add_argument("--gnn-point", choices=("strict", "loose", "cpu_preferred", "gpu_preferred"),
+    s.add_argument("--gnn-point", choices=tuple(POINTS),
                    help="which crossing point of the calibration routes (default: the one the file names)")
     s.add_argument("--gnn-concurrent-lanes", default="auto", choices=("auto", "on", "off"),
                    help="routed GNN models: run a batch on each lane at once (on), or one batch at a time "
@@ -454,23 +462,11 @@ def build_parser() -> argparse.ArgumentParser:
     add_bench_dpdk_parser(sub)
     add_bench_overload_parser(sub)
     from splitrpc.bench.gnn import add_parser as add_bench_gnn_parser
+    from splitrpc.services.gnn.measure import add_parser as add_calibrate_parser  # numpy only until run
 
     add_bench_gnn_parser(sub)
-    _add_calibrate_parser(sub)
+    add_calibrate_parser(sub)
     return p
-
-
-def _add_calibrate_parser(sub) -> None:
-    """`splitrpc calibrate`: its options are registered here; running it needs the gnn extra."""
-    try:
-        from splitrpc.services.gnn.measure import add_parser
-    except ImportError as e:  # scipy or torch missing: the command says so when run
-        why = str(e)
-        c = sub.add_parser("calibrate", help="GNN lanes' latency against PSGS (needs pip install 'splitrpc[gnn]')")
-        c.set_defaults(func=lambda a: print(f"splitrpc calibrate: {why}; pip install 'splitrpc[gnn]'",
-                                            file=sys.stderr) or 2)
-        return
-    add_parser(sub)
 
 
 def main(argv: list[str] | None = None) -> int:

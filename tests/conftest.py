@@ -21,6 +21,18 @@ def free_udp_port() -> int:
         return s.getsockname()[1]
 
 
+def splitrpc_cmd(*args) -> list:
+    """`python -m splitrpc ARGS` with this interpreter."""
+    return [sys.executable, "-m", "splitrpc", *args]
+
+
+@pytest.fixture
+def run_env(tmp_path):
+    """cwd and environment in which only the installed splitrpc can be imported (subprocess kwargs)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP")}
+    return {"cwd": str(tmp_path), "env": env}
+
+
 def wait_for(pred, timeout: float = 5.0, interval: float = 0.005):
     """Polls pred() until it is truthy (returns its value) or the timeout passes (returns the last value)."""
     end = time.monotonic() + timeout

@@ -8,19 +8,7 @@ import time
 
 import pytest
 
-from conftest import free_udp_port
-
-
-@pytest.fixture
-def run_env(tmp_path):
-    """cwd and environment in which only the installed splitrpc can be imported."""
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP")}
-    return {"cwd": str(tmp_path), "env": env}
-
-
-def splitrpc_cmd(*args):
-    return [sys.executable, "-m", "splitrpc", *args]
-
+from conftest import free_udp_port, splitrpc_cmd  # run_env: a conftest fixture
 
 
 def test_the_installed_package_is_the_one_run(run_env):

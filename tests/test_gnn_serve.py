@@ -1,8 +1,6 @@
 """GNN models served (issue 16): replies equal a local run of the model, each batch routed to a lane by its summed PSGS (or always one lane), bad seed lists fail their call alone, cost tables with NaN or negative values are refused, calibration files set the threshold, and the command line (serve --models graphsage, call graphsage, calibrate, bench-gnn) works end to end."""
 import json
-import os
 import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -12,7 +10,7 @@ pytest.importorskip("torch_geometric")
 pytest.importorskip("scipy")
 
 import splitrpc  # noqa: E402
-from conftest import free_udp_port  # noqa: E402
+from conftest import free_udp_port, splitrpc_cmd as _cmd  # noqa: E402  (run_env: a conftest fixture)
 from splitrpc.services.gnn import calibrate, serve  # noqa: E402
 from splitrpc.services.gnn.serve import load_trace  # noqa: E402
 
@@ -146,16 +144,6 @@ def test_the_threshold_comes_from_a_number_a_calibration_file_or_the_default(tmp
 
 
 # ------------------------------------------------------------------ the command line
-
-
-@pytest.fixture
-def run_env(tmp_path):
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP")}
-    return {"cwd": str(tmp_path), "env": env}
-
-
-def _cmd(*args):
-    return [sys.executable, "-m", "splitrpc", *args]
 
 
 def test_serve_and_call_graphsage_from_the_command_line(run_env, tmp_path):

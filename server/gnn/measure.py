@@ -18,12 +18,13 @@ import time
 import numpy as np
 
 from splitrpc.services.gnn import calibrate
-from splitrpc.services.gnn.serve import FANOUTS, GNNService, draw_seeds
+from splitrpc.services.gnn.serve import GNNService, draw_seeds
 
 SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)  # seeds per calibration batch
 # Batches of each size per lane. A bin's max over n samples is exceeded by a further batch with
 # probability about 1/(n+1): 100 per size keeps that near 1% (a bound meant to hold for 99%).
 PER_SIZE = 100
+BINS = 12  # log-spaced PSGS bins before thin neighbours are merged (calibrate.adaptive_edges)
 
 
 def batches(service: GNNService, per_size: int, seed: int, sizes=SIZES) -> list[np.ndarray]:
@@ -73,6 +74,16 @@ def measure(service: GNNService, *, per_size: int = PER_SIZE, seed: int = 1, war
     return calibrate.Measurements(np.array(lane_col), np.array(psgs), np.array(lat))
 
 
+def calibration(service: GNNService, *, per_size: int = PER_SIZE, seed: int = 1, bins: int = BINS,
+                progress=None) -> calibrate.Calibration:
+    """Measures both lanes (measure) and derives the service's calibration over log-spaced bins,
+    thin neighbours merged; CalibrationError when a bin still has too few samples."""
+    meas = measure(service, per_size=per_size, seed=seed, progress=progress)
+    labels = {ln: service.lanes[ln].label for ln in service.lanes}
+    return calibrate.calibrate(meas, calibrate.adaptive_edges(meas, bins), fanouts=service.fanouts,
+                               graph=service.graph.name, labels=labels)
+
+
 def add_parser(sub) -> argparse.ArgumentParser:
     p = sub.add_parser("calibrate", help="measure the GNN lanes' latency against PSGS and write a calibration file",
                        description="Runs batches of known PSGS on both sampling lanes at full load without "
@@ -81,7 +92,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--model", default="graphsage", choices=("graphsage", "gat"))
     p.add_argument("--small", action="store_true", help="the small graph (fast; for trying it out)")
     p.add_argument("--per-size", type=int, default=PER_SIZE, help="batches of each size per lane (default: %(default)s)")
-    p.add_argument("--bins", type=int, default=12, help="PSGS bins, log-spaced (default: %(default)s)")
+    p.add_argument("--bins", type=int, default=BINS, help="PSGS bins, log-spaced (default: %(default)s)")
     p.add_argument("--out", default="gnn_calibration.json", help="the calibration file (a PNG is written beside it)")
     p.add_argument("--seed", type=int, default=1)
     p.set_defaults(func=cmd_calibrate)
@@ -89,30 +100,31 @@ def add_parser(sub) -> argparse.ArgumentParser:
 
 
 def cmd_calibrate(a) -> int:
-    import torch
+    try:
+        import torch
+    except ImportError as e:
+        print(f"splitrpc calibrate: {e}; pip install 'splitrpc[gnn]'", file=sys.stderr)
+        return 2
 
     torch.set_num_threads(1)  # one core per lane, as served (register_gnn)
     print(f"building {a.model} on the {'small' if a.small else 'reddit-like'} graph ...", flush=True)
     svc = GNNService(a.model, small=a.small)
-    labels = {ln: svc.lanes[ln].label for ln in svc.lanes}
-    print("lanes: " + "; ".join(f"{k}: {v}" for k, v in labels.items()), flush=True)
+    print("lanes: " + "; ".join(f"{k}: {ln.label}" for k, ln in svc.lanes.items()), flush=True)
 
     def progress(done: int, total: int) -> None:
         print(f"\r  {done}/{total} batches", end="", flush=True)
 
-    meas = measure(svc, per_size=a.per_size, seed=a.seed, progress=progress)
-    print()
     try:
-        edges = calibrate.adaptive_edges(meas, a.bins)  # log-spaced, thin neighbours merged
-        cal = calibrate.calibrate(meas, edges, fanouts=FANOUTS, graph=svc.graph.name, labels=labels)
+        cal = calibration(svc, per_size=a.per_size, seed=a.seed, bins=a.bins, progress=progress)
     except calibrate.CalibrationError as e:
-        print(f"splitrpc calibrate: {e}", file=sys.stderr)
+        print(f"\nsplitrpc calibrate: {e}", file=sys.stderr)
         return 1
+    print()
     os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
     cal.save(a.out)
     png = a.out.rsplit(".", 1)[0] + ".png"
     calibrate.plot(cal, png)
-    for k in ("strict", "loose", "cpu_preferred", "gpu_preferred"):
+    for k in calibrate.POINTS:
         print(f"  {k:14s} PSGS {cal.threshold(k):10.0f}")
     print(f"wrote {a.out} and {png}")
     return 0

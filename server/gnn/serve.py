@@ -150,6 +150,7 @@ class GNNService:
                       other: Lane(other, sampling.LANE_LABELS[other])}
         self.other = other
         self.trace: BatchTrace | None = None  # set to record every batch (serve --gnn-trace)
+        self.router: Router | None = None     # how batches are routed (register_gnn sets it)
         self.concurrent_lanes = False         # a batch on each lane at once (register_gnn sets it)
         self._sampling, self._models = sampling, models
 
@@ -295,8 +296,8 @@ def register_gnn(server, model: str = "graphsage", *, small: bool = False, polic
     svc.router = router
     if trace:
         svc.trace = BatchTrace(svc.lanes)
-    concurrent = svc.other == "gpu" if concurrent_lanes is None else bool(concurrent_lanes)
-    svc.concurrent_lanes = router.threads(concurrent) == 2
+    threads = router.threads(svc.other == "gpu" if concurrent_lanes is None else bool(concurrent_lanes))
+    svc.concurrent_lanes = threads == 2
     classes = svc.classes
 
     def gnn_batch(reqs, resps, costs):
@@ -316,16 +317,16 @@ def register_gnn(server, model: str = "graphsage", *, small: bool = False, polic
         logits = svc.infer(np.concatenate(seeds), lane, calls=len(rows), psgs=cost)
         at = 0
         for i, n in rows:
-            out = logits[at:at + n]
-            resps[i][:out.nbytes] = out.tobytes()
-            lengths[i] = out.nbytes
+            out = logits[at:at + n].reshape(-1).view(np.uint8)  # rows of a C-order array: no copy
+            resps[i][:out.size] = out
+            lengths[i] = out.size
             at += n
         return lengths
 
     gnn_batch.__name__ = model
     server.add_function(gnn_batch, func_id if func_id is not None else FUNC_IDS[model], model, raw=True,
                         max_request=8 * MAX_SEEDS, max_response=4 * classes * MAX_SEEDS, max_batch=max_batch,
-                        max_delay_us=max_delay_us, executor=ThreadPool(router.threads(concurrent), name=f"gnn-{model}"),
+                        max_delay_us=max_delay_us, executor=ThreadPool(threads, name=f"gnn-{model}"),
                         cost=CostTable(svc.cost_table, keys=None, key_dtype="int64"))
     log.info("%s: %d nodes, %d edges, fan-outs %s, policy %s, threshold %.0f, lanes: %s", model,
              svc.graph.num_nodes, svc.graph.num_edges, list(svc.fanouts), policy, router.threshold,
