@@ -94,6 +94,9 @@ def test_queues_have_the_papers_shape():
     from splitrpc.services.gnnsched import workload
 
     shapes = workload.subgraphs(scale=0.05, per_dataset=4)
+    workload.graph.cache_clear()
+    workload.subgraphs.cache_clear()
+    assert workload.subgraphs(scale=0.05, per_dataset=4) == shapes  # the same graphs again, from the seed
     assert len(shapes) == 8 and {s.dataset for s in shapes} == set(workload.DATASETS)
     assert all(s.nodes >= 1 and s.edges >= 1 and s.features == workload.DATASETS[s.dataset][2] for s in shapes)
     for kind in workload.QUEUES:
@@ -107,3 +110,31 @@ def test_queues_have_the_papers_shape():
     assert hi < lo  # twice the arrivals per slot: the queue arrives in about half the slots
     with pytest.raises(ValueError):
         workload.make_queue("gat", shapes=shapes)
+
+
+def test_device_overrides():
+    d = sim.device_with(["op_overhead=1e-4", "memory=1024"])
+    assert d.op_overhead == 1e-4 and d.memory == 1024 and "op_overhead=0.0001" in d.name
+    assert sim.device_with([]) == sim.Device()
+    for bad in ("op_overhead", "nope=1", "name=x", "flops=abc", "flops=-1", "flops=nan"):
+        with pytest.raises(ValueError):
+            sim.device_with([bad])
+
+
+def test_bench_colocate_sim_command_writes_its_report(tmp_path):
+    pytest.importorskip("torch_geometric")
+    from splitrpc.bench import colocate_sim
+
+    out = tmp_path / "r"
+    rc = colocate_sim.main(["--queues", "mix", "--loads", "high", "--repeats", "1", "--scale", "0.05", "--layers", "2",
+                            "--hidden", "16", "--sensitivity", "1e-4", "--quiet", "--out", str(out)])
+    assert rc == 0
+    doc = __import__("json").loads((out / "colocate_sim.json").read_text())
+    assert doc["device"]["simulated"] is True and len(doc["cells"]) == 1 and len(doc["sensitivity"]) == 1
+    cell = doc["cells"][0]["mean"]
+    assert set(cell) == set(colocate_sim.POLICY_ORDER)
+    assert all(cell[p]["overruns"] == 0 for p in ("serial", "fifo", "sqtf", "bqt"))
+    md = (out / "colocate_sim.md").read_text()
+    assert "SIMULATED device" in md and "## Acceptance" in md
+    with pytest.raises(SystemExit):
+        colocate_sim.main(["--queues", "gat", "--quiet", "--out", str(out)])

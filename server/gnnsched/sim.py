@@ -49,6 +49,30 @@ class Device:
     paging_slowdown: float = 4.0   # a set over memory runs this much slower
 
 
+def device_with(overrides: list[str], base: Device | None = None) -> Device:
+    """base (default Device()) with FIELD=VALUE overrides, e.g. ["op_overhead=1e-4", "memory=8589934592"]."""
+    import dataclasses
+
+    base = base or Device()
+    names = {f.name: f.type for f in dataclasses.fields(Device)}
+    changes = {}
+    for o in overrides:
+        key, sep, value = o.partition("=")
+        if not sep or key not in names or key == "name":
+            raise ValueError(f"device override {o!r}: want FIELD=VALUE, FIELD one of "
+                             f"{', '.join(n for n in names if n != 'name')}")
+        try:
+            v = float(value)
+        except ValueError:
+            raise ValueError(f"device override {o!r}: {value!r} is not a number") from None
+        if not (math.isfinite(v) and v > 0) or (key == "interference" and v < 0):
+            raise ValueError(f"device override {o!r}: must be a positive finite number")
+        changes[key] = int(v) if key == "memory" else v
+    if changes:
+        changes["name"] = base.name + " with " + ", ".join(f"{k}={v:g}" for k, v in changes.items())
+    return dataclasses.replace(base, **changes)
+
+
 @dataclass(frozen=True)
 class Job:
     """One request as simulated: its PMC and input bytes, standalone compute seconds and occupancy."""

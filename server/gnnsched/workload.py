@@ -60,9 +60,14 @@ def graph(dataset: str, *, scale: float = 1.0, seed: int = 0):
     n, e, _, _ = DATASETS[dataset]
     nodes = max(int(round(n * scale)), 4)
     m = max(1, int(round(e / (2 * n))))
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        ei = barabasi_albert_graph(nodes, min(m, nodes - 1))
+    np_state = np.random.get_state()  # it draws from numpy's global generator too: seeded, then put back
+    try:
+        np.random.seed(seed)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            ei = barabasi_albert_graph(nodes, min(m, nodes - 1))
+    finally:
+        np.random.set_state(np_state)
     return ei, nodes
 
 

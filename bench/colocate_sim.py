@@ -1,0 +1,272 @@
+"""colocate_sim.py: `splitrpc bench-colocate-sim`: GNNSched's policy comparison (its Figures 5, 7 and 8 in miniature) on the discrete-event device simulator, which any machine can run.
+
+Steps:
+1. Requests: 25 subgraphs each of synthetic pubmed- and artist-shaped graphs (workload.py: 2-hop
+   neighbourhoods of seed batches), for GCN, SAGE and GIN of 8 layers of 256 (the paper's).
+   Each request's PMC comes from the estimator (pmc.py: the model traced on meta tensors).
+2. Queues: 100 requests of GCN, of SAGE, of GIN, and a MIX; Poisson batches of arrivals at low
+   (mean 1 per slot) and high (2) load, the slot being the queue's mean standalone time.
+3. Policies: serial FIFO (GNNSched's "Default"), the co-location scheduler's fifo, sqtf and bqt
+   under the memory budget, and "unbounded" (every queued request at once, no budget: MPS-Aggr).
+   Each (queue, load) is simulated --repeats times with other arrival draws; means over repeats.
+
+The device is SIMULATED with assumed V100-class parameters (sim.Device): no GPU was used. Reported
+per queue, load and policy: QoS violations (latency over 2x standalone; refused requests count),
+mean job completion time (also over serial FIFO's), mean queueing time of the short requests (QoS
+target at most the queue's median), budget overruns, peak memory, and the scheduler's own time on
+this CPU as a share of the simulated time.
+
+Acceptance (issue 17), judged and shown as simulated: BQT's violations <= 10% at high load where
+serial FIFO's exceed 50%; BQT's mean JCT >= 40% below serial FIFO's; SQTF's mean queueing time of
+short requests below FIFO's; 0 overruns for every budgeted policy while "unbounded" overruns.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from dataclasses import asdict
+from datetime import datetime, timezone
+
+import numpy as np
+
+from splitrpc.bench.command_line import add_subcommand, command_of, run_as_module
+
+POLICY_ORDER = ("serial", "fifo", "sqtf", "bqt", "unbounded")
+METRICS = ("violations", "jct_mean", "queueing_mean", "queueing_short_mean", "p99_over_qos", "overruns",
+           "refused", "peak_memory", "mean_group_size", "scheduler_share")
+
+
+def add_parser(sub) -> argparse.ArgumentParser:
+    return add_subcommand(sub, "bench-colocate-sim", "GNN co-location policies (GNNSched) on the device simulator",
+                          __doc__, _arguments, cmd_bench_colocate_sim)
+
+
+def _arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--queues", default="gcn,sage,gin,mix", help="comma list of gcn, sage, gin, mix")
+    p.add_argument("--loads", default="low,high", help="comma list of low, high")
+    p.add_argument("--budget-gib", type=float, default=4.0,
+                   help="memory budget of the services, GiB (default: %(default)s)")
+    p.add_argument("--repeats", type=int, default=10, help="arrival draws per queue and load (the paper: 10)")
+    p.add_argument("--device", action="append", default=[], metavar="FIELD=VALUE",
+                   help="override a simulated device parameter (sim.Device's fields, e.g. op_overhead=1e-4); repeatable")
+    p.add_argument("--sensitivity", default="2e-5,1e-4,5e-4", metavar="S,S,...",
+                   help="also run the mix queue at high load with these per-operator host costs (seconds), which "
+                        "set how much of the device one request leaves idle ('' for none)")
+    p.add_argument("--scale", type=float, default=1.0, help="graphs at this fraction of their nodes (CI: smaller)")
+    p.add_argument("--layers", type=int, default=8)
+    p.add_argument("--hidden", type=int, default=256)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--quiet", action="store_true")
+    p.add_argument("--out", default="splitrpc-bench-colocate-sim")
+
+
+def _say(a, msg: str) -> None:
+    if not a.quiet:
+        print(msg, file=sys.stderr, flush=True)
+
+
+def run(a) -> dict:
+    """The whole comparison as a JSON-able document."""
+    from splitrpc.loadgen.report import machine
+    from splitrpc.services.gnnsched import models, pmc, sim, workload
+
+    queues, loads = a.queues.split(","), a.loads.split(",")
+    for q in queues:
+        if q not in workload.QUEUES:
+            raise SystemExit(f"bench-colocate-sim: unknown queue {q!r}; known: {', '.join(workload.QUEUES)}")
+    for ld in loads:
+        if ld not in workload.LOADS:
+            raise SystemExit(f"bench-colocate-sim: unknown load {ld!r}; known: {', '.join(workload.LOADS)}")
+    if a.repeats < 1 or not a.budget_gib > 0:
+        raise SystemExit("bench-colocate-sim: --repeats must be at least 1 and --budget-gib positive")
+    device = sim.device_with(a.device)
+    budget = int(a.budget_gib * sim.GiB)
+    if budget > device.memory:
+        raise SystemExit(f"bench-colocate-sim: --budget-gib {a.budget_gib} exceeds the simulated device's "
+                         f"{device.memory / sim.GiB:g} GiB")
+    t0 = time.monotonic()
+    _say(a, f"graphs and {workload.SUBGRAPHS} subgraphs per dataset (scale {a.scale}) ...")
+    shapes = workload.subgraphs(scale=a.scale, seed=a.seed)
+    _say(a, f"  {len(shapes)} subgraphs in {time.monotonic() - t0:.0f} s: nodes "
+            f"{min(s.nodes for s in shapes)}..{max(s.nodes for s in shapes)}, edges "
+            f"{min(s.edges for s in shapes)}..{max(s.edges for s in shapes)}")
+    estimators, dims = {}, {}
+    for kind in models.MODELS:
+        for ds, (_, _, feats, classes) in workload.DATASETS.items():
+            m = models.build(kind, feats, hidden=a.hidden, layers=a.layers, classes=classes, seed=a.seed)
+            estimators[kind, ds], dims[kind, ds] = pmc.Estimator(m), m.dims
+
+    def jobs_of(items):
+        out = []
+        for it in items:
+            g = it.graph
+            e = estimators[it.model, g.dataset].estimate(g.nodes, g.edges)
+            out.append(sim.job(device, it.seq, 0.0, it.model, dims[it.model, g.dataset], g.nodes, g.edges, e.pmc,
+                               service=f"{it.model}/{g.dataset}"))
+        slot = float(np.mean([j.standalone for j in out]))
+        return [sim.Job(j.seq, it.slot * slot, j.pmc, j.input_bytes, j.compute, j.occupancy, j.copy, j.service)
+                for j, it in zip(out, items)], slot
+
+    def cell(q, ld, dev):
+        nonlocal device
+        device = dev
+        runs = {p: [] for p in POLICY_ORDER}
+        slots = []
+        for r in range(a.repeats):
+            items = workload.make_queue(q, load=ld, shapes=shapes, seed=a.seed * 1000 + r)
+            jobs, slot = jobs_of(items)
+            slots.append(slot)
+            for p in POLICY_ORDER:
+                runs[p].append(sim.simulate(jobs, p, dev, budget).summary())
+        mean = {p: {k: float(np.mean([s[k] for s in runs[p]])) for k in METRICS} for p in POLICY_ORDER}
+        serial_jct = mean["serial"]["jct_mean"]
+        for p in POLICY_ORDER:
+            mean[p]["jct_over_serial"] = mean[p]["jct_mean"] / serial_jct if serial_jct > 0 else float("nan")
+        _say(a, f"{q:>4} {ld:>4}: " + "  ".join(
+            f"{p} viol {mean[p]['violations']:.0%} jct x{mean[p]['jct_over_serial']:.2f} ovr {mean[p]['overruns']:.1f}"
+            for p in POLICY_ORDER))
+        return {"queue": q, "load": ld, "slot_s": float(np.mean(slots)), "mean": mean, "runs": runs}
+
+    base = device
+    cells = [cell(q, ld, base) for q in queues for ld in loads]
+    sensitivity = []
+    for o in [float(x) for x in a.sensitivity.split(",") if x.strip()]:
+        _say(a, f"sensitivity: op_overhead {o:g} s")
+        c = cell("mix", "high", sim.device_with([f"op_overhead={o}"], base))
+        sensitivity.append({"op_overhead": o, "mean": c["mean"]})
+    device = base
+    pmcs = [estimators[k, s.dataset].estimate(s.nodes, s.edges).pmc for k in models.MODELS for s in shapes]
+    return {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "command": command_of(a),
+            "machine": machine(), "device": {**asdict(device), "simulated": True}, "budget": budget,
+            "layers": a.layers, "hidden": a.hidden, "scale": a.scale, "repeats": a.repeats,
+            "subgraphs": [asdict(s) for s in shapes],
+            "pmc_bytes": {"min": int(min(pmcs)), "median": int(np.median(pmcs)), "max": int(max(pmcs))},
+            "cells": cells, "sensitivity": sensitivity, "acceptance": acceptance(cells),
+            "seconds": time.monotonic() - t0}
+
+
+def acceptance(cells: list[dict]) -> list[dict]:
+    """Issue 17's simulator criteria, each with what was simulated."""
+    out = []
+    for c in cells:
+        m, tag = c["mean"], f"{c['queue']} {c['load']}"
+        if c["load"] == "high":
+            out.append({"what": f"{tag}: BQT violations <= 10% where serial FIFO's > 50%",
+                        "value": f"BQT {m['bqt']['violations']:.0%}, serial {m['serial']['violations']:.0%}",
+                        "met": m["bqt"]["violations"] <= 0.10 or m["serial"]["violations"] <= 0.50})
+        out.append({"what": f"{tag}: BQT mean JCT >= 40% below serial FIFO's",
+                    "value": f"{1 - m['bqt']['jct_over_serial']:.0%} below", "met": m["bqt"]["jct_over_serial"] <= 0.60})
+        out.append({"what": f"{tag}: SQTF short requests' mean queueing below FIFO's",
+                    "value": f"{m['sqtf']['queueing_short_mean'] * 1e3:.1f} vs {m['fifo']['queueing_short_mean'] * 1e3:.1f} ms",
+                    "met": m["sqtf"]["queueing_short_mean"] < m["fifo"]["queueing_short_mean"]})
+    budgeted = sum(c["mean"][p]["overruns"] for c in cells for p in ("serial", "fifo", "sqtf", "bqt"))
+    unbounded = sum(c["mean"]["unbounded"]["overruns"] for c in cells)
+    out.append({"what": "0 budget overruns for every budgeted policy, while unbounded overruns",
+                "value": f"budgeted {budgeted:g}, unbounded {unbounded:g} (mean overruns per queue, summed)",
+                "met": budgeted == 0 and unbounded > 0})
+    return out
+
+
+def write(doc: dict, out: str) -> list[str]:
+    os.makedirs(out, exist_ok=True)
+    paths = [os.path.join(out, "colocate_sim.json"), os.path.join(out, "colocate_sim.md")]
+    with open(paths[0], "w") as f:
+        json.dump(doc, f, indent=1)
+    with open(paths[1], "w") as f:
+        f.write(markdown(doc))
+    try:
+        paths.append(plot(doc, os.path.join(out, "colocate_sim.png")))
+    except ImportError:
+        print("bench-colocate-sim: matplotlib not installed: no plot (pip install 'splitrpc[plot]')", file=sys.stderr)
+    return paths
+
+
+def markdown(doc: dict) -> str:
+    d, m = doc["device"], doc["machine"]
+    gib = 1 << 30
+    lines = ["# GNN co-location policies on the device simulator (issue 17)", "",
+             f"Command: `{doc['command']}`  ", f"Date: {doc['date']}; run on {m.get('cpu', '?')} "
+             f"({m.get('cpus', '?')} CPUs) in {doc['seconds']:.0f} s.", "",
+             f"**SIMULATED device, assumed parameters** ({d['name']}): memory {d['memory'] / gib:g} GiB, "
+             f"{d['flops'] / 1e12:g} TFLOP/s, gather {d['gather_bw'] / 1e9:g} GB/s, {d['op_overhead'] * 1e6:g} us per "
+             f"operator, H2D {d['h2d_bw'] / 1e9:g} GB/s, interference {d['interference']:g} per co-runner, paging "
+             f"x{d['paging_slowdown']:g}. Nothing here ran on a GPU.", "",
+             f"Budget {doc['budget'] / gib:g} GiB; models {doc['layers']} layers of {doc['hidden']}; "
+             f"{len(doc['subgraphs'])} subgraphs; PMC min/median/max "
+             f"{doc['pmc_bytes']['min'] / 2**20:.1f} / {doc['pmc_bytes']['median'] / 2**20:.1f} / "
+             f"{doc['pmc_bytes']['max'] / 2**20:.0f} MiB; means over {doc['repeats']} arrival draws.", "",
+             "| queue | load | policy | QoS violations | mean JCT (ms) | JCT / serial | queueing, short (ms) "
+             "| overruns | peak memory (GiB) | group size | scheduler time share |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for c in doc["cells"]:
+        for p in POLICY_ORDER:
+            s = c["mean"][p]
+            lines.append(f"| {c['queue']} | {c['load']} | {p} | {s['violations']:.0%} | {s['jct_mean'] * 1e3:.1f} | "
+                         f"{s['jct_over_serial']:.2f} | {s['queueing_short_mean'] * 1e3:.1f} | {s['overruns']:g} | "
+                         f"{s['peak_memory'] / gib:.2f} | {s['mean_group_size']:.1f} | {s['scheduler_share']:.2e} |")
+    if doc.get("sensitivity"):
+        lines += ["", "## Sensitivity: how much of the device one request leaves idle", "",
+                  "The mix queue at high load with other per-operator host costs (the simulator's op_overhead: the "
+                  "share of a request's time the device sits idle, so the room co-location has). The default above "
+                  f"is {d['op_overhead'] * 1e6:g} us. Only a GPU can say which is right.", "",
+                  "| op_overhead (us) | policy | QoS violations | JCT / serial | queueing, short (ms) | overruns |",
+                  "|---|---|---|---|---|---|"]
+        for srow in doc["sensitivity"]:
+            for p in POLICY_ORDER:
+                s = srow["mean"][p]
+                lines.append(f"| {srow['op_overhead'] * 1e6:g} | {p} | {s['violations']:.0%} | {s['jct_over_serial']:.2f} | "
+                             f"{s['queueing_short_mean'] * 1e3:.1f} | {s['overruns']:g} |")
+    lines += ["", "## Acceptance (issue 17, simulator part)", ""]
+    lines += [f"- {'met' if x['met'] else 'NOT met'}: {x['what']}: {x['value']}" for x in doc["acceptance"]]
+    return "\n".join(lines) + "\n"
+
+
+def plot(doc: dict, path: str) -> str:
+    from matplotlib import figure  # no pyplot: nothing global touched; savefig renders with Agg
+
+    loads = list(dict.fromkeys(c["load"] for c in doc["cells"]))
+    fig = figure.Figure(figsize=(12, 3.6 * len(loads)))
+    axes = fig.subplots(len(loads), 3, squeeze=False)
+    colours = dict(zip(POLICY_ORDER, ("#7f7f7f", "#1f77b4", "#2ca02c", "#d62728", "#9467bd")))
+    for row, ld in enumerate(loads):
+        cells = [c for c in doc["cells"] if c["load"] == ld]
+        x = np.arange(len(cells))
+        w = 0.8 / len(POLICY_ORDER)
+        for k, (key, title, scale) in enumerate((("violations", "QoS violations (%)", 100),
+                                                 ("jct_over_serial", "mean JCT / serial FIFO's", 1),
+                                                 ("queueing_short_mean", "queueing of short requests (ms)", 1e3))):
+            ax = axes[row][k]
+            for i, p in enumerate(POLICY_ORDER):
+                ax.bar(x + (i - 2) * w, [c["mean"][p][key] * scale for c in cells], w, label=p, color=colours[p])
+            ax.set_xticks(x, [c["queue"] for c in cells])
+            ax.set_title(f"{title}, {ld} load", fontsize=9)
+    axes[0][0].legend(fontsize=7, loc="lower left", framealpha=0.9)
+    fig.suptitle("GNNSched policies on a SIMULATED device (assumed parameters; no GPU)", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    return path
+
+
+def cmd_bench_colocate_sim(a) -> int:
+    try:
+        import torch  # noqa: F401
+        import torch_geometric  # noqa: F401
+    except ImportError:
+        print("bench-colocate-sim: needs PyTorch and torch-geometric: pip install 'splitrpc[gnn]'", file=sys.stderr)
+        return 2
+    doc = run(a)
+    for p in write(doc, a.out):
+        print(p)
+    print(markdown(doc).split("## Acceptance", 1)[1].strip())
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_as_module("splitrpc.bench.colocate_sim", __doc__, _arguments, cmd_bench_colocate_sim, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
