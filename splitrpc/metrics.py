@@ -80,6 +80,20 @@ def prometheus_text(st: dict, prefix: str = "splitrpc") -> str:
                [(f'{{reason="{_esc(k)}"}}', int(v)) for k, v in d["drops"].items()])
         metric("dpdk_tx_failed_total", "counter", "Frames the DPDK port did not take.", [("", int(d["tx_failed"]))])
         metric("dpdk_arp_replies_total", "counter", "ARP replies sent.", [("", int(d["arp_replies"]))])
+    c = st.get("colocation")
+    if c:
+        svcs = c["services"]
+        lab = lambda n: f'{{service="{_esc(n)}"}}'  # noqa: E731
+        metric("colocation_calls_total", "counter", "Calls that reached a co-located service, by service.",
+               [(lab(n), int(v["calls"])) for n, v in svcs.items()])
+        metric("colocation_qos_violations_total", "counter", "Calls answered after their service's QoS target.",
+               [(lab(n), int(v["violations"])) for n, v in svcs.items()])
+        metric("colocation_too_large_total", "counter", "Calls refused: their PMC estimate exceeds the budget.",
+               [(lab(n), int(v["too_large"])) for n, v in svcs.items()])
+        metric("colocation_groups_total", "counter", "Groups of co-located calls run.", [("", int(c["groups"]))])
+        metric("colocation_budget_bytes", "gauge", "Memory budget of the co-located services.", [("", int(c["budget"]))])
+        metric("colocation_reserved_bytes", "gauge", "Memory reserved by the running group.", [("", int(c["reserved"]))])
+        metric("colocation_queued_calls", "gauge", "Calls waiting for a group.", [("", int(c["queued"]))])
     return "\n".join(out) + "\n"
 
 

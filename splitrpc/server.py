@@ -175,12 +175,18 @@ class Server:
         self._lock = threading.Lock()
         self._jobs = _server.PoolJobs()  # batches handed to thread pools, not yet finished
         self._pools_held = False         # the pools' threads were acquired (start) and not released
+        self._stats_sources: dict = {}   # stats() key -> a function returning a dict (add_stats_source)
 
     # ------------------------------------------------------------------ registration
 
     @property
     def port(self) -> int:
         return _server.server_port(self._srv)
+
+    @property
+    def max_message(self) -> int:
+        """The largest request (and reply) this server takes, in bytes."""
+        return self._native.max_message
 
     def function(
         self,
@@ -464,6 +470,17 @@ class Server:
 
     # ------------------------------------------------------------------ counters
 
+    def add_stats_source(self, key: str, source: Callable[[], dict]) -> None:
+        """Adds source()'s dict to stats() under key (a scheduler layered on the functions, such as
+        splitrpc.services.gnnsched's co-location, reports there and so in /metrics). source runs on
+        whichever thread calls stats(): it takes its own locks."""
+        if not callable(source):
+            raise ValueError(f"source must be callable, got {source!r}")
+        reserved = {"functions", "devices", "dpdk", *_server.read_stats(self._srv)}
+        if key in reserved:
+            raise ValueError(f"stats key {key!r} is the engine's")
+        self._stats_sources[key] = source
+
     def stats(self) -> dict:
         """Counters of the engine: datagrams, calls, batches, drops by reason, errors by code,
         calls queued now and the queue-delay histogram of the calls run."""
@@ -472,6 +489,7 @@ class Server:
             "functions": {f.name: sum(c.calls for c in (f.classes or [f])) for f in self._funcs.values()},
             "devices": {f.name: f.device for f in self._funcs.values()},
             **({"dpdk": self._dpdk_stats()} if self.transport == "dpdk" else {}),
+            **{k: src() for k, src in self._stats_sources.items()},
         }
 
     def _dpdk_stats(self) -> dict:
