@@ -240,3 +240,20 @@ def test_stats_sources_cannot_shadow_the_engines_keys():
         assert srv.stats()["mine"] == {"n": 1}
     finally:
         srv.close()
+
+
+def test_calls_after_the_scheduler_stopped_fail_instead_of_hanging():
+    ms = _models()
+    srv = splitrpc.Server("127.0.0.1", 0, wait="block")
+    co = colocate.CoLocation(1 << 30)
+    co.add(srv, 1, "gcn", ms["gcn"], features=F, classes=C, qos=1.0, **LIMITS)
+    co.start()
+    srv.start()
+    try:
+        co.stop()
+        with splitrpc.Client("127.0.0.1", srv.port, timeout=5.0) as cl:
+            with pytest.raises(splitrpc.InternalError, match="stopped"):
+                cl.call(1, _request(10, 20)[2])
+    finally:
+        srv.stop()
+        srv.close()

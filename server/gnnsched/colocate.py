@@ -251,6 +251,10 @@ class CoLocation:
                 req_ = groups.Request(seq, pmc, svc.qos, svc.name)
                 call = _Call(svc, x, ei, resp, batch, slot, time.monotonic())
                 with self._cond:
+                    if self._stopping:
+                        svc.stats.count("failed")
+                        batch.finish(slot, InternalError("the co-location scheduler stopped"))
+                        continue
                     try:
                         self._sched.submit(req_)
                     except groups.Refused as e:
@@ -281,7 +285,8 @@ class CoLocation:
         return self
 
     def stop(self) -> None:
-        """Stops forming groups (the running one finishes); calls still queued fail with INTERNAL."""
+        """Stops forming groups (the running one finishes); calls still queued, and any that arrive
+        later, fail with INTERNAL. Stop the server first to have every accepted call answered."""
         with self._cond:
             self._stopping = True
             self._cond.notify_all()
