@@ -29,7 +29,8 @@ def sanitized_build(request, tmp_path_factory) -> pathlib.Path:
 
 
 @pytest.mark.parametrize("program", ["test_core", "test_engine", "test_defer", "test_gpu", "test_frame", "test_faults",
-                                     "test_reply", "test_flow", "test_cost", "test_sched", "test_gnn"])
+                                     "test_reply", "test_flow", "test_cost", "test_sched", "test_gnn",
+                                     "test_embed"])
 def test_native_program_under_sanitizers(sanitized_build, program):
     env = dict(os.environ, ASAN_OPTIONS="detect_leaks=1:abort_on_error=0", UBSAN_OPTIONS="print_stacktrace=1",
                TSAN_OPTIONS="halt_on_error=1")
