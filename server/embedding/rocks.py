@@ -1,0 +1,86 @@
+"""rocks.py: the persistent tier (HPS's L3): RocksDB through rocksdict, one column family per table, keys the int64's 8 little-endian bytes, values the float32 vector's bytes; a full copy of every table."""
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+import numpy as np
+
+from splitrpc.services.embedding.tables import TableSpec, truth
+
+
+class StoreError(RuntimeError):
+    """A tier cannot be opened or used; the message says which and why."""
+
+
+class RocksTier:
+    """L3 at `path` (created if missing). Opening a path that cannot be written fails at once with
+    StoreError. Reads and writes are thread-safe (RocksDB's own)."""
+
+    name = "rocksdb"
+
+    def __init__(self, path: str, specs: list[TableSpec]):
+        from rocksdict import Options, Rdict
+
+        self.path, self.specs = path, {s.name: s for s in specs}
+        try:
+            os.makedirs(path, exist_ok=True)
+            probe = os.path.join(path, ".splitrpc-write-probe")
+            with open(probe, "wb") as f:
+                f.write(b"x")
+            os.unlink(probe)
+        except OSError as e:
+            raise StoreError(f"the RocksDB tier's path {path!r} cannot be written: {e.strerror or e}") from None
+        self._opt = Options(raw_mode=True)
+        self._opt.create_if_missing(True)
+        try:
+            existing = set(Rdict.list_cf(path, self._opt)) if os.path.exists(os.path.join(path, "CURRENT")) else set()
+            self._db = Rdict(path, self._opt, column_families={n: self._opt for n in existing if n != "default"})
+            for s in specs:
+                if s.name not in existing:
+                    self._db.create_column_family(s.name, self._opt)
+            self._cf = {s.name: self._db.get_column_family(s.name) for s in specs}
+        except Exception as e:  # noqa: BLE001 - RocksDB's reasons are plain exceptions
+            raise StoreError(f"cannot open the RocksDB tier at {path!r}: {e}") from None
+
+    def get(self, table: str, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(vectors (n, dim), found (n,) bool); rows not found are zeros."""
+        dim = self.specs[table].dim
+        raw = self._cf[table][[k.tobytes() for k in np.ascontiguousarray(keys, "<i8")]]
+        out = np.zeros((keys.size, dim), np.float32)
+        found = np.zeros(keys.size, bool)
+        for i, v in enumerate(raw):
+            if v is not None and len(v) == 4 * dim:
+                out[i] = np.frombuffer(v, "<f4")
+                found[i] = True
+        return out, found
+
+    def put(self, table: str, keys: np.ndarray, vectors: np.ndarray) -> None:
+        from rocksdict import WriteBatch
+
+        wb = WriteBatch(raw_mode=True)
+        wb.set_default_column_family(self._db.get_column_family_handle(table))
+        v = np.ascontiguousarray(vectors, "<f4")
+        for k, row in zip(np.ascontiguousarray(keys, "<i8"), v):
+            wb.put(k.tobytes(), row.tobytes())
+        self._db.write(wb)
+
+    def fill(self, table: str, *, batch: int = 100_000, progress: bool = False) -> None:
+        """Writes the table's ground truth for every key (progress on stderr if asked)."""
+        spec = self.specs[table]
+        t0 = time.monotonic()
+        for a in range(0, spec.rows, batch):
+            keys = np.arange(a, min(a + batch, spec.rows), dtype=np.int64)
+            self.put(table, keys, truth(spec, keys))
+            if progress:
+                print(f"\r  {table}: {keys[-1] + 1}/{spec.rows} keys in RocksDB ({time.monotonic() - t0:.0f} s)",
+                      end="", file=sys.stderr, flush=True)
+        if progress:
+            print(file=sys.stderr)
+
+    def close(self) -> None:
+        for cf in self._cf.values():
+            cf.close()
+        self._cf = {}
+        self._db.close()

@@ -1,0 +1,220 @@
+"""store.py: the embedding store: per table an L1 cache in C over an optional L2 (host hash map or Redis) over the L3 RocksDB copy; lookups deduplicate a batch's keys, apply HPS's hit-rate threshold, insert missing keys synchronously or on a background thread, and refresh L1 from the tiers below on a timer.
+
+A lookup of a batch of keys for one table:
+1. unknown keys (outside the table) get the table's default vector, or fail the lookup
+   (UnknownKey) where the table says so; they never reach a tier;
+2. the known keys are deduplicated and queried in L1; hit rate = 1 - missing / unique known keys
+   (of this lookup);
+3. hit rate >= threshold: the missing keys get the default vector now and are queued for the
+   inserter thread, which reads them from L2, then L3, and puts them into L1 (and L2);
+   below it: the same reads happen now and the lookup returns the true vectors;
+4. a known key that no tier has (an L3 not filled) gets the default vector, counted.
+threshold 1.0 makes every lookup with a miss synchronous (exact answers); 0.0 makes every miss
+asynchronous.
+
+Refresh (refresh_interval seconds, None: off): a thread dumps each L1's keys, re-reads them from
+the tiers below and updates L1 in place (online updates reach L1 this way). Thread-safe: lookups
+may come from any number of threads.
+"""
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from splitrpc._native.embed import EmbeddingCache
+from splitrpc.services.embedding.tables import TableSpec, UnknownKey
+
+INSERT_QUEUE = 1024   # batches of missing keys waiting for the inserter at most (more are dropped, counted)
+
+
+@dataclass
+class TableStats:
+    lookups: int = 0
+    keys: int = 0            # keys asked (with repeats)
+    unique: int = 0          # unique known keys asked
+    l1_hits: int = 0
+    l2_hits: int = 0
+    l3_hits: int = 0
+    defaults_missing: int = 0   # misses answered with the default vector (asynchronous mode)
+    not_found: int = 0          # known keys no tier had
+    unknown: int = 0
+    inserted: int = 0           # keys put into L1 by lookups or the inserter
+    insert_dropped: int = 0     # batches the inserter's full queue turned away
+    refreshed: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def add(self, **kw) -> None:
+        with self.lock:
+            for k, v in kw.items():
+                setattr(self, k, getattr(self, k) + v)
+
+    def as_dict(self) -> dict:
+        with self.lock:
+            d = {k: v for k, v in vars(self).items() if k != "lock"}
+        d["l1_hit_rate"] = d["l1_hits"] / d["unique"] if d["unique"] else None
+        return d
+
+
+class EmbeddingStore:
+    """Tables (TableSpecs) over the tiers: l1_capacity keys of L1 per table (an int, or a dict by
+    table name, or l1_fraction of each table's rows), l2 (a HashMapTier, a RedisTier or None), l3
+    (a RocksTier holding every table). close() stops its threads; the tiers are the caller's."""
+
+    def __init__(self, specs: list[TableSpec], l3, *, l2=None, l1_capacity=None, l1_fraction: float | None = 0.05,
+                 hit_rate_threshold: float = 1.0, refresh_interval: float | None = None, slabs_per_set: int = 2):
+        names = [s.name for s in specs]
+        if not specs or len(set(names)) != len(names):
+            raise ValueError(f"tables must be given once each, got {names}")
+        if not 0.0 <= hit_rate_threshold <= 1.0:
+            raise ValueError(f"hit_rate_threshold must be in 0 .. 1, got {hit_rate_threshold}")
+        if refresh_interval is not None and not refresh_interval > 0:
+            raise ValueError("refresh_interval must be positive seconds or None")
+        self.specs = {s.name: s for s in specs}
+        self.l2, self.l3 = l2, l3
+        self.threshold = float(hit_rate_threshold)
+        self.l1: dict[str, EmbeddingCache] = {}
+        for s in specs:
+            if isinstance(l1_capacity, dict):
+                cap = l1_capacity[s.name]
+            elif l1_capacity is not None:
+                cap = l1_capacity
+            else:
+                cap = max(1, int(round(s.rows * (l1_fraction or 0.0))))
+            self.l1[s.name] = EmbeddingCache(s.dim, int(cap), slabs_per_set)
+        self.stats_by_table = {s.name: TableStats() for s in specs}
+        self._queue: queue.Queue = queue.Queue(INSERT_QUEUE)
+        self._stop = threading.Event()
+        self._inserter = threading.Thread(target=self._insert_loop, name="splitrpc-embedding-insert", daemon=True)
+        self._inserter.start()
+        self._refresher = None
+        if refresh_interval:
+            self._refresher = threading.Thread(target=self._refresh_loop, args=(refresh_interval,),
+                                               name="splitrpc-embedding-refresh", daemon=True)
+            self._refresher.start()
+
+    # ------------------------------------------------------------------ lookups
+
+    def lookup(self, table: str, keys) -> np.ndarray:
+        """The vectors (n, dim) float32 of keys (any int64, repeats allowed) of `table`."""
+        spec = self.specs.get(table)
+        if spec is None:
+            raise KeyError(f"unknown table {table!r}; tables: {', '.join(self.specs)}")
+        k = np.ascontiguousarray(keys, dtype=np.int64).reshape(-1)
+        st = self.stats_by_table[table]
+        known = spec.known(k)
+        n_unknown = int(k.size - known.sum())
+        if n_unknown and spec.unknown == "error":
+            st.add(lookups=1, keys=int(k.size), unknown=n_unknown)
+            raise UnknownKey(f"table {table}: key {int(k[~known][0])} is not in 0 .. {spec.rows - 1}")
+        uniq, inverse = np.unique(k[known], return_inverse=True)
+        vecs, hit = self.l1[table].query(uniq)
+        missing = np.flatnonzero(~hit)
+        hit_rate = 1.0 - missing.size / uniq.size if uniq.size else 1.0
+        counts = dict(lookups=1, keys=int(k.size), unique=int(uniq.size), l1_hits=int(uniq.size - missing.size),
+                      unknown=n_unknown)
+        if missing.size:
+            mk = uniq[missing]
+            if hit_rate >= self.threshold:
+                vecs[missing] = spec.default_vector()
+                counts["defaults_missing"] = int(missing.size)
+                try:
+                    self._queue.put_nowait((table, mk))
+                except queue.Full:
+                    counts["insert_dropped"] = 1
+            else:
+                got, found, tier_counts = self._fetch(table, mk)
+                vecs[missing] = np.where(found[:, None], got, spec.default_vector())
+                counts.update(tier_counts)
+        st.add(**counts)
+        out = np.empty((k.size, spec.dim), np.float32)
+        out[known] = vecs[inverse]
+        if n_unknown:
+            out[~known] = spec.default_vector()
+        return out
+
+    def _read_below(self, table: str, keys: np.ndarray, *, fill_l2: bool) -> tuple[np.ndarray, np.ndarray, dict]:
+        """Reads keys from L2, then L3 for the rest (and, with fill_l2, puts what L3 had into L2):
+        (vectors, found, {"l2_hits", "l3_hits"})."""
+        vecs = np.zeros((keys.size, self.specs[table].dim), np.float32)
+        found = np.zeros(keys.size, bool)
+        counts = {"l2_hits": 0, "l3_hits": 0}
+        if self.l2 is not None:
+            v2, f2 = self.l2.get(table, keys)
+            vecs[f2], found[f2] = v2[f2], True
+            counts["l2_hits"] = int(f2.sum())
+        rest = np.flatnonzero(~found)
+        if rest.size:
+            v3, f3 = self.l3.get(table, keys[rest])
+            vecs[rest[f3]], found[rest[f3]] = v3[f3], True
+            counts["l3_hits"] = int(f3.sum())
+            if fill_l2 and self.l2 is not None and f3.any():
+                self.l2.put(table, keys[rest[f3]], v3[f3])
+        return vecs, found, counts
+
+    def _fetch(self, table: str, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, dict]:
+        """Reads keys from the tiers below L1 and puts what was found into L1 (and what came from
+        L3 into L2): (vectors, found, counts)."""
+        vecs, found, counts = self._read_below(table, keys, fill_l2=True)
+        if found.any():
+            self.l1[table].replace(keys[found], vecs[found])
+        counts["inserted"] = int(found.sum())
+        counts["not_found"] = int(keys.size - found.sum())
+        return vecs, found, counts
+
+    # ------------------------------------------------------------------ background work
+
+    def _insert_loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                table, keys = self._queue.get(timeout=0.1)
+            except queue.Empty:
+                continue
+            try:
+                _, _, counts = self._fetch(table, keys)
+                self.stats_by_table[table].add(**counts)
+            finally:
+                self._queue.task_done()
+
+    def flush(self) -> None:
+        """Waits until every queued asynchronous insertion is done."""
+        self._queue.join()
+
+    def refresh(self) -> int:
+        """One refresh pass: every L1 key re-read from the tiers below and updated in L1 in place.
+        Returns the number of keys refreshed."""
+        total = 0
+        for name, cache in self.l1.items():
+            keys = cache.dump()
+            if not keys.size:
+                continue
+            vecs, found, _ = self._read_below(name, keys, fill_l2=False)
+            n = cache.update(keys[found], vecs[found])
+            self.stats_by_table[name].add(refreshed=n)
+            total += n
+        return total
+
+    def _refresh_loop(self, interval: float) -> None:
+        while not self._stop.wait(interval):
+            self.refresh()
+
+    def stats(self) -> dict:
+        return {name: {**st.as_dict(), "l1_size": len(self.l1[name]), "l1_slots": self.l1[name].slots}
+                for name, st in self.stats_by_table.items()}
+
+    def close(self) -> None:
+        self._stop.set()
+        for t in (self._inserter, self._refresher):
+            if t is not None:
+                t.join()
+        for c in self.l1.values():
+            c.close()
+
+    def __enter__(self) -> "EmbeddingStore":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
