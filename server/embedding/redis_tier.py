@@ -1,0 +1,152 @@
+"""redis_tier.py: the volatile tier in a Redis server (HPS's L2 as a Redis backend): per table PARTITIONS hashes by XXH64 of the key (field: the key's 8 bytes, value: the vector's bytes), batched through pipelines; a server that stops answering is skipped (reads miss, writes are dropped, both counted) and retried after a pause, so lookups fall through to L3 and never fail for it.
+
+Start a local server for it the way the tests do: ``redis-server --port 6399 --bind 127.0.0.1
+--save '' --appendonly no`` (Debian's redis-server; loopback only). Eviction is Redis's own
+(maxmemory and maxmemory-policy in its configuration); this tier sets neither.
+"""
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import threading
+import time
+
+import numpy as np
+
+from splitrpc.services.embedding.hashmap import PARTITIONS
+from splitrpc.services.embedding.tables import TableSpec, xxh64
+
+
+class RedisTier:
+    """L2 in the Redis server at host:port. timeout: seconds per command before the server
+    counts as down; retry_after: seconds before a down server is tried again. Thread-safe (the
+    client's connection pool)."""
+
+    name = "redis"
+
+    def __init__(self, specs: list[TableSpec], host: str = "127.0.0.1", port: int = 6379, *, prefix: str = "splitrpc",
+                 timeout: float = 0.5, retry_after: float = 1.0, partitions: int = PARTITIONS):
+        import redis
+
+        self.specs = {s.name: s for s in specs}
+        self.partitions, self.prefix, self.retry_after = partitions, prefix, retry_after
+        self._errors = (redis.ConnectionError, redis.TimeoutError)
+        self._r = redis.Redis(host=host, port=port, socket_timeout=timeout, socket_connect_timeout=timeout)
+        self._down_until = 0.0
+        self._lock = threading.Lock()
+        self.errors = 0          # commands that failed (server down or slow)
+        self.dropped_writes = 0  # keys not written because the server was down
+
+    def _name(self, table: str, p: int) -> str:
+        return f"{self.prefix}:{table}:{p}"
+
+    def _up(self) -> bool:
+        return time.monotonic() >= self._down_until
+
+    def _failed(self) -> None:
+        with self._lock:
+            self.errors += 1
+            self._down_until = time.monotonic() + self.retry_after
+
+    def _split(self, keys: np.ndarray):
+        part = (xxh64(keys) % np.uint64(self.partitions)).astype(np.int64)
+        for p in np.unique(part):
+            yield int(p), np.flatnonzero(part == p)
+
+    def get(self, table: str, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        dim = self.specs[table].dim
+        out = np.zeros((keys.size, dim), np.float32)
+        found = np.zeros(keys.size, bool)
+        if not keys.size or not self._up():
+            return out, found
+        k8 = np.ascontiguousarray(keys, "<i8")
+        groups = list(self._split(k8))
+        try:
+            pipe = self._r.pipeline(transaction=False)
+            for p, idx in groups:
+                pipe.hmget(self._name(table, p), [k8[i].tobytes() for i in idx])
+            replies = pipe.execute()
+        except self._errors:
+            self._failed()
+            return out, found
+        for (_, idx), vals in zip(groups, replies):
+            for i, v in zip(idx, vals):
+                if v is not None and len(v) == 4 * dim:
+                    out[i] = np.frombuffer(v, "<f4")
+                    found[i] = True
+        return out, found
+
+    def put(self, table: str, keys: np.ndarray, vectors: np.ndarray) -> None:
+        if not keys.size:
+            return
+        if not self._up():
+            with self._lock:
+                self.dropped_writes += int(keys.size)
+            return
+        k8 = np.ascontiguousarray(keys, "<i8")
+        v = np.ascontiguousarray(vectors, "<f4")
+        try:
+            pipe = self._r.pipeline(transaction=False)
+            for p, idx in self._split(k8):
+                pipe.hset(self._name(table, p), mapping={k8[i].tobytes(): v[i].tobytes() for i in idx})
+            pipe.execute()
+        except self._errors:
+            self._failed()
+            with self._lock:
+                self.dropped_writes += int(keys.size)
+
+    def size(self, table: str) -> int:
+        try:
+            return sum(int(self._r.hlen(self._name(table, p))) for p in range(self.partitions))
+        except self._errors:
+            self._failed()
+            return 0
+
+    def clear(self) -> None:
+        """Deletes this tier's hashes of every table."""
+        names = [self._name(t, p) for t in self.specs for p in range(self.partitions)]
+        self._r.delete(*names)
+
+    def close(self) -> None:
+        self._r.close()
+
+
+class LocalRedis:
+    """A redis-server child process on 127.0.0.1 (no persistence) for tests and benchmarks; stop()
+    or the context manager ends it. Raises FileNotFoundError when redis-server is not installed
+    (Debian: apt-get install redis-server)."""
+
+    def __init__(self, port: int | None = None):
+        exe = shutil.which("redis-server")
+        if exe is None:
+            raise FileNotFoundError("redis-server is not installed (Debian: apt-get install redis-server)")
+        if port is None:
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", 0))
+                port = s.getsockname()[1]
+        self.port = port
+        self.proc = subprocess.Popen([exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                                      "--appendonly", "no", "--protected-mode", "yes"],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        end = time.monotonic() + 10
+        while True:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                    break
+            except OSError:
+                if self.proc.poll() is not None or time.monotonic() > end:
+                    self.stop()
+                    raise RuntimeError(f"redis-server did not start on 127.0.0.1:{port}") from None
+                time.sleep(0.05)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def __enter__(self) -> "LocalRedis":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
