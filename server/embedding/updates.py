@@ -1,0 +1,186 @@
+"""updates.py: online updates: training publishes (table, key, vector) records to a stream (Redis Streams, or Kafka); an Updater consumes them at a rate limit into the store's L2 and L3 (eventually consistent; L1 takes them at its next refresh); malformed records are counted by reason and dropped.
+
+A record is bytes: uint16 name length, the table name (UTF-8), int64 key, dim float32 (all
+little-endian). A record is malformed when it is short or long for its table's dimension
+("wrong_dim"; "short" when it does not even hold a name and a key), names no table
+("unknown_table"), has a key outside the table ("unknown_key") or a NaN or infinite value
+("not_finite").
+"""
+from __future__ import annotations
+
+import struct
+import threading
+import time
+from collections import Counter
+
+import numpy as np
+
+from splitrpc.services.embedding.tables import TableSpec
+
+_LEN = struct.Struct("<H")
+_KEY = struct.Struct("<q")
+MALFORMED = ("short", "unknown_table", "wrong_dim", "unknown_key", "not_finite")
+
+
+class Malformed(ValueError):
+    def __init__(self, reason: str):
+        super().__init__(reason)
+        self.reason = reason
+
+
+def encode(table: str, key: int, vector) -> bytes:
+    name = table.encode()
+    return _LEN.pack(len(name)) + name + _KEY.pack(int(key)) + np.ascontiguousarray(vector, "<f4").tobytes()
+
+
+def decode(blob: bytes, specs: dict[str, TableSpec]) -> tuple[str, int, np.ndarray]:
+    """(table, key, vector) of a record, or Malformed(reason)."""
+    if len(blob) < _LEN.size:
+        raise Malformed("short")
+    (n,) = _LEN.unpack_from(blob)
+    if len(blob) < _LEN.size + n + _KEY.size:
+        raise Malformed("short")
+    try:
+        table = blob[_LEN.size:_LEN.size + n].decode()
+    except UnicodeDecodeError:
+        raise Malformed("unknown_table") from None
+    spec = specs.get(table)
+    if spec is None:
+        raise Malformed("unknown_table")
+    at = _LEN.size + n
+    (key,) = _KEY.unpack_from(blob, at)
+    body = blob[at + _KEY.size:]
+    if len(body) != 4 * spec.dim:
+        raise Malformed("wrong_dim")
+    if not 0 <= key < spec.rows:
+        raise Malformed("unknown_key")
+    vec = np.frombuffer(body, "<f4")
+    if not np.isfinite(vec).all():
+        raise Malformed("not_finite")
+    return table, key, vec
+
+
+class RedisStreamSource:
+    """Records from a Redis stream (XREAD from the start, or from `last_id`), one field "u" per
+    entry. publish() is the producer's side (tests, benchmarks, a trainer)."""
+
+    FIELD = b"u"
+
+    def __init__(self, host: str = "127.0.0.1", port: int = 6379, stream: str = "splitrpc:updates", *,
+                 last_id: str = "0-0", block_ms: int = 100):
+        import redis
+
+        self._r = redis.Redis(host=host, port=port)
+        self.stream, self.last_id, self.block_ms = stream, last_id, block_ms
+
+    def publish(self, records: list[bytes]) -> None:
+        pipe = self._r.pipeline(transaction=False)
+        for rec in records:
+            pipe.xadd(self.stream, {self.FIELD: rec})
+        pipe.execute()
+
+    def poll(self, max_records: int) -> list[bytes]:
+        got = self._r.xread({self.stream: self.last_id}, count=max_records, block=self.block_ms)
+        out = []
+        for _, entries in got or ():
+            for entry_id, fields in entries:
+                self.last_id = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
+                out.append(fields.get(self.FIELD, b""))
+        return out
+
+    def close(self) -> None:
+        self._r.close()
+
+
+class KafkaSource:
+    """Records from a Kafka topic (confluent-kafka): `consumer` a confluent_kafka.Consumer (or
+    anything with subscribe, consume and close), or `config` to make one. Messages with an error
+    are counted as "short" and dropped."""
+
+    def __init__(self, topic: str, *, consumer=None, config: dict | None = None, timeout: float = 0.1):
+        if consumer is None:
+            from confluent_kafka import Consumer
+
+            consumer = Consumer({"group.id": "splitrpc-embedding", "auto.offset.reset": "earliest", **(config or {})})
+        self._c, self.timeout = consumer, timeout
+        self._c.subscribe([topic])
+
+    def poll(self, max_records: int) -> list[bytes]:
+        out = []
+        for m in self._c.consume(num_messages=max_records, timeout=self.timeout) or ():
+            out.append(b"" if m.error() else (m.value() or b""))
+        return out
+
+    def close(self) -> None:
+        self._c.close()
+
+
+class Updater:
+    """Consumes `source` into the store's L2 (if any) and L3 at most `rate` records per second
+    (None: no limit), in batches of up to `batch`. start() runs it on a thread until stop();
+    run_once() consumes one batch on the caller's thread. Counters: applied, malformed by reason."""
+
+    def __init__(self, store, source, *, rate: float | None = None, batch: int = 1000):
+        if rate is not None and not rate > 0:
+            raise ValueError("rate must be positive records per second, or None")
+        self.store, self.source, self.rate, self.batch = store, source, rate, batch
+        self.applied = 0
+        self.malformed: Counter = Counter()
+        self._tokens, self._t = 0.0, time.monotonic()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def _allowance(self) -> int:
+        """Records this batch may take: a token bucket of `batch` tokens filled at `rate` per
+        second (so at most rate on average, bursts up to a batch), waiting for one at least."""
+        if self.rate is None:
+            return self.batch
+        while True:
+            now = time.monotonic()
+            self._tokens = min(float(self.batch), self._tokens + (now - self._t) * self.rate)
+            self._t = now
+            if self._tokens >= 1.0:
+                return int(self._tokens)
+            if self._stop.wait((1.0 - self._tokens) / self.rate):
+                return 0
+
+    def run_once(self) -> int:
+        """Consumes up to one batch; the number of records read (malformed included)."""
+        n = self._allowance()
+        raw = self.source.poll(n) if n else []
+        self._tokens -= len(raw)
+        if not raw:
+            return 0
+        by_table: dict[str, tuple[list, list]] = {}
+        for blob in raw:
+            try:
+                table, key, vec = decode(blob, self.store.specs)
+            except Malformed as m:
+                self.malformed[m.reason] += 1
+                continue
+            keys, vecs = by_table.setdefault(table, ([], []))
+            keys.append(key)
+            vecs.append(vec)
+        for table, (keys, vecs) in by_table.items():
+            k = np.array(keys, np.int64)
+            v = np.stack(vecs).astype(np.float32)
+            if self.store.l2 is not None:
+                self.store.l2.put(table, k, v)
+            self.store.l3.put(table, k, v)
+            self.applied += len(keys)
+        return len(raw)
+
+    def start(self) -> "Updater":
+        self._thread = threading.Thread(target=self._loop, name="splitrpc-embedding-updates", daemon=True)
+        self._thread.start()
+        return self
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            self.run_once()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None

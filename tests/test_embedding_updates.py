@@ -1,0 +1,142 @@
+"""Online updates (issue 18): records decoded or dropped by reason; a Redis stream consumed end to end after which L1 (refreshed), L2 and L3 agree; a Kafka topic on librdkafka's in-process mock broker; the rate limit."""
+import shutil
+import time
+
+import numpy as np
+import pytest
+
+pytest.importorskip("redis")
+pytest.importorskip("rocksdict")
+
+from splitrpc.services.embedding import tables, updates  # noqa: E402
+from splitrpc.services.embedding.hashmap import HashMapTier  # noqa: E402
+from splitrpc.services.embedding.rocks import RocksTier  # noqa: E402
+from splitrpc.services.embedding.store import EmbeddingStore  # noqa: E402
+from splitrpc.services.embedding.updates import Malformed, Updater, decode, encode  # noqa: E402
+
+A = tables.TableSpec("a", rows=1000, dim=4, seed=5)
+B = tables.TableSpec("b", rows=200, dim=2, seed=6)
+SPECS = {"a": A, "b": B}
+
+
+def test_records_round_trip_and_malformed_ones_say_why():
+    v = np.array([1, 2, 3, 4], np.float32)
+    t, k, got = decode(encode("a", 7, v), SPECS)
+    assert (t, k) == ("a", 7) and np.array_equal(got, v)
+    cases = {"short": [b"", b"\x01", encode("a", 1, v)[:5]],
+             "unknown_table": [encode("zz", 1, v), b"\x02\x00\xff\xfe" + bytes(8)],
+             "wrong_dim": [encode("a", 1, v[:3]), encode("b", 1, v)],
+             "unknown_key": [encode("a", 1000, v), encode("a", -1, v)],
+             "not_finite": [encode("a", 1, [1, np.nan, 0, 0]), encode("a", 1, [np.inf, 0, 0, 0])]}
+    for reason, blobs in cases.items():
+        for b in blobs:
+            with pytest.raises(Malformed) as e:
+                decode(b, SPECS)
+            assert e.value.reason == reason, (b, e.value.reason)
+
+
+class _ListSource:
+    def __init__(self, records):
+        self.records = list(records)
+
+    def poll(self, n):
+        out, self.records = self.records[:n], self.records[n:]
+        return out
+
+
+def test_the_rate_limit_holds(tmp_path):
+    l3 = RocksTier(str(tmp_path / "l3"), [A])
+    try:
+        with EmbeddingStore([A], l3) as store:
+            recs = [encode("a", i % 1000, np.full(4, i, np.float32)) for i in range(300)]
+            u = Updater(store, _ListSource(recs), rate=600.0, batch=100)
+            t0 = time.monotonic()
+            while u.applied < 300:
+                u.run_once()
+            assert time.monotonic() - t0 >= 0.4  # 300 records at 600/s: half a second, bucket empty at start
+            assert u.applied == 300 and not u.malformed
+        with pytest.raises(ValueError):
+            Updater(store, _ListSource([]), rate=0)
+    finally:
+        l3.close()
+
+
+def _agree(store, l2, l3, table, keys, want):
+    """L1 after a refresh, L2 and L3 all hold `want` for keys."""
+    store.refresh()
+    v3, f3 = l3.get(table, keys)
+    v2, f2 = l2.get(table, keys)
+    assert f3.all() and np.array_equal(v3, want)
+    assert f2.all() and np.array_equal(v2, want)
+    v1, hit = store.l1[table].query(keys)
+    assert np.array_equal(v1[hit], want[hit])
+    assert np.array_equal(store.lookup(table, keys), want)
+
+
+@pytest.mark.skipif(shutil.which("redis-server") is None, reason="needs redis-server (apt-get install redis-server)")
+def test_a_redis_stream_is_consumed_and_every_tier_agrees(tmp_path):
+    from splitrpc.services.embedding.redis_tier import LocalRedis, RedisTier
+
+    with LocalRedis() as srv:
+        l3 = RocksTier(str(tmp_path / "l3"), [A, B])
+        l3.fill("a")
+        l3.fill("b")
+        l2 = RedisTier([A, B], port=srv.port)
+        try:
+            with EmbeddingStore([A, B], l3, l2=l2, l1_capacity=512) as store:
+                keys = np.arange(0, 1000, 7)
+                store.lookup("a", keys)  # L1 and L2 hold the old vectors of these
+                rng = np.random.default_rng(1)
+                want = {}
+                recs = []
+                for i in range(600):
+                    k = int(rng.choice(keys))
+                    v = rng.standard_normal(4).astype(np.float32)
+                    want[k] = v
+                    recs.append(encode("a", k, v))
+                recs += [encode("a", 3, np.zeros(3, np.float32))] * 4 + [encode("a", 3, [np.nan] * 4)] * 2 + \
+                        [encode("c", 3, np.zeros(4, np.float32))] * 3 + [encode("b", 500, np.zeros(2, np.float32))] + [b"x"]
+                src = updates.RedisStreamSource(port=srv.port, block_ms=50)
+                src.publish(recs)
+                u = Updater(store, src, batch=128)
+                while u.run_once():
+                    pass
+                assert u.applied == 600
+                assert dict(u.malformed) == {"wrong_dim": 4, "not_finite": 2, "unknown_table": 3, "unknown_key": 1,
+                                             "short": 1}
+                ks = np.array(sorted(want), np.int64)
+                _agree(store, l2, l3, "a", ks, np.stack([want[k] for k in ks]))
+                src.close()
+        finally:
+            l2.close()
+            l3.close()
+
+
+def test_a_kafka_topic_on_librdkafkas_mock_broker(tmp_path):
+    """No Kafka broker can run here: librdkafka's in-process mock cluster (test.mock.num.brokers)
+    listens on 127.0.0.1 and speaks the Kafka protocol; the consumer is the real confluent-kafka one."""
+    ck = pytest.importorskip("confluent_kafka")
+    producer = ck.Producer({"test.mock.num.brokers": 1, "log_level": 0})
+    brokers = producer.list_topics(timeout=5).brokers
+    bootstrap = ",".join(f"{b.host}:{b.port}" for b in brokers.values())
+    assert all(b.host == "127.0.0.1" for b in brokers.values())
+    l3 = RocksTier(str(tmp_path / "l3"), [B])
+    try:
+        with EmbeddingStore([B], l3) as store:
+            want = {k: np.full(2, k + 0.5, np.float32) for k in range(40)}
+            for k, v in want.items():
+                producer.produce("emb-updates", encode("b", k, v))
+            producer.produce("emb-updates", encode("b", 1, [np.nan, 0]))
+            producer.flush(10)
+            src = updates.KafkaSource("emb-updates", config={"bootstrap.servers": bootstrap, "log_level": 0}, timeout=0.5)
+            u = Updater(store, src, batch=100)
+            end = time.monotonic() + 30
+            while u.applied + sum(u.malformed.values()) < 41 and time.monotonic() < end:
+                u.run_once()
+            src.close()
+            assert u.applied == 40 and dict(u.malformed) == {"not_finite": 1}
+            ks = np.arange(40)
+            v3, f3 = l3.get("b", ks)
+            assert f3.all() and np.array_equal(v3, np.stack([want[k] for k in ks]))
+    finally:
+        l3.close()
