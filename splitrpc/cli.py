@@ -42,14 +42,24 @@ def _gnn():
     return serve
 
 
+DLRM = "dlrm"  # the recommendation model over the embedding store (splitrpc.services.embedding.dlrm)
+
+
 def _split_models(spec: str) -> tuple[list, list]:
-    """--models: (zoo names, GNN names); ValueError for an unknown name."""
+    """--models: (zoo names, GNN names and dlrm); ValueError for an unknown name."""
     gnn_ids = _gnn().FUNC_IDS
     parts = [n.strip() for n in spec.split(",") if n.strip()]
-    gnn = [n for n in dict.fromkeys(parts) if n in gnn_ids]
-    rest = [n for n in parts if n not in gnn_ids]
+    gnn = [n for n in dict.fromkeys(parts) if n in gnn_ids or n == DLRM]
+    rest = [n for n in parts if n not in gnn_ids and n != DLRM]
     zoo = _models().resolve(",".join(rest)) if rest else []
     return zoo, gnn
+
+
+def _dlrm():
+    """The DLRM service module (numpy at import; the service imports torch, rocksdict)."""
+    from splitrpc.services.embedding import dlrm
+
+    return dlrm
 
 
 def cmd_serve(a) -> int:
@@ -81,7 +91,24 @@ def cmd_serve(a) -> int:
             srv.close()
             print(f"--models: {type(e).__name__}: {e}", file=sys.stderr)
             return 2
-    gnn_cfg, gnn_svcs = "", {}
+    gnn_cfg, gnn_svcs, dlrm_svc = "", {}, None
+    if DLRM in gnn_names:
+        gnn_names.remove(DLRM)
+        try:
+            dl = _dlrm()
+            cfg = dl.load_config(a.embedding_store) if a.embedding_store else None
+            print(f"dlrm: filling the embedding tables ({'small' if a.small else 'default'}) ...", flush=True)
+            dlrm_svc = dl.DLRMService(small=a.small, config=cfg, progress=True)
+            dlrm_svc.register(srv, max_batch=a.max_batch or 1024, max_delay_us=a.max_delay_us)
+            gnn_cfg += dl.serve_banner(dlrm_svc)
+        except ImportError as e:
+            srv.close()
+            print(f"--models dlrm: {e}; it needs pip install 'splitrpc[models,embedding]'", file=sys.stderr)
+            return 2
+        except Exception as e:  # a bad store configuration, an L3 path that cannot be written, ...
+            srv.close()
+            print(f"--models dlrm: {type(e).__name__}: {e}", file=sys.stderr)
+            return 2
     if gnn_names:
         try:
             for n in gnn_names:
@@ -91,7 +118,7 @@ def cmd_serve(a) -> int:
                                    trace=bool(a.gnn_trace),
                                    concurrent_lanes={"auto": None, "on": True, "off": False}[a.gnn_concurrent_lanes])
                 gnn_svcs[n] = svc
-            gnn_cfg = (f", GNN {svc.graph.name} graph ({svc.graph.num_nodes} nodes) policy {a.gnn_policy} "
+            gnn_cfg += (f", GNN {svc.graph.name} graph ({svc.graph.num_nodes} nodes) policy {a.gnn_policy} "
                        f"threshold {svc.router.threshold:.0f}, lanes {'together' if svc.concurrent_lanes else 'in turn'}: "
                        + "; ".join(ln.label for ln in svc.lanes.values()))
         except ImportError as e:
@@ -106,7 +133,8 @@ def cmd_serve(a) -> int:
         signal.signal(sig, lambda *_: srv.stop())
     zoo = _models().MODELS if names else {}
     served = " ".join(["vecadd(1) matmul(2) echo(3) head(4)"] + [f"{n}({zoo[n].func_id})" for n in names]
-                      + [f"{n}({_gnn().FUNC_IDS[n]})" for n in gnn_names])
+                      + [f"{n}({_gnn().FUNC_IDS[n]})" for n in gnn_names]
+                      + ([f"{DLRM}({_dlrm().FUNC_ID})"] if dlrm_svc else []))
     where = ", ".join(sorted({d for n, d in srv.stats()["devices"].items() if n in names}))  # after any fallback
     model_cfg = f", models on {where}{' (small)' if a.small else ''}" if names else ""
     metrics = None
@@ -134,7 +162,15 @@ def cmd_serve(a) -> int:
             metrics.close()
         st = srv.stats()
         srv.close()
+        if dlrm_svc is not None:
+            emb = dlrm_svc.store.stats()
+            dlrm_svc.close()
     print(f"stopped: {_stats_line(st)}", flush=True)
+    if dlrm_svc is not None:
+        looked = sum(t["unique"] for t in emb.values())
+        hits = sum(t["l1_hits"] for t in emb.values())
+        print(f"dlrm: {sum(t['lookups'] for t in emb.values())} table lookups, L1 hit rate "
+              f"{hits / looked if looked else 0:.3f}", flush=True)
     for n, svc in gnn_svcs.items():
         print(f"{n}: " + "; ".join(f"{k} lane {v['batches']} batches, {v['calls']} calls, busy {v['busy_s']:.1f} s"
                                    for k, v in svc.stats().items()), flush=True)
@@ -276,9 +312,36 @@ def _call_gnn(a) -> int:
     return 0 if ok else 1
 
 
+def _call_dlrm(a) -> int:
+    """`splitrpc call dlrm`: an example request (Zipf keys), the reply checked against the model
+    over the exact tables."""
+    try:
+        model = _dlrm().DLRM(small=a.small)  # imports torch
+    except ImportError as e:
+        print(f"{e}; dlrm needs pip install 'splitrpc[models,embedding]'", file=sys.stderr)
+        return 2
+    data = model.example(np.random.default_rng(a.seed))
+    reply, dt = _timed_call(a, _dlrm().FUNC_ID, data)
+    if reply is None:
+        return 1
+    keys = np.frombuffer(data[4 * _dlrm().DENSE:], "<i8")
+    print(f"function {_dlrm().FUNC_ID}: 13 dense features, 26 keys {keys[:6].tolist()}... -> {len(reply)} B reply "
+          f"in {dt:.0f} us (one cold call)")
+    ok = model.check_reply(data, reply)
+    if len(reply) == 4:
+        print(f"click probability {float(np.frombuffer(reply, '<f4')[0]):.6f}")
+    print("reply matches the model over the exact tables:", ok)
+    if a.output:
+        with open(a.output, "wb") as f:
+            f.write(reply)
+    return 0 if ok else 1
+
+
 def cmd_call(a) -> int:
     if a.function in _gnn().FUNC_IDS and not a.file and a.text is None:
         return _call_gnn(a)
+    if a.function == DLRM and not a.file and a.text is None:
+        return _call_dlrm(a)
     services, _ = _services()
     try:
         func_id, data, svc = _request_for(a, services)
@@ -397,8 +460,9 @@ def build_parser() -> argparse.ArgumentParser:
                                                      f"(default: {SERVER_DEFAULTS['segment_size']})")
     s.add_argument("--models", metavar="NAMES",
                    help="also serve these PyTorch models: a comma list of lenet, lstm, resnet18, resnet50, "
-                        "bert-like, or all (needs pip install 'splitrpc[models]'); and the GNN models "
-                        "graphsage, gat (pip install 'splitrpc[gnn]')")
+                        "bert-like, or all (needs pip install 'splitrpc[models]'); the GNN models "
+                        "graphsage, gat (pip install 'splitrpc[gnn]'); dlrm over the embedding store "
+                        "(pip install 'splitrpc[models,embedding]')")
     from splitrpc.services.gnn.calibrate import POINTS
 
     s.add_argument("--gnn-policy", default="routed", choices=_gnn().POLICIES,
@@ -414,6 +478,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--gnn-trace", metavar="FILE.npz",
                    help="record every GNN batch (lane, summed PSGS, calls, service time) and write them here "
                         "when stopped (one file per GNN model: FILE.MODEL.npz when several)")
+    s.add_argument("--embedding-store", metavar="CONFIG.json",
+                   help="dlrm: the embedding store's configuration (docs/embedding.md); default: an embedded "
+                        "store (RocksDB in a temporary directory, host hash map, L1 at 5%%, exact lookups)")
     s.add_argument("--device", default="cpu", help="where the models run: cpu, cuda, cuda:N")
     s.add_argument("--small", action="store_true", help="the models' small configurations (same I/O sizes)")
     s.add_argument("--metrics-port", type=int, metavar="PORT",
@@ -429,7 +496,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     c = sub.add_parser("call", help="make one call and print the reply")
     c.add_argument("function", help="vecadd, matmul, echo, head, a model (lenet, lstm, resnet18, resnet50, "
-                                    "bert-like, graphsage, gat), or a numeric func_id")
+                                    "bert-like, graphsage, gat, dlrm), or a numeric func_id")
     c.add_argument("--host", help=f"the server's address (default: {CLIENT_DEFAULTS['host']})")
     c.add_argument("--port", type=int, help=f"the server's UDP port (default: {CLIENT_DEFAULTS['port']})")
     c.add_argument("--file", help="request bytes from this file")

@@ -7,8 +7,9 @@ make the lookup fail (unknown="error").
 """
 from __future__ import annotations
 
-import zlib
+from zlib import crc32
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -71,16 +72,24 @@ def xxh64(keys, seed: int = 0) -> np.ndarray:
 def truth(spec: TableSpec, keys) -> np.ndarray:
     """The ground-truth vectors (n, dim) float32 of known keys."""
     k = np.ascontiguousarray(keys, dtype=np.int64)
-    salt = np.uint64((zlib.crc32(spec.name.encode()) << 32) ^ (spec.seed & 0xFFFFFFFF))
+    salt = np.uint64((crc32(spec.name.encode()) << 32) ^ (spec.seed & 0xFFFFFFFF))
     with np.errstate(over="ignore"):
         base = (k.view(np.uint64) * np.uint64(spec.dim))[:, None] + np.arange(spec.dim, dtype=np.uint64)[None, :]
         h = xxh64((base ^ salt).reshape(-1).view(np.int64)).reshape(k.size, spec.dim)
     return ((h >> np.uint64(40)).astype(np.float32) / np.float32(1 << 23) - np.float32(1.0)).astype(np.float32)
 
 
-def zipf_keys(rows: int, n: int, *, alpha: float = 1.2, seed: int = 0) -> np.ndarray:
-    """n keys in 0 .. rows - 1 with P(rank r) proportional to r^-alpha, ranks shuffled over the keys
-    by a fixed permutation (so hot keys are not the small ids), seeded."""
+@lru_cache(maxsize=64)
+def _permutation(rows: int, hot_seed: int) -> np.ndarray:
+    p = np.random.default_rng([hot_seed, rows, 1]).permutation(rows)
+    p.setflags(write=False)
+    return p
+
+
+def zipf_keys(rows: int, n: int, *, alpha: float = 1.2, seed: int = 0, hot_seed: int = 0) -> np.ndarray:
+    """n keys in 0 .. rows - 1 with P(rank r) proportional to r^-alpha, drawn with `seed`; ranks are
+    spread over the keys by a permutation fixed by (rows, hot_seed), so which keys are hot is a
+    property of the table, not of the draw (and not the small ids)."""
     if rows < 1 or n < 0 or not alpha > 0:
         raise ValueError("rows must be positive, n non-negative and alpha positive")
     rng = np.random.default_rng([seed, rows])
@@ -88,5 +97,5 @@ def zipf_keys(rows: int, n: int, *, alpha: float = 1.2, seed: int = 0) -> np.nda
     cdf = np.cumsum(p)
     cdf /= cdf[-1]
     ranks = np.minimum(np.searchsorted(cdf, rng.random(n), side="right"), rows - 1)
-    perm = np.random.default_rng([seed, rows, 1]).permutation(rows)
+    perm = _permutation(rows, hot_seed)
     return perm[ranks].astype(np.int64)

@@ -1,0 +1,228 @@
+"""dlrm.py: a DLRM-style recommendation service over the embedding store: 13 dense features and 26 categorical keys per request, a bottom MLP, 26 lookups (one per table; a batch's keys of one table deduplicated in one store lookup), pairwise dot-product interaction, a top MLP and a click probability. Random weights from a seed; served as a batched tensor function.
+
+Request: float32 dense[13], int64 keys[26] (key j indexes table c{j}); reply: float32 prob[1].
+An unknown key (outside its table) gets the table's default vector, or, for tables configured
+with unknown="error", fails that call alone with BAD_REQUEST.
+
+The store comes from a JSON configuration (store_from_config) or is embedded: a RocksDB copy of
+the tables in a temporary directory filled at start, the host hash map as L2, L1 at 5% of each
+table, synchronous lookups (threshold 1.0), so replies are exact.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import tempfile
+from dataclasses import dataclass
+
+import numpy as np
+
+from splitrpc.services.embedding.tables import TableSpec, UnknownKey, truth, zipf_keys
+
+FUNC_ID = 17
+DENSE, SPARSE = 13, 26
+PRESETS = {  # rows per table, dimension, bottom MLP, top MLP
+    "small": dict(rows=40_000, dim=32, bottom=(128, 64), top=(128, 64)),      # 1.04 M keys: CI
+    "default": dict(rows=400_000, dim=32, bottom=(512, 256), top=(512, 256)),  # 10.4 M keys
+}
+CONFIG_KEYS = {"l3", "fill", "l2", "redis_port", "l2_capacity", "l1_fraction", "hit_rate_threshold",
+               "refresh_interval", "rows", "dim", "unknown"}
+
+
+def table_specs(rows: int, dim: int, unknown: str = "default") -> list[TableSpec]:
+    return [TableSpec(f"c{j}", rows, dim, unknown=unknown, seed=j) for j in range(SPARSE)]
+
+
+def build_model(dim: int, bottom, top, seed: int = 0):
+    import torch
+
+    def mlp(sizes, last_act):
+        layers = []
+        for i, (a, b) in enumerate(zip(sizes, sizes[1:])):
+            layers.append(torch.nn.Linear(a, b))
+            if i < len(sizes) - 2 or last_act:
+                layers.append(torch.nn.ReLU())
+        return torch.nn.Sequential(*layers)
+
+    n = SPARSE + 1
+    iu = torch.triu_indices(n, n, offset=1)
+
+    class DLRM(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.bottom = mlp([DENSE, *bottom, dim], True)
+            self.top = mlp([dim + n * (n - 1) // 2, *top, 1], False)
+            self.register_buffer("iu", iu, persistent=False)
+
+        def forward(self, dense, emb):
+            x = self.bottom(dense)
+            z = torch.cat([x[:, None, :], emb], 1)
+            inter = torch.bmm(z, z.transpose(1, 2))[:, self.iu[0], self.iu[1]]
+            return torch.sigmoid(self.top(torch.cat([x, inter], 1)))
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return DLRM().eval()
+
+
+@dataclass
+class StoreConfig:
+    l3: str | None = None            # RocksDB path (None: a temporary directory)
+    fill: bool = True                # write the tables' ground truth into L3 at start
+    l2: str = "hashmap"              # "hashmap", "redis" or "none"
+    redis_port: int = 6379
+    l2_capacity: int | None = None   # keys per table (default: 20% of the rows)
+    l1_fraction: float = 0.05
+    hit_rate_threshold: float = 1.0
+    refresh_interval: float | None = None
+    rows: int | None = None          # per table (default: the preset's)
+    dim: int | None = None
+    unknown: str = "default"
+
+
+def load_config(path: str) -> StoreConfig:
+    """A StoreConfig from a JSON object with any of CONFIG_KEYS; ValueError names a bad key."""
+    with open(path) as f:
+        raw = json.load(f)
+    if not isinstance(raw, dict):
+        raise ValueError(f"{path}: the embedding store configuration must be a JSON object")
+    bad = set(raw) - CONFIG_KEYS
+    if bad:
+        raise ValueError(f"{path}: unknown key(s) {', '.join(sorted(bad))}; known: {', '.join(sorted(CONFIG_KEYS))}")
+    cfg = StoreConfig(**raw)
+    if cfg.l2 not in ("hashmap", "redis", "none"):
+        raise ValueError(f"{path}: l2 must be hashmap, redis or none, got {cfg.l2!r}")
+    return cfg
+
+
+class DLRM:
+    """The model and its tables without a store: example requests and exact reference replies
+    (what `splitrpc call dlrm` checks against)."""
+
+    def __init__(self, *, small: bool = False, rows: int | None = None, dim: int | None = None,
+                 unknown: str = "default", seed: int = 0):
+        p = PRESETS["small" if small else "default"]
+        self.rows, self.dim = rows or p["rows"], dim or p["dim"]
+        self.specs = table_specs(self.rows, self.dim, unknown)
+        self.model = build_model(self.dim, p["bottom"], p["top"], seed)
+
+    # ------------------------------------------------------------------ requests and checks
+
+    def example(self, rng: np.random.Generator, n: int = 1) -> bytes:
+        """n requests (concatenated): normal dense features, Zipf keys per table (alpha 1.2)."""
+        dense = rng.standard_normal((n, DENSE)).astype("<f4")
+        seed = int(rng.integers(2**31))
+        keys = np.stack([zipf_keys(self.rows, n, seed=seed + j, hot_seed=j) for j in range(SPARSE)], 1).astype("<i8")
+        return b"".join(dense[i].tobytes() + keys[i].tobytes() for i in range(n))
+
+    def reference(self, dense: np.ndarray, keys: np.ndarray) -> np.ndarray:
+        """The exact probabilities: the ground-truth tables, no store."""
+        import torch
+
+        emb = np.empty((keys.shape[0], SPARSE, self.dim), np.float32)
+        for j, spec in enumerate(self.specs):
+            col = keys[:, j]
+            ok = spec.known(col)
+            emb[:, j] = spec.default_vector()
+            if ok.any():
+                emb[ok, j] = truth(spec, col[ok])
+        with torch.inference_mode():
+            return self.model(torch.from_numpy(dense), torch.from_numpy(emb)).numpy()
+
+    def check_reply(self, request: bytes, reply: bytes) -> bool:
+        if len(request) != 4 * DENSE + 8 * SPARSE or len(reply) != 4:
+            return False
+        dense = np.frombuffer(request[:4 * DENSE], "<f4").reshape(1, DENSE).copy()
+        keys = np.frombuffer(request[4 * DENSE:], "<i8").reshape(1, SPARSE).copy()
+        want = self.reference(dense, keys)[0, 0]
+        got = np.frombuffer(reply, "<f4")[0]
+        return bool(np.isfinite(got) and abs(got - want) <= 1e-5 + 1e-4 * abs(want))
+
+
+class DLRMService(DLRM):
+    """The model served over an embedding store (config, or the embedded default). close() stops
+    the store and removes a temporary L3."""
+
+    def __init__(self, *, small: bool = False, config: StoreConfig | None = None, seed: int = 0,
+                 progress: bool = False):
+        from splitrpc.services.embedding.hashmap import HashMapTier
+        from splitrpc.services.embedding.rocks import RocksTier
+        from splitrpc.services.embedding.store import EmbeddingStore
+
+        cfg = config or StoreConfig()
+        super().__init__(small=small, rows=cfg.rows, dim=cfg.dim, unknown=cfg.unknown, seed=seed)
+        self._tmp = None
+        path = cfg.l3
+        if path is None:
+            self._tmp = path = tempfile.mkdtemp(prefix="splitrpc-dlrm-l3-")
+        self.l3 = RocksTier(path, self.specs)
+        if cfg.fill or self._tmp:
+            for s in self.specs:
+                self.l3.fill(s.name, progress=progress)
+        if cfg.l2 == "hashmap":
+            self.l2 = HashMapTier(self.specs, cfg.l2_capacity or max(1, self.rows // 5))
+        elif cfg.l2 == "redis":
+            from splitrpc.services.embedding.redis_tier import RedisTier
+            self.l2 = RedisTier(self.specs, port=cfg.redis_port)
+        else:
+            self.l2 = None
+        self.store = EmbeddingStore(self.specs, self.l3, l2=self.l2, l1_fraction=cfg.l1_fraction,
+                                    hit_rate_threshold=cfg.hit_rate_threshold, refresh_interval=cfg.refresh_interval)
+
+    # ------------------------------------------------------------------ serving
+
+    def inputs_outputs(self):
+        from splitrpc.spec import TensorSpec
+
+        return ([TensorSpec("dense", "float32", (DENSE,)), TensorSpec("keys", "int64", (SPARSE,))],
+                [TensorSpec("prob", "float32", (1,))])
+
+    def embeddings(self, keys: np.ndarray) -> tuple[np.ndarray, dict]:
+        """(B, 26, dim) vectors of a batch's keys through the store, and {row: BadRequest} for rows
+        with a key an error-table does not know (their vectors are the defaults)."""
+        from splitrpc.errors import BadRequest
+
+        b = keys.shape[0]
+        emb = np.empty((b, SPARSE, self.dim), np.float32)
+        bad: dict = {}
+        for j, spec in enumerate(self.specs):
+            col = keys[:, j]
+            try:
+                emb[:, j] = self.store.lookup(spec.name, col)
+            except UnknownKey:
+                ok = spec.known(col)
+                for i in np.flatnonzero(~ok):
+                    bad.setdefault(int(i), BadRequest(f"key {int(col[i])} of table {spec.name} is not in 0 .. {spec.rows - 1}"))
+                emb[:, j] = spec.default_vector()
+                emb[ok, j] = self.store.lookup(spec.name, col[ok])
+        return emb, bad
+
+    def callback(self, dense, keys, prob):
+        """The batched tensor callback: (B, 13), (B, 26) in; (B, 1) out."""
+        import torch
+
+        emb, bad = self.embeddings(np.asarray(keys))
+        with torch.inference_mode():
+            out = self.model(torch.from_numpy(np.ascontiguousarray(dense, np.float32)), torch.from_numpy(emb))
+        prob[:] = out.numpy()
+        return bad or None
+
+    def register(self, server, *, max_batch: int | None = 1024, max_delay_us: int | None = None) -> None:
+        ins, outs = self.inputs_outputs()
+        server.add_function(self.callback, FUNC_ID, "dlrm", ins, outs, max_batch=max_batch, max_delay_us=max_delay_us)
+
+    def close(self) -> None:
+        self.store.close()
+        if self.l2 is not None:
+            self.l2.close()
+        self.l3.close()
+        if self._tmp:
+            shutil.rmtree(self._tmp, ignore_errors=True)
+
+
+def serve_banner(svc: DLRMService) -> str:
+    l2 = svc.l2.name if svc.l2 is not None else "none"
+    return (f", dlrm: {SPARSE} tables x {svc.rows} keys x {svc.dim} (L1 {svc.store.l1['c0'].slots} slots per table, "
+            f"L2 {l2}, L3 rocksdb at {svc.l3.path}, threshold {svc.store.threshold:g})")
