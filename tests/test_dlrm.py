@@ -106,3 +106,18 @@ def test_serve_and_call_dlrm_from_the_command_line(tmp_path, run_env):
         srv.terminate()
         rest = srv.communicate(timeout=60)[0]
     assert "dlrm:" in rest and "L1 hit rate" in rest, rest
+
+
+def test_the_whole_tables_baseline_answers_the_same():
+    svc = dlrm.DLRMService(small=True, config=dlrm.StoreConfig(rows=ROWS, whole_tables=True))
+    try:
+        rng = np.random.default_rng(8)
+        reqs = [svc.example(rng) for _ in range(4)]
+        dense = np.stack([np.frombuffer(r[:4 * dlrm.DENSE], "<f4") for r in reqs])
+        keys = np.stack([np.frombuffer(r[4 * dlrm.DENSE:], "<i8") for r in reqs])
+        prob = np.empty((4, 1), np.float32)
+        assert svc.callback(dense, keys, prob) is None
+        assert np.allclose(prob, svc.reference(dense, keys), atol=1e-6)
+        assert "whole in memory" in dlrm.serve_banner(svc)
+    finally:
+        svc.close()

@@ -146,3 +146,20 @@ def test_bad_store_settings(l3):
         TableSpec("bad name", 10, 2)
     with pytest.raises(ValueError):
         TableSpec("t", 10, 2, unknown="drop")
+
+
+def test_without_l1_every_lookup_reads_below_and_whole_tables_index_the_truth(l3):
+    from splitrpc.services.embedding.store import WholeTables
+
+    keys = tables.zipf_keys(T1.rows, 500, seed=9)
+    with EmbeddingStore([T1], l3, l1_capacity=0) as s:
+        for _ in range(2):
+            assert np.array_equal(s.lookup("clicks", keys), tables.truth(T1, keys))
+        st = s.stats()["clicks"]
+        assert st["l1_hits"] == 0 and st["l3_hits"] == st["unique"] and st["l1_slots"] == 0
+        assert s.refresh() == 0
+    w = WholeTables([T1, T2])
+    assert np.array_equal(w.lookup("clicks", keys), tables.truth(T1, keys))
+    assert (w.lookup("clicks", [-4])[0] == -7.0).all()
+    with pytest.raises(UnknownKey):
+        w.lookup("items", [800])

@@ -28,7 +28,8 @@ PRESETS = {  # rows per table, dimension, bottom MLP, top MLP
     "default": dict(rows=400_000, dim=32, bottom=(512, 256), top=(512, 256)),  # 10.4 M keys
 }
 CONFIG_KEYS = {"l3", "fill", "l2", "redis_port", "l2_capacity", "l1_fraction", "hit_rate_threshold",
-               "refresh_interval", "rows", "dim", "unknown"}
+               "refresh_interval", "rows", "dim", "unknown", "whole_tables", "updates"}
+UPDATE_KEYS = {"redis_port", "stream", "rate", "batch"}
 
 
 def table_specs(rows: int, dim: int, unknown: str = "default") -> list[TableSpec]:
@@ -80,6 +81,8 @@ class StoreConfig:
     rows: int | None = None          # per table (default: the preset's)
     dim: int | None = None
     unknown: str = "default"
+    whole_tables: bool = False       # the baseline: every table whole in memory, no tiers
+    updates: dict | None = None      # consume online updates: {"redis_port", "stream", "rate", "batch"}
 
 
 def load_config(path: str) -> StoreConfig:
@@ -94,6 +97,8 @@ def load_config(path: str) -> StoreConfig:
     cfg = StoreConfig(**raw)
     if cfg.l2 not in ("hashmap", "redis", "none"):
         raise ValueError(f"{path}: l2 must be hashmap, redis or none, got {cfg.l2!r}")
+    if cfg.updates is not None and (not isinstance(cfg.updates, dict) or set(cfg.updates) - UPDATE_KEYS):
+        raise ValueError(f"{path}: updates must be an object with keys among {', '.join(sorted(UPDATE_KEYS))}")
     return cfg
 
 
@@ -153,7 +158,11 @@ class DLRMService(DLRM):
 
         cfg = config or StoreConfig()
         super().__init__(small=small, rows=cfg.rows, dim=cfg.dim, unknown=cfg.unknown, seed=seed)
-        self._tmp = None
+        self._tmp, self.updater, self.l2, self.l3 = None, None, None, None
+        if cfg.whole_tables:
+            from splitrpc.services.embedding.store import WholeTables
+            self.store = WholeTables(self.specs)
+            return
         path = cfg.l3
         if path is None:
             self._tmp = path = tempfile.mkdtemp(prefix="splitrpc-dlrm-l3-")
@@ -170,6 +179,11 @@ class DLRMService(DLRM):
             self.l2 = None
         self.store = EmbeddingStore(self.specs, self.l3, l2=self.l2, l1_fraction=cfg.l1_fraction,
                                     hit_rate_threshold=cfg.hit_rate_threshold, refresh_interval=cfg.refresh_interval)
+        if cfg.updates:
+            from splitrpc.services.embedding.updates import RedisStreamSource, Updater
+            u = cfg.updates
+            src = RedisStreamSource(port=u.get("redis_port", 6379), stream=u.get("stream", "splitrpc:updates"))
+            self.updater = Updater(self.store, src, rate=u.get("rate"), batch=u.get("batch", 1000)).start()
 
     # ------------------------------------------------------------------ serving
 
@@ -214,15 +228,22 @@ class DLRMService(DLRM):
         server.add_function(self.callback, FUNC_ID, "dlrm", ins, outs, max_batch=max_batch, max_delay_us=max_delay_us)
 
     def close(self) -> None:
+        if self.updater is not None:
+            self.updater.stop()
+            self.updater.source.close()
         self.store.close()
         if self.l2 is not None:
             self.l2.close()
-        self.l3.close()
+        if self.l3 is not None:
+            self.l3.close()
         if self._tmp:
             shutil.rmtree(self._tmp, ignore_errors=True)
 
 
 def serve_banner(svc: DLRMService) -> str:
+    if svc.l3 is None:
+        return f", dlrm: {SPARSE} tables x {svc.rows} keys x {svc.dim} whole in memory (no tiers)"
     l2 = svc.l2.name if svc.l2 is not None else "none"
-    return (f", dlrm: {SPARSE} tables x {svc.rows} keys x {svc.dim} (L1 {svc.store.l1['c0'].slots} slots per table, "
+    l1 = svc.store.l1["c0"]
+    return (f", dlrm: {SPARSE} tables x {svc.rows} keys x {svc.dim} (L1 {l1.slots if l1 else 0} slots per table, "
             f"L2 {l2}, L3 rocksdb at {svc.l3.path}, threshold {svc.store.threshold:g})")

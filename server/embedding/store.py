@@ -61,7 +61,7 @@ class TableStats:
 
 class EmbeddingStore:
     """Tables (TableSpecs) over the tiers: l1_capacity keys of L1 per table (an int, or a dict by
-    table name, or l1_fraction of each table's rows), l2 (a HashMapTier, a RedisTier or None), l3
+    table name, or l1_fraction of each table's rows; 0: no L1, every lookup reads below), l2 (a HashMapTier, a RedisTier or None), l3
     (a RocksTier holding every table). close() stops its threads; the tiers are the caller's."""
 
     def __init__(self, specs: list[TableSpec], l3, *, l2=None, l1_capacity=None, l1_fraction: float | None = 0.05,
@@ -76,15 +76,16 @@ class EmbeddingStore:
         self.specs = {s.name: s for s in specs}
         self.l2, self.l3 = l2, l3
         self.threshold = float(hit_rate_threshold)
-        self.l1: dict[str, EmbeddingCache] = {}
+        self.l1: dict[str, EmbeddingCache | None] = {}
         for s in specs:
             if isinstance(l1_capacity, dict):
                 cap = l1_capacity[s.name]
             elif l1_capacity is not None:
                 cap = l1_capacity
             else:
-                cap = max(1, int(round(s.rows * (l1_fraction or 0.0))))
-            self.l1[s.name] = EmbeddingCache(s.dim, int(cap), slabs_per_set)
+                cap = int(round(s.rows * (l1_fraction or 0.0)))
+                cap = max(1, cap) if l1_fraction else 0
+            self.l1[s.name] = EmbeddingCache(s.dim, int(cap), slabs_per_set) if cap > 0 else None  # 0: no L1
         self.stats_by_table = {s.name: TableStats() for s in specs}
         self._queue: queue.Queue = queue.Queue(INSERT_QUEUE)
         self._stop = threading.Event()
@@ -111,7 +112,11 @@ class EmbeddingStore:
             st.add(lookups=1, keys=int(k.size), unknown=n_unknown)
             raise UnknownKey(f"table {table}: key {int(k[~known][0])} is not in 0 .. {spec.rows - 1}")
         uniq, inverse = np.unique(k[known], return_inverse=True)
-        vecs, hit = self.l1[table].query(uniq)
+        cache = self.l1[table]
+        if cache is not None:
+            vecs, hit = cache.query(uniq)
+        else:  # no L1: every key is read from below
+            vecs, hit = np.zeros((uniq.size, spec.dim), np.float32), np.zeros(uniq.size, bool)
         missing = np.flatnonzero(~hit)
         hit_rate = 1.0 - missing.size / uniq.size if uniq.size else 1.0
         counts = dict(lookups=1, keys=int(k.size), unique=int(uniq.size), l1_hits=int(uniq.size - missing.size),
@@ -160,7 +165,8 @@ class EmbeddingStore:
         L3 into L2): (vectors, found, counts)."""
         vecs, found, counts = self._read_below(table, keys, fill_l2=True)
         if found.any():
-            self.l1[table].replace(keys[found], vecs[found])
+            if self.l1[table] is not None:
+                self.l1[table].replace(keys[found], vecs[found])
         counts["inserted"] = int(found.sum())
         counts["not_found"] = int(keys.size - found.sum())
         return vecs, found, counts
@@ -188,6 +194,8 @@ class EmbeddingStore:
         Returns the number of keys refreshed."""
         total = 0
         for name, cache in self.l1.items():
+            if cache is None:
+                continue
             keys = cache.dump()
             if not keys.size:
                 continue
@@ -202,7 +210,8 @@ class EmbeddingStore:
             self.refresh()
 
     def stats(self) -> dict:
-        return {name: {**st.as_dict(), "l1_size": len(self.l1[name]), "l1_slots": self.l1[name].slots}
+        return {name: {**st.as_dict(), "l1_size": len(self.l1[name]) if self.l1[name] is not None else 0,
+                       "l1_slots": self.l1[name].slots if self.l1[name] is not None else 0}
                 for name, st in self.stats_by_table.items()}
 
     def close(self) -> None:
@@ -211,10 +220,45 @@ class EmbeddingStore:
             if t is not None:
                 t.join()
         for c in self.l1.values():
-            c.close()
+            if c is not None:
+                c.close()
 
     def __enter__(self) -> "EmbeddingStore":
         return self
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+class WholeTables:
+    """The baseline with no tiers: every table held whole in memory as one array (the ground
+    truth), looked up by indexing. Same lookup() and stats() as EmbeddingStore."""
+
+    threshold = 1.0
+    l2 = None
+
+    def __init__(self, specs: list[TableSpec]):
+        from splitrpc.services.embedding.tables import truth
+
+        self.specs = {s.name: s for s in specs}
+        self.arrays = {s.name: truth(s, np.arange(s.rows, dtype=np.int64)) for s in specs}
+        self.l1 = {s.name: None for s in specs}
+        self.stats_by_table = {s.name: TableStats() for s in specs}
+
+    def lookup(self, table: str, keys) -> np.ndarray:
+        spec = self.specs[table]
+        k = np.ascontiguousarray(keys, dtype=np.int64).reshape(-1)
+        known = spec.known(k)
+        if not known.all() and spec.unknown == "error":
+            raise UnknownKey(f"table {table}: key {int(k[~known][0])} is not in 0 .. {spec.rows - 1}")
+        out = np.empty((k.size, spec.dim), np.float32)
+        out[known] = self.arrays[table][k[known]]
+        out[~known] = spec.default_vector()
+        self.stats_by_table[table].add(lookups=1, keys=int(k.size), unknown=int(k.size - known.sum()))
+        return out
+
+    def stats(self) -> dict:
+        return {name: {**st.as_dict(), "l1_size": 0, "l1_slots": 0} for name, st in self.stats_by_table.items()}
+
+    def close(self) -> None:
+        self.arrays = {}
