@@ -223,9 +223,12 @@ class DLRMService(DLRM):
         prob[:] = out.numpy()
         return bad or None
 
-    def register(self, server, *, max_batch: int | None = 1024, max_delay_us: int | None = None) -> None:
+    def register(self, server, *, max_batch: int | None = 1024, max_delay_us: int | None = None,
+                 capacity: int = 4096) -> None:
+        """Registers the service as FUNC_ID; capacity: calls its queues hold (more outstanding get BUSY)."""
         ins, outs = self.inputs_outputs()
-        server.add_function(self.callback, FUNC_ID, "dlrm", ins, outs, max_batch=max_batch, max_delay_us=max_delay_us)
+        server.add_function(self.callback, FUNC_ID, "dlrm", ins, outs, max_batch=max_batch, max_delay_us=max_delay_us,
+                            capacity=capacity)
 
     def close(self) -> None:
         if self.updater is not None:

@@ -1,0 +1,394 @@
+"""embedding.py: `splitrpc bench-embedding`: HPS's evaluation in miniature: the DLRM service through splitrpc with its embedding lookups through the store's tiers against L3 alone and against the whole tables in memory; L1 hit rates at 5% and 1%; warm-up curves for thresholds 0.0, 0.5, 1.0; p99 while updates stream in; the tiers' insertion rates.
+
+Steps (every number measured in this run, on this machine's CPU; L1 is the C cache in host
+memory, no GPU):
+1. Tables: 26 of --rows keys x 32 (Criteo-shaped keys: Zipf, alpha 1.2, hot keys fixed per
+   table), the ground truth written once into a RocksDB L3 in a temporary directory.
+2. Throughput and latency: for each store configuration a `splitrpc serve`-like server process
+   (the DLRM service, max_batch 1024) under a closed loop of --concurrency outstanding calls
+   (batches of up to 1024 calls; each batch is one lookup per table of its deduplicated keys),
+   a warm-up run then a measured one: "whole" (every table whole in memory), "l3" (no L1, no
+   L2: every key from RocksDB), "l1-5%" and "l1-1%" (L1 at that share of each table over L3,
+   synchronous, exact). L1 hit rate from the server's counters over the measured run.
+3. Warm-up curves (in this process): a cold L1 at 5% over L3 fed batches of 1024 requests, at
+   thresholds 0.0, 0.5 and 1.0: the L1 hit rate and the lookup time of each batch.
+4. Updates: L1 5% with a 1 s refresh over a Redis L2 and L3, measured without and with an update
+   stream (Redis Streams, --update-rate records/s, consumed at that rate limit) published during
+   the run.
+5. Insertion rates (MB/s of vectors) into the host hash map, Redis and RocksDB, as HPS's Table 2.
+
+Acceptance (issue 18), judged and shown as measured: L1 at 5% gives >= 3x the throughput of L3
+alone with p99 within 1.3x of the whole tables in memory; steady L1 hit rate >= 0.70 at 5% and
+the drop from 5% to 1% <= 10 points; p99 rises <= 10% while updates stream in.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from datetime import datetime, timezone
+
+import numpy as np
+
+from splitrpc.bench.command_line import add_subcommand, command_of, run_as_module
+from splitrpc.bench.procs import Proc, free_port
+
+STATS_FUNC_ID = 90
+CONFIGS = {  # name: store configuration (docs/embedding.md); l3/rows/dim are added per run
+    "whole": {"whole_tables": True},
+    "l3": {"l1_fraction": 0.0, "l2": "none"},
+    "l1-5%": {"l1_fraction": 0.05, "l2": "none"},
+    "l1-1%": {"l1_fraction": 0.01, "l2": "none"},
+}
+THRESHOLDS = (0.0, 0.5, 1.0)
+
+
+def add_parser(sub) -> argparse.ArgumentParser:
+    return add_subcommand(sub, "bench-embedding", "DLRM over the embedding store's tiers: throughput, p99, hit rates, "
+                          "warm-up, updates, insertion rates", __doc__, _arguments, cmd_bench_embedding)
+
+
+def _arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--rows", type=int, default=400_000, help="keys per table (26 tables; default: %(default)s)")
+    p.add_argument("--requests", type=int, default=20_000, help="distinct requests in the request set")
+    p.add_argument("--calls", type=int, default=40_000, help="calls per measured run")
+    p.add_argument("--concurrency", type=int, default=1024, help="outstanding calls (closed loop)")
+    p.add_argument("--warmup-batches", type=int, default=100, help="batches per warm-up curve")
+    p.add_argument("--update-rate", type=float, default=20_000, help="update records per second")
+    p.add_argument("--insert-vectors", type=int, default=200_000, help="vectors per insertion-rate run")
+    p.add_argument("--skip", default="", help="comma list of phases to skip: configs, warmup, updates, insert")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--quiet", action="store_true")
+    p.add_argument("--out", default="splitrpc-bench-embedding")
+    p.add_argument("--serve", metavar="CONFIG.json", help=argparse.SUPPRESS)  # the server side
+    p.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
+
+
+def _say(a, msg: str) -> None:
+    if not a.quiet:
+        print(msg, file=sys.stderr, flush=True)
+
+
+def serve(a) -> int:
+    """The benchmark's server: the DLRM service over the store of --serve's configuration, and a
+    stats function answering the store's counters as JSON."""
+    import signal
+
+    import splitrpc
+    from splitrpc.services.embedding import dlrm
+
+    cfg = dlrm.load_config(a.serve)
+    svc = dlrm.DLRMService(config=cfg)
+    srv = splitrpc.Server("127.0.0.1", a.port, wait="block")
+    svc.register(srv, max_batch=1024)
+
+    def stats(requests, responses):
+        st = svc.store.stats()
+        body = json.dumps({k: sum(t[k] for t in st.values()) for k in ("lookups", "unique", "l1_hits", "l3_hits")}
+                          | {"applied": svc.updater.applied if svc.updater else 0}).encode()
+        for r in responses:
+            r[:len(body)] = body
+        return [len(body)] * len(responses)
+
+    srv.add_function(stats, STATS_FUNC_ID, "stats", raw=True, max_response=4096)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    srv.start()
+    print("READY", flush=True)
+    stop.wait()
+    srv.close()
+    svc.close()
+    return 0
+
+
+def _stats(port: int) -> dict:
+    import splitrpc
+    with splitrpc.Client("127.0.0.1", port, timeout=10.0) as c:
+        return json.loads(c.call(STATS_FUNC_ID, b""))
+
+
+def _closed_loop(port: int, requests: list, calls: int, concurrency: int, seed: int) -> dict:
+    import splitrpc
+    from splitrpc.loadgen import runner
+    from splitrpc.services.embedding import dlrm
+
+    with splitrpc.Client("127.0.0.1", port, timeout=30.0) as c:
+        t0 = time.monotonic()
+        rec = runner.run_load(c, dlrm.FUNC_ID, requests, concurrency=concurrency, n=calls, timeout_s=30.0,
+                              index=np.random.default_rng(seed).integers(0, len(requests), calls))
+        wall = time.monotonic() - t0
+    lat = rec.latency_ns() / 1e6
+    return {"calls": calls, "ok": int(lat.size), "calls_per_s": lat.size / wall, "p50_ms": float(np.quantile(lat, 0.5)),
+            "p99_ms": float(np.quantile(lat, 0.99)), "seconds": wall}
+
+
+def _run_config(a, name: str, cfg: dict, requests: list, check) -> dict:
+    port = free_port()
+    path = os.path.join(a.tmp, f"{name.replace('%', 'pct')}.json")
+    with open(path, "w") as f:
+        json.dump(cfg, f)
+    _say(a, f"{name}: server ...")
+    with Proc([sys.executable, "-m", "splitrpc.bench.embedding", "--serve", path, "--port", str(port)]) as proc:
+        proc.wait_line("READY", 300)
+        import splitrpc
+        from splitrpc.services.embedding import dlrm
+        with splitrpc.Client("127.0.0.1", port, timeout=30.0) as c:  # replies are the model's over the exact tables
+            for r in requests[:20]:
+                if not check(r, c.call(dlrm.FUNC_ID, r)):
+                    raise SystemExit(f"bench-embedding: {name}: a reply differs from the model over the exact tables")
+        _closed_loop(port, requests, max(a.calls // 4, a.concurrency), a.concurrency, a.seed + 1)  # warm-up
+        before = _stats(port)
+        res = _closed_loop(port, requests, a.calls, a.concurrency, a.seed + 2)
+        after = _stats(port)
+    d = {k: after[k] - before[k] for k in after}
+    res["l1_hit_rate"] = d["l1_hits"] / d["unique"] if d["unique"] else None
+    res["updates_applied"] = d["applied"]
+    _say(a, f"  {name}: {res['calls_per_s']:.0f} calls/s, p50 {res['p50_ms']:.1f} ms, p99 {res['p99_ms']:.1f} ms"
+            + (f", L1 hit rate {res['l1_hit_rate']:.3f}" if res["l1_hit_rate"] is not None else ""))
+    return res
+
+
+def _warmup_curves(a, specs, l3, requests_keys) -> dict:
+    from splitrpc.services.embedding.store import EmbeddingStore
+
+    out = {}
+    for t in THRESHOLDS:
+        hits, times = [], []
+        with EmbeddingStore(specs, l3, l1_fraction=0.05, hit_rate_threshold=t) as s:
+            for b in range(a.warmup_batches):
+                keys = requests_keys[(b * 1024) % len(requests_keys):][:1024]
+                before = sum(v["l1_hits"] for v in s.stats().values()), sum(v["unique"] for v in s.stats().values())
+                t0 = time.perf_counter()
+                for j, spec in enumerate(specs):
+                    s.lookup(spec.name, keys[:, j])
+                times.append((time.perf_counter() - t0) * 1e3)
+                st = s.stats()
+                h = sum(v["l1_hits"] for v in st.values()) - before[0]
+                u = sum(v["unique"] for v in st.values()) - before[1]
+                hits.append(h / u if u else 0.0)
+            s.flush()
+        out[str(t)] = {"hit_rate": hits, "batch_ms": times}
+        _say(a, f"  warm-up threshold {t}: hit rate {hits[0]:.2f} -> {hits[-1]:.2f}, batch {np.median(times[-20:]):.1f} ms")
+    return out
+
+
+def _insert_rates(a, dim: int) -> dict:
+    from splitrpc.services.embedding.hashmap import HashMapTier
+    from splitrpc.services.embedding.redis_tier import LocalRedis, RedisTier
+    from splitrpc.services.embedding.rocks import RocksTier
+    from splitrpc.services.embedding.tables import TableSpec, truth
+
+    spec = TableSpec("ins", rows=a.insert_vectors, dim=dim)
+    keys = np.arange(a.insert_vectors, dtype=np.int64)
+    vecs = truth(spec, keys)
+    mb = vecs.nbytes / 1e6
+    rates = {}
+
+    def timed(name, put):
+        t0 = time.perf_counter()
+        for s in range(0, keys.size, 10_000):
+            put(keys[s:s + 10_000], vecs[s:s + 10_000])
+        rates[name] = mb / (time.perf_counter() - t0)
+        _say(a, f"  insertion into {name}: {rates[name]:.0f} MB/s")
+
+    h = HashMapTier([spec], a.insert_vectors)
+    timed("hashmap", lambda k, v: h.put("ins", k, v))
+    with LocalRedis() as srv:
+        r = RedisTier([spec], port=srv.port)
+        timed("redis", lambda k, v: r.put("ins", k, v))
+        r.close()
+    db = RocksTier(os.path.join(a.tmp, "insert-l3"), [spec])
+    timed("rocksdb", lambda k, v: db.put("ins", k, v))
+    db.close()
+    return rates
+
+
+def run(a) -> dict:
+    import splitrpc  # noqa: F401
+    from splitrpc.loadgen.report import machine
+    from splitrpc.services.embedding import dlrm
+    from splitrpc.services.embedding.redis_tier import LocalRedis
+    from splitrpc.services.embedding.rocks import RocksTier
+    from splitrpc.services.embedding.updates import RedisStreamSource, encode
+
+    skip = set(filter(None, a.skip.split(",")))
+    t_start = time.monotonic()
+    a.tmp = tempfile.mkdtemp(prefix="splitrpc-bench-embedding-")
+    try:
+        model = dlrm.DLRM(rows=a.rows, dim=32, seed=a.seed)
+        l3_path = os.path.join(a.tmp, "l3")
+        _say(a, f"tables: 26 x {a.rows} keys x 32 into RocksDB ...")
+        l3 = RocksTier(l3_path, model.specs)
+        for s in model.specs:
+            l3.fill(s.name, progress=not a.quiet)
+        l3.close()
+        rng = np.random.default_rng(a.seed)
+        requests = [model.example(rng) for _ in range(a.requests)]
+        base = {"l3": l3_path, "fill": False, "rows": a.rows, "dim": 32}
+        doc = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "command": command_of(a),
+               "machine": machine(), "rows": a.rows, "tables": 26, "dim": 32, "requests": a.requests,
+               "calls": a.calls, "concurrency": a.concurrency}
+        if "configs" not in skip:
+            doc["configs"] = {n: _run_config(a, n, {**base, **c}, requests, model.check_reply) for n, c in CONFIGS.items()}
+        if "warmup" not in skip:
+            _say(a, "warm-up curves ...")
+            keys = np.stack([np.frombuffer(r[4 * dlrm.DENSE:], "<i8") for r in requests])
+            l3 = RocksTier(l3_path, model.specs)
+            doc["warmup"] = _warmup_curves(a, model.specs, l3, keys)
+            l3.close()
+        if "updates" not in skip:
+            with LocalRedis() as redis_srv:
+                cfg = {**base, "l1_fraction": 0.05, "l2": "redis", "redis_port": redis_srv.port, "refresh_interval": 1.0}
+                quiet = _run_config(a, "l1-5%+redis, no updates", cfg, requests, model.check_reply)
+                src = RedisStreamSource(port=redis_srv.port)
+                stop = threading.Event()
+
+                def publish():
+                    g = np.random.default_rng(a.seed + 7)
+                    while not stop.is_set():
+                        t0 = time.monotonic()
+                        n = int(a.update_rate / 10)
+                        tabs, ks = g.integers(0, 26, n), g.integers(0, a.rows, n)
+                        src.publish([encode(f"c{t}", k, g.standard_normal(32).astype(np.float32))
+                                     for t, k in zip(tabs, ks)])
+                        stop.wait(max(0.0, 0.1 - (time.monotonic() - t0)))
+
+                pub = threading.Thread(target=publish, daemon=True)
+                pub.start()
+                try:
+                    upd = _run_config(a, "l1-5%+redis, updates", {**cfg, "updates": {"redis_port": redis_srv.port,
+                                                                                    "rate": a.update_rate}},
+                                      requests, lambda r, rep: True)  # vectors change under updates: not checked
+                finally:
+                    stop.set()
+                    pub.join()
+                    src.close()
+            doc["updates"] = {"rate": a.update_rate, "without": quiet, "with": upd}
+        if "insert" not in skip:
+            _say(a, "insertion rates ...")
+            doc["insert_mb_per_s"] = _insert_rates(a, 32)
+    finally:
+        shutil.rmtree(a.tmp, ignore_errors=True)
+    doc["acceptance"] = acceptance(doc)
+    doc["seconds"] = time.monotonic() - t_start
+    return doc
+
+
+def acceptance(doc: dict) -> list[dict]:
+    out = []
+    c = doc.get("configs")
+    if c:
+        r = c["l1-5%"]["calls_per_s"] / c["l3"]["calls_per_s"]
+        out.append({"what": "L1 5% over L3: >= 3x the throughput of L3 alone", "value": f"{r:.2f}x", "met": r >= 3})
+        p = c["l1-5%"]["p99_ms"] / c["whole"]["p99_ms"]
+        out.append({"what": "L1 5% p99 within 1.3x of the whole tables in memory", "value": f"{p:.2f}x", "met": p <= 1.3})
+        h5, h1 = c["l1-5%"]["l1_hit_rate"], c["l1-1%"]["l1_hit_rate"]
+        out.append({"what": "steady L1 hit rate >= 0.70 at 5%", "value": f"{h5:.3f}", "met": h5 >= 0.70})
+        out.append({"what": "hit rate drop from 5% to 1% <= 10 points", "value": f"{100 * (h5 - h1):.1f} points",
+                    "met": h5 - h1 <= 0.10})
+    u = doc.get("updates")
+    if u:
+        rise = u["with"]["p99_ms"] / u["without"]["p99_ms"] - 1
+        out.append({"what": f"p99 rises <= 10% while updates stream in ({u['rate']:g}/s; "
+                            f"{u['with']['updates_applied']} applied during the measured run)",
+                    "value": f"{100 * rise:+.1f}%", "met": rise <= 0.10})
+    return out
+
+
+def markdown(doc: dict) -> str:
+    m = doc["machine"]
+    lines = ["# Embedding lookups through the tiers (issue 18)", "", f"Command: `{doc['command']}`  ",
+             f"Date: {doc['date']}; machine: {m.get('cpu', '?')}, {m.get('cpus', '?')} CPUs; {doc['seconds']:.0f} s.", "",
+             f"26 tables x {doc['rows']} keys x 32 floats; Zipf (alpha 1.2) keys; DLRM through splitrpc, closed loop of "
+             f"{doc['concurrency']} outstanding calls, batches of up to 1024; {doc['calls']} calls per measured run. "
+             "L1 is the C cache in host memory (no GPU).", ""]
+    if doc.get("configs"):
+        lines += ["| store | calls/s | p50 (ms) | p99 (ms) | L1 hit rate |", "|---|---|---|---|---|"]
+        for n, r in doc["configs"].items():
+            h = f"{r['l1_hit_rate']:.3f}" if r["l1_hit_rate"] is not None else "-"
+            lines.append(f"| {n} | {r['calls_per_s']:.0f} | {r['p50_ms']:.1f} | {r['p99_ms']:.1f} | {h} |")
+    if doc.get("warmup"):
+        lines += ["", "Warm-up (cold L1 at 5%, batches of 1024 requests): L1 hit rate of the first, 10th and last batch",
+                  "", "| threshold | first | 10th | last | last 20 batches' median lookup time (ms) |", "|---|---|---|---|---|"]
+        for t, w in doc["warmup"].items():
+            h = w["hit_rate"]
+            lines.append(f"| {t} | {h[0]:.3f} | {h[min(9, len(h) - 1)]:.3f} | {h[-1]:.3f} | {np.median(w['batch_ms'][-20:]):.1f} |")
+    if doc.get("updates"):
+        u = doc["updates"]
+        lines += ["", f"Updates ({u['rate']:g} records/s into Redis Streams, consumed at that rate limit; L1 5%, "
+                  "Redis L2, 1 s refresh): p99 "
+                  f"{u['without']['p99_ms']:.1f} ms without, {u['with']['p99_ms']:.1f} ms with "
+                  f"({u['with']['updates_applied']} updates applied during the measured run)."]
+    if doc.get("insert_mb_per_s"):
+        lines += ["", "Insertion rates (MB/s of float32 vectors, batches of 10,000): " +
+                  ", ".join(f"{k} {v:.0f}" for k, v in doc["insert_mb_per_s"].items()) +
+                  " (HPS's Table 2: hash map 245, Redis 162, RocksDB 52, on its own hardware)."]
+    lines += ["", "## Acceptance (issue 18)", ""]
+    lines += [f"- {'met' if x['met'] else 'NOT met'}: {x['what']}: {x['value']}" for x in doc["acceptance"]]
+    return "\n".join(lines) + "\n"
+
+
+def plot(doc: dict, path: str) -> str:
+    from matplotlib import figure  # no pyplot: nothing global touched; savefig renders with Agg
+
+    fig = figure.Figure(figsize=(13, 3.8))
+    axes = fig.subplots(1, 3)
+    if doc.get("configs"):
+        names = list(doc["configs"])
+        axes[0].bar(names, [doc["configs"][n]["calls_per_s"] for n in names], color="#1f77b4")
+        ax2 = axes[0].twinx()
+        ax2.plot(names, [doc["configs"][n]["p99_ms"] for n in names], "o-", color="#d62728")
+        axes[0].set_title("throughput (bars, calls/s) and p99 (line, ms)", fontsize=9)
+    if doc.get("warmup"):
+        for t, w in doc["warmup"].items():
+            axes[1].plot(w["hit_rate"], label=f"threshold {t}")
+        axes[1].set_title("warm-up: L1 hit rate per batch (L1 5%)", fontsize=9)
+        axes[1].set_xlabel("batch of 1024 requests")
+        axes[1].legend(fontsize=7)
+    if doc.get("insert_mb_per_s"):
+        ins = doc["insert_mb_per_s"]
+        axes[2].bar(list(ins), list(ins.values()), color="#2ca02c")
+        axes[2].set_title("insertion rate (MB/s)", fontsize=9)
+    fig.suptitle("Embedding store tiers under DLRM (measured; CPU, no GPU)", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    return path
+
+
+def cmd_bench_embedding(a) -> int:
+    if a.serve:
+        return serve(a)
+    try:
+        import rocksdict  # noqa: F401
+        import torch  # noqa: F401
+    except ImportError:
+        print("bench-embedding: needs pip install 'splitrpc[models,embedding]'", file=sys.stderr)
+        return 2
+    doc = run(a)
+    os.makedirs(a.out, exist_ok=True)
+    paths = [os.path.join(a.out, "embedding.json"), os.path.join(a.out, "embedding.md")]
+    with open(paths[0], "w") as f:
+        json.dump(doc, f, indent=1)
+    with open(paths[1], "w") as f:
+        f.write(markdown(doc))
+    try:
+        paths.append(plot(doc, os.path.join(a.out, "embedding.png")))
+    except ImportError:
+        print("bench-embedding: matplotlib not installed: no plot", file=sys.stderr)
+    for p in paths:
+        print(p)
+    print(markdown(doc).split("## Acceptance", 1)[1].strip())
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_as_module("splitrpc.bench.embedding", __doc__, _arguments, cmd_bench_embedding, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

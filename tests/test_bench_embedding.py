@@ -1,0 +1,33 @@
+"""bench-embedding (issue 18) end to end on a small setting: every phase runs (store configurations through splitrpc with replies checked, warm-up curves, updates, insertion rates) and the report says what it measured."""
+import json
+import shutil
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("rocksdict")
+pytest.importorskip("redis")
+if shutil.which("redis-server") is None:
+    pytest.fail("redis-server is needed (Debian: apt-get install redis-server; .ci/run installs it)")
+
+from splitrpc.bench import embedding  # noqa: E402
+
+
+def test_bench_embedding_small_run(tmp_path):
+    out = tmp_path / "r"
+    rc = embedding.main(["--rows", "2000", "--requests", "300", "--calls", "1500", "--concurrency", "64",
+                         "--warmup-batches", "4", "--update-rate", "500", "--insert-vectors", "5000", "--quiet",
+                         "--out", str(out)])
+    assert rc == 0
+    doc = json.loads((out / "embedding.json").read_text())
+    assert set(doc["configs"]) == set(embedding.CONFIGS)
+    for name, r in doc["configs"].items():
+        assert r["ok"] == r["calls"] == 1500 and r["p99_ms"] >= r["p50_ms"] > 0, name
+    assert doc["configs"]["l3"]["l1_hit_rate"] == 0.0
+    assert 0 < doc["configs"]["l1-5%"]["l1_hit_rate"] <= 1
+    assert set(doc["warmup"]) == {"0.0", "0.5", "1.0"} and all(len(w["hit_rate"]) == 4 for w in doc["warmup"].values())
+    assert doc["updates"]["with"]["ok"] == 1500
+    assert set(doc["insert_mb_per_s"]) == {"hashmap", "redis", "rocksdb"}
+    assert len(doc["acceptance"]) == 5
+    md = (out / "embedding.md").read_text()
+    assert "## Acceptance (issue 18)" in md and "| l1-5% |" in md
