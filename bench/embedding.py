@@ -227,8 +227,9 @@ def run(a) -> dict:
         for s in model.specs:
             l3.fill(s.name, progress=not a.quiet)
         l3.close()
-        rng = np.random.default_rng(a.seed)
-        requests = [model.example(rng) for _ in range(a.requests)]
+        size = 4 * dlrm.DENSE + 8 * dlrm.SPARSE
+        blob = model.example(np.random.default_rng(a.seed), n=a.requests)
+        requests = [blob[i * size:(i + 1) * size] for i in range(a.requests)]
         base = {"l3": l3_path, "fill": False, "rows": a.rows, "dim": 32}
         doc = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "command": command_of(a),
                "machine": machine(), "rows": a.rows, "tables": 26, "dim": 32, "requests": a.requests,

@@ -79,6 +79,14 @@ def truth(spec: TableSpec, keys) -> np.ndarray:
     return ((h >> np.uint64(40)).astype(np.float32) / np.float32(1 << 23) - np.float32(1.0)).astype(np.float32)
 
 
+@lru_cache(maxsize=16)
+def _zipf_cdf(rows: int, alpha: float) -> np.ndarray:
+    cdf = np.cumsum(np.arange(1, rows + 1, dtype=np.float64) ** -alpha)
+    cdf /= cdf[-1]
+    cdf.setflags(write=False)
+    return cdf
+
+
 @lru_cache(maxsize=64)
 def _permutation(rows: int, hot_seed: int) -> np.ndarray:
     p = np.random.default_rng([hot_seed, rows, 1]).permutation(rows)
@@ -93,9 +101,7 @@ def zipf_keys(rows: int, n: int, *, alpha: float = 1.2, seed: int = 0, hot_seed:
     if rows < 1 or n < 0 or not alpha > 0:
         raise ValueError("rows must be positive, n non-negative and alpha positive")
     rng = np.random.default_rng([seed, rows])
-    p = np.arange(1, rows + 1, dtype=np.float64) ** -alpha
-    cdf = np.cumsum(p)
-    cdf /= cdf[-1]
+    cdf = _zipf_cdf(rows, float(alpha))
     ranks = np.minimum(np.searchsorted(cdf, rng.random(n), side="right"), rows - 1)
     perm = _permutation(rows, hot_seed)
     return perm[ranks].astype(np.int64)
