@@ -16,8 +16,8 @@ from splitrpc.bench import embedding  # noqa: E402
 def test_bench_embedding_small_run(tmp_path):
     out = tmp_path / "r"
     rc = embedding.main(["--rows", "2000", "--requests", "300", "--calls", "1500", "--concurrency", "64",
-                         "--warmup-batches", "4", "--update-rate", "500", "--insert-vectors", "5000", "--quiet",
-                         "--out", str(out)])
+                         "--warmup-batches", "4", "--update-rate", "500", "--insert-vectors", "5000", "--rounds", "2",
+                         "--quiet", "--out", str(out)])
     assert rc == 0
     doc = json.loads((out / "embedding.json").read_text())
     assert set(doc["configs"]) == set(embedding.CONFIGS)
@@ -26,7 +26,8 @@ def test_bench_embedding_small_run(tmp_path):
     assert doc["configs"]["l3"]["l1_hit_rate"] == 0.0
     assert 0 < doc["configs"]["l1-5%"]["l1_hit_rate"] <= 1
     assert set(doc["warmup"]) == {"0.0", "0.5", "1.0"} and all(len(w["hit_rate"]) == 4 for w in doc["warmup"].values())
-    assert doc["updates"]["with"]["ok"] == 1500
+    assert doc["updates"]["with"]["ok"] == 1500 and len(doc["updates"]["rounds"]["with"]) == 2
+    assert all(len(v) == 2 for v in doc["config_rounds"].values())
     assert set(doc["insert_mb_per_s"]) == {"hashmap", "redis", "rocksdb"}
     assert len(doc["acceptance"]) == 5
     md = (out / "embedding.md").read_text()
