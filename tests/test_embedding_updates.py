@@ -140,3 +140,37 @@ def test_a_kafka_topic_on_librdkafkas_mock_broker(tmp_path):
             assert f3.all() and np.array_equal(v3, np.stack([want[k] for k in ks]))
     finally:
         l3.close()
+
+
+def test_bulk_decoding_agrees_with_record_by_record():
+    rng = np.random.default_rng(3)
+    blobs = []
+    for i in range(400):
+        r = rng.integers(0, 9)
+        if r == 0:
+            blobs.append(encode("a", int(rng.integers(0, 1000)), [np.nan, 1, 2, 3]))
+        elif r == 1:
+            blobs.append(encode("b", int(rng.integers(0, 1000)), rng.standard_normal(2)))  # some unknown keys
+        elif r == 2:
+            blobs.append(encode("zz", 1, rng.standard_normal(4)))
+        elif r == 3:
+            blobs.append(bytes(rng.integers(0, 256, int(rng.integers(0, 14)), dtype=np.uint8)))
+        elif r == 4:
+            blobs.append(encode("a", 5, rng.standard_normal(3)))
+        else:
+            blobs.append(encode("a", int(rng.integers(0, 40)), rng.standard_normal(4)))  # repeated keys
+    bulk, bad = updates.decode_many(blobs, SPECS)
+    want, want_bad = {}, {}
+    for b in blobs:
+        try:
+            t, k, v = decode(b, SPECS)
+        except Malformed as m:
+            want_bad[m.reason] = want_bad.get(m.reason, 0) + 1
+            continue
+        ks, vs = want.setdefault(t, ([], []))
+        ks.append(k)
+        vs.append(v)
+    assert dict(bad) == want_bad
+    assert set(bulk) == set(want)
+    for t, (ks, vs) in want.items():
+        assert bulk[t][0].tolist() == ks and np.array_equal(bulk[t][1], np.stack(vs))
