@@ -18,6 +18,12 @@ from splitrpc.services.embedding.hashmap import PARTITIONS
 from splitrpc.services.embedding.tables import TableSpec, xxh64
 
 
+def _fields(k8: np.ndarray) -> list[bytes]:
+    """Each int64 key's 8 little-endian bytes (the hash field)."""
+    b = k8.tobytes()
+    return [b[i:i + 8] for i in range(0, len(b), 8)]
+
+
 class RedisTier:
     """L2 in the Redis server at host:port. timeout: seconds per command before the server
     counts as down; retry_after: seconds before a down server is tried again. Thread-safe (the
@@ -61,20 +67,23 @@ class RedisTier:
         if not keys.size or not self._up():
             return out, found
         k8 = np.ascontiguousarray(keys, "<i8")
+        fields = _fields(k8)
         groups = list(self._split(k8))
         try:
             pipe = self._r.pipeline(transaction=False)
             for p, idx in groups:
-                pipe.hmget(self._name(table, p), [k8[i].tobytes() for i in idx])
+                pipe.hmget(self._name(table, p), [fields[i] for i in idx])
             replies = pipe.execute()
         except self._errors:
             self._failed()
             return out, found
+        row = 4 * dim
         for (_, idx), vals in zip(groups, replies):
-            for i, v in zip(idx, vals):
-                if v is not None and len(v) == 4 * dim:
-                    out[i] = np.frombuffer(v, "<f4")
-                    found[i] = True
+            hit = [j for j, v in enumerate(vals) if v is not None and len(v) == row]
+            if hit:
+                at = idx[hit]
+                out[at] = np.frombuffer(b"".join(vals[j] for j in hit), "<f4").reshape(len(hit), dim)
+                found[at] = True
         return out, found
 
     def put(self, table: str, keys: np.ndarray, vectors: np.ndarray) -> None:
@@ -85,11 +94,13 @@ class RedisTier:
                 self.dropped_writes += int(keys.size)
             return
         k8 = np.ascontiguousarray(keys, "<i8")
-        v = np.ascontiguousarray(vectors, "<f4")
+        fields = _fields(k8)
+        vb = np.ascontiguousarray(vectors, "<f4").tobytes()
+        row = len(vb) // keys.size
         try:
             pipe = self._r.pipeline(transaction=False)
             for p, idx in self._split(k8):
-                pipe.hset(self._name(table, p), mapping={k8[i].tobytes(): v[i].tobytes() for i in idx})
+                pipe.hset(self._name(table, p), mapping={fields[i]: vb[i * row:(i + 1) * row] for i in idx})
             pipe.execute()
         except self._errors:
             self._failed()
