@@ -33,7 +33,7 @@ from datetime import datetime, timezone
 
 import numpy as np
 
-from splitrpc.bench.command_line import add_subcommand, command_of, run_as_module
+from splitrpc.bench.command_line import add_subcommand, command_of, run_as_module, write_report
 from splitrpc.bench.procs import Proc, free_port
 
 SERVICES = (("gcn", "pubmed", 1), ("sage", "artist", 2), ("gin", "artist", 3))  # model, dataset, func_id
@@ -306,17 +306,7 @@ def cmd_bench_colocate(a) -> int:
         print("bench-colocate: needs PyTorch and torch-geometric: pip install 'splitrpc[gnn]'", file=sys.stderr)
         return 2
     doc = run(a)
-    os.makedirs(a.out, exist_ok=True)
-    paths = [os.path.join(a.out, "colocate.json"), os.path.join(a.out, "colocate.md")]
-    with open(paths[0], "w") as f:
-        json.dump(doc, f, indent=1)
-    with open(paths[1], "w") as f:
-        f.write(markdown(doc))
-    try:
-        paths.append(plot(doc, os.path.join(a.out, "colocate.png")))
-    except ImportError:
-        print("bench-colocate: matplotlib not installed: no plot", file=sys.stderr)
-    for p in paths:
+    for p in write_report(a.out, "colocate", doc, markdown, plot, "bench-colocate"):
         print(p)
     return 0
 

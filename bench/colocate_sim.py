@@ -23,8 +23,6 @@ short requests below FIFO's; 0 overruns for every budgeted policy while "unbound
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import sys
 import time
 from dataclasses import asdict
@@ -32,7 +30,7 @@ from datetime import datetime, timezone
 
 import numpy as np
 
-from splitrpc.bench.command_line import add_subcommand, command_of, run_as_module
+from splitrpc.bench.command_line import add_subcommand, command_of, run_as_module, write_report
 
 POLICY_ORDER = ("serial", "fifo", "sqtf", "bqt", "unbounded")
 METRICS = ("violations", "jct_mean", "queueing_mean", "queueing_short_mean", "p99_over_qos", "overruns",
@@ -170,20 +168,6 @@ def acceptance(cells: list[dict]) -> list[dict]:
     return out
 
 
-def write(doc: dict, out: str) -> list[str]:
-    os.makedirs(out, exist_ok=True)
-    paths = [os.path.join(out, "colocate_sim.json"), os.path.join(out, "colocate_sim.md")]
-    with open(paths[0], "w") as f:
-        json.dump(doc, f, indent=1)
-    with open(paths[1], "w") as f:
-        f.write(markdown(doc))
-    try:
-        paths.append(plot(doc, os.path.join(out, "colocate_sim.png")))
-    except ImportError:
-        print("bench-colocate-sim: matplotlib not installed: no plot (pip install 'splitrpc[plot]')", file=sys.stderr)
-    return paths
-
-
 def markdown(doc: dict) -> str:
     d, m = doc["device"], doc["machine"]
     gib = 1 << 30
@@ -258,7 +242,7 @@ def cmd_bench_colocate_sim(a) -> int:
         print("bench-colocate-sim: needs PyTorch and torch-geometric: pip install 'splitrpc[gnn]'", file=sys.stderr)
         return 2
     doc = run(a)
-    for p in write(doc, a.out):
+    for p in write_report(a.out, "colocate_sim", doc, markdown, plot, "bench-colocate-sim"):
         print(p)
     print(markdown(doc).split("## Acceptance", 1)[1].strip())
     return 0

@@ -34,3 +34,24 @@ def command_of(a) -> str:
     if sys.argv and os.path.basename(sys.argv[0]) == "splitrpc":
         return "splitrpc " + shlex.join(sys.argv[1:])
     return shlex.join(sys.argv)
+
+
+def write_report(out: str, name: str, doc: dict, markdown: Callable[[dict], str],
+                 plot: Callable[[dict, str], str] | None, who: str) -> list[str]:
+    """Writes OUT/NAME.json (doc), NAME.md (markdown(doc)) and, where matplotlib is installed,
+    NAME.png (plot(doc, path)); returns the paths written. who names the command in the note
+    printed when the plotting package is missing."""
+    import json
+
+    os.makedirs(out, exist_ok=True)
+    paths = [os.path.join(out, f"{name}.json"), os.path.join(out, f"{name}.md")]
+    with open(paths[0], "w") as f:
+        json.dump(doc, f, indent=1)
+    with open(paths[1], "w") as f:
+        f.write(markdown(doc))
+    if plot is not None:
+        try:
+            paths.append(plot(doc, os.path.join(out, f"{name}.png")))
+        except ImportError:
+            print(f"{who}: matplotlib not installed: no plot (pip install 'splitrpc[plot]')", file=sys.stderr)
+    return paths

@@ -35,7 +35,7 @@ from datetime import datetime, timezone
 
 import numpy as np
 
-from splitrpc.bench.command_line import add_subcommand, command_of, run_as_module
+from splitrpc.bench.command_line import add_subcommand, command_of, run_as_module, write_report
 from splitrpc.bench.procs import Proc, free_port
 
 STATS_FUNC_ID = 90
@@ -225,7 +225,6 @@ def _insert_rates(a, dim: int) -> dict:
 
 
 def run(a) -> dict:
-    import splitrpc  # noqa: F401
     from splitrpc.loadgen.report import machine
     from splitrpc.services.embedding import dlrm
     from splitrpc.services.embedding.redis_tier import LocalRedis
@@ -408,17 +407,7 @@ def cmd_bench_embedding(a) -> int:
         print("bench-embedding: needs pip install 'splitrpc[models,embedding]'", file=sys.stderr)
         return 2
     doc = run(a)
-    os.makedirs(a.out, exist_ok=True)
-    paths = [os.path.join(a.out, "embedding.json"), os.path.join(a.out, "embedding.md")]
-    with open(paths[0], "w") as f:
-        json.dump(doc, f, indent=1)
-    with open(paths[1], "w") as f:
-        f.write(markdown(doc))
-    try:
-        paths.append(plot(doc, os.path.join(a.out, "embedding.png")))
-    except ImportError:
-        print("bench-embedding: matplotlib not installed: no plot", file=sys.stderr)
-    for p in paths:
+    for p in write_report(a.out, "embedding", doc, markdown, plot, "bench-embedding"):
         print(p)
     print(markdown(doc).split("## Acceptance", 1)[1].strip())
     return 0

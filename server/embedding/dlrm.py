@@ -11,9 +11,7 @@ table, synchronous lookups (threshold 1.0), so replies are exact.
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import sys
 import tempfile
 from dataclasses import dataclass
 

@@ -1,6 +1,8 @@
 /* cache.c: the set-associative embedding cache of splitrpc_embed.h: slabsets of slots (key, counter, vector) in three flat arrays, a mutex per slabset, LRU by a global atomic counter. */
 #include "splitrpc_embed.h"
 
+#include "core/mix64.h"
+
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -18,16 +20,6 @@ struct srpc_emb_cache {
     uint64_t *counters;        /* 0: empty */
     float *vectors;            /* sets * per_set * dim */
 };
-
-/* splitmix64's finaliser: a bijection of 64-bit words with good avalanche. */
-static uint64_t mix64(uint64_t z)
-{
-    z ^= z >> 30;
-    z *= 0xbf58476d1ce4e5b9ull;
-    z ^= z >> 27;
-    z *= 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
 
 int srpc_emb_cache_create(uint32_t dim, uint64_t capacity, uint32_t slabs_per_set, srpc_emb_cache_t **out)
 {
@@ -86,7 +78,7 @@ uint64_t srpc_emb_cache_size(const srpc_emb_cache_t *c) { return atomic_load(&((
 
 uint64_t srpc_emb_cache_set_of(const srpc_emb_cache_t *c, int64_t key)
 {
-    return mix64((uint64_t)key) % c->sets;
+    return srpc_mix64((uint64_t)key) % c->sets;
 }
 
 static uint64_t tick(srpc_emb_cache_t *c)

@@ -1,24 +1,16 @@
 /* sampler.c: GNN neighbour sampling on the CPU (see splitrpc_gnn.h): Floyd's algorithm over hashed draws per (salt, node, hop), per-seed sample trees, and their sizes for the empirical PSGS. */
 #include "splitrpc_gnn.h"
 
+#include "core/mix64.h"
+
 #include <errno.h>
 #include <stddef.h>
 
-/* splitmix64's finaliser: a bijection of 64-bit words with good avalanche. */
-static uint64_t mix64(uint64_t z)
-{
-    z ^= z >> 30;
-    z *= 0xbf58476d1ce4e5b9ull;
-    z ^= z >> 27;
-    z *= 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
 uint64_t srpc_gnn_draw(uint64_t salt, int64_t node, uint32_t hop, uint32_t j)
 {
-    uint64_t h = mix64(salt ^ 0x9e3779b97f4a7c15ull);
-    h = mix64(h ^ (uint64_t)node);
-    return mix64(h ^ ((uint64_t)hop << 32 | j));
+    uint64_t h = srpc_mix64(salt ^ 0x9e3779b97f4a7c15ull);
+    h = srpc_mix64(h ^ (uint64_t)node);
+    return srpc_mix64(h ^ ((uint64_t)hop << 32 | j));
 }
 
 /* Row v's start and degree, checked against the graph: 0, or -EINVAL. */
