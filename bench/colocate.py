@@ -24,7 +24,6 @@ for one call): reported as measured.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import threading
@@ -34,11 +33,11 @@ from datetime import datetime, timezone
 import numpy as np
 
 from splitrpc.bench.command_line import add_subcommand, command_of, run_as_module, write_report
+from splitrpc.bench import model_server
 from splitrpc.bench.procs import Proc, free_port
 
 SERVICES = (("gcn", "pubmed", 1), ("sage", "artist", 2), ("gin", "artist", 3))  # model, dataset, func_id
 CONFIGS = ("serial", "fifo", "sqtf", "bqt")
-STATS_FUNC_ID = 90
 LAYERS, HIDDEN = 3, 64
 LOADS = (0.5, 0.8, 1.1)
 
@@ -109,13 +108,8 @@ def serve(a) -> int:
         m, feats, classes, _, (mn, me) = services[kind]
         co.add(srv, fid, kind, m, features=feats, classes=classes, max_nodes=mn, max_edges=me, qos=float(qos[kind]))
 
-    def stats(requests, responses):
-        body = json.dumps(co.stats()).encode()
-        for r in responses:
-            r[:len(body)] = body
-        return [len(body)] * len(responses)
-
-    srv.add_function(stats, STATS_FUNC_ID, "stats", raw=True, max_response=1 << 16)
+    srv.add_function(model_server.stats_function(srv, keys=("colocation",)), model_server.STATS_FUNC_ID, "stats",
+                     raw=True, max_response=model_server.STATS_MAX_REPLY)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     co.start()
@@ -245,9 +239,10 @@ def run(a) -> dict:
 
 
 def _read_stats(port: int) -> dict:
+    """The co-location counters of the server on port (its stats function)."""
     import splitrpc
     with splitrpc.Client("127.0.0.1", port, timeout=10.0) as c:
-        return json.loads(c.call(STATS_FUNC_ID, b""))
+        return model_server.read_stats(c, timeout=10.0)["colocation"]
 
 
 def markdown(doc: dict) -> str:

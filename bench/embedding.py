@@ -36,9 +36,9 @@ from datetime import datetime, timezone
 import numpy as np
 
 from splitrpc.bench.command_line import add_subcommand, command_of, run_as_module, write_report
+from splitrpc.bench import model_server
 from splitrpc.bench.procs import Proc, free_port
 
-STATS_FUNC_ID = 90
 CONFIGS = {  # name: store configuration (docs/embedding.md); l3/rows/dim are added per run
     "whole": {"whole_tables": True},
     "l3": {"l1_fraction": 0.0, "l2": "none"},
@@ -81,8 +81,8 @@ def _say(a, msg: str) -> None:
 
 
 def serve(a) -> int:
-    """The benchmark's server: the DLRM service over the store of --serve's configuration, and a
-    stats function answering the store's counters as JSON."""
+    """The benchmark's server: the DLRM service over the store of --serve's configuration, and the
+    benchmark servers' stats function answering the store's counters."""
     import signal
 
     import splitrpc
@@ -93,15 +93,8 @@ def serve(a) -> int:
     srv = splitrpc.Server("127.0.0.1", a.port, wait="block")
     svc.register(srv, max_batch=1024)
 
-    def stats(requests, responses):
-        st = svc.store.stats()
-        body = json.dumps({k: sum(t[k] for t in st.values()) for k in ("lookups", "unique", "l1_hits", "l3_hits")}
-                          | {"applied": svc.updater.applied if svc.updater else 0}).encode()
-        for r in responses:
-            r[:len(body)] = body
-        return [len(body)] * len(responses)
-
-    srv.add_function(stats, STATS_FUNC_ID, "stats", raw=True, max_response=4096)
+    srv.add_function(model_server.stats_function(srv, keys=("embedding",)), model_server.STATS_FUNC_ID, "stats",
+                     raw=True, max_response=model_server.STATS_MAX_REPLY)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     srv.start()
@@ -113,9 +106,10 @@ def serve(a) -> int:
 
 
 def _stats(port: int) -> dict:
+    """The embedding counters of the server on port (its stats function)."""
     import splitrpc
     with splitrpc.Client("127.0.0.1", port, timeout=10.0) as c:
-        return json.loads(c.call(STATS_FUNC_ID, b""))
+        return model_server.read_stats(c, timeout=10.0)["embedding"]
 
 
 def _closed_loop(port: int, requests: list, calls: int, concurrency: int, seed: int) -> dict:

@@ -22,12 +22,13 @@ STATS_MAX_REPLY = 64 << 10
 _STATS_KEYS = ("calls", "replies", "batches", "batch_sizes", "functions", "devices", "errors", "drops")
 
 
-def stats_function(server):
-    """The raw callback answering each call with server.stats() as JSON."""
+def stats_function(server, keys=_STATS_KEYS):
+    """The raw callback answering each call with server.stats()'s `keys` as JSON (the benchmark
+    servers' one stats function: register it as STATS_FUNC_ID, read it with read_stats)."""
 
     def stats(requests, responses):
         st = server.stats()
-        body = json.dumps({k: st[k] for k in _STATS_KEYS}).encode()
+        body = json.dumps({k: st[k] for k in keys}).encode()
         if len(body) > STATS_MAX_REPLY:
             raise ValueError(f"stats of {len(body)} bytes exceed {STATS_MAX_REPLY}")
         for r in responses:

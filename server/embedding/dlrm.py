@@ -223,10 +223,18 @@ class DLRMService(DLRM):
 
     def register(self, server, *, max_batch: int | None = 1024, max_delay_us: int | None = None,
                  capacity: int = 4096) -> None:
-        """Registers the service as FUNC_ID; capacity: calls its queues hold (more outstanding get BUSY)."""
+        """Registers the service as FUNC_ID (and its counters as server.stats()["embedding"]);
+        capacity: calls its queues hold (more outstanding get BUSY)."""
         ins, outs = self.inputs_outputs()
         server.add_function(self.callback, FUNC_ID, "dlrm", ins, outs, max_batch=max_batch, max_delay_us=max_delay_us,
                             capacity=capacity)
+        server.add_stats_source("embedding", self.stats)
+
+    def stats(self) -> dict:
+        """The store's counters summed over the tables, and the updates applied: stats()["embedding"]."""
+        st = self.store.stats()
+        return {**{k: sum(t[k] for t in st.values()) for k in ("lookups", "unique", "l1_hits", "l3_hits")},
+                "applied": self.updater.applied if self.updater else 0}
 
     def close(self) -> None:
         if self.updater is not None:

@@ -6,7 +6,7 @@ from collections import OrderedDict
 
 import numpy as np
 
-from splitrpc.services.embedding.tables import TableSpec, xxh64
+from splitrpc.services.embedding.tables import TableSpec, partitions
 
 PARTITIONS = 16
 EVICTIONS = ("lru", "random")
@@ -39,21 +39,13 @@ class HashMapTier:
         self._rng = np.random.default_rng(seed)
         self.evicted = 0
 
-    def _split(self, keys: np.ndarray):
-        part = (xxh64(keys) % np.uint64(self.partitions)).astype(np.int64)
-        order = np.argsort(part, kind="stable")
-        bounds = np.searchsorted(part[order], np.arange(self.partitions + 1))
-        for p in range(self.partitions):
-            if bounds[p] < bounds[p + 1]:
-                yield p, order[bounds[p]:bounds[p + 1]]
-
     def get(self, table: str, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(vectors (n, dim), found (n,) bool) of keys; rows not found are zeros."""
         spec = self.specs[table]
         out = np.zeros((keys.size, spec.dim), np.float32)
         found = np.zeros(keys.size, bool)
         parts = self._parts[table]
-        for p, idx in self._split(keys):
+        for p, idx in partitions(keys, self.partitions):
             part = parts[p]
             with part.lock:
                 for i in idx:
@@ -67,7 +59,7 @@ class HashMapTier:
 
     def put(self, table: str, keys: np.ndarray, vectors: np.ndarray) -> None:
         parts = self._parts[table]
-        for p, idx in self._split(keys):
+        for p, idx in partitions(keys, self.partitions):
             part = parts[p]
             with part.lock:
                 for i in idx:

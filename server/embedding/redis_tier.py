@@ -15,7 +15,7 @@ import time
 import numpy as np
 
 from splitrpc.services.embedding.hashmap import PARTITIONS
-from splitrpc.services.embedding.tables import TableSpec, xxh64
+from splitrpc.services.embedding.tables import TableSpec, partitions
 
 
 def _fields(k8: np.ndarray) -> list[bytes]:
@@ -55,11 +55,6 @@ class RedisTier:
             self.errors += 1
             self._down_until = time.monotonic() + self.retry_after
 
-    def _split(self, keys: np.ndarray):
-        part = (xxh64(keys) % np.uint64(self.partitions)).astype(np.int64)
-        for p in np.unique(part):
-            yield int(p), np.flatnonzero(part == p)
-
     def get(self, table: str, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         dim = self.specs[table].dim
         out = np.zeros((keys.size, dim), np.float32)
@@ -68,7 +63,7 @@ class RedisTier:
             return out, found
         k8 = np.ascontiguousarray(keys, "<i8")
         fields = _fields(k8)
-        groups = list(self._split(k8))
+        groups = list(partitions(k8, self.partitions))
         try:
             pipe = self._r.pipeline(transaction=False)
             for p, idx in groups:
@@ -99,7 +94,7 @@ class RedisTier:
         row = len(vb) // keys.size
         try:
             pipe = self._r.pipeline(transaction=False)
-            for p, idx in self._split(k8):
+            for p, idx in partitions(k8, self.partitions):
                 pipe.hset(self._name(table, p), mapping={fields[i]: vb[i * row:(i + 1) * row] for i in idx})
             pipe.execute()
         except self._errors:

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from splitrpc._native.embed import EmbeddingCache
-from splitrpc.services.embedding.tables import TableSpec, UnknownKey
+from splitrpc.services.embedding.tables import TableSpec
 
 INSERT_QUEUE = 1024   # batches of missing keys waiting for the inserter at most (more are dropped, counted)
 
@@ -109,7 +109,7 @@ class EmbeddingStore:
         n_unknown = int(k.size - known.sum())
         if n_unknown and spec.unknown == "error":
             st.add(lookups=1, keys=int(k.size), unknown=n_unknown)
-            raise UnknownKey(f"table {table}: key {int(k[~known][0])} is not in 0 .. {spec.rows - 1}")
+            spec.refuse_unknown(k, known)
         uniq, inverse = np.unique(k[known], return_inverse=True)
         cache = self.l1[table]
         if cache is not None:
@@ -248,8 +248,7 @@ class WholeTables:
         spec = self.specs[table]
         k = np.ascontiguousarray(keys, dtype=np.int64).reshape(-1)
         known = spec.known(k)
-        if not known.all() and spec.unknown == "error":
-            raise UnknownKey(f"table {table}: key {int(k[~known][0])} is not in 0 .. {spec.rows - 1}")
+        spec.refuse_unknown(k, known)
         out = np.empty((k.size, spec.dim), np.float32)
         out[known] = self.arrays[table][k[known]]
         out[~known] = spec.default_vector()

@@ -47,6 +47,11 @@ class TableSpec:
     def known(self, keys: np.ndarray) -> np.ndarray:
         return (keys >= 0) & (keys < self.rows)
 
+    def refuse_unknown(self, keys: np.ndarray, known: np.ndarray) -> None:
+        """Raises UnknownKey naming the first unknown key when this table's unknown keys are errors."""
+        if self.unknown == "error" and not known.all():
+            raise UnknownKey(f"table {self.name}: key {int(keys[~known][0])} is not in 0 .. {self.rows - 1}")
+
 
 def _rotl(x: np.ndarray, r: int) -> np.ndarray:
     return (x << np.uint64(r)) | (x >> np.uint64(64 - r))
@@ -67,6 +72,17 @@ def xxh64(keys, seed: int = 0) -> np.ndarray:
         h *= P3
         h ^= h >> np.uint64(32)
     return h
+
+
+def partitions(keys: np.ndarray, n: int):
+    """(partition, indices of keys in it) for each non-empty partition of XXH64(key) mod n, in
+    partition order, indices in key order (the L2 tiers' partitioning)."""
+    part = (xxh64(keys) % np.uint64(n)).astype(np.int64)
+    order = np.argsort(part, kind="stable")
+    bounds = np.searchsorted(part[order], np.arange(n + 1))
+    for p in range(n):
+        if bounds[p] < bounds[p + 1]:
+            yield p, order[bounds[p]:bounds[p + 1]]
 
 
 def truth(spec: TableSpec, keys) -> np.ndarray:

@@ -175,7 +175,6 @@ class CoLocation:
         self._thread: threading.Thread | None = None
         self._pool = ThreadPoolExecutor(max_workers=max_parallel, thread_name_prefix="splitrpc-colocate")
         self._torch_threads = torch_threads
-        self._sources_added = False
         self.groups_run = 0
         self.group_sizes: deque = deque(maxlen=LATENCY_WINDOW)
 
@@ -221,10 +220,9 @@ class CoLocation:
         server.add_function(self._callback(svc), func_id, name, raw=True, max_batch=max_batch,
                             max_request=request_size(max_nodes, max_edges, features),
                             max_response=4 * max_nodes * classes)
-        self._services[func_id] = svc
-        if not self._sources_added:
+        if not self._services:  # the first service: the scheduler's counters join the server's stats()
             server.add_stats_source("colocation", self.stats)
-            self._sources_added = True
+        self._services[func_id] = svc
         return svc
 
     def _callback(self, svc: Service):
