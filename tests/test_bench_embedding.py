@@ -16,19 +16,22 @@ from splitrpc.bench import embedding  # noqa: E402
 def test_bench_embedding_small_run(tmp_path):
     out = tmp_path / "r"
     rc = embedding.main(["--rows", "2000", "--requests", "300", "--calls", "1500", "--concurrency", "64",
-                         "--warmup-batches", "4", "--update-rate", "500", "--insert-vectors", "5000", "--rounds", "2",
+                         "--warmup-batches", "4", "--warmup-calls", "3000", "--update-rate", "500", "--insert-vectors", "5000", "--rounds", "2",
                          "--quiet", "--out", str(out)])
     assert rc == 0
     doc = json.loads((out / "embedding.json").read_text())
     assert set(doc["configs"]) == set(embedding.CONFIGS)
     for name, r in doc["configs"].items():
         assert r["ok"] == r["calls"] == 1500 and r["p99_ms"] >= r["p50_ms"] > 0, name
-    assert doc["configs"]["l3"]["l1_hit_rate"] == 0.0
-    assert 0 < doc["configs"]["l1-5%"]["l1_hit_rate"] <= 1
+    assert doc["configs"]["l3"]["l1_hit_rate"] is None and doc["configs"]["l3"]["l1_fill"] is None  # no L1
+    assert 0 < doc["configs"]["l1-5%"]["l1_hit_rate"] <= 1 and 0 < doc["configs"]["l1-5%"]["l1_fill"] <= 1
+    assert doc["configs"]["l1-5%"]["defaults"] == 0.0  # synchronous: every miss waited for its true vector
+    t05 = doc["configs"]["l1-5%-t0.5"]  # medians of 2 rounds are means: defaults + hits <= every unique key
+    assert 0 <= t05["defaults"] <= 1 - t05["l1_hit_rate"] + 1e-9
     assert set(doc["warmup"]) == {"0.0", "0.5", "1.0"} and all(len(w["hit_rate"]) == 4 for w in doc["warmup"].values())
     assert doc["updates"]["with"]["ok"] == 1500 and len(doc["updates"]["rounds"]["with"]) == 2
     assert all(len(v) == 2 for v in doc["config_rounds"].values())
     assert set(doc["insert_mb_per_s"]) == {"hashmap", "redis", "rocksdb"}
-    assert len(doc["acceptance"]) == 5
+    assert len(doc["acceptance"]) == 7
     md = (out / "embedding.md").read_text()
     assert "## Acceptance (issue 18)" in md and "| l1-5% |" in md

@@ -168,6 +168,7 @@ class DLRMService(DLRM):
         if cfg.fill or self._tmp:
             for s in self.specs:
                 self.l3.fill(s.name, progress=progress)
+            self.l3.compact()  # now, not under the first calls
         if cfg.l2 == "hashmap":
             self.l2 = HashMapTier(self.specs, cfg.l2_capacity or max(1, self.rows // 5))
         elif cfg.l2 == "redis":
@@ -233,7 +234,8 @@ class DLRMService(DLRM):
     def stats(self) -> dict:
         """The store's counters summed over the tables, and the updates applied: stats()["embedding"]."""
         st = self.store.stats()
-        return {**{k: sum(t[k] for t in st.values()) for k in ("lookups", "unique", "l1_hits", "l3_hits")},
+        return {**{k: sum(t[k] for t in st.values())
+                   for k in ("lookups", "unique", "l1_hits", "l3_hits", "defaults_missing", "l1_size", "l1_slots")},
                 "applied": self.updater.applied if self.updater else 0}
 
     def close(self) -> None:

@@ -69,6 +69,11 @@ class HashMapTier:
                 if len(part.map) > self.limit:
                     self._evict(part)
 
+    def put_many(self, by_table: dict) -> None:
+        """put() for each of {table: (keys, vectors)}."""
+        for table, (keys, vectors) in by_table.items():
+            self.put(table, keys, vectors)
+
     def _evict(self, part: _Partition) -> None:
         excess = len(part.map) - self.share
         if self.eviction == "lru":

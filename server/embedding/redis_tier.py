@@ -82,25 +82,33 @@ class RedisTier:
         return out, found
 
     def put(self, table: str, keys: np.ndarray, vectors: np.ndarray) -> None:
-        if not keys.size:
+        self.put_many({table: (keys, vectors)})
+
+    def put_many(self, by_table: dict) -> None:
+        """Writes {table: (keys, vectors)} in one pipeline (one round trip for every table)."""
+        n = sum(int(np.size(k)) for k, _ in by_table.values())
+        if not n:
             return
         if not self._up():
             with self._lock:
-                self.dropped_writes += int(keys.size)
+                self.dropped_writes += n
             return
-        k8 = np.ascontiguousarray(keys, "<i8")
-        fields = _fields(k8)
-        vb = np.ascontiguousarray(vectors, "<f4").tobytes()
-        row = len(vb) // keys.size
         try:
             pipe = self._r.pipeline(transaction=False)
-            for p, idx in partitions(k8, self.partitions):
-                pipe.hset(self._name(table, p), mapping={fields[i]: vb[i * row:(i + 1) * row] for i in idx})
+            for table, (keys, vectors) in by_table.items():
+                if not keys.size:
+                    continue
+                k8 = np.ascontiguousarray(keys, "<i8")
+                fields = _fields(k8)
+                vb = np.ascontiguousarray(vectors, "<f4").tobytes()
+                row = len(vb) // keys.size
+                for p, idx in partitions(k8, self.partitions):
+                    pipe.hset(self._name(table, p), mapping={fields[i]: vb[i * row:(i + 1) * row] for i in idx})
             pipe.execute()
         except self._errors:
             self._failed()
             with self._lock:
-                self.dropped_writes += int(keys.size)
+                self.dropped_writes += n
 
     def size(self, table: str) -> int:
         try:

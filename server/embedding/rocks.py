@@ -44,27 +44,48 @@ class RocksTier:
         except Exception as e:  # noqa: BLE001 - RocksDB's reasons are plain exceptions
             raise StoreError(f"cannot open the RocksDB tier at {path!r}: {e}") from None
 
+    @staticmethod
+    def _key_bytes(keys: np.ndarray) -> list[bytes]:
+        """Each key's 8 little-endian bytes, sliced from one buffer (no numpy scalar per key)."""
+        buf = np.ascontiguousarray(keys, "<i8").tobytes()
+        return [buf[i:i + 8] for i in range(0, len(buf), 8)]
+
     def get(self, table: str, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(vectors (n, dim), found (n,) bool); rows not found are zeros."""
+        """(vectors (n, dim), found (n,) bool); rows not found (or stored with the wrong size) are zeros."""
         dim = self.specs[table].dim
-        raw = self._cf[table][[k.tobytes() for k in np.ascontiguousarray(keys, "<i8")]]
-        out = np.zeros((keys.size, dim), np.float32)
-        found = np.zeros(keys.size, bool)
+        raw = self._cf[table][self._key_bytes(keys)]
+        size = 4 * dim
+        if all(v is not None and len(v) == size for v in raw):  # the usual case: one copy for the lot
+            return np.frombuffer(b"".join(raw), "<f4").reshape(len(raw), dim).copy(), np.ones(len(raw), bool)
+        out = np.zeros((len(raw), dim), np.float32)
+        found = np.zeros(len(raw), bool)
         for i, v in enumerate(raw):
-            if v is not None and len(v) == 4 * dim:
+            if v is not None and len(v) == size:
                 out[i] = np.frombuffer(v, "<f4")
                 found[i] = True
         return out, found
 
     def put(self, table: str, keys: np.ndarray, vectors: np.ndarray) -> None:
+        self.put_many({table: (keys, vectors)})
+
+    def put_many(self, by_table: dict) -> None:
+        """Writes {table: (keys, vectors)} in one atomic write batch."""
         from rocksdict import WriteBatch
 
         wb = WriteBatch(raw_mode=True)
-        wb.set_default_column_family(self._db.get_column_family_handle(table))
-        v = np.ascontiguousarray(vectors, "<f4")
-        for k, row in zip(np.ascontiguousarray(keys, "<i8"), v):
-            wb.put(k.tobytes(), row.tobytes())
+        for table, (keys, vectors) in by_table.items():
+            cf = self._db.get_column_family_handle(table)
+            buf = np.ascontiguousarray(vectors, "<f4").tobytes()
+            size = len(buf) // max(1, len(keys))
+            for i, k in enumerate(self._key_bytes(keys)):
+                wb.put(k, buf[i * size:(i + 1) * size], cf)
         self._db.write(wb)
+
+    def compact(self) -> None:
+        """Compacts every table's column family (after a bulk fill, so that no compaction runs later
+        under load)."""
+        for cf in self._cf.values():
+            cf.compact_range(None, None)
 
     def fill(self, table: str, *, batch: int = 100_000, progress: bool = False) -> None:
         """Writes the table's ground truth for every key (progress on stderr if asked)."""

@@ -20,6 +20,7 @@ from splitrpc.services.embedding.tables import TableSpec
 _LEN = struct.Struct("<H")
 _KEY = struct.Struct("<q")
 MALFORMED = ("short", "unknown_table", "wrong_dim", "unknown_key", "not_finite")
+POLLS_PER_S = 10   # under a rate limit the Updater polls at most this often (a poll per token would spin)
 
 
 class Malformed(ValueError):
@@ -185,16 +186,19 @@ class Updater:
 
     def _allowance(self) -> int:
         """Records this batch may take: a token bucket of `batch` tokens filled at `rate` per
-        second (so at most rate on average, bursts up to a batch), waiting for one at least."""
+        second (so at most rate on average, bursts up to a batch), waiting until it holds a
+        poll's worth (rate / POLLS_PER_S, at least 1, at most batch): one source read and one
+        tier write per chunk of records, never one per record."""
         if self.rate is None:
             return self.batch
+        want = min(float(self.batch), max(1.0, self.rate / POLLS_PER_S))
         while True:
             now = time.monotonic()
             self._tokens = min(float(self.batch), self._tokens + (now - self._t) * self.rate)
             self._t = now
-            if self._tokens >= 1.0:
+            if self._tokens >= want:
                 return int(self._tokens)
-            if self._stop.wait((1.0 - self._tokens) / self.rate):
+            if self._stop.wait((want - self._tokens) / self.rate):
                 return 0
 
     def run_once(self) -> int:
@@ -206,11 +210,11 @@ class Updater:
             return 0
         by_table, bad = decode_many(raw, self.store.specs)
         self.malformed.update(bad)
-        for table, (k, v) in by_table.items():
+        if by_table:  # one write per tier for every table of the chunk
             if self.store.l2 is not None:
-                self.store.l2.put(table, k, v)
-            self.store.l3.put(table, k, v)
-            self.applied += int(k.size)
+                self.store.l2.put_many(by_table)
+            self.store.l3.put_many(by_table)
+            self.applied += sum(int(k.size) for k, _ in by_table.values())
         return len(raw)
 
     def start(self) -> "Updater":
