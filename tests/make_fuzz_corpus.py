@@ -67,6 +67,17 @@ def main(out: str) -> None:
         "key_lists": b"".join(rec(i & 3, hdr(0, 9, 40 + i, 0, 1, len(p)) + p) for i, p in enumerate(
             [b"", struct.pack("<3i", 1, 2, 49), struct.pack("<2i", 3, 50), struct.pack("<i", 4) + b"xy"]))
         + rec(4 | 32, b""),
+        # the server functions of Amendment 1 (ping 0xFFFF, describe 0xFFFE: raw, requests of up to 64 B):
+        # good and bad requests, an oversize one, a reserved id not defined
+        "server_functions": rec(0, hdr(0, 0xFFFF, 50, 0, 1, 9) + b"SRPC-PING")
+        + rec(1, hdr(0, 0xFFFE, 51, 0, 1, 13) + b"SRPC-DESCRIBE") + rec(2, hdr(0, 0xFFFE, 52, 0, 1, 65) + bytes(65))
+        + rec(3, hdr(0, 0xFF00, 53, 0, 1, 9) + b"SRPC-PING") + rec(0, hdr(0, 0xFFFF, 54, 0, 1, 0)) + rec(4 | 32, b""),
+        # a drain (op & 128): a call queued before it, a multi-segment one half received, then new calls
+        # (DRAINING), a duplicate of the queued one, the rest of the half-received one; drain off again
+        "drain": rec(0, hdr(0, 1, 60, 0, 1, 1024) + vec) + rec(1, segments(5, 61, big, 8000)[0])
+        + rec(128, b"") + rec(2, hdr(0, 1, 62, 0, 1, 1024) + vec) + rec(3, hdr(0, 0xFFFF, 63, 0, 1, 9) + b"SRPC-PING")
+        + rec(0, hdr(0, 1, 60, 0, 1, 1024) + vec) + b"".join(rec(1, d) for d in segments(5, 61, big, 8000)[1:])
+        + rec(4 | 128, b"") + rec(4, hdr(0, 1, 64, 0, 1, 1024) + vec),
     }
     for name, blob in seeds.items():
         with open(os.path.join(out, name), "wb") as f:

@@ -16,12 +16,15 @@
  * defer each batch and finish it with srpc_server_finish from a copy, as a thread pool does.
  * Admission costs: F_VEC from a table of two int32 keys at byte 0 (bounded batches), F_RAW from
  * the header's aux, F_BIG from one int64 key at byte 8; the server shares work fairly by cost.
- * F_CLS has 3 aux classes: a call's queue is chosen by its header's aux. */
-enum { F_VEC = 1, F_RAW = 3, F_BIG = 5, F_CLS = 7, F_LIST = 9 };
+ * F_CLS has 3 aux classes: a call's queue is chosen by its header's aux. F_PING and F_DESC are
+ * registered as the Python server registers ping and describe (docs/PROTOCOL.md, Amendment 1).
+ * op & 128: the server starts draining (new calls answered DRAINING), or stops draining. */
+enum { F_VEC = 1, F_RAW = 3, F_BIG = 5, F_CLS = 7, F_LIST = 9, F_DESC = 0xFFFE, F_PING = 0xFFFF };
 #define VEC_MAX_BATCH_COST 60
 
 static srpc_server_t *srv;
 static uint32_t table[50];
+static int draining;
 
 static void add(uint16_t id, int raw, uint32_t in, uint32_t out, uint32_t cap, int cost_from, uint32_t key_offset,
                 uint32_t keys, uint32_t key_size, uint64_t max_cost)
@@ -60,6 +63,8 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
                               .capacity = 4, .max_batch = 2, .aux_classes = 3};
     if (srpc_server_add_function(srv, &cls) != 0)
         abort();
+    add(F_DESC, 1, 64, 4096, 4, SRPC_COST_NONE, 0, 0, 0, 0);
+    add(F_PING, 1, 64, 1024, 4, SRPC_COST_NONE, 0, 0, 0, 0);
     return 0;
 }
 
@@ -69,8 +74,9 @@ static void drain(int fail, int per_call, int deferred)
 {
     srpc_batch_t b;
     while (srpc_server_next_batch(srv, &b, 0) == 0) {
-        if (!b.cost != (b.func_id == F_CLS) || (b.func_id != F_CLS && b.aux_class) || b.aux_class > 2)
-            abort(); /* every function here but F_CLS has a cost; only F_CLS has classes */
+        const int costless = b.func_id == F_CLS || b.func_id == F_DESC || b.func_id == F_PING;
+        if (!b.cost != costless || (b.func_id != F_CLS && b.aux_class) || b.aux_class > 2)
+            abort(); /* every function here but F_CLS and the server functions has a cost; only F_CLS has classes */
         uint64_t sum = 0;
         for (uint32_t i = 0; b.cost && i < b.count; i++) {
             if (b.func_id == F_LIST && (b.in_len[i] % 4 || b.cost[i] > b.in_len[i] / 4 * 49))
@@ -81,12 +87,13 @@ static void drain(int fail, int per_call, int deferred)
         }
         if (b.func_id == F_VEC && b.count > 1 && sum > VEC_MAX_BATCH_COST)
             abort(); /* max_batch_cost */
-        if (b.func_id == F_RAW || b.func_id == F_LIST)
+        if (b.func_id == F_RAW || b.func_id == F_LIST || b.func_id == F_DESC || b.func_id == F_PING)
             for (uint32_t i = 0; i < b.count; i++)
                 b.out_len[i] = b.in_len[i] < 64 ? b.in_len[i] : 64;
         for (uint32_t i = 0; per_call && i < b.count; i++) {
             const uint8_t *req = b.in[0] + (size_t)i * (b.func_id == F_RAW   ? 65536
                                                         : b.func_id == F_LIST ? 4096
+                                                        : b.func_id == F_DESC || b.func_id == F_PING ? 64
                                                         : b.func_id == F_BIG ? 200000
                                                         : b.func_id == F_CLS ? 16
                                                                              : 1024);
@@ -126,8 +133,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             drain(op & 8, op & 32, op & 64);
         if (op & 16)
             srpc_engine_run_timers(srv, srpc_now_ns() + 20000000000ull);
+        if (op & 128) {
+            draining = !draining;
+            srpc_server_drain(srv, draining);
+        }
     }
     /* Leave nothing behind for the next input: run what is queued, expire everything. */
+    draining = 0;
+    srpc_server_drain(srv, 0);
     drain(0, 0, 0);
     srpc_engine_run_timers(srv, srpc_now_ns() + 3600000000000ull);
     return 0;

@@ -28,7 +28,8 @@ enum srpc_error_code {
     SRPC_E_DEADLINE = 4,
     SRPC_E_INTERNAL = 5,
     SRPC_E_TOO_LARGE = 6,
-    SRPC_E_MAX = 7 /* one past the last code; local-only codes below are never sent */
+    SRPC_E_DRAINING = 7, /* docs/PROTOCOL.md, Amendment 1: the server takes no new calls (it is stopping) */
+    SRPC_E_MAX = 8 /* one past the last code; local-only codes below are never sent */
 };
 /* Local (client-side) outcomes, never on the wire. */
 #define SRPC_E_TIMEOUT 100
@@ -154,7 +155,7 @@ int srpc_tq_scatter(srpc_tq_t *const *tqs, const uint32_t *sizes, uint32_t n, ui
 #define SRPC_FEATURE_FAULTS 8
 unsigned srpc_features(void);
 const char *srpc_version(void);
-const char *srpc_strerror(int code); /* name of an error code (1..6, 100..103) */
+const char *srpc_strerror(int code); /* name of an error code (1..7, 100..103) */
 
 #ifdef __cplusplus
 }

@@ -187,6 +187,14 @@ int srpc_server_set_sched_fn(srpc_server_t *srv, srpc_sched_fn fn, void *ctx);
 int srpc_server_start(srpc_server_t *srv);
 /* Stops the engine thread and wakes any waiting worker (which gets -ESHUTDOWN). */
 int srpc_server_stop(srpc_server_t *srv);
+/* Starts (on != 0) or ends a drain: while draining, the first segment of a new call is answered
+ * ERROR DRAINING (docs/PROTOCOL.md, Amendment 1); calls already known (being reassembled, queued,
+ * running, or answered and cached) are served as before. Any thread, any time; returns 0 or
+ * -EINVAL. */
+int srpc_server_drain(srpc_server_t *srv, int on);
+/* The calls not yet answered: being reassembled, queued or running (a drain is over when this
+ * is 0). Any thread; takes the server's lock for one pass over the call table. */
+int srpc_server_pending(srpc_server_t *srv, uint64_t *out);
 
 /* A batch handed to the worker: `count` consecutive calls of one function. in[k] points at
  * the first of `count` contiguous elements of input k's request TQ, out[k] likewise for the
@@ -343,6 +351,21 @@ typedef struct srpc_server_stats {
 } srpc_server_stats_t;
 
 int srpc_server_stats(const srpc_server_t *srv, srpc_server_stats_t *out);
+
+/* One function's counters (its aux classes summed): the per-function view of the server's. */
+typedef struct srpc_func_stats {
+    uint64_t calls;                 /* requests fully received and queued */
+    uint64_t errors[SRPC_E_MAX];    /* ERROR messages sent for calls of it, by code (BUSY, DRAINING...) */
+    uint64_t batches;
+    uint64_t batch_hist[SRPC_BATCH_HIST];
+    uint64_t queue_delay_hist[SRPC_QDELAY_HIST]; /* buckets as srpc_server_stats_t's */
+    uint64_t queue_delay_sum_ns;
+    uint64_t queued;                /* gauge: its calls queued and not yet taken */
+} srpc_func_stats_t;
+
+/* func_id's counters. Any thread; takes the server's lock briefly. Returns 0, -EINVAL, or
+ * -ENOENT for a function not registered. */
+int srpc_server_func_stats(const srpc_server_t *srv, uint16_t func_id, srpc_func_stats_t *out);
 
 #ifdef __cplusplus
 }

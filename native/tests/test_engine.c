@@ -749,6 +749,61 @@ static void test_busy(int mode)
     server_down(s);
 }
 
+/* A drain (srpc_server_drain): calls queued before it run and are answered, their duplicates too;
+ * new calls get DRAINING (not cached: a retry is refused again, and served once the drain ends);
+ * srpc_server_pending counts what is not yet answered. */
+static void test_drain(void)
+{
+    const fdef_t *defs[] = {&D_VECADD};
+    sopts_t o = {.wait_mode = SRPC_WAIT_BLOCK, .paused = 1};
+    sctx_t *s = server_up(&o, defs, 1);
+    srpc_client_t *c = mk_client(s->port, 0);
+    int fd = raw_sock();
+    float in[3][256];
+    uint64_t ids[2], pending = 99;
+    for (int i = 0; i < 2; i++) {
+        fill_floats(in[i], 256, (float)i * 10);
+        CHECK(srpc_client_send(c, F_VECADD, in[i], 1024, 0, &ids[i]) == 0, "send %d", i);
+    }
+    CHECK(wait_rx(s, 2, 2000), "server saw both");
+    CHECK(srpc_server_pending(s->srv, &pending) == 0 && pending == 2, "pending %llu", (unsigned long long)pending);
+    CHECK(srpc_server_drain(s->srv, 1) == 0 && srpc_server_drain(NULL, 1) == -EINVAL, "drain on");
+    CHECK(srpc_server_pending(NULL, &pending) == -EINVAL && srpc_server_pending(s->srv, NULL) == -EINVAL,
+          "pending args");
+    fill_floats(in[2], 256, 77.0f);
+    uint8_t dg[SRPC_HDR_LEN + 1024];
+    size_t dl = mk_dg(dg, SRPC_REQUEST, F_VECADD, 0xD0D, 0, 1, 1024, 0, in[2], 1024);
+    for (int k = 0; k < 2; k++) { /* refused twice: DRAINING is not cached */
+        raw_send(fd, s->port, dg, dl);
+        int n = raw_recv(fd, 2000, rbuf, sizeof(rbuf));
+        CHECK(err_reply_ok(rbuf, n, F_VECADD, 0xD0D, SRPC_E_DRAINING, "server draining: no new calls"),
+              "new call %d while draining: n=%d", k, n);
+    }
+    CHECK(strcmp(srpc_strerror(SRPC_E_DRAINING), "DRAINING") == 0, "name");
+    atomic_store(&s->paused, 0);
+    for (int i = 0; i < 2; i++) {
+        int code = -1;
+        const uint8_t *d = NULL;
+        uint32_t l = 0;
+        CHECK(srpc_client_wait(c, ids[i], TMO_US) == 0 && srpc_client_result(c, ids[i], &code, &d, &l) == 0 &&
+                  code == 0 && l == 1024,
+              "queued call %d answered while draining: code %d", i, code);
+        srpc_client_release(c, ids[i]);
+    }
+    CHECK(wait_completed(s, F_VECADD, 2, 2000), "both completed");
+    CHECK(srpc_server_pending(s->srv, &pending) == 0 && pending == 0, "nothing pending: %llu",
+          (unsigned long long)pending);
+    CHECK(srpc_server_drain(s->srv, 0) == 0, "drain off");
+    raw_send(fd, s->port, dg, dl);
+    int n = raw_recv(fd, 2000, rbuf, sizeof(rbuf));
+    CHECK(vec_reply_ok(rbuf, n, F_VECADD, 0xD0D, in[2]), "the refused call, retried after the drain, runs: n=%d", n);
+    srpc_server_stats_t st = stats(s);
+    CHECK(st.errors[SRPC_E_DRAINING] == 2, "DRAINING count %llu", (unsigned long long)st.errors[SRPC_E_DRAINING]);
+    close(fd);
+    srpc_client_destroy(c);
+    server_down(s);
+}
+
 /* Segments of a vecadd request in any order, with duplicates. */
 static void test_segments(sctx_t *s)
 {
@@ -1840,6 +1895,7 @@ int main(void)
     test_client_timeout();
     test_batching();
     test_hold();
+    test_drain();
     test_stop(SRPC_WAIT_BLOCK);
     test_stop(SRPC_WAIT_POLL);
     test_destroy_with_queued();

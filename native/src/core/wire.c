@@ -237,6 +237,7 @@ const char *srpc_strerror(int code)
     case SRPC_E_DEADLINE: return "DEADLINE";
     case SRPC_E_INTERNAL: return "INTERNAL";
     case SRPC_E_TOO_LARGE: return "TOO_LARGE";
+    case SRPC_E_DRAINING: return "DRAINING";
     case SRPC_E_TIMEOUT: return "TIMEOUT";
     case SRPC_E_PENDING: return "PENDING";
     case SRPC_E_INVALID: return "INVALID";

@@ -75,6 +75,7 @@ static void enqueue(srpc_server_t *srv, srpc_fn_t *fn, uint32_t ct_idx, const ui
     e->state = CT_QUEUED;
     e->u.queued.seq = seq;
     ST_ADD(srv, calls, 1);
+    FN_ADD(fn, calls, 1);
     fill(srv, fn, seq, ct_idx, len, dev && fn->gpu_device >= 0 ? SRPC_DEV_IN_DEVICE : SRPC_DEV_IN_HOST, dev != 0,
          aux, now);
 }
@@ -128,6 +129,7 @@ static void known_call(srpc_server_t *srv, uint32_t idx, const srpc_hdr_t *h, ui
         e->state = CT_QUEUED;
         e->u.queued.seq = seq;
         ST_ADD(srv, calls, 1);
+        FN_ADD(fn, calls, 1);
         fill(srv, fn, seq, idx, len, SRPC_DEV_IN_HOST, 0, e->aux, now);
         return;
     }
@@ -139,6 +141,10 @@ static void known_call(srpc_server_t *srv, uint32_t idx, const srpc_hdr_t *h, ui
 static void new_call(srpc_server_t *srv, const srpc_call_key_t *k, const srpc_hdr_t *h, uint32_t seg,
                      const uint8_t *data, uint32_t dlen, uint64_t dev, uint64_t now)
 {
+    if (unlikely(atomic_load_explicit(&srv->draining, memory_order_relaxed))) {
+        reject(srv, k, h, now, SRPC_E_DRAINING, "server draining: no new calls");
+        return;
+    }
     srpc_fn_t *fn = srpc_fn_lookup(srv, h->func_id, h->aux); /* its aux class's queue, if it has classes */
     if (unlikely(!fn)) {
         reject(srv, k, h, now, SRPC_E_UNKNOWN_FUNCTION, "no function %u", h->func_id);

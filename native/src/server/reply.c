@@ -47,8 +47,12 @@ void srpc_reply_flush(srpc_server_t *srv, srpc_reply_batch_t *b)
         ST_ADD(srv, tx_datagrams, (uint64_t)m->result);
         ST_ADD(srv, tx_bytes, m->len + (uint64_t)m->result * SRPC_HDR_LEN);
         const int code = m->hdr.aux;
-        if (m->hdr.type == SRPC_ERROR && code < SRPC_E_MAX)
+        if (m->hdr.type == SRPC_ERROR && code < SRPC_E_MAX) {
             ST_ADD(srv, errors[code], 1);
+            srpc_fn_t *fn = srv->by_id[m->hdr.func_id]; /* read-only once started; NULL: no such function */
+            if (fn)
+                FN_ADD(fn, errors[code], 1);
+        }
         else if (m->hdr.type == SRPC_RESPONSE)
             ST_ADD(srv, replies, 1);
     }

@@ -195,6 +195,48 @@ int srpc_server_stop(srpc_server_t *srv)
     return 0;
 }
 
+int srpc_server_drain(srpc_server_t *srv, int on)
+{
+    if (!srv)
+        return -EINVAL;
+    atomic_store(&srv->draining, on != 0);
+    return 0;
+}
+
+int srpc_server_pending(srpc_server_t *srv, uint64_t *out)
+{
+    if (!srv || !out)
+        return -EINVAL;
+    srpc_srv_lock(srv);
+    /* Entries in use less those answered (done, cached) or refused: partial and queued ones. */
+    *out = srv->ct.e ? srv->ct.used - srv->ct.count[CT_LIST_DONE] - srv->ct.count[CT_LIST_REJECTED] : 0;
+    srpc_srv_unlock(srv);
+    return 0;
+}
+
+int srpc_server_func_stats(const srpc_server_t *srv, uint16_t func_id, srpc_func_stats_t *out)
+{
+    if (!srv || !out)
+        return -EINVAL;
+    srpc_server_t *s = (srpc_server_t *)srv;
+    const srpc_fn_t *first = s->by_id[func_id];
+    if (!first)
+        return -ENOENT;
+    memset(out, 0, sizeof(*out));
+    const uint32_t n = first->n_classes > 1 ? first->n_classes : 1;
+    srpc_srv_lock(s);
+    for (uint32_t c = 0; c < n; c++) {
+        const srpc_fn_t *fn = s->fns[first->first_fi + c];
+        const uint64_t *src = (const uint64_t *)&fn->st;
+        uint64_t *dst = (uint64_t *)out;
+        for (size_t i = 0; i < offsetof(srpc_func_stats_t, queued) / sizeof(uint64_t); i++)
+            dst[i] += __atomic_load_n(&src[i], __ATOMIC_RELAXED);
+        out->queued += fn->ready_end - fn->taken;
+    }
+    srpc_srv_unlock(s);
+    return 0;
+}
+
 void srpc_server_destroy(srpc_server_t *srv)
 {
     if (!srv)

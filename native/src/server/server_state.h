@@ -131,7 +131,12 @@ typedef struct srpc_fn {
     srpc_dtq_t *in_dtq[SRPC_MAX_TENSORS], *out_dtq[SRPC_MAX_TENSORS];
     int staging_pinned; /* the staging TQs are page-locked (else the copies are synchronous) */
     uint64_t out_stage_dev[SRPC_MAX_TENSORS]; /* pinned: device addresses of the output staging */
+    /* Its counters (FN_ADD, relaxed atomic adds from the engine, worker and reply paths; queued
+     * unused here: srpc_server_func_stats reads the ring). errors are counted on class 0's record. */
+    srpc_func_stats_t st;
 } srpc_fn_t;
+
+#define FN_ADD(fn, field, v) __atomic_fetch_add(&(fn)->st.field, (v), __ATOMIC_RELAXED)
 
 
 /* ------------------------------------------------------------------ the reply log (reply.c) */
@@ -229,6 +234,7 @@ struct srpc_server {
     int stopfd;                      /* eventfd, readable once stopping */
     int wakefd;                      /* eventfd: the timers made calls ready (wakes poll()) */
     atomic_int stopping;
+    atomic_int draining;             /* srpc_server_drain: new calls are answered DRAINING */
     srpc_server_stats_t st;          /* updated with relaxed atomic adds */
 };
 
