@@ -3,7 +3,7 @@ from splitrpc import _native, gpu
 from splitrpc.client import Client
 from splitrpc.cost import CostTable
 from splitrpc.errors import (BadRequest, Busy, CallTimeout, DeadlineExceeded, InternalError, NativeError,
-                             RemoteError, SplitRPCError, TooLarge, UnknownFunction)
+                             RemoteError, SplitRPCError, TooLarge, UnknownFunction, Draining)
 from splitrpc.executor import ThreadPool
 from splitrpc.gpu import GPUError, GPUUnavailable
 from splitrpc.server import QueueView, Server
@@ -34,6 +34,6 @@ def features() -> dict:
 
 __all__ = [
     "Server", "Client", "TensorSpec", "features", "SplitRPCError", "NativeError", "CallTimeout", "RemoteError",
-    "UnknownFunction", "BadRequest", "Busy", "DeadlineExceeded", "InternalError", "TooLarge", "GPUError",
+    "UnknownFunction", "BadRequest", "Busy", "DeadlineExceeded", "InternalError", "TooLarge", "Draining", "GPUError",
     "GPUUnavailable", "gpu", "ThreadPool", "CostTable", "QueueView",
 ]

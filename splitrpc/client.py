@@ -8,6 +8,7 @@ from typing import Sequence
 
 import numpy as np
 
+from splitrpc import describe as describe_
 from splitrpc import dpdk
 from splitrpc._native import client as _client
 from splitrpc.errors import CallTimeout, SplitRPCError
@@ -177,6 +178,18 @@ class Client:
                     fut.set_exception(CallTimeout("no reply within the call's timeout"))
             if idle:
                 return
+
+    def describe(self, timeout: float | None = None) -> "describe_.Description":
+        """What the server serves: every function's id, name, version, tensor specs (or raw
+        limits), max_batch, executor, priority and device (docs/PROTOCOL.md, Amendment 1).
+        Raises UnknownFunction from a server older than the amendment, Draining from one that is
+        stopping, splitrpc.describe.NotDescribed for a reply of another kind."""
+        return describe_.decode_description(self.call(describe_.DESCRIBE_ID, describe_.DESCRIBE_REQUEST, timeout))
+
+    def ping(self, timeout: float | None = None) -> dict:
+        """The server's readiness over the wire: {"ready", "state", "functions", "uptime_s",
+        "pending"}; a draining server answers Draining instead."""
+        return describe_.decode_ping(self.call(describe_.PING_ID, describe_.PING_REQUEST, timeout))
 
     def closed_loop(self, func_id: int, data, *, concurrency: int = 1, calls: int = 1000,
                     warmup: int = 100, timeout: float | None = None) -> dict:

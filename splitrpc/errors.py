@@ -66,7 +66,14 @@ class TooLarge(RemoteError):
     code, name = 6, "TOO_LARGE"
 
 
-ERROR_CLASSES = {c.code: c for c in (UnknownFunction, BadRequest, Busy, DeadlineExceeded, InternalError, TooLarge)}
+class Draining(RemoteError):
+    """The server is stopping and takes no new calls (docs/PROTOCOL.md, Amendment 1): try another
+    replica, or later."""
+    code, name = 7, "DRAINING"
+
+
+ERROR_CLASSES = {c.code: c for c in (UnknownFunction, BadRequest, Busy, DeadlineExceeded, InternalError, TooLarge,
+                                     Draining)}
 
 
 def remote_error(code: int, message: bytes | str = b"") -> RemoteError:

@@ -12,15 +12,17 @@ import inspect
 import ipaddress
 import logging
 import threading
+import time
 from typing import Callable, Sequence
 
 from splitrpc import dpdk, gpu
 from splitrpc import cost as cost_
+from splitrpc import describe as describe_
 from splitrpc import executor as executor_
 from splitrpc.cost import CostTable
 from splitrpc.executor import ThreadPool
 from splitrpc._native import server as _server
-from splitrpc.errors import SplitRPCError
+from splitrpc.errors import BadRequest, SplitRPCError
 from splitrpc.spec import TensorSpec
 
 log = logging.getLogger("splitrpc.server")
@@ -123,6 +125,8 @@ class Server:
         dpdk_payload: str = "auto",
         dpdk_emulate_split: bool = False,
     ):
+        self._init_kwargs = {k: v for k, v in locals().items() if k != "self"}  # rebuild() makes it again
+        self._registrations: list = []  # add_function's arguments, for rebuild()
         # A setting left None takes the C core's default (srpc_server_config_init, native/src/tunables.h;
         # splitrpc._native.server.SERVER_DEFAULTS lists them; dpdk_mtu: 0 there, which means 1500).
         if wait is not None and wait not in WAIT_MODES:
@@ -176,6 +180,9 @@ class Server:
         self._jobs = _server.PoolJobs()  # batches handed to thread pools, not yet finished
         self._pools_held = False         # the pools' threads were acquired (start) and not released
         self._stats_sources: dict = {}   # stats() key -> a function returning a dict (add_stats_source)
+        self._draining = False
+        self._worker_running = False     # the worker loop is in _server.serve (health)
+        self._drain_abort = threading.Event()  # abort_drain(): a drain in stop(grace) ends now
 
     # ------------------------------------------------------------------ registration
 
@@ -210,6 +217,7 @@ class Server:
         priority: int | None = None,
         weight: int | None = None,
         aux_classes: int | None = None,
+        version: str | None = None,
     ) -> Callable:
         """Decorator registering `fn` under func_id.
 
@@ -271,6 +279,10 @@ class Server:
         ``priority + k`` (a higher aux runs first under ``sched="priority"``). The callback is the
         same; its batches hold calls of one class. Host functions, and not with ``cost="aux"``.
 
+        ``version`` (a short string of yours, e.g. "2024-06-01" or "v3") is what the describe
+        server function reports for it (``Client.describe()``, ``splitrpc describe``). Function ids
+        0xFF00 .. 0xFFFF are the server's own (ping and describe: docs/PROTOCOL.md, Amendment 1).
+
         ``max_batch``, ``capacity`` (elements per Tensor Queue) and ``max_delay_us`` left None take
         the C core's defaults (srpc_func_config_init, native/src/tunables.h); a raw function's
         ``max_request`` and ``max_response`` left None are the server's max_message.
@@ -282,7 +294,7 @@ class Server:
                               max_request=max_request, max_response=max_response, device=device,
                               orchestration=orchestration, deadline=deadline, executor=executor, cost=cost,
                               max_batch_cost=max_batch_cost, priority=priority, weight=weight,
-                              aux_classes=aux_classes)
+                              aux_classes=aux_classes, version=version)
             return fn
 
         return register
@@ -290,12 +302,19 @@ class Server:
     def add_function(self, fn, func_id, name=None, inputs=(), outputs=(), *, max_batch=None, max_delay_us=None,
                      capacity=None, raw=False, max_request=None, max_response=None, device="cpu",
                      orchestration="o1", deadline=None, executor="inline", cost=None,
-                     max_batch_cost=None, priority=None, weight=None, aux_classes=None) -> None:
+                     max_batch_cost=None, priority=None, weight=None, aux_classes=None, version=None,
+                     _server_function=False) -> None:
         """Registers fn under func_id: what the function decorator does (see there)."""
+        args = {k: v for k, v in locals().items() if k not in ("self", "_server_function")}
         if self._state != "created":
             raise SplitRPCError("functions must be registered before the server starts")
-        if not 0 <= func_id <= 0xFFFF:
-            raise ValueError(f"func_id must fit in 16 bits, got {func_id}")
+        if isinstance(func_id, bool) or not isinstance(func_id, int) or not 0 <= func_id <= 0xFFFF:
+            raise ValueError(f"func_id must fit in 16 bits, got {func_id!r}")
+        if func_id >= describe_.RESERVED_MIN and not _server_function:
+            raise ValueError(f"func_id {func_id:#x} is reserved for the server's own functions "
+                             f"({describe_.RESERVED_MIN:#x} .. 0xffff: docs/PROTOCOL.md, Amendment 1)")
+        if version is not None and (not isinstance(version, str) or len(version) > 64):
+            raise ValueError(f"version must be a string of at most 64 characters, got {version!r}")
         if func_id in self._funcs:
             raise ValueError(f"func_id {func_id} is already registered ({self._funcs[func_id].name})")
         if (max_batch is not None and max_batch < 1) or (capacity is not None and capacity < 1):
@@ -372,10 +391,46 @@ class Server:
             f.runner = gpu.DeviceRunner(ordinal, inputs, outputs, fn, orchestration)
         f.pool = pool
         f.costs_kw = costs_kw
+        f.info = describe_.FunctionInfo(
+            func_id=func_id, name=name, version=version, raw=raw, inputs=tuple(inputs), outputs=tuple(outputs),
+            max_request=in_sizes[0] if raw else None, max_response=out_sizes[0] if raw else None,
+            max_batch=max_batch or _server.FUNCTION_DEFAULTS["max_batch"],
+            executor="inline" if pool is None else f"pool:{pool.threads}",
+            priority=_server.FUNCTION_DEFAULTS["priority"] if priority is None else priority,
+            device=f"cuda:{ordinal}" if ordinal >= 0 else "cpu")
+        f.server_function = _server_function
+        if not _server_function:
+            self._registrations.append(args)
         if n_classes:  # a Function per class: each has its own queues, so its own views
             f.classes = [f] + [dataclasses.replace(f, classes=None, args_cache={}, calls=0)
                                for _ in range(n_classes - 1)]
         self._funcs[func_id] = f
+
+    def rebuild(self, **settings) -> "Server":
+        """A new Server with this one's settings updated by `settings` (those not None: host,
+        port, wait, allow, reuse_port, ... as for Server()) and the same functions and stats
+        sources; this one is closed first (its port is free again). Before start only. For
+        `splitrpc serve MODULE:ATTR`, which applies the command line to the module's Server.
+        A callback that kept a reference to this Server object still sees this one."""
+        if self._state != "created":
+            raise SplitRPCError(f"only a server not yet started can be rebuilt (this one is {self._state})")
+        opts = {**self._init_kwargs, **{k: v for k, v in settings.items() if v is not None}}
+        unknown = set(opts) - set(self._init_kwargs)
+        if unknown:
+            raise ValueError(f"not a Server setting: {', '.join(sorted(unknown))}")
+        regs, sources = list(self._registrations), dict(self._stats_sources)
+        self.close()
+        new = Server(**opts)
+        try:
+            for r in regs:
+                r = dict(r)
+                new.add_function(r.pop("fn"), r.pop("func_id"), r.pop("name"), r.pop("inputs"), r.pop("outputs"), **r)
+            for k, src in sources.items():
+                new.add_stats_source(k, src)
+        except BaseException:
+            new.close()
+            raise
+        return new
 
     # ------------------------------------------------------------------ running
 
@@ -394,10 +449,46 @@ class Server:
         finally:
             self.stop()
 
+    def _add_server_functions(self) -> None:
+        """Registers ping and describe (docs/PROTOCOL.md, Amendment 1) just before the start, when
+        every function of the user's is known. Both run inline on the worker."""
+        from splitrpc import __version__
+
+        infos = [f.info for f in self._funcs.values() if not f.server_function]
+        doc = describe_.encode_description(infos, max_message=self.max_message, software=f"splitrpc {__version__}")
+        if len(doc) > min(describe_.MAX_REPLY, self.max_message):
+            raise SplitRPCError(f"the description of {len(infos)} functions takes {len(doc)} bytes, over "
+                                f"{min(describe_.MAX_REPLY, self.max_message)}")
+        started = time.monotonic()
+
+        def answer(expect: bytes, reply):
+            def fn(requests, responses):
+                out = []
+                for req, resp in zip(requests, responses):
+                    if bytes(req) != expect:
+                        out.append(BadRequest(f"this server function takes the request {expect!r}"))
+                        continue
+                    body = reply()
+                    resp[:len(body)] = body
+                    out.append(len(body))
+                return out
+            return fn
+
+        def ping() -> bytes:
+            return describe_.encode_ping(ready=self.ready(), state=self.state, functions=len(infos),
+                                         uptime_s=time.monotonic() - started, pending=self.pending())
+
+        self.add_function(answer(describe_.DESCRIBE_REQUEST, lambda: doc), describe_.DESCRIBE_ID, "describe",
+                          raw=True, max_request=64, max_response=len(doc), _server_function=True)
+        self.add_function(answer(describe_.PING_REQUEST, ping), describe_.PING_ID, "ping", raw=True,
+                          max_request=64, max_response=1024, _server_function=True)
+
     def _start_engine(self) -> None:
         with self._lock:
             if self._state != "created":
                 raise SplitRPCError(f"server already {self._state}")
+            if describe_.PING_ID not in self._funcs:
+                self._add_server_functions()
             runners = [f.runner for f in self._funcs.values() if f.runner is not None]
             if self._policy is not None:
                 _server.set_policy(self._native, self._policy, {f.func_id: f.name for f in self._funcs.values()})
@@ -414,6 +505,14 @@ class Server:
             self._pools_held = True
             self._state = "running"
 
+    def _user_functions(self) -> list:
+        """The registered functions less the server's own (ping, describe)."""
+        return [f for f in self._funcs.values() if not f.server_function]
+
+    def functions(self) -> list:
+        """What describe answers: a splitrpc.describe.FunctionInfo per registered function."""
+        return [f.info for f in self._user_functions()]
+
     def _funcs_and_classes(self) -> list:
         """Every queue's Function: a function with aux classes counts once per class."""
         return [c for f in self._funcs.values() for c in (f.classes or [f])]
@@ -423,10 +522,63 @@ class Server:
         return list({id(f.pool): f.pool for f in self._funcs.values() if f.pool is not None}.values())
 
     def _worker(self) -> None:
-        _server.serve(self._srv, self._funcs, self._jobs)  # the per-batch loop, in the binding layer
+        self._worker_running = True
+        try:
+            _server.serve(self._srv, self._funcs, self._jobs)  # the per-batch loop, in the binding layer
+        finally:
+            self._worker_running = False
 
-    def stop(self) -> None:
-        """Stops the engine and the worker; calls not yet answered are dropped."""
+    # ------------------------------------------------------------------ health, drain
+
+    @property
+    def state(self) -> str:
+        """"created", "running", "draining", "stopped" or "closed"."""
+        return "draining" if self._state == "running" and self._draining else self._state
+
+    def healthy(self) -> bool:
+        """Alive: the engine runs and the worker loop is in it (draining included)."""
+        return self._state == "running" and self._worker_running
+
+    def ready(self) -> bool:
+        """Ready for calls: healthy, not draining, every function registered (they are all
+        registered before start) and at least one of them."""
+        return self.healthy() and not self._draining and bool(self._user_functions())
+
+    def pending(self) -> int:
+        """Calls received and not yet answered (being reassembled, queued or running)."""
+        return _server.pending(self._srv) if self._srv is not None else 0
+
+    def drain(self) -> None:
+        """Begins a drain: ready() turns false and every new call is answered DRAINING
+        (splitrpc.Draining); calls already received are run and answered. stop(grace=) drains
+        and then stops."""
+        with self._lock:
+            if self._state != "running":
+                raise SplitRPCError(f"cannot drain a server that is {self._state}")
+            self._draining = True
+            _server.drain(self._srv, True)
+        log.info("draining: %d calls pending", self.pending())
+
+    def abort_drain(self) -> None:
+        """Ends a drain that stop(grace=) is waiting for: it stops at once (a second SIGTERM)."""
+        self._drain_abort.set()
+
+    def stop(self, grace: float | None = None) -> int:
+        """Stops the engine and the worker. grace (seconds): drain first (see drain()) and wait up
+        to grace for every call received to be answered; without it, calls not yet answered are
+        dropped. Returns the calls left unanswered (0: none lost)."""
+        left = 0
+        if grace is not None and grace > 0 and self._state == "running":
+            if not self._draining:
+                self.drain()
+            end = time.monotonic() + grace
+            while (left := self.pending()) and time.monotonic() < end and not self._drain_abort.is_set():
+                time.sleep(0.005)
+            if left:
+                log.warning("drain: %d calls unanswered after %s", left,
+                            "abort" if self._drain_abort.is_set() else f"{grace:g} s")
+        elif self._state == "running":
+            left = self.pending()
         with self._lock:
             if self._state == "running":
                 _server.stop(self._srv)
@@ -444,6 +596,7 @@ class Server:
         for f in self._funcs.values():  # no copy or kernel may still target the queues when they are freed
             if f.runner is not None:
                 f.runner.stop()
+        return left
 
     def close(self) -> None:
         """Stops and frees the native server; the port is released."""
@@ -476,7 +629,7 @@ class Server:
         whichever thread calls stats(): it takes its own locks."""
         if not callable(source):
             raise ValueError(f"source must be callable, got {source!r}")
-        reserved = {"functions", "devices", "dpdk", *_server.read_stats(self._srv)}
+        reserved = {"functions", "devices", "by_function", "dpdk", *_server.read_stats(self._srv)}
         if key in reserved:
             raise ValueError(f"stats key {key!r} is the engine's")
         self._stats_sources[key] = source
@@ -486,8 +639,11 @@ class Server:
         calls queued now and the queue-delay histogram of the calls run."""
         return {
             **_server.read_stats(self._srv),
-            "functions": {f.name: sum(c.calls for c in (f.classes or [f])) for f in self._funcs.values()},
-            "devices": {f.name: f.device for f in self._funcs.values()},
+            "functions": {f.name: sum(c.calls for c in (f.classes or [f])) for f in self._user_functions()},
+            "devices": {f.name: f.device for f in self._user_functions()},
+            # the engine's counters of each function (its aux classes summed): calls, errors by
+            # code (BUSY and DRAINING answers included), batch sizes, queue delay, calls queued
+            "by_function": {f.name: _server.read_func_stats(self._srv, f.func_id) for f in self._user_functions()},
             **({"dpdk": self._dpdk_stats()} if self.transport == "dpdk" else {}),
             **{k: src() for k, src in self._stats_sources.items()},
         }

@@ -28,3 +28,18 @@ class TensorSpec:
     @property
     def nbytes(self) -> int:
         return prod(self.shape) * self.np_dtype.itemsize
+
+    def random(self, rng: np.random.Generator) -> np.ndarray:
+        """A random tensor of this spec (for driving a function without a request file): floats
+        standard normal, integers uniform in 0 .. 15 (small enough to be a valid index for most
+        functions), booleans fair coins."""
+        dt = self.np_dtype
+        if dt.kind == "f":
+            return rng.standard_normal(self.shape).astype(dt)
+        if dt.kind in "iu":
+            return rng.integers(0, 16, self.shape).astype(dt)
+        if dt.kind == "b":
+            return rng.integers(0, 2, self.shape).astype(dt)
+        if dt.kind == "c":
+            return (rng.standard_normal(self.shape) + 1j * rng.standard_normal(self.shape)).astype(dt)
+        return rng.integers(0, 256, self.nbytes, dtype=np.uint8).view(dt).reshape(self.shape)

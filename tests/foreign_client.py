@@ -1,5 +1,6 @@
 """foreign_client.py: a splitrpc client written from docs/PROTOCOL.md and docs/PROTOCOL-v2.md alone (stdlib only, no splitrpc code)."""
 import binascii
+import json
 import os
 import random
 import socket
@@ -9,6 +10,8 @@ import time
 HDR = struct.Struct(">BBHQHHIH")  # magic, ver_type, func_id, req_id, seq, nseg, msg_len, aux
 MAGIC = 0xA5
 REQUEST, RESPONSE, ERROR = 0, 1, 2
+DRAINING = 7                                  # Amendment 1
+PING, DESCRIBE = 0xFFFF, 0xFFFE               # Amendment 1: the server functions
 
 
 def crc16(hdr: bytes) -> int:
@@ -112,3 +115,19 @@ class ForeignClient:
                 if size is not None and any(len(parts[i]) != size for i in range(nseg - 1)):
                     raise ProtocolError("non-last segments differ in size")
                 return out
+
+    def _server_function(self, func_id: int, request: bytes, key: str) -> dict:
+        """Amendment 1: the reply must start with {"KEY": and carry layout 1."""
+        reply = self.call(func_id, request)
+        if not reply.startswith(b'{"' + key.encode() + b'":'):
+            raise ProtocolError(f"not a {key} reply")
+        doc = json.loads(reply.decode("utf-8"))
+        if doc[key] != 1:
+            raise ProtocolError(f"{key} layout {doc[key]}")
+        return doc
+
+    def ping(self) -> dict:
+        return self._server_function(PING, b"SRPC-PING", "ping")
+
+    def describe(self) -> dict:
+        return self._server_function(DESCRIBE, b"SRPC-DESCRIBE", "describe")

@@ -254,6 +254,18 @@ def stop(srv) -> None:
     lib.srpc_server_stop(srv)
 
 
+def drain(srv, on: bool) -> None:
+    """New calls answered DRAINING (on) or served again (off)."""
+    check(lib.srpc_server_drain(srv, int(bool(on))), "srpc_server_drain")
+
+
+def pending(srv) -> int:
+    """Calls not yet answered: being reassembled, queued or running."""
+    out = ffi.new("uint64_t *")
+    check(lib.srpc_server_pending(srv, out), "srpc_server_pending")
+    return int(out[0])
+
+
 def destroy(srv) -> None:
     lib.srpc_server_destroy(srv)
 
@@ -279,6 +291,8 @@ class Function:
     # aux classes: the Function of each class's queues (this one is class 0), or None
     classes: list | None = None
     calls: int = field(default=0)
+    info: object = None            # its splitrpc.describe.FunctionInfo (what describe answers)
+    server_function: bool = False  # ping or describe (docs/PROTOCOL.md, Amendment 1)
     # The callback's arguments by (ring position, B): a ring revisits the same positions, and
     # building the numpy views costs about a microsecond each, finding them a tenth of that.
     args_cache: dict = field(default_factory=dict)
@@ -546,7 +560,6 @@ def read_stats(srv) -> dict:
     st = ffi.new("srpc_server_stats_t *")
     check(lib.srpc_server_stats(srv, st), "srpc_server_stats")
     hist = {i: int(st.batch_hist[i]) for i in range(1, lib.SRPC_BATCH_HIST) if st.batch_hist[i]}
-    qd = [int(st.queue_delay_hist[i]) for i in range(lib.SRPC_QDELAY_HIST)]
     return {
         "rx_datagrams": st.rx_datagrams, "rx_bytes": st.rx_bytes,
         "tx_datagrams": st.tx_datagrams, "tx_bytes": st.tx_bytes, "rx_in_place": st.rx_in_place,
@@ -561,12 +574,28 @@ def read_stats(srv) -> dict:
         "cached_replies": st.cached_replies, "in_flight": st.inflight, "queued": st.queued,
         # calls run, by how long they were queued (RX_COMPLETE to the start of their batch):
         # bucket i counts delays of at most le_us[i] (and more than le_us[i-1]); the last, longer
-        "queue_delay": {"le_us": [1 << i for i in range(lib.SRPC_QDELAY_HIST - 1)] + [None], "counts": qd,
-                        "count": sum(qd), "sum_us": st.queue_delay_sum_ns / 1e3},
+        "queue_delay": _queue_delay(st.queue_delay_hist, st.queue_delay_sum_ns),
         "socket_buffers": {"rcvbuf": st.rcvbuf, "sndbuf": st.sndbuf},
         # batch decisions put to a Python scheduling policy, and those it got wrong or raised on
         "sched": {"asked": st.sched_asked, "errors": st.sched_errors},
     }
+
+
+def _queue_delay(hist, sum_ns) -> dict:
+    qd = [int(hist[i]) for i in range(lib.SRPC_QDELAY_HIST)]
+    return {"le_us": [1 << i for i in range(lib.SRPC_QDELAY_HIST - 1)] + [None], "counts": qd, "count": sum(qd),
+            "sum_us": sum_ns / 1e3}
+
+
+def read_func_stats(srv, func_id: int) -> dict:
+    """srpc_server_func_stats as a dict: one function's calls, errors by code name, batches and
+    their sizes, queue-delay histogram (read_stats's layout), calls queued now."""
+    st = ffi.new("srpc_func_stats_t *")
+    check(lib.srpc_server_func_stats(srv, func_id, st), "srpc_server_func_stats")
+    return {"calls": st.calls, "errors": {name: int(st.errors[c]) for c, name in ERROR_NAMES.items()},
+            "batches": st.batches,
+            "batch_sizes": {i: int(st.batch_hist[i]) for i in range(1, lib.SRPC_BATCH_HIST) if st.batch_hist[i]},
+            "queue_delay": _queue_delay(st.queue_delay_hist, st.queue_delay_sum_ns), "queued": st.queued}
 
 
 def read_dpdk_stats(srv) -> dict:

@@ -1,0 +1,149 @@
+"""describe.py: the server functions of docs/PROTOCOL.md's Amendment 1: their reserved ids, requests and JSON replies (ping: is the server ready; describe: what it serves), built by the server and read by the client.
+
+One source of truth for both sides: the ids, the request bytes, the reply layout and its
+version. A reply is UTF-8 JSON. A client checks the reply's first key, so that a user
+function registered under a reserved id on a server older than the amendment (whose reply is
+something else) is an error, never taken for a description.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+from splitrpc.spec import TensorSpec
+
+RESERVED_MIN = 0xFF00          # ids RESERVED_MIN .. 0xFFFF are the server's own; no user function there
+PING_ID = 0xFFFF
+DESCRIBE_ID = 0xFFFE
+PING_REQUEST = b"SRPC-PING"     # the request bytes of each (another request: BAD_REQUEST)
+DESCRIBE_REQUEST = b"SRPC-DESCRIBE"
+LAYOUT = 1                      # "describe" and "ping" in a reply: the version of its layout
+MAX_REPLY = 256 * 1024          # a description longer than this is refused at start (about 600 functions)
+
+
+class NotDescribed(ValueError):
+    """A reply that is not a ping or describe reply of a layout this client reads."""
+
+
+@dataclass(frozen=True)
+class FunctionInfo:
+    """One function as a server describes it."""
+    func_id: int
+    name: str
+    version: str | None
+    raw: bool
+    inputs: tuple = ()           # TensorSpecs (tensor functions)
+    outputs: tuple = ()
+    max_request: int | None = None   # raw functions: the request and reply limits in bytes
+    max_response: int | None = None
+    max_batch: int | None = None
+    executor: str = "inline"
+    priority: int | None = None
+    device: str = "cpu"
+
+    @property
+    def request_bytes(self) -> int | None:
+        """A tensor function's exact request size (its inputs back to back); None for raw."""
+        return None if self.raw else sum(s.nbytes for s in self.inputs)
+
+    def example(self, rng) -> bytes:
+        """A request of random inputs (TensorSpec.random) for a tensor function; ValueError for a
+        raw function, whose bytes only its author knows."""
+        if self.raw:
+            raise ValueError(f"{self.name} is a raw function (requests of up to {self.max_request} bytes of its own "
+                             "format): give the request bytes")
+        return b"".join(s.random(rng).tobytes() for s in self.inputs)
+
+    def to_json(self) -> dict:
+        d = {"id": self.func_id, "name": self.name, "version": self.version, "kind": "raw" if self.raw else "tensor",
+             "max_batch": self.max_batch, "executor": self.executor, "priority": self.priority, "device": self.device}
+        if self.raw:
+            d.update(max_request=self.max_request, max_response=self.max_response)
+        else:
+            d.update(inputs=[_spec_json(s) for s in self.inputs], outputs=[_spec_json(s) for s in self.outputs])
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict) -> "FunctionInfo":
+        try:
+            raw = d["kind"] == "raw"
+            if d["kind"] not in ("raw", "tensor"):
+                raise NotDescribed(f"function kind {d['kind']!r}")
+            return cls(func_id=int(d["id"]), name=str(d["name"]), version=d.get("version"), raw=raw,
+                       inputs=() if raw else tuple(_spec(s) for s in d["inputs"]),
+                       outputs=() if raw else tuple(_spec(s) for s in d["outputs"]),
+                       max_request=d.get("max_request"), max_response=d.get("max_response"),
+                       max_batch=d.get("max_batch"), executor=str(d.get("executor", "inline")),
+                       priority=d.get("priority"), device=str(d.get("device", "cpu")))
+        except (KeyError, TypeError, ValueError) as e:
+            raise NotDescribed(f"a function entry that does not read: {e!r}") from None
+
+
+@dataclass(frozen=True)
+class Description:
+    """A server's answer to describe: its functions (the server functions left out), its
+    largest message, the protocol versions it speaks, the splitrpc version."""
+    functions: tuple
+    max_message: int
+    protocols: tuple
+    software: str
+    extra: dict = field(default_factory=dict)
+
+    def by_name(self, name: str) -> FunctionInfo:
+        for f in self.functions:
+            if f.name == name:
+                return f
+        raise KeyError(f"no function named {name!r}; the server has: {', '.join(f.name for f in self.functions)}")
+
+    def by_id(self, func_id: int) -> FunctionInfo:
+        for f in self.functions:
+            if f.func_id == func_id:
+                return f
+        raise KeyError(f"no function {func_id}")
+
+
+def _spec_json(s: TensorSpec) -> dict:
+    return {"name": s.name, "dtype": s.dtype, "shape": list(s.shape)}
+
+
+def _spec(d: dict) -> TensorSpec:
+    return TensorSpec(str(d["name"]), str(d["dtype"]), tuple(int(x) for x in d["shape"]))
+
+
+def encode_description(functions: list[FunctionInfo], *, max_message: int, protocols=(1, 2), software: str) -> bytes:
+    doc = {"describe": LAYOUT, "software": software, "max_message": max_message, "protocols": list(protocols),
+           "functions": [f.to_json() for f in sorted(functions, key=lambda f: f.func_id)]}
+    return json.dumps(doc, separators=(",", ":")).encode()
+
+
+def decode_description(reply: bytes) -> Description:
+    doc = _json(reply, "describe")
+    return Description(functions=tuple(FunctionInfo.from_json(f) for f in doc.get("functions", ())),
+                       max_message=int(doc.get("max_message", 0)), protocols=tuple(doc.get("protocols", ())),
+                       software=str(doc.get("software", "")),
+                       extra={k: v for k, v in doc.items()
+                              if k not in ("describe", "functions", "max_message", "protocols", "software")})
+
+
+def encode_ping(*, ready: bool, state: str, functions: int, uptime_s: float, pending: int) -> bytes:
+    return json.dumps({"ping": LAYOUT, "ready": ready, "state": state, "functions": functions,
+                       "uptime_s": round(uptime_s, 3), "pending": pending}, separators=(",", ":")).encode()
+
+
+def decode_ping(reply: bytes) -> dict:
+    return _json(reply, "ping")
+
+
+def _json(reply: bytes, key: str) -> dict:
+    """The reply's JSON object if its first key is `key` with a layout this client reads."""
+    if not bytes(reply[:len(key) + 3]).startswith(b'{"' + key.encode() + b'"'):
+        raise NotDescribed(f"not a {key} reply (a server older than docs/PROTOCOL.md's Amendment 1, with a "
+                           f"function of its own at that id?): {bytes(reply[:40])!r}")
+    try:
+        doc = json.loads(bytes(reply).decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise NotDescribed(f"a {key} reply that is not JSON: {e}") from None
+    if not isinstance(doc, dict) or doc.get(key) != LAYOUT:
+        raise NotDescribed(f"{key} reply layout {doc.get(key) if isinstance(doc, dict) else '?'!r}; "
+                           f"this client reads {LAYOUT}")
+    return doc
