@@ -51,6 +51,9 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, help=f"the server's UDP port (default: {CLIENT_DEFAULTS['port']})")
     p.add_argument("--service", default="vecadd", help="built-in service: vecadd, matmul, echo, head")
     p.add_argument("--func-id", type=int, help="call this function id instead of a built-in service")
+    p.add_argument("--func", metavar="NAME", dest="func_name",
+                   help="call the server's function of this name: its specs from the server's describe, "
+                        "random inputs built from them (tensor functions)")
     p.add_argument("--request-file", help="request bytes (with --func-id)")
     p.add_argument("--expect-file", help="the reply every call must get (with --func-id)")
     p.add_argument("--requests", metavar="FILE.npz",
@@ -96,9 +99,38 @@ def add_parser(sub) -> argparse.ArgumentParser:
     return p
 
 
+FUNC_REQUESTS = 64  # random requests of a --func run (drawn uniformly per call)
+
+
+def _described(a):
+    """--func NAME: (func_id, request set of FUNC_REQUESTS random requests) from the server's
+    describe."""
+    from splitrpc.describe import NotDescribed
+
+    if a.func_id is not None or a.requests or a.request_file:
+        raise LoadError("--func names the function and builds its requests: not with --func-id, --requests or "
+                        "--request-file")
+    try:
+        with Client(a.host, a.port, timeout=max(a.timeout_ms / 1e3, 1.0)) as c:
+            info = c.describe().by_name(a.func_name)
+    except (SplitRPCError, NotDescribed) as e:
+        raise LoadError(f"--func {a.func_name}: the server did not describe itself ({type(e).__name__}: {e})") from None
+    except KeyError as e:
+        raise LoadError(f"--func: {e.args[0]}") from None
+    rng = np.random.default_rng(a.seed)
+    try:
+        reqs = [info.example(rng) for _ in range(FUNC_REQUESTS)]
+    except ValueError as e:
+        raise LoadError(f"--func: {e} (--func-id {info.func_id} --request-file FILE)") from None
+    return info.func_id, RequestSet(reqs)
+
+
 def _target(a):
     """(func_id, request, expected reply or None, service or None, request set or None); with a
     request set, request and expected reply are None."""
+    if a.func_name:
+        func_id, rs = _described(a)
+        return func_id, None, None, None, rs
     if a.requests:
         if a.func_id is None:
             raise LoadError("--requests needs --func-id (the function its requests call)")

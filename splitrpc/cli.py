@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import signal
 import socket
 import subprocess
@@ -63,6 +64,8 @@ def _dlrm():
 
 
 def cmd_serve(a) -> int:
+    if a.metrics_port is not None:  # the older name of --admin-port
+        a.admin_port = a.admin_port if a.admin_port is not None else a.metrics_port
     if a.processes != 1:
         if a.gnn_trace:
             print("--gnn-trace: one process only (not with --processes)", file=sys.stderr)
@@ -70,6 +73,23 @@ def cmd_serve(a) -> int:
         return _serve_processes(a)
     _, register = _services()
     names, gnn_names = [], []
+    if a.target:
+        if a.models:
+            print("splitrpc serve: --models serves the model zoo: not with MODULE:ATTR", file=sys.stderr)
+            return 2
+        from splitrpc import run
+
+        try:
+            srv = run.load_target(a.target, dict(host=a.host, port=a.port, wait=a.wait, sched=a.sched,
+                                                 segment_size=a.segment_size, allow=a.allow,
+                                                 reuse_port=a.reuse_port or None))
+        except (run.TargetError, ValueError, SplitRPCError) as e:
+            print(f"splitrpc serve: {e}", file=sys.stderr)
+            return 2
+        rc, st = _serve_loop(a, srv, " ".join(f"{f.name}({f.func_id})" for f in srv.functions()), "")
+        if rc == 0 and a.stats_json:  # for the parent of --processes
+            print("STATS " + json.dumps({k: st[k] for k in _SUMMED}), flush=True)
+        return rc
     if a.models:
         try:
             names, gnn_names = _split_models(a.models)
@@ -129,43 +149,24 @@ def cmd_serve(a) -> int:
             srv.close()
             print(f"--models: {type(e).__name__}: {e}", file=sys.stderr)
             return 2
-    for sig in (signal.SIGINT, signal.SIGTERM):  # explicit: a background job inherits SIGINT ignored
-        signal.signal(sig, lambda *_: srv.stop())
     zoo = _models().MODELS if names else {}
     served = " ".join(["vecadd(1) matmul(2) echo(3) head(4)"] + [f"{n}({zoo[n].func_id})" for n in names]
                       + [f"{n}({_gnn().FUNC_IDS[n]})" for n in gnn_names]
                       + ([f"{DLRM}({_dlrm().FUNC_ID})"] if dlrm_svc else []))
     where = ", ".join(sorted({d for n, d in srv.stats()["devices"].items() if n in names}))  # after any fallback
     model_cfg = f", models on {where}{' (small)' if a.small else ''}" if names else ""
-    metrics = None
-    if a.metrics_port is not None:
-        from splitrpc.metrics import MetricsServer
-
-        try:
-            metrics = MetricsServer(srv, a.metrics_port, a.metrics_host)
-        except OSError as e:
-            srv.close()
-            print(f"--metrics-port: cannot listen on {a.metrics_host}:{a.metrics_port}: {e}", file=sys.stderr)
-            return 2
     cost = f", {a.batch_cost_us} us per batch" if a.batch_cost_us > 0 else ""
-    print(f"splitrpc {__version__} serving {served} on {srv.host}:{srv.port} "
-          f"(wait={a.wait or SERVER_DEFAULTS['wait']}{model_cfg}{gnn_cfg}{cost}); "
-          "Ctrl-C stops", flush=True)
-    if metrics:
-        print(f"metrics: http://{metrics.host}:{metrics.port}/metrics", flush=True)
-    try:
-        srv.serve()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        if metrics:
-            metrics.close()
-        st = srv.stats()
-        srv.close()
+    extra = f"{model_cfg}{gnn_cfg}{cost}"
+    emb: dict = {}
+
+    def cleanup():
         if dlrm_svc is not None:
-            emb = dlrm_svc.store.stats()
+            emb.update(dlrm_svc.store.stats())
             dlrm_svc.close()
-    print(f"stopped: {_stats_line(st)}", flush=True)
+
+    rc, st = _serve_loop(a, srv, served, extra, cleanup=cleanup)
+    if rc:
+        return rc
     if dlrm_svc is not None:
         looked = sum(t["unique"] for t in emb.values())
         hits = sum(t["l1_hits"] for t in emb.values())
@@ -185,6 +186,55 @@ def cmd_serve(a) -> int:
 
 
 _SUMMED = ("calls", "replies", "batches", "rx_datagrams", "tx_datagrams", "errors", "drops")
+
+
+def _serve_loop(a, srv, served: str, extra: str, cleanup=None) -> tuple[int, dict]:
+    """Serves srv until a signal (a drain of --grace seconds; a second one stops at once), with
+    the admin endpoint of --admin-port and the start, ready, drain and stop lines of
+    --log-format. (exit code, the server's last stats); 2 when the admin port cannot be had."""
+    from splitrpc import run
+
+    events = run.EventLog(a.log_format)
+    admin = None
+    if a.admin_port is not None:
+        from splitrpc.admin import AdminServer
+
+        try:
+            admin = AdminServer(srv, a.admin_port, a.admin_host)
+        except OSError as e:
+            srv.close()
+            if cleanup:
+                cleanup()
+            print(f"--admin-port: cannot listen on {a.admin_host}:{a.admin_port}: {e}", file=sys.stderr)
+            return 2, {}
+    settings = {"wait": a.wait or SERVER_DEFAULTS["wait"], "sched": a.sched or SERVER_DEFAULTS["sched"],
+                "grace_s": a.grace, "allow": a.allow, "processes": 1}
+    events.event("start", f"splitrpc {__version__} serving {served} on {srv.host}:{srv.port} "
+                          f"(wait={settings['wait']}{extra}); Ctrl-C or SIGTERM drains, a second one stops",
+                 version=__version__, host=srv.host, port=srv.port, functions=[
+                     {"id": f.func_id, "name": f.name} for f in srv.functions()], settings=settings)
+
+    def ready():
+        events.event("ready", f"ready: {len(srv.functions())} functions" +
+                     (f"; admin: {admin.url('/metrics')} {admin.url('/healthz')} {admin.url('/readyz')}"
+                      if admin else ""), admin=admin.url() if admin else None)
+        if admin:  # the line scripts look for (older name)
+            events.event("metrics", f"metrics: {admin.url('/metrics')}", url=admin.url("/metrics"))
+
+    try:
+        left, forced = run.serve_until_stopped(srv, grace=a.grace, events=events, on_ready=ready)
+        if forced:  # a callback that does not return holds the worker: leave without it
+            os._exit(1)
+    finally:
+        if admin:
+            admin.close()
+        st = srv.stats()
+        srv.close()
+        if cleanup:
+            cleanup()
+    events.event("stop", f"stopped: {_stats_line(st)}" + (f"; {left} calls unanswered" if left else ""),
+                 calls=st["calls"], batches=st["batches"], errors=st["errors"], unanswered=left)
+    return 0, st
 
 
 def _stats_line(st: dict) -> str:
@@ -209,7 +259,8 @@ def _serve_processes(a) -> int:
             port = s.getsockname()[1]
     opts = {"--host": host, "--port": port, "--wait": a.wait, "--sched": a.sched, "--max-batch": a.max_batch,
             "--max-delay-us": a.max_delay_us, "--batch-cost-us": a.batch_cost_us, "--segment-size": a.segment_size,
-            "--models": a.models, "--device": a.device, "--metrics-host": a.metrics_host, "--allow": a.allow,
+            "--models": a.models, "--device": a.device, "--admin-host": a.admin_host, "--allow": a.allow,
+            "--grace": a.grace, "--log-format": a.log_format,
             "--gnn-policy": a.gnn_policy, "--gnn-threshold": a.gnn_threshold, "--gnn-calibration": a.gnn_calibration,
             "--gnn-point": a.gnn_point, "--gnn-concurrent-lanes": a.gnn_concurrent_lanes}
     base = [sys.executable, "-m", "splitrpc", *(["-v"] if a.verbose else []), "serve", "--reuse-port", "--stats-json"]
@@ -218,6 +269,8 @@ def _serve_processes(a) -> int:
             base += [k, str(v)]
     if a.small:
         base.append("--small")
+    if a.target:
+        base.append(a.target)
     procs, stats, ready = [], {}, threading.Semaphore(0)
 
     def relay(i: int, p) -> None:
@@ -226,12 +279,12 @@ def _serve_processes(a) -> int:
                 stats[i] = json.loads(line[6:])
                 continue
             print(f"[{i}] {line}", end="", flush=True)
-            if " serving " in line:
+            if line.startswith("ready:") or line.startswith('{"event": "ready"'):
                 ready.release()
 
     for i in range(a.processes):
-        metrics = [] if a.metrics_port is None else ["--metrics-port", str(a.metrics_port and a.metrics_port + i)]
-        p = subprocess.Popen(base + metrics, stdout=subprocess.PIPE, text=True)
+        admin = [] if a.admin_port is None else ["--admin-port", str(a.admin_port and a.admin_port + i)]
+        p = subprocess.Popen(base + admin, stdout=subprocess.PIPE, text=True)
         procs.append(p)
         threading.Thread(target=relay, args=(i, p), daemon=True).start()
     stop = lambda *_: [p.send_signal(signal.SIGTERM) for p in procs if p.poll() is None]  # noqa: E731
@@ -337,6 +390,104 @@ def _call_dlrm(a) -> int:
     return 0 if ok else 1
 
 
+def _address(text: str) -> tuple[str | None, int | None]:
+    """HOST:PORT, [V6]:PORT, HOST or :PORT -> (host or None, port or None)."""
+    if text.startswith("["):
+        host, _, rest = text[1:].partition("]")
+        return host, int(rest[1:]) if rest.startswith(":") else None
+    if text.count(":") == 1:
+        host, port = text.split(":")
+        return host or None, int(port)
+    return text or None, None
+
+
+def cmd_describe(a) -> int:
+    """`splitrpc describe HOST:PORT`: the server's functions as a table (or its JSON)."""
+    from splitrpc.describe import NotDescribed
+
+    try:
+        host, port = _address(a.address)
+    except ValueError:
+        print(f"splitrpc describe: {a.address!r} is not HOST:PORT", file=sys.stderr)
+        return 2
+    try:
+        with Client(host, port if port is not None else a.port, timeout=a.timeout) as c:
+            d = c.describe()
+    except (SplitRPCError, NotDescribed) as e:
+        print(f"splitrpc describe: {type(e).__name__}: {e}", file=sys.stderr)
+        return 1
+    if a.json:
+        from splitrpc import describe as describe_
+
+        print(json.dumps({"describe": describe_.LAYOUT, "software": d.software, "max_message": d.max_message,
+                          "protocols": list(d.protocols), "functions": [f.to_json() for f in d.functions]}, indent=1))
+        return 0
+    print(f"{d.software}; protocols {', '.join(map(str, d.protocols))}; messages up to {d.max_message} B; "
+          f"{len(d.functions)} functions")
+    rows = [("id", "name", "version", "inputs", "outputs", "max_batch", "executor", "priority", "device")]
+
+    def specs(fs) -> str:
+        return ", ".join(f"{s.name}:{s.np_dtype.name}{list(s.shape)}" for s in fs)
+
+    for f in d.functions:
+        ins, outs = ((f"raw <= {f.max_request} B", f"raw <= {f.max_response} B") if f.raw
+                     else (specs(f.inputs), specs(f.outputs)))
+        rows.append((str(f.func_id), f.name, f.version or "-", ins, outs, str(f.max_batch), f.executor,
+                     str(f.priority), f.device))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    for r in rows:
+        print("  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip())
+    return 0
+
+
+def _call_described(a) -> int:
+    """`splitrpc call NAME` for a function this command does not know: the server's describe gives
+    its specs; random inputs (or --file/--text); the reply shown by its output specs."""
+    from splitrpc.describe import NotDescribed
+
+    try:
+        with Client(a.host, a.port, timeout=a.timeout) as c:
+            d = c.describe()
+    except (SplitRPCError, NotDescribed) as e:
+        print(f"splitrpc call: unknown function {a.function!r}: not a built-in name ({', '.join(_services()[0])}, "
+              f"a model, or a number), and the server did not describe itself ({type(e).__name__}: {e})",
+              file=sys.stderr)
+        return 2
+    try:
+        info = d.by_name(a.function)
+    except KeyError as e:
+        print(f"splitrpc call: {e.args[0]}", file=sys.stderr)
+        return 2
+    if a.file:
+        with open(a.file, "rb") as f:
+            data = f.read()
+    elif a.text is not None:
+        data = a.text.encode()
+    else:
+        try:
+            data = info.example(np.random.default_rng(a.seed))
+        except ValueError as e:
+            print(f"splitrpc call: {e} (--file or --text)", file=sys.stderr)
+            return 2
+    reply, dt = _timed_call(a, info.func_id, data)
+    if reply is None:
+        return 1
+    print(f"{info.name} (function {info.func_id}): {len(data)} B request -> {len(reply)} B reply in {dt:.0f} us")
+    if a.output:
+        with open(a.output, "wb") as f:
+            f.write(reply)
+    elif not info.raw and len(reply) == sum(s.nbytes for s in info.outputs):
+        at = 0
+        for s in info.outputs:
+            v = np.frombuffer(reply, s.np_dtype, count=int(np.prod(s.shape)), offset=at)
+            at += s.nbytes
+            print(f"{s.name} {s.np_dtype.name}{list(s.shape)}: {np.array2string(v[:8], precision=4)}"
+                  + (" ..." if v.size > 8 else ""))
+    else:
+        print(repr(reply[:256]) + (" ..." if len(reply) > 256 else ""))
+    return 0
+
+
 def cmd_call(a) -> int:
     if a.function in _gnn().FUNC_IDS and not a.file and a.text is None:
         return _call_gnn(a)
@@ -345,10 +496,8 @@ def cmd_call(a) -> int:
     services, _ = _services()
     try:
         func_id, data, svc = _request_for(a, services)
-    except ValueError:
-        print(f"unknown function {a.function!r}: give a built-in name ({', '.join(services)}), a model "
-              f"({', '.join(_models().MODELS)}) or a number", file=sys.stderr)
-        return 2
+    except ValueError:  # not a name this command knows: ask the server
+        return _call_described(a)
     reply, dt = _timed_call(a, func_id, data)
     if reply is None:
         return 1
@@ -434,13 +583,20 @@ def cmd_demo(a) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="splitrpc", description="splitrpc: low-latency RPC for ML inference")
+    p = argparse.ArgumentParser(prog="splitrpc", description="splitrpc: low-latency RPC for ML inference",
+                                epilog="splitrpc --cflags --libs: the flags to build a C program against the installed C client "
+                                       "(python -m splitrpc.config; examples/c_client.c)")
     p.add_argument("--version", action="version", version=f"splitrpc {__version__}")
     p.add_argument("-v", "--verbose", action="store_true", help="log what the server does")
     sub = p.add_subparsers(dest="cmd", required=True)
 
     # Options left out take the library's defaults (the C core's, srpc_*_config_init): None here.
-    s = sub.add_parser("serve", help="serve vecadd, matmul, echo and head (and models of the zoo)")
+    s = sub.add_parser("serve", help="serve vecadd, matmul, echo and head (and models of the zoo), or your own "
+                                     "server: splitrpc serve MODULE:ATTR")
+    s.add_argument("target", nargs="?", metavar="MODULE:ATTR",
+                   help="serve your own server instead of the built-ins: ATTR of MODULE (imported with the current "
+                        "directory on the path) is a splitrpc.Server, a function returning one, or a function "
+                        "taking a Server to register functions on; the options below apply to it")
     s.add_argument("--host", help=f"address to bind (default: {SERVER_DEFAULTS['host']})")
     s.add_argument("--port", type=int, help=f"UDP port (default: {SERVER_DEFAULTS['port']})")
     s.add_argument("--wait", choices=tuple(WAIT_MODES),
@@ -483,20 +639,28 @@ def build_parser() -> argparse.ArgumentParser:
                         "store (RocksDB in a temporary directory, host hash map, L1 at 5%%, exact lookups)")
     s.add_argument("--device", default="cpu", help="where the models run: cpu, cuda, cuda:N")
     s.add_argument("--small", action="store_true", help="the models' small configurations (same I/O sizes)")
-    s.add_argument("--metrics-port", type=int, metavar="PORT",
-                   help="serve the counters for Prometheus at http://HOST:PORT/metrics (0: any free port)")
-    s.add_argument("--metrics-host", default="127.0.0.1", help="address of the metrics endpoint")
+    s.add_argument("--admin-port", type=int, metavar="PORT",
+                   help="admin HTTP endpoint: /metrics (Prometheus), /healthz, /readyz at http://HOST:PORT "
+                        "(0: any free port)")
+    s.add_argument("--admin-host", default="127.0.0.1", help="address of the admin endpoint (default: %(default)s)")
+    s.add_argument("--metrics-port", type=int, metavar="PORT", help=argparse.SUPPRESS)  # the older --admin-port
+    s.add_argument("--grace", type=float, default=30.0, metavar="S",
+                   help="on SIGTERM or Ctrl-C: take no new calls (DRAINING), answer those received for up to S "
+                        "seconds, then stop; a second signal stops at once (default: %(default)s)")
+    s.add_argument("--log-format", choices=("text", "json"), default="text",
+                   help="start, ready, drain and stop lines as text or one JSON object per line")
     s.add_argument("--allow", metavar="NETS", help="serve only these client networks, e.g. 10.0.0.0/8,127.0.0.1 "
                                                    "(others are dropped and counted as not_allowed)")
     s.add_argument("--processes", type=int, default=1, metavar="N",
-                   help="N server processes on one port (SO_REUSEPORT; --metrics-port P: process i on P+i)")
+                   help="N server processes on one port (SO_REUSEPORT; --admin-port P: process i on P+i)")
     s.add_argument("--reuse-port", action="store_true", help="let other processes bind the same port")
     s.add_argument("--stats-json", action="store_true", help=argparse.SUPPRESS)  # a --processes child's
     s.set_defaults(func=cmd_serve)
 
     c = sub.add_parser("call", help="make one call and print the reply")
     c.add_argument("function", help="vecadd, matmul, echo, head, a model (lenet, lstm, resnet18, resnet50, "
-                                    "bert-like, graphsage, gat, dlrm), or a numeric func_id")
+                                    "bert-like, graphsage, gat, dlrm), a numeric func_id, or the name of any "
+                                    "function the server describes (random inputs from its specs)")
     c.add_argument("--host", help=f"the server's address (default: {CLIENT_DEFAULTS['host']})")
     c.add_argument("--port", type=int, help=f"the server's UDP port (default: {CLIENT_DEFAULTS['port']})")
     c.add_argument("--file", help="request bytes from this file")
@@ -506,6 +670,13 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--seed", type=int, default=0, help="seed of the example input")
     c.add_argument("--small", action="store_true", help="a model's reply is checked against its small configuration")
     c.set_defaults(func=cmd_call)
+
+    ds = sub.add_parser("describe", help="what a server serves: its functions, their specs and settings")
+    ds.add_argument("address", metavar="HOST:PORT", help="the server (HOST alone: --port)")
+    ds.add_argument("--port", type=int, help=f"the server's UDP port (default: {CLIENT_DEFAULTS['port']})")
+    ds.add_argument("--timeout", type=float, default=2.0, help="seconds (default: %(default)s)")
+    ds.add_argument("--json", action="store_true", help="the description as JSON")
+    ds.set_defaults(func=cmd_describe)
 
     d = sub.add_parser("demo", help="start a server, load each service, print p50/p99 and throughput")
     d.add_argument("--host", help=f"the server's address (default: {SERVER_DEFAULTS['host']})")
@@ -543,6 +714,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    from splitrpc import config
+
+    if args and args[0] in config.OPTIONS:  # `splitrpc --cflags --libs`: the C client's build flags
+        return config.main(args)
     a = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO if a.verbose else logging.WARNING, format="%(name)s: %(message)s")
     return a.func(a)

@@ -1,22 +1,24 @@
-"""metrics.py: a server's counters in the Prometheus text format, and a small HTTP endpoint that serves them (`splitrpc serve --metrics-port`)."""
+"""metrics.py: a server's counters as Prometheus metric families through prometheus-client: a collector over Server.stats() (the admin endpoint, splitrpc.admin, serves it with the process collector, in the text or OpenMetrics format the scraper asks for)."""
 from __future__ import annotations
 
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_latest
+from prometheus_client.registry import Collector, CollectorRegistry
 
-CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+CONTENT_TYPE = CONTENT_TYPE_PLAIN_0_0_4  # the text format's, when the scraper asks for nothing else
+PREFIX = "splitrpc"
 
-# stats() key -> (metric name, type, help)
+# stats() key -> (metric name, type, help); counters are named without _total (the family adds it)
 _SCALARS = (
-    ("rx_datagrams", "rx_datagrams_total", "counter", "Datagrams received."),
-    ("rx_bytes", "rx_bytes_total", "counter", "UDP payload bytes received."),
-    ("tx_datagrams", "tx_datagrams_total", "counter", "Datagrams sent."),
-    ("tx_bytes", "tx_bytes_total", "counter", "UDP payload bytes sent."),
-    ("rx_in_place", "rx_in_place_total", "counter", "Segments received straight into their message."),
-    ("calls", "calls_total", "counter", "Calls accepted (complete requests queued)."),
-    ("replies", "replies_total", "counter", "Replies sent."),
-    ("batches", "batches_total", "counter", "Batches handed to the functions."),
-    ("cache_hits", "reply_cache_hits_total", "counter", "Duplicate requests answered from the reply cache."),
+    ("rx_datagrams", "rx_datagrams", "counter", "Datagrams received."),
+    ("rx_bytes", "rx_bytes", "counter", "UDP payload bytes received."),
+    ("tx_datagrams", "tx_datagrams", "counter", "Datagrams sent."),
+    ("tx_bytes", "tx_bytes", "counter", "UDP payload bytes sent."),
+    ("rx_in_place", "rx_in_place", "counter", "Segments received straight into their message."),
+    ("calls", "calls", "counter", "Calls accepted (complete requests queued)."),
+    ("replies", "replies", "counter", "Replies sent."),
+    ("batches", "batches", "counter", "Batches handed to the functions."),
+    ("cache_hits", "reply_cache_hits", "counter", "Duplicate requests answered from the reply cache."),
     ("cached_replies", "cached_replies", "gauge", "Replies held in the reply cache."),
     ("partial_messages", "partial_messages", "gauge", "Requests being reassembled."),
     ("reassembly_bytes", "reassembly_bytes", "gauge", "Bytes held by requests being reassembled."),
@@ -25,117 +27,134 @@ _SCALARS = (
 )
 
 
-def _esc(v) -> str:
-    return str(v).replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+BATCH_HELP = "Calls per batch."
+QDELAY_HELP = "Time from a call's last request datagram to the start of the batch that runs it."
 
 
-def prometheus_text(st: dict, prefix: str = "splitrpc") -> str:
-    """The Prometheus exposition (text format 0.0.4) of a Server.stats() dict."""
-    out: list[str] = []
+def _batch_buckets(batch_sizes: dict) -> tuple[list, int]:
+    """(cumulative buckets, sum) of a {batch size: batches} histogram."""
+    sizes = {int(k): int(v) for k, v in batch_sizes.items()}
+    buckets = [(str(le), sum(v for k, v in sizes.items() if k <= le)) for le in (1, 2, 4, 8, 16, 32, 64, 128)]
+    return buckets + [("+Inf", sum(sizes.values()))], sum(k * v for k, v in sizes.items())
 
-    def metric(name: str, kind: str, help_: str, samples: list[tuple[str, object]]) -> None:
-        full = f"{prefix}_{name}"
-        out.append(f"# HELP {full} {help_}")
-        out.append(f"# TYPE {full} {kind}")
-        for labels, value in samples:
-            out.append(f"{full}{labels} {value}")
+
+def _qdelay_buckets(qd: dict) -> tuple[list, float]:
+    """(cumulative buckets in seconds, sum in seconds) of a stats() queue_delay dict."""
+    cum, buckets = 0, []
+    for le_us, n in zip(qd["le_us"], qd["counts"]):
+        cum += int(n)
+        buckets.append(("+Inf" if le_us is None else repr(le_us / 1e6), cum))
+    return buckets, qd["sum_us"] / 1e6
+
+
+def families(st: dict, prefix: str = PREFIX):
+    """The metric families of a Server.stats() dict (prometheus_client core families)."""
+    def fam(kind: str, name: str, help_: str, labels=()):
+        cls = CounterMetricFamily if kind == "counter" else GaugeMetricFamily
+        return cls(f"{prefix}_{name}", help_, labels=list(labels))
 
     for key, name, kind, help_ in _SCALARS:
         if key in st:
-            metric(name, kind, help_, [("", int(st[key]))])
-    metric("drops_total", "counter", "Datagrams dropped, by reason.",
-           [(f'{{reason="{_esc(k)}"}}', int(v)) for k, v in st.get("drops", {}).items()])
-    metric("errors_total", "counter", "ERROR replies sent, by code.",
-           [(f'{{code="{_esc(k)}"}}', int(v)) for k, v in st.get("errors", {}).items()])
-    metric("function_calls_total", "counter", "Calls run, by function.",
-           [(f'{{function="{_esc(k)}"}}', int(v)) for k, v in st.get("functions", {}).items()])
-    sizes = {int(k): int(v) for k, v in st.get("batch_sizes", {}).items()}
-    buckets, cum = [], 0
-    for le in (1, 2, 4, 8, 16, 32, 64, 128):
-        cum = sum(v for k, v in sizes.items() if k <= le)
-        buckets.append((f'_bucket{{le="{le}"}}', cum))
-    count = sum(sizes.values())
-    buckets += [('_bucket{le="+Inf"}', count), ("_sum", sum(k * v for k, v in sizes.items())), ("_count", count)]
-    full = f"{prefix}_batch_size"
-    out += [f"# HELP {full} Calls per batch.", f"# TYPE {full} histogram"]
-    out += [f"{full}{suffix} {v}" for suffix, v in buckets]
-    qd = st.get("queue_delay")
-    if qd:
-        full = f"{prefix}_queue_delay_seconds"
-        out += [f"# HELP {full} Time from a call's last request datagram to the start of the batch that runs it.",
-                f"# TYPE {full} histogram"]
-        cum = 0
-        for le_us, n in zip(qd["le_us"], qd["counts"]):
-            cum += int(n)
-            le = "+Inf" if le_us is None else repr(le_us / 1e6)
-            out.append(f'{full}_bucket{{le="{le}"}} {cum}')
-        out += [f"{full}_sum {qd['sum_us'] / 1e6:.9f}", f"{full}_count {cum}"]
+            f = fam(kind, name, help_)
+            f.add_metric([], int(st[key]))
+            yield f
+    for key, name, label, help_ in (("drops", "drops", "reason", "Datagrams dropped, by reason."),
+                                    ("errors", "errors", "code", "ERROR replies sent, by code."),
+                                    ("functions", "function_calls", "function", "Calls run, by function.")):
+        f = fam("counter", name, help_, [label])
+        for k, v in st.get(key, {}).items():
+            f.add_metric([str(k)], int(v))
+        yield f
+    h = HistogramMetricFamily(f"{prefix}_batch_size", BATCH_HELP)
+    h.add_metric([], *_batch_buckets(st.get("batch_sizes", {})))
+    yield h
+    if st.get("queue_delay"):
+        h = HistogramMetricFamily(f"{prefix}_queue_delay_seconds", QDELAY_HELP)
+        h.add_metric([], *_qdelay_buckets(st["queue_delay"]))
+        yield h
+    per = st.get("by_function", {})
+    if per:
+        acc = fam("counter", "function_accepted_calls", "Calls accepted (complete requests queued), by function.",
+                  ["function"])
+        err = fam("counter", "function_errors", "ERROR replies sent, by function and code (BUSY and DRAINING "
+                  "answers among them).", ["function", "code"])
+        queued = fam("gauge", "function_queued_calls", "Calls waiting for a batch, by function.", ["function"])
+        bs = HistogramMetricFamily(f"{prefix}_function_batch_size", BATCH_HELP + " By function.", labels=["function"])
+        qd = HistogramMetricFamily(f"{prefix}_function_queue_delay_seconds", QDELAY_HELP + " By function.",
+                                   labels=["function"])
+        for name, f in per.items():
+            acc.add_metric([name], int(f["calls"]))
+            for code, n in f["errors"].items():
+                err.add_metric([name, code], int(n))
+            queued.add_metric([name], int(f["queued"]))
+            bs.add_metric([name], *_batch_buckets(f["batch_sizes"]))
+            qd.add_metric([name], *_qdelay_buckets(f["queue_delay"]))
+        yield from (acc, err, queued, bs, qd)
     for k, v in st.get("socket_buffers", {}).items():
-        metric(f"socket_{k}_bytes", "gauge", f"Effective socket {k} size.", [("", int(v))])
+        f = fam("gauge", f"socket_{k}_bytes", f"Effective socket {k} size.")
+        f.add_metric([], int(v))
+        yield f
     d = st.get("dpdk")
     if d:
-        metric("dpdk_rx_frames_total", "counter", "Frames received by the DPDK port.", [("", int(d["rx_frames"]))])
-        metric("dpdk_tx_frames_total", "counter", "Frames sent by the DPDK port.", [("", int(d["tx_frames"]))])
-        metric("dpdk_frame_drops_total", "counter", "Frames the DPDK port dropped, by reason.",
-               [(f'{{reason="{_esc(k)}"}}', int(v)) for k, v in d["drops"].items()])
-        metric("dpdk_tx_failed_total", "counter", "Frames the DPDK port did not take.", [("", int(d["tx_failed"]))])
-        metric("dpdk_arp_replies_total", "counter", "ARP replies sent.", [("", int(d["arp_replies"]))])
+        for name, key, help_ in (("dpdk_rx_frames", "rx_frames", "Frames received by the DPDK port."),
+                                 ("dpdk_tx_frames", "tx_frames", "Frames sent by the DPDK port."),
+                                 ("dpdk_tx_failed", "tx_failed", "Frames the DPDK port did not take."),
+                                 ("dpdk_arp_replies", "arp_replies", "ARP replies sent.")):
+            f = fam("counter", name, help_)
+            f.add_metric([], int(d[key]))
+            yield f
+        f = fam("counter", "dpdk_frame_drops", "Frames the DPDK port dropped, by reason.", ["reason"])
+        for k, v in d["drops"].items():
+            f.add_metric([str(k)], int(v))
+        yield f
     c = st.get("colocation")
     if c:
         svcs = c["services"]
-        lab = lambda n: f'{{service="{_esc(n)}"}}'  # noqa: E731
-        metric("colocation_calls_total", "counter", "Calls that reached a co-located service, by service.",
-               [(lab(n), int(v["calls"])) for n, v in svcs.items()])
-        metric("colocation_qos_violations_total", "counter", "Calls answered after their service's QoS target.",
-               [(lab(n), int(v["violations"])) for n, v in svcs.items()])
-        metric("colocation_too_large_total", "counter", "Calls refused: their PMC estimate exceeds the budget.",
-               [(lab(n), int(v["too_large"])) for n, v in svcs.items()])
-        metric("colocation_groups_total", "counter", "Groups of co-located calls run.", [("", int(c["groups"]))])
-        metric("colocation_budget_bytes", "gauge", "Memory budget of the co-located services.", [("", int(c["budget"]))])
-        metric("colocation_reserved_bytes", "gauge", "Memory reserved by the running group.", [("", int(c["reserved"]))])
-        metric("colocation_queued_calls", "gauge", "Calls waiting for a group.", [("", int(c["queued"]))])
-    return "\n".join(out) + "\n"
+        for name, key, help_ in (("colocation_calls", "calls", "Calls that reached a co-located service, by service."),
+                                 ("colocation_qos_violations", "violations",
+                                  "Calls answered after their service's QoS target."),
+                                 ("colocation_too_large", "too_large",
+                                  "Calls refused: their PMC estimate exceeds the budget.")):
+            f = fam("counter", name, help_, ["service"])
+            for n, v in svcs.items():
+                f.add_metric([str(n)], int(v[key]))
+            yield f
+        for kind, name, key, help_ in (("counter", "colocation_groups", "groups", "Groups of co-located calls run."),
+                                       ("gauge", "colocation_budget_bytes", "budget",
+                                        "Memory budget of the co-located services."),
+                                       ("gauge", "colocation_reserved_bytes", "reserved",
+                                        "Memory reserved by the running group."),
+                                       ("gauge", "colocation_queued_calls", "queued", "Calls waiting for a group.")):
+            f = fam(kind, name, help_)
+            f.add_metric([], int(c[key]))
+            yield f
 
 
-class MetricsServer:
-    """Serves GET /metrics for a splitrpc.Server on host:port (a thread of its own; port 0 picks
-    one, see .port). Anything else is 404. Use as a context manager or call close()."""
+class StatsCollector(Collector):
+    """A prometheus_client collector over stats(), a callable returning a Server.stats() dict
+    (read at each scrape, on the scraping thread)."""
 
-    def __init__(self, server, port: int, host: str = "127.0.0.1"):
-        source = server
+    def __init__(self, stats, prefix: str = PREFIX):
+        self._stats, self._prefix = stats, prefix
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self):  # noqa: N802 - the http.server API
-                if self.path.split("?", 1)[0] != "/metrics":
-                    self.send_error(404, "only /metrics is served")
-                    return
-                try:
-                    body = prometheus_text(source.stats()).encode()
-                except Exception as e:  # noqa: BLE001 - a closed server: say so, keep serving
-                    self.send_error(503, f"no stats: {type(e).__name__}")
-                    return
-                self.send_response(200)
-                self.send_header("Content-Type", CONTENT_TYPE)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
+    def collect(self):
+        yield from families(self._stats(), self._prefix)
 
-            def log_message(self, *args):  # quiet: the access log is not ours to print
-                pass
 
-        self._http = ThreadingHTTPServer((host, port), Handler)
-        self._http.daemon_threads = True
-        self.host, self.port = host, self._http.server_address[1]
-        self._thread = threading.Thread(target=self._http.serve_forever, name="splitrpc-metrics", daemon=True)
-        self._thread.start()
+def registry_for(server, *, process: bool = True) -> CollectorRegistry:
+    """A registry with the server's collector and (process=True) prometheus-client's process
+    collector (CPU seconds, memory, open files of this process)."""
+    from prometheus_client import ProcessCollector
 
-    def close(self) -> None:
-        self._http.shutdown()
-        self._http.server_close()
-        self._thread.join()
+    reg = CollectorRegistry(auto_describe=False)
+    reg.register(StatsCollector(server.stats))
+    if process:
+        ProcessCollector(registry=reg)
+    return reg
 
-    def __enter__(self) -> "MetricsServer":
-        return self
 
-    def __exit__(self, *exc) -> None:
-        self.close()
+def prometheus_text(st: dict, prefix: str = PREFIX) -> str:
+    """The Prometheus text exposition (format 0.0.4) of a Server.stats() dict."""
+    reg = CollectorRegistry(auto_describe=False)
+    reg.register(StatsCollector(lambda: st, prefix))
+    return generate_latest(reg).decode()

@@ -9,7 +9,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import splitrpc  # noqa: E402
-from splitrpc.metrics import MetricsServer  # noqa: E402
+from splitrpc.admin import AdminServer  # noqa: E402
 from splitrpc.services.gnnsched import colocate, models, pmc  # noqa: E402
 
 F, C = 16, 5
@@ -167,11 +167,11 @@ def test_counters_reach_metrics(served):
     srv, co, cl, _, _ = served
     _, _, req = _request(10, 30)
     cl.call(1, req)
-    with MetricsServer(srv, 0) as m:
+    with AdminServer(srv, 0) as m:
         text = urllib.request.urlopen(f"http://127.0.0.1:{m.port}/metrics", timeout=5).read().decode()
-    assert 'splitrpc_colocation_calls_total{service="gcn"} 1' in text
-    assert 'splitrpc_colocation_qos_violations_total{service="gcn"} 0' in text
-    assert f"splitrpc_colocation_budget_bytes {co.budget}" in text
+    assert 'splitrpc_colocation_calls_total{service="gcn"} 1.0' in text
+    assert 'splitrpc_colocation_qos_violations_total{service="gcn"} 0.0' in text
+    assert f"splitrpc_colocation_budget_bytes {float(co.budget)}" in text
 
 
 def test_serial_runs_one_call_at_a_time_and_violations_are_counted():

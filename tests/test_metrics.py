@@ -1,4 +1,4 @@
-"""Prometheus metrics: the text format of Server.stats() (parsed back here), the queue-delay histogram, the /metrics endpoint, and `splitrpc serve --metrics-port`."""
+"""Prometheus metrics: Server.stats() through prometheus-client (parsed back with its parser), the queue-delay histogram, the /metrics endpoint (text and OpenMetrics), and `splitrpc serve --admin-port` (and its older name --metrics-port)."""
 import re
 import subprocess
 import sys
@@ -13,28 +13,25 @@ import pytest
 from conftest import settled
 
 from splitrpc import TensorSpec
-from splitrpc.metrics import CONTENT_TYPE, MetricsServer, prometheus_text
+from prometheus_client.parser import text_string_to_metric_families
+
+from splitrpc.admin import AdminServer
+from splitrpc.metrics import CONTENT_TYPE, prometheus_text
 from splitrpc.services import register_builtin_services
 
-SAMPLE = re.compile(r'^([a-z_]+)(\{[a-z_]+="(?:[^"\\]|\\.)*"\})? (-?\d+(?:\.\d+)?)$')
+
+def _esc(v: str) -> str:
+    return v.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 
 
 def parse(text: str) -> dict:
-    """{(name, labels): value}; every sample's family declared by a TYPE line first."""
-    types, samples = {}, {}
-    for line in text.splitlines():
-        if line.startswith("# TYPE "):
-            _, _, name, kind = line.split()
-            types[name] = kind
-        elif line.startswith("# HELP ") or not line:
-            continue
-        else:
-            m = SAMPLE.match(line)
-            assert m, f"not a valid sample line: {line!r}"
-            name, labels, value = m.group(1), m.group(2) or "", float(m.group(3))
-            family = re.sub(r"_(bucket|sum|count)$", "", name) if name not in types else name
-            assert family in types, f"{name} has no TYPE line"
-            samples[(name, labels)] = value
+    """{(sample name, '{label="value",...}'): value} by prometheus_client's own parser (which
+    raises on anything that is not the exposition format)."""
+    samples = {}
+    for fam in text_string_to_metric_families(text):
+        for smp in fam.samples:
+            labels = ",".join(f'{k}="{_esc(v)}"' for k, v in smp.labels.items())
+            samples[(smp.name, f"{{{labels}}}" if labels else "")] = smp.value
     return samples
 
 
@@ -58,6 +55,17 @@ def test_text_format_of_stats(make_server, make_client):
     assert buckets == sorted(buckets) and s[("splitrpc_batch_size_bucket", '{le="+Inf"}')] == st["batches"]
     assert s[("splitrpc_batch_size_count", "")] == st["batches"]
     assert s[("splitrpc_batch_size_sum", "")] == sum(k * v for k, v in st["batch_sizes"].items())
+    # per function: the engine's own counters of each
+    v = st["by_function"]["vecadd"]
+    assert v["calls"] == 40 and v["batches"] == sum(v["batch_sizes"].values()) and v["queued"] == 0
+    assert sum(k * n for k, n in v["batch_sizes"].items()) == 40 and v["queue_delay"]["count"] == 40
+    assert st["by_function"]["matmul"]["calls"] == 0 and not any(v["errors"].values())
+    assert s[("splitrpc_function_accepted_calls_total", '{function="vecadd"}')] == 40
+    assert s[("splitrpc_function_batch_size_count", '{function="vecadd"}')] == v["batches"]
+    assert s[("splitrpc_function_batch_size_sum", '{function="vecadd"}')] == 40
+    assert s[("splitrpc_function_queue_delay_seconds_count", '{function="vecadd"}')] == 40
+    assert s[("splitrpc_function_errors_total", '{code="BUSY",function="vecadd"}')] == 0
+    assert s[("splitrpc_function_queued_calls", '{function="echo"}')] == 0
 
 
 def test_queue_delay_histogram(make_server, make_client):
@@ -130,27 +138,36 @@ def test_label_values_are_escaped():
 def test_endpoint(make_server, make_client):
     srv = make_server(register_builtin_services)
     make_client(srv.port, timeout=2.0).call(1, np.zeros(256, np.float32))
-    with MetricsServer(srv, 0) as ms:
+    with AdminServer(srv, 0) as ms:
         with urllib.request.urlopen(f"http://127.0.0.1:{ms.port}/metrics", timeout=5) as r:
             assert r.status == 200 and r.headers["Content-Type"] == CONTENT_TYPE
             assert parse(r.read().decode())[("splitrpc_calls_total", "")] >= 1
+        req = urllib.request.Request(f"http://127.0.0.1:{ms.port}/metrics",
+                                     headers={"Accept": "application/openmetrics-text; version=1.0.0"})
+        with urllib.request.urlopen(req, timeout=5) as r:  # negotiated: OpenMetrics, with its # EOF
+            body = r.read().decode()
+            assert r.headers["Content-Type"].startswith("application/openmetrics-text")
+            assert body.rstrip().endswith("# EOF") and "splitrpc_calls_total" in body
         with pytest.raises(urllib.error.HTTPError) as ei:
             urllib.request.urlopen(f"http://127.0.0.1:{ms.port}/other", timeout=5)
         assert ei.value.code == 404
 
 
-def test_serve_metrics_port_cli():
-    p = subprocess.Popen([sys.executable, "-m", "splitrpc", "serve", "--port", "0", "--metrics-port", "0"],
+@pytest.mark.parametrize("flag", ["--admin-port", "--metrics-port"])
+def test_serve_metrics_port_cli(flag):
+    p = subprocess.Popen([sys.executable, "-m", "splitrpc", "serve", "--port", "0", flag, "0"],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tempfile.gettempdir())
     try:
         url = None
-        for _ in range(2):
+        for _ in range(4):  # start, ready, metrics
             line = p.stdout.readline()
             m = re.search(r"metrics: (http://\S+)", line)
             url = url or (m.group(1) if m else None)
+            if url:
+                break
         assert url, "no metrics line printed"
         with urllib.request.urlopen(url, timeout=5) as r:
-            assert "splitrpc_calls_total 0" in r.read().decode()
+            assert parse(r.read().decode())[("splitrpc_calls_total", "")] == 0
     finally:
         p.terminate()
         assert p.wait(10) == 0
