@@ -366,3 +366,30 @@ def test_describe_call_and_load_by_name(served_app, tmp_path, run_env):
     run = doc["runs"][0]
     assert doc["target"]["func_id"] == 200 and doc["target"]["request_set"]["requests"] == 64
     assert run["ok"] == 300 and run["errors"] == 0, run
+
+
+def test_serve_module_attr_in_several_processes(run_env):
+    """--processes N imports the user's module in each process; every one drains on SIGTERM."""
+    p = _serve("ops_app:server", "--processes", "2", "--grace", "10", env=run_env["env"])
+    try:
+        deadline = time.monotonic() + 60
+        port = None
+        while time.monotonic() < deadline:
+            line = p.stdout.readline()
+            assert line, p.stderr.read()
+            m = re.search(r"2 processes serving on [\d.]+:(\d+)", line)
+            if m:
+                port = int(m.group(1))
+                break
+        assert port
+        with splitrpc.Client("127.0.0.1", port, timeout=5) as c:
+            assert [f.name for f in c.describe().functions] == ["scale", "upper", "stuck"]
+            assert c.call(201, b"two") == b"TWO"
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(30) == 0
+        out = p.stdout.read()
+        assert out.count("drain") >= 2 and "together: " in out, out
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
