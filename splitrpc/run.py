@@ -6,7 +6,6 @@ over or `grace` has passed; a second signal ends the drain at once.
 """
 from __future__ import annotations
 
-import importlib
 import inspect
 import json
 import logging
@@ -15,6 +14,7 @@ import signal
 import sys
 import threading
 import time
+from importlib import import_module
 
 from splitrpc.server import Server
 
@@ -40,7 +40,7 @@ def load_target(target: str, server_options: dict) -> Server:
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
     try:
-        mod = importlib.import_module(mod_name)
+        mod = import_module(mod_name)
     except ModuleNotFoundError as e:
         if e.name and mod_name.startswith(e.name):
             raise TargetError(f"no module named {e.name!r} (from {target!r}; the current directory is on the "
