@@ -6,6 +6,7 @@ from splitrpc.errors import (BadRequest, Busy, CallTimeout, DeadlineExceeded, In
                              RemoteError, SplitRPCError, TooLarge, UnknownFunction, Draining)
 from splitrpc.executor import ThreadPool
 from splitrpc.gpu import GPUError, GPUUnavailable
+from splitrpc.pool import Pool
 from splitrpc.server import QueueView, Server
 from splitrpc.spec import TensorSpec
 
@@ -35,5 +36,5 @@ def features() -> dict:
 __all__ = [
     "Server", "Client", "TensorSpec", "features", "SplitRPCError", "NativeError", "CallTimeout", "RemoteError",
     "UnknownFunction", "BadRequest", "Busy", "DeadlineExceeded", "InternalError", "TooLarge", "Draining", "GPUError",
-    "GPUUnavailable", "gpu", "ThreadPool", "CostTable", "QueueView",
+    "GPUUnavailable", "gpu", "ThreadPool", "CostTable", "QueueView", "Pool",
 ]

@@ -1,0 +1,282 @@
+"""pool.py: splitrpc.Pool, a client over several replicas of one service: each call goes to the better of two replicas drawn at random (power of two choices) by the pool's own calls outstanding there, the queue each last reported to a ping and a recent BUSY; a call refused with BUSY or DRAINING is sent to another replica (it never ran), one whose replica fell silent only when marked idempotent.
+
+Replicas come as a static list of addresses, or a DNS name resolving to several. Each replica
+has a Client of its own, so retransmissions of a call stay on its replica (whose reply cache
+runs a call at most once). A prober thread pings every replica every `probe_interval` seconds
+(docs/PROTOCOL.md, Amendment 1): the reply's `pending` is the replica's queue; a DRAINING answer
+or a ping with no reply within `probe_timeout` takes the replica out of the choice until a later
+ping says it is ready again. Thread-safe.
+
+Failover bound: a call to a replica that dies (SIGKILL) is sent elsewhere after at most
+`attempt_timeout` seconds (idempotent calls; others end with CallTimeout at their deadline), and
+calls made after the next failed probe (`probe_interval + probe_timeout`) avoid it.
+"""
+from __future__ import annotations
+
+import random
+import socket
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from splitrpc.client import Client
+from splitrpc.errors import Busy, CallTimeout, Draining, SplitRPCError, UnknownFunction
+from splitrpc.describe import NotDescribed
+
+CHOICES = ("p2c", "random")
+LATENCY_ALPHA = 0.1  # weight of a new call in a replica's moving-average latency
+DEFAULT_PORT = 9230
+
+
+class NoReplica(SplitRPCError):
+    """Every replica of the pool is out (draining, silent) or was tried for this call."""
+
+
+def resolve(spec) -> list[tuple[str, int]]:
+    """Addresses of spec: a list of "host:port" strings or (host, port) tuples, or one
+    "name:port" whose DNS name resolves to several addresses (each one a replica; IPv4 and
+    IPv6, in resolver order, duplicates dropped)."""
+    items = [spec] if isinstance(spec, (str, tuple)) else list(spec)
+    out: list[tuple[str, int]] = []
+    for it in items:
+        host, port = it if isinstance(it, tuple) else _split(it)
+        for fam, _, _, _, sa in socket.getaddrinfo(host, port, type=socket.SOCK_DGRAM):
+            if fam in (socket.AF_INET, socket.AF_INET6) and (sa[0], sa[1]) not in out:
+                out.append((sa[0], sa[1]))
+    if not out:
+        raise ValueError(f"no replica address in {spec!r}")
+    return out
+
+
+def _split(text: str) -> tuple[str, int]:
+    if text.startswith("["):
+        host, _, rest = text[1:].partition("]")
+        return host, int(rest[1:]) if rest.startswith(":") else DEFAULT_PORT
+    if text.count(":") == 1:
+        host, port = text.split(":")
+        return host, int(port)
+    return text, DEFAULT_PORT
+
+
+@dataclass
+class Replica:
+    """One replica as the pool sees it; counters are the pool's own."""
+    address: tuple[str, int]
+    client: Client
+    prober: Client
+    outstanding: int = 0       # the pool's calls sent there and not finished
+    queue: int = 0             # its calls pending at the last ping
+    others: int = 0            # of those, the ones not the pool's (the queue less our outstanding then)
+    latency: float = 0.0       # moving average of its calls' latency, seconds (0: none yet)
+    out_until: float = 0.0     # silent or draining: not chosen before this (monotonic)
+    busy_until: float = 0.0    # answered BUSY recently: chosen last before this
+    draining: bool = False
+    counts: dict = field(default_factory=lambda: {"calls": 0, "ok": 0, "busy": 0, "draining": 0, "silent": 0,
+                                                  "errors": 0})
+
+    def available(self, now: float) -> bool:
+        return not self.draining and now >= self.out_until
+
+    def load(self, now: float, busy_weight: float, latency: float) -> float:
+        """The wait a new call can expect there: the calls ahead of it (the pool's outstanding
+        calls, exact and current; other clients' calls queued at the last ping, sampled, the
+        pool's own not counted twice so that a stale sample cannot send a whole probe interval's
+        calls to one replica; busy_weight more while it answered BUSY recently), plus itself,
+        times its moving-average latency (`latency` where it has none yet): a replica twice as
+        slow takes half as many calls at the same wait."""
+        ahead = self.outstanding + self.others + (busy_weight if now < self.busy_until else 0)
+        return (ahead + 1) * (self.latency or latency)
+
+
+class Pool:
+    """Calls spread over the replicas of `replicas` (see resolve()). choice: "p2c" (power of two
+    choices, the default) or "random" (uniform, for comparison). timeout: a call's default
+    deadline in seconds; attempt_timeout: how long one attempt of an idempotent call waits for
+    its replica before trying another (default: a quarter of timeout, at least 50 ms);
+    max_attempts: replicas tried per call at most. busy_penalty: seconds during which a replica
+    that answered BUSY counts busy_weight calls more. probe_interval None: no pings (a replica
+    taken out by a DRAINING answer stays out). Other keywords go to each replica's Client (busy_retry is off: a
+    BUSY goes to another replica instead)."""
+
+    def __init__(self, replicas, *, choice: str = "p2c", timeout: float = 1.0, attempt_timeout: float | None = None,
+                 max_attempts: int = 3, probe_interval: float | None = 0.05, probe_timeout: float = 0.1,
+                 busy_penalty: float = 0.005, busy_weight: float = 16, seed: int | None = None, **client_kw):
+        if choice not in CHOICES:
+            raise ValueError(f"choice must be one of {CHOICES}, got {choice!r}")
+        if not timeout > 0 or max_attempts < 1 or (attempt_timeout is not None and not attempt_timeout > 0):
+            raise ValueError("timeout and attempt_timeout must be positive seconds, max_attempts at least 1")
+        self.choice, self.timeout, self.max_attempts = choice, timeout, max_attempts
+        self.attempt_timeout = attempt_timeout or max(0.05, timeout / 4)
+        self.busy_penalty, self.busy_weight, self.probe_timeout = busy_penalty, busy_weight, probe_timeout
+        self._rng = random.Random(seed)
+        self._lock = threading.Lock()
+        self.replicas: list[Replica] = []
+        try:
+            for host, port in resolve(replicas):
+                self.replicas.append(Replica((host, port), Client(host, port, timeout, busy_retry=False, **client_kw),
+                                             Client(host, port, probe_timeout, retries=0)))
+        except BaseException:
+            self._close_clients()
+            raise
+        self.failovers = 0
+        self._stop = threading.Event()
+        self._prober = None
+        if probe_interval:
+            self._prober = threading.Thread(target=self._probe_loop, args=(probe_interval,), name="splitrpc-pool-probe",
+                                            daemon=True)
+            self._prober.start()
+        self._executor: ThreadPoolExecutor | None = None
+
+    # ------------------------------------------------------------------ choosing
+
+    def _choose(self, tried: set) -> Replica | None:
+        """A replica not yet tried for this call: among those available (else any untried), the
+        less loaded of two drawn at random (p2c), or one at random."""
+        now = time.monotonic()
+        with self._lock:
+            cands = [r for r in self.replicas if id(r) not in tried and r.available(now)]
+            if not cands:
+                cands = [r for r in self.replicas if id(r) not in tried and not r.draining]
+            if not cands:
+                return None
+            if self.choice == "random" or len(cands) == 1:
+                r = self._rng.choice(cands)
+            else:
+                a, b = self._rng.sample(cands, 2)
+                known = [x.latency for x in self.replicas if x.latency] or [1e-3]
+                lat = min(known)  # an untried replica is taken for as fast as the fastest: it gets tried
+                r = a if a.load(now, self.busy_weight, lat) <= b.load(now, self.busy_weight, lat) else b
+            r.outstanding += 1
+            r.counts["calls"] += 1
+            return r
+
+    # ------------------------------------------------------------------ calls
+
+    def call(self, func_id: int, data=b"", timeout: float | None = None, *, idempotent: bool = False,
+             aux: int = 0) -> bytes:
+        """The reply of one call, from whichever replica answered it. A BUSY or DRAINING answer
+        sends the call to another replica (it never ran on the first); an attempt with no reply
+        within attempt_timeout does so only for an idempotent call (else the call waits out its
+        deadline there and raises CallTimeout). Raises the last replica's error when max_attempts
+        replicas have refused, NoReplica when none is left to try."""
+        deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
+        tried: set = set()
+        last: Exception | None = None
+        for _ in range(self.max_attempts):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            r = self._choose(tried)
+            if r is None:
+                break
+            tried.add(id(r))
+            if last is not None:
+                with self._lock:
+                    self.failovers += 1
+            t0 = time.monotonic()
+            try:
+                reply = r.client.call(func_id, data, min(left, self.attempt_timeout) if idempotent else left, aux=aux)
+            except Busy as e:
+                self._count(r, "busy", busy=True)
+                last = e
+                continue
+            except Draining as e:
+                self._count(r, "draining", out=True)
+                last = e
+                continue
+            except CallTimeout as e:
+                self._count(r, "silent", out=True)
+                last = e
+                if not idempotent:
+                    raise
+                continue
+            except BaseException:
+                self._count(r, "errors")
+                raise
+            self._count(r, "ok", latency=time.monotonic() - t0)
+            return reply
+        if last is not None:
+            raise last
+        raise NoReplica(f"no replica left to try for function {func_id} (of {len(self.replicas)})")
+
+    def _count(self, r: Replica, what: str, *, busy: bool = False, out: bool = False,
+               latency: float | None = None) -> None:
+        now = time.monotonic()
+        with self._lock:
+            r.outstanding -= 1
+            r.counts[what] += 1
+            if latency is not None:
+                r.latency = latency if not r.latency else r.latency + LATENCY_ALPHA * (latency - r.latency)
+            if busy:
+                r.busy_until = now + self.busy_penalty
+            if out:
+                r.out_until = now + self.probe_timeout + 0.05  # the prober brings it back when it answers
+                r.draining = r.draining or what == "draining"
+
+    def call_async(self, func_id: int, data=b"", timeout: float | None = None, *, idempotent: bool = False,
+                   aux: int = 0) -> Future:
+        """call() on a thread of the pool's executor (as many threads as replicas x 64)."""
+        with self._lock:
+            if self._executor is None:
+                self._executor = ThreadPoolExecutor(max_workers=64 * len(self.replicas),
+                                                    thread_name_prefix="splitrpc-pool")
+        return self._executor.submit(self.call, func_id, data, timeout, idempotent=idempotent, aux=aux)
+
+    # ------------------------------------------------------------------ probing
+
+    def _probe_loop(self, interval: float) -> None:
+        while not self._stop.wait(interval):
+            for r in self.replicas:
+                if self._stop.is_set():
+                    return
+                self._probe(r)
+
+    def _probe(self, r: Replica) -> None:
+        try:
+            p = r.prober.ping(self.probe_timeout)
+        except Draining:
+            with self._lock:
+                r.draining = True
+            return
+        except (CallTimeout, UnknownFunction, NotDescribed, SplitRPCError):
+            with self._lock:  # silent (or a server without ping: then only calls tell)
+                r.out_until = time.monotonic() + self.probe_timeout
+            return
+        with self._lock:
+            r.queue = int(p.get("pending", 0))
+            r.others = max(0, r.queue - r.outstanding)
+            r.draining = not p.get("ready", True)
+            r.out_until = 0.0
+
+    # ------------------------------------------------------------------ counters, life cycle
+
+    def stats(self) -> dict:
+        """Per replica ("host:port"): the pool's calls sent there and their outcomes (ok, busy,
+        draining, silent, errors), outstanding, last queue and whether it is chosen now; and the
+        calls sent to a second replica (failovers)."""
+        now = time.monotonic()
+        with self._lock:
+            return {"failovers": self.failovers,
+                    "replicas": {f"{h}:{p}": {**r.counts, "outstanding": r.outstanding, "queue": r.queue,
+                                              "available": r.available(now), "draining": r.draining}
+                                 for r in self.replicas for h, p in [r.address]}}
+
+    def _close_clients(self) -> None:
+        for r in self.replicas:
+            r.client.close()
+            r.prober.close()
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._prober is not None:
+            self._prober.join()
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
+        self._close_clients()
+
+    def __enter__(self) -> "Pool":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
