@@ -1,0 +1,1 @@
+"""hercules: SLA-bounded configuration search and fleet provisioning (Hercules, issue 20)."""
