@@ -112,14 +112,15 @@ def _described(a):
                         "--request-file")
     try:
         with Client(a.host, a.port, timeout=max(a.timeout_ms / 1e3, 1.0)) as c:
-            info = c.describe().by_name(a.func_name)
+            desc = c.describe()
+            info = desc.by_name(a.func_name)
     except (SplitRPCError, NotDescribed) as e:
         raise LoadError(f"--func {a.func_name}: the server did not describe itself ({type(e).__name__}: {e})") from None
     except KeyError as e:
         raise LoadError(f"--func: {e.args[0]}") from None
     rng = np.random.default_rng(a.seed)
     try:
-        reqs = [info.example(rng) for _ in range(FUNC_REQUESTS)]
+        reqs = [info.example(rng, max_bytes=desc.max_message) for _ in range(FUNC_REQUESTS)]
     except ValueError as e:
         raise LoadError(f"--func: {e} (--func-id {info.func_id} --request-file FILE)") from None
     return info.func_id, RequestSet(reqs)

@@ -284,7 +284,9 @@ def _serve_processes(a) -> int:
 
     for i in range(a.processes):
         admin = [] if a.admin_port is None else ["--admin-port", str(a.admin_port and a.admin_port + i)]
-        p = subprocess.Popen(base + admin, stdout=subprocess.PIPE, text=True)
+        # a session of its own: a terminal's Ctrl-C reaches the parent alone, which passes on one SIGTERM
+        # (a child that got both would take the second for "stop at once")
+        p = subprocess.Popen(base + admin, stdout=subprocess.PIPE, text=True, start_new_session=True)
         procs.append(p)
         threading.Thread(target=relay, args=(i, p), daemon=True).start()
     stop = lambda *_: [p.send_signal(signal.SIGTERM) for p in procs if p.poll() is None]  # noqa: E731
@@ -465,7 +467,7 @@ def _call_described(a) -> int:
         data = a.text.encode()
     else:
         try:
-            data = info.example(np.random.default_rng(a.seed))
+            data = info.example(np.random.default_rng(a.seed), max_bytes=d.max_message)
         except ValueError as e:
             print(f"splitrpc call: {e} (--file or --text)", file=sys.stderr)
             return 2

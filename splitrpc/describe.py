@@ -46,12 +46,16 @@ class FunctionInfo:
         """A tensor function's exact request size (its inputs back to back); None for raw."""
         return None if self.raw else sum(s.nbytes for s in self.inputs)
 
-    def example(self, rng) -> bytes:
+    def example(self, rng, max_bytes: int | None = None) -> bytes:
         """A request of random inputs (TensorSpec.random) for a tensor function; ValueError for a
-        raw function, whose bytes only its author knows."""
+        raw function, whose bytes only its author knows, or for a request over max_bytes (the
+        server's max_message: a description is the server's word, not to be trusted with memory)."""
         if self.raw:
             raise ValueError(f"{self.name} is a raw function (requests of up to {self.max_request} bytes of its own "
                              "format): give the request bytes")
+        if max_bytes is not None and self.request_bytes > max_bytes:
+            raise ValueError(f"{self.name} declares a request of {self.request_bytes} bytes, over the server's "
+                             f"largest message ({max_bytes})")
         return b"".join(s.random(rng).tobytes() for s in self.inputs)
 
     def to_json(self) -> dict:
@@ -66,6 +70,8 @@ class FunctionInfo:
     @classmethod
     def from_json(cls, d: dict) -> "FunctionInfo":
         try:
+            if not isinstance(d, dict):
+                raise TypeError("a function entry must be an object")
             raw = d["kind"] == "raw"
             if d["kind"] not in ("raw", "tensor"):
                 raise NotDescribed(f"function kind {d['kind']!r}")
@@ -75,7 +81,9 @@ class FunctionInfo:
                        max_request=d.get("max_request"), max_response=d.get("max_response"),
                        max_batch=d.get("max_batch"), executor=str(d.get("executor", "inline")),
                        priority=d.get("priority"), device=str(d.get("device", "cpu")))
-        except (KeyError, TypeError, ValueError) as e:
+        except NotDescribed:
+            raise
+        except Exception as e:  # noqa: BLE001 - KeyError, TypeError, ValueError, OverflowError...
             raise NotDescribed(f"a function entry that does not read: {e!r}") from None
 
 
@@ -117,12 +125,22 @@ def encode_description(functions: list[FunctionInfo], *, max_message: int, proto
 
 
 def decode_description(reply: bytes) -> Description:
+    """The Description in a describe reply; NotDescribed for anything else (the reply is the
+    server's: hostile until checked)."""
     doc = _json(reply, "describe")
-    return Description(functions=tuple(FunctionInfo.from_json(f) for f in doc.get("functions", ())),
-                       max_message=int(doc.get("max_message", 0)), protocols=tuple(doc.get("protocols", ())),
-                       software=str(doc.get("software", "")),
-                       extra={k: v for k, v in doc.items()
-                              if k not in ("describe", "functions", "max_message", "protocols", "software")})
+    try:
+        funcs, protos = doc.get("functions", []), doc.get("protocols", [])
+        if not isinstance(funcs, list) or not isinstance(protos, list):
+            raise TypeError("functions and protocols must be lists")
+        return Description(functions=tuple(FunctionInfo.from_json(f) for f in funcs),
+                           max_message=int(doc.get("max_message", 0)), protocols=tuple(int(p) for p in protos),
+                           software=str(doc.get("software", "")),
+                           extra={k: v for k, v in doc.items()
+                                  if k not in ("describe", "functions", "max_message", "protocols", "software")})
+    except NotDescribed:
+        raise
+    except Exception as e:  # noqa: BLE001 - any way the fields do not read is the same answer
+        raise NotDescribed(f"a describe reply whose fields do not read: {type(e).__name__}: {e}") from None
 
 
 def encode_ping(*, ready: bool, state: str, functions: int, uptime_s: float, pending: int) -> bytes:
@@ -134,15 +152,19 @@ def decode_ping(reply: bytes) -> dict:
     return _json(reply, "ping")
 
 
+def _no_constant(name: str):
+    raise ValueError(f"{name} is not JSON")
+
+
 def _json(reply: bytes, key: str) -> dict:
     """The reply's JSON object if its first key is `key` with a layout this client reads."""
     if not bytes(reply[:len(key) + 3]).startswith(b'{"' + key.encode() + b'"'):
         raise NotDescribed(f"not a {key} reply (a server older than docs/PROTOCOL.md's Amendment 1, with a "
                            f"function of its own at that id?): {bytes(reply[:40])!r}")
-    try:
-        doc = json.loads(bytes(reply).decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise NotDescribed(f"a {key} reply that is not JSON: {e}") from None
+    try:  # NaN and Infinity are not JSON; deep nesting and huge numbers fail too
+        doc = json.loads(bytes(reply).decode("utf-8"), parse_constant=_no_constant)
+    except Exception as e:  # noqa: BLE001 - RecursionError, ValueError, ...: not a reply of ours
+        raise NotDescribed(f"a {key} reply that is not JSON: {type(e).__name__}: {e}") from None
     if not isinstance(doc, dict) or doc.get(key) != LAYOUT:
         raise NotDescribed(f"{key} reply layout {doc.get(key) if isinstance(doc, dict) else '?'!r}; "
                            f"this client reads {LAYOUT}")

@@ -1,15 +1,17 @@
-"""pool.py: splitrpc.Pool, a client over several replicas of one service: each call goes to the better of two replicas drawn at random (power of two choices) by the pool's own calls outstanding there, the queue each last reported to a ping and a recent BUSY; a call refused with BUSY or DRAINING is sent to another replica (it never ran), one whose replica fell silent only when marked idempotent.
+"""pool.py: splitrpc.Pool, a client over several replicas of one service: each call goes to the better of two replicas drawn at random (power of two choices) by the wait it can expect there (the pool's own calls outstanding, other clients' queued at the last ping, a recent BUSY, times the replica's moving-average latency); a call refused with BUSY or DRAINING is sent to another replica (it never ran), one whose replica fell silent only when marked idempotent.
 
 Replicas come as a static list of addresses, or a DNS name resolving to several. Each replica
 has a Client of its own, so retransmissions of a call stay on its replica (whose reply cache
 runs a call at most once). A prober thread pings every replica every `probe_interval` seconds
-(docs/PROTOCOL.md, Amendment 1): the reply's `pending` is the replica's queue; a DRAINING answer
-or a ping with no reply within `probe_timeout` takes the replica out of the choice until a later
-ping says it is ready again. Thread-safe.
+(docs/PROTOCOL.md, Amendment 1): the reply's `pending` is the replica's queue. A DRAINING answer,
+a call with no reply, or PING_FAILURES pings in a row with no reply within `probe_timeout` (a
+ping waits behind the replica's running batch, so one late ping is not death) take the replica
+out of the choice until a ping finds it ready again. A replica without ping (a server older than
+the amendment) is not probed: its calls alone tell. Thread-safe.
 
 Failover bound: a call to a replica that dies (SIGKILL) is sent elsewhere after at most
 `attempt_timeout` seconds (idempotent calls; others end with CallTimeout at their deadline), and
-calls made after the next failed probe (`probe_interval + probe_timeout`) avoid it.
+every call after that first silent one avoids the replica.
 """
 from __future__ import annotations
 
@@ -25,6 +27,8 @@ from splitrpc.errors import Busy, CallTimeout, Draining, SplitRPCError, UnknownF
 from splitrpc.describe import NotDescribed
 
 CHOICES = ("p2c", "random")
+PING_FAILURES = 2    # pings in a row without a reply that take a replica out
+SILENT_FOR = 1.0     # seconds a silent replica stays out where no ping can tell when it is back
 LATENCY_ALPHA = 0.1  # weight of a new call in a replica's moving-average latency
 DEFAULT_PORT = 9230
 
@@ -69,14 +73,17 @@ class Replica:
     queue: int = 0             # its calls pending at the last ping
     others: int = 0            # of those, the ones not the pool's (the queue less our outstanding then)
     latency: float = 0.0       # moving average of its calls' latency, seconds (0: none yet)
-    out_until: float = 0.0     # silent or draining: not chosen before this (monotonic)
-    busy_until: float = 0.0    # answered BUSY recently: chosen last before this
+    out_until: float = 0.0     # not chosen before this (monotonic): silent, and no prober to say when it is back
+    busy_until: float = 0.0    # answered BUSY recently: counted busy_weight calls more before this
     draining: bool = False
+    silent: bool = False       # a call or pings went unanswered: out until a ping answers
+    failed_pings: int = 0      # in a row
+    probed: bool = True        # False: the replica has no ping (older than Amendment 1): calls alone tell
     counts: dict = field(default_factory=lambda: {"calls": 0, "ok": 0, "busy": 0, "draining": 0, "silent": 0,
                                                   "errors": 0})
 
     def available(self, now: float) -> bool:
-        return not self.draining and now >= self.out_until
+        return not self.draining and not self.silent and now >= self.out_until
 
     def load(self, now: float, busy_weight: float, latency: float) -> float:
         """The wait a new call can expect there: the calls ahead of it (the pool's outstanding
@@ -100,7 +107,7 @@ class Pool:
     BUSY goes to another replica instead)."""
 
     def __init__(self, replicas, *, choice: str = "p2c", timeout: float = 1.0, attempt_timeout: float | None = None,
-                 max_attempts: int = 3, probe_interval: float | None = 0.05, probe_timeout: float = 0.1,
+                 max_attempts: int = 3, probe_interval: float | None = 0.05, probe_timeout: float = 0.25,
                  busy_penalty: float = 0.005, busy_weight: float = 16, seed: int | None = None, **client_kw):
         if choice not in CHOICES:
             raise ValueError(f"choice must be one of {CHOICES}, got {choice!r}")
@@ -120,6 +127,10 @@ class Pool:
             self._close_clients()
             raise
         self.failovers = 0
+        self.probing = bool(probe_interval)
+        self._closed = False
+        self._inflight = 0  # call()s running: close() waits for them before it frees the clients
+        self._idle = threading.Condition(self._lock)
         self._stop = threading.Event()
         self._prober = None
         if probe_interval:
@@ -160,6 +171,19 @@ class Pool:
         within attempt_timeout does so only for an idempotent call (else the call waits out its
         deadline there and raises CallTimeout). Raises the last replica's error when max_attempts
         replicas have refused, NoReplica when none is left to try."""
+        with self._lock:
+            if self._closed:
+                raise SplitRPCError("pool is closed")
+            self._inflight += 1
+        try:
+            return self._call(func_id, data, timeout, idempotent, aux)
+        finally:
+            with self._lock:
+                self._inflight -= 1
+                if not self._inflight:
+                    self._idle.notify_all()
+
+    def _call(self, func_id: int, data, timeout: float | None, idempotent: bool, aux: int) -> bytes:
         deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
         tried: set = set()
         last: Exception | None = None
@@ -167,15 +191,15 @@ class Pool:
             left = deadline - time.monotonic()
             if left <= 0:
                 break
-            r = self._choose(tried)
+            r = self._choose(tried)  # counts the call outstanding there: _count() below, exactly once
             if r is None:
                 break
-            tried.add(id(r))
-            if last is not None:
-                with self._lock:
-                    self.failovers += 1
-            t0 = time.monotonic()
             try:
+                tried.add(id(r))
+                if last is not None:
+                    with self._lock:
+                        self.failovers += 1
+                t0 = time.monotonic()
                 reply = r.client.call(func_id, data, min(left, self.attempt_timeout) if idempotent else left, aux=aux)
             except Busy as e:
                 self._count(r, "busy", busy=True)
@@ -210,9 +234,13 @@ class Pool:
                 r.latency = latency if not r.latency else r.latency + LATENCY_ALPHA * (latency - r.latency)
             if busy:
                 r.busy_until = now + self.busy_penalty
-            if out:
-                r.out_until = now + self.probe_timeout + 0.05  # the prober brings it back when it answers
-                r.draining = r.draining or what == "draining"
+            if what == "draining":
+                r.draining = True  # the prober brings it back when a ping finds it ready
+            elif out:
+                if self.probing and r.probed:
+                    r.silent = True  # until a ping answers
+                else:
+                    r.out_until = now + SILENT_FOR
 
     def call_async(self, func_id: int, data=b"", timeout: float | None = None, *, idempotent: bool = False,
                    aux: int = 0) -> Future:
@@ -230,24 +258,38 @@ class Pool:
             for r in self.replicas:
                 if self._stop.is_set():
                     return
-                self._probe(r)
+                if not r.probed:
+                    continue
+                try:
+                    self._probe(r)
+                except Exception:  # noqa: BLE001 - one odd reply must not end the probing of every replica
+                    with self._lock:
+                        r.failed_pings += 1
 
     def _probe(self, r: Replica) -> None:
         try:
             p = r.prober.ping(self.probe_timeout)
+            queue, ready = int(p.get("pending", 0)), bool(p.get("ready", True))
         except Draining:
             with self._lock:
-                r.draining = True
+                r.draining, r.failed_pings = True, 0
             return
-        except (CallTimeout, UnknownFunction, NotDescribed, SplitRPCError):
-            with self._lock:  # silent (or a server without ping: then only calls tell)
-                r.out_until = time.monotonic() + self.probe_timeout
+        except (UnknownFunction, NotDescribed, ValueError, TypeError):
+            with self._lock:  # a server older than Amendment 1 (no ping): only its calls tell
+                r.probed = False
+                r.silent = False
+            return
+        except (CallTimeout, SplitRPCError):
+            with self._lock:
+                r.failed_pings += 1
+                if r.failed_pings >= PING_FAILURES:
+                    r.silent = True
             return
         with self._lock:
-            r.queue = int(p.get("pending", 0))
-            r.others = max(0, r.queue - r.outstanding)
-            r.draining = not p.get("ready", True)
-            r.out_until = 0.0
+            r.queue = queue
+            r.others = max(0, queue - r.outstanding)
+            r.draining = not ready
+            r.silent, r.failed_pings, r.out_until = False, 0, 0.0
 
     # ------------------------------------------------------------------ counters, life cycle
 
@@ -259,7 +301,8 @@ class Pool:
         with self._lock:
             return {"failovers": self.failovers,
                     "replicas": {f"{h}:{p}": {**r.counts, "outstanding": r.outstanding, "queue": r.queue,
-                                              "available": r.available(now), "draining": r.draining}
+                                              "available": r.available(now), "draining": r.draining,
+                                              "silent_now": r.silent, "probed": r.probed}
                                  for r in self.replicas for h, p in [r.address]}}
 
     def _close_clients(self) -> None:
@@ -267,7 +310,12 @@ class Pool:
             r.client.close()
             r.prober.close()
 
-    def close(self) -> None:
+    def close(self, timeout: float | None = None) -> None:
+        """Refuses new calls, waits for those running (up to timeout seconds, default the pool's
+        call timeout), then frees the clients."""
+        with self._lock:
+            self._closed = True
+            self._idle.wait_for(lambda: not self._inflight, self.timeout if timeout is None else timeout)
         self._stop.set()
         if self._prober is not None:
             self._prober.join()

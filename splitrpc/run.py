@@ -42,7 +42,7 @@ def load_target(target: str, server_options: dict) -> Server:
     try:
         mod = import_module(mod_name)
     except ModuleNotFoundError as e:
-        if e.name and mod_name.startswith(e.name):
+        if e.name and (mod_name == e.name or mod_name.startswith(e.name + ".")):
             raise TargetError(f"no module named {e.name!r} (from {target!r}; the current directory is on the "
                               "import path)") from None
         raise TargetError(f"importing {mod_name!r} failed: {type(e).__name__}: {e}") from None
@@ -50,9 +50,12 @@ def load_target(target: str, server_options: dict) -> Server:
         raise TargetError(f"importing {mod_name!r} failed: {type(e).__name__}: {e}") from None
     obj = mod
     for part in attr.split("."):
-        if not hasattr(obj, part):
-            raise TargetError(f"module {mod_name!r} has no attribute {attr!r}")
-        obj = getattr(obj, part)
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise TargetError(f"module {mod_name!r} has no attribute {attr!r}") from None
+        except Exception as e:  # noqa: BLE001 - a property of the user's that raised: one line
+            raise TargetError(f"{target}: reading {part!r} raised {type(e).__name__}: {e}") from None
     if isinstance(obj, Server):
         return obj.rebuild(**server_options)
     if not callable(obj):
@@ -104,12 +107,16 @@ def serve_until_stopped(srv: Server, *, grace: float = DEFAULT_GRACE, events: Ev
     return): the caller, a process's main program, should then exit without further cleanup.
     The signal handlers are restored on return."""
     events = events or EventLog()
-    outcome = {"left": 0, "aborted": None}
+    outcome = {"left": 0, "aborted": None, "early": None}
     drainer: list[threading.Thread] = []
     done = threading.Event()
+    started = threading.Event()
 
     def on_signal(signum, _frame):
         name = signal.Signals(signum).name
+        if not started.is_set():  # before the server runs: drain once it does (nothing to answer yet)
+            outcome["early"] = signum
+            return
         if drainer:
             events.event("stop", f"second {name}: stopping now", signal=name)
             outcome["aborted"] = time.monotonic()
@@ -135,7 +142,10 @@ def serve_until_stopped(srv: Server, *, grace: float = DEFAULT_GRACE, events: Ev
         end = time.monotonic() + 5
         while not srv.healthy() and time.monotonic() < end:  # the worker thread is starting
             time.sleep(0.001)
-        if on_ready is not None:
+        started.set()
+        if outcome["early"] is not None:
+            on_signal(outcome["early"], None)
+        elif on_ready is not None:
             on_ready()
         while not done.is_set() and (drainer or srv.state in ("running", "draining")):
             done.wait(0.1)

@@ -419,8 +419,8 @@ class Server:
         if unknown:
             raise ValueError(f"not a Server setting: {', '.join(sorted(unknown))}")
         regs, sources = list(self._registrations), dict(self._stats_sources)
-        self.close()
-        new = Server(**opts)
+        self.close()  # first: the new one may bind the same port
+        new = type(self)(**opts)
         try:
             for r in regs:
                 r = dict(r)
@@ -522,6 +522,7 @@ class Server:
         return list({id(f.pool): f.pool for f in self._funcs.values() if f.pool is not None}.values())
 
     def _worker(self) -> None:
+        self._worker_ident = threading.get_ident()
         self._worker_running = True
         try:
             _server.serve(self._srv, self._funcs, self._jobs)  # the per-batch loop, in the binding layer
@@ -545,8 +546,10 @@ class Server:
         return self.healthy() and not self._draining and bool(self._user_functions())
 
     def pending(self) -> int:
-        """Calls received and not yet answered (being reassembled, queued or running)."""
-        return _server.pending(self._srv) if self._srv is not None else 0
+        """Calls received and not yet answered (being reassembled, queued or running). Any
+        thread (under the server's lock: close() cannot free the engine meanwhile)."""
+        with self._lock:
+            return _server.pending(self._srv) if self._srv is not None else 0
 
     def drain(self) -> None:
         """Begins a drain: ready() turns false and every new call is answered DRAINING
@@ -569,10 +572,14 @@ class Server:
         dropped. Returns the calls left unanswered (0: none lost)."""
         left = 0
         if grace is not None and grace > 0 and self._state == "running":
+            if threading.get_ident() == getattr(self, "_worker_ident", None) and self._worker_running:
+                raise SplitRPCError("stop(grace=) from a callback would wait for its own batch: call drain() there "
+                                    "and stop from another thread")
             if not self._draining:
                 self.drain()
             end = time.monotonic() + grace
-            while (left := self.pending()) and time.monotonic() < end and not self._drain_abort.is_set():
+            while ((left := self.pending()) and time.monotonic() < end and not self._drain_abort.is_set()
+                   and self._state == "running"):  # another thread may stop it meanwhile
                 time.sleep(0.005)
             if left:
                 log.warning("drain: %d calls unanswered after %s", left,

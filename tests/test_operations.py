@@ -111,6 +111,27 @@ def test_stop_with_grace_reports_what_it_could_not_answer():
     srv.close()
 
 
+def test_stop_with_grace_from_a_callback_is_refused():
+    srv = splitrpc.Server("127.0.0.1", 0, wait="block")
+    seen = []
+
+    @srv.function(5, "stopper", [X8], [TensorSpec("y", "float32", (8,))])
+    def stopper(x, y):
+        try:
+            srv.stop(grace=5)
+        except splitrpc.SplitRPCError as e:
+            seen.append(str(e))
+        y[:] = x
+
+    srv.start()
+    try:
+        with splitrpc.Client("127.0.0.1", srv.port, timeout=5) as c:
+            c.call(5, np.ones(8, np.float32))  # answered at once: no wait for itself
+        assert seen and "drain()" in seen[0]
+    finally:
+        srv.close()
+
+
 def test_reserved_ids_are_refused():
     srv = splitrpc.Server("127.0.0.1", 0)
     with pytest.raises(ValueError, match="reserved"):
@@ -182,10 +203,20 @@ def test_server_functions_refuse_malformed_requests():
 
 def test_a_reply_that_is_not_a_description_is_an_error():
     """A server older than Amendment 1 with a function of its own at 0xFFFE: never a description."""
+    tensor = '{"id":1,"name":"f","kind":"tensor","outputs":[],"inputs":[{"name":"x","dtype":"<f4","shape":[%s]}]}'
     for reply in (b"SRPC-DESCRIBE", b'{"other":1}', b'{"describe":2,"functions":[]}', b'{"describe":1',
-                  b'{"describe":1,"functions":[{"id":1}]}'):
+                  b'{"describe":1,"functions":[{"id":1}]}', b'{"describe":1,"functions":5}',
+                  b'{"describe":1,"protocols":5}', b'{"describe":1,"max_message":"x"}',
+                  b'{"describe":1,"functions":[7]}', b'{"describe":1,"max_message":' + b"9" * 5000 + b"}",
+                  b'{"describe":1,"x":' + b"[" * 100_000 + b"]" * 100_000 + b"}",
+                  ('{"describe":1,"functions":[%s]}' % (tensor % "Infinity")).encode(),
+                  ('{"describe":1,"functions":[%s]}' % (tensor % "-3")).encode(), b'{"describe":NaN}'):
         with pytest.raises(describe_.NotDescribed):
             describe_.decode_description(reply)
+    big = describe_.decode_description(('{"describe":1,"max_message":1000,"functions":[%s]}'
+                                        % (tensor % "1000000000")).encode())
+    with pytest.raises(ValueError, match="over the server's largest message"):
+        big.functions[0].example(np.random.default_rng(0), max_bytes=big.max_message)  # no 4 GB allocation
     with pytest.raises(describe_.NotDescribed):
         describe_.decode_ping(b'{"describe":1}')
 

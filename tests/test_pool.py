@@ -122,6 +122,40 @@ def test_a_silent_replica_fails_over_only_idempotent_calls():
         srv.close()
 
 
+def test_a_replica_without_ping_is_not_left_out():
+    """A server older than Amendment 1 answers ping with UNKNOWN_FUNCTION (or something that is
+    not a ping reply): the pool stops probing it and keeps choosing it; odd replies do not stop
+    the prober."""
+    a, b = _server(), _server()
+    try:
+        with Pool([_addr(a), _addr(b)], timeout=2, probe_interval=None) as pool:
+            old, odd = pool.replicas
+            old.prober.ping = lambda t: (_ for _ in ()).throw(splitrpc.UnknownFunction("no function 65535"))
+            odd.prober.ping = lambda t: {"ping": 1, "pending": "many"}
+            pool._probe(old)
+            pool._probe(odd)
+            st = pool.stats()["replicas"]
+            assert not st[_addr(a)]["probed"] and st[_addr(a)]["available"]
+            assert not st[_addr(b)]["probed"] and st[_addr(b)]["available"]
+            for _ in range(20):
+                assert pool.call(300, REQ) == WANT
+    finally:
+        a.close()
+        b.close()
+
+
+def test_a_closed_pool_refuses_calls():
+    srv = _server()
+    try:
+        pool = Pool([_addr(srv)], timeout=2)
+        assert pool.call(300, REQ) == WANT
+        pool.close()
+        with pytest.raises(splitrpc.SplitRPCError, match="closed"):
+            pool.call(300, REQ)
+    finally:
+        srv.close()
+
+
 def test_the_prober_takes_a_draining_replica_out():
     a, b = _server(), _server()
     try:
@@ -218,7 +252,7 @@ def _open_loop(pool, rate: float, seconds: float, seed: int) -> np.ndarray:
 def test_power_of_two_choices_beats_random_on_unequal_replicas(run_env):
     """One replica eight times slower than the other (batches of 8 every 2 ms vs every 16 ms: at
     most about 4,000 and 500 calls/s) and small queues, under an open loop of 1,500 calls/s
-    through a random pool and a p2c pool, alternated twice: random sends half to the slow
+    through a random pool and a p2c pool, alternated three times: random sends half to the slow
     replica, more than it can take, which fills its queue (BUSY answers, long waits); p2c sends
     it what its expected wait allows. (Measured here: random 545 BUSY, p99 33 ms, 33% of calls
     on the slow replica; p2c 0, 16.5 ms, 1%.)"""
@@ -227,7 +261,7 @@ def test_power_of_two_choices_beats_random_on_unequal_replicas(run_env):
     addrs = [f"127.0.0.1:{fast[1]}", f"127.0.0.1:{slow[1]}"]
     try:
         res = {"p2c": [], "random": []}
-        for k in range(2):
+        for k in range(3):  # medians of 3: one stalled second on a shared VM does not decide
             for choice in ("random", "p2c"):
                 with Pool(addrs, choice=choice, timeout=5.0, probe_interval=0.02, seed=11) as pool:
                     lat = _open_loop(pool, 1500, 2.0, seed=k)
@@ -238,10 +272,10 @@ def test_power_of_two_choices_beats_random_on_unequal_replicas(run_env):
         busy = {k: sum(r[0] for r in v) for k, v in res.items()}
         p99 = {k: float(np.median([r[1] for r in v])) for k, v in res.items()}
         slow_share = {k: float(np.mean([r[2] for r in v])) for k, v in res.items()}
-        failed = {k: sum(r[3] for r in v) for k, v in res.items()}
         assert busy["p2c"] < busy["random"], res
         assert p99["p2c"] < p99["random"], res
-        assert slow_share["p2c"] < slow_share["random"] and failed["p2c"] <= failed["random"], res
+        assert slow_share["p2c"] < slow_share["random"], res
+        assert sorted(r[3] for r in res["p2c"])[1] <= sorted(r[3] for r in res["random"])[1], res  # median failures
     finally:
         for p, _ in (fast, slow):
             p.send_signal(signal.SIGTERM)

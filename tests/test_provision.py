@@ -67,6 +67,8 @@ def test_infeasible_loads_report_the_shortfall_per_model():
 
 
 def test_bad_problems_are_refused():
+    with pytest.raises(pv.ProvisionError, match="two tuples"):
+        pv.Problem([pv.Tuple("m", "cpu", 10, 1), pv.Tuple("m", "cpu", 20, 1)], {"cpu": 1})
     with pytest.raises(pv.ProvisionError):
         pv.Problem([pv.Tuple("m", "nowhere", 1, 1)], {"cpu": 1})
     with pytest.raises(pv.ProvisionError):

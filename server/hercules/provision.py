@@ -67,7 +67,11 @@ class Problem:
         self.qps = np.full((H, M), np.nan)
         self.power = np.full((H, M), np.nan)
         watts_known = all(t.power is not None for t in tuples)
+        seen = set()
         for t in tuples:
+            if (t.model, t.kind) in seen:
+                raise ProvisionError(f"two tuples for {t.model} on {t.kind}")
+            seen.add((t.model, t.kind))
             if t.kind not in inventory:
                 raise ProvisionError(f"tuple for kind {t.kind!r}, which the inventory does not have")
             if not (t.qps > 0 and math.isfinite(t.qps)) or (t.power is not None and not t.power > 0):
@@ -126,14 +130,20 @@ class Problem:
         ub = np.r_[[self.avail[h] for h, _ in idx], need]
         bounds = Bounds(np.zeros(nv + M), ub)
         # 1. the least load unserved
-        r1 = milp(np.r_[np.zeros(nv), np.ones(M)], constraints=cons, integrality=integ, bounds=bounds)
+        exact = {"mip_rel_gap": 0.0}  # the optimum, not HiGHS's default 1e-4 of it
+        r1 = milp(np.r_[np.zeros(nv), np.ones(M)], constraints=cons, integrality=integ, bounds=bounds, options=exact)
         if not r1.success:
             raise ProvisionError(f"the solver failed: {r1.message}")
         short = float(r1.x[nv:].sum())
-        # 2. the least power serving all but that (a hair of slack for the solver's tolerance)
-        cons2 = cons + [LinearConstraint(np.r_[np.zeros(nv), np.ones(M)][None, :], -np.inf,
-                                         short + 1e-6 * max(1.0, need.sum()))]
-        r2 = milp(np.r_[w, np.zeros(M)], constraints=cons2, integrality=integ, bounds=bounds)
+        # 2. the least power serving all but that: no slack at all when everything can be served
+        # (else a hair of it, for the solver's tolerance)
+        if short <= 1e-9 * max(1.0, need.sum()):
+            bounds = Bounds(np.zeros(nv + M), np.r_[ub[:nv], np.zeros(M)])
+            cons2 = cons
+        else:
+            cons2 = cons + [LinearConstraint(np.r_[np.zeros(nv), np.ones(M)][None, :], -np.inf,
+                                             short + 1e-6 * max(1.0, need.sum()))]
+        r2 = milp(np.r_[w, np.zeros(M)], constraints=cons2, integrality=integ, bounds=bounds, options=exact)
         if not r2.success:
             raise ProvisionError(f"the solver failed: {r2.message}")
         n = np.zeros((H, M))
