@@ -251,11 +251,12 @@ def _open_loop(pool, rate: float, seconds: float, seed: int) -> np.ndarray:
 
 def test_power_of_two_choices_beats_random_on_unequal_replicas(run_env):
     """One replica eight times slower than the other (batches of 8 every 2 ms vs every 16 ms: at
-    most about 4,000 and 500 calls/s) and small queues, under an open loop of 1,500 calls/s
+    most about 4,000 and 500 calls/s) and small queues, under an open loop of 1,200 calls/s
     through a random pool and a p2c pool, alternated three times: random sends half to the slow
     replica, more than it can take, which fills its queue (BUSY answers, long waits); p2c sends
-    it what its expected wait allows. (Measured here: random 545 BUSY, p99 33 ms, 33% of calls
-    on the slow replica; p2c 0, 16.5 ms, 1%.)"""
+    it what its expected wait allows. (Measured here at 1,500/s: random 545 BUSY, p99 33 ms, 33%
+    of calls on the slow replica; p2c 0, 16.5 ms, 1%. The test offers 1,200/s: the fast replica's
+    real capacity on a loaded 2-vCPU CI machine leaves 1,500 little headroom.)"""
     fast = _serve_app(run_env, sleep_ms=2, capacity=16, max_batch=8)
     slow = _serve_app(run_env, sleep_ms=16, capacity=16, max_batch=8)
     addrs = [f"127.0.0.1:{fast[1]}", f"127.0.0.1:{slow[1]}"]
@@ -264,11 +265,11 @@ def test_power_of_two_choices_beats_random_on_unequal_replicas(run_env):
         for k in range(3):  # medians of 3: one stalled second on a shared VM does not decide
             for choice in ("random", "p2c"):
                 with Pool(addrs, choice=choice, timeout=5.0, probe_interval=0.02, seed=11) as pool:
-                    lat = _open_loop(pool, 1500, 2.0, seed=k)
+                    lat = _open_loop(pool, 1200, 2.0, seed=k)
                     st = pool.stats()
                 busy = sum(r["busy"] for r in st["replicas"].values())
-                res[choice].append((busy, float(np.quantile(lat, 0.99)), st["replicas"][addrs[1]]["ok"] / lat.size,
-                                    int(np.isinf(lat).sum())))
+                p99 = float(np.quantile(lat, 0.99, method="higher"))  # a failed call's inf stays inf, never nan
+                res[choice].append((busy, p99, st["replicas"][addrs[1]]["ok"] / lat.size, int(np.isinf(lat).sum())))
         busy = {k: sum(r[0] for r in v) for k, v in res.items()}
         p99 = {k: float(np.median([r[1] for r in v])) for k, v in res.items()}
         slow_share = {k: float(np.mean([r[2] for r in v])) for k, v in res.items()}

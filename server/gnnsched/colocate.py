@@ -176,6 +176,7 @@ class CoLocation:
         self._pool = ThreadPoolExecutor(max_workers=max_parallel, thread_name_prefix="splitrpc-colocate")
         self._torch_threads = torch_threads
         self.groups_run = 0
+        self.grouped_calls = 0  # calls the groups ran (with groups_run, under the same lock)
         self.group_sizes: deque = deque(maxlen=LATENCY_WINDOW)
 
     # ------------------------------------------------------------------ registration
@@ -314,6 +315,7 @@ class CoLocation:
                 for r, _ in calls:
                     self._sched.done(r)
                 self.groups_run += 1
+                self.grouped_calls += len(calls)
                 self.group_sizes.append(len(calls))
 
     def _run(self, c: _Call) -> None:
@@ -340,6 +342,7 @@ class CoLocation:
         with self._cond:
             return {"policy": self.policy, "budget": self.budget, "reserved": self._sched.reserved,
                     "peak_reserved": self._sched.peak_reserved, "groups": self.groups_run,
+                    "grouped_calls": self.grouped_calls,
                     "mean_group_size": float(np.mean(self.group_sizes)) if self.group_sizes else 0.0,
                     "queued": len(self._sched.queue),
                     "services": {s.name: s.stats.as_dict(s.qos) for s in self._services.values()}}
