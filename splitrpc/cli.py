@@ -16,6 +16,7 @@ import numpy as np
 
 from splitrpc import Client, Server, __version__, features
 from splitrpc._native.client import CLIENT_DEFAULTS
+from splitrpc.client import split_address
 from splitrpc._native.server import FUNCTION_DEFAULTS, SERVER_DEFAULTS
 from splitrpc.errors import SplitRPCError
 from splitrpc.loadgen.hdr import percentiles
@@ -392,23 +393,12 @@ def _call_dlrm(a) -> int:
     return 0 if ok else 1
 
 
-def _address(text: str) -> tuple[str | None, int | None]:
-    """HOST:PORT, [V6]:PORT, HOST or :PORT -> (host or None, port or None)."""
-    if text.startswith("["):
-        host, _, rest = text[1:].partition("]")
-        return host, int(rest[1:]) if rest.startswith(":") else None
-    if text.count(":") == 1:
-        host, port = text.split(":")
-        return host or None, int(port)
-    return text or None, None
-
-
 def cmd_describe(a) -> int:
     """`splitrpc describe HOST:PORT`: the server's functions as a table (or its JSON)."""
     from splitrpc.describe import NotDescribed
 
     try:
-        host, port = _address(a.address)
+        host, port = split_address(a.address)
     except ValueError:
         print(f"splitrpc describe: {a.address!r} is not HOST:PORT", file=sys.stderr)
         return 2

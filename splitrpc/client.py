@@ -24,6 +24,18 @@ def as_buffer(data) -> memoryview:
     return mv.cast("B") if mv.format != "B" or mv.ndim != 1 else mv
 
 
+
+def split_address(text: str) -> tuple[str | None, int | None]:
+    """"HOST:PORT", "[V6]:PORT", "HOST" or ":PORT" -> (host or None, port or None): None where
+    the text leaves it out (the caller's default then)."""
+    if text.startswith("["):
+        host, _, rest = text[1:].partition("]")
+        return host, int(rest[1:]) if rest.startswith(":") else None
+    if text.count(":") == 1:
+        host, port = text.split(":")
+        return host or None, int(port)
+    return text or None, None
+
 class Client:
     """A splitrpc client for one server (host, port).
 

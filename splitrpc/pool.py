@@ -22,7 +22,8 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from splitrpc.client import Client
+from splitrpc._native.client import CLIENT_DEFAULTS
+from splitrpc.client import Client, split_address
 from splitrpc.errors import Busy, CallTimeout, Draining, SplitRPCError, UnknownFunction
 from splitrpc.describe import NotDescribed
 
@@ -30,7 +31,6 @@ CHOICES = ("p2c", "random")
 PING_FAILURES = 2    # pings in a row without a reply that take a replica out
 SILENT_FOR = 1.0     # seconds a silent replica stays out where no ping can tell when it is back
 LATENCY_ALPHA = 0.1  # weight of a new call in a replica's moving-average latency
-DEFAULT_PORT = 9230
 
 
 class NoReplica(SplitRPCError):
@@ -44,23 +44,15 @@ def resolve(spec) -> list[tuple[str, int]]:
     items = [spec] if isinstance(spec, (str, tuple)) else list(spec)
     out: list[tuple[str, int]] = []
     for it in items:
-        host, port = it if isinstance(it, tuple) else _split(it)
+        host, port = it if isinstance(it, tuple) else split_address(it)
+        host = host or CLIENT_DEFAULTS["host"]
+        port = CLIENT_DEFAULTS["port"] if port is None else port
         for fam, _, _, _, sa in socket.getaddrinfo(host, port, type=socket.SOCK_DGRAM):
             if fam in (socket.AF_INET, socket.AF_INET6) and (sa[0], sa[1]) not in out:
                 out.append((sa[0], sa[1]))
     if not out:
         raise ValueError(f"no replica address in {spec!r}")
     return out
-
-
-def _split(text: str) -> tuple[str, int]:
-    if text.startswith("["):
-        host, _, rest = text[1:].partition("]")
-        return host, int(rest[1:]) if rest.startswith(":") else DEFAULT_PORT
-    if text.count(":") == 1:
-        host, port = text.split(":")
-        return host, int(port)
-    return text, DEFAULT_PORT
 
 
 @dataclass

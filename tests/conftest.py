@@ -33,6 +33,21 @@ def run_env(tmp_path):
     return {"cwd": str(tmp_path), "env": env}
 
 
+def read_until(p, done, timeout: float = 60.0) -> list:
+    """Reads process p's stdout lines until done(line) is true; the lines read, that one last.
+    Fails with p's stderr if p exits first, or after timeout seconds."""
+    lines = []
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        line = p.stdout.readline()
+        if not line:
+            raise AssertionError(f"the process exited: {p.stderr.read()}")
+        lines.append(line)
+        if done(line):
+            return lines
+    raise AssertionError(f"no such line in {timeout:g} s; read: {lines[-5:]}")
+
+
 def wait_for(pred, timeout: float = 5.0, interval: float = 0.005):
     """Polls pred() until it is truthy (returns its value) or the timeout passes (returns the last value)."""
     end = time.monotonic() + timeout

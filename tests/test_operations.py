@@ -12,6 +12,7 @@ import urllib.request
 
 import numpy as np
 import pytest
+from conftest import read_until
 from foreign_client import DRAINING, ForeignClient, RemoteError
 
 import splitrpc
@@ -231,30 +232,13 @@ def _serve(target: str | None, *args, env=None) -> subprocess.Popen:
 
 def _wait_ready(p: subprocess.Popen, json_lines: bool = False) -> dict:
     """Reads the start lines until ready: {"port", "admin" (url or None), "lines"}."""
-    out = {"port": None, "admin": None, "lines": []}
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        line = p.stdout.readline()
-        if not line:
-            raise AssertionError(f"serve exited: {p.stderr.read()}")
-        out["lines"].append(line)
-        if json_lines:
-            ev = json.loads(line)
-            if ev["event"] == "start":
-                out["port"] = ev["port"]
-            if ev["event"] == "ready":
-                out["admin"] = ev["admin"]
-                return out
-        else:
-            m = re.search(r" on [\d.]+:(\d+) ", line)
-            if m:
-                out["port"] = int(m.group(1))
-            m = re.search(r"admin: (http://\S+)/metrics", line)
-            if m:
-                out["admin"] = m.group(1)
-            if line.startswith("ready:"):
-                return out
-    raise AssertionError("serve not ready in 60 s")
+    if json_lines:
+        lines = read_until(p, lambda line: json.loads(line)["event"] == "ready")
+        events = {e["event"]: e for e in map(json.loads, lines)}
+        return {"port": events["start"]["port"], "admin": events["ready"]["admin"], "lines": lines}
+    lines = read_until(p, lambda line: line.startswith("ready:"))
+    port, admin = re.search(r" on [\d.]+:(\d+) ", "".join(lines)), re.search(r"admin: (http://\S+)/metrics", "".join(lines))
+    return {"port": int(port.group(1)) if port else None, "admin": admin.group(1) if admin else None, "lines": lines}
 
 
 @pytest.fixture()
@@ -403,16 +387,8 @@ def test_serve_module_attr_in_several_processes(run_env):
     """--processes N imports the user's module in each process; every one drains on SIGTERM."""
     p = _serve("ops_app:server", "--processes", "2", "--grace", "10", env=run_env["env"])
     try:
-        deadline = time.monotonic() + 60
-        port = None
-        while time.monotonic() < deadline:
-            line = p.stdout.readline()
-            assert line, p.stderr.read()
-            m = re.search(r"2 processes serving on [\d.]+:(\d+)", line)
-            if m:
-                port = int(m.group(1))
-                break
-        assert port
+        line = read_until(p, lambda line: "2 processes serving on" in line)[-1]
+        port = int(re.search(r"serving on [\d.]+:(\d+)", line).group(1))
         with splitrpc.Client("127.0.0.1", port, timeout=5) as c:
             assert [f.name for f in c.describe().functions] == ["scale", "upper", "stuck"]
             assert c.call(201, b"two") == b"TWO"

@@ -10,6 +10,7 @@ import time
 
 import numpy as np
 import pytest
+from conftest import read_until
 
 import splitrpc
 from splitrpc import TensorSpec
@@ -175,16 +176,8 @@ def _serve_app(run_env, **env) -> tuple[subprocess.Popen, int]:
     e = {**run_env["env"], **{f"POOL_APP_{k.upper()}": str(v) for k, v in env.items()}}
     p = subprocess.Popen([sys.executable, "-m", "splitrpc", "serve", "pool_app:server", "--port", "0"],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=HERE, env=e)
-    deadline = time.monotonic() + 60
-    port = None
-    while time.monotonic() < deadline:
-        line = p.stdout.readline()
-        assert line, p.stderr.read()
-        m = re.search(r" on [\d.]+:(\d+) ", line)
-        port = port or (int(m.group(1)) if m else None)
-        if line.startswith("ready:"):
-            return p, port
-    raise AssertionError("replica not ready")
+    lines = read_until(p, lambda line: line.startswith("ready:"))
+    return p, int(re.search(r" on [\d.]+:(\d+) ", "".join(lines)).group(1))
 
 
 def test_sigkill_of_a_replica_under_load_loses_no_idempotent_call(run_env):

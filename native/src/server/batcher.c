@@ -54,20 +54,17 @@ static unsigned qdelay_bucket(uint64_t ns)
     return i < SRPC_QDELAY_HIST ? i : SRPC_QDELAY_HIST - 1;
 }
 
-/* Counts the queue delay of the count calls from element first, whose batch starts now (the
- * server's counters and the function's). */
-static void record_queue_delay(srpc_server_t *srv, srpc_fn_t *fn, uint64_t first, uint32_t count, uint64_t now)
+/* Counts the queue delay of the count calls from element first, whose batch starts now, in the
+ * function's counters (the server's are their sum: srpc_server_stats). */
+static void record_queue_delay(srpc_fn_t *fn, uint64_t first, uint32_t count, uint64_t now)
 {
     uint64_t sum = 0;
     for (uint32_t i = 0; i < count; i++) {
         uint64_t rx = fn->calls[(first + i) % fn->capacity].rx_ns;
         uint64_t d = now > rx ? now - rx : 0;
         sum += d;
-        const unsigned b = qdelay_bucket(d);
-        ST_ADD(srv, queue_delay_hist[b], 1);
-        FN_ADD(fn, queue_delay_hist[b], 1);
+        FN_ADD(fn, queue_delay_hist[qdelay_bucket(d)], 1);
     }
-    ST_ADD(srv, queue_delay_sum_ns, sum);
     FN_ADD(fn, queue_delay_sum_ns, sum);
 }
 
@@ -131,12 +128,10 @@ static enum srpc_take take(srpc_server_t *srv, srpc_fn_t *fn, uint32_t fi, srpc_
     if (late)
         return SRPC_TAKE_OVERDUE;
     srpc_sched_taken_locked(srv, fn, rank, b);
-    ST_ADD(srv, batches, 1);
-    ST_ADD(srv, batch_calls, count);
-    ST_ADD(srv, batch_hist[count < SRPC_BATCH_HIST ? count : SRPC_BATCH_HIST - 1], 1);
+    ST_ADD(srv, batch_calls, count); /* batches and the histograms: per function, summed on read */
     FN_ADD(fn, batches, 1);
     FN_ADD(fn, batch_hist[count < SRPC_BATCH_HIST ? count : SRPC_BATCH_HIST - 1], 1);
-    record_queue_delay(srv, fn, b->first_seq, count, now);
+    record_queue_delay(fn, b->first_seq, count, now);
     return fn->head - fn->taken >= (fn->capacity + 1) / 2 ? SRPC_TAKE_SATURATED : SRPC_TAKE_BATCH;
 }
 

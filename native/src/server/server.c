@@ -303,6 +303,18 @@ int srpc_server_stats(const srpc_server_t *srv, srpc_server_stats_t *out)
     uint64_t *dst = (uint64_t *)out;
     for (size_t i = 0; i < offsetof(srpc_server_stats_t, rcvbuf) / sizeof(uint64_t); i++)
         dst[i] = __atomic_load_n(&src[i], __ATOMIC_RELAXED);
+    /* Calls, batches and their histograms are counted once, per function (FN_ADD on the receive
+     * and batch paths): the server's are their sums. */
+    for (uint32_t f = 0; f < s->nfns; f++) {
+        const srpc_func_stats_t *fs = &s->fns[f]->st;
+        out->calls += __atomic_load_n(&fs->calls, __ATOMIC_RELAXED);
+        out->batches += __atomic_load_n(&fs->batches, __ATOMIC_RELAXED);
+        for (int i = 0; i < SRPC_BATCH_HIST; i++)
+            out->batch_hist[i] += __atomic_load_n(&fs->batch_hist[i], __ATOMIC_RELAXED);
+        for (int i = 0; i < SRPC_QDELAY_HIST; i++)
+            out->queue_delay_hist[i] += __atomic_load_n(&fs->queue_delay_hist[i], __ATOMIC_RELAXED);
+        out->queue_delay_sum_ns += __atomic_load_n(&fs->queue_delay_sum_ns, __ATOMIC_RELAXED);
+    }
     out->rcvbuf = s->st.rcvbuf;
     out->sndbuf = s->st.sndbuf;
     out->partial_msgs = s->ct.count[CT_LIST_PARTIAL]; /* kept as entries move: a scrape is O(1) */

@@ -132,7 +132,9 @@ typedef struct srpc_fn {
     int staging_pinned; /* the staging TQs are page-locked (else the copies are synchronous) */
     uint64_t out_stage_dev[SRPC_MAX_TENSORS]; /* pinned: device addresses of the output staging */
     /* Its counters (FN_ADD, relaxed atomic adds from the engine, worker and reply paths; queued
-     * unused here: srpc_server_func_stats reads the ring). errors are counted on class 0's record. */
+     * unused here: srpc_server_func_stats reads the ring). errors are counted on class 0's record,
+     * and in the server's too (unknown functions have none); calls, batches and the histograms
+     * only here: srpc_server_stats sums them, so the per-call paths count each once. */
     srpc_func_stats_t st;
 } srpc_fn_t;
 
