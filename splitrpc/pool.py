@@ -93,13 +93,14 @@ class Pool:
     choices, the default) or "random" (uniform, for comparison). timeout: a call's default
     deadline in seconds; attempt_timeout: how long one attempt of an idempotent call waits for
     its replica before trying another (default: a quarter of timeout, at least 50 ms);
-    max_attempts: replicas tried per call at most. busy_penalty: seconds during which a replica
+    max_attempts: attempts per call at most (when every replica has answered BUSY, they are tried
+    again after busy_penalty seconds: a BUSY call never ran). busy_penalty: seconds during which a replica
     that answered BUSY counts busy_weight calls more. probe_interval None: no pings (a replica
     taken out by a DRAINING answer stays out). Other keywords go to each replica's Client (busy_retry is off: a
     BUSY goes to another replica instead)."""
 
     def __init__(self, replicas, *, choice: str = "p2c", timeout: float = 1.0, attempt_timeout: float | None = None,
-                 max_attempts: int = 3, probe_interval: float | None = 0.05, probe_timeout: float = 0.25,
+                 max_attempts: int = 4, probe_interval: float | None = 0.05, probe_timeout: float = 0.25,
                  busy_penalty: float = 0.005, busy_weight: float = 16, seed: int | None = None, **client_kw):
         if choice not in CHOICES:
             raise ValueError(f"choice must be one of {CHOICES}, got {choice!r}")
@@ -184,6 +185,11 @@ class Pool:
             if left <= 0:
                 break
             r = self._choose(tried)  # counts the call outstanding there: _count() below, exactly once
+            if r is None and isinstance(last, Busy):
+                # every replica left answered BUSY (the call ran nowhere): try them again after a pause
+                time.sleep(min(self.busy_penalty, max(0.0, deadline - time.monotonic())))
+                tried.clear()
+                r = self._choose(tried)
             if r is None:
                 break
             try:
