@@ -242,6 +242,9 @@ def _open_loop(pool, rate: float, seconds: float, seed: int) -> np.ndarray:
     return lat
 
 
+@pytest.mark.skipif(not os.environ.get("SPLITRPC_TIMING_TESTS"),
+                    reason="a timing comparison (p99, BUSY counts), which a shared CI VM's stalls decide about one run "
+                           "in three: run with SPLITRPC_TIMING_TESTS=1 on a quiet machine (docs/fleet.md has the numbers)")
 def test_power_of_two_choices_beats_random_on_unequal_replicas(run_env):
     """One replica eight times slower than the other (batches of 8 every 2 ms vs every 16 ms: at
     most about 4,000 and 500 calls/s) and small queues, under an open loop of 1,200 calls/s
