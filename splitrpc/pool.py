@@ -1,6 +1,9 @@
 """pool.py: splitrpc.Pool, a client over several replicas of one service: each call goes to the better of two replicas drawn at random (power of two choices) by the wait it can expect there (the pool's own calls outstanding, other clients' queued at the last ping, a recent BUSY, times the replica's moving-average latency); a call refused with BUSY or DRAINING is sent to another replica (it never ran), one whose replica fell silent only when marked idempotent.
 
-Replicas come as a static list of addresses, or a DNS name resolving to several. Each replica
+Replicas come as a static list of addresses, a DNS name resolving to several, or a function
+returning the current addresses (a fleet's directory), called again every `refresh_interval`
+seconds: a replica that leaves gets no new call (those it has finish), one that joins is chosen
+at once. Each replica
 has a Client of its own, so retransmissions of a call stay on its replica (whose reply cache
 runs a call at most once). A prober thread pings every replica every `probe_interval` seconds
 (docs/PROTOCOL.md, Amendment 1): the reply's `pending` is the replica's queue. A DRAINING answer,
@@ -96,12 +99,15 @@ class Pool:
     max_attempts: attempts per call at most (when every replica has answered BUSY, they are tried
     again after busy_penalty seconds: a BUSY call never ran). busy_penalty: seconds during which a replica
     that answered BUSY counts busy_weight calls more. probe_interval None: no pings (a replica
-    taken out by a DRAINING answer stays out). Other keywords go to each replica's Client (busy_retry is off: a
-    BUSY goes to another replica instead)."""
+    taken out by a DRAINING answer stays out). replicas may be a function returning addresses (see
+    resolve()), called again every refresh_interval seconds (an empty answer is allowed: calls then
+    raise NoReplica; a failing one keeps the replicas as they were). Other keywords go to each
+    replica's Client (busy_retry is off: a BUSY goes to another replica instead)."""
 
     def __init__(self, replicas, *, choice: str = "p2c", timeout: float = 1.0, attempt_timeout: float | None = None,
                  max_attempts: int = 4, probe_interval: float | None = 0.05, probe_timeout: float = 0.25,
-                 busy_penalty: float = 0.005, busy_weight: float = 16, seed: int | None = None, **client_kw):
+                 busy_penalty: float = 0.005, busy_weight: float = 16, seed: int | None = None,
+                 refresh_interval: float = 1.0, **client_kw):
         if choice not in CHOICES:
             raise ValueError(f"choice must be one of {CHOICES}, got {choice!r}")
         if not timeout > 0 or max_attempts < 1 or (attempt_timeout is not None and not attempt_timeout > 0):
@@ -111,26 +117,73 @@ class Pool:
         self.busy_penalty, self.busy_weight, self.probe_timeout = busy_penalty, busy_weight, probe_timeout
         self._rng = random.Random(seed)
         self._lock = threading.Lock()
+        self._client_kw = client_kw
+        # replaced whole (under _lock) when the replicas change, never changed in place: a thread
+        # iterating an older list sees a consistent one
         self.replicas: list[Replica] = []
+        self._retired: list[Replica] = []  # left the source with calls outstanding: closed when idle
+        self._source = replicas if callable(replicas) else None
+        if not refresh_interval > 0:
+            raise ValueError("refresh_interval must be positive seconds")
         try:
-            for host, port in resolve(replicas):
-                self.replicas.append(Replica((host, port), Client(host, port, timeout, busy_retry=False, **client_kw),
-                                             Client(host, port, probe_timeout, retries=0)))
+            if self._source is not None:
+                self._refresh()
+            else:
+                self.replicas = [self._replica(a) for a in resolve(replicas)]
         except BaseException:
             self._close_clients()
             raise
         self.failovers = 0
+        self.totals = {"ok": 0, "busy": 0, "draining": 0, "silent": 0, "errors": 0}  # every replica's, past ones too
         self.probing = bool(probe_interval)
         self._closed = False
         self._inflight = 0  # call()s running: close() waits for them before it frees the clients
         self._idle = threading.Condition(self._lock)
         self._stop = threading.Event()
-        self._prober = None
-        if probe_interval:
-            self._prober = threading.Thread(target=self._probe_loop, args=(probe_interval,), name="splitrpc-pool-probe",
-                                            daemon=True)
-            self._prober.start()
+        self._thread = None  # probes and refreshes, on one thread: a replica's clients are closed where probed
+        if probe_interval or self._source is not None:
+            self._thread = threading.Thread(target=self._background, args=(probe_interval, refresh_interval),
+                                            name="splitrpc-pool-probe", daemon=True)
+            self._thread.start()
         self._executor: ThreadPoolExecutor | None = None
+
+    def _replica(self, address: tuple[str, int]) -> Replica:
+        host, port = address
+        return Replica((host, port), Client(host, port, self.timeout, busy_retry=False, **self._client_kw),
+                       Client(host, port, self.probe_timeout, retries=0))
+
+    def _refresh(self) -> None:
+        """Reads the source: replicas that left stop being chosen, new ones are added."""
+        got = self._source()
+        want = resolve(got) if got else []
+        with self._lock:
+            have = {r.address: r for r in self.replicas}
+            new = [a for a in want if a not in have]
+        made = {a: self._replica(a) for a in new}
+        with self._lock:
+            keep = [r for r in self.replicas if r.address in want]
+            gone = [r for r in self.replicas if r.address not in want]
+            self.replicas = keep + [made[a] for a in new]
+            self._retired.extend(gone)
+            idle = [r for r in self._retired if r.outstanding == 0]
+            self._retired = [r for r in self._retired if r.outstanding]
+        for r in idle:  # no call of ours uses them: free their sockets
+            r.client.close()
+            r.prober.close()
+
+    def _background(self, probe_interval: float | None, refresh_interval: float) -> None:
+        """The pool's thread: pings every probe_interval, re-reads the source every refresh_interval."""
+        step = min(x for x in (probe_interval, refresh_interval if self._source else None) if x)
+        next_refresh = time.monotonic() + refresh_interval
+        while not self._stop.wait(step):
+            if self._source is not None and time.monotonic() >= next_refresh:
+                next_refresh = time.monotonic() + refresh_interval
+                try:
+                    self._refresh()
+                except Exception:  # noqa: BLE001 - the source failing (a directory out of reach) keeps the replicas
+                    pass
+            if probe_interval:
+                self._probe_all()
 
     # ------------------------------------------------------------------ choosing
 
@@ -228,6 +281,7 @@ class Pool:
         with self._lock:
             r.outstanding -= 1
             r.counts[what] += 1
+            self.totals[what] += 1
             if latency is not None:
                 r.latency = latency if not r.latency else r.latency + LATENCY_ALPHA * (latency - r.latency)
             if busy:
@@ -242,27 +296,26 @@ class Pool:
 
     def call_async(self, func_id: int, data=b"", timeout: float | None = None, *, idempotent: bool = False,
                    aux: int = 0) -> Future:
-        """call() on a thread of the pool's executor (as many threads as replicas x 64)."""
+        """call() on a thread of the pool's executor (64 threads per replica, at least 256)."""
         with self._lock:
             if self._executor is None:
-                self._executor = ThreadPoolExecutor(max_workers=64 * len(self.replicas),
+                self._executor = ThreadPoolExecutor(max_workers=64 * max(4, len(self.replicas)),
                                                     thread_name_prefix="splitrpc-pool")
         return self._executor.submit(self.call, func_id, data, timeout, idempotent=idempotent, aux=aux)
 
     # ------------------------------------------------------------------ probing
 
-    def _probe_loop(self, interval: float) -> None:
-        while not self._stop.wait(interval):
-            for r in self.replicas:
-                if self._stop.is_set():
-                    return
-                if not r.probed:
-                    continue
-                try:
-                    self._probe(r)
-                except Exception:  # noqa: BLE001 - one odd reply must not end the probing of every replica
-                    with self._lock:
-                        r.failed_pings += 1
+    def _probe_all(self) -> None:
+        for r in self.replicas:
+            if self._stop.is_set():
+                return
+            if not r.probed:
+                continue
+            try:
+                self._probe(r)
+            except Exception:  # noqa: BLE001 - one odd reply must not end the probing of every replica
+                with self._lock:
+                    r.failed_pings += 1
 
     def _probe(self, r: Replica) -> None:
         try:
@@ -293,18 +346,19 @@ class Pool:
 
     def stats(self) -> dict:
         """Per replica ("host:port"): the pool's calls sent there and their outcomes (ok, busy,
-        draining, silent, errors), outstanding, last queue and whether it is chosen now; and the
-        calls sent to a second replica (failovers)."""
+        draining, silent, errors: counts), outstanding, last queue, whether it is chosen now
+        (available) and why not (draining_now, silent_now); the outcomes summed over every
+        replica the pool has had (totals); and the calls sent to a second replica (failovers)."""
         now = time.monotonic()
         with self._lock:
-            return {"failovers": self.failovers,
+            return {"failovers": self.failovers, "totals": dict(self.totals),
                     "replicas": {f"{h}:{p}": {**r.counts, "outstanding": r.outstanding, "queue": r.queue,
-                                              "available": r.available(now), "draining": r.draining,
+                                              "available": r.available(now), "draining_now": r.draining,
                                               "silent_now": r.silent, "probed": r.probed}
                                  for r in self.replicas for h, p in [r.address]}}
 
     def _close_clients(self) -> None:
-        for r in self.replicas:
+        for r in self.replicas + self._retired:
             r.client.close()
             r.prober.close()
 
@@ -315,8 +369,8 @@ class Pool:
             self._closed = True
             self._idle.wait_for(lambda: not self._inflight, self.timeout if timeout is None else timeout)
         self._stop.set()
-        if self._prober is not None:
-            self._prober.join()
+        if self._thread is not None:
+            self._thread.join()
         if self._executor is not None:
             self._executor.shutdown(wait=True)
         self._close_clients()

@@ -163,7 +163,7 @@ def test_the_prober_takes_a_draining_replica_out():
         with Pool([_addr(a), _addr(b)], timeout=2, probe_interval=0.02) as pool:
             a.drain()
             time.sleep(0.2)
-            assert not pool.stats()["replicas"][_addr(a)]["available"] or pool.stats()["replicas"][_addr(a)]["draining"]
+            assert not pool.stats()["replicas"][_addr(a)]["available"] or pool.stats()["replicas"][_addr(a)]["draining_now"]
             for _ in range(50):
                 assert pool.call(300, REQ) == WANT
             assert pool.stats()["replicas"][_addr(a)]["ok"] == 0 and a.stats()["by_function"]["work"]["errors"]["DRAINING"] == 0
@@ -277,3 +277,49 @@ def test_power_of_two_choices_beats_random_on_unequal_replicas(run_env):
         for p, _ in (fast, slow):
             p.send_signal(signal.SIGTERM)
             p.wait(20)
+
+
+def test_replicas_from_a_function_follow_its_changes():
+    """A pool over a function's addresses (a fleet's directory): a replica that leaves gets no new
+    call while its calls in flight finish; one that joins is chosen; an empty answer raises
+    NoReplica; a failing source keeps the replicas as they were."""
+    gate = threading.Event()
+    a, b = _server(gate), _server()
+    current = [[_addr(a)]]
+    fail = [False]
+
+    def source():
+        if fail[0]:
+            raise RuntimeError("directory out of reach")
+        return list(current[0])
+
+    try:
+        with Pool(source, timeout=5, refresh_interval=0.05, seed=2) as pool:
+            held = pool.call_async(300, REQ)  # in flight on a (gated) while a leaves
+            time.sleep(0.1)
+            current[0] = [_addr(b)]
+            time.sleep(0.3)
+            for _ in range(20):
+                assert pool.call(300, REQ) == WANT
+            gate.set()
+            assert held.result(5) == WANT
+            st = pool.stats()
+            assert list(st["replicas"]) == [_addr(b)] and st["replicas"][_addr(b)]["ok"] == 20
+            assert st["totals"]["ok"] == 21
+            fail[0] = True
+            time.sleep(0.2)
+            assert pool.call(300, REQ) == WANT  # kept
+            fail[0] = False
+            current[0] = []
+            time.sleep(0.3)
+            with pytest.raises(NoReplica):
+                pool.call(300, REQ)
+            current[0] = [_addr(a), _addr(b)]
+            time.sleep(0.3)
+            for _ in range(40):
+                assert pool.call_async(300, REQ).result(5) == WANT
+            assert sorted(pool.stats()["replicas"]) == sorted([_addr(a), _addr(b)])
+    finally:
+        gate.set()
+        a.close()
+        b.close()
