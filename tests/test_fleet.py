@@ -197,9 +197,24 @@ def _cli(args, env, timeout=180):
                           timeout=timeout)
 
 
+def _servers() -> set:
+    """pids of the fleet's replica servers running now (`-m splitrpc serve ... --log-format json --grace`)."""
+    out = set()
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                cmd = open(f"/proc/{d}/cmdline", "rb").read().split(b"\0")
+            except OSError:
+                continue
+            if b"serve" in cmd and b"--grace" in cmd and b"splitrpc" in cmd:
+                out.add(int(d))
+    return out
+
+
 def test_fleet_up_status_down(tmp_path):
     """The commands a user runs, on a cluster of their own (another state directory)."""
     env = {**os.environ, "XDG_RUNTIME_DIR": str(tmp_path)}
+    before = _servers()
     bad = _cli(["fleet", "up", "--nodes", "a=zero"], env)
     assert bad.returncode == 2 and "KIND=SLOTS" in bad.stderr and "Traceback" not in bad.stderr
     r = _cli(["fleet", "status"], env)
@@ -223,3 +238,29 @@ def test_fleet_up_status_down(tmp_path):
     assert down.returncode == 0 and "local cluster stopped" in down.stdout, down.stdout + down.stderr
     assert "drained" in down.stdout
     assert not os.path.exists(tmp_path / "splitrpc" / "fleet.json")
+    end = time.monotonic() + 10
+    while _servers() - before and time.monotonic() < end:
+        time.sleep(0.2)
+    assert not _servers() - before  # no replica's server outlives the fleet
+
+
+def test_plan_steps_from_provision(tmp_path):
+    """`fleet up --plan`: the MILP allocations of a provision.json, compressed into --day-s."""
+    from splitrpc.services.hercules.fleet_cli import _plan_steps
+
+    tuples = tmp_path / "t.json"
+    tuples.write_text(json.dumps([{"model": "work", "kind": "small", "qps": 100, "power": None},
+                                  {"model": "work", "kind": "big", "qps": 400, "power": None}]))
+    r = subprocess.run([sys.executable, "-m", "splitrpc", "provision", "--tuples", str(tuples), "--inventory",
+                        "small=4,big=1", "--peak", "700", "--steps", "8", "--out", str(tmp_path / "p"), "--quiet"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads((tmp_path / "p" / "provision.json").read_text())
+    steps = _plan_steps(str(tmp_path / "p" / "provision.json"), 80.0)
+    assert len(steps) == 8 and steps[0]["at_s"] == 0 and steps[1]["at_s"] == pytest.approx(10.0)
+    for s, d in zip(steps, doc["steps"]):
+        want = {k: 0 for k in ("small", "big")}
+        for key, n in d["milp"]["servers"].items():
+            want[key.split("/")[0]] = n
+        assert s["target"] == {"work": want}
+    assert max(s["target"]["work"]["small"] for s in steps) >= 1  # the peak needs more than the big one

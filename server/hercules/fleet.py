@@ -76,8 +76,15 @@ class ReplicaActor:
         self.proc: subprocess.Popen | None = None
         self.info: dict = {}
         self.lines: list = []
+        self.start_done = threading.Event()  # start() returned (either way): drain() waits for it
 
     def start(self) -> dict:
+        try:
+            return self._start()
+        finally:
+            self.start_done.set()
+
+    def _start(self) -> dict:
         """Starts the server and waits for its ready line; returns {id, model, kind, address,
         pid, node, functions}. Raises FleetError with the server's last lines if it does not
         become ready."""
@@ -126,6 +133,7 @@ class ReplicaActor:
         unanswered} (unanswered: from its stop line, None if it printed none)."""
         import json
 
+        self.start_done.wait(READY_TIMEOUT_S + 5)  # a replica removed while it starts: drain what started
         if self.proc is None or self.proc.poll() is not None:
             return {"exit": None if self.proc is None else self.proc.returncode, "unanswered": None}
         self.proc.send_signal(signal.SIGTERM)
@@ -146,8 +154,11 @@ class ReplicaActor:
                 break
         return {"exit": code, "unanswered": left}
 
-    def kill_server(self) -> int:
-        """SIGKILL to the server process (a crash, for tests and the failover benchmark)."""
+    def kill_server(self) -> int | None:
+        """SIGKILL to the server process (a crash, for tests and the failover benchmark; and
+        before the actor is killed, so that no server outlives its replica)."""
+        if self.proc is None:
+            return None
         self.proc.kill()
         return self.proc.wait()
 
@@ -286,6 +297,10 @@ class Controller:
                     self.counts["unanswered_at_drain"] += int(out.get("unanswered") or 0)
                 except Exception:  # noqa: BLE001 - not drained in time, or its actor died: killed below
                     pass
+            try:  # no server outlives its replica
+                ray.get(r.actor.kill_server.remote(), timeout=5)
+            except Exception:  # noqa: BLE001 - the actor is gone already
+                pass
             ray.kill(r.actor)
             self.directory.remove.remote(r.id)
         with self.lock:
