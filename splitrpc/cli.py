@@ -697,6 +697,7 @@ def build_parser() -> argparse.ArgumentParser:
     from splitrpc.bench.colocate_sim import add_parser as add_bench_colocate_sim_parser
     from splitrpc.bench.provision import add_parser as add_provision_parser
     from splitrpc.bench.fleet import add_parser as add_bench_fleet_parser
+    from splitrpc.bench.tune import add_parser as add_tune_parser
     from splitrpc.services.hercules.fleet_cli import add_parser as add_fleet_parser  # ray only when run
     from splitrpc.services.gnn.measure import add_parser as add_calibrate_parser  # numpy only until run
 
@@ -705,6 +706,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_bench_embedding_parser(sub)
     add_provision_parser(sub)
     add_fleet_parser(sub)
+    add_tune_parser(sub)
     add_bench_fleet_parser(sub)
     add_bench_colocate_sim_parser(sub)
     add_calibrate_parser(sub)
