@@ -1,4 +1,4 @@
-"""Builds the native C test programs with ASan+UBSan and with TSan (CMake options) and runs them."""
+"""Builds the native C test programs with ASan+UBSan and with TSan (CMake options) and runs them; the GPU ones again on the emulated driver (native/tests/fake_libcuda.c)."""
 import os
 import pathlib
 import shutil
@@ -26,6 +26,30 @@ def sanitized_build(request, tmp_path_factory) -> pathlib.Path:
     bld = subprocess.run([cmake, "--build", str(build), "-j", "2"], capture_output=True, text=True)
     assert bld.returncode == 0, bld.stdout[-4000:] + bld.stderr[-4000:]
     return build
+
+
+def _run_sanitized(exe, env_extra=None):
+    env = dict(os.environ, ASAN_OPTIONS="detect_leaks=1:abort_on_error=0", UBSAN_OPTIONS="print_stacktrace=1",
+               TSAN_OPTIONS="halt_on_error=1", **(env_extra or {}))
+    r = subprocess.run([str(exe)], capture_output=True, text=True, timeout=300, env=env)
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out[-6000:]
+    for marker in ("ERROR: AddressSanitizer", "runtime error", "WARNING: ThreadSanitizer"):
+        assert marker not in out, out[-6000:]
+    last = [line for line in r.stdout.splitlines() if line.strip()][-1]
+    assert last.endswith(" 0 failed") and not last.startswith("0 passed"), last
+    return r
+
+
+@pytest.mark.parametrize("program", ["test_gpu", "test_fake_cuda"])
+def test_gpu_programs_on_the_emulated_driver_under_sanitizers(sanitized_build, program):
+    """EMULATED: the GPU half of test_gpu (device Tensor Queues by virtual memory management,
+    copies through the double mapping, pinned memory, completion flags) and the emulated driver's
+    own checks, with the emulated libcuda.so.1 of this build. This build has no CUDA compiler
+    (no kernels): the mirror self-test runs in tests/test_gpu_emulated.py."""
+    r = _run_sanitized(sanitized_build / program, {"LD_LIBRARY_PATH": str(sanitized_build / "fake_cuda")})
+    if program == "test_gpu":
+        assert "GPU 0: fake GPU" in r.stdout, r.stdout[-2000:]
 
 
 @pytest.mark.parametrize("program", ["test_core", "test_engine", "test_defer", "test_gpu", "test_frame", "test_faults",

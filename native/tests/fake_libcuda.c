@@ -1,4 +1,4 @@
-/* fake_libcuda.c: a stand-in libcuda.so.1 for tests on machines without a GPU: one "device" whose memory (cuMemAlloc) is a memfd mapped twice, a PROT_NONE view whose addresses are handed out (the CPU faults if it touches them) and a read-write shadow through which the copies go (cuMemcpy HtoD/DtoH/DtoD, sync and async, done at once), streams that are tokens, and copies or synchronisations made to fail on request (fake_cuda_fail_*): enough to run the control flow of GPU code paths (alignment, attributes, copies, streams, frees) and count what they do and leave behind. Every other entry point answers CUDA_ERROR_NOT_SUPPORTED. It proves nothing about a real GPU. */
+/* fake_libcuda.c: an emulated libcuda.so.1 for tests on machines without a GPU (test-only, never in the wheel). One "device" whose memory the CPU must not touch: every device address handed out lies in a PROT_NONE view (a host read of device memory crashes the test), and the emulated copies, stores and flags go through a read-write shadow of the same pages. cuMemAlloc: a memfd mapped twice. Virtual memory management as the driver has it: allocation granularity, cuMemCreate (a memfd), cuMemAddressReserve (a PROT_NONE range, with a shadow range beside it), cuMemMap (the same pages at several addresses, and in the shadow at the same offsets, so a range that crosses from one mapping to the next is contiguous there too), cuMemSetAccess, unmap/release/free, with the driver's error codes for misuse; mapped host memory (cuMemHostAlloc, cuMemHostRegister: device pointer = host pointer, as with unified addressing). Streams are tokens and their work (copies, cuStreamWriteValue32, host functions) is done when it is queued; copies or synchronisations fail on request (fake_cuda_fail_*); the fake_cuda_* functions count what was done and what is still live. This project's kernels are run by name with host implementations (the mirror self-test; the O2 persistent kernel not yet). It proves nothing about a real GPU. */
 #define _GNU_SOURCE /* memfd_create */
 #include <pthread.h>
 #include <stdint.h>
@@ -9,7 +9,11 @@
 #define OK 0
 #define INVALID_VALUE 1
 #define OUT_OF_MEMORY 2
+#define INVALID_DEVICE 101
 #define INVALID_CONTEXT 201
+#define INVALID_HANDLE 400
+#define HOST_MEMORY_ALREADY_REGISTERED 712
+#define HOST_MEMORY_NOT_REGISTERED 713
 #define NOT_SUPPORTED 801
 #define MAX_ALLOCS 64
 #define MAX_STREAMS 64
@@ -63,13 +67,429 @@ void fake_cuda_reset_counts(void)
 
 /* The shadow of device range [p, p + n) if it lies wholly inside one live allocation, else
  * NULL. Lock held. */
+static char *vmm_shadow_of(devptr p, size_t n);
+static char *host_of(devptr p, size_t n);
 static char *shadow_of(devptr p, size_t n)
 {
     for (int i = 0; i < MAX_ALLOCS; i++) {
         if (allocs[i].ptr && p >= allocs[i].ptr && n <= allocs[i].size && p - allocs[i].ptr <= allocs[i].size - n)
             return allocs[i].shadow + (p - (uintptr_t)allocs[i].map);
     }
-    return NULL;
+    char *v = vmm_shadow_of(p, n);
+    return v ? v : host_of(p, n);
+}
+
+/* ------------------------------------------------------------------ virtual memory management
+ * Guarded by lock. A handle (cuMemCreate) is index + 1 of handles[]: a memfd of `size` bytes,
+ * freed once released and no longer mapped (as the driver frees the physical memory then). A
+ * reservation is a PROT_NONE range at `base` (its addresses handed out) and one of the same
+ * size at `shadow`; a mapping puts the handle's pages at [ptr, ptr + size), PROT_NONE, and at
+ * the same offset of the shadow, read-write. Copies need access set (cuMemSetAccess). */
+#define GRANULARITY ((size_t)2 << 20)
+#define MAX_HANDLES 64
+#define MAX_RESERVED 64
+#define MAX_MAPS 256
+static struct {
+    int fd;
+    size_t size;
+    int released, maps;
+} handles[MAX_HANDLES];
+static struct {
+    uintptr_t base;
+    size_t size;
+    char *shadow;
+} reserved[MAX_RESERVED];
+static struct {
+    uintptr_t ptr;
+    size_t size, offset;
+    int handle; /* index into handles[] */
+    int access;
+} maps[MAX_MAPS];
+static int vmm_handles, vmm_reserved, vmm_maps; /* live counts, for the tests' leak checks */
+
+int fake_cuda_vmm_live_handles(void) { return __atomic_load_n(&vmm_handles, __ATOMIC_SEQ_CST); }
+int fake_cuda_vmm_live_reservations(void) { return __atomic_load_n(&vmm_reserved, __ATOMIC_SEQ_CST); }
+int fake_cuda_vmm_live_mappings(void) { return __atomic_load_n(&vmm_maps, __ATOMIC_SEQ_CST); }
+
+static int reservation_of(uintptr_t p, size_t n)
+{
+    for (int i = 0; i < MAX_RESERVED; i++)
+        if (reserved[i].base && p >= reserved[i].base && n <= reserved[i].size && p - reserved[i].base <= reserved[i].size - n)
+            return i;
+    return -1;
+}
+static int map_at(uintptr_t p) /* the mapping holding address p, or -1 */
+{
+    for (int i = 0; i < MAX_MAPS; i++)
+        if (maps[i].size && p >= maps[i].ptr && p - maps[i].ptr < maps[i].size)
+            return i;
+    return -1;
+}
+/* [p, p + n) wholly mapped (with access if need_access): one mapping after another. */
+static int mapped(uintptr_t p, size_t n, int need_access)
+{
+    for (uintptr_t cur = p, end = p + n; cur < end;) {
+        int m = map_at(cur);
+        if (m < 0 || (need_access && !maps[m].access))
+            return 0;
+        cur = maps[m].ptr + maps[m].size;
+    }
+    return 1;
+}
+static char *vmm_shadow_of(devptr p, size_t n)
+{
+    int r = reservation_of((uintptr_t)p, n ? n : 1);
+    if (r < 0 || !mapped((uintptr_t)p, n ? n : 1, 1))
+        return NULL;
+    return reserved[r].shadow + ((uintptr_t)p - reserved[r].base);
+}
+static void handle_unref(int h) /* lock held */
+{
+    if (handles[h].released && handles[h].maps == 0 && handles[h].size) {
+        close(handles[h].fd);
+        memset(&handles[h], 0, sizeof(handles[h]));
+        __atomic_sub_fetch(&vmm_handles, 1, __ATOMIC_SEQ_CST);
+    }
+}
+
+/* struct layouts of cuda.h (CUmemAllocationProp, CUmemAccessDesc), the fields read here */
+struct prop {
+    int type, handle_types, loc_type, loc_id;
+};
+struct access_desc {
+    int loc_type, loc_id, flags;
+};
+
+int cuMemGetAllocationGranularity(size_t *g, const struct prop *prop, int option)
+{
+    if (!g || !prop || (option != 0 && option != 1) || prop->loc_type != 1 || prop->loc_id != 0)
+        return INVALID_VALUE;
+    *g = GRANULARITY;
+    return OK;
+}
+
+int cuMemCreate(unsigned long long *handle, size_t size, const struct prop *prop, unsigned long long flags)
+{
+    if (!current)
+        return INVALID_CONTEXT;
+    if (!handle || !prop || flags || size == 0 || size % GRANULARITY || prop->type != 1 || prop->loc_type != 1)
+        return INVALID_VALUE;
+    if (prop->loc_id != 0)
+        return INVALID_DEVICE;
+    int rc = OUT_OF_MEMORY;
+    pthread_mutex_lock(&lock);
+    for (int i = 0; i < MAX_HANDLES; i++) {
+        if (handles[i].size)
+            continue;
+        int fd = memfd_create("fake_cuda_vmm", MFD_CLOEXEC);
+        if (fd < 0)
+            break;
+        if (ftruncate(fd, (off_t)size) != 0) {
+            close(fd);
+            break;
+        }
+        handles[i].fd = fd;
+        handles[i].size = size;
+        *handle = (unsigned long long)i + 1;
+        __atomic_add_fetch(&vmm_handles, 1, __ATOMIC_SEQ_CST);
+        rc = OK;
+        break;
+    }
+    pthread_mutex_unlock(&lock);
+    return rc;
+}
+
+static int handle_index(unsigned long long h) /* lock held: index of a live, unreleased handle, or -1 */
+{
+    return h >= 1 && h <= MAX_HANDLES && handles[h - 1].size && !handles[h - 1].released ? (int)(h - 1) : -1;
+}
+
+int cuMemRelease(unsigned long long h)
+{
+    pthread_mutex_lock(&lock);
+    int i = handle_index(h), rc = INVALID_VALUE; /* unknown, or released twice */
+    if (i >= 0) {
+        handles[i].released = 1;
+        handle_unref(i);
+        rc = OK;
+    }
+    pthread_mutex_unlock(&lock);
+    return rc;
+}
+
+/* A PROT_NONE range of `size` aligned to `align` (at least the granularity); addr (a hint) and
+ * flags must be 0 here. */
+int cuMemAddressReserve(devptr *ptr, size_t size, size_t align, devptr addr, unsigned long long flags)
+{
+    if (!ptr || size == 0 || size % GRANULARITY || flags || addr || (align & (align - 1)))
+        return INVALID_VALUE;
+    if (align < GRANULARITY)
+        align = GRANULARITY;
+    if (size > SIZE_MAX / 2 - align)
+        return OUT_OF_MEMORY;
+    int rc = OUT_OF_MEMORY;
+    pthread_mutex_lock(&lock);
+    for (int i = 0; i < MAX_RESERVED; i++) {
+        if (reserved[i].base)
+            continue;
+        size_t len = size + align;
+        char *m = mmap(NULL, len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (m == MAP_FAILED)
+            break;
+        char *sh = mmap(NULL, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (sh == MAP_FAILED) {
+            munmap(m, len);
+            break;
+        }
+        uintptr_t base = ((uintptr_t)m + align - 1) / align * align;
+        if (base > (uintptr_t)m)
+            munmap(m, base - (uintptr_t)m);
+        if ((uintptr_t)m + len > base + size)
+            munmap((char *)base + size, (uintptr_t)m + len - (base + size));
+        reserved[i].base = base;
+        reserved[i].size = size;
+        reserved[i].shadow = sh;
+        *ptr = base;
+        __atomic_add_fetch(&vmm_reserved, 1, __ATOMIC_SEQ_CST);
+        rc = OK;
+        break;
+    }
+    pthread_mutex_unlock(&lock);
+    return rc;
+}
+
+/* Only a whole reservation, with nothing mapped in it. */
+int cuMemAddressFree(devptr ptr, size_t size)
+{
+    int rc = INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    for (int i = 0; i < MAX_RESERVED; i++) {
+        if (!reserved[i].base || reserved[i].base != ptr || reserved[i].size != size)
+            continue;
+        int busy = 0;
+        for (int m = 0; m < MAX_MAPS; m++)
+            busy |= maps[m].size && maps[m].ptr >= ptr && maps[m].ptr - ptr < size;
+        if (!busy) {
+            munmap((void *)reserved[i].base, size);
+            munmap(reserved[i].shadow, size);
+            memset(&reserved[i], 0, sizeof(reserved[i]));
+            __atomic_sub_fetch(&vmm_reserved, 1, __ATOMIC_SEQ_CST);
+            rc = OK;
+        }
+        break;
+    }
+    pthread_mutex_unlock(&lock);
+    return rc;
+}
+
+int cuMemMap(devptr ptr, size_t size, size_t offset, unsigned long long h, unsigned long long flags)
+{
+    if (flags || size == 0 || size % GRANULARITY || offset % GRANULARITY || ptr % GRANULARITY)
+        return INVALID_VALUE;
+    int rc = INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    int hi = handle_index(h), r = reservation_of((uintptr_t)ptr, size), slot = -1;
+    if (hi < 0) {
+        rc = INVALID_HANDLE;
+        goto out;
+    }
+    if (r < 0 || offset > handles[hi].size || size > handles[hi].size - offset)
+        goto out;
+    for (int m = 0; m < MAX_MAPS; m++) {
+        if (maps[m].size && maps[m].ptr < ptr + size && ptr < maps[m].ptr + maps[m].size)
+            goto out; /* overlaps a mapping */
+        if (!maps[m].size && slot < 0)
+            slot = m;
+    }
+    if (slot < 0) {
+        rc = OUT_OF_MEMORY;
+        goto out;
+    }
+    char *sh = reserved[r].shadow + ((uintptr_t)ptr - reserved[r].base);
+    if (mmap((void *)(uintptr_t)ptr, size, PROT_NONE, MAP_SHARED | MAP_FIXED, handles[hi].fd, (off_t)offset) ==
+            MAP_FAILED ||
+        mmap(sh, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, handles[hi].fd, (off_t)offset) == MAP_FAILED) {
+        rc = OUT_OF_MEMORY;
+        goto out;
+    }
+    maps[slot].ptr = (uintptr_t)ptr;
+    maps[slot].size = size;
+    maps[slot].offset = offset;
+    maps[slot].handle = hi;
+    maps[slot].access = 0;
+    handles[hi].maps++;
+    __atomic_add_fetch(&vmm_maps, 1, __ATOMIC_SEQ_CST);
+    rc = OK;
+out:
+    pthread_mutex_unlock(&lock);
+    return rc;
+}
+
+/* Read-write access for device 0 over a range that is wholly mapped. */
+int cuMemSetAccess(devptr ptr, size_t size, const struct access_desc *desc, size_t count)
+{
+    if (!desc || count != 1 || size == 0 || desc->loc_type != 1 || desc->loc_id != 0 || (desc->flags != 3 && desc->flags != 0))
+        return INVALID_VALUE;
+    int rc = INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    if (mapped((uintptr_t)ptr, size, 0)) {
+        for (uintptr_t cur = ptr, end = ptr + size; cur < end;) {
+            int m = map_at(cur);
+            maps[m].access = desc->flags == 3;
+            cur = maps[m].ptr + maps[m].size;
+        }
+        rc = OK;
+    }
+    pthread_mutex_unlock(&lock);
+    return rc;
+}
+
+/* Whole mappings only, as the driver requires; the addresses stay reserved. */
+int cuMemUnmap(devptr ptr, size_t size)
+{
+    int rc = INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    int r = reservation_of((uintptr_t)ptr, size ? size : 1);
+    if (r < 0 || size == 0 || !mapped((uintptr_t)ptr, size, 0))
+        goto out;
+    for (uintptr_t cur = ptr, end = ptr + size; cur < end;) { /* no mapping may stick out past the end */
+        int m = map_at(cur);
+        if (maps[m].ptr < (uintptr_t)ptr || maps[m].ptr + maps[m].size > end)
+            goto out;
+        cur = maps[m].ptr + maps[m].size;
+    }
+    for (uintptr_t cur = ptr, end = ptr + size; cur < end;) {
+        int m = map_at(cur);
+        uintptr_t next = maps[m].ptr + maps[m].size;
+        char *sh = reserved[r].shadow + (maps[m].ptr - reserved[r].base);
+        mmap((void *)maps[m].ptr, maps[m].size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+        mmap(sh, maps[m].size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+        int h = maps[m].handle;
+        memset(&maps[m], 0, sizeof(maps[m]));
+        handles[h].maps--;
+        handle_unref(h);
+        __atomic_sub_fetch(&vmm_maps, 1, __ATOMIC_SEQ_CST);
+        cur = next;
+    }
+    rc = OK;
+out:
+    pthread_mutex_unlock(&lock);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ mapped host memory
+ * Guarded by lock. Ranges allocated (cuMemHostAlloc) or registered (cuMemHostRegister); with
+ * unified addressing their device pointer is their host address. */
+#define MAX_HOST 64
+static struct {
+    char *p;
+    size_t size;
+    int allocated; /* 1: cuMemHostAlloc's (mmap), 0: registered */
+} host[MAX_HOST];
+static int host_live;
+int fake_cuda_host_live(void) { return __atomic_load_n(&host_live, __ATOMIC_SEQ_CST); }
+
+static int host_index(const char *p, size_t n)
+{
+    for (int i = 0; i < MAX_HOST; i++)
+        if (host[i].p && p >= host[i].p && n <= host[i].size && (size_t)(p - host[i].p) <= host[i].size - n)
+            return i;
+    return -1;
+}
+static char *host_of(devptr p, size_t n)
+{
+    return host_index((char *)(uintptr_t)p, n ? n : 1) >= 0 ? (char *)(uintptr_t)p : NULL;
+}
+static int host_add(char *p, size_t size, int allocated) /* lock held */
+{
+    for (int i = 0; i < MAX_HOST; i++)
+        if (host[i].p && p < host[i].p + host[i].size && host[i].p < p + size)
+            return HOST_MEMORY_ALREADY_REGISTERED;
+    for (int i = 0; i < MAX_HOST; i++)
+        if (!host[i].p) {
+            host[i].p = p;
+            host[i].size = size;
+            host[i].allocated = allocated;
+            __atomic_add_fetch(&host_live, 1, __ATOMIC_SEQ_CST);
+            return OK;
+        }
+    return OUT_OF_MEMORY;
+}
+
+int cuMemHostAlloc(void **pp, size_t size, unsigned flags)
+{
+    if (!current)
+        return INVALID_CONTEXT;
+    if (!pp || size == 0 || (flags & ~0x7u))
+        return INVALID_VALUE;
+    char *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED)
+        return OUT_OF_MEMORY;
+    pthread_mutex_lock(&lock);
+    int rc = host_add(p, size, 1);
+    pthread_mutex_unlock(&lock);
+    if (rc != OK) {
+        munmap(p, size);
+        return rc;
+    }
+    *pp = p;
+    return OK;
+}
+
+int cuMemFreeHost(void *p)
+{
+    int rc = INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    for (int i = 0; i < MAX_HOST; i++)
+        if (host[i].p && host[i].p == p && host[i].allocated) {
+            munmap(host[i].p, host[i].size);
+            memset(&host[i], 0, sizeof(host[i]));
+            __atomic_sub_fetch(&host_live, 1, __ATOMIC_SEQ_CST);
+            rc = OK;
+            break;
+        }
+    pthread_mutex_unlock(&lock);
+    return rc;
+}
+
+int cuMemHostRegister_v2(void *p, size_t size, unsigned flags)
+{
+    if (!current)
+        return INVALID_CONTEXT;
+    if (!p || size == 0 || (flags & ~0xfu))
+        return INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    int rc = host_add(p, size, 0);
+    pthread_mutex_unlock(&lock);
+    return rc;
+}
+
+int cuMemHostUnregister(void *p)
+{
+    int rc = HOST_MEMORY_NOT_REGISTERED;
+    pthread_mutex_lock(&lock);
+    for (int i = 0; i < MAX_HOST; i++)
+        if (host[i].p && host[i].p == p && !host[i].allocated) {
+            memset(&host[i], 0, sizeof(host[i]));
+            __atomic_sub_fetch(&host_live, 1, __ATOMIC_SEQ_CST);
+            rc = OK;
+            break;
+        }
+    pthread_mutex_unlock(&lock);
+    return rc;
+}
+
+int cuMemHostGetDevicePointer_v2(devptr *d, void *p, unsigned flags)
+{
+    if (!d || flags)
+        return INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    int i = host_index(p, 1);
+    pthread_mutex_unlock(&lock);
+    if (i < 0)
+        return INVALID_VALUE;
+    *d = (devptr)(uintptr_t)p;
+    return OK;
 }
 
 /* The host-readable address of device address p; NULL if p is not inside a live allocation. */
@@ -96,7 +516,27 @@ int cuDeviceGetName(char *name, int len, int dev)
     strncpy(name, "fake GPU", (size_t)len);
     return OK;
 }
-int cuDeviceGetAttribute(int *v, int attr, int dev) { (void)attr, (void)dev; *v = 0; return OK; }
+/* What the runtime asks: mapped host memory, unified addressing, stream memory operations and
+ * virtual memory management are supported; compute capability 9. */
+int cuDeviceGetAttribute(int *v, int attr, int dev)
+{
+    if (dev != 0)
+        return INVALID_DEVICE;
+    switch (attr) {
+    case 19:  /* CAN_MAP_HOST_MEMORY */
+    case 41:  /* UNIFIED_ADDRESSING */
+    case 92:  /* CAN_USE_STREAM_MEM_OPS_V1 */
+    case 102: /* VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED */
+        *v = 1;
+        break;
+    case 75: /* COMPUTE_CAPABILITY_MAJOR */
+        *v = 9;
+        break;
+    default:
+        *v = 0;
+    }
+    return OK;
+}
 int cuDevicePrimaryCtxRetain(void **ctx, int dev) { (void)dev; *ctx = &ctx_token; return OK; }
 int cuCtxSetCurrent(void *ctx) { current = ctx; return OK; }
 int cuCtxGetCurrent(void **ctx) { *ctx = current; return OK; }
@@ -314,24 +754,146 @@ int cuMemcpyHtoD_v2(devptr dst, const void *src, size_t n) { return copy(HTOD, d
 int cuMemcpyDtoH_v2(void *dst, devptr src, size_t n) { return copy(DTOH, 0, dst, src, NULL, n, NULL); }
 int cuMemcpyDtoD_v2(devptr dst, devptr src, size_t n) { return copy(DTOD, dst, NULL, src, NULL, n, NULL); }
 
-/* The rest of what gpu_driver.c resolves: present, and not supported. */
-#define NOT_HERE(name) \
-    int name() { return NOT_SUPPORTED; }
-NOT_HERE(cuMemGetAllocationGranularity)
-NOT_HERE(cuMemCreate)
-NOT_HERE(cuMemAddressReserve)
-NOT_HERE(cuMemMap)
-NOT_HERE(cuMemSetAccess)
-NOT_HERE(cuMemUnmap)
-NOT_HERE(cuMemRelease)
-NOT_HERE(cuMemAddressFree)
-NOT_HERE(cuMemHostAlloc)
-NOT_HERE(cuMemFreeHost)
-NOT_HERE(cuMemHostRegister_v2)
-NOT_HERE(cuMemHostUnregister)
-NOT_HERE(cuMemHostGetDevicePointer_v2)
-NOT_HERE(cuLaunchHostFunc)
-NOT_HERE(cuModuleLoadData)
-NOT_HERE(cuModuleUnload)
-NOT_HERE(cuModuleGetFunction)
-NOT_HERE(cuLaunchKernel)
+/* A 32-bit store to device (or mapped host) memory, done when queued: the stream's earlier
+ * work is done already. */
+int cuStreamWriteValue32_v2(void *stream, devptr addr, uint32_t value, unsigned flags)
+{
+    if (flags || (addr & 3))
+        return INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    char *p = stream_ok(stream) ? shadow_of(addr, 4) : NULL;
+    if (p)
+        __atomic_store_n((uint32_t *)(void *)p, value, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&lock);
+    return p ? OK : INVALID_VALUE;
+}
+
+/* The host function runs now, on the caller's thread, outside the emulation's lock. */
+int cuLaunchHostFunc(void *stream, void (*fn)(void *), void *user)
+{
+    if (!fn)
+        return INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    int ok = stream_ok(stream);
+    pthread_mutex_unlock(&lock);
+    if (!ok)
+        return INVALID_VALUE;
+    fn(user);
+    return OK;
+}
+
+/* ------------------------------------------------------------------ kernels
+ * This project's own kernels (native/cuda/kernels.cu), by name, each with a host
+ * implementation that reads and writes device memory through the shadow: the mirror self-test.
+ * The O2 persistent kernel is not emulated yet: its launch answers CUDA_ERROR_NOT_SUPPORTED.
+ * Any image loads (the fatbin is not read); modules and launches are counted. */
+#define NOT_FOUND 500
+enum { K_MIRROR_FILL, K_MIRROR_VERIFY, K_O2_VECADD, K_COUNT };
+static const char *const kernel_names[K_COUNT] = {"srpc_mirror_fill", "srpc_mirror_verify", "srpc_o2_vecadd"};
+static char kernel_tokens[K_COUNT]; /* a CUfunction is &kernel_tokens[k] */
+static char module_token;
+static int modules_live, fail_launches;
+static unsigned long long launches[K_COUNT];
+
+int fake_cuda_live_modules(void) { return __atomic_load_n(&modules_live, __ATOMIC_SEQ_CST); }
+unsigned long long fake_cuda_launches(int k)
+{
+    return k >= 0 && k < K_COUNT ? __atomic_load_n(&launches[k], __ATOMIC_SEQ_CST) : 0;
+}
+/* The next n launches fail with CUDA_ERROR_LAUNCH_FAILED (719). */
+void fake_cuda_fail_launches(int n)
+{
+    pthread_mutex_lock(&lock);
+    fail_launches = n;
+    pthread_mutex_unlock(&lock);
+}
+
+int cuModuleLoadData(void **mod, const void *image)
+{
+    if (!current)
+        return INVALID_CONTEXT;
+    if (!mod || !image)
+        return INVALID_VALUE;
+    *mod = &module_token;
+    __atomic_add_fetch(&modules_live, 1, __ATOMIC_SEQ_CST);
+    return OK;
+}
+int cuModuleUnload(void *mod)
+{
+    if (mod != &module_token || __atomic_load_n(&modules_live, __ATOMIC_SEQ_CST) <= 0)
+        return INVALID_HANDLE;
+    __atomic_sub_fetch(&modules_live, 1, __ATOMIC_SEQ_CST);
+    return OK;
+}
+int cuModuleGetFunction(void **f, void *mod, const char *name)
+{
+    if (!f || !name || mod != &module_token)
+        return INVALID_HANDLE;
+    for (int k = 0; k < K_COUNT; k++)
+        if (strcmp(name, kernel_names[k]) == 0) {
+            *f = &kernel_tokens[k];
+            return OK;
+        }
+    return NOT_FOUND;
+}
+
+/* kernels.cu's mirror_word */
+static uint32_t mirror_word(unsigned long long i, uint32_t salt)
+{
+    uint32_t x = (uint32_t)i ^ ((uint32_t)(i >> 32) * 0x85ebca6bu) ^ salt;
+    x ^= x >> 16;
+    x *= 0x7feb352du;
+    x ^= x >> 15;
+    x *= 0x846ca68bu;
+    x ^= x >> 16;
+    return x;
+}
+
+/* Runs the kernel now (the grid shape only has to be non-empty). Device memory it touches must
+ * be accessible (as a real kernel would fault: CUDA_ERROR_ILLEGAL_ADDRESS). */
+int cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                   unsigned shared, void *stream, void **params, void **extra)
+{
+    (void)shared;
+    if (!current)
+        return INVALID_CONTEXT;
+    uintptr_t a = (uintptr_t)f, b = (uintptr_t)kernel_tokens;
+    if (a < b || a >= b + K_COUNT)
+        return INVALID_HANDLE;
+    int k = (int)(a - b);
+    if (!params || extra || !gx || !gy || !gz || !bx || !by || !bz || bx * by * bz > 1024)
+        return INVALID_VALUE;
+    if (k == K_O2_VECADD)
+        return NOT_SUPPORTED;
+    int rc = OK;
+    pthread_mutex_lock(&lock);
+    if (!stream_ok(stream)) {
+        rc = INVALID_VALUE;
+    } else if (fail_launches > 0) {
+        fail_launches--;
+        rc = 719; /* CUDA_ERROR_LAUNCH_FAILED */
+    } else {
+        devptr p = *(devptr *)params[0];
+        unsigned long long n = *(unsigned long long *)params[1];
+        uint32_t salt = *(uint32_t *)params[2];
+        uint32_t *w = n <= SIZE_MAX / 4 ? (uint32_t *)(void *)shadow_of(p, (size_t)n * 4) : NULL;
+        if (!w) {
+            rc = ILLEGAL_ADDRESS;
+        } else if (k == K_MIRROR_FILL) {
+            for (unsigned long long i = 0; i < n; i++)
+                w[i] = mirror_word(i, salt);
+        } else {
+            unsigned long long bad = 0, *counter = (unsigned long long *)(void *)shadow_of(*(devptr *)params[3], 8);
+            for (unsigned long long i = 0; i < n; i++)
+                bad += w[i] != mirror_word(i, salt);
+            if (!counter)
+                rc = ILLEGAL_ADDRESS;
+            else
+                *counter += bad;
+        }
+        if (rc == OK)
+            __atomic_add_fetch(&launches[k], 1, __ATOMIC_SEQ_CST);
+    }
+    pthread_mutex_unlock(&lock);
+    return rc;
+}

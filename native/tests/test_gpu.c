@@ -2,6 +2,7 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
+#include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -462,6 +463,26 @@ out:
     srpc_gpu_host_free(done);
 }
 
+/* Under the emulated driver (native/tests/fake_libcuda.c), its accounting: every device Tensor
+ * Queue's mappings, reservations and allocations and every pinned buffer freed. On a real
+ * driver, nothing to check. */
+static void test_nothing_left_on_emulation(void)
+{
+    void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    if (!lib)
+        return;
+    static const char *const counts[] = {"fake_cuda_vmm_live_mappings", "fake_cuda_vmm_live_reservations",
+                                         "fake_cuda_vmm_live_handles", "fake_cuda_host_live"};
+    for (size_t i = 0; i < sizeof(counts) / sizeof(counts[0]); i++) {
+        int (*f)(void);
+        *(void **)&f = dlsym(lib, counts[i]);
+        if (!f)
+            break; /* a real driver */
+        CHECK(f() == 0, "emulated driver: %s = %d after the tests", counts[i], f());
+    }
+    dlclose(lib);
+}
+
 int main(void)
 {
     test_bad_args();
@@ -479,6 +500,7 @@ int main(void)
                 test_dtq_copies();
                 test_pinned_and_signal();
                 test_o2();
+                test_nothing_left_on_emulation();
             }
         }
     }
