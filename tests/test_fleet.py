@@ -193,8 +193,9 @@ def test_bad_targets_are_refused(fleet_env):
 
 
 def _cli(args, env, timeout=180):
+    # cwd: not the checkout, whose splitrpc/ would shadow the installed package (the replicas start there too)
     return subprocess.run([sys.executable, "-m", "splitrpc", *args], capture_output=True, text=True, env=env,
-                          timeout=timeout)
+                          timeout=timeout, cwd=env["XDG_RUNTIME_DIR"])
 
 
 def _servers() -> set:
@@ -253,7 +254,7 @@ def test_plan_steps_from_provision(tmp_path):
                                   {"model": "work", "kind": "big", "qps": 400, "power": None}]))
     r = subprocess.run([sys.executable, "-m", "splitrpc", "provision", "--tuples", str(tuples), "--inventory",
                         "small=4,big=1", "--peak", "700", "--steps", "8", "--out", str(tmp_path / "p"), "--quiet"],
-                       capture_output=True, text=True, timeout=120)
+                       capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     doc = json.loads((tmp_path / "p" / "provision.json").read_text())
     steps = _plan_steps(str(tmp_path / "p" / "provision.json"), 80.0)

@@ -91,7 +91,7 @@ def test_tune_command_writes_tuples_provision_reads(tmp_path):
     out = tmp_path / "t"
     r = subprocess.run([sys.executable, "-m", "splitrpc", "tune", "--threads", "1", "--instances", "1",
                         "--batches", "1,4", "--trial-s", "0.3", "--repeats", "1", "--sla-ms", "50",
-                        "--kind", "testbox", "--out", str(out)], capture_output=True, text=True, timeout=300)
+                        "--kind", "testbox", "--out", str(out)], capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert r.returncode == 0, r.stderr[-2000:]
     doc = json.loads((out / "tune.json").read_text())
     res = doc["models"]["lenet"]
@@ -102,10 +102,11 @@ def test_tune_command_writes_tuples_provision_reads(tmp_path):
     assert (out / "tune.md").exists()
     p = subprocess.run([sys.executable, "-m", "splitrpc", "provision", "--tuples", str(out / "tune_tuples.json"),
                         "--inventory", "testbox=4", "--peak", str(2 * res["gradient"]["qps"]), "--steps", "6",
-                        "--out", str(tmp_path / "p"), "--quiet"], capture_output=True, text=True, timeout=120)
+                        "--out", str(tmp_path / "p"), "--quiet"], capture_output=True, text=True, timeout=120,
+                       cwd=tmp_path)
     assert p.returncode == 0, p.stderr
     plan = json.loads((tmp_path / "p" / "provision.json").read_text())
     assert plan["models"] == ["lenet"] and plan["power_unit"] == "servers"
     bad = subprocess.run([sys.executable, "-m", "splitrpc", "tune", "--models", "nope", "--out", str(tmp_path / "x")],
-                         capture_output=True, text=True, timeout=60)
+                         capture_output=True, text=True, timeout=60, cwd=tmp_path)
     assert bad.returncode == 2 and "no model 'nope'" in bad.stderr and "Traceback" not in bad.stderr

@@ -21,6 +21,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 
@@ -138,6 +139,7 @@ def start_local(nodes: list[NodeSpec], state: str | None = None, log: str | None
     with open(log, "ab") as lf:
         p = subprocess.Popen([sys.executable, "-m", "splitrpc.services.hercules.cluster", "--nodes", spec,
                               "--state", state], stdout=lf, stderr=lf, stdin=subprocess.DEVNULL, env=env,
+                             cwd=os.path.dirname(state),  # not a source checkout: its splitrpc/ would shadow ours
                              start_new_session=True)
     end = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < end:
@@ -232,8 +234,16 @@ def connect(address: str | None = None, state: str | None = None):
         raise ClusterError("ray was imported before its loopback settings were made: import it through "
                            "splitrpc.services.hercules.cluster.import_ray(), or set "
                            + " ".join(f"{k}={v}" for k, v in LOOPBACK_ENV.items()))
-    ray.init(address=address, namespace=NAMESPACE, logging_level="warning", log_to_driver=False,
-             **({"_node_ip_address": "127.0.0.1"} if local else {}))
+    # Ray puts the driver's working directory on its workers' import path. The fleet's actors need
+    # only the installed splitrpc, which a source checkout there would shadow (the project's own
+    # tests run from one): the driver joins from a neutral directory. Not thread-safe (chdir).
+    here = os.getcwd()
+    os.chdir(tempfile.gettempdir())
+    try:
+        ray.init(address=address, namespace=NAMESPACE, logging_level="warning", log_to_driver=False,
+                 **({"_node_ip_address": "127.0.0.1"} if local else {}))
+    finally:
+        os.chdir(here)
     return ray
 
 

@@ -21,6 +21,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -94,7 +95,8 @@ class ReplicaActor:
 
         argv, env = self.service.command(self.kind)
         self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                     cwd=self.service.cwd or None, env={**os.environ, **env}, bufsize=1)
+                                     cwd=self.service.cwd or tempfile.gettempdir(), env={**os.environ, **env},
+                                     bufsize=1)
         port = None
         watchdog = threading.Timer(READY_TIMEOUT_S, self.proc.kill)  # a server that never says ready
         watchdog.start()

@@ -12,6 +12,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
@@ -48,8 +49,9 @@ class Served:
             argv.append("--small")
         env = {**os.environ, "OMP_NUM_THREADS": str(config.threads), "MKL_NUM_THREADS": str(config.threads)}
         self.lines: list = []
+        # cwd: not a source checkout, whose splitrpc/ would shadow the installed package
         self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-                                     start_new_session=True)
+                                     cwd=tempfile.gettempdir(), start_new_session=True)
         ready = threading.Event()
         want = re.compile(r'"event": "ready"' if config.instances == 1 else r"processes serving on")
 
