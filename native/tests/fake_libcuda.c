@@ -1,7 +1,8 @@
-/* fake_libcuda.c: an emulated libcuda.so.1 for tests on machines without a GPU (test-only, never in the wheel). One "device" whose memory the CPU must not touch: every device address handed out lies in a PROT_NONE view (a host read of device memory crashes the test), and the emulated copies, stores and flags go through a read-write shadow of the same pages. cuMemAlloc: a memfd mapped twice. Virtual memory management as the driver has it: allocation granularity, cuMemCreate (a memfd), cuMemAddressReserve (a PROT_NONE range, with a shadow range beside it), cuMemMap (the same pages at several addresses, and in the shadow at the same offsets, so a range that crosses from one mapping to the next is contiguous there too), cuMemSetAccess, unmap/release/free, with the driver's error codes for misuse; mapped host memory (cuMemHostAlloc, cuMemHostRegister: device pointer = host pointer, as with unified addressing). Streams are tokens and their work (copies, cuStreamWriteValue32, host functions) is done when it is queued; copies or synchronisations fail on request (fake_cuda_fail_*); the fake_cuda_* functions count what was done and what is still live. This project's kernels are run by name with host implementations (the mirror self-test; the O2 persistent kernel not yet). It proves nothing about a real GPU. */
+/* fake_libcuda.c: an emulated libcuda.so.1 for tests on machines without a GPU (test-only, never in the wheel). One "device" whose memory the CPU must not touch: every device address handed out lies in a PROT_NONE view (a host read of device memory crashes the test), and the emulated copies, stores and flags go through a read-write shadow of the same pages. cuMemAlloc: a memfd mapped twice. Virtual memory management as the driver has it: allocation granularity, cuMemCreate (a memfd), cuMemAddressReserve (a PROT_NONE range, with a shadow range beside it), cuMemMap (the same pages at several addresses, and in the shadow at the same offsets, so a range that crosses from one mapping to the next is contiguous there too), cuMemSetAccess, unmap/release/free, with the driver's error codes for misuse; mapped host memory (cuMemHostAlloc, cuMemHostRegister: device pointer = host pointer, as with unified addressing). Each created stream runs its work (copies, cuStreamWriteValue32, host functions, kernels) in order on a thread of its own, so completion is asynchronous and out of order across streams; the legacy default stream waits for the blocking streams; an error while queued work runs is returned by the stream's next synchronisation; copies, synchronisations or launches fail on request (fake_cuda_fail_*); the fake_cuda_* functions count what was done and what is still live. This project's kernels are run by name with host implementations (the mirror self-test; the O2 persistent kernel not yet). It proves nothing about a real GPU. */
 #define _GNU_SOURCE /* memfd_create */
 #include <pthread.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -622,10 +623,44 @@ int cuPointerSetAttribute(const void *value, int attr, devptr ptr)
     return rc;
 }
 
-/* Streams: tokens, &streams[i]; stream_index is i for a live one, else -1. Lock held.
- * NULL (the default stream), CU_STREAM_LEGACY (1) and CU_STREAM_PER_THREAD (2) may be used
- * too, not destroyed. */
-static int stream_index(const void *s)
+/* ------------------------------------------------------------------ streams
+ * A created stream is a token, &streams[i], and a thread that runs its work in the order it was
+ * queued: copies, stores, host functions and kernels complete asynchronously, and streams
+ * complete out of order with respect to one another, as on a GPU. Work is checked when it is
+ * queued (a bad pointer is refused then) and run later; an error while it runs (the memory was
+ * freed meanwhile, an injected sync failure) is the stream's, returned by its next
+ * cuStreamSynchronize. NULL and CU_STREAM_LEGACY (1) are the legacy default stream: its work
+ * waits for every blocking stream's queued work (streams created without NON_BLOCKING), then
+ * runs on the caller's thread. CU_STREAM_PER_THREAD (2) runs on the caller's thread at once.
+ * Guarded by lock; a stream thread sleeps on stream_cv. */
+enum { OP_COPY, OP_WRITE32, OP_HOSTFN, OP_KERNEL };
+struct op {
+    struct op *next;
+    int type, kind; /* kind: the copy's (HTOD, DTOH, DTOD) or the kernel's */
+    devptr dd, sd;
+    void *dh;
+    const void *sh;
+    size_t n;
+    uint32_t value;
+    void (*fn)(void *);
+    void *user;
+    devptr kp0, kp3; /* a kernel's parameters, copied when launched */
+    unsigned long long kn;
+    uint32_t ksalt;
+};
+static struct {
+    int thread;      /* its thread runs (until it has drained a destroyed stream) */
+    int blocking;    /* created without CU_STREAM_NON_BLOCKING */
+    int pending;     /* queued and not yet complete */
+    int error;       /* the first error of its work since its last synchronisation */
+    struct op *head, *tail;
+} st[MAX_STREAMS];
+static pthread_cond_t stream_cv = PTHREAD_COND_INITIALIZER;
+static unsigned long long ops_async; /* work run by stream threads, for the tests */
+
+unsigned long long fake_cuda_async_ops(void) { return __atomic_load_n(&ops_async, __ATOMIC_SEQ_CST); }
+
+static int stream_index(const void *s) /* a live created stream's index, else -1 */
 {
     uintptr_t a = (uintptr_t)s, b = (uintptr_t)streams;
     return a >= b && a < b + MAX_STREAMS && streams[a - b] ? (int)(a - b) : -1;
@@ -633,6 +668,60 @@ static int stream_index(const void *s)
 static int stream_ok(const void *s)
 {
     return (uintptr_t)s <= 2 || stream_index(s) >= 0;
+}
+
+static int run_op(struct op *o); /* lock held (released around a host function) */
+
+static void *stream_thread(void *arg)
+{
+    int i = (int)(intptr_t)arg;
+    pthread_mutex_lock(&lock);
+    for (;;) {
+        while (!st[i].head && streams[i])
+            pthread_cond_wait(&stream_cv, &lock);
+        struct op *o = st[i].head;
+        if (!o) /* destroyed, and its work is done */
+            break;
+        int rc = run_op(o);
+        st[i].head = o->next;
+        if (!st[i].head)
+            st[i].tail = NULL;
+        if (rc && !st[i].error)
+            st[i].error = rc;
+        st[i].pending--;
+        __atomic_add_fetch(&ops_async, 1, __ATOMIC_SEQ_CST);
+        free(o);
+        pthread_cond_broadcast(&stream_cv);
+    }
+    st[i].thread = 0;
+    pthread_cond_broadcast(&stream_cv);
+    pthread_mutex_unlock(&lock);
+    return NULL;
+}
+
+/* Queues o on stream s (its thread runs it), or runs it now on the legacy or per-thread
+ * default stream. Lock held. Returns the error of a work run now, else OK. */
+static int submit(void *s, struct op *o)
+{
+    int i = stream_index(s);
+    if (i >= 0) {
+        o->next = NULL;
+        if (st[i].tail)
+            st[i].tail->next = o;
+        else
+            st[i].head = o;
+        st[i].tail = o;
+        st[i].pending++;
+        pthread_cond_broadcast(&stream_cv);
+        return OK;
+    }
+    if ((uintptr_t)s <= 1) /* legacy default stream: after every blocking stream's work */
+        for (int k = 0; k < MAX_STREAMS; k++)
+            while (st[k].thread && st[k].blocking && st[k].pending)
+                pthread_cond_wait(&stream_cv, &lock);
+    int rc = run_op(o);
+    free(o);
+    return rc;
 }
 
 int cuStreamCreate(void **stream, unsigned flags)
@@ -644,11 +733,24 @@ int cuStreamCreate(void **stream, unsigned flags)
     int rc = OUT_OF_MEMORY;
     pthread_mutex_lock(&lock);
     for (int i = 0; i < MAX_STREAMS; i++) {
-        if (!streams[i]) {
+        if (!streams[i] && !st[i].thread) {
+            pthread_t t;
+            pthread_attr_t attr;
+            pthread_attr_init(&attr);
+            pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
             streams[i] = 1;
-            *stream = &streams[i];
-            __atomic_add_fetch(&live_streams, 1, __ATOMIC_SEQ_CST);
-            rc = OK;
+            st[i].thread = 1;
+            st[i].blocking = flags == 0;
+            st[i].pending = st[i].error = 0;
+            if (pthread_create(&t, &attr, stream_thread, (void *)(intptr_t)i) != 0) {
+                streams[i] = 0;
+                st[i].thread = 0;
+            } else {
+                *stream = &streams[i];
+                __atomic_add_fetch(&live_streams, 1, __ATOMIC_SEQ_CST);
+                rc = OK;
+            }
+            pthread_attr_destroy(&attr);
             break;
         }
     }
@@ -656,6 +758,7 @@ int cuStreamCreate(void **stream, unsigned flags)
     return rc;
 }
 
+/* As the driver: returns at once; work already queued completes, then the stream is freed. */
 int cuStreamDestroy_v2(void *stream)
 {
     int rc = INVALID_VALUE;
@@ -664,6 +767,7 @@ int cuStreamDestroy_v2(void *stream)
     if (i >= 0) {
         streams[i] = 0;
         __atomic_sub_fetch(&live_streams, 1, __ATOMIC_SEQ_CST);
+        pthread_cond_broadcast(&stream_cv);
         rc = OK;
     }
     pthread_mutex_unlock(&lock);
@@ -691,48 +795,69 @@ void fake_cuda_fail_syncs_after(int kind, int n)
     pthread_mutex_unlock(&lock);
 }
 
-/* Copies are done when they are called: there is nothing to wait for. */
+/* Waits for the stream's queued work (the legacy stream: every blocking stream's); returns the
+ * first error of that work since the last synchronisation, or an injected failure. */
 int cuStreamSynchronize(void *stream)
 {
     pthread_mutex_lock(&lock);
-    int ok = stream_ok(stream), i = stream_index(stream), fail = 0;
+    int ok = stream_ok(stream), i = stream_index(stream), fail = 0, err = OK;
     if (ok && i >= 0) {
+        while (st[i].pending)
+            pthread_cond_wait(&stream_cv, &lock);
+        err = st[i].error;
+        st[i].error = 0;
         for (int k = 0; k < 3 && !fail; k++)
             if ((pending_kinds[i] & (1u << k)) && fail_syncs[k] > 0)
                 fail = fail_syncs[k]--;
         pending_kinds[i] = 0;
+    } else if (ok && (uintptr_t)stream <= 1) {
+        for (int k = 0; k < MAX_STREAMS; k++)
+            while (st[k].thread && st[k].blocking && st[k].pending)
+                pthread_cond_wait(&stream_cv, &lock);
     }
     pthread_mutex_unlock(&lock);
     if (!ok)
         return INVALID_VALUE;
     if (fail)
         return ILLEGAL_ADDRESS;
+    if (err)
+        return err;
     __atomic_add_fetch(&stream_syncs, 1, __ATOMIC_SEQ_CST);
     return OK;
 }
 
-/* A copy of n bytes, done now: to host dh or device dd, from host sh or device sd, as kind
- * says. Device ranges must lie wholly inside one live allocation; they are read and written
- * through the shadow. Nothing is copied on an error. */
+static struct op *new_op(int type)
+{
+    struct op *o = calloc(1, sizeof(*o));
+    if (o)
+        o->type = type;
+    return o;
+}
+
+/* A copy of n bytes: to host dh or device dd, from host sh or device sd, as kind says. Device
+ * ranges must lie wholly inside live, accessible device memory (or mapped host memory), when
+ * queued and when run; they are read and written through the shadow. */
 static int copy(int kind, devptr dd, void *dh, devptr sd, const void *sh, size_t n, void *stream)
 {
     if (!current)
         return INVALID_CONTEXT;
     int rc = INVALID_VALUE;
-    pthread_mutex_lock(&lock); /* held while copying: a concurrent cuMemFree waits */
+    pthread_mutex_lock(&lock);
     char *d = kind == DTOH ? (char *)dh : shadow_of(dd, n);
     const char *s = kind == HTOD ? (const char *)sh : shadow_of(sd, n);
     if (stream_ok(stream) && d && s && fail_copies[kind] > 0) {
         fail_copies[kind]--;
         rc = ILLEGAL_ADDRESS;
     } else if (stream_ok(stream) && d && s) {
-        if (stream_index(stream) >= 0)
-            pending_kinds[stream_index(stream)] |= 1u << kind;
-        if (n)
-            memmove(d, s, n);
-        __atomic_add_fetch(&copies[kind], 1, __ATOMIC_SEQ_CST);
-        __atomic_add_fetch(&copy_bytes[kind], n, __ATOMIC_SEQ_CST);
-        rc = OK;
+        struct op *o = new_op(OP_COPY);
+        if (!o) {
+            rc = OUT_OF_MEMORY;
+        } else {
+            o->kind = kind, o->dd = dd, o->dh = dh, o->sd = sd, o->sh = sh, o->n = n;
+            if (stream_index(stream) >= 0)
+                pending_kinds[stream_index(stream)] |= 1u << kind;
+            rc = submit(stream, o);
+        }
     }
     pthread_mutex_unlock(&lock);
     return rc;
@@ -750,36 +875,50 @@ int cuMemcpyDtoDAsync_v2(devptr dst, devptr src, size_t n, void *stream)
 {
     return copy(DTOD, dst, NULL, src, NULL, n, stream);
 }
+/* The synchronous copies: on the legacy stream, which waits for the blocking streams. */
 int cuMemcpyHtoD_v2(devptr dst, const void *src, size_t n) { return copy(HTOD, dst, NULL, 0, src, n, NULL); }
 int cuMemcpyDtoH_v2(void *dst, devptr src, size_t n) { return copy(DTOH, 0, dst, src, NULL, n, NULL); }
 int cuMemcpyDtoD_v2(devptr dst, devptr src, size_t n) { return copy(DTOD, dst, NULL, src, NULL, n, NULL); }
 
-/* A 32-bit store to device (or mapped host) memory, done when queued: the stream's earlier
- * work is done already. */
+/* A 32-bit store to device (or mapped host) memory, after the stream's earlier work. */
 int cuStreamWriteValue32_v2(void *stream, devptr addr, uint32_t value, unsigned flags)
 {
     if (flags || (addr & 3))
         return INVALID_VALUE;
+    int rc = INVALID_VALUE;
     pthread_mutex_lock(&lock);
-    char *p = stream_ok(stream) ? shadow_of(addr, 4) : NULL;
-    if (p)
-        __atomic_store_n((uint32_t *)(void *)p, value, __ATOMIC_RELEASE);
+    if (stream_ok(stream) && shadow_of(addr, 4)) {
+        struct op *o = new_op(OP_WRITE32);
+        if (!o) {
+            rc = OUT_OF_MEMORY;
+        } else {
+            o->dd = addr, o->value = value;
+            rc = submit(stream, o);
+        }
+    }
     pthread_mutex_unlock(&lock);
-    return p ? OK : INVALID_VALUE;
+    return rc;
 }
 
-/* The host function runs now, on the caller's thread, outside the emulation's lock. */
+/* The host function runs after the stream's earlier work, on its thread (the caller's for the
+ * default streams), outside the emulation's lock. */
 int cuLaunchHostFunc(void *stream, void (*fn)(void *), void *user)
 {
     if (!fn)
         return INVALID_VALUE;
+    int rc = INVALID_VALUE;
     pthread_mutex_lock(&lock);
-    int ok = stream_ok(stream);
+    if (stream_ok(stream)) {
+        struct op *o = new_op(OP_HOSTFN);
+        if (!o) {
+            rc = OUT_OF_MEMORY;
+        } else {
+            o->fn = fn, o->user = user;
+            rc = submit(stream, o);
+        }
+    }
     pthread_mutex_unlock(&lock);
-    if (!ok)
-        return INVALID_VALUE;
-    fn(user);
-    return OK;
+    return rc;
 }
 
 /* ------------------------------------------------------------------ kernels
@@ -873,27 +1012,68 @@ int cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, 
         fail_launches--;
         rc = 719; /* CUDA_ERROR_LAUNCH_FAILED */
     } else {
-        devptr p = *(devptr *)params[0];
-        unsigned long long n = *(unsigned long long *)params[1];
-        uint32_t salt = *(uint32_t *)params[2];
-        uint32_t *w = n <= SIZE_MAX / 4 ? (uint32_t *)(void *)shadow_of(p, (size_t)n * 4) : NULL;
-        if (!w) {
-            rc = ILLEGAL_ADDRESS;
-        } else if (k == K_MIRROR_FILL) {
-            for (unsigned long long i = 0; i < n; i++)
-                w[i] = mirror_word(i, salt);
-        } else {
-            unsigned long long bad = 0, *counter = (unsigned long long *)(void *)shadow_of(*(devptr *)params[3], 8);
-            for (unsigned long long i = 0; i < n; i++)
-                bad += w[i] != mirror_word(i, salt);
-            if (!counter)
-                rc = ILLEGAL_ADDRESS;
-            else
-                *counter += bad;
+        struct op *o = new_op(OP_KERNEL);
+        if (!o) {
+            rc = OUT_OF_MEMORY;
+        } else { /* the parameters are read now, as the driver does */
+            o->kind = k;
+            o->kp0 = *(devptr *)params[0];
+            o->kn = *(unsigned long long *)params[1];
+            o->ksalt = *(uint32_t *)params[2];
+            o->kp3 = k == K_MIRROR_VERIFY ? *(devptr *)params[3] : 0;
+            rc = submit(stream, o);
         }
-        if (rc == OK)
-            __atomic_add_fetch(&launches[k], 1, __ATOMIC_SEQ_CST);
     }
     pthread_mutex_unlock(&lock);
     return rc;
+}
+
+/* Runs one queued work. Lock held; released around a host function. */
+static int run_op(struct op *o)
+{
+    switch (o->type) {
+    case OP_COPY: {
+        char *d = o->kind == DTOH ? (char *)o->dh : shadow_of(o->dd, o->n);
+        const char *s = o->kind == HTOD ? (const char *)o->sh : shadow_of(o->sd, o->n);
+        if (!d || !s)
+            return ILLEGAL_ADDRESS; /* freed since it was queued */
+        if (o->n)
+            memmove(d, s, o->n);
+        __atomic_add_fetch(&copies[o->kind], 1, __ATOMIC_SEQ_CST);
+        __atomic_add_fetch(&copy_bytes[o->kind], o->n, __ATOMIC_SEQ_CST);
+        return OK;
+    }
+    case OP_WRITE32: {
+        char *p = shadow_of(o->dd, 4);
+        if (!p)
+            return ILLEGAL_ADDRESS;
+        __atomic_store_n((uint32_t *)(void *)p, o->value, __ATOMIC_RELEASE);
+        return OK;
+    }
+    case OP_HOSTFN:
+        pthread_mutex_unlock(&lock);
+        o->fn(o->user);
+        pthread_mutex_lock(&lock);
+        return OK;
+    case OP_KERNEL: {
+        unsigned long long n = o->kn;
+        uint32_t *w = n <= SIZE_MAX / 4 ? (uint32_t *)(void *)shadow_of(o->kp0, (size_t)n * 4) : NULL;
+        if (!w)
+            return ILLEGAL_ADDRESS;
+        if (o->kind == K_MIRROR_FILL) {
+            for (unsigned long long i = 0; i < n; i++)
+                w[i] = mirror_word(i, o->ksalt);
+        } else {
+            unsigned long long bad = 0, *counter = (unsigned long long *)(void *)shadow_of(o->kp3, 8);
+            if (!counter)
+                return ILLEGAL_ADDRESS;
+            for (unsigned long long i = 0; i < n; i++)
+                bad += w[i] != mirror_word(i, o->ksalt);
+            *counter += bad;
+        }
+        __atomic_add_fetch(&launches[o->kind], 1, __ATOMIC_SEQ_CST);
+        return OK;
+    }
+    }
+    return INVALID_VALUE;
 }

@@ -1,5 +1,6 @@
 /* test_fake_cuda.c: the emulated driver (fake_libcuda.c) against the driver's documented behaviour: virtual memory management and its error codes for misuse, the same pages at two addresses, device memory the CPU cannot touch, mapped host memory, stream stores, this project's kernels by name, and the accounting that leak checks rely on. Run with LD_LIBRARY_PATH=<build>/fake_cuda. */
 #include <dlfcn.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -64,6 +65,13 @@ FN(int, fake_cuda_vmm_live_mappings, void);
 FN(int, fake_cuda_host_live, void);
 FN(int, fake_cuda_live_modules, void);
 FN(void, fake_cuda_fail_launches, int);
+FN(int, cuStreamCreate, void **, unsigned);
+FN(int, cuStreamDestroy_v2, void *);
+FN(int, cuStreamSynchronize, void *);
+FN(int, cuLaunchHostFunc, void *, void (*)(void *), void *);
+FN(int, cuMemAlloc_v2, devptr *, size_t);
+FN(int, cuMemFree_v2, devptr);
+FN(int, fake_cuda_live_streams, void);
 
 static void *sym(const char *name)
 {
@@ -217,6 +225,127 @@ static void test_host_memory(void)
     CHECK(fake_cuda_host_live() == 0, "left: %d", fake_cuda_host_live());
 }
 
+/* ------------------------------------------------------------------ streams */
+
+/* A host function that waits for its gate, then records the order it ran in. */
+struct gate {
+    pthread_mutex_t m;
+    pthread_cond_t cv;
+    int open[8], done_order[8], ndone;
+};
+static struct gate gate = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, {0}, {0}, 0};
+struct gated {
+    int id;
+};
+static void gated_fn(void *arg)
+{
+    int id = ((struct gated *)arg)->id;
+    pthread_mutex_lock(&gate.m);
+    while (!gate.open[id])
+        pthread_cond_wait(&gate.cv, &gate.m);
+    gate.done_order[gate.ndone++] = id;
+    pthread_mutex_unlock(&gate.m);
+}
+static void open_gate(int id)
+{
+    pthread_mutex_lock(&gate.m);
+    gate.open[id] = 1;
+    pthread_cond_broadcast(&gate.cv);
+    pthread_mutex_unlock(&gate.m);
+}
+static int done_count(void)
+{
+    pthread_mutex_lock(&gate.m);
+    int n = gate.ndone;
+    pthread_mutex_unlock(&gate.m);
+    return n;
+}
+
+struct legacy_copy {
+    devptr src;
+    uint32_t *dst;
+    volatile int done;
+};
+static void *ctx;
+static void *legacy_copier(void *arg)
+{
+    struct legacy_copy *c = arg;
+    cuCtxSetCurrent(ctx); /* the context is per thread */
+    cuMemcpyDtoHAsync_v2(c->dst, c->src, 4, NULL); /* the legacy stream: after the blocking streams */
+    __atomic_store_n(&c->done, 1, __ATOMIC_SEQ_CST);
+    return NULL;
+}
+
+/* Each stream's work runs in order on a thread of its own: 8 streams, each held by a gated host
+ * function before a copy; released in reverse order, they complete in that order, and no copy
+ * ran before its gate. The legacy stream waits for blocking streams. Memory freed while a copy
+ * is queued makes that stream's next synchronisation fail, and the one after succeed. */
+static void test_streams(void)
+{
+    enum { N = 8 };
+    void *s[N];
+    devptr d = 0;
+    CHECK(cuMemAlloc_v2(&d, N * 4) == 0, "alloc");
+    uint32_t vals[N], back[N];
+    struct gated g[N];
+    for (int i = 0; i < N; i++) {
+        vals[i] = 100 + (uint32_t)i;
+        back[i] = 0;
+        g[i].id = i;
+        CHECK(cuStreamCreate(&s[i], 1) == 0, "stream %d", i); /* non-blocking */
+        CHECK(cuLaunchHostFunc(s[i], gated_fn, &g[i]) == 0, "host fn %d", i);
+        CHECK(cuMemcpyHtoDAsync_v2(d + 4 * (devptr)i, &vals[i], 4, s[i]) == 0, "htod %d", i);
+        CHECK(cuMemcpyDtoHAsync_v2(&back[i], d + 4 * (devptr)i, 4, s[i]) == 0, "dtoh %d", i);
+    }
+    CHECK(fake_cuda_live_streams() == N, "%d streams", fake_cuda_live_streams());
+    usleep(20000);
+    CHECK(done_count() == 0, "a host function ran before its gate");
+    for (int i = 0; i < N; i++)
+        CHECK(__atomic_load_n(&back[i], __ATOMIC_SEQ_CST) == 0, "stream %d's copies ran before its host function", i);
+    for (int i = N - 1; i >= 0; i--) {
+        open_gate(i);
+        while (done_count() < N - i)
+            usleep(100);
+    }
+    for (int i = 0; i < N; i++) {
+        CHECK(cuStreamSynchronize(s[i]) == 0, "sync %d", i);
+        CHECK(back[i] == vals[i], "stream %d: %u", i, back[i]);
+        CHECK(gate.done_order[i] == N - 1 - i, "completion %d was stream %d", i, gate.done_order[i]);
+    }
+
+    /* the legacy default stream waits for a blocking stream's queued work */
+    void *blocking = NULL;
+    struct gated g2 = {7};
+    gate.open[7] = 0;
+    CHECK(cuStreamCreate(&blocking, 0) == 0, "blocking stream");
+    CHECK(cuLaunchHostFunc(blocking, gated_fn, &g2) == 0, "gated work on it");
+    uint32_t got = 0;
+    struct legacy_copy lc = {d, &got, 0};
+    pthread_t t;
+    pthread_create(&t, NULL, legacy_copier, &lc);
+    usleep(20000);
+    CHECK(!__atomic_load_n(&lc.done, __ATOMIC_SEQ_CST), "a legacy-stream copy ran before a blocking stream's work");
+    open_gate(7);
+    pthread_join(t, NULL);
+    CHECK(lc.done && got == vals[0], "the legacy copy after: %u", got);
+    CHECK(cuStreamSynchronize(blocking) == 0 && cuStreamDestroy_v2(blocking) == 0, "blocking stream");
+
+    /* an error while queued work runs belongs to the stream's next synchronisation */
+    struct gated g3 = {6};
+    gate.open[6] = 0;
+    uint32_t sink = 0;
+    CHECK(cuLaunchHostFunc(s[0], gated_fn, &g3) == 0, "gate");
+    CHECK(cuMemcpyDtoHAsync_v2(&sink, d, 4, s[0]) == 0, "a copy queued (the memory is live now)");
+    CHECK(cuMemFree_v2(d) == 0, "free it before the copy runs");
+    open_gate(6);
+    CHECK(cuStreamSynchronize(s[0]) == 700, "the copy of freed memory: CUDA_ERROR_ILLEGAL_ADDRESS");
+    CHECK(cuStreamSynchronize(s[0]) == 0, "the next synchronisation is clean");
+    for (int i = 0; i < N; i++)
+        CHECK(cuStreamDestroy_v2(s[i]) == 0, "destroy %d", i);
+    CHECK(cuStreamDestroy_v2(s[0]) == 1, "destroy twice");
+    CHECK(fake_cuda_live_streams() == 0, "%d streams left", fake_cuda_live_streams());
+}
+
 int main(void)
 {
     lib = dlopen("libcuda.so.1", RTLD_NOW);
@@ -231,9 +360,10 @@ int main(void)
     LOAD(cuMemHostGetDevicePointer_v2), LOAD(cuStreamWriteValue32_v2), LOAD(cuModuleLoadData);
     LOAD(cuModuleUnload), LOAD(cuModuleGetFunction), LOAD(cuLaunchKernel), LOAD(fake_cuda_vmm_live_handles);
     LOAD(fake_cuda_vmm_live_reservations), LOAD(fake_cuda_vmm_live_mappings), LOAD(fake_cuda_host_live);
-    LOAD(fake_cuda_live_modules), LOAD(fake_cuda_fail_launches);
+    LOAD(fake_cuda_live_modules), LOAD(fake_cuda_fail_launches), LOAD(cuStreamCreate), LOAD(cuStreamDestroy_v2);
+    LOAD(cuStreamSynchronize), LOAD(cuLaunchHostFunc), LOAD(cuMemAlloc_v2), LOAD(cuMemFree_v2);
+    LOAD(fake_cuda_live_streams);
 
-    void *ctx = NULL;
     CHECK(cuInit(0) == 0 && cuDevicePrimaryCtxRetain(&ctx, 0) == 0 && cuCtxSetCurrent(ctx) == 0, "context");
     size_t g = 0;
     CHECK(cuMemGetAllocationGranularity(&g, &dev0, 0) == 0 && g && (g & (g - 1)) == 0, "granularity %zu", g);
@@ -242,6 +372,7 @@ int main(void)
         test_double_mapping(g);
     }
     test_host_memory();
+    test_streams();
     printf("%d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;
 }
