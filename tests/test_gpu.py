@@ -1,6 +1,7 @@
 """GPU data path: device parsing, the CPU fallback of device="cuda:N" functions, staging TQs laid out like device TQs, and (where a GPU and CuPy exist) real GPU functions with batches in flight."""
 import logging
 import os
+import time
 
 import numpy as np
 import pytest
@@ -160,6 +161,10 @@ def test_gpu_vecadd_many_batches_in_flight(make_server, make_client, orchestrati
         for x, f in zip(xs, futs):
             assert np.array_equal(np.frombuffer(f.result(), np.float32), x + 1)
     st = srv.stats()
+    end = time.monotonic() + 5  # a batch's replies go out before the worker counts it finished
+    while st["in_flight"] and time.monotonic() < end:
+        time.sleep(0.01)
+        st = srv.stats()
     assert st["devices"] == {"vecadd": "cuda:0"} and st["in_flight"] == 0 and st["calls"] == 1200
     assert st["mean_batch"] > 1
     if orchestration == "o2":

@@ -3,6 +3,7 @@ import os
 import pathlib
 import shutil
 import subprocess
+import sys
 
 import pytest
 
@@ -45,3 +46,31 @@ def test_gpu_half_of_test_gpu_on_the_emulated_driver(build):
 
 def test_emulated_driver_checks(build):
     _run(build / "test_fake_cuda", build)
+
+
+EMU = ROOT / "tests" / "emu"
+# tests/test_gpu.py's tests that need a GPU and CuPy, and tests/test_gpu_emulation_cases.py (the
+# emulated driver's accounting and fault injection), run here on the emulated driver and the
+# emulated cupy (tests/emu/cupy).
+GPU_TESTS = ["tests/test_gpu.py::test_gpu_vecadd_many_batches_in_flight[o1]",
+             "tests/test_gpu.py::test_gpu_vecadd_many_batches_in_flight[graph]",
+             "tests/test_gpu.py::test_gpu_vecadd_many_batches_in_flight[o2]",
+             "tests/test_gpu.py::test_gpu_callback_error_answers_internal",
+             "tests/test_gpu_emulation_cases.py"]
+GPU_TESTS_N = 4 + 3  # the emulation cases: O2 10,000 calls; a failed copy, each way
+
+
+def test_device_functions_on_the_emulated_gpu(build):
+    """EMULATED: device functions (device="cuda:0") end to end through the server: requests staged
+    into the device Tensor Queue by the driver's copies, the callback on the function's stream
+    with cupy arrays over the device queue, outputs back and done words, batches in flight on an
+    asynchronous stream, CUDA-graph capture and replay, the O2 persistent kernel (10,000 calls,
+    then nothing left in the driver's accounting), a callback's error and a failed copy each way
+    answered INTERNAL with the next call served."""
+    env = dict(os.environ, LD_LIBRARY_PATH=str(build / "fake_cuda"),
+               PYTHONPATH=os.pathsep.join([str(EMU), os.environ.get("PYTHONPATH", "")]))
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs", *GPU_TESTS],
+                       capture_output=True, text=True, timeout=600, env=env, cwd=ROOT)
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out[-6000:]
+    assert f"{GPU_TESTS_N} passed" in out and "skipped" not in out, out[-3000:]

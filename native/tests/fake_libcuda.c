@@ -1,4 +1,4 @@
-/* fake_libcuda.c: an emulated libcuda.so.1 for tests on machines without a GPU (test-only, never in the wheel). One "device" whose memory the CPU must not touch: every device address handed out lies in a PROT_NONE view (a host read of device memory crashes the test), and the emulated copies, stores and flags go through a read-write shadow of the same pages. cuMemAlloc: a memfd mapped twice. Virtual memory management as the driver has it: allocation granularity, cuMemCreate (a memfd), cuMemAddressReserve (a PROT_NONE range, with a shadow range beside it), cuMemMap (the same pages at several addresses, and in the shadow at the same offsets, so a range that crosses from one mapping to the next is contiguous there too), cuMemSetAccess, unmap/release/free, with the driver's error codes for misuse; mapped host memory (cuMemHostAlloc, cuMemHostRegister: device pointer = host pointer, as with unified addressing). Each created stream runs its work (copies, cuStreamWriteValue32, host functions, kernels) in order on a thread of its own, so completion is asynchronous and out of order across streams; the legacy default stream waits for the blocking streams; an error while queued work runs is returned by the stream's next synchronisation; copies, synchronisations or launches fail on request (fake_cuda_fail_*); the fake_cuda_* functions count what was done and what is still live. This project's kernels are run by name with host implementations (the mirror self-test; the O2 persistent kernel not yet). It proves nothing about a real GPU. */
+/* fake_libcuda.c: an emulated libcuda.so.1 for tests on machines without a GPU (test-only, never in the wheel). One "device" whose memory the CPU must not touch: every device address handed out lies in a PROT_NONE view (a host read of device memory crashes the test), and the emulated copies, stores and flags go through a read-write shadow of the same pages. cuMemAlloc: a memfd mapped twice. Virtual memory management as the driver has it: allocation granularity, cuMemCreate (a memfd), cuMemAddressReserve (a PROT_NONE range, with a shadow range beside it), cuMemMap (the same pages at several addresses, and in the shadow at the same offsets, so a range that crosses from one mapping to the next is contiguous there too), cuMemSetAccess, unmap/release/free, with the driver's error codes for misuse; mapped host memory (cuMemHostAlloc, cuMemHostRegister: device pointer = host pointer, as with unified addressing). Each created stream runs its work (copies, cuStreamWriteValue32, host functions, kernels) in order on a thread of its own, so completion is asynchronous and out of order across streams; the legacy default stream waits for the blocking streams; an error while queued work runs is returned by the stream's next synchronisation; copies, synchronisations or launches fail on request (fake_cuda_fail_*); the fake_cuda_* functions count what was done and what is still live. This project's kernels are run by name with host implementations (the mirror self-test, and the O2 persistent vecadd polling its doorbells on its stream's thread). It proves nothing about a real GPU. */
 #define _GNU_SOURCE /* memfd_create */
 #include <pthread.h>
 #include <stdint.h>
@@ -6,6 +6,8 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
+
+#include "gpu/o2_abi.h" /* the O2 control block the emulated persistent kernel serves */
 
 #define OK 0
 #define INVALID_VALUE 1
@@ -670,7 +672,7 @@ static int stream_ok(const void *s)
     return (uintptr_t)s <= 2 || stream_index(s) >= 0;
 }
 
-static int run_op(struct op *o); /* lock held (released around a host function) */
+static int run_op(struct op *o); /* lock held (released around a host function, and by O2 while it polls) */
 
 static void *stream_thread(void *arg)
 {
@@ -923,8 +925,8 @@ int cuLaunchHostFunc(void *stream, void (*fn)(void *), void *user)
 
 /* ------------------------------------------------------------------ kernels
  * This project's own kernels (native/cuda/kernels.cu), by name, each with a host
- * implementation that reads and writes device memory through the shadow: the mirror self-test.
- * The O2 persistent kernel is not emulated yet: its launch answers CUDA_ERROR_NOT_SUPPORTED.
+ * implementation that reads and writes device memory through the shadow: the mirror self-test
+ * and the O2 persistent vecadd (run_o2).
  * Any image loads (the fatbin is not read); modules and launches are counted. */
 #define NOT_FOUND 500
 enum { K_MIRROR_FILL, K_MIRROR_VERIFY, K_O2_VECADD, K_COUNT };
@@ -1002,8 +1004,8 @@ int cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, 
     int k = (int)(a - b);
     if (!params || extra || !gx || !gy || !gz || !bx || !by || !bz || bx * by * bz > 1024)
         return INVALID_VALUE;
-    if (k == K_O2_VECADD)
-        return NOT_SUPPORTED;
+    if (k == K_O2_VECADD && (gx != 1 || gy != 1 || gz != 1 || bx * by * bz != SRPC_O2_THREADS))
+        return INVALID_VALUE; /* one block of its __launch_bounds__ */
     int rc = OK;
     pthread_mutex_lock(&lock);
     if (!stream_ok(stream)) {
@@ -1018,14 +1020,67 @@ int cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, 
         } else { /* the parameters are read now, as the driver does */
             o->kind = k;
             o->kp0 = *(devptr *)params[0];
-            o->kn = *(unsigned long long *)params[1];
-            o->ksalt = *(uint32_t *)params[2];
-            o->kp3 = k == K_MIRROR_VERIFY ? *(devptr *)params[3] : 0;
+            if (k == K_O2_VECADD) {
+                o->kn = *(uint32_t *)params[1]; /* floats per vector */
+            } else {
+                o->kn = *(unsigned long long *)params[1];
+                o->ksalt = *(uint32_t *)params[2];
+                o->kp3 = k == K_MIRROR_VERIFY ? *(devptr *)params[3] : 0;
+            }
             rc = submit(stream, o);
         }
     }
     pthread_mutex_unlock(&lock);
     return rc;
+}
+
+/* The O2 persistent vecadd (kernels.cu's srpc_o2_vecadd) on its stream's thread, for as long as
+ * the kernel would run: polls batch seq's doorbell in the mapped control block (without the
+ * lock, sleeping a little more each time up to 50 us), then with the lock computes y = x + 1
+ * through the shadow, sets the batch's done word and the consumed count; returns once stop is
+ * set and stop_seq batches are served. A descriptor pointing outside device memory faults the
+ * kernel (CUDA_ERROR_ILLEGAL_ADDRESS at the stream's next synchronisation). Lock held. */
+static int run_o2(devptr ctrl_dev, uint32_t n_floats)
+{
+    struct srpc_o2_ctrl *ctrl = (struct srpc_o2_ctrl *)(void *)shadow_of(ctrl_dev, sizeof(struct srpc_o2_ctrl));
+    if (!ctrl)
+        return ILLEGAL_ADDRESS;
+    for (uint32_t seq = 0;; seq++) {
+        struct srpc_o2_slot *slot = &ctrl->slot[seq % SRPC_O2_SLOTS];
+        int exit_now = 0;
+        unsigned sleep_us = 1;
+        pthread_mutex_unlock(&lock);
+        while (__atomic_load_n(&slot->ready, __ATOMIC_ACQUIRE) != seq + 1) {
+            if (__atomic_load_n(&ctrl->stop, __ATOMIC_ACQUIRE) &&
+                __atomic_load_n(&ctrl->stop_seq, __ATOMIC_ACQUIRE) == seq) {
+                exit_now = 1;
+                break;
+            }
+            usleep(sleep_us);
+            if (sleep_us < 50)
+                sleep_us *= 2;
+        }
+        pthread_mutex_lock(&lock);
+        if (exit_now)
+            break;
+        unsigned long long total = (unsigned long long)slot->count * n_floats, first = slot->out_floats;
+        if (first > total || total > SIZE_MAX / 4)
+            return ILLEGAL_ADDRESS;
+        const float *in = (const float *)(void *)shadow_of(slot->in, (size_t)total * 4);
+        float *out = (float *)(void *)shadow_of(slot->out, (size_t)first * 4);
+        float *rest = total > first ? (float *)(void *)shadow_of(slot->out_rest, (size_t)(total - first) * 4) : NULL;
+        uint32_t *done = (uint32_t *)(void *)shadow_of(slot->done, 4);
+        if (!in || !out || (total > first && !rest) || !done)
+            return ILLEGAL_ADDRESS;
+        for (unsigned long long i = 0; i < first; i++)
+            out[i] = in[i] + 1.0f;
+        for (unsigned long long i = first; i < total; i++)
+            rest[i - first] = in[i] + 1.0f;
+        __atomic_store_n(done, slot->done_value, __ATOMIC_RELEASE);
+        __atomic_store_n(&ctrl->consumed, seq + 1, __ATOMIC_RELEASE);
+    }
+    __atomic_add_fetch(&launches[K_O2_VECADD], 1, __ATOMIC_SEQ_CST);
+    return OK;
 }
 
 /* Runs one queued work. Lock held; released around a host function. */
@@ -1056,6 +1111,8 @@ static int run_op(struct op *o)
         pthread_mutex_lock(&lock);
         return OK;
     case OP_KERNEL: {
+        if (o->kind == K_O2_VECADD)
+            return run_o2(o->kp0, (uint32_t)o->kn);
         unsigned long long n = o->kn;
         uint32_t *w = n <= SIZE_MAX / 4 ? (uint32_t *)(void *)shadow_of(o->kp0, (size_t)n * 4) : NULL;
         if (!w)

@@ -1,0 +1,88 @@
+"""Device functions on the emulated GPU (issue 21): cases that need the emulated driver's accounting and fault injection. They run in tests/test_gpu_emulated.py's subprocess, with the emulated libcuda.so.1 and the emulated cupy; anywhere else they skip, saying so. EMULATED: nothing here ran on a GPU."""
+import ctypes
+import time
+
+import numpy as np
+import pytest
+
+import splitrpc
+from splitrpc import gpu
+
+
+def _emulated_driver():
+    try:
+        lib = ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return None
+    return lib if hasattr(lib, "fake_cuda_vmm_live_mappings") else None
+
+
+DRV = _emulated_driver()
+pytestmark = pytest.mark.skipif(DRV is None or not gpu.available(0),
+                                reason="runs on the emulated driver only (tests/test_gpu_emulated.py runs it)")
+F32 = "float32"
+HTOD, DTOH = 0, 1
+
+
+def _live() -> dict:
+    return {name: getattr(DRV, f"fake_cuda_{name}")() for name in
+            ("vmm_live_mappings", "vmm_live_reservations", "vmm_live_handles", "host_live", "live_modules")}
+
+
+def _vecadd_server(make_server, orchestration, n=256, capacity=64, max_batch=8):
+    import cupy
+
+    def on_gpu(x, y):
+        cupy.add(x, 1, out=y)
+
+    on_gpu.o2_kernel = "vecadd"
+    return make_server(lambda s: s.add_function(on_gpu, 1, "vecadd", [splitrpc.TensorSpec("x", F32, (n,))],
+                                                [splitrpc.TensorSpec("y", F32, (n,))], device="cuda:0",
+                                                orchestration=orchestration, capacity=capacity,
+                                                max_batch=max_batch),
+                       wait="poll")
+
+
+def test_o2_ten_thousand_calls_then_nothing_left(make_server, make_client):
+    """O2: the persistent kernel serves 10,000 calls (the descriptor ring of 64 slots wraps over
+    150 times), stops, and the server's close leaves no mapping, reservation, allocation handle
+    or mapped host buffer in the driver's accounting."""
+    before, runs = _live(), DRV.fake_cuda_launches(2)
+    srv = _vecadd_server(make_server, "o2")
+    c = make_client(srv.port, timeout=10.0)
+    rng = np.random.default_rng(2)
+    done = 0
+    while done < 10_000:
+        xs = [rng.standard_normal(256).astype(np.float32) for _ in range(500)]
+        futs = [c.call_async(1, x) for x in xs]
+        for x, f in zip(xs, futs):
+            assert np.array_equal(np.frombuffer(f.result(), np.float32), x + 1)
+        done += len(xs)
+    st = srv.stats()
+    assert st["calls"] == 10_000 and st["in_flight"] == 0
+    assert DRV.fake_cuda_launches(2) == runs  # the kernel is still running: counted when it returns
+    srv.close()
+    assert DRV.fake_cuda_launches(2) == runs + 1  # ... it returned at stop
+    after = _live()
+    assert {k: after[k] - before[k] for k in after if k != "live_modules"} == \
+        {"vmm_live_mappings": 0, "vmm_live_reservations": 0, "vmm_live_handles": 0, "host_live": 0}, (before, after)
+
+
+@pytest.mark.parametrize("kind", [HTOD, DTOH])
+def test_a_failed_copy_answers_its_calls_internal_and_the_next_call_succeeds(make_server, make_client, kind):
+    """The staging copy of one batch (requests to the device, or replies back) fails: that
+    batch's calls are answered INTERNAL, and the calls after it are served."""
+    srv = _vecadd_server(make_server, "o1", max_batch=1)
+    c = make_client(srv.port, timeout=5.0)
+    x = np.arange(256, dtype=np.float32)
+    assert np.array_equal(np.frombuffer(c.call(1, x), np.float32), x + 1)
+    DRV.fake_cuda_fail_copies(kind, 1)
+    with pytest.raises(splitrpc.InternalError):
+        c.call(1, x)
+    for _ in range(5):
+        assert np.array_equal(np.frombuffer(c.call(1, x), np.float32), x + 1)
+    # a batch's replies go out before the worker counts it finished: wait for the count
+    end = time.monotonic() + 5
+    while srv.stats()["in_flight"] and time.monotonic() < end:
+        time.sleep(0.01)
+    assert srv.stats()["in_flight"] == 0
