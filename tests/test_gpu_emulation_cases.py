@@ -86,3 +86,57 @@ def test_a_failed_copy_answers_its_calls_internal_and_the_next_call_succeeds(mak
     while srv.stats()["in_flight"] and time.monotonic() < end:
         time.sleep(0.01)
     assert srv.stats()["in_flight"] == 0
+
+
+def test_batches_in_flight_complete_out_of_order_across_streams_replies_in_order(make_server, make_client):
+    """Two device functions, each with its stream: 8 one-call batches of the slow one (each
+    queues 40 ms of emulated kernel time) are in flight at once, then 8 of the fast one. The fast
+    stream's batches complete first, across streams out of order, while each function's
+    replies come in the order of its calls."""
+    import threading
+
+    import cupy
+
+    def slow(x, y):
+        cupy.cuda.emulate_kernel_time(0.04)
+        cupy.add(x, 1, out=y)
+
+    def fast(x, y):
+        cupy.add(x, 2, out=y)
+
+    def setup(s):
+        for fid, fn in ((1, slow), (2, fast)):
+            s.add_function(fn, fid, fn.__name__, [splitrpc.TensorSpec("x", F32, (64,))],
+                           [splitrpc.TensorSpec("y", F32, (64,))], device="cuda:0", capacity=64, max_batch=1)
+
+    srv = make_server(setup, wait="poll")
+    c = make_client(srv.port, timeout=10.0)
+    order, lock = [], threading.Lock()
+
+    def record(tag):
+        def cb(_f):
+            with lock:
+                order.append(tag)
+        return cb
+
+    x = np.arange(64, dtype=np.float32)
+    futs = []
+    for i in range(8):
+        f = c.call_async(1, x + i)
+        f.add_done_callback(record(("slow", i)))
+        futs.append((f, x + i + 1))
+    peak = 0
+    end = time.monotonic() + 2
+    while time.monotonic() < end and peak < 8:  # the worker hands each batch back at once: 8 out
+        peak = max(peak, srv.stats()["in_flight"])
+    for i in range(8):
+        f = c.call_async(2, x + i)
+        f.add_done_callback(record(("fast", i)))
+        futs.append((f, x + i + 2))
+    for f, want in futs:
+        assert np.array_equal(np.frombuffer(f.result(), np.float32), want)
+    assert peak >= 8, peak
+    slow_done = [i for tag, i in order if tag == "slow"]
+    fast_done = [i for tag, i in order if tag == "fast"]
+    assert slow_done == list(range(8)) and fast_done == list(range(8)), order  # in order per function
+    assert order.index(("fast", 7)) < order.index(("slow", 7)), order  # ... out of order across streams

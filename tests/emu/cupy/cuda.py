@@ -206,3 +206,11 @@ class MemoryPointer:
 
 def alloc(nbytes: int) -> MemoryPointer:
     return MemoryPointer(Memory(nbytes), 0)
+
+
+def emulate_kernel_time(seconds: float) -> None:
+    """EMULATION ONLY (no CuPy counterpart): queue `seconds` of work on the current stream, as a
+    long kernel would take, so that tests can make one stream finish after another."""
+    import time
+
+    _enqueue(lambda: time.sleep(seconds))
