@@ -90,15 +90,15 @@ def test_a_failed_copy_answers_its_calls_internal_and_the_next_call_succeeds(mak
 
 def test_batches_in_flight_complete_out_of_order_across_streams_replies_in_order(make_server, make_client):
     """Two device functions, each with its stream: 8 one-call batches of the slow one (each
-    queues 40 ms of emulated kernel time) are in flight at once, then 8 of the fast one. The fast
-    stream's batches complete first, across streams out of order, while each function's
-    replies come in the order of its calls."""
+    queues 200 ms of emulated kernel time, so all 8 are out before the first is done) are in
+    flight at once, then 8 of the fast one. The fast stream's batches complete first, across
+    streams out of order, while each function's replies come in the order of its calls."""
     import threading
 
     import cupy
 
     def slow(x, y):
-        cupy.cuda.emulate_kernel_time(0.04)
+        cupy.cuda.emulate_kernel_time(0.2)
         cupy.add(x, 1, out=y)
 
     def fast(x, y):
