@@ -257,11 +257,33 @@ def inject(requests, responses):  # the stand-in libcuda fails the next copy out
 
 if {kw!r}.get("dpdk_payload", "").startswith("cuda:"):
     srv.add_function(inject, 98, "inject", raw=True, max_request=1, max_response=1)
+    # a device function (the emulated cupy of tests/emu under the emulated driver): its requests
+    # arrive as GPU payloads and go device to device into its queue
+    import ctypes
+    import cupy
+
+    def dev_vecadd(x, y):
+        cupy.add(x, 1, out=y)
+
+    spec = lambda n: [splitrpc.TensorSpec(n, "float32", (256,))]  # noqa: E731
+    srv.add_function(dev_vecadd, 50, "dev_vecadd", spec("x"), spec("y"), device="cuda:0")
+
+    def gpu_stats(requests, responses):  # where the functions run, and the emulated driver's copies
+        drv = ctypes.CDLL("libcuda.so.1")
+        drv.fake_cuda_copies.restype = ctypes.c_ulonglong
+        body = json.dumps({{"devices": srv.stats()["devices"],
+                            "copies": [drv.fake_cuda_copies(k) for k in range(3)]}}).encode()
+        for r in responses:
+            r[:len(body)] = body
+        return [len(body)] * len(responses)
+
+    srv.add_function(gpu_stats, 97, "gpu_stats", raw=True, max_request=16, max_response=4096)
 print("READY", flush=True)
 srv.serve()
 """
 
 MEMIF_CLIENT = """
+import json
 import sys
 import numpy as np
 import splitrpc
@@ -289,6 +311,13 @@ if {gpu!r}:  # a failed copy out of GPU memory, then a failed wait for one: INTE
         except splitrpc.InternalError as e:
             assert says in e.message, e
         assert c.call(vecadd.func_id, req) == vecadd.expected(req)
+if {gpu!r}:  # a device function fed by GPU payloads
+    before = json.loads(c.call(97, b"").decode())
+    futs = [c.call_async(50, np.full(256, i, np.float32).tobytes()) for i in range(64)]
+    assert all(np.array_equal(np.frombuffer(f.result(), np.float32), np.full(256, i + 1, np.float32))
+               for i, f in enumerate(futs))
+    after = json.loads(c.call(97, b"").decode())
+    print("GPUSTATS", json.dumps({{"before": before, "after": after}}), flush=True)
 print("STATS", c.call(99, b"").decode(), flush=True)
 print("OK", flush=True)
 sys.stdin.readline()  # the test stops the server before this client lets go of the link
@@ -317,6 +346,8 @@ def test_dpdk_client_and_server_over_memif(tmp_path, split, request):
           "emulated-auto": {"dpdk_emulate_split": True}}[split]
     on_gpu = split in ("emulated-gpu", "emulated-auto")
     server_env = fake_cuda_env(request.getfixturevalue("native_build")) if on_gpu else env
+    if on_gpu:  # the emulated cupy, for the device function (tests/emu/cupy)
+        server_env["PYTHONPATH"] = os.path.join(os.path.dirname(os.path.abspath(__file__)), "emu")
     server = Proc([sys.executable, "-c", textwrap.dedent(MEMIF_SERVER.format(eal=EAL, sock=sock, kw=kw))],
                   env=server_env)
     try:
@@ -341,6 +372,10 @@ def test_dpdk_client_and_server_over_memif(tmp_path, split, request):
     assert st["rx_split_emulated"] == (split != "software"), st
     assert st["payload_pool"] == ("gpu" if on_gpu else "none" if split == "software" else "host"), st
     assert (st["rx_device_payloads"] > 1000 and st["rx_device_to_host"] > 700) == on_gpu, st
+    if split == "emulated-gpu":  # EMULATED: GPU payloads copied device to device into a device function's queue
+        g = json.loads(next(ln for ln in lines if ln.startswith("GPUSTATS "))[9:])
+        assert g["after"]["devices"]["dev_vecadd"] == "cuda:0", g
+        assert g["after"]["copies"][2] - g["before"]["copies"][2] >= 64, g  # DtoD: one per request at least
 
 
 def wait_for_line(proc: subprocess.Popen, word: str, timeout: float) -> list[str]:
