@@ -29,6 +29,17 @@ def _live() -> dict:
             ("vmm_live_mappings", "vmm_live_reservations", "vmm_live_handles", "host_live", "live_modules")}
 
 
+def _settled(srv) -> dict:
+    """srv.stats() once no batch is in flight (5 s at most): a batch's replies go out before the
+    worker counts it finished, so a client can see its last reply first."""
+    end = time.monotonic() + 5
+    st = srv.stats()
+    while st["in_flight"] and time.monotonic() < end:
+        time.sleep(0.01)
+        st = srv.stats()
+    return st
+
+
 def _vecadd_server(make_server, orchestration, n=256, capacity=64, max_batch=8):
     import cupy
 
@@ -58,7 +69,7 @@ def test_o2_ten_thousand_calls_then_nothing_left(make_server, make_client):
         for x, f in zip(xs, futs):
             assert np.array_equal(np.frombuffer(f.result(), np.float32), x + 1)
         done += len(xs)
-    st = srv.stats()
+    st = _settled(srv)
     assert st["calls"] == 10_000 and st["in_flight"] == 0
     assert DRV.fake_cuda_launches(2) == runs  # the kernel is still running: counted when it returns
     srv.close()
@@ -81,11 +92,7 @@ def test_a_failed_copy_answers_its_calls_internal_and_the_next_call_succeeds(mak
         c.call(1, x)
     for _ in range(5):
         assert np.array_equal(np.frombuffer(c.call(1, x), np.float32), x + 1)
-    # a batch's replies go out before the worker counts it finished: wait for the count
-    end = time.monotonic() + 5
-    while srv.stats()["in_flight"] and time.monotonic() < end:
-        time.sleep(0.01)
-    assert srv.stats()["in_flight"] == 0
+    assert _settled(srv)["in_flight"] == 0
 
 
 def test_batches_in_flight_complete_out_of_order_across_streams_replies_in_order(make_server, make_client):
@@ -140,3 +147,32 @@ def test_batches_in_flight_complete_out_of_order_across_streams_replies_in_order
     fast_done = [i for tag, i in order if tag == "fast"]
     assert slow_done == list(range(8)) and fast_done == list(range(8)), order  # in order per function
     assert order.index(("fast", 7)) < order.index(("slow", 7)), order  # ... out of order across streams
+
+
+def test_a_failed_o2_launch_fails_the_start_alone(make_server, make_client):
+    """O2's kernel is launched once, when the server starts: a failed launch is the start's
+    error (GPUError naming cuLaunchKernel); closing that server leaves nothing behind in the
+    driver's accounting, and the next server serves."""
+    import cupy
+
+    before = _live()
+
+    def on_gpu(x, y):
+        cupy.add(x, 1, out=y)
+
+    on_gpu.o2_kernel = "vecadd"
+    srv = splitrpc.Server("127.0.0.1", 0, wait="poll")
+    srv.add_function(on_gpu, 1, "vecadd", [splitrpc.TensorSpec("x", F32, (256,))],
+                     [splitrpc.TensorSpec("y", F32, (256,))], device="cuda:0", orchestration="o2")
+    DRV.fake_cuda_fail_launches(1)
+    with pytest.raises(gpu.GPUError, match="cuLaunchKernel"):
+        srv.start()
+    srv.close()
+    after = _live()
+    assert {k: after[k] - before[k] for k in after if k != "live_modules"} == \
+        {"vmm_live_mappings": 0, "vmm_live_reservations": 0, "vmm_live_handles": 0, "host_live": 0}, (before, after)
+    srv = _vecadd_server(make_server, "o2")
+    c = make_client(srv.port, timeout=5.0)
+    x = np.arange(256, dtype=np.float32)
+    for _ in range(100):
+        assert np.array_equal(np.frombuffer(c.call(1, x), np.float32), x + 1)
