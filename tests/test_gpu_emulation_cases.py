@@ -96,16 +96,18 @@ def test_a_failed_copy_answers_its_calls_internal_and_the_next_call_succeeds(mak
 
 
 def test_batches_in_flight_complete_out_of_order_across_streams_replies_in_order(make_server, make_client):
-    """Two device functions, each with its stream: 8 one-call batches of the slow one (each
-    queues 200 ms of emulated kernel time, so all 8 are out before the first is done) are in
-    flight at once, then 8 of the fast one. The fast stream's batches complete first, across
-    streams out of order, while each function's replies come in the order of its calls."""
+    """Two device functions, each with its stream. 8 one-call batches of the slow one are all in
+    flight at once: each queues a kernel that runs until the test lets it finish. Meanwhile the
+    fast function's 8 batches complete on their stream: out of order across streams. Each
+    function's replies come in the order of its calls."""
     import threading
 
     import cupy
 
+    gate = threading.Event()
+
     def slow(x, y):
-        cupy.cuda.emulate_kernel_time(0.2)
+        cupy.cuda.emulate_kernel(lambda: gate.wait(30))
         cupy.add(x, 1, out=y)
 
     def fast(x, y):
@@ -117,7 +119,7 @@ def test_batches_in_flight_complete_out_of_order_across_streams_replies_in_order
                            [splitrpc.TensorSpec("y", F32, (64,))], device="cuda:0", capacity=64, max_batch=1)
 
     srv = make_server(setup, wait="poll")
-    c = make_client(srv.port, timeout=10.0)
+    c = make_client(srv.port, timeout=30.0)
     order, lock = [], threading.Lock()
 
     def record(tag):
@@ -128,25 +130,31 @@ def test_batches_in_flight_complete_out_of_order_across_streams_replies_in_order
 
     x = np.arange(64, dtype=np.float32)
     futs = []
-    for i in range(8):
-        f = c.call_async(1, x + i)
-        f.add_done_callback(record(("slow", i)))
-        futs.append((f, x + i + 1))
-    peak = 0
-    end = time.monotonic() + 2
-    while time.monotonic() < end and peak < 8:  # the worker hands each batch back at once: 8 out
-        peak = max(peak, srv.stats()["in_flight"])
-    for i in range(8):
-        f = c.call_async(2, x + i)
-        f.add_done_callback(record(("fast", i)))
-        futs.append((f, x + i + 2))
+    try:
+        for i in range(8):
+            f = c.call_async(1, x + i)
+            f.add_done_callback(record(("slow", i)))
+            futs.append((f, x + i + 1))
+        end = time.monotonic() + 10
+        while srv.stats()["in_flight"] < 8 and time.monotonic() < end:  # handed back at once: 8 out
+            time.sleep(0.005)
+        assert srv.stats()["in_flight"] == 8
+        fast_futs = []
+        for i in range(8):
+            f = c.call_async(2, x + i)
+            f.add_done_callback(record(("fast", i)))
+            fast_futs.append((f, x + i + 2))
+        for f, want in fast_futs:  # served while the slow stream still holds all 8
+            assert np.array_equal(np.frombuffer(f.result(), np.float32), want)
+        assert not any(f.done() for f, _ in futs)
+    finally:
+        gate.set()
     for f, want in futs:
         assert np.array_equal(np.frombuffer(f.result(), np.float32), want)
-    assert peak >= 8, peak
     slow_done = [i for tag, i in order if tag == "slow"]
     fast_done = [i for tag, i in order if tag == "fast"]
     assert slow_done == list(range(8)) and fast_done == list(range(8)), order  # in order per function
-    assert order.index(("fast", 7)) < order.index(("slow", 7)), order  # ... out of order across streams
+    assert order[:8] == [("fast", i) for i in range(8)], order  # ... and out of order across streams
 
 
 def test_a_failed_o2_launch_fails_the_start_alone(make_server, make_client):
@@ -176,3 +184,18 @@ def test_a_failed_o2_launch_fails_the_start_alone(make_server, make_client):
     x = np.arange(256, dtype=np.float32)
     for _ in range(100):
         assert np.array_equal(np.frombuffer(c.call(1, x), np.float32), x + 1)
+
+
+def test_a_failed_launch_in_a_callback_answers_its_calls_internal(make_server, make_client):
+    """A kernel launch of the callback fails (the emulated cupy raises, as CuPy does): only
+    that batch's call is answered INTERNAL, and the calls after it are served."""
+    srv = _vecadd_server(make_server, "o1", max_batch=1)
+    c = make_client(srv.port, timeout=5.0)
+    x = np.arange(256, dtype=np.float32)
+    assert np.array_equal(np.frombuffer(c.call(1, x), np.float32), x + 1)
+    DRV.fake_cuda_fail_launches(1)
+    with pytest.raises(splitrpc.InternalError, match="LAUNCH_FAILED"):
+        c.call(1, x)
+    for _ in range(5):
+        assert np.array_equal(np.frombuffer(c.call(1, x), np.float32), x + 1)
+    assert _settled(srv)["in_flight"] == 0

@@ -949,6 +949,16 @@ void fake_cuda_fail_launches(int n)
     pthread_mutex_unlock(&lock);
 }
 
+/* For an emulated array library whose operations are not kernels of this driver (tests/emu/cupy):
+ * takes one injected launch failure, if any, as its next "kernel launch" would: 719 or 0. */
+int fake_cuda_take_launch_failure(void)
+{
+    pthread_mutex_lock(&lock);
+    int rc = fail_launches > 0 ? (fail_launches--, 719) : 0;
+    pthread_mutex_unlock(&lock);
+    return rc;
+}
+
 int cuModuleLoadData(void **mod, const void *image)
 {
     if (!current)

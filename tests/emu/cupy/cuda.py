@@ -166,7 +166,12 @@ def _submit(stream: Stream, fn) -> None:
 
 
 def _enqueue(fn) -> None:
-    """fn queued on the current stream (or recorded, while it captures a graph)."""
+    """fn queued on the current stream (or recorded, while it captures a graph). An operation is
+    a kernel launch on a GPU: an injected launch failure (fake_cuda_fail_launches) makes it raise
+    here, as CuPy raises when a launch fails."""
+    rc = _lib.fake_cuda_take_launch_failure()
+    if rc:
+        raise CUDARuntimeError(f"cuLaunchKernel: CUDA_ERROR_LAUNCH_FAILED ({rc}) (emulated driver, injected)")
     s = get_current_stream()
     if s._capture is not None:
         s._capture.append(fn)
@@ -208,9 +213,7 @@ def alloc(nbytes: int) -> MemoryPointer:
     return MemoryPointer(Memory(nbytes), 0)
 
 
-def emulate_kernel_time(seconds: float) -> None:
-    """EMULATION ONLY (no CuPy counterpart): queue `seconds` of work on the current stream, as a
-    long kernel would take, so that tests can make one stream finish after another."""
-    import time
-
-    _enqueue(lambda: time.sleep(seconds))
+def emulate_kernel(fn) -> None:
+    """EMULATION ONLY (no CuPy counterpart): queue fn() on the current stream as a kernel that
+    runs until it returns (a long kernel, or one a test holds until it lets it finish)."""
+    _enqueue(fn)
