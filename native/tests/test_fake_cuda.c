@@ -231,7 +231,7 @@ static void test_host_memory(void)
 struct gate {
     pthread_mutex_t m;
     pthread_cond_t cv;
-    int open[8], done_order[8], ndone;
+    int open[8], done_order[16], ndone; /* ids 0..7; the later cases run ids 6 and 7 again */
 };
 static struct gate gate = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, {0}, {0}, 0};
 struct gated {
@@ -243,7 +243,8 @@ static void gated_fn(void *arg)
     pthread_mutex_lock(&gate.m);
     while (!gate.open[id])
         pthread_cond_wait(&gate.cv, &gate.m);
-    gate.done_order[gate.ndone++] = id;
+    if (gate.ndone < (int)(sizeof(gate.done_order) / sizeof(gate.done_order[0])))
+        gate.done_order[gate.ndone++] = id;
     pthread_mutex_unlock(&gate.m);
 }
 static void open_gate(int id)
