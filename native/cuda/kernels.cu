@@ -1,22 +1,10 @@
 /* kernels.cu: the GPU kernels of splitrpc, built into a fatbin and loaded with the driver API: the device Tensor Queue mirror self-test and the O2 persistent vecadd server. */
 #include <stdint.h>
 
+#include "gpu/mirror_word.h"
 #include "gpu/o2_abi.h"
 
 /* ------------------------------------------------------------------ mirror self-test */
-
-/* The pattern word at index i: for a fixed salt, distinct for every i below 2^32, so a
- * mapping shifted by any whole number of words is caught, as well as one that is not there. */
-static __device__ __forceinline__ uint32_t mirror_word(unsigned long long i, uint32_t salt)
-{
-    uint32_t x = (uint32_t)i ^ ((uint32_t)(i >> 32) * 0x85ebca6bu) ^ salt;
-    x ^= x >> 16;
-    x *= 0x7feb352du;
-    x ^= x >> 15;
-    x *= 0x846ca68bu;
-    x ^= x >> 16;
-    return x;
-}
 
 /* Writes the pattern into dst[0, nwords). Grid-stride. */
 extern "C" __global__ void srpc_mirror_fill(uint32_t *dst, unsigned long long nwords, uint32_t salt)
@@ -24,7 +12,7 @@ extern "C" __global__ void srpc_mirror_fill(uint32_t *dst, unsigned long long nw
     unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
     for (unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; i < nwords;
          i += stride)
-        dst[i] = mirror_word(i, salt);
+        dst[i] = srpc_mirror_word(i, salt);
 }
 
 /* Counts the words of src[0, nwords) that differ from the pattern into *mismatches. Reads
@@ -36,7 +24,7 @@ extern "C" __global__ void srpc_mirror_verify(const uint32_t *src, unsigned long
     unsigned long long bad = 0;
     for (unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; i < nwords;
          i += stride)
-        bad += __ldcg(src + i) != mirror_word(i, salt);
+        bad += __ldcg(src + i) != srpc_mirror_word(i, salt);
     if (bad)
         atomicAdd(mismatches, bad);
 }

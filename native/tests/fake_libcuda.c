@@ -7,7 +7,8 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "gpu/o2_abi.h" /* the O2 control block the emulated persistent kernel serves */
+#include "gpu/mirror_word.h" /* the mirror self-test's pattern, as the kernel computes it */
+#include "gpu/o2_abi.h"      /* the O2 control block the emulated persistent kernel serves */
 
 #define OK 0
 #define INVALID_VALUE 1
@@ -658,10 +659,6 @@ static struct {
     struct op *head, *tail;
 } st[MAX_STREAMS];
 static pthread_cond_t stream_cv = PTHREAD_COND_INITIALIZER;
-static unsigned long long ops_async; /* work run by stream threads, for the tests */
-
-unsigned long long fake_cuda_async_ops(void) { return __atomic_load_n(&ops_async, __ATOMIC_SEQ_CST); }
-
 static int stream_index(const void *s) /* a live created stream's index, else -1 */
 {
     uintptr_t a = (uintptr_t)s, b = (uintptr_t)streams;
@@ -691,7 +688,6 @@ static void *stream_thread(void *arg)
         if (rc && !st[i].error)
             st[i].error = rc;
         st[i].pending--;
-        __atomic_add_fetch(&ops_async, 1, __ATOMIC_SEQ_CST);
         free(o);
         pthread_cond_broadcast(&stream_cv);
     }
@@ -988,17 +984,6 @@ int cuModuleGetFunction(void **f, void *mod, const char *name)
     return NOT_FOUND;
 }
 
-/* kernels.cu's mirror_word */
-static uint32_t mirror_word(unsigned long long i, uint32_t salt)
-{
-    uint32_t x = (uint32_t)i ^ ((uint32_t)(i >> 32) * 0x85ebca6bu) ^ salt;
-    x ^= x >> 16;
-    x *= 0x7feb352du;
-    x ^= x >> 15;
-    x *= 0x846ca68bu;
-    x ^= x >> 16;
-    return x;
-}
 
 /* Runs the kernel now (the grid shape only has to be non-empty). Device memory it touches must
  * be accessible (as a real kernel would fault: CUDA_ERROR_ILLEGAL_ADDRESS). */
@@ -1129,13 +1114,13 @@ static int run_op(struct op *o)
             return ILLEGAL_ADDRESS;
         if (o->kind == K_MIRROR_FILL) {
             for (unsigned long long i = 0; i < n; i++)
-                w[i] = mirror_word(i, o->ksalt);
+                w[i] = srpc_mirror_word(i, o->ksalt);
         } else {
             unsigned long long bad = 0, *counter = (unsigned long long *)(void *)shadow_of(o->kp3, 8);
             if (!counter)
                 return ILLEGAL_ADDRESS;
             for (unsigned long long i = 0; i < n; i++)
-                bad += w[i] != mirror_word(i, o->ksalt);
+                bad += w[i] != srpc_mirror_word(i, o->ksalt);
             *counter += bad;
         }
         __atomic_add_fetch(&launches[o->kind], 1, __ATOMIC_SEQ_CST);

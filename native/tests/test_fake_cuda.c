@@ -10,18 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-static int passed, failed;
-#define CHECK(cond, ...)                                                                   \
-    do {                                                                                   \
-        if (cond) {                                                                        \
-            passed++;                                                                      \
-        } else {                                                                           \
-            failed++;                                                                      \
-            printf("FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);                         \
-            printf(__VA_ARGS__);                                                           \
-            printf("\n");                                                                  \
-        }                                                                                  \
-    } while (0)
+#include "check.h"
 
 typedef unsigned long long devptr;
 struct prop {

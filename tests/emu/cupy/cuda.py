@@ -58,21 +58,15 @@ class Device:
     def __exit__(self, *exc) -> None:
         pass
 
-    def synchronize(self) -> None:
-        Stream.null.synchronize()
-
 
 class Stream:
     """An emulated driver stream (null=True: the legacy default stream). As a context manager,
     the current stream of this thread."""
 
-    def __init__(self, null: bool = False, non_blocking: bool = False, ptr: int | None = None):
+    def __init__(self, null: bool = False, non_blocking: bool = False):
         self._capture = None
         if null:
             self.ptr = 0
-            return
-        if ptr is not None:
-            self.ptr = int(ptr)
             return
         Device(0).use() if not _current_ctx() else None
         s = ctypes.c_void_p()
@@ -102,10 +96,6 @@ class Stream:
     def end_capture(self) -> "Graph":
         work, self._capture = self._capture or [], None
         return Graph(work)
-
-    @property
-    def is_capturing(self) -> bool:
-        return self._capture is not None
 
     def __del__(self):
         if getattr(self, "_owned", False) and self.ptr:
