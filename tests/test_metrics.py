@@ -44,7 +44,8 @@ def test_text_format_of_stats(make_server, make_client):
         f.result()
     with pytest.raises(Exception):
         c.call(99, b"")  # UNKNOWN_FUNCTION: counted under errors
-    st = srv.stats()
+    # (errors are counted just after their send: wait for the count)
+    st = settled(srv, lambda st: st["errors"]["UNKNOWN_FUNCTION"] == 1 and st["replies"] == 40)
     s = parse(prometheus_text(st))
     assert s[("splitrpc_calls_total", "")] == st["calls"] >= 40
     assert s[("splitrpc_function_calls_total", '{function="vecadd"}')] == 40

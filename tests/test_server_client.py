@@ -632,7 +632,7 @@ def test_queueing_deadline_answers_deadline_without_running(make_server, make_cl
     # (the first normally runs; on a starved machine even it may wait past 20 ms)
     assert late and sorted(ok + late) == list(range(6))
     assert sorted(ran) == ok  # the late ones never ran
-    st = srv.stats()
+    st = settled(srv, lambda st: st["errors"]["DEADLINE"] == len(late))
     assert st["errors"]["DEADLINE"] == len(late) and st["functions"]["slow"] == len(ok)
     with pytest.raises(ValueError, match="deadline"):
         splitrpc.Server("127.0.0.1", 0).add_function(slow, 2, "x", [splitrpc.TensorSpec("x", "float32", (4,))],
