@@ -643,7 +643,11 @@ class Server:
 
     def stats(self) -> dict:
         """Counters of the engine: datagrams, calls, batches, drops by reason, errors by code,
-        calls queued now and the queue-delay histogram of the calls run."""
+        calls queued now and the queue-delay histogram of the calls run.
+
+        Counters of what was sent (replies, errors by code, tx_*) are bumped just after the send,
+        and a batch leaves in_flight just after its replies: a client may hold an answer a moment
+        before stats() counts it."""
         return {
             **_server.read_stats(self._srv),
             "functions": {f.name: sum(c.calls for c in (f.classes or [f])) for f in self._user_functions()},
