@@ -22,6 +22,7 @@ pytestmark = pytest.mark.skipif(DRV is None or not gpu.available(0),
                                 reason="runs on the emulated driver only (tests/test_gpu_emulated.py runs it)")
 F32 = "float32"
 HTOD, DTOH = 0, 1
+ILLEGAL_ADDRESS, NOT_SUPPORTED = 700, 801  # CUresult codes
 
 
 def _live() -> dict:
@@ -199,3 +200,67 @@ def test_a_failed_launch_in_a_callback_answers_its_calls_internal(make_server, m
     for _ in range(5):
         assert np.array_equal(np.frombuffer(c.call(1, x), np.float32), x + 1)
     assert _settled(srv)["in_flight"] == 0
+
+
+def test_without_a_stream_store_the_worker_waits_and_a_failed_wait_answers_internal(make_server, make_client):
+    """A batch's done word is set by a store queued on its stream (cuStreamWriteValue32). When
+    that store cannot be queued, the worker waits for the stream instead (srpc_server_submit):
+    the call is served. When the wait fails as well, that call alone is answered INTERNAL, and
+    the calls after it are served, with stores again."""
+    srv = _vecadd_server(make_server, "o1", max_batch=1)
+    c = make_client(srv.port, timeout=5.0)
+    x = np.arange(256, dtype=np.float32)
+    assert np.array_equal(np.frombuffer(c.call(1, x), np.float32), x + 1)
+    syncs = DRV.fake_cuda_stream_syncs()
+    DRV.fake_cuda_fail_stream_writes(1, ILLEGAL_ADDRESS)
+    assert np.array_equal(np.frombuffer(c.call(1, x + 1), np.float32), x + 2)  # waited for
+    assert DRV.fake_cuda_stream_syncs() > syncs
+    DRV.fake_cuda_fail_stream_writes(1, ILLEGAL_ADDRESS)
+    DRV.fake_cuda_fail_syncs_after(DTOH, 1)  # the wait for that batch's reply copy fails
+    with pytest.raises(splitrpc.InternalError):
+        c.call(1, x)
+    writes = DRV.fake_cuda_stream_writes()
+    for i in range(5):
+        assert np.array_equal(np.frombuffer(c.call(1, x + i), np.float32), x + i + 1)
+    assert DRV.fake_cuda_stream_writes() == writes + 5  # one store per batch again
+    assert _settled(srv)["in_flight"] == 0
+
+
+# Last in this file: after a NOT_SUPPORTED answer the runtime signals by host functions for the
+# rest of the process, as it would with such a driver, and O2 (which needs the stores) cannot start.
+def test_a_driver_without_stream_stores_signals_by_host_functions(make_server, make_client):
+    """A driver that answers cuStreamWriteValue32 with NOT_SUPPORTED: that batch and every one
+    after it is signalled by a host function on its stream instead (no store queued, none
+    waited for), batches in flight included; an O2 function then fails its start, saying why,
+    and leaves nothing behind in the driver's accounting."""
+    srv = _vecadd_server(make_server, "o1", max_batch=4)
+    c = make_client(srv.port, timeout=10.0)
+    x = np.arange(256, dtype=np.float32)
+    assert np.array_equal(np.frombuffer(c.call(1, x), np.float32), x + 1)
+    writes = DRV.fake_cuda_stream_writes()
+    DRV.fake_cuda_fail_stream_writes(1, NOT_SUPPORTED)
+    rng = np.random.default_rng(5)
+    xs = [rng.standard_normal(256).astype(np.float32) for _ in range(300)]
+    futs = [c.call_async(1, v) for v in xs]
+    for v, f in zip(xs, futs):
+        assert np.array_equal(np.frombuffer(f.result(), np.float32), v + 1)
+    assert DRV.fake_cuda_stream_writes() == writes  # every done word since came from a host function
+    st = _settled(srv)
+    assert st["in_flight"] == 0 and st["errors"]["INTERNAL"] == 0
+
+    import cupy
+
+    def on_gpu(x, y):
+        cupy.add(x, 1, out=y)
+
+    on_gpu.o2_kernel = "vecadd"
+    before = _live()
+    o2 = splitrpc.Server("127.0.0.1", 0, wait="poll")
+    o2.add_function(on_gpu, 1, "vecadd", [splitrpc.TensorSpec("x", F32, (256,))],
+                    [splitrpc.TensorSpec("y", F32, (256,))], device="cuda:0", orchestration="o2")
+    with pytest.raises(gpu.GPUError, match="no stream memory operations"):
+        o2.start()
+    o2.close()
+    after = _live()
+    assert {k: after[k] - before[k] for k in after if k != "live_modules"} == \
+        {"vmm_live_mappings": 0, "vmm_live_reservations": 0, "vmm_live_handles": 0, "host_live": 0}, (before, after)

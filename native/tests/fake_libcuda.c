@@ -878,6 +878,19 @@ int cuMemcpyHtoD_v2(devptr dst, const void *src, size_t n) { return copy(HTOD, d
 int cuMemcpyDtoH_v2(void *dst, devptr src, size_t n) { return copy(DTOH, 0, dst, src, NULL, n, NULL); }
 int cuMemcpyDtoD_v2(devptr dst, devptr src, size_t n) { return copy(DTOD, dst, NULL, src, NULL, n, NULL); }
 
+/* Injected store failures, lock held: the next fail_writes cuStreamWriteValue32 calls return
+ * fail_writes_code (801, CUDA_ERROR_NOT_SUPPORTED: a driver without stream memory operations;
+ * any other: a store that could not be queued). writes: the stores queued. */
+static int fail_writes, fail_writes_code;
+static unsigned long long writes;
+void fake_cuda_fail_stream_writes(int n, int code)
+{
+    pthread_mutex_lock(&lock);
+    fail_writes = n, fail_writes_code = code;
+    pthread_mutex_unlock(&lock);
+}
+unsigned long long fake_cuda_stream_writes(void) { return __atomic_load_n(&writes, __ATOMIC_SEQ_CST); }
+
 /* A 32-bit store to device (or mapped host) memory, after the stream's earlier work. */
 int cuStreamWriteValue32_v2(void *stream, devptr addr, uint32_t value, unsigned flags)
 {
@@ -885,13 +898,18 @@ int cuStreamWriteValue32_v2(void *stream, devptr addr, uint32_t value, unsigned 
         return INVALID_VALUE;
     int rc = INVALID_VALUE;
     pthread_mutex_lock(&lock);
-    if (stream_ok(stream) && shadow_of(addr, 4)) {
+    if (stream_ok(stream) && shadow_of(addr, 4) && fail_writes > 0) {
+        fail_writes--;
+        rc = fail_writes_code;
+    } else if (stream_ok(stream) && shadow_of(addr, 4)) {
         struct op *o = new_op(OP_WRITE32);
         if (!o) {
             rc = OUT_OF_MEMORY;
         } else {
             o->dd = addr, o->value = value;
             rc = submit(stream, o);
+            if (rc == OK)
+                __atomic_add_fetch(&writes, 1, __ATOMIC_SEQ_CST);
         }
     }
     pthread_mutex_unlock(&lock);

@@ -61,6 +61,8 @@ FN(int, cuLaunchHostFunc, void *, void (*)(void *), void *);
 FN(int, cuMemAlloc_v2, devptr *, size_t);
 FN(int, cuMemFree_v2, devptr);
 FN(int, fake_cuda_live_streams, void);
+FN(void, fake_cuda_fail_stream_writes, int, int);
+FN(unsigned long long, fake_cuda_stream_writes, void);
 
 static void *sym(const char *name)
 {
@@ -184,6 +186,13 @@ static void test_double_mapping(size_t g)
     CHECK(cuStreamWriteValue32_v2(NULL, counter, 77, 0) == 0 && *(volatile uint32_t *)hostmem == 77,
           "a stream store to mapped host memory");
     CHECK(cuStreamWriteValue32_v2(NULL, counter + 1, 77, 0) == 1, "a misaligned store");
+    const unsigned long long stores = fake_cuda_stream_writes();
+    fake_cuda_fail_stream_writes(2, 801);
+    CHECK(cuStreamWriteValue32_v2(NULL, counter, 78, 0) == 801 && cuStreamWriteValue32_v2(NULL, counter, 79, 0) == 801,
+          "two injected store failures (NOT_SUPPORTED)");
+    CHECK(*(volatile uint32_t *)hostmem == 77 && fake_cuda_stream_writes() == stores, "a failed store stores nothing");
+    CHECK(cuStreamWriteValue32_v2(NULL, counter, 80, 0) == 0 && *(volatile uint32_t *)hostmem == 80 &&
+          fake_cuda_stream_writes() == stores + 1, "the next store is queued and counted");
     CHECK(cuModuleUnload(mod) == 0 && cuModuleUnload(mod) == 400 && fake_cuda_live_modules() == 0, "unload");
     CHECK(cuMemFreeHost(hostmem) == 0, "free host");
 
@@ -352,7 +361,7 @@ int main(void)
     LOAD(fake_cuda_vmm_live_reservations), LOAD(fake_cuda_vmm_live_mappings), LOAD(fake_cuda_host_live);
     LOAD(fake_cuda_live_modules), LOAD(fake_cuda_fail_launches), LOAD(cuStreamCreate), LOAD(cuStreamDestroy_v2);
     LOAD(cuStreamSynchronize), LOAD(cuLaunchHostFunc), LOAD(cuMemAlloc_v2), LOAD(cuMemFree_v2);
-    LOAD(fake_cuda_live_streams);
+    LOAD(fake_cuda_live_streams), LOAD(fake_cuda_fail_stream_writes), LOAD(fake_cuda_stream_writes);
 
     CHECK(cuInit(0) == 0 && cuDevicePrimaryCtxRetain(&ctx, 0) == 0 && cuCtxSetCurrent(ctx) == 0, "context");
     size_t g = 0;
