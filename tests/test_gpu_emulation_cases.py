@@ -187,10 +187,12 @@ def test_a_failed_o2_launch_fails_the_start_alone(make_server, make_client):
         assert np.array_equal(np.frombuffer(c.call(1, x), np.float32), x + 1)
 
 
-def test_a_failed_launch_in_a_callback_answers_its_calls_internal(make_server, make_client):
-    """A kernel launch of the callback fails (the emulated cupy raises, as CuPy does): only
-    that batch's call is answered INTERNAL, and the calls after it are served."""
-    srv = _vecadd_server(make_server, "o1", max_batch=1)
+@pytest.mark.parametrize("orchestration", ["o1", "graph"])
+def test_a_failed_launch_in_a_callback_answers_its_calls_internal(make_server, make_client, orchestration):
+    """A kernel launch of the batch fails (the emulated cupy raises, as CuPy does; with graphs,
+    the first operation of the replayed batch, after its graph was captured): only that batch's
+    call is answered INTERNAL, and the calls after it are served."""
+    srv = _vecadd_server(make_server, orchestration, max_batch=1)
     c = make_client(srv.port, timeout=5.0)
     x = np.arange(256, dtype=np.float32)
     assert np.array_equal(np.frombuffer(c.call(1, x), np.float32), x + 1)
