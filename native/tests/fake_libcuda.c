@@ -286,6 +286,17 @@ int cuMemAddressFree(devptr ptr, size_t size)
     return rc;
 }
 
+/* Injected broken mapping, lock held: the break_map-th cuMemMap from now (1: the next) gives its
+ * range pages of its own instead of the handle's, as a faulty double mapping would; the device
+ * TQ mirror self-test must then find the two views differ. */
+static int break_map;
+void fake_cuda_break_mapping(int nth)
+{
+    pthread_mutex_lock(&lock);
+    break_map = nth > 0 ? nth : 0;
+    pthread_mutex_unlock(&lock);
+}
+
 int cuMemMap(devptr ptr, size_t size, size_t offset, unsigned long long h, unsigned long long flags)
 {
     if (flags || size == 0 || size % GRANULARITY || offset % GRANULARITY || ptr % GRANULARITY)
@@ -310,9 +321,12 @@ int cuMemMap(devptr ptr, size_t size, size_t offset, unsigned long long h, unsig
         goto out;
     }
     char *sh = reserved[r].shadow + ((uintptr_t)ptr - reserved[r].base);
+    const int broken = break_map > 0 && --break_map == 0;
     if (mmap((void *)(uintptr_t)ptr, size, PROT_NONE, MAP_SHARED | MAP_FIXED, handles[hi].fd, (off_t)offset) ==
             MAP_FAILED ||
-        mmap(sh, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, handles[hi].fd, (off_t)offset) == MAP_FAILED) {
+        (broken ? mmap(sh, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0)
+                : mmap(sh, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, handles[hi].fd, (off_t)offset)) ==
+            MAP_FAILED) {
         rc = OUT_OF_MEMORY;
         goto out;
     }

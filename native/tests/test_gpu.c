@@ -464,6 +464,36 @@ out:
     srpc_gpu_host_free(done);
 }
 
+/* Under the emulated driver, a device TQ whose upper mapping does not show the lower one's pages
+ * (fake_cuda_break_mapping): the mirror self-test reports -EIO with both directions' counts. On a
+ * real driver, or without the kernels, nothing to check. */
+static void test_broken_mirror_on_emulation(void)
+{
+    void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    void (*brk)(int) = NULL;
+    if (lib)
+        *(void **)&brk = dlsym(lib, "fake_cuda_break_mapping");
+    if (brk && have_kernels()) {
+        srpc_dtq_t *q = NULL;
+        brk(2); /* the create maps the ring twice: lower, then upper */
+        CHECK(srpc_dtq_create(0, 4096, 512, &q) == 0, "dtq: %s", srpc_gpu_last_error());
+        brk(0);
+        if (q) {
+            const size_t words = srpc_dtq_ring_bytes(q) / 4;
+            char want[96];
+            snprintf(want, sizeof(want), "%zu of %zu words differ", words, words);
+            CHECK(srpc_dtq_check_mirror(q) == -EIO && strstr(srpc_gpu_last_error(), want),
+                  "a broken mirror: %s", srpc_gpu_last_error());
+            srpc_dtq_destroy(q);
+        }
+        CHECK(srpc_dtq_create(0, 4096, 512, &q) == 0 && srpc_dtq_check_mirror(q) == 0, "the next queue: %s",
+              srpc_gpu_last_error());
+        srpc_dtq_destroy(q);
+    }
+    if (lib)
+        dlclose(lib);
+}
+
 /* Under the emulated driver (native/tests/fake_libcuda.c), its accounting: every device Tensor
  * Queue's mappings, reservations and allocations and every pinned buffer freed. On a real
  * driver, nothing to check. */
@@ -501,6 +531,7 @@ int main(void)
                 test_dtq_copies();
                 test_pinned_and_signal();
                 test_o2();
+                test_broken_mirror_on_emulation();
                 test_nothing_left_on_emulation();
             }
         }
