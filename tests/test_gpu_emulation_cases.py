@@ -80,6 +80,32 @@ def test_o2_ten_thousand_calls_then_nothing_left(make_server, make_client):
         {"vmm_live_mappings": 0, "vmm_live_reservations": 0, "vmm_live_handles": 0, "host_live": 0}, (before, after)
 
 
+def test_o2_with_its_ring_full_the_worker_waits_for_the_kernel(make_server, make_client):
+    """The O2 kernel is held (fake_cuda_pause_o2) while 100 one-call batches arrive: its ring of
+    64 descriptors fills, so exactly 64 batches are in flight and the worker waits on the 65th
+    (srpc_server_submit_o2's -EBUSY, retried). Once the kernel runs again every call is served
+    right, and nothing is left in flight."""
+    srv = _vecadd_server(make_server, "o2", capacity=256, max_batch=1)
+    c = make_client(srv.port, timeout=30.0, window=0)
+    x = np.arange(256, dtype=np.float32)
+    assert np.array_equal(np.frombuffer(c.call(1, x), np.float32), x + 1)
+    xs = [x + i for i in range(100)]
+    DRV.fake_cuda_pause_o2(1)
+    try:
+        futs = [c.call_async(1, v) for v in xs]
+        end = time.monotonic() + 10
+        while srv.stats()["in_flight"] < 64 and time.monotonic() < end:
+            time.sleep(0.005)
+        time.sleep(0.2)
+        assert srv.stats()["in_flight"] == 64 and not any(f.done() for f in futs)
+    finally:
+        DRV.fake_cuda_pause_o2(0)
+    for v, f in zip(xs, futs):
+        assert np.array_equal(np.frombuffer(f.result(), np.float32), v + 1)
+    st = _settled(srv)
+    assert st["in_flight"] == 0 and st["calls"] == 101 and st["errors"]["INTERNAL"] == 0
+
+
 @pytest.mark.parametrize("kind", [HTOD, DTOH])
 def test_a_failed_copy_answers_its_calls_internal_and_the_next_call_succeeds(make_server, make_client, kind):
     """The staging copy of one batch (requests to the device, or replies back) fails: that

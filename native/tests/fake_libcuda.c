@@ -1,4 +1,4 @@
-/* fake_libcuda.c: an emulated libcuda.so.1 for tests on machines without a GPU (test-only, never in the wheel). One "device" whose memory the CPU must not touch: every device address handed out lies in a PROT_NONE view (a host read of device memory crashes the test), and the emulated copies, stores and flags go through a read-write shadow of the same pages. cuMemAlloc: a memfd mapped twice. Virtual memory management as the driver has it: allocation granularity, cuMemCreate (a memfd), cuMemAddressReserve (a PROT_NONE range, with a shadow range beside it), cuMemMap (the same pages at several addresses, and in the shadow at the same offsets, so a range that crosses from one mapping to the next is contiguous there too), cuMemSetAccess, unmap/release/free, with the driver's error codes for misuse; mapped host memory (cuMemHostAlloc, cuMemHostRegister: device pointer = host pointer, as with unified addressing). Each created stream runs its work (copies, cuStreamWriteValue32, host functions, kernels) in order on a thread of its own, so completion is asynchronous and out of order across streams; the legacy default stream waits for the blocking streams; an error while queued work runs is returned by the stream's next synchronisation; copies, synchronisations or launches fail on request (fake_cuda_fail_*); the fake_cuda_* functions count what was done and what is still live. This project's kernels are run by name with host implementations (the mirror self-test, and the O2 persistent vecadd polling its doorbells on its stream's thread). It proves nothing about a real GPU. */
+/* fake_libcuda.c: an emulated libcuda.so.1 for tests on machines without a GPU (test-only, never in the wheel). One "device" whose memory the CPU must not touch: every device address handed out lies in a PROT_NONE view (a host read of device memory crashes the test), and the emulated copies, stores and flags go through a read-write shadow of the same pages. cuMemAlloc: a memfd mapped twice. Virtual memory management as the driver has it: allocation granularity, cuMemCreate (a memfd), cuMemAddressReserve (a PROT_NONE range, with a shadow range beside it), cuMemMap (the same pages at several addresses, and in the shadow at the same offsets, so a range that crosses from one mapping to the next is contiguous there too), cuMemSetAccess, unmap/release/free, with the driver's error codes for misuse; mapped host memory (cuMemHostAlloc, cuMemHostRegister: device pointer = host pointer, as with unified addressing). Each created stream runs its work (copies, cuStreamWriteValue32, host functions, kernels) in order on a thread of its own, so completion is asynchronous and out of order across streams; the legacy default stream waits for the blocking streams; an error while queued work runs is returned by the stream's next synchronisation; copies, synchronisations, launches or stream stores fail on request (fake_cuda_fail_*), a mapping can be broken (fake_cuda_break_mapping) and the O2 kernel held (fake_cuda_pause_o2); the fake_cuda_* functions count what was done and what is still live. This project's kernels are run by name with host implementations (the mirror self-test, and the O2 persistent vecadd polling its doorbells on its stream's thread). It proves nothing about a real GPU. */
 #define _GNU_SOURCE /* memfd_create */
 #include <pthread.h>
 #include <stdint.h>
@@ -1065,8 +1065,12 @@ int cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, 
  * the kernel would run: polls batch seq's doorbell in the mapped control block (without the
  * lock, sleeping a little more each time up to 50 us), then with the lock computes y = x + 1
  * through the shadow, sets the batch's done word and the consumed count; returns once stop is
- * set and stop_seq batches are served. A descriptor pointing outside device memory faults the
+ * set and stop_seq batches are served; while paused (fake_cuda_pause_o2) it serves none, so the
+ * descriptor ring fills as behind a busy GPU. A descriptor pointing outside device memory faults the
  * kernel (CUDA_ERROR_ILLEGAL_ADDRESS at the stream's next synchronisation). Lock held. */
+static int o2_paused; /* fake_cuda_pause_o2: the kernel serves no batch while set */
+void fake_cuda_pause_o2(int on) { __atomic_store_n(&o2_paused, on, __ATOMIC_SEQ_CST); }
+
 static int run_o2(devptr ctrl_dev, uint32_t n_floats)
 {
     struct srpc_o2_ctrl *ctrl = (struct srpc_o2_ctrl *)(void *)shadow_of(ctrl_dev, sizeof(struct srpc_o2_ctrl));
@@ -1077,7 +1081,8 @@ static int run_o2(devptr ctrl_dev, uint32_t n_floats)
         int exit_now = 0;
         unsigned sleep_us = 1;
         pthread_mutex_unlock(&lock);
-        while (__atomic_load_n(&slot->ready, __ATOMIC_ACQUIRE) != seq + 1) {
+        while (__atomic_load_n(&slot->ready, __ATOMIC_ACQUIRE) != seq + 1 ||
+               __atomic_load_n(&o2_paused, __ATOMIC_SEQ_CST)) {
             if (__atomic_load_n(&ctrl->stop, __ATOMIC_ACQUIRE) &&
                 __atomic_load_n(&ctrl->stop_seq, __ATOMIC_ACQUIRE) == seq) {
                 exit_now = 1;
