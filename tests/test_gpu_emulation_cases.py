@@ -23,6 +23,9 @@ pytestmark = pytest.mark.skipif(DRV is None or not gpu.available(0),
 F32 = "float32"
 HTOD, DTOH = 0, 1
 ILLEGAL_ADDRESS, NOT_SUPPORTED = 700, 801  # CUresult codes
+if DRV is not None:
+    DRV.fake_cuda_device_memory_used.restype = ctypes.c_size_t
+    DRV.fake_cuda_set_device_memory.argtypes = [ctypes.c_size_t]
 
 
 def _live() -> dict:
@@ -104,6 +107,68 @@ def test_o2_with_its_ring_full_the_worker_waits_for_the_kernel(make_server, make
         assert np.array_equal(np.frombuffer(f.result(), np.float32), v + 1)
     st = _settled(srv)
     assert st["in_flight"] == 0 and st["calls"] == 101 and st["errors"]["INTERNAL"] == 0
+
+
+def test_a_full_device_fails_add_function_alone_and_leaves_nothing(make_server, make_client):
+    """The device has room for a function's input queue but not its output queue: add_function
+    raises GPUError naming cuMemCreate and OUT_OF_MEMORY, the input queue is undone (no device
+    memory, mapping or reservation left), the function is not half registered, and once there is
+    room the same id registers on the same server, which then serves it."""
+    import cupy
+
+    def on_gpu(x, y):
+        cupy.add(x, 1, out=y)
+
+    def add(s):
+        s.add_function(on_gpu, 1, "vecadd", [splitrpc.TensorSpec("x", F32, (256,))],
+                       [splitrpc.TensorSpec("y", F32, (256,))], device="cuda:0")
+
+    gpu.available(0)
+    before, used = _live(), DRV.fake_cuda_device_memory_used()
+    srv = splitrpc.Server("127.0.0.1", 0, wait="poll")
+    DRV.fake_cuda_set_device_memory(used + 3 * 2**20)  # one 2 MiB ring fits, two do not
+    try:
+        try:
+            with pytest.raises(gpu.GPUError, match=r"cuMemCreate: CUDA_ERROR_OUT_OF_MEMORY"):
+                add(srv)
+            assert DRV.fake_cuda_device_memory_used() == used and _live() == before
+            assert not srv.functions()
+        finally:
+            DRV.fake_cuda_set_device_memory(0)
+        add(srv)
+        srv.start()
+        c = make_client(srv.port, timeout=5.0)
+        x = np.arange(256, dtype=np.float32)
+        assert np.array_equal(np.frombuffer(c.call(1, x), np.float32), x + 1)
+    finally:
+        srv.close()
+
+
+def test_out_of_device_memory_in_a_callback_answers_its_call_internal(make_server, make_client):
+    """The callback allocates a temporary on a full device (CuPy raises OutOfMemoryError): that
+    call alone is answered INTERNAL, saying so; with room again the next calls are served."""
+    import cupy
+
+    def on_gpu(x, y):
+        t = cupy.empty_like(x)
+        cupy.add(x, 1, out=t)
+        y[...] = t
+
+    srv = make_server(lambda s: s.add_function(on_gpu, 1, "vecadd", [splitrpc.TensorSpec("x", F32, (256,))],
+                                               [splitrpc.TensorSpec("y", F32, (256,))], device="cuda:0",
+                                               max_batch=1), wait="poll")
+    c = make_client(srv.port, timeout=5.0)
+    x = np.arange(256, dtype=np.float32)
+    assert np.array_equal(np.frombuffer(c.call(1, x), np.float32), x + 1)
+    DRV.fake_cuda_set_device_memory(DRV.fake_cuda_device_memory_used())  # full
+    try:
+        with pytest.raises(splitrpc.InternalError, match="Out of memory allocating 1,024 bytes"):
+            c.call(1, x)
+    finally:
+        DRV.fake_cuda_set_device_memory(0)
+    for i in range(5):
+        assert np.array_equal(np.frombuffer(c.call(1, x + i), np.float32), x + i + 1)
+    assert _settled(srv)["in_flight"] == 0
 
 
 @pytest.mark.parametrize("kind", [HTOD, DTOH])

@@ -1,4 +1,4 @@
-/* fake_libcuda.c: an emulated libcuda.so.1 for tests on machines without a GPU (test-only, never in the wheel). One "device" whose memory the CPU must not touch: every device address handed out lies in a PROT_NONE view (a host read of device memory crashes the test), and the emulated copies, stores and flags go through a read-write shadow of the same pages. cuMemAlloc: a memfd mapped twice. Virtual memory management as the driver has it: allocation granularity, cuMemCreate (a memfd), cuMemAddressReserve (a PROT_NONE range, with a shadow range beside it), cuMemMap (the same pages at several addresses, and in the shadow at the same offsets, so a range that crosses from one mapping to the next is contiguous there too), cuMemSetAccess, unmap/release/free, with the driver's error codes for misuse; mapped host memory (cuMemHostAlloc, cuMemHostRegister: device pointer = host pointer, as with unified addressing). Each created stream runs its work (copies, cuStreamWriteValue32, host functions, kernels) in order on a thread of its own, so completion is asynchronous and out of order across streams; the legacy default stream waits for the blocking streams; an error while queued work runs is returned by the stream's next synchronisation; copies, synchronisations, launches or stream stores fail on request (fake_cuda_fail_*), a mapping can be broken (fake_cuda_break_mapping) and the O2 kernel held (fake_cuda_pause_o2); the fake_cuda_* functions count what was done and what is still live. This project's kernels are run by name with host implementations (the mirror self-test, and the O2 persistent vecadd polling its doorbells on its stream's thread). It proves nothing about a real GPU. */
+/* fake_libcuda.c: an emulated libcuda.so.1 for tests on machines without a GPU (test-only, never in the wheel). One "device" whose memory the CPU must not touch: every device address handed out lies in a PROT_NONE view (a host read of device memory crashes the test), and the emulated copies, stores and flags go through a read-write shadow of the same pages. cuMemAlloc: a memfd mapped twice. Virtual memory management as the driver has it: allocation granularity, cuMemCreate (a memfd), cuMemAddressReserve (a PROT_NONE range, with a shadow range beside it), cuMemMap (the same pages at several addresses, and in the shadow at the same offsets, so a range that crosses from one mapping to the next is contiguous there too), cuMemSetAccess, unmap/release/free, with the driver's error codes for misuse; mapped host memory (cuMemHostAlloc, cuMemHostRegister: device pointer = host pointer, as with unified addressing). Each created stream runs its work (copies, cuStreamWriteValue32, host functions, kernels) in order on a thread of its own, so completion is asynchronous and out of order across streams; the legacy default stream waits for the blocking streams; an error while queued work runs is returned by the stream's next synchronisation; copies, synchronisations, launches, mappings or stream stores fail on request (fake_cuda_fail_*), the device's memory can be limited (fake_cuda_set_device_memory: OUT_OF_MEMORY past it), a mapping can be broken (fake_cuda_break_mapping) and the O2 kernel held (fake_cuda_pause_o2); the fake_cuda_* functions count what was done and what is still live. This project's kernels are run by name with host implementations (the mirror self-test, and the O2 persistent vecadd polling its doorbells on its stream's thread). It proves nothing about a real GPU. */
 #define _GNU_SOURCE /* memfd_create */
 #include <pthread.h>
 #include <stdint.h>
@@ -147,9 +147,35 @@ static char *vmm_shadow_of(devptr p, size_t n)
         return NULL;
     return reserved[r].shadow + ((uintptr_t)p - reserved[r].base);
 }
+/* Device memory in use (cuMemAlloc and cuMemCreate sizes) and the device's capacity, 0: no
+ * limit (fake_cuda_set_device_memory). An allocation past the capacity fails with
+ * CUDA_ERROR_OUT_OF_MEMORY, as on a full GPU. Lock held. */
+static size_t mem_used, mem_capacity;
+static int mem_take(size_t size)
+{
+    if (mem_capacity && (size > mem_capacity || mem_used > mem_capacity - size))
+        return 0;
+    mem_used += size;
+    return 1;
+}
+void fake_cuda_set_device_memory(size_t bytes)
+{
+    pthread_mutex_lock(&lock);
+    mem_capacity = bytes;
+    pthread_mutex_unlock(&lock);
+}
+size_t fake_cuda_device_memory_used(void)
+{
+    pthread_mutex_lock(&lock);
+    size_t n = mem_used;
+    pthread_mutex_unlock(&lock);
+    return n;
+}
+
 static void handle_unref(int h) /* lock held */
 {
     if (handles[h].released && handles[h].maps == 0 && handles[h].size) {
+        mem_used -= handles[h].size;
         close(handles[h].fd);
         memset(&handles[h], 0, sizeof(handles[h]));
         __atomic_sub_fetch(&vmm_handles, 1, __ATOMIC_SEQ_CST);
@@ -185,11 +211,13 @@ int cuMemCreate(unsigned long long *handle, size_t size, const struct prop *prop
     for (int i = 0; i < MAX_HANDLES; i++) {
         if (handles[i].size)
             continue;
-        int fd = memfd_create("fake_cuda_vmm", MFD_CLOEXEC);
-        if (fd < 0)
+        if (!mem_take(size))
             break;
-        if (ftruncate(fd, (off_t)size) != 0) {
-            close(fd);
+        int fd = memfd_create("fake_cuda_vmm", MFD_CLOEXEC);
+        if (fd < 0 || ftruncate(fd, (off_t)size) != 0) {
+            if (fd >= 0)
+                close(fd);
+            mem_used -= size;
             break;
         }
         handles[i].fd = fd;
@@ -289,11 +317,18 @@ int cuMemAddressFree(devptr ptr, size_t size)
 /* Injected broken mapping, lock held: the break_map-th cuMemMap from now (1: the next) gives its
  * range pages of its own instead of the handle's, as a faulty double mapping would; the device
  * TQ mirror self-test must then find the two views differ. */
-static int break_map;
+static int break_map, fail_map;
 void fake_cuda_break_mapping(int nth)
 {
     pthread_mutex_lock(&lock);
     break_map = nth > 0 ? nth : 0;
+    pthread_mutex_unlock(&lock);
+}
+/* The nth cuMemMap from now (1: the next) fails with CUDA_ERROR_OUT_OF_MEMORY. */
+void fake_cuda_fail_mapping(int nth)
+{
+    pthread_mutex_lock(&lock);
+    fail_map = nth > 0 ? nth : 0;
     pthread_mutex_unlock(&lock);
 }
 
@@ -316,7 +351,7 @@ int cuMemMap(devptr ptr, size_t size, size_t offset, unsigned long long h, unsig
         if (!maps[m].size && slot < 0)
             slot = m;
     }
-    if (slot < 0) {
+    if (slot < 0 || (fail_map > 0 && --fail_map == 0)) {
         rc = OUT_OF_MEMORY;
         goto out;
     }
@@ -521,10 +556,27 @@ void *fake_cuda_shadow(devptr p)
 
 int cuInit(unsigned flags) { return flags ? INVALID_VALUE : OK; }
 int cuDriverGetVersion(int *v) { *v = 13000; return OK; }
+/* The names of the codes this driver returns, as cuda.h has them; INVALID_VALUE for others. */
 int cuGetErrorName(int err, const char **name)
 {
-    *name = err == NOT_SUPPORTED ? "CUDA_ERROR_NOT_SUPPORTED (fake libcuda)" : "CUDA_ERROR (fake libcuda)";
-    return OK;
+    static const struct {
+        int code;
+        const char *name;
+    } names[] = {{0, "CUDA_SUCCESS"}, {1, "CUDA_ERROR_INVALID_VALUE"}, {2, "CUDA_ERROR_OUT_OF_MEMORY"},
+                 {101, "CUDA_ERROR_INVALID_DEVICE"}, {201, "CUDA_ERROR_INVALID_CONTEXT"},
+                 {400, "CUDA_ERROR_INVALID_HANDLE"}, {500, "CUDA_ERROR_NOT_FOUND"},
+                 {700, "CUDA_ERROR_ILLEGAL_ADDRESS"}, {712, "CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED"},
+                 {713, "CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED"}, {719, "CUDA_ERROR_LAUNCH_FAILED"},
+                 {801, "CUDA_ERROR_NOT_SUPPORTED"}};
+    if (!name)
+        return INVALID_VALUE;
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+        if (names[i].code == err) {
+            *name = names[i].name;
+            return OK;
+        }
+    *name = NULL;
+    return INVALID_VALUE;
 }
 int cuDeviceGetCount(int *n) { *n = 1; return OK; }
 int cuDeviceGet(int *dev, int ordinal) { *dev = ordinal; return ordinal == 0 ? OK : 101; }
@@ -575,16 +627,18 @@ int cuMemAlloc_v2(devptr *ptr, size_t size)
     for (int i = 0; i < MAX_ALLOCS; i++) {
         if (allocs[i].ptr)
             continue;
-        int fd = memfd_create("fake_cuda", MFD_CLOEXEC);
-        if (fd < 0)
+        if (!mem_take(size))
             break;
+        int fd = memfd_create("fake_cuda", MFD_CLOEXEC);
         void *m = MAP_FAILED, *s = MAP_FAILED;
-        if (ftruncate(fd, (off_t)len) != 0 ||
+        if (fd < 0 || ftruncate(fd, (off_t)len) != 0 ||
             (m = mmap(NULL, len, PROT_NONE, MAP_SHARED | MAP_NORESERVE, fd, 0)) == MAP_FAILED ||
             (s = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) == MAP_FAILED) {
             if (m != MAP_FAILED)
                 munmap(m, len);
-            close(fd);
+            if (fd >= 0)
+                close(fd);
+            mem_used -= size;
             break;
         }
         uintptr_t p = ((uintptr_t)m + GPU_PAGE - 1) / GPU_PAGE * GPU_PAGE + 4096;
@@ -609,6 +663,7 @@ int cuMemFree_v2(devptr ptr)
     pthread_mutex_lock(&lock);
     for (int i = 0; i < MAX_ALLOCS; i++) {
         if (allocs[i].ptr == ptr && ptr) {
+            mem_used -= allocs[i].size;
             munmap(allocs[i].map, allocs[i].map_len);
             munmap(allocs[i].shadow, allocs[i].map_len);
             close(allocs[i].fd);

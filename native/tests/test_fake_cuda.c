@@ -63,6 +63,9 @@ FN(int, cuMemFree_v2, devptr);
 FN(int, fake_cuda_live_streams, void);
 FN(void, fake_cuda_fail_stream_writes, int, int);
 FN(unsigned long long, fake_cuda_stream_writes, void);
+FN(void, fake_cuda_set_device_memory, size_t);
+FN(size_t, fake_cuda_device_memory_used, void);
+FN(void, fake_cuda_fail_mapping, int);
 
 static void *sym(const char *name)
 {
@@ -81,6 +84,31 @@ static const struct access_desc rw = {1, 0, 3};
 static int live_vmm(void)
 {
     return fake_cuda_vmm_live_handles() + fake_cuda_vmm_live_reservations() + fake_cuda_vmm_live_mappings();
+}
+
+/* A device of limited memory: allocations past it fail with OUT_OF_MEMORY (2) and take
+ * nothing; freeing makes room again. A mapping fails on request. */
+static void test_device_memory(size_t g)
+{
+    const size_t base_use = fake_cuda_device_memory_used();
+    unsigned long long h = 0, h2 = 0;
+    devptr d = 0, d2 = 0, va = 0;
+    fake_cuda_set_device_memory(base_use + 2 * g);
+    CHECK(cuMemCreate(&h, g, &dev0, 0) == 0 && fake_cuda_device_memory_used() == base_use + g, "within capacity");
+    CHECK(cuMemCreate(&h2, 2 * g, &dev0, 0) == 2, "past capacity: OUT_OF_MEMORY");
+    CHECK(cuMemAlloc_v2(&d, g + 1) == 2 && fake_cuda_device_memory_used() == base_use + g,
+          "cuMemAlloc past capacity takes nothing");
+    CHECK(cuMemAlloc_v2(&d, g) == 0 && cuMemAlloc_v2(&d2, 1) == 2, "up to capacity, then full");
+    CHECK(cuMemFree_v2(d) == 0 && cuMemAlloc_v2(&d2, g) == 0 && cuMemFree_v2(d2) == 0, "freed memory is room again");
+    CHECK(cuMemAddressReserve(&va, 2 * g, 0, 0, 0) == 0, "reserve");
+    fake_cuda_fail_mapping(2);
+    CHECK(cuMemMap(va, g, 0, h, 0) == 0 && cuMemMap(va + g, g, 0, h, 0) == 2, "the second mapping fails on request");
+    CHECK(cuMemMap(va + g, g, 0, h, 0) == 0, "the next one maps");
+    CHECK(cuMemRelease(h) == 0 && fake_cuda_device_memory_used() == base_use + g, "a released handle still mapped");
+    CHECK(cuMemUnmap(va, 2 * g) == 0 && cuMemAddressFree(va, 2 * g) == 0 &&
+              fake_cuda_device_memory_used() == base_use, "unmapped: its memory is free");
+    fake_cuda_set_device_memory(0);
+    CHECK(cuMemCreate(&h, 4 * g, &dev0, 0) == 0 && cuMemRelease(h) == 0, "no limit");
 }
 
 static void test_vmm_misuse(size_t g)
@@ -362,12 +390,14 @@ int main(void)
     LOAD(fake_cuda_live_modules), LOAD(fake_cuda_fail_launches), LOAD(cuStreamCreate), LOAD(cuStreamDestroy_v2);
     LOAD(cuStreamSynchronize), LOAD(cuLaunchHostFunc), LOAD(cuMemAlloc_v2), LOAD(cuMemFree_v2);
     LOAD(fake_cuda_live_streams), LOAD(fake_cuda_fail_stream_writes), LOAD(fake_cuda_stream_writes);
+    LOAD(fake_cuda_set_device_memory), LOAD(fake_cuda_device_memory_used), LOAD(fake_cuda_fail_mapping);
 
     CHECK(cuInit(0) == 0 && cuDevicePrimaryCtxRetain(&ctx, 0) == 0 && cuCtxSetCurrent(ctx) == 0, "context");
     size_t g = 0;
     CHECK(cuMemGetAllocationGranularity(&g, &dev0, 0) == 0 && g && (g & (g - 1)) == 0, "granularity %zu", g);
     if (g) {
         test_vmm_misuse(g);
+        test_device_memory(g);
         test_double_mapping(g);
     }
     test_host_memory();

@@ -464,17 +464,58 @@ out:
     srpc_gpu_host_free(done);
 }
 
-/* Under the emulated driver, a device TQ whose upper mapping does not show the lower one's pages
- * (fake_cuda_break_mapping): the mirror self-test reports -EIO with both directions' counts. On a
- * real driver, or without the kernels, nothing to check. */
-static void test_broken_mirror_on_emulation(void)
+/* The emulated driver's live mappings + reservations + handles (0 on a real driver). */
+static int vmm_live(void *lib)
+{
+    static const char *const counts[] = {"fake_cuda_vmm_live_mappings", "fake_cuda_vmm_live_reservations",
+                                         "fake_cuda_vmm_live_handles"};
+    int n = 0;
+    for (size_t i = 0; i < sizeof(counts) / sizeof(counts[0]); i++) {
+        int (*f)(void);
+        *(void **)&f = dlsym(lib, counts[i]);
+        n += f ? f() : 0;
+    }
+    return n;
+}
+
+/* Under the emulated driver, device TQs against faults no GPU gives on demand: a full device
+ * (cuMemCreate out of memory), a second mapping that fails (the first is undone, the
+ * reservation freed), and an upper mapping that does not show the lower one's pages
+ * (fake_cuda_break_mapping: the mirror self-test reports -EIO with both directions' counts).
+ * Each leaves nothing in the driver's accounting, and the next queue is sound. On a real
+ * driver, nothing to check. */
+static void test_dtq_faults_on_emulation(void)
 {
     void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
-    void (*brk)(int) = NULL;
-    if (lib)
+    void (*brk)(int) = NULL, (*fail_map)(int) = NULL, (*capacity)(size_t) = NULL;
+    size_t (*used)(void) = NULL;
+    if (lib) {
         *(void **)&brk = dlsym(lib, "fake_cuda_break_mapping");
-    if (brk && have_kernels()) {
-        srpc_dtq_t *q = NULL;
+        *(void **)&fail_map = dlsym(lib, "fake_cuda_fail_mapping");
+        *(void **)&capacity = dlsym(lib, "fake_cuda_set_device_memory");
+        *(void **)&used = dlsym(lib, "fake_cuda_device_memory_used");
+    }
+    if (!brk || !fail_map || !capacity || !used) {
+        if (lib)
+            dlclose(lib);
+        return;
+    }
+    srpc_dtq_t *q = NULL;
+    const int live = vmm_live(lib);
+    capacity(used() + 1); /* no room for a ring */
+    CHECK(srpc_dtq_create(0, 4096, 512, &q) == -ENOMEM && q == NULL &&
+              strstr(srpc_gpu_last_error(), "cuMemCreate") && strstr(srpc_gpu_last_error(), "OUT_OF_MEMORY"),
+          "a full device: %s", srpc_gpu_last_error());
+    capacity(0);
+    CHECK(vmm_live(lib) == live, "after a full device: %d live, %d before", vmm_live(lib), live);
+
+    fail_map(2); /* the upper mapping fails */
+    CHECK(srpc_dtq_create(0, 4096, 512, &q) == -ENOMEM && q == NULL && strstr(srpc_gpu_last_error(), "cuMemMap"),
+          "a failed second mapping: %s", srpc_gpu_last_error());
+    fail_map(0);
+    CHECK(vmm_live(lib) == live, "after a failed mapping: %d live, %d before", vmm_live(lib), live);
+
+    if (have_kernels()) {
         brk(2); /* the create maps the ring twice: lower, then upper */
         CHECK(srpc_dtq_create(0, 4096, 512, &q) == 0, "dtq: %s", srpc_gpu_last_error());
         brk(0);
@@ -485,13 +526,15 @@ static void test_broken_mirror_on_emulation(void)
             CHECK(srpc_dtq_check_mirror(q) == -EIO && strstr(srpc_gpu_last_error(), want),
                   "a broken mirror: %s", srpc_gpu_last_error());
             srpc_dtq_destroy(q);
+            q = NULL;
         }
-        CHECK(srpc_dtq_create(0, 4096, 512, &q) == 0 && srpc_dtq_check_mirror(q) == 0, "the next queue: %s",
-              srpc_gpu_last_error());
-        srpc_dtq_destroy(q);
     }
-    if (lib)
-        dlclose(lib);
+    CHECK(srpc_dtq_create(0, 4096, 512, &q) == 0, "the next queue: %s", srpc_gpu_last_error());
+    if (q && have_kernels())
+        CHECK(srpc_dtq_check_mirror(q) == 0, "the next queue's mirror: %s", srpc_gpu_last_error());
+    srpc_dtq_destroy(q);
+    CHECK(vmm_live(lib) == live, "at the end: %d live, %d before", vmm_live(lib), live);
+    dlclose(lib);
 }
 
 /* Under the emulated driver (native/tests/fake_libcuda.c), its accounting: every device Tensor
@@ -531,7 +574,7 @@ int main(void)
                 test_dtq_copies();
                 test_pinned_and_signal();
                 test_o2();
-                test_broken_mirror_on_emulation();
+                test_dtq_faults_on_emulation();
                 test_nothing_left_on_emulation();
             }
         }

@@ -23,6 +23,10 @@ class CUDARuntimeError(RuntimeError):
     pass
 
 
+class OutOfMemoryError(MemoryError):
+    """cupy.cuda.memory.OutOfMemoryError: an allocation the device has no room for."""
+
+
 def _check(rc: int, what: str) -> None:
     if rc != 0:
         raise CUDARuntimeError(f"{what}: CUDA error {rc} (emulated driver)")
@@ -176,7 +180,10 @@ class Memory:
         if not _current_ctx():
             Device(0).use()
         p = ctypes.c_ulonglong()
-        _check(_lib.cuMemAlloc_v2(ctypes.byref(p), ctypes.c_size_t(max(1, size))), "cuMemAlloc")
+        rc = _lib.cuMemAlloc_v2(ctypes.byref(p), ctypes.c_size_t(max(1, size)))
+        if rc == 2:  # CUDA_ERROR_OUT_OF_MEMORY
+            raise OutOfMemoryError(f"Out of memory allocating {size:,} bytes (emulated driver)")
+        _check(rc, "cuMemAlloc")
         self.ptr, self.size = p.value, size
 
     def __del__(self):
