@@ -57,8 +57,8 @@ GPU_TESTS = ["tests/test_gpu.py::test_gpu_vecadd_many_batches_in_flight[o1]",
              "tests/test_gpu.py::test_gpu_vecadd_many_batches_in_flight[o2]",
              "tests/test_gpu.py::test_gpu_callback_error_answers_internal",
              "tests/test_gpu_emulation_cases.py"]
-GPU_TESTS_N = 4 + 12  # the emulation cases: O2 10,000 calls; O2 with its ring full; a full device at
-# add_function, and in a callback; a failed copy, each way; out of order across streams;
+GPU_TESTS_N = 4 + 13  # the emulation cases: O2 10,000 calls; O2 with its ring full; a full device at
+# add_function, and in a callback; per-call results from a device callback; a failed copy, each way; out of order across streams;
 # a failed O2 launch; a failed launch in a callback, O1 and graph; a failed stream store (then a failed wait); a driver without
 # stream stores
 

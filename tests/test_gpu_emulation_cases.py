@@ -4,6 +4,7 @@ import time
 
 import numpy as np
 import pytest
+from conftest import settled
 
 import splitrpc
 from splitrpc import gpu
@@ -169,6 +170,42 @@ def test_out_of_device_memory_in_a_callback_answers_its_call_internal(make_serve
     for i in range(5):
         assert np.array_equal(np.frombuffer(c.call(1, x + i), np.float32), x + i + 1)
     assert _settled(srv)["in_flight"] == 0
+
+
+def test_a_device_callback_fails_some_calls_of_its_batch_alone(make_server, make_client):
+    """Per-call results from a device function (O1): the callback computes on the device, reads
+    back what it needs to judge each call (get(), which waits for its stream) and returns
+    {index: BadRequest} for the calls that fail; those calls get their error, the others of the
+    same batch their outputs."""
+    import threading
+
+    import cupy
+
+    gate, sizes = threading.Event(), []
+
+    def on_gpu(x, y):
+        gate.wait(10)  # the first batch waits, so the calls behind it batch up
+        cupy.add(x, 1, out=y)
+        first = x.get()[:, 0]
+        sizes.append((len(first), int((first < 0).sum())))
+        return {int(i): splitrpc.BadRequest(f"negative input {first[i]:g}") for i in np.flatnonzero(first < 0)}
+
+    srv = make_server(lambda s: s.add_function(on_gpu, 1, "vecadd", [splitrpc.TensorSpec("x", F32, (64,))],
+                                               [splitrpc.TensorSpec("y", F32, (64,))], device="cuda:0",
+                                               capacity=64, max_batch=16), wait="poll")
+    c = make_client(srv.port, timeout=10.0)
+    xs = [np.full(64, v, np.float32) for v in [1, -2, 3, 4, -5, 6, -7, 8] * 4]
+    futs = [c.call_async(1, x) for x in xs]
+    gate.set()
+    for x, f in zip(xs, futs):
+        if x[0] < 0:
+            with pytest.raises(splitrpc.BadRequest, match=f"negative input {x[0]:g}"):
+                f.result()
+        else:
+            assert np.array_equal(np.frombuffer(f.result(), np.float32), x + 1)
+    assert any(n > bad > 0 for n, bad in sizes), sizes  # a batch with both outcomes
+    st = settled(srv, lambda st: st["in_flight"] == 0 and st["errors"]["BAD_REQUEST"] == 12)
+    assert st["errors"]["BAD_REQUEST"] == 12 and st["errors"]["INTERNAL"] == 0 and st["in_flight"] == 0
 
 
 @pytest.mark.parametrize("kind", [HTOD, DTOH])

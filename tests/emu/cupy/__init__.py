@@ -1,4 +1,4 @@
-"""cupy (EMULATED, test-only): the part of CuPy's API that splitrpc's device callbacks and tests use (add, empty_like, ndarray views and assignment, cuda.*), over the emulated CUDA driver (native/tests/fake_libcuda.c), for running the GPU code paths without a GPU. Put tests/emu first on PYTHONPATH and the emulated libcuda.so.1 on LD_LIBRARY_PATH.
+"""cupy (EMULATED, test-only): the part of CuPy's API that splitrpc's device callbacks and tests use (add, empty_like, ndarray views, assignment and get(), cuda.*), over the emulated CUDA driver (native/tests/fake_libcuda.c), for running the GPU code paths without a GPU. Put tests/emu first on PYTHONPATH and the emulated libcuda.so.1 on LD_LIBRARY_PATH.
 
 An ndarray is device memory the CPU cannot touch (the driver hands out PROT_NONE addresses); its
 operations are queued on the current stream as host functions that work on the driver's shadow
@@ -43,6 +43,15 @@ class ndarray:
     def _host(self) -> np.ndarray:
         """The shadow of this array (only inside queued work: the stream decides when it is valid)."""
         return _shadow_view(self.ptr, self.shape, self.dtype)
+
+    def get(self) -> np.ndarray:
+        """A host copy, once the current stream's earlier work is done: CuPy's get() copies on the
+        current stream and waits for it too."""
+        box = {}
+        s = cuda.get_current_stream()
+        cuda._submit(s, lambda: box.__setitem__("v", self._host().copy()))
+        s.synchronize()
+        return box["v"]
 
     def __setitem__(self, key, value) -> None:
         if isinstance(value, ndarray):
