@@ -378,6 +378,9 @@ class Server:
             in_sizes, out_sizes = [s.nbytes for s in inputs], [s.nbytes for s in outputs]
         if isinstance(cost, CostTable):
             cost.check_fits(in_sizes, raw)
+        # The device runner (CuPy, the function's stream) before the engine's registration, which
+        # cannot be undone: a failure here must leave the id free.
+        runner = gpu.DeviceRunner(ordinal, inputs, outputs, fn, orchestration) if ordinal >= 0 else None
         _server.add_function(self._srv, func_id, raw=raw, in_sizes=in_sizes, out_sizes=out_sizes, capacity=capacity,
                              max_batch=max_batch, max_delay_us=max_delay_us, gpu_device=ordinal,
                              deadline_us=max(int(deadline * 1e6), 1) if deadline else 0,
@@ -386,9 +389,8 @@ class Server:
                              aux_classes=n_classes)
         f = _server.Function(func_id, name, fn, inputs, outputs, raw, in_sizes[0] if raw else 0,
                              out_sizes[0] if raw else 0)
-        if ordinal >= 0:
-            f.device = f"cuda:{ordinal}"
-            f.runner = gpu.DeviceRunner(ordinal, inputs, outputs, fn, orchestration)
+        if runner is not None:
+            f.device, f.runner = f"cuda:{ordinal}", runner
         f.pool = pool
         f.costs_kw = costs_kw
         f.info = describe_.FunctionInfo(

@@ -145,6 +145,39 @@ def test_a_full_device_fails_add_function_alone_and_leaves_nothing(make_server, 
         srv.close()
 
 
+def test_a_failed_stream_creation_fails_add_function_alone(make_server, make_client):
+    """The function's CUDA stream cannot be created: add_function raises, the function is not
+    half registered (the engine would otherwise hold its id with no callback behind it), and
+    the same id registers on that server afterwards and serves."""
+    import cupy
+
+    def on_gpu(x, y):
+        cupy.add(x, 1, out=y)
+
+    def add(s):
+        s.add_function(on_gpu, 1, "vecadd", [splitrpc.TensorSpec("x", F32, (256,))],
+                       [splitrpc.TensorSpec("y", F32, (256,))], device="cuda:0")
+
+    gpu.available(0)
+    before = _live()
+    srv = splitrpc.Server("127.0.0.1", 0, wait="poll")
+    try:
+        DRV.fake_cuda_fail_stream_creates(1)
+        try:
+            with pytest.raises(Exception, match="cuStreamCreate"):
+                add(srv)
+        finally:
+            DRV.fake_cuda_fail_stream_creates(0)
+        assert not srv.functions() and _live() == before
+        add(srv)
+        srv.start()
+        c = make_client(srv.port, timeout=5.0)
+        x = np.arange(256, dtype=np.float32)
+        assert np.array_equal(np.frombuffer(c.call(1, x), np.float32), x + 1)
+    finally:
+        srv.close()
+
+
 def test_out_of_device_memory_in_a_callback_answers_its_call_internal(make_server, make_client):
     """The callback allocates a temporary on a full device (CuPy raises OutOfMemoryError): that
     call alone is answered INTERNAL, saying so; with room again the next calls are served."""

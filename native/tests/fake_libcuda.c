@@ -1,4 +1,4 @@
-/* fake_libcuda.c: an emulated libcuda.so.1 for tests on machines without a GPU (test-only, never in the wheel). One "device" whose memory the CPU must not touch: every device address handed out lies in a PROT_NONE view (a host read of device memory crashes the test), and the emulated copies, stores and flags go through a read-write shadow of the same pages. cuMemAlloc: a memfd mapped twice. Virtual memory management as the driver has it: allocation granularity, cuMemCreate (a memfd), cuMemAddressReserve (a PROT_NONE range, with a shadow range beside it), cuMemMap (the same pages at several addresses, and in the shadow at the same offsets, so a range that crosses from one mapping to the next is contiguous there too), cuMemSetAccess, unmap/release/free, with the driver's error codes for misuse; mapped host memory (cuMemHostAlloc, cuMemHostRegister: device pointer = host pointer, as with unified addressing). Each created stream runs its work (copies, cuStreamWriteValue32, host functions, kernels) in order on a thread of its own, so completion is asynchronous and out of order across streams; the legacy default stream waits for the blocking streams; an error while queued work runs is returned by the stream's next synchronisation; copies, synchronisations, launches, mappings or stream stores fail on request (fake_cuda_fail_*), the device's memory can be limited (fake_cuda_set_device_memory: OUT_OF_MEMORY past it), a mapping can be broken (fake_cuda_break_mapping) and the O2 kernel held (fake_cuda_pause_o2); the fake_cuda_* functions count what was done and what is still live. This project's kernels are run by name with host implementations (the mirror self-test, and the O2 persistent vecadd polling its doorbells on its stream's thread). It proves nothing about a real GPU. */
+/* fake_libcuda.c: an emulated libcuda.so.1 for tests on machines without a GPU (test-only, never in the wheel). One "device" whose memory the CPU must not touch: every device address handed out lies in a PROT_NONE view (a host read of device memory crashes the test), and the emulated copies, stores and flags go through a read-write shadow of the same pages. cuMemAlloc: a memfd mapped twice. Virtual memory management as the driver has it: allocation granularity, cuMemCreate (a memfd), cuMemAddressReserve (a PROT_NONE range, with a shadow range beside it), cuMemMap (the same pages at several addresses, and in the shadow at the same offsets, so a range that crosses from one mapping to the next is contiguous there too), cuMemSetAccess, unmap/release/free, with the driver's error codes for misuse; mapped host memory (cuMemHostAlloc, cuMemHostRegister: device pointer = host pointer, as with unified addressing). Each created stream runs its work (copies, cuStreamWriteValue32, host functions, kernels) in order on a thread of its own, so completion is asynchronous and out of order across streams; the legacy default stream waits for the blocking streams; an error while queued work runs is returned by the stream's next synchronisation; copies, synchronisations, launches, mappings, stream creations or stream stores fail on request (fake_cuda_fail_*), the device's memory can be limited (fake_cuda_set_device_memory: OUT_OF_MEMORY past it), a mapping can be broken (fake_cuda_break_mapping) and the O2 kernel held (fake_cuda_pause_o2); the fake_cuda_* functions count what was done and what is still live. This project's kernels are run by name with host implementations (the mirror self-test, and the O2 persistent vecadd polling its doorbells on its stream's thread). It proves nothing about a real GPU. */
 #define _GNU_SOURCE /* memfd_create */
 #include <pthread.h>
 #include <stdint.h>
@@ -791,6 +791,14 @@ static int submit(void *s, struct op *o)
     return rc;
 }
 
+static int fail_stream_creates; /* the next n cuStreamCreate calls fail with OUT_OF_MEMORY */
+void fake_cuda_fail_stream_creates(int n)
+{
+    pthread_mutex_lock(&lock);
+    fail_stream_creates = n;
+    pthread_mutex_unlock(&lock);
+}
+
 int cuStreamCreate(void **stream, unsigned flags)
 {
     if (!stream || flags > 1) /* CU_STREAM_DEFAULT, CU_STREAM_NON_BLOCKING */
@@ -799,7 +807,7 @@ int cuStreamCreate(void **stream, unsigned flags)
         return INVALID_CONTEXT;
     int rc = OUT_OF_MEMORY;
     pthread_mutex_lock(&lock);
-    for (int i = 0; i < MAX_STREAMS; i++) {
+    for (int i = 0; i < MAX_STREAMS && !(fail_stream_creates > 0 && fail_stream_creates--); i++) {
         if (!streams[i] && !st[i].thread) {
             pthread_t t;
             pthread_attr_t attr;
