@@ -57,7 +57,7 @@ GPU_TESTS = ["tests/test_gpu.py::test_gpu_vecadd_many_batches_in_flight[o1]",
              "tests/test_gpu.py::test_gpu_vecadd_many_batches_in_flight[o2]",
              "tests/test_gpu.py::test_gpu_callback_error_answers_internal",
              "tests/test_gpu_emulation_cases.py"]
-GPU_TESTS_N = 4 + 14  # the emulation cases: O2 10,000 calls; O2 with its ring full; a full device at
+GPU_TESTS_N = 4 + 15  # the emulation cases: O2 10,000 calls; a graceful stop with 8 batches in flight; O2 with its ring full; a full device at
 # add_function, and in a callback; a failed stream creation at add_function; per-call results from a device callback; a failed copy, each way; out of order across streams;
 # a failed O2 launch; a failed launch in a callback, O1 and graph; a failed stream store (then a failed wait); a driver without
 # stream stores
@@ -74,7 +74,8 @@ def test_device_functions_on_the_emulated_gpu(build):
     be stored on the stream (the worker waits instead; a failed wait answers INTERNAL), and a driver
     without stream stores (host functions signal instead; O2 refuses to start), O2 with its ring
     full, a full device (at add_function, and in a callback), a stream that cannot be created at
-    add_function, and per-call results from a device callback."""
+    add_function, per-call results from a device callback, and a graceful stop with device batches
+    in flight."""
     env = dict(os.environ, LD_LIBRARY_PATH=str(build / "fake_cuda"),
                PYTHONPATH=os.pathsep.join([str(EMU), os.environ.get("PYTHONPATH", "")]))
     r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs", *GPU_TESTS],

@@ -319,6 +319,49 @@ def test_batches_in_flight_complete_out_of_order_across_streams_replies_in_order
     assert order[:8] == [("fast", i) for i in range(8)], order  # ... and out of order across streams
 
 
+def test_a_graceful_stop_with_device_batches_in_flight(make_server, make_client):
+    """stop(grace=) while 8 batches of a device function are in flight, their kernels held: the
+    stop waits for them, every call is answered right, and once closed nothing is left in the
+    driver's accounting (no copy or kernel ran on freed memory: the driver would report it)."""
+    import threading
+
+    import cupy
+
+    gate = threading.Event()
+
+    def slow(x, y):
+        cupy.cuda.emulate_kernel(lambda: gate.wait(30))
+        cupy.add(x, 1, out=y)
+
+    gpu.available(0)
+    before = _live()
+    srv = make_server(lambda s: s.add_function(slow, 1, "slow", [splitrpc.TensorSpec("x", F32, (64,))],
+                                               [splitrpc.TensorSpec("y", F32, (64,))], device="cuda:0",
+                                               capacity=64, max_batch=1), wait="poll")
+    c = make_client(srv.port, timeout=30.0)
+    x = np.arange(64, dtype=np.float32)
+    futs = [c.call_async(1, x + i) for i in range(8)]
+    end = time.monotonic() + 10
+    while srv.stats()["in_flight"] < 8 and time.monotonic() < end:
+        time.sleep(0.005)
+    assert srv.stats()["in_flight"] == 8
+    timer = threading.Timer(0.3, gate.set)
+    timer.start()
+    t0 = time.monotonic()
+    try:
+        left = srv.stop(grace=20)
+    finally:
+        gate.set()
+        timer.cancel()
+    assert left == 0 and time.monotonic() - t0 >= 0.25
+    for i, f in enumerate(futs):
+        assert np.array_equal(np.frombuffer(f.result(timeout=5), np.float32), x + i + 1)
+    srv.close()
+    after = _live()
+    assert {k: after[k] - before[k] for k in after if k != "live_modules"} == \
+        {"vmm_live_mappings": 0, "vmm_live_reservations": 0, "vmm_live_handles": 0, "host_live": 0}, (before, after)
+
+
 def test_a_failed_o2_launch_fails_the_start_alone(make_server, make_client):
     """O2's kernel is launched once, when the server starts: a failed launch is the start's
     error (GPUError naming cuLaunchKernel); closing that server leaves nothing behind in the
