@@ -57,10 +57,12 @@ GPU_TESTS = ["tests/test_gpu.py::test_gpu_vecadd_many_batches_in_flight[o1]",
              "tests/test_gpu.py::test_gpu_vecadd_many_batches_in_flight[o2]",
              "tests/test_gpu.py::test_gpu_callback_error_answers_internal",
              "tests/test_gpu_emulation_cases.py"]
-GPU_TESTS_N = 4 + 15  # the emulation cases: O2 10,000 calls; a graceful stop with 8 batches in flight; O2 with its ring full; a full device at
-# add_function, and in a callback; a failed stream creation at add_function; per-call results from a device callback; a failed copy, each way; out of order across streams;
-# a failed O2 launch; a failed launch in a callback, O1 and graph; a failed stream store (then a failed wait); a driver without
-# stream stores
+# the 4 of tests/test_gpu.py, and the emulation cases: O2 10,000 calls; O2 with its ring full; a failed
+# add_function (a full device, no stream); out of device memory in a callback; per-call results from a device
+# callback; a failed copy, each way; out of order across streams; a graceful stop with 8 batches in flight; a
+# failed O2 launch; a failed launch in a callback (O1, graph); a failed stream store, then a failed wait; a driver
+# without stream stores
+GPU_TESTS_N = 4 + 15
 
 
 def test_device_functions_on_the_emulated_gpu(build):

@@ -59,6 +59,15 @@ def _vecadd_server(make_server, orchestration, n=256, capacity=64, max_batch=8):
                        wait="poll")
 
 
+def _serving(make_server, make_client, orchestration, timeout=5.0, client_kw=None, **fn_kw):
+    """A vecadd device function's server, a client, and x = 0..255 already served once."""
+    srv = _vecadd_server(make_server, orchestration, **fn_kw)
+    c = make_client(srv.port, timeout=timeout, **(client_kw or {}))
+    x = np.arange(256, dtype=np.float32)
+    assert np.array_equal(np.frombuffer(c.call(1, x), np.float32), x + 1)
+    return srv, c, x
+
+
 def test_o2_ten_thousand_calls_then_nothing_left(make_server, make_client):
     """O2: the persistent kernel serves 10,000 calls (the descriptor ring of 64 slots wraps over
     150 times), stops, and the server's close leaves no mapping, reservation, allocation handle
@@ -89,10 +98,8 @@ def test_o2_with_its_ring_full_the_worker_waits_for_the_kernel(make_server, make
     64 descriptors fills, so exactly 64 batches are in flight and the worker waits on the 65th
     (srpc_server_submit_o2's -EBUSY, retried). Once the kernel runs again every call is served
     right, and nothing is left in flight."""
-    srv = _vecadd_server(make_server, "o2", capacity=256, max_batch=1)
-    c = make_client(srv.port, timeout=30.0, window=0)
-    x = np.arange(256, dtype=np.float32)
-    assert np.array_equal(np.frombuffer(c.call(1, x), np.float32), x + 1)
+    srv, c, x = _serving(make_server, make_client, "o2", capacity=256, max_batch=1, timeout=30.0,
+                         client_kw={"window": 0})
     xs = [x + i for i in range(100)]
     DRV.fake_cuda_pause_o2(1)
     try:
@@ -110,11 +117,27 @@ def test_o2_with_its_ring_full_the_worker_waits_for_the_kernel(make_server, make
     assert st["in_flight"] == 0 and st["calls"] == 101 and st["errors"]["INTERNAL"] == 0
 
 
-def test_a_full_device_fails_add_function_alone_and_leaves_nothing(make_server, make_client):
-    """The device has room for a function's input queue but not its output queue: add_function
-    raises GPUError naming cuMemCreate and OUT_OF_MEMORY, the input queue is undone (no device
-    memory, mapping or reservation left), the function is not half registered, and once there is
-    room the same id registers on the same server, which then serves it."""
+def _full_device(used: int) -> None:
+    DRV.fake_cuda_set_device_memory(used + 3 * 2**20)  # one 2 MiB ring fits, two do not
+
+
+def _no_stream(used: int) -> None:
+    DRV.fake_cuda_fail_stream_creates(1)
+
+
+def _clear_add_faults() -> None:
+    DRV.fake_cuda_set_device_memory(0)
+    DRV.fake_cuda_fail_stream_creates(0)
+
+
+@pytest.mark.parametrize("fault,error", [(_full_device, r"cuMemCreate: CUDA_ERROR_OUT_OF_MEMORY"),
+                                         (_no_stream, r"cuStreamCreate")], ids=["full-device", "no-stream"])
+def test_a_failed_add_function_leaves_nothing_and_the_id_free(make_client, fault, error):
+    """add_function fails on the device: there is room for the function's input queue but not its
+    output queue (GPUError naming cuMemCreate and OUT_OF_MEMORY), or its CUDA stream cannot be
+    created. Either way nothing is left (no device memory, mapping or reservation), the function
+    is not half registered (the engine would otherwise hold its id with no callback behind it),
+    and the same id then registers on that server, which serves it."""
     import cupy
 
     def on_gpu(x, y):
@@ -127,48 +150,15 @@ def test_a_full_device_fails_add_function_alone_and_leaves_nothing(make_server, 
     gpu.available(0)
     before, used = _live(), DRV.fake_cuda_device_memory_used()
     srv = splitrpc.Server("127.0.0.1", 0, wait="poll")
-    DRV.fake_cuda_set_device_memory(used + 3 * 2**20)  # one 2 MiB ring fits, two do not
     try:
+        fault(used)
         try:
-            with pytest.raises(gpu.GPUError, match=r"cuMemCreate: CUDA_ERROR_OUT_OF_MEMORY"):
-                add(srv)
-            assert DRV.fake_cuda_device_memory_used() == used and _live() == before
-            assert not srv.functions()
-        finally:
-            DRV.fake_cuda_set_device_memory(0)
-        add(srv)
-        srv.start()
-        c = make_client(srv.port, timeout=5.0)
-        x = np.arange(256, dtype=np.float32)
-        assert np.array_equal(np.frombuffer(c.call(1, x), np.float32), x + 1)
-    finally:
-        srv.close()
-
-
-def test_a_failed_stream_creation_fails_add_function_alone(make_server, make_client):
-    """The function's CUDA stream cannot be created: add_function raises, the function is not
-    half registered (the engine would otherwise hold its id with no callback behind it), and
-    the same id registers on that server afterwards and serves."""
-    import cupy
-
-    def on_gpu(x, y):
-        cupy.add(x, 1, out=y)
-
-    def add(s):
-        s.add_function(on_gpu, 1, "vecadd", [splitrpc.TensorSpec("x", F32, (256,))],
-                       [splitrpc.TensorSpec("y", F32, (256,))], device="cuda:0")
-
-    gpu.available(0)
-    before = _live()
-    srv = splitrpc.Server("127.0.0.1", 0, wait="poll")
-    try:
-        DRV.fake_cuda_fail_stream_creates(1)
-        try:
-            with pytest.raises(Exception, match="cuStreamCreate"):
+            with pytest.raises(Exception, match=error):
                 add(srv)
         finally:
-            DRV.fake_cuda_fail_stream_creates(0)
-        assert not srv.functions() and _live() == before
+            _clear_add_faults()
+        assert DRV.fake_cuda_device_memory_used() == used and _live() == before
+        assert not srv.functions()
         add(srv)
         srv.start()
         c = make_client(srv.port, timeout=5.0)
@@ -245,10 +235,7 @@ def test_a_device_callback_fails_some_calls_of_its_batch_alone(make_server, make
 def test_a_failed_copy_answers_its_calls_internal_and_the_next_call_succeeds(make_server, make_client, kind):
     """The staging copy of one batch (requests to the device, or replies back) fails: that
     batch's calls are answered INTERNAL, and the calls after it are served."""
-    srv = _vecadd_server(make_server, "o1", max_batch=1)
-    c = make_client(srv.port, timeout=5.0)
-    x = np.arange(256, dtype=np.float32)
-    assert np.array_equal(np.frombuffer(c.call(1, x), np.float32), x + 1)
+    srv, c, x = _serving(make_server, make_client, "o1", max_batch=1, timeout=5.0)
     DRV.fake_cuda_fail_copies(kind, 1)
     with pytest.raises(splitrpc.InternalError):
         c.call(1, x)
@@ -396,10 +383,7 @@ def test_a_failed_launch_in_a_callback_answers_its_calls_internal(make_server, m
     """A kernel launch of the batch fails (the emulated cupy raises, as CuPy does; with graphs,
     the first operation of the replayed batch, after its graph was captured): only that batch's
     call is answered INTERNAL, and the calls after it are served."""
-    srv = _vecadd_server(make_server, orchestration, max_batch=1)
-    c = make_client(srv.port, timeout=5.0)
-    x = np.arange(256, dtype=np.float32)
-    assert np.array_equal(np.frombuffer(c.call(1, x), np.float32), x + 1)
+    srv, c, x = _serving(make_server, make_client, orchestration, max_batch=1, timeout=5.0)
     DRV.fake_cuda_fail_launches(1)
     with pytest.raises(splitrpc.InternalError, match="LAUNCH_FAILED"):
         c.call(1, x)
@@ -413,10 +397,7 @@ def test_without_a_stream_store_the_worker_waits_and_a_failed_wait_answers_inter
     that store cannot be queued, the worker waits for the stream instead (srpc_server_submit):
     the call is served. When the wait fails as well, that call alone is answered INTERNAL, and
     the calls after it are served, with stores again."""
-    srv = _vecadd_server(make_server, "o1", max_batch=1)
-    c = make_client(srv.port, timeout=5.0)
-    x = np.arange(256, dtype=np.float32)
-    assert np.array_equal(np.frombuffer(c.call(1, x), np.float32), x + 1)
+    srv, c, x = _serving(make_server, make_client, "o1", max_batch=1, timeout=5.0)
     syncs = DRV.fake_cuda_stream_syncs()
     DRV.fake_cuda_fail_stream_writes(1, ILLEGAL_ADDRESS)
     assert np.array_equal(np.frombuffer(c.call(1, x + 1), np.float32), x + 2)  # waited for
@@ -439,10 +420,7 @@ def test_a_driver_without_stream_stores_signals_by_host_functions(make_server, m
     after it is signalled by a host function on its stream instead (no store queued, none
     waited for), batches in flight included; an O2 function then fails its start, saying why,
     and leaves nothing behind in the driver's accounting."""
-    srv = _vecadd_server(make_server, "o1", max_batch=4)
-    c = make_client(srv.port, timeout=10.0)
-    x = np.arange(256, dtype=np.float32)
-    assert np.array_equal(np.frombuffer(c.call(1, x), np.float32), x + 1)
+    srv, c, x = _serving(make_server, make_client, "o1", max_batch=4, timeout=10.0)
     writes = DRV.fake_cuda_stream_writes()
     DRV.fake_cuda_fail_stream_writes(1, NOT_SUPPORTED)
     rng = np.random.default_rng(5)
