@@ -807,7 +807,12 @@ int cuStreamCreate(void **stream, unsigned flags)
         return INVALID_CONTEXT;
     int rc = OUT_OF_MEMORY;
     pthread_mutex_lock(&lock);
-    for (int i = 0; i < MAX_STREAMS && !(fail_stream_creates > 0 && fail_stream_creates--); i++) {
+    if (fail_stream_creates > 0) {
+        fail_stream_creates--;
+        pthread_mutex_unlock(&lock);
+        return OUT_OF_MEMORY;
+    }
+    for (int i = 0; i < MAX_STREAMS; i++) {
         if (!streams[i] && !st[i].thread) {
             pthread_t t;
             pthread_attr_t attr;
