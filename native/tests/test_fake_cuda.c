@@ -66,6 +66,7 @@ FN(unsigned long long, fake_cuda_stream_writes, void);
 FN(void, fake_cuda_set_device_memory, size_t);
 FN(size_t, fake_cuda_device_memory_used, void);
 FN(void, fake_cuda_fail_mapping, int);
+FN(void, fake_cuda_fail_stream_creates, int);
 
 static void *sym(const char *name)
 {
@@ -373,6 +374,15 @@ static void test_streams(void)
     CHECK(fake_cuda_live_streams() == 0, "%d streams left", fake_cuda_live_streams());
 }
 
+static void test_failed_stream_creation(void)
+{
+    void *s = NULL;
+    const int live = fake_cuda_live_streams();
+    fake_cuda_fail_stream_creates(1);
+    CHECK(cuStreamCreate(&s, 1) == 2 && fake_cuda_live_streams() == live, "an injected failure: OUT_OF_MEMORY");
+    CHECK(cuStreamCreate(&s, 1) == 0 && s && cuStreamDestroy_v2(s) == 0, "the next creation");
+}
+
 int main(void)
 {
     lib = dlopen("libcuda.so.1", RTLD_NOW);
@@ -391,6 +401,7 @@ int main(void)
     LOAD(cuStreamSynchronize), LOAD(cuLaunchHostFunc), LOAD(cuMemAlloc_v2), LOAD(cuMemFree_v2);
     LOAD(fake_cuda_live_streams), LOAD(fake_cuda_fail_stream_writes), LOAD(fake_cuda_stream_writes);
     LOAD(fake_cuda_set_device_memory), LOAD(fake_cuda_device_memory_used), LOAD(fake_cuda_fail_mapping);
+    LOAD(fake_cuda_fail_stream_creates);
 
     CHECK(cuInit(0) == 0 && cuDevicePrimaryCtxRetain(&ctx, 0) == 0 && cuCtxSetCurrent(ctx) == 0, "context");
     size_t g = 0;
@@ -402,6 +413,7 @@ int main(void)
     }
     test_host_memory();
     test_streams();
+    test_failed_stream_creation();
     printf("%d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;
 }
