@@ -57,12 +57,12 @@ GPU_TESTS = ["tests/test_gpu.py::test_gpu_vecadd_many_batches_in_flight[o1]",
              "tests/test_gpu.py::test_gpu_vecadd_many_batches_in_flight[o2]",
              "tests/test_gpu.py::test_gpu_callback_error_answers_internal",
              "tests/test_gpu_emulation_cases.py"]
-# the 4 of tests/test_gpu.py, and the emulation cases: O2 10,000 calls; O2 with its ring full; a failed
-# add_function (a full device, no stream); out of device memory in a callback; per-call results from a device
+# the 4 of tests/test_gpu.py, and the emulation cases: O2 10,000 calls; O2 with its ring full; a failed O2
+# doorbell; a failed add_function (a full device, no stream); out of device memory in a callback; per-call results from a device
 # callback; a failed copy, each way; out of order across streams; a graceful stop with 8 batches in flight; a
 # failed O2 launch; a failed launch in a callback (O1, graph); a failed stream store, then a failed wait; a driver
 # without stream stores
-GPU_TESTS_N = 4 + 15
+GPU_TESTS_N = 4 + 16
 
 
 def test_device_functions_on_the_emulated_gpu(build):
@@ -75,7 +75,7 @@ def test_device_functions_on_the_emulated_gpu(build):
     across two functions' streams with each function's replies in order, a done word that cannot
     be stored on the stream (the worker waits instead; a failed wait answers INTERNAL), and a driver
     without stream stores (host functions signal instead; O2 refuses to start), O2 with its ring
-    full, a full device (at add_function, and in a callback), a stream that cannot be created at
+    full, a failed O2 doorbell, a full device (at add_function, and in a callback), a stream that cannot be created at
     add_function, per-call results from a device callback, and a graceful stop with device batches
     in flight."""
     env = dict(os.environ, LD_LIBRARY_PATH=str(build / "fake_cuda"),

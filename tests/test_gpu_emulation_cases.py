@@ -231,6 +231,18 @@ def test_a_device_callback_fails_some_calls_of_its_batch_alone(make_server, make
     assert st["errors"]["BAD_REQUEST"] == 12 and st["errors"]["INTERNAL"] == 0 and st["in_flight"] == 0
 
 
+def test_a_failed_o2_doorbell_answers_its_call_internal(make_server, make_client):
+    """The store that rings an O2 batch's doorbell cannot be queued: that call alone is answered
+    INTERNAL (the kernel never saw it), and the next batches, on the same slot, are served."""
+    srv, c, x = _serving(make_server, make_client, "o2", max_batch=1)
+    DRV.fake_cuda_fail_stream_writes(1, ILLEGAL_ADDRESS)
+    with pytest.raises(splitrpc.InternalError, match="O2 doorbell"):
+        c.call(1, x)
+    for i in range(100):
+        assert np.array_equal(np.frombuffer(c.call(1, x + i), np.float32), x + i + 1)
+    assert _settled(srv)["in_flight"] == 0
+
+
 @pytest.mark.parametrize("kind", [HTOD, DTOH])
 def test_a_failed_copy_answers_its_calls_internal_and_the_next_call_succeeds(make_server, make_client, kind):
     """The staging copy of one batch (requests to the device, or replies back) fails: that
