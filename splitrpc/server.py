@@ -380,13 +380,23 @@ class Server:
             cost.check_fits(in_sizes, raw)
         # The device runner (CuPy, the function's stream) before the engine's registration, which
         # cannot be undone: a failure here must leave the id free.
-        runner = gpu.DeviceRunner(ordinal, inputs, outputs, fn, orchestration) if ordinal >= 0 else None
-        _server.add_function(self._srv, func_id, raw=raw, in_sizes=in_sizes, out_sizes=out_sizes, capacity=capacity,
-                             max_batch=max_batch, max_delay_us=max_delay_us, gpu_device=ordinal,
-                             deadline_us=max(int(deadline * 1e6), 1) if deadline else 0,
-                             max_inflight=pool.threads if pool is not None else 0, cost=cost,
-                             max_batch_cost=max_batch_cost or 0, priority=priority, weight=weight,
-                             aux_classes=n_classes)
+        runner = None
+        if ordinal >= 0:
+            try:
+                runner = gpu.DeviceRunner(ordinal, inputs, outputs, fn, orchestration)
+            except Exception as exc:  # CuPy's own errors (e.g. no stream): one type for the caller
+                raise gpu.GPUError(f"cannot register function {func_id} on cuda:{ordinal}: "
+                                   f"{type(exc).__name__}: {exc}") from exc
+        try:
+            _server.add_function(self._srv, func_id, raw=raw, in_sizes=in_sizes, out_sizes=out_sizes,
+                                 capacity=capacity, max_batch=max_batch, max_delay_us=max_delay_us,
+                                 gpu_device=ordinal, deadline_us=max(int(deadline * 1e6), 1) if deadline else 0,
+                                 max_inflight=pool.threads if pool is not None else 0, cost=cost,
+                                 max_batch_cost=max_batch_cost or 0, priority=priority, weight=weight,
+                                 aux_classes=n_classes)
+        except BaseException:
+            runner = None  # its stream goes now, not with the traceback's frame
+            raise
         f = _server.Function(func_id, name, fn, inputs, outputs, raw, in_sizes[0] if raw else 0,
                              out_sizes[0] if raw else 0)
         if runner is not None:

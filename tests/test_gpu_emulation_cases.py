@@ -25,6 +25,7 @@ F32 = "float32"
 HTOD, DTOH = 0, 1
 ILLEGAL_ADDRESS, NOT_SUPPORTED = 700, 801  # CUresult codes
 if DRV is not None:
+    DRV.fake_cuda_stream_writes.restype = ctypes.c_ulonglong
     DRV.fake_cuda_device_memory_used.restype = ctypes.c_size_t
     DRV.fake_cuda_set_device_memory.argtypes = [ctypes.c_size_t]
 
@@ -133,9 +134,10 @@ def _clear_add_faults() -> None:
 @pytest.mark.parametrize("fault,error", [(_full_device, r"cuMemCreate: CUDA_ERROR_OUT_OF_MEMORY"),
                                          (_no_stream, r"cuStreamCreate")], ids=["full-device", "no-stream"])
 def test_a_failed_add_function_leaves_nothing_and_the_id_free(make_client, fault, error):
-    """add_function fails on the device: there is room for the function's input queue but not its
-    output queue (GPUError naming cuMemCreate and OUT_OF_MEMORY), or its CUDA stream cannot be
-    created. Either way nothing is left (no device memory, mapping or reservation), the function
+    """add_function fails on the device with GPUError: there is room for the function's input
+    queue but not its output queue (naming cuMemCreate and OUT_OF_MEMORY), or its CUDA stream
+    cannot be created. Either way nothing is left (no device memory, mapping, reservation or
+    stream), the function
     is not half registered (the engine would otherwise hold its id with no callback behind it),
     and the same id then registers on that server, which serves it."""
     import cupy
@@ -148,16 +150,17 @@ def test_a_failed_add_function_leaves_nothing_and_the_id_free(make_client, fault
                        [splitrpc.TensorSpec("y", F32, (256,))], device="cuda:0")
 
     gpu.available(0)
-    before, used = _live(), DRV.fake_cuda_device_memory_used()
+    before, used, streams = _live(), DRV.fake_cuda_device_memory_used(), DRV.fake_cuda_live_streams()
     srv = splitrpc.Server("127.0.0.1", 0, wait="poll")
     try:
         fault(used)
         try:
-            with pytest.raises(Exception, match=error):
+            with pytest.raises(gpu.GPUError, match=rf"cannot register function 1 on cuda:0: .*{error}"):
                 add(srv)
         finally:
             _clear_add_faults()
         assert DRV.fake_cuda_device_memory_used() == used and _live() == before
+        assert DRV.fake_cuda_live_streams() == streams  # the function's stream, where made, is gone
         assert not srv.functions()
         add(srv)
         srv.start()
@@ -392,9 +395,11 @@ def test_a_failed_o2_launch_fails_the_start_alone(make_server, make_client):
 
 @pytest.mark.parametrize("orchestration", ["o1", "graph"])
 def test_a_failed_launch_in_a_callback_answers_its_calls_internal(make_server, make_client, orchestration):
-    """A kernel launch of the batch fails (the emulated cupy raises, as CuPy does; with graphs,
-    the first operation of the replayed batch, after its graph was captured): only that batch's
-    call is answered INTERNAL, and the calls after it are served."""
+    """A kernel launch of the batch fails (the emulated cupy raises, as CuPy does). With graphs
+    the failure is taken by the batch's first operation, the copy into the captured graph's
+    static input (the emulated graph launch itself takes no injected failure), after the graph
+    was captured. Only that batch's call is answered INTERNAL, and the calls after it are
+    served."""
     srv, c, x = _serving(make_server, make_client, orchestration, max_batch=1, timeout=5.0)
     DRV.fake_cuda_fail_launches(1)
     with pytest.raises(splitrpc.InternalError, match="LAUNCH_FAILED"):

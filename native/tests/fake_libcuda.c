@@ -314,9 +314,10 @@ int cuMemAddressFree(devptr ptr, size_t size)
     return rc;
 }
 
-/* Injected broken mapping, lock held: the break_map-th cuMemMap from now (1: the next) gives its
- * range pages of its own instead of the handle's, as a faulty double mapping would; the device
- * TQ mirror self-test must then find the two views differ. */
+/* Injected broken mapping, lock held: the break_map-th valid cuMemMap from now (1: the next that
+ * passes the argument checks and finds a slot) gives its range pages of its own instead of the
+ * handle's, as a faulty double mapping would; the device TQ mirror self-test must then find the
+ * two views differ. */
 static int break_map, fail_map;
 void fake_cuda_break_mapping(int nth)
 {
@@ -324,7 +325,8 @@ void fake_cuda_break_mapping(int nth)
     break_map = nth > 0 ? nth : 0;
     pthread_mutex_unlock(&lock);
 }
-/* The nth cuMemMap from now (1: the next) fails with CUDA_ERROR_OUT_OF_MEMORY. */
+/* The nth valid cuMemMap from now (1: the next, counted as for break_map) fails with
+ * CUDA_ERROR_OUT_OF_MEMORY. */
 void fake_cuda_fail_mapping(int nth)
 {
     pthread_mutex_lock(&lock);
@@ -1136,7 +1138,9 @@ int cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, 
  * set and stop_seq batches are served; while paused (fake_cuda_pause_o2) it serves none, so the
  * descriptor ring fills as behind a busy GPU. A descriptor pointing outside device memory faults the
  * kernel (CUDA_ERROR_ILLEGAL_ADDRESS at the stream's next synchronisation). Lock held. */
-static int o2_paused; /* fake_cuda_pause_o2: the kernel serves no batch while set */
+/* fake_cuda_pause_o2: the kernel serves no batch while set; srpc_o2_stop with batches still
+ * unserved then waits until it is cleared. */
+static int o2_paused;
 void fake_cuda_pause_o2(int on) { __atomic_store_n(&o2_paused, on, __ATOMIC_SEQ_CST); }
 
 static int run_o2(devptr ctrl_dev, uint32_t n_floats)

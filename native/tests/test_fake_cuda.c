@@ -108,6 +108,7 @@ static void test_device_memory(size_t g)
     CHECK(cuMemRelease(h) == 0 && fake_cuda_device_memory_used() == base_use + g, "a released handle still mapped");
     CHECK(cuMemUnmap(va, 2 * g) == 0 && cuMemAddressFree(va, 2 * g) == 0 &&
               fake_cuda_device_memory_used() == base_use, "unmapped: its memory is free");
+    fake_cuda_fail_mapping(0); /* whatever the checks above left */
     fake_cuda_set_device_memory(0);
     CHECK(cuMemCreate(&h, 4 * g, &dev0, 0) == 0 && cuMemRelease(h) == 0, "no limit");
 }

@@ -521,10 +521,12 @@ static void test_dtq_faults_on_emulation(void)
         brk(0);
         if (q) {
             const size_t words = srpc_dtq_ring_bytes(q) / 4;
-            char want[96];
-            snprintf(want, sizeof(want), "%zu of %zu words differ", words, words);
-            CHECK(srpc_dtq_check_mirror(q) == -EIO && strstr(srpc_gpu_last_error(), want),
-                  "a broken mirror: %s", srpc_gpu_last_error());
+            char up[96], down[96];
+            snprintf(up, sizeof(up), ": %zu of %zu words differ written above/read below", words, words);
+            snprintf(down, sizeof(down), ", %zu written below/read above", words);
+            CHECK(srpc_dtq_check_mirror(q) == -EIO && strstr(srpc_gpu_last_error(), up) &&
+                      strstr(srpc_gpu_last_error(), down),
+                  "a broken mirror, both ways: %s", srpc_gpu_last_error());
             srpc_dtq_destroy(q);
             q = NULL;
         }
