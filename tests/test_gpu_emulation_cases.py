@@ -35,15 +35,10 @@ def _live() -> dict:
             ("vmm_live_mappings", "vmm_live_reservations", "vmm_live_handles", "host_live", "live_modules")}
 
 
-def _settled(srv) -> dict:
+def _idle(srv) -> dict:
     """srv.stats() once no batch is in flight (5 s at most): a batch's replies go out before the
     worker counts it finished, so a client can see its last reply first."""
-    end = time.monotonic() + 5
-    st = srv.stats()
-    while st["in_flight"] and time.monotonic() < end:
-        time.sleep(0.01)
-        st = srv.stats()
-    return st
+    return settled(srv, lambda st: st["in_flight"] == 0)
 
 
 def _vecadd_server(make_server, orchestration, n=256, capacity=64, max_batch=8):
@@ -84,7 +79,7 @@ def test_o2_ten_thousand_calls_then_nothing_left(make_server, make_client):
         for x, f in zip(xs, futs):
             assert np.array_equal(np.frombuffer(f.result(), np.float32), x + 1)
         done += len(xs)
-    st = _settled(srv)
+    st = _idle(srv)
     assert st["calls"] == 10_000 and st["in_flight"] == 0
     assert DRV.fake_cuda_launches(2) == runs  # the kernel is still running: counted when it returns
     srv.close()
@@ -114,7 +109,7 @@ def test_o2_with_its_ring_full_the_worker_waits_for_the_kernel(make_server, make
         DRV.fake_cuda_pause_o2(0)
     for v, f in zip(xs, futs):
         assert np.array_equal(np.frombuffer(f.result(), np.float32), v + 1)
-    st = _settled(srv)
+    st = _idle(srv)
     assert st["in_flight"] == 0 and st["calls"] == 101 and st["errors"]["INTERNAL"] == 0
 
 
@@ -195,7 +190,7 @@ def test_out_of_device_memory_in_a_callback_answers_its_call_internal(make_serve
         DRV.fake_cuda_set_device_memory(0)
     for i in range(5):
         assert np.array_equal(np.frombuffer(c.call(1, x + i), np.float32), x + i + 1)
-    assert _settled(srv)["in_flight"] == 0
+    assert _idle(srv)["in_flight"] == 0
 
 
 def test_a_device_callback_fails_some_calls_of_its_batch_alone(make_server, make_client):
@@ -243,7 +238,7 @@ def test_a_failed_o2_doorbell_answers_its_call_internal(make_server, make_client
         c.call(1, x)
     for i in range(100):
         assert np.array_equal(np.frombuffer(c.call(1, x + i), np.float32), x + i + 1)
-    assert _settled(srv)["in_flight"] == 0
+    assert _idle(srv)["in_flight"] == 0
 
 
 @pytest.mark.parametrize("kind", [HTOD, DTOH])
@@ -256,7 +251,7 @@ def test_a_failed_copy_answers_its_calls_internal_and_the_next_call_succeeds(mak
         c.call(1, x)
     for _ in range(5):
         assert np.array_equal(np.frombuffer(c.call(1, x), np.float32), x + 1)
-    assert _settled(srv)["in_flight"] == 0
+    assert _idle(srv)["in_flight"] == 0
 
 
 def test_batches_in_flight_complete_out_of_order_across_streams_replies_in_order(make_server, make_client):
@@ -406,7 +401,7 @@ def test_a_failed_launch_in_a_callback_answers_its_calls_internal(make_server, m
         c.call(1, x)
     for _ in range(5):
         assert np.array_equal(np.frombuffer(c.call(1, x), np.float32), x + 1)
-    assert _settled(srv)["in_flight"] == 0
+    assert _idle(srv)["in_flight"] == 0
 
 
 def test_without_a_stream_store_the_worker_waits_and_a_failed_wait_answers_internal(make_server, make_client):
@@ -427,7 +422,7 @@ def test_without_a_stream_store_the_worker_waits_and_a_failed_wait_answers_inter
     for i in range(5):
         assert np.array_equal(np.frombuffer(c.call(1, x + i), np.float32), x + i + 1)
     assert DRV.fake_cuda_stream_writes() == writes + 5  # one store per batch again
-    assert _settled(srv)["in_flight"] == 0
+    assert _idle(srv)["in_flight"] == 0
 
 
 # Last in this file: after a NOT_SUPPORTED answer the runtime signals by host functions for the
@@ -446,7 +441,7 @@ def test_a_driver_without_stream_stores_signals_by_host_functions(make_server, m
     for v, f in zip(xs, futs):
         assert np.array_equal(np.frombuffer(f.result(), np.float32), v + 1)
     assert DRV.fake_cuda_stream_writes() == writes  # every done word since came from a host function
-    st = _settled(srv)
+    st = _idle(srv)
     assert st["in_flight"] == 0 and st["errors"]["INTERNAL"] == 0
 
     import cupy
