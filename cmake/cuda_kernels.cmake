@@ -1,10 +1,27 @@
 # cuda_kernels.cmake: compiles native/cuda/kernels.cu to a fatbin with the CUDA compiler (no CUDA language, no cudart) and embeds it as a C source; sets SPLITRPC_KERNELS_SRC.
+# SPLITRPC_CUDA_ARCHS: machine code (SASS) for each listed architecture, and PTX of the last,
+# which newer GPUs compile at load time. Default: Ampere and Hopper (sm_80, sm_90, compute_90);
+# a build for one machine names its own (bench/gpu/run.sh: the GPU's compute capability, e.g. 90).
+set(SPLITRPC_CUDA_ARCHS "80;90" CACHE STRING "GPU architectures of the CUDA kernels, e.g. 80;90 (PTX of the last too)")
 if(SPLITRPC_HAVE_CUDA)
-  # SASS for Ampere and Hopper, and compute_90 PTX that newer GPUs compile at load time.
-  set(SPLITRPC_CUDA_GENCODE
-      -gencode arch=compute_80,code=sm_80
-      -gencode arch=compute_90,code=sm_90
-      -gencode arch=compute_90,code=compute_90)
+  set(SPLITRPC_CUDA_GENCODE "")
+  set(_archs_text "")
+  set(_last "")
+  foreach(_a IN LISTS SPLITRPC_CUDA_ARCHS)
+    if(NOT _a MATCHES "^[0-9]+[a-z]?$")
+      message(FATAL_ERROR "SPLITRPC_CUDA_ARCHS: '${_a}' is not an architecture number such as 90 (or 90a)")
+    endif()
+    list(APPEND SPLITRPC_CUDA_GENCODE -gencode arch=compute_${_a},code=sm_${_a})
+    string(APPEND _archs_text "sm_${_a} ")
+    set(_last ${_a})
+  endforeach()
+  if(_last STREQUAL "")
+    message(FATAL_ERROR "SPLITRPC_CUDA_ARCHS is empty")
+  endif()
+  list(APPEND SPLITRPC_CUDA_GENCODE -gencode arch=compute_${_last},code=compute_${_last})
+  string(APPEND _archs_text "compute_${_last}")
+  # What srpc_gpu_kernel_archs() reports (native/src/gpu/gpu_info.c).
+  list(APPEND SPLITRPC_FEATURE_DEFS "SPLITRPC_KERNEL_ARCHS=\"${_archs_text}\"")
   set(_ccbin "")
   if(CMAKE_CUDA_HOST_COMPILER)
     set(_ccbin -ccbin "${CMAKE_CUDA_HOST_COMPILER}")
@@ -17,7 +34,7 @@ if(SPLITRPC_HAVE_CUDA)
             -I${CMAKE_CURRENT_SOURCE_DIR}/native/src -I${CMAKE_CURRENT_SOURCE_DIR}/native/include
             -o ${_fatbin} ${CMAKE_CURRENT_SOURCE_DIR}/native/cuda/kernels.cu
     DEPENDS native/cuda/kernels.cu native/src/gpu/o2_abi.h native/include/splitrpc_gpu.h
-    COMMENT "Compiling the CUDA kernels to a fatbin (sm_80, sm_90, compute_90 PTX)"
+    COMMENT "Compiling the CUDA kernels to a fatbin (${_archs_text})"
     VERBATIM)
   add_custom_command(
     OUTPUT ${_fatbin_c}

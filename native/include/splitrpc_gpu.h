@@ -37,6 +37,39 @@ int srpc_gpu_device_name(int device, char *out, size_t cap);
  * minimum): the ring of a device Tensor Queue is a multiple of it. */
 int srpc_gpu_granularity(int device, size_t *out);
 
+/* ------------------------------------------------------------------ what a device offers */
+
+#define SRPC_GPU_NAME_LEN 256
+
+/* Facts of one device, for `splitrpc check` and for logs (nothing on the data path reads them).
+ * A capability that this driver cannot report reads -1; a size it cannot report reads 0. */
+typedef struct srpc_gpu_info {
+    char name[SRPC_GPU_NAME_LEN]; /* e.g. "NVIDIA H100 80GB HBM3" */
+    int driver_version;           /* cuDriverGetVersion: 1000 * major + 10 * minor (13000: 13.0) */
+    int cc_major, cc_minor;       /* compute capability */
+    int multiprocessors;
+    uint64_t total_memory;        /* bytes */
+    int vmm;                      /* virtual memory management: device Tensor Queues need it */
+    uint64_t granularity;         /* VMM allocation granularity in bytes (0 without VMM) */
+    int map_host_memory;          /* pinned host memory mapped for the device */
+    int unified_addressing;
+    int host_register;            /* cuMemHostRegister of existing host memory */
+    int stream_memops;            /* cuStreamWriteValue32 in use for completion flags (0: host functions) */
+    int memops_v2;                /* the driver has the v2 stream memory operations */
+    int gpudirect_rdma;           /* GPUDirect RDMA (a NIC writing device memory) */
+    int pci_domain, pci_bus, pci_device;
+} srpc_gpu_info_t;
+
+/* Fills *out for device ordinal `device`. 0, -EINVAL (NULL out, device < 0), -ENODEV or a
+ * mapped CUDA error when the name, driver version or compute capability cannot be read. */
+int srpc_gpu_device_info(int device, srpc_gpu_info_t *out);
+/* Free and total memory of `device` now (cuMemGetInfo); -ENOTSUP where the driver lacks it. */
+int srpc_gpu_mem_info(int device, uint64_t *free_bytes, uint64_t *total_bytes);
+/* The architectures the embedded kernels were compiled for, e.g. "sm_80 sm_90 compute_90"
+ * (sm_N: machine code, compute_N: PTX the driver compiles for newer GPUs); "" when the build
+ * had no CUDA compiler. Static storage; no driver call. */
+const char *srpc_gpu_kernel_archs(void);
+
 /* ------------------------------------------------------------------ device tensor queue */
 
 /* A ring of `capacity` elements of `elem_size` bytes in GPU memory: one physical allocation

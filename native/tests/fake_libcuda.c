@@ -2,6 +2,7 @@
 #define _GNU_SOURCE /* memfd_create */
 #include <pthread.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -588,25 +589,57 @@ int cuDeviceGetName(char *name, int len, int dev)
     strncpy(name, "fake GPU", (size_t)len);
     return OK;
 }
-/* What the runtime asks: mapped host memory, unified addressing, stream memory operations and
- * virtual memory management are supported; compute capability 9. */
+/* What the runtime asks: mapped host memory, unified addressing, host registration, stream
+ * memory operations and virtual memory management are supported, GPUDirect RDMA is not;
+ * compute capability 9.0, 4 multiprocessors, PCI 0000:01:00. */
 int cuDeviceGetAttribute(int *v, int attr, int dev)
 {
     if (dev != 0)
         return INVALID_DEVICE;
     switch (attr) {
     case 19:  /* CAN_MAP_HOST_MEMORY */
+    case 33:  /* PCI_BUS_ID */
     case 41:  /* UNIFIED_ADDRESSING */
     case 92:  /* CAN_USE_STREAM_MEM_OPS_V1 */
+    case 99:  /* HOST_REGISTER_SUPPORTED */
     case 102: /* VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED */
         *v = 1;
+        break;
+    case 16: /* MULTIPROCESSOR_COUNT */
+        *v = 4;
         break;
     case 75: /* COMPUTE_CAPABILITY_MAJOR */
         *v = 9;
         break;
-    default:
+    default: /* COMPUTE_CAPABILITY_MINOR, PCI domain and device, GPU_DIRECT_RDMA_SUPPORTED, ... */
         *v = 0;
     }
+    return OK;
+}
+/* The device's memory: its capacity (fake_cuda_set_device_memory), else 16 GiB. */
+#define DEFAULT_DEVICE_MEMORY ((size_t)16 << 30)
+int cuDeviceTotalMem_v2(size_t *bytes, int dev)
+{
+    if (!bytes)
+        return INVALID_VALUE;
+    if (dev != 0)
+        return INVALID_DEVICE;
+    pthread_mutex_lock(&lock);
+    *bytes = mem_capacity ? mem_capacity : DEFAULT_DEVICE_MEMORY;
+    pthread_mutex_unlock(&lock);
+    return OK;
+}
+int cuMemGetInfo_v2(size_t *free_bytes, size_t *total_bytes)
+{
+    if (!free_bytes || !total_bytes)
+        return INVALID_VALUE;
+    if (!current)
+        return INVALID_CONTEXT;
+    pthread_mutex_lock(&lock);
+    size_t total = mem_capacity ? mem_capacity : DEFAULT_DEVICE_MEMORY;
+    *total_bytes = total;
+    *free_bytes = mem_used < total ? total - mem_used : 0;
+    pthread_mutex_unlock(&lock);
     return OK;
 }
 int cuDevicePrimaryCtxRetain(void **ctx, int dev) { (void)dev; *ctx = &ctx_token; return OK; }
@@ -1237,4 +1270,54 @@ static int run_op(struct op *o)
     }
     }
     return INVALID_VALUE;
+}
+
+/* Fault injection from the environment, for code under test that runs in a child process
+ * (`splitrpc check` runs each section in one): FAKE_CUDA_INJECT, read once when the library is
+ * loaded, is a comma list of
+ *   break_mapping=N  fail_mapping=N  fail_launches=N  fail_stream_creates=N  pause_o2=0|1
+ *   device_memory=BYTES  fail_copies=KIND:N  fail_syncs_after=KIND:N  fail_stream_writes=N:CODE
+ * each calling the fake_cuda_* function of that name. An item it does not know is reported on
+ * stderr and ignored (the test that wrote it then sees no fault, and fails). */
+__attribute__((constructor)) static void inject_from_env(void)
+{
+    const char *env = getenv("FAKE_CUDA_INJECT");
+    if (!env || !*env)
+        return;
+    char buf[512];
+    snprintf(buf, sizeof(buf), "%s", env);
+    char *save = NULL;
+    for (char *item = strtok_r(buf, ",", &save); item; item = strtok_r(NULL, ",", &save)) {
+        char *eq = strchr(item, '=');
+        if (!eq) {
+            fprintf(stderr, "fake libcuda: FAKE_CUDA_INJECT item '%s' has no '=': ignored\n", item);
+            continue;
+        }
+        *eq = '\0';
+        const char *name = item, *val = eq + 1;
+        long long a = strtoll(val, NULL, 0), b = 0;
+        const char *colon = strchr(val, ':');
+        if (colon)
+            b = strtoll(colon + 1, NULL, 0);
+        if (!strcmp(name, "break_mapping"))
+            fake_cuda_break_mapping((int)a);
+        else if (!strcmp(name, "fail_mapping"))
+            fake_cuda_fail_mapping((int)a);
+        else if (!strcmp(name, "fail_launches"))
+            fake_cuda_fail_launches((int)a);
+        else if (!strcmp(name, "fail_stream_creates"))
+            fake_cuda_fail_stream_creates((int)a);
+        else if (!strcmp(name, "pause_o2"))
+            fake_cuda_pause_o2((int)a);
+        else if (!strcmp(name, "device_memory"))
+            fake_cuda_set_device_memory((size_t)a);
+        else if (!strcmp(name, "fail_copies") && colon)
+            fake_cuda_fail_copies((int)a, (int)b);
+        else if (!strcmp(name, "fail_syncs_after") && colon)
+            fake_cuda_fail_syncs_after((int)a, (int)b);
+        else if (!strcmp(name, "fail_stream_writes") && colon)
+            fake_cuda_fail_stream_writes((int)a, (int)b);
+        else
+            fprintf(stderr, "fake libcuda: FAKE_CUDA_INJECT item '%s=%s' not known: ignored\n", name, val);
+    }
 }

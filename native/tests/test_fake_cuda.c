@@ -67,6 +67,9 @@ FN(void, fake_cuda_set_device_memory, size_t);
 FN(size_t, fake_cuda_device_memory_used, void);
 FN(void, fake_cuda_fail_mapping, int);
 FN(void, fake_cuda_fail_stream_creates, int);
+FN(int, cuMemGetInfo_v2, size_t *, size_t *);
+FN(int, cuDeviceTotalMem_v2, size_t *, int);
+FN(int, cuDeviceGetAttribute, int *, int, int);
 
 static void *sym(const char *name)
 {
@@ -111,6 +114,27 @@ static void test_device_memory(size_t g)
     fake_cuda_fail_mapping(0); /* whatever the checks above left */
     fake_cuda_set_device_memory(0);
     CHECK(cuMemCreate(&h, 4 * g, &dev0, 0) == 0 && cuMemRelease(h) == 0, "no limit");
+}
+
+/* Memory counts (cuMemGetInfo, cuDeviceTotalMem) follow the allocations and the capacity; the
+ * capacity was set from FAKE_CUDA_INJECT when the library was loaded (main sets it). */
+static void test_memory_info_and_env(size_t g)
+{
+    size_t total = 0, free_ = 0, t2 = 0;
+    CHECK(cuDeviceTotalMem_v2(&total, 0) == 0 && total == 64 * g, "capacity from FAKE_CUDA_INJECT: %zu", total);
+    CHECK(cuMemGetInfo_v2(&free_, &t2) == 0 && t2 == total && free_ == total - fake_cuda_device_memory_used(),
+          "free %zu of %zu", free_, t2);
+    unsigned long long h = 0;
+    size_t before = free_;
+    CHECK(cuMemCreate(&h, 2 * g, &dev0, 0) == 0 && cuMemGetInfo_v2(&free_, &t2) == 0 && free_ == before - 2 * g,
+          "an allocation takes its size from free");
+    CHECK(cuMemRelease(h) == 0 && cuMemGetInfo_v2(&free_, &t2) == 0 && free_ == before, "a release gives it back");
+    CHECK(cuDeviceTotalMem_v2(&total, 1) == 101 && cuMemGetInfo_v2(NULL, &t2) == 1, "bad device, NULL out");
+    int v = -1;
+    CHECK(cuDeviceGetAttribute(&v, 99, 0) == 0 && v == 1, "HOST_REGISTER_SUPPORTED");
+    CHECK(cuDeviceGetAttribute(&v, 116, 0) == 0 && v == 0, "no GPUDirect RDMA");
+    fake_cuda_set_device_memory(0);
+    CHECK(cuDeviceTotalMem_v2(&total, 0) == 0 && total == (size_t)16 << 30, "no limit: 16 GiB");
 }
 
 static void test_vmm_misuse(size_t g)
@@ -386,6 +410,8 @@ static void test_failed_stream_creation(void)
 
 int main(void)
 {
+    /* Read by the library's constructor: 64 granules of 2 MiB (an unknown item is ignored). */
+    setenv("FAKE_CUDA_INJECT", "device_memory=134217728,no_such_fault=1", 1);
     lib = dlopen("libcuda.so.1", RTLD_NOW);
     if (!lib || !dlsym(lib, "fake_cuda_vmm_live_mappings")) {
         printf("FAIL: the emulated libcuda.so.1 is not on LD_LIBRARY_PATH (%s)\n", lib ? "a real driver" : dlerror());
@@ -402,12 +428,13 @@ int main(void)
     LOAD(cuStreamSynchronize), LOAD(cuLaunchHostFunc), LOAD(cuMemAlloc_v2), LOAD(cuMemFree_v2);
     LOAD(fake_cuda_live_streams), LOAD(fake_cuda_fail_stream_writes), LOAD(fake_cuda_stream_writes);
     LOAD(fake_cuda_set_device_memory), LOAD(fake_cuda_device_memory_used), LOAD(fake_cuda_fail_mapping);
-    LOAD(fake_cuda_fail_stream_creates);
+    LOAD(fake_cuda_fail_stream_creates), LOAD(cuMemGetInfo_v2), LOAD(cuDeviceTotalMem_v2), LOAD(cuDeviceGetAttribute);
 
     CHECK(cuInit(0) == 0 && cuDevicePrimaryCtxRetain(&ctx, 0) == 0 && cuCtxSetCurrent(ctx) == 0, "context");
     size_t g = 0;
     CHECK(cuMemGetAllocationGranularity(&g, &dev0, 0) == 0 && g && (g & (g - 1)) == 0, "granularity %zu", g);
     if (g) {
+        test_memory_info_and_env(g);
         test_vmm_misuse(g);
         test_device_memory(g);
         test_double_mapping(g);

@@ -72,6 +72,16 @@ static void test_bad_args(void)
     CHECK(srpc_gpu_device_name(-1, name, sizeof(name)) == -EINVAL, "name device -1");
     CHECK(srpc_gpu_granularity(0, NULL) == -EINVAL, "granularity NULL");
     CHECK(srpc_gpu_granularity(-1, &g) == -EINVAL, "granularity -1");
+    srpc_gpu_info_t info;
+    uint64_t fr = 1, tot = 1;
+    CHECK(srpc_gpu_device_info(0, NULL) == -EINVAL, "device_info NULL");
+    CHECK(srpc_gpu_device_info(-1, &info) == -EINVAL, "device_info -1");
+    CHECK(srpc_gpu_mem_info(0, NULL, &tot) == -EINVAL && srpc_gpu_mem_info(0, &fr, NULL) == -EINVAL, "mem_info NULL");
+    CHECK(srpc_gpu_mem_info(-1, &fr, &tot) == -EINVAL && fr == 0 && tot == 0, "mem_info -1");
+    /* What the kernels were built for: "sm_N ... compute_N" exactly when they are compiled in. */
+    const char *archs = srpc_gpu_kernel_archs();
+    CHECK(have_kernels() ? (strncmp(archs, "sm_", 3) == 0 && strstr(archs, " compute_") != NULL) : archs[0] == '\0',
+          "kernel archs '%s'", archs);
 
     CHECK(srpc_dtq_create(0, 64, 16, NULL) == -EINVAL, "dtq NULL out");
     CHECK(srpc_dtq_create(0, 0, 16, &q) == -EINVAL && q == NULL, "dtq elem 0");
@@ -152,6 +162,10 @@ static void test_without_gpu(void)
     CHECK(srpc_gpu_device_count() == -ENODEV || srpc_gpu_device_count() == 0, "count");
     CHECK(srpc_gpu_device_name(0, name, sizeof(name)) == -ENODEV && name[0] == '\0', "name");
     CHECK(srpc_gpu_granularity(0, &g) == -ENODEV, "granularity");
+    srpc_gpu_info_t info;
+    uint64_t fr, tot;
+    CHECK(srpc_gpu_device_info(0, &info) == -ENODEV && info.name[0] == '\0', "device_info");
+    CHECK(srpc_gpu_mem_info(0, &fr, &tot) == -ENODEV, "mem_info");
     CHECK(srpc_dtq_create(0, 1024, 64, &q) == -ENODEV && q == NULL, "dtq_create");
     CHECK(srpc_gpu_host_alloc(PAGE, &h, &d) == -ENODEV && h == NULL && d == 0, "host_alloc");
     void *page = aligned_alloc(PAGE, PAGE);
@@ -192,6 +206,17 @@ static void test_device_info(size_t *gran)
     CHECK(srpc_gpu_granularity(0, gran) == 0 && *gran > 0 && (*gran & (*gran - 1)) == 0,
           "granularity %zu", *gran);
     srpc_gpu_device_name(0, name, sizeof(name));
+    srpc_gpu_info_t info;
+    CHECK(srpc_gpu_device_info(0, &info) == 0, "device_info: %s", srpc_gpu_last_error());
+    CHECK(strcmp(info.name, name) == 0 && info.driver_version > 0 && info.cc_major >= 1 && info.cc_minor >= 0,
+          "info: '%s' driver %d cc %d.%d", info.name, info.driver_version, info.cc_major, info.cc_minor);
+    CHECK(info.vmm == 1 && info.granularity == *gran && info.total_memory > 0, "info: vmm %d granularity %llu",
+          info.vmm, (unsigned long long)info.granularity);
+    CHECK((info.stream_memops == 0 || info.stream_memops == 1) && (info.memops_v2 == 0 || info.memops_v2 == 1), "info: memops");
+    CHECK(srpc_gpu_device_info(srpc_gpu_device_count(), &info) == -ENODEV, "device_info past the last");
+    uint64_t fr = 0, tot = 0;
+    CHECK(srpc_gpu_mem_info(0, &fr, &tot) == 0 && tot > 0 && fr <= tot, "mem_info %llu of %llu: %s",
+          (unsigned long long)fr, (unsigned long long)tot, srpc_gpu_last_error());
     printf("GPU 0: %s, VMM granularity %zu bytes, kernels %s\n", name, *gran,
            have_kernels() ? "compiled in" : "not compiled in");
 }

@@ -182,6 +182,8 @@ static void load_driver(void)
     else
         sym(h, "cuStreamWriteValue32", &srpc_cu.StreamWriteValue32);
     sym(h, "cuPointerSetAttribute", &srpc_cu.PointerSetAttribute); /* optional: NULL if missing */
+    sym(h, "cuDeviceTotalMem_v2", &srpc_cu.DeviceTotalMem);         /* optional: for reports */
+    sym(h, "cuMemGetInfo_v2", &srpc_cu.MemGetInfo);                 /* optional: for reports */
 
     srpc_CUresult r = srpc_cu.Init(0);
     if (r == SRPC_CUDA_ERROR_NO_DEVICE) {

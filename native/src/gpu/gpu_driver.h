@@ -68,14 +68,21 @@ enum {
 };
 
 enum {
+    SRPC_CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT = 16,
     SRPC_CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY = 19,
+    SRPC_CU_DEVICE_ATTRIBUTE_PCI_BUS_ID = 33,
+    SRPC_CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID = 34,
     SRPC_CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING = 41,
+    SRPC_CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID = 50,
     SRPC_CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75,
+    SRPC_CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76,
     /* 32-bit stream memory operations of the v1 API (cuStreamWriteValue32 without _v2):
      * CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_MEM_OPS before CUDA 12, ..._V1 since. The v2 API
      * (CUDA 11.7+) is available on every platform and has no such attribute. */
     SRPC_CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_MEM_OPS_V1 = 92,
-    SRPC_CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED = 102
+    SRPC_CU_DEVICE_ATTRIBUTE_HOST_REGISTER_SUPPORTED = 99,
+    SRPC_CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED = 102,
+    SRPC_CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_SUPPORTED = 116
 };
 
 enum {
@@ -156,6 +163,8 @@ struct srpc_cu_api {
     /* Optional entry points: NULL where the driver lacks them (the load does not fail). */
     srpc_CUresult (*PointerSetAttribute)(const void *value, int attribute,
                                          srpc_CUdeviceptr ptr);        /* cuPointerSetAttribute */
+    srpc_CUresult (*DeviceTotalMem)(size_t *bytes, srpc_CUdevice dev); /* cuDeviceTotalMem_v2 */
+    srpc_CUresult (*MemGetInfo)(size_t *free_bytes, size_t *total_bytes); /* cuMemGetInfo_v2 */
 };
 
 /* The driver's entry points; valid only after srpc_gpu_load() returned 0. */
