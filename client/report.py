@@ -6,11 +6,11 @@ import csv
 import json
 import math
 import os
-import platform
 
 import numpy as np
 
 from splitrpc.loadgen.hdr import HdrHistogram, percentiles
+from splitrpc.machine import describe
 from splitrpc.loadgen.runner import INVALID, OK, PENDING, SEND_FAILED, TIMEOUT, Records, code_name
 
 LATENCY_KEYS = ("min", "mean", "p50", "p90", "p95", "p99", "p99.9", "max")
@@ -127,14 +127,8 @@ def time_series(r: Records, bin_s: float = 1.0) -> dict:
 
 
 def machine() -> dict:
-    cpu = platform.processor() or ""
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), cpu)
-    except OSError:
-        pass
-    return {"host": platform.node(), "cpu": cpu, "cpus": os.cpu_count(), "kernel": platform.release(),
-            "python": platform.python_version()}
+    """The machine a run happened on (splitrpc.machine.describe)."""
+    return describe()
 
 
 CSV_FIELDS = ("label", "mode", "concurrency", "offered_rps", "achieved_rps", "calls", "ok", "errors",

@@ -165,3 +165,25 @@ class DeviceRunner:
         for a, s in zip(args[n_in:], static[n_in:]):
             a[...] = s
 
+
+
+def device_info(ordinal: int = 0) -> dict:
+    """What device `ordinal` offers: name, driver_version, cc_major/minor, multiprocessors,
+    total_memory, vmm and granularity, map_host_memory, unified_addressing, host_register,
+    stream_memops, memops_v2, gpudirect_rdma, PCI address (-1: the driver cannot say)."""
+    return _gpu.device_info(ordinal)
+
+
+def mem_info(ordinal: int = 0) -> tuple[int, int]:
+    """(free, total) bytes of device `ordinal`'s memory now."""
+    return _gpu.mem_info(ordinal)
+
+
+def kernel_archs() -> str:
+    """The GPU architectures the library's kernels were compiled for ("" when none were)."""
+    return _gpu.kernel_archs()
+
+
+def device_count() -> int:
+    """CUDA devices the driver sees (0 without a driver)."""
+    return max(_gpu.device_count(), 0)

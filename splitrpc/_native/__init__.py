@@ -24,6 +24,7 @@ ESHUTDOWN = _errno.ESHUTDOWN
 ENOBUFS = _errno.ENOBUFS
 EBUSY = _errno.EBUSY
 ENOTSUP = _errno.ENOTSUP
+ENODEV = _errno.ENODEV
 
 
 def check(rc: int, what: str) -> int:
