@@ -677,6 +677,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"the server's wait mode (default: {SERVER_DEFAULTS['wait']})")
     d.set_defaults(func=cmd_demo)
 
+    from splitrpc.check.cli import add_parser as add_check_parser
+
+    add_check_parser(sub)
     from splitrpc.loadgen.load_cli import add_parser as add_load_parser
 
     add_load_parser(sub)

@@ -75,6 +75,40 @@ def settled(srv, pred, timeout: float = 5.0) -> dict:
     return box["st"]
 
 
+@pytest.fixture(scope="session")
+def emulated_gpu_build(tmp_path_factory):
+    """A CMake build tree (native tests on, no Python extension, no DPDK) with the emulated
+    driver (fake_cuda/libcuda.so.1, native/tests/fake_libcuda.c), test_gpu and test_fake_cuda,
+    built once per session; the kernels are compiled in where nvcc exists."""
+    import pathlib
+    import shutil
+    import subprocess
+
+    root = pathlib.Path(__file__).resolve().parents[1]
+    cmake = shutil.which("cmake")
+    if cmake is None:
+        pytest.fail("cmake is needed for the native tests: pip install '.[test]' provides it")
+    d = tmp_path_factory.mktemp("native-emulated-gpu")
+    gen = ["-G", "Ninja"] if shutil.which("ninja") else []
+    cfg = subprocess.run([cmake, "-S", str(root), "-B", str(d), *gen, "-DSPLITRPC_TESTS=ON", "-DSPLITRPC_PYTHON=OFF",
+                          "-DSPLITRPC_DPDK=OFF"], capture_output=True, text=True)
+    assert cfg.returncode == 0, cfg.stdout[-4000:] + cfg.stderr[-4000:]
+    bld = subprocess.run([cmake, "--build", str(d), "-j", "2", "--target", "test_gpu", "test_fake_cuda", "fake_cuda"],
+                         capture_output=True, text=True)
+    assert bld.returncode == 0, bld.stdout[-4000:] + bld.stderr[-4000:]
+    return d
+
+
+def emulated_gpu_env(build) -> dict:
+    """os.environ with the emulated driver first on the library path and the emulated CuPy
+    (tests/emu) first on the Python path: a child process then sees a GPU (EMULATED)."""
+    def first(path: str, var: str) -> str:  # no empty entry: it would mean the working directory
+        return os.pathsep.join([path] + [p for p in os.environ.get(var, "").split(os.pathsep) if p])
+
+    return dict(os.environ, LD_LIBRARY_PATH=first(str(build / "fake_cuda"), "LD_LIBRARY_PATH"),
+                PYTHONPATH=first(os.path.join(_TESTS, "emu"), "PYTHONPATH"))
+
+
 @pytest.fixture
 def builtin_server():
     """A running server with the four built-in services, idle-efficient (wait="block")."""

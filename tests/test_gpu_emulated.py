@@ -2,29 +2,18 @@
 import os
 import pathlib
 import re
-import shutil
 import subprocess
 import sys
 
 import pytest
+from conftest import emulated_gpu_env
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
-def build(tmp_path_factory) -> pathlib.Path:
-    cmake = shutil.which("cmake")
-    if cmake is None:
-        pytest.fail("cmake is needed for the native tests: pip install '.[test]' provides it")
-    d = tmp_path_factory.mktemp("native-emulated-gpu")
-    gen = ["-G", "Ninja"] if shutil.which("ninja") else []
-    cfg = subprocess.run([cmake, "-S", str(ROOT), "-B", str(d), *gen, "-DSPLITRPC_TESTS=ON", "-DSPLITRPC_PYTHON=OFF",
-                          "-DSPLITRPC_DPDK=OFF"], capture_output=True, text=True)
-    assert cfg.returncode == 0, cfg.stdout[-4000:] + cfg.stderr[-4000:]
-    bld = subprocess.run([cmake, "--build", str(d), "-j", "2", "--target", "test_gpu", "test_fake_cuda", "fake_cuda"],
-                         capture_output=True, text=True)
-    assert bld.returncode == 0, bld.stdout[-4000:] + bld.stderr[-4000:]
-    return d
+def build(emulated_gpu_build) -> pathlib.Path:
+    return emulated_gpu_build
 
 
 def _run(exe, build) -> str:
@@ -49,7 +38,6 @@ def test_emulated_driver_checks(build):
     _run(build / "test_fake_cuda", build)
 
 
-EMU = ROOT / "tests" / "emu"
 # tests/test_gpu.py's tests that need a GPU and CuPy, and tests/test_gpu_emulation_cases.py (the
 # emulated driver's accounting and fault injection), run here on the emulated driver and the
 # emulated cupy (tests/emu/cupy).
@@ -79,8 +67,7 @@ def test_device_functions_on_the_emulated_gpu(build):
     full, a failed O2 doorbell, a full device (at add_function, and in a callback), a stream that cannot be created at
     add_function, per-call results from a device callback, and a graceful stop with device batches
     in flight."""
-    env = dict(os.environ, LD_LIBRARY_PATH=str(build / "fake_cuda"),
-               PYTHONPATH=os.pathsep.join([str(EMU), os.environ.get("PYTHONPATH", "")]))
+    env = emulated_gpu_env(build)
     r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs", *GPU_TESTS],
                        capture_output=True, text=True, timeout=600, env=env, cwd=ROOT)
     out = r.stdout + r.stderr

@@ -1,4 +1,4 @@
-"""cupy (EMULATED, test-only): the part of CuPy's API that splitrpc's device callbacks and tests use (add, empty_like, ndarray views, assignment and get(), cuda.*), over the emulated CUDA driver (native/tests/fake_libcuda.c), for running the GPU code paths without a GPU. Put tests/emu first on PYTHONPATH and the emulated libcuda.so.1 on LD_LIBRARY_PATH.
+"""cupy (EMULATED, test-only): the part of CuPy's API that splitrpc's device callbacks and tests use (add, matmul, empty, empty_like, asarray, asnumpy, ndarray views, assignment and get(), cuda.*), over the emulated CUDA driver (native/tests/fake_libcuda.c), for running the GPU code paths without a GPU. Put tests/emu first on PYTHONPATH and the emulated libcuda.so.1 on LD_LIBRARY_PATH.
 
 An ndarray is device memory the CPU cannot touch (the driver hands out PROT_NONE addresses); its
 operations are queued on the current stream as host functions that work on the driver's shadow
@@ -70,5 +70,32 @@ def add(a, b, out=None):
     return out
 
 
+def matmul(a, b, out=None):
+    out = out if out is not None else ndarray((*a.shape[:-1], b.shape[-1]), a.dtype)
+
+    def run():
+        np.matmul(a._host(), b._host(), out=out._host())
+    _enqueue(run)
+    return out
+
+
 def empty_like(a: ndarray) -> ndarray:
     return ndarray(a.shape, a.dtype)
+
+
+def empty(shape, dtype=np.float32) -> ndarray:
+    return ndarray(shape, dtype)
+
+
+def asarray(a) -> ndarray:
+    """A device copy of a host array, queued on the current stream (as CuPy's is)."""
+    if isinstance(a, ndarray):
+        return a
+    host = np.ascontiguousarray(a)
+    out = ndarray(host.shape, host.dtype)
+    out[...] = host
+    return out
+
+
+def asnumpy(a) -> np.ndarray:
+    return a.get() if isinstance(a, ndarray) else np.asarray(a)

@@ -1,0 +1,55 @@
+"""child.py: `splitrpc.check.child.main([MODULE, NAME, CONTEXT.json, RESULT.json])`: runs one section of `splitrpc check` (section NAME of MODULE.SECTIONS) in this process and writes its verdict, so that the parent can cap its time and outlive its crash."""
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+import time
+import traceback
+from dataclasses import asdict
+
+from splitrpc.check.section import FAILED, PASSED, SKIPPED, Context, Failed, Section, Skipped
+
+
+def find(module: str, name: str) -> Section:
+    """Section `name` of the list SECTIONS in `module` (where every section is declared)."""
+    for s in importlib.import_module(module).SECTIONS:
+        if s.name == name:
+            return s
+    raise KeyError(f"no check section {name!r} in {module}.SECTIONS")
+
+
+def run_one(module: str, name: str, ctx: Context) -> dict:
+    """{"verdict", "why", "seconds", and the Result's fields when it passed}."""
+    t0 = time.monotonic()
+    try:
+        res = find(module, name).run(ctx)
+        out = {"verdict": PASSED, "why": "", **asdict(res)}
+    except Skipped as e:
+        out = {"verdict": SKIPPED, "why": str(e)}
+    except Failed as e:
+        out = {"verdict": FAILED, "why": str(e)}
+    except Exception as e:  # noqa: BLE001 - any error is this section's failure, with where it came from
+        tb = [f for f in traceback.extract_tb(e.__traceback__) if f.filename != __file__]
+        mine = getattr(sys.modules.get(module), "__file__", None)  # the section's own module, else the check's
+        own = [f for f in tb if f.filename == mine] or [f for f in tb if "/check/" in f.filename] or tb
+        where = f" (at {own[-1].filename.rsplit('/', 1)[-1]}:{own[-1].lineno})" if own else ""
+        out = {"verdict": FAILED, "why": f"{type(e).__name__}: {e}{where}"}
+        traceback.print_exc()  # the parent keeps the end of stderr
+    out["seconds"] = round(time.monotonic() - t0, 2)
+    return out
+
+
+def main(argv: list[str]) -> int:
+    module, name, ctx_path, result_path = argv
+    with open(ctx_path) as f:
+        ctx = Context.from_json(json.load(f))
+    out = run_one(module, name, ctx)
+    with open(result_path, "w") as f:
+        json.dump(out, f, default=str)
+    sys.stdout.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,363 @@
+"""device.py: the GPU sections of `splitrpc check`: device Tensor Queues (double mapping, a batch that wraps the ring, completion flags), device callbacks served through a loopback server in each orchestration (O1, O1 + CUDA graph, O2), and the model zoo served on the GPU; each ends with the driver's accounting back where it started."""
+from __future__ import annotations
+
+import ctypes
+import gc
+import os
+import time
+
+import numpy as np
+
+import splitrpc
+from splitrpc import gpu
+from splitrpc._native import gpu as _gpu
+from splitrpc.check.probes import EMULATED_LABEL, driver_emulated, need_cupy, need_gpu, need_torch_cuda
+from splitrpc.check.section import Context, Result, Section, Skipped, expect
+from splitrpc.check.serving import loopback_server, settled, wave
+from splitrpc.spec import TensorSpec
+
+F32 = "float32"
+FLAG_TIMEOUT_S = 10.0
+# The emulated driver's live counts that must come back to where they were (a real driver has none).
+_FAKE_COUNTS = ("fake_cuda_vmm_live_mappings", "fake_cuda_vmm_live_reservations", "fake_cuda_vmm_live_handles",
+                "fake_cuda_host_live", "fake_cuda_live_allocations", "fake_cuda_live_streams")
+
+
+def _label() -> str:
+    return f"{EMULATED_LABEL}: " if driver_emulated() else ""
+
+
+class Accounting:
+    """What the driver holds: free device memory (cuMemGetInfo) and, on the emulated driver, its
+    live mappings, reservations, handles, pinned buffers, allocations and streams. back() fails
+    unless they returned to this snapshot, within slack bytes of device memory (a leaked device
+    Tensor Queue holds at least one granule)."""
+
+    def __init__(self, ordinal: int):
+        self.ordinal = ordinal
+        self.slack = gpu.device_info(ordinal)["granularity"] or (2 << 20)
+        self.before = self._snapshot()
+
+    def _snapshot(self) -> dict:
+        release()
+        snap = {"free": gpu.mem_info(self.ordinal)[0]}
+        if driver_emulated():
+            lib = ctypes.CDLL("libcuda.so.1", mode=os.RTLD_NOLOAD | os.RTLD_NOW)
+            snap.update({n: getattr(lib, n)() for n in _FAKE_COUNTS})
+        return snap
+
+    def back(self, what: str) -> dict:
+        after = self._snapshot()
+        leaked = self.before["free"] - after["free"]
+        expect(leaked < self.slack, f"{what}: {leaked:,} B of device memory not given back (cuMemGetInfo free "
+                                    f"{self.before['free']:,} -> {after['free']:,})")
+        for n in _FAKE_COUNTS:
+            if n in self.before:
+                expect(after[n] == self.before[n], f"{what}: the emulated driver's {n[10:]} went "
+                                                   f"{self.before[n]} -> {after[n]}")
+        return {"device_memory_leaked_bytes": max(leaked, 0), **{k: after[k] for k in after if k != "free"}}
+
+
+def release() -> None:
+    """Drops what Python still holds of finished work: garbage, and CuPy's cached device and
+    pinned blocks, so that the driver's counts show only what is really in use."""
+    gc.collect()
+    try:
+        import cupy
+    except ImportError:
+        return
+    for pool in ("get_default_memory_pool", "get_default_pinned_memory_pool"):
+        get = getattr(cupy, pool, None)
+        if get is not None:
+            get().free_all_blocks()
+
+
+# ------------------------------------------------------------------ device Tensor Queues
+
+# (element bytes, capacity): one element, a page, elements that do not divide the granule,
+# a 1 MiB element, a ring of several granules
+TQ_SHAPES = ((1, 1), (4096, 600), (4000, 1000), (12345, 333), (1 << 20, 5))
+
+
+def _pattern(n: int, seed: int) -> np.ndarray:
+    return np.random.default_rng(seed).integers(0, 256, n, dtype=np.uint8)
+
+
+def _check_layout(q: _gpu.DeviceQueue, gran: int, kernels: bool) -> None:
+    need = q.elem_size * q.capacity
+    what = f"device TQ {q.elem_size} B x {q.capacity}"
+    expect(q.ring_bytes % gran == 0 and need <= q.ring_bytes < need + gran,
+           f"{what}: ring {q.ring_bytes} B is not {need} B rounded up to the {gran} B granule")
+    expect(q.base % gran == 0, f"{what}: base {q.base:#x} is not granule-aligned")
+    for seq in (0, 1, q.capacity - 1, q.capacity, 2 * q.capacity + 3, 1 << 40):
+        expect(q.elem(seq) == q.base + seq * q.elem_size % q.ring_bytes, f"{what}: element {seq} is misplaced")
+    if kernels:
+        q.check_mirror()  # a kernel writes through each mapping and reads through the other
+
+
+def _check_copies(q: _gpu.DeviceQueue, stage: _gpu.PinnedBuffer, back: _gpu.PinnedBuffer, seed: int) -> None:
+    """The whole ring written through one mapping by the copy engine and read through the other,
+    both ways; then 3 elements that wrap the ring's end written in one copy at their contiguous
+    address and read back one by one from where they really are."""
+    ring, elem = q.ring_bytes, q.elem_size
+    src, dst = np.frombuffer(stage.host, np.uint8), np.frombuffer(back.host, np.uint8)
+    for way, (wr, rd) in enumerate(((q.base + ring, q.base), (q.base, q.base + ring))):
+        src[:ring] = _pattern(ring, seed + way)
+        dst[:ring] = 0
+        _gpu.copy_htod(wr, stage, 0, ring)
+        _gpu.copy_dtoh(back, 0, rd, ring)
+        _gpu.stream_sync(0)
+        bad = int(np.count_nonzero(src[:ring] != dst[:ring]))
+        expect(bad == 0, f"the two mappings of a {ring} B ring differ in {bad} bytes "
+                         f"({'upper to lower' if way == 0 else 'lower to upper'})")
+    s = ring // elem - 1  # its run of 3 elements crosses the end of the ring
+    expect(q.elem(s) + 3 * elem > q.base + ring, "the run chosen does not wrap")
+    src[:3 * elem] = _pattern(3 * elem, seed + 7)
+    dst[:3 * elem] = 0
+    _gpu.copy_htod(q.elem(s), stage, 0, 3 * elem)
+    for k in range(3):
+        _gpu.copy_dtoh(back, k * elem, q.elem(s + k), elem)
+    _gpu.stream_sync(0)
+    bad = int(np.count_nonzero(src[:3 * elem] != dst[:3 * elem]))
+    expect(bad == 0, f"a batch of 3 x {elem} B wrapping the ring's end read back with {bad} bytes wrong")
+
+
+def _wait_word(buf: _gpu.PinnedBuffer, index: int, value: int) -> bool:
+    words = np.frombuffer(buf.host, np.uint32)
+    end = time.monotonic() + FLAG_TIMEOUT_S
+    while time.monotonic() < end:
+        if int(words[index]) == value:
+            return True
+        time.sleep(0.0002)
+    return False
+
+
+def _check_flags(ordinal: int, q: _gpu.DeviceQueue, stage, back, flags, seed: int) -> dict:
+    """A completion flag set on the stream after a copy there and back, by a stream store and by
+    a host function: the flag must not come before the data. Says which way the device took."""
+    out = {}
+    n = min(q.ring_bytes, 1 << 20)
+    src, dst = np.frombuffer(stage.host, np.uint8), np.frombuffer(back.host, np.uint8)
+    for i, (way, store) in enumerate((("stream store", True), ("host function", False))):
+        src[:n] = _pattern(n, seed + 20 + i)
+        dst[:n] = 0
+        _gpu.copy_htod(q.base, stage, 0, n)
+        _gpu.copy_dtoh(back, 0, q.base, n)
+        _gpu.signal(0, flags, i, store, 100 + i)
+        expect(_wait_word(flags, i, 100 + i), f"the completion flag set by a {way} never came "
+                                              f"({FLAG_TIMEOUT_S:g} s)")
+        expect(np.array_equal(src[:n], dst[:n]), f"the flag set by a {way} came before the copies were done")
+        _gpu.stream_sync(0)
+    info = gpu.device_info(ordinal)
+    out["stream_memops"] = bool(info["stream_memops"])  # 0 now: the driver answered NOT_SUPPORTED to the store
+    return out
+
+
+def run_device_tq(ctx: Context) -> Result:
+    ordinal = need_gpu(ctx.device)
+    kernels = bool(gpu.kernel_archs())
+    gran = gpu.device_info(ordinal)["granularity"]
+    warm = _gpu.DeviceQueue(ordinal, 1, 1)  # loads the kernels' module (held for the process) before the snapshot
+    try:
+        if kernels:
+            warm.check_mirror()
+    finally:
+        warm.close()
+    acct = Accounting(ordinal)
+    facts = {"granularity": gran, "shapes": [list(s) for s in TQ_SHAPES], "mirror_self_test": kernels}
+    for elem, cap in TQ_SHAPES:
+        q = _gpu.DeviceQueue(ordinal, elem, cap)
+        try:
+            _check_layout(q, gran, kernels)
+        finally:
+            q.close()
+    q = _gpu.DeviceQueue(ordinal, 4096, 600)
+    bufs = []
+    try:
+        stage, back, flags = (_gpu.PinnedBuffer(q.ring_bytes), _gpu.PinnedBuffer(q.ring_bytes), _gpu.PinnedBuffer(4096))
+        bufs = [stage, back, flags]
+        _check_copies(q, stage, back, ctx.seed)
+        facts.update(_check_flags(ordinal, q, stage, back, flags, ctx.seed))
+    finally:
+        for b in bufs:
+            b.close()
+        q.close()
+    facts["accounting"] = acct.back("device Tensor Queues")
+    mirror = "the mirror self-test passed (kernels)" if kernels else "no mirror self-test (built without kernels)"
+    flag = "stream stores" if facts["stream_memops"] else "host functions (the driver refused stream stores)"
+    return Result(
+        summary=f"{_label()}{len(TQ_SHAPES)} queue shapes laid out and double-mapped, {mirror}; a batch wrapping "
+                f"the ring's end read back exactly; completion flags by {flag}; nothing left",
+        facts=facts,
+        markdown=[f"- {_label()}device Tensor Queues {', '.join(f'{e} B x {c}' for e, c in TQ_SHAPES)}: "
+                  f"granule {gran // 1024} KiB, {mirror}; copies through both mappings; 3 elements wrapping the "
+                  f"ring's end; completion flags by stream store and by host function ({flag} in use); "
+                  f"device memory and the driver's counts back where they were"])
+
+
+# ------------------------------------------------------------------ device callbacks
+
+
+VEC = 1000               # floats per vecadd element: 4000 B elements do not divide the 2 MiB ring
+VEC_CALLS = (300, 300)   # two waves: 600 calls go round a 524-element ring
+MATMUL_CALLS = 64
+MATMUL_RTOL = 1e-3       # a GPU GEMM sums in another order
+FIRST_CALL_TIMEOUT_S = 60.0  # a first call compiles CuPy kernels, captures a graph or launches O2
+
+
+def _errors(st: dict) -> dict:
+    """The error answers a server sent, but BUSY: a wave larger than a function's queue is
+    flow-controlled (the client waits and sends again within the call's deadline)."""
+    return {k: v for k, v in st["errors"].items() if v and k != "BUSY"}
+
+
+def _vecadd_right(q: bytes, r: bytes) -> bool:
+    return r == (np.frombuffer(q, "<f4") + np.float32(1)).astype("<f4").tobytes()
+
+
+def _matmul_right(q: bytes, r: bytes) -> bool:
+    a = np.frombuffer(q, "<f4")
+    ref = a[:1024].reshape(32, 32) @ a[1024:].reshape(32, 32)
+    if len(r) != 4096:
+        return False
+    got = np.frombuffer(r, "<f4").reshape(32, 32)
+    scale = max(1.0, float(np.abs(ref).max()))
+    return bool(np.all(np.isfinite(got)) and np.allclose(got, ref, rtol=MATMUL_RTOL, atol=MATMUL_RTOL * scale))
+
+
+def _device_functions(cupy, device: str, mode: str, seen: list):
+    """setup(srv): vecadd (and, but for O2, matmul) on the device in orchestration `mode`."""
+    def vecadd(x, y):
+        seen.append(type(x))
+        cupy.add(x, 1, out=y)
+
+    vecadd.o2_kernel = "vecadd"
+
+    def matmul(a, b, c):
+        cupy.matmul(a, b, out=c)
+
+    def setup(srv):
+        srv.add_function(vecadd, 1, "vecadd", [TensorSpec("x", F32, (VEC,))], [TensorSpec("y", F32, (VEC,))],
+                         device=device, orchestration=mode, capacity=64, max_batch=8)
+        if mode != "o2":
+            srv.add_function(matmul, 2, "matmul", [TensorSpec("a", F32, (32, 32)), TensorSpec("b", F32, (32, 32))],
+                             [TensorSpec("c", F32, (32, 32))], device=device, orchestration=mode, max_batch=8)
+    return setup
+
+
+def _serve_once(cupy, ordinal: int, mode: str, rng) -> dict:
+    device = f"cuda:{ordinal}"
+    seen: list = []
+    with loopback_server(_device_functions(cupy, device, mode, seen), wait="poll") as srv:
+        where = srv.stats()["devices"]
+        expect(set(where.values()) == {device}, f"the server runs them on {where}, not {device}: it fell back")
+        calls = {}
+        with splitrpc.Client("127.0.0.1", srv.port, timeout=10.0) as c:
+            x = rng.standard_normal(VEC).astype("<f4").tobytes()
+            expect(_vecadd_right(x, c.call(1, x, timeout=FIRST_CALL_TIMEOUT_S)), "vecadd: the first reply is wrong")
+            calls["vecadd"] = 1 + sum(wave(c, 1, [rng.standard_normal(VEC).astype("<f4").tobytes() for _ in range(n)],
+                                           _vecadd_right, "vecadd") for n in VEC_CALLS)
+            if mode != "o2":
+                m = rng.standard_normal(2048).astype("<f4").tobytes()
+                expect(_matmul_right(m, c.call(2, m, timeout=FIRST_CALL_TIMEOUT_S)), "matmul: the first reply is wrong")
+                calls["matmul"] = 1 + wave(c, 2, [rng.standard_normal(2048).astype("<f4").tobytes()
+                                                  for _ in range(MATMUL_CALLS)], _matmul_right, "matmul")
+        st = settled(srv, lambda s: s["in_flight"] == 0)
+    errors = _errors(st)
+    expect(not errors, f"the server sent errors {errors}")
+    expect(st["in_flight"] == 0, f"{st['in_flight']} batches still in flight after every reply")
+    if mode == "o2":
+        expect(not seen, "O2 ran the Python callback: the persistent kernel should have done the work")
+    else:
+        expect(bool(seen) and all(t is cupy.ndarray for t in seen), f"the callback got {set(seen)}, not CuPy arrays")
+    return {"calls": calls, "mean_batch": st["mean_batch"], "batches": st["batches"],
+            "busy_answers": st["errors"].get("BUSY", 0)}
+
+
+MODE_TEXT = {"o1": "O1 (a callback per batch)", "graph": "O1 + CUDA graph (captured once per batch size, replayed)",
+             "o2": "O2 (the persistent kernel polls a doorbell)"}
+
+
+def _run_callbacks(ctx: Context, mode: str) -> Result:
+    ordinal = need_gpu(ctx.device)
+    cupy = need_cupy()
+    if mode == "o2" and not gpu.kernel_archs():
+        raise Skipped("O2 runs a kernel of the library's, and this build has none (no CUDA compiler at build time)")
+    rng = np.random.default_rng(ctx.seed)
+    _serve_once(cupy, ordinal, mode, rng)  # warm-up: module loads, CuPy's kernels, cuBLAS, graphs
+    acct = Accounting(ordinal)
+    run = _serve_once(cupy, ordinal, mode, rng)
+    run["accounting"] = acct.back(f"{mode} served twice")
+    total = sum(run["calls"].values())
+    what = " and ".join(f"{k} ({v} calls)" for k, v in run["calls"].items())
+    return Result(summary=f"{_label()}{MODE_TEXT[mode]}: {what} served on cuda:{ordinal}, every reply right, "
+                          f"mean batch {run['mean_batch']:.1f}, nothing left",
+                  facts=run,
+                  markdown=[f"- {_label()}{MODE_TEXT[mode]} on cuda:{ordinal}: {what}, {total} replies checked "
+                            f"(vecadd exact, matmul rtol {MATMUL_RTOL:g}), the request ring gone round "
+                            f"({VEC * 4} B elements), mean batch {run['mean_batch']:.2f}; device memory and "
+                            "the driver's counts back after a second run"])
+
+
+def run_device_o1(ctx: Context) -> Result:
+    return _run_callbacks(ctx, "o1")
+
+
+def run_device_graph(ctx: Context) -> Result:
+    return _run_callbacks(ctx, "graph")
+
+
+def run_device_o2(ctx: Context) -> Result:
+    return _run_callbacks(ctx, "o2")
+
+
+# ------------------------------------------------------------------ the model zoo on the GPU
+
+ZOO = ("lenet", "bert-like")
+ZOO_CALLS = 8
+
+
+def run_device_zoo(ctx: Context) -> Result:
+    ordinal = need_gpu(ctx.device)
+    need_cupy()
+    need_torch_cuda()
+    from splitrpc.services import models as zoo
+
+    device = f"cuda:{ordinal}"
+    rng = np.random.default_rng(ctx.seed)
+    done = {}
+    with loopback_server(lambda s: zoo.register_models(s, list(ZOO), device=device, small=True, max_batch=8),
+                         wait="poll") as srv:
+        where = {n: d for n, d in srv.stats()["devices"].items() if n in ZOO}
+        expect(set(where.values()) == {device}, f"the models run on {where}, not {device}")
+        with splitrpc.Client("127.0.0.1", srv.port, timeout=30.0) as c:
+            for name in ZOO:
+                info = zoo.MODELS[name]
+                first = info.example(rng)
+                expect(zoo.check_reply(name, first, c.call(info.func_id, first, timeout=120.0), small=True),
+                       f"{name}: the first reply differs from the CPU reference")
+                done[name] = 1 + wave(c, info.func_id, [info.example(rng) for _ in range(ZOO_CALLS)],
+                                      lambda q, r, n=name: zoo.check_reply(n, q, r, small=True), name)
+        st = settled(srv, lambda s: s["in_flight"] == 0)
+    errors = _errors(st)
+    expect(not errors, f"the server sent errors {errors}")
+    return Result(summary=f"{', '.join(f'{k} {v} calls' for k, v in done.items())} served on {device} (small), "
+                          "every reply within tolerance of the CPU reference",
+                  facts={"calls": done, "mean_batch": st["mean_batch"]},
+                  markdown=[f"- the model zoo served on {device} (PyTorch on CuPy views of the device Tensor Queues): "
+                            f"{', '.join(f'{k} {v} calls' for k, v in done.items())}, replies checked against the CPU "
+                            "reference"])
+
+
+SECTIONS = [
+    Section("device-tq", "device Tensor Queues: allocate, double-map, a batch wrapping the ring, flags, release",
+            run_device_tq, cap_s=60),
+    Section("device-o1", "device callbacks served on the GPU, O1: vecadd and matmul, replies checked, nothing left",
+            run_device_o1, cap_s=120),
+    Section("device-graph", "device callbacks served on the GPU, O1 + CUDA graph, replies checked, nothing left",
+            run_device_graph, cap_s=120),
+    Section("device-o2", "O2: the persistent vecadd kernel served through the server, replies checked, nothing left",
+            run_device_o2, cap_s=120),
+    Section("device-zoo", "the model zoo (LeNet, BERT-like) served on the GPU, replies against the CPU reference",
+            run_device_zoo, cap_s=240),
+]

@@ -1,0 +1,113 @@
+"""suites.py: the test-suite sections of `splitrpc check`: the repository's GPU tests (tests/test_gpu.py) and the model zoo's CUDA-vs-CPU agreement (tests/test_models.py) run by pytest against the installed package, and the native test_gpu program of a build tree."""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+
+from splitrpc.check.probes import need_cupy, need_gpu, need_torch_cuda
+from splitrpc.check.section import Context, Failed, Result, Section, Skipped
+
+PYTEST_TIMEOUT_S = 280  # inside the sections' caps
+_GPU_SKIP = re.compile(r"needs a CUDA GPU|no CUDA device", re.I)
+
+
+def _tests_dir(ctx: Context, wanted: str) -> str:
+    """The tests folder holding `wanted`; Skipped when the repository's tests are not here."""
+    d = ctx.tests_dir
+    if d is None:
+        raise Skipped("the repository's tests are not here: run from a checkout (./tests) or pass --tests DIR")
+    if not os.path.isfile(os.path.join(d, wanted)):
+        raise Skipped(f"{wanted} is not in {d}")
+    return os.path.abspath(d)
+
+
+def _counts(out: str) -> dict:
+    """pytest's closing counts: {"passed": n, "failed": n, "skipped": n, "error": n, ...}."""
+    tail = next((ln for ln in reversed(out.splitlines()) if re.search(r"\d+ (passed|failed|skipped|error)", ln)), "")
+    return {k.rstrip("s"): int(n) for n, k in re.findall(r"(\d+) (passed|failed|skipped|errors?|deselected)", tail)}
+
+
+def _skip_reasons(out: str) -> list[str]:
+    return [ln.split(": ", 1)[-1].strip() for ln in out.splitlines() if ln.startswith("SKIPPED")]
+
+
+def _pytest(tests: str, args: list[str]) -> tuple[int, str]:
+    """pytest over the installed package, from the repository root (its conftest.py takes the
+    source folder off the path); (exit status, output)."""
+    root = os.path.dirname(tests)
+    cmd = [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", *args]
+    try:
+        r = subprocess.run(cmd, cwd=root, capture_output=True, text=True, timeout=PYTEST_TIMEOUT_S)
+    except subprocess.TimeoutExpired as e:
+        out = (e.stdout or b"").decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
+        raise Failed(f"pytest did not finish in {PYTEST_TIMEOUT_S} s; last lines: {out.strip()[-600:]}") from None
+    return r.returncode, r.stdout + r.stderr
+
+
+def _verdict(rc: int, out: str, what: str, gpu_skips_fail: bool) -> Result:
+    n = _counts(out)
+    failures = [ln for ln in out.splitlines() if ln.startswith(("FAILED", "ERROR"))]
+    if rc != 0 or n.get("failed") or n.get("error"):
+        raise Failed(f"{what}: pytest exit {rc}, {n}; " + ("; ".join(failures[:5]) or out.strip()[-800:]))
+    reasons = _skip_reasons(out)
+    gpu_skipped = [r for r in reasons if _GPU_SKIP.search(r)]
+    if gpu_skips_fail and gpu_skipped:
+        raise Failed(f"{what}: {len(gpu_skipped)} GPU test(s) skipped on a machine with a usable GPU: {gpu_skipped[0]}")
+    if not n.get("passed"):
+        raise Skipped(f"{what}: no test ran ({n}; {reasons[0] if reasons else 'no reason given'})")
+    summary = f"{what}: {n.get('passed', 0)} passed" + (f", {n['skipped']} skipped" if n.get("skipped") else "")
+    return Result(summary=summary, facts={"counts": n, "skip_reasons": reasons},
+                  markdown=[f"- {summary}" + (f" ({'; '.join(sorted(set(reasons)))})" if reasons else "")])
+
+
+def run_tests_gpu(ctx: Context) -> Result:
+    need_gpu(ctx.device)
+    need_cupy()
+    tests = _tests_dir(ctx, "test_gpu.py")
+    rc, out = _pytest(tests, [os.path.join(tests, "test_gpu.py")])
+    return _verdict(rc, out, "tests/test_gpu.py", gpu_skips_fail=True)
+
+
+def run_tests_zoo(ctx: Context) -> Result:
+    need_gpu(ctx.device)
+    need_torch_cuda()
+    tests = _tests_dir(ctx, "test_models.py")
+    rc, out = _pytest(tests, [os.path.join(tests, "test_models.py"), "-k", "cuda_matches_the_cpu"])
+    return _verdict(rc, out, "tests/test_models.py::test_cuda_matches_the_cpu", gpu_skips_fail=True)
+
+
+NATIVE_TIMEOUT_S = 110
+
+
+def run_native(ctx: Context) -> Result:
+    if not ctx.native_dir:
+        raise Skipped("no build tree given: --native BUILD_DIR (cmake -DSPLITRPC_TESTS=ON)")
+    exe = os.path.join(ctx.native_dir, "test_gpu")
+    if not os.access(exe, os.X_OK):
+        raise Skipped(f"{exe} is not built (cmake --build BUILD_DIR --target test_gpu)")
+    try:
+        r = subprocess.run([exe], capture_output=True, text=True, timeout=NATIVE_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        raise Failed(f"test_gpu did not finish in {NATIVE_TIMEOUT_S} s") from None
+    lines = [ln for ln in r.stdout.splitlines() if ln.strip()]
+    last = lines[-1] if lines else ""
+    m = re.fullmatch(r"(\d+) passed, (\d+) failed", last)
+    fails = [ln for ln in lines if "FAIL" in ln]
+    if r.returncode != 0 or not m or int(m.group(2)):
+        why = "; ".join(fails[:5]) or (r.stdout + r.stderr).strip()[-800:]
+        raise Failed(f"native test_gpu: exit {r.returncode}, {last or 'no count'}: {why}")
+    gpu_line = next((ln for ln in lines if ln.startswith(("GPU 0:", "no GPU:"))), "")
+    return Result(summary=f"native test_gpu: {last} ({gpu_line})",
+                  facts={"passed": int(m.group(1)), "lines": lines[-10:]},
+                  markdown=[f"- native `test_gpu` ({exe}): {last}; {gpu_line}"])
+
+
+SECTIONS = [
+    Section("tests-gpu", "tests/test_gpu.py (O1, graph, O2 many batches in flight; a callback's error) by pytest",
+            run_tests_gpu, cap_s=300),
+    Section("tests-zoo", "tests/test_models.py: the zoo's CUDA-vs-CPU agreement by pytest", run_tests_zoo, cap_s=300),
+    Section("native", "the native test_gpu program of a build tree (device TQs, copies, flags, O2 in C)",
+            run_native, cap_s=120),
+]
