@@ -318,7 +318,7 @@ def _status(v: dict, c1: dict, c32: dict) -> str:
     return "ok"
 
 
-def measure_e2e(name: str, mode: str, device: str, cb, calls: int, small: bool) -> dict:
+def measure_e2e(name: str, mode: str, device: str, cb, calls: int, small: bool, max_batch: int = MAX_BATCH) -> dict:
     """One cell through a real server (in-process, busy-polling, on loopback): validation,
     c=1 latency, c=32 throughput and its mean batch. The server is closed whatever happens."""
     svc = service(name)
@@ -326,7 +326,7 @@ def measure_e2e(name: str, mode: str, device: str, cb, calls: int, small: bool) 
     srv = None
     try:
         srv = splitrpc.Server("127.0.0.1", 0, wait="poll")
-        srv.add_function(cb, svc.func_id, name, list(svc.inputs), list(svc.outputs), max_batch=MAX_BATCH,
+        srv.add_function(cb, svc.func_id, name, list(svc.inputs), list(svc.outputs), max_batch=max_batch,
                          capacity=svc.capacity, device=device, orchestration=mode)
         srv.start()
         where = srv.stats()["devices"][name]
@@ -377,7 +377,7 @@ def _say_compute(c: dict) -> None:
           flush=True)
 
 
-class _Callbacks:
+class Callbacks:
     """Built callbacks by (service, device), built once (LeNet takes a moment); Unavailable kept as text."""
 
     def __init__(self, small: bool):
@@ -396,7 +396,7 @@ class _Callbacks:
         return cb
 
 
-def run_round(rnd: int, cells: list[dict], a, cbs: _Callbacks) -> tuple[list[dict], list[dict]]:
+def run_round(rnd: int, cells: list[dict], a, cbs: Callbacks) -> tuple[list[dict], list[dict]]:
     """One round: per service, its compute alone per device, then its cells with the modes in
     an order rotated by round (so no mode always goes first). Returns (cells, computes)."""
     runs, computes = [], []
@@ -574,7 +574,7 @@ def cmd_bench_orchestration(a) -> int:
     print(f"GPU: {state['device']} " + (f"({state['name']})" if state["usable"] else f"unusable: {state['reason']}"),
           flush=True)
     cells = plan(a.services, a.modes, state)
-    cbs = _Callbacks(a.small)
+    cbs = Callbacks(a.small)
     runs, computes = [], []
     for rnd in range(a.rounds):
         print(f"round {rnd + 1}/{a.rounds}", flush=True)

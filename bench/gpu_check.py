@@ -1,0 +1,132 @@
+"""gpu_check.py: the trimmed GPU benchmarks of `splitrpc check --bench`, a plug-in of the check (the `splitrpc.check` entry point): O1 / O1+CG / O2 (SplitRPC Figures 3 and 12), device callbacks against host callbacks end to end, and batching on the GPU; one short run per cell, so indicative numbers, not comparison claims."""
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from splitrpc.bench import orchestration as orch
+from splitrpc.check import Context, Failed, Result, Section
+from splitrpc.check.probes import EMULATED_LABEL, driver_emulated, need_cupy, need_gpu
+
+ORCH_SERVICES = ("vecadd", "matmul", "lenet")
+E2E_SERVICES = ("vecadd", "matmul")
+BATCHES = (1, 32)  # the batching speedup: one call per batch against up to 32
+C1, C32 = orch.LATENCY_CONC, orch.THROUGHPUT_CONC
+ONE_RUN = ("one short run per cell (the check's trimmed benchmark): indicative, not a comparison claim; "
+           "`splitrpc bench-orchestration --rounds 5` measures with rounds")
+
+
+def _label() -> str:
+    return f" ({EMULATED_LABEL}: the tests' emulated driver and CuPy; these times are the emulation's, not a GPU's)" \
+        if driver_emulated() else ""
+
+
+def _f(v, d: int = 1) -> str:
+    return "-" if v is None else f"{v:,.{d}f}"
+
+
+def _ratio(a, b) -> float | None:
+    return a / b if a and b else None
+
+
+def _failed(rows: list[dict]) -> list[str]:
+    return [f"{r['service']} {orch.MODE_LABEL[r['mode']]} {r['device']}: {r['status']}" for r in rows
+            if str(r.get("status", "")).startswith("failed")]
+
+
+def run_orchestration(ctx: Context) -> Result:
+    device = f"cuda:{need_gpu(ctx.device)}"
+    need_cupy()
+    state = orch.gpu_state(device)
+    cells = orch.plan(list(ORCH_SERVICES), list(orch.MODES), state)
+    a = SimpleNamespace(services=list(ORCH_SERVICES), calls=ctx.bench_calls, small=True)
+    runs, computes = orch.run_round(0, cells, a, orch.Callbacks(small=True))
+    rows = orch.table(cells, runs, computes)
+    bad = _failed(rows)
+    if bad:
+        raise Failed("; ".join(bad))
+    md = [f"- {ONE_RUN}; {ctx.bench_calls} recorded calls per run; LeNet small{_label()}", "",
+          f"| service | mode | p50 µs c={C1} | p99 µs c={C1} | calls/s c={C32} | mean batch | compute p50 µs | "
+          "orch. share | vs O1 | replies checked / wrong | status |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+    for r in rows:
+        share = "-" if r["orchestration_share"] is None else f"{100 * r['orchestration_share']:.0f}%"
+        md.append(f"| {r['service']} | {orch.MODE_LABEL[r['mode']]} | {_f(r['p50_us'])} | {_f(r['p99_us'])} | "
+                  f"{_f(r['throughput_rps'], 0)} | {_f(r['mean_batch'], 2)} | {_f(r['compute_p50_us'])} | {share} | "
+                  f"{_f(r['norm_e2e'], 2)} | {r['checked']} / {r['wrong'] + r['invalid']} | {r['status']} |")
+    measured = [r for r in rows if r["p50_us"] is not None]
+    plot = {"name": "orchestration", "title": f"O1 vs O1+CG vs O2 on {state['name'] or device}{' (EMULATED)' if _label() else ''}",
+            "ylabel": f"p50 latency at c={C1}, µs", "categories": list(ORCH_SERVICES),
+            "series": {orch.MODE_LABEL[m]: [next((r["p50_us"] for r in measured if r["service"] == s and r["mode"] == m),
+                                                 None) for s in ORCH_SERVICES] for m in orch.MODES}}
+    summary = "; ".join(f"{r['service']} {orch.MODE_LABEL[r['mode']]} p50 {_f(r['p50_us'])} µs" for r in measured)
+    return Result(summary=(summary or "no cell could run") + (" (EMULATED)" if _label() else ""),
+                  facts={"rows": rows, "computes": computes}, markdown=md, plots=[plot] if measured else [])
+
+
+def _e2e_rows(ctx: Context, device: str, cells: list[tuple[str, str, int]]) -> list[dict]:
+    """measure_e2e for each (service, device, max_batch), O1, callbacks built once."""
+    cbs = orch.Callbacks(small=True)
+    rows = []
+    for name, dev, mb in cells:
+        r = orch.measure_e2e(name, "o1", dev, cbs.get(name, dev), ctx.bench_calls, True, max_batch=mb)
+        rows.append({**r, "max_batch": mb})
+    bad = _failed(rows)
+    if bad:
+        raise Failed("; ".join(bad))
+    return rows
+
+
+def run_e2e(ctx: Context) -> Result:
+    device = f"cuda:{need_gpu(ctx.device)}"
+    need_cupy()
+    cells = [(s, d, orch.MAX_BATCH) for s in E2E_SERVICES for d in ("cpu", device)]
+    rows = _e2e_rows(ctx, device, cells)
+    md = [f"- O1, max batch {orch.MAX_BATCH}, the same in-process server and native load generator for both; "
+          f"{ONE_RUN}{_label()}", "",
+          f"| service | callbacks on | p50 µs c={C1} | p99 µs c={C1} | calls/s c={C32} | mean batch c={C32} | status |",
+          "|---|---|---:|---:|---:|---:|---|"]
+    for r in rows:
+        md.append(f"| {r['service']} | {r['device']} | {_f(r.get('p50_us'))} | {_f(r.get('p99_us'))} | "
+                  f"{_f(r.get('throughput_rps'), 0)} | {_f(r.get('mean_batch'), 2)} | {r['status']} |")
+    ratios = {}
+    for s in E2E_SERVICES:
+        host, dev = (next(r for r in rows if r["service"] == s and r["device"] == d) for d in ("cpu", device))
+        ratios[s] = {"p50_device_over_host": _ratio(dev.get("p50_us"), host.get("p50_us")),
+                     "throughput_device_over_host": _ratio(dev.get("throughput_rps"), host.get("throughput_rps"))}
+    md += ["", "device / host: " + "; ".join(f"{s} p50 {_f(v['p50_device_over_host'], 2)}x, calls/s "
+                                             f"{_f(v['throughput_device_over_host'], 2)}x" for s, v in ratios.items())]
+    plot = {"name": "device_vs_host", "title": f"Device vs host callbacks, c={C32}{' (EMULATED)' if _label() else ''}",
+            "ylabel": "calls/s", "categories": list(E2E_SERVICES),
+            "series": {d: [next(r.get("throughput_rps") for r in rows if r["service"] == s and r["device"] == d)
+                           for s in E2E_SERVICES] for d in ("cpu", device)}}
+    return Result(summary="; ".join(f"{s}: device/host p50 {_f(v['p50_device_over_host'], 2)}x, calls/s "
+                                    f"{_f(v['throughput_device_over_host'], 2)}x" for s, v in ratios.items())
+                  + (" (EMULATED)" if _label() else ""),
+                  facts={"rows": rows, "ratios": ratios}, markdown=md, plots=[plot])
+
+
+def run_batching(ctx: Context) -> Result:
+    device = f"cuda:{need_gpu(ctx.device)}"
+    need_cupy()
+    rows = _e2e_rows(ctx, device, [(s, device, b) for s in E2E_SERVICES for b in BATCHES])
+    md = [f"- O1 on {device}, c={C32}: max batch {BATCHES[0]} against {BATCHES[1]}; {ONE_RUN}{_label()}", "",
+          f"| service | max batch | calls/s c={C32} | mean batch | p50 µs c={C1} | status |", "|---|---:|---:|---:|---:|---|"]
+    for r in rows:
+        md.append(f"| {r['service']} | {r['max_batch']} | {_f(r.get('throughput_rps'), 0)} | "
+                  f"{_f(r.get('mean_batch'), 2)} | {_f(r.get('p50_us'))} | {r['status']} |")
+    speedup = {s: _ratio(*(next(r.get("throughput_rps") for r in rows if r["service"] == s and r["max_batch"] == b)
+                           for b in (BATCHES[1], BATCHES[0]))) for s in E2E_SERVICES}
+    md += ["", "batching speedup (calls/s at max batch "
+               f"{BATCHES[1]} / at {BATCHES[0]}): " + "; ".join(f"{s} {_f(v, 2)}x" for s, v in speedup.items())]
+    return Result(summary="batching speedup " + "; ".join(f"{s} {_f(v, 2)}x" for s, v in speedup.items())
+                  + (" (EMULATED)" if _label() else ""),
+                  facts={"rows": rows, "speedup": speedup}, markdown=md)
+
+
+SECTIONS = [
+    Section("bench-orchestration", "O1 / O1+CUDA graph / O2 end to end and compute alone: vecadd, matmul, LeNet",
+            run_orchestration, cap_s=240, bench=True),
+    Section("bench-e2e", f"device callbacks against host callbacks over loopback at c={C1} and c={C32}",
+            run_e2e, cap_s=180, bench=True),
+    Section("bench-batching", f"batching on the GPU: max batch {BATCHES[0]} against {BATCHES[1]} at c={C32}",
+            run_batching, cap_s=180, bench=True),
+]

@@ -1,0 +1,290 @@
+"""`splitrpc check`: on this machine without a GPU (exit 0, "no GPU", GPU sections skipped), on the emulated device (every emulatable section passes, the benchmarks run, an injected driver error fails its section and the exit status), the runner's time caps, crashes and budget, --only/--merge, the plug-in seam, and the report's files."""
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+
+import pytest
+from conftest import emulated_gpu_env, splitrpc_cmd
+
+import check_sections
+import splitrpc
+from splitrpc.check import Context, Section, runner
+from splitrpc.check import report as check_report
+from splitrpc.check import section as check_section
+from splitrpc.check.facts import _cc_has_code, gpudirect
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TESTS = os.path.join(ROOT, "tests")
+CORE = ["build", "machine", "host", "device-tq", "device-o1", "device-graph", "device-o2", "device-zoo", "tests-gpu",
+        "tests-zoo", "native"]
+BENCH = ["bench-orchestration", "bench-e2e", "bench-batching"]
+HAS_KERNELS = splitrpc.features()["cuda"]
+
+
+def check(args, env=None, cwd=None, timeout=600):
+    """`splitrpc check ARGS` in a child; (exit status, stdout, stderr)."""
+    env = dict(env if env is not None else os.environ)
+    r = subprocess.run(splitrpc_cmd("check", *args), capture_output=True, text=True, timeout=timeout, env=env,
+                       cwd=cwd)
+    return r.returncode, r.stdout, r.stderr
+
+
+def verdicts(out_dir) -> dict:
+    with open(os.path.join(out_dir, "check.json")) as f:
+        return {n: r["verdict"] for n, r in json.load(f)["sections"].items()}
+
+
+def doc(out_dir) -> dict:
+    with open(os.path.join(out_dir, "check.json")) as f:
+        return json.load(f)
+
+
+# ------------------------------------------------------------------ this machine: no GPU
+
+
+def test_without_a_gpu_exits_0_and_says_no_gpu(tmp_path, run_env):
+    out = tmp_path / "out"
+    rc, so, se = check(["--out", str(out)], **run_env)
+    assert rc == 0, so + se
+    assert "no GPU" in so
+    for name in CORE:  # every section named, with its verdict, as it ends
+        assert re.search(rf"^\s+{re.escape(name)}\s+(PASSED|SKIPPED)\b", so, re.M), (name, so)
+    v = verdicts(out)
+    assert {v[n] for n in ("build", "machine", "host")} == {"passed"}
+    assert all(v[n] == "skipped" for n in CORE[3:]), v
+    d = doc(out)
+    assert all("no GPU" in d["sections"][n]["why"] for n in CORE[3:10]), d["sections"]
+    summary = (out / "summary.md").read_text().splitlines()
+    assert summary[0].startswith("# splitrpc check: 3 passed, 0 failed, 8 skipped")
+    assert summary[2].startswith("Device: none: no GPU (")
+    assert sorted(os.listdir(out)) == ["check.json", "summary.md"]  # no benchmark, no plot
+
+
+# ------------------------------------------------------------------ the emulated device
+
+
+@pytest.fixture(scope="module")
+def emu_env(emulated_gpu_build):
+    env = emulated_gpu_env(emulated_gpu_build)
+    env.pop("FAKE_CUDA_INJECT", None)
+    return env
+
+
+def test_every_emulatable_section_passes_on_the_emulated_device(tmp_path, emu_env, emulated_gpu_build):
+    out = tmp_path / "out"
+    rc, so, se = check(["--out", str(out), "--tests", TESTS, "--native", str(emulated_gpu_build)], env=emu_env,
+                       cwd=tmp_path)
+    assert rc == 0, so + se
+    v = verdicts(out)
+    want_passed = ["build", "machine", "host", "device-tq", "device-o1", "device-graph", "tests-gpu", "native"]
+    want_passed += ["device-o2"] if HAS_KERNELS else []
+    assert all(v[n] == "passed" for n in want_passed), v
+    d = doc(out)["sections"]
+    for n in ("device-zoo", "tests-zoo"):  # PyTorch's CUDA runtime is its own: no emulation of it
+        assert v[n] == "skipped" and "cannot be emulated" in d[n]["why"], d[n]
+    if not HAS_KERNELS:
+        assert v["device-o2"] == "skipped" and "no CUDA compiler" in d["device-o2"]["why"]
+    # labelled: the device line and every device section's finding say EMULATED
+    summary = (out / "summary.md").read_text()
+    assert summary.splitlines()[2].startswith("Device: EMULATED: fake GPU (cuda:0, compute capability 9.0")
+    for n in ("machine", "device-tq", "device-o1", "device-graph"):
+        assert d[n]["summary"].startswith("EMULATED"), d[n]["summary"]
+    # what the device sections found, in numbers
+    o1 = d["device-o1"]["facts"]
+    assert o1["calls"] == {"vecadd": 601, "matmul": 65} and o1["accounting"]["device_memory_leaked_bytes"] == 0
+    assert d["machine"]["facts"]["info"]["granularity"] == 2 << 20 and d["machine"]["facts"]["emulated"]
+    assert d["tests-gpu"]["facts"]["counts"]["passed"] >= 4 and "failed" not in d["tests-gpu"]["facts"]["counts"]
+    assert d["native"]["summary"].startswith("native test_gpu: ") and " 0 failed" in d["native"]["summary"]
+
+
+def test_bench_sections_on_the_emulated_device(tmp_path, emu_env):
+    out = tmp_path / "out"
+    rc, so, se = check(["--bench", "--bench-calls", "60", "--out", str(out), "--only", ",".join(BENCH)], env=emu_env,
+                       cwd=tmp_path)
+    assert rc == 0, so + se
+    v = verdicts(out)
+    assert v == {"build": "passed", "machine": "passed", **{n: "passed" for n in BENCH}}, v
+    d = doc(out)["sections"]
+    rows = d["bench-orchestration"]["facts"]["rows"]
+    measured = {(r["service"], r["mode"]) for r in rows if r["p50_us"] is not None}
+    want = {("vecadd", "o1"), ("vecadd", "graph"), ("matmul", "o1"), ("matmul", "graph")}
+    assert want | ({("vecadd", "o2")} if HAS_KERNELS else set()) == measured, rows
+    assert all(r["wrong"] == 0 and r["invalid"] == 0 for r in rows)
+    assert set(d["bench-batching"]["facts"]["speedup"]) == {"vecadd", "matmul"}
+    files = sorted(os.listdir(out))
+    assert files == ["check.json", "check_device_vs_host.png", "check_orchestration.png", "summary.md"], files
+    summary = (out / "summary.md").read_text()
+    assert "| vecadd | O1+CG |" in summary and "EMULATED" in summary and "not a comparison claim" in summary
+
+
+@pytest.mark.parametrize("inject,section,why", [
+    ("break_mapping=2", "device-tq", "mirror"),          # the double mapping shows other pages
+    ("fail_launches=1", "device-o2", "cuLaunchKernel"),  # the persistent kernel cannot start
+    ("fail_copies=1:1", "device-o1", "InternalError"),   # a reply copy fails: that call answers INTERNAL
+])
+def test_an_injected_driver_error_fails_its_section(tmp_path, emu_env, inject, section, why):
+    if section == "device-o2" and not HAS_KERNELS:
+        pytest.skip("O2 needs the kernels compiled in (nvcc at build time)")
+    out = tmp_path / "out"
+    rc, so, se = check(["--only", f"{section},host", "--out", str(out)], env={**emu_env, "FAKE_CUDA_INJECT": inject},
+                       cwd=tmp_path)
+    assert rc == 1, so + se
+    assert f"FAILED: {section} " in se, se  # the exit names it
+    v = verdicts(out)
+    assert v == {"build": "passed", "machine": "passed", "host": "passed", section: "failed"}, v
+    assert why in doc(out)["sections"][section]["why"], doc(out)["sections"][section]
+    assert f"| {section} | FAILED |" in (out / "summary.md").read_text()
+
+
+def test_a_hung_section_is_killed_at_its_cap_and_the_rest_runs(tmp_path, emu_env):
+    if not HAS_KERNELS:
+        pytest.skip("holds the O2 kernel, which needs nvcc at build time")
+    out = tmp_path / "out"
+    rc, so, se = check(["--only", "device-o2,device-o1", "--cap-s", "12", "--out", str(out)],
+                       env={**emu_env, "FAKE_CUDA_INJECT": "pause_o2=1"}, cwd=tmp_path)
+    assert rc == 1 and "FAILED: device-o2" in se, so + se
+    d = doc(out)["sections"]
+    assert d["device-o2"]["verdict"] == "failed" and d["device-o2"]["why"].startswith("timed out after 12 s")
+    assert d["device-o1"]["verdict"] == "passed"
+
+
+# ------------------------------------------------------------------ the runner
+
+
+@pytest.fixture
+def sections_env(monkeypatch):
+    """Children that can import tests/check_sections.py."""
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([TESTS, os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep))
+    return {s.name: s for s in check_sections.SECTIONS}
+
+
+def test_runner_verdicts_crash_hang_and_exit(sections_env):
+    s = sections_env
+    lines = []
+    res = runner.run([s[n] for n in ("t-pass", "t-fail", "t-skip", "t-raise", "t-crash", "t-hang", "t-exit-hang")],
+                     Context(device="cuda:7", seed=5), cap_s=4, progress=lambda m, **kw: lines.append(m))
+    v = {n: (r["verdict"], r.get("why", "")) for n, r in res.items()}
+    assert v["t-pass"] == ("passed", "") and res["t-pass"]["summary"] == "fine on cuda:7"
+    assert res["t-pass"]["facts"] == {"seed": 5}  # the context travels to the child
+    assert v["t-fail"] == ("failed", "the reply was wrong")
+    assert v["t-skip"] == ("skipped", "no such hardware here")
+    assert v["t-raise"][0] == "failed" and v["t-raise"][1].startswith("KeyError: 'missing' (at check_sections.py:")
+    assert "some output before the error" in res["t-raise"]["output_tail"]
+    assert v["t-crash"] == ("failed", f"crashed: {signal.SIGSEGV.name}")
+    assert v["t-hang"] == ("failed", "timed out after 4 s (the section's cap), killed")
+    assert res["t-hang"]["seconds"] < 10
+    assert v["t-exit-hang"][0] == "failed" and "did not exit within the 4 s cap" in v["t-exit-hang"][1]
+    assert sum(1 for ln in lines if ln.startswith("[")) == 7  # a line as each starts
+
+
+def test_runner_budget_skips_what_does_not_fit(sections_env):
+    s = sections_env
+    res = runner.run([s["t-hang"], s["t-pass"]], Context(), budget_s=8, progress=lambda *a, **k: None)
+    assert res["t-hang"]["verdict"] == "failed" and 5 <= res["t-hang"]["cap_s"] <= 8
+    assert res["t-pass"]["verdict"] == "skipped" and "time budget (8 s) was spent" in res["t-pass"]["why"]
+
+
+def test_merge_keeps_the_earlier_sections_and_marks_the_rerun():
+    before = {"sections": {"host": {"verdict": "failed", "why": "x"}, "device-o2": {"verdict": "passed"}}}
+    merged = runner.merge(before, {"host": {"verdict": "passed", "summary": "ok"}})
+    assert merged == {"host": {"verdict": "passed", "summary": "ok", "rerun": True}, "device-o2": {"verdict": "passed"}}
+
+
+def test_only_and_merge_from_the_command_line(tmp_path, run_env):
+    prev = tmp_path / "prev.json"
+    prev.write_text(json.dumps({"sections": {"host": {"verdict": "failed", "why": "earlier", "seconds": 1},
+                                             "device-o2": {"verdict": "failed", "why": "a real GPU said so",
+                                                           "seconds": 2}}}))
+    out = tmp_path / "out"
+    rc, so, se = check(["--only", "host", "--merge", str(prev), "--out", str(out)], **run_env)
+    d = doc(out)
+    assert d["sections"]["host"]["verdict"] == "passed" and d["sections"]["host"]["rerun"]
+    assert d["sections"]["device-o2"] == {"verdict": "failed", "why": "a real GPU said so", "seconds": 2}
+    assert rc == 1 and "FAILED: device-o2" in se  # what still fails after the merge
+    assert "| host | PASSED (rerun) |" in (out / "summary.md").read_text()
+
+
+@pytest.mark.parametrize("args,msg", [(["--only", "host,nosuch"], "unknown section(s) nosuch"),
+                                      (["--device", "gpu0"], "device must be"),
+                                      (["--bench-calls", "0"], "--bench-calls must be at least 1"),
+                                      (["--merge", "/no/such.json"], "no such file")])
+def test_bad_arguments_exit_2(args, msg, run_env):
+    rc, so, se = check(args, **run_env)
+    assert rc == 2 and msg in se, se
+
+
+def test_list_names_the_core_and_the_plugin_sections(run_env):
+    rc, so, se = check(["--list"], **run_env)
+    assert rc == 0, se
+    names = [ln.split()[0] for ln in so.splitlines()]
+    assert names == CORE + BENCH  # the benchmarks come from the splitrpc.check entry point (bench/gpu_check.py)
+
+
+# ------------------------------------------------------------------ sections, plug-ins, report
+
+
+def test_section_names_are_checked():
+    with pytest.raises(ValueError, match="lower-case"):
+        Section("Bad Name", "x", check_sections.passes)
+    assert Section("ok-1", "x", check_sections.passes).module == "check_sections"
+
+
+def test_a_broken_plugin_is_reported_not_raised(monkeypatch):
+    from importlib import metadata
+
+    eps = [metadata.EntryPoint("good", "check_sections:SECTIONS", check_section.ENTRY_POINT_GROUP),
+           metadata.EntryPoint("missing", "no_such_module_x:SECTIONS", check_section.ENTRY_POINT_GROUP),
+           metadata.EntryPoint("wrong", "check_sections:passes", check_section.ENTRY_POINT_GROUP)]
+    monkeypatch.setattr(metadata, "entry_points", lambda group=None: [e for e in eps if e.group == group])
+    found, broken = check_section.plugin_sections()
+    assert [s.name for s in found] == [s.name for s in check_sections.SECTIONS]
+    assert [b[0] for b in broken] == ["missing", "wrong"]
+    assert "ModuleNotFoundError" in broken[0][1] and "TypeError" in broken[1][1]
+
+
+@pytest.mark.parametrize("archs,cc,ok", [("sm_80 sm_90 compute_90", 90, True), ("sm_80 sm_90 compute_90", 100, True),
+                                         ("sm_80 compute_80", 89, True), ("sm_90 compute_90", 80, False),
+                                         ("sm_80", 90, False), ("sm_90a compute_90a", 90, True), ("", 90, False)])
+def test_which_gpus_the_kernels_load_on(archs, cc, ok):
+    assert _cc_has_code(archs, cc) is ok
+
+
+def test_gpudirect_needs_a_nic_a_module_and_the_gpu(monkeypatch):
+    from splitrpc.check import facts
+
+    monkeypatch.setattr(facts, "_rdma_nics", lambda: [])
+    monkeypatch.setattr(facts, "_peer_memory_module", lambda: None)
+    assert gpudirect({"gpudirect_rdma": 1}) == {**gpudirect({"gpudirect_rdma": 1}), "capable": False}
+    assert "no RDMA NIC" in gpudirect({"gpudirect_rdma": 1})["why"]
+    monkeypatch.setattr(facts, "_rdma_nics", lambda: [{"name": "mlx5_0", "pci": "0000:17:00.0"}])
+    assert "no peer-memory module" in gpudirect({"gpudirect_rdma": 1})["why"]
+    monkeypatch.setattr(facts, "_peer_memory_module", lambda: "nvidia_peermem")
+    assert gpudirect({"gpudirect_rdma": 0})["capable"] is False
+    assert gpudirect({"gpudirect_rdma": 1})["capable"] is True
+
+
+def test_report_puts_the_device_line_first_and_caps_the_plots(tmp_path):
+    plot = {"name": "p", "title": "t", "ylabel": "y", "categories": ["a", "b"], "series": {"s": [1.0, None]}}
+    sections = {"machine": {"verdict": "passed", "summary": "m", "facts": {"line": "Device: X (cuda:0)"},
+                            "seconds": 0.1, "markdown": ["- facts"]},
+                "b1": {"verdict": "passed", "summary": "ok", "seconds": 1, "plots": [dict(plot, name=f"p{i}")
+                                                                                     for i in range(5)]},
+                "f1": {"verdict": "failed", "why": "it | broke", "seconds": 2, "output_tail": "Traceback\nboom"},
+                "s1": {"verdict": "skipped", "why": "no GPU", "seconds": 0}}
+    d = {"date": "2026-11-26", "command": "splitrpc check", "version": "0", "wall_s": 3.0,
+         "host": {"host": "h", "cpu": "c", "cpus": 2, "kernel": "k", "python": "3"}, "sections": sections}
+    paths = check_report.write(str(tmp_path), d)
+    assert len(paths) == 2 + check_report.MAX_PLOTS and all(os.path.getsize(p) > 0 for p in paths)
+    md = (tmp_path / "summary.md").read_text().splitlines()
+    assert md[0] == "# splitrpc check: 2 passed, 1 failed, 1 skipped" and md[2] == "Device: X (cuda:0)"
+    assert "| f1 | FAILED | 2.0 | it \\| broke |" in md and "boom" in md
+    assert check_report.device_line({}) == "Device: not looked at (the machine section did not run)"
+
+
+def test_python_m_splitrpc_check_is_the_same_command(run_env):
+    r = subprocess.run([sys.executable, "-m", "splitrpc", "check", "--list"], capture_output=True, text=True,
+                       timeout=120, **run_env)
+    assert r.returncode == 0 and r.stdout.split()[0] == "build", r.stderr
