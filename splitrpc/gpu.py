@@ -187,3 +187,9 @@ def kernel_archs() -> str:
 def device_count() -> int:
     """CUDA devices the driver sees (0 without a driver)."""
     return max(_gpu.device_count(), 0)
+
+
+def live() -> dict:
+    """What this process holds of the driver through splitrpc now: device Tensor Queues, pinned
+    allocations, host registrations, streams and O2 kernels (all 0 once everything is closed)."""
+    return _gpu.live()

@@ -65,6 +65,18 @@ typedef struct srpc_gpu_info {
 int srpc_gpu_device_info(int device, srpc_gpu_info_t *out);
 /* Free and total memory of `device` now (cuMemGetInfo); -ENOTSUP where the driver lacks it. */
 int srpc_gpu_mem_info(int device, uint64_t *free_bytes, uint64_t *total_bytes);
+/* What this process holds of the driver through the library now: device Tensor Queues, pinned
+ * allocations (srpc_gpu_host_alloc), host registrations, streams (srpc_gpu_stream_create) and
+ * O2 kernels, each counted when taken and when given back. All zero once everything made has
+ * been destroyed: a leak check that needs no help from the driver. Any thread. */
+typedef struct srpc_gpu_live {
+    int dtqs;
+    int host_allocs;
+    int host_registrations;
+    int streams;
+    int o2_kernels;
+} srpc_gpu_live_t;
+void srpc_gpu_live(srpc_gpu_live_t *out);
 /* The architectures the embedded kernels were compiled for, e.g. "sm_80 sm_90 compute_90"
  * (sm_N: machine code, compute_N: PTX the driver compiles for newer GPUs); "" when the build
  * had no CUDA compiler. Static storage; no driver call. */

@@ -274,7 +274,11 @@ static void fill_pattern(uint8_t *p, size_t n, uint32_t seed)
 static void test_dtq_copies(void)
 {
     srpc_dtq_t *q = NULL;
+    srpc_gpu_live_t before, now;
+    srpc_gpu_live(&before);
     CHECK(srpc_dtq_create(0, 4096, 600, &q) == 0, "create: %s", srpc_gpu_last_error());
+    srpc_gpu_live(&now);
+    CHECK(now.dtqs == before.dtqs + 1, "a queue made: %d held, %d before", now.dtqs, before.dtqs);
     if (!q)
         return;
     size_t ring = srpc_dtq_ring_bytes(q), elem = srpc_dtq_elem_size(q);
@@ -283,6 +287,8 @@ static void test_dtq_copies(void)
     uint64_t pat_dev, back_dev;
     CHECK(srpc_gpu_host_alloc(ring, (void **)&pat, &pat_dev) == 0, "pinned: %s", srpc_gpu_last_error());
     CHECK(srpc_gpu_host_alloc(ring, (void **)&back, &back_dev) == 0, "pinned: %s", srpc_gpu_last_error());
+    srpc_gpu_live(&now);
+    CHECK(now.host_allocs == before.host_allocs + 2, "two pinned buffers: %d held", now.host_allocs);
     if (!pat || !back)
         goto out;
 
@@ -323,6 +329,16 @@ static void test_pinned_and_signal(void)
     CHECK(src != NULL, "aligned_alloc");
     CHECK(srpc_gpu_host_register(src, len, &src_dev) == 0 && src_dev, "register: %s", srpc_gpu_last_error());
     CHECK(srpc_gpu_host_register(src, len, NULL) == -EEXIST, "register twice: %s", srpc_gpu_last_error());
+    srpc_gpu_live_t live;
+    srpc_gpu_live(&live);
+    CHECK(live.host_registrations == 1, "registrations held: %d (the failed second one is not)", live.host_registrations);
+    uint64_t st = 0;
+    CHECK(srpc_gpu_stream_create(0, &st) == 0 && st, "stream: %s", srpc_gpu_last_error());
+    srpc_gpu_live(&live);
+    CHECK(live.streams == 1, "streams held: %d", live.streams);
+    srpc_gpu_stream_destroy(st);
+    srpc_gpu_live(&live);
+    CHECK(live.streams == 0, "streams held after destroy: %d", live.streams);
     CHECK(srpc_gpu_host_alloc(len, (void **)&dst, &dst_dev) == 0 && dst_dev, "alloc: %s", srpc_gpu_last_error());
     CHECK(srpc_gpu_host_alloc(PAGE, (void **)&flags, &flags_dev) == 0, "alloc flags");
     CHECK(srpc_dtq_create(0, len, 1, &q) == 0, "dtq: %s", srpc_gpu_last_error());
@@ -400,6 +416,9 @@ static void test_o2(void)
     if (!o)
         goto out;
     CHECK(srpc_o2_vector_floats(o) == O2_FLOATS, "vector_floats");
+    srpc_gpu_live_t live;
+    srpc_gpu_live(&live);
+    CHECK(live.o2_kernels == 1, "O2 kernels held: %d", live.o2_kernels);
 
     uint64_t seq = 0;          /* next element of the request and response TQs */
     size_t vec = 0;            /* next vector of the staging buffers */
@@ -564,6 +583,18 @@ static void test_dtq_faults_on_emulation(void)
     dlclose(lib);
 }
 
+/* On any driver, the library's own count of what it holds: nothing once every queue, buffer,
+ * registration, stream and O2 kernel the tests made is gone (failed creations counted none). */
+static void test_nothing_held(void)
+{
+    srpc_gpu_live_t l = {-1, -1, -1, -1, -1};
+    srpc_gpu_live(&l);
+    CHECK(l.dtqs == 0 && l.host_allocs == 0 && l.host_registrations == 0 && l.streams == 0 && l.o2_kernels == 0,
+          "held after the tests: %d queues, %d pinned, %d registered, %d streams, %d O2", l.dtqs, l.host_allocs,
+          l.host_registrations, l.streams, l.o2_kernels);
+    srpc_gpu_live(NULL); /* harmless */
+}
+
 /* Under the emulated driver (native/tests/fake_libcuda.c), its accounting: every device Tensor
  * Queue's mappings, reservations and allocations and every pinned buffer freed. On a real
  * driver, nothing to check. */
@@ -602,6 +633,7 @@ int main(void)
                 test_pinned_and_signal();
                 test_o2();
                 test_dtq_faults_on_emulation();
+                test_nothing_held();
                 test_nothing_left_on_emulation();
             }
         }

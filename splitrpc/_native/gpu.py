@@ -169,3 +169,11 @@ def signal(stream: int, flag: PinnedBuffer, index: int, by_store: bool, value: i
     stream store (cuStreamWriteValue32, where the device has them) or by a host function."""
     p = ffi.cast("uint32_t *", flag.ptr) + index
     _ok(lib.srpc_gpu_signal(stream, p, flag.dev + 4 * index if by_store else 0, value), "srpc_gpu_signal")
+
+
+def live() -> dict:
+    """What this process holds of the driver through the library (srpc_gpu_live): dtqs,
+    host_allocs, host_registrations, streams, o2_kernels."""
+    out = ffi.new("srpc_gpu_live_t *")
+    lib.srpc_gpu_live(out)
+    return {f: getattr(out, f) for f in ("dtqs", "host_allocs", "host_registrations", "streams", "o2_kernels")}

@@ -137,6 +137,7 @@ int srpc_dtq_create(int device, size_t elem_size, uint32_t capacity, srpc_dtq_t 
         free(q);
         return rc;
     }
+    srpc_gpu_held(SRPC_HELD_DTQ, 1);
     *out = q;
     return 0;
 }
@@ -158,6 +159,7 @@ void srpc_dtq_destroy(srpc_dtq_t *q)
         srpc_gpu_fail("cuMemAddressFree", r);
     if ((r = srpc_cu.MemRelease(q->mem)) != SRPC_CUDA_SUCCESS)
         srpc_gpu_fail("cuMemRelease", r);
+    srpc_gpu_held(SRPC_HELD_DTQ, -1);
     free(q);
 }
 

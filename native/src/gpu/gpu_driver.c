@@ -1,4 +1,4 @@
-/* gpu_driver.c: loads the CUDA driver with dlopen once per process, maps its errors to -errno with a per-thread message, and keeps each device's primary context. */
+/* gpu_driver.c: loads the CUDA driver with dlopen once per process, maps its errors to -errno with a per-thread message, keeps each device's primary context, and counts what the library holds of the driver. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
@@ -329,6 +329,27 @@ void srpc_gpu_memops_off(int device)
 {
     if (device >= 0 && device < SRPC_GPU_MAX_DEVICES)
         __atomic_store_n(&devs[device].memops, 1, __ATOMIC_RELAXED);
+}
+
+/* ------------------------------------------------------------------ what the library holds */
+
+static int held[SRPC_HELD_KINDS]; /* __atomic */
+
+void srpc_gpu_held(int what, int delta)
+{
+    if (what >= 0 && what < SRPC_HELD_KINDS)
+        __atomic_add_fetch(&held[what], delta, __ATOMIC_RELAXED);
+}
+
+void srpc_gpu_live(srpc_gpu_live_t *out)
+{
+    if (!out)
+        return;
+    out->dtqs = __atomic_load_n(&held[SRPC_HELD_DTQ], __ATOMIC_RELAXED);
+    out->host_allocs = __atomic_load_n(&held[SRPC_HELD_HOST_ALLOC], __ATOMIC_RELAXED);
+    out->host_registrations = __atomic_load_n(&held[SRPC_HELD_HOST_REGISTER], __ATOMIC_RELAXED);
+    out->streams = __atomic_load_n(&held[SRPC_HELD_STREAM], __ATOMIC_RELAXED);
+    out->o2_kernels = __atomic_load_n(&held[SRPC_HELD_O2], __ATOMIC_RELAXED);
 }
 
 /* ------------------------------------------------------------------ public: devices */

@@ -218,6 +218,12 @@ int srpc_gpu_fail(const char *call, srpc_CUresult r);
 /* Records a printf-style message as this thread's last error and returns err (a -errno). */
 int srpc_gpu_failf(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* What the library holds of the driver, counted where it is taken and where it is given back
+ * (srpc_gpu_live reports it): for leak checks that work on any driver. Any thread. */
+enum { SRPC_HELD_DTQ, SRPC_HELD_HOST_ALLOC, SRPC_HELD_HOST_REGISTER, SRPC_HELD_STREAM, SRPC_HELD_O2,
+       SRPC_HELD_KINDS };
+void srpc_gpu_held(int what, int delta);
+
 /* Converts between the API's uint64_t handles and the driver's types. */
 static inline srpc_CUstream srpc_gpu_stream(uint64_t s)
 {

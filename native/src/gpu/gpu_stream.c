@@ -33,6 +33,7 @@ int srpc_gpu_host_register(void *p, size_t len, uint64_t *dev)
         }
         *dev = d;
     }
+    srpc_gpu_held(SRPC_HELD_HOST_REGISTER, 1);
     return 0;
 }
 
@@ -44,7 +45,10 @@ int srpc_gpu_host_unregister(void *p)
     if (rc)
         return rc;
     srpc_CUresult r = srpc_cu.MemHostUnregister(p);
-    return r == SRPC_CUDA_SUCCESS ? 0 : srpc_gpu_fail("cuMemHostUnregister", r);
+    if (r != SRPC_CUDA_SUCCESS)
+        return srpc_gpu_fail("cuMemHostUnregister", r);
+    srpc_gpu_held(SRPC_HELD_HOST_REGISTER, -1);
+    return 0;
 }
 
 int srpc_gpu_host_alloc(size_t len, void **host, uint64_t *dev)
@@ -71,6 +75,7 @@ int srpc_gpu_host_alloc(size_t len, void **host, uint64_t *dev)
     *host = p;
     if (dev)
         *dev = d;
+    srpc_gpu_held(SRPC_HELD_HOST_ALLOC, 1);
     return 0;
 }
 
@@ -81,6 +86,8 @@ void srpc_gpu_host_free(void *host)
     srpc_CUresult r = srpc_cu.MemFreeHost(host);
     if (r != SRPC_CUDA_SUCCESS)
         srpc_gpu_fail("cuMemFreeHost", r);
+    else
+        srpc_gpu_held(SRPC_HELD_HOST_ALLOC, -1);
 }
 
 /* ------------------------------------------------------------------ copies */
@@ -193,13 +200,14 @@ int srpc_gpu_stream_create(int device, uint64_t *out)
     if (r != SRPC_CUDA_SUCCESS)
         return srpc_gpu_fail("cuStreamCreate", r);
     *out = (uint64_t)(uintptr_t)s;
+    srpc_gpu_held(SRPC_HELD_STREAM, 1);
     return 0;
 }
 
 void srpc_gpu_stream_destroy(uint64_t stream)
 {
-    if (stream && srpc_gpu_use_any() == 0)
-        srpc_cu.StreamDestroy(srpc_gpu_stream(stream));
+    if (stream && srpc_gpu_use_any() == 0 && srpc_cu.StreamDestroy(srpc_gpu_stream(stream)) == SRPC_CUDA_SUCCESS)
+        srpc_gpu_held(SRPC_HELD_STREAM, -1);
 }
 
 int srpc_gpu_stream_sync(uint64_t stream)

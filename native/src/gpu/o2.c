@@ -77,6 +77,7 @@ int srpc_o2_start(int device, uint32_t n_floats, srpc_o2_t **out)
         rc = srpc_gpu_fail("cuLaunchKernel(srpc_o2_vecadd)", r);
         goto fail;
     }
+    srpc_gpu_held(SRPC_HELD_O2, 1);
     *out = o;
     return 0;
 fail:
@@ -148,5 +149,6 @@ int srpc_o2_stop(srpc_o2_t *o)
     if (r != SRPC_CUDA_SUCCESS)
         rc = srpc_gpu_fail("cuStreamSynchronize(O2 kernel)", r);
     o2_free(o);
+    srpc_gpu_held(SRPC_HELD_O2, -1);
     return rc;
 }
