@@ -10,7 +10,7 @@ import time
 from datetime import datetime, timezone
 
 from splitrpc.check import report, runner
-from splitrpc.check.section import FAILED, Context, all_sections
+from splitrpc.check.section import FAILED, Context
 
 DEFAULT_TESTS = "tests"  # the repository's tests, when the check runs from a checkout
 ALWAYS = ("build", "machine")  # run with any --only: the report's device line and build facts
@@ -76,9 +76,15 @@ def _bad_input(a) -> str | None:
 
 
 def _tests_dir(a) -> str | None:
+    """--tests, else ./tests when it is splitrpc's (a checkout's root is the working directory)."""
     if a.tests:
         return os.path.abspath(a.tests)
-    return os.path.abspath(DEFAULT_TESTS) if os.path.isfile(os.path.join(DEFAULT_TESTS, "test_gpu.py")) else None
+    probe = os.path.join(DEFAULT_TESTS, "test_gpu.py")
+    try:
+        with open(probe) as f:
+            return os.path.abspath(DEFAULT_TESTS) if "import splitrpc" in f.read() else None
+    except OSError:
+        return None
 
 
 def cmd_check(a) -> int:
@@ -86,6 +92,8 @@ def cmd_check(a) -> int:
     if bad:
         print(f"splitrpc check: {bad}", file=sys.stderr)
         return 2
+    from splitrpc.check.registry import all_sections  # the sections' modules: only when the check runs
+
     secs, broken = all_sections()
     if a.list:
         for s in secs:

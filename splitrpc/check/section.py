@@ -1,21 +1,10 @@
-"""section.py: what a section of `splitrpc check` is (a name, a time cap, a function that passes, fails or skips), what it gets (Context) and gives (Result), and where sections come from: the built-in ones and the plug-ins of the `splitrpc.check` entry point group.
-
-A plug-in (a capability's device section, the trimmed benchmarks of splitrpc.bench) declares in
-its package metadata
-
-    [project.entry-points."splitrpc.check"]
-    NAME = "package.module:SECTIONS"
-
-where SECTIONS is a list of Section. The check names no plug-in: it runs whatever the group
-holds, after its own sections, in the order of each list.
-"""
+"""section.py: what a section of `splitrpc check` is (a name, a time cap, a function that passes, fails or skips), what it gets (Context) and what it gives (Result); registry.py says where sections come from."""
 from __future__ import annotations
 
 import re
 from dataclasses import asdict, dataclass, field
 from typing import Callable
 
-ENTRY_POINT_GROUP = "splitrpc.check"
 PASSED, FAILED, SKIPPED = "passed", "failed", "skipped"
 _NAME = re.compile(r"[a-z][a-z0-9-]{0,39}")
 
@@ -25,7 +14,13 @@ class Skipped(Exception):
 
 
 class Failed(Exception):
-    """Raised by a section whose check did not hold; the message says what was wrong."""
+    """Raised by a section whose check did not hold; the message says what was wrong. `result`
+    keeps what the section measured before it failed (a benchmark table with one bad cell), so
+    that the report still shows it."""
+
+    def __init__(self, why: str, result: "Result | None" = None):
+        super().__init__(why)
+        self.result = result
 
 
 def expect(cond: bool, what: str) -> None:
@@ -43,6 +38,7 @@ class Context:
     bench: bool = False              # --bench: the trimmed benchmarks run too
     bench_calls: int = 2000          # recorded calls per benchmark run
     seed: int = 1
+    cap_s: float = 60.0              # this section's time cap (set in the child): inner timeouts stay inside it
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -84,41 +80,3 @@ class Section:
         """The module that declares it: its run function's, whose SECTIONS list must hold it (the
         child process finds it there)."""
         return self.run.__module__
-
-
-def builtin_sections() -> list[Section]:
-    """The check's own sections, in the order they run."""
-    from splitrpc.check import device, facts, host, suites
-
-    return [*facts.SECTIONS, *host.SECTIONS, *device.SECTIONS, *suites.SECTIONS]
-
-
-def plugin_sections() -> tuple[list[Section], list[tuple[str, str]]]:
-    """The sections of the `splitrpc.check` entry points, and (entry point, error) for each one
-    that could not be loaded (reported as a failed section by the runner)."""
-    from importlib.metadata import entry_points
-
-    found, broken = [], []
-    for ep in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
-        try:
-            secs = list(ep.load())
-            if not all(isinstance(s, Section) for s in secs):
-                raise TypeError(f"{ep.value} must be a list of splitrpc.check.Section")
-            found += secs
-        except Exception as e:  # noqa: BLE001 - a broken plug-in fails its own line, not the check
-            broken.append((ep.name, f"{type(e).__name__}: {e}"))
-    return found, broken
-
-
-def all_sections() -> tuple[list[Section], list[tuple[str, str]]]:
-    """Built-in sections, then plug-ins (the benchmarks last); duplicate names raise ValueError."""
-    plugs, broken = plugin_sections()
-    secs = builtin_sections() + [s for s in plugs if not s.bench] + [s for s in plugs if s.bench]
-    seen = set()
-    for s in secs:
-        if s.name in seen:
-            raise ValueError(f"two check sections are named {s.name!r}")
-        seen.add(s.name)
-    return secs, broken
-
-

@@ -1,0 +1,53 @@
+"""registry.py: where the sections of `splitrpc check` come from: the check's own, in the order they run, and the plug-ins of the `splitrpc.check` entry point group.
+
+A plug-in (a capability's device section, the trimmed benchmarks of splitrpc.bench) declares in
+its package metadata
+
+    [project.entry-points."splitrpc.check"]
+    NAME = "package.module:SECTIONS"
+
+where SECTIONS is a list of Section. The check names no plug-in: it runs whatever the group
+holds, after its own sections (the benchmarks last), in the order of each list.
+"""
+from __future__ import annotations
+
+from splitrpc.check import device, facts, host, suites
+from splitrpc.check.section import Section
+
+ENTRY_POINT_GROUP = "splitrpc.check"
+
+
+def builtin_sections() -> list[Section]:
+    """The check's own sections, in the order they run."""
+    return [*facts.SECTIONS, *host.SECTIONS, *device.SECTIONS, *suites.SECTIONS]
+
+
+def plugin_sections() -> tuple[list[Section], list[tuple[str, str]]]:
+    """The sections of the `splitrpc.check` entry points, and (entry point, error) for each one
+    that could not be loaded (reported as a failed section by the runner)."""
+    from importlib.metadata import entry_points
+
+    found, broken = [], []
+    for ep in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
+        try:
+            secs = list(ep.load())
+            if not all(isinstance(s, Section) for s in secs):
+                raise TypeError(f"{ep.value} must be a list of splitrpc.check.Section")
+            found += secs
+        except Exception as e:  # noqa: BLE001 - a broken plug-in fails its own line, not the check
+            broken.append((ep.name, f"{type(e).__name__}: {e}"))
+    return found, broken
+
+
+def all_sections() -> tuple[list[Section], list[tuple[str, str]]]:
+    """Built-in sections, then plug-ins (the benchmarks last); duplicate names raise ValueError."""
+    plugs, broken = plugin_sections()
+    secs = builtin_sections() + [s for s in plugs if not s.bench] + [s for s in plugs if s.bench]
+    seen = set()
+    for s in secs:
+        if s.name in seen:
+            raise ValueError(f"two check sections are named {s.name!r}")
+        seen.add(s.name)
+    return secs, broken
+
+
