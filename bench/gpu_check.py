@@ -41,9 +41,6 @@ def run_orchestration(ctx: Context) -> Result:
     a = SimpleNamespace(services=list(ORCH_SERVICES), calls=ctx.bench_calls, small=True)
     runs, computes = orch.run_round(0, cells, a, orch.Callbacks(small=True))
     rows = orch.table(cells, runs, computes)
-    bad = _failed(rows)
-    if bad:
-        raise Failed("; ".join(bad))
     md = [f"- {ONE_RUN}; {ctx.bench_calls} recorded calls per run; LeNet small{_label()}", "",
           f"| service | mode | p50 µs c={C1} | p99 µs c={C1} | calls/s c={C32} | mean batch | compute p50 µs | "
           "orch. share | vs O1 | replies checked / wrong | status |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
@@ -58,28 +55,37 @@ def run_orchestration(ctx: Context) -> Result:
             "series": {orch.MODE_LABEL[m]: [next((r["p50_us"] for r in measured if r["service"] == s and r["mode"] == m),
                                                  None) for s in ORCH_SERVICES] for m in orch.MODES}}
     summary = "; ".join(f"{r['service']} {orch.MODE_LABEL[r['mode']]} p50 {_f(r['p50_us'])} µs" for r in measured)
-    return Result(summary=(summary or "no cell could run") + (" (EMULATED)" if _label() else ""),
-                  facts={"rows": rows, "computes": computes}, markdown=md, plots=[plot] if measured else [])
+    res = Result(summary=(summary or "no cell could run") + (" (EMULATED)" if _label() else ""),
+                 facts={"rows": rows, "computes": computes}, markdown=md, plots=[plot] if measured else [])
+    bad = _failed(rows)
+    if bad:  # the cells that did run stay in the report
+        raise Failed("; ".join(bad), result=res)
+    return res
 
 
-def _e2e_rows(ctx: Context, device: str, cells: list[tuple[str, str, int]]) -> list[dict]:
+def _e2e_rows(ctx: Context, cells: list[tuple[str, str, int]]) -> list[dict]:
     """measure_e2e for each (service, device, max_batch), O1, callbacks built once."""
     cbs = orch.Callbacks(small=True)
     rows = []
     for name, dev, mb in cells:
         r = orch.measure_e2e(name, "o1", dev, cbs.get(name, dev), ctx.bench_calls, True, max_batch=mb)
         rows.append({**r, "max_batch": mb})
+    return rows
+
+
+def _done(res: Result, rows: list[dict]) -> Result:
+    """res, or Failed naming the cells that failed (res, with the cells that ran, kept in it)."""
     bad = _failed(rows)
     if bad:
-        raise Failed("; ".join(bad))
-    return rows
+        raise Failed("; ".join(bad), result=res)
+    return res
 
 
 def run_e2e(ctx: Context) -> Result:
     device = f"cuda:{need_gpu(ctx.device)}"
     need_cupy()
     cells = [(s, d, orch.MAX_BATCH) for s in E2E_SERVICES for d in ("cpu", device)]
-    rows = _e2e_rows(ctx, device, cells)
+    rows = _e2e_rows(ctx, cells)
     md = [f"- O1, max batch {orch.MAX_BATCH}, the same in-process server and native load generator for both; "
           f"{ONE_RUN}{_label()}", "",
           f"| service | callbacks on | p50 µs c={C1} | p99 µs c={C1} | calls/s c={C32} | mean batch c={C32} | status |",
@@ -98,16 +104,16 @@ def run_e2e(ctx: Context) -> Result:
             "ylabel": "calls/s", "categories": list(E2E_SERVICES),
             "series": {d: [next(r.get("throughput_rps") for r in rows if r["service"] == s and r["device"] == d)
                            for s in E2E_SERVICES] for d in ("cpu", device)}}
-    return Result(summary="; ".join(f"{s}: device/host p50 {_f(v['p50_device_over_host'], 2)}x, calls/s "
-                                    f"{_f(v['throughput_device_over_host'], 2)}x" for s, v in ratios.items())
-                  + (" (EMULATED)" if _label() else ""),
-                  facts={"rows": rows, "ratios": ratios}, markdown=md, plots=[plot])
+    return _done(Result(summary="; ".join(f"{s}: device/host p50 {_f(v['p50_device_over_host'], 2)}x, calls/s "
+                                          f"{_f(v['throughput_device_over_host'], 2)}x" for s, v in ratios.items())
+                        + (" (EMULATED)" if _label() else ""),
+                        facts={"rows": rows, "ratios": ratios}, markdown=md, plots=[plot]), rows)
 
 
 def run_batching(ctx: Context) -> Result:
     device = f"cuda:{need_gpu(ctx.device)}"
     need_cupy()
-    rows = _e2e_rows(ctx, device, [(s, device, b) for s in E2E_SERVICES for b in BATCHES])
+    rows = _e2e_rows(ctx, [(s, device, b) for s in E2E_SERVICES for b in BATCHES])
     md = [f"- O1 on {device}, c={C32}: max batch {BATCHES[0]} against {BATCHES[1]}; {ONE_RUN}{_label()}", "",
           f"| service | max batch | calls/s c={C32} | mean batch | p50 µs c={C1} | status |", "|---|---:|---:|---:|---:|---|"]
     for r in rows:
@@ -117,9 +123,9 @@ def run_batching(ctx: Context) -> Result:
                            for b in (BATCHES[1], BATCHES[0]))) for s in E2E_SERVICES}
     md += ["", "batching speedup (calls/s at max batch "
                f"{BATCHES[1]} / at {BATCHES[0]}): " + "; ".join(f"{s} {_f(v, 2)}x" for s, v in speedup.items())]
-    return Result(summary="batching speedup " + "; ".join(f"{s} {_f(v, 2)}x" for s, v in speedup.items())
-                  + (" (EMULATED)" if _label() else ""),
-                  facts={"rows": rows, "speedup": speedup}, markdown=md)
+    return _done(Result(summary="batching speedup " + "; ".join(f"{s} {_f(v, 2)}x" for s, v in speedup.items())
+                        + (" (EMULATED)" if _label() else ""),
+                        facts={"rows": rows, "speedup": speedup}, markdown=md), rows)
 
 
 SECTIONS = [

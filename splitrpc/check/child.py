@@ -1,8 +1,9 @@
-"""child.py: `splitrpc.check.child.main([MODULE, NAME, CONTEXT.json, RESULT.json])`: runs one section of `splitrpc check` (section NAME of MODULE.SECTIONS) in this process and writes its verdict, so that the parent can cap its time and outlive its crash."""
+"""child.py: `splitrpc.check.child.main([MODULE, NAME, CONTEXT.json, RESULT.json, CAP_S])`: runs one section of `splitrpc check` (section NAME of MODULE.SECTIONS) in this process and writes its verdict, so that the parent can cap its time and outlive its crash."""
 from __future__ import annotations
 
 import importlib
 import json
+import os
 import sys
 import time
 import traceback
@@ -28,7 +29,7 @@ def run_one(module: str, name: str, ctx: Context) -> dict:
     except Skipped as e:
         out = {"verdict": SKIPPED, "why": str(e)}
     except Failed as e:
-        out = {"verdict": FAILED, "why": str(e)}
+        out = {**(asdict(e.result) if e.result is not None else {}), "verdict": FAILED, "why": str(e)}
     except Exception as e:  # noqa: BLE001 - any error is this section's failure, with where it came from
         tb = [f for f in traceback.extract_tb(e.__traceback__) if f.filename != __file__]
         mine = getattr(sys.modules.get(module), "__file__", None)  # the section's own module, else the check's
@@ -41,12 +42,14 @@ def run_one(module: str, name: str, ctx: Context) -> dict:
 
 
 def main(argv: list[str]) -> int:
-    module, name, ctx_path, result_path = argv
+    module, name, ctx_path, result_path, cap_s = argv
     with open(ctx_path) as f:
         ctx = Context.from_json(json.load(f))
+    ctx.cap_s = float(cap_s)
     out = run_one(module, name, ctx)
-    with open(result_path, "w") as f:
+    with open(result_path + ".part", "w") as f:  # whole or not at all: the parent may kill us any time
         json.dump(out, f, default=str)
+    os.replace(result_path + ".part", result_path)
     sys.stdout.flush()
     return 0
 

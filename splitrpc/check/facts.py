@@ -24,6 +24,12 @@ def _module_version(name: str) -> dict:
     if name == "torch":
         out["cuda"] = mod.version.cuda  # None for a CPU build
         out["cuda_available"] = bool(mod.cuda.is_available())
+    if name == "cupy" and not out.get("emulated"):
+        try:  # the CUDA runtime CuPy was built for (it needs no GPU to say)
+            v = int(mod.cuda.runtime.runtimeGetVersion())
+            out["cuda_runtime"] = f"{v // 1000}.{v % 1000 // 10}"
+        except Exception as e:  # noqa: BLE001 - reported, not raised
+            out["cuda_runtime"] = f"unknown ({type(e).__name__})"
     return out
 
 
@@ -35,6 +41,8 @@ def _package_text(name: str, v: dict) -> str:
         text += f" ({EMULATED_LABEL}: the tests' stand-in)"
     if name == "torch":
         text += f" (CUDA {v['cuda']}{', no device' if not v['cuda_available'] else ''})" if v["cuda"] else " (CPU build)"
+    if v.get("cuda_runtime"):
+        text += f" (CUDA runtime {v['cuda_runtime']})"
     return text
 
 

@@ -1,4 +1,4 @@
-"""report.py: what `splitrpc check --out DIR` writes: summary.md (the device line first, a verdict per section, then what each section found), check.json (everything), and a few grouped-bar plots; eight files at most."""
+"""report.py: what `splitrpc check --out DIR` writes: summary.md (its first line the device, then a verdict per section, then what each section found), check.json (everything), and a few grouped-bar plots; eight files at most."""
 from __future__ import annotations
 
 import json
@@ -30,8 +30,7 @@ def _cell(text: str) -> str:
 def markdown(doc: dict) -> str:
     res = doc["sections"]
     n = {v: sum(1 for r in res.values() if r["verdict"] == v) for v in (PASSED, FAILED, SKIPPED)}
-    lines = [f"# splitrpc check: {n[PASSED]} passed, {n[FAILED]} failed, {n[SKIPPED]} skipped", "",
-             device_line(res), "",
+    lines = [device_line(res), "", f"# splitrpc check: {n[PASSED]} passed, {n[FAILED]} failed, {n[SKIPPED]} skipped", "",
              f"- date: {doc['date']}", f"- command: `{doc['command']}`",
              f"- host: {doc['host']['cpu']} ({doc['host']['cpus']} CPUs, {doc['host']['host']}), kernel {doc['host']['kernel']}, "
              f"Python {doc['host']['python']}; splitrpc {doc['version']}",
@@ -47,7 +46,8 @@ def markdown(doc: dict) -> str:
         if r["verdict"] == PASSED and r.get("markdown"):
             lines += ["", f"## {name}: {r.get('title', '')}", "", *r["markdown"]]
         elif r["verdict"] == FAILED:
-            lines += ["", f"## {name}: FAILED", "", f"{r.get('title', '')}", "", f"- why: {r.get('why', '')}"]
+            lines += ["", f"## {name}: FAILED", "", f"{r.get('title', '')}", "", f"- why: {r.get('why', '')}",
+                      *r.get("markdown", [])]  # what it measured before it failed, if anything
             if r.get("output_tail"):
                 lines += ["", "```", *r["output_tail"].splitlines()[-15:], "```"]
     return "\n".join(lines) + "\n"
@@ -90,7 +90,7 @@ def write(out: str, doc: dict) -> list[str]:
         f.write(markdown(doc))
     with open(paths[1], "w") as f:
         json.dump(doc, f, indent=1, default=str)
-    specs = [p for r in doc["sections"].values() if r["verdict"] == PASSED for p in r.get("plots", [])]
+    specs = [p for r in doc["sections"].values() for p in r.get("plots", [])]  # a failed benchmark's too
     for spec in specs[:MAX_PLOTS]:
         try:
             paths.append(plot_bars(spec, os.path.join(out, f"check_{_safe(spec['name'])}.png")))

@@ -30,34 +30,55 @@ def _kill_group(p: subprocess.Popen) -> None:
         pass
 
 
-def run_section(sec: Section, ctx_path: str, cap_s: float) -> dict:
-    """The section's verdict from a child process (splitrpc.check.child), killed with
-    everything it started once cap_s seconds have passed."""
+EXIT_GRACE_S = 15.0  # a child that has written its verdict gets this long to exit before it is killed
+_POLL_S = 0.05
+
+
+def _read_verdict(path: str) -> dict | None:
+    """The child's verdict file (written whole, by rename), or None when there is none or it cannot
+    be read."""
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+    finally:
+        for leftover in (path, path + ".part"):  # .part: a child killed while writing
+            if os.path.exists(leftover):
+                os.unlink(leftover)
+
+
+def run_section(sec: Section, ctx_path: str, cap_s: float, cap_why: str = "the section's cap") -> dict:
+    """The section's verdict from a child process (splitrpc.check.child), killed with everything
+    it started once cap_s seconds have passed, or EXIT_GRACE_S after its verdict if it has not
+    ended by then. Its output goes to a file (no pipe for a stray grandchild to hold open)."""
     fd, result_path = tempfile.mkstemp(prefix=f"splitrpc-check-{sec.name}-", suffix=".json")
     os.close(fd)
     os.unlink(result_path)  # the child writes it when it has a verdict
     t0 = time.monotonic()
-    p = subprocess.Popen([sys.executable, "-c", _CHILD, sec.module, sec.name, ctx_path, result_path],
-                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace",
-                         start_new_session=True)
-    timed_out = False
-    try:
-        out, _ = p.communicate(timeout=cap_s)
-    except subprocess.TimeoutExpired:
-        timed_out = True
-        _kill_group(p)
-        out, _ = p.communicate()
-    finally:
-        _kill_group(p)  # whatever the section left running (a server process, a pytest child)
+    with tempfile.TemporaryFile("w+", errors="replace") as log:
+        p = subprocess.Popen([sys.executable, "-c", _CHILD, sec.module, sec.name, ctx_path, result_path, f"{cap_s:.1f}"],
+                             stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        end, verdict_at, timed_out = t0 + cap_s, None, False
+        while p.poll() is None:
+            now = time.monotonic()
+            if verdict_at is None and os.path.exists(result_path):
+                verdict_at = now
+                if now + EXIT_GRACE_S < end:
+                    end, cap_why = now + EXIT_GRACE_S, f"{EXIT_GRACE_S:g} s after its verdict"
+            if now >= end:
+                timed_out = True
+                break
+            time.sleep(_POLL_S)
+        _kill_group(p)  # whatever the section left running (a server, a pytest child), or the child itself
+        p.wait()
+        log.seek(0)
+        out = log.read()
     seconds = round(time.monotonic() - t0, 2)
-    res = None
-    if os.path.exists(result_path):
-        with open(result_path) as f:
-            res = json.load(f)
-        os.unlink(result_path)
+    res = _read_verdict(result_path)
     if res is None:
         if timed_out:
-            why = f"timed out after {cap_s:g} s (the section's cap), killed"
+            why = f"timed out after {cap_s:g} s ({cap_why}), killed"
         elif p.returncode and p.returncode < 0:
             why = f"crashed: {signal.Signals(-p.returncode).name}"
         else:
@@ -65,7 +86,7 @@ def run_section(sec: Section, ctx_path: str, cap_s: float) -> dict:
         res = {"verdict": FAILED, "why": why}
     elif timed_out:  # the verdict came, then the process did not end (a stop or an exit that hangs)
         res = {**res, "verdict": FAILED, "why": f"it had finished ({res['verdict']}: {res.get('why') or res.get('summary', '')}) "
-                                                f"but its process did not exit within the {cap_s:g} s cap"}
+                                                f"but its process did not exit ({cap_why})"}
     elif p.returncode:
         how = signal.Signals(-p.returncode).name if p.returncode < 0 else f"status {p.returncode}"
         res = {**res, "verdict": FAILED, "why": f"it had finished ({res['verdict']}) but its process then ended with {how}"}
@@ -107,9 +128,11 @@ def run(sections: list[Section], ctx: Context, cap_s: float | None = None, budge
                     results[sec.name] = r
                     progress(f"[{i}/{len(sections)}] " + line(sec.name, r), flush=True)
                     continue
-                cap = min(cap, left)
+            why = "the section's cap"
+            if deadline is not None and deadline - time.monotonic() < cap:
+                cap, why = deadline - time.monotonic(), f"what was left of the check's {budget_s:g} s budget"
             progress(f"[{i}/{len(sections)}] {sec.name}: {sec.title} (cap {cap:.0f} s) ...", flush=True)
-            r = run_section(sec, ctx_path, cap)
+            r = run_section(sec, ctx_path, cap, why)
             r["title"] = sec.title
             r["bench"] = sec.bench
             results[sec.name] = r
