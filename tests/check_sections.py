@@ -15,6 +15,10 @@ def fails(ctx):
     raise Failed("the reply was wrong")
 
 
+def fails_with_what_it_measured(ctx):
+    raise Failed("one cell broke", result=Result(summary="2 of 3 cells", markdown=["| a | 1.0 |"], facts={"rows": 2}))
+
+
 def skips(ctx):
     raise Skipped("no such hardware here")
 
@@ -38,5 +42,6 @@ def finishes_then_hangs(ctx):
 
 
 SECTIONS = [Section("t-pass", "passes", passes), Section("t-fail", "fails", fails), Section("t-skip", "skips", skips),
+            Section("t-partial", "fails, keeping its table", fails_with_what_it_measured),
             Section("t-raise", "raises KeyError", raises), Section("t-crash", "segfaults", crashes),
             Section("t-hang", "sleeps", hangs), Section("t-exit-hang", "passes, then does not exit", finishes_then_hangs)]

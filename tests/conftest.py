@@ -63,16 +63,12 @@ def wait_for(pred, timeout: float = 5.0, interval: float = 0.005):
 
 
 def settled(srv, pred, timeout: float = 5.0) -> dict:
-    """srv.stats() once pred(stats) holds (or the last one after the timeout). A counter of what
-    was sent is bumped just after the send, so a client can see a reply a moment before it."""
-    box = {}
+    """srv.stats() once pred(stats) holds (or the last one after the timeout): the library's own
+    helper (splitrpc.check.serving.settled). A counter of what was sent is bumped just after the
+    send, so a client can see a reply a moment before it."""
+    from splitrpc.check.serving import settled as library_settled
 
-    def check():
-        box["st"] = srv.stats()
-        return pred(box["st"])
-
-    wait_for(check, timeout)
-    return box["st"]
+    return library_settled(srv, pred, timeout)
 
 
 @pytest.fixture(scope="session")

@@ -11,9 +11,11 @@ from conftest import emulated_gpu_env, splitrpc_cmd
 
 import check_sections
 import splitrpc
-from splitrpc.check import Context, Section, runner
+from splitrpc.check import Context, Failed, Section, runner
+from splitrpc.check import Skipped as check_section_skipped
+from splitrpc.check import device as check_device
 from splitrpc.check import report as check_report
-from splitrpc.check import section as check_section
+from splitrpc.check import registry
 from splitrpc.check.facts import _cc_has_code, gpudirect
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -58,8 +60,8 @@ def test_without_a_gpu_exits_0_and_says_no_gpu(tmp_path, run_env):
     d = doc(out)
     assert all("no GPU" in d["sections"][n]["why"] for n in CORE[3:10]), d["sections"]
     summary = (out / "summary.md").read_text().splitlines()
-    assert summary[0].startswith("# splitrpc check: 3 passed, 0 failed, 8 skipped")
-    assert summary[2].startswith("Device: none: no GPU (")
+    assert summary[0].startswith("Device: none: no GPU (")  # the first line says which device ran it
+    assert summary[2].startswith("# splitrpc check: 3 passed, 0 failed, 8 skipped")
     assert sorted(os.listdir(out)) == ["check.json", "summary.md"]  # no benchmark, no plot
 
 
@@ -89,15 +91,16 @@ def test_every_emulatable_section_passes_on_the_emulated_device(tmp_path, emu_en
         assert v["device-o2"] == "skipped" and "no CUDA compiler" in d["device-o2"]["why"]
     # labelled: the device line and every device section's finding say EMULATED
     summary = (out / "summary.md").read_text()
-    assert summary.splitlines()[2].startswith("Device: EMULATED: fake GPU (cuda:0, compute capability 9.0")
-    for n in ("machine", "device-tq", "device-o1", "device-graph"):
+    assert summary.splitlines()[0].startswith("Device: EMULATED: fake GPU (cuda:0, compute capability 9.0")
+    for n in ("machine", "device-tq", "device-o1", "device-graph", "tests-gpu", "native"):
         assert d[n]["summary"].startswith("EMULATED"), d[n]["summary"]
     # what the device sections found, in numbers
     o1 = d["device-o1"]["facts"]
-    assert o1["calls"] == {"vecadd": 601, "matmul": 65} and o1["accounting"]["device_memory_leaked_bytes"] == 0
+    assert o1["calls"] == {"vecadd": 601, "matmul": 65} and o1["accounting"]["free_drops"] == [0, 0]
+    assert set(o1["accounting"]["held"].values()) == {0}, o1["accounting"]  # library and emulated driver alike
     assert d["machine"]["facts"]["info"]["granularity"] == 2 << 20 and d["machine"]["facts"]["emulated"]
     assert d["tests-gpu"]["facts"]["counts"]["passed"] >= 4 and "failed" not in d["tests-gpu"]["facts"]["counts"]
-    assert d["native"]["summary"].startswith("native test_gpu: ") and " 0 failed" in d["native"]["summary"]
+    assert d["native"]["summary"].startswith("EMULATED: native test_gpu: ") and " 0 failed" in d["native"]["summary"]
 
 
 def test_bench_sections_on_the_emulated_device(tmp_path, emu_env):
@@ -164,20 +167,23 @@ def sections_env(monkeypatch):
 def test_runner_verdicts_crash_hang_and_exit(sections_env):
     s = sections_env
     lines = []
-    res = runner.run([s[n] for n in ("t-pass", "t-fail", "t-skip", "t-raise", "t-crash", "t-hang", "t-exit-hang")],
+    res = runner.run([s[n] for n in ("t-pass", "t-fail", "t-skip", "t-partial", "t-raise", "t-crash", "t-hang",
+                                     "t-exit-hang")],
                      Context(device="cuda:7", seed=5), cap_s=4, progress=lambda m, **kw: lines.append(m))
     v = {n: (r["verdict"], r.get("why", "")) for n, r in res.items()}
     assert v["t-pass"] == ("passed", "") and res["t-pass"]["summary"] == "fine on cuda:7"
     assert res["t-pass"]["facts"] == {"seed": 5}  # the context travels to the child
     assert v["t-fail"] == ("failed", "the reply was wrong")
     assert v["t-skip"] == ("skipped", "no such hardware here")
+    assert v["t-partial"] == ("failed", "one cell broke")  # and what it measured is kept for the report
+    assert res["t-partial"]["markdown"] == ["| a | 1.0 |"] and res["t-partial"]["facts"] == {"rows": 2}
     assert v["t-raise"][0] == "failed" and v["t-raise"][1].startswith("KeyError: 'missing' (at check_sections.py:")
     assert "some output before the error" in res["t-raise"]["output_tail"]
     assert v["t-crash"] == ("failed", f"crashed: {signal.SIGSEGV.name}")
     assert v["t-hang"] == ("failed", "timed out after 4 s (the section's cap), killed")
     assert res["t-hang"]["seconds"] < 10
-    assert v["t-exit-hang"][0] == "failed" and "did not exit within the 4 s cap" in v["t-exit-hang"][1]
-    assert sum(1 for ln in lines if ln.startswith("[")) == 7  # a line as each starts
+    assert v["t-exit-hang"][0] == "failed" and "did not exit (the section's cap)" in v["t-exit-hang"][1]
+    assert sum(1 for ln in lines if ln.startswith("[")) == 8  # a line as each starts
 
 
 def test_runner_budget_skips_what_does_not_fit(sections_env):
@@ -185,6 +191,40 @@ def test_runner_budget_skips_what_does_not_fit(sections_env):
     res = runner.run([s["t-hang"], s["t-pass"]], Context(), budget_s=8, progress=lambda *a, **k: None)
     assert res["t-hang"]["verdict"] == "failed" and 5 <= res["t-hang"]["cap_s"] <= 8
     assert res["t-pass"]["verdict"] == "skipped" and "time budget (8 s) was spent" in res["t-pass"]["why"]
+
+
+def test_a_child_that_does_not_exit_after_its_verdict_is_killed_soon(sections_env):
+    res = runner.run([sections_env["t-exit-hang"]], Context(), cap_s=60, progress=lambda *a, **k: None)
+    r = res["t-exit-hang"]
+    assert r["verdict"] == "failed" and f"did not exit ({runner.EXIT_GRACE_S:g} s after its verdict)" in r["why"]
+    assert r["seconds"] < runner.EXIT_GRACE_S + 10  # not the whole 60 s cap
+
+
+PYTEST_FAILED = """..F.s
+=========================== short test summary info ============================
+SKIPPED [1] tests/test_gpu.py:135: needs a CUDA GPU and CuPy
+FAILED tests/test_gpu.py::test_gpu_callback_error_answers_internal - AssertionError: boom
+1 failed, 3 passed, 1 skipped in 2.10s
+"""
+PYTEST_PASSED = """....ss
+SKIPPED [2] tests/test_gpu.py:88: checks the behaviour without a GPU
+4 passed, 2 skipped in 1.00s
+"""
+
+
+def test_pytest_sections_name_what_failed_and_what_skipped():
+    from splitrpc.check import suites
+
+    assert suites._counts(PYTEST_FAILED) == {"failed": 1, "passed": 3, "skipped": 1}
+    with pytest.raises(Failed, match="test_gpu_callback_error_answers_internal - AssertionError: boom"):
+        suites._verdict(1, PYTEST_FAILED, "t", gpu_skips_fail=False)
+    ok = suites._verdict(0, PYTEST_PASSED, "t", gpu_skips_fail=True)  # not a GPU skip: passes
+    assert ok.facts["counts"] == {"passed": 4, "skipped": 2} and ok.summary.endswith("t: 4 passed, 2 skipped")
+    gpu_skip = PYTEST_FAILED.replace("FAILED tests", "x").replace("1 failed, ", "")
+    with pytest.raises(Failed, match="GPU test\\(s\\) skipped on a machine with a usable GPU"):
+        suites._verdict(0, gpu_skip, "t", gpu_skips_fail=True)
+    with pytest.raises(check_section_skipped, match="no test ran"):
+        suites._verdict(0, "1 skipped in 0.1s\n", "t", gpu_skips_fail=False)
 
 
 def test_merge_keeps_the_earlier_sections_and_marks_the_rerun():
@@ -226,6 +266,50 @@ def test_list_names_the_core_and_the_plugin_sections(run_env):
 # ------------------------------------------------------------------ sections, plug-ins, report
 
 
+class _FakeGPU:
+    """splitrpc.gpu as the leak check sees it: free memory and holdings that a body changes."""
+
+    def __init__(self):
+        self.free, self.held = 10 << 30, 0
+
+    def install(self, monkeypatch):
+        monkeypatch.setattr(check_device.gpu, "device_info", lambda o: {"granularity": 2 << 20})
+        monkeypatch.setattr(check_device.gpu, "mem_info", lambda o: (self.free, 80 << 30))
+        monkeypatch.setattr(check_device.gpu, "live", lambda: {"dtqs": self.held, "streams": 0})
+        monkeypatch.setattr(check_device, "driver_emulated", lambda: False)
+        monkeypatch.setattr(check_device, "release", lambda: None)
+
+
+@pytest.mark.parametrize("case,fails", [("clean", None), ("caches once", None), ("small drops", None),
+                                        ("leaks a queue a run", "device memory fell after every run"),
+                                        ("keeps a queue", "dtqs went 0 -> 1 -> 1 -> 1"),
+                                        ("keeps a queue from the second run", "dtqs went 0 -> 0 -> 1 -> 1")])
+def test_the_leak_check_tells_a_leak_from_a_cache(monkeypatch, case, fails):
+    g, runs = _FakeGPU(), []
+    g.install(monkeypatch)
+
+    def body():
+        runs.append(1)
+        if case == "caches once" and len(runs) == 1:
+            g.free -= 64 << 20     # module loads, a library's workspace: the first run only
+        if case == "small drops":
+            g.free -= 1 << 20      # less than a granule each time
+        if case == "leaks a queue a run":
+            g.free -= 2 << 20
+        if (case == "keeps a queue" and len(runs) == 1) or (case == "keeps a queue from the second run"
+                                                            and len(runs) == 2):
+            g.held += 1
+        return len(runs)
+
+    acct = check_device.Accounting(0)
+    if fails is None:
+        out, facts = acct.repeated(body, "x")
+        assert out == 3 and len(facts["free_drops"]) == 2
+    else:
+        with pytest.raises(Failed, match=fails):
+            acct.repeated(body, "x")
+
+
 def test_section_names_are_checked():
     with pytest.raises(ValueError, match="lower-case"):
         Section("Bad Name", "x", check_sections.passes)
@@ -235,11 +319,11 @@ def test_section_names_are_checked():
 def test_a_broken_plugin_is_reported_not_raised(monkeypatch):
     from importlib import metadata
 
-    eps = [metadata.EntryPoint("good", "check_sections:SECTIONS", check_section.ENTRY_POINT_GROUP),
-           metadata.EntryPoint("missing", "no_such_module_x:SECTIONS", check_section.ENTRY_POINT_GROUP),
-           metadata.EntryPoint("wrong", "check_sections:passes", check_section.ENTRY_POINT_GROUP)]
+    eps = [metadata.EntryPoint("good", "check_sections:SECTIONS", registry.ENTRY_POINT_GROUP),
+           metadata.EntryPoint("missing", "no_such_module_x:SECTIONS", registry.ENTRY_POINT_GROUP),
+           metadata.EntryPoint("wrong", "check_sections:passes", registry.ENTRY_POINT_GROUP)]
     monkeypatch.setattr(metadata, "entry_points", lambda group=None: [e for e in eps if e.group == group])
-    found, broken = check_section.plugin_sections()
+    found, broken = registry.plugin_sections()
     assert [s.name for s in found] == [s.name for s in check_sections.SECTIONS]
     assert [b[0] for b in broken] == ["missing", "wrong"]
     assert "ModuleNotFoundError" in broken[0][1] and "TypeError" in broken[1][1]
@@ -272,15 +356,16 @@ def test_report_puts_the_device_line_first_and_caps_the_plots(tmp_path):
                             "seconds": 0.1, "markdown": ["- facts"]},
                 "b1": {"verdict": "passed", "summary": "ok", "seconds": 1, "plots": [dict(plot, name=f"p{i}")
                                                                                      for i in range(5)]},
-                "f1": {"verdict": "failed", "why": "it | broke", "seconds": 2, "output_tail": "Traceback\nboom"},
+                "f1": {"verdict": "failed", "why": "it | broke", "seconds": 2, "output_tail": "Traceback\nboom",
+                       "markdown": ["| cell | 1.5 |"]},
                 "s1": {"verdict": "skipped", "why": "no GPU", "seconds": 0}}
     d = {"date": "2026-11-26", "command": "splitrpc check", "version": "0", "wall_s": 3.0,
          "host": {"host": "h", "cpu": "c", "cpus": 2, "kernel": "k", "python": "3"}, "sections": sections}
     paths = check_report.write(str(tmp_path), d)
     assert len(paths) == 2 + check_report.MAX_PLOTS and all(os.path.getsize(p) > 0 for p in paths)
     md = (tmp_path / "summary.md").read_text().splitlines()
-    assert md[0] == "# splitrpc check: 2 passed, 1 failed, 1 skipped" and md[2] == "Device: X (cuda:0)"
-    assert "| f1 | FAILED | 2.0 | it \\| broke |" in md and "boom" in md
+    assert md[0] == "Device: X (cuda:0)" and md[2] == "# splitrpc check: 2 passed, 1 failed, 1 skipped"
+    assert "| f1 | FAILED | 2.0 | it \\| broke |" in md and "boom" in md and "| cell | 1.5 |" in md
     assert check_report.device_line({}) == "Device: not looked at (the machine section did not run)"
 
 
