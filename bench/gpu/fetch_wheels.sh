@@ -8,7 +8,7 @@ ARCHS=${SPLITRPC_CUDA_ARCHS:-90}         # H100 and H200: compute capability 9.0
 CFFI=${CFFI_VERSION:-2.0.0}
 PYCPARSER=${PYCPARSER_VERSION:-2.23}
 mkdir -p "$WHL" "$WHL/prebuilt"
-rm -f "$WHL"/*.whl "$WHL"/prebuilt/*.whl
+rm -f "$WHL"/*.whl "$WHL"/prebuilt/*
 
 echo "== cffi $CFFI and pycparser $PYCPARSER for CPython $PY, x86_64"
 python3 -m pip download -q --no-deps --only-binary=:all: --python-version "$PY" --implementation cp \
@@ -26,6 +26,11 @@ if [ -n "$py312" ] && command -v nvcc >/dev/null; then
   "$py312" -m pip wheel -q --no-deps -w "$WHL/prebuilt" -C build-dir=/tmp/splitrpc-prebuilt-$PY \
     -C cmake.define.SPLITRPC_CUDA=ON -C cmake.define.SPLITRPC_DPDK=OFF \
     -C "cmake.define.SPLITRPC_CUDA_ARCHS=$ARCHS" "$REPO"
+  # What it was built from, so run.sh can say whether the fallback matches the tree it runs in.
+  (cd "$REPO" && git ls-files --cached --others --exclude-standard -- splitrpc native server client 'bench/*.py' \
+     CMakeLists.txt cmake pyproject.toml > "$WHL/prebuilt/SOURCES" \
+   && sha256sum $(cat "$WHL/prebuilt/SOURCES") | sha256sum | cut -c1-16 > "$WHL/prebuilt/SOURCES.sha256")
+  echo "== built from $(wc -l < "$WHL/prebuilt/SOURCES") files, sources hash $(cat "$WHL/prebuilt/SOURCES.sha256")"
 else
   echo "== no python$PY or no nvcc here: no prebuilt fallback wheel (run.sh then depends on its own build)"
 fi
