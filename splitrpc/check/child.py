@@ -1,20 +1,20 @@
 """child.py: `splitrpc.check.child.main([MODULE, NAME, CONTEXT.json, RESULT.json, CAP_S])`: runs one section of `splitrpc check` (section NAME of MODULE.SECTIONS) in this process and writes its verdict, so that the parent can cap its time and outlive its crash."""
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import sys
 import time
 import traceback
 from dataclasses import asdict
+from importlib import import_module
 
 from splitrpc.check.section import FAILED, PASSED, SKIPPED, Context, Failed, Section, Skipped
 
 
 def find(module: str, name: str) -> Section:
     """Section `name` of the list SECTIONS in `module` (where every section is declared)."""
-    for s in importlib.import_module(module).SECTIONS:
+    for s in import_module(module).SECTIONS:
         if s.name == name:
             return s
     raise KeyError(f"no check section {name!r} in {module}.SECTIONS")

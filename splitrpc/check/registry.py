@@ -25,10 +25,10 @@ def builtin_sections() -> list[Section]:
 def plugin_sections() -> tuple[list[Section], list[tuple[str, str]]]:
     """The sections of the `splitrpc.check` entry points, and (entry point, error) for each one
     that could not be loaded (reported as a failed section by the runner)."""
-    from importlib.metadata import entry_points
+    from importlib import metadata
 
     found, broken = [], []
-    for ep in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
+    for ep in sorted(metadata.entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
         try:
             secs = list(ep.load())
             if not all(isinstance(s, Section) for s in secs):

@@ -1,8 +1,8 @@
 """serving.py: what the serving sections of `splitrpc check` share: a loopback server that is always closed, waves of calls whose every reply is checked, and stats read once the server has counted its last reply."""
 from __future__ import annotations
 
-import contextlib
 import time
+from contextlib import contextmanager
 from typing import Callable, Iterator
 
 import splitrpc
@@ -11,7 +11,7 @@ from splitrpc.check.section import expect
 LOOPBACK = "127.0.0.1"
 
 
-@contextlib.contextmanager
+@contextmanager
 def loopback_server(setup: Callable, **kw) -> Iterator[splitrpc.Server]:
     """A started server on 127.0.0.1 (a free port) with setup(srv)'s functions; closed on exit."""
     srv = splitrpc.Server(LOOPBACK, 0, **kw)
