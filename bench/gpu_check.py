@@ -130,9 +130,9 @@ def run_batching(ctx: Context) -> Result:
 
 SECTIONS = [
     Section("bench-orchestration", "O1 / O1+CUDA graph / O2 end to end and compute alone: vecadd, matmul, LeNet",
-            run_orchestration, cap_s=240, bench=True),
+            run_orchestration, cap_s=240, stage="bench"),
     Section("bench-e2e", f"device callbacks against host callbacks over loopback at c={C1} and c={C32}",
-            run_e2e, cap_s=180, bench=True),
+            run_e2e, cap_s=180, stage="bench"),
     Section("bench-batching", f"batching on the GPU: max batch {BATCHES[0]} against {BATCHES[1]} at c={C32}",
-            run_batching, cap_s=180, bench=True),
+            run_batching, cap_s=180, stage="bench"),
 ]

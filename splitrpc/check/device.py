@@ -1,4 +1,4 @@
-"""device.py: the GPU sections of `splitrpc check`: device Tensor Queues (double mapping, a batch that wraps the ring, completion flags), device callbacks served through a loopback server in each orchestration (O1, O1 + CUDA graph, O2), and the model zoo served on the GPU; the first two run three times under a leak check."""
+"""device.py: the GPU sections of `splitrpc check`: device Tensor Queues (double mapping, a batch that wraps the ring, completion flags) and device callbacks served through a loopback server in each orchestration (O1, O1 + CUDA graph, O2), each run three times under a leak check."""
 from __future__ import annotations
 
 import ctypes
@@ -11,9 +11,9 @@ import numpy as np
 import splitrpc
 from splitrpc import gpu
 from splitrpc._native import gpu as _gpu
-from splitrpc.check.probes import EMULATED_LABEL, driver_emulated, need_cupy, need_gpu, need_torch_cuda
+from splitrpc.check.probes import EMULATED_LABEL, driver_emulated, need_cupy, need_gpu
 from splitrpc.check.section import Context, Result, Section, Skipped, expect
-from splitrpc.check.serving import loopback_server, settled, wave
+from splitrpc.check.serving import errors_sent, loopback_server, settled, wave
 from splitrpc.spec import TensorSpec
 
 F32 = "float32"
@@ -223,12 +223,6 @@ MATMUL_RTOL = 1e-3       # a GPU GEMM sums in another order
 FIRST_CALL_TIMEOUT_S = 60.0  # a first call compiles CuPy kernels, captures a graph or launches O2
 
 
-def _errors(st: dict) -> dict:
-    """The error answers a server sent, but BUSY: a wave larger than a function's queue is
-    flow-controlled (the client waits and sends again within the call's deadline)."""
-    return {k: v for k, v in st["errors"].items() if v and k != "BUSY"}
-
-
 def _vecadd_right(q: bytes, r: bytes) -> bool:
     return r == (np.frombuffer(q, "<f4") + np.float32(1)).astype("<f4").tobytes()
 
@@ -281,7 +275,7 @@ def _serve_once(cupy, ordinal: int, mode: str, rng) -> dict:
                 calls["matmul"] = 1 + wave(c, 2, [rng.standard_normal(2048).astype("<f4").tobytes()
                                                   for _ in range(MATMUL_CALLS)], _matmul_right, "matmul")
         st = settled(srv, lambda s: s["in_flight"] == 0)
-    errors = _errors(st)
+    errors = errors_sent(st)
     expect(not errors, f"the server sent errors {errors}")
     expect(st["in_flight"] == 0, f"{st['in_flight']} batches still in flight after every reply")
     if mode == "o2":
@@ -328,44 +322,6 @@ def run_device_o2(ctx: Context) -> Result:
     return _run_callbacks(ctx, "o2")
 
 
-# ------------------------------------------------------------------ the model zoo on the GPU
-
-ZOO = ("lenet", "bert-like")
-ZOO_CALLS = 8
-
-
-def run_device_zoo(ctx: Context) -> Result:
-    ordinal = need_gpu(ctx.device)
-    need_cupy()
-    need_torch_cuda()
-    from splitrpc.services import models as zoo
-
-    device = f"cuda:{ordinal}"
-    rng = np.random.default_rng(ctx.seed)
-    done = {}
-    with loopback_server(lambda s: zoo.register_models(s, list(ZOO), device=device, small=True, max_batch=8),
-                         wait="poll") as srv:
-        where = {n: d for n, d in srv.stats()["devices"].items() if n in ZOO}
-        expect(set(where.values()) == {device}, f"the models run on {where}, not {device}")
-        with splitrpc.Client("127.0.0.1", srv.port, timeout=30.0) as c:
-            for name in ZOO:
-                info = zoo.MODELS[name]
-                first = info.example(rng)
-                expect(zoo.check_reply(name, first, c.call(info.func_id, first, timeout=120.0), small=True),
-                       f"{name}: the first reply differs from the CPU reference")
-                done[name] = 1 + wave(c, info.func_id, [info.example(rng) for _ in range(ZOO_CALLS)],
-                                      lambda q, r, n=name: zoo.check_reply(n, q, r, small=True), name)
-        st = settled(srv, lambda s: s["in_flight"] == 0)
-    errors = _errors(st)
-    expect(not errors, f"the server sent errors {errors}")
-    return Result(summary=f"{', '.join(f'{k} {v} calls' for k, v in done.items())} served on {device} (small), "
-                          "every reply within tolerance of the CPU reference",
-                  facts={"calls": done, "mean_batch": st["mean_batch"]},
-                  markdown=[f"- the model zoo served on {device} (PyTorch on CuPy views of the device Tensor Queues): "
-                            f"{', '.join(f'{k} {v} calls' for k, v in done.items())}, replies checked against the CPU "
-                            "reference"])
-
-
 SECTIONS = [
     Section("device-tq", "device Tensor Queues: allocate, double-map, a batch wrapping the ring, flags, release",
             run_device_tq, cap_s=60),
@@ -375,6 +331,4 @@ SECTIONS = [
             run_device_graph, cap_s=120),
     Section("device-o2", "O2: the persistent vecadd kernel served through the server, replies checked, nothing left",
             run_device_o2, cap_s=120),
-    Section("device-zoo", "the model zoo (LeNet, BERT-like) served on the GPU, replies against the CPU reference",
-            run_device_zoo, cap_s=240),
 ]

@@ -7,19 +7,19 @@ its package metadata
     NAME = "package.module:SECTIONS"
 
 where SECTIONS is a list of Section. The check names no plug-in: it runs whatever the group
-holds, after its own sections (the benchmarks last), in the order of each list.
+holds, placed by each section's stage (section.STAGES), in the order of each list.
 """
 from __future__ import annotations
 
-from splitrpc.check import device, facts, host, suites
-from splitrpc.check.section import Section
+from splitrpc.check import device, facts, suites
+from splitrpc.check.section import STAGES, Section
 
 ENTRY_POINT_GROUP = "splitrpc.check"
 
 
 def builtin_sections() -> list[Section]:
-    """The check's own sections, in the order they run."""
-    return [*facts.SECTIONS, *host.SECTIONS, *device.SECTIONS, *suites.SECTIONS]
+    """The check's own sections."""
+    return [*facts.SECTIONS, *device.SECTIONS, *suites.SECTIONS]
 
 
 def plugin_sections() -> tuple[list[Section], list[tuple[str, str]]]:
@@ -40,9 +40,10 @@ def plugin_sections() -> tuple[list[Section], list[tuple[str, str]]]:
 
 
 def all_sections() -> tuple[list[Section], list[tuple[str, str]]]:
-    """Built-in sections, then plug-ins (the benchmarks last); duplicate names raise ValueError."""
+    """Every section in the order it runs: by stage, the check's own before the plug-ins' within
+    one; duplicate names raise ValueError."""
     plugs, broken = plugin_sections()
-    secs = builtin_sections() + [s for s in plugs if not s.bench] + [s for s in plugs if s.bench]
+    secs = sorted(builtin_sections() + plugs, key=lambda s: STAGES.index(s.stage))  # stable
     seen = set()
     for s in secs:
         if s.name in seen:

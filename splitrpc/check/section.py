@@ -6,6 +6,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Callable
 
 PASSED, FAILED, SKIPPED = "passed", "failed", "skipped"
+# The order sections run in, by stage (within one: the check's own first, then the plug-ins'):
+# facts, the host path, the device paths, the test suites, and the benchmarks (--bench only).
+STAGES = ("facts", "host", "device", "suites", "bench")
 _NAME = re.compile(r"[a-z][a-z0-9-]{0,39}")
 
 
@@ -69,11 +72,17 @@ class Section:
     title: str                         # what it exercises, one line
     run: Callable[[Context], Result]  # a module-level function of a module whose SECTIONS lists this section
     cap_s: float = 60.0
-    bench: bool = False                # runs only with --bench
+    stage: str = "device"              # where it runs among the others (STAGES); "bench": only with --bench
 
     def __post_init__(self):
         if not _NAME.fullmatch(self.name):
             raise ValueError(f"check section name {self.name!r}: lower-case letters, digits and '-', 40 at most")
+        if self.stage not in STAGES:
+            raise ValueError(f"check section {self.name!r}: stage {self.stage!r} is not one of {STAGES}")
+
+    @property
+    def bench(self) -> bool:
+        return self.stage == "bench"
 
     @property
     def module(self) -> str:

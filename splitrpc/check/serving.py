@@ -43,3 +43,9 @@ def wave(c: splitrpc.Client, func_id: int, requests: list, right: Callable[[byte
         rep = f.result()
         expect(right(r, rep), f"{what}: the reply to call {i} of {len(requests)} is wrong ({len(rep)} B)")
     return len(requests)
+
+
+def errors_sent(st: dict) -> dict:
+    """The error answers a server sent (its stats), but BUSY: a wave larger than a function's
+    queue is flow-controlled (the client waits and sends again within the call's deadline)."""
+    return {k: v for k, v in st["errors"].items() if v and k != "BUSY"}

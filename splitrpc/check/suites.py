@@ -121,8 +121,8 @@ def run_native(ctx: Context) -> Result:
 
 SECTIONS = [
     Section("tests-gpu", "tests/test_gpu.py (O1, graph, O2 many batches in flight; a callback's error) by pytest",
-            run_tests_gpu, cap_s=300),
-    Section("tests-zoo", "tests/test_models.py: the zoo's CUDA-vs-CPU agreement by pytest", run_tests_zoo, cap_s=300),
+            run_tests_gpu, cap_s=300, stage="suites"),
+    Section("tests-zoo", "tests/test_models.py: the zoo's CUDA-vs-CPU agreement by pytest", run_tests_zoo, cap_s=300, stage="suites"),
     Section("native", "the native test_gpu program of a build tree (device TQs, copies, flags, O2 in C)",
-            run_native, cap_s=120),
+            run_native, cap_s=120, stage="suites"),
 ]
