@@ -15,9 +15,12 @@ ONE_RUN = ("one short run per cell (the check's trimmed benchmark): indicative, 
            "`splitrpc bench-orchestration --rounds 5` measures with rounds")
 
 
-def _label() -> str:
-    return f" ({EMULATED_LABEL}: the tests' emulated driver and CuPy; these times are the emulation's, not a GPU's)" \
-        if driver_emulated() else ""
+def _labels() -> tuple[str, str]:
+    """(the markdown's note, the summary's and plot titles' tag) on the emulated driver; ("", "") on a real one."""
+    if not driver_emulated():
+        return "", ""
+    return (f" ({EMULATED_LABEL}: the tests' emulated driver and CuPy; these times are the emulation's, not a GPU's)",
+            f" ({EMULATED_LABEL})")
 
 
 def _f(v, d: int = 1) -> str:
@@ -36,12 +39,13 @@ def _failed(rows: list[dict]) -> list[str]:
 def run_orchestration(ctx: Context) -> Result:
     device = f"cuda:{need_gpu(ctx.device)}"
     need_cupy()
+    note, tag = _labels()
     state = orch.gpu_state(device)
     cells = orch.plan(list(ORCH_SERVICES), list(orch.MODES), state)
     a = SimpleNamespace(services=list(ORCH_SERVICES), calls=ctx.bench_calls, small=True)
     runs, computes = orch.run_round(0, cells, a, orch.Callbacks(small=True))
     rows = orch.table(cells, runs, computes)
-    md = [f"- {ONE_RUN}; {ctx.bench_calls} recorded calls per run; LeNet small{_label()}", "",
+    md = [f"- {ONE_RUN}; {ctx.bench_calls} recorded calls per run; LeNet small{note}", "",
           f"| service | mode | p50 µs c={C1} | p99 µs c={C1} | calls/s c={C32} | mean batch | compute p50 µs | "
           "orch. share | vs O1 | replies checked / wrong | status |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for r in rows:
@@ -50,12 +54,12 @@ def run_orchestration(ctx: Context) -> Result:
                   f"{_f(r['throughput_rps'], 0)} | {_f(r['mean_batch'], 2)} | {_f(r['compute_p50_us'])} | {share} | "
                   f"{_f(r['norm_e2e'], 2)} | {r['checked']} / {r['wrong'] + r['invalid']} | {r['status']} |")
     measured = [r for r in rows if r["p50_us"] is not None]
-    plot = {"name": "orchestration", "title": f"O1 vs O1+CG vs O2 on {state['name'] or device}{' (EMULATED)' if _label() else ''}",
+    plot = {"name": "orchestration", "title": f"O1 vs O1+CG vs O2 on {state['name'] or device}{tag}",
             "ylabel": f"p50 latency at c={C1}, µs", "categories": list(ORCH_SERVICES),
             "series": {orch.MODE_LABEL[m]: [next((r["p50_us"] for r in measured if r["service"] == s and r["mode"] == m),
                                                  None) for s in ORCH_SERVICES] for m in orch.MODES}}
     summary = "; ".join(f"{r['service']} {orch.MODE_LABEL[r['mode']]} p50 {_f(r['p50_us'])} µs" for r in measured)
-    res = Result(summary=(summary or "no cell could run") + (" (EMULATED)" if _label() else ""),
+    res = Result(summary=(summary or "no cell could run") + tag,
                  facts={"rows": rows, "computes": computes}, markdown=md, plots=[plot] if measured else [])
     bad = _failed(rows)
     if bad:  # the cells that did run stay in the report
@@ -84,10 +88,11 @@ def _done(res: Result, rows: list[dict]) -> Result:
 def run_e2e(ctx: Context) -> Result:
     device = f"cuda:{need_gpu(ctx.device)}"
     need_cupy()
+    note, tag = _labels()
     cells = [(s, d, orch.MAX_BATCH) for s in E2E_SERVICES for d in ("cpu", device)]
     rows = _e2e_rows(ctx, cells)
     md = [f"- O1, max batch {orch.MAX_BATCH}, the same in-process server and native load generator for both; "
-          f"{ONE_RUN}{_label()}", "",
+          f"{ONE_RUN}{note}", "",
           f"| service | callbacks on | p50 µs c={C1} | p99 µs c={C1} | calls/s c={C32} | mean batch c={C32} | status |",
           "|---|---|---:|---:|---:|---:|---|"]
     for r in rows:
@@ -100,21 +105,21 @@ def run_e2e(ctx: Context) -> Result:
                      "throughput_device_over_host": _ratio(dev.get("throughput_rps"), host.get("throughput_rps"))}
     md += ["", "device / host: " + "; ".join(f"{s} p50 {_f(v['p50_device_over_host'], 2)}x, calls/s "
                                              f"{_f(v['throughput_device_over_host'], 2)}x" for s, v in ratios.items())]
-    plot = {"name": "device_vs_host", "title": f"Device vs host callbacks, c={C32}{' (EMULATED)' if _label() else ''}",
+    plot = {"name": "device_vs_host", "title": f"Device vs host callbacks, c={C32}{tag}",
             "ylabel": "calls/s", "categories": list(E2E_SERVICES),
             "series": {d: [next(r.get("throughput_rps") for r in rows if r["service"] == s and r["device"] == d)
                            for s in E2E_SERVICES] for d in ("cpu", device)}}
     return _done(Result(summary="; ".join(f"{s}: device/host p50 {_f(v['p50_device_over_host'], 2)}x, calls/s "
                                           f"{_f(v['throughput_device_over_host'], 2)}x" for s, v in ratios.items())
-                        + (" (EMULATED)" if _label() else ""),
-                        facts={"rows": rows, "ratios": ratios}, markdown=md, plots=[plot]), rows)
+                        + tag, facts={"rows": rows, "ratios": ratios}, markdown=md, plots=[plot]), rows)
 
 
 def run_batching(ctx: Context) -> Result:
     device = f"cuda:{need_gpu(ctx.device)}"
     need_cupy()
+    note, tag = _labels()
     rows = _e2e_rows(ctx, [(s, device, b) for s in E2E_SERVICES for b in BATCHES])
-    md = [f"- O1 on {device}, c={C32}: max batch {BATCHES[0]} against {BATCHES[1]}; {ONE_RUN}{_label()}", "",
+    md = [f"- O1 on {device}, c={C32}: max batch {BATCHES[0]} against {BATCHES[1]}; {ONE_RUN}{note}", "",
           f"| service | max batch | calls/s c={C32} | mean batch | p50 µs c={C1} | status |", "|---|---:|---:|---:|---:|---|"]
     for r in rows:
         md.append(f"| {r['service']} | {r['max_batch']} | {_f(r.get('throughput_rps'), 0)} | "
@@ -124,8 +129,7 @@ def run_batching(ctx: Context) -> Result:
     md += ["", "batching speedup (calls/s at max batch "
                f"{BATCHES[1]} / at {BATCHES[0]}): " + "; ".join(f"{s} {_f(v, 2)}x" for s, v in speedup.items())]
     return _done(Result(summary="batching speedup " + "; ".join(f"{s} {_f(v, 2)}x" for s, v in speedup.items())
-                        + (" (EMULATED)" if _label() else ""),
-                        facts={"rows": rows, "speedup": speedup}, markdown=md), rows)
+                        + tag, facts={"rows": rows, "speedup": speedup}, markdown=md), rows)
 
 
 SECTIONS = [

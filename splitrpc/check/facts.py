@@ -154,7 +154,7 @@ def run_machine(ctx: Context) -> Result:
     info = gpu.device_info(ordinal) if usable else None
     emulated = driver_emulated()
     gd = gpudirect(info)
-    facts = {"device": ctx.device, "usable": usable, "reason": reason, "device_count": max(count, 0),
+    facts = {"device": ctx.device, "usable": usable, "reason": reason, "device_count": count,
              "info": info, "emulated": emulated, "gpudirect": gd, "kernel_archs": gpu.kernel_archs(),
              "line": device_line(info, ordinal, emulated, reason)}
     md = [f"- {facts['line']}"]

@@ -119,18 +119,16 @@ def run(sections: list[Section], ctx: Context, cap_s: float | None = None, budge
         ctx_path = f.name
     try:
         for i, sec in enumerate(sections, 1):
-            cap = cap_s if cap_s is not None else sec.cap_s
-            if deadline is not None:
-                left = deadline - time.monotonic()
-                if left < MIN_SECTION_S:
-                    r = {"verdict": SKIPPED, "why": f"the check's time budget ({budget_s:g} s) was spent before it",
-                         "seconds": 0.0, "title": sec.title, "bench": sec.bench}
-                    results[sec.name] = r
-                    progress(f"[{i}/{len(sections)}] " + line(sec.name, r), flush=True)
-                    continue
-            why = "the section's cap"
-            if deadline is not None and deadline - time.monotonic() < cap:
-                cap, why = deadline - time.monotonic(), f"what was left of the check's {budget_s:g} s budget"
+            cap, why = (cap_s if cap_s is not None else sec.cap_s), "the section's cap"
+            left = deadline - time.monotonic() if deadline is not None else cap
+            if left < MIN_SECTION_S:
+                r = {"verdict": SKIPPED, "why": f"the check's time budget ({budget_s:g} s) was spent before it",
+                     "seconds": 0.0, "title": sec.title, "bench": sec.bench}
+                results[sec.name] = r
+                progress(f"[{i}/{len(sections)}] " + line(sec.name, r), flush=True)
+                continue
+            if left < cap:
+                cap, why = left, f"what was left of the check's {budget_s:g} s budget"
             progress(f"[{i}/{len(sections)}] {sec.name}: {sec.title} (cap {cap:.0f} s) ...", flush=True)
             r = run_section(sec, ctx_path, cap, why)
             r["title"] = sec.title
