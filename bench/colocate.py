@@ -1,6 +1,6 @@
 """colocate.py: `splitrpc bench-colocate`: three GNN services on this machine's CPU under one memory budget, co-located (fifo, sqtf, bqt) against one call at a time (serial), through the real server and the native open-loop load generator.
 
-Services (server/gnnsched): GCN on pubmed-shaped subgraphs (F = 500), SAGE and GIN on
+Services (server/colocation): GCN on pubmed-shaped subgraphs (F = 500), SAGE and GIN on
 artist-shaped ones (F = 100), LAYERS layers of HIDDEN; requests are each dataset's 25 2-hop
 subgraphs (workload.py) at --scale. Each QoS target is 2x the service's mean standalone time as
 a client sees it (each request called alone, after a warm-up round, on a serial server using every
@@ -32,7 +32,7 @@ from datetime import datetime, timezone
 
 import numpy as np
 
-from splitrpc.bench.command_line import add_subcommand, command_of, run_as_module, write_report
+from splitrpc.reporting import add_subcommand, command_of, run_as_module, write_report
 from splitrpc.bench import model_server
 from splitrpc.bench.procs import Proc, free_port
 
@@ -74,18 +74,18 @@ def _say(a, msg: str) -> None:
 def build(scale: float, seed: int):
     """{model: (torch model, features, classes, [(x, edge_index) tensors of each subgraph], limits)}:
     the same in the benchmark and in its servers (weights from the seed)."""
-    from splitrpc.services.gnnsched import models, workload
+    from splitrpc.services.colocation import op_models, workload
 
     out = {}
     for kind, ds, _ in SERVICES:
         _, _, feats, classes = workload.DATASETS[ds]
-        m = models.build(kind, feats, hidden=HIDDEN, layers=LAYERS, classes=classes, seed=seed)
+        m = op_models.build(kind, feats, hidden=HIDDEN, layers=LAYERS, classes=classes, seed=seed)
         reqs = []
         for i in range(workload.SUBGRAPHS):
             ei, nn = workload.subgraph_edges(ds, i, scale=scale, seed=seed)
             if ei.shape[1] == 0:
                 continue
-            x, _ = models.random_request(nn, 1, feats, seed=seed * 1000 + i)
+            x, _ = op_models.random_request(nn, 1, feats, seed=seed * 1000 + i)
             reqs.append((x, ei.contiguous()))
         limits = (max(x.shape[0] for x, _ in reqs), max(ei.shape[1] for _, ei in reqs))
         out[kind] = (m, feats, classes, reqs, limits)
@@ -97,7 +97,7 @@ def serve(a) -> int:
     import signal
 
     import splitrpc
-    from splitrpc.services.gnnsched import colocate
+    from splitrpc.services.colocation import colocate
 
     services = build(a.scale, a.seed)
     qos = dict(kv.split("=") for kv in a.qos.split(",") if kv)
@@ -128,9 +128,9 @@ def serve(a) -> int:
 def run(a) -> dict:
     import torch
 
-    from splitrpc.loadgen import runner, schedule
+    from splitrpc import arrivals, load_run
     from splitrpc.loadgen.report import machine
-    from splitrpc.services.gnnsched import colocate, pmc
+    from splitrpc.services.colocation import colocate, pmc
     import splitrpc
 
     t_start = time.monotonic()
@@ -200,8 +200,8 @@ def run(a) -> dict:
 
                 def drive(kind, fid, seed):
                     with splitrpc.Client("127.0.0.1", port, timeout=max(10.0, 50 * qos[kind])) as c:
-                        sched = schedule.arrivals("poisson", rate, n, seed=seed)
-                        recs[kind] = runner.run_load(c, fid, packed[kind], schedule=sched, timeout_s=max(10.0, 50 * qos[kind]),
+                        sched = arrivals.arrivals("poisson", rate, n, seed=seed)
+                        recs[kind] = load_run.run_load(c, fid, packed[kind], schedule=sched, timeout_s=max(10.0, 50 * qos[kind]),
                                                      index=np.random.default_rng(seed).integers(0, len(packed[kind]), n))
 
                 ths = [threading.Thread(target=drive, args=(k, fid, a.seed * 100 + fid)) for k, _, fid in SERVICES]

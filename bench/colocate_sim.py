@@ -30,7 +30,7 @@ from datetime import datetime, timezone
 
 import numpy as np
 
-from splitrpc.bench.command_line import add_subcommand, command_of, run_as_module, write_report
+from splitrpc.reporting import add_subcommand, command_of, run_as_module, write_report
 
 POLICY_ORDER = ("serial", "fifo", "sqtf", "bqt", "unbounded")
 METRICS = ("violations", "jct_mean", "queueing_mean", "queueing_short_mean", "p99_over_qos", "overruns",
@@ -69,7 +69,7 @@ def _say(a, msg: str) -> None:
 def run(a) -> dict:
     """The whole comparison as a JSON-able document."""
     from splitrpc.loadgen.report import machine
-    from splitrpc.services.gnnsched import models, pmc, sim, workload
+    from splitrpc.services.colocation import op_models, pmc, sim, workload
 
     queues, loads = a.queues.split(","), a.loads.split(",")
     for q in queues:
@@ -92,9 +92,9 @@ def run(a) -> dict:
             f"{min(s.nodes for s in shapes)}..{max(s.nodes for s in shapes)}, edges "
             f"{min(s.edges for s in shapes)}..{max(s.edges for s in shapes)}")
     estimators, dims = {}, {}
-    for kind in models.MODELS:
+    for kind in op_models.MODELS:
         for ds, (_, _, feats, classes) in workload.DATASETS.items():
-            m = models.build(kind, feats, hidden=a.hidden, layers=a.layers, classes=classes, seed=a.seed)
+            m = op_models.build(kind, feats, hidden=a.hidden, layers=a.layers, classes=classes, seed=a.seed)
             estimators[kind, ds], dims[kind, ds] = pmc.Estimator(m), m.dims
 
     def jobs_of(items):
@@ -136,7 +136,7 @@ def run(a) -> dict:
         c = cell("mix", "high", sim.device_with([f"op_overhead={o}"], base))
         sensitivity.append({"op_overhead": o, "mean": c["mean"]})
     device = base
-    pmcs = [estimators[k, s.dataset].estimate(s.nodes, s.edges).pmc for k in models.MODELS for s in shapes]
+    pmcs = [estimators[k, s.dataset].estimate(s.nodes, s.edges).pmc for k in op_models.MODELS for s in shapes]
     return {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "command": command_of(a),
             "machine": machine(), "device": {**asdict(device), "simulated": True}, "budget": budget,
             "layers": a.layers, "hidden": a.hidden, "scale": a.scale, "repeats": a.repeats,

@@ -20,7 +20,7 @@ import numpy as np
 
 from splitrpc import dpdk
 from splitrpc.bench import netns
-from splitrpc.bench.command_line import add_subcommand, command_of, run_as_module
+from splitrpc.reporting import add_subcommand, command_of, run_as_module
 from splitrpc.bench.procs import Proc, ServerDied
 from splitrpc.loadgen import report
 from splitrpc.loadgen.load_cli import comma_list

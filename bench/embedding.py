@@ -40,7 +40,7 @@ from datetime import datetime, timezone
 
 import numpy as np
 
-from splitrpc.bench.command_line import add_subcommand, command_of, run_as_module, write_report
+from splitrpc.reporting import add_subcommand, command_of, run_as_module, write_report
 from splitrpc.bench import model_server
 from splitrpc.bench.procs import Proc, free_port
 
@@ -148,12 +148,12 @@ def _stats(port: int) -> dict:
 
 def _closed_loop(port: int, requests: list, calls: int, concurrency: int, seed: int) -> dict:
     import splitrpc
-    from splitrpc.loadgen import runner
+    from splitrpc import load_run
     from splitrpc.services.embedding import dlrm
 
     with splitrpc.Client("127.0.0.1", port, timeout=30.0) as c:
         t0 = time.monotonic()
-        rec = runner.run_load(c, dlrm.FUNC_ID, requests, concurrency=concurrency, n=calls, timeout_s=30.0,
+        rec = load_run.run_load(c, dlrm.FUNC_ID, requests, concurrency=concurrency, n=calls, timeout_s=30.0,
                               index=np.random.default_rng(seed).integers(0, len(requests), calls))
         wall = time.monotonic() - t0
     lat = rec.latency_ns() / 1e6

@@ -1,6 +1,6 @@
 """fleet.py: `splitrpc bench-fleet`: the fleet on a local Ray cluster with simulated nodes of two server kinds, end to end: each kind's latency-bounded QPS measured (the efficiency tuples), the provisioner's integer-program plan for a Wikipedia-like day compressed to minutes, the controller following it while an open loop replays the day through a Pool (1-second bins against the SLA, calls lost), SIGKILL of a replica under load (failover), and power-of-two choices against random choice over replicas of unequal capacity (same run, alternated).
 
-EMULATED: the replicas serve splitrpc.services.hercules.fleet_app, a timed stand-in model (a
+EMULATED: the replicas serve splitrpc.services.fleet.stand_in, a timed stand-in model (a
 sleep per batch, as on an accelerator), and the two kinds differ only by its settings: this
 2-vCPU machine cannot give replicas CPUs of their own. What is measured is the control plane
 (placement, plan following, drain, failover, choice), not a model. Every process of the cluster
@@ -19,7 +19,7 @@ from datetime import datetime, timezone
 
 import numpy as np
 
-from splitrpc.bench.command_line import add_subcommand, command_of, run_as_module, write_report
+from splitrpc.reporting import add_subcommand, command_of, run_as_module, write_report
 
 KINDS = {  # the simulated kinds: the stand-in model's settings (EMULATED capacities)
     "small": {"FLEET_APP_BATCH_MS": "10", "FLEET_APP_MAX_BATCH": "2", "FLEET_APP_CAPACITY": "64"},
@@ -57,9 +57,10 @@ def _say(msg: str) -> None:
 
 
 def run(a) -> dict:
-    from splitrpc.loadgen.schedule import wikipedia_day
-    from splitrpc.services.hercules import cluster, fleet, measure
-    from splitrpc.services.hercules import provision as pv
+    from splitrpc.arrivals import wikipedia_day
+    from splitrpc.services.fleet import cluster, replicas
+    from splitrpc.services.planning import capacity
+    from splitrpc.services.planning import provision as pv
 
     nodes = cluster.parse_nodes(a.nodes)
     for n in nodes:
@@ -78,24 +79,24 @@ def run(a) -> dict:
     _say(f"starting a local Ray cluster: {a.nodes}")
     rec = cluster.start_local(nodes)
     try:
-        svc = fleet.Service("work", argv=["splitrpc.services.hercules.fleet_app:setup"],
+        svc = replicas.Service("work", argv=["splitrpc.services.fleet.stand_in:setup"],
                             kinds={k: {"env": v} for k, v in KINDS.items()}, grace_s=5.0)
-        ctl = fleet.deploy([svc])
-        ray = fleet.ray
+        ctl = replicas.deploy([svc])
+        ray = replicas.ray
 
         def use(target: dict) -> None:
             ray.get(ctl.set_target.remote({"work": target}))
-            fleet.wait_live(ctl, {"work": {k: n for k, n in target.items() if n}})
-            time.sleep(2 * fleet.REFRESH_S)  # the pools' directories catch up
+            replicas.wait_live(ctl, {"work": {k: n for k, n in target.items() if n}})
+            time.sleep(2 * replicas.REFRESH_S)  # the pools' directories catch up
 
         # ---- 1. efficiency tuples: each kind's latency-bounded QPS, one replica
         tuples, trials = [], {}
         for kind in inventory:
             _say(f"latency-bounded QPS of one {kind} replica (SLA p99 {a.sla_ms:g} ms)")
             use({k: int(k == kind) for k in inventory})
-            with fleet.fleet_pool("work", timeout=2.0) as pool:
-                qps, tr = measure.latency_bounded_qps(
-                    lambda r: measure.open_loop(pool, WORK_ID, payload, r, a.trial_s, seed=a.seed),
+            with replicas.fleet_pool("work", timeout=2.0) as pool:
+                qps, tr = capacity.latency_bounded_qps(
+                    lambda r: capacity.open_loop(pool, WORK_ID, payload, r, a.trial_s, seed=a.seed),
                     sla, start=50.0, log=lambda m: _say("  " + m))
             tuples.append(pv.Tuple("work", kind, qps, None))
             trials[kind] = tr
@@ -121,17 +122,17 @@ def run(a) -> dict:
         # ---- 3. the day: the controller follows the plan, an open loop replays the load
         use(steps[0]["target"]["work"])
         rate_at = lambda t: float(np.interp(t, times, loads))  # noqa: E731
-        with fleet.fleet_pool("work", timeout=2.0) as pool:
+        with replicas.fleet_pool("work", timeout=2.0) as pool:
             t0 = time.time() + 0.5
             ray.get(ctl.follow.remote([{"at_s": s["at_s"], "target": s["target"]} for s in steps], t0, a.lead_s))
             time.sleep(max(0.0, t0 - time.time()))
-            day = measure.open_loop(pool, WORK_ID, payload, rate_at, a.day_s, seed=a.seed + 1,
+            day = capacity.open_loop(pool, WORK_ID, payload, rate_at, a.day_s, seed=a.seed + 1,
                                     progress=lambda t: _say(f"  day: {t:5.0f}/{a.day_s:g} s") if int(t) % 30 == 0
                                     else None)
             day_pool = pool.stats()
         events = ray.get(ctl.events_since.remote(t0 - 1))
         bins = day.bins(sla)
-        doc["day"] = {"calls": len(day.outcome), **{o: day.count(o) for o in measure.OUTCOMES},
+        doc["day"] = {"calls": len(day.outcome), **{o: day.count(o) for o in capacity.OUTCOMES},
                       "p99_ms": day.p(0.99) * 1e3, "p50_ms": day.p(0.5) * 1e3, "late_max_ms": day.late_max_s * 1e3,
                       "bins": len(bins), "bins_met": sum(b["met"] for b in bins),
                       "bins_detail": [{**b, "p99_ms": b["p99_s"] * 1e3} for b in bins],
@@ -150,7 +151,7 @@ def run(a) -> dict:
         use(target)
         kill_rate = 0.6 * sum(n * qps[k] for k, n in target.items() if k != victim) if len(inventory) > 1 \
             else 0.3 * qps[victim]
-        with fleet.fleet_pool("work", timeout=2.0) as pool:
+        with replicas.fleet_pool("work", timeout=2.0) as pool:
             killed = {}
 
             def killer():
@@ -163,7 +164,7 @@ def run(a) -> dict:
             th = threading.Thread(target=killer)
             t_run = time.monotonic()
             th.start()
-            kr = measure.open_loop(pool, WORK_ID, payload, kill_rate, 12.0, seed=a.seed + 2)
+            kr = capacity.open_loop(pool, WORK_ID, payload, kill_rate, 12.0, seed=a.seed + 2)
             th.join()
             kill_pool = pool.stats()
             attempt_s = pool.attempt_timeout
@@ -187,8 +188,8 @@ def run(a) -> dict:
         rounds = []
         for k in range(a.choice_rounds):
             for choice in ("p2c", "random"):
-                with fleet.fleet_pool("work", timeout=2.0, choice=choice, seed=a.seed + k) as pool:
-                    r = measure.open_loop(pool, WORK_ID, payload, rate, a.choice_s, seed=a.seed + 10 + k)
+                with replicas.fleet_pool("work", timeout=2.0, choice=choice, seed=a.seed + k) as pool:
+                    r = capacity.open_loop(pool, WORK_ID, payload, rate, a.choice_s, seed=a.seed + 10 + k)
                     st = pool.stats()
                 busy = st["totals"]["busy"]
                 rounds.append({"round": k, "choice": choice, "busy": busy, "p99_ms": r.p(0.99) * 1e3,
@@ -202,7 +203,7 @@ def run(a) -> dict:
 
         # ---- loopback: every socket of the cluster's processes and of this driver
         doc["non_loopback_sockets"] = cluster.non_loopback_sockets(cluster.descendants(rec["pid"]) + [os.getpid()])
-        doc["teardown"] = fleet.teardown()
+        doc["teardown"] = replicas.teardown()
     finally:
         cluster.stop_local()
     doc["seconds"] = time.monotonic() - t_start
@@ -286,14 +287,14 @@ def plot(doc: dict, path: str) -> str:
 
 def cmd_fleet(a) -> int:
     try:
-        from splitrpc.services.hercules.cluster import import_ray
+        from splitrpc.services.fleet.cluster import import_ray
 
         import_ray()  # with its loopback settings: the first import of ray decides them
         import scipy  # noqa: F401
     except ImportError:
         print("bench-fleet: needs ray and scipy: pip install 'splitrpc[fleet]'", file=sys.stderr)
         return 2
-    from splitrpc.services.hercules.cluster import ClusterError
+    from splitrpc.services.fleet.cluster import ClusterError
 
     try:
         doc = run(a)

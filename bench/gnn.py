@@ -40,9 +40,9 @@ from datetime import datetime, timezone
 
 import numpy as np
 
-from splitrpc.bench.command_line import add_subcommand, command_of, run_as_module
+from splitrpc.reporting import add_subcommand, command_of, run_as_module
 from splitrpc.bench.procs import Proc, free_port
-from splitrpc.services.gnn.measure import PER_SIZE
+from splitrpc.services.gnn.lane_timing import PER_SIZE
 
 SMALL_SEEDS, LARGE_SEEDS = 4, 128
 MIXED_LARGE = 0.2                 # fraction of the mixed workload's calls that are large
@@ -191,14 +191,15 @@ def check_replies(client, svc, func_id: int, reqs, n: int = 12) -> int:
 
 def run_rate(client, func_id: int, reqs, weights, names, rate: float, duration: float, seed: int,
              min_calls: int = MIN_CALLS) -> dict:
-    from splitrpc.loadgen import report, schedule
-    from splitrpc.loadgen.runner import run_load
+    from splitrpc import arrivals
+    from splitrpc.loadgen import report
+    from splitrpc.load_run import run_load
 
     n = max(min_calls, int(rate * duration))
     rng = np.random.default_rng(seed)
     w = np.asarray(weights, float)
     index = rng.choice(len(reqs), size=n, p=w / w.sum()).astype(np.uint32)
-    sched = schedule.arrivals("poisson", rate, n, seed=seed)
+    sched = arrivals.arrivals("poisson", rate, n, seed=seed)
     rec = run_load(client, func_id, list(reqs), schedule=sched, index=index, timeout_s=2.0, max_outstanding=4096)
     s = report.summarize(rec, names=names)
     lat = rec.latency_ns()
@@ -435,7 +436,7 @@ def cmd_bench_gnn(a) -> int:
     from splitrpc import Client
     from splitrpc.loadgen.report import machine
     from splitrpc.services.gnn import calibrate
-    from splitrpc.services.gnn.measure import calibration
+    from splitrpc.services.gnn.lane_timing import calibration
     from splitrpc.services.gnn.serve import FUNC_IDS, GNNService, load_trace
 
     policies = [p for p in a.policies.split(",") if p]

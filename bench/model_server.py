@@ -14,7 +14,7 @@ import json
 import signal
 import sys
 
-from splitrpc._native.server import FUNCTION_DEFAULTS, SERVER_DEFAULTS
+from splitrpc.defaults import FUNCTION_DEFAULTS, SERVER_DEFAULTS
 from splitrpc.bench.procs import Proc, free_port
 
 STATS_FUNC_ID = 90  # clear of the built-in services (1-4) and of the model zoo (10-14)

@@ -22,9 +22,9 @@ from datetime import datetime, timezone
 
 import numpy as np
 
-from splitrpc._native.server import FUNCTION_DEFAULTS
+from splitrpc.defaults import FUNCTION_DEFAULTS
 from splitrpc.bench import model_server, systems
-from splitrpc.bench.command_line import add_subcommand, command_of, run_as_module
+from splitrpc.reporting import add_subcommand, command_of, run_as_module
 from splitrpc.bench.peers import common
 from splitrpc.bench.procs import ServerDied
 from splitrpc.bench.sidebyside import _median_table
@@ -172,7 +172,7 @@ def splitrpc_validate(client, name: str, small: bool, timeout_s: float) -> tuple
 def splitrpc_run(client, name: str, conc: int, calls: int, timeout_s: float) -> ModelResult:
     """A closed-loop run of the native load generator sending the model's example request; a reply
     of the wrong size counts as invalid; the server's stats give the run's batch sizes."""
-    from splitrpc.loadgen.runner import OK, run_load
+    from splitrpc.load_run import OK, run_load
     from splitrpc.services.models import MODELS
 
     info = MODELS[name]

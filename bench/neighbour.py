@@ -82,7 +82,7 @@ def _child(*args: str) -> subprocess.Popen:
 
 def measure(executor: str, busy: bool, calls: int) -> dict:
     import splitrpc
-    from splitrpc.loadgen.runner import run_load
+    from splitrpc.load_run import run_load
     from splitrpc.services import SERVICES
 
     srv = _child("--serve", executor)

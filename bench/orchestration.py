@@ -14,12 +14,12 @@ import numpy as np
 
 import splitrpc
 from splitrpc import gpu
-from splitrpc._native.server import FUNCTION_DEFAULTS
-from splitrpc.bench.command_line import add_subcommand, command_of, run_as_module
+from splitrpc.defaults import FUNCTION_DEFAULTS
+from splitrpc.reporting import add_subcommand, command_of, run_as_module
 from splitrpc.loadgen import report
-from splitrpc.loadgen.hdr import percentiles
+from splitrpc.hdr import percentiles
 from splitrpc.loadgen.load_cli import comma_list
-from splitrpc.loadgen.runner import OK, run_load
+from splitrpc.load_run import OK, run_load
 from splitrpc.services import SERVICES as BUILTIN
 from splitrpc.services import builtin
 from splitrpc.services.models import MODELS, split

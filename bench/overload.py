@@ -30,19 +30,19 @@ from urllib import request
 import numpy as np
 
 import splitrpc
-from splitrpc._native import E_BUSY
-from splitrpc._native.server import FUNCTION_DEFAULTS, SERVER_DEFAULTS
-from splitrpc.bench.command_line import add_subcommand, command_of, run_as_module
+from splitrpc.defaults import FUNCTION_DEFAULTS, SERVER_DEFAULTS
+from splitrpc.reporting import add_subcommand, command_of, run_as_module
 from splitrpc.bench.procs import Proc, ServerDied, free_port
-from splitrpc.errors import SplitRPCError
-from splitrpc.loadgen import report, schedule
-from splitrpc.loadgen.hdr import percentiles
+from splitrpc.errors import Busy, SplitRPCError
+from splitrpc import arrivals
+from splitrpc.loadgen import report
+from splitrpc.hdr import percentiles
 from splitrpc.loadgen.load_cli import comma_list
-from splitrpc.loadgen.runner import INVALID, OK, PENDING, SEND_FAILED, TIMEOUT, Records, Snapshot, run_load
+from splitrpc.load_run import INVALID, OK, PENDING, SEND_FAILED, TIMEOUT, Records, Snapshot, run_load
 from splitrpc.loadgen.validate import validate
 from splitrpc.services import SERVICES
 
-BUSY = E_BUSY
+BUSY = Busy.code
 BASE_FACTOR = 0.5            # the load before and after the overload, times capacity
 REPLY_CACHE_MIB = SERVER_DEFAULTS["reply_cache_bytes"] >> 20  # the server's default reply-cache cap
 
@@ -504,7 +504,7 @@ def _run(a, svc, req: bytes, exp: bytes, proc: Proc, port: int, url: str, sample
             raise ServerDied("the capacity ramp got no valid reply")
         phs = phases(a, peak)
         end_s = phs[-1]["end_s"]
-        sched = schedule.trace_arrivals([p["start_s"] for p in phs], [p["rate_rps"] for p in phs], end_s,
+        sched = arrivals.trace_arrivals([p["start_s"] for p in phs], [p["rate_rps"] for p in phs], end_s,
                                         arrival="poisson", seed=a.seed)
         say(f"peak {peak:,.0f} calls/s; open loop: {a.base_s:g} s at {phs[0]['rate_rps']:,.0f}/s, "
             f"{a.overload_s:g} s at {phs[1]['rate_rps']:,.0f}/s, {a.tail_s:g} s at {phs[2]['rate_rps']:,.0f}/s "

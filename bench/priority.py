@@ -56,8 +56,8 @@ def serve(sched: str) -> None:
 
 def _load(port: int, fid: int, rate: float, seconds: float, seed: int, out: dict) -> None:
     import splitrpc
-    from splitrpc.loadgen.runner import code_name, run_load
-    from splitrpc.loadgen.schedule import arrivals
+    from splitrpc.load_run import code_name, run_load
+    from splitrpc.arrivals import arrivals
 
     req = np.arange(16, dtype=np.float32)
     n = int(rate * seconds)

@@ -91,10 +91,10 @@ def start_raw(busy: bool, req: int, resp: int) -> tuple[Proc, int]:
 
 def raw_server_main(port: int, busy: int, req: int, resp: int) -> int:
     """The raw UDP server until SIGTERM (runs in the child process)."""
-    from splitrpc._native import raw
+    from splitrpc import raw_udp
 
     signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
-    return 1 if raw.echo_serve("127.0.0.1", port, bool(busy), req, resp) else 0
+    return 1 if raw_udp.echo_serve("127.0.0.1", port, bool(busy), req, resp) else 0
 
 
 if __name__ == "__main__":

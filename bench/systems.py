@@ -15,13 +15,14 @@ from importlib import import_module
 import numpy as np
 
 from splitrpc import Client
-from splitrpc._native import raw as _raw
+from splitrpc import raw_udp
 from splitrpc.bench.peers import common
 from splitrpc.bench.procs import Proc, ServerDied, free_port, start_raw, start_splitrpc
 from splitrpc.errors import NativeError
-from splitrpc.loadgen import report, schedule
-from splitrpc.loadgen.hdr import percentiles
-from splitrpc.loadgen.runner import run_load
+from splitrpc import arrivals
+from splitrpc.loadgen import report
+from splitrpc.hdr import percentiles
+from splitrpc.load_run import run_load
 from splitrpc.services import SERVICES
 
 PEERS = {  # system name -> (module, variant)
@@ -118,10 +119,10 @@ def raw_sizes(service: str) -> tuple[int, int]:
 
 def raw_run(proc: Proc, port: int, service: str, busy: bool, conc: int, calls: int) -> Result:
     req_size, resp_size = raw_sizes(service)
-    proc.wait_until(lambda: _raw.pingpong("127.0.0.1", port, req_size, resp_size, False, 0, 1), "raw UDP server")
+    proc.wait_until(lambda: raw_udp.pingpong("127.0.0.1", port, req_size, resp_size, False, 0, 1), "raw UDP server")
     r = Result(f"raw-udp-{'busy' if busy else 'block'}", service, conc)
     try:
-        lat, elapsed_ns = _raw.closed_loop("127.0.0.1", port, req_size, resp_size, busy, conc, max(calls // 10, 10),
+        lat, elapsed_ns = raw_udp.closed_loop("127.0.0.1", port, req_size, resp_size, busy, conc, max(calls // 10, 10),
                                            calls)
     except NativeError as e:
         r.status = f"failed: {os.strerror(e.errno)}"
@@ -150,7 +151,7 @@ def splitrpc_run(c: Client, system: str, service: str, conc: int, calls: int) ->
 def splitrpc_open(c: Client, system: str, service: str, rate: float, duration_s: float) -> Result:
     req, want = request_for(service)
     svc = SERVICES[service]
-    sched = schedule.arrivals("poisson", rate, max(int(rate * duration_s), 1), seed=int(rate))
+    sched = arrivals.arrivals("poisson", rate, max(int(rate * duration_s), 1), seed=int(rate))
     recs = run_load(c, svc.func_id, req, expect=want, schedule=sched, timeout_s=2.0, spin=True)
     s = report.summarize(recs)
     return _fill(Result(system, service, None, s["offered_rps"]), recs.latency_ns(), s["duration_s"], len(sched),

@@ -6,20 +6,20 @@ import argparse
 import os
 import sys
 import threading
-import time
 from datetime import datetime, timezone
 
 import numpy as np
 
 from splitrpc import __version__
-from splitrpc._native.client import CLIENT_DEFAULTS
+from splitrpc.defaults import CLIENT_DEFAULTS
 from splitrpc.client import Client
 from splitrpc.dpdk import DPDKError
 from splitrpc.errors import CallTimeout, SplitRPCError
-from splitrpc.loadgen import report, schedule
+from splitrpc import arrivals
+from splitrpc.loadgen import report
 from splitrpc.loadgen.progress import ProgressLine
 from splitrpc.loadgen.request_set import RequestSet, load_request_set
-from splitrpc.loadgen.runner import Records, run_load
+from splitrpc.load_run import Records, run_load
 from splitrpc.loadgen.validate import validate, validate_set
 
 
@@ -65,7 +65,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--calls", type=int, default=20000, help="closed: recorded calls per concurrency")
     p.add_argument("--rates", type=comma_list(float), default=[1000.0], help="open: offered calls/s, e.g. 1000,10000")
     p.add_argument("--duration", type=float, default=5.0, help="open: seconds per rate; trace: the replay's length")
-    p.add_argument("--arrival", choices=tuple(schedule.ARRIVALS), default="poisson")
+    p.add_argument("--arrival", choices=tuple(arrivals.ARRIVALS), default="poisson")
     p.add_argument("--cv", type=float, default=4.0, help="hyperexp: coefficient of variation (> 1)")
     p.add_argument("--trace", help="trace: CSV of time_s,rate_rps to replay")
     p.add_argument("--wiki-peak", type=float, help="trace: replay a Wikipedia-like day peaking at this rate")
@@ -168,10 +168,10 @@ def _trace(a) -> tuple[np.ndarray, np.ndarray, float]:
     if a.trace and a.wiki_peak:
         raise LoadError("give --trace or --wiki-peak, not both")
     if a.trace:
-        t, r = schedule.read_trace_csv(a.trace)
+        t, r = arrivals.read_trace_csv(a.trace)
         return t, r, float(t[-1] + (t[-1] - t[-2] if len(t) > 1 else 1.0))
     if a.wiki_peak:
-        t, r = schedule.wikipedia_day(a.wiki_peak, a.duration, noise=a.noise, seed=a.seed)
+        t, r = arrivals.wikipedia_day(a.wiki_peak, a.duration, noise=a.noise, seed=a.seed)
         return t, r, a.duration
     raise LoadError("--mode trace needs --trace FILE.csv or --wiki-peak RATE")
 
@@ -213,7 +213,7 @@ class Job:
             finally:
                 timer.cancel()
         else:
-            r = self.run("warm-up", schedule=schedule.arrivals(self.a.arrival, rate, max(1, int(rate * s)),
+            r = self.run("warm-up", schedule=arrivals.arrivals(self.a.arrival, rate, max(1, int(rate * s)),
                                                                cv=self.a.cv, seed=self.a.seed + 1000))
         return self.summarize(r, "warm-up")
 
@@ -275,7 +275,7 @@ def _mean_request_bytes(rs: RequestSet) -> int:
 def cmd_load(a) -> int:
     try:
         return _load(a)
-    except (LoadError, schedule.TraceError, ValueError, OSError, DPDKError) as e:
+    except (LoadError, arrivals.TraceError, ValueError, OSError, DPDKError) as e:
         print(f"splitrpc load: {e}", file=sys.stderr)
         return 2
 
@@ -347,7 +347,7 @@ def _load(a) -> int:
         elif a.mode == "open":
             for i, rate in enumerate(a.rates):
                 n = max(1, int(rate * a.duration))
-                sched = schedule.arrivals(a.arrival, rate, n, cv=a.cv, seed=a.seed + i)
+                sched = arrivals.arrivals(a.arrival, rate, n, cv=a.cv, seed=a.seed + i)
                 recs = job.run(f"open {rate:,.0f}/s", schedule=sched)
                 records.append(recs)
                 runs.append(job.summarize(recs, a.label))
@@ -355,7 +355,7 @@ def _load(a) -> int:
                 if recs.interrupted:
                     break
         else:
-            sched = schedule.trace_arrivals(t, r, end, arrival=a.arrival, cv=a.cv, seed=a.seed)
+            sched = arrivals.trace_arrivals(t, r, end, arrival=a.arrival, cv=a.cv, seed=a.seed)
             if len(sched) == 0:
                 raise LoadError("the trace asks for no calls at all")
             doc["trace"] = {"source": a.trace or f"wikipedia-like day, peak {a.wiki_peak}/s, noise {a.noise}",

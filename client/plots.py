@@ -6,7 +6,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from splitrpc.loadgen.hdr import percentiles
+from splitrpc.hdr import percentiles
 
 __all__ = ["PlotUnavailable", "find_knee", "latency_vs_load", "throughput_vs_concurrency", "latency_cdf",
            "latency_over_time"]

@@ -7,7 +7,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.text import Text
 
-from splitrpc.loadgen.runner import Snapshot
+from splitrpc.load_run import Snapshot
 
 
 class ProgressLine:

@@ -9,9 +9,9 @@ import os
 
 import numpy as np
 
-from splitrpc.loadgen.hdr import HdrHistogram, percentiles
+from splitrpc.hdr import HdrHistogram, percentiles
 from splitrpc.machine import describe
-from splitrpc.loadgen.runner import INVALID, OK, PENDING, SEND_FAILED, TIMEOUT, Records, code_name
+from splitrpc.load_run import INVALID, OK, PENDING, SEND_FAILED, TIMEOUT, Records, code_name
 
 LATENCY_KEYS = ("min", "mean", "p50", "p90", "p95", "p99", "p99.9", "max")
 

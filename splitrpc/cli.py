@@ -15,11 +15,11 @@ import time
 import numpy as np
 
 from splitrpc import Client, Server, __version__, features
-from splitrpc._native.client import CLIENT_DEFAULTS
+from splitrpc.defaults import CLIENT_DEFAULTS
 from splitrpc.client import split_address
-from splitrpc._native.server import FUNCTION_DEFAULTS, SERVER_DEFAULTS
+from splitrpc.defaults import FUNCTION_DEFAULTS, SERVER_DEFAULTS
 from splitrpc.errors import SplitRPCError
-from splitrpc.loadgen.hdr import percentiles
+from splitrpc.hdr import percentiles
 from splitrpc.server import SCHED_POLICIES, WAIT_MODES
 
 
@@ -698,11 +698,11 @@ def build_parser() -> argparse.ArgumentParser:
     from splitrpc.bench.colocate import add_parser as add_bench_colocate_parser
     from splitrpc.bench.embedding import add_parser as add_bench_embedding_parser
     from splitrpc.bench.colocate_sim import add_parser as add_bench_colocate_sim_parser
-    from splitrpc.bench.provision import add_parser as add_provision_parser
+    from splitrpc.services.planning.provision_command import add_parser as add_provision_parser
     from splitrpc.bench.fleet import add_parser as add_bench_fleet_parser
-    from splitrpc.bench.tune import add_parser as add_tune_parser
-    from splitrpc.services.hercules.fleet_cli import add_parser as add_fleet_parser  # ray only when run
-    from splitrpc.services.gnn.measure import add_parser as add_calibrate_parser  # numpy only until run
+    from splitrpc.services.planning.tune_command import add_parser as add_tune_parser
+    from splitrpc.services.fleet.commands import add_parser as add_fleet_parser  # ray only when run
+    from splitrpc.services.gnn.lane_timing import add_parser as add_calibrate_parser  # numpy only until run
 
     add_bench_gnn_parser(sub)
     add_bench_colocate_parser(sub)

@@ -77,7 +77,7 @@ class Client:
                  rto_min: float | None = None, rto_initial: float | None = None, rto_max: float | None = None,
                  window: int | None = None, busy_retry: bool | None = None, busy_backoff: float | None = None,
                  protocol: int | None = None):
-        # A setting left None takes the C core's default (srpc_client_config_init, native/src/tunables.h;
+        # A setting left None takes the C core's default (srpc_client_config_init, native/src/core/tunables.h;
         # splitrpc._native.client.CLIENT_DEFAULTS; segment_size: by destination; dpdk_mtu: 1500).
         # timeout has no C counterpart: it is Python's own, defined here once.
         if transport not in ("udp", "dpdk"):

@@ -127,7 +127,7 @@ class Server:
     ):
         self._init_kwargs = {k: v for k, v in locals().items() if k != "self"}  # rebuild() makes it again
         self._registrations: list = []  # add_function's arguments, for rebuild()
-        # A setting left None takes the C core's default (srpc_server_config_init, native/src/tunables.h;
+        # A setting left None takes the C core's default (srpc_server_config_init, native/src/core/tunables.h;
         # splitrpc._native.server.SERVER_DEFAULTS lists them; dpdk_mtu: 0 there, which means 1500).
         if wait is not None and wait not in WAIT_MODES:
             raise ValueError(f"wait must be one of {sorted(WAIT_MODES)}, got {wait!r}")
@@ -284,7 +284,7 @@ class Server:
         0xFF00 .. 0xFFFF are the server's own (ping and describe: docs/PROTOCOL.md, Amendment 1).
 
         ``max_batch``, ``capacity`` (elements per Tensor Queue) and ``max_delay_us`` left None take
-        the C core's defaults (srpc_func_config_init, native/src/tunables.h); a raw function's
+        the C core's defaults (srpc_func_config_init, native/src/core/tunables.h); a raw function's
         ``max_request`` and ``max_response`` left None are the server's max_message.
         """
 
@@ -644,7 +644,7 @@ class Server:
 
     def add_stats_source(self, key: str, source: Callable[[], dict]) -> None:
         """Adds source()'s dict to stats() under key (a scheduler layered on the functions, such as
-        splitrpc.services.gnnsched's co-location, reports there and so in /metrics). source runs on
+        splitrpc.services.colocation's co-location, reports there and so in /metrics). source runs on
         whichever thread calls stats(): it takes its own locks."""
         if not callable(source):
             raise ValueError(f"source must be callable, got {source!r}")

@@ -12,7 +12,7 @@ if _TESTS not in sys.path:
 
 import splitrpc  # noqa: E402
 from splitrpc.services import register_builtin_services  # noqa: E402
-from splitrpc.services.hercules.cluster import LOOPBACK_ENV  # noqa: E402 - no ray import
+from splitrpc.services.fleet.cluster import LOOPBACK_ENV  # noqa: E402 - no ray import
 
 for _k, _v in LOOPBACK_ENV.items():  # Ray on 127.0.0.1 only, whichever test imports it first
     os.environ.setdefault(_k, _v)

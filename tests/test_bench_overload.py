@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from splitrpc.bench import overload as ov
-from splitrpc.loadgen.runner import OK, REC_DTYPE, TIMEOUT
+from splitrpc.load_run import OK, REC_DTYPE, TIMEOUT
 
 CHECKS = {"goodput under overload", "excess calls answered BUSY", "server memory bounded", "latency recovers",
           "no wrong replies"}

@@ -287,7 +287,7 @@ import json
 import sys
 import numpy as np
 import splitrpc
-from splitrpc.loadgen.runner import OK, run_load
+from splitrpc.load_run import OK, run_load
 c = splitrpc.Client("10.77.0.1", 9000, timeout=10.0, retries=5, transport="dpdk", dpdk_port="net_memif0",
                     local_ip="10.77.0.2",
                     dpdk_args={eal!r} + ["--vdev=net_memif0,role=client,socket={sock}"])

@@ -10,7 +10,7 @@ import time
 import numpy as np
 import pytest
 
-from splitrpc.services.hercules import cluster
+from splitrpc.services.fleet import cluster
 
 try:
     cluster.import_ray()  # with the loopback settings (conftest also sets them before any test imports ray)
@@ -20,24 +20,24 @@ except ImportError:
 REQ = np.arange(16, dtype=np.float32)
 WANT = (REQ + 1).tobytes()
 WORK = 300
-APP = "splitrpc.services.hercules.fleet_app:setup"
+APP = "splitrpc.services.fleet.stand_in:setup"
 
 
 @pytest.fixture(scope="module")
 def fleet_env(tmp_path_factory):
     state = str(tmp_path_factory.mktemp("fleet") / "fleet.json")
     rec = cluster.start_local(cluster.parse_nodes("small=3,big=2"), state=state)
-    from splitrpc.services.hercules import fleet
+    from splitrpc.services.fleet import replicas
 
     cluster.connect(state=state)
-    svc = fleet.Service("work", argv=[APP], grace_s=5.0,
+    svc = replicas.Service("work", argv=[APP], grace_s=5.0,
                         kinds={"small": {"env": {"FLEET_APP_BATCH_MS": "4"}}, "big": {"env": {"FLEET_APP_BATCH_MS": "1"}}})
-    ctl = fleet.deploy([svc])
+    ctl = replicas.deploy([svc])
     try:
-        yield fleet, ctl, rec
+        yield replicas, ctl, rec
     finally:
         try:
-            fleet.teardown()
+            replicas.teardown()
         finally:
             cluster.stop_local(state)
             try:  # whatever happened above, nothing of the cluster outlives the tests
@@ -46,9 +46,9 @@ def fleet_env(tmp_path_factory):
                 pass
 
 
-def _use(fleet, ctl, target: dict) -> list:
-    fleet.ray.get(ctl.set_target.remote({"work": target}))
-    return fleet.wait_live(ctl, {"work": {k: n for k, n in target.items() if n}}, timeout=90)
+def _use(replicas, ctl, target: dict) -> list:
+    replicas.ray.get(ctl.set_target.remote({"work": target}))
+    return replicas.wait_live(ctl, {"work": {k: n for k, n in target.items() if n}}, timeout=90)
 
 
 def _closed_loop(pool, stop: threading.Event, out: dict, idempotent: bool) -> None:
@@ -72,18 +72,18 @@ def _load(pool, n: int, idempotent: bool):
 
 
 def test_replicas_by_kind_in_the_directory(fleet_env):
-    fleet, ctl, _ = fleet_env
-    ray = fleet.ray
-    reps = _use(fleet, ctl, {"small": 1, "big": 1})
+    replicas, ctl, _ = fleet_env
+    ray = replicas.ray
+    reps = _use(replicas, ctl, {"small": 1, "big": 1})
     assert sorted(r["kind"] for r in reps) == ["big", "small"]
-    live = ray.get(fleet.directory().live.remote("work"))
+    live = ray.get(replicas.directory().live.remote("work"))
     assert sorted(e["address"] for e in live) == sorted(r["address"] for r in reps)
     nodes = {n["NodeID"]: n["Resources"] for n in ray.nodes() if n["Alive"]}
     for e in live:  # placed on a node of its kind, serving the stand-in's function
         assert cluster.kind_resource(e["kind"]) in nodes[e["node"]]
         assert [f["name"] for f in e["functions"]] == ["work"]
         assert e["address"].startswith("127.0.0.1:")
-    with fleet.fleet_pool("work", timeout=2.0) as pool:
+    with replicas.fleet_pool("work", timeout=2.0) as pool:
         for _ in range(50):
             assert pool.call(WORK, REQ) == WANT
         assert len(pool.stats()["replicas"]) == 2
@@ -92,16 +92,16 @@ def test_replicas_by_kind_in_the_directory(fleet_env):
 def test_add_and_drain_under_load_lose_no_call(fleet_env):
     """Calls NOT marked idempotent: a removed replica is taken out of the directory before its
     server drains, and DRAINING answers (never run) go to another replica: no call fails."""
-    fleet, ctl, _ = fleet_env
-    ray = fleet.ray
-    _use(fleet, ctl, {"small": 1, "big": 1})
+    replicas, ctl, _ = fleet_env
+    ray = replicas.ray
+    _use(replicas, ctl, {"small": 1, "big": 1})
     before = ray.get(ctl.status.remote())["counts"]
-    with fleet.fleet_pool("work", timeout=3.0) as pool:
+    with replicas.fleet_pool("work", timeout=3.0) as pool:
         stop, ths, out = _load(pool, 4, idempotent=False)
         try:
             for target in ({"small": 3, "big": 1}, {"small": 0, "big": 2}, {"small": 1, "big": 0},
                            {"small": 1, "big": 1}):
-                _use(fleet, ctl, target)
+                _use(replicas, ctl, target)
                 time.sleep(0.5)
         finally:
             stop.set()
@@ -115,11 +115,11 @@ def test_add_and_drain_under_load_lose_no_call(fleet_env):
 
 
 def test_sigkill_fails_over_within_the_bound_and_is_replaced(fleet_env):
-    fleet, ctl, _ = fleet_env
-    ray = fleet.ray
-    _use(fleet, ctl, {"small": 1, "big": 1})
+    replicas, ctl, _ = fleet_env
+    ray = replicas.ray
+    _use(replicas, ctl, {"small": 1, "big": 1})
     died0 = ray.get(ctl.status.remote())["counts"]["died"]
-    with fleet.fleet_pool("work", timeout=3.0) as pool:
+    with replicas.fleet_pool("work", timeout=3.0) as pool:
         stop, ths, out = _load(pool, 6, idempotent=True)
         try:
             time.sleep(0.5)
@@ -132,23 +132,23 @@ def test_sigkill_fails_over_within_the_bound_and_is_replaced(fleet_env):
     assert out["failed"] == [] and out["ok"] > 50, out
     # the bound (docs/fleet.md): attempt_timeout (a quarter of the 3 s timeout) plus one call
     assert out["max_s"] < pool.attempt_timeout + 0.5, out
-    reps = fleet.wait_live(ctl, {"work": {"small": 1, "big": 1}}, timeout=60)
+    reps = replicas.wait_live(ctl, {"work": {"small": 1, "big": 1}}, timeout=60)
     st = ray.get(ctl.status.remote())
     assert st["counts"]["died"] == died0 + 1
     assert killed["address"] not in [r["address"] for r in reps]  # a new replica, a new port
 
 
 def test_follows_a_plan(fleet_env):
-    fleet, ctl, _ = fleet_env
-    ray = fleet.ray
-    _use(fleet, ctl, {"small": 1, "big": 0})
+    replicas, ctl, _ = fleet_env
+    ray = replicas.ray
+    _use(replicas, ctl, {"small": 1, "big": 0})
     t0 = time.time()
     ray.get(ctl.follow.remote([{"at_s": 0, "target": {"work": {"small": 1, "big": 0}}},
                                {"at_s": 3, "target": {"work": {"small": 2, "big": 1}}},
                                {"at_s": 6, "target": {"work": {"small": 0, "big": 1}}}], t0, 0.5))
-    fleet.wait_live(ctl, {"work": {"small": 2, "big": 1}}, timeout=60)
+    replicas.wait_live(ctl, {"work": {"small": 2, "big": 1}}, timeout=60)
     assert time.time() - t0 >= 2.5  # not before its time (less the lead)
-    fleet.wait_live(ctl, {"work": {"big": 1}}, timeout=60)
+    replicas.wait_live(ctl, {"work": {"big": 1}}, timeout=60)
     assert time.time() - t0 >= 6
     events = ray.get(ctl.events_since.remote(t0))
     drained = [e["id"] for e in events if e["event"] == "drained"]
@@ -156,9 +156,9 @@ def test_follows_a_plan(fleet_env):
 
 
 def test_every_socket_on_loopback(fleet_env):
-    fleet, ctl, rec = fleet_env
-    _use(fleet, ctl, {"small": 1, "big": 1})
-    with fleet.fleet_pool("work", timeout=2.0) as pool:
+    replicas, ctl, rec = fleet_env
+    _use(replicas, ctl, {"small": 1, "big": 1})
+    with replicas.fleet_pool("work", timeout=2.0) as pool:
         assert pool.call(WORK, REQ) == WANT
         pids = cluster.descendants(rec["pid"]) + [os.getpid()]
         names = set()
@@ -180,8 +180,8 @@ def test_every_socket_on_loopback(fleet_env):
 
 
 def test_bad_targets_are_refused(fleet_env):
-    fleet, ctl, _ = fleet_env
-    ray = fleet.ray
+    replicas, ctl, _ = fleet_env
+    ray = replicas.ray
     with pytest.raises(Exception, match="no service 'nope'"):
         ray.get(ctl.set_target.remote({"nope": {"small": 1}}))
     with pytest.raises(Exception, match="server kind"):
@@ -247,7 +247,7 @@ def test_fleet_up_status_down(tmp_path):
 
 def test_plan_steps_from_provision(tmp_path):
     """`fleet up --plan`: the MILP allocations of a provision.json, compressed into --day-s."""
-    from splitrpc.services.hercules.fleet_cli import _plan_steps
+    from splitrpc.services.fleet.commands import _plan_steps
 
     tuples = tmp_path / "t.json"
     tuples.write_text(json.dumps([{"model": "work", "kind": "small", "qps": 100, "power": None},

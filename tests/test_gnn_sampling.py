@@ -9,7 +9,7 @@ pytest.importorskip("torch_geometric")
 pytest.importorskip("scipy")
 
 from splitrpc._native import gnn as native  # noqa: E402
-from splitrpc.services.gnn import graph, metrics, models, sampling  # noqa: E402
+from splitrpc.services.gnn import graph, metrics, sage_gat, sampling  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -56,8 +56,8 @@ def test_both_lanes_follow_the_sampling_rule_and_agree(small, fanouts):
     assert sum(sizes) >= sum(len(x) for x in b.nodes)
     x = torch.from_numpy(graph.node_features(g.num_nodes, 32, seed=1))
     for name, hidden in (("graphsage", 16), ("gat", 4)):
-        m = models.build(name, 32, 8, hidden=hidden, hops=len(fanouts), seed=2)
-        la, lb = models.forward(m, a, x), models.forward(m, b, x)
+        m = sage_gat.build(name, 32, 8, hidden=hidden, hops=len(fanouts), seed=2)
+        la, lb = sage_gat.forward(m, a, x), sage_gat.forward(m, b, x)
         assert la.shape == (len(seeds), 8)
         # same neighbours in the same order: the same sums (a last-bit difference would come only
         # from BLAS blocking on differently sized matrices; none was seen, but it is allowed)
@@ -71,11 +71,11 @@ def test_no_sampling_gives_the_full_neighbourhood_logits(small, name, which):
     g = directed_toy() if which == "toy" else small
     fan = int(g.degree.max())
     x = torch.from_numpy(graph.node_features(g.num_nodes, 16, seed=4))
-    m = models.build(name, 16, 5, hidden=8, hops=2, seed=5)
+    m = sage_gat.build(name, 16, 5, hidden=8, hops=2, seed=5)
     seeds = np.arange(g.num_nodes) if which == "toy" else np.array([0, 17, 1999, 400, 400])
-    want = models.full_graph_logits(m, g, x, seeds)
+    want = sage_gat.full_graph_logits(m, g, x, seeds)
     for lane in (sampling.cpu_sample(g, seeds, (fan, fan), 0), sampling.bulk_sample(g, seeds, (fan, fan), 0)):
-        got = models.forward(m, lane, x).numpy()
+        got = sage_gat.forward(m, lane, x).numpy()
         # the same terms; scatter sums over a sample's edges and over the whole graph's may round
         # differently in the last bit (measured: at most 6e-8)
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)

@@ -97,3 +97,47 @@ def test_nothing_imports_ffi_or_lib_outside_the_binding_layer():
             if isinstance(node, ast.Import) and any(a.name.endswith("_splitrpc_cffi") for a in node.names):
                 bad.append(f"{path.relative_to(ROOT)}:{node.lineno}")
     assert not bad, "imports of ffi/lib outside splitrpc/_native: " + ", ".join(bad)
+
+
+def _imports(path: pathlib.Path) -> list[tuple[int, str]]:
+    """(line, module) of every import in path, `from splitrpc import x` as splitrpc.x."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            out += [(node.lineno, a.name) for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            out += [(node.lineno, f"{node.module}.{a.name}") for a in node.names]
+    return out
+
+
+def _importers(folders: tuple[str, ...], prefixes: tuple[str, ...]) -> list[str]:
+    return [f"{p.relative_to(ROOT)}:{line}: {mod}" for p in sources(*folders) for line, mod in _imports(p)
+            if any(mod == pre or mod.startswith(pre + ".") for pre in prefixes)]
+
+
+def test_the_binding_layer_stays_private():
+    """Nothing outside splitrpc/ imports splitrpc._native: the services, the load generator and the
+    benchmarks use its public faces (splitrpc.defaults, .wire, .raw_udp, .neighbour_sampler,
+    .embedding_cache, .load_run, .arrivals). The tests of the binding layer itself may."""
+    bad = _importers(("client", "server", "bench", "examples"), ("splitrpc._native",))
+    assert not bad, "splitrpc._native imported outside splitrpc/:\n" + "\n".join(bad)
+
+
+def test_services_import_neither_the_load_generator_nor_the_benchmarks():
+    bad = _importers(("server",), ("splitrpc.loadgen", "splitrpc.bench"))
+    assert not bad, "server/ imports the load generator or the benchmarks:\n" + "\n".join(bad)
+
+
+PAPERS = ("splitrpc", "quiver", "gnnsched", "hps", "hugectr", "hercules")
+
+
+def test_no_folder_of_the_services_is_named_after_a_paper():
+    named = [p.name for p in (ROOT / "server").iterdir() if p.is_dir() and p.name.lower() in PAPERS]
+    assert not named, f"server/ folders named after papers: {named} (name them for what they do)"
+
+
+def test_no_doc_points_outside_the_repository():
+    docs = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    bad = [f"{p.relative_to(ROOT)}:{i}" for p in docs for i, line in enumerate(p.read_text().splitlines(), 1)
+           if "../shared" in line]
+    assert not bad, "paths outside the repository (cite the paper instead): " + ", ".join(bad)

@@ -8,8 +8,9 @@ import pytest
 
 from splitrpc import Client, TensorSpec
 from splitrpc.cli import main
-from splitrpc.loadgen import report, schedule
-from splitrpc.loadgen.runner import INVALID, OK, TIMEOUT, run_load
+from splitrpc import arrivals
+from splitrpc.loadgen import report
+from splitrpc.load_run import INVALID, OK, TIMEOUT, run_load
 from splitrpc.loadgen.validate import validate
 from splitrpc.services import SERVICES
 
@@ -24,7 +25,7 @@ def gap_stats(at):
 @pytest.mark.parametrize("arrival,cv_arg,cv_want,tol_cv", [("poisson", 0, 1.0, 0.03), ("hyperexp", 3.0, 3.0, 0.1),
                                                           ("hyperexp", 1.5, 1.5, 0.05), ("constant", 0, 0.0, 1e-6)])
 def test_schedule_rate_and_cv(arrival, cv_arg, cv_want, tol_cv):
-    at = schedule.arrivals(arrival, 10_000, 200_000, cv=cv_arg, seed=3)
+    at = arrivals.arrivals(arrival, 10_000, 200_000, cv=cv_arg, seed=3)
     assert at.dtype == np.uint64 and np.all(np.diff(at.astype(np.int64)) >= 0)
     rate, cv = gap_stats(at)
     assert rate == pytest.approx(10_000, rel=0.03)
@@ -32,20 +33,20 @@ def test_schedule_rate_and_cv(arrival, cv_arg, cv_want, tol_cv):
 
 
 def test_schedule_is_deterministic_per_seed():
-    a = schedule.arrivals("poisson", 1000, 1000, seed=5)
-    assert np.array_equal(a, schedule.arrivals("poisson", 1000, 1000, seed=5))
-    assert not np.array_equal(a, schedule.arrivals("poisson", 1000, 1000, seed=6))
+    a = arrivals.arrivals("poisson", 1000, 1000, seed=5)
+    assert np.array_equal(a, arrivals.arrivals("poisson", 1000, 1000, seed=5))
+    assert not np.array_equal(a, arrivals.arrivals("poisson", 1000, 1000, seed=6))
 
 
 @pytest.mark.parametrize("kw", [dict(arrival="poisson", rate=0), dict(arrival="poisson", rate=float("nan")),
                                 dict(arrival="hyperexp", rate=10, cv=1.0), dict(arrival="gamma", rate=10)])
 def test_schedule_rejects_bad_arguments(kw):
     with pytest.raises(ValueError):
-        schedule.arrivals(n=10, **kw)
+        arrivals.arrivals(n=10, **kw)
 
 
 def test_trace_pieces_follow_their_rates():
-    at = schedule.trace_arrivals([0, 1, 2], [2000, 0, 8000], 2.5, seed=2) / 1e9
+    at = arrivals.trace_arrivals([0, 1, 2], [2000, 0, 8000], 2.5, seed=2) / 1e9
     assert abs(np.sum(at < 1) - 2000) < 250
     assert np.sum((at >= 1) & (at < 2)) == 0
     assert abs(np.sum(at >= 2) - 4000) < 400 and at.max() < 2.5
@@ -53,27 +54,27 @@ def test_trace_pieces_follow_their_rates():
 
 def test_trace_csv_roundtrip_and_errors(tmp_path):
     p = tmp_path / "t.csv"
-    schedule.write_trace_csv(p, [0, 10, 20], [5, 50, 500])
-    t, r = schedule.read_trace_csv(p)
+    arrivals.write_trace_csv(p, [0, 10, 20], [5, 50, 500])
+    t, r = arrivals.read_trace_csv(p)
     assert list(t) == [0, 10, 20] and list(r) == [5, 50, 500]
     bad = tmp_path / "bad.csv"
     bad.write_text("time_s,rate_rps\n0,5\n1,oops\n")
-    with pytest.raises(schedule.TraceError, match="bad.csv:3"):
-        schedule.read_trace_csv(bad)
+    with pytest.raises(arrivals.TraceError, match="bad.csv:3"):
+        arrivals.read_trace_csv(bad)
     bad.write_text("0,5\n0,6\n")
-    with pytest.raises(schedule.TraceError, match="increase"):
-        schedule.read_trace_csv(bad)
+    with pytest.raises(arrivals.TraceError, match="increase"):
+        arrivals.read_trace_csv(bad)
     bad.write_text("0,-5\n")
-    with pytest.raises(schedule.TraceError, match=">= 0"):
-        schedule.read_trace_csv(bad)
+    with pytest.raises(arrivals.TraceError, match=">= 0"):
+        arrivals.read_trace_csv(bad)
 
 
 def test_wikipedia_day_shape():
-    t, r = schedule.wikipedia_day(10_000, 60, noise=0.1, seed=1)
+    t, r = arrivals.wikipedia_day(10_000, 60, noise=0.1, seed=1)
     assert len(t) == 288 and t[0] == 0 and t[-1] < 60
     assert r.max() == pytest.approx(10_000)
     assert 0.3 < r.min() / r.max() < 0.7   # a diurnal trough
-    quiet = schedule.wikipedia_day(10_000, 60, noise=0.0)[1]
+    quiet = arrivals.wikipedia_day(10_000, 60, noise=0.0)[1]
     rel = r / r.max() / (quiet / quiet.max())
     assert 0.05 < np.std(rel / rel.mean()) < 0.15   # the 10% Gaussian noise is there
 
@@ -119,7 +120,7 @@ def test_load_runs_beside_futures_on_one_client(builtin_server):
 def test_open_loop_latency_counts_from_the_due_time(builtin_server):
     svc = SERVICES["vecadd"]
     req = svc.example(np.random.default_rng(0))
-    sched = schedule.arrivals("poisson", 2000, 600, seed=1)
+    sched = arrivals.arrivals("poisson", 2000, 600, seed=1)
     with Client("127.0.0.1", builtin_server.port, timeout=2.0) as c:
         r = run_load(c, svc.func_id, req, expect=svc.expected(req), schedule=sched)
     rec = r.rec
@@ -200,7 +201,7 @@ def test_cli_open_sweep(builtin_server, tmp_path, capsys):
 
 def test_cli_trace_replay(builtin_server, tmp_path, capsys):
     trace = tmp_path / "trace.csv"
-    schedule.write_trace_csv(trace, [0, 0.5, 1.0], [500, 1500, 800])
+    arrivals.write_trace_csv(trace, [0, 0.5, 1.0], [500, 1500, 800])
     rc, out = _load(tmp_path, builtin_server.port, "--mode", "trace", "--trace", str(trace), "--service", "matmul")
     assert rc == 0, capsys.readouterr()
     doc = json.loads((out / "report.json").read_text())
@@ -243,7 +244,7 @@ def _echo_set():
 def test_request_set_replies_checked_per_request(builtin_server):
     reqs = _echo_set()
     idx = np.array([(i // 3) % 3 for i in range(300)], dtype=np.uint32)  # runs of 3 calls with one request
-    sched = schedule.arrivals("poisson", 3000, 300, seed=4)
+    sched = arrivals.arrivals("poisson", 3000, 300, seed=4)
     with Client("127.0.0.1", builtin_server.port, timeout=2.0) as c:
         r = run_load(c, ECHO, reqs, expect=reqs, schedule=sched, index=idx, max_outstanding=32)
         assert np.all(r.rec["code"] == OK), np.unique(r.rec["code"], return_counts=True)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import splitrpc
-from splitrpc._native import wire
+from splitrpc import wire
 
 HDR_LEN = wire.HDR_LEN
 MSG_LEN = 3 * 224 * 224 * 4  # 602112 bytes (588 KiB): the head service's request

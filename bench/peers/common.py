@@ -252,7 +252,7 @@ async def open_loop_async(call: Callable[[bytes], Awaitable], request: bytes, ta
     """Open loop: calls start at Poisson due times (the same native schedule splitrpc's load
     generator uses) whatever is outstanding; each latency counts from its due time, so a
     client or server that falls behind shows up as latency, not as a lower offered load."""
-    from splitrpc.loadgen.schedule import arrivals
+    from splitrpc.arrivals import arrivals
 
     due = arrivals("poisson", rate, len(tally.lat_ns), seed=seed + 1)
 

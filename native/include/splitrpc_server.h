@@ -84,7 +84,7 @@ enum srpc_sched {
 };
 
 
-/* Fills defaults (documented in native/src/tunables.h). */
+/* Fills defaults (documented in native/src/core/tunables.h). */
 void srpc_server_config_init(srpc_server_config_t *cfg);
 
 /* Creates the server and binds its socket; no thread runs yet. */
@@ -154,7 +154,7 @@ typedef struct srpc_func_config {
 #define SRPC_COST_TABLE 2
 
 
-/* Fills a function's defaults (native/src/tunables.h): one input and one output, capacity
+/* Fills a function's defaults (native/src/core/tunables.h): one input and one output, capacity
  * SRPC_DEF_TQ_CAPACITY, max_batch SRPC_DEF_MAX_BATCH, the rest 0 (host, no delay, no deadline,
  * no limit on batches out). */
 void srpc_func_config_init(srpc_func_config_t *fc);

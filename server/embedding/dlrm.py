@@ -1,4 +1,4 @@
-"""dlrm.py: a DLRM-style recommendation service over the embedding store: 13 dense features and 26 categorical keys per request, a bottom MLP, 26 lookups (one per table; a batch's keys of one table deduplicated in one store lookup), pairwise dot-product interaction, a top MLP and a click probability. Random weights from a seed; served as a batched tensor function.
+"""dlrm.py: a DLRM-style recommendation service over the embedding store: 13 dense features and 26 categorical keys per request, a bottom MLP, 26 lookups (one per table; a batch's keys of one table deduplicated in one store lookup), pairwise dot-product interaction, a top MLP and a click probability. Random weights from a seed; served as a batched tensor function (after HPS, Wei et al., RecSys 2022).
 
 Request: float32 dense[13], int64 keys[26] (key j indexes table c{j}); reply: float32 prob[1].
 An unknown key (outside its table) gets the table's default vector, or, for tables configured

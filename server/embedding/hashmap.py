@@ -1,4 +1,4 @@
-"""hashmap.py: the volatile tier in host memory (HPS's L2 hash map): per table, PARTITIONS partitions chosen by XXH64 of the key, each an LRU (or random-eviction) map of key to vector with a lock, an overflow margin past its capacity before it evicts back down."""
+"""hashmap.py: the volatile tier in host memory (HPS's L2 hash map): per table, PARTITIONS partitions chosen by XXH64 of the key, each an LRU (or random-eviction) map of key to vector with a lock, an overflow margin past its capacity before it evicts back down (after HPS, Wei et al., RecSys 2022)."""
 from __future__ import annotations
 
 import threading

@@ -1,4 +1,4 @@
-"""redis_tier.py: the volatile tier in a Redis server (HPS's L2 as a Redis backend): per table PARTITIONS hashes by XXH64 of the key (field: the key's 8 bytes, value: the vector's bytes), batched through pipelines; a server that stops answering is skipped (reads miss, writes are dropped, both counted) and retried after a pause, so lookups fall through to L3 and never fail for it.
+"""redis_tier.py: the volatile tier in a Redis server (HPS's L2 as a Redis backend): per table PARTITIONS hashes by XXH64 of the key (field: the key's 8 bytes, value: the vector's bytes), batched through pipelines; a server that stops answering is skipped (reads miss, writes are dropped, both counted) and retried after a pause, so lookups fall through to L3 and never fail for it (after HPS, Wei et al., RecSys 2022).
 
 Start a local server for it the way the tests do: ``redis-server --port 6399 --bind 127.0.0.1
 --save '' --appendonly no`` (Debian's redis-server; loopback only). Eviction is Redis's own

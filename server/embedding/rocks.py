@@ -1,4 +1,4 @@
-"""rocks.py: the persistent tier (HPS's L3): RocksDB through rocksdict, one column family per table, keys the int64's 8 little-endian bytes, values the float32 vector's bytes; a full copy of every table."""
+"""rocks.py: the persistent tier (HPS's L3): RocksDB through rocksdict, one column family per table, keys the int64's 8 little-endian bytes, values the float32 vector's bytes; a full copy of every table (after HPS, Wei et al., RecSys 2022)."""
 from __future__ import annotations
 
 import os

@@ -1,4 +1,4 @@
-"""store.py: the embedding store: per table an L1 cache in C over an optional L2 (host hash map or Redis) over the L3 RocksDB copy; lookups deduplicate a batch's keys, apply HPS's hit-rate threshold, insert missing keys synchronously or on a background thread, and refresh L1 from the tiers below on a timer.
+"""store.py: the embedding store: per table an L1 cache in C over an optional L2 (host hash map or Redis) over the L3 RocksDB copy; lookups deduplicate a batch's keys, apply HPS's hit-rate threshold, insert missing keys synchronously or on a background thread, and refresh L1 from the tiers below on a timer (after HPS, Wei et al., RecSys 2022).
 
 A lookup of a batch of keys for one table:
 1. unknown keys (outside the table) get the table's default vector, or fail the lookup
@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from splitrpc._native.embed import EmbeddingCache
+from splitrpc.embedding_cache import EmbeddingCache
 from splitrpc.services.embedding.tables import TableSpec
 
 INSERT_QUEUE = 1024   # batches of missing keys waiting for the inserter at most (more are dropped, counted)

@@ -1,4 +1,4 @@
-"""tables.py: embedding tables described (name, rows, dimension, what an unknown key gets), their deterministic ground-truth vectors, XXH64 of int64 keys vectorised, and Zipf-distributed keys.
+"""tables.py: embedding tables described (name, rows, dimension, what an unknown key gets), their deterministic ground-truth vectors, XXH64 of int64 keys vectorised, and Zipf-distributed keys (after HPS, Wei et al., RecSys 2022).
 
 A table's key k (0 <= k < rows) has the vector truth(spec, k): dimension floats in [-1, 1), each
 a hash of (seed, table name, k, d), so any tier can be filled and any reply checked without

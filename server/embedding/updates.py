@@ -1,4 +1,4 @@
-"""updates.py: online updates: training publishes (table, key, vector) records to a stream (Redis Streams, or Kafka); an Updater consumes them at a rate limit into the store's L2 and L3 (eventually consistent; L1 takes them at its next refresh); malformed records are counted by reason and dropped.
+"""updates.py: online updates: training publishes (table, key, vector) records to a stream (Redis Streams, or Kafka); an Updater consumes them at a rate limit into the store's L2 and L3 (eventually consistent; L1 takes them at its next refresh); malformed records are counted by reason and dropped (after HPS, Wei et al., RecSys 2022).
 
 A record is bytes: uint16 name length, the table name (UTF-8), int64 key, dim float32 (all
 little-endian). A record is malformed when it is short or long for its table's dimension

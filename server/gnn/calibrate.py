@@ -1,4 +1,4 @@
-"""calibrate.py: the pure part of Quiver's PSGS calibration (§4.2.1): latency-vs-PSGS curves per sampling lane from measurements, their four crossing points, the routing thresholds and latency bounds they imply, saving/loading a calibration (JSON) and plotting it.
+"""calibrate.py: the pure part of Quiver's PSGS calibration (§4.2.1): latency-vs-PSGS curves per sampling lane from measurements, their four crossing points, the routing thresholds and latency bounds they imply, saving/loading a calibration (JSON) and plotting it (after Quiver, Tan et al., arXiv 2023).
 
 Lanes are named by strings: "cpu" (the lane that samples on CPU cores) and "gpu" (the batched
 accelerator lane; "bulk", the serving code's name for its CPU stand-in, is accepted as an alias

@@ -1,4 +1,4 @@
-"""features.py: the tiered node-feature store: device tier (a CUDA tensor, or an emulated device tier in host memory where no GPU is present), host tier (a numpy array) and disk tier (an LMDB database), gathered by node id.
+"""features.py: the tiered node-feature store: device tier (a CUDA tensor, or an emulated device tier in host memory where no GPU is present), host tier (a numpy array) and disk tier (an LMDB database), gathered by node id (after Quiver, Tan et al., arXiv 2023).
 
 The tiers follow a ``placement.TierPlacement`` with tiers ("device", "host", "disk"): node v's row
 is row ``placement.slot[v]`` of tier ``placement.tier[v]``. The disk tier is an LMDB environment

@@ -1,4 +1,4 @@
-"""graph.py: the graph store: directed graphs in CSR (out-neighbours), built from edge lists or generated (seeded Chung-Lu power-law graphs, the named presets), and their node features.
+"""graph.py: the graph store: directed graphs in CSR (out-neighbours), built from edge lists or generated (seeded Chung-Lu power-law graphs, the named presets), and their node features (after Quiver, Tan et al., arXiv 2023).
 
 A node v's out-neighbours are ``indices[indptr[v]:indptr[v+1]]``, sorted and distinct; a GNN
 request's seed v aggregates from them (and they from theirs, hop by hop). Node ids are

@@ -1,4 +1,4 @@
-"""metrics.py: Quiver's workload metrics over a graph: the probabilistic sampled graph size (PSGS) of every seed and every node's feature access probability (FAP).
+"""metrics.py: Quiver's workload metrics over a graph: the probabilistic sampled graph size (PSGS) of every seed and every node's feature access probability (FAP) (after Quiver, Tan et al., arXiv 2023).
 
 Sampling model (the one the lanes run): a request's seed samples min(deg, l_1) distinct
 out-neighbours uniformly without replacement, each of those samples min(deg, l_2) of its own

@@ -1,4 +1,4 @@
-"""placement.py: feature placement (Quiver §5.2) as pure functions: node orders by policy (FAP, degree, id hash), placement over one server's storage tiers, and Quiver's replicate-the-hottest / partition-the-rest placement over a described multi-GPU, multi-server topology.
+"""placement.py: feature placement (Quiver §5.2) as pure functions: node orders by policy (FAP, degree, id hash), placement over one server's storage tiers, and Quiver's replicate-the-hottest / partition-the-rest placement over a described multi-GPU, multi-server topology (after Quiver, Tan et al., arXiv 2023).
 
 Orders
 ------

@@ -1,4 +1,4 @@
-"""sampling.py: the two sampling lanes behind a GNN function (Quiver's hybrid sampling) and the common Sample they produce: the CPU lane (per-seed trees in C) and the bulk lane (the whole frontier at once in PyTorch; on a GPU the device lane, without one a CPU stand-in for it); plus the empirical PSGS.
+"""sampling.py: the two sampling lanes behind a GNN function (Quiver's hybrid sampling) and the common Sample they produce: the CPU lane (per-seed trees in C) and the bulk lane (the whole frontier at once in PyTorch; on a GPU the device lane, without one a CPU stand-in for it); plus the empirical PSGS (after Quiver, Tan et al., arXiv 2023).
 
 Both lanes draw the same neighbours for a node at a hop: a function of (salt, node, hop)
 (splitrpc_gnn.h states the rule: Floyd's algorithm over splitmix64 draws; the bulk lane computes
@@ -14,7 +14,7 @@ the identical hashes with int64 tensor arithmetic). What differs is the work:
 A Sample for K hops: ``nodes[k]`` (k = 0..K) the node ids of level k (level 0: the seeds in
 request order, repeats kept), ``edges[k-1] = (src, dst)`` for hop k: src indexes level k, dst
 level k-1 (a message from a sampled neighbour to the instance that sampled it). The model
-(models.py) runs over the levels; both lanes' Samples give the same logits.
+(sage_gat.py) runs over the levels; both lanes' Samples give the same logits.
 """
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from splitrpc._native import gnn as _gnn
+from splitrpc import neighbour_sampler
 
 LANE_LABELS = {"cpu": "CPU sampler (C, per seed)",
                "bulk": "bulk sampler (PyTorch on the CPU; stand-in for the GPU lane)",
@@ -78,9 +78,9 @@ def _cached(graph, key: str, make):
         return d[key]
 
 
-def _csr(graph) -> _gnn.CSR:
+def _csr(graph) -> neighbour_sampler.CSR:
     """The graph's arrays held for C."""
-    return _cached(graph, "_c_csr", lambda: _gnn.CSR(graph.indptr, graph.indices))
+    return _cached(graph, "_c_csr", lambda: neighbour_sampler.CSR(graph.indptr, graph.indices))
 
 
 def _torch_csr(graph, device: str):
@@ -94,7 +94,7 @@ def _torch_csr(graph, device: str):
 
 def cpu_sample(graph, seeds, fanouts, salt: int = 0) -> Sample:
     """The CPU lane: per-seed trees in C (ValueError for a seed outside the graph)."""
-    nodes, parents, ends = _gnn.sample_trees(_csr(graph), seeds, fanouts, salt)
+    nodes, parents, ends = neighbour_sampler.sample_trees(_csr(graph), seeds, fanouts, salt)
     levels = [nodes[ends[k - 1] if k else 0:ends[k]].astype(np.int64) for k in range(len(ends))]
     edges = []
     for k in range(1, len(ends)):
@@ -186,5 +186,5 @@ def empirical_psgs(graph, fanouts, samples: int = 32, salt: int = 0, nodes=None)
     """The mean sampled tree size of each node (or of `nodes`) over `samples` salts, and the
     standard error of that mean (as torch-quiver estimates PSGS by sampling)."""
     ids = np.arange(graph.num_nodes, dtype=np.int64) if nodes is None else np.asarray(nodes, np.int64)
-    mean, var = _gnn.tree_sizes(_csr(graph), ids, fanouts, samples, salt)
+    mean, var = neighbour_sampler.tree_sizes(_csr(graph), ids, fanouts, samples, salt)
     return mean, np.sqrt(var / samples)

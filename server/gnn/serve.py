@@ -1,4 +1,4 @@
-"""serve.py: a GNN model (GraphSAGE or GAT over a graph of the store) served as one splitrpc function with two sampling lanes, each batch routed to one by its summed PSGS (Quiver's hybrid sampling).
+"""serve.py: a GNN model (GraphSAGE or GAT over a graph of the store) served as one splitrpc function with two sampling lanes, each batch routed to one by its summed PSGS (Quiver's hybrid sampling) (after Quiver, Tan et al., arXiv 2023).
 
 The request is a list of seed node ids (little-endian int64, 1 .. MAX_SEEDS of them), the reply
 their logits (float32, seeds x classes, in request order). The function is raw (requests of any
@@ -129,7 +129,7 @@ class GNNService:
                  salt: int = 0, device: str = "cpu"):
         import torch
 
-        from splitrpc.services.gnn import metrics, models, sampling
+        from splitrpc.services.gnn import metrics, sage_gat, sampling
 
         if model not in FUNC_IDS:
             raise ValueError(f"unknown GNN model {model!r}; known: {', '.join(FUNC_IDS)}")
@@ -143,7 +143,7 @@ class GNNService:
         self.psgs = metrics.psgs(self.graph, self.fanouts)
         self.cost_table = cost_table(self.psgs)
         hidden = (SMALL_HIDDEN if small else HIDDEN)[model]
-        self.module = models.build(model, p["dim"], self.classes, hidden=hidden, hops=len(self.fanouts), seed=seed)
+        self.module = sage_gat.build(model, p["dim"], self.classes, hidden=hidden, hops=len(self.fanouts), seed=seed)
         self.device = device
         other = other_lane() if device != "cpu" else "bulk"
         self.lanes = {"cpu": Lane("cpu", sampling.LANE_LABELS["cpu"]),
@@ -152,7 +152,7 @@ class GNNService:
         self.trace: BatchTrace | None = None  # set to record every batch (serve --gnn-trace)
         self.router: Router | None = None     # how batches are routed (register_gnn sets it)
         self.concurrent_lanes = False         # a batch on each lane at once (register_gnn sets it)
-        self._sampling, self._models = sampling, models
+        self._sampling, self._models = sampling, sage_gat
 
     # ------------------------------------------------------------------ one batch
 

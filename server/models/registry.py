@@ -9,7 +9,7 @@ from typing import Callable, Iterable
 
 import numpy as np
 
-from splitrpc._native.server import FUNCTION_DEFAULTS
+from splitrpc.defaults import FUNCTION_DEFAULTS
 from splitrpc.spec import TensorSpec
 
 log = logging.getLogger("splitrpc.models")

@@ -52,7 +52,7 @@ def _read_defaults() -> dict:
     return out
 
 
-CLIENT_DEFAULTS = _read_defaults()  # srpc_client_config_init's values as Client keywords (native/src/tunables.h)
+CLIENT_DEFAULTS = _read_defaults()  # srpc_client_config_init's values as Client keywords (native/src/core/tunables.h)
 
 
 @dataclass

@@ -78,7 +78,7 @@ def _read_function_defaults() -> dict:
             "priority": fc.priority, "weight": fc.weight}
 
 
-SERVER_DEFAULTS = _read_defaults()            # the C core's defaults (native/src/tunables.h)
+SERVER_DEFAULTS = _read_defaults()            # the C core's defaults (native/src/core/tunables.h)
 FUNCTION_DEFAULTS = _read_function_defaults()  # a function's: srpc_func_config_init
 
 

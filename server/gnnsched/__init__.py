@@ -1,5 +1,0 @@
-"""splitrpc.services.gnnsched: co-locating GNN services on one device safely (GNNSched): per-request peak-memory (PMC) estimates, group scheduling by FIFO / SQTF / BQT under a memory budget, and a discrete-event device simulator driven by the same scheduler.
-
-Needs PyTorch for the models and the estimator (the `gnn` extra); the grouping policies and the
-simulator need only numpy. Each module imports what it uses.
-"""

@@ -1,1 +1,0 @@
-"""hercules: SLA-bounded configuration search and fleet provisioning (Hercules, issue 20)."""
