@@ -15,7 +15,7 @@ from splitrpc.defaults import CLIENT_DEFAULTS
 from splitrpc.client import Client
 from splitrpc.dpdk import DPDKError
 from splitrpc.errors import CallTimeout, SplitRPCError
-from splitrpc import arrivals
+from splitrpc import arrivals, plugins
 from splitrpc.loadgen import report
 from splitrpc.loadgen.progress import ProgressLine
 from splitrpc.loadgen.request_set import RequestSet, load_request_set
@@ -155,11 +155,12 @@ def _target(a):
         except OSError as e:
             raise LoadError(str(e)) from None
         return a.func_id, req, exp, None, None
-    from splitrpc.services import SERVICES
-
-    svc = SERVICES.get(a.service)
-    if svc is None:
-        raise LoadError(f"unknown service {a.service!r}; built-in: {', '.join(SERVICES)} (or use --func-id)")
+    caps = getattr(a, "capabilities", None) or plugins.capabilities()
+    svc = plugins.find_callee(caps, a.service, a, checked=False)
+    if svc is None or svc.example is None or svc.expected is None:  # a load run checks every reply exactly
+        exact = [n for cap in caps for n in cap.callee_names() if (c := cap.callee(n, a, checked=False))
+                 and c.example is not None and c.expected is not None]
+        raise LoadError(f"unknown service {a.service!r}; built-in: {', '.join(exact)} (or use --func-id)")
     req = svc.example(np.random.default_rng(a.seed))
     return svc.func_id, req, svc.expected(req), svc, None
 

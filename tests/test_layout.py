@@ -128,6 +128,23 @@ def test_services_import_neither_the_load_generator_nor_the_benchmarks():
     assert not bad, "server/ imports the load generator or the benchmarks:\n" + "\n".join(bad)
 
 
+def test_the_core_names_no_capability():
+    """splitrpc/ imports neither the services, nor the load generator, nor the benchmarks: they are
+    plug-ins of the core (splitrpc/plugins.py), found through entry points."""
+    bad = _importers(("splitrpc",), ("splitrpc.services", "splitrpc.loadgen", "splitrpc.bench"))
+    assert not bad, "the core imports its plug-ins:\n" + "\n".join(bad)
+
+
+def test_the_load_generator_imports_no_service():
+    bad = _importers(("client",), ("splitrpc.services", "splitrpc.bench"))
+    assert not bad, "client/ imports a service or a benchmark:\n" + "\n".join(bad)
+
+
+def test_the_command_line_is_a_dispatcher():
+    lines = (ROOT / "splitrpc" / "cli.py").read_text().count("\n")
+    assert lines < 200, f"splitrpc/cli.py has {lines} lines: a command belongs in splitrpc/commands or a plug-in"
+
+
 PAPERS = ("splitrpc", "quiver", "gnnsched", "hps", "hugectr", "hercules")
 
 

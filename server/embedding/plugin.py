@@ -1,0 +1,87 @@
+"""plugin.py: the embedding store (after HugeCTR's HPS, Wei et al., RecSys 2022) as a capability of the core: `serve --models dlrm` over a store configured by --embedding-store, and `splitrpc call dlrm` checked against the model over the exact tables."""
+from __future__ import annotations
+
+import numpy as np
+
+from splitrpc.plugins import Callee, Capability, CapabilityError, Serving
+from splitrpc.services.embedding import dlrm
+
+NAME = "dlrm"
+EXTRA = "it needs pip install 'splitrpc[models,embedding]'"
+
+
+class DLRMServing(Serving):
+    def __init__(self, svc):
+        super().__init__([f"{NAME}({dlrm.FUNC_ID})"], dlrm.serve_banner(svc))
+        self.svc, self.emb = svc, {}
+
+    def close(self) -> None:
+        if self.svc is not None:
+            self.emb.update(self.svc.store.stats())
+            self.svc.close()
+            self.svc = None
+
+    def stop_lines(self, args) -> list:
+        looked = sum(t["unique"] for t in self.emb.values())
+        hits = sum(t["l1_hits"] for t in self.emb.values())
+        return [f"dlrm: {sum(t['lookups'] for t in self.emb.values())} table lookups, L1 hit rate "
+                f"{hits / looked if looked else 0:.3f}"]
+
+
+class Embedding(Capability):
+    name = "embedding"
+    order = 30
+    models_help = f"{NAME} over the embedding store (pip install 'splitrpc[models,embedding]'; --embedding-store)"
+
+    def add_serve_options(self, s) -> None:
+        s.add_argument("--embedding-store", metavar="CONFIG.json",
+                       help="dlrm: the embedding store's configuration (docs/embedding.md); default: an embedded "
+                            "store (RocksDB in a temporary directory, host hash map, L1 at 5%%, exact lookups)")
+
+    def claims(self, name: str) -> bool:
+        return name == NAME
+
+    def serve(self, server, names, args) -> Serving | None:
+        if not names:
+            return None
+        try:
+            cfg = dlrm.load_config(args.embedding_store) if args.embedding_store else None
+            print(f"dlrm: filling the embedding tables ({'small' if args.small else 'default'}) ...", flush=True)
+            svc = dlrm.DLRMService(small=args.small, config=cfg, progress=True)
+        except ImportError as e:
+            raise CapabilityError(f"--models dlrm: {e}; {EXTRA}") from e
+        except Exception as e:  # a bad store configuration, an L3 path that cannot be written, ...
+            raise CapabilityError(f"--models dlrm: {type(e).__name__}: {e}") from e
+        try:
+            svc.register(server, max_batch=args.max_batch or 1024, max_delay_us=args.max_delay_us)
+        except Exception as e:
+            svc.close()
+            raise CapabilityError(f"--models dlrm: {type(e).__name__}: {e}") from e
+        return DLRMServing(svc)
+
+    def callee_names(self) -> tuple:
+        return (NAME,)
+
+    def callee(self, name, args, checked=True):
+        if name != NAME:
+            return None
+        if not checked:
+            return Callee(NAME, dlrm.FUNC_ID)
+        try:
+            model = dlrm.DLRM(small=args.small)  # imports torch
+        except ImportError as e:
+            raise CapabilityError(f"{e}; dlrm needs pip install 'splitrpc[models,embedding]'") from e
+
+        def summary(data, reply, dt):
+            keys = np.frombuffer(data[4 * dlrm.DENSE:], "<i8")
+            line = (f"function {dlrm.FUNC_ID}: {dlrm.DENSE} dense features, {dlrm.SPARSE} keys {keys[:6].tolist()}... "
+                    f"-> {len(reply)} B reply in {dt:.0f} us (one cold call)")
+            if len(reply) == 4:
+                line += f"\nclick probability {float(np.frombuffer(reply, '<f4')[0]):.6f}"
+            return line
+
+        return Callee(NAME, dlrm.FUNC_ID, example=model.example, check=model.check_reply, summary=summary,
+                      show=lambda reply: [], check_label="reply matches the model over the exact tables:", strict=True)
+
+
+CAPABILITY = Embedding()
