@@ -4,7 +4,7 @@ from importlib import import_module
 from splitrpc.plugins import Capability
 
 SUITES = ("sidebyside", "models_e2e", "orchestration", "dpdk_veth", "overload", "gnn", "colocate", "embedding",
-          "fleet", "colocate_sim")  # modules of splitrpc.bench with add_parser(sub), in --help's order
+          "fleet", "colocate_sim")  # modules of splitrpc.bench.suites with add_parser(sub), in --help's order
 
 
 class Benchmarks(Capability):
@@ -13,7 +13,7 @@ class Benchmarks(Capability):
 
     def add_commands(self, sub) -> None:
         for mod in SUITES:
-            import_module(f"splitrpc.bench.{mod}").add_parser(sub)
+            import_module(f"splitrpc.bench.suites.{mod}").add_parser(sub)
 
 
 CAPABILITY = Benchmarks()

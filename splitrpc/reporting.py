@@ -1,4 +1,4 @@
-"""reporting.py: what the report-writing subcommands share (benchmarks, tune, provision): registering with `splitrpc`, running as `python -m splitrpc.bench.X`, and the command line their reports quote."""
+"""reporting.py: what the report-writing subcommands share (benchmarks, tune, provision): registering with `splitrpc`, running as `python -m splitrpc.bench.suites.X`, and the command line their reports quote."""
 from __future__ import annotations
 
 import argparse
@@ -55,3 +55,29 @@ def write_report(out: str, name: str, doc: dict, markdown: Callable[[dict], str]
         except ImportError:
             print(f"{who}: matplotlib not installed: no plot (pip install 'splitrpc[plot]')", file=sys.stderr)
     return paths
+
+
+def run_suite(a, *, name: str, who: str, run: Callable[[object], dict], markdown: Callable[[dict], str],
+              plot: Callable[[dict, str], str] | None = None, needs: tuple = (), hint: str = "",
+              errors: tuple = (), after: Callable[[dict], list] | None = None) -> int:
+    """The tail every report-writing command shares: the optional packages it needs (`needs`:
+    module names; one missing prints "WHO: needs HINT" and returns 2), doc = run(a) (an exception
+    of `errors` is bad input: "splitrpc WHO: message", 2), the report written under a.out as
+    NAME.json, NAME.md and NAME.png (write_report), each path printed, then the lines of
+    after(doc). Returns 0."""
+    from importlib import util
+
+    missing = [m for m in needs if util.find_spec(m) is None]
+    if missing:
+        print(f"{who}: needs {hint or ', '.join(missing)}", file=sys.stderr)
+        return 2
+    try:
+        doc = run(a)
+    except errors as e:
+        print(f"splitrpc {who}: {e}", file=sys.stderr)
+        return 2
+    for path in write_report(a.out, name, doc, markdown, plot, who):
+        print(path)
+    for line in after(doc) if after else ():
+        print(line)
+    return 0

@@ -3,7 +3,7 @@ asked for appears in the table (measured, or reported unavailable), targets and 
 import importlib.util
 import json
 
-from splitrpc.bench import systems
+from splitrpc.bench.helpers import systems
 from splitrpc.cli import main
 
 

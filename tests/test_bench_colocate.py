@@ -6,7 +6,7 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("torch_geometric")
 
-from splitrpc.bench import colocate  # noqa: E402
+from splitrpc.bench.suites import colocate  # noqa: E402
 
 
 def test_bench_colocate_small_run(tmp_path):

@@ -10,7 +10,7 @@ pytest.importorskip("redis")
 if shutil.which("redis-server") is None:
     pytest.fail("redis-server is needed (Debian: apt-get install redis-server; .ci/run installs it)")
 
-from splitrpc.bench import embedding  # noqa: E402
+from splitrpc.bench.suites import embedding  # noqa: E402
 
 
 def test_bench_embedding_small_run(tmp_path):

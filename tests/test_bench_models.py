@@ -9,8 +9,9 @@ import tempfile
 import numpy as np
 import pytest
 
-from splitrpc.bench import model_server, models_e2e
-from splitrpc.bench.peers import common
+from splitrpc.bench.helpers import model_server
+from splitrpc.bench.suites import models_e2e
+from splitrpc.bench.helpers.peers import common
 
 HAVE_GRPC = importlib.util.find_spec("grpc") is not None
 
@@ -53,7 +54,7 @@ def test_harness_runs_every_system_on_lenet(tmp_path, capsys):
     measured = targets if HAVE_GRPC else targets[:1]
     assert all(t["value"] > 0 and t["met"] in (True, False) for t in measured)
     assert "## Targets" in md and "This run was on the CPU" in md and "defined for a GPU" in md
-    assert doc["command"].startswith("python -m splitrpc.bench.models_e2e --small")
+    assert doc["command"].startswith("python -m splitrpc.bench.suites.models_e2e --small")
     assert doc["machine"]["cpus"] >= 1 and doc["device"] == doc["ran_on"] == "cpu" and "gpu" not in doc["machine"]
     assert printed.count("  splitrpc ") == 2  # a progress line per measurement
 
@@ -190,7 +191,7 @@ def _run_env() -> dict:
 
 
 def _grpc(*args) -> list:
-    return [sys.executable, "-m", "splitrpc.bench.peers.grpc_peer", *map(str, args)]
+    return [sys.executable, "-m", "splitrpc.bench.helpers.peers.grpc_peer", *map(str, args)]
 
 
 @pytest.fixture
@@ -198,7 +199,7 @@ def grpc_models_server():
     """grpc_peer serving lenet and bert-like (small), no built-in service: its port."""
     pytest.importorskip("grpc")
     pytest.importorskip("torch")
-    from splitrpc.bench.procs import Proc, free_port
+    from splitrpc.bench.helpers.procs import Proc, free_port
     import socket
 
     port = free_port(socket.SOCK_STREAM)
@@ -236,7 +237,7 @@ def test_grpc_client_model_mode_catches_wrong_replies(grpc_models_server):
 
 def test_grpc_peer_model_arguments(capsys):
     pytest.importorskip("grpc")
-    from splitrpc.bench.peers import grpc_peer
+    from splitrpc.bench.helpers.peers import grpc_peer
 
     for argv in (["client", "--port", "1", "--model", "nosuch"],
                  ["client", "--port", "1", "--model", "lenet", "--service", "vecadd"],

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from splitrpc import gpu
-from splitrpc.bench import orchestration as orch
+from splitrpc.bench.suites import orchestration as orch
 
 HAVE_TORCH = importlib.util.find_spec("torch") is not None
 SERVICES = "vecadd,matmul,lenet" if HAVE_TORCH else "vecadd,matmul"
@@ -65,7 +65,7 @@ def test_gpu_cells_reported_not_faked(cpu_run):
 
 def test_report_header(cpu_run):
     _, doc, md = cpu_run
-    assert doc["command"].startswith("python -m splitrpc.bench.orchestration --services")
+    assert doc["command"].startswith("python -m splitrpc.bench.suites.orchestration --services")
     assert doc["machine"]["cpus"] >= 1 and "gpu" in doc["machine"] and doc["date"]
     assert md.startswith("# O1 vs O1+CUDA graphs vs O2") and f"`{doc['command']}`" in md
     assert len(doc["runs"]) == len(doc["table"])  # one round

@@ -4,7 +4,7 @@ import json
 import numpy as np
 import pytest
 
-from splitrpc.bench import overload as ov
+from splitrpc.bench.suites import overload as ov
 from splitrpc.load_run import OK, REC_DTYPE, TIMEOUT
 
 CHECKS = {"goodput under overload", "excess calls answered BUSY", "server memory bounded", "latency recovers",
@@ -23,7 +23,7 @@ def short_run(tmp_path_factory):
 def test_report_structure(short_run):
     rc, doc, md = short_run
     assert rc == 0
-    assert doc["command"].startswith("python -m splitrpc.bench.overload --ramp 32,128")
+    assert doc["command"].startswith("python -m splitrpc.bench.suites.overload --ramp 32,128")
     assert doc["machine"]["cpus"] >= 1 and doc["date"] and doc["wall_s"] > 0
     assert "--batch-cost-us" in doc["server"]["argv"] and "--metrics-port" in doc["server"]["argv"]
     assert doc["validation"]["passed"]

@@ -260,7 +260,7 @@ def test_list_names_the_core_and_the_plugin_sections(run_env):
     rc, so, se = check(["--list"], **run_env)
     assert rc == 0, se
     names = [ln.split()[0] for ln in so.splitlines()]
-    assert names == CORE + BENCH  # the benchmarks come from the splitrpc.check entry point (bench/gpu_check.py)
+    assert names == CORE + BENCH  # the benchmarks come from the splitrpc.check entry point (bench/suites/gpu_check.py)
 
 
 # ------------------------------------------------------------------ sections, plug-ins, report

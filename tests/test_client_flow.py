@@ -165,7 +165,7 @@ CHAOS = dict(loss=0.05, dup=0.05, reorder=0.05, corrupt=0.01)
 
 def test_default_client_through_loss_duplication_reordering_and_damaged_headers(make_server):
     """The default Client(timeout=10.0) with no tuning: every call right. (The 20,000-call run
-    is bench/client_chaos.py, committed under bench/results/.)"""
+    is bench/suites/lossy_client.py, committed under bench/results/.)"""
     srv = make_server(register_builtin_services)
     rng = np.random.default_rng(2026)
     with ChaosProxy(("127.0.0.1", srv.port), to_server=Faults(**CHAOS), to_client=Faults(**CHAOS), seed=15) as px:

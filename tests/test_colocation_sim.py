@@ -123,7 +123,7 @@ def test_device_overrides():
 
 def test_bench_colocate_sim_command_writes_its_report(tmp_path):
     pytest.importorskip("torch_geometric")
-    from splitrpc.bench import colocate_sim
+    from splitrpc.bench.suites import colocate_sim
 
     out = tmp_path / "r"
     rc = colocate_sim.main(["--queues", "mix", "--loads", "high", "--repeats", "1", "--scale", "0.05", "--layers", "2",

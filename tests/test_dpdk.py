@@ -337,7 +337,7 @@ def test_dpdk_client_and_server_over_memif(tmp_path, split, request):
     The server is stopped before the client lets go of the link: DPDK 22.11's memif unmaps the
     link's memory from its interrupt thread when the peer leaves, under the feet of a process
     polling it (README, "Serve over DPDK")."""
-    from splitrpc.bench.procs import Proc
+    from splitrpc.bench.helpers.procs import Proc
 
     sock = str(tmp_path / "memif.sock")
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP")}

@@ -10,8 +10,8 @@ import pytest
 from dpdk_calls import CALLS, STATS_FUNCTION
 
 from splitrpc import dpdk
-from splitrpc.bench import netns
-from splitrpc.bench.procs import Proc
+from splitrpc.bench.helpers import netns
+from splitrpc.bench.helpers.procs import Proc
 
 SERVER_IP, CLIENT_IP, PORT = "10.99.0.1", "10.99.0.2", 9000
 EAL = ["--no-huge", "--no-shconf", "-m", "256", "--no-pci", "--no-telemetry", "-l", "0", "--log-level=*:error"]
@@ -19,7 +19,7 @@ EAL = ["--no-huge", "--no-shconf", "-m", "256", "--no-pci", "--no-telemetry", "-
 
 @pytest.fixture
 def veth_pair():
-    """Namespaces joined by a veth pair (bench/netns.py): the server's end in one with no kernel
+    """Namespaces joined by a veth pair (bench/helpers/netns.py): the server's end in one with no kernel
     address, the client's in the other."""
     if not dpdk.available():
         pytest.skip("splitrpc was built without DPDK (no libdpdk-dev)")
@@ -118,7 +118,7 @@ def test_dpdk_server_answers_kernel_client_over_veth(veth_pair):
 def test_bench_dpdk_end_to_end(veth_pair, tmp_path):
     """`splitrpc bench-dpdk` with a few calls: both systems measured, no errors, files written.
     (It makes its own namespaces; the fixture only checks that this machine can.)"""
-    from splitrpc.bench import dpdk_veth
+    from splitrpc.bench.suites import dpdk_veth
 
     rc = dpdk_veth.main(["--services", "vecadd,head", "--concurrency", "1,4", "--calls", "300", "--rounds", "1",
                          "--out", str(tmp_path)])
@@ -132,7 +132,7 @@ def test_bench_dpdk_end_to_end(veth_pair, tmp_path):
 
 
 def test_bench_dpdk_rejects_bad_input(capsys):
-    from splitrpc.bench import dpdk_veth
+    from splitrpc.bench.suites import dpdk_veth
 
     assert dpdk_veth.main(["--services", "matmul"]) == 2
     assert "unknown services" in capsys.readouterr().err

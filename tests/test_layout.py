@@ -158,3 +158,13 @@ def test_no_doc_points_outside_the_repository():
     bad = [f"{p.relative_to(ROOT)}:{i}" for p in docs for i, line in enumerate(p.read_text().splitlines(), 1)
            if "../shared" in line]
     assert not bad, "paths outside the repository (cite the paper instead): " + ", ".join(bad)
+
+
+def test_benchmark_suites_and_their_helpers_are_apart():
+    """bench/: suites in suites/, what they share in helpers/, the plug-in that registers their
+    commands at the top; a helper imports no suite."""
+    top = sorted(p.name for p in (ROOT / "bench").glob("*.py"))
+    assert top == ["__init__.py", "plugin.py"], top
+    assert (ROOT / "bench" / "suites").is_dir() and (ROOT / "bench" / "helpers").is_dir()
+    bad = _importers(("bench/helpers",), ("splitrpc.bench.suites",))
+    assert not bad, "a helper imports a suite:\n" + "\n".join(bad)

@@ -73,7 +73,7 @@ def test_torch_is_optional(tmp_path):
     """splitrpc, its services, CLI and the zoo's table import without torch; building names the extra to install."""
     code = (
         "import sys\n"
-        "import splitrpc, splitrpc.services, splitrpc.cli, splitrpc.bench.peers.grpc_peer\n"
+        "import splitrpc, splitrpc.services, splitrpc.cli, splitrpc.bench.helpers.peers.grpc_peer\n"
         "from splitrpc.services import models\n"
         "assert 'torch' not in sys.modules, 'torch imported'\n"
         "assert models.MODELS['lenet'].request_size == 784\n"
@@ -369,10 +369,10 @@ def free_tcp_port() -> int:
 @pytest.mark.parametrize("variant", ["sync", "asyncio"])
 def test_grpc_peer_serves_a_model(variant):
     grpc = pytest.importorskip("grpc")
-    from splitrpc.bench.peers import grpc_peer
+    from splitrpc.bench.helpers.peers import grpc_peer
 
     port = free_tcp_port()
-    cmd = [sys.executable, "-m", "splitrpc.bench.peers.grpc_peer", "serve", "--service", "echo", "--port", str(port),
+    cmd = [sys.executable, "-m", "splitrpc.bench.helpers.peers.grpc_peer", "serve", "--service", "echo", "--port", str(port),
            "--variant", variant, "--models", "lenet,bert-like", "--small"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, **run_env())
     try:

@@ -1,4 +1,4 @@
-"""The benchmark peers (bench/peers): their replies match splitrpc's services, and each peer's serve + client runs end to end."""
+"""The benchmark peers (bench/helpers/peers): their replies match splitrpc's services, and each peer's serve + client runs end to end."""
 import importlib
 import json
 import os
@@ -13,8 +13,8 @@ import time
 import numpy as np
 import pytest
 
-from splitrpc.bench import peers
-from splitrpc.bench.peers import common
+from splitrpc.bench.helpers import peers
+from splitrpc.bench.helpers.peers import common
 from splitrpc.services import SERVICES
 
 READY_TIMEOUT_S = {"zmq_peer": 30, "grpc_peer": 30, "triton_peer": 180}
@@ -45,7 +45,7 @@ def free_tcp_port(span: int = 1) -> int:
 
 
 def peer_cmd(module: str, *args) -> list:
-    return [sys.executable, "-m", f"splitrpc.bench.peers.{module}", *map(str, args)]
+    return [sys.executable, "-m", f"splitrpc.bench.helpers.peers.{module}", *map(str, args)]
 
 
 def run_env() -> dict:
@@ -130,7 +130,7 @@ def run_client(module: str, port: int, service: str, *, variant=None, concurrenc
 
 
 def assert_clean_run(res: dict, module: str, service: str, concurrency: int, calls: int) -> None:
-    mod = importlib.import_module(f"splitrpc.bench.peers.{module}")
+    mod = importlib.import_module(f"splitrpc.bench.helpers.peers.{module}")
     assert res["peer"] == mod.PEER and res["service"] == service and res["concurrency"] == concurrency
     assert res["variant"] in mod.VARIANTS
     assert (res["errors"], res["invalid"], res["error_text"]) == (0, 0, None)
@@ -181,7 +181,7 @@ def test_tally_counts_failures_wrong_replies_and_missing_calls():
 
 def test_every_peer_module_says_whether_it_can_run():
     for name, module in peers.PEER_MODULES.items():
-        mod = importlib.import_module(f"splitrpc.bench.peers.{module}")
+        mod = importlib.import_module(f"splitrpc.bench.helpers.peers.{module}")
         ok, why = mod.available()
         assert mod.PEER == name and isinstance(ok, bool) and why
         assert mod.VARIANTS
@@ -239,7 +239,7 @@ def test_grpc_peer(peer_server, variant, service, concurrency):
 @pytest.mark.parametrize("variant", ["sync", "asyncio"])
 def test_grpc_peer_answers_a_bad_request_with_invalid_argument(peer_server, variant):
     grpc = pytest.importorskip("grpc")
-    from splitrpc.bench.peers import grpc_peer
+    from splitrpc.bench.helpers.peers import grpc_peer
 
     srv = peer_server("grpc_peer", "vecadd", variant)
     with grpc.insecure_channel(f"127.0.0.1:{srv.port}") as ch:

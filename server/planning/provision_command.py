@@ -22,7 +22,7 @@ from datetime import datetime, timezone
 
 import numpy as np
 
-from splitrpc.reporting import add_subcommand, command_of, run_as_module, write_report
+from splitrpc.reporting import add_subcommand, command_of, run_as_module, run_suite
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
@@ -205,24 +205,16 @@ def plot(doc: dict, path: str) -> str:
 
 
 def cmd_provision(a) -> int:
-    try:
-        import scipy  # noqa: F401
-    except ImportError:
-        print("provision: needs scipy: pip install 'splitrpc[fleet]'", file=sys.stderr)
-        return 2
     from splitrpc.services.planning.provision import ProvisionError
 
-    try:
-        doc = run(a)
-    except (ValueError, ProvisionError, OSError, KeyError) as e:
-        print(f"splitrpc provision: {e}", file=sys.stderr)
-        return 2
-    for p in write_report(a.out, "provision", doc, markdown, plot, "provision"):
-        print(p)
-    p = doc["summary"]["peak"]
-    print(f"peak: MILP {p['milp_power']:,.0f} vs greedy {p['greedy_power']:,.0f} {doc['power_unit']} "
-          f"({100 * p['saving']:.1f}% less); infeasible steps: {len(doc['summary']['infeasible'])}")
-    return 0
+    def peak(doc) -> list:
+        p = doc["summary"]["peak"]
+        return [f"peak: MILP {p['milp_power']:,.0f} vs greedy {p['greedy_power']:,.0f} {doc['power_unit']} "
+                f"({100 * p['saving']:.1f}% less); infeasible steps: {len(doc['summary']['infeasible'])}"]
+
+    return run_suite(a, name="provision", who="provision", run=run, markdown=markdown, plot=plot, needs=("scipy",),
+                     hint="scipy: pip install 'splitrpc[fleet]'", errors=(ValueError, ProvisionError, OSError, KeyError),
+                     after=peak)
 
 
 def main(argv: list[str] | None = None) -> int:

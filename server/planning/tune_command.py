@@ -20,7 +20,7 @@ from datetime import datetime, timezone
 
 import numpy as np
 
-from splitrpc.reporting import add_subcommand, command_of, run_as_module, write_report
+from splitrpc.reporting import add_subcommand, command_of, run_as_module, run_suite
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
@@ -196,25 +196,17 @@ def plot(doc: dict, path: str) -> str:
 
 
 def cmd_tune(a) -> int:
-    try:
-        import torch  # noqa: F401
-    except ImportError:
-        print("tune: the zoo models need PyTorch: pip install 'splitrpc[models]'", file=sys.stderr)
-        return 2
     from splitrpc.services.planning.tune import TuneError
 
-    try:
-        doc = run(a)
-    except (ValueError, TuneError) as e:
-        print(f"splitrpc tune: {e}", file=sys.stderr)
-        return 2
-    paths = write_report(a.out, "tune", doc, markdown, plot, "tune")
-    tp = os.path.join(a.out, "tune_tuples.json")
-    with open(tp, "w") as f:
-        json.dump([{k: t[k] for k in ("model", "kind", "qps", "power")} for t in doc["tuples"]], f, indent=1)
-    for p in paths + [tp]:
-        print(p)
-    return 0
+    def tuples(doc) -> list:  # the input of `splitrpc provision --tuples`
+        tp = os.path.join(a.out, "tune_tuples.json")
+        with open(tp, "w") as f:
+            json.dump([{k: t[k] for k in ("model", "kind", "qps", "power")} for t in doc["tuples"]], f, indent=1)
+        return [tp]
+
+    return run_suite(a, name="tune", who="tune", run=run, markdown=markdown, plot=plot, needs=("torch",),
+                     hint="PyTorch for the zoo models: pip install 'splitrpc[models]'", errors=(ValueError, TuneError),
+                     after=tuples)
 
 
 def main(argv: list[str] | None = None) -> int:

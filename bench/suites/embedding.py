@@ -40,9 +40,9 @@ from datetime import datetime, timezone
 
 import numpy as np
 
-from splitrpc.reporting import add_subcommand, command_of, run_as_module, write_report
-from splitrpc.bench import model_server
-from splitrpc.bench.procs import Proc, free_port
+from splitrpc.reporting import add_subcommand, command_of, run_as_module, run_suite
+from splitrpc.bench.helpers import model_server
+from splitrpc.bench.helpers.procs import Proc, free_port
 
 CONFIGS = {  # name: store configuration (docs/embedding.md); l3/rows/dim are added per run
     "whole": {"whole_tables": True},
@@ -177,7 +177,7 @@ def _run_config(a, name: str, cfg: dict, requests: list, check) -> dict:
     with open(path, "w") as f:
         json.dump(cfg, f)
     _say(a, f"{name}: server ...")
-    with Proc([sys.executable, "-m", "splitrpc.bench.embedding", "--serve", path, "--port", str(port)]) as proc:
+    with Proc([sys.executable, "-m", "splitrpc.bench.suites.embedding", "--serve", path, "--port", str(port)]) as proc:
         proc.wait_line("READY", 300)
         import splitrpc
         from splitrpc.services.embedding import dlrm
@@ -301,7 +301,7 @@ def run(a) -> dict:
                 cfg = {**base, "l1_fraction": 0.05, "l2": "redis", "redis_port": redis_srv.port,
                        "refresh_interval": a.refresh}
                 quiet = _run_config(a, "l1-5%+redis, no updates", cfg, requests, model.check_reply)
-                publisher = [sys.executable, "-m", "splitrpc.bench.embedding", "--publish", str(redis_srv.port),
+                publisher = [sys.executable, "-m", "splitrpc.bench.suites.embedding", "--publish", str(redis_srv.port),
                              "--update-rate", str(a.update_rate), "--rows", str(a.rows), "--seed", str(a.seed)]
                 withs, withouts = [], []
                 for r in range(a.rounds):  # alternated: without, with, without, with, ...
@@ -425,21 +425,13 @@ def cmd_bench_embedding(a) -> int:
         return serve(a)
     if a.publish:
         return publish(a)
-    try:
-        import rocksdict  # noqa: F401
-        import torch  # noqa: F401
-    except ImportError:
-        print("bench-embedding: needs pip install 'splitrpc[models,embedding]'", file=sys.stderr)
-        return 2
-    doc = run(a)
-    for p in write_report(a.out, "embedding", doc, markdown, plot, "bench-embedding"):
-        print(p)
-    print(markdown(doc).split("## Acceptance", 1)[1].strip())
-    return 0
+    return run_suite(a, name="embedding", who="bench-embedding", run=run, markdown=markdown, plot=plot,
+                     needs=("rocksdict", "torch"), hint="pip install 'splitrpc[models,embedding]'",
+                     after=lambda doc: [markdown(doc).split("## Acceptance", 1)[1].strip()])
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run_as_module("splitrpc.bench.embedding", __doc__, _arguments, cmd_bench_embedding, argv)
+    return run_as_module("splitrpc.bench.suites.embedding", __doc__, _arguments, cmd_bench_embedding, argv)
 
 
 if __name__ == "__main__":

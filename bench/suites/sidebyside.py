@@ -11,9 +11,9 @@ from datetime import datetime, timezone
 
 import numpy as np
 
-from splitrpc.bench import systems
-from splitrpc.bench.procs import ServerDied, start_raw, start_splitrpc
-from splitrpc.bench.systems import PEERS, SYSTEMS, Result
+from splitrpc.bench.helpers import systems
+from splitrpc.bench.helpers.procs import ServerDied, start_raw, start_splitrpc
+from splitrpc.bench.helpers.systems import PEERS, SYSTEMS, Result
 from splitrpc.loadgen import report
 from splitrpc.loadgen.load_cli import comma_list
 

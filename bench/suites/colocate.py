@@ -32,9 +32,9 @@ from datetime import datetime, timezone
 
 import numpy as np
 
-from splitrpc.reporting import add_subcommand, command_of, run_as_module, write_report
-from splitrpc.bench import model_server
-from splitrpc.bench.procs import Proc, free_port
+from splitrpc.reporting import add_subcommand, command_of, run_as_module, run_suite
+from splitrpc.bench.helpers import model_server
+from splitrpc.bench.helpers.procs import Proc, free_port
 
 SERVICES = (("gcn", "pubmed", 1), ("sage", "artist", 2), ("gin", "artist", 3))  # model, dataset, func_id
 CONFIGS = ("serial", "fifo", "sqtf", "bqt")
@@ -57,7 +57,7 @@ def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--quiet", action="store_true")
     p.add_argument("--out", default="splitrpc-bench-colocate")
-    # the server side (run by the benchmark itself): python -m splitrpc.bench.colocate --serve ...
+    # the server side (run by the benchmark itself): python -m splitrpc.bench.suites.colocate --serve ...
     p.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
     p.add_argument("--policy", default="bqt", help=argparse.SUPPRESS)
@@ -152,7 +152,7 @@ def run(a) -> dict:
     def server(cfg, qos):
         port = free_port()
         threads = cores if cfg == "serial" else 1
-        args = [sys.executable, "-m", "splitrpc.bench.colocate", "--serve", "--port", str(port), "--policy", cfg,
+        args = [sys.executable, "-m", "splitrpc.bench.suites.colocate", "--serve", "--port", str(port), "--policy", cfg,
                 "--budget", str(budget), "--torch-threads", str(threads), "--scale", str(a.scale), "--seed", str(a.seed),
                 "--qos", ",".join(f"{k}={v!r}" for k, v in qos.items())]
         _say(a, f"{cfg}: server with {threads} intra-op thread(s) ...")
@@ -294,20 +294,13 @@ def plot(doc: dict, path: str) -> str:
 def cmd_bench_colocate(a) -> int:
     if a.serve:
         return serve(a)
-    try:
-        import torch  # noqa: F401
-        import torch_geometric  # noqa: F401
-    except ImportError:
-        print("bench-colocate: needs PyTorch and torch-geometric: pip install 'splitrpc[gnn]'", file=sys.stderr)
-        return 2
-    doc = run(a)
-    for p in write_report(a.out, "colocate", doc, markdown, plot, "bench-colocate"):
-        print(p)
-    return 0
+    return run_suite(a, name="colocate", who="bench-colocate", run=run, markdown=markdown, plot=plot,
+                     needs=("torch", "torch_geometric"),
+                     hint="PyTorch and torch-geometric: pip install 'splitrpc[gnn]'")
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run_as_module("splitrpc.bench.colocate", __doc__, _arguments, cmd_bench_colocate, argv)
+    return run_as_module("splitrpc.bench.suites.colocate", __doc__, _arguments, cmd_bench_colocate, argv)
 
 
 if __name__ == "__main__":

@@ -41,7 +41,7 @@ from datetime import datetime, timezone
 import numpy as np
 
 from splitrpc.reporting import add_subcommand, command_of, run_as_module
-from splitrpc.bench.procs import Proc, free_port
+from splitrpc.bench.helpers.procs import Proc, free_port
 from splitrpc.services.gnn.lane_timing import PER_SIZE
 
 SMALL_SEEDS, LARGE_SEEDS = 4, 128
@@ -573,7 +573,7 @@ def _str_keys(d):
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run_as_module("splitrpc.bench.gnn", __doc__, _arguments, cmd_bench_gnn, argv)
+    return run_as_module("splitrpc.bench.suites.gnn", __doc__, _arguments, cmd_bench_gnn, argv)
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ from datetime import datetime, timezone
 
 import numpy as np
 
-from splitrpc.reporting import add_subcommand, command_of, run_as_module, write_report
+from splitrpc.reporting import add_subcommand, command_of, run_as_module, run_suite
 
 KINDS = {  # the simulated kinds: the stand-in model's settings (EMULATED capacities)
     "small": {"FLEET_APP_BATCH_MS": "10", "FLEET_APP_MAX_BATCH": "2", "FLEET_APP_CAPACITY": "64"},
@@ -290,24 +290,17 @@ def cmd_fleet(a) -> int:
         from splitrpc.services.fleet.cluster import import_ray
 
         import_ray()  # with its loopback settings: the first import of ray decides them
-        import scipy  # noqa: F401
     except ImportError:
         print("bench-fleet: needs ray and scipy: pip install 'splitrpc[fleet]'", file=sys.stderr)
         return 2
     from splitrpc.services.fleet.cluster import ClusterError
 
-    try:
-        doc = run(a)
-    except (ValueError, ClusterError) as e:
-        print(f"splitrpc bench-fleet: {e}", file=sys.stderr)
-        return 2
-    for path in write_report(a.out, "fleet", doc, markdown, plot, "bench-fleet"):
-        print(path)
-    return 0
+    return run_suite(a, name="fleet", who="bench-fleet", run=run, markdown=markdown, plot=plot, needs=("scipy",),
+                     hint="ray and scipy: pip install 'splitrpc[fleet]'", errors=(ValueError, ClusterError))
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run_as_module("splitrpc.bench.fleet", __doc__, _arguments, cmd_fleet, argv)
+    return run_as_module("splitrpc.bench.suites.fleet", __doc__, _arguments, cmd_fleet, argv)
 
 
 if __name__ == "__main__":

@@ -32,7 +32,7 @@ import numpy as np
 import splitrpc
 from splitrpc.defaults import FUNCTION_DEFAULTS, SERVER_DEFAULTS
 from splitrpc.reporting import add_subcommand, command_of, run_as_module
-from splitrpc.bench.procs import Proc, ServerDied, free_port
+from splitrpc.bench.helpers.procs import Proc, ServerDied, free_port
 from splitrpc.errors import Busy, SplitRPCError
 from splitrpc import arrivals
 from splitrpc.loadgen import report
@@ -602,7 +602,7 @@ def cmd_bench_overload(a) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run_as_module("splitrpc.bench.overload", __doc__, _arguments, cmd_bench_overload, argv)
+    return run_as_module("splitrpc.bench.suites.overload", __doc__, _arguments, cmd_bench_overload, argv)
 
 
 if __name__ == "__main__":

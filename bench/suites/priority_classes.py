@@ -1,6 +1,6 @@
-"""priority.py: issue 15's scheduling benchmark: two functions in two priority classes on one server of known capacity, the high class at half the capacity and the low class making the total 3x the capacity; under sched="priority" the high class should keep its unloaded p99 (within 2x) and get no BUSY, while the low class absorbs the BUSY answers. sched="rr" is the control.
+"""priority_classes.py: two priority classes under 3x overload (issue 15, the scheduler): two functions in two priority classes on one server of known capacity, the high class at half the capacity and the low class making the total 3x the capacity; under sched="priority" the high class should keep its unloaded p99 (within 2x) and get no BUSY, while the low class absorbs the BUSY answers. sched="rr" is the control.
 
-    .venv/bin/python bench/priority.py --seconds 6 --rounds 3 --out bench/results/priority
+    .venv/bin/python bench/suites/priority_classes.py --seconds 6 --rounds 3 --out bench/results/priority
 
 The server's capacity is set, not measured from the CPU: each batch of up to MAX_BATCH calls
 sleeps BATCH_COST_S in its callback (as while a GPU runs it; the CPU stays free for the load
@@ -165,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"low codes {lo.get('codes', '-')}", flush=True)
     cpu = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name")), "?")
     doc = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-           "command": "bench/priority.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+           "command": "bench/suites/priority_classes.py " + " ".join(argv if argv is not None else sys.argv[1:]),
            "machine": {"cpu": cpu, "cpus": os.cpu_count(), "kernel": platform.release(),
                        "python": platform.python_version()},
            "seconds": a.seconds, "rounds": a.rounds, "capacity_rps": CAPACITY, "runs": runs,

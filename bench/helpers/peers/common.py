@@ -303,7 +303,7 @@ def parser(module: str, variants: tuple[str, ...], doc: str,
     """The CLI every peer has: `serve` and `client`; returns the parser and its two subparsers.
     models=True (a peer that serves the model zoo): --service becomes optional and the client
     takes --model NAME [--small] instead (see check_client_args)."""
-    p = argparse.ArgumentParser(prog=f"python -m splitrpc.bench.peers.{module}", description=doc,
+    p = argparse.ArgumentParser(prog=f"python -m splitrpc.bench.helpers.peers.{module}", description=doc,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True)
     subs = {}

@@ -1,6 +1,6 @@
 """ab_builds.py: an A/B benchmark of two installed builds of splitrpc in one run: `splitrpc bench` of each, rounds interleaved (A B, then B A, ...), its splitrpc rows and the raw-UDP limit compared cell by cell with the rounds' spread.
 
-    python bench/ab_builds.py --a main=/path/to/venv-old/bin/splitrpc --b new=.venv/bin/splitrpc \\
+    python bench/suites/ab_builds.py --a main=/path/to/venv-old/bin/splitrpc --b new=.venv/bin/splitrpc \\
         --rounds 3 --out bench/results/ab_example
 
 Each build measures the raw-UDP limit in its own runs, so ratios to it are taken within a run.

@@ -1,7 +1,7 @@
 """zmq_peer.py: the benchmark services over pyzmq, a ROUTER server and a DEALER client with tagged requests in flight.
 
-    python -m splitrpc.bench.peers.zmq_peer serve  --service vecadd --port 5555
-    python -m splitrpc.bench.peers.zmq_peer client --service vecadd --port 5555 --concurrency 16 --calls 5000 --warmup 500
+    python -m splitrpc.bench.helpers.peers.zmq_peer serve  --service vecadd --port 5555
+    python -m splitrpc.bench.helpers.peers.zmq_peer client --service vecadd --port 5555 --concurrency 16 --calls 5000 --warmup 500
 
 Over TCP on 127.0.0.1. The client sends [tag, request] (tag: 8 bytes, little-endian, unique in
 the run) and the server answers [tag, reply], or [tag, b"ERR", message] when the request is not
@@ -14,7 +14,7 @@ from __future__ import annotations
 import sys
 import time
 
-from splitrpc.bench.peers import common
+from splitrpc.bench.helpers.peers import common
 
 try:
     import zmq

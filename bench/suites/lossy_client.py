@@ -1,6 +1,6 @@
-"""client_chaos.py: issue 15's reliability run: a default `Client(timeout=10.0)` makes N vecadd calls through a chaos proxy (5% loss, 5% duplication, 5% reordering each way, 1% of datagrams with a header byte damaged); counts right, wrong and failed calls, retransmissions and the proxy's faults.
+"""lossy_client.py: the client over a lossy, damaging link (issue 15): a default `Client(timeout=10.0)` makes N vecadd calls through a chaos proxy (5% loss, 5% duplication, 5% reordering each way, 1% of datagrams with a header byte damaged); counts right, wrong and failed calls, retransmissions and the proxy's faults.
 
-    .venv/bin/python bench/client_chaos.py --calls 20000 --out bench/results/client_chaos
+    .venv/bin/python bench/suites/lossy_client.py --calls 20000 --out bench/results/client_chaos
 
 Run it from a source checkout: the chaos proxy is the test suite's (tests/chaos_proxy.py).
 """
@@ -34,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         from chaos_proxy import ChaosProxy, Faults
     except ImportError:
-        return "client_chaos.py needs a source checkout: the chaos proxy is tests/chaos_proxy.py"
+        return "lossy_client.py needs a source checkout: the chaos proxy is tests/chaos_proxy.py"
     if a.calls < 1 or a.wave < 1:
         return "--calls and --wave must be >= 1"
     rng = np.random.default_rng(a.seed)
@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         srv.close()
     doc = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-           "command": "bench/client_chaos.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+           "command": "bench/suites/lossy_client.py " + " ".join(argv if argv is not None else sys.argv[1:]),
            "machine": {"cpus": os.cpu_count(), "kernel": platform.release(), "python": platform.python_version()},
            "faults_each_way": FAULTS, "client": "splitrpc.Client(timeout=10.0), every other setting its default",
            "calls": a.calls, "wave": a.wave, "right": right, "wrong": wrong, "failed": failed, "failures": failures,

@@ -1,6 +1,6 @@
-"""neighbour.py: issue 15's executor benchmark: vecadd latency at one outstanding call on an idle server, and while a second function with a 10 ms GIL-releasing callback is kept busy by another client, with that function inline (on the worker) or on a pool of 2 threads.
+"""noisy_neighbour.py: a busy neighbour function against a light one (issue 15, the executors): vecadd latency at one outstanding call on an idle server, and while a second function with a 10 ms GIL-releasing callback is kept busy by another client, with that function inline (on the worker) or on a pool of 2 threads.
 
-    .venv/bin/python bench/neighbour.py --calls 20000 --rounds 3 --out bench/results/neighbour
+    .venv/bin/python bench/suites/noisy_neighbour.py --calls 20000 --rounds 3 --out bench/results/neighbour
 
 The slow callback is ``time.sleep(0.010)``: it stands for a callback that waits on a GPU or on
 I/O, which releases the GIL as sleep does. Each round starts a fresh server process per setting
@@ -179,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
            for name, rs in runs.items()}
     cpu = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name")), "?")
     doc = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-           "command": "bench/neighbour.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+           "command": "bench/suites/noisy_neighbour.py " + " ".join(argv if argv is not None else sys.argv[1:]),
            "machine": {"cpu": cpu, "cpus": os.cpu_count(), "kernel": platform.release(),
                        "python": platform.python_version()},
            "calls": a.calls, "rounds": a.rounds,

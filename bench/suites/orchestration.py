@@ -599,7 +599,7 @@ def cmd_bench_orchestration(a) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run_as_module("splitrpc.bench.orchestration", __doc__, _arguments, cmd_bench_orchestration, argv)
+    return run_as_module("splitrpc.bench.suites.orchestration", __doc__, _arguments, cmd_bench_orchestration, argv)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
-"""splitrpc.bench.peers: the benchmark services served by other RPC stacks (grpcio, pyzmq, Triton), each with a closed-loop client.
+"""splitrpc.bench.helpers.peers: the benchmark services served by other RPC stacks (grpcio, pyzmq, Triton), each with a closed-loop client.
 
-Each module runs as `python -m splitrpc.bench.peers.<module> serve|client ...` (see its docstring)
+Each module runs as `python -m splitrpc.bench.helpers.peers.<module> serve|client ...` (see its docstring)
 and has PEER, VARIANTS and available() -> (ok, reason); importing one never needs its RPC stack.
 """
 

@@ -30,7 +30,7 @@ from datetime import datetime, timezone
 
 import numpy as np
 
-from splitrpc.reporting import add_subcommand, command_of, run_as_module, write_report
+from splitrpc.reporting import add_subcommand, command_of, run_as_module, run_suite
 
 POLICY_ORDER = ("serial", "fifo", "sqtf", "bqt", "unbounded")
 METRICS = ("violations", "jct_mean", "queueing_mean", "queueing_short_mean", "p99_over_qos", "overruns",
@@ -235,21 +235,14 @@ def plot(doc: dict, path: str) -> str:
 
 
 def cmd_bench_colocate_sim(a) -> int:
-    try:
-        import torch  # noqa: F401
-        import torch_geometric  # noqa: F401
-    except ImportError:
-        print("bench-colocate-sim: needs PyTorch and torch-geometric: pip install 'splitrpc[gnn]'", file=sys.stderr)
-        return 2
-    doc = run(a)
-    for p in write_report(a.out, "colocate_sim", doc, markdown, plot, "bench-colocate-sim"):
-        print(p)
-    print(markdown(doc).split("## Acceptance", 1)[1].strip())
-    return 0
+    return run_suite(a, name="colocate_sim", who="bench-colocate-sim", run=run, markdown=markdown, plot=plot,
+                     needs=("torch", "torch_geometric"),
+                     hint="PyTorch and torch-geometric: pip install 'splitrpc[gnn]'",
+                     after=lambda doc: [markdown(doc).split("## Acceptance", 1)[1].strip()])
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run_as_module("splitrpc.bench.colocate_sim", __doc__, _arguments, cmd_bench_colocate_sim, argv)
+    return run_as_module("splitrpc.bench.suites.colocate_sim", __doc__, _arguments, cmd_bench_colocate_sim, argv)
 
 
 if __name__ == "__main__":

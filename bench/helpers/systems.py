@@ -16,8 +16,8 @@ import numpy as np
 
 from splitrpc import Client
 from splitrpc import raw_udp
-from splitrpc.bench.peers import common
-from splitrpc.bench.procs import Proc, ServerDied, free_port, start_raw, start_splitrpc
+from splitrpc.bench.helpers.peers import common
+from splitrpc.bench.helpers.procs import Proc, ServerDied, free_port, start_raw, start_splitrpc
 from splitrpc.errors import NativeError
 from splitrpc import arrivals
 from splitrpc.loadgen import report
@@ -162,7 +162,7 @@ def splitrpc_open(c: Client, system: str, service: str, rate: float, duration_s:
 
 def peer_available(system: str) -> tuple[bool, str]:
     module, _ = PEERS[system]
-    mod = import_module(f"splitrpc.bench.peers.{module}")
+    mod = import_module(f"splitrpc.bench.helpers.peers.{module}")
     return mod.available()
 
 
@@ -183,7 +183,7 @@ def start_peer(system: str, service: str | None, extra: list[str] | None = None,
     port = free_port(socket.SOCK_STREAM)
     while system == "triton" and not _tcp_free(port + 1):  # PyTriton's HTTP endpoint is port + 1
         port = free_port(socket.SOCK_STREAM)
-    proc = Proc([sys.executable, "-m", f"splitrpc.bench.peers.{module}", "serve",
+    proc = Proc([sys.executable, "-m", f"splitrpc.bench.helpers.peers.{module}", "serve",
                  *(["--service", service] if service else []), "--port", str(port), "--variant", variant,
                  *(extra or [])], env=env)
     proc.wait_line("READY", ready_s or (180.0 if system == "triton" else 30.0))
@@ -194,7 +194,7 @@ def peer_client(system: str, service: str | None, port: int, conc: int, calls: i
                 timeout_s: float = 600.0) -> dict:
     """One run of a peer's own client (its JSON line); service None: `--model NAME` is in extra."""
     module, variant = PEERS[system]
-    cmd = [sys.executable, "-m", f"splitrpc.bench.peers.{module}", "client",
+    cmd = [sys.executable, "-m", f"splitrpc.bench.helpers.peers.{module}", "client",
            *(["--service", service] if service else []), "--port", str(port), "--variant", variant,
            "--concurrency", str(conc), "--calls", str(calls), "--warmup", str(max(calls // 10, 10)), *(extra or [])]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, cwd=tempfile.gettempdir())

@@ -1,7 +1,7 @@
 """triton_peer.py: the benchmark services as NVIDIA Triton models (PyTriton, dynamic batching, CPU) and a gRPC asyncio client.
 
-    python -m splitrpc.bench.peers.triton_peer serve  --service vecadd --port 8001
-    python -m splitrpc.bench.peers.triton_peer client --service vecadd --port 8001 --concurrency 16 --calls 2000 --warmup 200
+    python -m splitrpc.bench.helpers.peers.triton_peer serve  --service vecadd --port 8001
+    python -m splitrpc.bench.helpers.peers.triton_peer client --service vecadd --port 8001 --concurrency 16 --calls 2000 --warmup 200
 
 `serve` binds one model named after the service: float32 tensors of the service's shapes (echo:
 one variable-length uint8 tensor), max batch 8, dynamic batcher with no queue delay (splitrpc's
@@ -20,7 +20,7 @@ import sysconfig
 
 import numpy as np
 
-from splitrpc.bench.peers import common
+from splitrpc.bench.helpers.peers import common
 
 try:
     import pytriton  # noqa: F401  (the server side)

@@ -1,5 +1,5 @@
 """procs.py: server child processes for the benchmarks: start outside the source tree, wait
-until ready, always stop; plus the raw-UDP limit server (`python -m splitrpc.bench.procs raw`)."""
+until ready, always stop; plus the raw-UDP limit server (`python -m splitrpc.bench.helpers.procs raw`)."""
 from __future__ import annotations
 
 import os
@@ -85,7 +85,7 @@ def start_splitrpc(wait: str) -> tuple[Proc, int]:
 
 def start_raw(busy: bool, req: int, resp: int) -> tuple[Proc, int]:
     port = free_port()
-    return Proc([sys.executable, "-m", "splitrpc.bench.procs", "raw", str(port), str(int(busy)), str(req),
+    return Proc([sys.executable, "-m", "splitrpc.bench.helpers.procs", "raw", str(port), str(int(busy)), str(req),
                  str(resp)]), port
 
 
@@ -100,4 +100,4 @@ def raw_server_main(port: int, busy: int, req: int, resp: int) -> int:
 if __name__ == "__main__":
     if len(sys.argv) == 6 and sys.argv[1] == "raw":
         sys.exit(raw_server_main(*map(int, sys.argv[2:6])))
-    sys.exit("usage: python -m splitrpc.bench.procs raw PORT BUSY REQ RESP")
+    sys.exit("usage: python -m splitrpc.bench.helpers.procs raw PORT BUSY REQ RESP")

@@ -1,6 +1,6 @@
 """model_server.py: the model benchmark's splitrpc server: `splitrpc serve --models`'s models plus a stats function.
 
-    python -m splitrpc.bench.model_server --port P --models lenet,resnet18 [--device cuda:0] [--small]
+    python -m splitrpc.bench.helpers.model_server --port P --models lenet,resnet18 [--device cuda:0] [--small]
                                           [--wait poll] [--max-batch 8] [--max-delay-us 0]
 
 Prints READY once it serves and stops on SIGTERM/SIGINT. Function STATS_FUNC_ID (raw, empty
@@ -15,7 +15,7 @@ import signal
 import sys
 
 from splitrpc.defaults import FUNCTION_DEFAULTS, SERVER_DEFAULTS
-from splitrpc.bench.procs import Proc, free_port
+from splitrpc.bench.helpers.procs import Proc, free_port
 
 STATS_FUNC_ID = 90  # clear of the built-in services (1-4) and of the model zoo (10-14)
 STATS_MAX_REPLY = 64 << 10
@@ -63,7 +63,7 @@ def start(models: list[str], device: str, small: bool, max_batch: int, wait: str
     """The server as a child process, once it printed READY (building the models may take a while);
     env: its environment (None: this process's)."""
     port = free_port()
-    args = [sys.executable, "-m", "splitrpc.bench.model_server", "--port", str(port), "--wait", wait,
+    args = [sys.executable, "-m", "splitrpc.bench.helpers.model_server", "--port", str(port), "--wait", wait,
             "--models", ",".join(models), "--device", device, "--max-batch", str(max_batch)]
     proc = Proc(args + (["--small"] if small else []), env=env)
     proc.wait_line("READY", ready_s)
@@ -71,7 +71,7 @@ def start(models: list[str], device: str, small: bool, max_batch: int, wait: str
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m splitrpc.bench.model_server", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m splitrpc.bench.helpers.model_server", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--host", help=f"address to bind (default: the library's, {SERVER_DEFAULTS['host']})")
     p.add_argument("--port", type=int, required=True)

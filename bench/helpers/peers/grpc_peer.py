@@ -1,9 +1,9 @@
 """grpc_peer.py: the benchmark services over grpcio (raw bytes, generic handler), sync or asyncio server, asyncio client.
 
-    python -m splitrpc.bench.peers.grpc_peer serve  --service vecadd --port 50051 [--variant sync|asyncio] [--workers 16]
-    python -m splitrpc.bench.peers.grpc_peer client --service vecadd --port 50051 --concurrency 16 --calls 5000 --warmup 500
-    python -m splitrpc.bench.peers.grpc_peer serve  --port 50051 --models lenet,resnet50 [--device cuda] [--small]
-    python -m splitrpc.bench.peers.grpc_peer client --model lenet --port 50051 [--small] --concurrency 32 --calls 2000
+    python -m splitrpc.bench.helpers.peers.grpc_peer serve  --service vecadd --port 50051 [--variant sync|asyncio] [--workers 16]
+    python -m splitrpc.bench.helpers.peers.grpc_peer client --service vecadd --port 50051 --concurrency 16 --calls 5000 --warmup 500
+    python -m splitrpc.bench.helpers.peers.grpc_peer serve  --port 50051 --models lenet,resnet50 [--device cuda] [--small]
+    python -m splitrpc.bench.helpers.peers.grpc_peer client --model lenet --port 50051 [--small] --concurrency 32 --calls 2000
 
 No protobuf: the method `/splitrpc.bench.Peer/<service>` takes and returns the request and reply
 bytes as they are (no (de)serializer). `serve` prints READY once it accepts calls and stops on
@@ -29,7 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from splitrpc.bench.peers import common
+from splitrpc.bench.helpers.peers import common
 
 try:
     import grpc

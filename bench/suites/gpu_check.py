@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from splitrpc.bench import orchestration as orch
+from splitrpc.bench.suites import orchestration as orch
 from splitrpc.check import Context, Failed, Result, Section
 from splitrpc.check.probes import EMULATED_LABEL, driver_emulated, need_cupy, need_gpu
 

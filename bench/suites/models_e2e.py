@@ -3,8 +3,8 @@
 Models of the zoo served by splitrpc (dynamic batching), called in process (splitrpc-local) and
 served by grpcio, all on the same device; writes models_e2e.md and models_e2e.json.
 
-    python -m splitrpc.bench.models_e2e --device cuda:0 --out bench/results
-    python -m splitrpc.bench.models_e2e --device cpu --small --calls 300 --out /tmp/models_e2e_cpu
+    python -m splitrpc.bench.suites.models_e2e --device cuda:0 --out bench/results
+    python -m splitrpc.bench.suites.models_e2e --device cpu --small --calls 300 --out /tmp/models_e2e_cpu
 
 Each round measures every system in turn (one server process alive at a time), each model at
 each concurrency, closed loop; the tables quote medians over rounds. Before timing, each round
@@ -23,12 +23,12 @@ from datetime import datetime, timezone
 import numpy as np
 
 from splitrpc.defaults import FUNCTION_DEFAULTS
-from splitrpc.bench import model_server, systems
+from splitrpc.bench.helpers import model_server, systems
 from splitrpc.reporting import add_subcommand, command_of, run_as_module
-from splitrpc.bench.peers import common
-from splitrpc.bench.procs import ServerDied
-from splitrpc.bench.sidebyside import _median_table
-from splitrpc.bench.systems import Result, _fill
+from splitrpc.bench.helpers.peers import common
+from splitrpc.bench.helpers.procs import ServerDied
+from splitrpc.bench.suites.sidebyside import _median_table
+from splitrpc.bench.helpers.systems import Result, _fill
 from splitrpc.loadgen import report
 from splitrpc.loadgen.load_cli import comma_list
 
@@ -443,13 +443,13 @@ def markdown(doc: dict, rows: list[dict]) -> str:
                   "targets are met. Rerun with `--device cuda:0` on the GPU machine for that."]
     lines += ["", "Systems (each in its own process; one server alive at a time):", "",
               f"- splitrpc: a server process registering the models as `splitrpc serve --wait {doc['wait']} "
-              f"--models ... --max-batch {doc['max_batch']}` does (bench/model_server.py, plus a stats function "
+              f"--models ... --max-batch {doc['max_batch']}` does (bench/helpers/model_server.py, plus a stats function "
               "read between runs), dynamic batching; load from the native closed-loop load generator "
               f"(`Client(busy_poll={doc['wait'] == 'poll'})`); mean batch = calls / batches of the timed run "
               "from the server's stats",
               "- splitrpc-local: the same callback in process at batch size 1 on arrays already on the device, "
               "time including the finished work (stream synchronized on a GPU): the model's own time",
-              f"- grpc: bench/peers/grpc_peer.py, grpcio's {GRPC_SERVERS[doc['grpc_server']]}, running the same "
+              f"- grpc: bench/helpers/peers/grpc_peer.py, grpcio's {GRPC_SERVERS[doc['grpc_server']]}, running the same "
               "callback, one call per model invocation (no batching); the peer's grpc.aio client with "
               "`concurrency` tasks",
               f"- validation: before timing, each round sends {VALIDATION_CALLS} varied requests to splitrpc "
@@ -556,7 +556,7 @@ def cmd_bench_models(a) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run_as_module("splitrpc.bench.models_e2e", __doc__, add_arguments, cmd_bench_models, argv)
+    return run_as_module("splitrpc.bench.suites.models_e2e", __doc__, add_arguments, cmd_bench_models, argv)
 
 
 if __name__ == "__main__":

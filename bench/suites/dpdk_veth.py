@@ -19,9 +19,9 @@ from datetime import datetime, timezone
 import numpy as np
 
 from splitrpc import dpdk
-from splitrpc.bench import netns
+from splitrpc.bench.helpers import netns
 from splitrpc.reporting import add_subcommand, command_of, run_as_module
-from splitrpc.bench.procs import Proc, ServerDied
+from splitrpc.bench.helpers.procs import Proc, ServerDied
 from splitrpc.loadgen import report
 from splitrpc.loadgen.load_cli import comma_list
 
@@ -43,7 +43,7 @@ srv.serve()
 # Runs in the client's namespace: one closed-loop run per (service, concurrency), JSON lines.
 CLIENT = """
 import json
-from splitrpc.bench import systems
+from splitrpc.bench.helpers import systems
 c = systems.Client({ip!r}, {port}, timeout=2.0, busy_poll=True)
 c.call(1, systems.request_for("vecadd")[0], timeout=5.0)
 for svc in {services!r}:
@@ -190,7 +190,7 @@ def cmd_bench_dpdk(a) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run_as_module("splitrpc.bench.dpdk_veth", __doc__, _arguments, cmd_bench_dpdk, argv)
+    return run_as_module("splitrpc.bench.suites.dpdk_veth", __doc__, _arguments, cmd_bench_dpdk, argv)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,1 @@
+"""splitrpc.bench.helpers: what the benchmark suites share: server child processes (procs), network namespaces (netns), how each compared system is measured (systems) and the peers themselves (peers/), and the model benchmark's server (model_server). No suite lives here."""

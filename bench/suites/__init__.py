@@ -1,0 +1,1 @@
+"""splitrpc.bench.suites: the benchmark suites, one module each: the `splitrpc bench*` commands (bench/plugin.py registers them), the A/B of two builds, the GPU check's trimmed benchmarks, and three runs named for what they measure (lossy_client, noisy_neighbour, priority_classes). Each writes its report with the command that made it."""
