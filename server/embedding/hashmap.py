@@ -7,6 +7,7 @@ from collections import OrderedDict
 import numpy as np
 
 from splitrpc.services.embedding.tables import TableSpec, partitions
+from splitrpc.services.embedding.tier import check_batch, check_keys, sorted_dump, table_spec
 
 PARTITIONS = 16
 EVICTIONS = ("lru", "random")
@@ -41,7 +42,8 @@ class HashMapTier:
 
     def get(self, table: str, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(vectors (n, dim), found (n,) bool) of keys; rows not found are zeros."""
-        spec = self.specs[table]
+        spec = table_spec(self.specs, table)
+        keys = check_keys(keys)
         out = np.zeros((keys.size, spec.dim), np.float32)
         found = np.zeros(keys.size, bool)
         parts = self._parts[table]
@@ -58,6 +60,7 @@ class HashMapTier:
         return out, found
 
     def put(self, table: str, keys: np.ndarray, vectors: np.ndarray) -> None:
+        keys, vectors = check_batch(self.specs, table, keys, vectors)
         parts = self._parts[table]
         for p, idx in partitions(keys, self.partitions):
             part = parts[p]
@@ -70,8 +73,9 @@ class HashMapTier:
                     self._evict(part)
 
     def put_many(self, by_table: dict) -> None:
-        """put() for each of {table: (keys, vectors)}."""
-        for table, (keys, vectors) in by_table.items():
+        """put() for each of {table: (keys, vectors)}, all checked before any is written."""
+        checked = {table: check_batch(self.specs, table, k, v) for table, (k, v) in by_table.items()}
+        for table, (keys, vectors) in checked.items():
             self.put(table, keys, vectors)
 
     def _evict(self, part: _Partition) -> None:
@@ -86,7 +90,21 @@ class HashMapTier:
         self.evicted += excess
 
     def size(self, table: str) -> int:
+        table_spec(self.specs, table)
         return sum(len(p.map) for p in self._parts[table])
+
+    def dump(self, table: str) -> tuple[np.ndarray, np.ndarray]:
+        """(keys ascending, vectors) of everything held for table."""
+        spec = table_spec(self.specs, table)
+        keys, rows = [], []
+        for part in self._parts[table]:
+            with part.lock:
+                keys += list(part.map)
+                rows += list(part.map.values())
+        return sorted_dump(keys, rows, spec.dim)
+
+    def stats(self) -> dict:
+        return {"name": self.name, "keys": {t: self.size(t) for t in self.specs}, "evicted": self.evicted}
 
     def close(self) -> None:
         for parts in self._parts.values():

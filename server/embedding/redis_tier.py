@@ -16,6 +16,7 @@ import numpy as np
 
 from splitrpc.services.embedding.hashmap import PARTITIONS
 from splitrpc.services.embedding.tables import TableSpec, partitions
+from splitrpc.services.embedding.tier import check_batch, check_keys, sorted_dump, table_spec
 
 
 def _fields(k8: np.ndarray) -> list[bytes]:
@@ -56,7 +57,8 @@ class RedisTier:
             self._down_until = time.monotonic() + self.retry_after
 
     def get(self, table: str, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        dim = self.specs[table].dim
+        dim = table_spec(self.specs, table).dim
+        keys = check_keys(keys)
         out = np.zeros((keys.size, dim), np.float32)
         found = np.zeros(keys.size, bool)
         if not keys.size or not self._up():
@@ -86,6 +88,7 @@ class RedisTier:
 
     def put_many(self, by_table: dict) -> None:
         """Writes {table: (keys, vectors)} in one pipeline (one round trip for every table)."""
+        by_table = {table: check_batch(self.specs, table, k, v) for table, (k, v) in by_table.items()}
         n = sum(int(np.size(k)) for k, _ in by_table.values())
         if not n:
             return
@@ -111,11 +114,32 @@ class RedisTier:
                 self.dropped_writes += n
 
     def size(self, table: str) -> int:
+        table_spec(self.specs, table)
         try:
             return sum(int(self._r.hlen(self._name(table, p))) for p in range(self.partitions))
         except self._errors:
             self._failed()
             return 0
+
+    def dump(self, table: str) -> tuple[np.ndarray, np.ndarray]:
+        """(keys ascending, vectors) of everything the server holds for table (nothing while it is down)."""
+        dim = table_spec(self.specs, table).dim
+        keys, rows = [], []
+        if self._up():
+            try:
+                for p in range(self.partitions):
+                    for field, value in self._r.hgetall(self._name(table, p)).items():
+                        if len(field) == 8 and len(value) == 4 * dim:
+                            keys.append(int.from_bytes(field, "little", signed=True))
+                            rows.append(np.frombuffer(value, "<f4"))
+            except self._errors:
+                self._failed()
+                keys, rows = [], []
+        return sorted_dump(keys, rows, dim)
+
+    def stats(self) -> dict:
+        return {"name": self.name, "keys": {t: self.size(t) for t in self.specs}, "errors": self.errors,
+                "dropped_writes": self.dropped_writes}
 
     def clear(self) -> None:
         """Deletes this tier's hashes of every table."""

@@ -8,6 +8,7 @@ import time
 import numpy as np
 
 from splitrpc.services.embedding.tables import TableSpec, truth
+from splitrpc.services.embedding.tier import check_batch, check_keys, sorted_dump, table_spec
 
 
 class StoreError(RuntimeError):
@@ -52,7 +53,8 @@ class RocksTier:
 
     def get(self, table: str, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(vectors (n, dim), found (n,) bool); rows not found (or stored with the wrong size) are zeros."""
-        dim = self.specs[table].dim
+        dim = table_spec(self.specs, table).dim
+        keys = check_keys(keys)
         raw = self._cf[table][self._key_bytes(keys)]
         size = 4 * dim
         if all(v is not None and len(v) == size for v in raw):  # the usual case: one copy for the lot
@@ -72,6 +74,8 @@ class RocksTier:
         """Writes {table: (keys, vectors)} in one atomic write batch."""
         from rocksdict import WriteBatch
 
+        by_table = {table: check_batch(self.specs, table, k, v) for table, (k, v) in by_table.items()}
+
         wb = WriteBatch(raw_mode=True)
         for table, (keys, vectors) in by_table.items():
             cf = self._db.get_column_family_handle(table)
@@ -80,6 +84,20 @@ class RocksTier:
             for i, k in enumerate(self._key_bytes(keys)):
                 wb.put(k, buf[i * size:(i + 1) * size], cf)
         self._db.write(wb)
+
+    def dump(self, table: str) -> tuple[np.ndarray, np.ndarray]:
+        """(keys ascending, vectors) of the table's column family (reads it all)."""
+        dim = table_spec(self.specs, table).dim
+        keys, rows = [], []
+        for k, v in self._cf[table].items():
+            if len(k) == 8 and len(v) == 4 * dim:
+                keys.append(int.from_bytes(k, "little", signed=True))
+                rows.append(np.frombuffer(v, "<f4"))
+        return sorted_dump(keys, rows, dim)
+
+    def stats(self) -> dict:
+        """Keys per table, counted exactly: it reads every key (seconds for a full DLRM table)."""
+        return {"name": self.name, "keys": {t: sum(1 for _ in cf.keys()) for t, cf in self._cf.items()}}
 
     def compact(self) -> None:
         """Compacts every table's column family (after a bulk fill, so that no compaction runs later
