@@ -2,6 +2,7 @@
 asked for appears in the table (measured, or reported unavailable), targets and plots."""
 import importlib.util
 import json
+import re
 
 from splitrpc.bench.helpers import systems
 from splitrpc.cli import main
@@ -50,3 +51,31 @@ def test_bench_reports_a_peer_that_cannot_start(tmp_path, capsys, monkeypatch):
 def test_bench_rejects_unknown_names(tmp_path, capsys):
     assert main(["bench", "--systems", "nope", "--out", str(tmp_path)]) == 2
     assert "unknown" in capsys.readouterr().err
+
+
+def test_ab_builds_interval_of_the_ratio():
+    """ab_builds' B/A interval: contains 1 for the same rounds, excludes it for a doubled metric,
+    and is left out with fewer than two rounds a side."""
+    from splitrpc.bench.suites import ab_builds
+
+    same = ab_builds._boot([10.0, 11.0, 12.0, 10.5, 11.5], [11.5, 10.0, 12.0, 11.0, 10.5])
+    assert same["ratio"] == 1.0 and same["lo"] <= 1.0 <= same["hi"]
+    double = ab_builds._boot([10.0, 11.0, 12.0, 10.5, 11.5], [20.0, 22.0, 24.0, 21.0, 23.0])
+    assert double["ratio"] == 2.0 and double["lo"] > 1.5
+    assert ab_builds._boot([1.0], [1.0, 2.0])["ratio"] is None
+
+
+def test_ab_builds_report_again_from_its_runs(tmp_path):
+    from splitrpc.bench.suites import ab_builds
+
+    def run(p50):
+        return [{"system": "splitrpc-poll", "service": "vecadd", "concurrency": 1, "offered_rps": None,
+                 "p50_us": p50, "p99_us": 2 * p50, "throughput_rps": 1e6 / p50}]
+
+    doc = {"date": "d", "command": "c", "machine": {}, "builds": {"A": "a", "B": "b"}, "rounds": 3, "wall_s": 1.0,
+           "runs": {"A": [run(10.0), run(10.2), run(9.9)], "B": [run(20.0), run(20.4), run(19.8)]}}
+    src = tmp_path / "ab.json"
+    src.write_text(json.dumps(doc))
+    assert ab_builds.main(["--from-json", str(src), "--out", str(tmp_path / "again")]) == 0
+    md = (tmp_path / "again" / "ab.md").read_text()
+    assert re.search(r"\| vecadd \| splitrpc-poll \| 1 \| 10\.0 .*\| worse \| 2\.000 \[.*\] \* \|", md), md

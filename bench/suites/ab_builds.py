@@ -5,7 +5,11 @@
 
 Each build measures the raw-UDP limit in its own runs, so ratios to it are taken within a run.
 A cell of B is "worse" only when its best round is worse than A's worst (the rounds' ranges
-do not overlap), "better" the other way round, else "same".
+do not overlap), "better" the other way round, else "same". Each cell also gets B's median over
+A's with a bootstrap 95% interval (10,000 resamples of each build's rounds): a change is
+claimed only where the interval excludes 1, and with many cells some will by chance.
+
+    python bench/suites/ab_builds.py --from-json OUT/ab.json --out OUT   # the report again, from its runs
 """
 from __future__ import annotations
 
@@ -71,6 +75,24 @@ def _verdict(a: dict, b: dict, sign: int) -> str:
     return "worse" if b["min"] > a["max"] else "better" if b["max"] < a["min"] else "same"
 
 
+BOOT = 10_000  # bootstrap resamples of a cell's B/A ratio of medians
+
+
+def _boot(va: list, vb: list, seed: int = 0) -> dict:
+    """B's median over A's, and its bootstrap 95% interval (each build's rounds resampled)."""
+    import numpy as np
+
+    a, b = (np.array([v for v in vs if v is not None], float) for vs in (va, vb))
+    if len(a) < 2 or len(b) < 2 or not np.median(a):
+        return {"ratio": None, "lo": None, "hi": None}
+    rng = np.random.default_rng(seed)
+    ra = np.median(a[rng.integers(0, len(a), (BOOT, len(a)))], axis=1)
+    rb = np.median(b[rng.integers(0, len(b), (BOOT, len(b)))], axis=1)
+    ok = ra > 0
+    lo, hi = np.percentile(rb[ok] / ra[ok], [2.5, 97.5])
+    return {"ratio": float(np.median(b) / np.median(a)), "lo": float(lo), "hi": float(hi)}
+
+
 def _ratio(runs: list[dict], system: str, service: str, conc: int, metric: str) -> float | None:
     """system's metric over raw-udp-busy's, in one run."""
     def get(s):
@@ -82,8 +104,8 @@ def _ratio(runs: list[dict], system: str, service: str, conc: int, metric: str) 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--a", required=True, metavar="NAME=SPLITRPC", help="the baseline build: a name and its splitrpc command")
-    p.add_argument("--b", required=True, metavar="NAME=SPLITRPC", help="the build compared with it")
+    p.add_argument("--a", metavar="NAME=SPLITRPC", help="the baseline build: a name and its splitrpc command")
+    p.add_argument("--b", metavar="NAME=SPLITRPC", help="the build compared with it")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--services", default="vecadd,head,matmul,echo")
     p.add_argument("--concurrency", default="1,16,32")
@@ -91,7 +113,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rates", default="1000,5000,20000,50000,100000,200000")
     p.add_argument("--sweep-s", type=float, default=2.0)
     p.add_argument("--out", required=True)
+    p.add_argument("--from-json", metavar="AB.json", help="no runs: the report again from an earlier ab.json's runs "
+                                                         "(with the --rates it was made with)")
     a = p.parse_args(argv)
+    if a.from_json:
+        with open(a.from_json) as f:
+            old = json.load(f)
+        doc = analyse(old["runs"], list(old["builds"].items()), [float(x) for x in a.rates.split(",")])
+        doc.update({k: old[k] for k in ("date", "command", "machine", "builds", "rounds", "wall_s")})
+        return _write(a.out, doc)
+    if not a.a or not a.b:
+        p.error("--a and --b name the two builds (or --from-json an earlier run)")
     builds = []
     for spec in (a.a, a.b):
         name, _, exe = spec.partition("=")
@@ -107,8 +139,27 @@ def main(argv: list[str] | None = None) -> int:
             for name, exe in order:
                 print(f"round {rnd + 1}/{a.rounds}: {name}", flush=True)
                 runs[name].append(_run(exe, a, os.path.join(tmp, f"{rnd}-{name}")))
+    doc = analyse(runs, builds, [float(x) for x in a.rates.split(",")])
+    doc.update({"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "command": " ".join(sys.argv),
+                "machine": _machine(), "builds": dict(builds), "rounds": a.rounds, "wall_s": time.monotonic() - t0})
+    return _write(a.out, doc)
+
+
+def _write(out: str, doc: dict) -> int:
+    na, nb = list(doc["builds"])
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, "ab.json"), "w") as f:
+        json.dump(doc, f, indent=1)
+    with open(os.path.join(out, "ab.md"), "w") as f:
+        f.write(_markdown(doc, na, nb))
+    print(f"wrote {out}/ab.md and ab.json ({doc['wall_s']:.0f} s of runs)")
+    return 0
+
+
+def analyse(runs: dict, builds: list, rates: list) -> dict:
+    """The table (per cell and metric: each build's spread, the verdict, B/A with its interval)
+    and the ratios to the raw-UDP limit, from each build's runs."""
     (na, _), (nb, _) = builds
-    rates = [float(x) for x in a.rates.split(",")]
     cells = {}
     for name in (na, nb):
         for rnd in runs[name]:
@@ -122,7 +173,8 @@ def main(argv: list[str] | None = None) -> int:
         row = {"system": key[0], "service": key[1], "concurrency": key[2], "offered_rps": key[3]}
         for m, _, sign in METRICS:
             sa, sb = _spread([r.get(m) for r in by[na]]), _spread([r.get(m) for r in by[nb]])
-            row[m] = {na: sa, nb: sb, "verdict": _verdict(sa, sb, sign)}
+            row[m] = {na: sa, nb: sb, "verdict": _verdict(sa, sb, sign),
+                      "b_over_a": _boot([r.get(m) for r in by[na]], [r.get(m) for r in by[nb]])}
         table.append(row)
     ratios = {}
     for name in (na, nb):
@@ -134,15 +186,7 @@ def main(argv: list[str] | None = None) -> int:
             "vecadd c=1 p50, splitrpc-poll / raw-udp-busy":
                 _spread([_ratio(rr, "splitrpc-poll", "vecadd", 1, "p50_us") for rr in runs[name]]),
         }
-    doc = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "command": " ".join(sys.argv),
-           "machine": _machine(), "builds": dict(builds), "rounds": a.rounds, "wall_s": time.monotonic() - t0,
-           "table": table, "ratios": ratios, "runs": runs}
-    with open(os.path.join(a.out, "ab.json"), "w") as f:
-        json.dump(doc, f, indent=1)
-    with open(os.path.join(a.out, "ab.md"), "w") as f:
-        f.write(_markdown(doc, na, nb))
-    print(f"wrote {a.out}/ab.md and ab.json in {doc['wall_s']:.0f} s")
-    return 0
+    return {"table": table, "ratios": ratios, "runs": runs}
 
 
 def _markdown(doc: dict, na: str, nb: str) -> str:
@@ -156,18 +200,23 @@ def _markdown(doc: dict, na: str, nb: str) -> str:
              f"- builds: {', '.join(f'{k}: `{v}`' for k, v in doc['builds'].items())}",
              f"- machine: {doc['machine']}",
              f"- {doc['rounds']} rounds, builds interleaved (A B, B A, ...); each cell: median (min-max over rounds)",
-             "- verdict: worse/better only when the rounds' ranges do not overlap, else same", "",
+             "- verdict: worse/better only when the rounds' ranges do not overlap, else same",
+             f"- {nb}/{na}: ratio of medians, bootstrap 95% interval ({BOOT:,} resamples of the rounds); * where "
+             "it excludes 1", "",
              "## Ratios to the raw-UDP limit (within each run)", "", f"| ratio | {na} | {nb} |", "|---|---:|---:|"]
     for k in doc["ratios"][na]:
         lines.append(f"| {k} | {cell(doc['ratios'][na][k], 2)} | {cell(doc['ratios'][nb][k], 2)} |")
     for m, label, _ in METRICS:
         d = 0 if m == "throughput_rps" else 1
-        lines += ["", f"## {label}", "", f"| service | system | conc or rate | {na} | {nb} | verdict |",
-                  "|---|---|---:|---:|---:|---|"]
+        lines += ["", f"## {label}", "", f"| service | system | conc or rate | {na} | {nb} | verdict | {nb}/{na} [95% CI] |",
+                  "|---|---|---:|---:|---:|---|---|"]
         for r in doc["table"]:
             where = r["concurrency"] if r["concurrency"] is not None else f"{r['offered_rps']:,.0f}/s"
+            ci = r[m].get("b_over_a") or {}
+            est = "-" if ci.get("ratio") is None else (
+                f"{ci['ratio']:.3f} [{ci['lo']:.3f}, {ci['hi']:.3f}]" + (" *" if not ci["lo"] <= 1 <= ci["hi"] else ""))
             lines.append(f"| {r['service']} | {r['system']} | {where} | {cell(r[m][na], d)} | {cell(r[m][nb], d)} | "
-                         f"{r[m]['verdict']} |")
+                         f"{r[m]['verdict']} | {est} |")
     return "\n".join(lines) + "\n"
 
 
