@@ -1,4 +1,4 @@
-"""executor.py: where a function's batches run: inline on the server's worker thread (the default, the fastest for tiny callbacks) or on a ThreadPool, so that one function's slow batch does not hold the others'.
+"""executor.py: where a function's batches run: inline on the server's worker thread (the default, the fastest for tiny callbacks), on a ThreadPool, or on a LanePool (named lanes, each batch routed to one by its arguments), so that one function's slow batch does not hold the others'. Executor is the interface every one implements.
 
 A pool's thread takes a batch the worker handed it (deferred: its Tensor Queue elements stay
 the function's), runs the callback and finishes the batch from that thread; the worker, which
@@ -9,14 +9,89 @@ functions.
 """
 from __future__ import annotations
 
+import logging
 import queue
 import threading
+import time
 from typing import Callable
 
 INLINE = "inline"
+log = logging.getLogger("splitrpc.executor")
+_here = threading.local()  # the lane of the batch this thread runs (LanePool)
 
 
-class ThreadPool:
+class BatchJob:
+    """One deferred batch handed to an executor: calling it runs the function's callback and
+    finishes the batch (its errors included; it never raises). An executor may read func, count,
+    args and kwargs (e.g. costs=) to decide where it runs, and must not change them. Made by the
+    server's worker; run once, on any thread."""
+
+    __slots__ = ("func", "count", "args", "kwargs", "_run")
+
+    def __init__(self, func: str, count: int, args, kwargs: dict, run: Callable[[], None]):
+        self.func, self.count, self.args, self.kwargs, self._run = func, count, args, kwargs, run
+
+    def __call__(self) -> None:
+        self._run()
+
+
+class Executor:
+    """The interface of an executor (``Server.function(..., executor=E)``): `threads` batches of
+    a function at most run at once (the engine holds the others back, so they batch up);
+    submit(job) queues a BatchJob and returns at once, and the job finishes its batch from
+    whatever thread runs it; acquire()/release() bracket each server that uses it (threads run
+    while one does); load() reports what it holds and did. submit runs on the server's worker;
+    load on any thread."""
+
+    threads = 1
+    name = "executor"
+
+    def submit(self, job: Callable[[], None]) -> None:
+        raise NotImplementedError
+
+    def acquire(self) -> None:
+        raise NotImplementedError
+
+    def release(self) -> None:
+        raise NotImplementedError
+
+    def load(self) -> dict:
+        raise NotImplementedError
+
+
+class _Meter:
+    """queued / running / batches / busy seconds of one queue of jobs (any thread)."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.queued = self.running = self.batches = 0
+        self.busy_s = 0.0
+
+    def queue(self) -> None:
+        with self.lock:
+            self.queued += 1
+
+    def run(self, job: Callable[[], None]) -> None:
+        with self.lock:
+            self.queued -= 1
+            self.running += 1
+        t0 = time.perf_counter()
+        try:
+            job()
+        finally:
+            dt = time.perf_counter() - t0
+            with self.lock:
+                self.running -= 1
+                self.batches += 1
+                self.busy_s += dt
+
+    def read(self) -> dict:
+        with self.lock:
+            return {"queued": self.queued, "running": self.running, "batches": self.batches,
+                    "busy_s": round(self.busy_s, 6)}
+
+
+class ThreadPool(Executor):
     """N threads that run the batches of the functions given it (``Server.function(...,
     executor=pool)``), several at once: callbacks that release the GIL (numpy, PyTorch,
     ``time.sleep``, I/O) overlap each other and the worker. One pool may serve several functions,
@@ -32,13 +107,19 @@ class ThreadPool:
         self._lock = threading.Lock()
         self._users = 0
         self._running: list[threading.Thread] = []
+        self._meter = _Meter()
 
     def __repr__(self) -> str:
         return f"ThreadPool({self.threads}, name={self.name!r})"
 
     def submit(self, job: Callable[[], None]) -> None:
         """Queues job (no arguments) for the next free thread. The job handles its own errors."""
+        self._meter.queue()
         self._q.put(job)
+
+    def load(self) -> dict:
+        """{"kind": "pool", "threads", "queued", "running", "batches", "busy_s"}."""
+        return {"kind": "pool", "threads": self.threads, **self._meter.read()}
 
     def acquire(self) -> None:
         """A server that uses the pool starts: the threads start with its first user."""
@@ -70,21 +151,87 @@ class ThreadPool:
             job = self._q.get()
             if job is None:
                 return
-            job()
+            self._meter.run(job)
 
 
-def resolve(executor, device_ordinal: int) -> ThreadPool | None:
+def current_lane() -> str | None:
+    """The lane of the batch this thread runs for a LanePool (None on any other thread): a
+    callback reads where its executor routed it."""
+    return getattr(_here, "lane", None)
+
+
+class LanePool(Executor):
+    """Named lanes of threads (e.g. {"cpu": 1, "gpu": 1}: one batch at a time on each) and a
+    route(job) -> lane name that picks the lane of each batch from its BatchJob (its kwargs'
+    costs=, its arguments): batches of one lane queue behind each other and never behind another
+    lane's. A route that raises or names no lane sends the batch to the first lane (logged), so
+    no batch is lost. The callback reads its lane with current_lane(). Thread-safe as Executor
+    says; one LanePool may serve several functions whose jobs its route understands."""
+
+    def __init__(self, lanes: dict, route: Callable[[BatchJob], str], name: str = "splitrpc-lanes"):
+        if not lanes or any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in lanes.values()):
+            raise ValueError(f"lanes must name at least one lane, each with 1 or more threads, got {lanes!r}")
+        if not callable(route):
+            raise ValueError(f"route must be callable, got {route!r}")
+        self.lanes, self.route, self.name = dict(lanes), route, name
+        self.threads = sum(self.lanes.values())
+        self._pools = {lane: ThreadPool(n, name=f"{name}-{lane}") for lane, n in self.lanes.items()}
+        self._first = next(iter(self.lanes))
+        self.misrouted = 0
+
+    def __repr__(self) -> str:
+        return f"LanePool({self.lanes}, name={self.name!r})"
+
+    def submit(self, job: Callable[[], None]) -> None:
+        try:
+            lane = self.route(job)
+        except Exception as e:  # noqa: BLE001 - a route's bug must not lose the batch
+            log.warning("%s: route raised %s: %s; the batch goes to lane %s", self.name, type(e).__name__, e,
+                        self._first)
+            lane = None
+        if lane not in self._pools:
+            if lane is not None:
+                log.warning("%s: route named no lane (%r); the batch goes to lane %s", self.name, lane, self._first)
+            self.misrouted += 1
+            lane = self._first
+
+        def in_lane(job=job, lane=lane) -> None:
+            _here.lane = lane
+            try:
+                job()
+            finally:
+                _here.lane = None
+
+        self._pools[lane].submit(in_lane)
+
+    def acquire(self) -> None:
+        for p in self._pools.values():
+            p.acquire()
+
+    def release(self) -> None:
+        for p in self._pools.values():
+            p.release()
+
+    def load(self) -> dict:
+        """{"kind": "lanes", "threads", "misrouted", "lanes": {lane: ThreadPool.load()}}."""
+        return {"kind": "lanes", "threads": self.threads, "misrouted": self.misrouted,
+                "lanes": {lane: p.load() for lane, p in self._pools.items()}}
+
+
+def resolve(executor, device_ordinal: int) -> Executor | None:
     """Server.function's executor argument: "inline" -> None; N -> a pool of its own with N
-    threads; a ThreadPool -> itself. Raises ValueError for anything else, and for a pool given to
-    a GPU function (its callback only launches work on its stream: it stays inline)."""
+    threads; an Executor (ThreadPool, LanePool, or another) -> itself. Raises ValueError for
+    anything else, and for an executor given to a GPU function (its callback only launches work
+    on its stream: it stays inline)."""
     if executor is None or executor == INLINE:
         return None
-    if isinstance(executor, ThreadPool):
+    if isinstance(executor, Executor):
         pool = executor
     elif isinstance(executor, int) and not isinstance(executor, bool):
         pool = ThreadPool(executor)
     else:
-        raise ValueError(f"executor must be 'inline', a number of threads or a splitrpc.ThreadPool, got {executor!r}")
+        raise ValueError(f"executor must be 'inline', a number of threads or a splitrpc.ThreadPool (an executor), "
+                         f"got {executor!r}")
     if device_ordinal >= 0:
         raise ValueError("a GPU function runs inline: its callback only queues work on its CUDA stream")
     return pool

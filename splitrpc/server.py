@@ -667,6 +667,8 @@ class Server:
             # the engine's counters of each function (its aux classes summed): calls, errors by
             # code (BUSY and DRAINING answers included), batch sizes, queue delay, calls queued
             "by_function": {f.name: _server.read_func_stats(self._srv, f.func_id) for f in self._user_functions()},
+            # each function's executor (ThreadPool, LanePool, ...): batches queued, running, run, busy time
+            "executors": {f.name: f.pool.load() for f in self._user_functions() if f.pool is not None},
             **({"dpdk": self._dpdk_stats()} if self.transport == "dpdk" else {}),
             **{k: src() for k, src in self._stats_sources.items()},
         }

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import splitrpc
+from conftest import settled
 from splitrpc import TensorSpec
 
 VEC = [TensorSpec("x", "float32", (4,))]
@@ -308,3 +309,80 @@ def test_a_cancelled_future_fails_its_batch_with_internal(make_server, make_clie
     with pytest.raises(splitrpc.InternalError, match="CancelledError"):
         c.call(13, np.zeros(4, np.float32))
     srv.close()  # nothing left waiting
+
+
+def test_a_lane_pool_routes_each_batch_and_a_busy_lane_holds_no_other(make_server, make_client):
+    """LanePool shared by two functions: a batch runs on the lane its route names (current_lane()
+    in the callback says which), one at a time per lane; a slow batch on one lane holds no batch
+    of the other; stats() reports each lane's batches; a route that fails sends the batch to the
+    first lane. (Replies of one function leave in its batches' order, so the lanes are shown
+    with two functions.)"""
+    gate, entered = threading.Event(), threading.Event()
+    seen, running, peak = [], {"slow": 0, "quick": 0}, {"slow": 0, "quick": 0}
+    lock = threading.Lock()
+
+    def route(job):
+        if job.args[0][0, 0] < 0:
+            raise RuntimeError("no lane for a negative input")
+        return "slow" if job.func == "heavy" else "quick"
+
+    lanes = splitrpc.LanePool({"slow": 1, "quick": 1}, route, name="test-lanes")
+
+    def body(x, y):
+        lane = splitrpc.current_lane()
+        with lock:
+            seen.append((float(x[0, 0]), lane))
+            running[lane] += 1
+            peak[lane] = max(peak[lane], running[lane])
+        if x[0, 0] == 100:
+            entered.set()
+            gate.wait(10)
+        y[:] = x + 1
+        with lock:
+            running[lane] -= 1
+
+    def setup(srv):
+        srv.add_function(body, 1, "heavy", VEC, VEC, max_batch=1, executor=lanes)
+        srv.add_function(body, 2, "light", VEC, VEC, max_batch=1, executor=lanes)
+
+    srv = make_server(setup)
+    c = make_client(srv.port, timeout=10.0)
+    x = np.zeros(4, np.float32)
+    slow = c.call_async(1, x + 100)
+    assert entered.wait(5)
+    for i in range(20):  # the quick lane serves while the slow lane's batch is held
+        assert np.array_equal(np.frombuffer(c.call(2, x + i), np.float32), x + i + 1)
+    assert not slow.done()
+    gate.set()
+    assert np.array_equal(np.frombuffer(slow.result(), np.float32), x + 101)
+    assert np.array_equal(np.frombuffer(c.call(2, x - 5), np.float32), x - 4)  # route raised: first lane, served
+    assert {v: lane for v, lane in seen} == {100.0: "slow", **{float(i): "quick" for i in range(20)}, -5.0: "slow"}
+    assert peak == {"slow": 1, "quick": 1}
+    st = settled(srv, lambda s: s["executors"]["light"]["lanes"]["slow"]["batches"] == 2)["executors"]
+    assert st["heavy"] == st["light"]  # one executor, reported under each function it serves
+    st = st["light"]
+    assert st["kind"] == "lanes" and st["threads"] == 2 and st["misrouted"] == 1
+    assert st["lanes"]["slow"]["batches"] == 2 and st["lanes"]["quick"]["batches"] == 20
+    assert st["lanes"]["slow"]["busy_s"] > 0 and all(v["queued"] == 0 and v["running"] == 0
+                                                     for v in st["lanes"].values())
+    assert c.describe().by_name("heavy").executor == "pool:2"  # a pool of 2 threads, as the protocol says
+
+
+def test_a_thread_pool_reports_its_load(make_server, make_client):
+    def setup(srv):
+        @srv.function(1, "pooled", inputs=VEC, outputs=VEC, executor=2)
+        def pooled(x, y):
+            y[:] = x
+
+    srv = make_server(setup)
+    c = make_client(srv.port, timeout=5.0)
+    for i in range(10):
+        c.call(1, np.full(4, i, np.float32))
+    st = settled(srv, lambda s: s["executors"]["pooled"]["batches"] == 10)["executors"]["pooled"]
+    assert st["kind"] == "pool" and st["threads"] == 2 and st["batches"] == 10 and st["queued"] == 0
+
+
+@pytest.mark.parametrize("lanes, route", [({}, str), ({"a": 0}, str), ({"a": True}, str), ({"a": 1}, None)])
+def test_a_bad_lane_pool_is_refused(lanes, route):
+    with pytest.raises(ValueError):
+        splitrpc.LanePool(lanes, route)

@@ -62,6 +62,29 @@ def test_replies_equal_the_local_model_and_batches_go_by_psgs(gnn_servers, model
         assert all(svc.check_reply(r, f.result(10)) for r, f in zip(reqs, futs))
 
 
+def test_concurrent_lanes_route_each_batch_to_its_lanes_thread():
+    """concurrent_lanes=True: the function's executor is a LanePool, which sends each batch to
+    its lane's thread by the router's rule; the executor's counts per lane equal the service's."""
+    srv = splitrpc.Server("127.0.0.1", 0, wait="block")
+    try:
+        svc = serve.register_gnn(srv, "graphsage", small=True, threshold=3000, torch_threads=None,
+                                 concurrent_lanes=True)
+        srv.start()
+        assert svc.concurrent_lanes
+        rng = np.random.default_rng(4)
+        low = svc.graph.degree.argsort()[:3].astype("<i8")
+        reqs = [low.tobytes()] * 5 + [svc.example(rng, 128) for _ in range(5)]
+        with splitrpc.Client("127.0.0.1", srv.port, timeout=10.0) as c:
+            for r in reqs:
+                assert svc.check_reply(r, c.call(15, r))
+        ex = srv.stats()["executors"]["graphsage"]
+        assert ex["kind"] == "lanes" and ex["misrouted"] == 0
+        assert {k: v["batches"] for k, v in ex["lanes"].items()} == {k: v["batches"] for k, v in svc.stats().items()}
+        assert ex["lanes"]["cpu"]["batches"] >= 1 and ex["lanes"]["bulk"]["batches"] >= 1
+    finally:
+        srv.close()
+
+
 @pytest.mark.parametrize("policy", ["cpu", "bulk"])
 def test_a_static_policy_uses_one_lane(gnn_servers, policy):
     srv, svcs = gnn_servers[policy]

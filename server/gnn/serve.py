@@ -10,8 +10,9 @@ sampler; without a GPU the bulk PyTorch sampler on the CPU, a stand-in for it, l
 Feature gathering and the model run after sampling, on the lane's thread.
 
 A lane takes one batch at a time (its lock). Where the other lane is a GPU the two lanes are
-separate hardware and run together: the function gets a pool of two threads, so two batches
-overlap, on different lanes. The bulk stand-in runs on the same CPU cores as the CPU lane, so by
+separate hardware and run together: the function's executor is a splitrpc.LanePool with one
+thread per lane, which routes each batch to its lane by the same PSGS rule (Server.stats()
+["executors"] shows each lane's queue), so two batches overlap, on different lanes. The bulk stand-in runs on the same CPU cores as the CPU lane, so by
 default the lanes take turns (one thread): running both at once would add no processor, only
 contention, and a second thread takes the next batch while the first runs, cut early and held
 while its lane is busy (measured: bench/results/gnn.md). Static policies ("cpu", "bulk") use
@@ -286,7 +287,7 @@ def register_gnn(server, model: str = "graphsage", *, small: bool = False, polic
     each lane at once (two threads); None: only where the other lane is a GPU."""
     import torch
 
-    from splitrpc.executor import ThreadPool
+    from splitrpc.executor import LanePool, ThreadPool, current_lane
     from splitrpc import CostTable
 
     if torch_threads is not None:
@@ -313,7 +314,7 @@ def register_gnn(server, model: str = "graphsage", *, small: bool = False, polic
         if not seeds:
             return lengths
         cost = float(np.sum(costs, dtype=np.float64))
-        lane = router.lane(cost)
+        lane = current_lane() or router.lane(cost)  # the LanePool routed it by the same rule
         logits = svc.infer(np.concatenate(seeds), lane, calls=len(rows), psgs=cost)
         at = 0
         for i, n in rows:
@@ -324,9 +325,15 @@ def register_gnn(server, model: str = "graphsage", *, small: bool = False, polic
         return lengths
 
     gnn_batch.__name__ = model
+    if threads == 2:  # a batch on each lane at once: one thread per lane, so no batch waits behind its own lane's
+        executor = LanePool({"cpu": 1, svc.other: 1},
+                            lambda job: router.lane(float(np.sum(job.kwargs["costs"], dtype=np.float64))),
+                            name=f"gnn-{model}")
+    else:
+        executor = ThreadPool(1, name=f"gnn-{model}")
     server.add_function(gnn_batch, func_id if func_id is not None else FUNC_IDS[model], model, raw=True,
                         max_request=8 * MAX_SEEDS, max_response=4 * classes * MAX_SEEDS, max_batch=max_batch,
-                        max_delay_us=max_delay_us, executor=ThreadPool(threads, name=f"gnn-{model}"),
+                        max_delay_us=max_delay_us, executor=executor,
                         cost=CostTable(svc.cost_table, keys=None, key_dtype="int64"))
     log.info("%s: %d nodes, %d edges, fan-outs %s, policy %s, threshold %.0f, lanes: %s", model,
              svc.graph.num_nodes, svc.graph.num_edges, list(svc.fanouts), policy, router.threshold,

@@ -17,6 +17,7 @@ import numpy as np
 from splitrpc._native import ESHUTDOWN, ETIMEDOUT, ERROR_NAMES, check, ffi, lib, text
 from splitrpc._native import gpu as _gpu
 from splitrpc.errors import GPUError, RemoteError, SplitRPCError
+from splitrpc.executor import BatchJob
 
 log = logging.getLogger("splitrpc.server")
 
@@ -425,12 +426,13 @@ def _defer(srv, b, jobs: PoolJobs, done):
 
 
 def _hand_to_pool(srv, fn: Function, b, count: int, jobs: PoolJobs, done) -> None:
-    """Queues the batch's callback on fn's pool, deferred; the pool thread finishes it
-    (_run_on_pool). The arguments are built here, while b still describes the batch."""
+    """Queues the batch's callback on fn's executor as a BatchJob, deferred; the executor's
+    thread finishes it (_run_on_pool). The arguments are built here, while b still describes the batch."""
     args = fn.raw_args(b, count) if fn.raw else fn.args(b, count)
     kwargs = fn.kwargs(b, count)
     copy = _defer(srv, b, jobs, done)
-    fn.pool.submit(functools.partial(_run_on_pool, srv, fn, copy, count, args, kwargs, jobs))
+    fn.pool.submit(BatchJob(fn.name, count, args, kwargs,
+                            functools.partial(_run_on_pool, srv, fn, copy, count, args, kwargs, jobs)))
 
 
 def _run_on_pool(srv, fn: Function, b, count: int, args, kwargs: dict, jobs: PoolJobs) -> None:
