@@ -9,6 +9,7 @@ functions.
 """
 from __future__ import annotations
 
+import functools
 import logging
 import queue
 import threading
@@ -20,19 +21,19 @@ log = logging.getLogger("splitrpc.executor")
 _here = threading.local()  # the lane of the batch this thread runs (LanePool)
 
 
-class BatchJob:
+class BatchJob(functools.partial):
     """One deferred batch handed to an executor: calling it runs the function's callback and
-    finishes the batch (its errors included; it never raises). An executor may read func, count,
-    args and kwargs (e.g. costs=) to decide where it runs, and must not change them. Made by the
-    server's worker; run once, on any thread."""
+    finishes the batch (its errors included; it never raises). An executor may read name (the
+    function's), count, call_args and call_kwargs (e.g. costs=) to decide where it runs, and
+    must not change them. Made by the server's worker as BatchJob(run, name, count, call_args,
+    call_kwargs, *rest), which calls run(name, count, call_args, call_kwargs, *rest): a partial,
+    built in C (the pool path makes one per batch); run once, on any thread."""
 
-    __slots__ = ("func", "count", "args", "kwargs", "_run")
-
-    def __init__(self, func: str, count: int, args, kwargs: dict, run: Callable[[], None]):
-        self.func, self.count, self.args, self.kwargs, self._run = func, count, args, kwargs, run
-
-    def __call__(self) -> None:
-        self._run()
+    __slots__ = ()
+    name = property(lambda self: self.args[0])
+    count = property(lambda self: self.args[1])
+    call_args = property(lambda self: self.args[2])
+    call_kwargs = property(lambda self: self.args[3])
 
 
 class Executor:
@@ -60,35 +61,23 @@ class Executor:
 
 
 class _Meter:
-    """queued / running / batches / busy seconds of one queue of jobs (any thread)."""
+    """started / finished / busy seconds of the jobs of one pool, without a lock on the batch
+    path: each of its threads keeps its own tally, which only it writes; read() sums them (any
+    thread; a batch that starts meanwhile may be seen as queued or as running)."""
 
     def __init__(self):
-        self.lock = threading.Lock()
-        self.queued = self.running = self.batches = 0
-        self.busy_s = 0.0
+        self._tallies: list = []  # one [started, finished, busy_s] per thread
 
-    def queue(self) -> None:
-        with self.lock:
-            self.queued += 1
+    def tally(self) -> list:
+        """A new thread's tally (the thread keeps it in a local variable)."""
+        tally = [0, 0, 0.0]
+        self._tallies.append(tally)  # list.append is atomic under the GIL
+        return tally
 
-    def run(self, job: Callable[[], None]) -> None:
-        with self.lock:
-            self.queued -= 1
-            self.running += 1
-        t0 = time.perf_counter()
-        try:
-            job()
-        finally:
-            dt = time.perf_counter() - t0
-            with self.lock:
-                self.running -= 1
-                self.batches += 1
-                self.busy_s += dt
-
-    def read(self) -> dict:
-        with self.lock:
-            return {"queued": self.queued, "running": self.running, "batches": self.batches,
-                    "busy_s": round(self.busy_s, 6)}
+    def read(self) -> tuple:
+        """(started, finished, busy_s)."""
+        tallies = list(self._tallies)
+        return sum(t[0] for t in tallies), sum(t[1] for t in tallies), sum(t[2] for t in tallies)
 
 
 class ThreadPool(Executor):
@@ -114,12 +103,13 @@ class ThreadPool(Executor):
 
     def submit(self, job: Callable[[], None]) -> None:
         """Queues job (no arguments) for the next free thread. The job handles its own errors."""
-        self._meter.queue()
         self._q.put(job)
 
     def load(self) -> dict:
         """{"kind": "pool", "threads", "queued", "running", "batches", "busy_s"}."""
-        return {"kind": "pool", "threads": self.threads, **self._meter.read()}
+        started, finished, busy = self._meter.read()
+        return {"kind": "pool", "threads": self.threads, "queued": self._q.qsize(), "running": started - finished,
+                "batches": finished, "busy_s": round(busy, 6)}
 
     def acquire(self) -> None:
         """A server that uses the pool starts: the threads start with its first user."""
@@ -147,11 +137,18 @@ class ThreadPool(Executor):
                 t.join()
 
     def _loop(self) -> None:
+        tally, clock = self._meter.tally(), time.perf_counter
         while True:
             job = self._q.get()
             if job is None:
                 return
-            self._meter.run(job)
+            tally[0] += 1
+            t0 = clock()
+            try:
+                job()
+            finally:
+                tally[2] += clock() - t0
+                tally[1] += 1
 
 
 def current_lane() -> str | None:
@@ -162,8 +159,8 @@ def current_lane() -> str | None:
 
 class LanePool(Executor):
     """Named lanes of threads (e.g. {"cpu": 1, "gpu": 1}: one batch at a time on each) and a
-    route(job) -> lane name that picks the lane of each batch from its BatchJob (its kwargs'
-    costs=, its arguments): batches of one lane queue behind each other and never behind another
+    route(job) -> lane name that picks the lane of each batch from its BatchJob (its
+    call_kwargs' costs=, its call_args): batches of one lane queue behind each other and never behind another
     lane's. A route that raises or names no lane sends the batch to the first lane (logged), so
     no batch is lost. The callback reads its lane with current_lane(). Thread-safe as Executor
     says; one LanePool may serve several functions whose jobs its route understands."""

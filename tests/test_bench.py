@@ -79,3 +79,12 @@ def test_ab_builds_report_again_from_its_runs(tmp_path):
     assert ab_builds.main(["--from-json", str(src), "--out", str(tmp_path / "again")]) == 0
     md = (tmp_path / "again" / "ab.md").read_text()
     assert re.search(r"\| vecadd \| splitrpc-poll \| 1 \| 10\.0 .*\| worse \| 2\.000 \[.*\] \* \|", md), md
+
+
+def test_pool_overhead_measures_both_concurrencies():
+    from splitrpc.bench.suites import pool_overhead
+
+    r = pool_overhead.one()
+    assert set(r) == {"c1 p50 us", "c1 calls/s", "c8 p50 us", "c8 calls/s"} and all(v > 0 for v in r.values())
+    ratio, lo, hi = pool_overhead.interval([1.0, 1.1, 0.9], [2.0, 2.2, 1.8])
+    assert ratio == 2.0 and lo > 1.5

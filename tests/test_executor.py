@@ -322,9 +322,9 @@ def test_a_lane_pool_routes_each_batch_and_a_busy_lane_holds_no_other(make_serve
     lock = threading.Lock()
 
     def route(job):
-        if job.args[0][0, 0] < 0:
+        if job.call_args[0][0, 0] < 0:
             raise RuntimeError("no lane for a negative input")
-        return "slow" if job.func == "heavy" else "quick"
+        return "slow" if job.name == "heavy" else "quick"
 
     lanes = splitrpc.LanePool({"slow": 1, "quick": 1}, route, name="test-lanes")
 

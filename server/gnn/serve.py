@@ -327,7 +327,7 @@ def register_gnn(server, model: str = "graphsage", *, small: bool = False, polic
     gnn_batch.__name__ = model
     if threads == 2:  # a batch on each lane at once: one thread per lane, so no batch waits behind its own lane's
         executor = LanePool({"cpu": 1, svc.other: 1},
-                            lambda job: router.lane(float(np.sum(job.kwargs["costs"], dtype=np.float64))),
+                            lambda job: router.lane(float(np.sum(job.call_kwargs["costs"], dtype=np.float64))),
                             name=f"gnn-{model}")
     else:
         executor = ThreadPool(1, name=f"gnn-{model}")

@@ -5,7 +5,6 @@ locals, looks a function's arguments up by (ring position, B) and does nothing e
 """
 from __future__ import annotations
 
-import functools
 import logging
 import threading
 from concurrent.futures import Future
@@ -431,12 +430,11 @@ def _hand_to_pool(srv, fn: Function, b, count: int, jobs: PoolJobs, done) -> Non
     args = fn.raw_args(b, count) if fn.raw else fn.args(b, count)
     kwargs = fn.kwargs(b, count)
     copy = _defer(srv, b, jobs, done)
-    fn.pool.submit(BatchJob(fn.name, count, args, kwargs,
-                            functools.partial(_run_on_pool, srv, fn, copy, count, args, kwargs, jobs)))
+    fn.pool.submit(BatchJob(_run_on_pool, fn.name, count, args, kwargs, srv, fn, copy, jobs))
 
 
-def _run_on_pool(srv, fn: Function, b, count: int, args, kwargs: dict, jobs: PoolJobs) -> None:
-    """A pool thread's part of a deferred batch: the callback, then _settle."""
+def _run_on_pool(_name: str, count: int, args, kwargs: dict, srv, fn: Function, b, jobs: PoolJobs) -> None:
+    """An executor thread's part of a deferred batch (its BatchJob's run): the callback, then _settle."""
     if jobs.stopping:  # the server is stopping: the batch is dropped with the queues
         jobs.ended()
         return

@@ -1,0 +1,109 @@
+"""pool_overhead.py: what handing a batch to an executor costs, A/B of two installs in one run: a 4-float function on executor=1 (one pool thread), closed loop at concurrency 1 and 8 from one client on loopback, each build's interpreter alternated round by round (A B, B A, ...); per metric B's median over A's with a bootstrap 95% interval.
+
+    python bench/suites/pool_overhead.py --a main=/path/to/old-venv/bin/python --b new=.venv/bin/python \\
+        --rounds 8 --out bench/results/pool_overhead.md
+
+--one runs a single measurement in this interpreter and prints it as one JSON line (what each
+round runs in a child process of the build's interpreter).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+from datetime import datetime, timezone
+
+CALLS, WARMUP = 20000, 2000
+CONCURRENCY = (1, 8)
+BOOT = 10_000
+
+
+def one() -> dict:
+    import numpy as np
+
+    import splitrpc
+    from splitrpc import TensorSpec
+
+    spec = [TensorSpec("x", "float32", (4,))]
+    srv = splitrpc.Server("127.0.0.1", 0, wait="poll")
+    srv.add_function(lambda x, y: np.copyto(y, x), 1, "pooled", spec, spec, executor=1)
+    srv.start()
+    out = {}
+    try:
+        with splitrpc.Client("127.0.0.1", srv.port, timeout=5.0, busy_poll=True) as c:
+            x = np.zeros(4, np.float32).tobytes()
+            for conc in CONCURRENCY:
+                r = c.closed_loop(1, x, concurrency=conc, calls=CALLS, warmup=WARMUP)
+                lat = r["latency_ns"][r["latency_ns"] > 0]
+                out[f"c{conc} p50 us"] = float(np.median(lat)) / 1e3
+                out[f"c{conc} calls/s"] = lat.size / r["elapsed_s"]
+    finally:
+        srv.close()
+    return out
+
+
+def interval(a: list, b: list, seed: int = 0) -> tuple:
+    """(B median / A median, 2.5th and 97.5th percentile of it over BOOT resamples of each side)."""
+    import numpy as np
+
+    a, b = np.array(a, float), np.array(b, float)
+    rng = np.random.default_rng(seed)
+    ra = np.median(a[rng.integers(0, len(a), (BOOT, len(a)))], axis=1)
+    rb = np.median(b[rng.integers(0, len(b), (BOOT, len(b)))], axis=1)
+    lo, hi = np.percentile(rb / ra, [2.5, 97.5])
+    return float(np.median(b) / np.median(a)), float(lo), float(hi)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--a", metavar="NAME=PYTHON", help="the baseline build: a name and its interpreter")
+    p.add_argument("--b", metavar="NAME=PYTHON", help="the build compared with it")
+    p.add_argument("--rounds", type=int, default=8)
+    p.add_argument("--out", metavar="FILE.md", help="also write the report here")
+    p.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
+    a = p.parse_args(argv)
+    if a.one:
+        print(json.dumps(one()))
+        return 0
+    if not a.a or not a.b or a.rounds < 2:
+        p.error("--a and --b name the two builds (NAME=PYTHON), --rounds 2 or more")
+    builds = [tuple(s.split("=", 1)) for s in (a.a, a.b)]
+    runs: dict = {name: [] for name, _ in builds}
+    for rnd in range(a.rounds):
+        for name, py in (builds if rnd % 2 == 0 else builds[::-1]):
+            print(f"round {rnd + 1}/{a.rounds}: {name}", flush=True)
+            r = subprocess.run([py, os.path.abspath(__file__), "--one"], capture_output=True, text=True,
+                               cwd=tempfile.gettempdir(), timeout=300)
+            if r.returncode:
+                sys.exit(f"{name}: the measurement failed:\n{r.stderr[-2000:]}")
+            runs[name].append(json.loads(r.stdout.strip().splitlines()[-1]))
+    (na, _), (nb, _) = builds
+    lines = [f"# Pool path: {na} vs {nb}", "",
+             f"- date: {datetime.now(timezone.utc).isoformat(timespec='seconds')}",
+             "- command: `python bench/suites/pool_overhead.py " + " ".join(sys.argv[1:]) + "`",
+             f"- machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
+             f"Linux {platform.release()}, Python {platform.python_version()}",
+             f"- {a.rounds} rounds, builds alternated; {CALLS} calls per cell after {WARMUP} warm-up; a 4-float copy on "
+             "executor=1, one client, loopback, wait=poll",
+             f"- {nb}/{na}: ratio of medians, bootstrap 95% interval ({BOOT:,} resamples of the rounds)", "",
+             f"| metric | {na} | {nb} | {nb}/{na} | 95% interval |", "|---|---:|---:|---:|---|"]
+    for k in runs[na][0]:
+        va, vb = [r[k] for r in runs[na]], [r[k] for r in runs[nb]]
+        ratio, lo, hi = interval(va, vb)
+        med = lambda v: sorted(v)[len(v) // 2]  # noqa: E731
+        lines.append(f"| {k} | {med(va):,.1f} | {med(vb):,.1f} | {ratio:.3f} | [{lo:.3f}, {hi:.3f}] |")
+    lines += ["", "Rounds (JSON):", "", "```", json.dumps(runs), "```", ""]
+    text = "\n".join(lines)
+    print(text)
+    if a.out:
+        with open(a.out, "w") as f:
+            f.write(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
