@@ -21,6 +21,7 @@ def build_parser(caps: list | None = None) -> argparse.ArgumentParser:
                                        "(python -m splitrpc.config; examples/c_client.c)")
     p.add_argument("--version", action="version", version=f"splitrpc {__version__}")
     p.add_argument("-v", "--verbose", action="store_true", help="log what the server does")
+    p.set_defaults(capabilities=caps)  # what the commands hand their work to
     sub = p.add_subparsers(dest="cmd", required=True)
     for mod in CORE:
         mod.add_parser(sub, caps)
@@ -42,7 +43,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"splitrpc: {e}", file=sys.stderr)
         return e.code
     a = build_parser(caps).parse_args(argv)
-    a.capabilities = caps
     logging.basicConfig(level=logging.INFO if a.verbose else logging.WARNING, format="%(name)s: %(message)s")
     try:
         return a.func(a)

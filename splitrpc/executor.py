@@ -51,13 +51,14 @@ class Executor:
         raise NotImplementedError
 
     def acquire(self) -> None:
-        raise NotImplementedError
+        """A server that uses it starts (nothing by default)."""
 
     def release(self) -> None:
-        raise NotImplementedError
+        """A server that used it stopped, its jobs done (nothing by default)."""
 
     def load(self) -> dict:
-        raise NotImplementedError
+        """What it holds and did (Server.stats()["executors"]); by default its kind and threads."""
+        return {"kind": type(self).__name__, "threads": self.threads}
 
 
 class _Meter:
@@ -75,9 +76,11 @@ class _Meter:
         return tally
 
     def read(self) -> tuple:
-        """(started, finished, busy_s)."""
-        tallies = list(self._tallies)
-        return sum(t[0] for t in tallies), sum(t[1] for t in tallies), sum(t[2] for t in tallies)
+        """(started, finished, busy_s): each thread's tally copied at once (a tuple of a list is one
+        step under the GIL, and a thread counts a batch started before finished), so running =
+        started - finished stays between 0 and the threads."""
+        snap = [tuple(t) for t in list(self._tallies)]
+        return sum(t[0] for t in snap), sum(t[1] for t in snap), sum(t[2] for t in snap)
 
 
 class ThreadPool(Executor):
@@ -108,7 +111,8 @@ class ThreadPool(Executor):
     def load(self) -> dict:
         """{"kind": "pool", "threads", "queued", "running", "batches", "busy_s"}."""
         started, finished, busy = self._meter.read()
-        return {"kind": "pool", "threads": self.threads, "queued": self._q.qsize(), "running": started - finished,
+        queued = self._q.qsize() if self._users else 0  # not the stop markers of release()
+        return {"kind": "pool", "threads": self.threads, "queued": queued, "running": started - finished,
                 "batches": finished, "busy_s": round(busy, 6)}
 
     def acquire(self) -> None:
@@ -175,6 +179,7 @@ class LanePool(Executor):
         self._pools = {lane: ThreadPool(n, name=f"{name}-{lane}") for lane, n in self.lanes.items()}
         self._first = next(iter(self.lanes))
         self.misrouted = 0
+        self._misrouted_lock = threading.Lock()  # several servers' workers may submit
 
     def __repr__(self) -> str:
         return f"LanePool({self.lanes}, name={self.name!r})"
@@ -189,7 +194,8 @@ class LanePool(Executor):
         if lane not in self._pools:
             if lane is not None:
                 log.warning("%s: route named no lane (%r); the batch goes to lane %s", self.name, lane, self._first)
-            self.misrouted += 1
+            with self._misrouted_lock:
+                self.misrouted += 1
             lane = self._first
 
         def in_lane(job=job, lane=lane) -> None:

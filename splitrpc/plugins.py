@@ -114,13 +114,13 @@ class Capability:
         return None
 
 
-def _load(spec: str, where: str):
+def _load(spec: str, where: str, entry_point=None):
     mod, _, attr = spec.strip().partition(":")
-    if not mod or not attr:
+    if entry_point is None and (not mod or not attr):
         raise CapabilityError(f"{where}: {spec!r} is not module:attr")
     try:
-        cap = getattr(import_module(mod), attr)
-    except (ImportError, AttributeError) as e:
+        cap = entry_point.load() if entry_point is not None else getattr(import_module(mod), attr)
+    except Exception as e:  # a module that fails to import, for whatever reason: one line, not a traceback
         raise CapabilityError(f"{where}: cannot load the capability {spec!r}: {type(e).__name__}: {e}") from e
     if not isinstance(cap, Capability) or not cap.name:
         raise CapabilityError(f"{where}: {spec!r} is not a splitrpc.plugins.Capability with a name")
@@ -130,7 +130,7 @@ def _load(spec: str, where: str):
 def capabilities() -> list:
     """Every capability, installed (the entry points) and named in SPLITRPC_PLUGINS, by order then
     name; CapabilityError for one that cannot be loaded or a name given twice."""
-    found = [_load(ep.value, f"entry point {ep.name}") for ep in metadata.entry_points(group=GROUP)]
+    found = [_load(ep.value, f"entry point {ep.name}", ep) for ep in metadata.entry_points(group=GROUP)]
     found += [_load(s, ENV) for s in os.environ.get(ENV, "").split(",") if s.strip()]
     seen: dict = {}
     for cap in found:

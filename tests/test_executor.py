@@ -386,3 +386,59 @@ def test_a_thread_pool_reports_its_load(make_server, make_client):
 def test_a_bad_lane_pool_is_refused(lanes, route):
     with pytest.raises(ValueError):
         splitrpc.LanePool(lanes, route)
+
+
+def test_an_executor_that_refuses_a_batch_fails_it_alone(make_server, make_client):
+    """submit() that raises: that batch's calls get INTERNAL, the next are served, stop() returns."""
+    class Picky(splitrpc.Executor):
+        threads = 1
+
+        def __init__(self):
+            self.pool, self.refused = splitrpc.ThreadPool(1), 0
+
+        def submit(self, job):
+            if job.call_args[0][0, 0] < 0:
+                self.refused += 1
+                raise RuntimeError("no negative inputs here")
+            self.pool.submit(job)
+
+        def acquire(self):
+            self.pool.acquire()
+
+        def release(self):
+            self.pool.release()
+
+    picky = Picky()
+
+    def setup(srv):
+        srv.add_function(lambda x, y: np.copyto(y, x), 1, "picky", VEC, VEC, max_batch=1, executor=picky)
+
+    srv = make_server(setup)
+    c = make_client(srv.port, timeout=5.0)
+    x = np.ones(4, np.float32)
+    with pytest.raises(splitrpc.InternalError, match="no negative inputs here"):
+        c.call(1, -x)
+    assert np.array_equal(np.frombuffer(c.call(1, x), np.float32), x)
+    assert picky.refused == 1 and srv.stats()["executors"]["picky"] == {"kind": "Picky", "threads": 1}
+    srv.stop()
+
+
+def test_a_pools_load_never_counts_less_than_nothing_running():
+    pool = splitrpc.ThreadPool(2)
+    pool.acquire()
+    stop, seen = threading.Event(), []
+
+    def feed():
+        while not stop.is_set():
+            pool.submit(lambda: None)
+            time.sleep(0)
+
+    t = threading.Thread(target=feed)
+    t.start()
+    end = time.monotonic() + 0.5
+    while time.monotonic() < end:
+        seen.append(pool.load()["running"])
+    stop.set()
+    t.join()
+    pool.release()
+    assert seen and min(seen) >= 0 and max(seen) <= 2

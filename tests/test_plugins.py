@@ -84,6 +84,7 @@ def test_unknown_model_names_every_capabilitys(run_env):
     ("no_such_module:CAPABILITY", "cannot load the capability"),
     ("plugin_app:NOPE", "cannot load the capability"),
     ("plugin_app:FUNC_ID", "is not a splitrpc.plugins.Capability"),
+    ("plugin_broken:CAPABILITY", "RuntimeError: this plug-in cannot start"),
     ("splitrpc.services.builtin_plugin:CAPABILITY,plugin_app:CAPABILITY", None),  # the same object twice: fine
 ])
 def test_a_bad_plugin_is_a_clear_error(run_env, spec, why):
@@ -105,3 +106,45 @@ def test_two_capabilities_of_one_name_are_refused(monkeypatch):
     monkeypatch.setitem(sys.modules, "plugin_twin", twin)
     with pytest.raises(plugins.CapabilityError, match="two capabilities are named 'shout'"):
         plugins.capabilities()
+
+
+def test_serve_processes_forwards_every_kind_of_option():
+    """--processes children get each serve option back as the parent parsed it: flags only where
+    they differ from their default, --x/--no-x, lists, values that start with "-"."""
+    import argparse
+
+    from splitrpc.cli import build_parser
+    from splitrpc.commands.serve import _child_argv
+
+    class Options(plugins.Capability):
+        name = "options"
+
+        def add_serve_options(self, s):
+            s.add_argument("--keep", action="store_false")
+            s.add_argument("--mode", action="store_const", const="fast")
+            s.add_argument("--warm", action=argparse.BooleanOptionalAction, default=True)
+            s.add_argument("--tag", action="append")
+            s.add_argument("--pair", nargs=2, type=int)
+            s.add_argument("--offset", type=float)
+
+    caps = [c for c in plugins.capabilities() if c.name in ("builtin", "gnn")] + [Options()]
+    p = build_parser(caps)
+    argv = ["serve", "--processes", "2", "--keep", "--mode", "--no-warm", "--tag", "a", "--tag=-b",
+            "--pair", "3", "-4", "--offset", "-2.5", "--gnn-threshold", "-1", "--small", "--models", "graphsage"]
+    a = p.parse_args(argv)
+    child = p.parse_args(["serve", *_child_argv(a)])
+    for dest in ("keep", "mode", "warm", "tag", "pair", "offset", "gnn_threshold", "small", "models", "grace",
+                 "gnn_policy", "batch_cost_us"):
+        assert getattr(child, dest) == getattr(a, dest), dest
+    assert child.keep is False and child.warm is False and child.tag == ["a", "-b"] and child.pair == [3, -4]
+    plain = p.parse_args(["serve"])
+    assert "--keep" not in _child_argv(plain) and not any(x.startswith(("--warm", "--no-warm")) for x in _child_argv(plain))
+
+
+def test_dlrm_on_several_processes_refuses_one_rocksdb_path(run_env, tmp_path):
+    cfg = tmp_path / "store.json"
+    cfg.write_text('{"l3": "%s"}' % (tmp_path / "l3"))
+    p = subprocess.run(splitrpc_cmd("serve", "--port", "0", "--processes", "2", "--models", "dlrm", "--small",
+                                    "--embedding-store", str(cfg)), capture_output=True, text=True, timeout=60,
+                       **run_env)
+    assert p.returncode == 2 and "one RocksDB directory" in p.stderr and "Traceback" not in p.stderr, p.stderr

@@ -1,7 +1,7 @@
 """pool_overhead.py: what handing a batch to an executor costs, A/B of two installs in one run: a 4-float function on executor=1 (one pool thread), closed loop at concurrency 1 and 8 from one client on loopback, each build's interpreter alternated round by round (A B, B A, ...); per metric B's median over A's with a bootstrap 95% interval.
 
     python bench/suites/pool_overhead.py --a main=/path/to/old-venv/bin/python --b new=.venv/bin/python \\
-        --rounds 8 --out bench/results/pool_overhead.md
+        --rounds 8 --out bench/results/pool_overhead_issue31.md
 
 --one runs a single measurement in this interpreter and prints it as one JSON line (what each
 round runs in a child process of the build's interpreter).

@@ -38,6 +38,19 @@ class Embedding(Capability):
                        help="dlrm: the embedding store's configuration (docs/embedding.md); default: an embedded "
                             "store (RocksDB in a temporary directory, host hash map, L1 at 5%%, exact lookups)")
 
+    def check_serve_args(self, args) -> None:
+        """--processes with a store whose L3 is one RocksDB path: RocksDB lets one process open it."""
+        if args.processes == 1 or not args.embedding_store or not (args.models and NAME in args.models.split(",")):
+            return
+        try:
+            l3 = dlrm.load_config(args.embedding_store).l3
+        except Exception as e:  # a bad file: serve says so in the one process that reads it
+            raise CapabilityError(f"--embedding-store: {type(e).__name__}: {e}") from e
+        if l3:
+            raise CapabilityError(f"--models dlrm --processes {args.processes}: the store's L3 {l3!r} is one RocksDB "
+                                  "directory, which one process may open; leave l3 out of the configuration (each "
+                                  "process then fills one of its own) or serve one process")
+
     def claims(self, name: str) -> bool:
         return name == NAME
 

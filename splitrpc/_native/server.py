@@ -430,7 +430,10 @@ def _hand_to_pool(srv, fn: Function, b, count: int, jobs: PoolJobs, done) -> Non
     args = fn.raw_args(b, count) if fn.raw else fn.args(b, count)
     kwargs = fn.kwargs(b, count)
     copy = _defer(srv, b, jobs, done)
-    fn.pool.submit(BatchJob(_run_on_pool, fn.name, count, args, kwargs, srv, fn, copy, jobs))
+    try:
+        fn.pool.submit(BatchJob(_run_on_pool, fn.name, count, args, kwargs, srv, fn, copy, jobs))
+    except Exception as exc:  # an executor that cannot take it: the batch gets INTERNAL, and is ended
+        _settle(srv, fn, copy, count, None, exc, jobs)
 
 
 def _run_on_pool(_name: str, count: int, args, kwargs: dict, srv, fn: Function, b, jobs: PoolJobs) -> None:

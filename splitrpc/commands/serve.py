@@ -196,17 +196,30 @@ def stats_line(st: dict) -> str:
 
 
 def _child_argv(a) -> list:
-    """This command's options as a --processes child's arguments: every serve option (the
-    capabilities' too) that differs from its default, but for those the parent sets itself."""
+    """This command's options as a --processes child's arguments, the capabilities' too, but for
+    those the parent sets itself: a flag (store_true/false/const, --x/--no-x) where it differs from
+    its default, every value given or defaulted (as --opt=VALUE, so that a value may start with
+    "-"), a list option once per value."""
     out = []
     for act in a.serve_parser._actions:
         if not act.option_strings or act.dest in _NOT_FORWARDED or act.dest == "help":
             continue
         v = getattr(a, act.dest, None)
-        if isinstance(act, argparse._StoreTrueAction):
-            out += [act.option_strings[0]] if v else []
-        elif v is not None:
-            out += [act.option_strings[0], str(v)]
+        long = next((o for o in act.option_strings if o.startswith("--")), act.option_strings[0])
+        if isinstance(act, argparse.BooleanOptionalAction):
+            if v is not None and v != act.default:
+                out.append(long if v else next(o for o in act.option_strings if o.startswith("--no-")))
+        elif act.nargs == 0:  # store_true, store_false, store_const, count-less flags
+            if v != act.default:
+                out.append(long)
+        elif v is None:
+            continue
+        elif isinstance(act, argparse._AppendAction) or isinstance(v, (list, tuple)):
+            items = v if isinstance(act, argparse._AppendAction) else [v]
+            for item in items:
+                out += [long, *map(str, item)] if isinstance(item, (list, tuple)) else [f"{long}={item}"]
+        else:
+            out.append(f"{long}={v}")
     return out
 
 
