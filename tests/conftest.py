@@ -1,6 +1,7 @@
 """conftest.py: the tests' shared server fixtures and helpers (the root conftest.py makes the installed splitrpc the one imported)."""
 import gc
 import os
+import shutil
 import socket
 import sys
 import time
@@ -116,6 +117,13 @@ def builtin_server(_heap_frozen):
         yield srv
     finally:
         srv.close()
+
+
+def require_redis_server() -> None:
+    """Fails the calling test module where Debian's redis-server is missing: the Redis tier is
+    tested against a real one (.ci/run installs it)."""
+    if shutil.which("redis-server") is None:
+        pytest.fail("redis-server is needed (Debian: apt-get install redis-server; .ci/run installs it)")
 
 
 @pytest.fixture

@@ -1,14 +1,13 @@
 """bench-embedding (issue 18) end to end on a small setting: every phase runs (store configurations through splitrpc with replies checked, warm-up curves, updates, insertion rates) and the report says what it measured."""
 import json
-import shutil
 
 import pytest
+from conftest import require_redis_server
 
 pytest.importorskip("torch")
 pytest.importorskip("rocksdict")
 pytest.importorskip("redis")
-if shutil.which("redis-server") is None:
-    pytest.fail("redis-server is needed (Debian: apt-get install redis-server; .ci/run installs it)")
+require_redis_server()
 
 from splitrpc.bench.suites import embedding  # noqa: E402
 

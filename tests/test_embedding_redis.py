@@ -1,14 +1,13 @@
 """The Redis tier (issue 18) against a real redis-server on loopback: reads what it wrote, partitions apart, serves as the store's L2, and when the server is killed mid-run the lookups fall back to L3 with no failed call."""
-import shutil
 import threading
 
 import numpy as np
 import pytest
+from conftest import require_redis_server
 
 pytest.importorskip("redis")
 pytest.importorskip("rocksdict")
-if shutil.which("redis-server") is None:
-    pytest.fail("redis-server is needed (Debian: apt-get install redis-server; .ci/run installs it)")
+require_redis_server()
 
 from splitrpc.services.embedding import tables  # noqa: E402
 from splitrpc.services.embedding.redis_tier import LocalRedis, RedisTier  # noqa: E402

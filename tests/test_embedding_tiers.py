@@ -1,13 +1,12 @@
 """The tiers below L1 (the L2 hash map, L2 in a real redis-server on loopback, the L3 RocksDB) against one contract (server/embedding/tier.py): lookups, inserts and updates, tables apart, dump, stats, and bad input refused before anything is written."""
-import shutil
 
 import numpy as np
 import pytest
+from conftest import require_redis_server
 
 pytest.importorskip("rocksdict")
 pytest.importorskip("redis")
-if shutil.which("redis-server") is None:
-    pytest.fail("redis-server is needed (Debian: apt-get install redis-server; .ci/run installs it)")
+require_redis_server()
 
 from splitrpc.services.embedding import tables  # noqa: E402
 from splitrpc.services.embedding.hashmap import HashMapTier  # noqa: E402

@@ -17,7 +17,7 @@ import numpy as np
 from splitrpc import Client
 from splitrpc import raw_udp
 from splitrpc.bench.helpers.peers import common
-from splitrpc.bench.helpers.procs import Proc, ServerDied, free_port, start_raw, start_splitrpc
+from splitrpc.bench.helpers.procs import Proc, ServerDied, free_port
 from splitrpc.errors import NativeError
 from splitrpc import arrivals
 from splitrpc.loadgen import report

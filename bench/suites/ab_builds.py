@@ -16,25 +16,17 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import subprocess
 import sys
 import tempfile
 import time
 from datetime import datetime, timezone
 
+from splitrpc.bench.helpers.intervals import RESAMPLES, ratio_interval
+from splitrpc.machine import describe
+
 SYSTEMS = ("raw-udp-busy", "splitrpc-poll", "splitrpc-block")
 METRICS = (("p50_us", "p50 µs", -1), ("p99_us", "p99 µs", -1), ("throughput_rps", "calls/s", +1))
-
-
-def _machine() -> dict:
-    cpu = "?"
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "?")
-    except OSError:
-        pass
-    return {"cpu": cpu, "cpus": os.cpu_count(), "kernel": platform.release(), "python": platform.python_version()}
 
 
 def _run(exe: str, a, out: str) -> list[dict]:
@@ -73,24 +65,6 @@ def _verdict(a: dict, b: dict, sign: int) -> str:
     if sign > 0:
         return "worse" if b["max"] < a["min"] else "better" if b["min"] > a["max"] else "same"
     return "worse" if b["min"] > a["max"] else "better" if b["max"] < a["min"] else "same"
-
-
-BOOT = 10_000  # bootstrap resamples of a cell's B/A ratio of medians
-
-
-def _boot(va: list, vb: list, seed: int = 0) -> dict:
-    """B's median over A's, and its bootstrap 95% interval (each build's rounds resampled)."""
-    import numpy as np
-
-    a, b = (np.array([v for v in vs if v is not None], float) for vs in (va, vb))
-    if len(a) < 2 or len(b) < 2 or not np.median(a):
-        return {"ratio": None, "lo": None, "hi": None}
-    rng = np.random.default_rng(seed)
-    ra = np.median(a[rng.integers(0, len(a), (BOOT, len(a)))], axis=1)
-    rb = np.median(b[rng.integers(0, len(b), (BOOT, len(b)))], axis=1)
-    ok = ra > 0
-    lo, hi = np.percentile(rb[ok] / ra[ok], [2.5, 97.5])
-    return {"ratio": float(np.median(b) / np.median(a)), "lo": float(lo), "hi": float(hi)}
 
 
 def _ratio(runs: list[dict], system: str, service: str, conc: int, metric: str) -> float | None:
@@ -141,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
                 runs[name].append(_run(exe, a, os.path.join(tmp, f"{rnd}-{name}")))
     doc = analyse(runs, builds, [float(x) for x in a.rates.split(",")])
     doc.update({"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "command": " ".join(sys.argv),
-                "machine": _machine(), "builds": dict(builds), "rounds": a.rounds, "wall_s": time.monotonic() - t0})
+                "machine": describe(), "builds": dict(builds), "rounds": a.rounds, "wall_s": time.monotonic() - t0})
     return _write(a.out, doc)
 
 
@@ -174,7 +148,7 @@ def analyse(runs: dict, builds: list, rates: list) -> dict:
         for m, _, sign in METRICS:
             sa, sb = _spread([r.get(m) for r in by[na]]), _spread([r.get(m) for r in by[nb]])
             row[m] = {na: sa, nb: sb, "verdict": _verdict(sa, sb, sign),
-                      "b_over_a": _boot([r.get(m) for r in by[na]], [r.get(m) for r in by[nb]])}
+                      "b_over_a": ratio_interval([r.get(m) for r in by[na]], [r.get(m) for r in by[nb]])}
         table.append(row)
     ratios = {}
     for name in (na, nb):
@@ -201,7 +175,7 @@ def _markdown(doc: dict, na: str, nb: str) -> str:
              f"- machine: {doc['machine']}",
              f"- {doc['rounds']} rounds, builds interleaved (A B, B A, ...); each cell: median (min-max over rounds)",
              "- verdict: worse/better only when the rounds' ranges do not overlap, else same",
-             f"- {nb}/{na}: ratio of medians, bootstrap 95% interval ({BOOT:,} resamples of the rounds); * where "
+             f"- {nb}/{na}: ratio of medians, bootstrap 95% interval ({RESAMPLES:,} resamples of the rounds); * where "
              "it excludes 1", "",
              "## Ratios to the raw-UDP limit (within each run)", "", f"| ratio | {na} | {nb} |", "|---|---:|---:|"]
     for k in doc["ratios"][na]:

@@ -11,15 +11,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import subprocess
 import sys
 import tempfile
 from datetime import datetime, timezone
 
+from splitrpc.bench.helpers.intervals import RESAMPLES, ratio_interval
+from splitrpc.machine import describe
+
 CALLS, WARMUP = 20000, 2000
 CONCURRENCY = (1, 8)
-BOOT = 10_000
 
 
 def one() -> dict:
@@ -44,18 +45,6 @@ def one() -> dict:
     finally:
         srv.close()
     return out
-
-
-def interval(a: list, b: list, seed: int = 0) -> tuple:
-    """(B median / A median, 2.5th and 97.5th percentile of it over BOOT resamples of each side)."""
-    import numpy as np
-
-    a, b = np.array(a, float), np.array(b, float)
-    rng = np.random.default_rng(seed)
-    ra = np.median(a[rng.integers(0, len(a), (BOOT, len(a)))], axis=1)
-    rb = np.median(b[rng.integers(0, len(b), (BOOT, len(b)))], axis=1)
-    lo, hi = np.percentile(rb / ra, [2.5, 97.5])
-    return float(np.median(b) / np.median(a)), float(lo), float(hi)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -85,17 +74,16 @@ def main(argv: list[str] | None = None) -> int:
     lines = [f"# Pool path: {na} vs {nb}", "",
              f"- date: {datetime.now(timezone.utc).isoformat(timespec='seconds')}",
              "- command: `python bench/suites/pool_overhead.py " + " ".join(sys.argv[1:]) + "`",
-             f"- machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
-             f"Linux {platform.release()}, Python {platform.python_version()}",
+             f"- machine: {describe()}",
              f"- {a.rounds} rounds, builds alternated; {CALLS} calls per cell after {WARMUP} warm-up; a 4-float copy on "
              "executor=1, one client, loopback, wait=poll",
-             f"- {nb}/{na}: ratio of medians, bootstrap 95% interval ({BOOT:,} resamples of the rounds)", "",
+             f"- {nb}/{na}: ratio of medians, bootstrap 95% interval ({RESAMPLES:,} resamples of the rounds)", "",
              f"| metric | {na} | {nb} | {nb}/{na} | 95% interval |", "|---|---:|---:|---:|---|"]
     for k in runs[na][0]:
         va, vb = [r[k] for r in runs[na]], [r[k] for r in runs[nb]]
-        ratio, lo, hi = interval(va, vb)
+        ci = ratio_interval(va, vb)
         med = lambda v: sorted(v)[len(v) // 2]  # noqa: E731
-        lines.append(f"| {k} | {med(va):,.1f} | {med(vb):,.1f} | {ratio:.3f} | [{lo:.3f}, {hi:.3f}] |")
+        lines.append(f"| {k} | {med(va):,.1f} | {med(vb):,.1f} | {ci['ratio']:.3f} | [{ci['lo']:.3f}, {ci['hi']:.3f}] |")
     lines += ["", "Rounds (JSON):", "", "```", json.dumps(runs), "```", ""]
     text = "\n".join(lines)
     print(text)

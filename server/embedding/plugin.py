@@ -40,7 +40,7 @@ class Embedding(Capability):
 
     def check_serve_args(self, args) -> None:
         """--processes with a store whose L3 is one RocksDB path: RocksDB lets one process open it."""
-        if args.processes == 1 or not args.embedding_store or not (args.models and NAME in args.models.split(",")):
+        if args.processes == 1 or not args.embedding_store or not (args.models and NAME in (n.strip() for n in args.models.split(","))):
             return
         try:
             l3 = dlrm.load_config(args.embedding_store).l3

@@ -68,14 +68,10 @@ def check_batch(specs: dict, table: str, keys, vectors) -> tuple[np.ndarray, np.
     return k, np.ascontiguousarray(v, np.float32)
 
 
-def empty_dump(dim: int) -> tuple[np.ndarray, np.ndarray]:
-    return np.zeros(0, np.int64), np.zeros((0, dim), np.float32)
-
-
 def sorted_dump(keys: list, rows: list, dim: int) -> tuple[np.ndarray, np.ndarray]:
     """dump()'s answer from keys and their vectors in any order."""
     if not keys:
-        return empty_dump(dim)
+        return np.zeros(0, np.int64), np.zeros((0, dim), np.float32)
     k = np.asarray(keys, np.int64)
     order = np.argsort(k, kind="stable")
     return k[order], np.asarray(rows, np.float32).reshape(len(keys), dim)[order]

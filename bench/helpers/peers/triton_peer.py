@@ -13,7 +13,6 @@ builds the input tensors from the request bytes on every call and checks the out
 """
 from __future__ import annotations
 
-import asyncio
 import os
 import sys
 import sysconfig
