@@ -1,6 +1,7 @@
 """Co-located GNN services in a real server (issue 17): replies equal a local run, calls of several services share groups under the budget, a call too large for the budget gets TOO_LARGE naming its estimate and the budget, bad subgraphs, failing and NaN estimators fail their call alone, and the counters reach stats() and /metrics."""
 import concurrent.futures as cf
 import math
+import threading
 import urllib.request
 
 import numpy as np
@@ -257,3 +258,61 @@ def test_calls_after_the_scheduler_stopped_fail_instead_of_hanging():
     finally:
         srv.stop()
         srv.close()
+
+
+def test_it_is_the_services_executor_started_and_stopped_by_the_server():
+    """Issue 31, item 5: a CoLocation is an Executor: the server's start starts its dispatcher (no
+    co.start()), Server.stats()["executors"] reports its load like a ThreadPool's, describe says
+    where the function runs, and the server's stop ends its threads."""
+    ms = _models()
+    srv = splitrpc.Server("127.0.0.1", 0, wait="block")
+    co = colocate.CoLocation(1 << 30, policy="bqt", max_parallel=4)
+    assert isinstance(co, splitrpc.Executor)
+    co.add(srv, 1, "gcn", ms["gcn"], features=F, classes=C, qos=5.0, **LIMITS)
+    co.add(srv, 2, "sage", ms["sage"], features=F, classes=C, qos=5.0, **LIMITS)
+    srv.start()
+    try:
+        with splitrpc.Client("127.0.0.1", srv.port, timeout=20.0) as cl:
+            futs = [cl.call_async(1 + i % 2, _request(20, 40, seed=i)[2]) for i in range(10)]
+            for f in futs:
+                f.result()
+            with pytest.raises(splitrpc.BadRequest):
+                cl.call(1, b"short")
+        ex = srv.stats()["executors"]
+        assert ex["gcn"] == ex["sage"]  # one executor serves both
+        assert ex["gcn"]["kind"] == "colocation" and ex["gcn"]["threads"] == 4
+        assert ex["gcn"]["batches"] == 10 and ex["gcn"]["queued"] == 0 and ex["gcn"]["running"] == 0
+        assert 1 <= ex["gcn"]["groups"] <= 10 and ex["gcn"]["busy_s"] > 0
+        assert {f.name: f.executor for f in srv.functions()} == {"gcn": "pool:4", "sage": "pool:4"}
+        assert any(t.name == "splitrpc-colocate-dispatch" for t in threading.enumerate())
+    finally:
+        srv.close()
+    assert not any(t.name.startswith("splitrpc-colocate") for t in threading.enumerate())
+    assert co.stats()["services"]["sage"]["ok"] == 5 and co.stats()["services"]["gcn"]["bad_request"] == 1
+
+
+def test_two_servers_share_one_budget_and_its_dispatcher_runs_while_either_does():
+    ms = _models()
+    a, b = (splitrpc.Server("127.0.0.1", 0, wait="block") for _ in range(2))
+    co = colocate.CoLocation(1 << 30)
+    co.add(a, 1, "gcn", ms["gcn"], features=F, classes=C, qos=5.0, **LIMITS)
+    co.add(b, 1, "gin", ms["gin"], features=F, classes=C, qos=5.0, **LIMITS)
+    a.start()
+    b.start()
+    try:
+        a.close()  # b still uses it
+        x, ei, req = _request(12, 30)
+        with splitrpc.Client("127.0.0.1", b.port, timeout=20.0) as cl:
+            got = np.frombuffer(cl.call(1, req), np.float32).reshape(12, C)
+        assert np.allclose(got, _local(ms["gin"], x, ei), atol=1e-5)
+    finally:
+        b.close()
+    assert not any(t.name.startswith("splitrpc-colocate") for t in threading.enumerate())
+    with pytest.raises(ValueError, match="already a co-located service"):
+        co.add(b, 2, "gin", ms["gin"], features=F, classes=C, qos=5.0, **LIMITS)
+
+
+def test_bad_executor_settings_are_errors():
+    for bad in (0, -1, 1.5, True):
+        with pytest.raises(ValueError, match="max_parallel"):
+            colocate.CoLocation(1 << 20, max_parallel=bad)

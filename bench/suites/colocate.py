@@ -112,7 +112,6 @@ def serve(a) -> int:
                      raw=True, max_response=model_server.STATS_MAX_REPLY)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    co.start()
     srv.start()
     print("READY", flush=True)
     try:
@@ -120,7 +119,6 @@ def serve(a) -> int:
     except KeyboardInterrupt:
         pass
     srv.stop()
-    co.stop()
     srv.close()
     return 0
 

@@ -8,12 +8,15 @@ the service's limits, or an edge id out of range, fails that call alone with BAD
 estimator that raises or returns something other than a positive finite number of bytes fails that
 call alone with INTERNAL; a call whose PMC exceeds the budget gets TOO_LARGE naming both.
 
-Threads: the server's worker runs the callbacks, which only parse, estimate and queue (the batch's
-replies are deferred through a Future); one dispatcher thread forms groups (under the lock) and
-hands a group's calls to a thread pool, one thread per call (on a GPU each would be one stream);
-when the group's last call ends its memory is released and the next group forms. The memory is a
-budget accountant on the CPU (the CoScheduler's reservation): there is no GPU path yet
-(torch.cuda.MemPool per group is not built: no GPU to run it on).
+Threads: a CoLocation is its services' executor (splitrpc.Executor), and each batch it gets is
+one call. Its submit, on the server's worker, parses the call, estimates its PMC and queues it in
+the scheduler (or answers it at once with its error); one dispatcher thread forms groups (under the
+lock) and runs a group's calls on a thread pool, one thread per call (on a GPU each would be one
+stream); when the group's last call ends its memory is released and the next group forms. The
+server's start and stop start and stop it (Executor.acquire / release), and Server.stats()
+["executors"] reports its load. The memory is a budget accountant on the CPU (the CoScheduler's
+reservation): there is no GPU path yet (torch.cuda.MemPool per group is not built: no GPU to run it
+on).
 
 QoS target per service: given, or 2x its standalone time measured at registration on a sample
 request. A call is a violation when its time from arrival at the scheduler to its end exceeds it.
@@ -27,17 +30,19 @@ import struct
 import threading
 import time
 from collections import deque
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from splitrpc.errors import BadRequest, InternalError, TooLarge
+from splitrpc.executor import Executor
 from splitrpc.services.colocation import groups
 
 HEADER = struct.Struct("<qq")   # NN, NE
 LATENCY_WINDOW = 4096           # calls per service kept for the latency percentiles in stats()
 QOS_FACTOR = 2.0                # QoS target = this x standalone time (GNNSched, after Abacus)
+_here = threading.local()       # the call (or its error) of the job this thread runs
 
 
 def pack_request(x: np.ndarray, edge_index: np.ndarray) -> bytes:
@@ -117,31 +122,12 @@ class Service:
 
 @dataclass
 class _Call:
+    """One call queued in the scheduler: its service, parsed subgraph, BatchJob and arrival."""
     service: Service
     x: np.ndarray
     edge_index: np.ndarray
-    reply: memoryview
-    batch: "_Batch"
-    slot: int
+    job: object
     arrived: float
-
-
-class _Batch:
-    """One callback's calls: its Future is done when every call has its result."""
-
-    def __init__(self, n: int):
-        self.results: list = [None] * n
-        self.pending = n
-        self.future: Future = Future()
-        self.lock = threading.Lock()
-
-    def finish(self, slot: int, result) -> None:
-        with self.lock:
-            self.results[slot] = result
-            self.pending -= 1
-            done = self.pending == 0
-        if done:
-            self.future.set_result(self.results)
 
 
 def host_memory() -> int:
@@ -149,11 +135,17 @@ def host_memory() -> int:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
-class CoLocation:
+class CoLocation(Executor):
     """Co-located GNN services under one memory budget (bytes) and one grouping policy (groups.POLICIES;
-    "serial" runs one call at a time: the baseline). device "cpu" only for now. torch_threads: PyTorch's
-    intra-op threads, set at start() (None: leave them). Register services with add() before the
-    server starts; start() before serving, stop() after the server stops."""
+    "serial" runs one call at a time: the baseline), as the executor of their functions: each batch
+    (one call) it is handed waits in the scheduler for its group. device "cpu" only for now.
+    max_parallel: calls of a group run at once, at most (one thread each), and calls of one service
+    handed to it, at most (the engine holds the others back). torch_threads: PyTorch's intra-op
+    threads, set when it starts (None: leave them). Register services with add() before the server
+    starts; the server's start and stop start and stop it (start() and stop() do so by hand; after
+    stop() it refuses every call)."""
+
+    name = "colocation"
 
     def __init__(self, budget: int, *, policy: str = "bqt", device: str = "cpu", max_parallel: int = 64,
                  torch_threads: int | None = 1):
@@ -165,33 +157,42 @@ class CoLocation:
             raise ValueError(f"the memory budget must be a positive number of bytes, got {budget!r}")
         if budget > total:
             raise ValueError(f"the memory budget {budget} B exceeds the device's memory ({device}: {total} B)")
+        if isinstance(max_parallel, bool) or not isinstance(max_parallel, int) or max_parallel < 1:
+            raise ValueError(f"max_parallel must be a positive integer, got {max_parallel!r}")
         self.budget, self.policy, self.device = budget, policy, device
+        self.threads = max_parallel
         self._sched = groups.CoScheduler(budget, policy)
-        self._services: dict[int, Service] = {}
+        self._services: dict[str, Service] = {}  # by function name (BatchJob.name)
         self._calls: dict[int, _Call] = {}
         self._seq = itertools.count()
         self._cond = threading.Condition()
-        self._stopping = False
+        self._stopped = False  # stop(): every call from now on is refused
+        self._users = 0        # servers running with it (acquire / release)
         self._thread: threading.Thread | None = None
-        self._pool = ThreadPoolExecutor(max_workers=max_parallel, thread_name_prefix="splitrpc-colocate")
+        self._pool: ThreadPoolExecutor | None = None
         self._torch_threads = torch_threads
         self.groups_run = 0
         self.grouped_calls = 0  # calls the groups ran (with groups_run, under the same lock)
+        self.running = 0        # calls of the group running now
+        self.busy_s = 0.0       # seconds a group was running
         self.group_sizes: deque = deque(maxlen=LATENCY_WINDOW)
+
+    def __repr__(self) -> str:
+        return f"CoLocation({self.budget}, policy={self.policy!r}, max_parallel={self.threads})"
 
     # ------------------------------------------------------------------ registration
 
     def add(self, server, func_id: int, name: str, model, *, features: int, classes: int, max_nodes: int,
-            max_edges: int, qos: float | None = None, estimator=None, sample: tuple[int, int] | None = None,
-            max_batch: int = 8) -> Service:
-        """Registers `model` (a torch module taking (x, edge_index)) as raw function func_id of server.
+            max_edges: int, qos: float | None = None, estimator=None, sample: tuple[int, int] | None = None) -> Service:
+        """Registers `model` (a torch module taking (x, edge_index)) as raw function func_id of server,
+        run by this executor, one call per batch (a call is what the scheduler groups).
         qos: seconds, or None to measure: QOS_FACTOR x the median of 3 standalone runs on a random
         request of `sample` (NN, NE) (default: a tenth of the limits). estimator: an object with
         estimate(nn, ne) -> Estimate or bytes (default pmc.Estimator(model))."""
         import torch
 
-        if func_id in self._services:
-            raise ValueError(f"func_id {func_id} is already a co-located service")
+        if name in self._services:  # its key: a BatchJob names its function (func ids are per server)
+            raise ValueError(f"{name!r} is already a co-located service")
         if max_nodes < 1 or max_edges < 1 or features < 1 or classes < 1:
             raise ValueError("max_nodes, max_edges, features and classes must be positive")
         if estimator is None:
@@ -218,123 +219,170 @@ class CoLocation:
                              f"{need} bytes, over the server's max_message {limit}: lower the limits or raise "
                              "Server(max_message=...)")
         svc = Service(name, func_id, model, estimator, features, classes, max_nodes, max_edges, float(qos))
-        server.add_function(self._callback(svc), func_id, name, raw=True, max_batch=max_batch,
+        server.add_function(self._callback(svc), func_id, name, raw=True, max_batch=1, executor=self,
                             max_request=request_size(max_nodes, max_edges, features),
                             max_response=4 * max_nodes * classes)
         if not self._services:  # the first service: the scheduler's counters join the server's stats()
             server.add_stats_source("colocation", self.stats)
-        self._services[func_id] = svc
+        self._services[name] = svc
         return svc
 
-    def _callback(self, svc: Service):
+    @staticmethod
+    def _callback(svc: Service):
+        """The service's callback, which this executor runs with the call's parsed subgraph, or the
+        error that answers it, in _here.call: it runs the model and writes the reply."""
         def colocated(requests, responses):
-            batch = _Batch(len(requests))
-            for slot, (req, resp) in enumerate(zip(requests, responses)):
-                svc.stats.count("calls")
-                try:
-                    x, ei = parse_request(req, svc.features, svc.max_nodes, svc.max_edges)
-                except BadRequest as e:
-                    svc.stats.count("bad_request")
-                    batch.finish(slot, e)
-                    continue
-                try:
-                    est = svc.estimator.estimate(x.shape[0], ei.shape[1])
-                    pmc = getattr(est, "pmc", est)
-                except Exception as e:  # noqa: BLE001 - the estimator's failure fails this call only
-                    svc.stats.count("failed")
-                    batch.finish(slot, InternalError(f"PMC estimator failed: {type(e).__name__}: {e}"))
-                    continue
-                if isinstance(pmc, float) and pmc.is_integer():
-                    pmc = int(pmc)
-                seq = next(self._seq)
-                req_ = groups.Request(seq, pmc, svc.qos, svc.name)
-                call = _Call(svc, x, ei, resp, batch, slot, time.monotonic())
-                with self._cond:
-                    if self._stopping:
-                        svc.stats.count("failed")
-                        batch.finish(slot, InternalError("the co-location scheduler stopped"))
-                        continue
-                    try:
-                        self._sched.submit(req_)
-                    except groups.Refused as e:
-                        too_big = isinstance(pmc, int) and pmc > self.budget
-                        if too_big:
-                            svc.stats.count("too_large")
-                            err = TooLarge(f"PMC estimate {pmc} B exceeds the co-location memory budget {self.budget} B")
-                        else:
-                            svc.stats.count("failed")
-                            err = InternalError(f"PMC estimate refused: {e}")
-                        batch.finish(slot, err)
-                        continue
-                    self._calls[seq] = call
-                    self._cond.notify()
-            return batch.future if batch.pending else batch.results
+            call = getattr(_here, "call", None)
+            if call is None:  # run by something other than its CoLocation: a setup error, said so
+                raise InternalError(f"{svc.name}: a co-located service runs on its CoLocation executor only")
+            if isinstance(call, Exception):
+                return [call]
+            torch = _torch()
+            try:
+                with torch.inference_mode():
+                    out = svc.model(torch.from_numpy(call.x), torch.from_numpy(call.edge_index))
+                y = out.detach().to(torch.float32).contiguous().numpy()
+                if y.shape != (call.x.shape[0], svc.classes):
+                    raise ValueError(f"the model returned shape {tuple(y.shape)}, not ({call.x.shape[0]}, {svc.classes})")
+                np.frombuffer(responses[0], dtype=np.uint8, count=y.nbytes)[:] = y.reshape(-1).view(np.uint8)
+            except Exception as e:  # noqa: BLE001 - this call fails alone
+                svc.stats.count("failed")
+                return [InternalError(f"{svc.name}: {type(e).__name__}: {e}")]
+            took = time.monotonic() - call.arrived
+            svc.stats.count("ok", took, took > svc.qos)
+            return [y.nbytes]
 
         colocated.__name__ = svc.name
         return colocated
 
+    # ------------------------------------------------------------------ the executor
+
+    def submit(self, job) -> None:
+        """On the server's worker: parses the call's subgraph and estimates its PMC, then queues it
+        for its group. A call that fails here (bad subgraph, estimator, over the budget, stopped)
+        is answered at once: its job runs on this thread with the error."""
+        svc = self._services[job.name]
+        svc.stats.count("calls")
+        try:
+            x, ei = parse_request(job.call_args[0][0], svc.features, svc.max_nodes, svc.max_edges)
+        except BadRequest as e:
+            svc.stats.count("bad_request")
+            return _run(job, e)
+        try:
+            est = svc.estimator.estimate(x.shape[0], ei.shape[1])
+            pmc = getattr(est, "pmc", est)
+        except Exception as e:  # noqa: BLE001 - the estimator's failure fails this call only
+            svc.stats.count("failed")
+            return _run(job, InternalError(f"PMC estimator failed: {type(e).__name__}: {e}"))
+        if isinstance(pmc, float) and pmc.is_integer():
+            pmc = int(pmc)
+        seq = next(self._seq)
+        with self._cond:
+            if self._stopped:
+                err = InternalError("the co-location scheduler stopped")
+            else:
+                try:
+                    self._sched.submit(groups.Request(seq, pmc, svc.qos, svc.name))
+                    self._calls[seq] = _Call(svc, x, ei, job, time.monotonic())
+                    self._cond.notify()
+                    return
+                except groups.Refused as e:
+                    if isinstance(pmc, int) and pmc > self.budget:
+                        svc.stats.count("too_large")
+                        err = TooLarge(f"PMC estimate {pmc} B exceeds the co-location memory budget {self.budget} B")
+                    else:
+                        err = InternalError(f"PMC estimate refused: {e}")
+        if not isinstance(err, TooLarge):
+            svc.stats.count("failed")
+        _run(job, err)
+
+    def acquire(self) -> None:
+        """A server that uses it starts: so does the dispatcher, with the first."""
+        with self._cond:
+            self._users += 1
+        self.start()
+
+    def release(self) -> None:
+        """A server that used it stopped (its calls done): the dispatcher stops with the last."""
+        with self._cond:
+            if self._users == 0:
+                return
+            self._users -= 1
+            if self._users:
+                return
+        self._halt()
+
+    def load(self) -> dict:
+        """{"kind": "colocation", "threads", "queued", "running", "batches", "busy_s", "groups",
+        "policy", "budget", "reserved"}: calls queued for a group, running in one, and run."""
+        with self._cond:
+            return {"kind": "colocation", "threads": self.threads, "queued": len(self._sched.queue),
+                    "running": self.running, "batches": self.grouped_calls, "busy_s": round(self.busy_s, 6),
+                    "groups": self.groups_run, "policy": self.policy, "budget": self.budget,
+                    "reserved": self._sched.reserved}
+
     # ------------------------------------------------------------------ running
 
     def start(self) -> "CoLocation":
-        if self._torch_threads is not None:
-            import torch
-            torch.set_num_threads(self._torch_threads)
-        self._thread = threading.Thread(target=self._dispatch, name="splitrpc-colocate-dispatch", daemon=True)
-        self._thread.start()
+        """Starts the dispatcher (the server's start does it; again is a no-op)."""
+        with self._cond:
+            if self._thread is not None or self._stopped:
+                return self
+            if self._torch_threads is not None:
+                _torch().set_num_threads(self._torch_threads)
+            self._pool = ThreadPoolExecutor(max_workers=self.threads, thread_name_prefix="splitrpc-colocate")
+            self._thread = threading.Thread(target=self._dispatch, name="splitrpc-colocate-dispatch", daemon=True)
+            self._thread.start()
         return self
 
     def stop(self) -> None:
-        """Stops forming groups (the running one finishes); calls still queued, and any that arrive
-        later, fail with INTERNAL. Stop the server first to have every accepted call answered."""
+        """Stops forming groups for good (the running one finishes); calls still queued, and any that
+        arrive later, fail with INTERNAL. Stop the server first to have every accepted call answered."""
         with self._cond:
-            self._stopping = True
+            self._stopped = True
+        self._halt()
+
+    def _halt(self) -> None:
+        """Stops the dispatcher (the running group finishes) and answers the calls still queued with
+        INTERNAL; a later start() starts it again unless stop() was called."""
+        with self._cond:
+            thread, self._thread = self._thread, None
             self._cond.notify_all()
-        if self._thread is not None:
-            self._thread.join()
-            self._thread = None
+        if thread is not None and thread is not threading.current_thread():
+            thread.join()
         with self._cond:
             left = [self._calls.pop(r.seq) for r in self._sched.queue if r.seq in self._calls]
             self._sched.queue.clear()
+            pool, self._pool = self._pool, None
         for c in left:
-            c.batch.finish(c.slot, InternalError("the co-location scheduler stopped"))
-        self._pool.shutdown(wait=True)
+            c.service.stats.count("failed")
+            _run(c.job, InternalError("the co-location scheduler stopped"))
+        if pool is not None:
+            pool.shutdown(wait=True)
 
     def _dispatch(self) -> None:
+        me = threading.current_thread()
         while True:
             with self._cond:
-                while not self._stopping and not self._sched.queue:
+                while self._thread is me and not self._sched.queue:
                     self._cond.wait()
-                if self._stopping:
+                if self._thread is not me:
                     return
                 group = self._sched.next_group()
                 calls = [(r, self._calls.pop(r.seq)) for r in group]
-            futures = [self._pool.submit(self._run, c) for _, c in calls]
-            for f in futures:
-                f.exception()  # wait; _run reports its own errors
+                self.running = len(calls)
+                pool = self._pool
+            t0 = time.perf_counter()
+            for f in [pool.submit(_run, c.job, c) for _, c in calls]:
+                f.exception()  # wait; a job answers its own errors
             with self._cond:
                 for r, _ in calls:
                     self._sched.done(r)
+                self.running = 0
+                self.busy_s += time.perf_counter() - t0
                 self.groups_run += 1
                 self.grouped_calls += len(calls)
                 self.group_sizes.append(len(calls))
-
-    def _run(self, c: _Call) -> None:
-        import torch
-
-        svc = c.service
-        try:
-            with torch.inference_mode():
-                out = svc.model(torch.from_numpy(c.x), torch.from_numpy(c.edge_index))
-            y = out.detach().to(torch.float32).contiguous().numpy()
-            if y.shape != (c.x.shape[0], svc.classes):
-                raise ValueError(f"the model returned shape {tuple(y.shape)}, not ({c.x.shape[0]}, {svc.classes})")
-            np.frombuffer(c.reply, dtype=np.uint8, count=y.nbytes)[:] = y.reshape(-1).view(np.uint8)
-            took = time.monotonic() - c.arrived
-            svc.stats.count("ok", took, took > svc.qos)
-            c.batch.finish(c.slot, y.nbytes)
-        except Exception as e:  # noqa: BLE001 - this call fails alone
-            svc.stats.count("failed")
-            c.batch.finish(c.slot, InternalError(f"{svc.name}: {type(e).__name__}: {e}"))
 
     def stats(self) -> dict:
         """The scheduler's counters: policy, budget, memory reserved now and at most, groups run and
@@ -346,3 +394,18 @@ class CoLocation:
                     "mean_group_size": float(np.mean(self.group_sizes)) if self.group_sizes else 0.0,
                     "queued": len(self._sched.queue),
                     "services": {s.name: s.stats.as_dict(s.qos) for s in self._services.values()}}
+
+
+def _run(job, call) -> None:
+    """Runs a co-located service's BatchJob on this thread with `call` (its _Call, or the error that
+    answers it) where the service's callback reads it."""
+    _here.call = call
+    try:
+        job()
+    finally:
+        _here.call = None
+
+
+def _torch():
+    import torch
+    return torch
