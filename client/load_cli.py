@@ -20,6 +20,7 @@ from splitrpc.loadgen import report
 from splitrpc.loadgen.progress import ProgressLine
 from splitrpc.loadgen.request_set import RequestSet, load_request_set
 from splitrpc.load_run import Records, run_load
+from splitrpc.reporting import write_json
 from splitrpc.loadgen.validate import validate, validate_set
 
 
@@ -376,7 +377,7 @@ def _load(a) -> int:
         except ImportError as e:
             print(f"plots skipped: {e}", file=sys.stderr)
             doc["plots"] = []
-    report.write_json(os.path.join(a.out, "report.json"), doc)
+    write_json(os.path.join(a.out, "report.json"), doc)
     print(f"wrote {a.out}/report.json, runs.csv" + (", series.csv" if series is not None else "")
           + "".join(f", {p}" for p in doc.get("plots", [])), flush=True)
     bad = sum(s["invalid"] for s in runs)

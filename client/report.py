@@ -3,9 +3,7 @@ code, offered and achieved throughput), a time series for trace replay, and JSON
 from __future__ import annotations
 
 import csv
-import json
 import math
-import os
 
 import numpy as np
 
@@ -160,31 +158,3 @@ def write_series_csv(path: str, ts: dict) -> None:
             w.writerow([("" if isinstance(v, float) and math.isnan(v) else round(float(v), 3)) for v in row])
 
 
-def _jsonable(x):
-    if isinstance(x, dict):
-        return {str(k): _jsonable(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_jsonable(v) for v in x]
-    if isinstance(x, np.ndarray):
-        return _jsonable(x.tolist())
-    if isinstance(x, (np.integer,)):
-        return int(x)
-    if isinstance(x, (float, np.floating)):
-        return None if math.isnan(x) else float(x)
-    return x
-
-
-def write_json(path: str, doc: dict) -> None:
-    with open(path, "w") as f:
-        json.dump(_jsonable(doc), f, indent=2)
-        f.write("\n")
-
-
-def write_results(out_dir: str, stem: str, doc: dict, md: str) -> None:
-    """A benchmark's results: out_dir/stem.json and stem.md, the markdown also printed."""
-    os.makedirs(out_dir, exist_ok=True)
-    write_json(os.path.join(out_dir, f"{stem}.json"), doc)
-    with open(os.path.join(out_dir, f"{stem}.md"), "w") as fh:
-        fh.write(md)
-    print(md)
-    print(f"wrote {out_dir}/{stem}.md, {stem}.json")

@@ -36,48 +36,106 @@ def command_of(a) -> str:
     return shlex.join(sys.argv)
 
 
-def write_report(out: str, name: str, doc: dict, markdown: Callable[[dict], str],
-                 plot: Callable[[dict, str], str] | None, who: str) -> list[str]:
-    """Writes OUT/NAME.json (doc), NAME.md (markdown(doc)) and, where matplotlib is installed,
-    NAME.png (plot(doc, path)); returns the paths written. who names the command in the note
-    printed when the plotting package is missing."""
+def jsonable(x):
+    """x with numpy arrays and scalars made lists and Python numbers, NaN made None, keys made
+    strings: what a report's JSON holds."""
+    import math
+
+    import numpy as np
+
+    if isinstance(x, dict):
+        return {str(k): jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [jsonable(v) for v in x]
+    if isinstance(x, np.ndarray):
+        return jsonable(x.tolist())
+    if isinstance(x, np.bool_):
+        return bool(x)
+    if isinstance(x, np.integer):
+        return int(x)
+    if isinstance(x, (float, np.floating)):
+        return None if math.isnan(x) else float(x)
+    return x
+
+
+def write_json(path: str, doc: dict) -> None:
+    """doc as JSON (jsonable) at path."""
     import json
 
+    with open(path, "w") as f:
+        json.dump(jsonable(doc), f, indent=1)
+        f.write("\n")
+
+
+def write_report(out: str, name: str, doc: dict, markdown: Callable[[dict], str],
+                 plot: Callable[[dict, str], "str | list[str]"] | None, who: str) -> list[str]:
+    """Writes under OUT the plots, where matplotlib is installed (plot(doc, OUT/NAME.png) returns
+    the path it wrote, or the paths where it wrote several; their names go in doc["plots"]), then
+    NAME.json (doc) and NAME.md (markdown(doc)). Returns the paths written. who names the command
+    in the note printed when the plotting package is missing."""
     os.makedirs(out, exist_ok=True)
-    paths = [os.path.join(out, f"{name}.json"), os.path.join(out, f"{name}.md")]
-    with open(paths[0], "w") as f:
-        json.dump(doc, f, indent=1)
-    with open(paths[1], "w") as f:
-        f.write(markdown(doc))
+    plots: list[str] = []
     if plot is not None:
         try:
-            paths.append(plot(doc, os.path.join(out, f"{name}.png")))
+            made = plot(doc, os.path.join(out, f"{name}.png"))
+            plots = [made] if isinstance(made, str) else list(made or ())
         except ImportError:
             print(f"{who}: matplotlib not installed: no plot (pip install 'splitrpc[plot]')", file=sys.stderr)
-    return paths
+        doc["plots"] = [os.path.basename(p) for p in plots]
+    paths = [os.path.join(out, f"{name}.json"), os.path.join(out, f"{name}.md")]
+    write_json(paths[0], doc)
+    with open(paths[1], "w") as f:
+        f.write(markdown(doc))
+    return paths + plots
+
+
+class SuiteFailed(Exception):
+    """A suite's run that could not finish (a server that did not start, an interrupted run):
+    run_suite prints "splitrpc WHO: message" and returns 1; nothing is written."""
 
 
 def run_suite(a, *, name: str, who: str, run: Callable[[object], dict], markdown: Callable[[dict], str],
-              plot: Callable[[dict, str], str] | None = None, needs: tuple = (), hint: str = "",
-              errors: tuple = (), after: Callable[[dict], list] | None = None) -> int:
-    """The tail every report-writing command shares: the optional packages it needs (`needs`:
-    module names; one missing prints "WHO: needs HINT" and returns 2), doc = run(a) (an exception
-    of `errors` is bad input: "splitrpc WHO: message", 2), the report written under a.out as
-    NAME.json, NAME.md and NAME.png (write_report), each path printed, then the lines of
-    after(doc). Returns 0."""
+              plot: Callable[[dict, str], "str | list[str]"] | None = None, needs: tuple = (), hint: str = "",
+              check: Callable[[object], "str | None"] | None = None, errors: tuple = (),
+              after: Callable[[dict], list] | None = None, verdict: Callable[[dict], "str | None"] | None = None,
+              echo: bool = False, out: str | None = None) -> int:
+    """The tail every report-writing command shares:
+    - the optional packages it needs (`needs`: module names; one missing prints "WHO: needs HINT", 2);
+    - check(a): what is wrong with the arguments, or None ("splitrpc WHO: message", 2);
+    - doc = run(a): an exception of `errors` is bad input ("splitrpc WHO: message", 2), SuiteFailed
+      a run that could not finish ("splitrpc WHO: message", 1);
+    - the report written under `out` (default a.out) as NAME.json, NAME.md and its plots (write_report), the
+      markdown printed first where echo, then each path, then the lines of after(doc);
+    - verdict(doc): why the results fail the suite's own checks, or None ("splitrpc WHO: why" on
+      stderr, 1: the report is written all the same).
+    Returns 0, 1 or 2 as said."""
     from importlib import util
 
     missing = [m for m in needs if util.find_spec(m) is None]
     if missing:
         print(f"{who}: needs {hint or ', '.join(missing)}", file=sys.stderr)
         return 2
+    bad = check(a) if check else None
+    if bad:
+        print(f"splitrpc {who}: {bad}", file=sys.stderr)
+        return 2
     try:
         doc = run(a)
     except errors as e:
         print(f"splitrpc {who}: {e}", file=sys.stderr)
         return 2
-    for path in write_report(a.out, name, doc, markdown, plot, who):
+    except SuiteFailed as e:
+        print(f"splitrpc {who}: {e}", file=sys.stderr)
+        return 1
+    paths = write_report(a.out if out is None else out, name, doc, markdown, plot, who)
+    if echo:
+        print(markdown(doc))
+    for path in paths:
         print(path)
     for line in after(doc) if after else ():
         print(line)
+    failure = verdict(doc) if verdict else None
+    if failure:
+        print(f"splitrpc {who}: {failure}", file=sys.stderr)
+        return 1
     return 0

@@ -20,7 +20,7 @@ import numpy as np
 
 from splitrpc import dpdk
 from splitrpc.bench.helpers import netns
-from splitrpc.reporting import add_subcommand, command_of, run_as_module
+from splitrpc.reporting import add_subcommand, command_of, run_as_module, run_suite
 from splitrpc.bench.helpers.procs import Proc, ServerDied
 from splitrpc.loadgen import report
 from splitrpc.loadgen.load_cli import comma_list
@@ -157,36 +157,38 @@ def markdown(doc: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def cmd_bench_dpdk(a) -> int:
+def _check(a) -> str | None:
     bad = [s for s in a.services if s not in SERVICES]
     if bad or a.calls < 1 or a.rounds < 1:
-        print(f"splitrpc bench-dpdk: unknown services {bad} (from {', '.join(SERVICES)}) or bad --calls/--rounds",
-              file=sys.stderr)
-        return 2
+        return f"unknown services {bad} (from {', '.join(SERVICES)}) or bad --calls/--rounds"
     if not dpdk.available():
-        print("splitrpc bench-dpdk: this build has no DPDK (install libdpdk-dev and reinstall)", file=sys.stderr)
-        return 2
+        return "this build has no DPDK (install libdpdk-dev and reinstall)"
+    return None
+
+
+def run(a) -> dict:
+    """Every round, DPDK and the kernel's UDP alternated, over a veth pair it makes (a
+    netns.NetnsUnavailable, saying why, where it cannot): the report's document."""
     runs: list[dict] = []
     t0 = time.monotonic()
-    try:
-        with netns.veth_pair() as pair:
-            for rnd in range(a.rounds):
-                for system in (SYSTEMS if rnd % 2 == 0 else SYSTEMS[::-1]):
-                    print(f"round {rnd + 1}/{a.rounds}: {system}", flush=True)
-                    for r in measure(pair, system, a):
-                        runs.append(r)
-                        print(f"  {system:10s} {r['service']:7s} c={r['concurrency']:<3d} p50 {r['p50_us'] or 0:8.1f} µs "
-                              f"p99 {r['p99_us'] or 0:8.1f} µs {r['throughput_rps'] or 0:10,.0f} calls/s "
-                              f"errors {r['errors'] + r['invalid']}", flush=True)
-    except netns.NetnsUnavailable as e:
-        print(f"splitrpc bench-dpdk: cannot make the veth pair: {e}", file=sys.stderr)
-        return 2
-    doc = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-           "command": command_of(a),
-           "machine": report.machine(), "rounds": a.rounds, "af_packet": a.af_packet, "wall_s": round(time.monotonic() - t0, 1),
-           "table": median_rows(runs), "runs": runs}
-    report.write_results(a.out, "dpdk_veth", doc, markdown(doc))
-    return 0
+    with netns.veth_pair() as pair:
+        for rnd in range(a.rounds):
+            for system in (SYSTEMS if rnd % 2 == 0 else SYSTEMS[::-1]):
+                print(f"round {rnd + 1}/{a.rounds}: {system}", flush=True)
+                for r in measure(pair, system, a):
+                    runs.append(r)
+                    print(f"  {system:10s} {r['service']:7s} c={r['concurrency']:<3d} p50 {r['p50_us'] or 0:8.1f} µs "
+                          f"p99 {r['p99_us'] or 0:8.1f} µs {r['throughput_rps'] or 0:10,.0f} calls/s "
+                          f"errors {r['errors'] + r['invalid']}", flush=True)
+    return {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "command": command_of(a),
+            "machine": report.machine(), "rounds": a.rounds, "af_packet": a.af_packet,
+            "wall_s": round(time.monotonic() - t0, 1), "table": median_rows(runs), "runs": runs}
+
+
+def cmd_bench_dpdk(a) -> int:
+    return run_suite(a, name="dpdk_veth", who="bench-dpdk", run=run, markdown=markdown, check=_check,
+                     errors=(netns.NetnsUnavailable,), echo=True)
 
 
 def main(argv: list[str] | None = None) -> int:

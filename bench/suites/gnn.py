@@ -30,7 +30,6 @@ degree order, with a lower gather p99.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import sys
@@ -40,7 +39,7 @@ from datetime import datetime, timezone
 
 import numpy as np
 
-from splitrpc.reporting import add_subcommand, command_of, run_as_module
+from splitrpc.reporting import add_subcommand, command_of, run_as_module, run_suite
 from splitrpc.bench.helpers.procs import Proc, free_port
 from splitrpc.services.gnn.lane_timing import PER_SIZE
 
@@ -430,7 +429,25 @@ def markdown(doc: dict) -> str:
 # ------------------------------------------------------------------ the run
 
 
-def cmd_bench_gnn(a) -> int:
+def _lists(a) -> tuple[list, list, list]:
+    """--policies, --workloads and --fractions as lists."""
+    return ([p for p in a.policies.split(",") if p], [w for w in a.workloads.split(",") if w],
+            [float(f) for f in a.fractions.split(",") if f])
+
+
+def _check(a) -> str | None:
+    try:
+        policies, wls, fractions = _lists(a)
+    except ValueError as e:
+        return f"--fractions: {e}"
+    if set(policies) - set(POLICIES) or set(wls) - set(WORKLOADS) or not fractions or a.rounds < 1:
+        return f"policies from {POLICIES}, workloads from {WORKLOADS}, some fractions, rounds >= 1"
+    return None
+
+
+def run(a) -> dict:
+    """Calibration, every policy's server at every workload and load, the placement study: the
+    report's document (the calibration is written under a.out as it is made)."""
     import torch
 
     from splitrpc import Client
@@ -439,13 +456,7 @@ def cmd_bench_gnn(a) -> int:
     from splitrpc.services.gnn.lane_timing import calibration
     from splitrpc.services.gnn.serve import FUNC_IDS, GNNService, load_trace
 
-    policies = [p for p in a.policies.split(",") if p]
-    wls = [w for w in a.workloads.split(",") if w]
-    fractions = [float(f) for f in a.fractions.split(",") if f]
-    if set(policies) - set(POLICIES) or set(wls) - set(WORKLOADS) or not fractions or a.rounds < 1:
-        print(f"bench-gnn: policies from {POLICIES}, workloads from {WORKLOADS}, some fractions, rounds >= 1",
-              file=sys.stderr)
-        return 2
+    policies, wls, fractions = _lists(a)
     os.makedirs(a.out, exist_ok=True)
     torch.set_num_threads(1)
     _say(a, f"building {a.model} on the {'small' if a.small else 'reddit-like'} graph ...")
@@ -536,21 +547,34 @@ def cmd_bench_gnn(a) -> int:
            "nominal_rps": nominal, "wrong_replies": wrong, "table": _str_keys(table), "raw": _str_keys(raw),
            "strict_under_bound": {k: {"ok_calls": v[0], "calls": v[1], "excess_median": v[2]}
                                   for k, v in under_bound.items()}, "placement": placement, "targets": targets}
-    with open(os.path.join(a.out, "gnn.json"), "w") as f:
-        json.dump(doc, f, indent=1, default=float)
-    plot(os.path.join(a.out, "gnn_p99.png"), table, fractions, nominal)
-    if placement:
-        plot_placement(os.path.join(a.out, "gnn_placement.png"), placement)
-    with open(os.path.join(a.out, "gnn.md"), "w") as f:
-        f.write(markdown(doc))
-    _say(a, "")
-    for k, v in targets.items():
-        _say(a, f"{k:32s} {v['value']!s:>10} {v['target']:>10}  {'pass' if v['pass'] else 'FAIL'}  {v['detail']}")
-    _say(a, f"wrote {a.out}/gnn.md, gnn.json and plots")
-    if wrong:
-        print(f"bench-gnn: {wrong} replies did not match the local model", file=sys.stderr)
-        return 1
-    return 0
+    return doc
+
+
+def _plots(doc: dict, path: str) -> list[str]:
+    """gnn_p99.png (p99 against offered load) and, with the placement study, gnn_placement.png."""
+    out = os.path.dirname(path)
+    table = {p: {w: {float(f): c for f, c in cells.items()} for w, cells in by_wl.items()}
+             for p, by_wl in doc["table"].items()}
+    made = [os.path.join(out, "gnn_p99.png")]
+    plot(made[0], table, doc["fractions"], doc["nominal_rps"])
+    if doc["placement"]:
+        made.append(os.path.join(out, "gnn_placement.png"))
+        plot_placement(made[1], doc["placement"])
+    return made
+
+
+def _targets(a, doc: dict) -> list[str]:
+    if a.quiet:
+        return []
+    return [""] + [f"{k:32s} {v['value']!s:>10} {v['target']:>10}  {'pass' if v['pass'] else 'FAIL'}  {v['detail']}"
+                   for k, v in doc["targets"].items()]
+
+
+def cmd_bench_gnn(a) -> int:
+    return run_suite(a, name="gnn", who="bench-gnn", run=run, markdown=markdown, plot=_plots, check=_check,
+                     after=lambda doc: _targets(a, doc),
+                     verdict=lambda doc: doc["wrong_replies"] and
+                     f"{doc['wrong_replies']} replies did not match the local model")
 
 
 def _med_cell(cells: list) -> dict:

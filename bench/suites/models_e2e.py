@@ -24,7 +24,7 @@ import numpy as np
 
 from splitrpc.defaults import FUNCTION_DEFAULTS
 from splitrpc.bench.helpers import model_server, systems
-from splitrpc.reporting import add_subcommand, command_of, run_as_module
+from splitrpc.reporting import add_subcommand, command_of, run_as_module, run_suite
 from splitrpc.bench.helpers.peers import common
 from splitrpc.bench.helpers.procs import ServerDied
 from splitrpc.bench.suites.sidebyside import _median_table
@@ -539,20 +539,10 @@ def run(a) -> dict:
 
 
 def cmd_bench_models(a) -> int:
-    why = check_args(a)
-    if why:
-        print(f"splitrpc bench-models: {why}", file=sys.stderr)
-        return 2
-    from importlib import util
-
-    if util.find_spec("torch") is None:
-        print("splitrpc bench-models: the models need PyTorch: pip install 'splitrpc[models]'", file=sys.stderr)
-        return 2
     a.command = command_of(a)
-    os.makedirs(a.out, exist_ok=True)
-    doc = run(a)
-    report.write_results(a.out, "models_e2e", doc, markdown(doc, doc["table"]))
-    return 0
+    return run_suite(a, name="models_e2e", who="bench-models", run=run, markdown=lambda doc: markdown(doc, doc["table"]),
+                     check=check_args, needs=("torch",), hint="PyTorch for the models: pip install 'splitrpc[models]'",
+                     echo=True)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import os
 import sys
 import time
 from dataclasses import dataclass
@@ -15,7 +14,7 @@ import numpy as np
 import splitrpc
 from splitrpc import gpu
 from splitrpc.defaults import FUNCTION_DEFAULTS
-from splitrpc.reporting import add_subcommand, command_of, run_as_module
+from splitrpc.reporting import add_subcommand, command_of, run_as_module, run_suite
 from splitrpc.loadgen import report
 from splitrpc.hdr import percentiles
 from splitrpc.loadgen.load_cli import comma_list
@@ -562,13 +561,9 @@ def _bad_input(a) -> str | None:
     return None
 
 
-def cmd_bench_orchestration(a) -> int:
-    bad = _bad_input(a)
-    if bad:
-        print(f"splitrpc bench-orchestration: {bad}", file=sys.stderr)
-        return 2
+def run(a) -> dict:
+    """Every round of every cell; the report's document."""
     a.services, a.modes = list(dict.fromkeys(a.services)), list(dict.fromkeys(a.modes))
-    os.makedirs(a.out, exist_ok=True)
     t0 = time.monotonic()
     state = gpu_state(a.device)
     print(f"GPU: {state['device']} " + (f"({state['name']})" if state["usable"] else f"unusable: {state['reason']}"),
@@ -589,13 +584,20 @@ def cmd_bench_orchestration(a) -> int:
            "table": table(cells, runs, computes), "computes": computes,
            "runs": runs}
     doc["wall_s"] = round(time.monotonic() - t0, 1)
-    report.write_results(a.out, "orchestration", doc, markdown(doc))
+    return doc
+
+
+def _failed_cells(doc: dict) -> str | None:
     failed = [r for r in doc["table"] if r["status"].startswith("failed")]
-    if failed:
-        print(f"splitrpc bench-orchestration: {len(failed)} cell(s) failed: "
-              + "; ".join(f"{r['service']} {r['mode']} {r['device']}: {r['status']}" for r in failed), file=sys.stderr)
-        return 1
-    return 0
+    if not failed:
+        return None
+    return f"{len(failed)} cell(s) failed: " + "; ".join(f"{r['service']} {r['mode']} {r['device']}: {r['status']}"
+                                                          for r in failed)
+
+
+def cmd_bench_orchestration(a) -> int:
+    return run_suite(a, name="orchestration", who="bench-orchestration", run=run, markdown=markdown,
+                     check=_bad_input, verdict=_failed_cells, echo=True)
 
 
 def main(argv: list[str] | None = None) -> int:

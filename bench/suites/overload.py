@@ -31,7 +31,7 @@ import numpy as np
 
 import splitrpc
 from splitrpc.defaults import FUNCTION_DEFAULTS, SERVER_DEFAULTS
-from splitrpc.reporting import add_subcommand, command_of, run_as_module
+from splitrpc.reporting import SuiteFailed, add_subcommand, command_of, run_as_module, run_suite
 from splitrpc.bench.helpers.procs import Proc, ServerDied, free_port
 from splitrpc.errors import Busy, SplitRPCError
 from splitrpc import arrivals
@@ -530,12 +530,9 @@ def _run(a, svc, req: bytes, exp: bytes, proc: Proc, port: int, url: str, sample
     return v, ramp, peak, phs, recs
 
 
-def cmd_bench_overload(a) -> int:
-    bad = _check_args(a)
-    if bad:
-        print(f"splitrpc bench-overload: {bad}", file=sys.stderr)
-        return 2
-
+def run(a) -> dict:
+    """Validation, the capacity ramp, the open-loop run and its analysis: the report's document.
+    Raises SuiteFailed when the server does not start or dies, or the run is interrupted."""
     def say(msg: str) -> None:
         if not a.quiet:
             print(msg, flush=True)
@@ -547,20 +544,17 @@ def cmd_bench_overload(a) -> int:
     try:
         proc, port, url = start_server(a)
     except ServerDied as e:
-        print(f"splitrpc bench-overload: the server did not start: {e}", file=sys.stderr)
-        return 1
+        raise SuiteFailed(f"the server did not start: {e}") from e
     sampler = Sampler(proc.p.pid, url, a.sample_s)
     try:
         v, ramp, peak, phs, recs = _run(a, svc, req, exp, proc, port, url, sampler, say)
     except (ServerDied, SplitRPCError) as e:
-        print(f"splitrpc bench-overload: {type(e).__name__}: {e}", file=sys.stderr)
-        return 1
+        raise SuiteFailed(f"{type(e).__name__}: {e}") from e
     finally:
         samples = sampler.stop() if sampler.is_alive() else sampler.rows
         proc.stop()
     if recs.interrupted:
-        print("splitrpc bench-overload: interrupted", file=sys.stderr)
-        return 1
+        raise SuiteFailed("interrupted")
     res = analyze(recs.rec, recs.start_ns, phs, samples, peak, a.bin_s)
     doc = {
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "command": command_of(a),
@@ -594,11 +588,27 @@ def cmd_bench_overload(a) -> int:
             "the socket buffer and were served after their clients had given up.",
         ],
     }
-    report.write_results(a.out, "overload", doc, markdown(doc))
-    failed = [c["name"] for c in res["checks"] if not c["pass"]]
-    if failed:
-        print(f"targets not met: {', '.join(failed)}", flush=True)
-    return 1 if res["invalid"] or not v.passed else 0
+    return doc
+
+
+def _not_met(doc: dict) -> list[str]:
+    failed = [c["name"] for c in doc["results"]["checks"] if not c["pass"]]
+    return [f"targets not met: {', '.join(failed)}"] if failed else []
+
+
+def _invalid(doc: dict) -> str | None:
+    """Wrong replies make the run fail (targets not met do not: they are its finding)."""
+    why = []
+    if doc["results"]["invalid"]:
+        why.append(f"{doc['results']['invalid']} invalid replies in the open-loop run")
+    if not doc["validation"]["passed"]:
+        why.append("the service's replies failed validation before the run")
+    return "; ".join(why) or None
+
+
+def cmd_bench_overload(a) -> int:
+    return run_suite(a, name="overload", who="bench-overload", run=run, markdown=markdown, check=_check_args,
+                     after=_not_met, verdict=_invalid, echo=True)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import time
 from datetime import datetime, timezone
 
@@ -16,6 +15,7 @@ from splitrpc.bench.helpers.procs import ServerDied, start_raw, start_splitrpc
 from splitrpc.bench.helpers.systems import PEERS, SYSTEMS, Result
 from splitrpc.loadgen import report
 from splitrpc.loadgen.load_cli import comma_list
+from splitrpc.reporting import command_of, run_suite
 
 SERVICES = ("vecadd", "head", "matmul", "echo")
 
@@ -254,13 +254,17 @@ def _plots(out_dir: str, results: list[Result], rows: list[dict], sweep: list[Re
     return made
 
 
-def cmd_bench(a) -> int:
+def _check(a) -> str | None:
     unknown = [s for s in a.systems if s not in SYSTEMS] + [s for s in a.services if s not in SERVICES]
     if unknown or a.rounds < 1 or a.calls < 1:
-        print(f"splitrpc bench: unknown systems/services {unknown} or bad --rounds/--calls; systems: "
-              f"{', '.join(SYSTEMS)}; services: {', '.join(SERVICES)}", file=sys.stderr)
-        return 2
-    os.makedirs(a.out, exist_ok=True)
+        return (f"unknown systems/services {unknown} or bad --rounds/--calls; systems: {', '.join(SYSTEMS)}; "
+                f"services: {', '.join(SERVICES)}")
+    return None
+
+
+def run(a) -> tuple[dict, list[Result], list[Result]]:
+    """Every round, then the open-loop sweep: the report's document, the closed-loop results and
+    the sweep's (their latencies, for the plots)."""
     results: list[Result] = []
     t0 = time.monotonic()
     for rnd in range(a.rounds):
@@ -272,21 +276,21 @@ def cmd_bench(a) -> int:
     _open_sweep(a, sweep)
     rows = _median_table(results)
     local = {r["service"]: r["p50_us"] for r in rows if r["system"] == "splitrpc-local" and r["p50_us"]}
-    doc = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-           "command": "splitrpc " + " ".join(sys.argv[1:]) if sys.argv[0].endswith("splitrpc") else " ".join(sys.argv),
-           "machine": report.machine(), "rounds": a.rounds, "calls": a.calls, "wall_s": None,
-           "table": rows, "targets": _targets(rows), "callback_p50_us": local,
-           "open_loop": [r.as_dict() for r in sweep], "runs": [r.as_dict() for r in results]}
-    try:
-        doc["plots"] = [os.path.basename(p) for p in _plots(a.out, results, rows, sweep)]
-    except ImportError as e:
-        print(f"plots skipped: {e}", file=sys.stderr)
-        doc["plots"] = []
-    doc["wall_s"] = round(time.monotonic() - t0, 1)
-    report.write_json(os.path.join(a.out, "sidebyside.json"), doc)
-    md = _markdown(doc, rows, local)
-    with open(os.path.join(a.out, "sidebyside.md"), "w") as fh:
-        fh.write(md)
-    print(md)
-    print(f"wrote {a.out}/sidebyside.md, sidebyside.json" + "".join(f", {p}" for p in doc["plots"]))
-    return 0
+    doc = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "command": command_of(a),
+           "machine": report.machine(), "rounds": a.rounds, "calls": a.calls,
+           "wall_s": round(time.monotonic() - t0, 1), "table": rows, "targets": _targets(rows),
+           "callback_p50_us": local, "open_loop": [r.as_dict() for r in sweep], "runs": [r.as_dict() for r in results]}
+    return doc, results, sweep
+
+
+def cmd_bench(a) -> int:
+    measured: dict = {}
+
+    def run_(a) -> dict:
+        doc, measured["results"], measured["sweep"] = run(a)
+        return doc
+
+    return run_suite(a, name="sidebyside", who="bench", run=run_, check=_check, echo=True,
+                     markdown=lambda doc: _markdown(doc, doc["table"], doc["callback_p50_us"]),
+                     plot=lambda doc, path: _plots(os.path.dirname(path), measured["results"], doc["table"],
+                                                   measured["sweep"]))
