@@ -45,6 +45,28 @@ def test_budget_holds_under_every_policy_and_unbounded_overruns_and_pages():
     assert u.end[0] == pytest.approx(2.5 * 1.4 * 3.0)
 
 
+def test_mps_base_runs_at_most_four_at_once_in_arrival_order_and_pages_over_memory():
+    jobs = [_job(i, pmc=100, occupancy=0.2) for i in range(6)]
+    r = sim.simulate(jobs, sim.MPS_BASE, DEV)
+    assert r.group_pmc == [400, 200] and r.summary()["groups"] == 2
+    # four at 0.2 occupancy fit (0.8): rate 1 / (1 + 0.1 * 3); then the last two: 1 / (1 + 0.1)
+    t1 = 1.3
+    assert list(r.end[:4]) == pytest.approx([t1] * 4) and list(r.end[4:]) == pytest.approx([t1 + 1.1] * 2)
+    big = sim.simulate([_job(i, pmc=300) for i in range(4)], sim.MPS_BASE, DEV)  # 1200 B > 1000: UVM pages
+    assert big.summary()["overruns"] == 1 and big.end[0] == pytest.approx(2.0 * 1.3 * 3.0)
+    assert sim.simulate([_job(i, pmc=300) for i in range(4)], "bqt", DEV).summary()["overruns"] == 0
+
+
+def test_late_calls_that_arrived_while_others_ran_are_counted():
+    # a 10 s request, then a 1 s one arriving at 1 s: it waits to 10 s, ends at 11: late, and it
+    # arrived while the first ran; a third arriving after both, alone, is on time
+    jobs = [_job(0, compute=10.0), _job(1, arrival=1.0), _job(2, arrival=20.0)]
+    s = sim.simulate(jobs, "serial", DEV).summary()
+    assert s["violations"] == pytest.approx(1 / 3) and s["violations_arrived_busy"] == 1.0
+    s = sim.simulate([_job(0), _job(1)], "serial", DEV).summary()  # together at 0: the second waits 1 s
+    assert s["violations"] == 0.0 and s["violations_arrived_busy"] == 0.0
+
+
 def test_a_request_over_the_budget_is_refused_and_counted_as_a_violation():
     r = sim.simulate([_job(0, pmc=900), _job(1, pmc=100)], "bqt", DEV, budget=500)
     s = r.summary()
@@ -77,7 +99,7 @@ def test_every_request_runs_exactly_once_and_runs_are_deterministic():
         starts = np.array([j.arrival for j in a.jobs])
         assert (a.start >= starts - 1e-12).all() and (a.end > a.start).all()
         assert sum(len([1]) for _ in a.jobs) == 60 and a.summary()["requests"] == 60
-        if policy != sim.UNBOUNDED:
+        if policy not in sim.UNBUDGETED:
             assert max(a.group_pmc) <= 800 and a.peak_memory <= 800
 
 
@@ -107,9 +129,16 @@ def test_queues_have_the_papers_shape():
             assert {i.model for i in q} == ({"gcn", "sage", "gin"} if kind == "mix" else {kind})
     lo = workload.make_queue("gcn", load="low", shapes=shapes)[-1].slot
     hi = workload.make_queue("gcn", load="high", shapes=shapes)[-1].slot
-    assert hi < lo  # twice the arrivals per slot: the queue arrives in about half the slots
+    assert hi < lo  # more arrivals per slot: the queue arrives in fewer slots
+    for u in workload.UTILISATIONS:  # utilisation u: about 100 / u slots for 100 requests
+        slots = [workload.make_queue("mix", load=u, shapes=shapes, seed=s)[-1].slot + 1 for s in range(20)]
+        assert 0.8 < np.mean(slots) * u / 100 < 1.25, u
+    assert workload.make_queue("gcn", load="medium", shapes=shapes) == workload.make_queue("gcn", load=0.5, shapes=shapes)
     with pytest.raises(ValueError):
         workload.make_queue("gat", shapes=shapes)
+    for bad in ("heavy", 0, -0.5, 5, True, "nan"):
+        with pytest.raises(ValueError):
+            workload.make_queue("gcn", load=bad, shapes=shapes)
 
 
 def test_device_overrides():
@@ -126,7 +155,7 @@ def test_bench_colocate_sim_command_writes_its_report(tmp_path):
     from splitrpc.bench.suites import colocate_sim
 
     out = tmp_path / "r"
-    rc = colocate_sim.main(["--queues", "mix", "--loads", "high", "--repeats", "1", "--scale", "0.05", "--layers", "2",
+    rc = colocate_sim.main(["--queues", "mix", "--loads", "high", "--repeats", "2", "--scale", "0.05", "--layers", "2",
                             "--hidden", "16", "--sensitivity", "1e-4", "--quiet", "--out", str(out)])
     assert rc == 0
     doc = __import__("json").loads((out / "colocate_sim.json").read_text())
@@ -136,5 +165,7 @@ def test_bench_colocate_sim_command_writes_its_report(tmp_path):
     assert all(cell[p]["overruns"] == 0 for p in ("serial", "fifo", "sqtf", "bqt"))
     md = (out / "colocate_sim.md").read_text()
     assert "SIMULATED device" in md and "## Acceptance" in md
-    with pytest.raises(SystemExit):
-        colocate_sim.main(["--queues", "gat", "--quiet", "--out", str(out)])
+    assert "## Acceptance" in md and "interval" in md and "0.7 (high)" in md
+    assert all(0 <= c["mean"]["bqt"]["violations_ci"][0] <= c["mean"]["bqt"]["violations"] for c in doc["cells"])
+    for bad in (["--queues", "gat"], ["--loads", "heavy"], ["--loads", "0"], ["--repeats", "0"]):
+        assert colocate_sim.main([*bad, "--quiet", "--out", str(out)]) == 2

@@ -17,8 +17,11 @@ not measured: no GPU has been available to this project):
 Policies: the CoScheduler's (serial, fifo, sqtf, bqt: serial is GNNSched's "Default", one request at
 a time, its inputs copied when it starts; the others copy the next group's inputs while the current
 one runs, when that fits in the budget, and drop them again if the group formed next is another that
-leaves no room for them) and "unbounded": everything queued starts at once, with no
-budget (GNNSched's MPS-Aggr). QoS target = 2x the standalone time (inputs included). Times in seconds.
+leaves no room for them), "unbounded": everything queued starts at once, with no
+budget (GNNSched's MPS-Aggr), and "mps-base": at most MPS_CONCURRENCY (4) queued requests start at
+once, in arrival order, with no memory estimate (GNNSched's MPS-Base: its static groups of up to
+four; a set over the device's memory pages). QoS target = 2x the standalone time (inputs included).
+Times in seconds.
 """
 from __future__ import annotations
 
@@ -31,7 +34,10 @@ import numpy as np
 from splitrpc.services.colocation import groups
 
 UNBOUNDED = "unbounded"
-SIM_POLICIES = (*groups.POLICIES, UNBOUNDED)
+MPS_BASE = "mps-base"
+MPS_CONCURRENCY = 4  # GNNSched's MPS-Base: at most this many requests at once
+UNBUDGETED = (UNBOUNDED, MPS_BASE)  # policies that know no PMC: they start requests without a budget
+SIM_POLICIES = (*groups.POLICIES, UNBOUNDED, MPS_BASE)
 GiB = 1 << 30
 
 
@@ -146,7 +152,8 @@ class Result:
         return (self.end - np.array([j.arrival for j in self.jobs]))[self.ran]
 
     def summary(self, short_quantile: float = 0.5) -> dict:
-        """Violations (share of requests past their QoS target; refused ones count as violations),
+        """Violations (share of requests past their QoS target; refused ones count as violations; and
+        of the requests that ran late, the share that arrived while others were running),
         mean job completion time (arrival to end), mean queueing time (arrival to start of compute)
         overall and of the short requests (QoS target at most the queue's median), overruns
         (groups over the budget), the peak memory and the makespan."""
@@ -157,9 +164,15 @@ class Result:
         queued = (self.start - arr)[self.ran]
         short = (qos <= np.quantile(qos, short_quantile)) & self.ran
         busy = float(np.nanmax(self.end)) if self.ran.any() else 0.0
+        # arrived while other requests ran: no policy that runs groups one after another can start it sooner
+        st, en = self.start[self.ran], self.end[self.ran]
+        arrived_busy = np.array([bool(np.any((st < a) & (a < en))) for a in arr])  # started before it came
+        late = viol & self.ran
         return {
             "policy": self.policy, "requests": len(self.jobs), "refused": int(self.refused.sum()),
-            "violations": float(viol.mean()), "jct_mean": float(lat[self.ran].mean()) if self.ran.any() else math.nan,
+            "violations": float(viol.mean()),
+            "violations_arrived_busy": float((late & arrived_busy).sum() / late.sum()) if late.any() else 0.0,
+            "jct_mean": float(lat[self.ran].mean()) if self.ran.any() else math.nan,
             "jct_over_qos_mean": float((lat / qos)[self.ran].mean()) if self.ran.any() else math.nan,
             "queueing_mean": float(queued.mean()) if queued.size else math.nan,
             "queueing_short_mean": float((self.start - arr)[short].mean()) if short.any() else math.nan,
@@ -192,9 +205,9 @@ def simulate(jobs: list[Job], policy: str, device: Device, budget: int | None = 
     start, end = np.full(n, np.nan), np.full(n, np.nan)
     refused = np.zeros(n, dtype=bool)
     res = Result(policy, budget, jobs, start, end, refused)
-    sched = groups.CoScheduler(budget, "fifo" if policy == UNBOUNDED else policy)
+    sched = groups.CoScheduler(budget, "fifo" if policy in UNBUDGETED else policy)
     prefetch = policy in ("fifo", "sqtf", "bqt")
-    waiting: list[Job] = []           # unbounded's queue
+    waiting: list[Job] = []           # the queue of the unbudgeted policies
     staged: dict[int, float] = {}     # seq -> when its inputs are on the device
     staged_bytes = 0
     copy_free = 0.0                   # when the copy engine is next idle
@@ -207,7 +220,7 @@ def simulate(jobs: list[Job], policy: str, device: Device, budget: int | None = 
         while nxt < n and jobs[nxt].arrival <= now:
             j = jobs[nxt]
             nxt += 1
-            if policy == UNBOUNDED:
+            if policy in UNBUDGETED:
                 waiting.append(j)
                 continue
             try:
@@ -221,6 +234,8 @@ def simulate(jobs: list[Job], policy: str, device: Device, budget: int | None = 
             t0 = time.perf_counter()
             if policy == UNBOUNDED:
                 group, waiting[:] = list(waiting), []
+            elif policy == MPS_BASE:
+                group, waiting[:] = waiting[:MPS_CONCURRENCY], waiting[MPS_CONCURRENCY:]
             else:
                 group = [by_seq[r.seq] for r in sched.next_group()]
             res.scheduler_seconds += time.perf_counter() - t0
@@ -273,6 +288,6 @@ def simulate(jobs: list[Job], policy: str, device: Device, budget: int | None = 
             if remaining[s] <= 1e-12:
                 del remaining[s]
                 end[index[s]] = t
-                if policy != UNBOUNDED:
+                if policy not in UNBUDGETED:
                     sched.done(groups.Request(s, by_seq[s].pmc, by_seq[s].qos))
     return res
