@@ -89,6 +89,20 @@ def write_report(out: str, name: str, doc: dict, markdown: Callable[[dict], str]
     return paths + plots
 
 
+def rewrite_markdown(json_path: str, markdown: Callable[[dict], str]) -> str:
+    """A report's Markdown made again from its JSON (a suite's --report): written beside it (the
+    path less .json, plus .md) and printed; returns the path written."""
+    import json
+
+    with open(json_path) as f:
+        text = markdown(json.load(f))
+    md = json_path.removesuffix(".json") + ".md"
+    with open(md, "w") as f:
+        f.write(text)
+    print(text)
+    return md
+
+
 class SuiteFailed(Exception):
     """A suite's run that could not finish (a server that did not start, an interrupted run):
     run_suite prints "splitrpc WHO: message" and returns 1; nothing is written."""

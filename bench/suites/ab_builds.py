@@ -24,6 +24,7 @@ from datetime import datetime, timezone
 
 from splitrpc.bench.helpers.intervals import RESAMPLES, ratio_interval
 from splitrpc.machine import describe
+from splitrpc.reporting import SuiteFailed, command_of, run_as_module, run_suite
 
 SYSTEMS = ("raw-udp-busy", "splitrpc-poll", "splitrpc-block")
 METRICS = (("p50_us", "p50 µs", -1), ("p99_us", "p99 µs", -1), ("throughput_rps", "calls/s", +1))
@@ -33,9 +34,12 @@ def _run(exe: str, a, out: str) -> list[dict]:
     cmd = [exe, "bench", "--systems", ",".join(SYSTEMS), "--services", a.services, "--concurrency", a.concurrency,
            "--calls", str(a.calls), "--rounds", "1", "--rates", a.rates, "--sweep-s", str(a.sweep_s), "--out", out]
     print("$", " ".join(cmd), flush=True)
-    p = subprocess.run(cmd, cwd=tempfile.gettempdir(), text=True, capture_output=True)
+    try:
+        p = subprocess.run(cmd, cwd=tempfile.gettempdir(), text=True, capture_output=True)
+    except OSError as e:
+        raise SuiteFailed(f"{exe} bench failed: {e}") from e
     if p.returncode != 0:
-        sys.exit(f"{exe} bench failed ({p.returncode}):\n{p.stdout[-2000:]}\n{p.stderr[-2000:]}")
+        raise SuiteFailed(f"{exe} bench failed ({p.returncode}):\n{p.stdout[-2000:]}\n{p.stderr[-2000:]}")
     with open(os.path.join(out, "sidebyside.json")) as f:
         doc = json.load(f)
     return doc["runs"] + doc["open_loop"]
@@ -76,8 +80,7 @@ def _ratio(runs: list[dict], system: str, service: str, conc: int, metric: str) 
     return x / raw if x and raw else None
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--a", metavar="NAME=SPLITRPC", help="the baseline build: a name and its splitrpc command")
     p.add_argument("--b", metavar="NAME=SPLITRPC", help="the build compared with it")
     p.add_argument("--rounds", type=int, default=3)
@@ -86,24 +89,45 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--calls", type=int, default=20000)
     p.add_argument("--rates", default="1000,5000,20000,50000,100000,200000")
     p.add_argument("--sweep-s", type=float, default=2.0)
-    p.add_argument("--out", required=True)
+    p.add_argument("--out", required=True, help="the folder of ab.json and ab.md")
     p.add_argument("--from-json", metavar="AB.json", help="no runs: the report again from an earlier ab.json's runs "
                                                          "(with the --rates it was made with)")
-    a = p.parse_args(argv)
-    if a.from_json:
-        with open(a.from_json) as f:
-            old = json.load(f)
-        doc = analyse(old["runs"], list(old["builds"].items()), [float(x) for x in a.rates.split(",")])
-        doc.update({k: old[k] for k in ("date", "command", "machine", "builds", "rounds", "wall_s")})
-        return _write(a.out, doc)
-    if not a.a or not a.b:
-        p.error("--a and --b name the two builds (or --from-json an earlier run)")
+
+
+def _builds(a) -> list[tuple[str, str]]:
+    """[(name, splitrpc command)] of --a and --b; ValueError where one is not NAME=SPLITRPC."""
     builds = []
     for spec in (a.a, a.b):
         name, _, exe = spec.partition("=")
         if not name or not exe:
-            p.error(f"expected NAME=SPLITRPC, got {spec!r}")
+            raise ValueError(f"expected NAME=SPLITRPC, got {spec!r}")
         builds.append((name, os.path.abspath(exe) if os.sep in exe else exe))
+    return builds
+
+
+def _check(a) -> str | None:
+    """What is wrong with the arguments, or None."""
+    if a.from_json:
+        return None
+    if not a.a or not a.b:
+        return "--a and --b name the two builds (or --from-json an earlier run)"
+    try:
+        _builds(a)
+    except ValueError as e:
+        return str(e)
+    return None
+
+
+def run(a) -> dict:
+    """The rounds of both builds (or, with --from-json, an earlier run's) and their analysis."""
+    rates = [float(x) for x in a.rates.split(",")]
+    if a.from_json:
+        with open(a.from_json) as f:
+            old = json.load(f)
+        doc = analyse(old["runs"], list(old["builds"].items()), rates)
+        doc.update({k: old[k] for k in ("date", "command", "machine", "builds", "rounds", "wall_s")})
+        return doc
+    builds = _builds(a)
     os.makedirs(a.out, exist_ok=True)
     t0 = time.monotonic()
     runs: dict[str, list[list[dict]]] = {name: [] for name, _ in builds}
@@ -113,21 +137,19 @@ def main(argv: list[str] | None = None) -> int:
             for name, exe in order:
                 print(f"round {rnd + 1}/{a.rounds}: {name}", flush=True)
                 runs[name].append(_run(exe, a, os.path.join(tmp, f"{rnd}-{name}")))
-    doc = analyse(runs, builds, [float(x) for x in a.rates.split(",")])
-    doc.update({"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "command": " ".join(sys.argv),
+    doc = analyse(runs, builds, rates)
+    doc.update({"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "command": command_of(a),
                 "machine": describe(), "builds": dict(builds), "rounds": a.rounds, "wall_s": time.monotonic() - t0})
-    return _write(a.out, doc)
+    return doc
 
 
-def _write(out: str, doc: dict) -> int:
-    na, nb = list(doc["builds"])
-    os.makedirs(out, exist_ok=True)
-    with open(os.path.join(out, "ab.json"), "w") as f:
-        json.dump(doc, f, indent=1)
-    with open(os.path.join(out, "ab.md"), "w") as f:
-        f.write(_markdown(doc, na, nb))
-    print(f"wrote {out}/ab.md and ab.json ({doc['wall_s']:.0f} s of runs)")
-    return 0
+def cmd_ab_builds(a) -> int:
+    return run_suite(a, name="ab", who="ab_builds", run=run, markdown=markdown, check=_check,
+                     after=lambda doc: [f"{doc['wall_s']:.0f} s of runs"])
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_as_module("splitrpc.bench.suites.ab_builds", __doc__, _arguments, cmd_ab_builds, argv)
 
 
 def analyse(runs: dict, builds: list, rates: list) -> dict:
@@ -163,7 +185,9 @@ def analyse(runs: dict, builds: list, rates: list) -> dict:
     return {"table": table, "ratios": ratios, "runs": runs}
 
 
-def _markdown(doc: dict, na: str, nb: str) -> str:
+def markdown(doc: dict) -> str:
+    na, nb = list(doc["builds"])
+
     def f(v, d=1):
         return "-" if v is None else f"{v:,.{d}f}"
 

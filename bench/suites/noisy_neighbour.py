@@ -10,9 +10,7 @@ vecadd calls are made by the native load generator in this process (every timest
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -20,6 +18,8 @@ import time
 from datetime import datetime, timezone
 
 import numpy as np
+
+from splitrpc.reporting import SuiteFailed, command_of, rewrite_markdown, run_as_module, run_suite
 
 SLOW_ID = 40
 SLOW_S = 0.010
@@ -89,7 +89,7 @@ def measure(executor: str, busy: bool, calls: int) -> dict:
     line = srv.stdout.readline().split()
     if not line or line[0] != "READY":
         srv.kill()
-        raise SystemExit(f"the server did not start: {line}")
+        raise SuiteFailed(f"the server did not start: {line}")
     port = int(line[1])
     nb = _child("--neighbour", str(port)) if busy else None
     try:
@@ -113,7 +113,7 @@ def measure(executor: str, busy: bool, calls: int) -> dict:
             "ok": ok, "failed": calls - ok, "calls_per_s": ok / wall, "slow_calls": slow_done}
 
 
-def write_report(doc: dict, path: str) -> None:
+def markdown(doc: dict) -> str:
     """The Markdown report of a run's JSON document (also: --report JSON rewrites it)."""
     med, runs = doc["medians"], doc["runs"]
     idle_pool, idle_inline = med["idle, slow on a pool of 2"]["p99_us"], med["idle, slow inline"]["p99_us"]
@@ -141,32 +141,29 @@ def write_report(doc: dict, path: str) -> None:
               "showed either one ahead).",
               f"- Inline, every vecadd call waits behind the slow batch: p99 {busy_inline / 1000:.1f} ms, "
               f"{busy_inline / idle_inline:.0f}× idle.", ""]
-    with open(path, "w") as f:
-        f.write("\n".join(lines))
-    print("\n".join(lines))
+    return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--calls", type=int, default=20_000, help="vecadd calls measured per setting and round")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--out", help="output path without extension (.md and .json are written)")
     p.add_argument("--serve", help=argparse.SUPPRESS)
     p.add_argument("--neighbour", type=int, help=argparse.SUPPRESS)
     p.add_argument("--report", metavar="JSON", help="rewrite the Markdown report of an earlier run's JSON")
-    a = p.parse_args(argv)
-    if a.report:
-        with open(a.report) as f:
-            write_report(json.load(f), a.report[:-5] + ".md")
-        return 0
-    if a.serve:
-        serve(a.serve)
-        return 0
-    if a.neighbour:
-        neighbour(a.neighbour)
-        return 0
+
+
+def _check(a) -> str | None:
+    """What is wrong with the arguments, or None."""
     if not a.out or a.calls < 100 or a.rounds < 1:
         return "--out is needed, --calls >= 100, --rounds >= 1"
+    return None
+
+
+def run(a) -> dict:
+    """--rounds rounds of the settings, interleaved: the runs and their medians."""
+    from splitrpc.loadgen.report import machine
+
     runs: dict[str, list[dict]] = {name: [] for name, _, _ in SETTINGS}
     for rnd in range(a.rounds):
         order = SETTINGS if rnd % 2 == 0 else SETTINGS[::-1]  # interleaved, alternating
@@ -177,19 +174,29 @@ def main(argv: list[str] | None = None) -> int:
                   f"failed {m['failed']}  slow calls {m['slow_calls']}", flush=True)
     med = {name: {k: statistics.median(r[k] for r in rs) for k in ("p50_us", "p99_us", "calls_per_s")}
            for name, rs in runs.items()}
-    cpu = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name")), "?")
-    doc = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-           "command": "bench/suites/noisy_neighbour.py " + " ".join(argv if argv is not None else sys.argv[1:]),
-           "machine": {"cpu": cpu, "cpus": os.cpu_count(), "kernel": platform.release(),
-                       "python": platform.python_version()},
-           "calls": a.calls, "rounds": a.rounds,
-           "slow_callback": f"time.sleep({SLOW_S}) per batch (releases the GIL), {NEIGHBOUR_OUTSTANDING} calls "
-                            "outstanding from a separate client process",
-           "runs": runs, "medians": med, "target": "busy, pool of 2: vecadd p99 <= 2x its p99 on an idle server"}
-    with open(a.out + ".json", "w") as f:
-        json.dump(doc, f, indent=1)
-    write_report(doc, a.out + ".md")
-    return 0
+    return {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "command": command_of(a),
+            "machine": machine(), "calls": a.calls, "rounds": a.rounds,
+            "slow_callback": f"time.sleep({SLOW_S}) per batch (releases the GIL), {NEIGHBOUR_OUTSTANDING} calls "
+                             "outstanding from a separate client process",
+            "runs": runs, "medians": med, "target": "busy, pool of 2: vecadd p99 <= 2x its p99 on an idle server"}
+
+
+def cmd_noisy_neighbour(a) -> int:
+    if a.report:
+        rewrite_markdown(a.report, markdown)
+        return 0
+    if a.serve:
+        serve(a.serve)
+        return 0
+    if a.neighbour:
+        neighbour(a.neighbour)
+        return 0
+    return run_suite(a, name=os.path.basename(a.out or ""), who="noisy_neighbour", run=run, markdown=markdown,
+                     check=_check, echo=True, out=os.path.dirname(a.out or "") or ".")
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_as_module("splitrpc.bench.suites.noisy_neighbour", __doc__, _arguments, cmd_noisy_neighbour, argv)
 
 
 if __name__ == "__main__":

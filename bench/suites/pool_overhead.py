@@ -47,50 +47,96 @@ def one() -> dict:
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--a", metavar="NAME=PYTHON", help="the baseline build: a name and its interpreter")
     p.add_argument("--b", metavar="NAME=PYTHON", help="the build compared with it")
     p.add_argument("--rounds", type=int, default=8)
-    p.add_argument("--out", metavar="FILE.md", help="also write the report here")
+    p.add_argument("--out", metavar="FILE.md", help="also write the report here, and its rounds as FILE.json")
     p.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
-    a = p.parse_args(argv)
-    if a.one:
-        print(json.dumps(one()))
-        return 0
-    if not a.a or not a.b or a.rounds < 2:
-        p.error("--a and --b name the two builds (NAME=PYTHON), --rounds 2 or more")
+
+
+def _check(a) -> str | None:
+    """What is wrong with the arguments, or None."""
+    if not a.a or not a.b or a.rounds < 2 or "=" not in a.a or "=" not in a.b:
+        return "--a and --b name the two builds (NAME=PYTHON), --rounds 2 or more"
+    return None
+
+
+def run(a) -> dict:
+    """--rounds rounds of one() in each build's interpreter, alternated, and B's medians over A's."""
+    from splitrpc.reporting import SuiteFailed, command_of
+
     builds = [tuple(s.split("=", 1)) for s in (a.a, a.b)]
     runs: dict = {name: [] for name, _ in builds}
     for rnd in range(a.rounds):
         for name, py in (builds if rnd % 2 == 0 else builds[::-1]):
             print(f"round {rnd + 1}/{a.rounds}: {name}", flush=True)
-            r = subprocess.run([py, os.path.abspath(__file__), "--one"], capture_output=True, text=True,
-                               cwd=tempfile.gettempdir(), timeout=300)
+            try:
+                r = subprocess.run([py, os.path.abspath(__file__), "--one"], capture_output=True, text=True,
+                                   cwd=tempfile.gettempdir(), timeout=300)
+            except (OSError, subprocess.TimeoutExpired) as e:
+                raise SuiteFailed(f"{name}: the measurement failed: {e}") from e
             if r.returncode:
-                sys.exit(f"{name}: the measurement failed:\n{r.stderr[-2000:]}")
+                raise SuiteFailed(f"{name}: the measurement failed:\n{r.stderr[-2000:]}")
             runs[name].append(json.loads(r.stdout.strip().splitlines()[-1]))
     (na, _), (nb, _) = builds
-    lines = [f"# Pool path: {na} vs {nb}", "",
-             f"- date: {datetime.now(timezone.utc).isoformat(timespec='seconds')}",
-             "- command: `python bench/suites/pool_overhead.py " + " ".join(sys.argv[1:]) + "`",
-             f"- machine: {describe()}",
-             f"- {a.rounds} rounds, builds alternated; {CALLS} calls per cell after {WARMUP} warm-up; a 4-float copy on "
-             "executor=1, one client, loopback, wait=poll",
-             f"- {nb}/{na}: ratio of medians, bootstrap 95% interval ({RESAMPLES:,} resamples of the rounds)", "",
-             f"| metric | {na} | {nb} | {nb}/{na} | 95% interval |", "|---|---:|---:|---:|---|"]
+    table = []
     for k in runs[na][0]:
         va, vb = [r[k] for r in runs[na]], [r[k] for r in runs[nb]]
-        ci = ratio_interval(va, vb)
         med = lambda v: sorted(v)[len(v) // 2]  # noqa: E731
-        lines.append(f"| {k} | {med(va):,.1f} | {med(vb):,.1f} | {ci['ratio']:.3f} | [{ci['lo']:.3f}, {ci['hi']:.3f}] |")
-    lines += ["", "Rounds (JSON):", "", "```", json.dumps(runs), "```", ""]
-    text = "\n".join(lines)
-    print(text)
-    if a.out:
-        with open(a.out, "w") as f:
-            f.write(text)
+        table.append({"metric": k, "a_median": med(va), "b_median": med(vb), **ratio_interval(va, vb)})
+    return {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "command": command_of(a),
+            "machine": describe(), "builds": dict(builds), "rounds": a.rounds, "calls": CALLS, "warmup": WARMUP,
+            "table": table, "runs": runs}
+
+
+def markdown(doc: dict) -> str:
+    na, nb = list(doc["builds"])
+    lines = [f"# Pool path: {na} vs {nb}", "",
+             f"- date: {doc['date']}",
+             f"- command: `{doc['command']}`",
+             f"- machine: {doc['machine']}",
+             f"- {doc['rounds']} rounds, builds alternated; {doc['calls']} calls per cell after {doc['warmup']} "
+             "warm-up; a 4-float copy on executor=1, one client, loopback, wait=poll",
+             f"- {nb}/{na}: ratio of medians, bootstrap 95% interval ({RESAMPLES:,} resamples of the rounds)", "",
+             f"| metric | {na} | {nb} | {nb}/{na} | 95% interval |", "|---|---:|---:|---:|---|"]
+    for r in doc["table"]:
+        lines.append(f"| {r['metric']} | {r['a_median']:,.1f} | {r['b_median']:,.1f} | {r['ratio']:.3f} | "
+                     f"[{r['lo']:.3f}, {r['hi']:.3f}] |")
+    lines += ["", "Rounds (JSON):", "", "```", json.dumps(doc["runs"]), "```", ""]
+    return "\n".join(lines)
+
+
+def cmd_pool_overhead(a) -> int:
+    from splitrpc.reporting import SuiteFailed, run_suite
+
+    if a.out:  # FILE.md, and FILE.json beside it
+        name = os.path.basename(a.out)
+        return run_suite(a, name=name.removesuffix(".md"), who="pool_overhead", run=run,
+                         markdown=markdown, check=_check, echo=True, out=os.path.dirname(a.out) or ".")
+    # no --out: the report printed, no file (run_suite always writes one)
+    bad = _check(a)
+    if bad:
+        print(f"splitrpc pool_overhead: {bad}", file=sys.stderr)
+        return 2
+    try:
+        doc = run(a)
+    except SuiteFailed as e:
+        print(f"splitrpc pool_overhead: {e}", file=sys.stderr)
+        return 1
+    print(markdown(doc))
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    if "--one" in (sys.argv[1:] if argv is None else argv):
+        # a round's child, in the build's own interpreter: nothing beyond this module's imports, so that
+        # an older build (one without splitrpc.reporting's latest) can be measured
+        print(json.dumps(one()))
+        return 0
+    from splitrpc.reporting import run_as_module
+
+    return run_as_module("splitrpc.bench.suites.pool_overhead", __doc__, _arguments, cmd_pool_overhead, argv)
 
 
 if __name__ == "__main__":

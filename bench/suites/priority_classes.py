@@ -11,9 +11,7 @@ time. Each setting gets a fresh server process per round; settings are interleav
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -22,6 +20,8 @@ import time
 from datetime import datetime, timezone
 
 import numpy as np
+
+from splitrpc.reporting import SuiteFailed, command_of, rewrite_markdown, run_as_module, run_suite
 
 HI, LO = 50, 51
 MAX_BATCH = 4
@@ -80,7 +80,7 @@ def measure(sched: str, with_low: bool, seconds: float, seed: int) -> dict:
     line = srv.stdout.readline().split()
     if not line or line[0] != "READY":
         srv.kill()
-        raise SystemExit(f"the server did not start: {line}")
+        raise SuiteFailed(f"the server did not start: {line}")
     port = int(line[1])
     hi, lo = {}, {}
     try:
@@ -97,7 +97,8 @@ def measure(sched: str, with_low: bool, seconds: float, seed: int) -> dict:
     return {"high": hi, "low": lo or None}
 
 
-def write_report(doc: dict, path: str) -> None:
+def markdown(doc: dict) -> str:
+    """The Markdown report of a run's JSON document (also: --report JSON rewrites it)."""
     runs = doc["runs"]
 
     def med(name, cls, key):
@@ -132,29 +133,29 @@ def write_report(doc: dict, path: str) -> None:
               f"- sched=\"rr\" (the default, for comparison): the high class's p99 is {rr / alone:.1f}× its p99 alone, "
               f"with {f(busy('3x overload, sched=rr (control)', 'high'))} BUSY.",
               "- Per-run outcome counts (OK, BUSY, TIMEOUT...) are in the JSON next to this file.", ""]
-    with open(path, "w") as fh:
-        fh.write("\n".join(lines))
-    print("\n".join(lines))
+    return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seconds", type=float, default=6.0, help="length of each open-loop run")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--seed", type=int, default=15)
     p.add_argument("--out", help="output path without extension (.md and .json are written)")
     p.add_argument("--serve", help=argparse.SUPPRESS)
     p.add_argument("--report", metavar="JSON", help="rewrite the Markdown report of an earlier run's JSON")
-    a = p.parse_args(argv)
-    if a.serve:
-        serve(a.serve)
-        return 0
-    if a.report:
-        with open(a.report) as fh:
-            write_report(json.load(fh), a.report[:-5] + ".md")
-        return 0
+
+
+def _check(a) -> str | None:
+    """What is wrong with the arguments, or None."""
     if not a.out or a.seconds <= 0 or a.rounds < 1:
         return "--out is needed, --seconds > 0, --rounds >= 1"
+    return None
+
+
+def run(a) -> dict:
+    """--rounds rounds of the settings, interleaved: the runs."""
+    from splitrpc.loadgen.report import machine
+
     runs: dict[str, list[dict]] = {name: [] for name, _, _ in SETTINGS}
     for rnd in range(a.rounds):
         for name, sched, low in (SETTINGS if rnd % 2 == 0 else SETTINGS[::-1]):
@@ -163,17 +164,24 @@ def main(argv: list[str] | None = None) -> int:
             hi, lo = m["high"], m["low"] or {}
             print(f"round {rnd + 1}/{a.rounds}  {name:34s} high p99 {hi['p99_us']:9.0f} us  codes {hi['codes']}  "
                   f"low codes {lo.get('codes', '-')}", flush=True)
-    cpu = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name")), "?")
-    doc = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-           "command": "bench/suites/priority_classes.py " + " ".join(argv if argv is not None else sys.argv[1:]),
-           "machine": {"cpu": cpu, "cpus": os.cpu_count(), "kernel": platform.release(),
-                       "python": platform.python_version()},
-           "seconds": a.seconds, "rounds": a.rounds, "capacity_rps": CAPACITY, "runs": runs,
-           "target": "sched=priority under 3x overload: high p99 <= 2x its p99 alone, no BUSY for the high class"}
-    with open(a.out + ".json", "w") as fh:
-        json.dump(doc, fh, indent=1)
-    write_report(doc, a.out + ".md")
-    return 0
+    return {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "command": command_of(a),
+            "machine": machine(), "seconds": a.seconds, "rounds": a.rounds, "capacity_rps": CAPACITY, "runs": runs,
+            "target": "sched=priority under 3x overload: high p99 <= 2x its p99 alone, no BUSY for the high class"}
+
+
+def cmd_priority_classes(a) -> int:
+    if a.serve:
+        serve(a.serve)
+        return 0
+    if a.report:
+        rewrite_markdown(a.report, markdown)
+        return 0
+    return run_suite(a, name=os.path.basename(a.out or ""), who="priority_classes", run=run, markdown=markdown,
+                     check=_check, echo=True, out=os.path.dirname(a.out or "") or ".")
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_as_module("splitrpc.bench.suites.priority_classes", __doc__, _arguments, cmd_priority_classes, argv)
 
 
 if __name__ == "__main__":
