@@ -21,21 +21,23 @@ def ratio_interval(a, b, seed: int = 0) -> dict:
     return {"ratio": float(np.median(vb) / np.median(va)), "lo": float(lo), "hi": float(hi)}
 
 
-def paired_ratio_interval(a, b, seed: int = 0) -> dict:
-    """{"ratio": sum(b) / sum(a), "lo", "hi"} for paired values (a[i] and b[i] measured on the same
-    draw, e.g. one arrival sequence served by two policies): the 2.5th and 97.5th percentiles of
-    that ratio over RESAMPLES resamples of the pairs; None each with fewer than two pairs or a
-    zero sum(a)."""
+def paired_ratio_interval(a, b, seed: int = 0, stat=None) -> dict:
+    """{"ratio": stat(b) / stat(a), "lo", "hi"} for paired values (a[i] and b[i] measured on the
+    same draw: one arrival sequence served by two policies, one request's accesses under two
+    placements): the 2.5th and 97.5th percentiles of that ratio over RESAMPLES resamples of the
+    pairs. stat: of each resample's values, row-wise (default: the sum; e.g. lambda v:
+    np.percentile(v, 99, axis=-1)). None each with fewer than two pairs or stat(a) = 0."""
     va, vb = np.asarray(a, float), np.asarray(b, float)
     if va.shape != vb.shape or va.ndim != 1:
         raise ValueError(f"paired values need two lists of one length, got {va.shape} and {vb.shape}")
-    if len(va) < 2 or not va.sum():
+    stat = stat or (lambda v: v.sum(axis=-1))
+    if len(va) < 2 or not stat(va):
         return {"ratio": None, "lo": None, "hi": None}
     idx = np.random.default_rng(seed).integers(0, len(va), (RESAMPLES, len(va)))
-    sa, sb = va[idx].sum(axis=1), vb[idx].sum(axis=1)
+    sa, sb = stat(va[idx]), stat(vb[idx])
     ok = sa > 0
     lo, hi = np.percentile(sb[ok] / sa[ok], [2.5, 97.5])
-    return {"ratio": float(vb.sum() / va.sum()), "lo": float(lo), "hi": float(hi)}
+    return {"ratio": float(stat(vb) / stat(va)), "lo": float(lo), "hi": float(hi)}
 
 
 def mean_interval(x, seed: int = 0) -> dict:

@@ -50,7 +50,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 LANES = ("cpu", "gpu")
-LANE_ALIASES = {"bulk": "gpu"}  # the serving code's stand-in for the GPU lane
+LANE_ALIASES = {"bulk": "gpu", "emulated": "gpu"}  # the serving code's stand-ins for the GPU lane
 MIN_SAMPLES = 20  # samples per lane in every used bin
 # policy -> (CPU statistic, GPU statistic) whose curves cross there
 POINTS = {"cpu_preferred": ("max", "mean"), "gpu_preferred": ("mean", "max"),

@@ -41,6 +41,8 @@ def measure(service: GNNService, *, per_size: int = PER_SIZE, seed: int = 1, war
     measurements (lane, batch PSGS, latency). progress(done, total) is called now and then."""
     lanes = list(service.lanes)
     work = {ln: batches(service, per_size, seed + i, sizes) for i, ln in enumerate(lanes)}
+    if service.emulated is not None:  # its answers computed ahead: what it measures is its model's time
+        service.emulated.warm(np.concatenate(work["emulated"]))
     total = sum(len(w) for w in work.values())
     rows: dict[str, list] = {ln: [] for ln in lanes}
     done = [0]
@@ -95,6 +97,11 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--bins", type=int, default=BINS, help="PSGS bins, log-spaced (default: %(default)s)")
     p.add_argument("--out", default="gnn_calibration.json", help="the calibration file (a PNG is written beside it)")
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--lane", default="auto", choices=("auto", "bulk", "emulated", "gpu"),
+                   help="the non-CPU lane to measure against the CPU lane: the GPU, the bulk stand-in, or the "
+                        "EMULATED lane (its cost model's time: a calibration of it tells where routing would cross, "
+                        "given that model); auto: the GPU where torch sees one, else bulk (default: %(default)s)")
+    p.add_argument("--lane-model", metavar="FILE", help="--lane emulated: its model fitted to this GPU calibration")
     p.set_defaults(func=cmd_calibrate)
     return p
 
@@ -108,7 +115,20 @@ def cmd_calibrate(a) -> int:
 
     torch.set_num_threads(1)  # one core per lane, as served (register_gnn)
     print(f"building {a.model} on the {'small' if a.small else 'reddit-like'} graph ...", flush=True)
-    svc = GNNService(a.model, small=a.small)
+    if a.lane_model and a.lane != "emulated":
+        print("splitrpc calibrate: --lane-model is the emulated lane's: give --lane emulated", file=sys.stderr)
+        return 2
+    try:
+        lane_model = None
+        if a.lane_model:
+            from splitrpc.services.gnn.emulated_lane import LaneModel
+
+            lane_model = LaneModel.from_calibration(a.lane_model)
+        svc = GNNService(a.model, small=a.small, device="cuda" if a.lane in ("auto", "gpu") else "cpu",
+                         lane=None if a.lane == "auto" else a.lane, lane_model=lane_model)
+    except ValueError as e:  # no CUDA for --lane gpu; a calibration that cannot fit the model
+        print(f"splitrpc calibrate: {e}", file=sys.stderr)
+        return 2
     print("lanes: " + "; ".join(f"{k}: {ln.label}" for k, ln in svc.lanes.items()), flush=True)
 
     def progress(done: int, total: int) -> None:

@@ -54,7 +54,19 @@ class GNN(Capability):
                        help="which crossing point of the calibration routes (default: the one the file names)")
         s.add_argument("--gnn-concurrent-lanes", default="auto", choices=tuple(LANES),
                        help="routed GNN models: run a batch on each lane at once (on), or one batch at a time "
-                            "(off); auto: on only where the other lane is a GPU (default: %(default)s)")
+                            "(off); auto: on only where the other lane is separate hardware (a GPU, or the emulated "
+                            "lane) (default: %(default)s)")
+        s.add_argument("--gnn-lane", default="auto", choices=("auto", "bulk", "emulated", "gpu"),
+                       help="GNN models: the non-CPU lane: the GPU (needs CUDA), the bulk PyTorch sampler on the CPU "
+                            "(a stand-in sharing the CPU lane's cores), or an EMULATED separate lane (answers from "
+                            "the CPU code, time from a cost model, no core held); auto: the GPU with --device cuda:N "
+                            "where there is one, else bulk (default: %(default)s)")
+        s.add_argument("--gnn-lane-model", metavar="FILE",
+                       help="--gnn-lane emulated: fit its cost model to this calibration file, measured on a GPU "
+                            "(default: the assumed numbers, said so)")
+        s.add_argument("--gnn-lane-warm", action="store_true",
+                       help="--gnn-lane emulated: compute every node's answer before serving (the lane's time is then "
+                            "all its model's; without it a seed seen first is computed on the lane's thread)")
         s.add_argument("--gnn-trace", metavar="FILE.npz",
                        help="record every GNN batch (lane, summed PSGS, calls, service time) and write them here "
                             "when stopped (one file per GNN model: FILE.MODEL.npz when several)")
@@ -62,6 +74,8 @@ class GNN(Capability):
     def check_serve_args(self, args) -> None:
         if args.gnn_trace and args.processes != 1:
             raise CapabilityError("--gnn-trace: one process only (not with --processes)")
+        if (args.gnn_lane_model or args.gnn_lane_warm) and args.gnn_lane != "emulated":
+            raise CapabilityError("--gnn-lane-model and --gnn-lane-warm are the emulated lane's: give --gnn-lane emulated")
 
     def claims(self, name: str) -> bool:
         return name in FUNC_IDS
@@ -71,12 +85,19 @@ class GNN(Capability):
             return None
         svcs = {}
         try:
+            lane_model = None
+            if args.gnn_lane_model:
+                from splitrpc.services.gnn.emulated_lane import LaneModel
+
+                lane_model = LaneModel.from_calibration(args.gnn_lane_model)
             for n in names:
                 svcs[n] = register_gnn(server, n, small=args.small, policy=args.gnn_policy,
                                        threshold=args.gnn_threshold, calibration=args.gnn_calibration,
                                        point=args.gnn_point, max_batch=args.max_batch or 8,
                                        max_delay_us=args.max_delay_us or 0, device=args.device,
-                                       trace=bool(args.gnn_trace), concurrent_lanes=LANES[args.gnn_concurrent_lanes])
+                                       trace=bool(args.gnn_trace), concurrent_lanes=LANES[args.gnn_concurrent_lanes],
+                                       lane=None if args.gnn_lane == "auto" else args.gnn_lane, lane_model=lane_model,
+                                       warm=args.gnn_lane_warm)
         except ImportError as e:
             raise CapabilityError(f"--models: {e}; {EXTRA}") from e
         except Exception as e:  # a bad calibration file or threshold, ...

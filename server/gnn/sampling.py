@@ -27,7 +27,8 @@ from splitrpc import neighbour_sampler
 
 LANE_LABELS = {"cpu": "CPU sampler (C, per seed)",
                "bulk": "bulk sampler (PyTorch on the CPU; stand-in for the GPU lane)",
-               "gpu": "GPU sampler (PyTorch on CUDA)"}
+               "gpu": "GPU sampler (PyTorch on CUDA)",
+               "emulated": "EMULATED GPU lane (answers from the CPU code, time from a cost model; no GPU)"}
 
 _GOLDEN = 0x9E3779B97F4A7C15
 _M1, _M2 = 0xBF58476D1CE4E5B9, 0x94D049BB133111EB

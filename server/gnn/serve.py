@@ -6,7 +6,9 @@ length) and costs each call the sum of its seeds' PSGS, computed by the native e
 PSGS table (``CostTable(keys=None)``); a seed id outside the graph fails that call alone with
 BAD_REQUEST before any Python runs. When a batch is formed its calls' costs are summed: below the
 threshold it goes to the CPU lane (the per-seed sampler in C), else to the other lane (the GPU
-sampler; without a GPU the bulk PyTorch sampler on the CPU, a stand-in for it, labelled so).
+sampler; without a GPU the bulk PyTorch sampler on the CPU, a stand-in for it, or the EMULATED
+lane of emulated_lane.py, which answers from the CPU code and takes a cost model's time while
+occupying no core; each labelled so).
 Feature gathering and the model run after sampling, on the lane's thread.
 
 A lane takes one batch at a time (its lock). Where the other lane is a GPU the two lanes are
@@ -43,7 +45,7 @@ FANOUTS = (25, 10)              # GraphSAGE's [25, 10], as in Quiver's evaluatio
 FUNC_IDS = {"graphsage": 15, "gat": 16}
 HIDDEN = {"graphsage": 128, "gat": 32}   # hidden width (GAT: per head, 4 heads)
 SMALL_HIDDEN = {"graphsage": 32, "gat": 8}
-POLICIES = ("routed", "cpu", "bulk")
+POLICIES = ("routed", "cpu", "bulk", "emulated", "gpu")  # the last three: that (other) lane alone
 # The routing threshold without a calibration file: the batch PSGS (summed over its calls' seeds)
 # from which the other lane is taken. Measured on this project's 2-vCPU VM, reddit-like graph,
 # FANOUTS, CPU lane against the bulk stand-in: the "strict" crossing (calibrate.DEFAULT_POINT) of
@@ -54,11 +56,23 @@ RTOL = 1e-4                     # replies vs the local reference: same sample, f
 TRACE_ROWS = 1 << 20            # batches a BatchTrace keeps (about 30 MB)
 
 
-def other_lane() -> str:
-    """The name of the non-CPU lane here: "gpu" where torch sees CUDA, else "bulk" (the stand-in)."""
+OTHER_LANES = ("bulk", "emulated", "gpu")  # the non-CPU lane: stand-in, emulated, real
+
+
+def other_lane(device: str = "cuda", lane: str | None = None) -> str:
+    """The name of the non-CPU lane: `lane` when given ("bulk", "emulated" or "gpu"; "gpu" only
+    where torch sees CUDA: else ValueError); else "gpu" for a CUDA device where torch sees one,
+    and "bulk" (the stand-in) otherwise."""
     import torch
 
-    return "gpu" if torch.cuda.is_available() else "bulk"
+    if lane is not None:
+        if lane not in OTHER_LANES:
+            raise ValueError(f"the other GNN lane is one of {', '.join(OTHER_LANES)}, got {lane!r}")
+        if lane == "gpu" and not torch.cuda.is_available():
+            raise ValueError("the GPU lane needs a CUDA device, and torch sees none: use 'emulated' (labelled so) "
+                             "or 'bulk'")
+        return lane
+    return "gpu" if device != "cpu" and torch.cuda.is_available() else "bulk"
 
 
 @dataclass
@@ -124,10 +138,12 @@ class GNNService:
     table (the admission cost), the model with weights from `seed`, and the lanes.
 
     model: "graphsage" or "gat"; small: the "small" graph and narrow layers (tests, CI) instead
-    of "reddit-like"; salt: the sampling salt (the same salt gives the same samples)."""
+    of "reddit-like"; salt: the sampling salt (the same salt gives the same samples). lane: the
+    non-CPU lane (other_lane()); "emulated" takes lane_model (emulated_lane.LaneModel, default
+    its assumed numbers)."""
 
     def __init__(self, model: str = "graphsage", *, small: bool = False, fanouts=FANOUTS, seed: int = 0,
-                 salt: int = 0, device: str = "cpu"):
+                 salt: int = 0, device: str = "cpu", lane: str | None = None, lane_model=None):
         import torch
 
         from splitrpc.services.gnn import metrics, sage_gat, sampling
@@ -146,10 +162,17 @@ class GNNService:
         hidden = (SMALL_HIDDEN if small else HIDDEN)[model]
         self.module = sage_gat.build(model, p["dim"], self.classes, hidden=hidden, hops=len(self.fanouts), seed=seed)
         self.device = device
-        other = other_lane() if device != "cpu" else "bulk"
+        other = other_lane(device, lane)
         self.lanes = {"cpu": Lane("cpu", sampling.LANE_LABELS["cpu"]),
                       other: Lane(other, sampling.LANE_LABELS[other])}
         self.other = other
+        self.emulated = None
+        if other == "emulated":
+            from splitrpc.services.gnn.emulated_lane import EmulatedLane
+
+            self.emulated = EmulatedLane(lambda seeds: self._run(seeds, "cpu"), lane_model)
+        elif lane_model is not None:
+            raise ValueError("lane_model is the emulated lane's: give lane='emulated' with it")
         self.trace: BatchTrace | None = None  # set to record every batch (serve --gnn-trace)
         self.router: Router | None = None     # how batches are routed (register_gnn sets it)
         self.concurrent_lanes = False         # a batch on each lane at once (register_gnn sets it)
@@ -158,8 +181,9 @@ class GNNService:
     # ------------------------------------------------------------------ one batch
 
     def sample(self, seeds: np.ndarray, lane: str):
-        """The Sample of `seeds` on lane "cpu" or the other lane (no lock)."""
-        if lane == "cpu":
+        """The Sample of `seeds` on lane "cpu" or the other lane (no lock; the emulated lane
+        samples as the CPU lane does)."""
+        if lane in ("cpu", "emulated"):
             return self._sampling.cpu_sample(self.graph, seeds, self.fanouts, self.salt)
         return self._sampling.bulk_sample(self.graph, seeds, self.fanouts, self.salt,
                                           device="cuda" if lane == "gpu" else "cpu")
@@ -187,6 +211,8 @@ class GNNService:
     def _run(self, seeds: np.ndarray, lane: str) -> np.ndarray:
         import torch
 
+        if lane == "emulated":
+            return self.emulated.run(seeds, float(self.psgs[seeds].sum()))
         s = self.sample(seeds, lane)
         with torch.inference_mode():
             logits = self._models.forward(self.module, s, self.features)
@@ -213,7 +239,12 @@ class GNNService:
         return draw_seeds(self.graph, rng, n, by_degree).astype("<i8").tobytes()
 
     def stats(self) -> dict:
-        return {name: dict(vars(ln.stats), label=ln.label) for name, ln in self.lanes.items()}
+        """Per lane its counters and label (the emulated lane's also its model and misses, under
+        "emulation")."""
+        out = {name: dict(vars(ln.stats), label=ln.label) for name, ln in self.lanes.items()}
+        if self.emulated is not None:
+            out["emulated"]["emulation"] = self.emulated.stats()
+        return out
 
 
 def cost_table(psgs) -> np.ndarray:
@@ -239,11 +270,14 @@ def draw_seeds(graph: graph_.Graph, rng: np.random.Generator, n: int, by_degree:
 
 class Router:
     """Which lane a batch of summed PSGS `cost` takes: policy "routed" (below threshold: "cpu",
-    else the other lane), "cpu" or "bulk"/"gpu" (static)."""
+    else the other lane), "cpu", or the other lane's name (static: that lane alone)."""
 
     def __init__(self, service: GNNService, policy: str = "routed", threshold: float | None = None):
-        if policy not in POLICIES and policy != service.other:
+        if policy not in POLICIES:
             raise ValueError(f"policy must be one of {POLICIES}, got {policy!r}")
+        if policy not in ("routed", "cpu") and policy != service.other:
+            raise ValueError(f"policy {policy!r} runs every batch on the {policy} lane, but this service's other "
+                             f"lane is {service.other!r}")
         if threshold is not None and (math.isnan(threshold) or threshold < 0):
             raise ValueError(f"threshold must be a PSGS >= 0 (inf: always the CPU lane), got {threshold!r}")
         self.service, self.policy = service, policy
@@ -277,14 +311,17 @@ def register_gnn(server, model: str = "graphsage", *, small: bool = False, polic
                  threshold: float | None = None, calibration: str | None = None, point: str | None = None,
                  func_id: int | None = None, max_batch: int = 8, max_delay_us: int = 0, seed: int = 0,
                  salt: int = 0, device: str = "cpu", torch_threads: int | None = 1,
-                 trace: bool = False, concurrent_lanes: bool | None = None) -> GNNService:
+                 trace: bool = False, concurrent_lanes: bool | None = None, lane: str | None = None,
+                 lane_model=None, warm: bool = False) -> GNNService:
     """Builds the model's GNNService and registers it on `server` (before it starts) under
     FUNC_IDS[model] (or func_id); returns the service (its .stats() counts each lane's work).
     threshold (a PSGS) or calibration (a file of `splitrpc calibrate`, its `point`) set the
     routing threshold, else DEFAULT_THRESHOLD. torch_threads sets PyTorch's intra-op threads for
     the process (1: each lane is one core); None leaves it. trace: record every batch in
     ``service.trace`` (a BatchTrace). concurrent_lanes: whether a routed function runs a batch on
-    each lane at once (two threads); None: only where the other lane is a GPU."""
+    each lane at once (two threads); None: only where the other lane is separate hardware (a GPU,
+    or the emulated lane, which occupies no CPU core). lane, lane_model: GNNService's; warm: the
+    emulated lane computes every node's answer now (EmulatedLane.warm)."""
     import torch
 
     from splitrpc.executor import LanePool, ThreadPool, current_lane
@@ -292,12 +329,20 @@ def register_gnn(server, model: str = "graphsage", *, small: bool = False, polic
 
     if torch_threads is not None:
         torch.set_num_threads(int(torch_threads))
-    svc = GNNService(model, small=small, seed=seed, salt=salt, device=device)
+    svc = GNNService(model, small=small, seed=seed, salt=salt, device=device, lane=lane, lane_model=lane_model)
     router = Router(svc, policy, threshold_from(calibration, point, threshold))
     svc.router = router
+    if warm:
+        if svc.emulated is None:
+            raise ValueError("warm is the emulated lane's: give lane='emulated'")
+        t0 = time.perf_counter()
+        svc.emulated.warm(np.arange(svc.graph.num_nodes, dtype=np.int64))
+        log.info("%s: the emulated lane computed %d nodes' answers in %.1f s", model, svc.graph.num_nodes,
+                 time.perf_counter() - t0)
     if trace:
         svc.trace = BatchTrace(svc.lanes)
-    threads = router.threads(svc.other == "gpu" if concurrent_lanes is None else bool(concurrent_lanes))
+    separate = svc.other in ("gpu", "emulated")
+    threads = router.threads(separate if concurrent_lanes is None else bool(concurrent_lanes))
     svc.concurrent_lanes = threads == 2
     classes = svc.classes
 
