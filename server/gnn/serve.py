@@ -166,6 +166,13 @@ class GNNService:
         self.lanes = {"cpu": Lane("cpu", sampling.LANE_LABELS["cpu"]),
                       other: Lane(other, sampling.LANE_LABELS[other])}
         self.other = other
+        # The GPU lane runs sampling, feature gathering and the model on the device: its own copies
+        # of the model and of the features there (Quiver's GPU lane; never run: no GPU here).
+        self._on_lane = {}
+        if other == "gpu":
+            import copy
+
+            self._on_lane["gpu"] = (copy.deepcopy(self.module).to("cuda"), self.features.to("cuda"))
         self.emulated = None
         if other == "emulated":
             from splitrpc.services.gnn.emulated_lane import EmulatedLane
@@ -214,8 +221,9 @@ class GNNService:
         if lane == "emulated":
             return self.emulated.run(seeds, float(self.psgs[seeds].sum()))
         s = self.sample(seeds, lane)
+        module, features = self._on_lane.get(lane, (self.module, self.features))
         with torch.inference_mode():
-            logits = self._models.forward(self.module, s, self.features)
+            logits = self._models.forward(module, s, features)
         return logits.detach().to("cpu").numpy()
 
     def reference(self, seeds) -> np.ndarray:
