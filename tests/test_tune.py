@@ -110,3 +110,18 @@ def test_tune_command_writes_tuples_provision_reads(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "splitrpc", "tune", "--models", "nope", "--out", str(tmp_path / "x")],
                          capture_output=True, text=True, timeout=60, cwd=tmp_path)
     assert bad.returncode == 2 and "no model 'nope'" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_tune_measures_dlrm_which_the_embedding_capability_serves(tmp_path):
+    """Issue 32: `splitrpc tune --models dlrm` (the recommendation model Hercules tunes) runs here:
+    tune finds any model `serve --models` serves through the plug-ins, not only the zoo's."""
+    pytest.importorskip("torch")
+    pytest.importorskip("rocksdict")
+    out = tmp_path / "t"
+    r = subprocess.run([sys.executable, "-m", "splitrpc", "tune", "--models", "dlrm", "--threads", "1", "--instances",
+                        "1", "--batches", "1,8", "--trial-s", "0.3", "--repeats", "1", "--sla-ms", "50",
+                        "--kind", "testbox", "--out", str(out)], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-2000:]
+    res = json.loads((out / "tune.json").read_text())["models"]["dlrm"]
+    assert len(res["points"]) == 2 and all(p["qps"] > 0 for p in res["points"])
+    assert json.loads((out / "tune_tuples.json").read_text())[0]["model"] == "dlrm"

@@ -39,7 +39,8 @@ def _free_port() -> int:
 class Served:
     """`splitrpc serve --models MODEL` at a Config on 127.0.0.1, for a `with` block."""
 
-    def __init__(self, model: str, config: Config, *, small: bool = True, max_delay_us: int = 2000):
+    def __init__(self, model: str, config: Config, *, small: bool = True, max_delay_us: int = 2000,
+                 device: str = "cpu"):
         self.model, self.config = model, config
         self.port = _free_port()
         argv = [sys.executable, "-m", "splitrpc", "serve", "--models", model, "--host", "127.0.0.1",
@@ -47,6 +48,8 @@ class Served:
                 "--processes", str(config.instances), "--log-format", "json", "--wait", "block"]
         if small:
             argv.append("--small")
+        if device != "cpu":
+            argv += ["--device", device]
         env = {**os.environ, "OMP_NUM_THREADS": str(config.threads), "MKL_NUM_THREADS": str(config.threads)}
         self.lines: list = []
         # cwd: not a source checkout, whose splitrpc/ would shadow the installed package
@@ -126,17 +129,35 @@ def open_loop_native(port: int, func_id: int, request: bytes, rate: float, secon
     return Run(np.concatenate(due), np.concatenate(lat), np.concatenate(outc), seconds, 0.0)
 
 
-def measure_config(model: str, config: Config, sla_s: float, *, trial_s: float = 2.0, repeats: int = 3,
-                   small: bool = True, start: float = 100.0, steps: int = 4, log=None) -> dict:
-    """Serves model at config and finds its latency-bounded QPS: each trial rate run `repeats`
-    times, its p99 the median of theirs (a trial with a failed call fails). Returns {qps,
-    trials, seconds}."""
-    from splitrpc.services.models import MODELS
+def served_model(model: str, small: bool = True):
+    """The Callee of a model `splitrpc serve --models` serves (any capability's: the zoo's, dlrm,
+    the GNN models), with an example request; TuneError for a name none serves that way."""
+    from types import SimpleNamespace
 
-    info = MODELS[model]
+    from splitrpc import plugins
+
+    caps = plugins.capabilities()
+    if not any(cap.claims(model) for cap in caps):
+        raise TuneError(f"no model {model!r}: no capability serves it (`splitrpc serve --models` knows: "
+                        f"{', '.join(n for cap in caps for n in cap.callee_names() if cap.claims(n))})")
+    callee = plugins.find_callee(caps, model, SimpleNamespace(small=small), checked=True)
+    if callee is None or callee.example is None:
+        raise TuneError(f"{model!r} has no example request to measure with")
+    return callee
+
+
+def measure_config(model: str, config: Config, sla_s: float, *, trial_s: float = 2.0, repeats: int = 3,
+                   small: bool = True, start: float = 100.0, steps: int = 4, log=None, device: str = "cpu") -> dict:
+    """Serves model at config (on `device`) and finds its latency-bounded QPS: each trial rate run
+    `repeats` times, its p99 the median of theirs (a trial with a failed call fails). On a GPU
+    (device "cuda:N") one more trial at that QPS is run with the board's power read
+    (power.PowerMeter). Returns {qps, trials, seconds, power_w (None: not read), power_note}."""
+    from splitrpc.services.planning.power import PowerMeter
+
+    info = served_model(model, small)
     request = info.example(np.random.default_rng(0))
     t0 = time.monotonic()
-    with Served(model, config, small=small) as srv:
+    with Served(model, config, small=small, device=device) as srv:
         clients = CLIENTS_PER_INSTANCE * config.instances
 
         def measure(rate: float) -> Run:
@@ -147,4 +168,11 @@ def measure_config(model: str, config: Config, sla_s: float, *, trial_s: float =
 
         open_loop_native(srv.port, info.func_id, request, start, 0.5, clients=clients)  # warm-up
         qps, trials = latency_bounded_qps(measure, sla_s, start=start, steps=steps, log=log)
-    return {"qps": qps, "trials": trials, "seconds": time.monotonic() - t0}
+        power_w, note = None, "not read: the model runs on the CPU (the tuples' power is a GPU's board power)"
+        if device != "cpu" and qps > 0:
+            meter = PowerMeter(int(device.partition(":")[2] or 0)).start()
+            open_loop_native(srv.port, info.func_id, request, qps, trial_s, clients=clients, seed=99)
+            power_w = meter.stop()
+            note = (f"mean board power of {device} over a {trial_s:g} s trial at {qps:.0f} calls/s ({len(meter.samples)} "
+                    "readings of nvidia-smi)" if power_w is not None else f"not read: {meter.why}")
+    return {"qps": qps, "trials": trials, "seconds": time.monotonic() - t0, "power_w": power_w, "power_note": note}

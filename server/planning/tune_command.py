@@ -39,7 +39,8 @@ def _ints(text: str) -> list[int]:
 
 
 def _arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--models", default="lenet", help="zoo models, comma list (default: %(default)s)")
+    p.add_argument("--models", default="lenet",
+                   help="models `splitrpc serve --models` serves (the zoo's, dlrm, ...), comma list (default: %(default)s)")
     p.add_argument("--full-size", action="store_true", help="the models' full configurations (default: --small)")
     p.add_argument("--sla-ms", type=float, default=20.0, help="p99 SLA in ms (default: %(default)s)")
     p.add_argument("--threads", type=_ints, default=[1, 2], help="o values (default: 1,2)")
@@ -49,6 +50,8 @@ def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--repeats", type=int, default=3, help="trials per rate, median p99 (default: %(default)s)")
     p.add_argument("--margin", type=float, default=0.03, help="noise margin before a move counts (default: %(default)s)")
     p.add_argument("--kind", help="the machine kind the tuples are tagged with (default: from this machine)")
+    p.add_argument("--device", default="cpu", help="where the models run: cpu, or cuda:N (then each tuple's power is "
+                   "that GPU's board power, read through nvidia-smi) (default: %(default)s)")
     p.add_argument("--out", default="splitrpc-tune")
 
 
@@ -66,20 +69,22 @@ def _say(msg: str) -> None:
 
 def run(a) -> dict:
     from splitrpc.services.planning import search, tune
-    from splitrpc.services.models import MODELS
-
     models = [m.strip() for m in a.models.split(",") if m.strip()]
     for m in models:
-        if m not in MODELS:
-            raise ValueError(f"--models: no model {m!r}; the zoo has {', '.join(MODELS)}")
+        try:
+            tune.served_model(m, small=not a.full_size)
+        except tune.TuneError as e:
+            raise ValueError(f"--models: {e}") from None
     sla = a.sla_ms / 1e3
     kind = a.kind or machine_kind()
     grid_n = len(a.threads) * len(a.instances) * len(a.batches)
     doc = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "command": command_of(a),
            "machine": f"{os.cpu_count()} CPUs, {platform.machine()}, {platform.platform()}", "kind": kind,
            "sla_ms": a.sla_ms, "axes": {"threads": a.threads, "instances": a.instances, "batches": a.batches},
-           "trial_s": a.trial_s, "repeats": a.repeats, "margin": a.margin, "power": None,
-           "power_note": "no RAPL or NVML reading on this machine: tuples carry no power", "models": {}}
+           "trial_s": a.trial_s, "repeats": a.repeats, "margin": a.margin, "device": a.device,
+           "power_note": ("the models ran on the CPU: no power is read (RAPL is not read; NVML reads a GPU's)"
+                          if a.device == "cpu" else f"power: {a.device}'s board power at each point's QPS"),
+           "models": {}}
     t_start = time.monotonic()
     for model in models:
         points: dict = {}
@@ -90,7 +95,7 @@ def run(a) -> dict:
                 _say(f"{model}: point {k}/{grid_n}: o={c.threads} m={c.instances} d={c.batch}")
                 start = max(50.0, 0.5 * max((p["qps"] for p in points.values()), default=100.0))
                 points[c] = tune.measure_config(model, c, sla, trial_s=a.trial_s, repeats=a.repeats,
-                                                small=not a.full_size, start=start,
+                                                small=not a.full_size, start=start, device=a.device,
                                                 log=lambda m: _say("    " + m))
                 _say(f"    -> {points[c]['qps']:.0f} calls/s within p99 {a.sla_ms:g} ms")
             return points[c]["qps"]
@@ -114,10 +119,21 @@ def run(a) -> dict:
             "gain_over_batch_only": best_grad / best_b if best_b else None}
         _say(f"{model}: gradient {best_grad:.0f} ({grad.measured} points) vs grid {best_grid:.0f} ({grid_n}) vs "
              f"batch-only {best_b:.0f} ({bonly.measured})")
-    doc["tuples"] = [{"model": m, "kind": kind, "qps": r["gradient"]["qps"], "power": None,
+    doc["tuples"] = [{"model": m, "kind": kind, "qps": r["gradient"]["qps"], "power": _power_at(r),
                       "config": r["gradient"]["best"], "sla_ms": a.sla_ms} for m, r in doc["models"].items()]
     doc["seconds"] = time.monotonic() - t_start
     return doc
+
+
+def _power_at(r: dict) -> float | None:
+    """The board power measured at the gradient search's best point (None: not read)."""
+    best = r["gradient"]["best"]
+    if not best:
+        return None
+    for p in r["points"]:
+        if (p["threads"], p["instances"], p["batch"]) == (best["threads"], best["instances"], best["batch"]):
+            return p.get("power_w")
+    return None
 
 
 def markdown(doc: dict) -> str:
