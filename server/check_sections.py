@@ -85,9 +85,71 @@ def run_device_zoo(ctx: Context) -> Result:
                             "reference"])
 
 
+# ------------------------------------------------------------------ co-location's memory estimates on the GPU
+
+PMC_SHAPES = 20      # request shapes per model
+PMC_FEATURES, PMC_HIDDEN, PMC_LAYERS, PMC_CLASSES = 100, 64, 3, 8
+
+
+def run_device_pmc(ctx: Context) -> Result:
+    """GNNSched's PMC estimate (pmc.Estimator, traced on meta tensors) against the CUDA caching
+    allocator's measured peak for PMC_SHAPES request shapes per model (GCN, SAGE, GIN): the PMC
+    (the estimate with its 1.1 safety factor), which the co-location scheduler reserves, must
+    cover every measured peak. Each pass's time goes in the facts, and the simulator's device
+    parameters are fitted to them (sim.fit_device), for bench-colocate-sim --device-from."""
+    ordinal = need_gpu(ctx.device)
+    torch = need_torch_cuda()
+    from dataclasses import asdict
+
+    from splitrpc.services.colocation import op_models, pmc, sim
+
+    device = f"cuda:{ordinal}"
+    rng = np.random.default_rng(ctx.seed)
+    rows = []
+    for kind in op_models.MODELS:
+        model = op_models.build(kind, PMC_FEATURES, hidden=PMC_HIDDEN, layers=PMC_LAYERS, classes=PMC_CLASSES)
+        est = pmc.Estimator(model)
+        model = model.to(device)
+        for i in range(PMC_SHAPES):
+            nn = int(np.exp(rng.uniform(np.log(100), np.log(20_000))))
+            ne = nn * int(rng.integers(2, 16))
+            x, ei = op_models.random_request(nn, ne, PMC_FEATURES, seed=i, device=device)
+            e = est.estimate(nn, ne)
+            peak, seconds = pmc.measured_cuda_peak(model, x, ei)
+            rows.append({"kind": kind, "dims": list(model.dims), "nn": nn, "ne": ne, "estimated_peak": e.peak,
+                         "pmc": e.pmc, "measured_peak": peak, "seconds": seconds})
+            del x, ei
+        del model
+        torch.cuda.empty_cache()
+    over = [r for r in rows if r["measured_peak"] > r["pmc"]]
+    ratio = np.array([r["measured_peak"] / r["estimated_peak"] for r in rows])
+    facts = {"passes": rows, "measured_over_estimated": {"min": float(ratio.min()), "median": float(np.median(ratio)),
+                                                         "max": float(ratio.max())}}
+    try:
+        facts["device_fit"] = asdict(sim.fit_device(rows, name=f"fitted to device-pmc on {device}"))
+    except ValueError as e:
+        facts["device_fit"] = None
+        facts["device_fit_error"] = str(e)
+    expect(not over, f"{len(over)} of {len(rows)} passes used more than their PMC, e.g. {over[0]['kind']} "
+                     f"NN={over[0]['nn']} NE={over[0]['ne']}: measured {over[0]['measured_peak']} B, PMC "
+                     f"{over[0]['pmc']} B" if over else "")
+    return Result(summary=f"{len(rows)} passes (GCN, SAGE, GIN) on {device}: every measured peak within its PMC; "
+                          f"measured/estimated peak {ratio.min():.2f}..{ratio.max():.2f} (median {np.median(ratio):.2f})",
+                  facts=facts,
+                  markdown=[f"- co-location's PMC estimates against the CUDA allocator's peak on {device}: {len(rows)} "
+                            f"passes, measured/estimated {ratio.min():.2f}..{ratio.max():.2f}, none over its PMC; the "
+                            "simulator's device fitted to the passes' times: "
+                            + (f"{facts['device_fit']['op_overhead'] * 1e6:.1f} us per operator, "
+                               f"{facts['device_fit']['gather_bw'] / 1e9:.0f} GB/s gather, "
+                               f"{facts['device_fit']['flops'] / 1e12:.1f} TFLOP/s" if facts["device_fit"]
+                               else f"no fit ({facts['device_fit_error']})")])
+
+
 SECTIONS = [
     Section("host", "the host path: a loopback server with every built-in service, replies checked", run_host,
             cap_s=90, stage="host"),
     Section("device-zoo", "the model zoo (LeNet, BERT-like) served on the GPU, replies against the CPU reference",
             run_device_zoo, cap_s=240, stage="device"),
+    Section("device-pmc", "co-location's PMC estimates against the CUDA allocator's peak, 20 shapes per GNN; "
+            "the simulator's device fitted to their times", run_device_pmc, cap_s=180, stage="device"),
 ]

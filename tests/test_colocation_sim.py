@@ -141,6 +141,27 @@ def test_queues_have_the_papers_shape():
             workload.make_queue("gcn", load=bad, shapes=shapes)
 
 
+def test_the_device_is_fitted_to_measured_times_and_refuses_what_they_cannot_tell():
+    true = Device(op_overhead=3e-5, gather_bw=2e11, flops=5e12)
+    rng = np.random.default_rng(0)
+    samples = []
+    for i in range(30):
+        kind = ("gcn", "sage", "gin")[i % 3]
+        dims = [100, 64, 64, 8]
+        nn = int(rng.integers(100, 20_000))
+        ne = nn * int(rng.integers(2, 16))
+        j = sim.job(true, i, 0.0, kind, dims, nn, ne, 1)
+        samples.append({"kind": kind, "dims": dims, "nn": nn, "ne": ne, "seconds": j.compute})
+    fit = sim.fit_device(samples, name="fitted to test")
+    assert fit.op_overhead == pytest.approx(3e-5, rel=1e-3) and fit.gather_bw == pytest.approx(2e11, rel=1e-3)
+    assert fit.flops == pytest.approx(5e12, rel=1e-3) and fit.memory == Device().memory and fit.name == "fitted to test"
+    with pytest.raises(ValueError, match="at least 3"):
+        sim.fit_device(samples[:2])
+    flat = [dict(s, seconds=1e-3) for s in samples]  # no dependence on work: rates would be infinite
+    with pytest.raises(ValueError, match="do not determine"):
+        sim.fit_device(flat)
+
+
 def test_device_overrides():
     d = sim.device_with(["op_overhead=1e-4", "memory=1024"])
     assert d.op_overhead == 1e-4 and d.memory == 1024 and "op_overhead=0.0001" in d.name
@@ -167,5 +188,15 @@ def test_bench_colocate_sim_command_writes_its_report(tmp_path):
     assert "SIMULATED device" in md and "## Acceptance" in md
     assert "## Acceptance" in md and "interval" in md and "0.7 (high)" in md
     assert all(0 <= c["mean"]["bqt"]["violations_ci"][0] <= c["mean"]["bqt"]["violations"] for c in doc["cells"])
-    for bad in (["--queues", "gat"], ["--loads", "heavy"], ["--loads", "0"], ["--repeats", "0"]):
+    for bad in (["--queues", "gat"], ["--loads", "heavy"], ["--loads", "0"], ["--repeats", "0"],
+                ["--device-from", str(out / "colocate_sim.json")], ["--device-from", str(out / "none.json")]):
         assert colocate_sim.main([*bad, "--quiet", "--out", str(out)]) == 2
+    check = tmp_path / "check.json"  # what `splitrpc check` on a GPU writes: the device-pmc section's fit
+    fitted = __import__("dataclasses").asdict(sim.Device(name="fitted to device-pmc on cuda:0", op_overhead=1e-4))
+    check.write_text(__import__("json").dumps({"sections": {"device-pmc": {"facts": {"device_fit": fitted}}}}))
+    rc = colocate_sim.main(["--queues", "gcn", "--loads", "0.5", "--repeats", "2", "--scale", "0.05", "--layers", "2",
+                            "--hidden", "16", "--sensitivity", "", "--device-from", str(check), "--quiet",
+                            "--out", str(tmp_path / "fit")])
+    assert rc == 0
+    md = (tmp_path / "fit" / "colocate_sim.md").read_text()
+    assert "parameters fitted to measurements on a GPU" in md and "100 us per operator" in md

@@ -60,6 +60,9 @@ def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--repeats", type=int, default=10, help="arrival draws per queue and load (the paper: 10)")
     p.add_argument("--device", action="append", default=[], metavar="FIELD=VALUE",
                    help="override a simulated device parameter (sim.Device's fields, e.g. op_overhead=1e-4); repeatable")
+    p.add_argument("--device-from", metavar="CHECK.json",
+                   help="the simulated device fitted to a GPU: the device-pmc section of `splitrpc check`'s check.json "
+                        "(--device overrides apply on top)")
     p.add_argument("--sensitivity", default="2e-5,1e-4,5e-4", metavar="S,S,...",
                    help="also run the mix queue at utilisation 0.7 with these per-operator host costs (seconds), which "
                         "set how much of the device one request leaves idle ('' for none)")
@@ -74,6 +77,21 @@ def _arguments(p: argparse.ArgumentParser) -> None:
 def _say(a, msg: str) -> None:
     if not a.quiet:
         print(msg, file=sys.stderr, flush=True)
+
+
+def _fitted(path: str):
+    """The sim.Device that `splitrpc check`'s device-pmc section fitted (its check.json at path);
+    ValueError when the file has none."""
+    import json
+
+    from splitrpc.services.colocation import sim
+
+    with open(path) as f:
+        doc = json.load(f)
+    fit = doc.get("sections", {}).get("device-pmc", {}).get("facts", {}).get("device_fit")
+    if not fit:
+        raise ValueError(f"{path}: no device fitted by a device-pmc section that passed (run `splitrpc check` on a GPU)")
+    return sim.Device(**fit)
 
 
 def _check(a) -> str | None:
@@ -91,8 +109,8 @@ def _check(a) -> str | None:
     if a.repeats < 1 or not a.budget_gib > 0:
         return "--repeats must be at least 1 and --budget-gib positive"
     try:
-        device = sim.device_with(a.device)
-    except ValueError as e:
+        device = sim.device_with(a.device, _fitted(a.device_from) if a.device_from else None)
+    except (ValueError, OSError) as e:
         return str(e)
     if int(a.budget_gib * sim.GiB) > device.memory:
         return f"--budget-gib {a.budget_gib} exceeds the simulated device's {device.memory / sim.GiB:g} GiB"
@@ -105,7 +123,7 @@ def run(a) -> dict:
     from splitrpc.services.colocation import op_models, pmc, sim, workload
 
     queues, loads = a.queues.split(","), [workload.utilisation(x) for x in a.loads.split(",")]
-    device = sim.device_with(a.device)
+    device = sim.device_with(a.device, _fitted(a.device_from) if a.device_from else None)
     budget = int(a.budget_gib * sim.GiB)
     t0 = time.monotonic()
     _say(a, f"graphs and {workload.SUBGRAPHS} subgraphs per dataset (scale {a.scale}) ...")
@@ -216,10 +234,10 @@ def markdown(doc: dict) -> str:
     lines = ["# GNN co-location policies on the device simulator (issues 17 and 32)", "",
              f"Command: `{doc['command']}`  ", f"Date: {doc['date']}; run on {m.get('cpu', '?')} "
              f"({m.get('cpus', '?')} CPUs) in {doc['seconds']:.0f} s.", "",
-             f"**SIMULATED device, assumed parameters** ({d['name']}): memory {d['memory'] / gib:g} GiB, "
+             f"**SIMULATED device, {'parameters fitted to measurements on a GPU' if d['name'].startswith('fitted') else 'assumed parameters'}** ({d['name']}): memory {d['memory'] / gib:g} GiB, "
              f"{d['flops'] / 1e12:g} TFLOP/s, gather {d['gather_bw'] / 1e9:g} GB/s, {d['op_overhead'] * 1e6:g} us per "
              f"operator, H2D {d['h2d_bw'] / 1e9:g} GB/s, interference {d['interference']:g} per co-runner, paging "
-             f"x{d['paging_slowdown']:g}. Nothing here ran on a GPU.", "",
+             f"x{d['paging_slowdown']:g}. " + ("The requests ran on the simulator; only its parameters come from a GPU." if d['name'].startswith('fitted') else "Nothing here ran on a GPU."), "",
              f"Budget {doc['budget'] / gib:g} GiB; models {doc['layers']} layers of {doc['hidden']}; "
              f"{len(doc['subgraphs'])} subgraphs; PMC min/median/max "
              f"{doc['pmc_bytes']['min'] / 2**20:.1f} / {doc['pmc_bytes']['median'] / 2**20:.1f} / "

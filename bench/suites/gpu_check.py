@@ -132,6 +132,52 @@ def run_batching(ctx: Context) -> Result:
                         + tag, facts={"rows": rows, "speedup": speedup}, markdown=md), rows)
 
 
+TUNE_MODELS = ("lenet", "resnet18")   # two zoo models, small
+TUNE_AXES = {"threads": [1], "instances": [1, 2], "batches": [1, 8, 32]}
+TUNE_SLA_MS = 20.0
+
+
+def run_tune(ctx: Context) -> Result:
+    """Hercules's search trimmed to the device minutes: each model served on the GPU at every point
+    of a small grid (one 0.3 s trial per rate), the gradient search against the grid on the same
+    measurements, and the board power at each point's QPS (nvidia-smi): the efficiency tuples."""
+    from splitrpc.check.probes import need_torch_cuda
+    from splitrpc.services.planning import search, tune
+
+    device = f"cuda:{need_gpu(ctx.device)}"
+    need_torch_cuda()
+    rows, out = [], {}
+    for model in TUNE_MODELS:
+        points: dict = {}
+
+        def measure(c, model=model, points=points):
+            if c not in points:
+                points[c] = tune.measure_config(model, c, TUNE_SLA_MS / 1e3, trial_s=0.3, repeats=1, small=True,
+                                                start=200.0, steps=3, device=device)
+            return points[c]["qps"]
+
+        grid = search.grid_search(measure, TUNE_AXES["threads"], TUNE_AXES["instances"], TUNE_AXES["batches"])
+        grad = search.gradient_search(measure, TUNE_AXES["threads"], TUNE_AXES["instances"], TUNE_AXES["batches"])
+        best = grad.best.config if grad.best else None
+        at = points.get(best, {}) if best else {}
+        out[model] = {"grid_qps": grid.best.qps if grid.best else 0.0, "gradient_qps": grad.best.qps if grad.best else 0.0,
+                      "gradient_points": grad.measured, "grid_points": grid.measured,
+                      "best": best and best.__dict__, "power_w": at.get("power_w"), "power_note": at.get("power_note")}
+        rows += [{"model": model, **c.__dict__, "qps": p["qps"], "power_w": p["power_w"]} for c, p in points.items()]
+    md = [f"- `splitrpc tune` trimmed: {', '.join(TUNE_MODELS)} (small) on {device}, threads {TUNE_AXES['threads']}, "
+          f"processes {TUNE_AXES['instances']}, batch {TUNE_AXES['batches']}, p99 SLA {TUNE_SLA_MS:g} ms, one 0.3 s "
+          f"trial per rate; {ONE_RUN}", "",
+          "| model | grid best QPS | gradient best QPS | gradient / grid | points (gradient / grid) | power at best (W) |",
+          "|---|---:|---:|---:|---:|---:|"]
+    for m, r in out.items():
+        md.append(f"| {m} | {_f(r['grid_qps'], 0)} | {_f(r['gradient_qps'], 0)} | "
+                  f"{_f(_ratio(r['gradient_qps'], r['grid_qps']), 3)} | {r['gradient_points']} / {r['grid_points']} | "
+                  f"{_f(r['power_w'])} |")
+    return Result(summary="; ".join(f"{m}: gradient {_f(r['gradient_qps'], 0)} of grid {_f(r['grid_qps'], 0)} QPS, "
+                                    f"power {_f(r['power_w'])} W" for m, r in out.items()),
+                  facts={"models": out, "points": rows, "axes": TUNE_AXES, "sla_ms": TUNE_SLA_MS}, markdown=md)
+
+
 SECTIONS = [
     Section("bench-orchestration", "O1 / O1+CUDA graph / O2 end to end and compute alone: vecadd, matmul, LeNet",
             run_orchestration, cap_s=240, stage="bench"),
@@ -139,4 +185,6 @@ SECTIONS = [
             run_e2e, cap_s=180, stage="bench"),
     Section("bench-batching", f"batching on the GPU: max batch {BATCHES[0]} against {BATCHES[1]} at c={C32}",
             run_batching, cap_s=180, stage="bench"),
+    Section("bench-tune", "Hercules's search trimmed: LeNet and ResNet-18 on the GPU over a 6-point grid, gradient vs "
+            "grid, board power at each point (efficiency tuples)", run_tune, cap_s=240, stage="bench"),
 ]

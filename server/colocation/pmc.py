@@ -191,3 +191,32 @@ def measured_cpu_peak(model: torch.nn.Module, x: torch.Tensor, edge_index: torch
         raise RuntimeError("the profiler reported no CPU memory events: cannot read the allocator's peak")
     start = events[0]["Total Allocated"] - events[0]["Bytes"]
     return base + max(e["Total Allocated"] for e in events) - start
+
+
+def measured_cuda_peak(model: torch.nn.Module, x: torch.Tensor, edge_index: torch.Tensor, *,
+                       repeats: int = 3) -> tuple[int, float]:
+    """(peak bytes, seconds) of one forward pass of model on (x, edge_index) on their CUDA device:
+    the caching allocator's max_memory_allocated over the pass, after its peak was reset with the
+    weights and inputs already there (so they count, as in an Estimate), and the median time of
+    `repeats` passes (synchronised). model, x and edge_index must be on one CUDA device. Compare
+    the peak with an estimate made with align=ALIGN (the allocator's rounding)."""
+    dev = x.device
+    if dev.type != "cuda" or edge_index.device != dev:
+        raise ValueError(f"measured_cuda_peak needs x and edge_index on one CUDA device, got {x.device} and "
+                         f"{edge_index.device}")
+    times = []
+    with torch.inference_mode():
+        model(x, edge_index)  # kernels loaded, workspaces made: not the request's
+        torch.cuda.synchronize(dev)
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(dev)
+        for _ in range(max(1, repeats)):
+            t0 = torch.cuda.Event(enable_timing=True)
+            t1 = torch.cuda.Event(enable_timing=True)
+            t0.record()
+            out = model(x, edge_index)
+            t1.record()
+            torch.cuda.synchronize(dev)
+            times.append(t0.elapsed_time(t1) / 1e3)
+            del out
+    return int(torch.cuda.max_memory_allocated(dev)), float(sorted(times)[len(times) // 2])

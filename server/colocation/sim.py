@@ -44,7 +44,7 @@ GiB = 1 << 30
 @dataclass(frozen=True)
 class Device:
     """What the simulator knows of a device. Defaults: assumed V100-class figures (see the module
-    docstring); fit() makes one from measurements."""
+    docstring); fit_device() makes one from measured standalone times."""
     name: str = "V100-class, assumed parameters"
     memory: int = 16 * GiB
     flops: float = 8e12            # FLOP/s reached by Matmul/Linear
@@ -77,6 +77,38 @@ def device_with(overrides: list[str], base: Device | None = None) -> Device:
     if changes:
         changes["name"] = base.name + " with " + ", ".join(f"{k}={v:g}" for k, v in changes.items())
     return dataclasses.replace(base, **changes)
+
+
+def fit_device(samples: list[dict], base: Device | None = None, name: str = "fitted") -> Device:
+    """base (default Device()) with op_overhead, gather_bw and flops fitted (non-negative least
+    squares) to measured standalone compute times: each sample {"kind", "dims", "nn", "ne",
+    "seconds"} (one forward pass of an op_models model on a request of that shape, its inputs
+    already on the device, e.g. the `device-pmc` section of `splitrpc check`), modelled as
+    operators x op_overhead + moved bytes / gather_bw + FLOPs / flops (work()). ValueError for
+    fewer than 3 samples, or a fit that leaves a term at 0 (its rate would be infinite)."""
+    import dataclasses
+
+    from scipy.optimize import nnls
+
+    if len(samples) < 3:
+        raise ValueError(f"fitting the device needs at least 3 measured passes, got {len(samples)}")
+    rows, t = [], []
+    for s in samples:
+        ops, moved, flops = work(s["kind"], list(s["dims"]), int(s["nn"]), int(s["ne"]))
+        rows.append([ops, moved, flops])
+        t.append(float(s["seconds"]))
+    a, y = np.array(rows, float), np.array(t, float)
+    scale = a.max(axis=0)
+    scale[scale == 0] = 1.0
+    coef, _ = nnls(a / scale, y)
+    coef = coef / scale
+    if not np.all(coef > 0):
+        zero = [n for n, c in zip(("op_overhead", "gather_bw", "flops"), coef) if not c > 0]
+        raise ValueError(f"the measured times do not determine {', '.join(zero)} (their fitted cost is 0): measure "
+                         "a wider range of shapes")
+    base = base or Device()
+    return dataclasses.replace(base, name=name, op_overhead=float(coef[0]), gather_bw=float(1 / coef[1]),
+                               flops=float(1 / coef[2]))
 
 
 @dataclass(frozen=True)
