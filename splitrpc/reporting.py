@@ -112,13 +112,14 @@ def run_suite(a, *, name: str, who: str, run: Callable[[object], dict], markdown
               plot: Callable[[dict, str], "str | list[str]"] | None = None, needs: tuple = (), hint: str = "",
               check: Callable[[object], "str | None"] | None = None, errors: tuple = (),
               after: Callable[[dict], list] | None = None, verdict: Callable[[dict], "str | None"] | None = None,
-              echo: bool = False, out: str | None = None) -> int:
+              echo: bool = False, out: str | None = None, write: bool = True) -> int:
     """The tail every report-writing command shares:
     - the optional packages it needs (`needs`: module names; one missing prints "WHO: needs HINT", 2);
     - check(a): what is wrong with the arguments, or None ("splitrpc WHO: message", 2);
     - doc = run(a): an exception of `errors` is bad input ("splitrpc WHO: message", 2), SuiteFailed
       a run that could not finish ("splitrpc WHO: message", 1);
-    - the report written under `out` (default a.out) as NAME.json, NAME.md and its plots (write_report), the
+    - the report written under `out` (default a.out) as NAME.json, NAME.md and its plots (write_report;
+      nothing where not write, e.g. a suite whose report is only printed without --out), the
       markdown printed first where echo, then each path, then the lines of after(doc);
     - verdict(doc): why the results fail the suite's own checks, or None ("splitrpc WHO: why" on
       stderr, 1: the report is written all the same).
@@ -141,7 +142,7 @@ def run_suite(a, *, name: str, who: str, run: Callable[[object], dict], markdown
     except SuiteFailed as e:
         print(f"splitrpc {who}: {e}", file=sys.stderr)
         return 1
-    paths = write_report(a.out if out is None else out, name, doc, markdown, plot, who)
+    paths = write_report(a.out if out is None else out, name, doc, markdown, plot, who) if write else []
     if echo:
         print(markdown(doc))
     for path in paths:

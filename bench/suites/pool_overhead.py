@@ -108,24 +108,12 @@ def markdown(doc: dict) -> str:
 
 
 def cmd_pool_overhead(a) -> int:
-    from splitrpc.reporting import SuiteFailed, run_suite
+    from splitrpc.reporting import run_suite
 
-    if a.out:  # FILE.md, and FILE.json beside it
-        name = os.path.basename(a.out)
-        return run_suite(a, name=name.removesuffix(".md"), who="pool_overhead", run=run,
-                         markdown=markdown, check=_check, echo=True, out=os.path.dirname(a.out) or ".")
-    # no --out: the report printed, no file (run_suite always writes one)
-    bad = _check(a)
-    if bad:
-        print(f"splitrpc pool_overhead: {bad}", file=sys.stderr)
-        return 2
-    try:
-        doc = run(a)
-    except SuiteFailed as e:
-        print(f"splitrpc pool_overhead: {e}", file=sys.stderr)
-        return 1
-    print(markdown(doc))
-    return 0
+    # --out FILE.md: the report there and FILE.json beside it; without it, the report printed only
+    name = os.path.basename(a.out or "").removesuffix(".md")
+    return run_suite(a, name=name, who="pool_overhead", run=run, markdown=markdown, check=_check, echo=True,
+                     out=os.path.dirname(a.out or "") or ".", write=bool(a.out))
 
 
 def main(argv: list[str] | None = None) -> int:
