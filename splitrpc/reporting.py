@@ -2,10 +2,13 @@
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import shlex
 import sys
 from typing import Callable
+
+import numpy as np
 
 
 def add_subcommand(sub, name: str, help_: str, doc: str, arguments: Callable, func: Callable) -> argparse.ArgumentParser:
@@ -39,10 +42,6 @@ def command_of(a) -> str:
 def jsonable(x):
     """x with numpy arrays and scalars made lists and Python numbers, NaN made None, keys made
     strings: what a report's JSON holds."""
-    import math
-
-    import numpy as np
-
     if isinstance(x, dict):
         return {str(k): jsonable(v) for k, v in x.items()}
     if isinstance(x, (list, tuple)):

@@ -518,6 +518,8 @@ def _check(a) -> str | None:
         return f"--fractions: {e}"
     if set(policies) - set(POLICIES) or set(wls) - set(WORKLOADS) or not fractions or a.rounds < 1:
         return f"policies from {POLICIES}, workloads from {WORKLOADS}, some fractions, rounds >= 1"
+    if a.lane_model and a.lane != "emulated":
+        return "--lane-model is the emulated lane's: give --lane emulated"
     return None
 
 
@@ -530,19 +532,13 @@ def run(a) -> dict:
     from splitrpc.loadgen.report import machine
     from splitrpc.services.gnn import calibrate
     from splitrpc.services.gnn.lane_timing import calibration
-    from splitrpc.services.gnn.serve import FUNC_IDS, GNNService, load_trace
+    from splitrpc.services.gnn.serve import FUNC_IDS, GNNService, lane_options, load_trace
 
     policies, wls, fractions = _lists(a)
     os.makedirs(a.out, exist_ok=True)
     torch.set_num_threads(1)
     _say(a, f"building {a.model} on the {'small' if a.small else 'reddit-like'} graph ...")
-    lane_model = None
-    if a.lane_model:
-        from splitrpc.services.gnn.emulated_lane import LaneModel
-
-        lane_model = LaneModel.from_calibration(a.lane_model)
-    svc = GNNService(a.model, small=a.small, device="cuda" if a.lane in ("auto", "gpu") else "cpu",
-                     lane=None if a.lane == "auto" else a.lane, lane_model=lane_model)
+    svc = GNNService(a.model, small=a.small, **lane_options(a.lane, a.lane_model))
     lane = svc.other
     policies = [lane if p == OTHER else p for p in policies]  # the other lane alone, by its name
     _say(a, "lanes: " + "; ".join(f"{k}: {ln.label}" for k, ln in svc.lanes.items()))

@@ -22,9 +22,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-LABEL = "EMULATED GPU lane (answers from the CPU code, time from a cost model; no GPU)"
-
-
 @dataclass(frozen=True)
 class LaneModel:
     """Seconds a batch of summed PSGS P takes on the emulated lane: fixed_s + per_psgs_s * P.
@@ -74,6 +71,12 @@ class LaneModel:
             raise CalibrationError(f"{path}: the GPU lane's latency does not fit fixed + per-PSGS >= 0 "
                                    f"(got {fixed:.3g} s + {per:.3g} s per PSGS)")
         return cls(float(fixed), float(per), source=f"fitted to {path}")
+
+    @classmethod
+    def load(cls, path: str | None) -> "LaneModel | None":
+        """from_calibration(path), or None (the assumed numbers) for no path: what a --lane-model
+        option gives."""
+        return None if path is None else cls.from_calibration(path)
 
 
 class EmulatedLane:

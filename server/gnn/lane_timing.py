@@ -18,7 +18,7 @@ import time
 import numpy as np
 
 from splitrpc.services.gnn import calibrate
-from splitrpc.services.gnn.serve import GNNService, draw_seeds
+from splitrpc.services.gnn.serve import GNNService, draw_seeds, lane_options
 
 SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)  # seeds per calibration batch
 # Batches of each size per lane. A bin's max over n samples is exceeded by a further batch with
@@ -115,18 +115,9 @@ def cmd_calibrate(a) -> int:
 
     torch.set_num_threads(1)  # one core per lane, as served (register_gnn)
     print(f"building {a.model} on the {'small' if a.small else 'reddit-like'} graph ...", flush=True)
-    if a.lane_model and a.lane != "emulated":
-        print("splitrpc calibrate: --lane-model is the emulated lane's: give --lane emulated", file=sys.stderr)
-        return 2
     try:
-        lane_model = None
-        if a.lane_model:
-            from splitrpc.services.gnn.emulated_lane import LaneModel
-
-            lane_model = LaneModel.from_calibration(a.lane_model)
-        svc = GNNService(a.model, small=a.small, device="cuda" if a.lane in ("auto", "gpu") else "cpu",
-                         lane=None if a.lane == "auto" else a.lane, lane_model=lane_model)
-    except ValueError as e:  # no CUDA for --lane gpu; a calibration that cannot fit the model
+        svc = GNNService(a.model, small=a.small, **lane_options(a.lane, a.lane_model))
+    except ValueError as e:  # no CUDA for --lane gpu; --lane-model without emulated, or one that cannot fit
         print(f"splitrpc calibrate: {e}", file=sys.stderr)
         return 2
     print("lanes: " + "; ".join(f"{k}: {ln.label}" for k, ln in svc.lanes.items()), flush=True)

@@ -85,11 +85,9 @@ class GNN(Capability):
             return None
         svcs = {}
         try:
-            lane_model = None
-            if args.gnn_lane_model:
-                from splitrpc.services.gnn.emulated_lane import LaneModel
+            from splitrpc.services.gnn.emulated_lane import LaneModel
 
-                lane_model = LaneModel.from_calibration(args.gnn_lane_model)
+            lane_model = LaneModel.load(args.gnn_lane_model)
             for n in names:
                 svcs[n] = register_gnn(server, n, small=args.small, policy=args.gnn_policy,
                                        threshold=args.gnn_threshold, calibration=args.gnn_calibration,

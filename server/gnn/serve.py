@@ -75,6 +75,19 @@ def other_lane(device: str = "cuda", lane: str | None = None) -> str:
     return "gpu" if device != "cpu" and torch.cuda.is_available() else "bulk"
 
 
+def lane_options(lane: str, lane_model: str | None = None) -> dict:
+    """GNNService's device, lane and lane_model for a --lane option ("auto": the GPU where torch
+    sees one, else bulk; or "bulk", "emulated", "gpu") and a --lane-model file (the emulated lane's
+    model fitted to it). ValueError for a --lane-model without --lane emulated, or a file that
+    does not fit."""
+    if lane_model and lane != "emulated":
+        raise ValueError("--lane-model is the emulated lane's: give --lane emulated")
+    from splitrpc.services.gnn.emulated_lane import LaneModel
+
+    return {"device": "cuda" if lane in ("auto", "gpu") else "cpu", "lane": None if lane == "auto" else lane,
+            "lane_model": LaneModel.load(lane_model)}
+
+
 @dataclass
 class LaneStats:
     batches: int = 0

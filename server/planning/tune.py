@@ -6,6 +6,7 @@ distinct points it asks for.
 """
 from __future__ import annotations
 
+import functools
 import os
 import re
 import signal
@@ -129,9 +130,11 @@ def open_loop_native(port: int, func_id: int, request: bytes, rate: float, secon
     return Run(np.concatenate(due), np.concatenate(lat), np.concatenate(outc), seconds, 0.0)
 
 
+@functools.lru_cache(maxsize=None)
 def served_model(model: str, small: bool = True):
     """The Callee of a model `splitrpc serve --models` serves (any capability's: the zoo's, dlrm,
-    the GNN models), with an example request; TuneError for a name none serves that way."""
+    the GNN models), with an example request; TuneError for a name none serves that way. Found
+    once per (model, small): building a callee may build the model (dlrm's does)."""
     from types import SimpleNamespace
 
     from splitrpc import plugins
