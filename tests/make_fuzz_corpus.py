@@ -67,6 +67,22 @@ def main(out: str) -> None:
         "key_lists": b"".join(rec(i & 3, hdr(0, 9, 40 + i, 0, 1, len(p)) + p) for i, p in enumerate(
             [b"", struct.pack("<3i", 1, 2, 49), struct.pack("<2i", 3, 50), struct.pack("<i", 4) + b"xy"]))
         + rec(4 | 32, b""),
+        # F_COST (11): classes by cost (int32 keys to the end, bounds 20 and 60): one-segment calls of each
+        # class, a bad key, a ragged end, and multi-segment requests (one per class, one bad, one out of order)
+        "cost_classes": b"".join(rec(i & 3, hdr(0, 11, 70 + i, 0, 1, len(p)) + p) for i, p in enumerate(
+            [struct.pack("<2i", 1, 2), struct.pack("<2i", 10, 15), struct.pack("<3i", 40, 30, 49), b"",
+             struct.pack("<2i", 3, 50), struct.pack("<i", 4) + b"xy"]))
+        + b"".join(rec(1, d) for d in segments(11, 80, struct.pack("<2000i", *([0] * 2000)), 1400))
+        + b"".join(rec(2, d) for d in segments(11, 81, struct.pack("<2000i", *([1] * 30 + [0] * 1970)), 1400,
+                                                 order=range(5, -1, -1)))
+        + b"".join(rec(3, d) for d in segments(11, 82, struct.pack("<2000i", *([49] * 2000)), 1400))
+        + b"".join(rec(0, d) for d in segments(11, 83, struct.pack("<2000i", *([7] * 1999 + [99])), 1400))
+        + rec(4 | 64, b"") + rec(4 | 32, b""),
+        # F_SPILL (13): F_COST's classes, class 0 spilling at 1 call not yet answered, class 1 at 2
+        "cost_class_spill": b"".join(rec(i & 3, hdr(0, 13, 90 + i, 0, 1, len(p)) + p) for i, p in enumerate(
+            [struct.pack("<i", 1), struct.pack("<i", 2), struct.pack("<i", 3), struct.pack("<2i", 10, 15),
+             struct.pack("<2i", 10, 15), struct.pack("<2i", 10, 15), struct.pack("<3i", 40, 30, 49)]))
+        + rec(4 | 64, b"") + rec(0, hdr(0, 13, 99, 0, 1, 4) + struct.pack("<i", 1)) + rec(4, b""),
         # the server functions of Amendment 1 (ping 0xFFFF, describe 0xFFFE: raw, requests of up to 64 B):
         # good and bad requests, an oversize one, a reserved id not defined
         "server_functions": rec(0, hdr(0, 0xFFFF, 50, 0, 1, 9) + b"SRPC-PING")

@@ -16,10 +16,18 @@
  * defer each batch and finish it with srpc_server_finish from a copy, as a thread pool does.
  * Admission costs: F_VEC from a table of two int32 keys at byte 0 (bounded batches), F_RAW from
  * the header's aux, F_BIG from one int64 key at byte 8; the server shares work fairly by cost.
- * F_CLS has 3 aux classes: a call's queue is chosen by its header's aux. F_PING and F_DESC are
+ * F_CLS has 3 aux classes: a call's queue is chosen by its header's aux. F_COST has 3 classes
+ * by cost (raw, every int32 key to the end; bounds COST_B0, COST_B1; large enough for many
+ * segments): a call's queue is chosen by the cost of its whole request; F_SPILL likewise, each class
+ * but the last spilling to the next while it holds 1 (class 0) or 2 (class 1) calls not yet
+ * answered (a call may run in a higher class than its cost, never a lower). F_PING and F_DESC are
  * registered as the Python server registers ping and describe (docs/PROTOCOL.md, Amendment 1).
  * op & 128: the server starts draining (new calls answered DRAINING), or stops draining. */
-enum { F_VEC = 1, F_RAW = 3, F_BIG = 5, F_CLS = 7, F_LIST = 9, F_DESC = 0xFFFE, F_PING = 0xFFFF };
+enum { F_VEC = 1, F_RAW = 3, F_BIG = 5, F_CLS = 7, F_LIST = 9, F_COST = 11, F_SPILL = 13, F_DESC = 0xFFFE,
+       F_PING = 0xFFFF };
+#define COST_B0 20
+#define COST_B1 60
+#define COST_MAX_REQ 20000
 #define VEC_MAX_BATCH_COST 60
 
 static srpc_server_t *srv;
@@ -63,6 +71,18 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
                               .capacity = 4, .max_batch = 2, .aux_classes = 3};
     if (srpc_server_add_function(srv, &cls) != 0)
         abort();
+    uint32_t creq = COST_MAX_REQ, crsp = 64;
+    srpc_func_config_t byc = {.func_id = F_COST, .raw = 1, .n_in = 1, .n_out = 1, .in_sizes = &creq,
+                              .out_sizes = &crsp, .capacity = 4, .max_batch = 3, .cost_from = SRPC_COST_TABLE,
+                              .cost_table = table, .cost_table_len = 50, .cost_key_size = 4, .aux_classes = 3,
+                              .class_by = SRPC_CLASS_BY_COST, .class_bounds = {COST_B0, COST_B1}};
+    if (srpc_server_add_function(srv, &byc) != 0)
+        abort();
+    byc.func_id = F_SPILL;
+    byc.class_spill[0] = 1;
+    byc.class_spill[1] = 2;
+    if (srpc_server_add_function(srv, &byc) != 0)
+        abort();
     add(F_DESC, 1, 64, 4096, 4, SRPC_COST_NONE, 0, 0, 0, 0);
     add(F_PING, 1, 64, 1024, 4, SRPC_COST_NONE, 0, 0, 0, 0);
     return 0;
@@ -75,24 +95,33 @@ static void drain(int fail, int per_call, int deferred)
     srpc_batch_t b;
     while (srpc_server_next_batch(srv, &b, 0) == 0) {
         const int costless = b.func_id == F_CLS || b.func_id == F_DESC || b.func_id == F_PING;
-        if (!b.cost != costless || (b.func_id != F_CLS && b.aux_class) || b.aux_class > 2)
-            abort(); /* every function here but F_CLS and the server functions has a cost; only F_CLS has classes */
+        const int by_cost = b.func_id == F_COST || b.func_id == F_SPILL;
+        const int classed = b.func_id == F_CLS || by_cost;
+        if (!b.cost != costless || (!classed && b.aux_class) || b.aux_class > 2)
+            abort(); /* every function here but F_CLS and the server functions has a cost; F_CLS, F_COST have classes */
+        for (uint32_t i = 0; by_cost && i < b.count; i++) {
+            const uint32_t lo = b.func_id == F_SPILL || b.aux_class == 0 ? 0 : b.aux_class == 1 ? COST_B0 : COST_B1;
+            const uint32_t hi = b.aux_class == 0 ? COST_B0 : b.aux_class == 1 ? COST_B1 : UINT32_MAX;
+            if (b.cost[i] < lo || (b.cost[i] >= hi && hi != UINT32_MAX) || b.in_len[i] % 4)
+                abort(); /* every call of a by-cost class's batch costs what that class holds, whole keys only */
+        }
         uint64_t sum = 0;
         for (uint32_t i = 0; b.cost && i < b.count; i++) {
             if (b.func_id == F_LIST && (b.in_len[i] % 4 || b.cost[i] > b.in_len[i] / 4 * 49))
                 abort(); /* whole keys only, each row at most 49 */
-            if (b.func_id != F_RAW && b.func_id != F_LIST && b.cost[i] > 2 * 49)
+            if (b.func_id != F_RAW && b.func_id != F_LIST && !by_cost && b.cost[i] > 2 * 49)
                 abort(); /* a cost from the table: at most two rows of 49 (a bad key never runs) */
             sum += b.cost[i];
         }
         if (b.func_id == F_VEC && b.count > 1 && sum > VEC_MAX_BATCH_COST)
             abort(); /* max_batch_cost */
-        if (b.func_id == F_RAW || b.func_id == F_LIST || b.func_id == F_DESC || b.func_id == F_PING)
+        if (b.func_id == F_RAW || b.func_id == F_LIST || by_cost || b.func_id == F_DESC || b.func_id == F_PING)
             for (uint32_t i = 0; i < b.count; i++)
                 b.out_len[i] = b.in_len[i] < 64 ? b.in_len[i] : 64;
         for (uint32_t i = 0; per_call && i < b.count; i++) {
             const uint8_t *req = b.in[0] + (size_t)i * (b.func_id == F_RAW   ? 65536
                                                         : b.func_id == F_LIST ? 4096
+                                                        : by_cost ? COST_MAX_REQ
                                                         : b.func_id == F_DESC || b.func_id == F_PING ? 64
                                                         : b.func_id == F_BIG ? 200000
                                                         : b.func_id == F_CLS ? 16

@@ -99,6 +99,9 @@ int srpc_server_port(const srpc_server_t *srv);
  * bytes; the request is the concatenation of the inputs and the reply that of the outputs.
  * raw != 0: one input and one output of variable size up to in_sizes[0]/out_sizes[0]
  * bytes (the zero-copy raw API). capacity: elements in each Tensor Queue. */
+#define SRPC_MAX_AUX_CLASSES 16 /* queues of one function (srpc_func_config_t.aux_classes) */
+#define SRPC_MAX_CLASS_BOUNDS 15 /* SRPC_MAX_AUX_CLASSES - 1 (a literal: the cffi cdef reads it) */
+
 typedef struct srpc_func_config {
     uint16_t func_id;
     int raw;
@@ -142,11 +145,33 @@ typedef struct srpc_func_config {
                                   call goes to class min(aux, N - 1) of its request header, and
                                   class k ranks as priority + k. Each class is scheduled as a
                                   function of its own (srpc_batch_t.aux_class says which). -EINVAL
-                                  with cost_from SRPC_COST_AUX (aux cannot mean both) */
+                                  with cost_from SRPC_COST_AUX (aux cannot mean both), unless the
+                                  classes are by cost (class_by) */
+    int class_by;              /* SRPC_CLASS_BY_AUX (0, as above) or SRPC_CLASS_BY_COST: a call
+                                  goes to the class its admission cost falls in, class k holding
+                                  costs in [class_bounds[k - 1], class_bounds[k]) (class 0 below
+                                  class_bounds[0], the last from the last bound up): the engine
+                                  computes the cost when the request is complete and puts the call
+                                  in that class's queue, so each class's batches hold only its own
+                                  calls (e.g. one lane each). Needs a cost (cost_from not NONE),
+                                  a host function, and requests that arrive in host memory
+                                  (-EINVAL otherwise). A call with a bad cost key is BAD_REQUEST
+                                  alone; a multi-segment request is put together apart and then
+                                  copied into its class's queue (never placed in an element early) */
+    uint32_t class_bounds[SRPC_MAX_CLASS_BOUNDS]; /* BY_COST: aux_classes - 1 costs, strictly
+                                  ascending, the first at least 1 (-EINVAL otherwise) */
+    uint32_t class_spill[SRPC_MAX_CLASS_BOUNDS]; /* BY_COST, load-aware: 0 (never), or while class
+                                  k's queue (k < aux_classes - 1) holds at least class_spill[k]
+                                  calls not yet answered (waiting or running), a call of class k
+                                  goes to class k + 1 instead (whose own spill then applies): cheap
+                                  calls overflow a busy lane for the next one up, never down */
 } srpc_func_config_t;
 
 #define SRPC_MAX_FUNCS 64      /* queues in a server: a function with aux classes has one each */
-#define SRPC_MAX_AUX_CLASSES 16
+
+/* srpc_func_config_t.class_by */
+#define SRPC_CLASS_BY_AUX 0
+#define SRPC_CLASS_BY_COST 1
 
 /* srpc_func_config_t.cost_from */
 #define SRPC_COST_NONE 0

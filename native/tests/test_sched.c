@@ -1,4 +1,4 @@
-/* test_sched.c: the scheduler seam over real loopback UDP: which function's due batch the worker takes next under round robin, strict priority, weighted fair share (by calls and by admission cost) and earliest deadline first, and the configurations refused. */
+/* test_sched.c: the scheduler seam over real loopback UDP: which function's due batch the worker takes next under round robin, strict priority, weighted fair share (by calls and by admission cost) and earliest deadline first, queues by aux class and by cost class, and the configurations refused. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
@@ -226,9 +226,164 @@ static void test_aux_classes(void)
     srpc_server_destroy(srv);
 }
 
+/* Classes by admission cost: a raw function whose calls cost the sum of their int32 keys' rows
+ * (row k costs k), 3 classes with bounds 10 and 100: each call's queue is the class its whole
+ * request's cost falls in (a multi-segment request too), batches hold one class, a bad key is
+ * BAD_REQUEST alone; and the settings refused. */
+static void test_cost_classes(void)
+{
+    srpc_server_config_t cfg = loopback_server_config(SRPC_WAIT_BLOCK);
+    cfg.sched = SRPC_SCHED_RR;
+    srpc_server_t *srv = NULL;
+    CHECK(srpc_server_create(&cfg, &srv) == 0, "server");
+    static uint32_t table[200], in = 200000, out = 64;
+    for (uint32_t i = 0; i < 200; i++)
+        table[i] = i;
+    srpc_func_config_t fc;
+    srpc_func_config_init(&fc);
+    fc.func_id = 3;
+    fc.raw = 1;
+    fc.in_sizes = &in;
+    fc.out_sizes = &out;
+    fc.capacity = 16;
+    fc.max_batch = 8;
+    fc.cost_from = SRPC_COST_TABLE;
+    fc.cost_table = table;
+    fc.cost_table_len = 200;
+    fc.cost_key_size = 4;
+    fc.aux_classes = 3;
+    fc.class_by = SRPC_CLASS_BY_COST;
+    fc.class_bounds[0] = 10;
+    fc.class_bounds[1] = 100;
+    srpc_func_config_t bad = fc;
+    bad.class_bounds[1] = 10;
+    CHECK(srpc_server_add_function(srv, &bad) == -EINVAL, "bounds not strictly ascending");
+    bad = fc;
+    bad.class_bounds[0] = 0;
+    CHECK(srpc_server_add_function(srv, &bad) == -EINVAL, "a bound of 0");
+    bad = fc;
+    bad.cost_from = SRPC_COST_NONE;
+    CHECK(srpc_server_add_function(srv, &bad) == -EINVAL, "classes by cost without a cost");
+    bad = fc;
+    bad.aux_classes = 1;
+    CHECK(srpc_server_add_function(srv, &bad) == -EINVAL, "classes by cost with one class");
+    bad = fc;
+    bad.class_by = 7;
+    CHECK(srpc_server_add_function(srv, &bad) == -EINVAL, "an unknown class_by");
+    bad = fc;
+    bad.cost_from = SRPC_COST_AUX;
+    bad.cost_table = NULL;
+    bad.func_id = 4; /* by cost, the cost from aux: aux means one thing */
+    CHECK(srpc_server_add_function(srv, &bad) == 0, "classes by an aux cost");
+    CHECK(srpc_server_add_function(srv, &fc) == 0, "add 3 classes by cost");
+    CHECK(srpc_server_start(srv) == 0, "start");
+    srpc_client_t *c = client(srpc_server_port(srv));
+    /* costs: 3 (class 0), 150 (2), 9 (0), 10 (1), bad key, 99 (1), and 30000 keys of row 1, in
+     * two segments of at most 65000 bytes: 30000 (2) */
+    static int32_t big[30000];
+    for (int i = 0; i < 30000; i++)
+        big[i] = 1;
+    const int32_t calls[6][2] = {{1, 2}, {50, 100}, {4, 5}, {10, 0}, {3, 200}, {49, 50}};
+    uint64_t id;
+    for (int i = 0; i < 6; i++)
+        CHECK(srpc_client_send(c, 3, calls[i], sizeof(calls[i]), 0, &id) == 0, "send %d", i);
+    CHECK(srpc_client_send(c, 3, big, sizeof(big), 0, &id) == 0, "send the multi-segment request");
+    int32_t one = 150; /* function 4: cost = aux */
+    CHECK(srpc_client_send(c, 4, &one, sizeof(one), 150, &id) == 0, "send to the aux-cost function");
+    CHECK(wait_for_calls(srv, 7, 1), "7 queued");
+    uint32_t got[3] = {0}, aux_cost_class = 99;
+    srpc_batch_t b;
+    for (int i = 0; i < 8 && srpc_server_next_batch(srv, &b, 200000) == 0; i++) {
+        const uint32_t lo = b.aux_class == 0 ? 0 : b.aux_class == 1 ? 10 : 100;
+        const uint32_t hi = b.aux_class == 0 ? 10 : b.aux_class == 1 ? 100 : UINT32_MAX;
+        for (uint32_t j = 0; j < b.count; j++) {
+            CHECK(b.cost[j] >= lo && (b.cost[j] < hi || hi == UINT32_MAX), "function %u class %u holds a call of cost %u",
+                  b.func_id, b.aux_class, b.cost[j]);
+            b.out_len[j] = 0;
+        }
+        if (b.func_id == 4)
+            aux_cost_class = b.aux_class;
+        else
+            got[b.aux_class] += b.count;
+        CHECK(srpc_server_complete(srv, &b, 0, NULL) == 0, "complete");
+    }
+    CHECK(got[0] == 2 && got[1] == 2 && got[2] == 2, "calls per class %u %u %u, want 2 2 2", got[0], got[1], got[2]);
+    CHECK(aux_cost_class == 2, "the aux-cost call (150) in class %u, want 2", aux_cost_class);
+    srpc_server_stats_t st;
+    srpc_server_stats(srv, &st);
+    CHECK(st.errors[SRPC_E_BAD_REQUEST] == 1, "one BAD_REQUEST (the bad key), got %llu",
+          (unsigned long long)st.errors[SRPC_E_BAD_REQUEST]);
+    CHECK(st.rx_datagrams >= 9, "the large request came in several segments: %llu datagrams",
+          (unsigned long long)st.rx_datagrams);
+    srpc_client_destroy(c);
+    srpc_server_destroy(srv);
+}
+
+/* Spill: classes by cost (bound 10) where class 0 holds at most 2 calls not yet answered: cheap
+ * calls past that go to class 1 (never the other way); spill limits are refused where they cannot
+ * apply. */
+static void test_cost_class_spill(void)
+{
+    srpc_server_config_t cfg = loopback_server_config(SRPC_WAIT_BLOCK);
+    srpc_server_t *srv = NULL;
+    CHECK(srpc_server_create(&cfg, &srv) == 0, "server");
+    static uint32_t table[100], s4 = 4;
+    for (uint32_t i = 0; i < 100; i++)
+        table[i] = i;
+    srpc_func_config_t fc;
+    srpc_func_config_init(&fc);
+    fc.func_id = 6;
+    fc.in_sizes = fc.out_sizes = &s4;
+    fc.capacity = 16;
+    fc.max_batch = 8;
+    fc.cost_from = SRPC_COST_TABLE;
+    fc.cost_table = table;
+    fc.cost_table_len = 100;
+    fc.cost_key_count = 1;
+    fc.cost_key_size = 4;
+    fc.aux_classes = 2;
+    fc.class_by = SRPC_CLASS_BY_COST;
+    fc.class_bounds[0] = 10;
+    fc.class_spill[0] = 2;
+    srpc_func_config_t bad = fc;
+    bad.class_spill[1] = 3; /* class 1 is the last: nowhere to spill to */
+    CHECK(srpc_server_add_function(srv, &bad) == -EINVAL, "a spill limit on the last class");
+    bad = fc;
+    bad.class_by = SRPC_CLASS_BY_AUX;
+    bad.cost_from = SRPC_COST_NONE;
+    CHECK(srpc_server_add_function(srv, &bad) == -EINVAL, "a spill limit on classes by aux");
+    CHECK(srpc_server_add_function(srv, &fc) == 0, "add");
+    CHECK(srpc_server_start(srv) == 0, "start");
+    srpc_client_t *c = client(srpc_server_port(srv));
+    const int32_t keys[6] = {1, 2, 3, 50, 4, 5}; /* cheap, cheap, cheap (spills), dear, cheap, cheap (spill) */
+    uint64_t id;
+    for (int i = 0; i < 6; i++) {
+        CHECK(srpc_client_send(c, 6, &keys[i], 4, 0, &id) == 0, "send %d", i);
+        CHECK(wait_for_calls(srv, (uint64_t)i + 1, 1), "%d queued", i + 1); /* in this order */
+    }
+    uint32_t n[2] = {0}, cost_sum[2] = {0};
+    srpc_batch_t b;
+    for (int i = 0; i < 2 && srpc_server_next_batch(srv, &b, 200000) == 0; i++) {
+        n[b.aux_class] += b.count;
+        for (uint32_t j = 0; j < b.count; j++)
+            cost_sum[b.aux_class] += b.cost[j];
+        CHECK(srpc_server_complete(srv, &b, 0, NULL) == 0, "complete");
+    }
+    CHECK(n[0] == 2 && cost_sum[0] == 3, "class 0: %u calls costing %u, want the first two (1 + 2)", n[0], cost_sum[0]);
+    CHECK(n[1] == 4 && cost_sum[1] == 62, "class 1: %u calls costing %u, want 3, 50, 4, 5", n[1], cost_sum[1]);
+    /* answered: class 0 has room again */
+    CHECK(srpc_client_send(c, 6, &keys[0], 4, 0, &id) == 0, "send again");
+    CHECK(srpc_server_next_batch(srv, &b, 2000000) == 0 && b.aux_class == 0 && b.count == 1, "class 0 again");
+    CHECK(srpc_server_complete(srv, &b, 0, NULL) == 0, "complete");
+    srpc_client_destroy(c);
+    srpc_server_destroy(srv);
+}
+
 int main(void)
 {
     test_aux_classes();
+    test_cost_classes();
+    test_cost_class_spill();
     test_external_policy();
     fdef_t two[2] = {{.id = 1}, {.id = 2}};
     int four_each[2] = {4, 4};

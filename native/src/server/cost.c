@@ -71,33 +71,25 @@ static int64_t key_at(const uint8_t *p, uint32_t size, uint32_t i)
     return (int64_t)v;
 }
 
-/* The cost of the call whose request (len bytes, header aux) is in element seq: 0 with *cost,
- * or -EINVAL with why (n bytes) saying which key is bad. */
-static int cost_of(const srpc_fn_t *fn, uint64_t seq, uint32_t len, uint16_t aux, uint32_t *cost, char *why, size_t n)
+/* How many cost keys a request of len bytes holds: 0 with *count, or -EINVAL with why. */
+static int key_count(const srpc_fn_t *fn, uint32_t len, uint32_t *count, char *why, size_t n)
 {
-    *cost = 0;
-    if (fn->cost_from == SRPC_COST_AUX)
-        *cost = aux;
-    if (fn->cost_from != SRPC_COST_TABLE)
-        return 0;
-    uint32_t at;
-    const int k = key_tensor(fn, &at);
-    uint32_t count = fn->cost_key_count;
-    if (count == 0) { /* a raw function's keys run from the offset to the end of its request */
+    *count = fn->cost_key_count;
+    if (*count == 0) { /* a raw function's keys run from the offset to the end of its request */
         if (len < fn->cost_key_offset || (len - fn->cost_key_offset) % fn->cost_key_size != 0) {
             snprintf(why, n, "a request of %u bytes does not hold whole %u-byte cost keys after byte %u", len,
                      fn->cost_key_size, fn->cost_key_offset);
             return -EINVAL;
         }
-        count = (len - fn->cost_key_offset) / fn->cost_key_size;
+        *count = (len - fn->cost_key_offset) / fn->cost_key_size;
     }
-    const uint64_t end = (uint64_t)fn->cost_key_offset + (uint64_t)count * fn->cost_key_size;
-    if (k < 0 || (fn->raw && end > len)) { /* fixed sizes were checked at registration */
-        snprintf(why, n, "a request of %u bytes has no room for its %u cost keys at byte %u", len,
-                 count, fn->cost_key_offset);
-        return -EINVAL;
-    }
-    const uint8_t *p = srpc_tq_elem(fn->in_tq[k], seq) + at;
+    return 0;
+}
+
+/* The summed table rows of the count keys at p (at most UINT32_MAX): 0 with *cost, or -EINVAL
+ * with why naming the first key outside the table. */
+static int sum_keys(const srpc_fn_t *fn, const uint8_t *p, uint32_t count, uint32_t *cost, char *why, size_t n)
+{
     uint64_t sum = 0;
     for (uint32_t i = 0; i < count; i++) {
         const int64_t key = key_at(p, fn->cost_key_size, i);
@@ -110,6 +102,48 @@ static int cost_of(const srpc_fn_t *fn, uint64_t seq, uint32_t len, uint16_t aux
     }
     *cost = sum > UINT32_MAX ? UINT32_MAX : (uint32_t)sum;
     return 0;
+}
+
+static int no_room(uint32_t len, uint32_t count, uint32_t offset, char *why, size_t n)
+{
+    snprintf(why, n, "a request of %u bytes has no room for its %u cost keys at byte %u", len, count, offset);
+    return -EINVAL;
+}
+
+/* The cost of the call whose request (len bytes, header aux) is in element seq: 0 with *cost,
+ * or -EINVAL with why (n bytes) saying which key is bad. */
+static int cost_of(const srpc_fn_t *fn, uint64_t seq, uint32_t len, uint16_t aux, uint32_t *cost, char *why, size_t n)
+{
+    *cost = 0;
+    if (fn->cost_from == SRPC_COST_AUX)
+        *cost = aux;
+    if (fn->cost_from != SRPC_COST_TABLE)
+        return 0;
+    uint32_t at, count;
+    const int k = key_tensor(fn, &at);
+    if (key_count(fn, len, &count, why, n) != 0)
+        return -EINVAL;
+    const uint64_t end = (uint64_t)fn->cost_key_offset + (uint64_t)count * fn->cost_key_size;
+    if (k < 0 || (fn->raw && end > len)) /* fixed sizes were checked at registration */
+        return no_room(len, count, fn->cost_key_offset, why, n);
+    return sum_keys(fn, srpc_tq_elem(fn->in_tq[k], seq) + at, count, cost, why, n);
+}
+
+int srpc_cost_class(const srpc_fn_t *fn, const uint8_t *req, uint32_t len, uint16_t aux, char *why, size_t n)
+{
+    uint32_t cost = fn->cost_from == SRPC_COST_AUX ? aux : 0, count;
+    if (fn->cost_from == SRPC_COST_TABLE) {
+        if (key_count(fn, len, &count, why, n) != 0)
+            return -EINVAL;
+        if ((uint64_t)fn->cost_key_offset + (uint64_t)count * fn->cost_key_size > len)
+            return no_room(len, count, fn->cost_key_offset, why, n);
+        if (sum_keys(fn, req + fn->cost_key_offset, count, &cost, why, n) != 0)
+            return -EINVAL;
+    }
+    int c = 0;
+    while (c + 1 < (int)fn->n_classes && cost >= fn->class_bounds[c])
+        c++;
+    return c;
 }
 
 void srpc_cost_admit_locked(srpc_server_t *srv, srpc_fn_t *fn, uint64_t seq, uint16_t aux)

@@ -79,6 +79,26 @@ static void enqueue(srpc_server_t *srv, srpc_fn_t *fn, uint32_t ct_idx, const ui
          aux, now);
 }
 
+/* The record of the class that a call to fn, a function whose classes are by cost, falls in,
+ * from its whole request (len bytes at req; host memory: server.c refuses classes by cost where
+ * requests arrive in device memory), moved up past each class whose queue is at its spill limit
+ * (calls not yet answered); NULL when a cost key is bad, the call answered BAD_REQUEST alone.
+ * (fill computes the cost again from the element: the same keys, the same cost.) */
+static srpc_fn_t *cost_class(srpc_server_t *srv, srpc_fn_t *fn, const srpc_call_key_t *k, const uint8_t *req,
+                             uint32_t len, uint16_t aux)
+{
+    char why[SRPC_ERRMSG_MAX + 1];
+    int c = srpc_cost_class(fn, req, len, aux, why, sizeof(why));
+    if (c < 0) {
+        srpc_reply_error_rx(srv, k, SRPC_E_BAD_REQUEST, "%s", why);
+        return NULL;
+    }
+    srpc_fn_t *cls = srv->fns[fn->first_fi + (uint32_t)c];
+    while ((uint32_t)c + 1 < fn->n_classes && fn->class_spill[c] && cls->head - cls->done >= fn->class_spill[c])
+        cls = srv->fns[fn->first_fi + (uint32_t)++c];
+    return cls;
+}
+
 /* A segment of a call the table knows. */
 static void known_call(srpc_server_t *srv, uint32_t idx, const srpc_hdr_t *h, uint32_t seg, const uint8_t *data,
                        uint32_t dlen, uint64_t now)
@@ -115,6 +135,15 @@ static void known_call(srpc_server_t *srv, uint32_t idx, const srpc_hdr_t *h, ui
     if (r == 0)
         return;
     srpc_fn_t *fn = srpc_fn_lookup(srv, h->func_id, e->aux);
+    if (unlikely(fn->class_by_cost)) { /* never placed (partial.c): its class from the whole message */
+        srpc_call_key_t k = e->key;
+        srpc_fn_t *cls = cost_class(srv, fn, &k, e->u.partial.buf, e->u.partial.msg_len, e->aux);
+        if (!cls) {
+            srv->rx.ready += srpc_partial_drop_locked(srv, idx);
+            return;
+        }
+        fn = cls;
+    }
     if (!e->placed && srpc_ring_full(fn)) {
         srpc_call_key_t k = e->key;
         srv->rx.ready += srpc_partial_drop_locked(srv, idx);
@@ -160,6 +189,8 @@ static void new_call(srpc_server_t *srv, const srpc_call_key_t *k, const srpc_hd
         return;
     }
     if (h->nseg == 1) {
+        if (unlikely(fn->class_by_cost) && !(fn = cost_class(srv, fn, k, data, dlen, h->aux)))
+            return;
         if (unlikely(srpc_ring_full(fn))) {
             srpc_reply_error_rx(srv, k, SRPC_E_BUSY, "queue of function %u is full", h->func_id);
             return;

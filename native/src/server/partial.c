@@ -37,8 +37,10 @@ int srpc_partial_start_locked(srpc_server_t *srv, uint32_t idx, srpc_fn_t *fn, c
 {
     SRPC_ASSERT_LOCKED(srv);
     ct_entry_t *e = &srv->ct.e[idx];
-    /* One input tensor: the message is the element's bytes, so reassemble it in place. */
-    const int place = fn->n_in == 1 && !srpc_ring_full(fn) && fn->reserved < fn->capacity / SRPC_PLACE_MAX_FRACTION;
+    /* One input tensor: the message is the element's bytes, so reassemble it in place (not for a
+     * function whose classes are by cost: its class, so its queue, is known only once complete). */
+    const int place = !fn->class_by_cost && fn->n_in == 1 && !srpc_ring_full(fn) &&
+                      fn->reserved < fn->capacity / SRPC_PLACE_MAX_FRACTION;
     int r = place ? srpc_reasm_init_at(&e->u.partial, h, seg, srpc_tq_elem(fn->in_tq[0], fn->head))
                   : srpc_reasm_init(&e->u.partial, h, seg, &srv->pool);
     if (r != 0) {

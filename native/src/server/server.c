@@ -128,8 +128,20 @@ int srpc_server_add_function(srpc_server_t *srv, const srpc_func_config_t *fc)
     if (srv->by_id[fc->func_id])
         return -EEXIST;
     const uint32_t n = fc->aux_classes > 1 ? fc->aux_classes : 1;
-    if (n > SRPC_MAX_AUX_CLASSES || (n > 1 && fc->cost_from == SRPC_COST_AUX))
+    const int by_cost = fc->class_by == SRPC_CLASS_BY_COST;
+    if (n > SRPC_MAX_AUX_CLASSES || (fc->class_by != SRPC_CLASS_BY_AUX && !by_cost) ||
+        (n > 1 && !by_cost && fc->cost_from == SRPC_COST_AUX))
         return -EINVAL;
+    if (by_cost) { /* a cost to classify by, read from host memory; bounds 1 <= b0 < b1 < ... */
+        if (n < 2 || fc->cost_from == SRPC_COST_NONE || fc->on_gpu || srv->tp->payload_device >= 0)
+            return -EINVAL;
+        for (uint32_t k = 0; k + 1 < n; k++)
+            if (fc->class_bounds[k] < 1 || (k && fc->class_bounds[k] <= fc->class_bounds[k - 1]))
+                return -EINVAL;
+    }
+    for (uint32_t k = 0; k < SRPC_MAX_CLASS_BOUNDS; k++) /* spill limits: classes by cost, below the last */
+        if (fc->class_spill[k] && (!by_cost || k + 1 >= n))
+            return -EINVAL;
     if (srv->nfns + n > SRPC_MAX_FUNCS)
         return -ENOSPC;
     const uint32_t first = srv->nfns;
@@ -144,6 +156,11 @@ int srpc_server_add_function(srpc_server_t *srv, const srpc_func_config_t *fc)
         fn->aux_class = (uint16_t)k;
         fn->n_classes = (uint16_t)(n > 1 ? n : 0);
         fn->first_fi = first;
+        fn->class_by_cost = (uint8_t)by_cost;
+        if (by_cost) {
+            memcpy(fn->class_bounds, fc->class_bounds, (n - 1) * sizeof(uint32_t));
+            memcpy(fn->class_spill, fc->class_spill, (n - 1) * sizeof(uint32_t));
+        }
         fn->priority = k <= UINT32_MAX - fc->priority ? fc->priority + k : UINT32_MAX; /* saturating */
         srv->fns[srv->nfns++] = fn;
     }

@@ -122,6 +122,10 @@ typedef struct srpc_fn {
     uint16_t aux_class, n_classes;  /* read-only: its class, and how many its function has (0 or
                                        1: none); the classes' records are first_fi, first_fi + 1.. */
     uint32_t first_fi;              /* read-only: srv->fns index of class 0 */
+    uint8_t class_by_cost;          /* read-only: its classes are by admission cost, not by aux
+                                       (engine.c picks the class once the request is complete) */
+    uint32_t class_bounds[SRPC_MAX_CLASS_BOUNDS]; /* read-only: class_by_cost's n_classes - 1 bounds */
+    uint32_t class_spill[SRPC_MAX_CLASS_BOUNDS];  /* read-only: and their spill limits (0: none) */
     uint64_t vtime;                 /* lock: fair share: its virtual finish time */
     uint8_t cb_slow;    /* worker: its last batch kept the worker away longer than half of
                            rx_takeover_us, or it has had none yet (rx_owner.c: the engine
@@ -242,8 +246,9 @@ struct srpc_server {
 
 #define ST_ADD(srv, field, v) __atomic_fetch_add(&(srv)->st.field, (v), __ATOMIC_RELAXED)
 
-/* The queue a call of func_id with header aux goes to: the function, or the record of its aux
- * class; NULL for an unknown function. */
+/* The queue of class `aux` of func_id (min(aux, classes - 1)): the function's record, or that of
+ * the class; NULL for an unknown function. A call goes by its header's aux, except to a function
+ * whose classes are by cost (class_by_cost), whose class engine.c computes. */
 static inline srpc_fn_t *srpc_fn_lookup(const srpc_server_t *srv, uint16_t func_id, uint16_t aux)
 {
     srpc_fn_t *fn = srv->by_id[func_id];
