@@ -34,6 +34,9 @@ class BatchJob(functools.partial):
     count = property(lambda self: self.args[1])
     call_args = property(lambda self: self.args[2])
     call_kwargs = property(lambda self: self.args[3])
+    # which of its function's class queues the batch came from (aux_classes or cost_classes; 0
+    # without classes): the run's fifth argument is the worker's record of that queue
+    aux_class = property(lambda self: self.args[5].aux_class)
 
 
 class Executor:
@@ -46,6 +49,9 @@ class Executor:
 
     threads = 1
     name = "executor"
+    # batches of one queue (a function, or one class of a function with classes) out at once at
+    # most; None: `threads`. LanePool.by_class sets it to its lanes' threads: each class has a lane.
+    queue_threads: int | None = None
 
     def submit(self, job: Callable[[], None]) -> None:
         raise NotImplementedError
@@ -183,6 +189,21 @@ class LanePool(Executor):
 
     def __repr__(self) -> str:
         return f"LanePool({self.lanes}, name={self.name!r})"
+
+    @classmethod
+    def by_class(cls, lanes: dict, classes, name: str = "splitrpc-lanes") -> "LanePool":
+        """A LanePool that runs each batch on the lane of its queue's class: classes[k] names the
+        lane of class k (a function with cost_classes or aux_classes; a batch of a class past the
+        list goes to the first lane, counted in misrouted). Each class's queue has at most its
+        lane's threads of batches out, so each lane's batches form from its own class's calls
+        (queue_threads)."""
+        classes = list(classes)
+        unknown = [c for c in classes if c not in lanes]
+        if not classes or unknown:
+            raise ValueError(f"classes must name lanes of {sorted(lanes)}, got {classes!r}")
+        pool = cls(lanes, lambda job: classes[job.aux_class] if job.aux_class < len(classes) else None, name=name)
+        pool.queue_threads = max(pool.lanes[c] for c in classes)
+        return pool
 
     def submit(self, job: Callable[[], None]) -> None:
         try:

@@ -32,6 +32,43 @@ SCHED_POLICIES = _server.SCHED_POLICIES
 QueueView = _server.QueueView
 
 
+def _class_bounds(cost_classes) -> tuple:
+    """cost_classes checked: a tuple of 1 .. MAX_CLASS_BOUNDS strictly ascending integers from 1 to
+    2**32 - 1 (a call's cost is at most that); ValueError saying what is wrong otherwise."""
+    try:
+        b = tuple(cost_classes)
+    except TypeError:
+        raise ValueError(f"cost_classes must be a sequence of cost bounds, got {cost_classes!r}") from None
+    if not 1 <= len(b) <= _server.MAX_CLASS_BOUNDS:
+        raise ValueError(f"cost_classes holds 1 to {_server.MAX_CLASS_BOUNDS} bounds (2 to "
+                         f"{_server.MAX_CLASS_BOUNDS + 1} classes), got {len(b)}")
+    for i, v in enumerate(b):
+        if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v < 2**32:
+            raise ValueError(f"cost_classes[{i}] must be an integer from 1 to 2**32 - 1, got {v!r}")
+        if i and v <= b[i - 1]:
+            raise ValueError(f"cost_classes must be strictly ascending, got {list(b)}")
+    return b
+
+
+def _class_spill(class_spill, bounds) -> tuple | None:
+    """class_spill checked against the cost classes' bounds: None, or one integer from 0 to
+    2**32 - 1 per class but the last; ValueError saying what is wrong otherwise."""
+    if class_spill is None:
+        return None
+    if bounds is None:
+        raise ValueError("class_spill moves calls between cost classes: give cost_classes with it")
+    try:
+        n = tuple(class_spill)
+    except TypeError:
+        raise ValueError(f"class_spill must be a sequence of call counts, got {class_spill!r}") from None
+    if len(n) != len(bounds):
+        raise ValueError(f"class_spill holds one limit per class but the last ({len(bounds)}), got {len(n)}")
+    for i, v in enumerate(n):
+        if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < 2**32:
+            raise ValueError(f"class_spill[{i}] must be an integer from 0 (never) to 2**32 - 1, got {v!r}")
+    return n
+
+
 def _takes_costs(fn) -> bool:
     """Whether callback fn has a parameter named costs (passed by keyword)."""
     try:
@@ -217,6 +254,8 @@ class Server:
         priority: int | None = None,
         weight: int | None = None,
         aux_classes: int | None = None,
+        cost_classes=None,
+        class_spill=None,
         version: str | None = None,
     ) -> Callable:
         """Decorator registering `fn` under func_id.
@@ -278,6 +317,16 @@ class Server:
         request header (``client.call(f, x, aux=k)``), and class k ranks as priority
         ``priority + k`` (a higher aux runs first under ``sched="priority"``). The callback is the
         same; its batches hold calls of one class. Host functions, and not with ``cost="aux"``.
+        ``cost_classes=(b1, b2, ...)`` (1 to 15 strictly ascending integers, the first at least 1)
+        gives it one queue per cost range instead, chosen by the engine from each call's admission
+        cost (``cost=`` is needed) once its request is complete: class 0 below b1, class k from
+        b[k] up to b[k+1], the last from the last bound up. Each class forms its own batches, so
+        cheap and costly calls are never batched together; an executor reads a batch's class as
+        ``BatchJob.aux_class``, and ``LanePool.by_class`` runs each class on its own lane (Quiver's
+        per-request routing of GNN sampling: small requests on the CPU, large on the GPU).
+        ``class_spill=(n0, n1, ...)`` (one per class but the last; 0: never) makes it load-aware:
+        while class k's queue holds n_k calls not yet answered (waiting or running), a call of
+        class k goes to class k + 1 instead, so cheap calls overflow a busy lane to the next one up.
 
         ``version`` (a short string of yours, e.g. "2024-06-01" or "v3") is what the describe
         server function reports for it (``Client.describe()``, ``splitrpc describe``). Function ids
@@ -294,7 +343,8 @@ class Server:
                               max_request=max_request, max_response=max_response, device=device,
                               orchestration=orchestration, deadline=deadline, executor=executor, cost=cost,
                               max_batch_cost=max_batch_cost, priority=priority, weight=weight,
-                              aux_classes=aux_classes, version=version)
+                              aux_classes=aux_classes, cost_classes=cost_classes, class_spill=class_spill,
+                              version=version)
             return fn
 
         return register
@@ -302,8 +352,8 @@ class Server:
     def add_function(self, fn, func_id, name=None, inputs=(), outputs=(), *, max_batch=None, max_delay_us=None,
                      capacity=None, raw=False, max_request=None, max_response=None, device="cpu",
                      orchestration="o1", deadline=None, executor="inline", cost=None,
-                     max_batch_cost=None, priority=None, weight=None, aux_classes=None, version=None,
-                     _server_function=False) -> None:
+                     max_batch_cost=None, priority=None, weight=None, aux_classes=None, cost_classes=None,
+                     class_spill=None, version=None, _server_function=False) -> None:
         """Registers fn under func_id: what the function decorator does (see there)."""
         args = {k: v for k, v in locals().items() if k not in ("self", "_server_function")}
         if self._state != "created":
@@ -351,10 +401,19 @@ class Server:
                                         or not 1 <= aux_classes <= _server.MAX_AUX_CLASSES):
             raise ValueError(f"aux_classes must be an integer from 1 to {_server.MAX_AUX_CLASSES}, got {aux_classes!r}")
         n_classes = 0 if aux_classes in (None, 1) else aux_classes
-        if n_classes and cost == cost_.AUX:
+        bounds = None
+        if cost_classes is not None:
+            bounds = _class_bounds(cost_classes)
+            if aux_classes is not None:
+                raise ValueError("aux_classes and cost_classes both give the function its queues: choose one")
+            if cost is None:
+                raise ValueError("cost_classes needs a cost ('aux' or a CostTable): a call's class is its cost's range")
+            n_classes = len(bounds) + 1
+        spill = _class_spill(class_spill, bounds)
+        if n_classes and cost == cost_.AUX and bounds is None:
             raise ValueError("aux_classes and cost='aux' both read the request header's aux: choose one")
         if n_classes and ordinal >= 0:
-            raise ValueError("aux_classes are for host functions")
+            raise ValueError("aux_classes and cost_classes are for host functions")
         if n_classes and len(self._funcs_and_classes()) + n_classes > _server.MAX_FUNCS:
             raise ValueError(f"at most {_server.MAX_FUNCS} queues in a server (each aux class is one)")
         if max_batch_cost is not None and cost is None:
@@ -391,9 +450,9 @@ class Server:
             _server.add_function(self._srv, func_id, raw=raw, in_sizes=in_sizes, out_sizes=out_sizes,
                                  capacity=capacity, max_batch=max_batch, max_delay_us=max_delay_us,
                                  gpu_device=ordinal, deadline_us=max(int(deadline * 1e6), 1) if deadline else 0,
-                                 max_inflight=pool.threads if pool is not None else 0, cost=cost,
-                                 max_batch_cost=max_batch_cost or 0, priority=priority, weight=weight,
-                                 aux_classes=n_classes)
+                                 max_inflight=(pool.queue_threads or pool.threads) if pool is not None else 0,
+                                 cost=cost, max_batch_cost=max_batch_cost or 0, priority=priority, weight=weight,
+                                 aux_classes=n_classes, class_bounds=bounds, class_spill=spill)
         except BaseException:
             runner = None  # its stream goes now, not with the traceback's frame
             raise
@@ -414,8 +473,9 @@ class Server:
         if not _server_function:
             self._registrations.append(args)
         if n_classes:  # a Function per class: each has its own queues, so its own views
-            f.classes = [f] + [dataclasses.replace(f, classes=None, args_cache={}, calls=0)
-                               for _ in range(n_classes - 1)]
+            f.class_bounds = bounds
+            f.classes = [f] + [dataclasses.replace(f, classes=None, args_cache={}, calls=0, aux_class=k)
+                               for k in range(1, n_classes)]
         self._funcs[func_id] = f
 
     def rebuild(self, **settings) -> "Server":

@@ -197,11 +197,116 @@ def test_aux_classes_of_one_function_run_by_priority(make_server, make_client):
 
 @pytest.mark.parametrize("kw, why", [(dict(aux_classes=17), "aux_classes must be"),
                                      (dict(aux_classes=2, cost="aux"), "both read the request header's aux"),
-                                     (dict(aux_classes=True), "aux_classes must be")])
-def test_bad_aux_classes_are_refused(kw, why):
+                                     (dict(aux_classes=True), "aux_classes must be"),
+                                     (dict(cost_classes=(10,)), "needs a cost"),
+                                     (dict(cost_classes=(10,), aux_classes=2, cost="aux"), "choose one"),
+                                     (dict(cost_classes=(), cost="aux"), "1 to 15 bounds"),
+                                     (dict(cost_classes=tuple(range(1, 17)), cost="aux"), "1 to 15 bounds"),
+                                     (dict(cost_classes=(5, 5), cost="aux"), "strictly ascending"),
+                                     (dict(cost_classes=(0,), cost="aux"), r"cost_classes\[0\] must be"),
+                                     (dict(cost_classes=(True,), cost="aux"), r"cost_classes\[0\] must be"),
+                                     (dict(cost_classes=(2**32,), cost="aux"), r"cost_classes\[0\] must be"),
+                                     (dict(cost_classes=7, cost="aux"), "a sequence of cost bounds"),
+                                     (dict(class_spill=(1,), cost="aux"), "give cost_classes with it"),
+                                     (dict(cost_classes=(5,), class_spill=(1, 1), cost="aux"), "one limit per class"),
+                                     (dict(cost_classes=(5,), class_spill=(-1,), cost="aux"), r"class_spill\[0\]"),
+                                     (dict(cost_classes=(5,), class_spill=2, cost="aux"), "a sequence of call counts")])
+def test_bad_aux_cost_classes_and_spill_are_refused(kw, why):
     srv = splitrpc.Server("127.0.0.1", 0)
     try:
         with pytest.raises(ValueError, match=why):
             srv.add_function(lambda x, y: None, 1, inputs=SPEC, outputs=SPEC, **kw)
     finally:
         srv.close()
+
+
+def _keys(*k) -> bytes:
+    return np.array(k, "<i8").tobytes()
+
+
+class _TwoLanes:
+    """A raw echo function 5 whose calls cost the sum of their int64 keys' rows (row k costs k),
+    on LanePool.by_class with lanes "cheap" (class 0) and "dear" (class 1); the first batch on
+    lane `hold` waits in its callback until `held` is set (`entered` says it has started). `seen`
+    lists each batch's (lane, costs)."""
+
+    def __init__(self, hold: str):
+        self.hold, self.held, self.entered = hold, threading.Event(), threading.Event()
+        self.seen, self._lock = [], threading.Lock()
+        self.lanes = splitrpc.LanePool.by_class({"cheap": 1, "dear": 1}, ["cheap", "dear"], name="test-lanes")
+
+    def body(self, reqs, resps, costs):
+        lane = splitrpc.current_lane()
+        with self._lock:
+            self.seen.append((lane, [int(c) for c in costs]))
+        if lane == self.hold and not self.held.is_set():
+            self.entered.set()
+            self.held.wait(10)
+        for q, r in zip(reqs, resps):
+            r[:len(q)] = q
+        return [len(q) for q in reqs]
+
+    def register(self, srv, name: str, **classes) -> None:
+        srv.add_function(self.body, 5, name, raw=True, max_request=8 * 64, max_response=8 * 64, max_batch=8,
+                         cost=splitrpc.CostTable(np.arange(100), keys=None, key_dtype="int64"), executor=self.lanes,
+                         **classes)
+
+
+def test_cost_classes_form_each_lanes_batches_from_its_own_calls(make_server, make_client):
+    """cost_classes=(10,) with LanePool.by_class: each call's queue is the range of its cost
+    (the sum of its int64 keys' rows, row k costing k), so a batch holds only cheap or only dear
+    calls, runs on that class's lane, and cheap calls are answered while a dear batch holds its
+    lane (per-request routing: they neither batch with it nor wait behind it); a bad key fails
+    its call alone with BAD_REQUEST before any Python runs."""
+    t = _TwoLanes("dear")
+    srv = make_server(lambda srv: t.register(srv, "classed", cost_classes=(10,)))
+    c = make_client(srv.port, timeout=10.0)
+    keys, held, entered, seen = _keys, t.held, t.entered, t.seen
+    first = c.call_async(5, keys(50))          # dear: holds the dear lane
+    assert entered.wait(5)
+    dear = [c.call_async(5, keys(7, 8)), c.call_async(5, keys(99))]  # dear (15, 99): wait for the lane
+    for i in range(12):                        # cheap (cost 0 .. 9): served meanwhile
+        assert c.call(5, keys(i % 10)) == keys(i % 10)
+    with pytest.raises(splitrpc.BadRequest, match="outside the table"):
+        c.call(5, keys(3, 100))                # key 100: no row
+    assert not first.done() and not any(f.done() for f in dear)
+    held.set()
+    assert first.result() == keys(50)
+    assert [f.result() for f in dear] == [keys(7, 8), keys(99)]
+    for lane, costs in seen:
+        assert all((cost >= 10) == (lane == "dear") for cost in costs), seen
+    assert sorted(cost for lane, costs in seen if lane == "dear" for cost in costs) == [15, 50, 99]
+    assert sum(len(costs) for lane, costs in seen if lane == "cheap") == 12
+    st = srv.stats()
+    assert st["executors"]["classed"]["misrouted"] == 0
+    assert st["errors"]["BAD_REQUEST"] == 1
+
+
+def test_a_lane_pool_by_class_names_known_lanes():
+    with pytest.raises(ValueError, match="classes must name lanes"):
+        splitrpc.LanePool.by_class({"a": 1}, ["a", "b"])
+    with pytest.raises(ValueError, match="classes must name lanes"):
+        splitrpc.LanePool.by_class({"a": 1}, [])
+    pool = splitrpc.LanePool.by_class({"a": 1, "b": 2}, ["a", "b", "a"])
+    assert pool.queue_threads == 2 and pool.threads == 3
+
+
+def test_cheap_calls_spill_over_a_busy_lane(make_server, make_client):
+    """class_spill=(1,): while the cheap class holds a call not yet answered, cheap calls go to the
+    dear class's lane instead: with the cheap lane held, they are answered there; once it is free,
+    cheap calls run on it again (never the other way: a dear call never runs on the cheap lane)."""
+    t = _TwoLanes("cheap")
+    srv = make_server(lambda srv: t.register(srv, "spilled", cost_classes=(10,), class_spill=(1,)))
+    c = make_client(srv.port, timeout=10.0)
+    keys, held, entered, seen = _keys, t.held, t.entered, t.seen
+    first = c.call_async(5, keys(1))           # cheap: holds the cheap lane
+    assert entered.wait(5)
+    for i in range(2, 8):                      # cheap, but the cheap class is at its limit: the dear lane
+        assert c.call(5, keys(i)) == keys(i)
+    assert c.call(5, keys(60)) == keys(60)
+    assert not first.done()
+    held.set()
+    assert first.result() == keys(1)
+    assert c.call(5, keys(9)) == keys(9)       # the cheap lane is free again
+    by_lane = {lane: sorted(k for ln, costs in seen if ln == lane for k in costs) for lane in ("cheap", "dear")}
+    assert by_lane == {"cheap": [1, 9], "dear": [2, 3, 4, 5, 6, 7, 60]}

@@ -27,6 +27,7 @@ SCHED_POLICIES = {"rr": lib.SRPC_SCHED_RR, "priority": lib.SRPC_SCHED_PRIORITY, 
 _NO_POS = (1 << 64) - 1  # srpc_batch_t.pos (UINT64_MAX) when a function's address period is too long to cache
 _ARGS_CACHE_LIMIT = 8192
 MAX_FUNCS = lib.SRPC_MAX_FUNCS            # queues in a server (a function with aux classes has one each)
+MAX_CLASS_BOUNDS = lib.SRPC_MAX_CLASS_BOUNDS  # bounds of classes by cost (one fewer than the classes)
 MAX_AUX_CLASSES = lib.SRPC_MAX_AUX_CLASSES
 _NO_KWARGS: dict = {}
 WAIT_US = 100_000  # the worker returns to Python this often when idle (Ctrl-C, stop)
@@ -149,10 +150,12 @@ def server_port(srv) -> int:
 def add_function(srv, func_id: int, *, raw: bool, in_sizes: list, out_sizes: list, capacity: int | None,
                  max_batch: int | None, max_delay_us: int | None, gpu_device: int, deadline_us: int,
                  max_inflight: int = 0, cost=None, max_batch_cost: int = 0, priority: int | None = None,
-                 weight: int | None = None, aux_classes: int = 0) -> None:
+                 weight: int | None = None, aux_classes: int = 0, class_bounds=None, class_spill=None) -> None:
     """srpc_server_add_function with srpc_func_config_init's defaults where a setting is None;
     gpu_device -1: host memory; max_inflight 0: no limit on the function's batches out at once;
-    cost None, "aux" or a splitrpc.cost.CostTable (checked already), max_batch_cost 0: none.
+    cost None, "aux" or a splitrpc.cost.CostTable (checked already), max_batch_cost 0: none;
+    class_bounds None, or the aux_classes - 1 cost bounds of classes by cost, class_spill None or
+    their spill limits (both checked already).
     Raises GPUError (a GPU function) or NativeError."""
     fc = ffi.new("srpc_func_config_t *")
     lib.srpc_func_config_init(fc)
@@ -176,6 +179,12 @@ def add_function(srv, func_id: int, *, raw: bool, in_sizes: list, out_sizes: lis
     if weight is not None:
         fc.weight = weight
     fc.aux_classes = aux_classes
+    if class_bounds is not None:
+        fc.class_by = lib.SRPC_CLASS_BY_COST
+        for k, b in enumerate(class_bounds):
+            fc.class_bounds[k] = b
+        for k, n in enumerate(class_spill or ()):
+            fc.class_spill[k] = n
     table = None
     if cost == "aux":
         fc.cost_from = lib.SRPC_COST_AUX
@@ -290,6 +299,8 @@ class Function:
     costs_kw: bool = False    # the callback takes its calls' admission costs as costs=
     # aux classes: the Function of each class's queues (this one is class 0), or None
     classes: list | None = None
+    aux_class: int = 0        # which of its function's classes' queues this Function is
+    class_bounds: tuple | None = None  # classes by cost: their bounds (class k: [b[k-1], b[k]))
     calls: int = field(default=0)
     info: object = None            # its splitrpc.describe.FunctionInfo (what describe answers)
     server_function: bool = False  # ping or describe (docs/PROTOCOL.md, Amendment 1)
