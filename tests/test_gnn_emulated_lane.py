@@ -110,6 +110,49 @@ def test_a_routed_server_runs_both_lanes_at_once_and_answers_right():
         srv.close()
 
 
+def test_each_call_goes_to_its_own_lane_by_its_psgs():
+    """route_by="request" (the default where the lanes run together): a call below the threshold
+    runs on the CPU lane and one at or above it on the other, whatever it arrives with, so each
+    lane's seed count is exactly its own calls' (per batch, a batch of small calls with one large
+    one would go to one lane together)."""
+    srv = splitrpc.Server("127.0.0.1", 0, wait="block")
+    try:
+        s = serve.register_gnn(srv, "graphsage", small=True, threshold=3000, torch_threads=None, lane="emulated",
+                               lane_model=LaneModel(0.02, 0.0))
+        srv.start()
+        assert s.route_by == "request"
+        rng = np.random.default_rng(5)
+        low = s.graph.degree.argsort()[:3].astype("<i8")
+        assert s.psgs[low].sum() < 3000
+        large = [s.example(rng, 128) for _ in range(3)]
+        assert all(s.psgs[np.frombuffer(r, "<i8")].sum() >= 3000 for r in large)
+        reqs = [low.tobytes(), large[0], low.tobytes(), low.tobytes(), large[1], low.tobytes(), large[2]]
+        with splitrpc.Client("127.0.0.1", srv.port, timeout=10.0) as c:
+            futs = [c.call_async(15, r) for r in reqs]
+            assert all(s.check_reply(r, f.result(10)) for r, f in zip(reqs, futs))
+        st = s.stats()
+        assert st["cpu"]["seeds"] == 4 * 3 and st["cpu"]["calls"] == 4  # no spill by default
+        assert st["emulated"]["seeds"] == 3 * 128 and st["emulated"]["calls"] == 3
+    finally:
+        srv.close()
+
+
+def test_per_request_routing_needs_the_lanes_together():
+    srv = splitrpc.Server("127.0.0.1", 0)
+    try:
+        with pytest.raises(ValueError, match="needs the routed policy with the lanes together"):
+            serve.register_gnn(srv, "graphsage", small=True, policy="cpu", lane="emulated", torch_threads=None,
+                               route_by="request")
+        with pytest.raises(ValueError, match="route_by must be one of"):
+            serve.register_gnn(srv, "graphsage", small=True, lane="emulated", torch_threads=None, route_by="call")
+        for route_by, spill in (("batch", 4), ("request", 0)):
+            with pytest.raises(ValueError, match="spill is a number of calls >= 1 for per-request routing"):
+                serve.register_gnn(srv, "graphsage", small=True, lane="emulated", torch_threads=None,
+                                   route_by=route_by, spill=spill)
+    finally:
+        srv.close()
+
+
 def test_static_policies_must_name_the_services_other_lane():
     srv = splitrpc.Server("127.0.0.1", 0)
     try:

@@ -80,6 +80,13 @@ def _arguments(p: argparse.ArgumentParser) -> None:
                         "sees one, else bulk (default: %(default)s)")
     p.add_argument("--lane-model", metavar="FILE",
                    help="--lane emulated: fit its cost model to this calibration measured on a GPU (default: assumed)")
+    p.add_argument("--route-by", default="auto", choices=("auto", "request", "batch"),
+                   help="routed servers (serve --gnn-route-by): each call by its own PSGS to its lane's queue, or "
+                        "each batch by its summed PSGS; auto: per request where the lanes run together (a GPU or the "
+                        "emulated lane), else per batch (default: %(default)s)")
+    p.add_argument("--spill", type=int, metavar="CALLS",
+                   help="routed servers, per request (serve --gnn-spill): while the CPU lane holds this many calls "
+                        "not yet answered, small calls go to the other lane (load-aware; default: never)")
     p.add_argument("--workloads", default=",".join(WORKLOADS), help="comma list of small, large, mixed")
     p.add_argument("--fractions", default=",".join(map(str, FRACTIONS)),
                    help="offered loads, times each workload's nominal capacity")
@@ -156,7 +163,8 @@ def start_server(a, policy: str, thresholds: dict, trace: str, lane: str) -> tup
     elif policy in (OTHER, lane):
         argv += ["--gnn-policy", lane]
     else:
-        argv += ["--gnn-policy", "routed", "--gnn-threshold", repr(thresholds[policy])]
+        argv += ["--gnn-policy", "routed", "--gnn-threshold", repr(thresholds[policy]), "--gnn-route-by",
+                 a.route_by] + (["--gnn-spill", str(a.spill)] if a.spill else [])
     proc = Proc(argv)
     proc.wait_line("serving", 600)
     return proc, port
@@ -447,6 +455,21 @@ def _lane_note(doc: dict) -> str:
     return "**No GPU was used: the other lane is the bulk PyTorch sampler on the CPU, a stand-in for the GPU lane.**"
 
 
+def route_by(option: str, together: bool) -> str:
+    """What --route-by means for the routed servers: "request" or "batch" (auto: per request where
+    the lanes run together, as serve --gnn-route-by auto decides)."""
+    return ("request" if together else "batch") if option == "auto" else option
+
+
+def _route_note(doc: dict) -> str:
+    if doc.get("route_by") == "request":
+        return ("each call by its own PSGS (Quiver's rule): the engine puts it in its lane's queue (cost classes), "
+                "so each lane's batches form from its own calls"
+                + (f"; load-aware spill (an addition to Quiver's rule): while the CPU lane holds {doc['spill']} calls "
+                   "not yet answered, small calls go to the other lane" if doc.get("spill") else ""))
+    return "each batch by its calls' summed PSGS, as the executor takes it"
+
+
 def markdown(doc: dict) -> str:
     m = doc["machine"]
     lines = [f"# bench-gnn: PSGS-routed sampling lanes and FAP placement ({doc['model']}, {doc['graph']})", "",
@@ -456,7 +479,8 @@ def markdown(doc: dict) -> str:
              f"threads = 1); routed servers run the lanes {'together' if doc['concurrent_lanes'] else 'in turn (one batch at a time: the stand-in shares the CPU lane cores)'}.  ",
              f"Graph: {doc['graph_info']}; fan-outs {doc['fanouts']}; requests: small = {SMALL_SEEDS} seeds, large = "
              f"{LARGE_SEEDS} seeds, mixed = {MIXED_LARGE:.0%} large by calls; seeds drawn in proportion to degree.  ",
-             f"Thresholds (batch PSGS): strict {doc['thresholds']['strict']:.0f}, loose {doc['thresholds']['loose']:.0f} "
+             f"Routing: {_route_note(doc)}.  ",
+             f"Thresholds ({'PSGS of a call' if doc.get('route_by') == 'request' else 'summed PSGS of a batch'}): strict {doc['thresholds']['strict']:.0f}, loose {doc['thresholds']['loose']:.0f} "
              f"(calibration: `{os.path.basename(doc['calibration_file'])}`, plot `gnn_calibration.png`).  ",
              f"Medians over {doc['rounds']} rounds; each run {doc['duration_s']} s or {doc['min_calls']} calls, "
              "whichever is longer (a p99 from fewer calls is mostly noise).", "",
@@ -520,6 +544,10 @@ def _check(a) -> str | None:
         return f"policies from {POLICIES}, workloads from {WORKLOADS}, some fractions, rounds >= 1"
     if a.lane_model and a.lane != "emulated":
         return "--lane-model is the emulated lane's: give --lane emulated"
+    if a.spill is not None and (a.spill < 1 or route_by(a.route_by, a.lane in ("emulated", "gpu")) != "request"):
+        return "--spill is a number of calls >= 1, for routing per request (--lane emulated or gpu)"
+    if a.route_by == "request" and a.lane == "bulk":
+        return "--route-by request needs lanes that run together (--lane emulated or gpu): the bulk stand-in takes turns"
     return None
 
 
@@ -637,6 +665,7 @@ def run(a) -> dict:
            "gpu": svc.other == "gpu", "emulated": svc.other == "emulated", "other_lane": svc.other,
            "lane_model": svc.emulated.stats()["model"] if svc.emulated is not None else None,
            "concurrent_lanes": svc.other in ("gpu", "emulated"), "thresholds": thresholds,
+           "route_by": route_by(a.route_by, svc.other in ("gpu", "emulated")), "spill": a.spill,
            "calibration_file": cal_path, "rounds": a.rounds, "duration_s": a.duration, "min_calls": a.min_calls, "fractions": fractions,
            "nominal_rps": nominal, "wrong_replies": wrong, "table": _str_keys(table), "raw": _str_keys(raw),
            "strict_under_bound": {k: {"ok_calls": v[0], "calls": v[1], "excess_median": v[2]}

@@ -6,7 +6,7 @@ import numpy as np
 from splitrpc.plugins import Callee, Capability, CapabilityError, Serving
 from splitrpc.services.gnn import lane_timing
 from splitrpc.services.gnn.calibrate import POINTS
-from splitrpc.services.gnn.serve import FUNC_IDS, POLICIES, register_gnn
+from splitrpc.services.gnn.serve import FUNC_IDS, POLICIES, ROUTE_BY, register_gnn
 
 EXTRA = "the GNN models need pip install 'splitrpc[gnn]'"
 LANES = {"auto": None, "on": True, "off": False}  # --gnn-concurrent-lanes
@@ -17,7 +17,8 @@ class GNNServing(Serving):
         svc = list(svcs.values())[-1]
         super().__init__([f"{n}({FUNC_IDS[n]})" for n in svcs],
                          f", GNN {svc.graph.name} graph ({svc.graph.num_nodes} nodes) policy {args.gnn_policy} "
-                         f"threshold {svc.router.threshold:.0f}, lanes "
+                         f"threshold {svc.router.threshold:.0f} per {svc.route_by}"
+                         + (f", spill at {svc.spill} CPU-lane calls" if svc.spill else "") + ", lanes "
                          f"{'together' if svc.concurrent_lanes else 'in turn'}: "
                          + "; ".join(ln.label for ln in svc.lanes.values()))
         self.svcs = svcs
@@ -47,8 +48,16 @@ class GNN(Capability):
         s.add_argument("--gnn-policy", default="routed", choices=POLICIES,
                        help="GNN models (graphsage, gat): route each batch by its PSGS, or always one lane")
         s.add_argument("--gnn-threshold", type=float, metavar="PSGS",
-                       help="GNN routing threshold (a batch's summed PSGS); default: --gnn-calibration's, else "
-                            "built in")
+                       help="GNN routing threshold (a call's PSGS, or a batch's summed PSGS with --gnn-route-by "
+                            "batch); default: --gnn-calibration's, else built in")
+        s.add_argument("--gnn-route-by", default="auto", choices=ROUTE_BY,
+                       help="routed GNN models: route each call by its own PSGS to its lane's queue (request: "
+                            "Quiver's rule, each lane's batches from its own calls) or each batch by its summed PSGS "
+                            "(batch); auto: request where the lanes run together, else batch (default: %(default)s)")
+        s.add_argument("--gnn-spill", type=int, metavar="CALLS",
+                       help="routed GNN models, per request: while the CPU lane holds this many calls not yet "
+                            "answered, a small call goes to the other lane instead (load-aware; default: never, "
+                            "Quiver's static threshold)")
         s.add_argument("--gnn-calibration", metavar="FILE", help="a calibration file of `splitrpc calibrate`")
         s.add_argument("--gnn-point", choices=tuple(POINTS),
                        help="which crossing point of the calibration routes (default: the one the file names)")
@@ -95,7 +104,7 @@ class GNN(Capability):
                                        max_delay_us=args.max_delay_us or 0, device=args.device,
                                        trace=bool(args.gnn_trace), concurrent_lanes=LANES[args.gnn_concurrent_lanes],
                                        lane=None if args.gnn_lane == "auto" else args.gnn_lane, lane_model=lane_model,
-                                       warm=args.gnn_lane_warm)
+                                       warm=args.gnn_lane_warm, route_by=args.gnn_route_by, spill=args.gnn_spill)
         except ImportError as e:
             raise CapabilityError(f"--models: {e}; {EXTRA}") from e
         except Exception as e:  # a bad calibration file or threshold, ...

@@ -13,8 +13,11 @@ Feature gathering and the model run after sampling, on the lane's thread.
 
 A lane takes one batch at a time (its lock). Where the other lane is a GPU the two lanes are
 separate hardware and run together: the function's executor is a splitrpc.LanePool with one
-thread per lane, which routes each batch to its lane by the same PSGS rule (Server.stats()
-["executors"] shows each lane's queue), so two batches overlap, on different lanes. The bulk stand-in runs on the same CPU cores as the CPU lane, so by
+thread per lane (Server.stats()["executors"] shows each lane's queue), so two batches overlap, on
+different lanes. There each call is routed by its own PSGS (Quiver's per-request rule, the
+default): the function has two cost classes (cost_classes, bound = the threshold), the engine
+puts each call in its lane's queue when its request is complete, and each lane's batches form
+from its own calls; or (route_by="batch") each batch by its summed PSGS as the pool takes it. The bulk stand-in runs on the same CPU cores as the CPU lane, so by
 default the lanes take turns (one thread): running both at once would add no processor, only
 contention, and a second thread takes the next batch while the first runs, cut early and held
 while its lane is busy (measured: bench/results/gnn.md). Static policies ("cpu", "bulk") use
@@ -46,6 +49,7 @@ FUNC_IDS = {"graphsage": 15, "gat": 16}
 HIDDEN = {"graphsage": 128, "gat": 32}   # hidden width (GAT: per head, 4 heads)
 SMALL_HIDDEN = {"graphsage": 32, "gat": 8}
 POLICIES = ("routed", "cpu", "bulk", "emulated", "gpu")  # the last three: that (other) lane alone
+ROUTE_BY = ("auto", "request", "batch")  # routed: each call by its own PSGS, or each batch by its sum
 # The routing threshold without a calibration file: the batch PSGS (summed over its calls' seeds)
 # from which the other lane is taken. Measured on this project's 2-vCPU VM, reddit-like graph,
 # FANOUTS, CPU lane against the bulk stand-in: the "strict" crossing (calibrate.DEFAULT_POINT) of
@@ -196,6 +200,8 @@ class GNNService:
         self.trace: BatchTrace | None = None  # set to record every batch (serve --gnn-trace)
         self.router: Router | None = None     # how batches are routed (register_gnn sets it)
         self.concurrent_lanes = False         # a batch on each lane at once (register_gnn sets it)
+        self.route_by = "batch"               # routed: each "request" or each "batch" (register_gnn sets it)
+        self.spill = None                     # per request: CPU-lane calls from which small ones spill over
         self._sampling, self._models = sampling, sage_gat
 
     # ------------------------------------------------------------------ one batch
@@ -311,6 +317,13 @@ class Router:
             return self.service.other
         return "cpu" if cost < self.threshold else self.service.other
 
+    def class_bound(self) -> int:
+        """The threshold as the one cost bound of per-request routing (cost_classes=(bound,)): a
+        call of PSGS below it is class 0 (the CPU lane), else class 1 (the other lane). Costs are
+        integers from 1 to 2**32 - 1, so a threshold of 0 (every call to the other lane) becomes 1
+        and one past that range (inf: every call to the CPU lane) the top."""
+        return int(min(max(math.ceil(min(self.threshold, 2.0**32)), 1), 2**32 - 1))
+
     def threads(self, concurrent: bool) -> int:
         """Batches run at once: one per lane when the policy uses both and they may run together
         (concurrent), else one."""
@@ -333,7 +346,7 @@ def register_gnn(server, model: str = "graphsage", *, small: bool = False, polic
                  func_id: int | None = None, max_batch: int = 8, max_delay_us: int = 0, seed: int = 0,
                  salt: int = 0, device: str = "cpu", torch_threads: int | None = 1,
                  trace: bool = False, concurrent_lanes: bool | None = None, lane: str | None = None,
-                 lane_model=None, warm: bool = False) -> GNNService:
+                 lane_model=None, warm: bool = False, route_by: str = "auto", spill: int | None = None) -> GNNService:
     """Builds the model's GNNService and registers it on `server` (before it starts) under
     FUNC_IDS[model] (or func_id); returns the service (its .stats() counts each lane's work).
     threshold (a PSGS) or calibration (a file of `splitrpc calibrate`, its `point`) set the
@@ -342,7 +355,14 @@ def register_gnn(server, model: str = "graphsage", *, small: bool = False, polic
     ``service.trace`` (a BatchTrace). concurrent_lanes: whether a routed function runs a batch on
     each lane at once (two threads); None: only where the other lane is separate hardware (a GPU,
     or the emulated lane, which occupies no CPU core). lane, lane_model: GNNService's; warm: the
-    emulated lane computes every node's answer now (EmulatedLane.warm)."""
+    emulated lane computes every node's answer now (EmulatedLane.warm). route_by (routed policy,
+    lanes together): "request" routes each call by its own PSGS (Quiver's rule: the engine puts it
+    in the queue of its lane, cost_classes, so each lane's batches form from its own calls),
+    "batch" each batch by its calls' summed PSGS as a LanePool takes it; "auto": "request" where
+    the lanes run together, else "batch" (lanes taking turns have one queue). spill (per request
+    only; None: never, Quiver's rule as it is): while the CPU lane holds this many calls not yet
+    answered, a call below the threshold goes to the other lane instead (load-aware routing, an
+    addition to Quiver's static threshold: small calls overflow a busy CPU lane)."""
     import torch
 
     from splitrpc.executor import LanePool, ThreadPool, current_lane
@@ -365,6 +385,17 @@ def register_gnn(server, model: str = "graphsage", *, small: bool = False, polic
     separate = svc.other in ("gpu", "emulated")
     threads = router.threads(separate if concurrent_lanes is None else bool(concurrent_lanes))
     svc.concurrent_lanes = threads == 2
+    if route_by not in ROUTE_BY:
+        raise ValueError(f"route_by must be one of {ROUTE_BY}, got {route_by!r}")
+    if route_by == "request" and threads != 2:
+        raise ValueError("route_by='request' routes each call to its lane's queue: it needs the routed policy with "
+                         "the lanes together (concurrent_lanes)")
+    svc.route_by = route_by = ("request" if threads == 2 else "batch") if route_by == "auto" else route_by
+    if spill is not None and (route_by != "request" or isinstance(spill, bool) or not isinstance(spill, int)
+                              or spill < 1):
+        raise ValueError(f"spill is a number of calls >= 1 for per-request routing, got {spill!r} "
+                         f"(routing per {route_by})")
+    svc.spill = spill
     classes = svc.classes
 
     def gnn_batch(reqs, resps, costs):
@@ -391,7 +422,12 @@ def register_gnn(server, model: str = "graphsage", *, small: bool = False, polic
         return lengths
 
     gnn_batch.__name__ = model
-    if threads == 2:  # a batch on each lane at once: one thread per lane, so no batch waits behind its own lane's
+    cost_classes = class_spill = None
+    if route_by == "request":  # each call to its lane's queue by its own PSGS: class 0 the CPU lane, 1 the other
+        executor = LanePool.by_class({"cpu": 1, svc.other: 1}, ["cpu", svc.other], name=f"gnn-{model}")
+        cost_classes = (router.class_bound(),)
+        class_spill = (spill,) if spill else None
+    elif threads == 2:  # a batch on each lane at once: one thread per lane, so no batch waits behind its own lane's
         executor = LanePool({"cpu": 1, svc.other: 1},
                             lambda job: router.lane(float(np.sum(job.call_kwargs["costs"], dtype=np.float64))),
                             name=f"gnn-{model}")
@@ -400,8 +436,9 @@ def register_gnn(server, model: str = "graphsage", *, small: bool = False, polic
     server.add_function(gnn_batch, func_id if func_id is not None else FUNC_IDS[model], model, raw=True,
                         max_request=8 * MAX_SEEDS, max_response=4 * classes * MAX_SEEDS, max_batch=max_batch,
                         max_delay_us=max_delay_us, executor=executor,
-                        cost=CostTable(svc.cost_table, keys=None, key_dtype="int64"))
-    log.info("%s: %d nodes, %d edges, fan-outs %s, policy %s, threshold %.0f, lanes: %s", model,
-             svc.graph.num_nodes, svc.graph.num_edges, list(svc.fanouts), policy, router.threshold,
+                        cost=CostTable(svc.cost_table, keys=None, key_dtype="int64"), cost_classes=cost_classes,
+                        class_spill=class_spill)
+    log.info("%s: %d nodes, %d edges, fan-outs %s, policy %s, threshold %.0f (per %s), lanes: %s", model,
+             svc.graph.num_nodes, svc.graph.num_edges, list(svc.fanouts), policy, router.threshold, route_by,
              "; ".join(ln.label for ln in svc.lanes.values()))
     return svc
