@@ -47,6 +47,7 @@ from splitrpc.reporting import add_subcommand, command_of, run_as_module, run_su
 from splitrpc.bench.helpers.intervals import paired_ratio_interval
 from splitrpc.bench.helpers.procs import Proc, free_port
 from splitrpc.services.gnn.lane_timing import PER_SIZE
+from splitrpc.services.gnn.serve import resolve_route_by
 
 SMALL_SEEDS, LARGE_SEEDS = 4, 128
 MIXED_LARGE = 0.2                 # fraction of the mixed workload's calls that are large
@@ -455,12 +456,6 @@ def _lane_note(doc: dict) -> str:
     return "**No GPU was used: the other lane is the bulk PyTorch sampler on the CPU, a stand-in for the GPU lane.**"
 
 
-def route_by(option: str, together: bool) -> str:
-    """What --route-by means for the routed servers: "request" or "batch" (auto: per request where
-    the lanes run together, as serve --gnn-route-by auto decides)."""
-    return ("request" if together else "batch") if option == "auto" else option
-
-
 def _route_note(doc: dict) -> str:
     if doc.get("route_by") == "request":
         return ("each call by its own PSGS (Quiver's rule): the engine puts it in its lane's queue (cost classes), "
@@ -544,7 +539,7 @@ def _check(a) -> str | None:
         return f"policies from {POLICIES}, workloads from {WORKLOADS}, some fractions, rounds >= 1"
     if a.lane_model and a.lane != "emulated":
         return "--lane-model is the emulated lane's: give --lane emulated"
-    if a.spill is not None and (a.spill < 1 or route_by(a.route_by, a.lane in ("emulated", "gpu")) != "request"):
+    if a.spill is not None and (a.spill < 1 or resolve_route_by(a.route_by, a.lane in ("emulated", "gpu")) != "request"):
         return "--spill is a number of calls >= 1, for routing per request (--lane emulated or gpu)"
     if a.route_by == "request" and a.lane == "bulk":
         return "--route-by request needs lanes that run together (--lane emulated or gpu): the bulk stand-in takes turns"
@@ -665,7 +660,7 @@ def run(a) -> dict:
            "gpu": svc.other == "gpu", "emulated": svc.other == "emulated", "other_lane": svc.other,
            "lane_model": svc.emulated.stats()["model"] if svc.emulated is not None else None,
            "concurrent_lanes": svc.other in ("gpu", "emulated"), "thresholds": thresholds,
-           "route_by": route_by(a.route_by, svc.other in ("gpu", "emulated")), "spill": a.spill,
+           "route_by": resolve_route_by(a.route_by, svc.other in ("gpu", "emulated")), "spill": a.spill,
            "calibration_file": cal_path, "rounds": a.rounds, "duration_s": a.duration, "min_calls": a.min_calls, "fractions": fractions,
            "nominal_rps": nominal, "wrong_replies": wrong, "table": _str_keys(table), "raw": _str_keys(raw),
            "strict_under_bound": {k: {"ok_calls": v[0], "calls": v[1], "excess_median": v[2]}

@@ -226,6 +226,30 @@ static void test_aux_classes(void)
     srpc_server_destroy(srv);
 }
 
+/* A function `id` of `classes` classes by cost (bounds left to the caller), 16 elements, batches
+ * of 8, whose calls cost the sum of their int32 keys' rows in a table of 200 where row k costs k
+ * (the keys run to the end of a raw request; set cost_key_count for a fixed one). */
+static srpc_func_config_t by_cost(uint16_t id, const uint32_t *in, const uint32_t *out, uint32_t classes)
+{
+    static uint32_t table[200];
+    for (uint32_t i = 0; i < 200; i++)
+        table[i] = i;
+    srpc_func_config_t fc;
+    srpc_func_config_init(&fc);
+    fc.func_id = id;
+    fc.in_sizes = in;
+    fc.out_sizes = out;
+    fc.capacity = 16;
+    fc.max_batch = 8;
+    fc.cost_from = SRPC_COST_TABLE;
+    fc.cost_table = table;
+    fc.cost_table_len = 200;
+    fc.cost_key_size = 4;
+    fc.aux_classes = classes;
+    fc.class_by = SRPC_CLASS_BY_COST;
+    return fc;
+}
+
 /* Classes by admission cost: a raw function whose calls cost the sum of their int32 keys' rows
  * (row k costs k), 3 classes with bounds 10 and 100: each call's queue is the class its whole
  * request's cost falls in (a multi-segment request too), batches hold one class, a bad key is
@@ -236,23 +260,9 @@ static void test_cost_classes(void)
     cfg.sched = SRPC_SCHED_RR;
     srpc_server_t *srv = NULL;
     CHECK(srpc_server_create(&cfg, &srv) == 0, "server");
-    static uint32_t table[200], in = 200000, out = 64;
-    for (uint32_t i = 0; i < 200; i++)
-        table[i] = i;
-    srpc_func_config_t fc;
-    srpc_func_config_init(&fc);
-    fc.func_id = 3;
+    static uint32_t in = 200000, out = 64;
+    srpc_func_config_t fc = by_cost(3, &in, &out, 3);
     fc.raw = 1;
-    fc.in_sizes = &in;
-    fc.out_sizes = &out;
-    fc.capacity = 16;
-    fc.max_batch = 8;
-    fc.cost_from = SRPC_COST_TABLE;
-    fc.cost_table = table;
-    fc.cost_table_len = 200;
-    fc.cost_key_size = 4;
-    fc.aux_classes = 3;
-    fc.class_by = SRPC_CLASS_BY_COST;
     fc.class_bounds[0] = 10;
     fc.class_bounds[1] = 100;
     srpc_func_config_t bad = fc;
@@ -327,22 +337,9 @@ static void test_cost_class_spill(void)
     srpc_server_config_t cfg = loopback_server_config(SRPC_WAIT_BLOCK);
     srpc_server_t *srv = NULL;
     CHECK(srpc_server_create(&cfg, &srv) == 0, "server");
-    static uint32_t table[100], s4 = 4;
-    for (uint32_t i = 0; i < 100; i++)
-        table[i] = i;
-    srpc_func_config_t fc;
-    srpc_func_config_init(&fc);
-    fc.func_id = 6;
-    fc.in_sizes = fc.out_sizes = &s4;
-    fc.capacity = 16;
-    fc.max_batch = 8;
-    fc.cost_from = SRPC_COST_TABLE;
-    fc.cost_table = table;
-    fc.cost_table_len = 100;
+    static uint32_t s4 = 4;
+    srpc_func_config_t fc = by_cost(6, &s4, &s4, 2);
     fc.cost_key_count = 1;
-    fc.cost_key_size = 4;
-    fc.aux_classes = 2;
-    fc.class_by = SRPC_CLASS_BY_COST;
     fc.class_bounds[0] = 10;
     fc.class_spill[0] = 2;
     srpc_func_config_t bad = fc;

@@ -330,6 +330,15 @@ class Router:
         return 2 if self.policy == "routed" and concurrent else 1
 
 
+def resolve_route_by(option: str, together: bool) -> str:
+    """A route_by option ("auto", "request", "batch") as it applies to a routed function whose
+    lanes run together (`together`) or take turns: auto is "request" where they run together
+    (each lane its own queue), else "batch" (lanes taking turns have one queue)."""
+    if option not in ROUTE_BY:
+        raise ValueError(f"route_by must be one of {ROUTE_BY}, got {option!r}")
+    return ("request" if together else "batch") if option == "auto" else option
+
+
 def threshold_from(calibration: str | None, point: str | None, threshold: float | None) -> float | None:
     """The routing threshold: a fixed number wins, else the calibration file's `point` ("strict",
     "loose", "cpu_preferred", "gpu_preferred"; None: the file's default), else None
@@ -385,12 +394,11 @@ def register_gnn(server, model: str = "graphsage", *, small: bool = False, polic
     separate = svc.other in ("gpu", "emulated")
     threads = router.threads(separate if concurrent_lanes is None else bool(concurrent_lanes))
     svc.concurrent_lanes = threads == 2
-    if route_by not in ROUTE_BY:
-        raise ValueError(f"route_by must be one of {ROUTE_BY}, got {route_by!r}")
-    if route_by == "request" and threads != 2:
+    svc.route_by = resolve_route_by(route_by, threads == 2)
+    if svc.route_by == "request" and threads != 2:
         raise ValueError("route_by='request' routes each call to its lane's queue: it needs the routed policy with "
                          "the lanes together (concurrent_lanes)")
-    svc.route_by = route_by = ("request" if threads == 2 else "batch") if route_by == "auto" else route_by
+    route_by = svc.route_by
     if spill is not None and (route_by != "request" or isinstance(spill, bool) or not isinstance(spill, int)
                               or spill < 1):
         raise ValueError(f"spill is a number of calls >= 1 for per-request routing, got {spill!r} "

@@ -129,19 +129,21 @@ static int cost_of(const srpc_fn_t *fn, uint64_t seq, uint32_t len, uint16_t aux
     return sum_keys(fn, srpc_tq_elem(fn->in_tq[k], seq) + at, count, cost, why, n);
 }
 
-int srpc_cost_class(const srpc_fn_t *fn, const uint8_t *req, uint32_t len, uint16_t aux, char *why, size_t n)
+int srpc_cost_class(const srpc_fn_t *fn, const uint8_t *req, uint32_t len, uint16_t aux, uint32_t *cost, char *why,
+                    size_t n)
 {
-    uint32_t cost = fn->cost_from == SRPC_COST_AUX ? aux : 0, count;
+    uint32_t count;
+    *cost = fn->cost_from == SRPC_COST_AUX ? aux : 0;
     if (fn->cost_from == SRPC_COST_TABLE) {
         if (key_count(fn, len, &count, why, n) != 0)
             return -EINVAL;
         if ((uint64_t)fn->cost_key_offset + (uint64_t)count * fn->cost_key_size > len)
             return no_room(len, count, fn->cost_key_offset, why, n);
-        if (sum_keys(fn, req + fn->cost_key_offset, count, &cost, why, n) != 0)
+        if (sum_keys(fn, req + fn->cost_key_offset, count, cost, why, n) != 0)
             return -EINVAL;
     }
     int c = 0;
-    while (c + 1 < (int)fn->n_classes && cost >= fn->class_bounds[c])
+    while (c + 1 < (int)fn->n_classes && *cost >= fn->class_bounds[c])
         c++;
     return c;
 }

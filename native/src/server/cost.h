@@ -22,9 +22,11 @@ void srpc_cost_admit_locked(srpc_server_t *srv, srpc_fn_t *fn, uint64_t seq, uin
 
 /* The class (0 .. n_classes - 1) of a call to fn, a function whose classes are by cost
  * (class_by_cost), from its whole request (len bytes at req, in host memory, as sent) and its
- * header's aux: the class whose range holds its cost. -EINVAL with why (n bytes) for a request
- * whose cost keys are bad (outside the table, not whole, no room): the caller refuses that call
- * alone. Pure: reads fn's read-only settings; any thread. */
-int srpc_cost_class(const srpc_fn_t *fn, const uint8_t *req, uint32_t len, uint16_t aux, char *why, size_t n);
+ * header's aux: the class whose range holds its cost (*cost: the call's admission cost, as
+ * srpc_cost_admit_locked would set it). -EINVAL with why (n bytes) for a request whose cost keys
+ * are bad (outside the table, not whole, no room): the caller refuses that call alone. Pure:
+ * reads fn's read-only settings; any thread. */
+int srpc_cost_class(const srpc_fn_t *fn, const uint8_t *req, uint32_t len, uint16_t aux, uint32_t *cost, char *why,
+                    size_t n);
 
 #endif /* SRPC_COST_H */

@@ -44,21 +44,26 @@ static uint32_t insert_entry(srpc_server_t *srv, const srpc_call_key_t *k, uint8
         }                                                                                          \
     } while (0)
 
+#define COST_UNKNOWN (-1) /* fill computes the call's cost (else: known already, e.g. from its class) */
+
 /* The call of element seq (its request of len bytes complete, where dev_in says) becomes
- * RX_COMPLETE and gets its admission cost (aux: its header's). A table's keys in a request still
- * being copied out of GPU memory are read once the copy is done (srpc_gpu_rx_finish_locked). */
+ * RX_COMPLETE and gets its admission cost (aux: its header's; cost: COST_UNKNOWN, or the cost
+ * already computed from the request, by cost_class). A table's keys in a request still being
+ * copied out of GPU memory are read once the copy is done (srpc_gpu_rx_finish_locked). */
 static void fill(srpc_server_t *srv, srpc_fn_t *fn, uint64_t seq, uint32_t ct_idx, uint32_t len, int dev_in,
-                 int copying, uint16_t aux, uint64_t now)
+                 int copying, uint16_t aux, int64_t cost, uint64_t now)
 {
     srv->rx.ready += srpc_ring_fill_locked(srv, fn, seq, ct_idx, len, dev_in, now);
-    if (fn->cost_from != SRPC_COST_NONE && !(copying && fn->cost_from == SRPC_COST_TABLE))
+    if (cost != COST_UNKNOWN)
+        fn->calls[seq % fn->capacity].cost = (uint32_t)cost;
+    else if (fn->cost_from != SRPC_COST_NONE && !(copying && fn->cost_from == SRPC_COST_TABLE))
         srpc_cost_admit_locked(srv, fn, seq, aux);
 }
 
 /* Copies a whole request (host data, or dev != 0: its device address) into the next element of
  * the function's input TQs and marks it RX_COMPLETE. The caller checked that there is room. */
 static void enqueue(srpc_server_t *srv, srpc_fn_t *fn, uint32_t ct_idx, const uint8_t *data, uint32_t len,
-                    uint64_t dev, uint16_t aux, uint64_t now)
+                    uint64_t dev, uint16_t aux, int64_t cost, uint64_t now)
 {
     if (unlikely(dev) && srpc_gpu_rx_copy_in_locked(srv, fn, srpc_ring_next(fn), dev, len) != 0) {
         srpc_call_key_t k = srv->ct.e[ct_idx].key;
@@ -76,23 +81,25 @@ static void enqueue(srpc_server_t *srv, srpc_fn_t *fn, uint32_t ct_idx, const ui
     e->u.queued.seq = seq;
     FN_ADD(fn, calls, 1); /* the server's total is their sum (srpc_server_stats) */
     fill(srv, fn, seq, ct_idx, len, dev && fn->gpu_device >= 0 ? SRPC_DEV_IN_DEVICE : SRPC_DEV_IN_HOST, dev != 0,
-         aux, now);
+         aux, cost, now);
 }
 
 /* The record of the class that a call to fn, a function whose classes are by cost, falls in,
  * from its whole request (len bytes at req; host memory: server.c refuses classes by cost where
  * requests arrive in device memory), moved up past each class whose queue is at its spill limit
- * (calls not yet answered); NULL when a cost key is bad, the call answered BAD_REQUEST alone.
- * (fill computes the cost again from the element: the same keys, the same cost.) */
+ * (calls not yet answered), with its cost in *cost (for fill: computed once); NULL when a cost
+ * key is bad, the call answered BAD_REQUEST alone. */
 static srpc_fn_t *cost_class(srpc_server_t *srv, srpc_fn_t *fn, const srpc_call_key_t *k, const uint8_t *req,
-                             uint32_t len, uint16_t aux)
+                             uint32_t len, uint16_t aux, int64_t *cost)
 {
     char why[SRPC_ERRMSG_MAX + 1];
-    int c = srpc_cost_class(fn, req, len, aux, why, sizeof(why));
+    uint32_t v;
+    int c = srpc_cost_class(fn, req, len, aux, &v, why, sizeof(why));
     if (c < 0) {
         srpc_reply_error_rx(srv, k, SRPC_E_BAD_REQUEST, "%s", why);
         return NULL;
     }
+    *cost = v;
     srpc_fn_t *cls = srv->fns[fn->first_fi + (uint32_t)c];
     while ((uint32_t)c + 1 < fn->n_classes && fn->class_spill[c] && cls->head - cls->done >= fn->class_spill[c])
         cls = srv->fns[fn->first_fi + (uint32_t)++c];
@@ -135,9 +142,10 @@ static void known_call(srpc_server_t *srv, uint32_t idx, const srpc_hdr_t *h, ui
     if (r == 0)
         return;
     srpc_fn_t *fn = srpc_fn_lookup(srv, h->func_id, e->aux);
+    int64_t cost = COST_UNKNOWN;
     if (unlikely(fn->class_by_cost)) { /* never placed (partial.c): its class from the whole message */
         srpc_call_key_t k = e->key;
-        srpc_fn_t *cls = cost_class(srv, fn, &k, e->u.partial.buf, e->u.partial.msg_len, e->aux);
+        srpc_fn_t *cls = cost_class(srv, fn, &k, e->u.partial.buf, e->u.partial.msg_len, e->aux, &cost);
         if (!cls) {
             srv->rx.ready += srpc_partial_drop_locked(srv, idx);
             return;
@@ -157,10 +165,10 @@ static void known_call(srpc_server_t *srv, uint32_t idx, const srpc_hdr_t *h, ui
         e->state = CT_QUEUED;
         e->u.queued.seq = seq;
         FN_ADD(fn, calls, 1); /* the server's total is their sum (srpc_server_stats) */
-        fill(srv, fn, seq, idx, len, SRPC_DEV_IN_HOST, 0, e->aux, now);
+        fill(srv, fn, seq, idx, len, SRPC_DEV_IN_HOST, 0, e->aux, COST_UNKNOWN, now); /* placed: not by cost */
         return;
     }
-    enqueue(srv, fn, idx, msg.buf, msg.msg_len, 0, e->aux, now);
+    enqueue(srv, fn, idx, msg.buf, msg.msg_len, 0, e->aux, cost, now);
     srpc_partial_free_buf_locked(srv, &msg);
 }
 
@@ -189,7 +197,8 @@ static void new_call(srpc_server_t *srv, const srpc_call_key_t *k, const srpc_hd
         return;
     }
     if (h->nseg == 1) {
-        if (unlikely(fn->class_by_cost) && !(fn = cost_class(srv, fn, k, data, dlen, h->aux)))
+        int64_t cost = COST_UNKNOWN;
+        if (unlikely(fn->class_by_cost) && !(fn = cost_class(srv, fn, k, data, dlen, h->aux, &cost)))
             return;
         if (unlikely(srpc_ring_full(fn))) {
             srpc_reply_error_rx(srv, k, SRPC_E_BUSY, "queue of function %u is full", h->func_id);
@@ -197,7 +206,7 @@ static void new_call(srpc_server_t *srv, const srpc_call_key_t *k, const srpc_hd
         }
         uint32_t idx = insert_entry(srv, k, CT_QUEUED);
         if (idx != CT_NONE)
-            enqueue(srv, fn, idx, data, dlen, dev, h->aux, now);
+            enqueue(srv, fn, idx, data, dlen, dev, h->aux, cost, now);
         return;
     }
     if (unlikely(dev)) { /* the transport hands on device addresses of one-segment requests only */
