@@ -4,7 +4,7 @@ from splitrpc.client import Client
 from splitrpc.cost import CostTable
 from splitrpc.errors import (BadRequest, Busy, CallTimeout, DeadlineExceeded, InternalError, NativeError,
                              RemoteError, SplitRPCError, TooLarge, UnknownFunction, Draining)
-from splitrpc.executor import Executor, LanePool, ThreadPool, current_lane
+from splitrpc.executor import Executor, LanePool, StagePipeline, ThreadPool, current_lane, stage_result
 from splitrpc.gpu import GPUError, GPUUnavailable
 from splitrpc.pool import Pool
 from splitrpc.server import QueueView, Server
@@ -36,5 +36,5 @@ def features() -> dict:
 __all__ = [
     "Server", "Client", "TensorSpec", "features", "SplitRPCError", "NativeError", "CallTimeout", "RemoteError",
     "UnknownFunction", "BadRequest", "Busy", "DeadlineExceeded", "InternalError", "TooLarge", "Draining", "GPUError",
-    "GPUUnavailable", "gpu", "ThreadPool", "LanePool", "Executor", "current_lane", "CostTable", "QueueView", "Pool",
+    "GPUUnavailable", "gpu", "ThreadPool", "LanePool", "StagePipeline", "Executor", "current_lane", "stage_result", "CostTable", "QueueView", "Pool",
 ]

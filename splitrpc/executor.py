@@ -1,4 +1,4 @@
-"""executor.py: where a function's batches run: inline on the server's worker thread (the default, the fastest for tiny callbacks), on a ThreadPool, or on a LanePool (named lanes, each batch routed to one by its arguments), so that one function's slow batch does not hold the others'. Executor is the interface every one implements.
+"""executor.py: where a function's batches run: inline on the server's worker thread (the default, the fastest for tiny callbacks), on a ThreadPool, on a LanePool (named lanes, each batch routed to one by its arguments), or through a StagePipeline (two stages of threads, pipelined), so that one function's slow batch does not hold the others'. Executor is the interface every one implements.
 
 A pool's thread takes a batch the worker handed it (deferred: its Tensor Queue elements stay
 the function's), runs the callback and finishes the batch from that thread; the worker, which
@@ -240,6 +240,96 @@ class LanePool(Executor):
         """{"kind": "lanes", "threads", "misrouted", "lanes": {lane: ThreadPool.load()}}."""
         return {"kind": "lanes", "threads": self.threads, "misrouted": self.misrouted,
                 "lanes": {lane: p.load() for lane, p in self._pools.items()}}
+
+
+_NO_STAGE = object()  # stage_result() outside a StagePipeline's second stage
+
+
+def stage_result():
+    """What the first stage of a StagePipeline returned for the batch this thread now runs (its
+    exception is raised here); None on any other thread. A callback that may run either way
+    computes the first stage itself when it gets None."""
+    got = getattr(_here, "stage", _NO_STAGE)
+    if got is _NO_STAGE:
+        return None
+    if isinstance(got, _StageFailed):
+        raise got.error
+    return got
+
+
+class _StageFailed:
+    __slots__ = ("error",)
+
+    def __init__(self, error: BaseException):
+        self.error = error
+
+
+class StagePipeline(Executor):
+    """A function's batches through two stages of threads, pipelined: `first(job)` on one of
+    `first_threads` threads (e.g. a recommendation model's embedding lookups, its SparseNet), then
+    the job itself (the callback, which reads first's result with stage_result()) on one of
+    `threads` threads (e.g. its MLPs, its DenseNet); a queue between them. While one batch is in
+    the second stage the next is in the first, so each stage can be given the threads its share
+    of the work needs (Hercules's sparse-dense pipeline scheduling, Ke et al., HPCA 2022).
+
+    first runs on the batch before the job does, while the batch's elements stay the function's
+    (deferred), so it may read job.call_args; it must not write the outputs. If first raises, the
+    job still runs and stage_result() raises that error in its callback, so the batch fails with
+    it (no batch is lost). `threads` (as the engine reads it: batches out at once) is both stages'
+    threads together. Thread-safe as Executor says."""
+
+    def __init__(self, first: Callable, first_threads: int, threads: int, name: str = "splitrpc-stages"):
+        for what, n in (("first_threads", first_threads), ("threads", threads)):
+            if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+                raise ValueError(f"a stage pipeline needs {what} >= 1, got {n!r}")
+        if not callable(first):
+            raise ValueError(f"first must be callable, got {first!r}")
+        self.first, self.name = first, name
+        self.stage_threads = (first_threads, threads)
+        self.threads = first_threads + threads
+        self._first = ThreadPool(first_threads, name=f"{name}-first")
+        self._second = ThreadPool(threads, name=f"{name}-second")
+        self.first_failed = 0
+        self._failed_lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        first, second = self.stage_threads
+        return f"StagePipeline(first_threads={first}, threads={second}, name={self.name!r})"
+
+    def submit(self, job: Callable[[], None]) -> None:
+        self._first.submit(functools.partial(self._run_first, job))
+
+    def _run_first(self, job) -> None:
+        try:
+            got = self.first(job)
+        except Exception as e:  # noqa: BLE001 - the batch fails with it in the second stage
+            with self._failed_lock:
+                self.first_failed += 1
+            got = _StageFailed(e)
+        self._second.submit(functools.partial(self._run_second, job, got))
+
+    @staticmethod
+    def _run_second(job, got) -> None:
+        _here.stage = got
+        try:
+            job()
+        finally:
+            _here.stage = _NO_STAGE
+
+    def acquire(self) -> None:
+        self._second.acquire()  # the second first: a first-stage thread hands to it at once
+        self._first.acquire()
+
+    def release(self) -> None:
+        """Jobs done: the server stops a pool only when its batches are finished, so neither
+        queue holds one."""
+        self._first.release()
+        self._second.release()
+
+    def load(self) -> dict:
+        """{"kind": "stages", "threads", "first_failed", "stages": [ThreadPool.load() of each]}."""
+        return {"kind": "stages", "threads": self.threads, "first_failed": self.first_failed,
+                "stages": [self._first.load(), self._second.load()]}
 
 
 def resolve(executor, device_ordinal: int) -> Executor | None:

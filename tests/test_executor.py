@@ -442,3 +442,59 @@ def test_a_pools_load_never_counts_less_than_nothing_running():
     t.join()
     pool.release()
     assert seen and min(seen) >= 0 and max(seen) <= 2
+
+
+def test_a_stage_pipeline_overlaps_its_stages_and_carries_the_first_stages_result(make_server, make_client):
+    """StagePipeline (Hercules's sparse-dense pipeline, issue 32): batch 1's second stage waits
+    until batch 2's first stage has started, which happens only if the stages overlap (one
+    thread per stage); the callback gets what the first stage computed from the batch's inputs,
+    on another thread; a first stage that raises fails its batch alone with INTERNAL."""
+    second_entered, first_started = threading.Event(), threading.Event()
+    threads = {"first": set(), "second": set()}
+
+    def first(job):
+        x = np.asarray(job.call_args[0])
+        threads["first"].add(threading.get_ident())
+        if x[0, 0] == 2:
+            first_started.set()
+        if x[0, 0] < 0:
+            raise ValueError("no first stage for a negative input")
+        return x * 10  # the callback's only way to this value is stage_result()
+
+    def body(x, y):
+        threads["second"].add(threading.get_ident())
+        carried = splitrpc.stage_result()
+        if x[0, 0] == 1:
+            second_entered.set()
+            assert first_started.wait(5), "the next batch's first stage did not run beside this one"
+        y[:] = carried + 1
+
+    pipe = splitrpc.StagePipeline(first, 1, 1, name="test-stages")
+
+    def setup(srv):
+        srv.add_function(body, 1, "staged", VEC, VEC, max_batch=1, executor=pipe)
+
+    srv = make_server(setup)
+    c = make_client(srv.port, timeout=10.0)
+    x = np.zeros(4, np.float32)
+    f1 = c.call_async(1, x + 1)
+    assert second_entered.wait(5)
+    f2 = c.call_async(1, x + 2)
+    assert np.array_equal(np.frombuffer(f1.result(), np.float32), x + 11)
+    assert np.array_equal(np.frombuffer(f2.result(), np.float32), x + 21)
+    with pytest.raises(splitrpc.errors.InternalError, match="no first stage for a negative input"):
+        c.call(1, x - 1)
+    assert np.array_equal(np.frombuffer(c.call(1, x + 3), np.float32), x + 31)  # the next batch is unharmed
+    assert len(threads["first"]) == 1 and len(threads["second"]) == 1 and not threads["first"] & threads["second"]
+    st = settled(srv, lambda s: s["executors"]["staged"]["stages"][1]["batches"] == 4)["executors"]["staged"]
+    assert st["kind"] == "stages" and st["threads"] == 2 and st["first_failed"] == 1
+    assert st["stages"][0]["batches"] == 4
+    assert splitrpc.stage_result() is None  # not in a pipeline's second stage
+
+
+@pytest.mark.parametrize("args", [(0, 1), (1, 0), (1.5, 1), (True, 1)])
+def test_a_stage_pipeline_refuses_bad_thread_counts(args):
+    with pytest.raises(ValueError, match="stage pipeline needs"):
+        splitrpc.StagePipeline(lambda job: None, *args)
+    with pytest.raises(ValueError, match="first must be callable"):
+        splitrpc.StagePipeline(None, 1, 1)
