@@ -108,6 +108,12 @@ class Capability:
         """The names callee() knows, for messages and --help."""
         return ()
 
+    def stage_args(self, name: str, first: int, second: int) -> list | None:
+        """`serve` options that run the model `name` it claims as a two-stage pipeline, `first`
+        threads for its first stage and `second` for its second (a recommendation model's
+        sparse and dense parts, for `splitrpc tune --schedules sd`); None: it has no stages."""
+        return None
+
     def callee(self, name: str, args, checked: bool = True) -> Callee | None:
         """The function `name` (None: not one of its own). checked=False: the request comes from the
         user (--file, --text) and only func_id is needed, so nothing heavy need be built."""

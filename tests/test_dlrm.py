@@ -9,7 +9,7 @@ pytest.importorskip("torch")
 pytest.importorskip("rocksdict")
 
 import splitrpc  # noqa: E402
-from conftest import free_udp_port, splitrpc_cmd  # noqa: E402
+from conftest import free_udp_port, settled, splitrpc_cmd  # noqa: E402
 from splitrpc.services.embedding import dlrm  # noqa: E402
 
 ROWS = 3000
@@ -51,10 +51,13 @@ def test_unknown_keys_get_the_default_vector(served):
     assert svc.store.stats()["c3"]["unknown"] == before + 1
 
 
-def test_unknown_keys_fail_their_call_alone_where_the_table_says_so():
+@pytest.mark.parametrize("pipeline", [None, (2, 1)], ids=["model-based", "sparse-dense"])
+def test_unknown_keys_fail_their_call_alone_where_the_table_says_so(pipeline):
+    """Also through Hercules's sparse-dense pipeline (issue 32): the lookups on one of two
+    threads, the MLPs on another; exact replies, and a bad key fails its call alone."""
     svc = dlrm.DLRMService(small=True, config=dlrm.StoreConfig(rows=500, unknown="error", l2="none"))
     srv = splitrpc.Server("127.0.0.1", 0, wait="block")
-    svc.register(srv, max_batch=16)
+    svc.register(srv, max_batch=16, pipeline=pipeline)
     srv.start()
     try:
         with splitrpc.Client("127.0.0.1", srv.port, timeout=20.0) as cl:
@@ -65,6 +68,14 @@ def test_unknown_keys_fail_their_call_alone_where_the_table_says_so():
             with pytest.raises(splitrpc.BadRequest, match="key -1 of table c7 is not in 0 .. 499"):
                 fb.result()
             assert svc.check_reply(good, fg.result())
+            reqs = [svc.example(np.random.default_rng(10 + i)) for i in range(40)]
+            futs = [cl.call_async(dlrm.FUNC_ID, r) for r in reqs]
+            assert all(svc.check_reply(r, f.result()) for r, f in zip(reqs, futs))
+        if pipeline is None:
+            assert "dlrm" not in srv.stats()["executors"]
+        else:  # the last batch's tally is counted just after its replies leave
+            ex = settled(srv, lambda s: s["executors"]["dlrm"]["stages"][1]["running"] == 0)["executors"]["dlrm"]
+            assert ex["kind"] == "stages" and ex["stages"][0]["batches"] == ex["stages"][1]["batches"] >= 2
     finally:
         srv.close()
         svc.close()
@@ -90,7 +101,7 @@ def test_serve_and_call_dlrm_from_the_command_line(tmp_path, run_env):
     cfg.write_text(json.dumps({"l3": str(tmp_path / "l3"), "l2": "hashmap", "l1_fraction": 0.02}))
     port = free_udp_port()
     srv = subprocess.Popen(splitrpc_cmd("serve", "--port", str(port), "--models", "dlrm", "--small",
-                                        "--embedding-store", str(cfg), "--wait", "block"),
+                                        "--embedding-store", str(cfg), "--wait", "block", "--dlrm-pipeline", "2,1"),
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **run_env)
     try:
         line = ""
@@ -98,6 +109,7 @@ def test_serve_and_call_dlrm_from_the_command_line(tmp_path, run_env):
             if "serving" in line:
                 break
         assert "dlrm(17)" in line and "26 tables x 40000 keys" in line, line
+        assert "sparse-dense pipeline: 2 lookup threads, 1 MLP threads" in line, line
         out = subprocess.run(splitrpc_cmd("call", "dlrm", "--small", "--port", str(port)), capture_output=True,
                              text=True, timeout=120, **run_env)
         assert out.returncode == 0 and "reply matches the model over the exact tables: True" in out.stdout, \

@@ -104,3 +104,45 @@ def test_every_grid_point_is_a_config():
     seen = []
     grid_search(lambda c: seen.append(c) or 1.0, [1, 2], [1, 3], [4])
     assert seen == [Config(o, m, d) for o, m, d in itertools.product([1, 2], [1, 3], [4])]
+
+
+def sd_server(cores: int = 16, sparse_ms: float = 0.3, sparse_item_ms: float = 0.06, dense_ms: float = 1.0,
+              dense_item_ms: float = 0.02, sla_ms: float = 20.0):
+    """A synthetic sparse-dense pipeline (issue 32): `sparse` lookup threads each take
+    sparse_ms + sparse_item_ms*d per batch, `dense` MLP threads each dense_ms + dense_item_ms*d;
+    throughput is the slower stage's, slowed by cores/(sparse+dense) when the threads
+    oversubscribe the cores; p99 twice the two stages' time. The search builds its Configs with
+    make (a Config without sparse threads is a mistake here)."""
+    def measure(c: Config):
+        assert c.sparse >= 1 and c.instances == 1, c
+        slow = max(1.0, (c.sparse + c.threads) / cores)
+        ts = (sparse_ms + sparse_item_ms * c.batch) * slow
+        td = (dense_ms + dense_item_ms * c.batch) * slow
+        if 2 * (ts + td) > sla_ms:
+            return 0.0
+        return min(c.sparse / ts, c.threads / td) * c.batch * 1e3
+    return measure
+
+
+def sd_config(dense: int, sparse: int, d: int) -> Config:
+    return Config(dense, 1, d, sparse=sparse)
+
+
+@pytest.mark.parametrize("sla", [10.0, 20.0, 40.0])
+def test_the_sparse_dense_search_balances_its_stages(sla):
+    """The S-D search (outer: dense threads; climb: sparse threads x batch) reaches >= 95% of
+    its grid's optimum with <= 40% of the points, and the allotment it picks is balanced: the
+    sparse stage's rate within a thread's worth of the dense stage's."""
+    dense, sparse, batches = [1, 2, 3, 4], list(range(1, 13)), [1, 2, 4, 8, 16, 32, 64, 128]
+    m = sd_server(sla_ms=sla)
+    grid = grid_search(m, dense, sparse, batches, make=sd_config)
+    grad = gradient_search(m, dense, sparse, batches, make=sd_config)
+    n = len(dense) * len(sparse) * len(batches)
+    assert grid.measured == n and all(p.config.sparse >= 1 for p in grid.explored)
+    assert grad.best.qps >= 0.95 * grid.best.qps, (grad.best, grid.best)
+    assert grad.measured <= 0.4 * n, grad.measured
+    c = grad.best.config
+    per_sparse = c.batch / (0.3 + 0.06 * c.batch)
+    per_dense = c.batch / (1.0 + 0.02 * c.batch)
+    assert abs(c.sparse * per_sparse - c.threads * per_dense) <= max(per_sparse, per_dense), c
+    assert c.label() == f"sparse={c.sparse} dense={c.threads} m=1 d={c.batch}"

@@ -120,8 +120,32 @@ def test_tune_measures_dlrm_which_the_embedding_capability_serves(tmp_path):
     out = tmp_path / "t"
     r = subprocess.run([sys.executable, "-m", "splitrpc", "tune", "--models", "dlrm", "--threads", "1", "--instances",
                         "1", "--batches", "1,8", "--trial-s", "0.3", "--repeats", "1", "--sla-ms", "50",
+                        "--schedules", "model,sd", "--sparse", "1,2", "--dense", "1",
                         "--kind", "testbox", "--out", str(out)], capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert r.returncode == 0, r.stderr[-2000:]
-    res = json.loads((out / "tune.json").read_text())["models"]["dlrm"]
-    assert len(res["points"]) == 2 and all(p["qps"] > 0 for p in res["points"])
-    assert json.loads((out / "tune_tuples.json").read_text())[0]["model"] == "dlrm"
+    doc = json.loads((out / "tune.json").read_text())
+    res, sd = doc["models"]["dlrm"], doc["models"]["dlrm/sd"]
+    assert len(res["points"]) == 2 and all(p["qps"] > 0 and p["sparse"] == 0 for p in res["points"])
+    # Hercules's sparse-dense pipeline: dense threads x sparse threads x batch, every point served
+    assert sorted(tuple(p["at"]) for p in sd["points"]) == [(1, 1, 1), (1, 1, 8), (1, 2, 1), (1, 2, 8)]
+    assert all(p["qps"] > 0 and p["sparse"] == p["at"][1] for p in sd["points"])
+    (t,) = json.loads((out / "tune_tuples.json").read_text())
+    best = max((res, sd), key=lambda r: r["gradient"]["qps"])
+    assert t["model"] == "dlrm" and t["qps"] == best["gradient"]["qps"]
+    assert "sparse-dense pipeline scheduling" in (out / "tune.md").read_text()
+
+
+def test_a_sparse_dense_configuration_serves_the_pipeline_and_a_model_without_stages_is_refused(tmp_path):
+    pytest.importorskip("torch")
+    pytest.importorskip("rocksdict")
+    from splitrpc.services.planning.search import Config
+    from splitrpc.services.planning.tune import Served
+
+    import splitrpc
+
+    with Served("dlrm", Config(1, 1, 8, sparse=2)) as srv, splitrpc.Client("127.0.0.1", srv.port) as c:
+        info = c.describe().by_name("dlrm")
+        assert info.executor == "pool:3" and info.max_batch == 8  # the two stages' 2 + 1 threads
+    bad = subprocess.run([sys.executable, "-m", "splitrpc", "tune", "--models", "lenet", "--schedules", "sd",
+                          "--out", str(tmp_path / "x")], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert bad.returncode == 2 and "'lenet' has no sparse and dense stages" in bad.stderr, bad.stderr[-1000:]

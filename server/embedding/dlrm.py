@@ -212,23 +212,43 @@ class DLRMService(DLRM):
                 emb[ok, j] = self.store.lookup(spec.name, col[ok])
         return emb, bad
 
+    def sparse_stage(self, job) -> tuple[np.ndarray, dict]:
+        """The SparseNet of a batch, as a StagePipeline's first stage: embeddings(keys) of the
+        BatchJob's keys (its second tensor argument)."""
+        return self.embeddings(np.asarray(job.call_args[1]))
+
     def callback(self, dense, keys, prob):
-        """The batched tensor callback: (B, 13), (B, 26) in; (B, 1) out."""
+        """The batched tensor callback: (B, 13), (B, 26) in; (B, 1) out. Under a sparse-dense
+        pipeline (register(pipeline=)) the embeddings come from the first stage, and this is the
+        DenseNet alone."""
         import torch
 
-        emb, bad = self.embeddings(np.asarray(keys))
+        from splitrpc.executor import stage_result
+
+        got = stage_result()
+        emb, bad = got if got is not None else self.embeddings(np.asarray(keys))
         with torch.inference_mode():
             out = self.model(torch.from_numpy(np.ascontiguousarray(dense, np.float32)), torch.from_numpy(emb))
         prob[:] = out.numpy()
         return bad or None
 
     def register(self, server, *, max_batch: int | None = 1024, max_delay_us: int | None = None,
-                 capacity: int = 4096) -> None:
+                 capacity: int = 4096, pipeline: tuple[int, int] | None = None) -> None:
         """Registers the service as FUNC_ID (and its counters as server.stats()["embedding"]);
-        capacity: calls its queues hold (more outstanding get BUSY)."""
+        capacity: calls its queues hold (more outstanding get BUSY). pipeline=(sparse, dense):
+        Hercules's sparse-dense pipeline scheduling, a batch's lookups (SparseNet) on one of
+        `sparse` threads and its MLPs (DenseNet) on one of `dense` threads, the two pipelined
+        (splitrpc.StagePipeline); None: model-based scheduling, the whole model inline on the
+        server's worker."""
+        from splitrpc.executor import INLINE, StagePipeline
+
+        executor = INLINE
+        if pipeline is not None:
+            sparse, dense = pipeline
+            executor = StagePipeline(self.sparse_stage, sparse, dense, name="dlrm-sd")
         ins, outs = self.inputs_outputs()
         server.add_function(self.callback, FUNC_ID, "dlrm", ins, outs, max_batch=max_batch, max_delay_us=max_delay_us,
-                            capacity=capacity)
+                            capacity=capacity, executor=executor)
         server.add_stats_source("embedding", self.stats)
 
     def stats(self) -> dict:

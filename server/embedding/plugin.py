@@ -1,6 +1,8 @@
 """plugin.py: the embedding store (after HugeCTR's HPS, Wei et al., RecSys 2022) as a capability of the core: `serve --models dlrm` over a store configured by --embedding-store, and `splitrpc call dlrm` checked against the model over the exact tables."""
 from __future__ import annotations
 
+import argparse
+
 import numpy as np
 
 from splitrpc.plugins import Callee, Capability, CapabilityError, Serving
@@ -8,6 +10,17 @@ from splitrpc.services.embedding import dlrm
 
 NAME = "dlrm"
 EXTRA = "it needs pip install 'splitrpc[models,embedding]'"
+
+
+def pipeline_arg(text: str) -> tuple[int, int]:
+    """--dlrm-pipeline SPARSE,DENSE: two thread counts >= 1."""
+    try:
+        sparse, dense = (int(v) for v in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected SPARSE,DENSE, two thread counts") from None
+    if sparse < 1 or dense < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: both thread counts must be >= 1")
+    return sparse, dense
 
 
 class DLRMServing(Serving):
@@ -37,10 +50,18 @@ class Embedding(Capability):
         s.add_argument("--embedding-store", metavar="CONFIG.json",
                        help="dlrm: the embedding store's configuration (docs/embedding.md); default: an embedded "
                             "store (RocksDB in a temporary directory, host hash map, L1 at 5%%, exact lookups)")
+        s.add_argument("--dlrm-pipeline", metavar="SPARSE,DENSE", type=pipeline_arg,
+                       help="dlrm: Hercules's sparse-dense pipeline scheduling, a batch's embedding lookups on one of "
+                            "SPARSE threads and its MLPs on one of DENSE threads, pipelined (default: the whole model "
+                            "inline, model-based scheduling)")
 
     def check_serve_args(self, args) -> None:
-        """--processes with a store whose L3 is one RocksDB path: RocksDB lets one process open it."""
-        if args.processes == 1 or not args.embedding_store or not (args.models and NAME in (n.strip() for n in args.models.split(","))):
+        """--processes with a store whose L3 is one RocksDB path: RocksDB lets one process open it;
+        --dlrm-pipeline without dlrm."""
+        served = bool(args.models and NAME in (n.strip() for n in args.models.split(",")))
+        if args.dlrm_pipeline and not served:
+            raise CapabilityError("--dlrm-pipeline: it schedules dlrm, which --models does not name")
+        if args.processes == 1 or not args.embedding_store or not served:
             return
         try:
             l3 = dlrm.load_config(args.embedding_store).l3
@@ -66,14 +87,22 @@ class Embedding(Capability):
         except Exception as e:  # a bad store configuration, an L3 path that cannot be written, ...
             raise CapabilityError(f"--models dlrm: {type(e).__name__}: {e}") from e
         try:
-            svc.register(server, max_batch=args.max_batch or 1024, max_delay_us=args.max_delay_us)
+            svc.register(server, max_batch=args.max_batch or 1024, max_delay_us=args.max_delay_us,
+                         pipeline=args.dlrm_pipeline)
         except Exception as e:
             svc.close()
             raise CapabilityError(f"--models dlrm: {type(e).__name__}: {e}") from e
-        return DLRMServing(svc)
+        serving = DLRMServing(svc)
+        if args.dlrm_pipeline:
+            serving.banner += " (sparse-dense pipeline: {} lookup threads, {} MLP threads)".format(*args.dlrm_pipeline)
+        return serving
 
     def callee_names(self) -> tuple:
         return (NAME,)
+
+    def stage_args(self, name, first, second):
+        """dlrm's sparse-dense pipeline: `first` lookup threads, `second` MLP threads."""
+        return ["--dlrm-pipeline", f"{first},{second}"] if name == NAME else None
 
     def callee(self, name, args, checked=True):
         if name != NAME:

@@ -1,4 +1,4 @@
-"""search.py: Hercules's configuration search over (threads per instance o, instances m, batch size d): the "gradient" search (a discrete hill climb per o) and the grid search it is measured against, both over a measure(config) function returning the latency-bounded throughput (0 where the SLA cannot be met) (after Hercules, Ke et al., HPCA 2022).
+"""search.py: Hercules's configuration search over (threads per instance o, instances m, batch size d), or for sparse-dense pipeline scheduling over (dense threads, sparse threads, batch size): the "gradient" search (a discrete hill climb per o) and the grid search it is measured against, both over a measure(config) function returning the latency-bounded throughput (0 where the SLA cannot be met) (after Hercules, Ke et al., HPCA 2022).
 
 Gradient search, as the paper describes it:
 - for each o, ascending: start at the smallest m and d; measure the neighbours (m, d+1),
@@ -19,9 +19,15 @@ from typing import Callable
 
 @dataclass(frozen=True)
 class Config:
-    threads: int     # o: intra-op threads per instance
+    threads: int     # o: intra-op threads per instance; sparse-dense: the dense (MLP) stage's threads
     instances: int   # m: co-located instances (server processes or executor threads)
     batch: int       # d: batch size
+    sparse: int = 0  # sparse-dense pipeline scheduling: the sparse (lookup) stage's threads; 0: model-based
+
+    def label(self) -> str:
+        if self.sparse:
+            return f"sparse={self.sparse} dense={self.threads} m={self.instances} d={self.batch}"
+        return f"o={self.threads} m={self.instances} d={self.batch}"
 
 
 @dataclass
@@ -69,16 +75,19 @@ def _check_axes(threads, instances, batches) -> tuple[list, list, list]:
 
 def gradient_search(measure: Callable, threads, instances, batches, *, margin: float = 0.03,
                     power_cap: float | None = None, patience: int = 0,
-                    progress: Callable | None = None) -> SearchResult:
+                    progress: Callable | None = None, make: Callable = Config) -> SearchResult:
     """Hercules's search; measure(Config) -> qps or (qps, power). progress(point) after each
-    measurement."""
+    measurement. make(o, m, d) builds the Config of a point of the three axes (default Config:
+    o threads, m instances, d batch); the sparse-dense search passes (dense threads, sparse
+    threads, batch), so its climb for each dense count moves the sparse allotment and the batch
+    until the two stages balance (Hercules's S-D search on a CPU)."""
     if patience < 0:
         raise ValueError("patience must be >= 0")
     os_, ms, ds = _check_axes(threads, instances, batches)
     meas = _Measurer(measure, power_cap)
 
     def at(mi: int, di: int, o: int) -> Point:
-        p = meas(Config(o, ms[mi], ds[di]))
+        p = meas(make(o, ms[mi], ds[di]))
         if progress:
             progress(p)
         return p
@@ -112,14 +121,15 @@ def gradient_search(measure: Callable, threads, instances, batches, *, margin: f
 
 
 def grid_search(measure: Callable, threads, instances, batches, *, power_cap: float | None = None,
-                progress: Callable | None = None) -> SearchResult:
-    """Every point measured; the best is the optimum the gradient search is judged against."""
+                progress: Callable | None = None, make: Callable = Config) -> SearchResult:
+    """Every point measured; the best is the optimum the gradient search is judged against.
+    make(o, m, d) as gradient_search's."""
     os_, ms, ds = _check_axes(threads, instances, batches)
     meas = _Measurer(measure, power_cap)
     for o in os_:
         for m in ms:
             for d in ds:
-                p = meas(Config(o, m, d))
+                p = meas(make(o, m, d))
                 if progress:
                     progress(p)
     best = max(meas.order, key=lambda p: p.qps)
@@ -127,7 +137,7 @@ def grid_search(measure: Callable, threads, instances, batches, *, power_cap: fl
 
 
 def batch_only_search(measure: Callable, batches, *, threads: int = 1, instances: int = 1,
-                      margin: float = 0.03) -> SearchResult:
+                      margin: float = 0.03, make: Callable = Config) -> SearchResult:
     """DeepRecSys's search, the paper's baseline: batch size alone (one instance, one thread),
     climbing while throughput improves by more than margin."""
-    return gradient_search(measure, [threads], [instances], batches, margin=margin)
+    return gradient_search(measure, [threads], [instances], batches, margin=margin, make=make)

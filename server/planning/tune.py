@@ -1,4 +1,4 @@
-"""tune.py: the measuring side of `splitrpc tune`: a zoo model served at one configuration of Hercules's space (o intra-op threads per instance by OMP_NUM_THREADS, m server processes on one port by `serve --processes`, d the batch size by `--max-batch`), and its latency-bounded throughput: the native open-loop generator (Poisson arrivals; several clients, since SO_REUSEPORT gives each client address to one process), each trial repeated and its p99 taken as the median, doubling then bisecting the rate (capacity.latency_bounded_qps) (after Hercules, Ke et al., HPCA 2022).
+"""tune.py: the measuring side of `splitrpc tune`: a zoo model served at one configuration of Hercules's space (o intra-op threads per instance by OMP_NUM_THREADS, m server processes on one port by `serve --processes`, d the batch size by `--max-batch`; or, for sparse-dense pipeline scheduling, the sparse and dense stages' threads by the model's stage options), and its latency-bounded throughput: the native open-loop generator (Poisson arrivals; several clients, since SO_REUSEPORT gives each client address to one process), each trial repeated and its p99 taken as the median, doubling then bisecting the rate (capacity.latency_bounded_qps) (after Hercules, Ke et al., HPCA 2022).
 
 The measured points feed search.gradient_search / grid_search / batch_only_search: every point
 a search asks for is served and measured once (cached), so a search's cost is the number of
@@ -37,6 +37,20 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def stage_args(model: str, sparse: int, dense: int) -> list:
+    """The `serve` options that run model as Hercules's sparse-dense pipeline (its capability's
+    Capability.stage_args); TuneError where it has no such split."""
+    from splitrpc import plugins
+
+    for cap in plugins.capabilities():
+        if cap.claims(model):
+            args = cap.stage_args(model, sparse, dense)
+            if args:
+                return args
+    raise TuneError(f"{model!r} has no sparse and dense stages to pipeline (only a model whose capability gives "
+                    "them, such as dlrm, can be tuned with --schedules sd)")
+
+
 class Served:
     """`splitrpc serve --models MODEL` at a Config on 127.0.0.1, for a `with` block."""
 
@@ -51,7 +65,11 @@ class Served:
             argv.append("--small")
         if device != "cpu":
             argv += ["--device", device]
-        env = {**os.environ, "OMP_NUM_THREADS": str(config.threads), "MKL_NUM_THREADS": str(config.threads)}
+        intra = config.threads
+        if config.sparse:  # each dense thread one operator worker, as Hercules's S-D pipeline has it
+            argv += stage_args(model, config.sparse, config.threads)
+            intra = 1
+        env = {**os.environ, "OMP_NUM_THREADS": str(intra), "MKL_NUM_THREADS": str(intra)}
         self.lines: list = []
         # cwd: not a source checkout, whose splitrpc/ would shadow the installed package
         self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,

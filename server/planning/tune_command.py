@@ -1,4 +1,4 @@
-"""tune_command.py: `splitrpc tune`: Hercules's configuration search on this machine: a zoo model served at each configuration (o intra-op threads, m server processes, d batch size) and its latency-bounded QPS measured with the native open-loop generator; the gradient search, the grid search and a batch-size-only search compared on the same measurements; the best configuration saved as an efficiency tuple tagged with the machine kind (input to `splitrpc provision --tuples`) (after Hercules, Ke et al., HPCA 2022).
+"""tune_command.py: `splitrpc tune`: Hercules's configuration search on this machine: a zoo model served at each configuration (o intra-op threads, m server processes, d batch size; with --schedules sd, a model with sparse and dense stages, such as dlrm, also as a sparse-dense pipeline over its stages' threads) and its latency-bounded QPS measured with the native open-loop generator; the gradient search, the grid search and a batch-size-only search compared on the same measurements; the best configuration saved as an efficiency tuple tagged with the machine kind (input to `splitrpc provision --tuples`) (after Hercules, Ke et al., HPCA 2022).
 
 Every point any search asks for is measured once and cached: the grid is measured whole (it is
 the baseline), and each search's cost is the number of distinct points it asked for. The load
@@ -46,6 +46,13 @@ def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threads", type=_ints, default=[1, 2], help="o values (default: 1,2)")
     p.add_argument("--instances", type=_ints, default=[1, 2], help="m values (default: 1,2)")
     p.add_argument("--batches", type=_ints, default=[1, 2, 4, 8, 16], help="d values (default: 1,2,4,8,16)")
+    p.add_argument("--schedules", type=_schedules, default=["model"],
+                   help="model: model-based scheduling (the whole model per instance; axes o x m x d); sd: "
+                        "Hercules's sparse-dense pipeline (lookups and MLPs on separately sized thread stages; axes "
+                        "--dense x --sparse x d, one process), for models with those stages (dlrm); comma list "
+                        "(default: model)")
+    p.add_argument("--sparse", type=_ints, default=[1, 2, 3], help="sd: sparse (lookup) stage threads (default: 1,2,3)")
+    p.add_argument("--dense", type=_ints, default=[1, 2], help="sd: dense (MLP) stage threads (default: 1,2)")
     p.add_argument("--trial-s", type=float, default=1.0, help="seconds per open-loop trial (default: %(default)s)")
     p.add_argument("--repeats", type=int, default=3, help="trials per rate, median p99 (default: %(default)s)")
     p.add_argument("--margin", type=float, default=0.03, help="noise margin before a move counts (default: %(default)s)")
@@ -53,6 +60,25 @@ def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default="cpu", help="where the models run: cpu, or cuda:N (then each tuple's power is "
                    "that GPU's board power, read through nvidia-smi) (default: %(default)s)")
     p.add_argument("--out", default="splitrpc-tune")
+
+
+SCHEDULES = {  # name: (the axes' labels (outer, rows, columns), what it is)
+    "model": (("o threads", "m processes", "d batch"), "model-based scheduling"),
+    "sd": (("dense threads", "sparse threads", "d batch"), "sparse-dense pipeline scheduling"),
+}
+
+
+def _schedules(text: str) -> list[str]:
+    v = [x.strip() for x in text.split(",") if x.strip()]
+    bad = [x for x in v if x not in SCHEDULES]
+    if not v or bad:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a comma list of {', '.join(SCHEDULES)}")
+    return list(dict.fromkeys(v))
+
+
+def entry_key(model: str, schedule: str) -> str:
+    """tune.json's key of a model's results under a schedule: the model's name for model-based."""
+    return model if schedule == "model" else f"{model}/{schedule}"
 
 
 def machine_kind() -> str:
@@ -67,60 +93,89 @@ def _say(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
+def _space(a, schedule: str):
+    """(outer axis, row axis, batches, make) of a schedule: make(outer, row, d) -> Config."""
+    from splitrpc.services.planning import search
+    if schedule == "model":
+        return a.threads, a.instances, a.batches, search.Config
+    return a.dense, a.sparse, a.batches, lambda dense, sparse, d: search.Config(dense, 1, d, sparse=sparse)
+
+
+def _at(schedule: str, c) -> list:
+    """A Config's place on its schedule's axes (outer, row, batch)."""
+    return [c.threads, c.instances if schedule == "model" else c.sparse, c.batch]
+
+
 def run(a) -> dict:
     from splitrpc.services.planning import search, tune
     models = [m.strip() for m in a.models.split(",") if m.strip()]
     for m in models:
         try:
             tune.served_model(m, small=not a.full_size)
+            if "sd" in a.schedules:
+                tune.stage_args(m, 1, 1)
         except tune.TuneError as e:
             raise ValueError(f"--models: {e}") from None
     sla = a.sla_ms / 1e3
     kind = a.kind or machine_kind()
-    grid_n = len(a.threads) * len(a.instances) * len(a.batches)
     doc = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "command": command_of(a),
            "machine": f"{os.cpu_count()} CPUs, {platform.machine()}, {platform.platform()}", "kind": kind,
            "sla_ms": a.sla_ms, "axes": {"threads": a.threads, "instances": a.instances, "batches": a.batches},
-           "trial_s": a.trial_s, "repeats": a.repeats, "margin": a.margin, "device": a.device,
+           "schedules": a.schedules, "trial_s": a.trial_s, "repeats": a.repeats, "margin": a.margin,
+           "device": a.device,
            "power_note": ("the models ran on the CPU: no power is read (RAPL is not read; NVML reads a GPU's)"
                           if a.device == "cpu" else f"power: {a.device}'s board power at each point's QPS"),
            "models": {}}
+    if "sd" in a.schedules:
+        doc["axes"].update(sparse=a.sparse, dense=a.dense)
     t_start = time.monotonic()
     for model in models:
-        points: dict = {}
+        for schedule in a.schedules:
+            key = entry_key(model, schedule)
+            outer, rows, batches, make = _space(a, schedule)
+            grid_n = len(outer) * len(rows) * len(batches)
+            points: dict = {}
 
-        def measure(c: search.Config) -> float:
-            if c not in points:
-                k = len(points) + 1
-                _say(f"{model}: point {k}/{grid_n}: o={c.threads} m={c.instances} d={c.batch}")
-                start = max(50.0, 0.5 * max((p["qps"] for p in points.values()), default=100.0))
-                points[c] = tune.measure_config(model, c, sla, trial_s=a.trial_s, repeats=a.repeats,
-                                                small=not a.full_size, start=start, device=a.device,
-                                                log=lambda m: _say("    " + m))
-                _say(f"    -> {points[c]['qps']:.0f} calls/s within p99 {a.sla_ms:g} ms")
-            return points[c]["qps"]
+            def measure(c: search.Config) -> float:
+                if c not in points:
+                    _say(f"{key}: point {len(points) + 1}/{grid_n}: {c.label()}")
+                    start = max(50.0, 0.5 * max((p["qps"] for p in points.values()), default=100.0))
+                    points[c] = tune.measure_config(model, c, sla, trial_s=a.trial_s, repeats=a.repeats,
+                                                    small=not a.full_size, start=start, device=a.device,
+                                                    log=lambda m: _say("    " + m))
+                    _say(f"    -> {points[c]['qps']:.0f} calls/s within p99 {a.sla_ms:g} ms")
+                return points[c]["qps"]
 
-        grid = search.grid_search(measure, a.threads, a.instances, a.batches)
-        grad = search.gradient_search(measure, a.threads, a.instances, a.batches, margin=a.margin)
-        bonly = search.batch_only_search(measure, a.batches, threads=a.threads[0], instances=a.instances[0],
-                                         margin=a.margin)
-        best_grid = grid.best.qps if grid.best else 0.0
-        best_grad = grad.best.qps if grad.best else 0.0
-        best_b = bonly.best.qps if bonly.best else 0.0
-        doc["models"][model] = {
-            "points": [{"threads": c.threads, "instances": c.instances, "batch": c.batch, **p} for c, p in points.items()],
-            "grid": {"best": grid.best and grid.best.config.__dict__, "qps": best_grid, "measured": grid.measured},
-            "gradient": {"best": grad.best and grad.best.config.__dict__, "qps": best_grad, "measured": grad.measured,
-                         "path": [p.config.__dict__ for p in grad.explored]},
-            "batch_only": {"best": bonly.best and bonly.best.config.__dict__, "qps": best_b,
-                           "measured": bonly.measured},
-            "gradient_of_grid": best_grad / best_grid if best_grid else None,
-            "gradient_points_share": grad.measured / grid_n,
-            "gain_over_batch_only": best_grad / best_b if best_b else None}
-        _say(f"{model}: gradient {best_grad:.0f} ({grad.measured} points) vs grid {best_grid:.0f} ({grid_n}) vs "
-             f"batch-only {best_b:.0f} ({bonly.measured})")
-    doc["tuples"] = [{"model": m, "kind": kind, "qps": r["gradient"]["qps"], "power": _power_at(r),
-                      "config": r["gradient"]["best"], "sla_ms": a.sla_ms} for m, r in doc["models"].items()]
+            grid = search.grid_search(measure, outer, rows, batches, make=make)
+            grad = search.gradient_search(measure, outer, rows, batches, margin=a.margin, make=make)
+            bonly = search.batch_only_search(measure, batches, threads=outer[0], instances=rows[0], margin=a.margin,
+                                             make=make)
+            best_grid = grid.best.qps if grid.best else 0.0
+            best_grad = grad.best.qps if grad.best else 0.0
+            best_b = bonly.best.qps if bonly.best else 0.0
+
+            def cfg(p):
+                return p and {**p.config.__dict__, "label": p.config.label()}
+
+            doc["models"][key] = {
+                "model": model, "schedule": schedule, "labels": list(SCHEDULES[schedule][0]),
+                "axes": {"outer": outer, "rows": rows, "batches": batches},
+                "points": [{"threads": c.threads, "instances": c.instances, "batch": c.batch, "sparse": c.sparse,
+                            "at": _at(schedule, c), **p} for c, p in points.items()],
+                "grid": {"best": cfg(grid.best), "qps": best_grid, "measured": grid.measured},
+                "gradient": {"best": cfg(grad.best), "qps": best_grad, "measured": grad.measured,
+                             "path": [_at(schedule, p.config) for p in grad.explored]},
+                "batch_only": {"best": cfg(bonly.best), "qps": best_b, "measured": bonly.measured},
+                "gradient_of_grid": best_grad / best_grid if best_grid else None,
+                "gradient_points_share": grad.measured / grid_n,
+                "gain_over_batch_only": best_grad / best_b if best_b else None}
+            _say(f"{key}: gradient {best_grad:.0f} ({grad.measured} points) vs grid {best_grid:.0f} ({grid_n}) vs "
+                 f"batch-only {best_b:.0f} ({bonly.measured})")
+    doc["tuples"] = []
+    for model in models:  # a model's tuple: the better schedule's gradient best
+        r = max((doc["models"][entry_key(model, s)] for s in a.schedules), key=lambda r: r["gradient"]["qps"])
+        doc["tuples"].append({"model": model, "kind": kind, "qps": r["gradient"]["qps"], "power": _power_at(r),
+                              "schedule": r["schedule"], "config": r["gradient"]["best"], "sla_ms": a.sla_ms})
     doc["seconds"] = time.monotonic() - t_start
     return doc
 
@@ -131,78 +186,96 @@ def _power_at(r: dict) -> float | None:
     if not best:
         return None
     for p in r["points"]:
-        if (p["threads"], p["instances"], p["batch"]) == (best["threads"], best["instances"], best["batch"]):
+        if all(p[k] == best[k] for k in ("threads", "instances", "batch", "sparse")):
             return p.get("power_w")
     return None
 
 
+def _grid_table(r: dict) -> dict:
+    return {tuple(p["at"]): p["qps"] for p in r["points"]}
+
+
 def markdown(doc: dict) -> str:
     ax = doc["axes"]
+    space = f"o (threads) {ax['threads']}, m (processes) {ax['instances']}, d (batch) {ax['batches']}"
+    if "sparse" in ax:
+        space += (f"; sparse-dense: sparse (lookup) threads {ax['sparse']}, dense (MLP) threads {ax['dense']} (one "
+                  "intra-op thread each), one process")
     lines = [f"# Configuration search (Hercules) on this machine ({doc['date']})", "",
              f"Command: `{doc['command']}`  ", f"Machine: {doc['machine']} (kind tag `{doc['kind']}`); the open-loop "
              "generator shares its CPUs with the server (loopback).  ",
              f"SLA: p99 <= {doc['sla_ms']:g} ms; each trial {doc['trial_s']:g} s, {doc['repeats']} repeats, median "
-             f"p99; noise margin {100 * doc['margin']:.0f}%. Space: o (threads) {ax['threads']}, m (processes) "
-             f"{ax['instances']}, d (batch) {ax['batches']}. {doc['power_note']}.", "",
-             "| model | grid best (QPS, config) | gradient best | gradient / grid | points (gradient / grid) | "
-             "batch-only best | gradient / batch-only |", "|---|---|---|---|---|---|---|"]
-    n = len(ax["threads"]) * len(ax["instances"]) * len(ax["batches"])
+             f"p99; noise margin {100 * doc['margin']:.0f}%. Space: {space}. {doc['power_note'].capitalize()}.", "",
+             "| model | schedule | grid best (QPS, config) | gradient best | gradient / grid | "
+             "points (gradient / grid) | batch-only best | gradient / batch-only |", "|---|---|---|---|---|---|---|---|"]
 
     def cfg(c):
-        return f"o={c['threads']} m={c['instances']} d={c['batch']}" if c else "-"
+        return c["label"] if c else "-"
 
-    for m, r in doc["models"].items():
-        lines.append(f"| {m} | {r['grid']['qps']:.0f} ({cfg(r['grid']['best'])}) | {r['gradient']['qps']:.0f} "
-                     f"({cfg(r['gradient']['best'])}) | **{100 * (r['gradient_of_grid'] or 0):.1f}%** | "
-                     f"{r['gradient']['measured']} / {n} (**{100 * r['gradient_points_share']:.0f}%**) | "
-                     f"{r['batch_only']['qps']:.0f} ({cfg(r['batch_only']['best'])}) | "
-                     f"{(r['gain_over_batch_only'] or 0):.2f}x |")
+    for r in doc["models"].values():
+        n = len(r["axes"]["outer"]) * len(r["axes"]["rows"]) * len(r["axes"]["batches"])
+        lines.append(f"| {r['model']} | {SCHEDULES[r['schedule']][1]} | {r['grid']['qps']:.0f} "
+                     f"({cfg(r['grid']['best'])}) | {r['gradient']['qps']:.0f} ({cfg(r['gradient']['best'])}) | "
+                     f"**{100 * (r['gradient_of_grid'] or 0):.1f}%** | {r['gradient']['measured']} / {n} "
+                     f"(**{100 * r['gradient_points_share']:.0f}%**) | {r['batch_only']['qps']:.0f} "
+                     f"({cfg(r['batch_only']['best'])}) | {(r['gain_over_batch_only'] or 0):.2f}x |")
+    both = [(m, doc["models"][m], doc["models"][f"{m}/sd"]) for m in doc["models"] if f"{m}/sd" in doc["models"]]
+    for m, mb, sd in both:
+        ratio = sd["grid"]["qps"] / mb["grid"]["qps"] if mb["grid"]["qps"] else float("nan")
+        lines += ["", f"{m}: the sparse-dense pipeline's grid best is {ratio:.2f}x model-based scheduling's "
+                  "(one measurement per point: a comparison of schedules, not a claim with an interval)."]
     lines += ["", "Every point (latency-bounded QPS):", ""]
-    for m, r in doc["models"].items():
-        lines += [f"**{m}**", "", "| o | m | " + " | ".join(f"d={d}" for d in ax["batches"]) + " |",
-                  "|---|---|" + "---|" * len(ax["batches"])]
-        table = {(p["threads"], p["instances"], p["batch"]): p["qps"] for p in r["points"]}
-        for o in ax["threads"]:
-            for i in ax["instances"]:
+    for key, r in doc["models"].items():
+        outer_l, row_l, col_l = r["labels"]
+        table = _grid_table(r)
+        lines += [f"**{key}** ({SCHEDULES[r['schedule']][1]})", "",
+                  f"| {outer_l} | {row_l} | " + " | ".join(f"d={d}" for d in r["axes"]["batches"]) + " |",
+                  "|---|---|" + "---|" * len(r["axes"]["batches"])]
+        for o in r["axes"]["outer"]:
+            for i in r["axes"]["rows"]:
                 lines.append(f"| {o} | {i} | " + " | ".join(f"{table.get((o, i, d), float('nan')):.0f}"
-                                                             for d in ax["batches"]) + " |")
+                                                             for d in r["axes"]["batches"]) + " |")
         lines.append("")
-    lines += ["Efficiency tuples (tune_tuples.json, for `splitrpc provision --tuples`):", "", "```",
-              json.dumps(doc["tuples"], indent=1), "```", "", f"Run time: {doc['seconds']:.0f} s."]
+    lines += ["Efficiency tuples (tune_tuples.json, for `splitrpc provision --tuples`; each model's better "
+              "schedule):", "", "```", json.dumps(doc["tuples"], indent=1), "```", "",
+              f"Run time: {doc['seconds']:.0f} s."]
     return "\n".join(lines) + "\n"
 
 
 def plot(doc: dict, path: str) -> str:
     from matplotlib import figure
 
-    ax_ = doc["axes"]
-    models = list(doc["models"])
-    nt = len(ax_["threads"])
-    fig = figure.Figure(figsize=(4.5 * nt, 3.6 * len(models)))
-    axes = np.atleast_2d(fig.subplots(len(models), nt, squeeze=False))
-    for row, m in enumerate(models):
-        r = doc["models"][m]
-        table = {(p["threads"], p["instances"], p["batch"]): p["qps"] for p in r["points"]}
+    entries = list(doc["models"].items())
+    nt = max(len(r["axes"]["outer"]) for _, r in entries)
+    fig = figure.Figure(figsize=(4.5 * nt, 3.6 * len(entries)))
+    axes = np.atleast_2d(fig.subplots(len(entries), nt, squeeze=False))
+    for row, (key, r) in enumerate(entries):
+        outer_l, row_l, col_l = r["labels"]
+        outer, rows, batches = r["axes"]["outer"], r["axes"]["rows"], r["axes"]["batches"]
+        table = _grid_table(r)
         vmax = max(table.values()) or 1.0
-        path_pts = [(p["threads"], p["instances"], p["batch"]) for p in r["gradient"]["path"]]
-        for col, o in enumerate(ax_["threads"]):
+        for col in range(nt):
             ax = axes[row, col]
-            z = np.array([[table.get((o, i, d), np.nan) for d in ax_["batches"]] for i in ax_["instances"]])
+            if col >= len(outer):
+                ax.set_axis_off()
+                continue
+            o = outer[col]
+            z = np.array([[table.get((o, i, d), np.nan) for d in batches] for i in rows])
             im = ax.imshow(z, origin="lower", aspect="auto", vmin=0, vmax=vmax, cmap="viridis")
-            for yi, i in enumerate(ax_["instances"]):
-                for xi, d in enumerate(ax_["batches"]):
+            for yi, i in enumerate(rows):
+                for xi, d in enumerate(batches):
                     ax.text(xi, yi, f"{table.get((o, i, d), 0):.0f}", ha="center", va="center", fontsize=7,
                             color="w")
-            seq = [(ax_["batches"].index(d), ax_["instances"].index(i)) for (oo, i, d) in path_pts if oo == o]
+            seq = [(batches.index(d), rows.index(i)) for (oo, i, d) in r["gradient"]["path"] if oo == o]
             if seq:
                 xs, ys = zip(*seq)
                 ax.plot(xs, ys, "o--", color="r", markersize=9, fillstyle="none", label="gradient search's points")
                 ax.legend(fontsize=6, loc="upper left")
-            ax.set_xticks(range(len(ax_["batches"])), [str(d) for d in ax_["batches"]])
-            ax.set_yticks(range(len(ax_["instances"])), [str(i) for i in ax_["instances"]])
-            ax.set_xlabel("batch size d")
-            ax.set_ylabel("processes m")
-            ax.set_title(f"{m}, o={o} threads: latency-bounded QPS", fontsize=8)
+            ax.set_xticks(range(len(batches)), [str(d) for d in batches])
+            ax.set_yticks(range(len(rows)), [str(i) for i in rows])
+            ax.set_xlabel(col_l)
+            ax.set_ylabel(row_l)
+            ax.set_title(f"{key}, {o} {outer_l}: latency-bounded QPS", fontsize=8)
             fig.colorbar(im, ax=ax, fraction=0.046)
     fig.suptitle(f"Grid surface and the gradient search's points (SLA p99 {doc['sla_ms']:g} ms, {doc['kind']})",
                  fontsize=9)
