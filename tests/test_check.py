@@ -21,7 +21,7 @@ from splitrpc.check.facts import _cc_has_code, gpudirect
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TESTS = os.path.join(ROOT, "tests")
 CORE = ["build", "machine", "host", "device-tq", "device-o1", "device-graph", "device-o2", "device-zoo", "device-pmc",
-        "tests-gpu", "tests-zoo", "native"]
+        "device-colocate", "tests-gpu", "tests-zoo", "native"]
 BENCH = ["bench-orchestration", "bench-e2e", "bench-batching", "bench-tune"]
 HAS_KERNELS = splitrpc.features()["cuda"]
 
@@ -61,7 +61,7 @@ def test_without_a_gpu_exits_0_and_says_no_gpu(tmp_path, run_env):
     assert all("no GPU" in d["sections"][n]["why"] for n in CORE[3:11]), d["sections"]
     summary = (out / "summary.md").read_text().splitlines()
     assert summary[0].startswith("Device: none: no GPU (")  # the first line says which device ran it
-    assert summary[2].startswith("# splitrpc check: 3 passed, 0 failed, 9 skipped")
+    assert summary[2].startswith("# splitrpc check: 3 passed, 0 failed, 10 skipped")
     assert sorted(os.listdir(out)) == ["check.json", "summary.md"]  # no benchmark, no plot
 
 
@@ -85,7 +85,7 @@ def test_every_emulatable_section_passes_on_the_emulated_device(tmp_path, emu_en
     want_passed += ["device-o2"] if HAS_KERNELS else []
     assert all(v[n] == "passed" for n in want_passed), v
     d = doc(out)["sections"]
-    for n in ("device-zoo", "device-pmc", "tests-zoo"):  # PyTorch's CUDA runtime is its own: no emulation of it
+    for n in ("device-zoo", "device-pmc", "device-colocate", "tests-zoo"):  # PyTorch's CUDA runtime: no emulation
         assert v[n] == "skipped" and "cannot be emulated" in d[n]["why"], d[n]
     if not HAS_KERNELS:
         assert v["device-o2"] == "skipped" and "no CUDA compiler" in d["device-o2"]["why"]

@@ -217,8 +217,11 @@ def test_bad_settings_are_errors_at_start():
                 colocate.CoLocation(bad)
         with pytest.raises(ValueError):
             colocate.CoLocation(1 << 20, policy="lifo")
-        with pytest.raises(ValueError, match="only 'cpu'"):
-            colocate.CoLocation(1 << 20, device="cuda:0")
+        with pytest.raises(ValueError, match="must be 'cpu' or 'cuda:N'"):
+            colocate.CoLocation(1 << 20, device="tpu:0")
+        if not torch.cuda.is_available():  # the CUDA place (device.CudaPlace) needs a device PyTorch sees
+            with pytest.raises(ValueError, match="sees no CUDA device"):
+                colocate.CoLocation(1 << 20, device="cuda:0")
         co = colocate.CoLocation(1 << 20)
         with pytest.raises(ValueError, match="max_message"):
             co.add(srv, 1, "big", _models()["gcn"], features=F, classes=C, qos=1.0, max_nodes=10**6, max_edges=10)

@@ -11,12 +11,15 @@ call alone with INTERNAL; a call whose PMC exceeds the budget gets TOO_LARGE nam
 Threads: a CoLocation is its services' executor (splitrpc.Executor), and each batch it gets is
 one call. Its submit, on the server's worker, parses the call, estimates its PMC and queues it in
 the scheduler (or answers it at once with its error); one dispatcher thread forms groups (under the
-lock) and runs a group's calls on a thread pool, one thread per call (on a GPU each would be one
+lock) and runs a group's calls on a thread pool, one thread per call (on a GPU each on its own
 stream); when the group's last call ends its memory is released and the next group forms. The
 server's start and stop start and stop it (Executor.acquire / release), and Server.stats()
-["executors"] reports its load. The memory is a budget accountant on the CPU (the CoScheduler's
-reservation): there is no GPU path yet (torch.cuda.MemPool per group is not built: no GPU to run it
-on).
+["executors"] reports its load. Where the calls run is its place (device.py): on the CPU the
+memory is a budget accountant (the CoScheduler's reservation); on a CUDA device each call of a
+group runs on its own stream, the group's memory comes from one MemPool, and the allocator is
+capped at the models' memory plus the budget, so the device refuses what the estimates missed
+(that call fails alone, INTERNAL). The CUDA place has not run in CI (no GPU): `splitrpc check`'s
+device-colocate section runs it.
 
 QoS target per service: given, or 2x its standalone time measured at registration on a sample
 request. A call is a violation when its time from arrival at the scheduler to its end exceeds it.
@@ -38,6 +41,7 @@ import numpy as np
 from splitrpc.errors import BadRequest, InternalError, TooLarge
 from splitrpc.executor import Executor
 from splitrpc.services.colocation import groups
+from splitrpc.services.colocation.device import DeviceBudgetExceeded, place_for
 
 HEADER = struct.Struct("<qq")   # NN, NE
 LATENCY_WINDOW = 4096           # calls per service kept for the latency percentiles in stats()
@@ -128,6 +132,8 @@ class _Call:
     edge_index: np.ndarray
     job: object
     arrived: float
+    group: object = None  # the place's Group it runs in, and its slot there (set by the dispatcher)
+    slot: int = 0
 
 
 def host_memory() -> int:
@@ -138,7 +144,10 @@ def host_memory() -> int:
 class CoLocation(Executor):
     """Co-located GNN services under one memory budget (bytes) and one grouping policy (groups.POLICIES;
     "serial" runs one call at a time: the baseline), as the executor of their functions: each batch
-    (one call) it is handed waits in the scheduler for its group. device "cpu" only for now.
+    (one call) it is handed waits in the scheduler for its group. device: "cpu" (the budget is the
+    scheduler's reservation) or "cuda:N" (device.CudaPlace: a stream per call of a group, a memory
+    pool per group, the allocator capped at the models' memory plus the budget; never run on a GPU
+    in CI: `splitrpc check`'s device-colocate section runs it).
     max_parallel: calls of a group run at once, at most (one thread each), and calls of one service
     handed to it, at most (the engine holds the others back). torch_threads: PyTorch's intra-op
     threads, set when it starts (None: leave them). Register services with add() before the server
@@ -149,16 +158,14 @@ class CoLocation(Executor):
 
     def __init__(self, budget: int, *, policy: str = "bqt", device: str = "cpu", max_parallel: int = 64,
                  torch_threads: int | None = 1):
-        if device != "cpu":
-            raise ValueError(f"co-location on {device!r}: only 'cpu' is built (the GPU path, streams and "
-                             "torch.cuda.MemPool per group, is not)")
-        total = host_memory()
         if isinstance(budget, bool) or not isinstance(budget, int) or budget <= 0:
             raise ValueError(f"the memory budget must be a positive number of bytes, got {budget!r}")
-        if budget > total:
-            raise ValueError(f"the memory budget {budget} B exceeds the device's memory ({device}: {total} B)")
         if isinstance(max_parallel, bool) or not isinstance(max_parallel, int) or max_parallel < 1:
             raise ValueError(f"max_parallel must be a positive integer, got {max_parallel!r}")
+        self.place = place_for(device, budget, max_parallel, host_memory())
+        total = self.place.total
+        if budget > total:
+            raise ValueError(f"the memory budget {budget} B exceeds the device's memory ({device}: {total} B)")
         self.budget, self.policy, self.device = budget, policy, device
         self.threads = max_parallel
         self._sched = groups.CoScheduler(budget, policy)
@@ -188,9 +195,8 @@ class CoLocation(Executor):
         run by this executor, one call per batch (a call is what the scheduler groups).
         qos: seconds, or None to measure: QOS_FACTOR x the median of 3 standalone runs on a random
         request of `sample` (NN, NE) (default: a tenth of the limits). estimator: an object with
-        estimate(nn, ne) -> Estimate or bytes (default pmc.Estimator(model))."""
-        import torch
-
+        estimate(nn, ne) -> Estimate or bytes (default pmc.Estimator(model), traced on the host
+        before the model moves to the device)."""
         if name in self._services:  # its key: a BatchJob names its function (func ids are per server)
             raise ValueError(f"{name!r} is already a co-located service")
         if max_nodes < 1 or max_edges < 1 or features < 1 or classes < 1:
@@ -198,18 +204,18 @@ class CoLocation(Executor):
         if estimator is None:
             from splitrpc.services.colocation import pmc
             estimator = pmc.Estimator(model)
-        if qos is None:
+        model = self.place.prepare(model)
+        if qos is None:  # standalone on the place, outside any group (one more run first: a GPU's warm-up)
             nn, ne = sample or (max(1, max_nodes // 10), max(1, max_edges // 10))
             g = np.random.default_rng(func_id)
-            x = torch.from_numpy(g.standard_normal((nn, features), dtype=np.float32))
-            ei = torch.from_numpy(g.integers(0, nn, (2, ne), dtype=np.int64))
+            x = g.standard_normal((nn, features), dtype=np.float32)
+            ei = g.integers(0, nn, (2, ne), dtype=np.int64)
             times = []
-            with torch.inference_mode():
-                for _ in range(3):
-                    t0 = time.perf_counter()
-                    model(x, ei)
-                    times.append(time.perf_counter() - t0)
-            qos = QOS_FACTOR * float(np.median(times))
+            for _ in range(4 if self.place.kind == "cuda" else 3):
+                t0 = time.perf_counter()
+                self.place.forward(model, x, ei, None, 0)
+                times.append(time.perf_counter() - t0)
+            qos = QOS_FACTOR * float(np.median(times[-3:]))
         if not (isinstance(qos, (int, float)) and math.isfinite(qos) and qos > 0):
             raise ValueError(f"qos must be a positive number of seconds, got {qos!r}")
         limit = server.max_message
@@ -219,7 +225,7 @@ class CoLocation(Executor):
                              f"{need} bytes, over the server's max_message {limit}: lower the limits or raise "
                              "Server(max_message=...)")
         svc = Service(name, func_id, model, estimator, features, classes, max_nodes, max_edges, float(qos))
-        server.add_function(self._callback(svc), func_id, name, raw=True, max_batch=1, executor=self,
+        server.add_function(self._callback(svc, self.place), func_id, name, raw=True, max_batch=1, executor=self,
                             max_request=request_size(max_nodes, max_edges, features),
                             max_response=4 * max_nodes * classes)
         if not self._services:  # the first service: the scheduler's counters join the server's stats()
@@ -228,23 +234,24 @@ class CoLocation(Executor):
         return svc
 
     @staticmethod
-    def _callback(svc: Service):
+    def _callback(svc: Service, place):
         """The service's callback, which this executor runs with the call's parsed subgraph, or the
-        error that answers it, in _here.call: it runs the model and writes the reply."""
+        error that answers it, in _here.call: it runs the model on the place (in the call's group
+        and slot) and writes the reply."""
         def colocated(requests, responses):
             call = getattr(_here, "call", None)
             if call is None:  # run by something other than its CoLocation: a setup error, said so
                 raise InternalError(f"{svc.name}: a co-located service runs on its CoLocation executor only")
             if isinstance(call, Exception):
                 return [call]
-            torch = _torch()
             try:
-                with torch.inference_mode():
-                    out = svc.model(torch.from_numpy(call.x), torch.from_numpy(call.edge_index))
-                y = out.detach().to(torch.float32).contiguous().numpy()
+                y = place.forward(svc.model, call.x, call.edge_index, call.group, call.slot)
                 if y.shape != (call.x.shape[0], svc.classes):
                     raise ValueError(f"the model returned shape {tuple(y.shape)}, not ({call.x.shape[0]}, {svc.classes})")
                 np.frombuffer(responses[0], dtype=np.uint8, count=y.nbytes)[:] = y.reshape(-1).view(np.uint8)
+            except DeviceBudgetExceeded as e:  # the device enforced the budget on this call alone
+                svc.stats.count("failed")
+                return [InternalError(f"{svc.name}: {e}")]
             except Exception as e:  # noqa: BLE001 - this call fails alone
                 svc.stats.count("failed")
                 return [InternalError(f"{svc.name}: {type(e).__name__}: {e}")]
@@ -330,6 +337,7 @@ class CoLocation(Executor):
                 return self
             if self._torch_threads is not None:
                 _torch().set_num_threads(self._torch_threads)
+            self.place.start()
             self._pool = ThreadPoolExecutor(max_workers=self.threads, thread_name_prefix="splitrpc-colocate")
             self._thread = threading.Thread(target=self._dispatch, name="splitrpc-colocate-dispatch", daemon=True)
             self._thread.start()
@@ -373,8 +381,11 @@ class CoLocation(Executor):
                 self.running = len(calls)
                 pool = self._pool
             t0 = time.perf_counter()
-            for f in [pool.submit(_run, c.job, c) for _, c in calls]:
-                f.exception()  # wait; a job answers its own errors
+            with self.place.group(sum(r.pmc for r, _ in calls), len(calls)) as g:
+                for slot, (_, c) in enumerate(calls):
+                    c.group, c.slot = g, slot
+                for f in [pool.submit(_run, c.job, c) for _, c in calls]:
+                    f.exception()  # wait; a job answers its own errors
             with self._cond:
                 for r, _ in calls:
                     self._sched.done(r)
@@ -388,7 +399,8 @@ class CoLocation(Executor):
         """The scheduler's counters: policy, budget, memory reserved now and at most, groups run and
         their mean size, calls queued, and per service its calls, results and latency percentiles."""
         with self._cond:
-            return {"policy": self.policy, "budget": self.budget, "reserved": self._sched.reserved,
+            return {"policy": self.policy, "budget": self.budget, "place": self.place.report(),
+                    "reserved": self._sched.reserved,
                     "peak_reserved": self._sched.peak_reserved, "groups": self.groups_run,
                     "grouped_calls": self.grouped_calls,
                     "mean_group_size": float(np.mean(self.group_sizes)) if self.group_sizes else 0.0,
