@@ -3,7 +3,7 @@ from splitrpc import _native, gpu
 from splitrpc.client import Client
 from splitrpc.cost import CostTable
 from splitrpc.errors import (BadRequest, Busy, CallTimeout, DeadlineExceeded, InternalError, NativeError,
-                             RemoteError, SplitRPCError, TooLarge, UnknownFunction, Draining)
+                             RemoteError, SplitRPCError, TooLarge, Unavailable, UnknownFunction, Draining)
 from splitrpc.executor import Executor, LanePool, StagePipeline, ThreadPool, current_lane, stage_result
 from splitrpc.gpu import GPUError, GPUUnavailable
 from splitrpc.pool import Pool
@@ -35,6 +35,7 @@ def features() -> dict:
 
 __all__ = [
     "Server", "Client", "TensorSpec", "features", "SplitRPCError", "NativeError", "CallTimeout", "RemoteError",
-    "UnknownFunction", "BadRequest", "Busy", "DeadlineExceeded", "InternalError", "TooLarge", "Draining", "GPUError",
-    "GPUUnavailable", "gpu", "ThreadPool", "LanePool", "StagePipeline", "Executor", "current_lane", "stage_result", "CostTable", "QueueView", "Pool",
+    "UnknownFunction", "BadRequest", "Busy", "DeadlineExceeded", "InternalError", "TooLarge", "Draining", "Unavailable",
+    "GPUError", "GPUUnavailable", "gpu", "ThreadPool", "LanePool", "StagePipeline", "Executor", "current_lane",
+    "stage_result", "CostTable", "QueueView", "Pool",
 ]

@@ -63,6 +63,13 @@ class Client:
     ``stats()`` counts both (``busy_retries``, ``window_waits``). The load generator's calls
     (``closed_loop``, ``splitrpc.loadgen``) are never held back or retried after Busy.
 
+    A server that cannot be reached fails calls at once with ``Unavailable``, as gRPC does: the
+    kernel reports ICMP "port / host unreachable" on the client's socket (nothing listens on the
+    port, on loopback within microseconds), and every unfinished call then fails, sent or waiting
+    in the window. ``wait_for_ready=True`` (per client, or per call) keeps such calls
+    retransmitted until their timeout instead, for a server that is about to start. The DPDK
+    transport sees no ICMP: its calls wait for their timeout either way.
+
     ``protocol`` is the wire protocol version of the requests: 2 (the default) protects each
     header with a CRC-16 so that a header damaged in transit is dropped, never taken for another
     call's reply (docs/PROTOCOL-v2.md); 1 is PROTOCOL.md's version 1, for servers that speak
@@ -76,7 +83,7 @@ class Client:
                  server_mac: str | None = None, dpdk_mtu: int | None = None, retries: int | None = None,
                  rto_min: float | None = None, rto_initial: float | None = None, rto_max: float | None = None,
                  window: int | None = None, busy_retry: bool | None = None, busy_backoff: float | None = None,
-                 protocol: int | None = None):
+                 protocol: int | None = None, wait_for_ready: bool | None = None):
         # A setting left None takes the C core's default (srpc_client_config_init, native/src/core/tunables.h;
         # splitrpc._native.client.CLIENT_DEFAULTS; segment_size: by destination; dpdk_mtu: 1500).
         # timeout has no C counterpart: it is Python's own, defined here once.
@@ -103,7 +110,8 @@ class Client:
             host, port=port, segment_size=segment_size, max_reply=max_reply, busy_poll=busy_poll,
             socket_buffer=socket_buffer, retries=retries, rto_min=rto_min, rto_initial=rto_initial, rto_max=rto_max,
             window=window, busy_retry=None if busy_retry is None else int(bool(busy_retry)),
-            busy_backoff=busy_backoff, protocol=protocol, **dpdk_kw)
+            busy_backoff=busy_backoff, protocol=protocol,
+            wait_for_ready=None if wait_for_ready is None else int(bool(wait_for_ready)), **dpdk_kw)
         self._cl = self._native.handle
         self.host, self.port, self.timeout = self._native.host, self._native.port, timeout
         self.max_reply = self._native.max_reply
@@ -131,26 +139,29 @@ class Client:
         return tmo
 
     def call(self, func_id: int, data=b"", timeout: float | None = None, *, deadline: float | None = None,
-             aux: int = 0) -> bytes:
+             aux: int = 0, wait_for_ready: bool | None = None) -> bytes:
         """Calls func_id with data (bytes-like or numpy array); returns the reply's bytes.
 
         The call ends after timeout seconds (the client's default timeout if None) or at
         deadline, a time.monotonic() instant, whichever comes first: give one deadline to the
         several calls that serve one request of yours. aux (0..65535) goes in the request
         header: a cost estimate or a priority class, as the function was registered (0: none).
-        Raises a RemoteError subclass for an ERROR reply and CallTimeout when no reply came in
-        time (or the deadline had passed).
+        Raises a RemoteError subclass for an ERROR reply, CallTimeout when no reply came in
+        time (or the deadline had passed), and Unavailable when the server cannot be reached
+        (wait_for_ready: True waits for it until the timeout, False does not; None: the client's
+        setting).
         """
-        if aux:
-            return self.call_async(func_id, data, timeout, deadline=deadline, aux=aux).result()
+        if aux or wait_for_ready is not None:
+            return self.call_async(func_id, data, timeout, deadline=deadline, aux=aux,
+                                   wait_for_ready=wait_for_ready).result()
         self._check_open()
         tmo = self._budget(func_id, timeout, deadline)
         return _client.call(self._cl, self._buffers(), func_id, as_buffer(data), tmo)
 
     def call_async(self, func_id: int, data=b"", timeout: float | None = None, *,
-                   deadline: float | None = None, aux: int = 0) -> Future:
+                   deadline: float | None = None, aux: int = 0, wait_for_ready: bool | None = None) -> Future:
         """Sends the call and returns a Future of its reply bytes (or its exception); timeout,
-        deadline and aux as for call()."""
+        deadline, aux and wait_for_ready as for call()."""
         if isinstance(aux, bool) or not isinstance(aux, int) or not 0 <= aux <= 0xFFFF:
             raise ValueError(f"aux must be an integer from 0 to 65535, got {aux!r}")
         self._check_open()
@@ -158,7 +169,7 @@ class Client:
         mv = as_buffer(data)
         fut: Future = Future()
         with self._plock:  # registered before a reply can be reported
-            rid = _client.send(self._cl, func_id, mv, tmo, aux)
+            rid = _client.send(self._cl, func_id, mv, tmo, aux, wait_for_ready)
             self._pending[rid] = (fut, time.monotonic() + tmo)
             if self._poller is None:
                 self._poller = threading.Thread(target=self._poll_loop, name="splitrpc-client", daemon=True)

@@ -13,6 +13,13 @@ class CallTimeout(SplitRPCError, TimeoutError):
     """No reply arrived within the call's timeout."""
 
 
+class Unavailable(SplitRPCError, ConnectionError):
+    """The server could not be reached: its host answered "port unreachable" (nothing listens on
+    the port) or "host unreachable". Raised at once, as gRPC's UNAVAILABLE, instead of waiting for
+    the call's timeout (wait_for_ready=True waits). A call failed this way before it was sent to a
+    running server never ran; one sent earlier, to a server that then went away, may have."""
+
+
 class GPUError(SplitRPCError):
     """A CUDA driver call of the GPU data path failed."""
 

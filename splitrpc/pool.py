@@ -14,7 +14,11 @@ the amendment) is not probed: its calls alone tell. Thread-safe.
 
 Failover bound: a call to a replica that dies (SIGKILL) is sent elsewhere after at most
 `attempt_timeout` seconds (idempotent calls; others end with CallTimeout at their deadline), and
-every call after that first silent one avoids the replica.
+every call after that first silent one avoids the replica. A replica whose port is closed (its
+process gone, its host up) answers through the kernel at once: the call fails with Unavailable
+(splitrpc.Client), the replica is out until a ping answers, and an idempotent call goes to
+another replica at once; a call not marked idempotent raises Unavailable (it may have run there
+before the replica went away). A ping that finds the port closed takes the replica out at once.
 """
 from __future__ import annotations
 
@@ -27,7 +31,7 @@ from dataclasses import dataclass, field
 
 from splitrpc._native.client import CLIENT_DEFAULTS
 from splitrpc.client import Client, split_address
-from splitrpc.errors import Busy, CallTimeout, Draining, SplitRPCError, UnknownFunction
+from splitrpc.errors import Busy, CallTimeout, Draining, SplitRPCError, Unavailable, UnknownFunction
 from splitrpc.describe import NotDescribed
 
 CHOICES = ("p2c", "random")
@@ -75,7 +79,7 @@ class Replica:
     failed_pings: int = 0      # in a row
     probed: bool = True        # False: the replica has no ping (older than Amendment 1): calls alone tell
     counts: dict = field(default_factory=lambda: {"calls": 0, "ok": 0, "busy": 0, "draining": 0, "silent": 0,
-                                                  "errors": 0})
+                                                  "unavailable": 0, "errors": 0})
 
     def available(self, now: float) -> bool:
         return not self.draining and not self.silent and now >= self.out_until
@@ -134,7 +138,8 @@ class Pool:
             self._close_clients()
             raise
         self.failovers = 0
-        self.totals = {"ok": 0, "busy": 0, "draining": 0, "silent": 0, "errors": 0}  # every replica's, past ones too
+        # every replica's, past ones too
+        self.totals = {"ok": 0, "busy": 0, "draining": 0, "silent": 0, "unavailable": 0, "errors": 0}
         self.probing = bool(probe_interval)
         self._closed = False
         self._inflight = 0  # call()s running: close() waits for them before it frees the clients
@@ -260,10 +265,10 @@ class Pool:
                 self._count(r, "draining", out=True)
                 last = e
                 continue
-            except CallTimeout as e:
-                self._count(r, "silent", out=True)
+            except (CallTimeout, Unavailable) as e:  # Unavailable: its port is closed (ICMP), known at once
+                self._count(r, "silent" if isinstance(e, CallTimeout) else "unavailable", out=True)
                 last = e
-                if not idempotent:
+                if not idempotent:  # it may have run there before the replica went away
                     raise
                 continue
             except BaseException:
@@ -329,6 +334,11 @@ class Pool:
             with self._lock:  # a server older than Amendment 1 (no ping): only its calls tell
                 r.probed = False
                 r.silent = False
+            return
+        except Unavailable:  # nothing listens on its port: out now, not after PING_FAILURES pings
+            with self._lock:
+                r.failed_pings += 1
+                r.silent = True
             return
         except (CallTimeout, SplitRPCError):
             with self._lock:

@@ -27,6 +27,15 @@ def free_udp_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.fixture
+def silent_port():
+    """A UDP port on 127.0.0.1 where a socket is bound and never answers (a server that is there
+    but silent: no ICMP "port unreachable", so calls wait for their timeout); closed after the test."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind(("127.0.0.1", 0))
+        yield s.getsockname()[1]
+
+
 def splitrpc_cmd(*args) -> list:
     """`python -m splitrpc ARGS` with this interpreter."""
     return [sys.executable, "-m", "splitrpc", *args]

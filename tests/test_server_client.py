@@ -214,8 +214,8 @@ def test_call_async_mixed_raw_functions_and_errors(make_server, make_client):
     assert sum(batches) == 30
 
 
-def test_future_times_out_when_no_server():
-    with splitrpc.Client("127.0.0.1", dead_port(), timeout=0.2) as c:
+def test_future_times_out_when_no_server_answers(silent_port):
+    with splitrpc.Client("127.0.0.1", silent_port, timeout=0.2) as c:
         fut = c.call_async(1, bytes(1024), timeout=0.2)
         with pytest.raises(splitrpc.CallTimeout):
             fut.result(timeout=2.0)
@@ -242,8 +242,8 @@ def test_future_times_out_while_other_calls_are_pending(make_server, make_client
     assert long.result(timeout=10.0) == b"efgh"
 
 
-def test_deadline_cuts_the_timeout_and_a_past_one_sends_nothing(make_client):
-    c = make_client(dead_port(), timeout=5.0)
+def test_deadline_cuts_the_timeout_and_a_past_one_sends_nothing(make_client, silent_port):
+    c = make_client(silent_port, timeout=5.0)
     t0 = time.monotonic()
     with pytest.raises(splitrpc.CallTimeout):
         c.call(1, bytes(1024), deadline=t0 + 0.1)
@@ -258,8 +258,8 @@ def test_deadline_cuts_the_timeout_and_a_past_one_sends_nothing(make_client):
     assert c.stats()["sent_calls"] == sent  # nothing sent past the deadline
 
 
-def test_call_timeout_without_server(make_client):
-    c = make_client(dead_port(), timeout=0.2)
+def test_call_timeout_when_no_server_answers(make_client, silent_port):
+    c = make_client(silent_port, timeout=0.2)
     with pytest.raises(splitrpc.CallTimeout):
         c.call(1, bytes(1024))
     with pytest.raises(TimeoutError):  # CallTimeout is a TimeoutError too

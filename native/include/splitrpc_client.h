@@ -59,6 +59,13 @@ typedef struct srpc_client_config {
      * docs/PROTOCOL-v2.md) or 1 (docs/PROTOCOL.md, for servers that speak only version 1). Replies
      * of the other version are dropped. */
     uint8_t version;
+    /* An unreachable server (a kernel UDP socket: the ICMP "port / host unreachable" the kernel
+     * reports on the client's connected socket): 0 (the default, as gRPC's): every unfinished
+     * call of the client fails at once with SRPC_E_UNAVAILABLE, unless it was sent with
+     * SRPC_SEND_WAIT_FOR_READY; 1: calls keep being retransmitted until their deadline (a server
+     * that starts meanwhile answers them), unless sent with SRPC_SEND_FAIL_FAST. The DPDK
+     * transport sees no ICMP: there its calls wait for their deadline either way. */
+    uint8_t wait_for_ready;
 } srpc_client_config_t;
 
 void srpc_client_config_init(srpc_client_config_t *cfg);
@@ -76,6 +83,15 @@ int srpc_client_send(srpc_client_t *cl, uint16_t func_id, const void *data, uint
  * window end there. Its outcome is reported on the queue like any other. Thread-safe. */
 int srpc_client_send_timed(srpc_client_t *cl, srpc_client_cq_t *cq, uint16_t func_id, const void *data,
                            uint32_t len, uint16_t aux, int64_t timeout_us, uint64_t *req_id);
+
+/* srpc_client_send_timed with options: flags SRPC_SEND_WAIT_FOR_READY (this call waits for an
+ * unreachable server until its deadline) or SRPC_SEND_FAIL_FAST (it fails with
+ * SRPC_E_UNAVAILABLE as soon as the server is known unreachable), overriding the client's
+ * wait_for_ready; 0: the client's. Thread-safe. */
+#define SRPC_SEND_WAIT_FOR_READY 1u
+#define SRPC_SEND_FAIL_FAST 2u
+int srpc_client_send_opts(srpc_client_t *cl, srpc_client_cq_t *cq, uint16_t func_id, const void *data,
+                          uint32_t len, uint16_t aux, int64_t timeout_us, unsigned flags, uint64_t *req_id);
 
 /* Waits until call req_id finishes or timeout_us passes (-1 = forever). Returns 0 when the
  * call has an outcome (see srpc_client_result), -ETIMEDOUT, or -ENOENT for an unknown id.
@@ -133,6 +149,8 @@ typedef struct srpc_client_stats {
     uint64_t srtt_us, rto_us;  /* of the function that answered last (each function has its own
                                   estimators): its smoothed round-trip time (0 before a sample)
                                   and its retransmission timeout now */
+    uint64_t unreachable;      /* times the socket reported the server unreachable (ICMP) */
+    uint64_t unavailable;      /* calls failed with SRPC_E_UNAVAILABLE */
 } srpc_client_stats_t;
 int srpc_client_stats(const srpc_client_t *cl, srpc_client_stats_t *out);
 

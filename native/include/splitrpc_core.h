@@ -36,6 +36,8 @@ enum srpc_error_code {
 #define SRPC_E_PENDING 101
 #define SRPC_E_INVALID 102   /* load generator: a RESPONSE that differs from the expected reply */
 #define SRPC_E_SEND 103      /* load generator: the request could not be sent */
+#define SRPC_E_UNAVAILABLE 104 /* the server's address answered "unreachable" (ICMP port or host
+                                  unreachable): the call failed without waiting for its deadline */
 
 /* A decoded control header, fields in host order. */
 typedef struct srpc_hdr {

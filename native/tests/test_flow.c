@@ -1,7 +1,8 @@
 /* test_flow.c: the client's flow control against a scripted UDP peer: the window holds calls
  * back in order, BUSY is retried inside the deadline and surfaced when none is left, a call
  * whose deadline passes while it waits is never sent, retransmission goes on until the
- * deadline, load-run calls bypass both, and threads calling through a small window all finish. */
+ * deadline, load-run calls bypass both, threads calling through a small window all finish, and
+ * an unreachable server fails calls at once unless they wait for ready. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <poll.h>
@@ -323,6 +324,54 @@ static void test_threads_through_a_small_window(void)
     close(e.p.fd);
 }
 
+static uint64_t now_ms(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000 + (uint64_t)t.tv_nsec / 1000000;
+}
+
+/* A server that is not there (a closed loopback port): the kernel's "port unreachable" fails
+ * every flow call at once with SRPC_E_UNAVAILABLE, the one sent and the one still waiting for
+ * the window, long before their deadline; a call sent with SRPC_SEND_WAIT_FOR_READY keeps being
+ * retransmitted until its deadline; bad flags are refused. */
+static void test_an_unreachable_server_fails_calls_at_once(void)
+{
+    peer_t p;
+    CHECK(peer_open(&p) == 0, "peer");
+    close(p.fd); /* its port is closed now */
+    srpc_client_t *c = client_for(&p, 1, UINT32_MAX, 1, 1000);
+    uint64_t a, b, w, bad;
+    const uint64_t t0 = now_ms();
+    CHECK(srpc_client_send_opts(c, NULL, 7, "x", 1, 0, 2000000, 0, &a) == 0, "send a");
+    CHECK(srpc_client_send_opts(c, NULL, 7, "y", 1, 0, 2000000, SRPC_SEND_FAIL_FAST, &b) == 0, "send b");
+    CHECK(srpc_client_send_opts(c, NULL, 7, "z", 1, 0, 300000, SRPC_SEND_WAIT_FOR_READY, &w) == 0, "send w");
+    CHECK(srpc_client_send_opts(c, NULL, 7, "z", 1, 0, 1000, SRPC_SEND_WAIT_FOR_READY | SRPC_SEND_FAIL_FAST, &bad) ==
+              -EINVAL, "both flags refused");
+    CHECK(srpc_client_send_opts(c, NULL, 7, "z", 1, 0, 1000, 4, &bad) == -EINVAL, "unknown flag refused");
+    CHECK(srpc_client_wait(c, a, 2000000) == 0 && srpc_client_wait(c, b, 2000000) == 0, "a and b finish");
+    const uint64_t took = now_ms() - t0;
+    CHECK(outcome(c, a) == SRPC_E_UNAVAILABLE && outcome(c, b) == SRPC_E_UNAVAILABLE, "a and b UNAVAILABLE");
+    CHECK(took < 1000, "failed at once, not at the 2 s deadline");
+    const uint8_t *d;
+    uint32_t l;
+    int code;
+    srpc_client_result(c, a, &code, &d, &l);
+    char why[256] = {0};
+    memcpy(why, d, l < sizeof(why) - 1 ? l : sizeof(why) - 1);
+    CHECK(strstr(why, "unreachable") != NULL, "the reason is said");
+    /* w is not failed: it is retransmitted until its deadline, then the caller's timeout decides */
+    CHECK(srpc_client_wait(c, w, 400000) == -ETIMEDOUT && outcome(c, w) == SRPC_E_PENDING, "w waits");
+    srpc_client_stats_t st;
+    srpc_client_stats(c, &st);
+    CHECK(st.unreachable >= 1 && st.unavailable == 2 && st.retransmits > 0, "counted; w was sent again");
+    CHECK(st.srtt_us == 0, "a local failure is no round-trip sample");
+    srpc_client_release(c, a);
+    srpc_client_release(c, b);
+    srpc_client_release(c, w);
+    srpc_client_destroy(c);
+}
+
 int main(void)
 {
     test_window_holds_calls_back_in_order();
@@ -332,6 +381,7 @@ int main(void)
     test_retransmission_goes_on_until_the_deadline();
     test_load_run_calls_bypass_the_window_and_busy_retry();
     test_threads_through_a_small_window();
+    test_an_unreachable_server_fails_calls_at_once();
     printf("%d passed, %d failed\n", passed, failed);
     return failed != 0;
 }

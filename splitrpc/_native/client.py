@@ -6,9 +6,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from splitrpc._native import ENOBUFS, ETIMEDOUT, check, ffi, lib, text
-from splitrpc.errors import CallTimeout, SplitRPCError, remote_error
+from splitrpc.errors import CallTimeout, SplitRPCError, Unavailable, remote_error
 
 E_TIMEOUT = lib.SRPC_E_TIMEOUT  # a local outcome: the deadline passed in the client (never on the wire)
+E_UNAVAILABLE = lib.SRPC_E_UNAVAILABLE  # a local outcome: the kernel said the server is unreachable
 
 
 def call_error(code: int, reply: bytes) -> SplitRPCError:
@@ -16,6 +17,8 @@ def call_error(code: int, reply: bytes) -> SplitRPCError:
     timeout, else the RemoteError of the ERROR datagram's code."""
     if code == E_TIMEOUT:
         return CallTimeout(reply.decode("utf-8", errors="replace") or "no reply within the call's timeout")
+    if code == E_UNAVAILABLE:
+        return Unavailable(reply.decode("utf-8", errors="replace"))
     if code >= lib.SRPC_E_MAX:
         return SplitRPCError(f"{text(lib.srpc_strerror(code))}: {reply.decode('utf-8', errors='replace')}")
     return remote_error(code, reply)
@@ -34,6 +37,7 @@ _CONFIG_FIELDS = {
     "busy_retry": ("busy_retry", 1),
     "busy_backoff": ("busy_backoff_us", 1_000_000),  # seconds
     "protocol": ("version", 1),
+    "wait_for_ready": ("wait_for_ready", 1),
 }
 
 
@@ -128,13 +132,14 @@ def call(cl, bufs: CallBuffers, func_id: int, mv: memoryview, tmo: float) -> byt
     return reply
 
 
-def send(cl, func_id: int, mv: memoryview, timeout: float, aux: int = 0) -> int:
+def send(cl, func_id: int, mv: memoryview, timeout: float, aux: int = 0, wait_for_ready: bool | None = None) -> int:
     """Sends a request (header aux: aux) on the client's own completion queue with its deadline
-    `timeout` seconds from now (srpc_client_send_timed: the window may hold it back); returns its
-    req_id."""
+    `timeout` seconds from now (srpc_client_send_opts: the window may hold it back); returns its
+    req_id. wait_for_ready: True / False for this call, None: the client's."""
     rid = ffi.new("uint64_t *")
-    check(lib.srpc_client_send_timed(cl, ffi.NULL, func_id, ffi.from_buffer(mv), len(mv), aux, int(timeout * 1e6),
-                                     rid), "srpc_client_send_timed")
+    flags = 0 if wait_for_ready is None else lib.SRPC_SEND_WAIT_FOR_READY if wait_for_ready else lib.SRPC_SEND_FAIL_FAST
+    check(lib.srpc_client_send_opts(cl, ffi.NULL, func_id, ffi.from_buffer(mv), len(mv), aux, int(timeout * 1e6),
+                                    flags, rid), "srpc_client_send_opts")
     return rid[0]
 
 
@@ -185,7 +190,7 @@ def closed_loop(cl, func_id: int, mv: memoryview, concurrency: int, warmup: int,
 
 
 _STATS = ("sent_calls", "replies", "errors", "timeouts", "late_or_unknown", "dropped", "retransmits", "busy_retries",
-          "window_waits", "outstanding", "waiting", "srtt_us", "rto_us")
+          "window_waits", "outstanding", "waiting", "srtt_us", "rto_us", "unreachable", "unavailable")
 
 
 def read_stats(cl) -> dict:

@@ -50,6 +50,7 @@ typedef struct cl_call {
     uint8_t in_window;   /* counted in c->outstanding */
     uint8_t waiting;     /* on c's window queue, not sent yet */
     uint8_t busy_wait;   /* answered BUSY: sent again at due_ns */
+    uint8_t wait_ready;  /* an unreachable server does not fail it: it waits for its deadline */
     uint32_t busy_n;     /* BUSY answers so far */
     struct cl_call *wnext, *wprev; /* the window queue */
     uint32_t reply_len;
@@ -388,7 +389,8 @@ static void done_unlink(cl_call_t *k)
 static void finish(srpc_client_t *c, cl_call_t *k, int code, uint8_t *data, uint32_t len)
 {
     if (k->req) {
-        if (k->attempts == 0 && k->busy_n == 0) /* Karn: a call sent again may be answered by any send */
+        /* Karn: a call sent again may be answered by any send; a local outcome is no round trip */
+        if (code < SRPC_E_MAX && k->attempts == 0 && k->busy_n == 0)
             rtt_sample(c, k->func_id, srpc_now_ns() - k->sent_ns);
         if (!k->req_borrowed)
             free(k->req);
@@ -490,6 +492,29 @@ static void timed_wait(srpc_client_t *c, uint64_t until_ns)
     pthread_cond_timedwait(&c->cv, &c->lock, &ts);
 }
 
+/* The kernel said the server is unreachable (an ICMP error on the connected socket, err > 0):
+ * every unfinished flow call that does not wait for ready fails now with SRPC_E_UNAVAILABLE,
+ * sent or still waiting for the window. A load run's calls (not flow calls) keep their
+ * deadlines. Lock held; rare, so the whole table is walked. */
+static void fail_unreachable(srpc_client_t *c, int err)
+{
+    char msg[400];
+    snprintf(msg, sizeof(msg), "the server %s port %u is unreachable (%s)", c->host, (unsigned)c->cfg.port,
+             strerror(err));
+    c->st.unreachable++;
+    for (unsigned b = 0; b < NBUCKETS; b++)
+        for (cl_call_t *k = c->buckets[b]; k; k = k->hnext)
+            if (!k->done && k->flow && !k->wait_ready) {
+                finish_local(c, k, SRPC_E_UNAVAILABLE, msg);
+                c->st.unavailable++;
+            }
+}
+
+static int unreachable_errno(int n)
+{
+    return n == -ECONNREFUSED || n == -EHOSTUNREACH || n == -ENETUNREACH || n == -EHOSTDOWN;
+}
+
 /* Receives what has arrived, waiting up to until_ns for something. Called with the lock
  * held and rx_owned taken by this thread; returns with the lock held. */
 static void receive_some(srpc_client_t *c, uint64_t until_ns)
@@ -510,6 +535,8 @@ static void receive_some(srpc_client_t *c, uint64_t until_ns)
         srpc_cpu_relax();
     }
     pthread_mutex_lock(&c->lock);
+    if (unreachable_errno(n))
+        fail_unreachable(c, -n);
     for (int i = 0; i < n; i++)
         process(c, (unsigned)i);
     if (c->whead)
@@ -559,7 +586,8 @@ static int any_ready(srpc_client_t *c, void *arg)
  * Returns how many were sent (or are waiting), or -errno when the arguments are bad or no
  * memory was left for the first call. */
 static int send_calls(srpc_client_t *c, uint16_t func_id, const void *data, uint32_t len, uint16_t aux,
-                      srpc_client_cq_t *cq, uint32_t n, uint64_t *ids, int *rcs, int borrow, uint64_t deadline_ns)
+                      srpc_client_cq_t *cq, uint32_t n, uint64_t *ids, int *rcs, int borrow, uint64_t deadline_ns,
+                      int wait_ready)
 {
     if (!c || (!data && len) || !ids || !rcs || n == 0 || n > SRPC_CLIENT_SEND_MAX || (!borrow && n != 1))
         return -EINVAL;
@@ -595,6 +623,7 @@ static int send_calls(srpc_client_t *c, uint16_t func_id, const void *data, uint
         k[i]->due_ns = UINT64_MAX;
         k[i]->deadline_ns = deadline_ns;
         k[i]->flow = !borrow;
+        k[i]->wait_ready = (uint8_t)wait_ready;
         if (k[i]->req) {
             if (len && !borrow)
                 memcpy(k[i]->req, data, len);
@@ -661,36 +690,47 @@ static uint64_t deadline_of(int64_t timeout_us)
     return timeout_us < 0 ? UINT64_MAX : srpc_now_ns() + (uint64_t)timeout_us * 1000;
 }
 
+/* One flow call; flags SRPC_SEND_WAIT_FOR_READY / SRPC_SEND_FAIL_FAST, 0: the client's choice. */
 static int send_call(srpc_client_t *c, uint16_t func_id, const void *data, uint32_t len, uint16_t aux,
-                     srpc_client_cq_t *cq, uint64_t deadline_ns, uint64_t *req_id)
+                     srpc_client_cq_t *cq, uint64_t deadline_ns, uint64_t *req_id, unsigned flags)
 {
     int rc = 0;
-    int r = send_calls(c, func_id, data, len, aux, cq, 1, req_id, &rc, 0, deadline_ns);
+    int wait_ready = flags & SRPC_SEND_WAIT_FOR_READY ? 1 : flags & SRPC_SEND_FAIL_FAST ? 0 : c->cfg.wait_for_ready;
+    int r = send_calls(c, func_id, data, len, aux, cq, 1, req_id, &rc, 0, deadline_ns, wait_ready);
     return r < 0 ? r : rc;
 }
 
 int srpc_client_send_many_cq(srpc_client_t *c, srpc_client_cq_t *cq, uint16_t func_id, const void *data, uint32_t len,
                              uint32_t n, uint64_t *ids, int *rcs)
 {
-    return c && cq ? send_calls(c, func_id, data, len, 0, cq, n, ids, rcs, 1, UINT64_MAX) : -EINVAL;
+    return c && cq ? send_calls(c, func_id, data, len, 0, cq, n, ids, rcs, 1, UINT64_MAX, 1) : -EINVAL;
 }
 
 int srpc_client_send(srpc_client_t *c, uint16_t func_id, const void *data, uint32_t len,
                      uint16_t aux, uint64_t *req_id)
 {
-    return c ? send_call(c, func_id, data, len, aux, &c->cq, UINT64_MAX, req_id) : -EINVAL;
+    return c ? send_call(c, func_id, data, len, aux, &c->cq, UINT64_MAX, req_id, 0) : -EINVAL;
 }
 
 int srpc_client_send_timed(srpc_client_t *c, srpc_client_cq_t *cq, uint16_t func_id, const void *data, uint32_t len,
                            uint16_t aux, int64_t timeout_us, uint64_t *req_id)
 {
-    return c ? send_call(c, func_id, data, len, aux, cq ? cq : &c->cq, deadline_of(timeout_us), req_id) : -EINVAL;
+    return c ? send_call(c, func_id, data, len, aux, cq ? cq : &c->cq, deadline_of(timeout_us), req_id, 0) : -EINVAL;
+}
+
+int srpc_client_send_opts(srpc_client_t *c, srpc_client_cq_t *cq, uint16_t func_id, const void *data, uint32_t len,
+                          uint16_t aux, int64_t timeout_us, unsigned flags, uint64_t *req_id)
+{
+    if (!c || flags & ~(SRPC_SEND_WAIT_FOR_READY | SRPC_SEND_FAIL_FAST) ||
+        (flags & SRPC_SEND_WAIT_FOR_READY && flags & SRPC_SEND_FAIL_FAST))
+        return -EINVAL;
+    return send_call(c, func_id, data, len, aux, cq ? cq : &c->cq, deadline_of(timeout_us), req_id, flags);
 }
 
 int srpc_client_send_cq(srpc_client_t *c, srpc_client_cq_t *cq, uint16_t func_id, const void *data,
                         uint32_t len, uint16_t aux, uint64_t *req_id)
 {
-    return c && cq ? send_call(c, func_id, data, len, aux, cq, UINT64_MAX, req_id) : -EINVAL;
+    return c && cq ? send_call(c, func_id, data, len, aux, cq, UINT64_MAX, req_id, 0) : -EINVAL;
 }
 
 int srpc_client_cq_create(srpc_client_t *c, srpc_client_cq_t **out)
@@ -794,7 +834,7 @@ int srpc_client_call(srpc_client_t *c, uint16_t func_id, const void *data, uint3
     if (!out_len || !code || (!out && cap))
         return -EINVAL;
     uint64_t id;
-    int r = send_call(c, func_id, data, len, 0, NULL, deadline_of(timeout_us), &id);
+    int r = send_call(c, func_id, data, len, 0, NULL, deadline_of(timeout_us), &id, 0);
     if (r)
         return r;
     r = srpc_client_wait(c, id, timeout_us);

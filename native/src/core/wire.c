@@ -240,6 +240,7 @@ const char *srpc_strerror(int code)
     case SRPC_E_DRAINING: return "DRAINING";
     case SRPC_E_TIMEOUT: return "TIMEOUT";
     case SRPC_E_PENDING: return "PENDING";
+    case SRPC_E_UNAVAILABLE: return "UNAVAILABLE";
     case SRPC_E_INVALID: return "INVALID";
     case SRPC_E_SEND: return "SEND_FAILED";
     default: return "UNKNOWN";
