@@ -205,7 +205,7 @@ def markdown(doc: dict) -> str:
              f"Command: `{doc['command']}`  ", f"Machine: {doc['machine']} (kind tag `{doc['kind']}`); the open-loop "
              "generator shares its CPUs with the server (loopback).  ",
              f"SLA: p99 <= {doc['sla_ms']:g} ms; each trial {doc['trial_s']:g} s, {doc['repeats']} repeats, median "
-             f"p99; noise margin {100 * doc['margin']:.0f}%. Space: {space}. {doc['power_note'].capitalize()}.", "",
+             f"p99; noise margin {100 * doc['margin']:.0f}%. Space: {space}. {doc['power_note'][:1].upper() + doc['power_note'][1:]}.", "",
              "| model | schedule | grid best (QPS, config) | gradient best | gradient / grid | "
              "points (gradient / grid) | batch-only best | gradient / batch-only |", "|---|---|---|---|---|---|---|---|"]
 
