@@ -16,7 +16,7 @@ import threading
 import time
 from importlib import import_module
 
-from splitrpc.server import Server
+from splitrpc.server import DRAIN_LINGER, Server
 
 log = logging.getLogger("splitrpc.run")
 LOG_FORMATS = ("text", "json")
@@ -98,10 +98,11 @@ class EventLog:
             print(text, flush=True)
 
 
-def serve_until_stopped(srv: Server, *, grace: float = DEFAULT_GRACE, events: EventLog | None = None,
-                        on_ready=None) -> tuple[int, bool]:
+def serve_until_stopped(srv: Server, *, grace: float = DEFAULT_GRACE, linger: float = DRAIN_LINGER,
+                        events: EventLog | None = None, on_ready=None) -> tuple[int, bool]:
     """Starts srv (its worker on a thread of its own) and waits until a signal (SIGTERM/SIGINT: a
-    drain of up to grace seconds; a second one: stop now) or srv.stop() from elsewhere; on_ready()
+    drain of up to grace seconds, then `linger` seconds with no datagram answering DRAINING
+    (Server.stop); a second one: stop now) or srv.stop() from elsewhere; on_ready()
     runs once it serves. Returns (calls left unanswered, forced): forced when a second signal came
     and the server had still not stopped FORCE_AFTER seconds later (a callback that does not
     return): the caller, a process's main program, should then exit without further cleanup.
@@ -128,7 +129,7 @@ def serve_until_stopped(srv: Server, *, grace: float = DEFAULT_GRACE, events: Ev
 
         def drain():
             try:
-                outcome["left"] = srv.stop(grace=grace)
+                outcome["left"] = srv.stop(grace=grace, linger=linger)
             finally:
                 done.set()
 

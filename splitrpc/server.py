@@ -29,6 +29,8 @@ log = logging.getLogger("splitrpc.server")
 
 WAIT_MODES = _server.WAIT_MODES
 SCHED_POLICIES = _server.SCHED_POLICIES
+DRAIN_LINGER = 1.0   # seconds with no datagram a drained server waits (answering DRAINING) before it stops
+LINGER_POLL = 0.01   # seconds between its looks at the receive counter
 QueueView = _server.QueueView
 
 
@@ -638,15 +640,22 @@ class Server:
         """Ends a drain that stop(grace=) is waiting for: it stops at once (a second SIGTERM)."""
         self._drain_abort.set()
 
-    def stop(self, grace: float | None = None) -> int:
+    def stop(self, grace: float | None = None, linger: float = DRAIN_LINGER) -> int:
         """Stops the engine and the worker. grace (seconds): drain first (see drain()) and wait up
         to grace for every call received to be answered; without it, calls not yet answered are
-        dropped. Returns the calls left unanswered (0: none lost)."""
+        dropped. Returns the calls left unanswered (0: none lost).
+
+        linger (seconds, with grace): once every call is answered, the port stays open and every
+        new call is answered DRAINING until no datagram has come for `linger` seconds (or grace
+        has passed, or abort_drain()): a client's calls still in flight, or held in its window,
+        then get DRAINING (safe to send elsewhere), not silence. 0: stop as soon as none is pending."""
         left = 0
         if grace is not None and grace > 0 and self._state == "running":
             if threading.get_ident() == getattr(self, "_worker_ident", None) and self._worker_running:
                 raise SplitRPCError("stop(grace=) from a callback would wait for its own batch: call drain() there "
                                     "and stop from another thread")
+            if not linger >= 0:
+                raise ValueError(f"linger must be >= 0 seconds, got {linger!r}")
             if not self._draining:
                 self.drain()
             end = time.monotonic() + grace
@@ -656,6 +665,9 @@ class Server:
             if left:
                 log.warning("drain: %d calls unanswered after %s", left,
                             "abort" if self._drain_abort.is_set() else f"{grace:g} s")
+            else:
+                self._linger(linger, end)
+                left = self.pending() if self._state == "running" else 0
         elif self._state == "running":
             left = self.pending()
         with self._lock:
@@ -676,6 +688,19 @@ class Server:
             if f.runner is not None:
                 f.runner.stop()
         return left
+
+    def _linger(self, linger: float, end: float) -> None:
+        """stop(grace=)'s linger: draining, until no datagram came for `linger` seconds, `end`
+        (monotonic) passed, the drain was aborted or the server stopped."""
+        last_rx, quiet_since = self.stats()["rx_datagrams"], time.monotonic()
+        while self._state == "running" and not self._drain_abort.is_set():
+            now = time.monotonic()
+            if now - quiet_since >= linger or now >= end:
+                return
+            time.sleep(min(LINGER_POLL, linger))
+            rx = self.stats()["rx_datagrams"]
+            if rx != last_rx:
+                last_rx, quiet_since = rx, time.monotonic()
 
     def close(self) -> None:
         """Stops and frees the native server; the port is released."""

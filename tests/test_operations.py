@@ -113,6 +113,42 @@ def test_stop_with_grace_reports_what_it_could_not_answer():
     srv.close()
 
 
+def test_a_drained_server_lingers_answering_draining_until_the_calls_stop():
+    """stop(grace=, linger=): with nothing pending the port stays open; calls that keep coming
+    get Draining (not silence, not Unavailable) and each one restarts the linger; once none has
+    come for `linger` seconds the server stops."""
+    srv = splitrpc.Server("127.0.0.1", 0, wait="block")
+    register_builtin_services(srv)
+    srv.start()
+    with pytest.raises(ValueError, match="linger"):
+        srv.stop(grace=1.0, linger=-1)
+    left, stopped_at = [], []
+
+    def stopper():
+        left.append(srv.stop(grace=10.0, linger=0.3))
+        stopped_at.append(time.monotonic())
+
+    th = threading.Thread(target=stopper)
+    with splitrpc.Client("127.0.0.1", srv.port, timeout=2) as c:
+        th.start()
+        while srv.state != "draining":
+            time.sleep(0.001)
+        t0 = time.monotonic()
+        seen = []
+        for _ in range(8):  # 0.8 s of calls, longer than the linger: each one keeps the port open
+            try:
+                c.call(1, np.ones(512, np.float32))
+                seen.append("ok")
+            except splitrpc.Draining:
+                seen.append("draining")
+            time.sleep(0.1)
+        last = time.monotonic()
+        th.join(5)
+    assert seen == ["draining"] * 8 and left == [0], (seen, left)
+    assert stopped_at[0] - t0 > 0.8 and stopped_at[0] - last < 1.5
+    srv.close()
+
+
 def test_stop_with_grace_from_a_callback_is_refused():
     srv = splitrpc.Server("127.0.0.1", 0, wait="block")
     seen = []
@@ -306,6 +342,41 @@ def test_serve_module_attr_drain_under_load_loses_no_call(served_app):
     kinds = [e["event"] for e in events]
     assert kinds[:2] == ["start", "ready"] and "drain" in kinds and kinds[-1] == "stop"
     assert events[-1]["unanswered"] == 0 and events[0]["functions"][0] == {"id": 200, "name": "scale"}
+
+
+@pytest.mark.parametrize("run", range(3))
+def test_a_drain_answers_an_open_burst_of_futures_right_or_draining(run_env, run):
+    """Issue 33, item 1: one client with 2,000 futures (its window holds most back) and SIGTERM
+    10 ms later. After the last received call is answered, the server lingers answering
+    DRAINING; the client fails the calls it still holds with Draining at the first such answer.
+    Every call is answered right or Draining: no timeout, no Unavailable; exit 0 within grace."""
+    p = _serve("ops_app:server", "--grace", "20", env=run_env["env"])
+    try:
+        port = _wait_ready(p)["port"]
+        x = np.arange(8, dtype=np.float32).tobytes() + np.array([3, 4], np.int64).tobytes()
+        expect = (np.arange(8, dtype=np.float32) * 2).tobytes() + np.array([7], np.int64).tobytes()
+        with splitrpc.Client("127.0.0.1", port, timeout=15) as c:
+            futs = [c.call_async(200, x) for _ in range(2000)]
+            time.sleep(0.01)
+            t0 = time.monotonic()
+            p.send_signal(signal.SIGTERM)
+            outcomes: dict = {}
+            for f in futs:
+                try:
+                    k = "ok" if f.result() == expect else "wrong"
+                except splitrpc.Draining:
+                    k = "draining"
+                except Exception as e:  # noqa: BLE001 - a lost or failed call
+                    k = type(e).__name__
+                outcomes[k] = outcomes.get(k, 0) + 1
+            st = c.stats()
+        assert set(outcomes) <= {"ok", "draining"} and sum(outcomes.values()) == 2000, outcomes
+        assert p.wait(20) == 0 and time.monotonic() - t0 < 20
+        assert st["timeouts"] == 0 and st["unavailable"] == 0, st
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
 
 
 def test_a_second_signal_stops_at_once(run_env):

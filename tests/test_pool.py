@@ -180,6 +180,32 @@ def _serve_app(run_env, **env) -> tuple[subprocess.Popen, int]:
     return p, int(re.search(r" on [\d.]+:(\d+) ", "".join(lines)).group(1))
 
 
+def test_a_replica_drained_under_an_open_burst_loses_no_call(run_env):
+    """Issue 33, item 1: 2,000 futures through a Pool over two replicas and SIGTERM to one 10 ms
+    later: the drained replica's Draining answers (and those its client gives the calls it held)
+    go to the other replica; every call comes back right, none Draining, none timed out."""
+    procs = [_serve_app(run_env, sleep_ms=0) for _ in range(2)]
+    try:
+        with Pool([f"127.0.0.1:{port}" for _, port in procs], timeout=15.0, seed=9) as pool:
+            futs = [pool.call_async(300, REQ) for _ in range(2000)]
+            time.sleep(0.01)
+            procs[0][0].send_signal(signal.SIGTERM)
+            outcomes: dict = {}
+            for f in futs:
+                try:
+                    k = "ok" if f.result() == WANT else "wrong"
+                except Exception as e:  # noqa: BLE001 - a lost or failed call
+                    k = type(e).__name__
+                outcomes[k] = outcomes.get(k, 0) + 1
+        assert outcomes == {"ok": 2000}, outcomes
+        assert procs[0][0].wait(20) == 0
+    finally:
+        for p, _ in procs:
+            if p.poll() is None:
+                p.kill()
+            p.wait()
+
+
 def test_sigkill_of_a_replica_under_load_loses_no_idempotent_call(run_env):
     procs = [_serve_app(run_env, sleep_ms=1) for _ in range(3)]
     try:

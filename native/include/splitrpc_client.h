@@ -46,7 +46,9 @@ typedef struct srpc_client_config {
      * which are sent when due and never held back): at most `window` such calls are outstanding
      * (sent, unanswered); later ones wait in the client in the order they were made and are sent
      * as earlier ones finish, each still bound by its deadline (one that passes while waiting
-     * finishes it with SRPC_E_TIMEOUT, never sent). 0: no window. */
+     * finishes it with SRPC_E_TIMEOUT, never sent). 0: no window. A DRAINING answer to any call
+     * fails the calls still waiting at once with SRPC_E_DRAINING (never sent: safe to send
+     * elsewhere). */
     uint32_t window;           /* default SRPC_DEF_CLIENT_WINDOW, half a default server queue */
     /* A BUSY answer is not reported while the call's deadline leaves time for another try: the
      * request is sent again (same req_id: BUSY is not cached, PROTOCOL.md) after a backoff of
@@ -151,6 +153,8 @@ typedef struct srpc_client_stats {
                                   and its retransmission timeout now */
     uint64_t unreachable;      /* times the socket reported the server unreachable (ICMP) */
     uint64_t unavailable;      /* calls failed with SRPC_E_UNAVAILABLE */
+    uint64_t draining_unsent;  /* calls failed with SRPC_E_DRAINING before they were sent: they
+                                  waited for the window when the server answered DRAINING */
 } srpc_client_stats_t;
 int srpc_client_stats(const srpc_client_t *cl, srpc_client_stats_t *out);
 

@@ -2,7 +2,8 @@
  * back in order, BUSY is retried inside the deadline and surfaced when none is left, a call
  * whose deadline passes while it waits is never sent, retransmission goes on until the
  * deadline, load-run calls bypass both, threads calling through a small window all finish, and
- * an unreachable server fails calls at once unless they wait for ready. */
+ * an unreachable server fails calls at once unless they wait for ready, as a DRAINING answer
+ * fails the calls still waiting for the window. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <poll.h>
@@ -269,10 +270,23 @@ typedef struct echo_peer {
     int stop; /* atomic */
 } echo_peer_t;
 
+/* Echoes each request's id. The first two requests (the window's worth) are answered together
+ * 50 ms after the second came, so the callers' other calls meet a full window: the test does not
+ * depend on how the threads happen to be scheduled. */
 static void *echo_loop(void *arg)
 {
     echo_peer_t *e = arg;
-    srpc_hdr_t h;
+    srpc_hdr_t h, first[2];
+    int held = 0;
+    while (held < 2 && !__atomic_load_n(&e->stop, __ATOMIC_ACQUIRE))
+        if (peer_recv(&e->p, 5, &h))
+            first[held++] = h;
+    struct timespec pause = {0, 50 * 1000 * 1000};
+    nanosleep(&pause, NULL);
+    for (int i = 0; i < held; i++) {
+        uint64_t v = first[i].req_id;
+        peer_answer(&e->p, first[i].func_id, first[i].req_id, 0, &v, sizeof(v));
+    }
     while (!__atomic_load_n(&e->stop, __ATOMIC_ACQUIRE))
         if (peer_recv(&e->p, 5, &h)) {
             uint64_t v = h.req_id; /* the reply: the request's id */
@@ -372,6 +386,33 @@ static void test_an_unreachable_server_fails_calls_at_once(void)
     srpc_client_destroy(c);
 }
 
+/* The server answers the one call the window let out DRAINING: the two calls waiting behind
+ * it fail at once with SRPC_E_DRAINING, and the peer never sees them. */
+static void test_a_draining_answer_fails_the_calls_still_waiting(void)
+{
+    peer_t p;
+    CHECK(peer_open(&p) == 0, "peer");
+    srpc_client_t *c = client_for(&p, 1, UINT32_MAX, 1, 1000);
+    uint64_t ids[3], seen[4];
+    for (int i = 0; i < 3; i++)
+        CHECK(srpc_client_send_timed(c, NULL, 9, "q", 1, 0, 2000000, &ids[i]) == 0, "send");
+    CHECK(peer_drain(&p, 100, seen, 4) == 1 && seen[0] == ids[0], "only the first was sent");
+    peer_answer(&p, 9, ids[0], SRPC_E_DRAINING, "draining", 8);
+    CHECK(srpc_client_wait(c, ids[0], 1000000) == 0 && outcome(c, ids[0]) == SRPC_E_DRAINING, "first: DRAINING");
+    CHECK(srpc_client_wait(c, ids[1], 0) == 0 && outcome(c, ids[1]) == SRPC_E_DRAINING, "second failed at once");
+    CHECK(srpc_client_wait(c, ids[2], 0) == 0 && outcome(c, ids[2]) == SRPC_E_DRAINING, "third failed at once");
+    int more = peer_drain(&p, 50, seen, 4); /* the first may have been sent again before its answer */
+    for (int i = 0; i < more; i++)
+        CHECK(seen[i] == ids[0], "neither waiting call was sent");
+    srpc_client_stats_t st;
+    srpc_client_stats(c, &st);
+    CHECK(st.draining_unsent == 2 && st.waiting == 0 && st.outstanding == 0, "counted");
+    for (int i = 0; i < 3; i++)
+        srpc_client_release(c, ids[i]);
+    srpc_client_destroy(c);
+    close(p.fd);
+}
+
 int main(void)
 {
     test_window_holds_calls_back_in_order();
@@ -382,6 +423,7 @@ int main(void)
     test_load_run_calls_bypass_the_window_and_busy_retry();
     test_threads_through_a_small_window();
     test_an_unreachable_server_fails_calls_at_once();
+    test_a_draining_answer_fails_the_calls_still_waiting();
     printf("%d passed, %d failed\n", passed, failed);
     return failed != 0;
 }

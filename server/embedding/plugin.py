@@ -12,15 +12,24 @@ NAME = "dlrm"
 EXTRA = "it needs pip install 'splitrpc[models,embedding]'"
 
 
-def pipeline_arg(text: str) -> tuple[int, int]:
-    """--dlrm-pipeline SPARSE,DENSE: two thread counts >= 1."""
+def parse_pipeline(text: str) -> tuple[int, int]:
+    """SPARSE,DENSE: two thread counts >= 1; ValueError otherwise."""
     try:
         sparse, dense = (int(v) for v in text.split(","))
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected SPARSE,DENSE, two thread counts") from None
+        raise ValueError(f"{text!r}: expected SPARSE,DENSE, two thread counts") from None
     if sparse < 1 or dense < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: both thread counts must be >= 1")
+        raise ValueError(f"{text!r}: both thread counts must be >= 1")
     return sparse, dense
+
+
+def pipeline_arg(text: str) -> str:
+    """--dlrm-pipeline SPARSE,DENSE, checked and kept as text (so that `serve --processes`
+    forwards it as it came)."""
+    try:
+        return "{},{}".format(*parse_pipeline(text))
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 class DLRMServing(Serving):
@@ -88,13 +97,14 @@ class Embedding(Capability):
             raise CapabilityError(f"--models dlrm: {type(e).__name__}: {e}") from e
         try:
             svc.register(server, max_batch=args.max_batch or 1024, max_delay_us=args.max_delay_us,
-                         pipeline=args.dlrm_pipeline)
+                         pipeline=parse_pipeline(args.dlrm_pipeline) if args.dlrm_pipeline else None)
         except Exception as e:
             svc.close()
             raise CapabilityError(f"--models dlrm: {type(e).__name__}: {e}") from e
         serving = DLRMServing(svc)
         if args.dlrm_pipeline:
-            serving.banner += " (sparse-dense pipeline: {} lookup threads, {} MLP threads)".format(*args.dlrm_pipeline)
+            serving.banner += " (sparse-dense pipeline: {} lookup threads, {} MLP threads)".format(
+                *parse_pipeline(args.dlrm_pipeline))
         return serving
 
     def callee_names(self) -> tuple:

@@ -190,7 +190,8 @@ def closed_loop(cl, func_id: int, mv: memoryview, concurrency: int, warmup: int,
 
 
 _STATS = ("sent_calls", "replies", "errors", "timeouts", "late_or_unknown", "dropped", "retransmits", "busy_retries",
-          "window_waits", "outstanding", "waiting", "srtt_us", "rto_us", "unreachable", "unavailable")
+          "window_waits", "outstanding", "waiting", "srtt_us", "rto_us", "unreachable", "unavailable",
+          "draining_unsent")
 
 
 def read_stats(cl) -> dict:

@@ -57,6 +57,10 @@ def add_parser(sub, caps) -> argparse.ArgumentParser:
     s.add_argument("--grace", type=float, default=run.DEFAULT_GRACE, metavar="S",
                    help="on SIGTERM or Ctrl-C: take no new calls (DRAINING), answer those received for up to S "
                         "seconds, then stop; a second signal stops at once (default: %(default)s)")
+    s.add_argument("--drain-linger", type=float, default=run.DRAIN_LINGER, metavar="S",
+                   help="after the drain has answered every call received, keep the port open answering DRAINING "
+                        "until no datagram has come for S seconds (within --grace), so that calls still in a "
+                        "client's window get DRAINING, not silence; 0: stop at once (default: %(default)s)")
     s.add_argument("--log-format", choices=run.LOG_FORMATS, default="text",
                    help="start, ready, drain and stop lines as text or one JSON object per line")
     s.add_argument("--allow", metavar="NETS", help="serve only these client networks, e.g. 10.0.0.0/8,127.0.0.1 "
@@ -175,7 +179,8 @@ def _serve_loop(a, srv, served: str, extra: str, cleanup=None) -> tuple[int, dic
             events.event("metrics", f"metrics: {admin.url('/metrics')}", url=admin.url("/metrics"))
 
     try:
-        left, forced = run.serve_until_stopped(srv, grace=a.grace, events=events, on_ready=ready)
+        left, forced = run.serve_until_stopped(srv, grace=a.grace, linger=a.drain_linger, events=events,
+                                               on_ready=ready)
         if forced:  # a callback that does not return holds the worker: leave without it
             os._exit(1)
     finally:

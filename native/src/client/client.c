@@ -429,6 +429,18 @@ static uint8_t *dup_bytes(const uint8_t *p, uint32_t n)
 }
 
 /* One reply datagram, hostile until checked. Lock held. */
+/* The server answered DRAINING: it takes no new call. The calls still waiting for the window
+ * (never sent) fail now with SRPC_E_DRAINING, so their callers can send them elsewhere at once
+ * instead of after the server has gone. Lock held. */
+static void fail_unsent_draining(srpc_client_t *c)
+{
+    while (c->whead) {
+        c->st.draining_unsent++;
+        finish_local(c, c->whead, SRPC_E_DRAINING, "not sent: the server is draining (it answered DRAINING to an "
+                                                  "earlier call); safe to send elsewhere");
+    }
+}
+
 static void process(srpc_client_t *c, unsigned i)
 {
     srpc_hdr_t h;
@@ -453,6 +465,8 @@ static void process(srpc_client_t *c, unsigned i)
             return;
         uint32_t l = dlen < SRPC_ERRMSG_MAX ? dlen : SRPC_ERRMSG_MAX;
         finish(c, k, h.aux ? h.aux : SRPC_E_INTERNAL, dup_bytes(data, l), l);
+        if (h.aux == SRPC_E_DRAINING)
+            fail_unsent_draining(c);
         return;
     }
     if (h.msg_len > c->cfg.max_reply) {
