@@ -63,15 +63,16 @@ def test_each_source_module_is_installed():
 
 
 def _ffi_lib_lines() -> list[str]:
-    """`git grep -nI "ffi\\.\\|lib\\." -- splitrpc client server bench` (binary files skipped), or
-    the same over the files when this is not a git checkout."""
+    """`git grep -nIE "(^|[^A-Za-z0-9_])(ffi|lib)\\." -- splitrpc client server bench` (binary
+    files skipped; whole names only: `contextlib.` is not `lib.`), or the same over the files when
+    this is not a git checkout."""
     folders = ("splitrpc", "client", "server", "bench")
     if shutil.which("git") and (ROOT / ".git").exists():
-        r = subprocess.run(["git", "grep", "-nI", r"ffi\.\|lib\.", "--", *folders], cwd=ROOT, capture_output=True,
-                           text=True, timeout=60)
+        r = subprocess.run(["git", "grep", "-nIE", r"(^|[^A-Za-z0-9_])(ffi|lib)\.", "--", *folders], cwd=ROOT,
+                           capture_output=True, text=True, timeout=60)
         assert r.returncode in (0, 1), r.stderr  # 1: nothing found
         return r.stdout.splitlines()
-    pattern = re.compile(r"ffi\.|lib\.")
+    pattern = re.compile(r"(?<![A-Za-z0-9_])(ffi|lib)\.")
     out = []
     for path in sources(*folders):
         for i, line in enumerate(path.read_text().splitlines(), 1):
