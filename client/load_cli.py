@@ -14,7 +14,7 @@ from splitrpc import __version__
 from splitrpc.defaults import CLIENT_DEFAULTS
 from splitrpc.client import Client
 from splitrpc.dpdk import DPDKError
-from splitrpc.errors import CallTimeout, SplitRPCError
+from splitrpc.errors import CallTimeout, SplitRPCError, Unavailable
 from splitrpc import arrivals, plugins
 from splitrpc.loadgen import report
 from splitrpc.loadgen.progress import ProgressLine
@@ -265,6 +265,8 @@ def _probe(c: Client, a, func_id: int, req) -> None:
     except CallTimeout:
         raise LoadError(f"no reply from {c.host}:{c.port} within {a.timeout_ms:g} ms: is a server "
                         f"(`splitrpc serve`) running there?") from None
+    except Unavailable as e:
+        raise LoadError(f"{e}: is a server (`splitrpc serve`) running there?") from None
     except SplitRPCError:
         pass
 

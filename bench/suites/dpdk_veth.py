@@ -45,7 +45,7 @@ CLIENT = """
 import json
 from splitrpc.bench.helpers import systems
 c = systems.Client({ip!r}, {port}, timeout=2.0, busy_poll=True)
-c.call(1, systems.request_for("vecadd")[0], timeout=5.0)
+c.call(1, systems.request_for("vecadd")[0], timeout=5.0, wait_for_ready=True)  # the server may still be starting
 for svc in {services!r}:
     for conc in {concurrency!r}:
         n = {calls} if svc != "head" else max({calls} // 10, 100)
