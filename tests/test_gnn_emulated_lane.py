@@ -8,6 +8,7 @@ pytest.importorskip("torch")
 pytest.importorskip("scipy")
 
 import splitrpc  # noqa: E402
+from conftest import settled  # noqa: E402
 from splitrpc.services.gnn import calibrate, serve  # noqa: E402
 from splitrpc.services.gnn.emulated_lane import EmulatedLane, LaneModel  # noqa: E402
 
@@ -104,7 +105,9 @@ def test_a_routed_server_runs_both_lanes_at_once_and_answers_right():
         with splitrpc.Client("127.0.0.1", srv.port, timeout=10.0) as c:
             futs = [c.call_async(15, r) for r in reqs]
             assert all(s.check_reply(r, f.result(10)) for r, f in zip(reqs, futs))
-        ex = srv.stats()["executors"]["graphsage"]
+        # a lane counts a batch just after its replies leave: read once every lane is idle (settled)
+        ex = settled(srv, lambda st: all(v["running"] == 0 and v["batches"] >= 1 for v in
+                                         st["executors"]["graphsage"]["lanes"].values()))["executors"]["graphsage"]
         assert ex["kind"] == "lanes" and ex["lanes"]["cpu"]["batches"] >= 1 and ex["lanes"]["emulated"]["batches"] >= 1
     finally:
         srv.close()

@@ -10,7 +10,7 @@ pytest.importorskip("torch_geometric")
 pytest.importorskip("scipy")
 
 import splitrpc  # noqa: E402
-from conftest import free_udp_port, splitrpc_cmd as _cmd  # noqa: E402  (run_env: a conftest fixture)
+from conftest import free_udp_port, settled, splitrpc_cmd as _cmd  # noqa: E402  (run_env: a conftest fixture)
 from splitrpc.services.gnn import calibrate, serve  # noqa: E402
 from splitrpc.services.gnn.serve import load_trace  # noqa: E402
 
@@ -77,9 +77,12 @@ def test_concurrent_lanes_route_each_batch_to_its_lanes_thread():
         with splitrpc.Client("127.0.0.1", srv.port, timeout=10.0) as c:
             for r in reqs:
                 assert svc.check_reply(r, c.call(15, r))
-        ex = srv.stats()["executors"]["graphsage"]
+        # a lane counts a batch just after its replies leave: read once it has (settled)
+        want = {k: v["batches"] for k, v in svc.stats().items()}
+        ex = settled(srv, lambda s: {k: v["batches"] for k, v in s["executors"]["graphsage"]["lanes"].items()}
+                     == want)["executors"]["graphsage"]
         assert ex["kind"] == "lanes" and ex["misrouted"] == 0
-        assert {k: v["batches"] for k, v in ex["lanes"].items()} == {k: v["batches"] for k, v in svc.stats().items()}
+        assert {k: v["batches"] for k, v in ex["lanes"].items()} == want
         assert ex["lanes"]["cpu"]["batches"] >= 1 and ex["lanes"]["bulk"]["batches"] >= 1
     finally:
         srv.close()
