@@ -692,13 +692,16 @@ class Server:
     def _linger(self, linger: float, end: float) -> None:
         """stop(grace=)'s linger: draining, until no datagram came for `linger` seconds, `end`
         (monotonic) passed, the drain was aborted or the server stopped."""
-        last_rx, quiet_since = self.stats()["rx_datagrams"], time.monotonic()
+        def received() -> int:  # the engine's own counter, not the whole stats() (functions, executors, ...)
+            return _server.read_stats(self._srv)["rx_datagrams"]
+
+        last_rx, quiet_since = received(), time.monotonic()
         while self._state == "running" and not self._drain_abort.is_set():
             now = time.monotonic()
             if now - quiet_since >= linger or now >= end:
                 return
             time.sleep(min(LINGER_POLL, linger))
-            rx = self.stats()["rx_datagrams"]
+            rx = received()
             if rx != last_rx:
                 last_rx, quiet_since = rx, time.monotonic()
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from splitrpc.executor import stage_result
 from splitrpc.services.embedding.tables import TableSpec, UnknownKey, truth, zipf_keys
 
 FUNC_ID = 17
@@ -222,8 +223,6 @@ class DLRMService(DLRM):
         pipeline (register(pipeline=)) the embeddings come from the first stage, and this is the
         DenseNet alone."""
         import torch
-
-        from splitrpc.executor import stage_result
 
         got = stage_result()
         emb, bad = got if got is not None else self.embeddings(np.asarray(keys))

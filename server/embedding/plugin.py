@@ -95,16 +95,15 @@ class Embedding(Capability):
             raise CapabilityError(f"--models dlrm: {e}; {EXTRA}") from e
         except Exception as e:  # a bad store configuration, an L3 path that cannot be written, ...
             raise CapabilityError(f"--models dlrm: {type(e).__name__}: {e}") from e
+        pipeline = parse_pipeline(args.dlrm_pipeline) if args.dlrm_pipeline else None
         try:
-            svc.register(server, max_batch=args.max_batch or 1024, max_delay_us=args.max_delay_us,
-                         pipeline=parse_pipeline(args.dlrm_pipeline) if args.dlrm_pipeline else None)
+            svc.register(server, max_batch=args.max_batch or 1024, max_delay_us=args.max_delay_us, pipeline=pipeline)
         except Exception as e:
             svc.close()
             raise CapabilityError(f"--models dlrm: {type(e).__name__}: {e}") from e
         serving = DLRMServing(svc)
-        if args.dlrm_pipeline:
-            serving.banner += " (sparse-dense pipeline: {} lookup threads, {} MLP threads)".format(
-                *parse_pipeline(args.dlrm_pipeline))
+        if pipeline:
+            serving.banner += " (sparse-dense pipeline: {} lookup threads, {} MLP threads)".format(*pipeline)
         return serving
 
     def callee_names(self) -> tuple:
