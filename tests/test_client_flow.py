@@ -14,18 +14,34 @@ from conftest import settled
 import splitrpc
 from splitrpc import TensorSpec
 from splitrpc.services import SERVICES, register_builtin_services
+from splitrpc.services.builtin import vecadd
 
 VEC = SERVICES["vecadd"]
 
 
 def test_ten_thousand_futures_at_once_all_complete_with_no_busy(make_server, make_client):
     """The default server queue holds 256 calls; 10,000 futures from one default client all
-    come back right: the window keeps the server's queue from overflowing."""
-    srv = make_server(register_builtin_services)
+    come back right: the window keeps the server's queue from overflowing. The server's first
+    batch is held until all 10,000 are submitted, so the window must fill (a server that kept up
+    with the submitting loop would leave the window unused: a CI run saw that)."""
+    gate = threading.Event()
+
+    def setup(srv):
+        def held(x, y):
+            gate.wait(10.0)
+            vecadd(x, y)
+        srv.add_function(held, VEC.func_id, "vecadd", [TensorSpec("x", "float32", (256,))],
+                         [TensorSpec("y", "float32", (256,))])
+
+    srv = make_server(setup)
     c = make_client(srv.port, timeout=10.0)
     rng = np.random.default_rng(15)
     reqs = [VEC.example(rng) for _ in range(64)]
-    futs = [c.call_async(VEC.func_id, reqs[i % 64]) for i in range(10_000)]
+    try:
+        futs = [c.call_async(VEC.func_id, reqs[i % 64]) for i in range(10_000)]
+        assert c.stats()["waiting"] > 0  # the window is full while the server holds its batch
+    finally:
+        gate.set()
     wrong = sum(f.result() != VEC.expected(reqs[i % 64]) for i, f in enumerate(futs))
     assert wrong == 0
     st = c.stats()
