@@ -12,6 +12,7 @@ import numpy as np
 
 from splitrpc import __version__
 from splitrpc.defaults import CLIENT_DEFAULTS
+from splitrpc._native.wire import PROTOCOLS
 from splitrpc.client import Client
 from splitrpc.dpdk import DPDKError
 from splitrpc.errors import CallTimeout, SplitRPCError, Unavailable
@@ -88,8 +89,9 @@ def add_parser(sub) -> argparse.ArgumentParser:
     # The load generator's own default, unlike the library's: no retransmission, so that losses show.
     p.add_argument("--retries", type=int, default=0,
                    help="retransmissions of a call whose reply is late (0: none, so losses show as timeouts)")
-    p.add_argument("--protocol", type=int, choices=(1, 2),
-                   help="wire protocol version: 2 checks every header (docs/PROTOCOL-v2.md), 1 is PROTOCOL.md's "
+    p.add_argument("--protocol", type=int, choices=PROTOCOLS,
+                   help="wire protocol version: 2 checks every header (docs/PROTOCOL-v2.md), 3 also every "
+                        "datagram's data (docs/PROTOCOL-v3.md), 1 is PROTOCOL.md's "
                         f"(default: {CLIENT_DEFAULTS['protocol']})")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--out", default="splitrpc-load", help="directory for report.json, runs.csv and PNGs")

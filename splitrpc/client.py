@@ -11,6 +11,7 @@ import numpy as np
 from splitrpc import describe as describe_
 from splitrpc import dpdk
 from splitrpc._native import client as _client
+from splitrpc._native.wire import PROTOCOLS
 from splitrpc.errors import CallTimeout, SplitRPCError
 
 
@@ -72,8 +73,10 @@ class Client:
 
     ``protocol`` is the wire protocol version of the requests: 2 (the default) protects each
     header with a CRC-16 so that a header damaged in transit is dropped, never taken for another
-    call's reply (docs/PROTOCOL-v2.md); 1 is PROTOCOL.md's version 1, for servers that speak
-    only that.
+    call's reply (docs/PROTOCOL-v2.md); 3 adds a CRC-32C of every datagram's data, so that data
+    damaged past UDP's checksum (a faulty NIC, proxy or memory) is dropped and sent again, never
+    delivered (docs/PROTOCOL-v3.md; the server must list 3 in ``describe()``'s protocols); 1 is
+    PROTOCOL.md's version 1, for servers that speak only that.
     """
 
     def __init__(self, host: str | None = None, port: int | None = None, timeout: float = 1.0, *,
@@ -101,8 +104,8 @@ class Client:
             raise ValueError("retries must be >= 0 and 0 < rto_min <= rto_initial <= rto_max")
         if (window is not None and window < 0) or (busy_backoff is not None and not busy_backoff > 0):
             raise ValueError("window must be >= 0 and busy_backoff > 0 seconds")
-        if protocol is not None and protocol not in (1, 2):
-            raise ValueError(f"protocol must be 1 or 2, got {protocol!r}")
+        if protocol is not None and protocol not in PROTOCOLS:
+            raise ValueError(f"protocol must be one of {PROTOCOLS}, got {protocol!r}")
         dpdk_kw = {} if transport != "dpdk" else {
             "dpdk_dev": dpdk_port, "dpdk_local_ip": local_ip, "dpdk_local_port": local_port,
             "dpdk_server_mac": server_mac, "dpdk_mtu": dpdk_mtu}

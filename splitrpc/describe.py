@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
+from splitrpc._native.wire import PROTOCOLS
 from splitrpc.spec import TensorSpec
 
 RESERVED_MIN = 0xFF00          # ids RESERVED_MIN .. 0xFFFF are the server's own; no user function there
@@ -118,7 +119,8 @@ def _spec(d: dict) -> TensorSpec:
     return TensorSpec(str(d["name"]), str(d["dtype"]), tuple(int(x) for x in d["shape"]))
 
 
-def encode_description(functions: list[FunctionInfo], *, max_message: int, protocols=(1, 2), software: str) -> bytes:
+def encode_description(functions: list[FunctionInfo], *, max_message: int, protocols=PROTOCOLS,
+                       software: str) -> bytes:
     doc = {"describe": LAYOUT, "software": software, "max_message": max_message, "protocols": list(protocols),
            "functions": [f.to_json() for f in sorted(functions, key=lambda f: f.func_id)]}
     return json.dumps(doc, separators=(",", ":")).encode()

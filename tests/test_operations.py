@@ -191,7 +191,7 @@ def test_describe_lists_exactly_the_registered_functions_and_round_trips_their_s
                 d = c.describe()
             assert [f.func_id for f in d.functions] == sorted(f.func_id for f in s.functions())
             assert set(d.functions) == set(s.functions())  # every field, specs included, round-trips
-            assert d.max_message == s.max_message and set(d.protocols) == {1, 2} and d.software.startswith("splitrpc")
+            assert d.max_message == s.max_message and set(d.protocols) == {1, 2, 3} and d.software.startswith("splitrpc")
         f = d.by_name("double")
         assert (f.func_id, f.version, f.priority, f.max_batch, f.raw) == (7, "v2", 3, 8, False)
         assert f.inputs == (X8,) and f.outputs == (TensorSpec("y", "float32", (8,)),) and f.request_bytes == 32

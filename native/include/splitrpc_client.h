@@ -58,8 +58,10 @@ typedef struct srpc_client_config {
     int busy_retry;            /* default 1 */
     uint32_t busy_backoff_us;  /* default SRPC_DEF_BUSY_BACKOFF_US */
     /* Wire protocol of the requests: 2 (the default: a CRC-16 header check, 48-bit req_ids,
-     * docs/PROTOCOL-v2.md) or 1 (docs/PROTOCOL.md, for servers that speak only version 1). Replies
-     * of the other version are dropped. */
+     * docs/PROTOCOL-v2.md), 3 (version 2 with a CRC-32C data check in every datagram,
+     * docs/PROTOCOL-v3.md: for servers that list 3 in describe's "protocols") or 1
+     * (docs/PROTOCOL.md, for servers that speak only version 1). Replies of another version are
+     * dropped. */
     uint8_t version;
     /* An unreachable server (a kernel UDP socket: the ICMP "port / host unreachable" the kernel
      * reports on the client's connected socket): 0 (the default, as gRPC's): every unfinished
@@ -155,6 +157,8 @@ typedef struct srpc_client_stats {
     uint64_t unavailable;      /* calls failed with SRPC_E_UNAVAILABLE */
     uint64_t draining_unsent;  /* calls failed with SRPC_E_DRAINING before they were sent: they
                                   waited for the window when the server answered DRAINING */
+    uint64_t bad_data_check;   /* version 3 reply datagrams whose data check did not match
+                                  (dropped, also counted in dropped; retransmission recovers) */
 } srpc_client_stats_t;
 int srpc_client_stats(const srpc_client_t *cl, srpc_client_stats_t *out);
 

@@ -9,12 +9,14 @@
 extern "C" {
 #endif
 
-/* ------------------------------------------------------------------ wire (docs/PROTOCOL.md v1, docs/PROTOCOL-v2.md) */
+/* ------------------------------------------------------------------ wire (docs/PROTOCOL.md v1, docs/PROTOCOL-v2.md, docs/PROTOCOL-v3.md) */
 
 #define SRPC_HDR_LEN 22           /* control header bytes at the start of every datagram */
 #define SRPC_MAGIC 0xA5
 #define SRPC_VERSION 1            /* version 1: docs/PROTOCOL.md */
 #define SRPC_VERSION_2 2          /* version 2: version 1 with a CRC-16 header check, 48-bit req_id */
+#define SRPC_VERSION_3 3          /* version 3: version 2 with a CRC-32C data check after each datagram's data */
+#define SRPC_DATA_CHECK_LEN 4     /* version 3: bytes of the data check at the end of a datagram */
 #define SRPC_REQ_ID_V2_MASK 0xffffffffffffull
 #define SRPC_MAX_SEG_DATA 65485   /* 65507 (largest UDP/IPv4 payload) - 22 */
 #define SRPC_ERRMSG_MAX 256       /* longest optional UTF-8 message of an ERROR datagram */
@@ -42,7 +44,7 @@ enum srpc_error_code {
 /* A decoded control header, fields in host order. */
 typedef struct srpc_hdr {
     uint8_t type;     /* enum srpc_msg_type */
-    uint8_t version;  /* 1 or 2; 0 is taken as 1 when encoding */
+    uint8_t version;  /* 1, 2 or 3; 0 is taken as 1 when encoding */
     uint16_t func_id;
     uint64_t req_id;
     uint16_t seq;
@@ -51,18 +53,31 @@ typedef struct srpc_hdr {
     uint16_t aux;
 } srpc_hdr_t;
 
-/* Writes the 22-byte big-endian header of h->version (version 2 with its check). Returns 0,
- * or -EINVAL for a type > 2, a version other than 0, 1, 2, or a version 2 req_id over 48 bits. */
+/* Writes the 22-byte big-endian header of h->version (versions 2 and 3 with the header check;
+ * version 3's data check is the sender's, after the data). Returns 0, or -EINVAL for a type > 2,
+ * a version other than 0..3, or a version 2 or 3 req_id over 48 bits. */
 int srpc_hdr_encode(const srpc_hdr_t *h, uint8_t out[SRPC_HDR_LEN]);
 
-/* Parses and checks the header alone: length >= 22, magic, version (1 or 2), the version 2
- * check, type, nseg >= 1, seq < nseg. Returns 0, -EMSGSIZE (short), -EILSEQ (version 2 check
- * mismatch, tested before any other field), -EBADMSG (magic/version/type) or -EPROTO
- * (seq/nseg). Never reads past len. */
+/* Parses and checks the header alone: length >= 22, magic, version (1, 2 or 3), the version 2
+ * and 3 header check, type, nseg >= 1, seq < nseg. Returns 0, -EMSGSIZE (short), -EILSEQ (header
+ * check mismatch, tested before any other field), -EBADMSG (magic/version/type) or -EPROTO
+ * (seq/nseg). Never reads past len. A version 3 datagram's data check is srpc_data_check's. */
 int srpc_hdr_decode(const uint8_t *buf, size_t len, srpc_hdr_t *out);
 
 /* The version 2 check of a 22-byte header: CRC-16/CCITT-FALSE over it with bytes 4..5 as 0. */
 uint16_t srpc_hdr_check16(const uint8_t hdr[SRPC_HDR_LEN]);
+
+/* A version 3 datagram (docs/PROTOCOL-v3.md) whose header (decoded, h) is hdr: *len bytes follow
+ * the header at data, the last SRPC_DATA_CHECK_LEN of them the CRC-32C of the header and the
+ * data. Returns 0 with *len set to the data bytes' count, -EMSGSIZE when *len is shorter than the
+ * check, or -EILSEQ when the check does not match. Other versions: 0, *len unchanged. Reads the
+ * data (host memory). Any thread. */
+int srpc_data_check(const srpc_hdr_t *h, const uint8_t hdr[SRPC_HDR_LEN], const uint8_t *data, uint32_t *len);
+
+/* The data bytes a segment of a version `version` message carries when its sender's segment
+ * size (the data budget of one datagram after the header, SRPC_MAX_SEG_DATA at most) is
+ * seg_size: seg_size, less the data check for version 3 (at least 1). */
+uint32_t srpc_seg_data_max(unsigned version, uint32_t seg_size);
 
 /* Checks the segmentation rules of docs/PROTOCOL.md for one segment carrying data_len bytes
  * and derives the message's segment size S (for nseg == 1, S = msg_len).
@@ -72,15 +87,27 @@ int srpc_seg_check(const srpc_hdr_t *h, size_t data_len, uint32_t *seg_size);
 /* Number of segments for a message of msg_len bytes cut at seg_size (>= 1). */
 uint32_t srpc_seg_count(uint32_t msg_len, uint32_t seg_size);
 
+/* CRC-32C (Castagnoli; reflected polynomial 0x82F63B78, initial and final XOR 0xFFFFFFFF: the
+ * check of the ASCII bytes "123456789" is 0xE3069283) of len bytes, continuing from crc (0 to
+ * start; the result of one call is the crc of the next over the following bytes). Uses the CPU's
+ * CRC instruction where present (SSE4.2, ARMv8 CRC). Any thread. */
+uint32_t srpc_crc32c(uint32_t crc, const void *buf, size_t len);
+/* The same by tables alone (for tests and comparison). */
+uint32_t srpc_crc32c_tables(uint32_t crc, const void *buf, size_t len);
+/* 1 when srpc_crc32c uses the CPU's instruction, else 0. */
+int srpc_crc32c_hardware(void);
+
 /* ------------------------------------------------------------------ message codec */
 
 /* Whole messages to and from datagrams without a socket: what a client or server puts on the
  * wire and takes off it, for tests, tools and other transports. */
 
 /* Cuts a message of len bytes into the datagrams a sender puts on the wire for it: each is the
- * header of tmpl (type, func_id, req_id, aux; seq, nseg and msg_len filled in) followed by its
- * segment of data, S = seg_size (1..SRPC_MAX_SEG_DATA). The datagrams are written back to back
- * into out (cap bytes; len + 22 * count in all) and dgram_len[i] gets the length of datagram i.
+ * header of tmpl (type, version, func_id, req_id, aux; seq, nseg and msg_len filled in) followed
+ * by its segment of data (and for version 3 the data check), S = srpc_seg_data_max(version,
+ * seg_size), seg_size 1..SRPC_MAX_SEG_DATA. The datagrams are written back to back into out (cap
+ * bytes; len + 22 * count in all, 26 * count for version 3) and dgram_len[i] gets the length of
+ * datagram i.
  * Returns the count of datagrams, -EINVAL (NULL pointer, type > 2, bad seg_size), -EMSGSIZE
  * (more than 65535 segments) or -ENOBUFS (cap or max_dgrams too small; nothing written).
  * Reads data and tmpl only; any thread. */
@@ -101,8 +128,8 @@ void srpc_reassembler_destroy(srpc_reassembler_t *r);
 /* Adds one datagram (header and data, len bytes; copied, the caller keeps it). A segment of a
  * new message starts that message when none is in progress (a completed one is dropped).
  * Returns 1 when the message became complete, 0 when more segments are needed, or rejects
- * the datagram and changes nothing: -EMSGSIZE (shorter than the header), -EILSEQ (a version 2
- * header check mismatch), -EBADMSG (magic, version or type), -EPROTO (impossible seq/nseg/msg_len/length, or disagreeing with the
+ * the datagram and changes nothing: -EMSGSIZE (shorter than the header, or a version 3 datagram
+ * shorter than its data check), -EILSEQ (a header check or version 3 data check mismatch), -EBADMSG (magic, version or type), -EPROTO (impossible seq/nseg/msg_len/length, or disagreeing with the
  * message's msg_len, nseg or S), -EALREADY (a duplicate, also of the completed message),
  * -EBUSY (a segment of another message, by req_id, type, func_id or version, while one is in
  * progress), -E2BIG (msg_len > max_msg), -EINVAL (NULL r or dgram); or -ENOMEM (a

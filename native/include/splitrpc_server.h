@@ -333,8 +333,9 @@ enum srpc_drop_reason {
     SRPC_DROP_REJECTED,        /* further segment of a message already answered with an error */
     SRPC_DROP_TX_FAILED,       /* a reply datagram the socket would not take */
     SRPC_DROP_NOT_ALLOWED,     /* from a source outside the server's allow-list */
-    SRPC_DROP_BAD_CHECK,       /* version 2 header whose check does not match */
+    SRPC_DROP_BAD_CHECK,       /* version 2 or 3 header whose check does not match */
     SRPC_DROP_CLIENT_MEM_CAP,  /* the sending address's share of reassembly memory reached */
+    SRPC_DROP_BAD_DATA_CHECK,  /* version 3 datagram whose data check does not match */
     SRPC_DROP_MAX
 };
 

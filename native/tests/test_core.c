@@ -31,6 +31,56 @@ static int hdr_equal(const srpc_hdr_t *a, const srpc_hdr_t *b)
            a->aux == b->aux;
 }
 
+/* Bit by bit, from the definition: the reference the fast paths are held to. */
+static uint32_t crc32c_bits(const uint8_t *p, size_t n)
+{
+    uint32_t c = 0xffffffffu;
+    while (n--) {
+        c ^= *p++;
+        for (int k = 0; k < 8; k++)
+            c = c & 1 ? c >> 1 ^ 0x82f63b78u : c >> 1;
+    }
+    return ~c;
+}
+
+static void test_crc32c(void)
+{
+    CHECK(srpc_crc32c(0, "123456789", 9) == 0xe3069283u, "check value %08x", srpc_crc32c(0, "123456789", 9));
+    CHECK(srpc_crc32c_tables(0, "123456789", 9) == 0xe3069283u, "tables' check value");
+    CHECK(srpc_crc32c(0, NULL, 0) == 0 && srpc_crc32c(0x1234, "x", 0) == 0x1234, "no bytes: crc unchanged");
+    /* lengths across both three-stream block sizes (3 * 256, 3 * 8192) and odd alignments */
+    enum { MAX = 3 * 8192 * 2 + 777 };
+    static uint8_t buf[MAX + 8];
+    uint64_t x = 0x9e3779b97f4a7c15ull;
+    for (size_t i = 0; i < sizeof(buf); i++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        buf[i] = (uint8_t)x;
+    }
+    static const size_t lens[] = {1, 7, 8, 9, 63, 255, 256, 767, 768, 769, 1024, 1450, 4096, 8191,
+                                  24575, 24576, 24577, 3 * 8192 + 3 * 256 + 5, MAX};
+    int bad = 0;
+    for (size_t a = 0; a < 8; a++)
+        for (size_t k = 0; k < sizeof(lens) / sizeof(lens[0]); k++) {
+            uint32_t want = crc32c_bits(buf + a, lens[k]);
+            bad += srpc_crc32c(0, buf + a, lens[k]) != want;
+            bad += srpc_crc32c_tables(0, buf + a, lens[k]) != want;
+            /* continued in two calls at an odd split: the same crc */
+            size_t cut = lens[k] / 3 + 1;
+            bad += srpc_crc32c(srpc_crc32c(0, buf + a, cut), buf + a + cut, lens[k] - cut) != want;
+        }
+    CHECK(bad == 0, "%d of %zu results differ from the bitwise crc", bad, 3 * 8 * sizeof(lens) / sizeof(lens[0]));
+    /* one flipped bit anywhere changes it */
+    uint32_t base = srpc_crc32c(0, buf, 4096);
+    int same = 0;
+    for (size_t i = 0; i < 4096 * 8; i += 97) {
+        buf[i / 8] ^= (uint8_t)(1u << (i % 8));
+        same += srpc_crc32c(0, buf, 4096) == base;
+        buf[i / 8] ^= (uint8_t)(1u << (i % 8));
+    }
+    CHECK(same == 0, "%d single-bit flips went unseen", same);
+    printf("crc32c: %s\n", srpc_crc32c_hardware() ? "CPU instruction" : "tables");
+}
+
 static void test_hdr_roundtrip(void)
 {
     const srpc_hdr_t cases[] = {
@@ -109,9 +159,9 @@ static void test_hdr_v2(void)
     CHECK(srpc_hdr_encode(&big, buf) == 0 && srpc_hdr_decode(buf, sizeof(buf), &out) == 0 &&
               out.req_id == SRPC_REQ_ID_V2_MASK && out.seq == 3 && out.nseg == 9 && out.aux == 0xbeef &&
               out.type == SRPC_ERROR && out.version == 2, "v2 round trip");
-    srpc_hdr_t v3 = h;
-    v3.version = 3;
-    CHECK(srpc_hdr_encode(&v3, buf) == -EINVAL, "version 3 refused");
+    srpc_hdr_t v4 = h;
+    v4.version = 4;
+    CHECK(srpc_hdr_encode(&v4, buf) == -EINVAL, "version 4 refused");
 
     uint8_t good[SRPC_HDR_LEN];
     srpc_hdr_encode(&big, good);
@@ -152,7 +202,7 @@ static void test_hdr_reject(void)
     CHECK(srpc_hdr_decode(buf, sizeof(buf), &out) == -EBADMSG, "bad magic");
 
     for (int v = 0; v < 16; v++) {
-        if (v == SRPC_VERSION || v == SRPC_VERSION_2)
+        if (v == SRPC_VERSION || v == SRPC_VERSION_2 || v == SRPC_VERSION_3)
             continue;
         memcpy(buf, good, sizeof(buf));
         buf[1] = (uint8_t)(v << 4 | SRPC_REQUEST);
@@ -553,6 +603,62 @@ static uint32_t fz(uint32_t n)
     return n ? (uint32_t)(fz_state % n) : 0;
 }
 
+/* Version 3 (docs/PROTOCOL-v3.md): every datagram ends with the CRC-32C of its header and data;
+ * one changed byte anywhere in it is refused, and the message still comes together. */
+static void test_codec_v3(void)
+{
+    enum { LEN = 5000, SEG = 1450 };
+    static uint8_t msg[LEN], out[LEN + 8 * 26], bad[SEG + 26];
+    for (int i = 0; i < LEN; i++)
+        msg[i] = (uint8_t)(i * 31 + 7);
+    uint32_t dl[8];
+    srpc_hdr_t t = {.type = SRPC_REQUEST, .version = SRPC_VERSION_3, .func_id = 9, .req_id = 0x123456789abcull};
+    CHECK(srpc_seg_data_max(SRPC_VERSION_3, SEG) == SEG - 4 && srpc_seg_data_max(SRPC_VERSION_2, SEG) == SEG &&
+              srpc_seg_data_max(SRPC_VERSION_3, 3) == 1, "v3 segments carry 4 bytes less data");
+    CHECK(srpc_msg_segment(&t, msg, LEN, SEG, out, LEN + 4 * 26 - 1, dl, 8) == -ENOBUFS, "room for the checks too");
+    int n = srpc_msg_segment(&t, msg, LEN, SEG, out, sizeof(out), dl, 8);
+    CHECK(n == 4 && dl[0] == SEG + 22 && dl[3] == LEN - 3 * (SEG - 4) + 26, "n %d, lengths %u %u", n, dl[0], dl[3]);
+    size_t off[8] = {0};
+    for (int i = 1; i < n; i++)
+        off[i] = off[i - 1] + dl[i - 1];
+    for (int i = 0; i < n; i++) { /* the check is the CRC of the rest, big-endian, at the end */
+        const uint8_t *d = out + off[i];
+        uint32_t c = srpc_crc32c(0, d, dl[i] - 4), got = (uint32_t)d[dl[i] - 4] << 24 | (uint32_t)d[dl[i] - 3] << 16 |
+                                                         (uint32_t)d[dl[i] - 2] << 8 | d[dl[i] - 1];
+        CHECK(c == got, "datagram %d's check", i);
+    }
+    srpc_reassembler_t *r;
+    CHECK(srpc_reassembler_create(LEN, &r) == 0, "create");
+    int refused = 0, tries = 0;
+    for (uint32_t pos = 0; pos < dl[1]; pos += 7, tries++) { /* any byte of datagram 1, check included */
+        memcpy(bad, out + off[1], dl[1]);
+        bad[pos] ^= 0x10;
+        int rc = srpc_reassembler_push(r, bad, dl[1]);
+        refused += rc == -EILSEQ;
+    }
+    CHECK(refused == tries, "%d of %d damaged datagrams refused with -EILSEQ", refused, tries);
+    memcpy(bad, out + off[1], dl[1]);
+    bad[1] = (uint8_t)(SRPC_VERSION_2 << 4 | SRPC_REQUEST); /* the same bytes read as version 2 */
+    CHECK(srpc_reassembler_push(r, bad, dl[1]) == -EILSEQ, "a version 3 datagram relabelled v2 fails its header check");
+    srpc_hdr_t tiny = t;
+    uint8_t small[30];
+    uint32_t sl;
+    CHECK(srpc_msg_segment(&tiny, NULL, 0, SEG, small, sizeof(small), &sl, 1) == 1 && sl == 26, "empty message: 26 bytes");
+    CHECK(srpc_reassembler_push(r, small, 25) == -EMSGSIZE, "shorter than its check");
+    for (int i = n - 1; i >= 0; i--) {
+        int rc = srpc_reassembler_push(r, out + off[i], dl[i]);
+        CHECK(rc == (i == 0 ? 1 : 0), "segment %d: %d", i, rc);
+    }
+    srpc_hdr_t h;
+    uint32_t len;
+    const uint8_t *m = srpc_reassembler_message(r, &h, &len);
+    CHECK(m && len == LEN && memcmp(m, msg, LEN) == 0 && h.version == SRPC_VERSION_3 && h.req_id == t.req_id,
+          "the v3 message comes together");
+    srpc_reassembler_destroy(r);
+    t.req_id = 1ull << 48;
+    CHECK(srpc_msg_segment(&t, msg, 10, SEG, out, sizeof(out), dl, 8) == -EINVAL, "v3 req_id over 48 bits");
+}
+
 static void test_codec_fuzz(void)
 {
     enum { MAXMSG = 20000, MAXD = 64 };
@@ -656,8 +762,8 @@ static void test_codec_errors(void)
         bad[0] = 0x5A;
         CHECK(srpc_reassembler_push(r, bad, dlen[0]) == -EBADMSG, "bad magic (%d)", phase);
         memcpy(bad, out, dlen[0]);
-        bad[1] = (uint8_t)(3 << 4 | SRPC_REQUEST);
-        CHECK(srpc_reassembler_push(r, bad, dlen[0]) == -EBADMSG, "version 3 (%d)", phase);
+        bad[1] = (uint8_t)(4 << 4 | SRPC_REQUEST);
+        CHECK(srpc_reassembler_push(r, bad, dlen[0]) == -EBADMSG, "version 4 (%d)", phase);
         bad[1] = (uint8_t)(SRPC_VERSION << 4 | 3);
         CHECK(srpc_reassembler_push(r, bad, dlen[0]) == -EBADMSG, "type 3 (%d)", phase);
         srpc_hdr_t h = tmpl;
@@ -1129,6 +1235,7 @@ int main(void)
 {
     test_allowlist();
     test_srcmem();
+    test_crc32c();
     test_hdr_roundtrip();
     test_hdr_layout();
     test_hdr_v2();
@@ -1140,6 +1247,7 @@ int main(void)
     test_tq();
     test_codec_roundtrip();
     test_codec_errors();
+    test_codec_v3();
     test_codec_fuzz();
     test_tq_scatter();
     test_raw_udp();

@@ -516,15 +516,29 @@ static int classify(const uint8_t *d, size_t n)
 {
     if (n < SRPC_HDR_LEN)
         return SRPC_DROP_SHORT;
-    if ((d[1] >> 4) == 2 && be16(d + 4) != v2_check(d))
+    const int ver = d[1] >> 4;
+    if ((ver == 2 || ver == 3) && be16(d + 4) != v2_check(d))
         return SRPC_DROP_BAD_CHECK;
-    if (d[0] != 0xA5 || ((d[1] >> 4) != 1 && (d[1] >> 4) != 2) || (d[1] & 15) > 2)
+    if (d[0] != 0xA5 || ver < 1 || ver > 3 || (d[1] & 15) > 2)
         return SRPC_DROP_BAD_HEADER;
     uint64_t seq = be16(d + 12), nseg = be16(d + 14), msg_len = be32(d + 16), len = n - SRPC_HDR_LEN, s;
     if (nseg == 0 || seq >= nseg)
         return SRPC_DROP_BAD_SEGMENT;
     if ((d[1] & 15) != SRPC_REQUEST)
         return SRPC_DROP_NOT_REQUEST;
+    if (ver == 3) { /* the data check: CRC-32C of header and data, big-endian after the data */
+        if (len < 4)
+            return SRPC_DROP_SHORT;
+        len -= 4;
+        uint32_t c = 0xffffffffu;
+        for (size_t i = 0; i < SRPC_HDR_LEN + len; i++) {
+            c ^= d[i];
+            for (int b = 0; b < 8; b++)
+                c = c & 1 ? c >> 1 ^ 0x82f63b78u : c >> 1;
+        }
+        if (~c != be32(d + SRPC_HDR_LEN + len))
+            return SRPC_DROP_BAD_DATA_CHECK;
+    }
     if (nseg == 1)
         return len == msg_len ? CLS_VALID : SRPC_DROP_BAD_SEGMENT;
     if (seq < nseg - 1) {
@@ -889,7 +903,9 @@ static void test_malformed(void)
     dg[1] = 0x20;
     SEND_BAD(l, SRPC_DROP_BAD_CHECK, "version 2 without its check");
     dg[1] = 0x30;
-    SEND_BAD(l, SRPC_DROP_BAD_HEADER, "version 3");
+    SEND_BAD(l, SRPC_DROP_BAD_CHECK, "version 3 without its check");
+    dg[1] = 0x40;
+    SEND_BAD(l, SRPC_DROP_BAD_HEADER, "version 4");
     dg[1] = 0x00;
     SEND_BAD(l, SRPC_DROP_BAD_HEADER, "version 0");
     dg[1] = 0x13;
@@ -962,9 +978,16 @@ static void test_malformed(void)
                 dg[14] = 0, dg[12] = 0, dg[13] = dg[13] % 4, dg[15] = (uint8_t)(1 + dg[15] % 4);
             if (i % 8 == 0 || i % 8 == 3) /* version 2: with its check right, or (3) most likely wrong */
                 dg[1] = (uint8_t)(0x20 | (dg[1] & 15));
-            if (i % 8 == 0) {
+            if (i % 8 == 5) /* a version 3 request, header check right: data check wrong, or (13) right */
+                dg[1] = (uint8_t)(0x30 | SRPC_REQUEST), dg[12] = dg[13] = dg[14] = 0, dg[15] = 1;
+            if (i % 8 == 0 || i % 8 == 5) {
                 uint16_t c = v2_check(dg);
                 dg[4] = (uint8_t)(c >> 8), dg[5] = (uint8_t)c;
+            }
+            if (i % 16 == 13 && len >= SRPC_HDR_LEN + 4) {
+                uint32_t c = srpc_crc32c(0, dg, len - 4);
+                dg[len - 4] = (uint8_t)(c >> 24), dg[len - 3] = (uint8_t)(c >> 16);
+                dg[len - 2] = (uint8_t)(c >> 8), dg[len - 1] = (uint8_t)c;
             }
         }
         int c = classify(dg, len);
@@ -984,12 +1007,12 @@ static void test_malformed(void)
     static const char *names[SRPC_DROP_MAX] = {"SHORT", "BAD_HEADER", "BAD_SEGMENT", "TRUNCATED", "NOT_REQUEST",
                                                "INCONSISTENT", "REASM_TIMEOUT", "MEM_CAP", "TABLE_FULL",
                                                "DUPLICATE", "REJECTED", "TX_FAILED", "NOT_ALLOWED", "BAD_CHECK",
-                                               "CLIENT_MEM_CAP"};
+                                               "CLIENT_MEM_CAP", "BAD_DATA_CHECK"};
     for (int r = 0; r < SRPC_DROP_MAX; r++)
         CHECK(st.drops[r] == want[r], "drops[%s] = %llu, want %llu", names[r], (unsigned long long)st.drops[r],
               (unsigned long long)want[r]);
     CHECK(want[SRPC_DROP_SHORT] > 3 && want[SRPC_DROP_BAD_HEADER] > 50 && want[SRPC_DROP_BAD_SEGMENT] > 20 &&
-              want[SRPC_DROP_NOT_REQUEST] > 5 && want[SRPC_DROP_BAD_CHECK] > 10,
+              want[SRPC_DROP_NOT_REQUEST] > 5 && want[SRPC_DROP_BAD_CHECK] > 10 && want[SRPC_DROP_BAD_DATA_CHECK] > 5,
           "the random datagrams covered the reasons");
     CHECK(st.tx_datagrams == 0 && st.calls == 0, "nothing sent, nothing queued");
     CHECK(st.partial_msgs == 0 && st.reasm_bytes == 0, "inconsistent messages dropped whole: %llu partial",

@@ -15,6 +15,7 @@ from splitrpc._native import check, ffi, lib
 from splitrpc.errors import NativeError
 
 HDR_LEN = lib.SRPC_HDR_LEN
+PROTOCOLS = (lib.SRPC_VERSION, lib.SRPC_VERSION_2, lib.SRPC_VERSION_3)  # the wire versions this build speaks
 REQUEST, RESPONSE, ERROR = lib.SRPC_REQUEST, lib.SRPC_RESPONSE, lib.SRPC_ERROR
 HEADER_FIELDS = ("type", "version", "func_id", "req_id", "seq", "nseg", "msg_len", "aux")
 

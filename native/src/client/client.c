@@ -108,7 +108,7 @@ void srpc_client_config_init(srpc_client_config_t *c)
 int srpc_client_create(const srpc_client_config_t *cfg, srpc_client_t **out)
 {
     if (!cfg || !out || !cfg->host || cfg->seg_size > SRPC_MAX_SEG_DATA ||
-        (cfg->version != SRPC_VERSION && cfg->version != SRPC_VERSION_2) ||
+        cfg->version < SRPC_VERSION || cfg->version > SRPC_VERSION_3 ||
         (cfg->retries && (cfg->rto_min_us == 0 || cfg->rto_min_us > cfg->rto_max_us ||
                           cfg->rto_initial_us < cfg->rto_min_us || cfg->rto_initial_us > cfg->rto_max_us)) ||
         (cfg->busy_retry && (cfg->busy_backoff_us == 0 || cfg->rto_max_us == 0)))
@@ -445,9 +445,17 @@ static void process(srpc_client_t *c, unsigned i)
 {
     srpc_hdr_t h;
     uint32_t seg, total = c->rx.len[i];
+    const uint8_t *data = srpc_rx_data(&c->rx, i);
+    uint32_t dlen = total - SRPC_HDR_LEN;
     if (c->rx.trunc[i] ||
         srpc_hdr_decode(srpc_rx_hdr(&c->rx, i), total < SRPC_HDR_LEN ? total : SRPC_HDR_LEN, &h) < 0 ||
-        h.type == SRPC_REQUEST || h.version != c->cfg.version || srpc_seg_check(&h, total - SRPC_HDR_LEN, &seg) < 0) {
+        h.type == SRPC_REQUEST || h.version != c->cfg.version) {
+        c->st.dropped++;
+        return;
+    }
+    int r = srpc_data_check(&h, srpc_rx_hdr(&c->rx, i), data, &dlen); /* version 3: before any data is read */
+    if (r < 0 || srpc_seg_check(&h, dlen, &seg) < 0) {
+        c->st.bad_data_check += r == -EILSEQ;
         c->st.dropped++;
         return;
     }
@@ -456,8 +464,6 @@ static void process(srpc_client_t *c, unsigned i)
         c->st.late_or_unknown++;
         return;
     }
-    const uint8_t *data = srpc_rx_data(&c->rx, i);
-    uint32_t dlen = total - SRPC_HDR_LEN;
     if (h.type == SRPC_ERROR) {
         if (h.aux == SRPC_E_BUSY && !k->busy_wait && busy_retry(c, k))
             return;
@@ -485,7 +491,7 @@ static void process(srpc_client_t *c, unsigned i)
         }
         k->reasm_active = 1;
     }
-    int r = srpc_reasm_add(&k->reasm, &h, seg, data, dlen);
+    r = srpc_reasm_add(&k->reasm, &h, seg, data, dlen);
     if (r == -EPROTO) { /* disagrees with the message: start over */
         srpc_reasm_free(&k->reasm, NULL);
         k->reasm_active = 0;
@@ -629,7 +635,7 @@ static int send_calls(srpc_client_t *c, uint16_t func_id, const void *data, uint
             break;
         }
         k[i]->req_id = atomic_fetch_add(&c->next_id, 1);
-        if (c->cfg.version == SRPC_VERSION_2) /* 48 bits on the wire; wraps after 2^48 calls */
+        if (c->cfg.version >= SRPC_VERSION_2) /* 48 bits on the wire; wraps after 2^48 calls */
             k[i]->req_id &= SRPC_REQ_ID_V2_MASK;
         k[i]->func_id = func_id;
         k[i]->cq = cq;

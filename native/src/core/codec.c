@@ -14,10 +14,12 @@ int srpc_msg_segment(const srpc_hdr_t *tmpl, const void *data, uint32_t len, uin
     if (!tmpl || (!data && len) || !out || !dgram_len || tmpl->type > SRPC_ERROR ||
         seg_size == 0 || seg_size > SRPC_MAX_SEG_DATA)
         return -EINVAL;
+    seg_size = srpc_seg_data_max(tmpl->version, seg_size);
+    const uint32_t check = tmpl->version == SRPC_VERSION_3 ? SRPC_DATA_CHECK_LEN : 0;
     uint32_t nseg = srpc_seg_count(len, seg_size);
     if (nseg > UINT16_MAX)
         return -EMSGSIZE;
-    if (nseg > max_dgrams || (uint64_t)nseg * SRPC_HDR_LEN + len > cap)
+    if (nseg > max_dgrams || (uint64_t)nseg * (SRPC_HDR_LEN + check) + len > cap)
         return -ENOBUFS;
 
     srpc_hdr_t h = *tmpl;
@@ -28,11 +30,14 @@ int srpc_msg_segment(const srpc_hdr_t *tmpl, const void *data, uint32_t len, uin
     for (uint32_t seq = 0; seq < nseg; seq++) {
         uint32_t l = srpc_seg_len(len, seg_size, seq);
         h.seq = (uint16_t)seq;
-        srpc_hdr_encode(&h, p);
+        if (srpc_hdr_encode(&h, p) < 0)
+            return -EINVAL; /* a version or req_id the header cannot carry */
         if (l)
             memcpy(p + SRPC_HDR_LEN, src + (size_t)seq * seg_size, l);
-        dgram_len[seq] = SRPC_HDR_LEN + l;
-        p += SRPC_HDR_LEN + l;
+        if (check)
+            srpc_put_data_check(p + SRPC_HDR_LEN + l, srpc_crc32c(0, p, SRPC_HDR_LEN + l));
+        dgram_len[seq] = SRPC_HDR_LEN + l + check;
+        p += SRPC_HDR_LEN + l + check;
     }
     return (int)nseg;
 }
@@ -91,9 +96,14 @@ int srpc_reassembler_push(srpc_reassembler_t *r, const uint8_t *dgram, size_t le
     int rc = srpc_hdr_decode(dgram, len, &h);
     if (rc < 0)
         return rc;
-    size_t dlen = len - SRPC_HDR_LEN;
+    if (len - SRPC_HDR_LEN > UINT32_MAX)
+        return -EPROTO;
+    uint32_t dlen = (uint32_t)(len - SRPC_HDR_LEN);
+    rc = srpc_data_check(&h, dgram, dgram + SRPC_HDR_LEN, &dlen); /* version 3: dlen loses the check */
+    if (rc < 0)
+        return rc;
     uint32_t s;
-    rc = srpc_seg_check(&h, dlen, &s); /* after it, dlen <= msg_len fits in 32 bits */
+    rc = srpc_seg_check(&h, dlen, &s);
     if (rc < 0)
         return rc;
     const uint8_t *data = dgram + SRPC_HDR_LEN;

@@ -1,4 +1,4 @@
-/* wire.c: encode, decode and check the control header (docs/PROTOCOL.md v1, docs/PROTOCOL-v2.md) and the segmentation. */
+/* wire.c: encode, decode and check the control header (docs/PROTOCOL.md v1, docs/PROTOCOL-v2.md, docs/PROTOCOL-v3.md), version 3's data check, and the segmentation. */
 #include <errno.h>
 #include <stdint.h>
 
@@ -132,18 +132,17 @@ int srpc_hdr_encode(const srpc_hdr_t *h, uint8_t out[SRPC_HDR_LEN])
     if (!h || !out)
         return -EINVAL;
     unsigned ver = h->version ? h->version : SRPC_VERSION;
-    if (h->type > SRPC_ERROR || ver > SRPC_VERSION_2 ||
-        (ver == SRPC_VERSION_2 && h->req_id > SRPC_REQ_ID_V2_MASK))
+    if (h->type > SRPC_ERROR || ver > SRPC_VERSION_3 || (ver >= SRPC_VERSION_2 && h->req_id > SRPC_REQ_ID_V2_MASK))
         return -EINVAL;
     out[SRPC_OFF_MAGIC] = SRPC_MAGIC;
     out[SRPC_OFF_VER_TYPE] = (uint8_t)(ver << 4 | h->type);
     put16(out + SRPC_OFF_FUNC_ID, h->func_id);
-    put64(out + SRPC_OFF_REQ_ID, h->req_id); /* v2: the top 16 bits are 0, the check's place */
+    put64(out + SRPC_OFF_REQ_ID, h->req_id); /* v2, v3: the top 16 bits are 0, the check's place */
     put16(out + SRPC_OFF_SEQ, h->seq);
     put16(out + SRPC_OFF_NSEG, h->nseg);
     put32(out + SRPC_OFF_MSG_LEN, h->msg_len);
     put16(out + SRPC_OFF_AUX, h->aux);
-    if (ver == SRPC_VERSION_2)
+    if (ver >= SRPC_VERSION_2)
         put16(out + SRPC_OFF_CHECK, srpc_hdr_check16(out));
     return 0;
 }
@@ -155,11 +154,11 @@ int srpc_hdr_decode(const uint8_t *buf, size_t len, srpc_hdr_t *out)
     if (!buf || !out)
         return -EINVAL;
     unsigned ver = buf[SRPC_OFF_VER_TYPE] >> 4;
-    if (ver == SRPC_VERSION_2 && get16(buf + SRPC_OFF_CHECK) != srpc_hdr_check16(buf))
+    if ((ver == SRPC_VERSION_2 || ver == SRPC_VERSION_3) && get16(buf + SRPC_OFF_CHECK) != srpc_hdr_check16(buf))
         return -EILSEQ; /* before believing any field, the magic included */
     if (buf[SRPC_OFF_MAGIC] != SRPC_MAGIC)
         return -EBADMSG;
-    if (ver != SRPC_VERSION && ver != SRPC_VERSION_2)
+    if (ver < SRPC_VERSION || ver > SRPC_VERSION_3)
         return -EBADMSG;
     uint8_t type = buf[SRPC_OFF_VER_TYPE] & 0x0f;
     if (type > SRPC_ERROR)
@@ -173,13 +172,33 @@ int srpc_hdr_decode(const uint8_t *buf, size_t len, srpc_hdr_t *out)
     out->version = (uint8_t)ver;
     out->func_id = get16(buf + SRPC_OFF_FUNC_ID);
     out->req_id = get64(buf + SRPC_OFF_REQ_ID);
-    if (ver == SRPC_VERSION_2)
+    if (ver >= SRPC_VERSION_2)
         out->req_id &= SRPC_REQ_ID_V2_MASK;
     out->seq = seq;
     out->nseg = nseg;
     out->msg_len = get32(buf + SRPC_OFF_MSG_LEN);
     out->aux = get16(buf + SRPC_OFF_AUX);
     return 0;
+}
+
+int srpc_data_check(const srpc_hdr_t *h, const uint8_t hdr[SRPC_HDR_LEN], const uint8_t *data, uint32_t *len)
+{
+    if (h->version != SRPC_VERSION_3)
+        return 0;
+    if (*len < SRPC_DATA_CHECK_LEN)
+        return -EMSGSIZE;
+    const uint32_t n = *len - SRPC_DATA_CHECK_LEN;
+    if (get32(data + n) != srpc_crc32c(srpc_crc32c(0, hdr, SRPC_HDR_LEN), data, n))
+        return -EILSEQ;
+    *len = n;
+    return 0;
+}
+
+uint32_t srpc_seg_data_max(unsigned version, uint32_t seg_size)
+{
+    if (version != SRPC_VERSION_3)
+        return seg_size;
+    return seg_size > SRPC_DATA_CHECK_LEN + 1 ? seg_size - SRPC_DATA_CHECK_LEN : 1;
 }
 
 /* All arithmetic in uint64_t: nseg < 2^16, S <= SRPC_MAX_SEG_DATA < 2^17 (checked before any

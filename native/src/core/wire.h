@@ -1,4 +1,4 @@
-/* wire.h: internal mirror of the 22-byte control header of docs/PROTOCOL.md (and its version 2 check), pinned by static asserts. */
+/* wire.h: internal mirror of the 22-byte control header of docs/PROTOCOL.md (its version 2 check, version 3's data check), pinned by static asserts. */
 #ifndef SRPC_WIRE_H
 #define SRPC_WIRE_H
 
@@ -53,6 +53,15 @@ static inline uint32_t srpc_seg_len(uint32_t msg_len, uint32_t seg_size, uint32_
     if (off >= msg_len)
         return 0;
     return msg_len - off < seg_size ? (uint32_t)(msg_len - off) : seg_size;
+}
+
+/* Version 3's data check (docs/PROTOCOL-v3.md) as it follows a datagram's data: big-endian. */
+static inline void srpc_put_data_check(uint8_t out[SRPC_DATA_CHECK_LEN], uint32_t crc)
+{
+    out[0] = (uint8_t)(crc >> 24);
+    out[1] = (uint8_t)(crc >> 16);
+    out[2] = (uint8_t)(crc >> 8);
+    out[3] = (uint8_t)crc;
 }
 
 #endif /* SRPC_WIRE_H */

@@ -374,25 +374,30 @@ static int gather(uint8_t *dst, uint32_t len, const struct iovec *pieces, int n,
 }
 
 /* Builds one frame and returns its head, or NULL after freeing h and d: the 64-byte control
- * part (Ethernet, IPv4, UDP, srpc header) in h, chained to d holding the segment's data (or
- * all in h when d == h, for a port that cannot send chains). *rc gets the error. */
+ * part (Ethernet, IPv4, UDP, srpc header) in h, chained to d holding the segment's data and, for
+ * version 3, its data check (or all in h when d == h, for a port that cannot send chains). *rc
+ * gets the error. */
 static struct rte_mbuf *fill_frame(srpc_dpdk_port_t *p, struct rte_mbuf *h, struct rte_mbuf *d,
                                    const srpc_endpoint_t *dst, const srpc_hdr_t *sh, uint32_t len,
                                    const struct iovec *pieces, int n, int *pi, size_t *poff, int *rc)
 {
-    if (d != h && len == 0) { /* no data: no payload mbuf */
+    const uint32_t check = sh->version == SRPC_VERSION_3 ? SRPC_DATA_CHECK_LEN : 0;
+    const uint32_t wire = len + check; /* after the header */
+    if (d != h && wire == 0) { /* no data: no payload mbuf */
         rte_pktmbuf_free(d);
         d = h;
     }
     uint8_t *ctl = (uint8_t *)rte_pktmbuf_append(h, SRPC_FRAME_HLEN + SRPC_HDR_LEN);
-    uint8_t *data = len ? (uint8_t *)rte_pktmbuf_append(d, (uint16_t)len) : NULL;
-    *rc = !ctl || (len && !data) ? -EMSGSIZE : 0;
+    uint8_t *data = wire ? (uint8_t *)rte_pktmbuf_append(d, (uint16_t)wire) : NULL;
+    *rc = !ctl || (wire && !data) ? -EMSGSIZE : 0;
     if (!*rc) {
         srpc_hdr_encode(sh, ctl + SRPC_FRAME_HLEN);
         *rc = gather(data, len, pieces, n, pi, poff);
     }
+    if (!*rc && check) /* the CRC-32C of the header and the data, after the data */
+        srpc_put_data_check(data + len, srpc_crc32c(srpc_crc32c(0, ctl + SRPC_FRAME_HLEN, SRPC_HDR_LEN), data, len));
     if (!*rc) {
-        struct iovec payload[2] = {{ctl + SRPC_FRAME_HLEN, SRPC_HDR_LEN}, {data, len}};
+        struct iovec payload[2] = {{ctl + SRPC_FRAME_HLEN, SRPC_HDR_LEN}, {data, wire}};
         *rc = srpc_frame_build_udp(ctl, &p->self, dst, payload, 2, p->ip_id++,
                                    p->tx_csum ? SRPC_FRAME_CSUM_OFFLOAD : 0);
     }
@@ -423,11 +428,12 @@ static int send_msg(srpc_dpdk_port_t *p, const struct sockaddr_in *sin, const sr
         return -EHOSTUNREACH;
     }
     memcpy(to.mac, nb->mac, 6);
+    seg_size = srpc_seg_data_max(tmpl->version, seg_size);
     uint32_t nseg = srpc_seg_count(msg_len, seg_size);
     if (nseg > UINT16_MAX)
         return -EMSGSIZE;
-    uint32_t biggest = nseg > 1 ? seg_size : msg_len;
-    if (SRPC_IP4_HLEN + SRPC_UDP_HLEN + SRPC_HDR_LEN + (uint64_t)biggest > p->mtu)
+    uint64_t biggest = (nseg > 1 ? seg_size : msg_len) + (tmpl->version == SRPC_VERSION_3 ? SRPC_DATA_CHECK_LEN : 0);
+    if (SRPC_IP4_HLEN + SRPC_UDP_HLEN + SRPC_HDR_LEN + biggest > p->mtu)
         return -EMSGSIZE;
 
     srpc_hdr_t sh = *tmpl;
@@ -524,7 +530,9 @@ static int place_dev_data(srpc_dpdk_port_t *p, srpc_rx_t *rx, unsigned i, const 
 {
     const size_t data_off = info->payload_off + SRPC_HDR_LEN;
     const uint8_t *hb = srpc_rx_hdr(rx, i);
-    if (dlen && (hb[SRPC_OFF_VER_TYPE] & 0x0f) == SRPC_REQUEST && hb[SRPC_OFF_NSEG] == 0 &&
+    /* Version 3's data check is read on the host: such data is copied there (no GPU-side check yet). */
+    if (dlen && (hb[SRPC_OFF_VER_TYPE] & 0x0f) == SRPC_REQUEST && (hb[SRPC_OFF_VER_TYPE] >> 4) != SRPC_VERSION_3 &&
+        hb[SRPC_OFF_NSEG] == 0 &&
         hb[SRPC_OFF_NSEG + 1] == 1 && nseg == 2 && data_off == seg[0].iov_len && seg[1].iov_len == dlen) {
         rx->dev[i] = (uint64_t)(uintptr_t)seg[1].iov_base; /* a whole request, in one device buffer */
         p->st.rx_device_payloads++;

@@ -257,7 +257,19 @@ static void process_datagram(srpc_server_t *srv, unsigned i, uint64_t now)
         ST_ADD(srv, drops[SRPC_DROP_NOT_REQUEST], 1);
         return;
     }
-    const uint32_t dlen = total - SRPC_HDR_LEN;
+    /* A one-segment request whose data stayed in GPU memory: dev is its address and the data
+     * slot is unused. A known call never reads it: a duplicate reads no data, and a partial
+     * message disagrees with it (nseg) before any copy. */
+    const uint64_t dev = rx->dev[i];
+    const uint8_t *data = dev ? NULL : srpc_rx_data(rx, i);
+    uint32_t dlen = total - SRPC_HDR_LEN;
+    if (h.version == SRPC_VERSION_3) { /* the data check, before any data byte is believed */
+        r = data ? srpc_data_check(&h, srpc_rx_hdr(rx, i), data, &dlen) : -EMSGSIZE; /* (device data: never v3) */
+        if (unlikely(r < 0)) {
+            ST_ADD(srv, drops[r == -EILSEQ ? SRPC_DROP_BAD_DATA_CHECK : SRPC_DROP_SHORT], 1);
+            return;
+        }
+    }
     uint32_t seg;
     if (unlikely(srpc_seg_check(&h, dlen, &seg) < 0)) {
         ST_ADD(srv, drops[SRPC_DROP_BAD_SEGMENT], 1);
@@ -268,12 +280,9 @@ static void process_datagram(srpc_server_t *srv, unsigned i, uint64_t now)
     srpc_call_key_t k;
     ct_key_from_sockaddr(&k, src, &h);
     uint32_t idx = ct_find(&srv->ct, &k);
-    /* A one-segment request whose data stayed in GPU memory: dev is its address and the data
-     * slot is unused. A known call never reads it: a duplicate reads no data, and a partial
-     * message disagrees with it (nseg) before any copy. */
-    const uint64_t dev = rx->dev[i];
-    const uint8_t *data = dev ? NULL : srpc_rx_data(rx, i);
-    if (h.nseg > 1 && dlen >= SRPC_DIRECT_MIN && !srv->rx.direct_off && srpc_tp_can_recv_into(srv->tp))
+    /* In-place receive has no room for version 3's data check: its segments take the burst path. */
+    if (h.nseg > 1 && dlen >= SRPC_DIRECT_MIN && h.version != SRPC_VERSION_3 && !srv->rx.direct_off &&
+        srpc_tp_can_recv_into(srv->tp))
         srv->rx.direct_hint = 1;
     if (idx != CT_NONE)
         known_call(srv, idx, &h, seg, data, dlen, now);
@@ -302,6 +311,7 @@ static int rx_direct(srpc_server_t *srv)
     uint32_t seg;
     if (len < SRPC_HDR_LEN + SRPC_DIRECT_MIN || len > SRPC_HDR_LEN + SRPC_MAX_SEG_DATA ||
         srpc_hdr_decode(hb, SRPC_HDR_LEN, &h) < 0 || h.type != SRPC_REQUEST || h.nseg < 2 ||
+        h.version == SRPC_VERSION_3 ||
         srpc_seg_check(&h, (size_t)len - SRPC_HDR_LEN, &seg) < 0 ||
         (src.ss_family != AF_INET && src.ss_family != AF_INET6) ||
         (srv->allow.n && !srpc_allowlist_match(&srv->allow, (struct sockaddr *)&src)))

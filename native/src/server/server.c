@@ -302,6 +302,7 @@ const char *srpc_drop_name(int reason)
         [SRPC_DROP_MEM_CAP] = "memory_cap", [SRPC_DROP_TABLE_FULL] = "table_full", [SRPC_DROP_DUPLICATE] = "duplicate",
         [SRPC_DROP_REJECTED] = "rejected", [SRPC_DROP_TX_FAILED] = "tx_failed", [SRPC_DROP_NOT_ALLOWED] = "not_allowed",
         [SRPC_DROP_BAD_CHECK] = "bad_check", [SRPC_DROP_CLIENT_MEM_CAP] = "client_memory_cap",
+        [SRPC_DROP_BAD_DATA_CHECK] = "bad_data_check",
     };
     return reason >= 0 && reason < SRPC_DROP_MAX ? names[reason] : NULL;
 }

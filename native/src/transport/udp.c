@@ -198,7 +198,7 @@ int srpc_udp_recv_into(srpc_udp_t *u, uint8_t hdr[SRPC_HDR_LEN], void *dst, uint
 /* ------------------------------------------------------------------ send */
 
 #define TX_BURST 64                            /* datagrams per sendmmsg */
-#define TX_MAX_IOV (1 + SRPC_TX_MAX_PIECES)    /* a header and the pieces a segment spans */
+#define TX_MAX_IOV (2 + SRPC_TX_MAX_PIECES)    /* a header, the pieces a segment spans, version 3's data check */
 
 /* Waits up to 50 ms for room in the send buffer. */
 static int wait_writable(int fd)
@@ -241,6 +241,7 @@ static int send_faulty(srpc_udp_t *u, struct mmsghdr *msgs, unsigned cnt, unsign
 /* Datagrams built and not yet handed to the socket; owner[i]: the message of datagram i. */
 typedef struct tx_batch {
     uint8_t hdr[TX_BURST][SRPC_HDR_LEN];
+    uint8_t check[TX_BURST][SRPC_DATA_CHECK_LEN]; /* version 3 */
     struct iovec iov[TX_BURST][TX_MAX_IOV];
     struct mmsghdr mm[TX_BURST];
     unsigned owner[TX_BURST];
@@ -282,7 +283,7 @@ static int tx_check(const srpc_tx_msg_t *m, uint32_t *nseg)
         have += m->pieces[k].iov_len;
     if (have < m->len)
         return -EINVAL; /* pieces shorter than the message */
-    *nseg = srpc_seg_count(m->len, m->seg_size);
+    *nseg = srpc_seg_count(m->len, srpc_seg_data_max(m->hdr.version, m->seg_size));
     return *nseg > UINT16_MAX ? -EMSGSIZE : 0;
 }
 
@@ -299,6 +300,8 @@ int srpc_udp_send(srpc_udp_t *u, srpc_tx_msg_t *msgs, unsigned n)
         srpc_hdr_t h = m->hdr;
         h.nseg = (uint16_t)nseg;
         h.msg_len = m->len;
+        const int v3 = h.version == SRPC_VERSION_3;
+        const uint32_t seg = srpc_seg_data_max(h.version, m->seg_size);
         int piece = 0;      /* cursor into the pieces */
         size_t piece_off = 0;
         for (uint32_t seq = 0; seq < nseg && m->result >= 0; seq++) {
@@ -310,7 +313,7 @@ int srpc_udp_send(srpc_udp_t *u, srpc_tx_msg_t *msgs, unsigned n)
             int k = 0;
             b.iov[d][k++] = (struct iovec){b.hdr[d], SRPC_HDR_LEN};
             /* Cannot run out of iovecs: a segment spans at most npieces <= SRPC_TX_MAX_PIECES. */
-            for (uint32_t need = srpc_seg_len(m->len, m->seg_size, seq); need > 0;) {
+            for (uint32_t need = srpc_seg_len(m->len, seg, seq); need > 0;) {
                 size_t take = m->pieces[piece].iov_len - piece_off;
                 if (take > need)
                     take = need;
@@ -322,6 +325,13 @@ int srpc_udp_send(srpc_udp_t *u, srpc_tx_msg_t *msgs, unsigned n)
                     piece++;
                     piece_off = 0;
                 }
+            }
+            if (v3) { /* the CRC-32C of the header and the segment's data, after the data */
+                uint32_t crc = 0;
+                for (int j = 0; j < k; j++)
+                    crc = srpc_crc32c(crc, b.iov[d][j].iov_base, b.iov[d][j].iov_len);
+                srpc_put_data_check(b.check[d], crc);
+                b.iov[d][k++] = (struct iovec){b.check[d], SRPC_DATA_CHECK_LEN};
             }
             b.mm[d].msg_hdr = (struct msghdr){.msg_name = (void *)m->dst, .msg_namelen = m->dst ? m->dstlen : 0,
                                               .msg_iov = b.iov[d], .msg_iovlen = (size_t)k};
