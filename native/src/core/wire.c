@@ -188,7 +188,7 @@ int srpc_data_check(const srpc_hdr_t *h, const uint8_t hdr[SRPC_HDR_LEN], const 
     if (*len < SRPC_DATA_CHECK_LEN)
         return -EMSGSIZE;
     const uint32_t n = *len - SRPC_DATA_CHECK_LEN;
-    if (get32(data + n) != srpc_crc32c(srpc_crc32c(0, hdr, SRPC_HDR_LEN), data, n))
+    if (!srpc_data_check_ok(hdr, data, n, data + n))
         return -EILSEQ;
     *len = n;
     return 0;

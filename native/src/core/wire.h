@@ -64,4 +64,12 @@ static inline void srpc_put_data_check(uint8_t out[SRPC_DATA_CHECK_LEN], uint32_
     out[3] = (uint8_t)crc;
 }
 
+/* 1 when tail holds version 3's data check of the header hdr and the dlen data bytes at data. */
+static inline int srpc_data_check_ok(const uint8_t hdr[SRPC_HDR_LEN], const uint8_t *data, uint32_t dlen,
+                                     const uint8_t tail[SRPC_DATA_CHECK_LEN])
+{
+    uint32_t want = (uint32_t)tail[0] << 24 | (uint32_t)tail[1] << 16 | (uint32_t)tail[2] << 8 | tail[3];
+    return want == srpc_crc32c(srpc_crc32c(0, hdr, SRPC_HDR_LEN), data, dlen);
+}
+
 #endif /* SRPC_WIRE_H */

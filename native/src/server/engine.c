@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "core/tunables.h"
+#include "core/wire.h"
 #include "server/callring.h"
 #include "server/cost.h"
 #include "server/gpu_rx.h"
@@ -280,9 +281,7 @@ static void process_datagram(srpc_server_t *srv, unsigned i, uint64_t now)
     srpc_call_key_t k;
     ct_key_from_sockaddr(&k, src, &h);
     uint32_t idx = ct_find(&srv->ct, &k);
-    /* In-place receive has no room for version 3's data check: its segments take the burst path. */
-    if (h.nseg > 1 && dlen >= SRPC_DIRECT_MIN && h.version != SRPC_VERSION_3 && !srv->rx.direct_off &&
-        srpc_tp_can_recv_into(srv->tp))
+    if (h.nseg > 1 && dlen >= SRPC_DIRECT_MIN && !srv->rx.direct_off && srpc_tp_can_recv_into(srv->tp))
         srv->rx.direct_hint = 1;
     if (idx != CT_NONE)
         known_call(srv, idx, &h, seg, data, dlen, now);
@@ -310,13 +309,14 @@ static int rx_direct(srpc_server_t *srv)
     srpc_hdr_t h;
     uint32_t seg;
     if (len < SRPC_HDR_LEN + SRPC_DIRECT_MIN || len > SRPC_HDR_LEN + SRPC_MAX_SEG_DATA ||
-        srpc_hdr_decode(hb, SRPC_HDR_LEN, &h) < 0 || h.type != SRPC_REQUEST || h.nseg < 2 ||
-        h.version == SRPC_VERSION_3 ||
-        srpc_seg_check(&h, (size_t)len - SRPC_HDR_LEN, &seg) < 0 ||
+        srpc_hdr_decode(hb, SRPC_HDR_LEN, &h) < 0)
+        return -1; /* the burst path takes (and counts) it */
+    const uint32_t tail_len = h.version == SRPC_VERSION_3 ? SRPC_DATA_CHECK_LEN : 0; /* version 3's check */
+    if (h.type != SRPC_REQUEST || h.nseg < 2 || srpc_seg_check(&h, (size_t)len - SRPC_HDR_LEN - tail_len, &seg) < 0 ||
         (src.ss_family != AF_INET && src.ss_family != AF_INET6) ||
         (srv->allow.n && !srpc_allowlist_match(&srv->allow, (struct sockaddr *)&src)))
         return -1; /* the burst path takes (and counts) it */
-    const uint32_t dlen = (uint32_t)len - SRPC_HDR_LEN;
+    const uint32_t dlen = (uint32_t)len - SRPC_HDR_LEN - tail_len;
     srpc_call_key_t k;
     ct_key_from_sockaddr(&k, (struct sockaddr *)&src, &h);
     srpc_srv_lock(srv);
@@ -327,15 +327,17 @@ static int rx_direct(srpc_server_t *srv)
         srpc_srv_unlock(srv);
         return -1;
     }
-    uint8_t peeked[SRPC_HDR_LEN];
+    uint8_t peeked[SRPC_HDR_LEN], tail[SRPC_DATA_CHECK_LEN];
     memcpy(peeked, hb, SRPC_HDR_LEN);
-    int got = tp->ops->recv_into(tp, hb, dst, dlen);
+    int got = tp->ops->recv_into(tp, hb, dst, dlen, tail, tail_len);
     ST_ADD(srv, rx_datagrams, 1);
     ST_ADD(srv, rx_bytes, got > 0 ? (uint64_t)got : 0);
     if (unlikely(got != len || memcmp(peeked, hb, SRPC_HDR_LEN) != 0)) {
         /* Not the datagram peeked (cannot happen with one receiver): its bytes may sit in the
          * slot, which stays unmarked, so the real segment overwrites them later. */
         ST_ADD(srv, drops[SRPC_DROP_INCONSISTENT], 1);
+    } else if (tail_len && !srpc_data_check_ok(hb, dst, dlen, tail)) {
+        ST_ADD(srv, drops[SRPC_DROP_BAD_DATA_CHECK], 1); /* unmarked, as above: a retransmission overwrites it */
     } else {
         ST_ADD(srv, rx_in_place, 1);
         known_call(srv, idx, &h, seg, dst, dlen, srpc_now_ns()); /* marks the segment; copies nothing */

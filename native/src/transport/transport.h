@@ -69,10 +69,12 @@ typedef struct srpc_transport_ops {
     /* In-place receive (NULL where the transport cannot, e.g. DPDK): peek copies the next
      * datagram's first SRPC_HDR_LEN bytes to hdr and its sender to src without taking it and
      * returns its whole length (>= 0), -EAGAIN when none waits, -ENOTSUP when it cannot now (a
-     * fault injector is set); recv_into then takes that datagram, its header to hdr and at most dlen
-     * data bytes to dst, and returns the bytes taken or -errno. */
+     * fault injector is set); recv_into then takes that datagram, its header to hdr, at most dlen
+     * data bytes to dst and the next tail_len bytes (0 or version 3's SRPC_DATA_CHECK_LEN) to
+     * tail, and returns the bytes taken or -errno. */
     int (*peek)(srpc_transport_t *t, uint8_t hdr[SRPC_HDR_LEN], struct sockaddr_storage *src);
-    int (*recv_into)(srpc_transport_t *t, uint8_t hdr[SRPC_HDR_LEN], void *dst, uint32_t dlen);
+    int (*recv_into)(srpc_transport_t *t, uint8_t hdr[SRPC_HDR_LEN], void *dst, uint32_t dlen, uint8_t *tail,
+                     uint32_t tail_len);
     /* Sends n messages with as few system calls as it can (one sendmmsg for all their
      * datagrams on kernel UDP). Returns how many were sent whole; each one's result says. */
     int (*send)(srpc_transport_t *t, srpc_tx_msg_t *msgs, unsigned n);

@@ -185,10 +185,12 @@ int srpc_udp_peek(srpc_udp_t *u, uint8_t hdr[SRPC_HDR_LEN], struct sockaddr_stor
     return len > INT32_MAX ? -EMSGSIZE : (int)len;
 }
 
-int srpc_udp_recv_into(srpc_udp_t *u, uint8_t hdr[SRPC_HDR_LEN], void *dst, uint32_t dlen)
+int srpc_udp_recv_into(srpc_udp_t *u, uint8_t hdr[SRPC_HDR_LEN], void *dst, uint32_t dlen, uint8_t *tail,
+                       uint32_t tail_len)
 {
-    struct iovec iv[2] = {{hdr, SRPC_HDR_LEN}, {dst, dlen}}; /* writes at most dlen into dst */
-    struct msghdr m = {.msg_iov = iv, .msg_iovlen = 2};
+    /* writes at most dlen into dst, then at most tail_len into tail */
+    struct iovec iv[3] = {{hdr, SRPC_HDR_LEN}, {dst, dlen}, {tail, tail_len}};
+    struct msghdr m = {.msg_iov = iv, .msg_iovlen = tail_len ? 3 : 2};
     ssize_t got = recvmsg(u->fd, &m, MSG_DONTWAIT);
     if (got < 0)
         return -errno;
@@ -552,9 +554,10 @@ static int op_peek(srpc_transport_t *t, uint8_t hdr[SRPC_HDR_LEN], struct sockad
     return srpc_udp_peek(udp_of(t), hdr, src);
 }
 
-static int op_recv_into(srpc_transport_t *t, uint8_t hdr[SRPC_HDR_LEN], void *dst, uint32_t dlen)
+static int op_recv_into(srpc_transport_t *t, uint8_t hdr[SRPC_HDR_LEN], void *dst, uint32_t dlen, uint8_t *tail,
+                        uint32_t tail_len)
 {
-    return srpc_udp_recv_into(udp_of(t), hdr, dst, dlen);
+    return srpc_udp_recv_into(udp_of(t), hdr, dst, dlen, tail, tail_len);
 }
 
 static int op_send(srpc_transport_t *t, srpc_tx_msg_t *msgs, unsigned n) { return srpc_udp_send(udp_of(t), msgs, n); }

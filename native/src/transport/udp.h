@@ -48,7 +48,8 @@ int srpc_udp_rx_burst(srpc_udp_t *u, srpc_rx_t *rx, unsigned max);
 /* In-place receive: srpc_transport_ops_t.peek and recv_into. -ENOTSUP while an RX injector is
  * set. The receiving thread only. */
 int srpc_udp_peek(srpc_udp_t *u, uint8_t hdr[SRPC_HDR_LEN], struct sockaddr_storage *src);
-int srpc_udp_recv_into(srpc_udp_t *u, uint8_t hdr[SRPC_HDR_LEN], void *dst, uint32_t dlen);
+int srpc_udp_recv_into(srpc_udp_t *u, uint8_t hdr[SRPC_HDR_LEN], void *dst, uint32_t dlen, uint8_t *tail,
+                       uint32_t tail_len);
 
 /* Sends n messages (srpc_tx_msg_t: dst NULL on a connected socket), their datagrams gathered
  * into sendmmsg calls of up to 64 datagrams, waiting a little for room when the socket buffer
