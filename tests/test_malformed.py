@@ -107,6 +107,43 @@ def flip(b: bytes, i: int, x: int = 0x41) -> bytes:
     return bytes(d)
 
 
+def v3(type=0, func_id=1, seq=0, nseg=1, msg_len=None, data=b"", aux=0, req_id=None) -> bytes:
+    """A whole version 3 datagram (header, data, data check) as docs/PROTOCOL-v3.md builds it."""
+    h = ref.Header(type, func_id, new_id() if req_id is None else req_id, seq, nseg,
+                   len(data) if msg_len is None else msg_len, aux, ref.VERSION_3)
+    return ref.datagram(h, data)
+
+
+def v3_categories(rng) -> dict:
+    """Version 3 datagrams damaged or impossible, each dropped in the server's order of checks:
+    the header check, RESPONSE/ERROR at a server, under 26 bytes, the data check, segmentation."""
+    req = vecadd_request(3)
+    good = v3(data=req)
+    assert ref.classify(good) == "accept"
+    hdr_only = ref.encode(0, 1, new_id(), 0, 1, 0, version=3)  # a v3 header for an empty message
+    return {
+        # one data byte changed (UDP checksum recomputed after it): the data check catches it
+        "v3_data_flipped": [flip(good, i, x) for i, x in ((22, 0x01), (100, 0x80), (22 + 1023, 0xFF))]
+        + [flip(v3(seq=s, nseg=3, msg_len=1024, data=bytes(n)), 22 + n // 2) for s, n in ((0, 400), (2, 224))],
+        # the check itself changed, the data intact
+        "v3_check_flipped": [flip(good, len(good) - k, 0x10) for k in (1, 2, 3, 4)],
+        # well-formed v3 header and data, but a check of other bytes: of v2 (no check), of the data alone
+        "v3_wrong_check": [ref.encode(0, 1, new_id(), 0, 1, 1020, version=3) + req,
+                           ref.encode(0, 1, new_id(), 0, 1, 1024, version=3) + req
+                           + ref.crc32c(req).to_bytes(4, "big")],
+        # a valid v3 header and 0..3 bytes after it: shorter than 26 (even an empty message's check)
+        "v3_short": [hdr_only + b"\0" * n for n in range(4)] + [good[:22], good[:25]],
+        # a header byte changed in a v3 datagram: the header check (version 2's) catches it first
+        "v3_header_check": [flip(good, i) for i in (0, 2, 4, 7, 12, 15, 17, 21)] + [flip(good, 1, 0x01)],
+        # the data check right, the segmentation on L impossible
+        "v3_bad_segment": [v3(msg_len=1025, data=req), v3(msg_len=1023, data=req),
+                           v3(seq=0, nseg=3, msg_len=1024, data=b""),
+                           v3(seq=2, nseg=3, msg_len=1300, data=bytes(500))],
+        # a RESPONSE or ERROR at a server, even a damaged one: not a request, before the data check
+        "v3_not_request": [v3(type=1, data=bytes(8)), v3(type=2, data=b"err"), flip(v3(type=1, data=bytes(8)), 25)],
+    }
+
+
 def malformed_categories():
     """{name: [datagram, ...]}; every one is dropped on sight (ref.classify != "accept")."""
     valid = hdr(msg_len=1024)
@@ -116,7 +153,7 @@ def malformed_categories():
         "short": [valid[:n] for n in range(1, 22)],
         "wrong_magic": [b"\x00" + valid[1:] + bytes(1024), b"\xa4" + valid[1:] + bytes(1024),
                         b"\xff" + valid[1:] + bytes(1024)],
-        "version": [ref.encode(0, 1, new_id(), 0, 1, 1024, version=v) + bytes(1024) for v in (0, 3, 15)],
+        "version": [ref.encode(0, 1, new_id(), 0, 1, 1024, version=v) + bytes(1024) for v in (0, 4, 15)],
         "v2_check": [flip(ref.encode(0, 1, new_id(), 0, 1, 1024, version=2), i) + bytes(1024)
                      for i in (0, 2, 3, 4, 5, 6, 11, 12, 13, 14, 15, 16, 19, 20, 21)],
         "response_error": [hdr(type=t, msg_len=8) + bytes(8) for t in (1, 2)],
@@ -134,6 +171,7 @@ def malformed_categories():
         "after_valid_header": [hdr(msg_len=1024) + rng.randbytes(n)
                                for n in (rng.choice([0, 1, 100, 1023, 1025, 2000]) for _ in range(20))],
     }
+    cats.update(v3_categories(rng))
     rand = []
     while len(rand) < 500:
         kind = rng.randrange(4)
@@ -142,7 +180,7 @@ def malformed_categories():
         elif kind == 1:
             d = b"\xa5" + rng.randbytes(rng.randrange(0, 80))
         elif kind == 2:
-            d = bytes([0xA5, rng.choice((0x10, 0x20)) | rng.randrange(16)]) + rng.randbytes(rng.randrange(0, 80))
+            d = bytes([0xA5, rng.choice((0x10, 0x20, 0x30)) | rng.randrange(16)]) + rng.randbytes(rng.randrange(0, 80))
         else:  # a valid header prefix, then random bytes
             k = rng.randrange(2, 22)
             d = valid[:k] + rng.randbytes(rng.randrange(0, 120))
@@ -160,13 +198,16 @@ CATEGORY_REASON = {
     "response_error": "not_request", "type_3_15": "bad_header", "nseg_0": "bad_segment",
     "seq_ge_nseg": "bad_segment", "single_len_mismatch": "bad_segment", "nonlast_len_0": "bad_segment",
     "last_longer_than_s": "bad_segment", "huge_claim": "bad_segment", "after_valid_header": "bad_segment",
+    "v3_data_flipped": "bad_data_check", "v3_check_flipped": "bad_data_check", "v3_wrong_check": "bad_data_check",
+    "v3_short": "short", "v3_header_check": "bad_check", "v3_bad_segment": "bad_segment",
+    "v3_not_request": "not_request",
 }
 
 
 def test_barrage_is_dropped_counted_and_harmless(srv, attacker):
     sock = attacker()
     before = srv.stats()
-    expected = {"short": 0, "bad_header": 0, "bad_segment": 0, "not_request": 0, "bad_check": 0}
+    expected = {"short": 0, "bad_header": 0, "bad_segment": 0, "not_request": 0, "bad_check": 0, "bad_data_check": 0}
     cats = malformed_categories()
     for name, dgrams in cats.items():
         send_all(sock, srv.port, dgrams)
@@ -191,17 +232,19 @@ def test_barrage_is_dropped_counted_and_harmless(srv, attacker):
     for name, reason in CATEGORY_REASON.items():  # what each hand-made category must count as
         assert {ref.classify(d) for d in cats[name]} == {reason}, name
     assert {k: drops[k] for k in expected} == expected
+    assert expected["bad_data_check"] >= 9  # the v3 categories were sent, and counted as their kind
     assert drops["inconsistent"] == 3
     assert all(v == 0 for k, v in drops.items() if k not in expected and k != "inconsistent"), drops
     assert after["errors"] == before["errors"]  # never an ERROR for any of it
     assert after["calls"] - before["calls"] == len(cats) + 1  # the sentinels only
     assert after["partial_messages"] == 0 and after["reassembly_bytes"] == 0
 
-    with splitrpc.Client("127.0.0.1", srv.port, timeout=5.0) as c:
-        rng = np.random.default_rng(9)
-        for name, svc in SERVICES.items():
-            data = svc.example(rng)
-            assert c.call(svc.func_id, data) == svc.expected(data), name
+    for protocol in (2, 3):
+        with splitrpc.Client("127.0.0.1", srv.port, timeout=5.0, protocol=protocol) as c:
+            rng = np.random.default_rng(9)
+            for name, svc in SERVICES.items():
+                data = svc.example(rng)
+                assert c.call(svc.func_id, data) == svc.expected(data), (protocol, name)
 
 
 # ------------------------------------------------------------------ reassembly
