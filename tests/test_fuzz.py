@@ -67,10 +67,13 @@ def _record(op: int, body: bytes) -> bytes:
     return bytes([op]) + len(body).to_bytes(2, "big") + body
 
 
-def _reply(call: int, typ: int, seq: int, nseg: int, msg_len: int, aux: int, data: bytes, release: bool = False) -> bytes:
-    """A record of fuzz_replies.c: a reply with a valid header to call `call`."""
+def _reply(call: int, typ: int, seq: int, nseg: int, msg_len: int, aux: int, data: bytes, release: bool = False,
+           v3: bool = False, damaged: bool = False) -> bytes:
+    """A record of fuzz_replies.c: a reply with a valid header to call `call` (of the version 3
+    client where v3, its data check damaged where damaged)."""
     fields = bytes([typ]) + seq.to_bytes(2, "big") + nseg.to_bytes(2, "big") + msg_len.to_bytes(4, "big") + bytes([aux])
-    return _record((call << 1) | (16 if release else 0), fields + bytes(2) + data)
+    op = (call << 1) | (16 if release else 0) | (32 if v3 else 0) | (64 if damaged else 0)
+    return _record(op, fields + bytes(2) + data)
 
 
 def test_fuzz_client_reply_path(fuzz_build, tmp_path):
@@ -89,6 +92,13 @@ def test_fuzz_client_reply_path(fuzz_build, tmp_path):
         "too_large": _reply(3, 1, 0, 1, 1 << 30, 0, b"x"),
         "bad_seq": _reply(0, 1, 5, 2, 10, 0, b"0123456789"),
         "busy_storm": b"".join(_reply(i % 6, 2, 0, 1, 1, 3, b"b") for i in range(24)),
+        # version 3 (docs/PROTOCOL-v3.md): right replies, a damaged check then the right one, two segments
+        "v3_ok": _reply(0, 1, 0, 1, 4, 0, b"abcd", v3=True) + _reply(1, 2, 0, 1, 3, 5, b"err", v3=True),
+        "v3_damaged_then_ok": _reply(2, 1, 0, 1, 4, 0, b"abcd", v3=True, damaged=True)
+        + _reply(2, 1, 0, 1, 4, 0, b"abcd", v3=True),
+        "v3_two_segments": _reply(3, 1, 1, 2, 3000, 0, bytes(1500), v3=True)
+        + _reply(3, 1, 0, 2, 3000, 0, bytes(1500), v3=True, damaged=True) + _reply(3, 1, 0, 2, 3000, 0, bytes(1500), v3=True),
+        "v3_raw_short": _record(1 | 32, bytes([0xA5, 0x31]) + bytes(22)),
     }
     for name, body in seeds.items():
         (corpus / name).write_bytes(body)
