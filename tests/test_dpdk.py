@@ -289,7 +289,7 @@ import numpy as np
 import splitrpc
 from splitrpc.load_run import OK, run_load
 c = splitrpc.Client("10.77.0.1", 9000, timeout=10.0, retries=5, transport="dpdk", dpdk_port="net_memif0",
-                    local_ip="10.77.0.2",
+                    local_ip="10.77.0.2", protocol={proto!r},
                     dpdk_args={eal!r} + ["--vdev=net_memif0,role=client,socket={sock}"])
 """ + CALLS.replace("{", "{{").replace("}", "}}") + """
 futs = [c.call_async(1, np.full(256, i, np.float32).tobytes()) for i in range(64)]
@@ -325,7 +325,7 @@ sys.stdin.readline()  # the test stops the server before this client lets go of 
 
 
 @needs_dpdk
-@pytest.mark.parametrize("split", ["software", "emulated-host", "emulated-gpu", "emulated-auto"])
+@pytest.mark.parametrize("split", ["software", "emulated-host", "emulated-gpu", "emulated-auto", "emulated-gpu-v3"])
 def test_dpdk_client_and_server_over_memif(tmp_path, split, request):
     """Two processes, each with its own EAL, joined by a shared-memory memif link: the DPDK
     client asks the server's MAC by ARP, calls every service up to 1 MiB, then runs the load
@@ -336,15 +336,18 @@ def test_dpdk_client_and_server_over_memif(tmp_path, split, request):
     functions by device-to-host copies in the engine, and nothing reads the payloads on the host.
     The server is stopped before the client lets go of the link: DPDK 22.11's memif unmaps the
     link's memory from its interrupt thread when the peer leaves, under the feet of a process
-    polling it (README, "Serve over DPDK")."""
+    polling it (README, "Serve over DPDK"). emulated-gpu-v3: the client speaks protocol version 3,
+    whose data check is read on the host, so no request's data is handed on in GPU memory."""
     from splitrpc.bench.helpers.procs import Proc
 
     sock = str(tmp_path / "memif.sock")
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP")}
     kw = {"software": {}, "emulated-host": {"dpdk_emulate_split": True, "dpdk_payload": "host"},
           "emulated-gpu": {"dpdk_emulate_split": True, "dpdk_payload": "cuda:0"},
+          "emulated-gpu-v3": {"dpdk_emulate_split": True, "dpdk_payload": "cuda:0"},
           "emulated-auto": {"dpdk_emulate_split": True}}[split]
-    on_gpu = split in ("emulated-gpu", "emulated-auto")
+    on_gpu = split in ("emulated-gpu", "emulated-auto", "emulated-gpu-v3")
+    v3 = split.endswith("-v3")
     server_env = fake_cuda_env(request.getfixturevalue("native_build")) if on_gpu else env
     if on_gpu:  # the emulated cupy, for the device function (tests/emu/cupy)
         server_env["PYTHONPATH"] = os.path.join(os.path.dirname(os.path.abspath(__file__)), "emu")
@@ -352,7 +355,7 @@ def test_dpdk_client_and_server_over_memif(tmp_path, split, request):
                   env=server_env)
     try:
         server.wait_line("READY", 60)
-        code = textwrap.dedent(MEMIF_CLIENT.format(eal=EAL, sock=sock, gpu=split == "emulated-gpu"))
+        code = textwrap.dedent(MEMIF_CLIENT.format(eal=EAL, sock=sock, gpu=split == "emulated-gpu", proto=3 if v3 else None))
         client = subprocess.Popen([sys.executable, "-c", code],
                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                   cwd=tempfile.gettempdir(), env=env)
@@ -371,7 +374,10 @@ def test_dpdk_client_and_server_over_memif(tmp_path, split, request):
     st = json.loads(next(ln for ln in lines if ln.startswith("STATS "))[6:])
     assert st["rx_split_emulated"] == (split != "software"), st
     assert st["payload_pool"] == ("gpu" if on_gpu else "none" if split == "software" else "host"), st
-    assert (st["rx_device_payloads"] > 1000 and st["rx_device_to_host"] > 700) == on_gpu, st
+    if v3:  # every request's data copied to the host, where its check is read
+        assert st["rx_device_payloads"] == 0 and st["rx_device_to_host"] > 1000, st
+    else:
+        assert (st["rx_device_payloads"] > 1000 and st["rx_device_to_host"] > 700) == on_gpu, st
     if split == "emulated-gpu":  # EMULATED: GPU payloads copied device to device into a device function's queue
         g = json.loads(next(ln for ln in lines if ln.startswith("GPUSTATS "))[9:])
         assert g["after"]["devices"]["dev_vecadd"] == "cuda:0", g
