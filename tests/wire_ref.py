@@ -1,4 +1,4 @@
-"""wire_ref.py: a pure-Python reference of the docs/PROTOCOL.md v1 wire format, its version 2 header check (docs/PROTOCOL-v2.md) and version 3's CRC-32C data check (docs/PROTOCOL-v3.md), written from the specs alone (test helper)."""
+"""wire_ref.py: a pure-Python reference of wire versions 1, 2 and 3 (docs/PROTOCOL*.md), from the pages alone."""
 from __future__ import annotations
 
 import binascii
