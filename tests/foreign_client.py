@@ -1,4 +1,4 @@
-"""foreign_client.py: a splitrpc client written from docs/PROTOCOL.md and docs/PROTOCOL-v2.md alone (stdlib only, no splitrpc code)."""
+"""foreign_client.py: a splitrpc client written from docs/PROTOCOL.md, PROTOCOL-v2.md and -v3.md alone (stdlib only)."""
 import binascii
 import json
 import os
@@ -19,21 +19,51 @@ def crc16(hdr: bytes) -> int:
     return binascii.crc_hqx(hdr[:4] + bytes(2) + hdr[6:22], 0xFFFF)
 
 
+def _crc32c_table() -> list:
+    t = []
+    for b in range(256):
+        for _ in range(8):
+            b = (b >> 1) ^ 0x82F63B78 if b & 1 else b >> 1
+        t.append(b)
+    return t
+
+
+CRC32C_TABLE = _crc32c_table()
+
+
+def crc32c(data: bytes) -> int:
+    """docs/PROTOCOL-v3.md: CRC-32C (reflected 0x82F63B78, init and final XOR 0xFFFFFFFF)."""
+    c = 0xFFFFFFFF
+    for b in data:
+        c = CRC32C_TABLE[(c ^ b) & 0xFF] ^ (c >> 8)
+    return c ^ 0xFFFFFFFF
+
+
 def pack(version: int, typ: int, func_id: int, req_id: int, seq: int, nseg: int, msg_len: int, aux: int) -> bytes:
     h = bytearray(HDR.pack(MAGIC, (version << 4) | typ, func_id, req_id, seq, nseg, msg_len, aux))
-    if version == 2:
+    if version >= 2:
         h[4:6] = crc16(bytes(h)).to_bytes(2, "big")
     return bytes(h)
 
 
 def unpack(dgram: bytes, version: int):
-    """The header fields, or None when a version 2 check does not match."""
+    """The header fields, or None when a version 2 or 3 header check does not match."""
     magic, vt, fid, rid, seq, n, mlen, aux = HDR.unpack_from(dgram)
-    if version == 2:
-        if vt >> 4 != 2 or int.from_bytes(dgram[4:6], "big") != crc16(dgram):
+    if version >= 2:
+        if vt >> 4 != version or int.from_bytes(dgram[4:6], "big") != crc16(dgram):
             return None
         rid &= (1 << 48) - 1
     return magic, vt, fid, rid, seq, n, mlen, aux
+
+
+def seal(dgram: bytes) -> bytes:
+    """Version 3: the header and data followed by their CRC-32C, big-endian."""
+    return dgram + crc32c(dgram).to_bytes(4, "big")
+
+
+def data_check_ok(dgram: bytes) -> bool:
+    """Version 3: at least 26 bytes, the last 4 the CRC-32C of the others."""
+    return len(dgram) >= 26 and int.from_bytes(dgram[-4:], "big") == crc32c(dgram[:-4])
 
 
 class ProtocolError(Exception):
@@ -47,29 +77,40 @@ class RemoteError(Exception):
 
 
 class ForeignClient:
+    """seg_size: the data budget of a datagram after the header (version 3 carries 4 bytes less
+    data, its check taking the rest). record: keep every datagram received, raw, in `received`.
+    bad_data_check counts the version 3 replies dropped for their data check."""
+
     def __init__(self, host: str, port: int, seg_size: int = 1450, timeout: float = 2.0, shuffle: bool = False,
-                 version: int = 1):
+                 version: int = 1, record: bool = False):
+        if version not in (1, 2, 3):
+            raise ValueError("version 1, 2 or 3")
         self.version = version
         self.addr = (host, port)
-        self.seg = seg_size
+        self.seg = seg_size - 4 if version == 3 else seg_size
         self.timeout = timeout
         self.shuffle = shuffle
+        self.record = record
+        self.received: list = []
+        self.bad_data_check = 0
+        self.id_bits = 64 if version == 1 else 48
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
         self.sock.connect(self.addr)
-        self.next_id = int.from_bytes(os.urandom(6 if version == 2 else 8), "big")
+        self.next_id = int.from_bytes(os.urandom(self.id_bits // 8), "big")
 
     def close(self):
         self.sock.close()
 
     def segments(self, func_id: int, req_id: int, data: bytes) -> list:
         n = max(1, -(-len(data) // self.seg))
-        return [pack(self.version, REQUEST, func_id, req_id, i, n, len(data), 0)
-                + data[i * self.seg:(i + 1) * self.seg] for i in range(n)]
+        out = [pack(self.version, REQUEST, func_id, req_id, i, n, len(data), 0)
+               + data[i * self.seg:(i + 1) * self.seg] for i in range(n)]
+        return [seal(d) for d in out] if self.version == 3 else out
 
     def call(self, func_id: int, data: bytes) -> bytes:
         req_id = self.next_id
-        self.next_id = (self.next_id + 1) % (1 << (48 if self.version == 2 else 64))
+        self.next_id = (self.next_id + 1) % (1 << self.id_bits)
         segs = self.segments(func_id, req_id, data)
         if self.shuffle:
             random.Random(req_id).shuffle(segs)
@@ -86,13 +127,22 @@ class ForeignClient:
                 raise TimeoutError("no reply")
             self.sock.settimeout(left)
             dgram = self.sock.recv(65535)
+            if self.record:
+                self.received.append(dgram)
             if len(dgram) < HDR.size:
                 continue
             fields = unpack(dgram, self.version)
             if fields is None:
                 continue
             magic, vt, fid, rid, seq, n, mlen, aux = fields
-            if magic != MAGIC or vt >> 4 != self.version or rid != req_id or fid != func_id:
+            if magic != MAGIC or vt >> 4 != self.version:
+                continue
+            if self.version == 3:  # the data check before any data byte is believed
+                if not data_check_ok(dgram):
+                    self.bad_data_check += 1
+                    continue
+                dgram = dgram[:-4]
+            if rid != req_id or fid != func_id:
                 continue
             body = dgram[HDR.size:]
             if vt & 15 == ERROR:
