@@ -12,12 +12,17 @@ from dataclasses import dataclass, field
 class Faults:
     """Probabilities for one direction. corrupt changes one random byte of the 22-byte header
     (XOR with a random nonzero value) after the sender's UDP checksum: the damage a faulty
-    middlebox does, which UDP's checksum cannot see."""
+    middlebox does, which UDP's checksum cannot see. corrupt_data does the same to one random
+    byte after the header (offset >= 22: the data, or version 3's data check), counted as
+    "data_corrupted"; a datagram of 22 bytes or fewer has none and passes unchanged. With
+    corrupt_data 0 no random number is drawn for it, so a seed gives the same faults as before."""
     loss: float = 0.0
     dup: float = 0.0
     reorder: float = 0.0
     corrupt: float = 0.0
-    counts: dict = field(default_factory=lambda: {"in": 0, "lost": 0, "dup": 0, "reordered": 0, "corrupted": 0})
+    corrupt_data: float = 0.0
+    counts: dict = field(default_factory=lambda: {"in": 0, "lost": 0, "dup": 0, "reordered": 0, "corrupted": 0,
+                                                  "data_corrupted": 0})
 
 
 class ChaosProxy:
@@ -63,6 +68,11 @@ class ChaosProxy:
             b[i] ^= rng.randrange(1, 256)
             data = bytes(b)
             faults.counts["corrupted"] += 1
+        if faults.corrupt_data and len(data) > 22 and rng.random() < faults.corrupt_data:
+            b = bytearray(data)
+            b[rng.randrange(22, len(b))] ^= rng.randrange(1, 256)
+            data = bytes(b)
+            faults.counts["data_corrupted"] += 1
         copies = 2 if rng.random() < faults.dup else 1
         faults.counts["dup"] += copies - 1
         if key not in self.held and rng.random() < faults.reorder:
