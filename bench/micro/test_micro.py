@@ -9,6 +9,7 @@ import pytest
 
 import splitrpc
 from splitrpc import wire
+from splitrpc._native import ffi, lib
 
 HDR_LEN = wire.HDR_LEN
 MSG_LEN = 3 * 224 * 224 * 4  # 602112 bytes (588 KiB): the head service's request
@@ -74,21 +75,31 @@ def test_hdr_decode_v2(benchmark):
 # ------------------------------------------------------------------ message codec
 
 
-@pytest.mark.parametrize("version", [1, 2])
+@pytest.mark.parametrize("version", [1, 2, 3])
 @pytest.mark.parametrize("seg_size", [1450, 8950, 64000])
 def test_segment_588k(benchmark, message, seg_size, version):
     segs = segments(message, seg_size, version)
     n = benchmark(*segs.call)
     nseg = segs.count
     assert n == nseg
+    check = 4 if version == 3 else 0  # version 3: each datagram ends with its data check
+    s = seg_size - check
     data = []
     for i, dgram in enumerate(segs.datagrams()):
         rc, h = wire.decode(dgram)
         assert rc == 0
         assert (h["seq"], h["nseg"], h["msg_len"], h["req_id"], h["func_id"]) == (i, nseg, MSG_LEN, 77, 4)
-        assert len(dgram) == HDR_LEN + min(seg_size, MSG_LEN - i * seg_size)
-        data.append(dgram[HDR_LEN:])
+        assert len(dgram) == HDR_LEN + min(s, MSG_LEN - i * s) + check
+        data.append(dgram[HDR_LEN:len(dgram) - check])
     assert sum(segs.lengths()) == segs.cap and b"".join(data) == message
+
+
+@pytest.mark.parametrize("size", [1024, MSG_LEN])
+def test_crc32c(benchmark, message, size):
+    """Version 3's data check over a vecadd request (1 KiB) and a head request (588 KiB)."""
+    buf = ffi.from_buffer(message[:size])
+    crc = benchmark(lib.srpc_crc32c, 0, buf, size)
+    assert crc == lib.srpc_crc32c_tables(0, buf, size) and crc != 0
 
 
 @pytest.mark.parametrize("seg_size", [8950, 64000])

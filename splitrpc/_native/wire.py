@@ -64,8 +64,10 @@ class Segments:
     does the cutting; `template` gives type, func_id, req_id, version, aux."""
 
     def __init__(self, message: bytes, seg_size: int, template: dict):
-        self.count = -(-len(message) // seg_size)
-        self.cap = len(message) + self.count * HDR_LEN
+        version = template.get("version") or lib.SRPC_VERSION
+        self.count = lib.srpc_seg_count(len(message), lib.srpc_seg_data_max(version, seg_size))
+        check = lib.SRPC_DATA_CHECK_LEN if version == lib.SRPC_VERSION_3 else 0
+        self.cap = len(message) + self.count * (HDR_LEN + check)
         self.out = ffi.new("uint8_t[]", self.cap)
         self.lens = ffi.new("uint32_t[]", self.count)
         self.tmpl = ffi.new("srpc_hdr_t *", template)

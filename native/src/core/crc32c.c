@@ -167,7 +167,7 @@ static int hw_present(void)
 {
 #if defined(__x86_64__)
     __builtin_cpu_init();
-    return __builtin_cpu_supports("sse4.2");
+    return __builtin_cpu_supports("sse4.2") != 0;
 #else
     return (getauxval(AT_HWCAP) & HWCAP_CRC32) != 0;
 #endif
