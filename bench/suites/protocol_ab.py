@@ -8,7 +8,6 @@ as in bench/results/protocol_v2.md. A difference is claimed only where the inter
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
@@ -32,7 +31,8 @@ def _load(exe: str, port: int, service: str, conc: int, calls: int, proto: int, 
     with open(os.path.join(out, "report.json")) as f:
         run = json.load(f)["runs"][0]
     if run["errors"] or run["invalid"] or run["timeouts"]:
-        raise SuiteFailed(f"{' '.join(cmd)}: {run['errors']} errors, {run['invalid']} invalid, {run['timeouts']} timeouts")
+        raise SuiteFailed(f"{' '.join(cmd)}: {run['errors']} errors, {run['invalid']} invalid, "
+                          f"{run['timeouts']} timeouts")
     return {"p50_us": run["latency_us"]["p50"], "p99_us": run["latency_us"]["p99"], "rps": run["achieved_rps"]}
 
 
@@ -60,7 +60,8 @@ def run(a) -> dict:
                 for svc in services:
                     for conc in concs:
                         for proto in order:
-                            m = _load(exe, port, svc, conc, a.calls, proto, os.path.join(tmp, f"{svc}-{conc}-{proto}-{r}"))
+                            where = os.path.join(tmp, f"{svc}-{conc}-{proto}-{r}")
+                            m = _load(exe, port, svc, conc, a.calls, proto, where)
                             runs.append({"round": r, "service": svc, "concurrency": conc, "protocol": proto, **m})
                 print(f"round {r + 1}/{a.rounds} done", flush=True)
     finally:
@@ -101,8 +102,9 @@ def report(doc: dict) -> str:
         def fmt(r):
             return "n/a" if r["ratio"] is None else f"{r['ratio']:.3f} [{r['lo']:.3f}, {r['hi']:.3f}]"
         a, b = c[str(pa)], c[str(pb)]
-        lines.append(f"| {c['service']} | {c['concurrency']} | {a['p50_us']:.1f} ({', '.join(map(str, a['p50_rounds']))}) "
-                     f"| {b['p50_us']:.1f} ({', '.join(map(str, b['p50_rounds']))}) | {fmt(c['p50_ratio'])} | "
+        ra, rb = ", ".join(map(str, a["p50_rounds"])), ", ".join(map(str, b["p50_rounds"]))
+        lines.append(f"| {c['service']} | {c['concurrency']} | {a['p50_us']:.1f} ({ra}) "
+                     f"| {b['p50_us']:.1f} ({rb}) | {fmt(c['p50_ratio'])} | "
                      f"{a['rps']:,.0f} | {b['rps']:,.0f} | {fmt(c['rps_ratio'])} |")
     return "\n".join(lines) + "\n"
 
