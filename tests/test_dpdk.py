@@ -355,7 +355,8 @@ def test_dpdk_client_and_server_over_memif(tmp_path, split, request):
                   env=server_env)
     try:
         server.wait_line("READY", 60)
-        code = textwrap.dedent(MEMIF_CLIENT.format(eal=EAL, sock=sock, gpu=split == "emulated-gpu", proto=3 if v3 else None))
+        code = textwrap.dedent(MEMIF_CLIENT.format(eal=EAL, sock=sock, gpu=split == "emulated-gpu",
+                                                   proto=3 if v3 else None))
         client = subprocess.Popen([sys.executable, "-c", code],
                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                   cwd=tempfile.gettempdir(), env=env)

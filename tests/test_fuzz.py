@@ -97,7 +97,8 @@ def test_fuzz_client_reply_path(fuzz_build, tmp_path):
         "v3_damaged_then_ok": _reply(2, 1, 0, 1, 4, 0, b"abcd", v3=True, damaged=True)
         + _reply(2, 1, 0, 1, 4, 0, b"abcd", v3=True),
         "v3_two_segments": _reply(3, 1, 1, 2, 3000, 0, bytes(1500), v3=True)
-        + _reply(3, 1, 0, 2, 3000, 0, bytes(1500), v3=True, damaged=True) + _reply(3, 1, 0, 2, 3000, 0, bytes(1500), v3=True),
+        + _reply(3, 1, 0, 2, 3000, 0, bytes(1500), v3=True, damaged=True)
+        + _reply(3, 1, 0, 2, 3000, 0, bytes(1500), v3=True),
         "v3_raw_short": _record(1 | 32, bytes([0xA5, 0x31]) + bytes(22)),
     }
     for name, body in seeds.items():
