@@ -123,10 +123,15 @@ static uint32_t sw_run(uint32_t c, const uint8_t *p, size_t n)
 #define CRC8(c, b) __builtin_ia32_crc32qi((c), (b))
 #define CRC64(c, w) ((uint32_t)__builtin_ia32_crc32di((c), (w)))
 #define HAVE_HW 1
-#elif defined(__aarch64__) && defined(__linux__)
+#elif defined(__aarch64__) && defined(__linux__) /* never run here (an x86 machine): untested */
 #define HW_TARGET __attribute__((target("+crc")))
+#ifdef __clang__
+#define CRC8(c, b) __builtin_arm_crc32cb((c), (b))
+#define CRC64(c, w) __builtin_arm_crc32cd((c), (w))
+#else
 #define CRC8(c, b) __builtin_aarch64_crc32cb((c), (b))
 #define CRC64(c, w) __builtin_aarch64_crc32cx((c), (w))
+#endif
 #define HAVE_HW 1
 #else
 #define HAVE_HW 0
