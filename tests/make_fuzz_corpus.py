@@ -23,9 +23,16 @@ def rec(op, dgram):
 
 
 def segments(func, req, data, s, order=None, version=1):
+    """Request datagrams of data cut at s data bytes (version 3: each with its data check)."""
     n = max(1, -(-len(data) // s))
     idx = order if order is not None else range(n)
-    return [hdr(0, func, req, i, n, len(data), version=version) + data[i * s:(i + 1) * s] for i in idx]
+    out = [hdr(0, func, req, i, n, len(data), version=version) + data[i * s:(i + 1) * s] for i in idx]
+    return [wire_ref.add_data_check(d) for d in out] if version == 3 else out
+
+
+def v3(typ, func, req, data, aux=0):
+    """One whole version 3 datagram (docs/PROTOCOL-v3.md): header, data, data check."""
+    return wire_ref.add_data_check(hdr(typ, func, req, 0, 1, len(data), aux, version=3) + data)
 
 
 def main(out: str) -> None:
@@ -53,6 +60,15 @@ def main(out: str) -> None:
         + rec(4, b""),
         "v2_damaged_seq": rec(0, flipped(segments(5, 16, big, 1400, version=2)[3], 13, 0x01)) + rec(4, b""),
         "v2_big_in_order": b"".join(rec(0, d) for d in segments(5, 17, big, 1400, version=2)) + rec(4, b""),
+        # version 3: a right call, one with a data byte changed (dropped) then its good copy, a damaged
+        # segment of a big message then the rest in order, a datagram too short for its check, and the
+        # same req_id in versions 2 and 3 (two calls)
+        "v3_vecadd": rec(4, v3(0, 1, 100, vec)),
+        "v3_damaged_then_good": rec(0, flipped(v3(0, 1, 101, vec), 22 + 500)) + rec(4, v3(0, 1, 101, vec)),
+        "v3_big_damaged_segment": rec(0, flipped(segments(5, 102, big, 8000, version=3)[2], 22 + 7)) + b"".join(
+            rec(0, d) for d in segments(5, 102, big, 8000, version=3)) + rec(4, b""),
+        "v3_short_and_v2_same_id": rec(0, hdr(0, 1, 103, 0, 1, 0, version=3) + b"\x01\x02")
+        + rec(0, v3(0, 1, 104, vec)) + rec(0, hdr(0, 1, 104, 0, 1, 1024, version=2) + vec) + rec(4, b""),
         # admission costs (keys of F_VEC: two int32 at byte 0; F_BIG: one int64 at byte 8; F_RAW: aux),
         # batches bounded by cost, deferred and finished (op & 64)
         "cost_keys_deferred": b"".join(rec(0, hdr(0, 1, 18 + i, 0, 1, 1024) + struct.pack("<ii", k0, k1) + vec[8:])
