@@ -23,6 +23,11 @@
 #define SRPC_DEF_SEG_SIZE 1450
 #define SRPC_DEF_SEG_SIZE_LOOPBACK 65000
 
+/* A send that finds the transmit queue full waits this long at most for room before it fails
+ * with -EAGAIN: a slow peer is not a lost one (the kernel socket path waits 20 x 50 ms likewise
+ * for a full send buffer). */
+#define SRPC_TX_FULL_WAIT_US 1000000
+
 /* A segment of at least this many data bytes that belongs to a message already being
  * reassembled is received straight into its place (a header peek costs one syscall, a copy
  * of 64 KiB several microseconds). */

@@ -17,6 +17,7 @@
 #include <rte_mempool.h>
 
 #include "core/clock.h"
+#include "core/tunables.h"
 #include "dpdk/dpdk_payload_pool.h"
 #include "dpdk/dpdk_split_emulation.h"
 #include "gpu/gpu_driver.h"
@@ -27,7 +28,7 @@
 #define RX_CHUNK 32
 #define TX_CHUNK 32
 #define MAX_FRAME_SEGS 8 /* mbufs of one received frame we look through */
-#define TX_RETRIES 1000  /* tx_burst calls that take nothing before giving up on a chunk */
+#define TX_RETRIES 1000  /* tx_burst calls that take nothing before waiting for room */
 
 struct neigh {
     uint32_t ip; /* 0: free */
@@ -314,10 +315,23 @@ void srpc_dpdk_port_stats(const srpc_dpdk_port_t *p, srpc_dpdk_port_stats_t *st)
 static int tx_all(srpc_dpdk_port_t *p, struct rte_mbuf **m, unsigned n)
 {
     unsigned done = 0;
-    for (int idle = 0; done < n && idle < TX_RETRIES;) {
+    uint64_t give_up = 0;
+    for (int idle = 0; done < n;) {
         uint16_t k = rte_eth_tx_burst(p->port_id, 0, m + done, (uint16_t)(n - done));
         done += k;
         idle = k ? 0 : idle + 1;
+        if (idle < TX_RETRIES)
+            continue;
+        /* The queue stays full: a slow peer (a memif whose other end is busy), not a lost one.
+         * Wait for room a while, 20 us at a time, before failing the send. */
+        uint64_t now = srpc_now_ns();
+        if (!give_up)
+            give_up = now + SRPC_TX_FULL_WAIT_US * 1000ull;
+        else if (now >= give_up)
+            break;
+        struct timespec ts = {0, 20000};
+        nanosleep(&ts, NULL);
+        idle = TX_RETRIES - 1; /* one try after each pause */
     }
     p->st.tx_frames += done;
     if (done < n) {
