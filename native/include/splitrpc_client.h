@@ -78,7 +78,9 @@ void srpc_client_destroy(srpc_client_t *cl);
 
 /* Sends a request; *req_id receives the call's id. Thread-safe. The data is copied into
  * datagrams (or, held back by the window, into the client) before return; the caller keeps
- * ownership. The call has no deadline: it is retransmitted until released. */
+ * ownership. The call has no deadline: it is retransmitted until released. A transport whose
+ * queue stays full (-EAGAIN, -ENOBUFS) fails the send only where the call is not retransmitted
+ * (retries 0); else that first send counts as lost (stats send_full) and goes again when due. */
 int srpc_client_send(srpc_client_t *cl, uint16_t func_id, const void *data, uint32_t len,
                      uint16_t aux, uint64_t *req_id);
 
@@ -159,6 +161,8 @@ typedef struct srpc_client_stats {
                                   waited for the window when the server answered DRAINING */
     uint64_t bad_data_check;   /* version 3 reply datagrams whose data check did not match
                                   (dropped, also counted in dropped; retransmission recovers) */
+    uint64_t send_full;        /* first sends the transport would not take (its queue stayed full)
+                                  of calls that retransmit: left to retransmission, as a loss */
 } srpc_client_stats_t;
 int srpc_client_stats(const srpc_client_t *cl, srpc_client_stats_t *out);
 

@@ -40,12 +40,14 @@ int srpc_raw_closed_loop(const char *host, uint16_t port, uint32_t req_size, uin
  * follows; never lost) and dup (it goes out twice). Other builds answer -ENOTSUP. */
 typedef struct srpc_faults_cfg {
     double drop, dup, reorder, corrupt; /* probabilities, each in [0, 1] */
+    double full; /* tx only: a send refused with -EAGAIN, as by a queue that stayed full */
 } srpc_faults_cfg_t;
 
 typedef struct srpc_fault_counts {
     uint64_t in;         /* datagrams that went through the injector */
     uint64_t dropped, duplicated, reordered, corrupted;
     uint64_t discarded;  /* held or waiting datagrams freed unsent (socket closed or full) */
+    uint64_t refused;    /* sends refused as by a full queue (cfg.full) */
 } srpc_fault_counts_t;
 
 struct srpc_server;

@@ -413,6 +413,62 @@ static void test_a_draining_answer_fails_the_calls_still_waiting(void)
     close(p.fd);
 }
 
+/* The transport refuses half the sends as a queue that stayed full would (EAGAIN, a fault): a
+ * call that retransmits takes a refused first send as a loss and is answered; with retries 0 the
+ * refusal is the send's error (the memif flake of issue 33: a slow peer failed calls at once). */
+static void test_a_full_send_queue_is_a_loss_for_a_call_that_retransmits(void)
+{
+    peer_t p;
+    CHECK(peer_open(&p) == 0, "peer");
+    const srpc_faults_cfg_t full = {.full = 0.5};
+    const uint8_t req[4] = {9, 8, 7, 6};
+    enum { N = 20 };
+    uint64_t ids[N];
+    srpc_client_t *c = client_for(&p, 0, 8, 1, 1000);
+    CHECK(srpc_client_set_faults(c, NULL, &full, 3) == 0, "faults");
+    for (int i = 0; i < N; i++)
+        CHECK(srpc_client_send_timed(c, NULL, 7, req, sizeof(req), 0, 5000000, &ids[i]) == 0, "send %d", i);
+    int answered = 0;
+    for (int round = 0; round < 200 && answered < N; round++) { /* answer whatever arrives, once per call */
+        srpc_hdr_t h;
+        while (peer_recv(&p, 5, &h))
+            peer_answer(&p, h.func_id, h.req_id, 0, req, sizeof(req));
+        uint64_t done[N];
+        srpc_client_wait_any(c, done, N, 2000); /* the client's receive pass, retransmissions due included */
+        answered = 0;
+        for (int i = 0; i < N; i++)
+            answered += outcome(c, ids[i]) == 0;
+    }
+    srpc_client_stats_t st;
+    srpc_client_stats(c, &st);
+    srpc_fault_counts_t tx;
+    srpc_client_fault_counts(c, NULL, &tx);
+    CHECK(answered == N && st.errors == 0, "%d of %d answered", answered, N);
+    CHECK(st.send_full > 0 && st.send_full <= tx.refused && st.retransmits > 0,
+          "send_full %llu, refused %llu, retransmits %llu", (unsigned long long)st.send_full,
+          (unsigned long long)tx.refused, (unsigned long long)st.retransmits);
+    for (int i = 0; i < N; i++)
+        srpc_client_release(c, ids[i]);
+    srpc_client_destroy(c);
+
+    c = client_for(&p, 0, 0, 0, 1000); /* no retransmission: the refusal is the caller's */
+    CHECK(srpc_client_set_faults(c, NULL, &full, 3) == 0, "faults");
+    int refused = 0;
+    for (int i = 0; i < N; i++) {
+        uint64_t id;
+        int r = srpc_client_send_timed(c, NULL, 7, req, sizeof(req), 0, 5000000, &id);
+        CHECK(r == 0 || r == -EAGAIN, "send %d: %d", i, r);
+        if (r == -EAGAIN)
+            refused++;
+        else
+            srpc_client_release(c, id);
+    }
+    srpc_client_stats(c, &st);
+    CHECK(refused > 0 && st.send_full == 0, "%d refused, send_full %llu", refused, (unsigned long long)st.send_full);
+    srpc_client_destroy(c);
+    close(p.fd);
+}
+
 int main(void)
 {
     test_window_holds_calls_back_in_order();
@@ -424,6 +480,7 @@ int main(void)
     test_threads_through_a_small_window();
     test_an_unreachable_server_fails_calls_at_once();
     test_a_draining_answer_fails_the_calls_still_waiting();
+    test_a_full_send_queue_is_a_loss_for_a_call_that_retransmits();
     printf("%d passed, %d failed\n", passed, failed);
     return failed != 0;
 }

@@ -673,13 +673,15 @@ static int send_calls(srpc_client_t *c, uint16_t func_id, const void *data, uint
         pthread_mutex_unlock(&c->lock);
         return 1;
     }
+    uint8_t resend[SRPC_CLIENT_SEND_MAX]; /* 1: retransmitted when due, so a full queue is a loss */
     for (uint32_t i = 0; i < n; i++) {
         if (!borrow) {
             k[i]->in_window = 1;
             c->outstanding++;
         }
         k[i]->sent_ns = now;
-        if (k[i]->req && c->cfg.retries) {
+        resend[i] = k[i]->req && c->cfg.retries;
+        if (resend[i]) {
             k[i]->due_ns = now + rto_ns(c, func_id);
             note_due(c, k[i]->due_ns);
         }
@@ -697,6 +699,14 @@ static int send_calls(srpc_client_t *c, uint16_t func_id, const void *data, uint
     int sent = 0;
     for (uint32_t i = 0; i < n; i++) {
         rcs[i] = m[i].result < 0 ? m[i].result : 0;
+        if ((rcs[i] == -EAGAIN || rcs[i] == -ENOBUFS) && resend[i]) {
+            /* The transport's queue stayed full (a peer slow to drain it): as a datagram lost on
+             * the way, the request goes again when due, within the call's deadline. */
+            pthread_mutex_lock(&c->lock);
+            c->st.send_full++;
+            pthread_mutex_unlock(&c->lock);
+            rcs[i] = 0;
+        }
         if (rcs[i])
             srpc_client_release(c, ids[i]);
         else

@@ -35,7 +35,8 @@ static int prob_ok(double p) { return !isnan(p) && p >= 0.0 && p <= 1.0; }
 
 int srpc_faults_cfg_check(const srpc_faults_cfg_t *c)
 {
-    return c && prob_ok(c->drop) && prob_ok(c->dup) && prob_ok(c->reorder) && prob_ok(c->corrupt) ? 0 : -EINVAL;
+    return c && prob_ok(c->drop) && prob_ok(c->dup) && prob_ok(c->reorder) && prob_ok(c->corrupt) && prob_ok(c->full)
+               ? 0 : -EINVAL;
 }
 
 int srpc_faults_create(const srpc_faults_cfg_t *cfg, uint64_t seed, srpc_faults_t **out)
@@ -115,6 +116,17 @@ static void corrupt(srpc_faults_t *f, srpc_fault_dgram_t *d)
     uint32_t span = d->len < SRPC_HDR_LEN ? d->len : SRPC_HDR_LEN;
     uint64_t bit = next_u64(f) % ((uint64_t)span * 8);
     d->bytes[bit / 8] ^= (uint8_t)(1u << (bit % 8));
+}
+
+int srpc_faults_refuse(srpc_faults_t *f)
+{
+    if (!(f->cfg.full > 0)) /* no draw: the other faults' sequence stays as without it */
+        return 0;
+    pthread_mutex_lock(&f->lock);
+    int r = hit(f, f->cfg.full);
+    f->n.refused += (uint64_t)r;
+    pthread_mutex_unlock(&f->lock);
+    return r;
 }
 
 int srpc_faults_push(srpc_faults_t *f, const struct iovec *iov, int n, uint32_t len,

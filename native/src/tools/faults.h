@@ -56,6 +56,10 @@ int srpc_faults_push(srpc_faults_t *f, const struct iovec *iov, int n, uint32_t 
  * Any thread. */
 srpc_fault_dgram_t *srpc_faults_pop(srpc_faults_t *f);
 
+/* 1 when the next send is refused as by a full queue (probability cfg.full, counted), else 0;
+ * draws nothing where cfg.full is 0. Any thread. */
+int srpc_faults_refuse(srpc_faults_t *f);
+
 /* Puts the datagram held back (if any) out at the end of the FIFO. Any thread. */
 void srpc_faults_release(srpc_faults_t *f);
 

@@ -461,7 +461,10 @@ static int tx_drain(srpc_udp_t *u)
  * datagram the injector takes counts as sent, dropped or not, as on a lossy wire. */
 static int send_faulty(srpc_udp_t *u, struct mmsghdr *msgs, unsigned cnt, unsigned *done)
 {
-    for (unsigned i = 0; i < cnt; i++) {
+    unsigned take = 0;
+    while (take < cnt && !srpc_faults_refuse(u->tx_faults)) /* a refusal ends the burst, as EAGAIN would */
+        take++;
+    for (unsigned i = 0; i < take; i++) {
         const struct msghdr *h = &msgs[i].msg_hdr;
         size_t len = 0;
         for (size_t k = 0; k < h->msg_iovlen; k++)
@@ -470,8 +473,8 @@ static int send_faulty(srpc_udp_t *u, struct mmsghdr *msgs, unsigned cnt, unsign
                                h->msg_namelen, 0); /* -ENOMEM: counted as discarded */
     }
     int r = tx_drain(u);
-    *done = r < 0 ? 0 : cnt; /* what the socket refused fails the messages, as without faults */
-    return r;
+    *done = r < 0 ? 0 : take; /* what the socket refused fails the messages, as without faults */
+    return r < 0 ? r : take < cnt ? -EAGAIN : 0;
 }
 
 /* Lets the TX datagram held back go out: called on every receive, so that a held reply or
