@@ -12,7 +12,7 @@ import numpy as np
 
 from splitrpc import __version__
 from splitrpc.defaults import CLIENT_DEFAULTS
-from splitrpc._native.wire import PROTOCOLS
+from splitrpc.wire import PROTOCOLS
 from splitrpc.client import Client
 from splitrpc.dpdk import DPDKError
 from splitrpc.errors import CallTimeout, SplitRPCError, Unavailable

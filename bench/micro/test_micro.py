@@ -9,7 +9,6 @@ import pytest
 
 import splitrpc
 from splitrpc import wire
-from splitrpc._native import ffi, lib
 
 HDR_LEN = wire.HDR_LEN
 MSG_LEN = 3 * 224 * 224 * 4  # 602112 bytes (588 KiB): the head service's request
@@ -97,9 +96,9 @@ def test_segment_588k(benchmark, message, seg_size, version):
 @pytest.mark.parametrize("size", [1024, MSG_LEN])
 def test_crc32c(benchmark, message, size):
     """Version 3's data check over a vecadd request (1 KiB) and a head request (588 KiB)."""
-    buf = ffi.from_buffer(message[:size])
-    crc = benchmark(lib.srpc_crc32c, 0, buf, size)
-    assert crc == lib.srpc_crc32c_tables(0, buf, size) and crc != 0
+    c = wire.Crc32c(message[:size])
+    crc = benchmark(*c.call)
+    assert crc == c.tables() and crc != 0
 
 
 @pytest.mark.parametrize("seg_size", [8950, 64000])

@@ -100,6 +100,24 @@ class Segments:
         return out
 
 
+class Crc32c:
+    """Version 3's data check (srpc_crc32c, docs/PROTOCOL-v3.md) of `data`: `call` computes it
+    (the CPU's instruction where present), `tables()` the same by tables alone."""
+
+    def __init__(self, data: bytes):
+        self._data = data
+        self._buf = ffi.from_buffer(data)
+        self.call = (lib.srpc_crc32c, 0, self._buf, len(data))
+
+    def tables(self) -> int:
+        return lib.srpc_crc32c_tables(0, self._buf, len(self._data))
+
+    @staticmethod
+    def hardware() -> bool:
+        """True when srpc_crc32c uses the CPU's CRC instruction."""
+        return bool(lib.srpc_crc32c_hardware())
+
+
 class Reassembler:
     """A srpc_reassembler_t for messages of up to max_msg bytes; close() frees it."""
 
