@@ -274,8 +274,9 @@ static void tx_flush(srpc_udp_t *u, tx_batch_t *b, srpc_tx_msg_t *msgs)
     b->cnt = 0;
 }
 
-/* 0 when msg can be cut into datagrams (its segment count in *nseg), else -errno. */
-static int tx_check(const srpc_tx_msg_t *m, uint32_t *nseg)
+/* 0 when msg can be cut into datagrams (its segment count in *nseg, each segment's data bytes
+ * in *seg), else -errno. */
+static int tx_check(const srpc_tx_msg_t *m, uint32_t *nseg, uint32_t *seg)
 {
     if (m->seg_size == 0 || m->seg_size > SRPC_MAX_SEG_DATA || m->npieces < 0 || m->npieces > SRPC_TX_MAX_PIECES ||
         (m->npieces && !m->pieces))
@@ -285,7 +286,8 @@ static int tx_check(const srpc_tx_msg_t *m, uint32_t *nseg)
         have += m->pieces[k].iov_len;
     if (have < m->len)
         return -EINVAL; /* pieces shorter than the message */
-    *nseg = srpc_seg_count(m->len, srpc_seg_data_max(m->hdr.version, m->seg_size));
+    *seg = srpc_seg_data_max(m->hdr.version, m->seg_size);
+    *nseg = srpc_seg_count(m->len, *seg);
     return *nseg > UINT16_MAX ? -EMSGSIZE : 0;
 }
 
@@ -295,15 +297,14 @@ int srpc_udp_send(srpc_udp_t *u, srpc_tx_msg_t *msgs, unsigned n)
     b.cnt = 0;
     for (unsigned i = 0; i < n; i++) {
         srpc_tx_msg_t *m = &msgs[i];
-        uint32_t nseg = 0;
-        m->result = tx_check(m, &nseg);
+        uint32_t nseg = 0, seg = 0;
+        m->result = tx_check(m, &nseg, &seg);
         if (m->result < 0)
             continue;
         srpc_hdr_t h = m->hdr;
         h.nseg = (uint16_t)nseg;
         h.msg_len = m->len;
         const int v3 = h.version == SRPC_VERSION_3;
-        const uint32_t seg = srpc_seg_data_max(h.version, m->seg_size);
         int piece = 0;      /* cursor into the pieces */
         size_t piece_off = 0;
         for (uint32_t seq = 0; seq < nseg && m->result >= 0; seq++) {
