@@ -1,4 +1,4 @@
-/* splitrpc_tools.h: test and benchmark tools of the C API: the raw-UDP baseline (the kernel path's limit) and the fault injection of testing builds. */
+/* splitrpc_tools.h: test and benchmark tools of the C API: the raw-UDP baseline (the kernel path's limit), the minimal protocol server (the protocol's own limit) and the fault injection of testing builds. */
 #ifndef SPLITRPC_TOOLS_H
 #define SPLITRPC_TOOLS_H
 
@@ -29,6 +29,22 @@ int srpc_raw_pingpong(const char *host, uint16_t port, uint32_t req_size, uint32
 int srpc_raw_closed_loop(const char *host, uint16_t port, uint32_t req_size, uint32_t resp_size, int busy,
                          uint32_t concurrency, uint32_t warmup, uint32_t n, uint64_t *lat_ns,
                          uint64_t *elapsed_ns);
+
+/* ------------------------------------------------------------------ minimal protocol server */
+
+/* The bar for the protocol's own overhead: a server of the wire protocol (versions 1, 2 and 3)
+ * on one thread, one loop, receiving with recvmmsg and sending with sendmmsg, each request
+ * answered alone as soon as its last segment comes (no batching, no queues, no reply cache, no
+ * Python), the built-in services computed in C: vecadd (function 1: 1024 bytes of float32 x,
+ * answered x + 1), echo (3: any request up to SRPC_MIN_MAX_MSG bytes, answered itself) and head
+ * (4: 602112 bytes, answered with their first 4000). Other functions are answered ERROR
+ * UNKNOWN_FUNCTION, a wrong size BAD_REQUEST, a larger request TOO_LARGE; a datagram that fails
+ * the protocol's checks is dropped. Replies are cut at splitrpc's server's default segment size
+ * for the destination (loopback or not). busy = 1 spins on non-blocking receives, 0 sleeps in
+ * poll(). Runs on the calling thread until *stop becomes non-zero (checked at least every
+ * 10 ms). Returns 0, or -EINVAL (NULL stop), -ENOMEM, or the socket's -errno. */
+#define SRPC_MIN_MAX_MSG 1048576u /* 1 MiB, as server/builtin.py ECHO_MAX */
+int srpc_min_serve(const char *host, uint16_t port, int busy, volatile int *stop);
 
 /* ------------------------------------------------------------------ fault injection (testing builds) */
 

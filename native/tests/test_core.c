@@ -1,4 +1,4 @@
-/* test_core.c: standalone tests of the wire codec, the message codec, the host Tensor Queue and the raw UDP baseline. */
+/* test_core.c: standalone tests of the wire codec, the message codec, the host Tensor Queue, the raw UDP baseline and the minimal protocol server. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
@@ -1232,6 +1232,133 @@ static void test_allowlist(void)
     CHECK(srpc_allowlist_parse(&l, many) == -E2BIG, "33 entries");
 }
 
+/* ------------------------------------------------------------------ minimal protocol server */
+
+struct min_arg {
+    uint16_t port;
+    int busy;
+    volatile int stop;
+    int rc;
+};
+
+static void *min_main(void *p)
+{
+    struct min_arg *a = p;
+    a->rc = srpc_min_serve("127.0.0.1", a->port, a->busy, &a->stop);
+    return NULL;
+}
+
+/* Right answers in each version (one and several segments, calls outstanding), the errors, and
+ * hostile datagrams dropped with serving going on (run under ASan+UBSan and TSan). */
+static void test_min_server_mode(int busy)
+{
+    struct min_arg a = {.port = free_port(), .busy = busy};
+    pthread_t th;
+    if (a.port == 0 || pthread_create(&th, NULL, min_main, &a) != 0) {
+        CHECK(0, "min server thread");
+        return;
+    }
+    static float x[256], y[256];
+    static uint8_t big[602112], out[602112];
+    for (int i = 0; i < 256; i++)
+        x[i] = (float)i * 0.5f - 7.25f;
+    for (size_t i = 0; i < sizeof(big); i++)
+        big[i] = (uint8_t)(i * 31u + 7u);
+    for (unsigned v = 1; v <= 3; v++) {
+        srpc_client_config_t cfg;
+        srpc_client_config_init(&cfg);
+        cfg.host = "127.0.0.1", cfg.port = a.port, cfg.version = (uint8_t)v, cfg.seg_size = 8950;
+        cfg.wait_for_ready = 1, cfg.max_reply = sizeof(out);
+        srpc_client_t *c = NULL;
+        int rc = srpc_client_create(&cfg, &c);
+        CHECK(rc == 0, "client v%u: %d", v, rc);
+        if (rc)
+            continue;
+        uint32_t n = 0;
+        int code = -1;
+        rc = srpc_client_call(c, 1, x, sizeof(x), y, sizeof(y), &n, &code, 5000000);
+        int right = rc == 0 && code == 0 && n == sizeof(y);
+        for (int i = 0; right && i < 256; i++)
+            right = y[i] == x[i] + 1.0f;
+        CHECK(right, "vecadd v%u: rc %d code %d len %u", v, rc, code, n);
+        rc = srpc_client_call(c, 3, big, 300000, out, sizeof(out), &n, &code, 5000000);
+        CHECK(rc == 0 && code == 0 && n == 300000 && memcmp(out, big, n) == 0, "echo 300000 v%u: %d %d %u", v, rc,
+              code, n);
+        rc = srpc_client_call(c, 4, big, sizeof(big), out, sizeof(out), &n, &code, 5000000);
+        CHECK(rc == 0 && code == 0 && n == 4000 && memcmp(out, big, 4000) == 0, "head v%u: %d %d %u", v, rc, code, n);
+        rc = srpc_client_call(c, 77, "x", 1, out, sizeof(out), &n, &code, 5000000);
+        CHECK(rc == 0 && code == SRPC_E_UNKNOWN_FUNCTION, "unknown function v%u: %d %d", v, rc, code);
+        rc = srpc_client_call(c, 1, x, 12, out, sizeof(out), &n, &code, 5000000);
+        CHECK(rc == 0 && code == SRPC_E_BAD_REQUEST, "vecadd short v%u: %d %d", v, rc, code);
+        uint64_t lat[64], errs = 0, el = 0;
+        rc = srpc_client_closed_loop(c, 4, big, sizeof(big), 8, 4, 64, 5000000, lat, &errs, &el);
+        CHECK(rc == 0 && errs == 0 && all_positive(lat, 64), "head, 8 outstanding v%u: %d errors %llu", v, rc,
+              (unsigned long long)errs);
+        srpc_client_destroy(c);
+    }
+    /* Hostile datagrams: truncated, garbage, bad checks, impossible segmentation, a too large
+     * request, segments that disagree. None may crash it; only the too-large one is answered. */
+    int fd = socket(AF_INET, SOCK_DGRAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(a.port), .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    static uint8_t dg[65536];
+    srand(7);
+    for (int k = 0; k < 2000; k++) {
+        size_t len = (size_t)(rand() % 200);
+        for (size_t i = 0; i < len; i++)
+            dg[i] = (uint8_t)rand();
+        if (k % 2 && len >= SRPC_HDR_LEN) { /* a valid v2 header over random fields: reaches the segment logic */
+            srpc_hdr_t h = {.type = SRPC_REQUEST, .version = 2, .func_id = (uint16_t)(1 + rand() % 4),
+                            .req_id = (uint64_t)(rand() % 8), .nseg = (uint16_t)(1 + rand() % 4),
+                            .msg_len = (uint32_t)(rand() % 400)};
+            h.seq = (uint16_t)(rand() % h.nseg);
+            srpc_hdr_encode(&h, dg);
+        }
+        (void)sendto(fd, dg, len, 0, (struct sockaddr *)&sa, sizeof(sa));
+    }
+    srpc_hdr_t h = {.type = SRPC_REQUEST, .version = 2, .func_id = 3, .req_id = 99, .seq = 0, .nseg = 50,
+                    .msg_len = 2000000};
+    memset(dg, 0, 40000 + SRPC_HDR_LEN);
+    srpc_hdr_encode(&h, dg);
+    (void)sendto(fd, dg, 40000 + SRPC_HDR_LEN, 0, (struct sockaddr *)&sa, sizeof(sa));
+    struct timeval tv = {.tv_sec = 1};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    int too_large = 0;
+    for (;;) { /* the answers to the random valid ones come first; the last is TOO_LARGE */
+        ssize_t r = recv(fd, dg, sizeof(dg), 0);
+        srpc_hdr_t g;
+        if (r < 0)
+            break;
+        if (srpc_hdr_decode(dg, (size_t)r, &g) == 0 && g.req_id == 99)
+            too_large = g.type == SRPC_ERROR && g.aux == SRPC_E_TOO_LARGE;
+    }
+    close(fd);
+    CHECK(too_large, "a request larger than SRPC_MIN_MAX_MSG is answered TOO_LARGE");
+    srpc_client_config_t cfg;
+    srpc_client_config_init(&cfg);
+    cfg.host = "127.0.0.1", cfg.port = a.port;
+    srpc_client_t *c = NULL;
+    uint32_t n = 0;
+    int code = -1;
+    int rc = srpc_client_create(&cfg, &c);
+    if (rc == 0)
+        rc = srpc_client_call(c, 1, x, sizeof(x), y, sizeof(y), &n, &code, 5000000);
+    CHECK(rc == 0 && code == 0 && y[3] == x[3] + 1.0f, "served after the hostile datagrams: %d %d", rc, code);
+    srpc_client_destroy(c);
+    __atomic_store_n(&a.stop, 1, __ATOMIC_RELAXED);
+    pthread_join(th, NULL);
+    CHECK(a.rc == 0, "min server returned %d", a.rc);
+}
+
+static void test_min_server(void)
+{
+    test_min_server_mode(0);
+    test_min_server_mode(1);
+    int stop = 0;
+    CHECK(srpc_min_serve("127.0.0.1", 0, 0, NULL) == -EINVAL, "NULL stop");
+    stop = 1;
+    CHECK(srpc_min_serve("127.0.0.1", 0, 1, &stop) == 0, "stop before start");
+}
+
 int main(void)
 {
     test_allowlist();
@@ -1252,6 +1379,7 @@ int main(void)
     test_codec_fuzz();
     test_tq_scatter();
     test_raw_udp();
+    test_min_server();
     test_schedules();
     printf("%d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;

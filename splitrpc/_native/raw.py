@@ -1,4 +1,4 @@
-"""raw.py (binding layer): the raw-UDP baseline through cffi: a plain echo server and ping-pong or closed-loop clients with no header and no processing, the kernel socket path's limit."""
+"""raw.py (binding layer): the C baselines through cffi: the raw-UDP echo server and its ping-pong or closed-loop clients (no header, no processing: the kernel socket path's limit), and the minimal server of the protocol (its own limit)."""
 from __future__ import annotations
 
 import numpy as np
@@ -10,6 +10,23 @@ def echo_serve(host: str, port: int, busy: bool, req_size: int, resp_size: int) 
     """srpc_raw_echo_serve on this thread until the process ends; its code (0, or -errno)."""
     stop = ffi.new("int *")  # nothing sets it: the server runs until its process is stopped
     return lib.srpc_raw_echo_serve(host.encode(), port, int(busy), req_size, resp_size, stop)
+
+
+class StopFlag:
+    """Stops a baseline server running on another thread of this process: set() (any thread)."""
+
+    def __init__(self):
+        self._flag = ffi.new("int *")
+
+    def set(self) -> None:
+        self._flag[0] = 1
+
+
+def min_serve(host: str, port: int, busy: bool, stop: StopFlag | None = None) -> int:
+    """srpc_min_serve on this thread (the GIL released) until stop is set (None: until the process
+    ends); its code (0, or -errno)."""
+    flag = stop._flag if stop is not None else ffi.new("int *")
+    return lib.srpc_min_serve(host.encode(), port, int(busy), flag)
 
 
 def pingpong(host: str, port: int, req_size: int, resp_size: int, busy: bool, warmup: int, n: int) -> np.ndarray:

@@ -14,6 +14,7 @@
 
 #include "core/clock.h"
 #include "splitrpc_tools.h"
+#include "tools/udp_socket.h"
 
 #define RAW_MAX_SIZE 65507          /* largest UDP/IPv4 payload */
 #define RAW_BUF_BYTES 65536         /* receive buffer: any datagram fits */
@@ -36,9 +37,7 @@ static void set_bufs(int fd)
         (void)setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &v, sizeof(v));
 }
 
-/* Resolves host:port and returns a UDP socket bound (server) or connected (client) to the
- * first address that works, or -errno. */
-static int open_socket(const char *host, uint16_t port, int server)
+int srpc_tool_udp_socket(const char *host, uint16_t port, int server)
 {
     if (!host && !server) /* a server may bind the wildcard address */
         return -EINVAL;
@@ -137,7 +136,7 @@ int srpc_raw_echo_serve(const char *host, uint16_t port, int busy, uint32_t req_
     uint8_t *buf = calloc(1, bufsz);
     if (!buf)
         return -ENOMEM;
-    int fd = open_socket(host, port, 1);
+    int fd = srpc_tool_udp_socket(host, port, 1);
     if (fd < 0) {
         free(buf);
         return fd;
@@ -213,7 +212,7 @@ int srpc_raw_closed_loop(const char *host, uint16_t port, uint32_t req_size, uin
     for (uint32_t i = 0; i < req_size; i++)
         tx[i] = (uint8_t)(i * 131u + 7u);
 
-    int fd = open_socket(host, port, 0);
+    int fd = srpc_tool_udp_socket(host, port, 0);
     int rc = fd < 0 ? fd : 0;
     const uint64_t total = (uint64_t)warmup + n;
     const uint32_t reply = echo ? req_size : resp_size;
