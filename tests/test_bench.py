@@ -10,13 +10,14 @@ from splitrpc.cli import main
 
 def test_bench_small_run(tmp_path, capsys):
     out = tmp_path / "b"
-    rc = main(["bench", "--systems", "raw-udp-busy,splitrpc-poll,splitrpc-block,splitrpc-local,grpc-asyncio",
+    rc = main(["bench", "--systems",
+               "raw-udp-busy,c-min-block,splitrpc-poll,splitrpc-block,splitrpc-local,grpc-asyncio",
                "--services", "vecadd,echo", "--concurrency", "1,4", "--calls", "300", "--rounds", "1",
                "--rates", "300", "--sweep-s", "0.3", "--out", str(out)])
     assert rc == 0, capsys.readouterr()
     doc = json.loads((out / "sidebyside.json").read_text())
     rows = {(r["system"], r["service"], r["concurrency"]): r for r in doc["table"]}
-    for system in ("raw-udp-busy", "splitrpc-poll", "splitrpc-block"):
+    for system in ("raw-udp-busy", "c-min-block", "splitrpc-poll", "splitrpc-block"):
         for svc in ("vecadd", "echo"):
             for conc in (1, 4):
                 r = rows[(system, svc, conc)]
@@ -29,7 +30,9 @@ def test_bench_small_run(tmp_path, capsys):
     else:
         assert {r["concurrency"] for r in grpc} == {1, 4} and all(r["status"] == "ok" for r in grpc)
     names = [t["target"] for t in doc["targets"]]
-    assert len(names) == 4 and doc["targets"][0]["value"] > 0
+    assert len(names) == 10 and doc["targets"][0]["value"] > 0
+    by_name = {t["target"]: t for t in doc["targets"]}
+    assert by_name["vecadd p50 / minimal C server p50"]["value"] is None  # c-min-busy was not asked for
     sweep = [r for r in doc["open_loop"] if r["system"] == "splitrpc-poll"]
     assert len(sweep) == 1 and sweep[0]["ok"] > 0
     md = (out / "sidebyside.md").read_text()
@@ -37,6 +40,14 @@ def test_bench_small_run(tmp_path, capsys):
     for png in doc["plots"]:
         assert (out / png).read_bytes()[:4] == b"\x89PNG"
     assert "throughput_vs_concurrency.png" in doc["plots"]
+
+
+def test_bench_says_which_services_the_minimal_server_lacks(tmp_path):
+    rc = main(["bench", "--systems", "c-min-busy", "--services", "matmul", "--rounds", "1",
+               "--out", str(tmp_path)])
+    assert rc == 0
+    row = json.loads((tmp_path / "sidebyside.json").read_text())["table"][0]
+    assert row["system"] == "c-min-busy" and row["status"] == "unavailable: serves vecadd, echo, head only"
 
 
 def test_bench_reports_a_peer_that_cannot_start(tmp_path, capsys, monkeypatch):

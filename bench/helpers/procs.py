@@ -97,7 +97,23 @@ def raw_server_main(port: int, busy: int, req: int, resp: int) -> int:
     return 1 if raw_udp.echo_serve("127.0.0.1", port, bool(busy), req, resp) else 0
 
 
+def start_min(busy: bool) -> tuple[Proc, int]:
+    """The minimal C server of the protocol (splitrpc.raw_udp.min_serve) in a child process."""
+    port = free_port()
+    return Proc([sys.executable, "-m", "splitrpc.bench.helpers.procs", "min", str(port), str(int(busy))]), port
+
+
+def min_server_main(port: int, busy: int) -> int:
+    """The minimal protocol server until SIGTERM (runs in the child process)."""
+    from splitrpc import raw_udp
+
+    signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
+    return 1 if raw_udp.min_serve("127.0.0.1", port, bool(busy)) else 0
+
+
 if __name__ == "__main__":
     if len(sys.argv) == 6 and sys.argv[1] == "raw":
         sys.exit(raw_server_main(*map(int, sys.argv[2:6])))
-    sys.exit("usage: python -m splitrpc.bench.helpers.procs raw PORT BUSY REQ RESP")
+    if len(sys.argv) == 4 and sys.argv[1] == "min":
+        sys.exit(min_server_main(*map(int, sys.argv[2:4])))
+    sys.exit("usage: python -m splitrpc.bench.helpers.procs raw PORT BUSY REQ RESP | min PORT BUSY")

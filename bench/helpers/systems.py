@@ -1,5 +1,6 @@
 """systems.py: how the side-by-side benchmark measures each system (splitrpc, the raw-UDP
-limit, the in-process callback, and the peers in bench/peers) with closed- and open-loop runs."""
+limit, the minimal C server of the protocol, the in-process callback, and the peers in
+bench/peers) with closed- and open-loop runs."""
 from __future__ import annotations
 
 import json
@@ -31,7 +32,11 @@ PEERS = {  # system name -> (module, variant)
     "zmq": ("zmq_peer", "router-dealer"),
     "triton": ("triton_peer", "grpc"),
 }
-SYSTEMS = ("raw-udp-busy", "raw-udp-block", "splitrpc-poll", "splitrpc-block", "splitrpc-local", *PEERS)
+SYSTEMS = ("raw-udp-busy", "raw-udp-block", "c-min-busy", "c-min-block", "splitrpc-poll", "splitrpc-block",
+           "splitrpc-local", *PEERS)
+# The minimal C server of the protocol (c-min-*, splitrpc.raw_udp.min_serve) serves these; matmul's sum
+# order would differ from numpy's BLAS, so the reply check could not be exact.
+MIN_SERVICES = ("vecadd", "echo", "head")
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """sidebyside.py: `splitrpc bench`: the same services served by splitrpc, grpcio, pyzmq,
-Triton (PyTriton), the in-process callback and the raw-UDP limit, measured in one run;
-writes a markdown + JSON table and PNG plots."""
+Triton (PyTriton), the in-process callback, the raw-UDP limit and the minimal C server of the
+protocol, measured in one run; writes a markdown + JSON table and PNG plots."""
 from __future__ import annotations
 
 import argparse
@@ -11,8 +11,8 @@ from datetime import datetime, timezone
 import numpy as np
 
 from splitrpc.bench.helpers import systems
-from splitrpc.bench.helpers.procs import ServerDied, start_raw, start_splitrpc
-from splitrpc.bench.helpers.systems import PEERS, SYSTEMS, Result
+from splitrpc.bench.helpers.procs import ServerDied, start_min, start_raw, start_splitrpc
+from splitrpc.bench.helpers.systems import MIN_SERVICES, PEERS, SYSTEMS, Result
 from splitrpc.loadgen import report
 from splitrpc.loadgen.load_cli import comma_list
 from splitrpc.reporting import command_of, run_suite
@@ -74,13 +74,16 @@ def _measure_system(system: str, a, out: list[Result]) -> None:
             for svc in a.services:
                 add(Result(system, svc, None, status=f"unavailable: {why}"))
             return
-    if system.startswith("splitrpc"):
-        wait = system.split("-")[1]
-        proc, port = start_splitrpc(wait)
+    if system.startswith(("splitrpc", "c-min")):  # servers of the protocol, called by splitrpc's native client
+        busy = system.endswith(("poll", "busy"))
+        proc, port = start_splitrpc(system.split("-")[1]) if system.startswith("splitrpc") else start_min(busy)
         try:
-            with systems.splitrpc_client(port, busy=wait == "poll") as c:
-                proc.wait_until(lambda: c.call(1, systems.request_for("vecadd")[0], timeout=0.2), "splitrpc server")
+            with systems.splitrpc_client(port, busy=busy) as c:
+                proc.wait_until(lambda: c.call(1, systems.request_for("vecadd")[0], timeout=0.2), f"{system} server")
                 for svc in a.services:
+                    if system.startswith("c-min") and svc not in MIN_SERVICES:
+                        add(Result(system, svc, None, status=f"unavailable: serves {', '.join(MIN_SERVICES)} only"))
+                        continue
                     for conc in a.concurrency:
                         add(systems.splitrpc_run(c, system, svc, conc, _calls(system, svc, a.calls)))
         except ServerDied as e:
@@ -143,10 +146,21 @@ def _targets(rows: list[dict]) -> list[dict]:
     grpc = _row(rows, "grpc-sync", "vecadd") or _row(rows, "grpc-asyncio", "vecadd")
     sp16, raw16 = _row(rows, "splitrpc-poll", "vecadd", 16), _row(rows, "raw-udp-busy", "vecadd", 16)
     hp, hraw = _row(rows, "splitrpc-poll", "head"), _row(rows, "raw-udp-busy", "head")
+    cmin, cmin16, hmin = (_row(rows, "c-min-busy", "vecadd"), _row(rows, "c-min-busy", "vecadd", 16),
+                          _row(rows, "c-min-busy", "head"))
     t = [("vecadd p50 / busy-poll raw-UDP p50", ratio(sp, raw), "<=", 2.0),
          ("grpcio vecadd p50 / splitrpc vecadd p50", ratio(grpc, sp), ">=", 30.0),
          ("splitrpc / raw-UDP vecadd throughput at concurrency 16", ratio(sp16, raw16, "throughput_rps"), ">=", 0.5),
-         ("head p50 / busy-poll raw-UDP p50 (same bytes)", ratio(hp, hraw), "<=", 1.5)]
+         ("head p50 / busy-poll raw-UDP p50 (same bytes)", ratio(hp, hraw), "<=", 1.5),
+         # issue 34's bars: splitrpc ahead of the minimal C server of the protocol, tails near the wire
+         ("splitrpc / minimal C server vecadd throughput at concurrency 16", ratio(sp16, cmin16, "throughput_rps"),
+          ">=", 1.2),
+         ("splitrpc / raw-UDP vecadd throughput at concurrency 16 (issue 34)", ratio(sp16, raw16, "throughput_rps"),
+          ">=", 1.0),
+         ("vecadd p50 / busy-poll raw-UDP p50 (issue 34)", ratio(sp, raw), "<=", 1.2),
+         ("vecadd p99 / busy-poll raw-UDP p99", ratio(sp, raw, "p99_us"), "<=", 1.5),
+         ("vecadd p50 / minimal C server p50", ratio(sp, cmin), "<=", 1.0),
+         ("head p50 / minimal C server p50 (the client's segment size)", ratio(hp, hmin), "<=", 1.1)]
     return [{"target": name, "value": v, "op": op, "bound": b,
              "met": None if v is None else (v <= b if op == "<=" else v >= b)} for name, v, op, b in t]
 
@@ -200,12 +214,15 @@ def _markdown(doc: dict, rows: list[dict], local: dict) -> str:
              "- RPC tax = p50 end to end minus the p50 of the callback run in-process (splitrpc-local); raw-udp "
              "runs no callback",
              "- splitrpc-poll: server busy-polls, client spins (`--wait poll`, `busy_poll=True`); splitrpc-block: both "
-             "sleep in the kernel. raw-udp-*: a C UDP ping-pong of the same bytes with no header and no work.", "",
+             "sleep in the kernel. raw-udp-*: a C UDP ping-pong of the same bytes with no header and no work. "
+             "c-min-*: the minimal C server of the protocol (one thread, recvmmsg/sendmmsg, each call answered "
+             "alone, the service computed in C; busy: spins, block: sleeps in poll) called by the same native client "
+             "as splitrpc: the protocol's own cost.", "",
              "| service | system | conc | p50 µs | p99 µs | calls/s | RPC tax µs | errors | status |",
              "|---|---|---:|---:|---:|---:|---:|---:|---|"]
     for r in sorted(rows, key=lambda r: (SERVICES.index(r["service"]) if r["service"] in SERVICES else 9,
                                          r["concurrency"] or 0, SYSTEMS.index(r["system"]) if r["system"] in SYSTEMS else 99)):
-        runs_callback = not r["system"].startswith("raw-udp") and r["system"] != "splitrpc-local"
+        runs_callback = r["system"].startswith("splitrpc") and r["system"] != "splitrpc-local"  # a Python callback
         tax = (r["p50_us"] - local[r["service"]]) if r["p50_us"] is not None and r["service"] in local \
             and runs_callback else None
         lines.append(f"| {r['service']} | {r['system']} | {r['concurrency'] or '-'} | {f(r['p50_us'])} | "
