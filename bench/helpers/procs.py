@@ -2,7 +2,6 @@
 until ready, always stop; plus the raw-UDP limit server (`python -m splitrpc.bench.helpers.procs raw`)."""
 from __future__ import annotations
 
-import os
 import select
 import signal
 import socket
@@ -89,12 +88,28 @@ def start_raw(busy: bool, req: int, resp: int) -> tuple[Proc, int]:
                  str(resp)]), port
 
 
+def _serve_until_sigterm(serve) -> int:
+    """Runs serve(stop) on a thread until SIGTERM sets stop: a Python signal handler runs only
+    between bytecodes of the main thread, never while a native server loop holds it; 1 when
+    the server failed."""
+    import threading
+
+    from splitrpc import raw_udp
+
+    stop, rc = raw_udp.StopFlag(), []
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    th = threading.Thread(target=lambda: rc.append(serve(stop)), daemon=True)
+    th.start()
+    while th.is_alive():
+        th.join(0.1)
+    return 1 if rc != [0] else 0
+
+
 def raw_server_main(port: int, busy: int, req: int, resp: int) -> int:
     """The raw UDP server until SIGTERM (runs in the child process)."""
     from splitrpc import raw_udp
 
-    signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
-    return 1 if raw_udp.echo_serve("127.0.0.1", port, bool(busy), req, resp) else 0
+    return _serve_until_sigterm(lambda stop: raw_udp.echo_serve("127.0.0.1", port, bool(busy), req, resp, stop))
 
 
 def start_min(busy: bool) -> tuple[Proc, int]:
@@ -107,8 +122,7 @@ def min_server_main(port: int, busy: int) -> int:
     """The minimal protocol server until SIGTERM (runs in the child process)."""
     from splitrpc import raw_udp
 
-    signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
-    return 1 if raw_udp.min_serve("127.0.0.1", port, bool(busy)) else 0
+    return _serve_until_sigterm(lambda stop: raw_udp.min_serve("127.0.0.1", port, bool(busy), stop))
 
 
 if __name__ == "__main__":

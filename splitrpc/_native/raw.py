@@ -6,10 +6,11 @@ import numpy as np
 from splitrpc._native import check, ffi, lib
 
 
-def echo_serve(host: str, port: int, busy: bool, req_size: int, resp_size: int) -> int:
-    """srpc_raw_echo_serve on this thread until the process ends; its code (0, or -errno)."""
-    stop = ffi.new("int *")  # nothing sets it: the server runs until its process is stopped
-    return lib.srpc_raw_echo_serve(host.encode(), port, int(busy), req_size, resp_size, stop)
+def echo_serve(host: str, port: int, busy: bool, req_size: int, resp_size: int, stop: "StopFlag | None" = None) -> int:
+    """srpc_raw_echo_serve on this thread (the GIL released) until stop is set (None: until the
+    process ends); its code (0, or -errno)."""
+    flag = stop._flag if stop is not None else ffi.new("int *")
+    return lib.srpc_raw_echo_serve(host.encode(), port, int(busy), req_size, resp_size, flag)
 
 
 class StopFlag:
