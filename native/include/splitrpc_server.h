@@ -167,7 +167,7 @@ typedef struct srpc_func_config {
                                   calls overflow a busy lane for the next one up, never down */
 } srpc_func_config_t;
 
-#define SRPC_MAX_FUNCS 64      /* queues in a server: a function with aux classes has one each */
+#define SRPC_MAX_FUNCS 2048    /* queues in a server: a function with aux classes has one each */
 
 /* srpc_func_config_t.class_by */
 #define SRPC_CLASS_BY_AUX 0
@@ -205,7 +205,7 @@ typedef struct srpc_sched_view {
     uint64_t deadline_ns;     /* its deadline (0: none) */
 } srpc_sched_view_t;
 typedef int (*srpc_sched_fn)(void *ctx, const srpc_sched_view_t *due, uint32_t n, uint32_t *max_calls);
-/* Installs fn (NULL: none) with ctx before srpc_server_start. Returns 0, or -EBUSY once started. */
+/* Installs fn (NULL: none) with ctx before srpc_server_start. Returns 0, -EBUSY once started, or -ENOMEM. */
 int srpc_server_set_sched_fn(srpc_server_t *srv, srpc_sched_fn fn, void *ctx);
 
 /* Starts the engine thread. */
@@ -373,6 +373,8 @@ typedef struct srpc_server_stats {
     uint64_t queue_delay_sum_ns;
     uint64_t sched_asked;    /* batch decisions put to the caller's policy (srpc_server_set_sched_fn) */
     uint64_t sched_errors;   /* ... that it answered with an invalid choice (the built-in policy decided) */
+    uint64_t sched_looks;    /* queues the batcher looked at to choose batches: work, not time; it grows
+                                with the queues that have calls waiting, never with those registered */
     int rcvbuf, sndbuf;      /* effective socket buffer sizes */
 } srpc_server_stats_t;
 

@@ -592,6 +592,8 @@ def read_stats(srv) -> dict:
         "socket_buffers": {"rcvbuf": st.rcvbuf, "sndbuf": st.sndbuf},
         # batch decisions put to a Python scheduling policy, and those it got wrong or raised on
         "sched": {"asked": st.sched_asked, "errors": st.sched_errors},
+        # queues the batcher looked at to choose batches (work: grows with the queues holding calls)
+        "sched_looks": st.sched_looks,
     }
 
 

@@ -165,13 +165,16 @@ uint32_t srpc_batcher_due_locked(srpc_server_t *srv, uint64_t now, srpc_sched_vi
 {
     SRPC_ASSERT_LOCKED(srv);
     uint32_t n = 0;
-    uint64_t hold = 0;
-    for (uint32_t j = 0; j < srv->nfns; j++) {
+    uint64_t hold = 0, looks = 0;
+    SRPC_BITSET_FOR_FROM(srv->queued_set, srv->nfns, 0, j) { /* the queues with calls: no other can be due */
         srpc_fn_t *fn = srv->fns[j];
         uint32_t late;
+        looks++;
         uint64_t avail = ready_now(srv, fn, now, &late);
-        if (late)
+        if (late) {
+            ST_ADD(srv, sched_looks, looks);
             return 0; /* answered first, whatever a policy says */
+        }
         if (!avail || held(fn, avail, now, &hold))
             continue;
         srpc_sched_view_t *v = &view[n];
@@ -184,6 +187,7 @@ uint32_t srpc_batcher_due_locked(srpc_server_t *srv, uint64_t now, srpc_sched_vi
             v->queued_cost += fn->calls[s % fn->capacity].cost;
         fi[n++] = j;
     }
+    ST_ADD(srv, sched_looks, looks);
     return n;
 }
 
@@ -203,20 +207,26 @@ enum srpc_take srpc_batcher_take_locked(srpc_server_t *srv, srpc_batch_t *b, srp
     const int rr = srv->cfg.sched == SRPC_SCHED_RR;
     srpc_fn_t *best = NULL;
     uint32_t best_fi = 0;
-    uint64_t best_avail = 0, best_rank = 0;
-    for (uint32_t j = 0; j < srv->nfns; j++) {
-        uint32_t fi = (srv->rr + j) % srv->nfns;
+    uint64_t best_avail = 0, best_rank = 0, looks = 0;
+    enum srpc_take got = SRPC_TAKE_NONE;
+    /* The queues with calls, in turn from the round-robin cursor: no other can have a batch. */
+    SRPC_BITSET_FOR_FROM(srv->queued_set, srv->nfns, srv->nfns ? srv->rr % srv->nfns : 0, fi) {
         srpc_fn_t *fn = srv->fns[fi];
         uint32_t late;
+        looks++;
         uint64_t avail = ready_now(srv, fn, now, &late);
         if (avail == 0)
             continue;
-        if (late) /* a batch of the overdue calls alone, answered at once whatever the policy */
-            return take(srv, fn, fi, b, late, late, 0, fn_out, now, 0);
+        if (late) { /* a batch of the overdue calls alone, answered at once whatever the policy */
+            got = take(srv, fn, fi, b, late, late, 0, fn_out, now, 0);
+            goto out;
+        }
         if (held(fn, avail, now, hold_until_ns))
             continue;
-        if (rr) /* the next in turn: no ranking */
-            return take(srv, fn, fi, b, avail, 0, 0, fn_out, now, 0);
+        if (rr) { /* the next in turn: no ranking */
+            got = take(srv, fn, fi, b, avail, 0, 0, fn_out, now, 0);
+            goto out;
+        }
         const uint64_t rank = srpc_sched_rank_locked(srv, fn);
         if (!best || rank < best_rank) {
             best = fn;
@@ -225,5 +235,9 @@ enum srpc_take srpc_batcher_take_locked(srpc_server_t *srv, srpc_batch_t *b, srp
             best_rank = rank;
         }
     }
-    return best ? take(srv, best, best_fi, b, best_avail, 0, best_rank, fn_out, now, 0) : SRPC_TAKE_NONE;
+    if (best)
+        got = take(srv, best, best_fi, b, best_avail, 0, best_rank, fn_out, now, 0);
+out:
+    ST_ADD(srv, sched_looks, looks);
+    return got;
 }

@@ -6,6 +6,13 @@
 
 static srpc_call_t *call_at(const srpc_fn_t *fn, uint64_t seq) { return &fn->calls[seq % fn->capacity]; }
 
+/* srv->queued_set holds fn exactly while it has settled calls not yet taken. After every move of
+ * taken or ready_end. Lock held. */
+static void mark(srpc_server_t *srv, const srpc_fn_t *fn)
+{
+    srpc_bitset_put(srv->queued_set, fn->fi, fn->taken < fn->ready_end);
+}
+
 /* Recycles VOID elements the counters have reached. worker = 1 on the worker thread, which
  * alone may look at the elements it has been handed. Lock held. */
 static void retire_voids(srpc_fn_t *fn, int worker)
@@ -35,6 +42,7 @@ static unsigned settle(srpc_server_t *srv, srpc_fn_t *fn)
             break; /* RESERVED: later calls wait, so batches keep arrival order */
     }
     retire_voids(fn, 0);
+    mark(srv, fn);
     if (ready)
         atomic_fetch_add(&srv->n_ready, ready);
     return ready;
@@ -123,6 +131,7 @@ uint32_t srpc_ring_available_locked(srpc_server_t *srv, srpc_fn_t *fn)
     retire_voids(fn, 1);
     while (fn->taken < fn->ready_end && call_at(fn, fn->taken)->state == CALL_VOID)
         fn->taken++; /* a batch is out: recycled when it completes */
+    mark(srv, fn);
     uint32_t n = 0;
     while (n < fn->max_batch && fn->taken + n < fn->ready_end && call_at(fn, fn->taken + n)->state == CALL_RX_COMPLETE)
         n++;
@@ -136,6 +145,7 @@ void srpc_ring_take_locked(srpc_server_t *srv, srpc_fn_t *fn, uint32_t count)
         for (uint32_t i = 0; i < count; i++)
             fn->refused -= call_at(fn, fn->taken + i)->refused;
     fn->taken += count;
+    mark(srv, fn);
     atomic_fetch_sub(&srv->n_ready, count);
 }
 
@@ -143,6 +153,7 @@ int srpc_ring_oldest_out_locked(srpc_server_t *srv, srpc_fn_t *fn, uint64_t *fir
 {
     SRPC_ASSERT_LOCKED(srv);
     retire_voids(fn, 1);
+    mark(srv, fn);
     *first = fn->done;
     return fn->done < fn->taken;
 }
@@ -155,4 +166,5 @@ void srpc_ring_recycle_locked(srpc_server_t *srv, srpc_fn_t *fn, uint64_t first,
         call_at(fn, first + i)->state = CALL_READY;
     fn->done += n;
     retire_voids(fn, 1);
+    mark(srv, fn);
 }

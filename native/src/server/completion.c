@@ -131,7 +131,8 @@ static int finish_ready_w(srpc_server_t *srv, srpc_fn_t *fn)
         finish_w(srv, fn, first, c0->batch_n, (int)(w & ~SRPC_DONE), c0->batch_msg);
         free(c0->batch_msg);
         c0->batch_msg = NULL;
-        fn->inflight--;
+        if (--fn->inflight == 0)
+            srpc_bitset_del(srv->inflight_set, fn->fi);
         __atomic_store_n(&srv->inflight, srv->inflight - 1, __ATOMIC_RELAXED);
         if (fn->gpu_device >= 0)
             srv->inflight_gpu--;
@@ -145,9 +146,10 @@ int srpc_server_poll(srpc_server_t *srv)
     if (!srv)
         return -EINVAL;
     int finished = 0;
-    for (uint32_t j = 0; srv->inflight && j < srv->nfns; j++)
-        if (srv->fns[j]->inflight)
-            finished += finish_ready_w(srv, srv->fns[j]);
+    if (!srv->inflight)
+        return 0;
+    SRPC_BITSET_FOR_FROM(srv->inflight_set, srv->nfns, 0, j) /* the queues with batches in flight only */
+        finished += finish_ready_w(srv, srv->fns[j]);
     return finished;
 }
 
@@ -168,7 +170,8 @@ srpc_fn_t *srpc_completion_open_fn_w(srpc_server_t *srv, const srpc_batch_t *b)
 uint32_t *srpc_completion_hand_back_w(srpc_server_t *srv, srpc_fn_t *fn, srpc_batch_t *b)
 {
     fn->calls[b->first_seq % fn->capacity].batch_open = 0;
-    fn->inflight++;
+    if (fn->inflight++ == 0)
+        srpc_bitset_add(srv->inflight_set, fn->fi);
     __atomic_store_n(&srv->inflight, srv->inflight + 1, __ATOMIC_RELAXED);
     if (fn->gpu_device >= 0)
         srv->inflight_gpu++;

@@ -11,8 +11,8 @@
  * no lock held; the calls it saw stay queued (only this thread takes them). Worker. */
 static int ask_policy_w(srpc_server_t *srv, uint64_t now, uint32_t *cap)
 {
-    srpc_sched_view_t view[SRPC_MAX_FUNCS];
-    uint32_t fi[SRPC_MAX_FUNCS];
+    srpc_sched_view_t *view = srv->sched_view;
+    uint32_t *fi = srv->sched_fi;
     srpc_srv_lock(srv);
     const uint32_t n = srpc_batcher_due_locked(srv, now, view, fi);
     srpc_srv_unlock(srv);

@@ -156,6 +156,7 @@ int srpc_server_add_function(srpc_server_t *srv, const srpc_func_config_t *fc)
         fn->aux_class = (uint16_t)k;
         fn->n_classes = (uint16_t)(n > 1 ? n : 0);
         fn->first_fi = first;
+        fn->fi = first + k;
         fn->class_by_cost = (uint8_t)by_cost;
         if (by_cost) {
             memcpy(fn->class_bounds, fc->class_bounds, (n - 1) * sizeof(uint32_t));
@@ -188,6 +189,17 @@ int srpc_server_set_sched_fn(srpc_server_t *srv, srpc_sched_fn fn, void *ctx)
         return -EINVAL;
     if (srv->started)
         return -EBUSY;
+    if (fn && !srv->sched_view) { /* what the policy is shown: SRPC_MAX_FUNCS views, off the worker's stack */
+        srv->sched_view = calloc(SRPC_MAX_FUNCS, sizeof(*srv->sched_view));
+        srv->sched_fi = calloc(SRPC_MAX_FUNCS, sizeof(*srv->sched_fi));
+        if (!srv->sched_view || !srv->sched_fi) {
+            free(srv->sched_view);
+            free(srv->sched_fi);
+            srv->sched_view = NULL;
+            srv->sched_fi = NULL;
+            return -ENOMEM;
+        }
+    }
     srv->sched_fn = fn;
     srv->sched_ctx = ctx;
     return 0;
@@ -279,6 +291,8 @@ void srpc_server_destroy(srpc_server_t *srv)
     for (uint32_t i = 0; i < srv->nfns; i++)
         srpc_function_free(srv->fns[i]);
     free(srv->by_id);
+    free(srv->sched_view);
+    free(srv->sched_fi);
     srpc_rx_free(&srv->rx.slots);
     srpc_gpu_rx_free(srv);
     srpc_transport_close(srv->tp);

@@ -7,6 +7,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
+#include "core/bitset.h"
 #include "core/clock.h"
 #include "server/allowlist.h"
 #include "server/calltab.h"
@@ -122,6 +123,7 @@ typedef struct srpc_fn {
     uint16_t aux_class, n_classes;  /* read-only: its class, and how many its function has (0 or
                                        1: none); the classes' records are first_fi, first_fi + 1.. */
     uint32_t first_fi;              /* read-only: srv->fns index of class 0 */
+    uint32_t fi;                    /* read-only: its own srv->fns index */
     uint8_t class_by_cost;          /* read-only: its classes are by admission cost, not by aux
                                        (engine.c picks the class once the request is complete) */
     uint32_t class_bounds[SRPC_MAX_CLASS_BOUNDS]; /* read-only: class_by_cost's n_classes - 1 bounds */
@@ -216,6 +218,11 @@ struct srpc_server {
     calltab_t ct;                    /* lock */
     srpc_fn_t *fns[SRPC_MAX_FUNCS];  /* read-only once started */
     uint32_t nfns;
+    /* fns indices of the queues with calls settled and not yet taken (taken < ready_end), and of
+     * those with batches in flight (inflight > 0): what the batcher and the poll of batches in
+     * flight walk, so that their work grows with the busy queues, never with those registered. */
+    uint64_t queued_set[SRPC_BITSET_WORDS(SRPC_MAX_FUNCS)];   /* lock (callring.c) */
+    uint64_t inflight_set[SRPC_BITSET_WORDS(SRPC_MAX_FUNCS)]; /* worker (completion.c) */
     srpc_fn_t **by_id;               /* 65536 entries, read-only once started */
     uint64_t reasm_bytes;            /* lock: bytes of partial messages (partial.c) */
     srcmem_t srcmem;                 /* lock: the same by client address */
@@ -227,6 +234,8 @@ struct srpc_server {
     uint64_t vclock;                 /* lock: fair share: the rank of the batch taken last */
     srpc_sched_fn sched_fn;          /* read-only once started: the caller's policy, or NULL */
     void *sched_ctx;
+    srpc_sched_view_t *sched_view;   /* worker: SRPC_MAX_FUNCS views shown to sched_fn (with it) */
+    uint32_t *sched_fi;              /* worker: and each one's srv->fns index */
     srpc_fn_t *last_fn;              /* worker: the function of the batch handed out last */
     uint32_t inflight;               /* worker (read by stats): sum of the functions' inflight */
     uint32_t inflight_gpu;           /* worker: those of GPU functions, whose done words nobody
