@@ -73,8 +73,15 @@ def run_load(client: Client, func_id: int, request, *, expect=None, concurrency:
     count as INVALID); or a request set: `request` a list of bytes-likes, `expect` None or a
     list of as many expected replies, and call i sends request[index[i]] (`index`: one integer
     per call, < len(request); None: i % len(request)). Records.req_index says which request
-    each call sent. Ctrl-C or `stop` end the run early; the calls made so far are kept and
-    `interrupted` is set."""
+    each call sent. With a request set, `func_id` may also be a sequence of function ids, one per
+    request: call i then calls func_id[index[i]] (one run spread over many functions). Ctrl-C
+    or `stop` end the run early; the calls made so far are kept and `interrupted` is set."""
+    funcs = None
+    if isinstance(func_id, (list, tuple, np.ndarray)):
+        if not _is_set(request) or len(func_id) != len(request):
+            raise ValueError("a sequence of function ids needs a request set with one request per id")
+        funcs = np.asarray(func_id)
+        func_id = int(funcs[0]) if len(funcs) else 0
     if concurrency > 0:
         if not n or n <= 0:
             raise ValueError("a closed-loop run needs n > 0 calls")
@@ -124,7 +131,7 @@ def run_load(client: Client, func_id: int, request, *, expect=None, concurrency:
         request_bytes = len(req)
     run = _loadgen.LoadRun(client._cl, func_id, req, exp, concurrency=concurrency, sched=sched, n=n,
                            max_outstanding=max_outstanding, timeout_us=max(1, int(timeout_s * 1e6)), spin=spin,
-                           reqs=reqs, expects=exps, index=c_index)
+                           reqs=reqs, expects=exps, index=c_index, funcs=funcs)
     rec, order = run.rec, run.order
     th = threading.Thread(target=run.run, name="splitrpc-load", daemon=True)
     interrupted = False

@@ -268,6 +268,23 @@ def test_request_set_replies_checked_per_request(builtin_server):
         assert np.all(r.rec["code"] == OK) and r.meta["request_set"]["checks_replies"] is False
 
 
+def test_request_set_spread_over_functions(builtin_server):
+    """One run calling a function per request: vecadd and echo answer their own requests, and
+    each function's count on the server is its requests' share of the calls."""
+    vec = SERVICES["vecadd"]
+    x = vec.example(np.random.default_rng(1))
+    reqs, expects, funcs = [x, b"hello"], [vec.expected(x), b"hello"], [vec.func_id, ECHO]
+    idx = np.array([i % 5 == 0 for i in range(400)], dtype=np.uint32)  # 80 echo, 320 vecadd
+    before = builtin_server.stats()["functions"]
+    with Client("127.0.0.1", builtin_server.port, timeout=2.0) as c:
+        r = run_load(c, funcs, reqs, expect=expects, concurrency=8, n=400, index=idx)
+        assert np.all(r.rec["code"] == OK), np.unique(r.rec["code"], return_counts=True)
+        with pytest.raises(ValueError, match="one request per id"):
+            run_load(c, funcs, reqs[:1], concurrency=1, n=4)
+    after = builtin_server.stats()["functions"]
+    assert after["vecadd"] - before["vecadd"] >= 320 and after["echo"] - before["echo"] >= 80
+
+
 def test_single_request_records_index_zero(builtin_server):
     with Client("127.0.0.1", builtin_server.port, timeout=2.0) as c:
         r = run_load(c, ECHO, b"abc", expect=b"abc", concurrency=2, n=20)

@@ -236,6 +236,9 @@ typedef struct srpc_load_params {
                                   expect_off (n_reqs + 1 offsets, as req_off); both NULL: replies
                                   are not checked. A reply that differs is SRPC_E_INVALID */
     const uint64_t *expect_off;
+    /* With a request set: the function each request calls (n_reqs entries), so that one run
+     * spreads its calls over many functions; NULL: every call calls func_id. */
+    const uint16_t *req_func;
 } srpc_load_params_t;
 
 /* Shared with a watcher thread while a run is in progress. The runner appends the index of

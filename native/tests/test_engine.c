@@ -1678,6 +1678,14 @@ static void test_load_set(sctx_t *s)
     for (uint32_t i = 0; i < 30; i++)
         ok += rec[i].code == 0 && rec[i].reply_len == lens[i % 3];
     CHECK(ok == 30, "set: without expects, %u of 30 ok", ok);
+    const uint16_t funcs[3] = {F_ECHO, 4321, F_ECHO}; /* request 1 calls a function nobody serves */
+    p.req_func = funcs;
+    CHECK(srpc_load_run(c, &p, rec, order, &prog, &start) == 0, "set: run over functions");
+    ok = 0;
+    for (uint32_t i = 0; i < 30; i++)
+        ok += i % 3 == 1 ? rec[i].code == SRPC_E_UNKNOWN_FUNCTION : rec[i].code == 0 && rec[i].reply_len == lens[i % 3];
+    CHECK(ok == 30, "set: each call to its request's function, %u of 30", ok);
+    p.req_func = NULL;
 
     /* Malformed parameters: -EINVAL each, before anything is sent. */
     const srpc_load_params_t good = {.func_id = F_ECHO, .concurrency = 2, .n = 6, .timeout_us = TMO_US, .n_reqs = 3,
@@ -1689,7 +1697,8 @@ static void test_load_set(sctx_t *s)
     const char *what[] = {"req and a set", "expect and a set", "a set's arrays without n_reqs", "req_off NULL",
                           "req_off[0] != 0", "req_off decreasing", "a request of 2^32 B", "reqs NULL, requests not empty",
                           "an index >= n_reqs", "expects without expect_off", "expect_off without expects",
-                          "expect_off decreasing", "expect_off[0] != 0", "expects' end past 2^32 per reply"};
+                          "expect_off decreasing", "expect_off[0] != 0", "expects' end past 2^32 per reply",
+                          "req_func without a set"};
     enum { NBAD = sizeof(what) / sizeof(what[0]) };
     for (int b = 0; b < NBAD; b++) {
         srpc_load_params_t q = good;
@@ -1707,7 +1716,9 @@ static void test_load_set(sctx_t *s)
         case 10: q.expects = NULL; break;
         case 11: q.expect_off = back; break;
         case 12: q.expect_off = zero_first; break;
-        default: q.expect_off = huge; break;
+        case 13: q.expect_off = huge; break;
+        default: q.n_reqs = 0; q.reqs = NULL; q.req_off = NULL; q.req_index = NULL; q.expects = NULL;
+            q.expect_off = NULL; q.req = reqs; q.req_len = 1; q.req_func = funcs; break;
         }
         CHECK(srpc_load_run(c, &q, rec, order, &prog, &start) == -EINVAL, "set: malformed (%s) rejected", what[b]);
     }

@@ -69,19 +69,21 @@ class LoadRun:
     Every call sends `req` (checked against `expect` unless None), or, with `reqs` (a list of
     bytes-likes; req must then be None), a request set: call i sends reqs[index[i]] (index:
     n uint32 values < len(reqs); None: i % len(reqs)) and its reply is checked against
-    expects[index[i]] (expects: None, or one bytes-like per request; expect must be None)."""
+    expects[index[i]] (expects: None, or one bytes-like per request; expect must be None), and
+    calls funcs[index[i]] (funcs: None, every call calls func_id; or one function id per request)."""
 
     def __init__(self, cl, func_id: int, req: memoryview | None, expect: memoryview | None, *, concurrency: int,
                  sched: np.ndarray | None, n: int, max_outstanding: int, timeout_us: int, spin: bool,
-                 reqs: list | None = None, expects: list | None = None, index: np.ndarray | None = None):
+                 reqs: list | None = None, expects: list | None = None, index: np.ndarray | None = None,
+                 funcs: np.ndarray | None = None):
         self.rec = np.zeros(n, dtype=REC_DTYPE)
         self.order = np.zeros(n, dtype=np.uint32)
         p = ffi.new("srpc_load_params_t *")
         p.func_id = func_id
         keep: list = [req, expect, sched]  # what p points at lives as long as this run
         if reqs is None:
-            if req is None or expects is not None or index is not None:
-                raise ValueError("give one request (req), or a request set (reqs, expects, index)")
+            if req is None or expects is not None or index is not None or funcs is not None:
+                raise ValueError("give one request (req), or a request set (reqs, expects, index, funcs)")
             p.req = ffi.from_buffer(req)
             p.req_len = len(req)
             if expect is not None:
@@ -114,6 +116,14 @@ class LoadRun:
                     raise ValueError(f"index holds {int(index.max())}, past the set's {len(reqs)} requests")
                 p.req_index = ffi.cast("uint32_t *", index.ctypes.data)
                 keep.append(index)
+            if funcs is not None:
+                f = np.ascontiguousarray(funcs)
+                if f.ndim != 1 or len(f) != len(reqs) or f.dtype.kind not in "iu" or \
+                        (len(f) and (int(f.min()) < 0 or int(f.max()) > 0xFFFF)):
+                    raise ValueError(f"funcs needs one function id (0..65535) per request ({len(reqs)})")
+                f = f.astype(np.uint16)
+                p.req_func = ffi.cast("uint16_t *", f.ctypes.data)
+                keep.append(f)
         p.concurrency = concurrency
         if sched is not None:
             p.sched_ns = _u64p(sched)

@@ -98,6 +98,7 @@ static void send_next(run_t *R, uint32_t n, uint64_t now)
     for (uint32_t g = 0, m; g < n; g += m) {
         const void *data = p->req;
         uint32_t len = p->req_len;
+        uint16_t func_id = p->func_id;
         m = n - g;
         if (p->n_reqs) {
             const uint32_t k = req_of(p, first + g);
@@ -105,6 +106,8 @@ static void send_next(run_t *R, uint32_t n, uint64_t now)
                 ;
             data = p->reqs ? p->reqs + p->req_off[k] : NULL;
             len = (uint32_t)(p->req_off[k + 1] - p->req_off[k]);
+            if (p->req_func)
+                func_id = p->req_func[k];
         }
         const uint64_t t = g ? rel_now(R) : now;
         for (uint32_t i = g; i < g + m; i++) {
@@ -112,7 +115,7 @@ static void send_next(run_t *R, uint32_t n, uint64_t now)
             r->sched_ns = p->concurrency ? t : p->sched_ns[first + i];
             r->sent_ns = t;
         }
-        int sent = srpc_client_send_many_cq(R->cl, R->cq, p->func_id, data, len, m, ids + g, rcs + g);
+        int sent = srpc_client_send_many_cq(R->cl, R->cq, func_id, data, len, m, ids + g, rcs + g);
         for (uint32_t i = g; sent < 0 && i < g + m; i++)
             rcs[i] = sent;
     }
@@ -218,7 +221,7 @@ static int check_offsets(const uint8_t *buf, const uint64_t *off, uint32_t n)
 static int check_set(const srpc_load_params_t *p)
 {
     if (p->n_reqs == 0)
-        return p->reqs || p->req_off || p->req_index || p->expects || p->expect_off ? -EINVAL : 0;
+        return p->reqs || p->req_off || p->req_index || p->expects || p->expect_off || p->req_func ? -EINVAL : 0;
     if (p->req || p->req_len || p->expect || p->expect_len || !p->expects != !p->expect_off)
         return -EINVAL;
     if (check_offsets(p->reqs, p->req_off, p->n_reqs) != 0 ||
