@@ -35,8 +35,8 @@ class Proc:
             err = self.p.stderr.read()[-3000:] if self.p.stderr else ""
             raise ServerDied(f"{' '.join(self.args[:4])} exited with {self.p.returncode}: {err.strip()}")
 
-    def wait_line(self, word: str, timeout: float) -> None:
-        """Waits for a stdout line containing `word` (peers print READY)."""
+    def wait_line(self, word: str, timeout: float) -> str:
+        """Waits for a stdout line containing `word` (peers print READY) and returns it."""
         end = time.monotonic() + timeout
         while time.monotonic() < end:
             self.check_alive()
@@ -44,7 +44,7 @@ class Proc:
             if r:
                 line = self.p.stdout.readline()
                 if word in line:
-                    return
+                    return line
         self.stop()
         raise ServerDied(f"{' '.join(self.args[:4])} not ready after {timeout:.0f} s")
 
