@@ -1,10 +1,10 @@
-"""test_bench_one_offs.py: the one-off suites (lossy_client, noisy_neighbour, priority_classes, pool_overhead, ab_builds, scale_functions) end through run_suite: bad arguments exit 2 with nothing written, --report rewrites the Markdown from a run's JSON, and lossy_client's verdict."""
+"""test_bench_one_offs.py: the one-off suites (lossy_client, noisy_neighbour, priority_classes, pool_overhead, ab_builds, scale) end through run_suite: bad arguments exit 2 with nothing written, --report rewrites the Markdown from a run's JSON, and lossy_client's verdict."""
 import json
 
 import pytest
 
 from splitrpc.bench.suites import (ab_builds, lossy_client, noisy_neighbour, pool_overhead, priority_classes,
-                                   scale_functions)
+                                   scale)
 
 
 @pytest.mark.parametrize("main, argv, who", [
@@ -15,12 +15,13 @@ from splitrpc.bench.suites import (ab_builds, lossy_client, noisy_neighbour, poo
     (ab_builds.main, ["--a", "x"], "ab_builds"),
     (ab_builds.main, ["--a", "x", "--b", "y=splitrpc"], "ab_builds"),
     (lossy_client.main, ["--calls", "0"], "lossy_client"),
-    (scale_functions.main, ["--functions", "4,8"], "scale_functions"),
-    (scale_functions.main, ["--functions", "1,x"], "scale_functions"),
+    (scale.main, ["--functions", "4,8"], "scale"),
+    (scale.main, ["--functions", "1,x"], "scale"),
+    (scale.main, ["--clients", "0"], "scale"),
 ])
 def test_bad_arguments_exit_2_and_write_nothing(tmp_path, capsys, main, argv, who):
     out = tmp_path / "r"
-    if main in (pool_overhead.main, scale_functions.main):
+    if main in (pool_overhead.main, scale.main):
         argv = [*argv, "--out", str(tmp_path / "r.md")]
     else:
         argv = [*argv, "--out", str(out)]
@@ -90,13 +91,16 @@ def test_lossy_client_small_run_and_its_verdict(tmp_path, capsys):
     assert lossy_client.verdict({**doc, "wrong": 1}) == "1 wrong and 0 failed of 128 calls"
 
 
-def test_scale_functions_small_run(tmp_path, capsys):
-    """Every cell measured with no error, the ratios against one function, memory per function stated."""
+def test_scale_small_run(tmp_path, capsys):
+    """Every cell measured with no error, the ratios against each axis's base, memory per function stated."""
     out = tmp_path / "f.md"
-    assert scale_functions.main(["--functions", "1,3", "--rounds", "2", "--calls", "300", "--out", str(out)]) == 0
+    assert scale.main(["--functions", "1,3", "--clients", "2,40", "--rounds", "2", "--calls", "300",
+                       "--out", str(out)]) == 0
     doc = json.loads((tmp_path / "f.json").read_text())
-    rows = {r["functions"]: r for r in doc["table"]}
-    assert set(rows) == {"1", "3", "3 (one busy)"}
+    rows = {r["cell"]: r for r in doc["table"]}
+    assert set(rows) == {"1 functions", "3 functions", "3 functions (one busy)", "2 clients", "40 clients"}
     assert all(r["errors"] == 0 and r["calls/s"] > 0 and r["p99 us"] >= r["p50 us"] > 0 for r in rows.values())
-    assert rows["1"]["calls/s ratio"]["ratio"] == 1.0 and rows["3"]["calls/s ratio"]["lo"] is not None
+    assert rows["1 functions"]["calls/s ratio"]["ratio"] == 1.0 and rows["2 clients"]["calls/s ratio"]["ratio"] == 1.0
+    assert rows["3 functions"]["calls/s ratio"]["lo"] is not None
+    assert rows["40 clients"]["p99 us ratio"]["lo"] is not None
     assert doc["kib_per_function"] is not None and "Memory per function" in out.read_text()

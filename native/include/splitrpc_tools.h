@@ -1,4 +1,4 @@
-/* splitrpc_tools.h: test and benchmark tools of the C API: the raw-UDP baseline (the kernel path's limit), the minimal protocol server (the protocol's own limit) and the fault injection of testing builds. */
+/* splitrpc_tools.h: test and benchmark tools of the C API: the raw-UDP baseline (the kernel path's limit), the minimal protocol server (the protocol's own limit), a closed-loop client over many sockets (cost as clients grow) and the fault injection of testing builds. */
 #ifndef SPLITRPC_TOOLS_H
 #define SPLITRPC_TOOLS_H
 
@@ -45,6 +45,19 @@ int srpc_raw_closed_loop(const char *host, uint16_t port, uint32_t req_size, uin
  * 10 ms). Returns 0, or -EINVAL (NULL stop), -ENOMEM, or the socket's -errno. */
 #define SRPC_MIN_MAX_MSG 1048576u /* 1 MiB, as server/builtin.py ECHO_MAX */
 int srpc_min_serve(const char *host, uint16_t port, int busy, volatile int *stop);
+
+/* A closed loop of the protocol over many client addresses: `concurrency` calls of func_id
+ * outstanding, each request (req_len <= SRPC_MAX_SEG_DATA bytes: one datagram, version 2) sent
+ * from the next of nsock UDP sockets in turn (each bound to its own port: a distinct client to the
+ * server; the soft limit of open files is raised to fit them where the hard one allows), one
+ * thread busy-polling epoll. After `warmup` calls, n are recorded: lat_ns[i] their latency (0
+ * when it failed), *errors those answered wrong (an ERROR, or a reply other than expect when
+ * expect is not NULL) or unanswered within 1 s (then replaced by a new call), *elapsed_ns (may
+ * be NULL) their wall time. Returns 0, -EINVAL, -ENOMEM, or a socket's -errno (-EMFILE: nsock
+ * beyond the open files allowed). */
+int srpc_multi_closed_loop(const char *host, uint16_t port, uint32_t nsock, uint16_t func_id, const void *req,
+                           uint32_t req_len, const void *expect, uint32_t expect_len, uint32_t concurrency,
+                           uint32_t warmup, uint32_t n, uint64_t *lat_ns, uint64_t *elapsed_ns, uint64_t *errors);
 
 /* ------------------------------------------------------------------ fault injection (testing builds) */
 

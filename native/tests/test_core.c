@@ -1344,6 +1344,24 @@ static void test_min_server_mode(int busy)
         rc = srpc_client_call(c, 1, x, sizeof(x), y, sizeof(y), &n, &code, 5000000);
     CHECK(rc == 0 && code == 0 && y[3] == x[3] + 1.0f, "served after the hostile datagrams: %d %d", rc, code);
     srpc_client_destroy(c);
+    if (busy) { /* the many-socket client against it: right replies, and ERRORs counted */
+        static uint64_t lat[500];
+        uint64_t el = 0, errs = 99;
+        rc = srpc_multi_closed_loop("127.0.0.1", a.port, 64, 1, x, sizeof(x), y, sizeof(y), 8, 50, 500, lat, &el,
+                                    &errs);
+        CHECK(rc == 0 && errs == 0 && all_positive(lat, 500) && el > 0, "64 sockets, 8 outstanding: %d errors %llu",
+              rc, (unsigned long long)errs);
+        static float wrong[256];
+        rc = srpc_multi_closed_loop("127.0.0.1", a.port, 3, 1, x, sizeof(x), wrong, sizeof(wrong), 2, 0, 20, lat,
+                                    NULL, &errs);
+        CHECK(rc == 0 && errs == 20, "replies unlike expect counted: %d %llu", rc, (unsigned long long)errs);
+        rc = srpc_multi_closed_loop("127.0.0.1", a.port, 2, 77, x, 4, NULL, 0, 1, 0, 10, lat, NULL, &errs);
+        CHECK(rc == 0 && errs == 10, "ERROR replies counted: %d %llu", rc, (unsigned long long)errs);
+        CHECK(srpc_multi_closed_loop("127.0.0.1", a.port, 0, 1, x, 4, NULL, 0, 1, 0, 1, lat, NULL, &errs) == -EINVAL,
+              "no sockets");
+        CHECK(srpc_multi_closed_loop("127.0.0.1", a.port, 1, 1, x, 65486, NULL, 0, 1, 0, 1, lat, NULL, &errs) ==
+                  -EINVAL, "a request over one datagram");
+    }
     __atomic_store_n(&a.stop, 1, __ATOMIC_RELAXED);
     pthread_join(th, NULL);
     CHECK(a.rc == 0, "min server returned %d", a.rc);

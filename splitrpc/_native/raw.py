@@ -30,6 +30,21 @@ def min_serve(host: str, port: int, busy: bool, stop: StopFlag | None = None) ->
     return lib.srpc_min_serve(host.encode(), port, int(busy), flag)
 
 
+def multi_closed_loop(host: str, port: int, sockets: int, func_id: int, request: bytes, expect: bytes | None,
+                      concurrency: int, warmup: int, n: int) -> tuple[np.ndarray, int, int]:
+    """srpc_multi_closed_loop: `concurrency` calls of func_id outstanding, each sent from the next of
+    `sockets` client sockets in turn: (latency of each of the n recorded calls in ns, 0 where it
+    failed; their wall time in ns; the count that failed); raises NativeError."""
+    lat = np.zeros(n, np.uint64)
+    elapsed, errors = ffi.new("uint64_t *"), ffi.new("uint64_t *")
+    exp = ffi.from_buffer(expect) if expect is not None else ffi.NULL
+    check(lib.srpc_multi_closed_loop(host.encode(), port, sockets, func_id, ffi.from_buffer(request), len(request),
+                                     exp, len(expect or b""), concurrency, warmup, n,
+                                     ffi.cast("uint64_t *", lat.ctypes.data), elapsed, errors),
+          "srpc_multi_closed_loop")
+    return lat, int(elapsed[0]), int(errors[0])
+
+
 def pingpong(host: str, port: int, req_size: int, resp_size: int, busy: bool, warmup: int, n: int) -> np.ndarray:
     """srpc_raw_pingpong: the latency of each of n calls (ns); raises NativeError."""
     lat = np.zeros(max(n, 1), np.uint64)
