@@ -375,6 +375,8 @@ typedef struct srpc_server_stats {
     uint64_t sched_errors;   /* ... that it answered with an invalid choice (the built-in policy decided) */
     uint64_t sched_looks;    /* queues the batcher looked at to choose batches: work, not time; it grows
                                 with the queues that have calls waiting, never with those registered */
+    uint64_t tx_coalesced;   /* datagrams sent in runs to one client that the kernel cut (UDP segmentation
+                                offload: one pass down the stack for a batch's replies); 0 without it */
     int rcvbuf, sndbuf;      /* effective socket buffer sizes */
 } srpc_server_stats_t;
 

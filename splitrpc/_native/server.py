@@ -594,6 +594,8 @@ def read_stats(srv) -> dict:
         "sched": {"asked": st.sched_asked, "errors": st.sched_errors},
         # queues the batcher looked at to choose batches (work: grows with the queues holding calls)
         "sched_looks": st.sched_looks,
+        # replies sent in runs to one client that the kernel cut (UDP segmentation offload)
+        "tx_coalesced": st.tx_coalesced,
     }
 
 

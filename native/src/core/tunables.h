@@ -126,4 +126,14 @@
  * sleeping thread costs ~50 us on the 2-vCPU VMs we measure on. */
 #define SRPC_LOAD_WAKE_EARLY_NS 60000ull
 
+/* UDP segmentation offload on the kernel transport's sends (udp.c): datagrams of one send to
+ * the same destination and of the same length (the last of a run may be shorter) go to the
+ * kernel as one buffer cut by it (UDP_SEGMENT), where it takes them: up to SRPC_GSO_MAX_SEGS
+ * datagrams and SRPC_GSO_MAX_BYTES bytes per buffer. The environment variable named by
+ * SRPC_ENV_UDP_GSO set to "0" turns it off for the sockets opened after (for A/B runs and for a
+ * path that mishandles it); a send the kernel refuses turns it off for that socket. */
+#define SRPC_GSO_MAX_SEGS 64
+#define SRPC_GSO_MAX_BYTES 65507
+#define SRPC_ENV_UDP_GSO "SPLITRPC_UDP_GSO"
+
 #endif

@@ -349,6 +349,7 @@ int srpc_server_stats(const srpc_server_t *srv, srpc_server_stats_t *out)
     }
     out->rcvbuf = s->st.rcvbuf;
     out->sndbuf = s->st.sndbuf;
+    out->tx_coalesced = s->tp->tx_coalesced ? __atomic_load_n(s->tp->tx_coalesced, __ATOMIC_RELAXED) : 0;
     out->partial_msgs = s->ct.count[CT_LIST_PARTIAL]; /* kept as entries move: a scrape is O(1) */
     out->reasm_bytes = s->reasm_bytes;
     out->inflight = __atomic_load_n(&srv->inflight, __ATOMIC_RELAXED);

@@ -95,6 +95,8 @@ struct srpc_transport {
                              makes that device's context current around it (srpc_gpu_enter) */
     int peer_loopback;    /* a client's transport: its server is on this machine (127/8, ::1) */
     int rcvbuf, sndbuf;   /* effective socket buffer sizes (0: none) */
+    const uint64_t *tx_coalesced; /* datagrams sent in runs the kernel cut (UDP segmentation offload),
+                                     read with a relaxed atomic load; NULL: a transport without it */
 };
 
 /* How to open a transport. A server binds host:port; a client connects to host:port. */

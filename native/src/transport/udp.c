@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <netinet/udp.h>
 #include <poll.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -11,6 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core/tunables.h"
 #include "core/wire.h"
 #include "tools/faults.h"
 
@@ -22,6 +24,21 @@ static int set_buf(int fd, int force_opt, int opt, int bytes)
     socklen_t l = sizeof(got);
     getsockopt(fd, SOL_SOCKET, opt, &got, &l);
     return got;
+}
+
+#ifndef UDP_SEGMENT
+#define UDP_SEGMENT 103 /* linux/udp.h, kernel 4.18 and later */
+#endif
+
+/* 1 when the kernel takes UDP_SEGMENT on fd and the environment does not turn it off. */
+static int gso_offered(int fd)
+{
+    const char *env = getenv(SRPC_ENV_UDP_GSO);
+    if (env && strcmp(env, "0") == 0)
+        return 0;
+    int v = 0;
+    socklen_t l = sizeof(v);
+    return getsockopt(fd, SOL_UDP, UDP_SEGMENT, &v, &l) == 0;
 }
 
 int srpc_udp_open(srpc_udp_t *u, const char *host, uint16_t port, int bind_mode, int buf_bytes)
@@ -59,6 +76,7 @@ int srpc_udp_open(srpc_udp_t *u, const char *host, uint16_t port, int bind_mode,
         }
         u->fd = fd;
         u->family = ai->ai_family;
+        u->gso = gso_offered(fd);
         rc = 0;
         break;
     }
@@ -250,6 +268,85 @@ typedef struct tx_batch {
     unsigned cnt;
 } tx_batch_t;
 
+static size_t dgram_len(const struct msghdr *h)
+{
+    size_t len = 0;
+    for (size_t k = 0; k < h->msg_iovlen; k++)
+        len += h->msg_iov[k].iov_len;
+    return len;
+}
+
+static int same_dst(const struct msghdr *a, const struct msghdr *b)
+{
+    return a->msg_namelen == b->msg_namelen && (!a->msg_namelen || memcmp(a->msg_name, b->msg_name, a->msg_namelen) == 0);
+}
+
+/* send_all of the batch with runs of datagrams to one destination, of one length L (the last
+ * of a run may be shorter), handed to the kernel as one buffer that it cuts at L (UDP_SEGMENT):
+ * one pass down the stack for the run instead of one per datagram. *done counts datagrams. A
+ * send the kernel refuses for the option turns it off on this socket, and the rest go one by
+ * one. */
+static int send_coalesced(srpc_udp_t *u, tx_batch_t *b, unsigned *done)
+{
+    struct mmsghdr gm[TX_BURST];
+    struct iovec giov[TX_BURST * TX_MAX_IOV];
+    unsigned first[TX_BURST + 1]; /* datagram index that each coalesced message starts at */
+    union {
+        char buf[CMSG_SPACE(sizeof(uint16_t))];
+        struct cmsghdr align;
+    } ctl[TX_BURST];
+    unsigned g = 0, nio = 0;
+    for (unsigned i = 0; i < b->cnt;) {
+        const struct msghdr *h0 = &b->mm[i].msg_hdr;
+        const size_t L = dgram_len(h0);
+        size_t total = 0;
+        unsigned j = i;
+        first[g] = i;
+        gm[g].msg_hdr = (struct msghdr){.msg_name = h0->msg_name, .msg_namelen = h0->msg_namelen,
+                                        .msg_iov = giov + nio};
+        gm[g].msg_len = 0;
+        do { /* datagram j joins the run */
+            const struct msghdr *h = &b->mm[j].msg_hdr;
+            memcpy(giov + nio, h->msg_iov, h->msg_iovlen * sizeof(struct iovec));
+            nio += (unsigned)h->msg_iovlen;
+            gm[g].msg_hdr.msg_iovlen += h->msg_iovlen;
+            total += dgram_len(h);
+            j++;
+            if (dgram_len(h) < L)
+                break; /* a shorter one ends a run */
+        } while (j < b->cnt && j - i < SRPC_GSO_MAX_SEGS && same_dst(h0, &b->mm[j].msg_hdr) &&
+                 dgram_len(&b->mm[j].msg_hdr) <= L && total + dgram_len(&b->mm[j].msg_hdr) <= SRPC_GSO_MAX_BYTES);
+        if (j - i > 1) { /* several: the kernel cuts them at L */
+            gm[g].msg_hdr.msg_control = ctl[g].buf;
+            gm[g].msg_hdr.msg_controllen = sizeof(ctl[g].buf);
+            struct cmsghdr *c = CMSG_FIRSTHDR(&gm[g].msg_hdr);
+            c->cmsg_level = SOL_UDP;
+            c->cmsg_type = UDP_SEGMENT;
+            c->cmsg_len = CMSG_LEN(sizeof(uint16_t));
+            const uint16_t seg = (uint16_t)L;
+            memcpy(CMSG_DATA(c), &seg, sizeof(seg));
+        }
+        g++;
+        i = j;
+    }
+    first[g] = b->cnt;
+    unsigned gdone = 0;
+    int r = send_all(u->fd, gm, g, &gdone);
+    *done = first[gdone];
+    uint64_t coalesced = 0;
+    for (unsigned k = 0; k < gdone; k++)
+        coalesced += first[k + 1] - first[k] > 1 ? first[k + 1] - first[k] : 0;
+    if (coalesced)
+        __atomic_fetch_add(&u->tx_coalesced, coalesced, __ATOMIC_RELAXED);
+    if (r < 0 && (r == -EIO || r == -EINVAL || r == -EOPNOTSUPP) && first[gdone + 1] - first[gdone] > 1) {
+        u->gso = 0; /* the kernel or the route does not take it: one datagram per message from now on */
+        unsigned rest = 0;
+        r = send_all(u->fd, b->mm + *done, b->cnt - *done, &rest);
+        *done += rest;
+    }
+    return r;
+}
+
 /* Sends what the batch holds; each owner's result counts its datagrams taken, or becomes the
  * error of the first one refused. */
 static void tx_flush(srpc_udp_t *u, tx_batch_t *b, srpc_tx_msg_t *msgs)
@@ -261,6 +358,9 @@ static void tx_flush(srpc_udp_t *u, tx_batch_t *b, srpc_tx_msg_t *msgs)
         r = send_faulty(u, b->mm, b->cnt, &done);
     else
 #endif
+    if (u->gso && b->cnt > 1)
+        r = send_coalesced(u, b, &done);
+    else
         r = send_all(u->fd, b->mm, b->cnt, &done);
     for (unsigned i = 0; i < b->cnt; i++) {
         srpc_tx_msg_t *m = &msgs[b->owner[i]];
@@ -609,7 +709,8 @@ int srpc_udp_transport_open(const srpc_transport_spec_t *spec, srpc_transport_t 
         return r;
     }
     ut->t = (srpc_transport_t){.ops = &udp_ops, .wait_fd = ut->u.fd, .max_seg = SRPC_MAX_SEG_DATA,
-                               .payload_device = -1, .rcvbuf = ut->u.rcvbuf, .sndbuf = ut->u.sndbuf};
+                               .payload_device = -1, .rcvbuf = ut->u.rcvbuf, .sndbuf = ut->u.sndbuf,
+                               .tx_coalesced = &ut->u.tx_coalesced};
     if (!spec->bind) {
         struct sockaddr_storage peer;
         socklen_t pl = sizeof(peer);

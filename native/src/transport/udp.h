@@ -14,6 +14,9 @@ typedef struct srpc_udp {
     int fd;
     int family;
     int rcvbuf, sndbuf; /* effective sizes */
+    int gso;            /* 1: sends coalesce datagrams for the kernel to cut (UDP_SEGMENT, tunables.h);
+                           the sending thread turns it off if the kernel refuses one */
+    uint64_t tx_coalesced; /* datagrams sent so (relaxed atomic adds: sends come from any thread) */
     /* Testing builds (SRPC_FAULT_INJECTION): fault injectors of what arrives and of what
      * leaves (tools/faults.h), NULL for none (always NULL in other builds). Set with
      * srpc_udp_set_faults before traffic starts; owned by the socket, freed at close. */
