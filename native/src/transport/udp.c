@@ -278,7 +278,8 @@ static size_t dgram_len(const struct msghdr *h)
 
 static int same_dst(const struct msghdr *a, const struct msghdr *b)
 {
-    return a->msg_namelen == b->msg_namelen && (!a->msg_namelen || memcmp(a->msg_name, b->msg_name, a->msg_namelen) == 0);
+    return a->msg_namelen == b->msg_namelen &&
+           (!a->msg_namelen || memcmp(a->msg_name, b->msg_name, a->msg_namelen) == 0);
 }
 
 /* send_all of the batch with runs of datagrams to one destination, of one length L (the last
