@@ -54,9 +54,10 @@ static int start_call(mc_t *m, mc_slot_t *sl, uint32_t s, uint32_t rec)
     const int fd = m->fd[m->next_sock];
     m->next_sock = (m->next_sock + 1) % m->nsock;
     sl[s] = (mc_slot_t){.req_id = id, .t0 = srpc_now_ns(), .rec = rec};
-    if (send(fd, m->dg, m->dg_len, MSG_DONTWAIT) < 0 && errno != EAGAIN && errno != ENOBUFS)
+    if (send(fd, m->dg, m->dg_len, MSG_DONTWAIT) < 0 && errno != EAGAIN && errno != ENOBUFS &&
+        errno != ECONNREFUSED)
         return -errno;
-    return 0; /* a full buffer loses the call: it times out, as on a network */
+    return 0; /* a full buffer (or an earlier ICMP error) loses the call: it times out, as on a network */
 }
 
 int srpc_multi_closed_loop(const char *host, uint16_t port, uint32_t nsock, uint16_t func_id, const void *req,
@@ -75,6 +76,8 @@ int srpc_multi_closed_loop(const char *host, uint16_t port, uint32_t nsock, uint
     mc_slot_t *sl = calloc(concurrency, sizeof(*sl));
     uint8_t *rx = malloc(MC_RX_BYTES);
     m.fd = malloc(nsock * sizeof(int));
+    for (uint32_t i = 0; m.fd && i < nsock; i++)
+        m.fd[i] = -1;
     m.dg = malloc(m.dg_len);
     int rc = 0;
     if (!sl || !rx || !m.fd || !m.dg) {
@@ -83,8 +86,6 @@ int srpc_multi_closed_loop(const char *host, uint16_t port, uint32_t nsock, uint
     }
     if (req_len)
         memcpy(m.dg + SRPC_HDR_LEN, req, req_len);
-    for (uint32_t i = 0; i < nsock; i++)
-        m.fd[i] = -1;
     if ((m.ep = epoll_create1(EPOLL_CLOEXEC)) < 0) {
         rc = -errno;
         goto out;

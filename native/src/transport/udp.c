@@ -77,6 +77,7 @@ int srpc_udp_open(srpc_udp_t *u, const char *host, uint16_t port, int bind_mode,
         u->fd = fd;
         u->family = ai->ai_family;
         u->gso = gso_offered(fd);
+        u->gso_seg_max = UINT32_MAX;
         rc = 0;
         break;
     }
@@ -219,6 +220,7 @@ int srpc_udp_recv_into(srpc_udp_t *u, uint8_t hdr[SRPC_HDR_LEN], void *dst, uint
 
 #define TX_BURST 64                            /* datagrams per sendmmsg */
 #define TX_MAX_IOV (2 + SRPC_TX_MAX_PIECES)    /* a header, the pieces a segment spans, version 3's data check */
+_Static_assert(SRPC_GSO_MAX_SEGS * TX_MAX_IOV <= 1024, "a coalesced run's iovecs fit one message (UIO_MAXIOV)");
 
 /* Waits up to 50 ms for room in the send buffer. */
 static int wait_writable(int fd)
@@ -297,6 +299,7 @@ static int send_coalesced(srpc_udp_t *u, tx_batch_t *b, unsigned *done)
         struct cmsghdr align;
     } ctl[TX_BURST];
     unsigned g = 0, nio = 0;
+    const size_t seg_max = __atomic_load_n(&u->gso_seg_max, __ATOMIC_RELAXED);
     for (unsigned i = 0; i < b->cnt;) {
         const struct msghdr *h0 = &b->mm[i].msg_hdr;
         const size_t L = dgram_len(h0);
@@ -315,7 +318,7 @@ static int send_coalesced(srpc_udp_t *u, tx_batch_t *b, unsigned *done)
             j++;
             if (dgram_len(h) < L)
                 break; /* a shorter one ends a run */
-        } while (j < b->cnt && j - i < SRPC_GSO_MAX_SEGS && same_dst(h0, &b->mm[j].msg_hdr) &&
+        } while (L <= seg_max && j < b->cnt && j - i < SRPC_GSO_MAX_SEGS && same_dst(h0, &b->mm[j].msg_hdr) &&
                  dgram_len(&b->mm[j].msg_hdr) <= L && total + dgram_len(&b->mm[j].msg_hdr) <= SRPC_GSO_MAX_BYTES);
         if (j - i > 1) { /* several: the kernel cuts them at L */
             gm[g].msg_hdr.msg_control = ctl[g].buf;
@@ -339,8 +342,21 @@ static int send_coalesced(srpc_udp_t *u, tx_batch_t *b, unsigned *done)
         coalesced += first[k + 1] - first[k] > 1 ? first[k + 1] - first[k] : 0;
     if (coalesced)
         __atomic_fetch_add(&u->tx_coalesced, coalesced, __ATOMIC_RELAXED);
-    if (r < 0 && (r == -EIO || r == -EINVAL || r == -EOPNOTSUPP) && first[gdone + 1] - first[gdone] > 1) {
-        u->gso = 0; /* the kernel or the route does not take it: one datagram per message from now on */
+    const int refused = r == -EMSGSIZE || r == -EINVAL || r == -EIO || r == -EOPNOTSUPP;
+    if (refused && first[gdone + 1] - first[gdone] > 1) {
+        /* The kernel refused a run it would have taken one datagram at a time. -EMSGSIZE (-EINVAL
+         * on kernels before 2024's stable updates): L is more than the route's MTU takes whole
+         * (IP fragments a single datagram, never a cut one), so runs of that length go one by
+         * one from now on; -EIO or -EOPNOTSUPP: the device cannot (no checksum offload), so none
+         * are coalesced any more. The rest of the batch goes one datagram per message; a
+         * failure then is the datagrams' own. (A full buffer or an ICMP error changes nothing.) */
+        const unsigned L = (unsigned)dgram_len(&b->mm[*done].msg_hdr);
+        if (r == -EMSGSIZE || r == -EINVAL) {
+            if (L <= __atomic_load_n(&u->gso_seg_max, __ATOMIC_RELAXED))
+                __atomic_store_n(&u->gso_seg_max, L - 1, __ATOMIC_RELAXED);
+        } else {
+            __atomic_store_n(&u->gso, 0, __ATOMIC_RELAXED);
+        }
         unsigned rest = 0;
         r = send_all(u->fd, b->mm + *done, b->cnt - *done, &rest);
         *done += rest;
@@ -359,7 +375,7 @@ static void tx_flush(srpc_udp_t *u, tx_batch_t *b, srpc_tx_msg_t *msgs)
         r = send_faulty(u, b->mm, b->cnt, &done);
     else
 #endif
-    if (u->gso && b->cnt > 1)
+    if (b->cnt > 1 && __atomic_load_n(&u->gso, __ATOMIC_RELAXED))
         r = send_coalesced(u, b, &done);
     else
         r = send_all(u->fd, b->mm, b->cnt, &done);

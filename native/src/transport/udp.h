@@ -15,7 +15,9 @@ typedef struct srpc_udp {
     int family;
     int rcvbuf, sndbuf; /* effective sizes */
     int gso;            /* 1: sends coalesce datagrams for the kernel to cut (UDP_SEGMENT, tunables.h);
-                           the sending thread turns it off if the kernel refuses one */
+                           a sending thread turns it off if the device cannot (relaxed atomics) */
+    uint32_t gso_seg_max; /* the longest datagram coalesced: lowered below one whose run the route
+                             refused as over its MTU (relaxed atomics: sends come from any thread) */
     uint64_t tx_coalesced; /* datagrams sent so (relaxed atomic adds: sends come from any thread) */
     /* Testing builds (SRPC_FAULT_INJECTION): fault injectors of what arrives and of what
      * leaves (tools/faults.h), NULL for none (always NULL in other builds). Set with
