@@ -145,3 +145,69 @@ def test_a_route_with_a_small_mtu_or_no_checksum_offload_still_gets_every_datagr
             server.stop()
     finally:
         ctx.__exit__(None, None, None)
+
+
+RECEIVER = """
+import socket, sys
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.bind(("{ip}", {port}))
+print("READY", flush=True)
+s.settimeout(10)
+lens = [len(s.recv(70000)) for _ in range({n})]
+print("LENS", *lens, flush=True)
+import time
+time.sleep(60)  # until stopped (the test reads the line from a live process)
+"""
+
+SENDER = """
+import splitrpc
+from splitrpc.errors import CallTimeout
+with splitrpc.Client("{ip}", {port}, timeout=0.3, retries=0) as c:
+    try:
+        c.call(3, bytes({size}))
+    except CallTimeout:
+        pass
+print("SENT")
+"""
+
+
+@pytest.mark.parametrize("mtu, seg", [(9000, 8950), (1400, 1350)])
+def test_client_segments_fit_the_route_mtu(mtu, seg):
+    """A client cuts its requests at what the route's MTU carries whole: jumbo frames take 8950-byte
+    segments (not 1450), an MTU of 1400 takes 1350 (not 1450, which IP would fragment)."""
+    import os
+    import subprocess
+    import sys
+    import tempfile
+
+    from splitrpc.bench.helpers import netns
+    from splitrpc.bench.helpers.procs import Proc
+
+    server_ip, port, size = "10.99.8.1", 9556, 40000
+    n = -(-size // seg)
+    try:
+        ctx = netns.veth_pair("10.99.8.2", tag=f"m{os.getpid() % 100000}")
+        pair = ctx.__enter__()
+    except netns.NetnsUnavailable as e:
+        pytest.skip(f"cannot make the veth pair here: {e}")
+    try:
+        for step in (("ip", "-n", pair.a, "addr", "add", f"{server_ip}/24", "dev", pair.a_if),
+                     ("ip", "-n", pair.a, "link", "set", pair.a_if, "mtu", str(mtu)),
+                     ("ip", "-n", pair.b, "link", "set", pair.b_if, "mtu", str(mtu))):
+            r = subprocess.run(step, capture_output=True, text=True)
+            assert r.returncode == 0, r.stderr
+        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP")}
+        recv = Proc(pair.exec_argv(pair.a, [sys.executable, "-c", RECEIVER.format(ip=server_ip, port=port, n=n)]),
+                    env=env)
+        try:
+            recv.wait_line("READY", 30)
+            r = subprocess.run(pair.exec_argv(pair.b, [sys.executable, "-c",
+                                                       SENDER.format(ip=server_ip, port=port, size=size)]),
+                               capture_output=True, text=True, timeout=60, cwd=tempfile.gettempdir(), env=env)
+            assert r.returncode == 0 and "SENT" in r.stdout, r.stderr[-2000:]
+            lens = [int(v) for v in recv.wait_line("LENS", 30).split()[1:]]
+        finally:
+            recv.stop()
+    finally:
+        ctx.__exit__(None, None, None)
+    assert lens[:-1] == [22 + seg] * (n - 1) and lens[-1] == 22 + size - (n - 1) * seg

@@ -137,12 +137,14 @@ int srpc_client_create(const srpc_client_config_t *cfg, srpc_client_t **out)
     }
     if (c->tp->wait_fd < 0)
         c->cfg.busy_poll = 1; /* nothing to sleep on: poll */
-    /* Requests are cut at S = seg_size, else by destination (docs/PROTOCOL.md: 1450 fits an
-     * Ethernet MTU, a loopback peer takes whole 64 KiB datagrams), never above what one
-     * datagram of the transport carries (DPDK: what fits the MTU). */
+    /* Requests are cut at S = seg_size, else by destination: a loopback peer takes whole 64 KiB
+     * datagrams; otherwise what the route's MTU carries unfragmented (1450 on a 1500-byte
+     * Ethernet MTU, 8950 on a 9000-byte jumbo one, 1430 over IPv6), or 1450 where the kernel
+     * does not say; never above what one datagram of the transport carries (DPDK: its MTU). */
     uint32_t seg = cfg->seg_size ? cfg->seg_size
                    : c->tp->max_seg < SRPC_MAX_SEG_DATA ? c->tp->max_seg
-                   : c->tp->peer_loopback ? SRPC_DEF_SEG_SIZE_LOOPBACK : SRPC_DEF_SEG_SIZE;
+                   : c->tp->peer_loopback ? SRPC_DEF_SEG_SIZE_LOOPBACK
+                   : c->tp->path_seg ? c->tp->path_seg : SRPC_DEF_SEG_SIZE;
     c->seg = seg < c->tp->max_seg ? seg : c->tp->max_seg;
     uint64_t start;
     if (getrandom(&start, sizeof(start), 0) != sizeof(start))

@@ -22,6 +22,9 @@
  * whole 64 KiB datagram, and a 588 KiB message costs about 2x more in 8950-byte pieces. */
 #define SRPC_DEF_SEG_SIZE 1450
 #define SRPC_DEF_SEG_SIZE_LOOPBACK 65000
+/* A route whose MTU leaves less segment data than this is taken as unknown (the default
+ * segment size applies; IP fragments it). */
+#define SRPC_MIN_PATH_SEG 512
 
 /* A send that finds the transmit queue full waits this long at most for room before it fails
  * with -EAGAIN: a slow peer is not a lost one (the kernel socket path waits 20 x 50 ms likewise

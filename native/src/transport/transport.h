@@ -94,6 +94,8 @@ struct srpc_transport {
                              memory rx->dev addresses point into: the caller of rx_burst then
                              makes that device's context current around it (srpc_gpu_enter) */
     int peer_loopback;    /* a client's transport: its server is on this machine (127/8, ::1) */
+    uint32_t path_seg;    /* a client's transport: the segment data bytes one datagram carries whole
+                             (unfragmented) on the route to its server, from the route's MTU; 0: unknown */
     int rcvbuf, sndbuf;   /* effective socket buffer sizes (0: none) */
     const uint64_t *tx_coalesced; /* datagrams sent in runs the kernel cut (UDP segmentation offload),
                                      read with a relaxed atomic load; NULL: a transport without it */

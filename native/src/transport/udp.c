@@ -713,6 +713,21 @@ static const srpc_transport_ops_t udp_ops = {
     .close = op_close,
 };
 
+/* A connected socket's route: the segment data one datagram carries unfragmented (its MTU less
+ * the IP and UDP headers and the protocol's), or 0 when the kernel does not say. */
+static uint32_t path_seg(const srpc_udp_t *u)
+{
+    int mtu = 0;
+    socklen_t l = sizeof(mtu);
+    const int v6 = u->family == AF_INET6;
+    if (getsockopt(u->fd, v6 ? IPPROTO_IPV6 : IPPROTO_IP, v6 ? IPV6_MTU : IP_MTU, &mtu, &l) != 0)
+        return 0;
+    const int room = mtu - (v6 ? 40 : 20) - 8 - SRPC_HDR_LEN;
+    if (room < SRPC_MIN_PATH_SEG)
+        return 0; /* nothing sensible: the default applies */
+    return room > SRPC_MAX_SEG_DATA ? SRPC_MAX_SEG_DATA : (uint32_t)room;
+}
+
 int srpc_udp_transport_open(const srpc_transport_spec_t *spec, srpc_transport_t **out)
 {
     udp_transport_t *ut = calloc(1, sizeof(*ut));
@@ -733,6 +748,7 @@ int srpc_udp_transport_open(const srpc_transport_spec_t *spec, srpc_transport_t 
         socklen_t pl = sizeof(peer);
         ut->t.peer_loopback = getpeername(ut->u.fd, (struct sockaddr *)&peer, &pl) == 0 &&
                               srpc_sockaddr_is_loopback((struct sockaddr *)&peer);
+        ut->t.path_seg = path_seg(&ut->u);
     }
     *out = &ut->t;
     return 0;
