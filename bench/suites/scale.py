@@ -97,8 +97,13 @@ def measure(cell: tuple, calls: int = CALLS) -> dict:
                                                                     CONCURRENCY, warm, calls)
                 out = _summary(lat, elapsed_ns / 1e9, errors)
             else:
+                from splitrpc.defaults import FUNCTION_DEFAULTS
+
                 ids = list(range(FIRST_ID, FIRST_ID + n)) if cell[2] else [FIRST_ID]
                 rng = np.random.default_rng(n)
+                # warm-up long enough that every queue has gone round its ring once: the steady state
+                # (pages touched, views cached), not the first touch of each element
+                warm = max(warm, len(ids) * FUNCTION_DEFAULTS["capacity"] * 3 // 2)
                 for m in (warm, calls):
                     idx = rng.integers(0, len(ids), m).astype(np.uint32)
                     recs = run_load(c, ids, [req] * len(ids), expect=[want] * len(ids), concurrency=CONCURRENCY,
@@ -185,7 +190,8 @@ def markdown(doc: dict) -> str:
              f"functions (1 KiB in and out, default queues); {doc['concurrency']} calls outstanding; "
              f"{doc['calls']:,} calls after a tenth as many to warm up; loopback",
              "- functions: one busy-polling splitrpc client (native load generator), the calls spread uniformly "
-             "over the N functions ('one busy': all on one of the N registered)",
+             "over the N functions ('one busy': all on one of the N registered); the warm-up is at least 1.5 "
+             "rings' worth of calls per function, so that every element has been used (steady state)",
              "- clients: one vecadd function, each call sent from the next of M client sockets in turn (the "
              "many-socket closed loop, one thread busy-polling epoll)",
              f"- ratios: the median over the axis's base cell's (1 function; the fewest clients), bootstrap 95% "
