@@ -1,5 +1,10 @@
 """test_udp_gso.py: a batch's replies to one client go to the kernel as one buffer it cuts (UDP segmentation offload) and still arrive as the protocol's datagrams, each whole and right; the stat counts them; SPLITRPC_UDP_GSO=0 turns it off."""
+import contextlib
+import os
 import socket
+import subprocess
+import sys
+import tempfile
 import threading
 import time
 
@@ -106,48 +111,67 @@ with splitrpc.Client("{ip}", {port}, timeout=5.0, segment_size=1450) as c:
 print("OK")
 """
 
+SERVER_IP, CLIENT_IP, PORT = "10.99.7.1", "10.99.7.2", 9555
+
+
+@contextlib.contextmanager
+def _veth(mtu: int):
+    """A veth pair (bench/helpers/netns.py) with MTU `mtu` at both ends: SERVER_IP on side a, CLIENT_IP on
+    side b (whose transmit checksum offload is off); yields (pair, run) where run(ns, code) starts
+    `python -c code` in namespace ns as a Proc. Skips where this machine cannot make it."""
+    from splitrpc.bench.helpers import netns
+    from splitrpc.bench.helpers.procs import Proc
+
+    try:
+        ctx = netns.veth_pair(CLIENT_IP, tag=f"g{os.getpid() % 100000}")
+        pair = ctx.__enter__()
+    except netns.NetnsUnavailable as e:
+        pytest.skip(f"cannot make the veth pair here: {e}")
+    procs = []
+    try:
+        for step in (("ip", "-n", pair.a, "addr", "add", f"{SERVER_IP}/24", "dev", pair.a_if),
+                     ("ip", "-n", pair.a, "link", "set", pair.a_if, "mtu", str(mtu)),
+                     ("ip", "-n", pair.b, "link", "set", pair.b_if, "mtu", str(mtu))):
+            r = subprocess.run(step, capture_output=True, text=True)
+            assert r.returncode == 0, r.stderr
+        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP")}
+
+        def run(ns: str, code: str) -> Proc:
+            procs.append(Proc(pair.exec_argv(ns, [sys.executable, "-c", code]), env=env))
+            return procs[-1]
+
+        yield pair, run
+    finally:
+        for p in procs:
+            p.stop()
+        ctx.__exit__(None, None, None)
+
+
+def _client(run, ns: str, code: str) -> str:
+    """Runs code in namespace ns to its end; its stdout."""
+    p = run(ns, code)
+    try:
+        out, err = p.p.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        p.stop()
+        raise
+    assert p.p.returncode == 0, out[-2000:] + err[-2000:]
+    return out
+
 
 def test_a_route_with_a_small_mtu_or_no_checksum_offload_still_gets_every_datagram():
     """Over a veth pair with MTU 1400 (1472-byte datagrams: IP fragments each one, but the kernel
     refuses a run cut at 1472): the server's side refuses its reply runs as over the MTU, the
     client's (transmit checksum offload off) refuses its request runs for the device; both fall
     back to one datagram per message, and every call is answered right."""
-    import os
-    import subprocess
-    import sys
-    import tempfile
-
-    from splitrpc.bench.helpers import netns
-    from splitrpc.bench.helpers.procs import Proc
-
-    server_ip, port = "10.99.7.1", 9555
-    try:
-        ctx = netns.veth_pair("10.99.7.2", tag=f"g{os.getpid() % 100000}")
-        pair = ctx.__enter__()
-    except netns.NetnsUnavailable as e:
-        pytest.skip(f"cannot make the veth pair here: {e}")
-    try:
-        for step in (("ip", "-n", pair.a, "addr", "add", f"{server_ip}/24", "dev", pair.a_if),
-                     ("ip", "-n", pair.a, "link", "set", pair.a_if, "mtu", "1400"),
-                     ("ip", "-n", pair.b, "link", "set", pair.b_if, "mtu", "1400")):
-            r = subprocess.run(step, capture_output=True, text=True)
-            assert r.returncode == 0, r.stderr
-        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP")}
+    with _veth(1400) as (pair, run):
         flag = os.path.join(tempfile.mkdtemp(), "done")
-        server = Proc(pair.exec_argv(pair.a, [sys.executable, "-c", SERVER.format(ip=server_ip, port=port, flag=flag)]),
-                      env=env)
-        try:
-            server.wait_line("READY", 60)
-            r = subprocess.run(pair.exec_argv(pair.b, [sys.executable, "-c", CLIENT.format(ip=server_ip, port=port)]),
-                               capture_output=True, text=True, timeout=120, cwd=tempfile.gettempdir(), env=env)
-            assert r.returncode == 0 and r.stdout.strip().endswith("OK"), r.stdout[-2000:] + r.stderr[-2000:]
-            open(flag, "w").close()
-            line = server.wait_line("COALESCED", 30)
-            assert int(line.split()[1]) == 0  # no run of 1472-byte datagrams went out cut by the kernel
-        finally:
-            server.stop()
-    finally:
-        ctx.__exit__(None, None, None)
+        server = run(pair.a, SERVER.format(ip=SERVER_IP, port=PORT, flag=flag))
+        server.wait_line("READY", 60)
+        assert _client(run, pair.b, CLIENT.format(ip=SERVER_IP, port=PORT)).strip().endswith("OK")
+        open(flag, "w").close()
+        line = server.wait_line("COALESCED", 30)
+        assert int(line.split()[1]) == 0  # no run of 1472-byte datagrams went out cut by the kernel
 
 
 RECEIVER = """
@@ -178,39 +202,11 @@ print("SENT")
 def test_client_segments_fit_the_route_mtu(mtu, seg):
     """A client cuts its requests at what the route's MTU carries whole: jumbo frames take 8950-byte
     segments (not 1450), an MTU of 1400 takes 1350 (not 1450, which IP would fragment)."""
-    import os
-    import subprocess
-    import sys
-    import tempfile
-
-    from splitrpc.bench.helpers import netns
-    from splitrpc.bench.helpers.procs import Proc
-
-    server_ip, port, size = "10.99.8.1", 9556, 40000
+    size = 40000
     n = -(-size // seg)
-    try:
-        ctx = netns.veth_pair("10.99.8.2", tag=f"m{os.getpid() % 100000}")
-        pair = ctx.__enter__()
-    except netns.NetnsUnavailable as e:
-        pytest.skip(f"cannot make the veth pair here: {e}")
-    try:
-        for step in (("ip", "-n", pair.a, "addr", "add", f"{server_ip}/24", "dev", pair.a_if),
-                     ("ip", "-n", pair.a, "link", "set", pair.a_if, "mtu", str(mtu)),
-                     ("ip", "-n", pair.b, "link", "set", pair.b_if, "mtu", str(mtu))):
-            r = subprocess.run(step, capture_output=True, text=True)
-            assert r.returncode == 0, r.stderr
-        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP")}
-        recv = Proc(pair.exec_argv(pair.a, [sys.executable, "-c", RECEIVER.format(ip=server_ip, port=port, n=n)]),
-                    env=env)
-        try:
-            recv.wait_line("READY", 30)
-            r = subprocess.run(pair.exec_argv(pair.b, [sys.executable, "-c",
-                                                       SENDER.format(ip=server_ip, port=port, size=size)]),
-                               capture_output=True, text=True, timeout=60, cwd=tempfile.gettempdir(), env=env)
-            assert r.returncode == 0 and "SENT" in r.stdout, r.stderr[-2000:]
-            lens = [int(v) for v in recv.wait_line("LENS", 30).split()[1:]]
-        finally:
-            recv.stop()
-    finally:
-        ctx.__exit__(None, None, None)
+    with _veth(mtu) as (pair, run):
+        recv = run(pair.a, RECEIVER.format(ip=SERVER_IP, port=PORT, n=n))
+        recv.wait_line("READY", 30)
+        assert "SENT" in _client(run, pair.b, SENDER.format(ip=SERVER_IP, port=PORT, size=size))
+        lens = [int(v) for v in recv.wait_line("LENS", 30).split()[1:]]
     assert lens[:-1] == [22 + seg] * (n - 1) and lens[-1] == 22 + size - (n - 1) * seg

@@ -25,7 +25,10 @@ typedef struct mc_slot {
 typedef struct mc {
     int ep, *fd;
     uint32_t nsock, next_sock;
-    uint64_t calls;  /* started so far */
+    uint64_t calls;  /* started so far (req_id numbers) */
+    uint64_t started, warmup, total; /* calls started, of warm-up, in all (call k < warmup is warm-up;
+                                        call warmup + j is record j) */
+    uint64_t t_first; /* when the first recorded call started */
     uint8_t *dg;     /* the request datagram: header rewritten per call */
     uint32_t dg_len;
     uint16_t func_id;
@@ -58,6 +61,18 @@ static int start_call(mc_t *m, mc_slot_t *sl, uint32_t s, uint32_t rec)
         errno != ECONNREFUSED)
         return -errno;
     return 0; /* a full buffer (or an earlier ICMP error) loses the call: it times out, as on a network */
+}
+
+/* Starts the next call, if any is left, in slot s. Returns 0 or -errno. */
+static int next_call(mc_t *m, mc_slot_t *sl, uint32_t s)
+{
+    if (m->started >= m->total)
+        return 0;
+    if (m->started == m->warmup)
+        m->t_first = srpc_now_ns();
+    const uint32_t rec = m->started < m->warmup ? UINT32_MAX : (uint32_t)(m->started - m->warmup);
+    m->started++;
+    return start_call(m, sl, s, rec);
 }
 
 int srpc_multi_closed_loop(const char *host, uint16_t port, uint32_t nsock, uint16_t func_id, const void *req,
@@ -104,18 +119,14 @@ int srpc_multi_closed_loop(const char *host, uint16_t port, uint32_t nsock, uint
     }
     *errors = 0;
     memset(lat_ns, 0, (size_t)n * sizeof(*lat_ns));
-    const uint64_t total = (uint64_t)warmup + n;
-    uint64_t started = 0, finished = 0, t_first = 0, last_sweep = srpc_now_ns();
-    /* call k < warmup is warm-up; call warmup + j is record j */
-#define NEXT_REC() (started < warmup ? UINT32_MAX : (uint32_t)(started - warmup))
-    for (uint32_t s = 0; s < concurrency && started < total; s++, started++) {
-        if (started == warmup)
-            t_first = srpc_now_ns();
-        if ((rc = start_call(&m, sl, s, NEXT_REC())) != 0)
+    m.warmup = warmup;
+    m.total = (uint64_t)warmup + n;
+    uint64_t finished = 0, last_sweep = srpc_now_ns();
+    for (uint32_t s = 0; s < concurrency; s++)
+        if ((rc = next_call(&m, sl, s)) != 0)
             goto out;
-    }
     struct epoll_event ev[MC_EVENTS];
-    while (finished < total) {
+    while (finished < m.total) {
         int ne = epoll_wait(m.ep, ev, MC_EVENTS, 0); /* busy: the lowest latency, as the other closed loops */
         if (ne < 0 && errno != EINTR) {
             rc = -errno;
@@ -143,13 +154,8 @@ int srpc_multi_closed_loop(const char *host, uint16_t port, uint32_t nsock, uint
                 }
                 sl[s].req_id = 0;
                 finished++;
-                if (started < total) {
-                    if (started == warmup)
-                        t_first = srpc_now_ns();
-                    if ((rc = start_call(&m, sl, s, NEXT_REC())) != 0)
-                        goto out;
-                    started++;
-                }
+                if ((rc = next_call(&m, sl, s)) != 0)
+                    goto out;
             }
         }
         const uint64_t now = srpc_now_ns(); /* after every call started above */
@@ -162,19 +168,13 @@ int srpc_multi_closed_loop(const char *host, uint16_t port, uint32_t nsock, uint
                     (*errors)++;
                 sl[s].req_id = 0;
                 finished++;
-                if (started < total) {
-                    if (started == warmup)
-                        t_first = srpc_now_ns();
-                    if ((rc = start_call(&m, sl, s, NEXT_REC())) != 0)
-                        goto out;
-                    started++;
-                }
+                if ((rc = next_call(&m, sl, s)) != 0)
+                    goto out;
             }
         }
     }
-#undef NEXT_REC
     if (elapsed_ns)
-        *elapsed_ns = srpc_now_ns() - t_first;
+        *elapsed_ns = srpc_now_ns() - m.t_first;
 out:
     mc_close(&m);
     free(sl);
