@@ -43,11 +43,16 @@ def test_bench_small_run(tmp_path, capsys):
 
 
 def test_bench_says_which_services_the_minimal_server_lacks(tmp_path):
-    rc = main(["bench", "--systems", "c-min-busy", "--services", "matmul", "--rounds", "1",
-               "--out", str(tmp_path)])
+    """matmul reported unavailable for c-min; head measured in 8950-byte segments (--segment-size)."""
+    rc = main(["bench", "--systems", "c-min-busy", "--services", "matmul,head", "--rounds", "1", "--concurrency", "1",
+               "--calls", "500", "--segment-size", "8950", "--out", str(tmp_path)])
     assert rc == 0
-    row = json.loads((tmp_path / "sidebyside.json").read_text())["table"][0]
-    assert row["system"] == "c-min-busy" and row["status"] == "unavailable: serves vecadd, echo, head only"
+    doc = json.loads((tmp_path / "sidebyside.json").read_text())
+    rows = {r["service"]: r for r in doc["table"]}
+    assert rows["matmul"]["status"] == "unavailable: serves vecadd, echo, head only"
+    assert rows["head"]["status"] == "ok" and rows["head"]["errors"] == 0 and rows["head"]["p50_us"] > 0
+    assert doc["segment_size"] == 8950 and "8950 bytes" in (tmp_path / "sidebyside.md").read_text()
+    assert main(["bench", "--segment-size", "70000", "--out", str(tmp_path / "x")]) == 2
 
 
 def test_bench_reports_a_peer_that_cannot_start(tmp_path, capsys, monkeypatch):

@@ -137,10 +137,11 @@ def raw_run(proc: Proc, port: int, service: str, busy: bool, conc: int, calls: i
 
 # ------------------------------------------------------------------ splitrpc through its native load generator
 
-def splitrpc_client(port: int, busy: bool) -> Client:
+def splitrpc_client(port: int, busy: bool, segment_size: int | None = None) -> Client:
     """The load generator's client: no retransmission, so that a lost call shows as one (load runs
-    are exact measurements: never held back by the window, never retried after BUSY)."""
-    return Client("127.0.0.1", port, timeout=2.0, busy_poll=busy, retries=0)
+    are exact measurements: never held back by the window, never retried after BUSY); its requests
+    cut at segment_size (None: by destination, 65000 on loopback)."""
+    return Client("127.0.0.1", port, timeout=2.0, busy_poll=busy, retries=0, segment_size=segment_size)
 
 
 def splitrpc_run(c: Client, system: str, service: str, conc: int, calls: int) -> Result:

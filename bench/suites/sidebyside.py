@@ -33,6 +33,9 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--rates", type=comma_list(float, positive=False), default=[1000, 5000, 20000, 50000, 100000, 200000],
                    help="open-loop sweep (vecadd) for splitrpc and grpc-asyncio, calls/s")
     p.add_argument("--sweep-s", type=float, default=2.0, help="seconds per open-loop rate")
+    p.add_argument("--segment-size", type=int, default=None,
+                   help="splitrpc's and c-min's client: request segment size in bytes (default: by destination, "
+                        "65000 on loopback; 8950 is a jumbo frame's); raw UDP cuts at 65000 whatever this says")
     p.add_argument("--out", default="splitrpc-bench")
     p.set_defaults(func=cmd_bench)
     return p
@@ -78,7 +81,7 @@ def _measure_system(system: str, a, out: list[Result]) -> None:
         busy = system.endswith(("poll", "busy"))
         proc, port = start_splitrpc(system.split("-")[1]) if system.startswith("splitrpc") else start_min(busy)
         try:
-            with systems.splitrpc_client(port, busy=busy) as c:
+            with systems.splitrpc_client(port, busy=busy, segment_size=a.segment_size) as c:
                 proc.wait_until(lambda: c.call(1, systems.request_for("vecadd")[0], timeout=0.2), f"{system} server")
                 for svc in a.services:
                     if system.startswith("c-min") and svc not in MIN_SERVICES:
@@ -209,6 +212,9 @@ def _markdown(doc: dict, rows: list[dict], local: dict) -> str:
     lines = ["# splitrpc side by side (loopback, one machine)", "",
              f"- date: {doc['date']}", f"- command: `{doc['command']}`", f"- machine: {doc['machine']}",
              f"- {doc['rounds']} rounds, systems interleaved within each round; the table quotes medians over rounds",
+             "- request segments of splitrpc's and c-min's client: " + (f"{doc['segment_size']} bytes"
+                                                                       if doc.get("segment_size")
+                                                                       else "by destination (65000 bytes on loopback)"),
              "- closed loop: `concurrency` calls outstanding from one client; latency per call in µs, calls/s = "
              "recorded calls / wall time",
              "- RPC tax = p50 end to end minus the p50 of the callback run in-process (splitrpc-local); raw-udp "
@@ -273,6 +279,8 @@ def _plots(out_dir: str, results: list[Result], rows: list[dict], sweep: list[Re
 
 def _check(a) -> str | None:
     unknown = [s for s in a.systems if s not in SYSTEMS] + [s for s in a.services if s not in SERVICES]
+    if a.segment_size is not None and not 1 <= a.segment_size <= 65485:
+        return f"--segment-size must be 1..65485 (one datagram's data), got {a.segment_size}"
     if unknown or a.rounds < 1 or a.calls < 1:
         return (f"unknown systems/services {unknown} or bad --rounds/--calls; systems: {', '.join(SYSTEMS)}; "
                 f"services: {', '.join(SERVICES)}")
@@ -294,7 +302,7 @@ def run(a) -> tuple[dict, list[Result], list[Result]]:
     rows = _median_table(results)
     local = {r["service"]: r["p50_us"] for r in rows if r["system"] == "splitrpc-local" and r["p50_us"]}
     doc = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "command": command_of(a),
-           "machine": report.machine(), "rounds": a.rounds, "calls": a.calls,
+           "machine": report.machine(), "rounds": a.rounds, "calls": a.calls, "segment_size": a.segment_size,
            "wall_s": round(time.monotonic() - t0, 1), "table": rows, "targets": _targets(rows),
            "callback_p50_us": local, "open_loop": [r.as_dict() for r in sweep], "runs": [r.as_dict() for r in results]}
     return doc, results, sweep
