@@ -25,9 +25,8 @@ typedef struct mc_slot {
 typedef struct mc {
     int ep, *fd;
     uint32_t nsock, next_sock;
-    uint64_t calls;  /* started so far (req_id numbers) */
-    uint64_t started, warmup, total; /* calls started, of warm-up, in all (call k < warmup is warm-up;
-                                        call warmup + j is record j) */
+    uint64_t started, warmup, total; /* calls started (their req_id numbers), of warm-up, in all (call
+                                        k < warmup is warm-up; call warmup + j is record j) */
     uint64_t t_first; /* when the first recorded call started */
     uint8_t *dg;     /* the request datagram: header rewritten per call */
     uint32_t dg_len;
@@ -48,7 +47,7 @@ static void mc_close(mc_t *m)
 /* Sends the next call in slot s (on the next socket in turn). Returns 0 or -errno. */
 static int start_call(mc_t *m, mc_slot_t *sl, uint32_t s, uint32_t rec)
 {
-    const uint64_t id = (++m->calls << MC_SLOT_BITS | s) & SRPC_REQ_ID_V2_MASK;
+    const uint64_t id = (m->started << MC_SLOT_BITS | s) & SRPC_REQ_ID_V2_MASK; /* started >= 1 here */
     const srpc_hdr_t h = {.type = SRPC_REQUEST, .version = SRPC_VERSION_2, .func_id = m->func_id, .req_id = id,
                           .seq = 0, .nseg = 1, .msg_len = m->dg_len - SRPC_HDR_LEN};
     int r = srpc_hdr_encode(&h, m->dg);

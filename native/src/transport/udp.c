@@ -267,21 +267,14 @@ typedef struct tx_batch {
     struct iovec iov[TX_BURST][TX_MAX_IOV];
     struct mmsghdr mm[TX_BURST];
     unsigned owner[TX_BURST];
+    uint32_t len[TX_BURST]; /* each datagram's bytes */
     unsigned cnt;
 } tx_batch_t;
-
-static size_t dgram_len(const struct msghdr *h)
-{
-    size_t len = 0;
-    for (size_t k = 0; k < h->msg_iovlen; k++)
-        len += h->msg_iov[k].iov_len;
-    return len;
-}
 
 static int same_dst(const struct msghdr *a, const struct msghdr *b)
 {
     return a->msg_namelen == b->msg_namelen &&
-           (!a->msg_namelen || memcmp(a->msg_name, b->msg_name, a->msg_namelen) == 0);
+           (a->msg_name == b->msg_name || memcmp(a->msg_name, b->msg_name, a->msg_namelen) == 0);
 }
 
 /* send_all of the batch with runs of datagrams to one destination, of one length L (the last
@@ -302,7 +295,7 @@ static int send_coalesced(srpc_udp_t *u, tx_batch_t *b, unsigned *done)
     const size_t seg_max = __atomic_load_n(&u->gso_seg_max, __ATOMIC_RELAXED);
     for (unsigned i = 0; i < b->cnt;) {
         const struct msghdr *h0 = &b->mm[i].msg_hdr;
-        const size_t L = dgram_len(h0);
+        const size_t L = b->len[i];
         size_t total = 0;
         unsigned j = i;
         first[g] = i;
@@ -314,12 +307,11 @@ static int send_coalesced(srpc_udp_t *u, tx_batch_t *b, unsigned *done)
             memcpy(giov + nio, h->msg_iov, h->msg_iovlen * sizeof(struct iovec));
             nio += (unsigned)h->msg_iovlen;
             gm[g].msg_hdr.msg_iovlen += h->msg_iovlen;
-            total += dgram_len(h);
-            j++;
-            if (dgram_len(h) < L)
+            total += b->len[j];
+            if (b->len[j++] < L)
                 break; /* a shorter one ends a run */
         } while (L <= seg_max && j < b->cnt && j - i < SRPC_GSO_MAX_SEGS && same_dst(h0, &b->mm[j].msg_hdr) &&
-                 dgram_len(&b->mm[j].msg_hdr) <= L && total + dgram_len(&b->mm[j].msg_hdr) <= SRPC_GSO_MAX_BYTES);
+                 b->len[j] <= L && total + b->len[j] <= SRPC_GSO_MAX_BYTES);
         if (j - i > 1) { /* several: the kernel cuts them at L */
             gm[g].msg_hdr.msg_control = ctl[g].buf;
             gm[g].msg_hdr.msg_controllen = sizeof(ctl[g].buf);
@@ -350,7 +342,7 @@ static int send_coalesced(srpc_udp_t *u, tx_batch_t *b, unsigned *done)
          * one from now on; -EIO or -EOPNOTSUPP: the device cannot (no checksum offload), so none
          * are coalesced any more. The rest of the batch goes one datagram per message; a
          * failure then is the datagrams' own. (A full buffer or an ICMP error changes nothing.) */
-        const unsigned L = (unsigned)dgram_len(&b->mm[*done].msg_hdr);
+        const unsigned L = b->len[*done];
         if (r == -EMSGSIZE || r == -EINVAL) {
             if (L <= __atomic_load_n(&u->gso_seg_max, __ATOMIC_RELAXED))
                 __atomic_store_n(&u->gso_seg_max, L - 1, __ATOMIC_RELAXED);
@@ -432,8 +424,10 @@ int srpc_udp_send(srpc_udp_t *u, srpc_tx_msg_t *msgs, unsigned n)
             srpc_hdr_encode(&h, b.hdr[d]);
             int k = 0;
             b.iov[d][k++] = (struct iovec){b.hdr[d], SRPC_HDR_LEN};
+            const uint32_t dlen = srpc_seg_len(m->len, seg, seq);
+            b.len[d] = SRPC_HDR_LEN + dlen + (v3 ? SRPC_DATA_CHECK_LEN : 0);
             /* Cannot run out of iovecs: a segment spans at most npieces <= SRPC_TX_MAX_PIECES. */
-            for (uint32_t need = srpc_seg_len(m->len, seg, seq); need > 0;) {
+            for (uint32_t need = dlen; need > 0;) {
                 size_t take = m->pieces[piece].iov_len - piece_off;
                 if (take > need)
                     take = need;
