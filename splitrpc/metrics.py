@@ -15,6 +15,8 @@ _SCALARS = (
     ("tx_datagrams", "tx_datagrams", "counter", "Datagrams sent."),
     ("tx_bytes", "tx_bytes", "counter", "UDP payload bytes sent."),
     ("rx_in_place", "rx_in_place", "counter", "Segments received straight into their message."),
+    ("rx_unscattered", "rx_unscattered", "counter",
+     "Datagrams received into the place of another segment, then moved back whole (mispredictions)."),
     ("calls", "calls", "counter", "Calls accepted (complete requests queued)."),
     ("replies", "replies", "counter", "Replies sent."),
     ("batches", "batches", "counter", "Batches handed to the functions."),

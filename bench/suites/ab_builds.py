@@ -22,7 +22,9 @@ import tempfile
 import time
 from datetime import datetime, timezone
 
-from splitrpc.bench.helpers.intervals import RESAMPLES, ratio_interval
+import numpy as np
+
+from splitrpc.bench.helpers.intervals import RESAMPLES, paired_ratio_interval, ratio_interval
 from splitrpc.machine import describe
 from splitrpc.reporting import SuiteFailed, command_of, run_as_module, run_suite
 
@@ -31,8 +33,10 @@ METRICS = (("p50_us", "p50 µs", -1), ("p99_us", "p99 µs", -1), ("throughput_rp
 
 
 def _run(exe: str, a, out: str) -> list[dict]:
-    cmd = [exe, "bench", "--systems", ",".join(SYSTEMS), "--services", a.services, "--concurrency", a.concurrency,
+    cmd = [exe, "bench", "--systems", a.systems, "--services", a.services, "--concurrency", a.concurrency,
            "--calls", str(a.calls), "--rounds", "1", "--rates", a.rates, "--sweep-s", str(a.sweep_s), "--out", out]
+    if a.segment_size is not None:
+        cmd += ["--segment-size", str(a.segment_size)]
     print("$", " ".join(cmd), flush=True)
     try:
         p = subprocess.run(cmd, cwd=tempfile.gettempdir(), text=True, capture_output=True)
@@ -71,19 +75,50 @@ def _verdict(a: dict, b: dict, sign: int) -> str:
     return "worse" if b["min"] > a["max"] else "better" if b["max"] < a["min"] else "same"
 
 
-def _ratio(runs: list[dict], system: str, service: str, conc: int, metric: str) -> float | None:
-    """system's metric over raw-udp-busy's, in one run."""
-    def get(s):
-        return next((r.get(metric) for r in runs if r["system"] == s and r["service"] == service
-                     and r.get("concurrency") == conc and r.get(metric)), None)
-    x, raw = get(system), get("raw-udp-busy")
-    return x / raw if x and raw else None
+def _get(runs: list[dict], system: str, service: str, conc: int, metric: str) -> float | None:
+    return next((r.get(metric) for r in runs if r["system"] == system and r["service"] == service
+                 and r.get("concurrency") == conc and r.get(metric)), None)
+
+
+def _ratio(runs: list[dict], system: str, service: str, conc: int, metric: str,
+           base: str = "raw-udp-busy") -> float | None:
+    """system's metric over base's (the raw-UDP limit), in one run."""
+    x, b = _get(runs, system, service, conc, metric), _get(runs, base, service, conc, metric)
+    return x / b if x and b else None
+
+
+# Within-run ratios reported for every closed-loop (service, concurrency) the runs hold:
+# (system, base, metric, label).
+RATIOS = (("splitrpc-poll", "raw-udp-busy", "throughput_rps", "calls/s"),
+          ("splitrpc-poll", "raw-udp-busy", "p50_us", "p50"),
+          ("splitrpc-poll", "raw-udp-busy", "p99_us", "p99"),
+          ("splitrpc-poll", "c-min-busy", "throughput_rps", "calls/s"),
+          ("splitrpc-poll", "c-min-busy", "p50_us", "p50"),
+          ("splitrpc-block", "c-min-busy", "throughput_rps", "calls/s"),
+          ("splitrpc-block", "c-min-busy", "p50_us", "p50"))
+
+
+def _within_run(runs: list[list[dict]], system: str, base: str, service: str, conc: int, metric: str) -> dict:
+    """system's metric over base's in each run of one build: their spread and the median's
+    bootstrap interval (the runs resampled as pairs), or None where a run lacks either."""
+    pairs = [(_get(rr, base, service, conc, metric), _get(rr, system, service, conc, metric)) for rr in runs]
+    pairs = [(b, x) for b, x in pairs if b and x]
+    if not pairs:
+        return None
+    out = _spread([x / b for b, x in pairs])
+    ci = paired_ratio_interval([1.0] * len(pairs), [x / b for b, x in pairs], stat=lambda v: np.median(v, axis=-1))
+    out.update(lo=ci["lo"], hi=ci["hi"])
+    return out
 
 
 def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--a", metavar="NAME=SPLITRPC", help="the baseline build: a name and its splitrpc command")
     p.add_argument("--b", metavar="NAME=SPLITRPC", help="the build compared with it")
     p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--systems", default=",".join(SYSTEMS),
+                   help="what each build's `splitrpc bench` runs (keep raw-udp-busy: the ratios are to it)")
+    p.add_argument("--segment-size", type=int, default=None,
+                   help="the request segments of splitrpc's and c-min's client (`splitrpc bench --segment-size`)")
     p.add_argument("--services", default="vecadd,head,matmul,echo")
     p.add_argument("--concurrency", default="1,16,32")
     p.add_argument("--calls", type=int, default=20000)
@@ -172,16 +207,14 @@ def analyse(runs: dict, builds: list, rates: list) -> dict:
             row[m] = {na: sa, nb: sb, "verdict": _verdict(sa, sb, sign),
                       "b_over_a": ratio_interval([r.get(m) for r in by[na]], [r.get(m) for r in by[nb]])}
         table.append(row)
-    ratios = {}
-    for name in (na, nb):
-        ratios[name] = {
-            "vecadd c=16 calls/s, splitrpc-poll / raw-udp-busy":
-                _spread([_ratio(rr, "splitrpc-poll", "vecadd", 16, "throughput_rps") for rr in runs[name]]),
-            "vecadd c=1 p99, splitrpc-poll / raw-udp-busy":
-                _spread([_ratio(rr, "splitrpc-poll", "vecadd", 1, "p99_us") for rr in runs[name]]),
-            "vecadd c=1 p50, splitrpc-poll / raw-udp-busy":
-                _spread([_ratio(rr, "splitrpc-poll", "vecadd", 1, "p50_us") for rr in runs[name]]),
-        }
+    closed = sorted({(k[1], k[2]) for k in cells if k[2] is not None})
+    ratios = {name: {} for name in (na, nb)}
+    for service, conc in closed:
+        for system, base, metric, label in RATIOS:
+            got = {name: _within_run(runs[name], system, base, service, conc, metric) for name in (na, nb)}
+            if all(v is not None for v in got.values()):
+                for name in (na, nb):
+                    ratios[name][f"{service} c={conc} {label}, {system} / {base}"] = got[name]
     return {"table": table, "ratios": ratios, "runs": runs}
 
 
@@ -201,9 +234,15 @@ def markdown(doc: dict) -> str:
              "- verdict: worse/better only when the rounds' ranges do not overlap, else same",
              f"- {nb}/{na}: ratio of medians, bootstrap 95% interval ({RESAMPLES:,} resamples of the rounds); * where "
              "it excludes 1", "",
-             "## Ratios to the raw-UDP limit (within each run)", "", f"| ratio | {na} | {nb} |", "|---|---:|---:|"]
+             "## Ratios within each run (to the raw-UDP limit, to the minimal C server)", "",
+             "median over the runs (min-max) [bootstrap 95% interval of the median, the runs resampled]", "",
+             f"| ratio | {na} | {nb} |", "|---|---:|---:|"]
+
+    def rcell(s):
+        ci = f" [{s['lo']:.2f}, {s['hi']:.2f}]" if s.get("lo") is not None else ""
+        return cell(s, 2) + ci
     for k in doc["ratios"][na]:
-        lines.append(f"| {k} | {cell(doc['ratios'][na][k], 2)} | {cell(doc['ratios'][nb][k], 2)} |")
+        lines.append(f"| {k} | {rcell(doc['ratios'][na][k])} | {rcell(doc['ratios'][nb][k])} |")
     for m, label, _ in METRICS:
         d = 0 if m == "throughput_rps" else 1
         lines += ["", f"## {label}", "", f"| service | system | conc or rate | {na} | {nb} | verdict | {nb}/{na} [95% CI] |",

@@ -377,6 +377,8 @@ typedef struct srpc_server_stats {
                                 with the queues that have calls waiting, never with those registered */
     uint64_t tx_coalesced;   /* datagrams sent in runs to one client that the kernel cut (UDP segmentation
                                 offload: one pass down the stack for a batch's replies); 0 without it */
+    uint64_t rx_unscattered; /* datagrams received into the place of the segment expected next that were
+                                another, then moved whole to the burst path (mispredictions) */
     int rcvbuf, sndbuf;      /* effective socket buffer sizes */
 } srpc_server_stats_t;
 

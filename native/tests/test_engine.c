@@ -244,7 +244,10 @@ typedef struct sopts {
     uint32_t reasm_timeout_us; /* 0: default */
     int64_t worker_tmo_us;     /* 0: 100000 */
     int paused;
+    int deferred; /* 1: created, not started (datagrams sent now queue up): server_go starts it */
 } sopts_t;
+
+static void server_go(sctx_t *s);
 
 static sctx_t *server_up(const sopts_t *o, const fdef_t *const *defs, int n)
 {
@@ -281,13 +284,19 @@ static sctx_t *server_up(const sopts_t *o, const fdef_t *const *defs, int n)
     }
     s->worker_tmo_us = o->worker_tmo_us ? o->worker_tmo_us : 100000;
     atomic_store(&s->paused, o->paused);
-    r = srpc_server_start(s->srv);
+    if (!o->deferred)
+        server_go(s);
+    return s;
+}
+
+static void server_go(sctx_t *s)
+{
+    int r = srpc_server_start(s->srv);
     CHECK(r == 0, "srpc_server_start: %d", r);
     if (pthread_create(&s->th, NULL, worker_main, s) != 0) {
         fprintf(stderr, "pthread_create failed\n");
         exit(2);
     }
-    return s;
 }
 
 /* Waits up to ms for a worker to finish; the caller gives up on the run when it does not. */
@@ -1273,6 +1282,149 @@ static void test_placement(int mode)
     server_down(s);
 }
 
+/* ------------------------------------------------------------------ scattered receive */
+
+#define SC_LEN 600000u /* 68 segments of 8950 bytes: more than a receive burst */
+#define SC_SEG 8950u
+#define SC_MAX_DG 80u
+typedef struct sc_msg {
+    uint8_t data[SC_LEN];
+    uint8_t dg[SC_MAX_DG * (SC_SEG + SRPC_HDR_LEN + SRPC_DATA_CHECK_LEN)];
+    uint32_t len[SC_MAX_DG];
+    size_t off[SC_MAX_DG];
+    int n;
+} sc_msg_t;
+
+/* An echo request of SC_LEN bytes (salt picks them) cut into datagrams of SC_SEG data bytes. */
+static void sc_make(sc_msg_t *m, uint64_t req, unsigned version, uint32_t salt)
+{
+    for (uint32_t i = 0; i < SC_LEN; i++)
+        m->data[i] = (uint8_t)(i * 2654435761u >> 13 ^ salt);
+    srpc_hdr_t t = {.type = SRPC_REQUEST, .version = (uint8_t)version, .func_id = F_ECHO, .req_id = req};
+    m->n = srpc_msg_segment(&t, m->data, SC_LEN, SC_SEG + (version == 3 ? SRPC_DATA_CHECK_LEN : 0), m->dg,
+                            sizeof(m->dg), m->len, SC_MAX_DG);
+    CHECK(m->n == 68, "segmented into %d datagrams", m->n);
+    for (int i = 0; i < m->n; i++)
+        m->off[i] = i ? m->off[i - 1] + m->len[i - 1] : 0;
+}
+
+static void sc_send(int fd, int port, const sc_msg_t *m, int i) { raw_send(fd, port, m->dg + m->off[i], m->len[i]); }
+
+/* The echo reply of m on fd within ms, byte-exact. */
+static int sc_reply_ok(int fd, const sc_msg_t *m, uint64_t req, int ms)
+{
+    srpc_reassembler_t *r = NULL;
+    if (srpc_reassembler_create(SC_LEN, &r) != 0)
+        return 0;
+    int ok = 0, n;
+    while (!ok && (n = raw_recv(fd, ms, rbuf, sizeof(rbuf))) > 0)
+        if (srpc_reassembler_push(r, rbuf, (size_t)n) == 1) {
+            srpc_hdr_t h;
+            uint32_t len = 0;
+            const uint8_t *got = srpc_reassembler_message(r, &h, &len);
+            ok = h.type == SRPC_RESPONSE && h.req_id == req && len == SC_LEN && memcmp(got, m->data, SC_LEN) == 0 ? 1
+                                                                                                              : -1;
+        }
+    srpc_reassembler_destroy(r);
+    return ok == 1;
+}
+
+/* Segments queued before the server starts come in bursts: the first burst is copied, the
+ * segments after it are expected and received scattered straight into their places. Each case
+ * checks the reply byte for byte; the counters say which path each datagram took. */
+static void test_scatter(int mode)
+{
+    static sc_msg_t a, b;
+    const fdef_t *defs[] = {&D_ECHO};
+    const int fa = raw_sock(), fb = raw_sock();
+
+    /* In order: after the first burst every segment is where it was expected. */
+    sopts_t o = {.wait_mode = mode, .deferred = 1};
+    sctx_t *s = server_up(&o, defs, 1);
+    sc_make(&a, 1, 1, 7);
+    for (int i = 0; i < a.n; i++)
+        sc_send(fa, s->port, &a, i);
+    server_go(s);
+    CHECK(sc_reply_ok(fa, &a, 1, 3000), "mode %d: in order: echoed", mode);
+    srpc_server_stats_t st = stats(s);
+    CHECK(st.rx_in_place >= 4 && st.rx_unscattered == 0 && st.rx_datagrams == 68,
+          "mode %d: in order: %llu in place, %llu unscattered", mode, (unsigned long long)st.rx_in_place,
+          (unsigned long long)st.rx_unscattered);
+    server_down(s);
+
+    /* Swapped pairs after the first burst: each datagram lands in its neighbour's place, and the
+     * first handled of a pair would overwrite the other before it is moved out, unless all are
+     * moved out first. Version 3: the data check reads each from where it landed. */
+    s = server_up(&o, defs, 1);
+    sc_make(&a, 2, 3, 9);
+    for (int i = 0; i < 40; i++)
+        sc_send(fa, s->port, &a, i);
+    for (int i = 40; i + 1 < a.n; i += 2) {
+        sc_send(fa, s->port, &a, i + 1);
+        sc_send(fa, s->port, &a, i);
+    }
+    if (a.n % 2)
+        sc_send(fa, s->port, &a, a.n - 1);
+    server_go(s);
+    CHECK(sc_reply_ok(fa, &a, 2, 3000), "mode %d: swapped pairs: echoed byte-exact", mode);
+    st = stats(s);
+    CHECK(st.rx_unscattered > 0 && st.drops[SRPC_DROP_DUPLICATE] == 0 && st.drops[SRPC_DROP_INCONSISTENT] == 0,
+          "mode %d: swapped pairs: %llu unscattered", mode, (unsigned long long)st.rx_unscattered);
+    server_down(s);
+
+    /* Two messages interleaved from two sockets: half the expected places get the other one's
+     * segments; both are echoed right. A corrupted version 3 segment among them is dropped by
+     * its data check and its good copy, sent last, completes the message. */
+    s = server_up(&o, defs, 1);
+    sc_make(&a, 3, 3, 11);
+    sc_make(&b, 4, 1, 13);
+    for (int i = 0; i < a.n; i++) {
+        if (i == 50) {
+            uint8_t bad[SC_SEG + SRPC_HDR_LEN + SRPC_DATA_CHECK_LEN];
+            memcpy(bad, a.dg + a.off[i], a.len[i]);
+            bad[SRPC_HDR_LEN + 100] ^= 1;
+            raw_send(fa, s->port, bad, a.len[i]);
+        } else {
+            sc_send(fa, s->port, &a, i);
+        }
+        sc_send(fb, s->port, &b, i);
+    }
+    sc_send(fa, s->port, &a, 50);
+    server_go(s);
+    CHECK(sc_reply_ok(fa, &a, 3, 3000), "mode %d: interleaved: first echoed", mode);
+    CHECK(sc_reply_ok(fb, &b, 4, 3000), "mode %d: interleaved: second echoed", mode);
+    st = stats(s);
+    CHECK(st.rx_unscattered > 0 && st.drops[SRPC_DROP_BAD_DATA_CHECK] == 1 && st.partial_msgs == 0,
+          "mode %d: interleaved: %llu unscattered, %llu bad data checks", mode, (unsigned long long)st.rx_unscattered,
+          (unsigned long long)st.drops[SRPC_DROP_BAD_DATA_CHECK]);
+
+    /* A segment that disagrees with its message (another msg_len, valid alone) in the middle
+     * of the expected ones: the message is dropped, the segments after it too or as new partial
+     * messages that expire; no reply, and the server goes on. */
+    srpc_server_stats_t st0 = stats(s);
+    sc_make(&a, 5, 1, 17);
+    for (int i = 0; i < a.n; i++) {
+        if (i == 45) {
+            uint8_t dg[SRPC_HDR_LEN + 100];
+            size_t dl = mk_dg(dg, SRPC_REQUEST, F_ECHO, 5, 1, 2, 200, 0, a.data, 100);
+            raw_send(fa, s->port, dg, dl);
+        }
+        sc_send(fa, s->port, &a, i);
+    }
+    CHECK(wait_rx(s, st0.rx_datagrams + 69, 3000), "mode %d: disagreeing: all received", mode);
+    CHECK(quiet(fa, 100), "mode %d: disagreeing: no reply", mode);
+    st = stats(s);
+    CHECK(st.drops[SRPC_DROP_INCONSISTENT] > st0.drops[SRPC_DROP_INCONSISTENT], "mode %d: disagreeing: counted",
+          mode);
+    sc_make(&a, 6, 1, 19);
+    for (int i = 0; i < a.n; i++)
+        sc_send(fa, s->port, &a, i);
+    CHECK(sc_reply_ok(fa, &a, 6, 3000), "mode %d: the next message is echoed", mode);
+    server_down(s);
+    close(fa);
+    close(fb);
+}
+
 /* Batches form under load; a batch that wraps the ring end is contiguous and correct. */
 static void test_batching(void)
 {
@@ -1927,6 +2079,8 @@ int main(void)
     test_reasm_timeout(SRPC_WAIT_POLL);
     test_placement(SRPC_WAIT_BLOCK);
     test_placement(SRPC_WAIT_POLL);
+    test_scatter(SRPC_WAIT_BLOCK);
+    test_scatter(SRPC_WAIT_POLL);
     test_client_timeout();
     test_batching();
     test_hold();

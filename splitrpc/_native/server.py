@@ -596,6 +596,8 @@ def read_stats(srv) -> dict:
         "sched_looks": st.sched_looks,
         # replies sent in runs to one client that the kernel cut (UDP segmentation offload)
         "tx_coalesced": st.tx_coalesced,
+        # datagrams received into the place expected for another segment, then moved back whole
+        "rx_unscattered": st.rx_unscattered,
     }
 
 

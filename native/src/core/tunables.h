@@ -36,6 +36,13 @@
  * of 64 KiB several microseconds). */
 #define SRPC_DIRECT_MIN 8192
 
+/* Segments expected next are received with one scattered burst of at most this many (the
+ * rest of the message, capped), each straight into its place. After a burst with a datagram
+ * that was another segment, this many datagrams take the one-at-a-time peek path before the
+ * next prediction (interleaved messages would otherwise be copied twice). */
+#define SRPC_SCATTER_MAX 32
+#define SRPC_SCATTER_BACKOFF 32
+
 /* Largest request: the built-in echo takes up to 1 MiB; anything larger is TOO_LARGE. */
 #define SRPC_DEF_MAX_MESSAGE (1u << 20)
 

@@ -231,6 +231,15 @@ static void new_call(srpc_server_t *srv, const srpc_call_key_t *k, const srpc_hd
     srpc_reasm_add(&srv->ct.e[idx].u.partial, h, seg, data, dlen); /* first segment: cannot fail */
 }
 
+/* A large segment seq of the message keyed k came: the rest of it is expected next, in place. rx. */
+static void expect_after(srpc_server_t *srv, const srpc_call_key_t *k, uint16_t seq)
+{
+    srv->rx.direct_hint = 1;
+    srv->rx.pred_key = *k;
+    srv->rx.pred_seq = (uint16_t)(seq + 1);
+    srv->rx.pred_on = 1;
+}
+
 /* Datagram i of the burst, hostile until checked. rx and lock held. */
 static void process_datagram(srpc_server_t *srv, unsigned i, uint64_t now)
 {
@@ -282,7 +291,7 @@ static void process_datagram(srpc_server_t *srv, unsigned i, uint64_t now)
     ct_key_from_sockaddr(&k, src, &h);
     uint32_t idx = ct_find(&srv->ct, &k);
     if (h.nseg > 1 && dlen >= SRPC_DIRECT_MIN && !srv->rx.direct_off && srpc_tp_can_recv_into(srv->tp))
-        srv->rx.direct_hint = 1;
+        expect_after(srv, &k, h.seq);
     if (idx != CT_NONE)
         known_call(srv, idx, &h, seg, data, dlen, now);
     else
@@ -341,9 +350,135 @@ static int rx_direct(srpc_server_t *srv)
     } else {
         ST_ADD(srv, rx_in_place, 1);
         known_call(srv, idx, &h, seg, dst, dlen, srpc_now_ns()); /* marks the segment; copies nothing */
+        expect_after(srv, &k, h.seq);
     }
     srpc_srv_unlock(srv);
     return 1;
+}
+
+/* Whether datagram i of a scattered burst is the segment seq of message idx (reassembled in
+ * buf) that place was chosen for, whole in it: checked as the burst path checks a datagram
+ * (header, version 3's data check, segment, sender), then *h, *k and *seg describe it.
+ * Reads only the datagram and the call table. rx and lock held. */
+static int is_expected(srpc_server_t *srv, unsigned i, const struct iovec *place, uint32_t idx, uint16_t seq,
+                       srpc_hdr_t *h, srpc_call_key_t *k, uint32_t *seg)
+{
+    const srpc_rx_t *rx = &srv->rx.slots;
+    const uint8_t *hb = srpc_rx_hdr(rx, i);
+    const struct sockaddr *src = (const struct sockaddr *)&rx->src[i];
+    if (rx->trunc[i] || rx->len[i] < SRPC_HDR_LEN || srpc_hdr_decode(hb, SRPC_HDR_LEN, h) < 0 ||
+        h->type != SRPC_REQUEST || h->seq != seq)
+        return 0;
+    const uint32_t tail_len = h->version == SRPC_VERSION_3 ? SRPC_DATA_CHECK_LEN : 0; /* after the place, in the slot */
+    if (rx->len[i] != SRPC_HDR_LEN + place->iov_len + tail_len || srpc_seg_check(h, place->iov_len, seg) < 0 ||
+        (src->sa_family != AF_INET && src->sa_family != AF_INET6) ||
+        (srv->allow.n && !srpc_allowlist_match(&srv->allow, src)))
+        return 0;
+    if (tail_len && !srpc_data_check_ok(hb, place->iov_base, (uint32_t)place->iov_len, srpc_rx_data(rx, i)))
+        return 0; /* the burst path counts it */
+    ct_key_from_sockaddr(k, src, h);
+    return ct_find(&srv->ct, k) == idx &&
+           srpc_reasm_slot(&srv->ct.e[idx].u.partial, h, *seg, (uint32_t)place->iov_len) == place->iov_base;
+}
+
+/* Receives the segments expected next (srv->rx.pred_*) with one scattered burst, each into its
+ * place in the message being reassembled; a datagram that is another goes back whole to its
+ * data slot and the burst path, before any datagram of the burst is handled (a handled one may
+ * write into another's place). The lock is held across the receive so the places cannot go
+ * away meanwhile. Returns the datagrams handled (0: none waited), or -1 when no segment is
+ * expected (the caller peeks). rx. */
+static int rx_scatter(srpc_server_t *srv)
+{
+    srpc_rx_t *rx = &srv->rx.slots;
+    struct iovec place[SRPC_SCATTER_MAX];
+    uint16_t seq[SRPC_SCATTER_MAX];
+    uint8_t expected[SRPC_SCATTER_MAX];
+    srpc_hdr_t hs[SRPC_SCATTER_MAX];
+    uint32_t segs[SRPC_SCATTER_MAX];
+    const unsigned max = rx->burst < SRPC_SCATTER_MAX ? rx->burst : SRPC_SCATTER_MAX;
+    srpc_srv_lock(srv);
+    const srpc_call_key_t key = srv->rx.pred_key; /* process_datagram may expect another message */
+    const uint32_t idx = ct_find(&srv->ct, &key);
+    if (idx == CT_NONE || srv->ct.e[idx].state != CT_PARTIAL) {
+        srv->rx.pred_on = 0;
+        srpc_srv_unlock(srv);
+        return -1;
+    }
+    const srpc_reasm_t *msg = &srv->ct.e[idx].u.partial;
+    const uint8_t *buf = msg->buf;
+    srpc_hdr_t h = {.msg_len = msg->msg_len, .nseg = msg->nseg};
+    unsigned n = 0;
+    for (uint32_t q = srv->rx.pred_seq; q < msg->nseg && n < max; q++) {
+        h.seq = (uint16_t)q;
+        const uint32_t len = q + 1 < msg->nseg ? msg->seg_size : msg->msg_len - q * msg->seg_size;
+        uint8_t *p = srpc_reasm_slot(msg, &h, msg->seg_size, len);
+        if (p) {
+            place[n] = (struct iovec){p, len};
+            seq[n++] = (uint16_t)q;
+        }
+    }
+    if (n == 0) {
+        srv->rx.pred_on = 0;
+        srpc_srv_unlock(srv);
+        return -1;
+    }
+    int m = srv->tp->ops->rx_into(srv->tp, rx, n, place);
+    if (m <= 0) {
+        srpc_srv_unlock(srv);
+        if (m == -ENOTSUP)
+            srv->rx.direct_off = 1; /* a fault injector: every datagram takes the burst path */
+        return m == 0 ? 0 : -1;
+    }
+    unsigned others = 0;
+    for (int i = 0; i < m; i++) { /* all moved out before any is handled */
+        srpc_call_key_t k;
+        expected[i] = (uint8_t)is_expected(srv, (unsigned)i, &place[i], idx, seq[i], &hs[i], &k, &segs[i]);
+        if (!expected[i]) {
+            srpc_rx_unscatter(rx, (unsigned)i, &place[i]);
+            others++;
+        }
+    }
+    if (others) {
+        ST_ADD(srv, rx_unscattered, others);
+        srv->rx.direct_hint = 0; /* process_datagram sets it again for large segments */
+        srv->rx.pred_on = 0;
+        srv->rx.scatter_skip = SRPC_SCATTER_BACKOFF;
+    }
+    const uint64_t now = srpc_now_ns();
+    for (int i = 0; i < m; i++) {
+        if (!expected[i]) {
+            process_datagram(srv, (unsigned)i, now);
+            continue;
+        }
+        ST_ADD(srv, rx_datagrams, 1);
+        ST_ADD(srv, rx_bytes, rx->len[i]);
+        ct_entry_t *e = &srv->ct.e[idx];
+        if (ct_find(&srv->ct, &key) != idx || e->state != CT_PARTIAL || e->u.partial.buf != buf) {
+            /* its message went away in this burst (an earlier datagram disagreed with it): the
+             * place may be freed, so the datagram is dropped unread */
+            ST_ADD(srv, drops[SRPC_DROP_INCONSISTENT], 1);
+            continue;
+        }
+        ST_ADD(srv, rx_in_place, 1);
+        known_call(srv, idx, &hs[i], segs[i], place[i].iov_base, (uint32_t)place[i].iov_len, now);
+        if (!others)
+            srv->rx.pred_seq = (uint16_t)(seq[i] + 1);
+    }
+    srpc_srv_unlock(srv);
+    return m;
+}
+
+/* One step of in-place receive: the expected segments scattered, or the next datagram peeked. rx. */
+static int rx_in_place_step(srpc_server_t *srv)
+{
+    if (srv->rx.pred_on && !srv->rx.scatter_skip && srpc_tp_can_rx_into(srv->tp)) {
+        int r = rx_scatter(srv);
+        if (r != -1)
+            return r;
+    }
+    if (srv->rx.scatter_skip)
+        srv->rx.scatter_skip--;
+    return rx_direct(srv);
 }
 
 /* What a burst leaves behind: its error replies go out, the worker learns of its calls. */
@@ -362,8 +497,8 @@ int srpc_engine_rx_step_rx(srpc_server_t *srv)
     SRPC_ASSERT_RX(srv);
     srpc_rx_t *rx = &srv->rx.slots;
     int n = 0, r = -1;
-    while (srv->rx.direct_hint && n < (int)rx->burst && (r = rx_direct(srv)) > 0)
-        n++;
+    while (srv->rx.direct_hint && n < (int)rx->burst && (r = rx_in_place_step(srv)) > 0)
+        n += r;
     if (r != 0) { /* r < 0: the next datagram takes the burst path (one only, if in place may follow) */
         srpc_CUcontext saved;
         const int entered = srpc_gpu_rx_enter_rx(srv, &saved); /* the copies out of GPU memory */

@@ -187,6 +187,14 @@ typedef struct srpc_rx_state {
     int direct_hint;                 /* rx: recent traffic had large segments of partial
                                         messages, so try receiving in place first */
     int direct_off;                  /* rx: the transport cannot receive in place (now) */
+    /* rx: the segments expected next: those after pred_seq of the message keyed pred_key, the
+     * last large segment received of a message being reassembled (pred_on 0: none). Received
+     * with one scattered burst into their places; after a misprediction, scatter_skip datagrams
+     * take the peek path first. */
+    srpc_call_key_t pred_key;
+    uint16_t pred_seq;
+    uint8_t pred_on;
+    unsigned scatter_skip;
     unsigned ready;                  /* rx: calls this burst made ready (the worker is woken once) */
     srpc_errq_t errq;                /* rx */
     uint64_t next_timer_ns;          /* rx: when the expiry timers are due next */

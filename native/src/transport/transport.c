@@ -26,6 +26,18 @@ int srpc_rx_init(srpc_rx_t *rx, unsigned burst, size_t data_cap)
     return 0;
 }
 
+void srpc_rx_unscatter(srpc_rx_t *rx, unsigned i, const struct iovec *place)
+{
+    if (rx->len[i] <= SRPC_HDR_LEN)
+        return;
+    const size_t data = rx->len[i] - SRPC_HDR_LEN;
+    const size_t first = data < place->iov_len ? data : place->iov_len;
+    const size_t room = rx->data_cap - place->iov_len, rest = data - first < room ? data - first : room;
+    uint8_t *slot = srpc_rx_data(rx, i);
+    memmove(slot + first, slot, rest);
+    memcpy(slot, place->iov_base, first);
+}
+
 void srpc_rx_free(srpc_rx_t *rx)
 {
     free(rx->hdr);

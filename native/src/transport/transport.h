@@ -31,6 +31,9 @@ typedef struct srpc_rx {
 } srpc_rx_t;
 
 int srpc_rx_init(srpc_rx_t *rx, unsigned burst, size_t data_cap);
+/* Datagram i of a scattered receive (rx_into) with place: its data made whole in data slot i,
+ * as rx_burst would have left it (place is not changed). */
+void srpc_rx_unscatter(srpc_rx_t *rx, unsigned i, const struct iovec *place);
 void srpc_rx_free(srpc_rx_t *rx);
 static inline uint8_t *srpc_rx_hdr(const srpc_rx_t *rx, unsigned i) { return rx->hdr + (size_t)i * SRPC_HDR_SLOT; }
 static inline uint8_t *srpc_rx_data(const srpc_rx_t *rx, unsigned i) { return rx->data + (size_t)i * rx->data_cap; }
@@ -66,6 +69,14 @@ typedef struct srpc_transport_ops {
     /* Gives back what the last burst held for its dev[] addresses (NULL: nothing ever held).
      * The caller's copies from them must be complete. */
     void (*rx_release)(srpc_transport_t *t);
+    /* Scattered receive (NULL where the transport cannot, e.g. DPDK): like rx_burst for up to n
+     * (1..rx->burst) datagrams, but datagram i's data goes first to place[i] (iov_len <=
+     * rx->data_cap bytes of the caller's memory) and only what follows it to data slot i (at most
+     * rx->data_cap - iov_len bytes): segments a receiver expects land in their places, one system
+     * call for all. A datagram that turns out to be another is made whole in its data slot with
+     * srpc_rx_unscatter. Returns the count (0 when none waits), -ENOTSUP when it cannot now (a
+     * fault injector is set), or -errno. */
+    int (*rx_into)(srpc_transport_t *t, srpc_rx_t *rx, unsigned n, const struct iovec *place);
     /* In-place receive (NULL where the transport cannot, e.g. DPDK): peek copies the next
      * datagram's first SRPC_HDR_LEN bytes to hdr and its sender to src without taking it and
      * returns its whole length (>= 0), -EAGAIN when none waits, -ENOTSUP when it cannot now (a
@@ -151,6 +162,8 @@ static inline int srpc_tp_has_faults(const srpc_transport_t *t)
     return 0;
 #endif
 }
+/* 1 when this transport can receive scattered (rx_into). */
+static inline int srpc_tp_can_rx_into(const srpc_transport_t *t) { return t->ops->rx_into != NULL; }
 /* 1 when this transport can receive in place now (peek and recv_into). */
 static inline int srpc_tp_can_recv_into(const srpc_transport_t *t) { return t->ops->peek != NULL; }
 

@@ -127,7 +127,7 @@ static int rx_vectors(srpc_udp_t *u, srpc_rx_t *rx)
         u->rx_data_cap == rx->data_cap)
         return 0;
     struct mmsghdr *m = calloc(rx->burst, sizeof(*m));
-    struct iovec *iv = calloc((size_t)rx->burst * 2, sizeof(*iv));
+    struct iovec *iv = calloc((size_t)rx->burst * 3, sizeof(*iv)); /* a third for srpc_udp_rx_into */
     if (!m || !iv) {
         free(m);
         free(iv);
@@ -136,10 +136,10 @@ static int rx_vectors(srpc_udp_t *u, srpc_rx_t *rx)
     free(u->rx_msgs);
     free(u->rx_iov);
     for (unsigned i = 0; i < rx->burst; i++) {
-        iv[2 * i] = (struct iovec){srpc_rx_hdr(rx, i), SRPC_HDR_LEN};
-        iv[2 * i + 1] = (struct iovec){srpc_rx_data(rx, i), rx->data_cap};
+        iv[3 * i] = (struct iovec){srpc_rx_hdr(rx, i), SRPC_HDR_LEN};
+        iv[3 * i + 1] = (struct iovec){srpc_rx_data(rx, i), rx->data_cap};
         m[i].msg_hdr = (struct msghdr){.msg_name = &rx->src[i], .msg_namelen = sizeof(rx->src[i]),
-                                       .msg_iov = &iv[2 * i], .msg_iovlen = 2};
+                                       .msg_iov = &iv[3 * i], .msg_iovlen = 2};
     }
     u->rx_msgs = m;
     u->rx_iov = iv;
@@ -190,6 +190,32 @@ int srpc_udp_rx_burst(srpc_udp_t *u, srpc_rx_t *rx, unsigned max)
         return rx_burst_faulty(u, rx, max);
 #endif
     return rx_recv(u, rx, max);
+}
+
+int srpc_udp_rx_into(srpc_udp_t *u, srpc_rx_t *rx, unsigned n, const struct iovec *place)
+{
+    if (u->rx_faults) /* every datagram must pass the injector */
+        return -ENOTSUP;
+    if (n == 0 || n > rx->burst)
+        return -EINVAL;
+    for (unsigned i = 0; i < n; i++)
+        if (place[i].iov_len > rx->data_cap)
+            return -EINVAL;
+    int r = rx_vectors(u, rx);
+    if (r)
+        return r;
+    for (unsigned i = 0; i < n; i++) { /* header slot, place, then the rest of the data slot */
+        struct iovec *iv = u->rx_msgs[i].msg_hdr.msg_iov;
+        iv[1] = place[i];
+        iv[2] = (struct iovec){srpc_rx_data(rx, i), rx->data_cap - place[i].iov_len};
+        u->rx_msgs[i].msg_hdr.msg_iovlen = 3;
+    }
+    r = rx_recv(u, rx, n);
+    for (unsigned i = 0; i < n; i++) { /* back to the burst layout */
+        u->rx_msgs[i].msg_hdr.msg_iov[1] = (struct iovec){srpc_rx_data(rx, i), rx->data_cap};
+        u->rx_msgs[i].msg_hdr.msg_iovlen = 2;
+    }
+    return r;
 }
 
 int srpc_udp_peek(srpc_udp_t *u, uint8_t hdr[SRPC_HDR_LEN], struct sockaddr_storage *src)
@@ -664,6 +690,12 @@ static int op_rx_burst(srpc_transport_t *t, srpc_rx_t *rx, unsigned max)
     return n == -EAGAIN ? 0 : n;
 }
 
+static int op_rx_into(srpc_transport_t *t, srpc_rx_t *rx, unsigned n, const struct iovec *place)
+{
+    int r = srpc_udp_rx_into(udp_of(t), rx, n, place);
+    return r == -EAGAIN ? 0 : r;
+}
+
 static int op_peek(srpc_transport_t *t, uint8_t hdr[SRPC_HDR_LEN], struct sockaddr_storage *src)
 {
     return srpc_udp_peek(udp_of(t), hdr, src);
@@ -698,6 +730,7 @@ static void op_close(srpc_transport_t *t)
 static const srpc_transport_ops_t udp_ops = {
     .name = "udp",
     .rx_burst = op_rx_burst,
+    .rx_into = op_rx_into,
     .peek = op_peek,
     .recv_into = op_recv_into,
     .send = op_send,
