@@ -17,6 +17,8 @@ _SCALARS = (
     ("rx_in_place", "rx_in_place", "counter", "Segments received straight into their message."),
     ("rx_unscattered", "rx_unscattered", "counter",
      "Datagrams received into the place of another segment, then moved back whole (mispredictions)."),
+    ("rx_coalesced", "rx_coalesced", "counter",
+     "Datagrams received coalesced with others of their sender (UDP receive offload)."),
     ("calls", "calls", "counter", "Calls accepted (complete requests queued)."),
     ("replies", "replies", "counter", "Replies sent."),
     ("batches", "batches", "counter", "Batches handed to the functions."),

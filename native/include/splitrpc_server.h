@@ -379,6 +379,8 @@ typedef struct srpc_server_stats {
                                 offload: one pass down the stack for a batch's replies); 0 without it */
     uint64_t rx_unscattered; /* datagrams received into the place of the segment expected next that were
                                 another, then moved whole to the burst path (mispredictions) */
+    uint64_t rx_coalesced;   /* datagrams that came coalesced with others of their sender (UDP receive
+                                offload: one buffer up the stack for a run the client sent in one) */
     int rcvbuf, sndbuf;      /* effective socket buffer sizes */
 } srpc_server_stats_t;
 

@@ -5,6 +5,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <netinet/udp.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -1425,6 +1426,86 @@ static void test_scatter(int mode)
     close(fb);
 }
 
+/* ------------------------------------------------------------------ coalesced receive */
+
+#ifndef UDP_SEGMENT
+#define UDP_SEGMENT 103
+#endif
+
+/* Sends n datagrams of seg bytes (the last may be shorter: len in all) at buf as one buffer the
+ * kernel cuts (UDP segmentation offload). 0, or -1 where the kernel cannot. */
+static int send_run(int fd, int port, const uint8_t *buf, size_t len, int seg)
+{
+    if (setsockopt(fd, SOL_UDP, UDP_SEGMENT, &seg, sizeof(seg)) != 0)
+        return -1;
+    raw_send(fd, port, buf, len);
+    int zero = 0;
+    setsockopt(fd, SOL_UDP, UDP_SEGMENT, &zero, sizeof(zero));
+    return 0;
+}
+
+/* A run of calls sent as one buffer reaches the server coalesced (UDP receive offload) and is
+ * taken apart: each call answered right; the largest run a buffer holds; a run whose last
+ * datagram is shorter (and so fails its segment check alone); datagrams shorter than a header,
+ * each dropped as short. */
+static void test_coalesced(int mode)
+{
+    const fdef_t *defs[] = {&D_VECADD};
+    sopts_t o = {.wait_mode = mode};
+    sctx_t *s = server_up(&o, defs, 1);
+    const int fd = raw_sock();
+    enum { N = 62, DG = SRPC_HDR_LEN + 1024 }; /* 62 x 1046 bytes: as much as one buffer takes */
+    static uint8_t run[N * DG];
+    static float in[N][256];
+    for (int i = 0; i < N; i++) {
+        fill_floats(in[i], 256, (float)i * 10.0f);
+        mk_dg(run + (size_t)i * DG, SRPC_REQUEST, F_VECADD, 7000 + (uint64_t)i, 0, 1, 1024, 0, in[i], 1024);
+    }
+    if (send_run(fd, s->port, run, sizeof(run), DG) != 0) {
+        fprintf(stderr, "test_coalesced: no UDP_SEGMENT on this kernel, skipped\n");
+        close(fd);
+        server_down(s);
+        return;
+    }
+    int good = 0;
+    for (int k = 0; k < N; k++) {
+        int len = raw_recv(fd, 2000, rbuf, sizeof(rbuf));
+        srpc_hdr_t h;
+        if (len > 0 && srpc_hdr_decode(rbuf, (size_t)len, &h) == 0 && h.req_id >= 7000 && h.req_id < 7000 + N)
+            good += vec_reply_ok(rbuf, len, F_VECADD, h.req_id, in[h.req_id - 7000]);
+    }
+    CHECK(good == N, "mode %d: %d of %d calls of one run answered right", mode, good, N);
+    srpc_server_stats_t st = stats(s);
+    CHECK(st.rx_coalesced == N && st.rx_datagrams == N, "mode %d: %llu of %llu datagrams came coalesced", mode,
+          (unsigned long long)st.rx_coalesced, (unsigned long long)st.rx_datagrams);
+
+    /* the last one 100 bytes short: the others answered, it counted as a bad segment */
+    send_run(fd, s->port, run, 4 * DG - 100, DG);
+    good = 0;
+    for (int k = 0; k < 3; k++) {
+        int len = raw_recv(fd, 2000, rbuf, sizeof(rbuf));
+        srpc_hdr_t h;
+        if (len > 0 && srpc_hdr_decode(rbuf, (size_t)len, &h) == 0 && h.req_id < 7003)
+            good += vec_reply_ok(rbuf, len, F_VECADD, h.req_id, in[h.req_id - 7000]);
+    }
+    CHECK(quiet(fd, 50), "mode %d: the short last datagram: no reply", mode);
+    srpc_server_stats_t st2 = stats(s);
+    CHECK(good == 3 && st2.drops[SRPC_DROP_BAD_SEGMENT] == st.drops[SRPC_DROP_BAD_SEGMENT] + 1 &&
+              st2.cache_hits == st.cache_hits + 3 && st2.rx_coalesced == st.rx_coalesced + 4,
+          "mode %d: a shorter last datagram fails alone (%d of 3 answered from the cache)", mode, good);
+
+    /* ten datagrams of 11 bytes whose bytes together would be a valid request */
+    send_run(fd, s->port, run + 5 * (size_t)DG, 110, 11);
+    for (int w = 0; w < 2000 && stats(s).drops[SRPC_DROP_SHORT] < 10; w++)
+        sleep_us(1000);
+    srpc_server_stats_t st3 = stats(s);
+    CHECK(st3.drops[SRPC_DROP_SHORT] == 10 && st3.calls == st2.calls && quiet(fd, 50),
+          "mode %d: datagrams shorter than a header each dropped (%llu)", mode,
+          (unsigned long long)st3.drops[SRPC_DROP_SHORT]);
+    close(fd);
+    server_down(s);
+}
+
 /* Batches form under load; a batch that wraps the ring end is contiguous and correct. */
 static void test_batching(void)
 {
@@ -2081,6 +2162,8 @@ int main(void)
     test_placement(SRPC_WAIT_POLL);
     test_scatter(SRPC_WAIT_BLOCK);
     test_scatter(SRPC_WAIT_POLL);
+    test_coalesced(SRPC_WAIT_BLOCK);
+    test_coalesced(SRPC_WAIT_POLL);
     test_client_timeout();
     test_batching();
     test_hold();

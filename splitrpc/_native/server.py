@@ -598,6 +598,8 @@ def read_stats(srv) -> dict:
         "tx_coalesced": st.tx_coalesced,
         # datagrams received into the place expected for another segment, then moved back whole
         "rx_unscattered": st.rx_unscattered,
+        # datagrams that came coalesced with others of their sender (UDP receive offload)
+        "rx_coalesced": st.rx_coalesced,
     }
 
 

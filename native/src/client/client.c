@@ -443,19 +443,18 @@ static void fail_unsent_draining(srpc_client_t *c)
     }
 }
 
-static void process(srpc_client_t *c, unsigned i)
+/* One datagram received: total bytes, its header at hb and the rest at data; trunc: longer
+ * than what is here. Hostile until checked. Lock held. */
+static void process(srpc_client_t *c, const uint8_t *hb, const uint8_t *data, uint32_t total, int trunc)
 {
     srpc_hdr_t h;
-    uint32_t seg, total = c->rx.len[i];
-    const uint8_t *data = srpc_rx_data(&c->rx, i);
-    uint32_t dlen = total - SRPC_HDR_LEN;
-    if (c->rx.trunc[i] ||
-        srpc_hdr_decode(srpc_rx_hdr(&c->rx, i), total < SRPC_HDR_LEN ? total : SRPC_HDR_LEN, &h) < 0 ||
+    uint32_t seg, dlen = total - SRPC_HDR_LEN;
+    if (trunc || srpc_hdr_decode(hb, total < SRPC_HDR_LEN ? total : SRPC_HDR_LEN, &h) < 0 ||
         h.type == SRPC_REQUEST || h.version != c->cfg.version) {
         c->st.dropped++;
         return;
     }
-    int r = srpc_data_check(&h, srpc_rx_hdr(&c->rx, i), data, &dlen); /* version 3: before any data is read */
+    int r = srpc_data_check(&h, hb, data, &dlen); /* version 3: before any data is read */
     if (r < 0 || srpc_seg_check(&h, dlen, &seg) < 0) {
         c->st.bad_data_check += r == -EILSEQ;
         c->st.dropped++;
@@ -560,7 +559,10 @@ static void receive_some(srpc_client_t *c, uint64_t until_ns)
     if (unreachable_errno(n))
         fail_unreachable(c, -n);
     for (int i = 0; i < n; i++)
-        process(c, (unsigned)i);
+        for (unsigned j = 0; j < srpc_rx_dgrams(&c->rx, (unsigned)i); j++) { /* those coalesced into it in order */
+            const srpc_rx_dg_t d = srpc_rx_dgram(&c->rx, (unsigned)i, j);
+            process(c, d.hdr, d.data, d.len, c->rx.trunc[i]);
+        }
     if (c->whead)
         send_waiting(c);
 }

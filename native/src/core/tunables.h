@@ -146,4 +146,11 @@
 #define SRPC_GSO_MAX_BYTES 65507
 #define SRPC_ENV_UDP_GSO "SPLITRPC_UDP_GSO"
 
+/* UDP receive offload on the kernel transport's sockets (udp.c): the kernel may hand over
+ * datagrams of one sender coalesced into one buffer (UDP_GRO: on loopback, a run sent with
+ * UDP_SEGMENT stays one buffer end to end, so neither side pays per datagram in the stack);
+ * each receive takes them apart again. SRPC_ENV_UDP_GRO set to "0" turns it off for the
+ * sockets opened after. */
+#define SRPC_ENV_UDP_GRO "SPLITRPC_UDP_GRO"
+
 #endif

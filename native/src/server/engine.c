@@ -240,24 +240,24 @@ static void expect_after(srpc_server_t *srv, const srpc_call_key_t *k, uint16_t 
     srv->rx.pred_on = 1;
 }
 
-/* Datagram i of the burst, hostile until checked. rx and lock held. */
-static void process_datagram(srpc_server_t *srv, unsigned i, uint64_t now)
+/* One datagram from src, hostile until checked: total bytes, its header at hb, the rest at
+ * data, or at the device address dev (data unused); trunc: longer than what is here. rx and
+ * lock held. */
+static void process_datagram(srpc_server_t *srv, const uint8_t *hb, const uint8_t *data_in, uint32_t total,
+                             int trunc, const struct sockaddr *src, uint64_t dev, uint64_t now)
 {
-    const srpc_rx_t *rx = &srv->rx.slots;
-    const uint32_t total = rx->len[i];
     ST_ADD(srv, rx_datagrams, 1);
     ST_ADD(srv, rx_bytes, total);
-    const struct sockaddr *src = (const struct sockaddr *)&rx->src[i];
     if (unlikely(srv->allow.n && !srpc_allowlist_match(&srv->allow, src))) {
         ST_ADD(srv, drops[SRPC_DROP_NOT_ALLOWED], 1);
         return;
     }
-    if (unlikely(rx->trunc[i])) {
+    if (unlikely(trunc)) {
         ST_ADD(srv, drops[SRPC_DROP_TRUNCATED], 1);
         return;
     }
     srpc_hdr_t h;
-    int r = srpc_hdr_decode(srpc_rx_hdr(rx, i), total < SRPC_HDR_LEN ? total : SRPC_HDR_LEN, &h);
+    int r = srpc_hdr_decode(hb, total < SRPC_HDR_LEN ? total : SRPC_HDR_LEN, &h);
     if (unlikely(r < 0)) {
         ST_ADD(srv, drops[r == -EMSGSIZE ? SRPC_DROP_SHORT : r == -EPROTO ? SRPC_DROP_BAD_SEGMENT
                           : r == -EILSEQ ? SRPC_DROP_BAD_CHECK : SRPC_DROP_BAD_HEADER], 1);
@@ -270,11 +270,10 @@ static void process_datagram(srpc_server_t *srv, unsigned i, uint64_t now)
     /* A one-segment request whose data stayed in GPU memory: dev is its address and the data
      * slot is unused. A known call never reads it: a duplicate reads no data, and a partial
      * message disagrees with it (nseg) before any copy. */
-    const uint64_t dev = rx->dev[i];
-    const uint8_t *data = dev ? NULL : srpc_rx_data(rx, i);
+    const uint8_t *data = dev ? NULL : data_in;
     uint32_t dlen = total - SRPC_HDR_LEN;
     if (h.version == SRPC_VERSION_3) { /* the data check, before any data byte is believed */
-        r = data ? srpc_data_check(&h, srpc_rx_hdr(rx, i), data, &dlen) : -EMSGSIZE; /* (device data: never v3) */
+        r = data ? srpc_data_check(&h, hb, data, &dlen) : -EMSGSIZE; /* (device data: never v3) */
         if (unlikely(r < 0)) {
             ST_ADD(srv, drops[r == -EILSEQ ? SRPC_DROP_BAD_DATA_CHECK : SRPC_DROP_SHORT], 1);
             return;
@@ -296,6 +295,20 @@ static void process_datagram(srpc_server_t *srv, unsigned i, uint64_t now)
         known_call(srv, idx, &h, seg, data, dlen, now);
     else
         new_call(srv, &k, &h, seg, data, dlen, dev, now);
+}
+
+/* Entry i of the burst: its datagram, or each of those coalesced into it, in order. rx and lock held. */
+static void process_entry(srpc_server_t *srv, unsigned i, uint64_t now)
+{
+    const srpc_rx_t *rx = &srv->rx.slots;
+    const struct sockaddr *src = (const struct sockaddr *)&rx->src[i];
+    const unsigned n = srpc_rx_dgrams(rx, i);
+    if (n > 1)
+        ST_ADD(srv, rx_coalesced, n);
+    for (unsigned j = 0; j < n; j++) {
+        const srpc_rx_dg_t d = srpc_rx_dgram(rx, i, j);
+        process_datagram(srv, d.hdr, d.data, d.len, rx->trunc[i], src, rx->dev[i], now);
+    }
 }
 
 /* Receives the next datagram straight into its place in a message being reassembled, when it
@@ -366,8 +379,8 @@ static int is_expected(srpc_server_t *srv, unsigned i, const struct iovec *place
     const srpc_rx_t *rx = &srv->rx.slots;
     const uint8_t *hb = srpc_rx_hdr(rx, i);
     const struct sockaddr *src = (const struct sockaddr *)&rx->src[i];
-    if (rx->trunc[i] || rx->len[i] < SRPC_HDR_LEN || srpc_hdr_decode(hb, SRPC_HDR_LEN, h) < 0 ||
-        h->type != SRPC_REQUEST || h->seq != seq)
+    if (rx->trunc[i] || rx->len[i] < SRPC_HDR_LEN || srpc_rx_dgrams(rx, i) > 1 ||
+        srpc_hdr_decode(hb, SRPC_HDR_LEN, h) < 0 || h->type != SRPC_REQUEST || h->seq != seq)
         return 0;
     const uint32_t tail_len = h->version == SRPC_VERSION_3 ? SRPC_DATA_CHECK_LEN : 0; /* after the place, in the slot */
     if (rx->len[i] != SRPC_HDR_LEN + place->iov_len + tail_len || srpc_seg_check(h, place->iov_len, seg) < 0 ||
@@ -447,7 +460,7 @@ static int rx_scatter(srpc_server_t *srv)
     const uint64_t now = srpc_now_ns();
     for (int i = 0; i < m; i++) {
         if (!expected[i]) {
-            process_datagram(srv, (unsigned)i, now);
+            process_entry(srv, (unsigned)i, now);
             continue;
         }
         ST_ADD(srv, rx_datagrams, 1);
@@ -508,7 +521,7 @@ int srpc_engine_rx_step_rx(srpc_server_t *srv)
             const uint64_t now = srpc_now_ns();
             srpc_srv_lock(srv);
             for (int i = 0; i < m; i++)
-                process_datagram(srv, (unsigned)i, now);
+                process_entry(srv, (unsigned)i, now);
             if (srv->rx.dev_copies)
                 srpc_gpu_rx_finish_locked(srv); /* before the worker may see the calls */
             srpc_srv_unlock(srv);
@@ -577,8 +590,9 @@ int srpc_engine_feed(srpc_server_t *srv, const uint8_t *dgram, size_t len, const
     rx->len[0] = (uint32_t)len;
     rx->trunc[0] = (uint8_t)trunc;
     rx->dev[0] = 0;
+    rx->gso[0] = 0;
     srpc_srv_lock(srv);
-    process_datagram(srv, 0, srpc_now_ns());
+    process_entry(srv, 0, srpc_now_ns());
     srpc_srv_unlock(srv);
     end_of_burst(srv);
     srpc_rx_unlock(srv);

@@ -19,7 +19,8 @@ int srpc_rx_init(srpc_rx_t *rx, unsigned burst, size_t data_cap)
     rx->src = calloc(burst, sizeof(*rx->src));
     rx->srclen = calloc(burst, sizeof(*rx->srclen));
     rx->dev = calloc(burst, sizeof(*rx->dev));
-    if (!rx->hdr || !rx->data || !rx->len || !rx->trunc || !rx->src || !rx->srclen || !rx->dev) {
+    rx->gso = calloc(burst, sizeof(*rx->gso));
+    if (!rx->hdr || !rx->data || !rx->len || !rx->trunc || !rx->src || !rx->srclen || !rx->dev || !rx->gso) {
         srpc_rx_free(rx);
         return -ENOMEM;
     }
@@ -47,5 +48,6 @@ void srpc_rx_free(srpc_rx_t *rx)
     free(rx->src);
     free(rx->srclen);
     free(rx->dev);
+    free(rx->gso);
     memset(rx, 0, sizeof(*rx));
 }

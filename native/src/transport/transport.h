@@ -28,6 +28,9 @@ typedef struct srpc_rx {
     socklen_t *srclen;
     uint64_t *dev;                  /* 0, or the device address of its data (then the data slot is
                                        unused): a DPDK port whose payloads land in GPU memory */
+    uint32_t *gso;                  /* 0, or entry i holds several datagrams of one sender that a
+                                       receive offload coalesced (UDP GRO), each gso[i] bytes, the
+                                       last one shorter: read them with srpc_rx_dgram */
 } srpc_rx_t;
 
 int srpc_rx_init(srpc_rx_t *rx, unsigned burst, size_t data_cap);
@@ -37,6 +40,37 @@ void srpc_rx_unscatter(srpc_rx_t *rx, unsigned i, const struct iovec *place);
 void srpc_rx_free(srpc_rx_t *rx);
 static inline uint8_t *srpc_rx_hdr(const srpc_rx_t *rx, unsigned i) { return rx->hdr + (size_t)i * SRPC_HDR_SLOT; }
 static inline uint8_t *srpc_rx_data(const srpc_rx_t *rx, unsigned i) { return rx->data + (size_t)i * rx->data_cap; }
+
+/* How many datagrams entry i of a burst holds: one, or those coalesced into it (rx->gso[i]; a
+ * truncated entry counts as one, and fails its checks). */
+static inline unsigned srpc_rx_dgrams(const srpc_rx_t *rx, unsigned i)
+{
+    const uint32_t g = rx->gso[i];
+    return g && rx->len[i] > g && !rx->trunc[i] ? (rx->len[i] + g - 1) / g : 1;
+}
+
+/* Datagram j (< srpc_rx_dgrams) of entry i: its header, its data and its length, header
+ * included. The entry's bytes run on from the header slot into the data slot, so datagram j
+ * (j > 0) lies whole in the data slot, its header right before its data. Datagrams shorter
+ * than a header (coalesced at gso < SRPC_HDR_LEN) get only their length right: they are
+ * dropped as short, never read. */
+typedef struct srpc_rx_dg {
+    const uint8_t *hdr, *data;
+    uint32_t len;
+} srpc_rx_dg_t;
+static inline srpc_rx_dg_t srpc_rx_dgram(const srpc_rx_t *rx, unsigned i, unsigned j)
+{
+    const uint32_t g = rx->gso[i], len = rx->len[i];
+    if (srpc_rx_dgrams(rx, i) == 1)
+        return (srpc_rx_dg_t){srpc_rx_hdr(rx, i), srpc_rx_data(rx, i), len};
+    const uint32_t off = j * g, n = len - off < g ? len - off : g; /* its first byte in the entry, its length */
+    if (g < SRPC_HDR_LEN)
+        return (srpc_rx_dg_t){srpc_rx_hdr(rx, i), srpc_rx_data(rx, i), n};
+    if (j == 0)
+        return (srpc_rx_dg_t){srpc_rx_hdr(rx, i), srpc_rx_data(rx, i), n};
+    const uint8_t *p = srpc_rx_data(rx, i) + off - SRPC_HDR_LEN;
+    return (srpc_rx_dg_t){p, p + SRPC_HDR_LEN, n};
+}
 
 /* One message to send: the header template (type, version, func_id, req_id, aux; seq, nseg and
  * msg_len are filled in), its data as the concatenation of npieces pieces (len bytes in all),

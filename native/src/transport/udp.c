@@ -41,6 +41,34 @@ static int gso_offered(int fd)
     return getsockopt(fd, SOL_UDP, UDP_SEGMENT, &v, &l) == 0;
 }
 
+#ifndef UDP_GRO
+#define UDP_GRO 104 /* linux/udp.h, kernel 5.0 and later */
+#endif
+#define GRO_CTL_SPACE CMSG_SPACE(sizeof(int)) /* one UDP_GRO control message per datagram received */
+
+/* 1 when the kernel hands fd datagrams of one sender coalesced (UDP_GRO) and the environment
+ * does not turn it off. */
+static int gro_enable(int fd)
+{
+    const char *env = getenv(SRPC_ENV_UDP_GRO);
+    if (env && strcmp(env, "0") == 0)
+        return 0;
+    const int one = 1;
+    return setsockopt(fd, SOL_UDP, UDP_GRO, &one, sizeof(one)) == 0;
+}
+
+/* The segment size of a coalesced datagram from m's control messages, else 0. */
+static uint32_t gro_size(struct msghdr *m)
+{
+    for (struct cmsghdr *c = CMSG_FIRSTHDR(m); c; c = CMSG_NXTHDR(m, c))
+        if (c->cmsg_level == SOL_UDP && c->cmsg_type == UDP_GRO && c->cmsg_len >= CMSG_LEN(sizeof(int))) {
+            int g;
+            memcpy(&g, CMSG_DATA(c), sizeof(g));
+            return g > 0 ? (uint32_t)g : 0;
+        }
+    return 0;
+}
+
 int srpc_udp_open(srpc_udp_t *u, const char *host, uint16_t port, int bind_mode, int buf_bytes)
 {
     memset(u, 0, sizeof(*u));
@@ -77,6 +105,7 @@ int srpc_udp_open(srpc_udp_t *u, const char *host, uint16_t port, int bind_mode,
         u->fd = fd;
         u->family = ai->ai_family;
         u->gso = gso_offered(fd);
+        u->gro = gro_enable(fd);
         u->gso_seg_max = UINT32_MAX;
         rc = 0;
         break;
@@ -92,8 +121,10 @@ void srpc_udp_close(srpc_udp_t *u)
     u->fd = -1;
     free(u->rx_msgs);
     free(u->rx_iov);
+    free(u->rx_ctl);
     u->rx_msgs = NULL;
     u->rx_iov = NULL;
+    u->rx_ctl = NULL;
     u->rx_cap = 0;
     u->rx_hdr = u->rx_data = u->rx_src = NULL;
 #ifdef SRPC_FAULT_INJECTION
@@ -128,21 +159,27 @@ static int rx_vectors(srpc_udp_t *u, srpc_rx_t *rx)
         return 0;
     struct mmsghdr *m = calloc(rx->burst, sizeof(*m));
     struct iovec *iv = calloc((size_t)rx->burst * 3, sizeof(*iv)); /* a third for srpc_udp_rx_into */
-    if (!m || !iv) {
+    uint8_t *ctl = u->gro ? calloc(rx->burst, GRO_CTL_SPACE) : NULL;
+    if (!m || !iv || (u->gro && !ctl)) {
         free(m);
         free(iv);
+        free(ctl);
         return -ENOMEM;
     }
     free(u->rx_msgs);
     free(u->rx_iov);
+    free(u->rx_ctl);
     for (unsigned i = 0; i < rx->burst; i++) {
         iv[3 * i] = (struct iovec){srpc_rx_hdr(rx, i), SRPC_HDR_LEN};
         iv[3 * i + 1] = (struct iovec){srpc_rx_data(rx, i), rx->data_cap};
         m[i].msg_hdr = (struct msghdr){.msg_name = &rx->src[i], .msg_namelen = sizeof(rx->src[i]),
-                                       .msg_iov = &iv[3 * i], .msg_iovlen = 2};
+                                       .msg_iov = &iv[3 * i], .msg_iovlen = 2,
+                                       .msg_control = ctl ? ctl + (size_t)i * GRO_CTL_SPACE : NULL,
+                                       .msg_controllen = ctl ? GRO_CTL_SPACE : 0};
     }
     u->rx_msgs = m;
     u->rx_iov = iv;
+    u->rx_ctl = ctl;
     u->rx_cap = rx->burst;
     u->rx_data_cap = rx->data_cap;
     u->rx_hdr = rx->hdr;
@@ -169,7 +206,9 @@ static int rx_recv(srpc_udp_t *u, srpc_rx_t *rx, unsigned max)
         rx->trunc[i] = (m->msg_flags & MSG_TRUNC) != 0;
         rx->srclen[i] = m->msg_namelen;
         rx->dev[i] = 0;
+        rx->gso[i] = m->msg_control ? gro_size(m) : 0;
         m->msg_namelen = sizeof(rx->src[i]); /* the kernel wrote the source's length there */
+        m->msg_controllen = m->msg_control ? GRO_CTL_SPACE : 0; /* and the control bytes' there */
     }
     return n;
 }
@@ -223,10 +262,18 @@ int srpc_udp_peek(srpc_udp_t *u, uint8_t hdr[SRPC_HDR_LEN], struct sockaddr_stor
     if (u->rx_faults) /* every datagram must pass the injector */
         return -ENOTSUP;
     struct iovec iv = {hdr, SRPC_HDR_LEN};
-    struct msghdr m = {.msg_name = src, .msg_namelen = sizeof(*src), .msg_iov = &iv, .msg_iovlen = 1};
+    union {
+        struct cmsghdr align;
+        uint8_t b[GRO_CTL_SPACE];
+    } ctl;
+    struct msghdr m = {.msg_name = src, .msg_namelen = sizeof(*src), .msg_iov = &iv, .msg_iovlen = 1,
+                       .msg_control = u->gro ? ctl.b : NULL, .msg_controllen = u->gro ? sizeof(ctl.b) : 0};
     ssize_t len = recvmsg(u->fd, &m, MSG_PEEK | MSG_DONTWAIT | MSG_TRUNC); /* the full length */
     if (len < 0)
         return errno == EAGAIN || errno == EWOULDBLOCK ? -EAGAIN : -errno;
+    const uint32_t g = u->gro ? gro_size(&m) : 0;
+    if (g && (size_t)len > g)
+        return -E2BIG; /* datagrams coalesced: rx_burst takes them apart */
     return len > INT32_MAX ? -EMSGSIZE : (int)len;
 }
 
@@ -523,6 +570,7 @@ static unsigned rx_deliver(srpc_faults_t *f, srpc_rx_t *rx, unsigned max)
         rx->len[out] = h + dl;
         rx->trunc[out] = (uint8_t)trunc;
         rx->dev[out] = 0;
+        rx->gso[out] = 0;
         free(d);
         out++;
     }
@@ -532,13 +580,14 @@ static unsigned rx_deliver(srpc_faults_t *f, srpc_rx_t *rx, unsigned max)
 /* Pushes the n datagrams received into slots [0, n) through the RX injector. */
 static void rx_push(srpc_faults_t *f, srpc_rx_t *rx, unsigned n)
 {
-    for (unsigned i = 0; i < n; i++) {
-        uint32_t len = rx->len[i];
-        struct iovec iv[2] = {{srpc_rx_hdr(rx, i), len < SRPC_HDR_LEN ? len : SRPC_HDR_LEN},
-                              {srpc_rx_data(rx, i), len > SRPC_HDR_LEN ? len - SRPC_HDR_LEN : 0}};
-        (void)srpc_faults_push(f, iv, 2, len, (const struct sockaddr *)&rx->src[i], rx->srclen[i],
-                               rx->trunc[i] ? MSG_TRUNC : 0); /* -ENOMEM: counted as discarded */
-    }
+    for (unsigned i = 0; i < n; i++)
+        for (unsigned j = 0; j < srpc_rx_dgrams(rx, i); j++) { /* coalesced ones one by one */
+            const srpc_rx_dg_t d = srpc_rx_dgram(rx, i, j);
+            struct iovec iv[2] = {{(void *)d.hdr, d.len < SRPC_HDR_LEN ? d.len : SRPC_HDR_LEN},
+                                  {(void *)d.data, d.len > SRPC_HDR_LEN ? d.len - SRPC_HDR_LEN : 0}};
+            (void)srpc_faults_push(f, iv, 2, d.len, (const struct sockaddr *)&rx->src[i], rx->srclen[i],
+                                   rx->trunc[i] ? MSG_TRUNC : 0); /* -ENOMEM: counted as discarded */
+        }
 }
 
 /* srpc_udp_rx_burst through the RX injector: what it still has to give out goes first; else the

@@ -19,6 +19,8 @@ typedef struct srpc_udp {
     uint32_t gso_seg_max; /* the longest datagram coalesced: lowered below one whose run the route
                              refused as over its MTU (relaxed atomics: sends come from any thread) */
     uint64_t tx_coalesced; /* datagrams sent so (relaxed atomic adds: sends come from any thread) */
+    int gro;            /* 1: the kernel may hand over datagrams of one sender coalesced (UDP_GRO,
+                           tunables.h); every receive reads its segment size (srpc_rx_t.gso) */
     /* Testing builds (SRPC_FAULT_INJECTION): fault injectors of what arrives and of what
      * leaves (tools/faults.h), NULL for none (always NULL in other builds). Set with
      * srpc_udp_set_faults before traffic starts; owned by the socket, freed at close. */
@@ -27,6 +29,7 @@ typedef struct srpc_udp {
      * (built once for a set of slots, then only the entries a receive used are reset). */
     struct mmsghdr *rx_msgs;
     struct iovec *rx_iov;
+    uint8_t *rx_ctl;    /* gro: a control buffer per message */
     unsigned rx_cap;
     size_t rx_data_cap;
     const void *rx_hdr, *rx_data, *rx_src;
