@@ -125,8 +125,9 @@ def test_datagrams_shorter_than_a_header_in_a_run_are_each_dropped_as_short(make
 
 @pytest.mark.parametrize("s", [1450, 8950])
 def test_the_segments_of_a_message_sent_in_runs_are_put_together(make_server, sock, s):
-    """200 KB echoed, cut at 1450 (runs of up to 44) and at 8950 bytes (runs of 7: large
-    segments, expected in place after the first run)."""
+    """200 KB echoed, cut at 1450 (runs of up to 44, copied out of the receive burst) and at 8950
+    bytes (runs of 7: large segments; after the first run each next one is received laid out
+    as the segments expected, every datagram's data straight into its place)."""
     srv = _server(make_server)
     data = np.random.default_rng(s).bytes(200_000)
     segs = ref.segments(3, 400, data, s)
@@ -143,6 +144,10 @@ def test_the_segments_of_a_message_sent_in_runs_are_put_together(make_server, so
     assert msgs[(ref.RESPONSE, 3, 400)]["data"] == data
     st = _settled(srv, lambda st: st["calls"] == 1)
     assert st["rx_coalesced"] >= len(segs) - per_run and st["drops"]["inconsistent"] == 0
+    if s < 8192:
+        assert st["rx_in_place"] == 0
+    else:  # all but the first run (and one that came before its turn was asked for)
+        assert st["rx_in_place"] >= len(segs) - 2 * per_run and st["rx_unscattered"] == 0
 
 
 def test_off_by_the_environment(make_server, sock, monkeypatch):

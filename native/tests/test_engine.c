@@ -1506,6 +1506,167 @@ static void test_coalesced(int mode)
     server_down(s);
 }
 
+/* The echo replies of n (at most 3) messages on fd within ms, each byte-exact: req_id req[i]
+ * carries want_len[i] bytes equal to want[i]. Datagrams go to the reassembler of their req_id. */
+static int replies_exact(int fd, const uint64_t *req, const uint8_t *const *want, const uint32_t *want_len, int n,
+                         int ms)
+{
+    srpc_reassembler_t *r[3] = {NULL, NULL, NULL};
+    int ok[3] = {0, 0, 0}, got = 0, len;
+    for (int i = 0; i < n; i++)
+        if (srpc_reassembler_create(SC_LEN, &r[i]) != 0)
+            return 0;
+    while (got < n && (len = raw_recv(fd, ms, rbuf, sizeof(rbuf))) > 0) {
+        srpc_hdr_t h;
+        if (srpc_hdr_decode(rbuf, (size_t)len, &h) != 0)
+            continue;
+        for (int i = 0; i < n; i++)
+            if (h.req_id == req[i] && !ok[i] && srpc_reassembler_push(r[i], rbuf, (size_t)len) == 1) {
+                uint32_t l = 0;
+                const uint8_t *d = srpc_reassembler_message(r[i], &h, &l);
+                ok[i] = h.type == SRPC_RESPONSE && l == want_len[i] && !memcmp(d, want[i], l) ? 1 : -1;
+                got++;
+            }
+    }
+    int all = got == n;
+    for (int i = 0; i < n; i++) {
+        all = all && ok[i] == 1;
+        srpc_reassembler_destroy(r[i]);
+    }
+    return all;
+}
+
+static int sc_replies_ok(int fd, const sc_msg_t *const *m, const uint64_t *req, int n, int ms)
+{
+    const uint8_t *want[3];
+    uint32_t want_len[3];
+    for (int i = 0; i < n; i++) {
+        want[i] = m[i]->data;
+        want_len[i] = SC_LEN;
+    }
+    return replies_exact(fd, req, want, want_len, n, ms);
+}
+
+/* Datagrams [from, to) of m as runs of at most per (one buffer each, the kernel cuts it). */
+static void sc_send_runs(int fd, int port, const sc_msg_t *m, int from, int to, int per)
+{
+    for (int i = from; i < to; i += per) {
+        const int k = to - i < per ? to - i : per;
+        send_run(fd, port, m->dg + m->off[i], m->off[i + k - 1] + m->len[i + k - 1] - m->off[i], (int)m->len[i]);
+    }
+}
+
+/* Queued before the server starts: A's first 31 segments one by one, then the run of its next
+ * 7, so that the first receive burst (32 entries) ends with a coalesced run: from there on, A's
+ * segments are expected in runs. Returns 0, or -1 where the kernel cannot send runs. */
+static int sc_queue_start(int fd, int port, const sc_msg_t *a)
+{
+    int seg = (int)a->len[0];
+    if (setsockopt(fd, SOL_UDP, UDP_SEGMENT, &seg, sizeof(seg)) != 0)
+        return -1;
+    seg = 0;
+    setsockopt(fd, SOL_UDP, UDP_SEGMENT, &seg, sizeof(seg));
+    for (int i = 0; i < 31; i++)
+        sc_send(fd, port, a, i);
+    sc_send_runs(fd, port, a, 31, 38, 7);
+    return 0;
+}
+
+/* The 60000-byte echo request C cut at 4000 bytes (15 datagrams back to back in c_dg). */
+static uint8_t c_data[60000], c_dg[16 * (4000 + SRPC_HDR_LEN)];
+
+static size_t c_make(uint64_t req)
+{
+    uint32_t clen[16];
+    for (size_t i = 0; i < sizeof(c_data); i++)
+        c_data[i] = (uint8_t)(i * 7 + req);
+    srpc_hdr_t t = {.type = SRPC_REQUEST, .version = 1, .func_id = F_ECHO, .req_id = req};
+    const int cn = srpc_msg_segment(&t, c_data, sizeof(c_data), 4000, c_dg, sizeof(c_dg), clen, 16);
+    CHECK(cn == 15, "C cut into %d", cn);
+    return sizeof(c_data) + 15u * SRPC_HDR_LEN;
+}
+
+/* Large segments sent in runs (one buffer of 7 for the kernel to cut) arrive coalesced; once
+ * a run of a message has come, its next run is received laid out as the segments expected,
+ * each header to its slot and each segment's data straight into its place. A run that holds
+ * another message's segments of the same size moves those out first; a run laid out otherwise
+ * (another segment size) is made whole; every reply is byte-exact. */
+static void test_runs(int mode)
+{
+    static sc_msg_t a, b;
+    const fdef_t *defs[] = {&D_ECHO};
+    const int fa = raw_sock();
+    sopts_t o = {.wait_mode = mode, .deferred = 1};
+
+    for (unsigned version = 1; version <= 3; version += 2) { /* version 3: each data check read where it landed */
+        sctx_t *s = server_up(&o, defs, 1);
+        sc_make(&a, 10 + version, version, 23);
+        if (sc_queue_start(fa, s->port, &a) != 0) {
+            fprintf(stderr, "test_runs: no UDP_SEGMENT on this kernel, skipped\n");
+            server_go(s);
+            server_down(s);
+            close(fa);
+            return;
+        }
+        sc_send_runs(fa, s->port, &a, 38, a.n, 7);
+        server_go(s);
+        const sc_msg_t *one[] = {&a};
+        const uint64_t rid[] = {10 + version};
+        CHECK(sc_replies_ok(fa, one, rid, 1, 3000), "mode %d v%u: runs in order: echoed", mode, version);
+        srpc_server_stats_t st = stats(s);
+        CHECK(st.rx_in_place == 30 && st.rx_unscattered == 0 && st.rx_coalesced == 37 && st.rx_datagrams == 68,
+              "mode %d v%u: runs: %llu in place, %llu coalesced, %llu unscattered", mode, version,
+              (unsigned long long)st.rx_in_place, (unsigned long long)st.rx_coalesced,
+              (unsigned long long)st.rx_unscattered);
+        server_down(s);
+    }
+
+    /* A run holding A's next two (swapped), three of B (same size), then two more of A. */
+    sctx_t *s = server_up(&o, defs, 1);
+    sc_make(&a, 21, 1, 29);
+    sc_make(&b, 22, 1, 31);
+    sc_queue_start(fa, s->port, &a);
+    sc_send_runs(fa, s->port, &a, 38, 45, 7);
+    static uint8_t mixed[7 * (SC_SEG + SRPC_HDR_LEN)];
+    size_t at = 0;
+    const sc_msg_t *src[7] = {&a, &a, &b, &b, &b, &a, &a};
+    const int seg[7] = {46, 45, 0, 1, 2, 47, 48}; /* the first two swapped: each in the other's place */
+    for (int i = 0; i < 7; i++) {
+        memcpy(mixed + at, src[i]->dg + src[i]->off[seg[i]], src[i]->len[seg[i]]);
+        at += src[i]->len[seg[i]];
+    }
+    send_run(fa, s->port, mixed, at, (int)a.len[0]);
+    sc_send_runs(fa, s->port, &a, 49, a.n, 7);
+    sc_send_runs(fa, s->port, &b, 3, b.n, 7);
+    server_go(s);
+    const sc_msg_t *two[] = {&a, &b};
+    const uint64_t rids[] = {21, 22};
+    CHECK(sc_replies_ok(fa, two, rids, 2, 3000), "mode %d: a run of two messages: both echoed byte-exact", mode);
+    srpc_server_stats_t st = stats(s);
+    CHECK(st.rx_unscattered == 7 && st.drops[SRPC_DROP_INCONSISTENT] == 0 && st.partial_msgs == 0,
+          "mode %d: a run of two messages: %llu unscattered (7)", mode, (unsigned long long)st.rx_unscattered);
+    server_down(s);
+
+    /* While A's next run is expected, a run of C cut at 4000 bytes. */
+    s = server_up(&o, defs, 1);
+    sc_make(&a, 31, 1, 37);
+    sc_queue_start(fa, s->port, &a);
+    sc_send_runs(fa, s->port, &a, 38, 45, 7);
+    send_run(fa, s->port, c_dg, c_make(32), 4000 + SRPC_HDR_LEN);
+    sc_send_runs(fa, s->port, &a, 45, a.n, 7);
+    server_go(s);
+    const uint64_t rid_ca[] = {32, 31};
+    const uint8_t *want_ca[] = {c_data, a.data};
+    const uint32_t len_ca[] = {sizeof(c_data), SC_LEN};
+    CHECK(replies_exact(fa, rid_ca, want_ca, len_ca, 2, 3000), "mode %d: a run of another size, and the message "
+          "expected meanwhile: both echoed byte-exact", mode);
+    st = stats(s);
+    CHECK(st.rx_unscattered == 15 && st.partial_msgs == 0, "mode %d: a run of another size: %llu unscattered (15)",
+          mode, (unsigned long long)st.rx_unscattered);
+    server_down(s);
+    close(fa);
+}
+
 /* Batches form under load; a batch that wraps the ring end is contiguous and correct. */
 static void test_batching(void)
 {
@@ -2164,6 +2325,8 @@ int main(void)
     test_scatter(SRPC_WAIT_POLL);
     test_coalesced(SRPC_WAIT_BLOCK);
     test_coalesced(SRPC_WAIT_POLL);
+    test_runs(SRPC_WAIT_BLOCK);
+    test_runs(SRPC_WAIT_POLL);
     test_client_timeout();
     test_batching();
     test_hold();

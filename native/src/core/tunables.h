@@ -42,6 +42,9 @@
  * next prediction (interleaved messages would otherwise be copied twice). */
 #define SRPC_SCATTER_MAX 32
 #define SRPC_SCATTER_BACKOFF 32
+/* After a coalesced run of datagrams, expected segments are received as runs (one system call
+ * per run, each datagram still in its place) until this many entries in a row came alone. */
+#define SRPC_RUN_MODE_HOLD 8
 
 /* Largest request: the built-in echo takes up to 1 MiB; anything larger is TOO_LARGE. */
 #define SRPC_DEF_MAX_MESSAGE (1u << 20)

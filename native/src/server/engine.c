@@ -297,12 +297,24 @@ static void process_datagram(srpc_server_t *srv, const uint8_t *hb, const uint8_
         new_call(srv, &k, &h, seg, data, dlen, dev, now);
 }
 
+/* An entry of n datagrams came: a coalesced run puts the receiver in run mode (the expected
+ * segments are received as one run, rx_run) for the next SRPC_RUN_MODE_HOLD entries of one
+ * datagram (a run's odd datagram alone does not end it; a sender that stops coalescing does). rx. */
+static void note_run(srpc_server_t *srv, unsigned n)
+{
+    if (n > 1)
+        srv->rx.run_mode = SRPC_RUN_MODE_HOLD;
+    else if (srv->rx.run_mode)
+        srv->rx.run_mode--;
+}
+
 /* Entry i of the burst: its datagram, or each of those coalesced into it, in order. rx and lock held. */
 static void process_entry(srpc_server_t *srv, unsigned i, uint64_t now)
 {
     const srpc_rx_t *rx = &srv->rx.slots;
     const struct sockaddr *src = (const struct sockaddr *)&rx->src[i];
     const unsigned n = srpc_rx_dgrams(rx, i);
+    note_run(srv, n);
     if (n > 1)
         ST_ADD(srv, rx_coalesced, n);
     for (unsigned j = 0; j < n; j++) {
@@ -369,29 +381,128 @@ static int rx_direct(srpc_server_t *srv)
     return 1;
 }
 
-/* Whether datagram i of a scattered burst is the segment seq of message idx (reassembled in
- * buf) that place was chosen for, whole in it: checked as the burst path checks a datagram
- * (header, version 3's data check, segment, sender), then *h, *k and *seg describe it.
- * Reads only the datagram and the call table. rx and lock held. */
-static int is_expected(srpc_server_t *srv, unsigned i, const struct iovec *place, uint32_t idx, uint16_t seq,
+/* Whether a datagram of len bytes from src, its header at hb, its data in place and its tail
+ * (version 3's data check) at tail, is the segment seq of message idx that place was chosen
+ * for, whole in it: checked as the burst path checks a datagram (header, version 3's data
+ * check, segment, sender), then *h, *k and *seg describe it. Reads only the datagram and the
+ * call table. rx and lock held. */
+static int is_expected(srpc_server_t *srv, const uint8_t *hb, uint32_t len, const uint8_t *tail,
+                       const struct sockaddr *src, const struct iovec *place, uint32_t idx, uint16_t seq,
                        srpc_hdr_t *h, srpc_call_key_t *k, uint32_t *seg)
 {
-    const srpc_rx_t *rx = &srv->rx.slots;
-    const uint8_t *hb = srpc_rx_hdr(rx, i);
-    const struct sockaddr *src = (const struct sockaddr *)&rx->src[i];
-    if (rx->trunc[i] || rx->len[i] < SRPC_HDR_LEN || srpc_rx_dgrams(rx, i) > 1 ||
-        srpc_hdr_decode(hb, SRPC_HDR_LEN, h) < 0 || h->type != SRPC_REQUEST || h->seq != seq)
+    if (len < SRPC_HDR_LEN || srpc_hdr_decode(hb, SRPC_HDR_LEN, h) < 0 || h->type != SRPC_REQUEST || h->seq != seq)
         return 0;
-    const uint32_t tail_len = h->version == SRPC_VERSION_3 ? SRPC_DATA_CHECK_LEN : 0; /* after the place, in the slot */
-    if (rx->len[i] != SRPC_HDR_LEN + place->iov_len + tail_len || srpc_seg_check(h, place->iov_len, seg) < 0 ||
+    const uint32_t tail_len = h->version == SRPC_VERSION_3 ? SRPC_DATA_CHECK_LEN : 0;
+    if (len != SRPC_HDR_LEN + place->iov_len + tail_len || srpc_seg_check(h, place->iov_len, seg) < 0 ||
         (src->sa_family != AF_INET && src->sa_family != AF_INET6) ||
         (srv->allow.n && !srpc_allowlist_match(&srv->allow, src)))
         return 0;
-    if (tail_len && !srpc_data_check_ok(hb, place->iov_base, (uint32_t)place->iov_len, srpc_rx_data(rx, i)))
+    if (tail_len && !srpc_data_check_ok(hb, place->iov_base, (uint32_t)place->iov_len, tail))
         return 0; /* the burst path counts it */
     ct_key_from_sockaddr(k, src, h);
     return ct_find(&srv->ct, k) == idx &&
            srpc_reasm_slot(&srv->ct.e[idx].u.partial, h, *seg, (uint32_t)place->iov_len) == place->iov_base;
+}
+
+/* Datagram j of a scattered receive, expected (seq of message idx, reassembled in buf, keyed
+ * key) and checked by is_expected, is handled in its place, unless its message went away
+ * within the burst (an earlier datagram disagreed with it): the place may be freed then, so the
+ * datagram is dropped unread. rx and lock held. */
+static void handle_expected(srpc_server_t *srv, uint32_t idx, const srpc_call_key_t *key, const uint8_t *buf,
+                            const srpc_hdr_t *h, uint32_t seg, const struct iovec *place, uint32_t len, uint64_t now)
+{
+    ST_ADD(srv, rx_datagrams, 1);
+    ST_ADD(srv, rx_bytes, len);
+    const ct_entry_t *e = &srv->ct.e[idx];
+    if (ct_find(&srv->ct, key) != idx || e->state != CT_PARTIAL || e->u.partial.buf != buf) {
+        ST_ADD(srv, drops[SRPC_DROP_INCONSISTENT], 1);
+        return;
+    }
+    ST_ADD(srv, rx_in_place, 1);
+    known_call(srv, idx, h, seg, place->iov_base, (uint32_t)place->iov_len, now);
+}
+
+/* After a scattered receive with `others` datagrams that were not the ones expected: the
+ * prediction stops, and the next SRPC_SCATTER_BACKOFF datagrams take the peek path. rx. */
+static void mispredicted(srpc_server_t *srv, unsigned others)
+{
+    ST_ADD(srv, rx_unscattered, others);
+    srv->rx.direct_hint = 0; /* process_datagram sets it again for large segments */
+    srv->rx.pred_on = 0;
+    srv->rx.scatter_skip = SRPC_SCATTER_BACKOFF;
+}
+
+/* rx_scatter's receive when the sender's runs come coalesced (rx.run_mode): one entry laid out
+ * as the n expected segments at place (seq), header and tail of each in its header slot. When
+ * every datagram of the run is as long as its place says, each is checked; one that is another
+ * is copied to its data slot (all before any is handled) and takes the burst path; a run laid
+ * out otherwise is made whole and takes the burst path entire. Lock held on entry, released on
+ * return. Returns the datagrams handled, 0 when none waited, -1 when the caller peeks. rx. */
+static int rx_run(srpc_server_t *srv, uint32_t idx, const srpc_call_key_t *key, const uint8_t *buf,
+                  const struct iovec *place, const uint16_t *seq, unsigned n)
+{
+    srpc_rx_t *rx = &srv->rx.slots;
+    const uint32_t tail_len = key->version == SRPC_VERSION_3 ? SRPC_DATA_CHECK_LEN : 0;
+    unsigned nr = 0;
+    size_t bytes = 0; /* a coalesced run holds at most 64 datagrams and 65535 bytes */
+    while (nr < n && nr < 64 && bytes + SRPC_HDR_LEN + place[nr].iov_len + tail_len <= 65535)
+        bytes += SRPC_HDR_LEN + place[nr++].iov_len + tail_len;
+    if (nr == 0)
+        nr = 1;
+    int m = srv->tp->ops->rx_run(srv->tp, rx, nr, place, tail_len);
+    if (m <= 0) {
+        srpc_srv_unlock(srv);
+        if (m == -ENOTSUP)
+            srv->rx.direct_off = 1; /* a fault injector: every datagram takes the burst path */
+        return m == 0 ? 0 : -1;
+    }
+    const uint32_t total = rx->len[0], g = rx->gso[0];
+    const unsigned cnt = srpc_rx_dgrams(rx, 0);
+    note_run(srv, cnt);
+    int laid = !rx->trunc[0] && cnt <= nr;
+    for (unsigned j = 0; laid && j < cnt; j++)
+        laid = (cnt == 1 ? total : j + 1 < cnt ? g : total - (cnt - 1) * g) ==
+               SRPC_HDR_LEN + place[j].iov_len + tail_len;
+    const uint64_t now = srpc_now_ns();
+    if (!laid) {
+        srpc_rx_unrun(rx, nr, place, tail_len);
+        mispredicted(srv, cnt);
+        process_entry(srv, 0, now); /* (notes the run again: no matter) */
+        srpc_srv_unlock(srv);
+        return (int)cnt;
+    }
+    if (cnt > 1)
+        ST_ADD(srv, rx_coalesced, cnt);
+    const struct sockaddr *src = (const struct sockaddr *)&rx->src[0];
+    srpc_hdr_t hs[SRPC_SCATTER_MAX];
+    uint32_t segs[SRPC_SCATTER_MAX];
+    uint8_t expected[SRPC_SCATTER_MAX];
+    unsigned others = 0;
+    for (unsigned j = 0; j < cnt; j++) { /* all moved out before any is handled */
+        srpc_call_key_t k;
+        const uint32_t len = SRPC_HDR_LEN + (uint32_t)place[j].iov_len + tail_len;
+        expected[j] = (uint8_t)is_expected(srv, srpc_rx_hdr(rx, j), len, srpc_rx_tail(rx, j), src, &place[j], idx,
+                                           seq[j], &hs[j], &k, &segs[j]);
+        if (!expected[j]) {
+            memcpy(srpc_rx_data(rx, j), place[j].iov_base, place[j].iov_len);
+            memcpy(srpc_rx_data(rx, j) + place[j].iov_len, srpc_rx_tail(rx, j), tail_len);
+            others++;
+        }
+    }
+    if (others)
+        mispredicted(srv, others);
+    for (unsigned j = 0; j < cnt; j++) {
+        const uint32_t len = SRPC_HDR_LEN + (uint32_t)place[j].iov_len + tail_len;
+        if (!expected[j]) {
+            process_datagram(srv, srpc_rx_hdr(rx, j), srpc_rx_data(rx, j), len, 0, src, 0, now);
+            continue;
+        }
+        handle_expected(srv, idx, key, buf, &hs[j], segs[j], &place[j], len, now);
+        if (!others)
+            srv->rx.pred_seq = (uint16_t)(seq[j] + 1);
+    }
+    srpc_srv_unlock(srv);
+    return (int)cnt;
 }
 
 /* Receives the segments expected next (srv->rx.pred_*) with one scattered burst, each into its
@@ -435,6 +546,8 @@ static int rx_scatter(srpc_server_t *srv)
         srpc_srv_unlock(srv);
         return -1;
     }
+    if (srv->rx.run_mode && srv->tp->ops->rx_run)
+        return rx_run(srv, idx, &key, buf, place, seq, n);
     int m = srv->tp->ops->rx_into(srv->tp, rx, n, place);
     if (m <= 0) {
         srpc_srv_unlock(srv);
@@ -445,35 +558,24 @@ static int rx_scatter(srpc_server_t *srv)
     unsigned others = 0;
     for (int i = 0; i < m; i++) { /* all moved out before any is handled */
         srpc_call_key_t k;
-        expected[i] = (uint8_t)is_expected(srv, (unsigned)i, &place[i], idx, seq[i], &hs[i], &k, &segs[i]);
+        expected[i] = (uint8_t)(!rx->trunc[i] && srpc_rx_dgrams(rx, (unsigned)i) == 1 &&
+                                is_expected(srv, srpc_rx_hdr(rx, (unsigned)i), rx->len[i], srpc_rx_data(rx, (unsigned)i),
+                                            (const struct sockaddr *)&rx->src[i], &place[i], idx, seq[i], &hs[i], &k,
+                                            &segs[i]));
         if (!expected[i]) {
             srpc_rx_unscatter(rx, (unsigned)i, &place[i]);
             others++;
         }
     }
-    if (others) {
-        ST_ADD(srv, rx_unscattered, others);
-        srv->rx.direct_hint = 0; /* process_datagram sets it again for large segments */
-        srv->rx.pred_on = 0;
-        srv->rx.scatter_skip = SRPC_SCATTER_BACKOFF;
-    }
+    if (others)
+        mispredicted(srv, others);
     const uint64_t now = srpc_now_ns();
     for (int i = 0; i < m; i++) {
         if (!expected[i]) {
             process_entry(srv, (unsigned)i, now);
             continue;
         }
-        ST_ADD(srv, rx_datagrams, 1);
-        ST_ADD(srv, rx_bytes, rx->len[i]);
-        ct_entry_t *e = &srv->ct.e[idx];
-        if (ct_find(&srv->ct, &key) != idx || e->state != CT_PARTIAL || e->u.partial.buf != buf) {
-            /* its message went away in this burst (an earlier datagram disagreed with it): the
-             * place may be freed, so the datagram is dropped unread */
-            ST_ADD(srv, drops[SRPC_DROP_INCONSISTENT], 1);
-            continue;
-        }
-        ST_ADD(srv, rx_in_place, 1);
-        known_call(srv, idx, &hs[i], segs[i], place[i].iov_base, (uint32_t)place[i].iov_len, now);
+        handle_expected(srv, idx, &key, buf, &hs[i], segs[i], &place[i], rx->len[i], now);
         if (!others)
             srv->rx.pred_seq = (uint16_t)(seq[i] + 1);
     }
@@ -512,7 +614,8 @@ int srpc_engine_rx_step_rx(srpc_server_t *srv)
     int n = 0, r = -1;
     while (srv->rx.direct_hint && n < (int)rx->burst && (r = rx_in_place_step(srv)) > 0)
         n += r;
-    if (r != 0) { /* r < 0: the next datagram takes the burst path (one only, if in place may follow) */
+    if (r < 0) { /* the next datagram takes the burst path (one only, if in place may follow); r > 0: a
+                  * burst's worth came in place, r == 0: nothing waits */
         srpc_CUcontext saved;
         const int entered = srpc_gpu_rx_enter_rx(srv, &saved); /* the copies out of GPU memory */
         int m = srpc_tp_rx_burst(srv->tp, rx, srv->rx.direct_hint ? 1 : rx->burst);

@@ -195,6 +195,9 @@ typedef struct srpc_rx_state {
     uint16_t pred_seq;
     uint8_t pred_on;
     unsigned scatter_skip;
+    unsigned run_mode;               /* rx: > 0 while a sender's runs come coalesced (UDP GRO): the
+                                        expected segments are received as one (transport rx_run);
+                                        engine.c's note_run keeps it */
     unsigned ready;                  /* rx: calls this burst made ready (the worker is woken once) */
     srpc_errq_t errq;                /* rx */
     uint64_t next_timer_ns;          /* rx: when the expiry timers are due next */

@@ -39,6 +39,26 @@ void srpc_rx_unscatter(srpc_rx_t *rx, unsigned i, const struct iovec *place)
     memcpy(slot, place->iov_base, first);
 }
 
+void srpc_rx_unrun(srpc_rx_t *rx, unsigned n, const struct iovec *place, uint32_t tail_len)
+{
+    if (rx->len[0] <= SRPC_HDR_LEN)
+        return;
+    size_t left = rx->len[0] - SRPC_HDR_LEN, at = 0; /* bytes after header slot 0, and where they go */
+    uint8_t *slot = srpc_rx_data(rx, 0);
+    for (unsigned j = 0; j < n && left; j++) {
+        const struct iovec piece[3] = {{j ? srpc_rx_hdr(rx, j) : NULL, j ? SRPC_HDR_LEN : 0}, place[j],
+                                       {srpc_rx_tail(rx, j), tail_len}};
+        for (int k = 0; k < 3 && left; k++) {
+            const size_t c = piece[k].iov_len < left ? piece[k].iov_len : left;
+            if (c)
+                memcpy(slot + at, piece[k].iov_base, c);
+            at += c;
+            left -= c;
+        }
+    }
+    /* the rest came to the slot at its place already */
+}
+
 void srpc_rx_free(srpc_rx_t *rx)
 {
     free(rx->hdr);

@@ -37,6 +37,13 @@ int srpc_rx_init(srpc_rx_t *rx, unsigned burst, size_t data_cap);
 /* Datagram i of a scattered receive (rx_into) with place: its data made whole in data slot i,
  * as rx_burst would have left it (place is not changed). */
 void srpc_rx_unscatter(srpc_rx_t *rx, unsigned i, const struct iovec *place);
+/* Where rx_run puts the tail (version 3's data check) of datagram j: in header slot j, after
+ * the header. */
+#define SRPC_RX_TAIL_OFF 32
+static inline uint8_t *srpc_rx_tail(const srpc_rx_t *rx, unsigned j) { return rx->hdr + (size_t)j * SRPC_HDR_SLOT + SRPC_RX_TAIL_OFF; }
+/* The entry of a run receive (rx_run) with its n places and tail_len: made whole, header slot 0
+ * then data slot 0, as rx_burst would have left it (the places are not changed). */
+void srpc_rx_unrun(srpc_rx_t *rx, unsigned n, const struct iovec *place, uint32_t tail_len);
 void srpc_rx_free(srpc_rx_t *rx);
 static inline uint8_t *srpc_rx_hdr(const srpc_rx_t *rx, unsigned i) { return rx->hdr + (size_t)i * SRPC_HDR_SLOT; }
 static inline uint8_t *srpc_rx_data(const srpc_rx_t *rx, unsigned i) { return rx->data + (size_t)i * rx->data_cap; }
@@ -111,6 +118,14 @@ typedef struct srpc_transport_ops {
      * srpc_rx_unscatter. Returns the count (0 when none waits), -ENOTSUP when it cannot now (a
      * fault injector is set), or -errno. */
     int (*rx_into)(srpc_transport_t *t, srpc_rx_t *rx, unsigned n, const struct iovec *place);
+    /* Receives one entry (NULL where the transport cannot): a datagram, or a run of them that
+     * the kernel coalesced (rx->gso[0]), laid out as the n (1..rx->burst, at most
+     * SRPC_SCATTER_MAX) datagrams expected: datagram j's header to header slot j, its data to
+     * place[j], then tail_len bytes (0 or SRPC_DATA_CHECK_LEN) to srpc_rx_tail(rx, j); what
+     * follows all of them to data slot 0 from where it would lie had the entry come whole
+     * (srpc_rx_unrun makes it whole). Returns 1, 0 when none waits, -ENOTSUP when it cannot
+     * now (a fault injector is set), or -errno. */
+    int (*rx_run)(srpc_transport_t *t, srpc_rx_t *rx, unsigned n, const struct iovec *place, uint32_t tail_len);
     /* In-place receive (NULL where the transport cannot, e.g. DPDK): peek copies the next
      * datagram's first SRPC_HDR_LEN bytes to hdr and its sender to src without taking it and
      * returns its whole length (>= 0), -EAGAIN when none waits, -ENOTSUP when it cannot now (a
@@ -144,6 +159,7 @@ struct srpc_transport {
     int rcvbuf, sndbuf;   /* effective socket buffer sizes (0: none) */
     const uint64_t *tx_coalesced; /* datagrams sent in runs the kernel cut (UDP segmentation offload),
                                      read with a relaxed atomic load; NULL: a transport without it */
+    int rx_coalesces;     /* receives may hand over a sender's run of datagrams coalesced (UDP GRO) */
 };
 
 /* How to open a transport. A server binds host:port; a client connects to host:port. */

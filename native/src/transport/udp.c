@@ -257,6 +257,38 @@ int srpc_udp_rx_into(srpc_udp_t *u, srpc_rx_t *rx, unsigned n, const struct iove
     return r;
 }
 
+int srpc_udp_rx_run(srpc_udp_t *u, srpc_rx_t *rx, unsigned n, const struct iovec *place, uint32_t tail_len)
+{
+    if (u->rx_faults) /* every datagram must pass the injector */
+        return -ENOTSUP;
+    if (n == 0 || n > rx->burst || n > SRPC_SCATTER_MAX || tail_len > SRPC_HDR_SLOT - SRPC_RX_TAIL_OFF)
+        return -EINVAL;
+    struct iovec iv[3 * SRPC_SCATTER_MAX + 1];
+    size_t off = 0; /* the bytes laid out, header slot 0's included */
+    unsigned k = 0;
+    for (unsigned j = 0; j < n; j++) {
+        iv[k++] = (struct iovec){srpc_rx_hdr(rx, j), SRPC_HDR_LEN};
+        iv[k++] = place[j];
+        if (tail_len)
+            iv[k++] = (struct iovec){srpc_rx_tail(rx, j), tail_len};
+        off += SRPC_HDR_LEN + place[j].iov_len + tail_len;
+    }
+    if (off - SRPC_HDR_LEN > rx->data_cap)
+        return -EINVAL;
+    iv[k++] = (struct iovec){srpc_rx_data(rx, 0) + off - SRPC_HDR_LEN, rx->data_cap - (off - SRPC_HDR_LEN)};
+    int r = rx_vectors(u, rx);
+    if (r)
+        return r;
+    struct msghdr *m = &u->rx_msgs[0].msg_hdr;
+    struct iovec *saved = m->msg_iov;
+    m->msg_iov = iv;
+    m->msg_iovlen = k;
+    r = rx_recv(u, rx, 1);
+    m->msg_iov = saved; /* back to the burst layout */
+    m->msg_iovlen = 2;
+    return r;
+}
+
 int srpc_udp_peek(srpc_udp_t *u, uint8_t hdr[SRPC_HDR_LEN], struct sockaddr_storage *src)
 {
     if (u->rx_faults) /* every datagram must pass the injector */
@@ -745,6 +777,12 @@ static int op_rx_into(srpc_transport_t *t, srpc_rx_t *rx, unsigned n, const stru
     return r == -EAGAIN ? 0 : r;
 }
 
+static int op_rx_run(srpc_transport_t *t, srpc_rx_t *rx, unsigned n, const struct iovec *place, uint32_t tail_len)
+{
+    int r = srpc_udp_rx_run(udp_of(t), rx, n, place, tail_len);
+    return r == -EAGAIN ? 0 : r;
+}
+
 static int op_peek(srpc_transport_t *t, uint8_t hdr[SRPC_HDR_LEN], struct sockaddr_storage *src)
 {
     return srpc_udp_peek(udp_of(t), hdr, src);
@@ -780,6 +818,7 @@ static const srpc_transport_ops_t udp_ops = {
     .name = "udp",
     .rx_burst = op_rx_burst,
     .rx_into = op_rx_into,
+    .rx_run = op_rx_run,
     .peek = op_peek,
     .recv_into = op_recv_into,
     .send = op_send,
@@ -818,7 +857,7 @@ int srpc_udp_transport_open(const srpc_transport_spec_t *spec, srpc_transport_t 
     }
     ut->t = (srpc_transport_t){.ops = &udp_ops, .wait_fd = ut->u.fd, .max_seg = SRPC_MAX_SEG_DATA,
                                .payload_device = -1, .rcvbuf = ut->u.rcvbuf, .sndbuf = ut->u.sndbuf,
-                               .tx_coalesced = &ut->u.tx_coalesced};
+                               .tx_coalesced = &ut->u.tx_coalesced, .rx_coalesces = ut->u.gro};
     if (!spec->bind) {
         struct sockaddr_storage peer;
         socklen_t pl = sizeof(peer);

@@ -56,6 +56,9 @@ int srpc_udp_rx_burst(srpc_udp_t *u, srpc_rx_t *rx, unsigned max);
 /* Scattered receive: srpc_transport_ops_t.rx_into (-EAGAIN when none waits, -ENOTSUP while an
  * RX injector is set). Receiving thread. */
 int srpc_udp_rx_into(srpc_udp_t *u, srpc_rx_t *rx, unsigned n, const struct iovec *place);
+/* A run receive: srpc_transport_ops_t.rx_run (-EAGAIN when none waits, -ENOTSUP while an RX
+ * injector is set). Receiving thread. */
+int srpc_udp_rx_run(srpc_udp_t *u, srpc_rx_t *rx, unsigned n, const struct iovec *place, uint32_t tail_len);
 /* In-place receive: srpc_transport_ops_t.peek and recv_into. -ENOTSUP while an RX injector is
  * set. The receiving thread only. */
 int srpc_udp_peek(srpc_udp_t *u, uint8_t hdr[SRPC_HDR_LEN], struct sockaddr_storage *src);
