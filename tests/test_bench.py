@@ -97,6 +97,14 @@ def test_ab_builds_report_again_from_its_runs(tmp_path):
     assert re.search(r"\| vecadd \| splitrpc-poll \| 1 \| 10\.0 .*\| worse \| 2\.000 \[.*\] \* \|", md), md
 
 
+def test_pool_overhead_client_case_measures_the_python_client_paths():
+    from splitrpc.bench.suites import pool_overhead
+
+    r = pool_overhead.one_client()
+    assert set(r) == {"call p50 us", "call calls/s", "async16 calls/s"} and all(v > 0 for v in r.values())
+    assert r["call p50 us"] < 1e6 / r["call calls/s"] * 10  # a p50 of the same calls, not of something else
+
+
 def test_pool_overhead_measures_both_concurrencies():
     from splitrpc.bench.suites import pool_overhead
 

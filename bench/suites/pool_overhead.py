@@ -1,7 +1,8 @@
-"""pool_overhead.py: what handing a batch to an executor costs, A/B of two installs in one run: a 4-float function on executor=1 (one pool thread), closed loop at concurrency 1 and 8 from one client on loopback, each build's interpreter alternated round by round (A B, B A, ...); per metric B's median over A's with a bootstrap 95% interval.
+"""pool_overhead.py: A/B of two installs in one run, each build's interpreter alternated round by round (A B, B A, ...), per metric B's median over A's with a bootstrap 95% interval: what handing a batch to an executor costs (--case pool: a 4-float function on executor=1, closed loop at concurrency 1 and 8 from one client on loopback), or the Python client's own paths (--case client: vecadd 1 KiB served inline, blocking Client.call one at a time, and 16 call_async futures outstanding).
 
     python bench/suites/pool_overhead.py --a main=/path/to/old-venv/bin/python --b new=.venv/bin/python \\
         --rounds 8 --out bench/results/pool_overhead_issue31.md
+    python bench/suites/pool_overhead.py --case client --a main=... --b new=... --rounds 7 --out FILE.md
 
 --one runs a single measurement in this interpreter and prints it as one JSON line (what each
 round runs in a child process of the build's interpreter).
@@ -47,7 +48,54 @@ def one() -> dict:
     return out
 
 
+def one_client() -> dict:
+    """The Python client's paths against vecadd (1 KiB) served inline: Client.call one at a time
+    (p50 and calls/s), and call_async with 16 futures outstanding (calls/s)."""
+    import time
+
+    import numpy as np
+
+    import splitrpc
+    from splitrpc import TensorSpec
+
+    spec_in, spec_out = [TensorSpec("x", "float32", (256,))], [TensorSpec("y", "float32", (256,))]
+    def vecadd(x, y):
+        np.add(x, np.float32(1), out=y)
+
+    srv = splitrpc.Server("127.0.0.1", 0, wait="poll")
+    srv.add_function(vecadd, 1, "vecadd", spec_in, spec_out)
+    srv.start()
+    out = {}
+    try:
+        with splitrpc.Client("127.0.0.1", srv.port, timeout=5.0, busy_poll=True) as c:
+            x = np.arange(256, dtype=np.float32).tobytes()
+            lat = np.empty(CALLS, np.int64)
+            for i in range(WARMUP):
+                c.call(1, x)
+            t0 = time.perf_counter()
+            for i in range(CALLS):
+                t = time.perf_counter_ns()
+                c.call(1, x)
+                lat[i] = time.perf_counter_ns() - t
+            out["call p50 us"] = float(np.median(lat)) / 1e3
+            out["call calls/s"] = CALLS / (time.perf_counter() - t0)
+            window = []
+            t0 = time.perf_counter()
+            for i in range(CALLS):
+                window.append(c.call_async(1, x))
+                if len(window) == 16:
+                    window.pop(0).result()
+            for f in window:
+                f.result()
+            out["async16 calls/s"] = CALLS / (time.perf_counter() - t0)
+    finally:
+        srv.close()
+    return out
+
+
 def _arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--case", choices=("pool", "client"), default="pool",
+                   help="pool: the executor hand-off (default); client: the Python client's paths")
     p.add_argument("--a", metavar="NAME=PYTHON", help="the baseline build: a name and its interpreter")
     p.add_argument("--b", metavar="NAME=PYTHON", help="the build compared with it")
     p.add_argument("--rounds", type=int, default=8)
@@ -72,7 +120,7 @@ def run(a) -> dict:
         for name, py in (builds if rnd % 2 == 0 else builds[::-1]):
             print(f"round {rnd + 1}/{a.rounds}: {name}", flush=True)
             try:
-                r = subprocess.run([py, os.path.abspath(__file__), "--one"], capture_output=True, text=True,
+                r = subprocess.run([py, os.path.abspath(__file__), "--one", a.case], capture_output=True, text=True,
                                    cwd=tempfile.gettempdir(), timeout=300)
             except (OSError, subprocess.TimeoutExpired) as e:
                 raise SuiteFailed(f"{name}: the measurement failed: {e}") from e
@@ -85,19 +133,23 @@ def run(a) -> dict:
         va, vb = [r[k] for r in runs[na]], [r[k] for r in runs[nb]]
         med = lambda v: sorted(v)[len(v) // 2]  # noqa: E731
         table.append({"metric": k, "a_median": med(va), "b_median": med(vb), **ratio_interval(va, vb)})
-    return {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "command": command_of(a),
+    return {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "command": command_of(a), "case": a.case,
             "machine": describe(), "builds": dict(builds), "rounds": a.rounds, "calls": CALLS, "warmup": WARMUP,
             "table": table, "runs": runs}
 
 
 def markdown(doc: dict) -> str:
     na, nb = list(doc["builds"])
-    lines = [f"# Pool path: {na} vs {nb}", "",
+    client = doc.get("case") == "client"
+    what = ("vecadd 1 KiB served inline (wait=poll); blocking Client.call one at a time, then call_async "
+            "with 16 futures outstanding; one client, loopback" if client else
+            "a 4-float copy on executor=1, one client, loopback, wait=poll")
+    lines = [f"# {'Python client paths' if client else 'Pool path'}: {na} vs {nb}", "",
              f"- date: {doc['date']}",
              f"- command: `{doc['command']}`",
              f"- machine: {doc['machine']}",
              f"- {doc['rounds']} rounds, builds alternated; {doc['calls']} calls per cell after {doc['warmup']} "
-             "warm-up; a 4-float copy on executor=1, one client, loopback, wait=poll",
+             f"warm-up; {what}",
              f"- {nb}/{na}: ratio of medians, bootstrap 95% interval ({RESAMPLES:,} resamples of the rounds)", "",
              f"| metric | {na} | {nb} | {nb}/{na} | 95% interval |", "|---|---:|---:|---:|---|"]
     for r in doc["table"]:
@@ -117,10 +169,11 @@ def cmd_pool_overhead(a) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    if "--one" in (sys.argv[1:] if argv is None else argv):
+    args = sys.argv[1:] if argv is None else argv
+    if "--one" in args:
         # a round's child, in the build's own interpreter: nothing beyond this module's imports, so that
         # an older build (one without splitrpc.reporting's latest) can be measured
-        print(json.dumps(one()))
+        print(json.dumps(one_client() if "client" in args else one()))
         return 0
     from splitrpc.reporting import run_as_module
 
