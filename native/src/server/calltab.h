@@ -38,6 +38,8 @@ typedef struct ct_entry {
     uint64_t placed_seq;
     uint32_t hnext;    /* hash chain */
     uint32_t lprev, lnext;
+    uint32_t gen;      /* PARTIAL: which partial message this is (the server's count when it started,
+                          partial.c): a buffer pointer may come back for another within one burst */
     uint64_t expires_ns;
     union {
         srpc_reasm_t partial;

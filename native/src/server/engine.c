@@ -404,22 +404,37 @@ static int is_expected(srpc_server_t *srv, const uint8_t *hb, uint32_t len, cons
            srpc_reasm_slot(&srv->ct.e[idx].u.partial, h, *seg, (uint32_t)place->iov_len) == place->iov_base;
 }
 
-/* Datagram j of a scattered receive, expected (seq of message idx, reassembled in buf, keyed
- * key) and checked by is_expected, is handled in its place, unless its message went away
- * within the burst (an earlier datagram disagreed with it): the place may be freed then, so the
- * datagram is dropped unread. rx and lock held. */
-static void handle_expected(srpc_server_t *srv, uint32_t idx, const srpc_call_key_t *key, const uint8_t *buf,
+/* Datagram j of a scattered receive, expected (seq of message idx, partial message number gen,
+ * keyed key) and checked by is_expected, is handled in its place, unless its message went away
+ * within the burst (an earlier datagram disagreed with it): the place may be freed, or another
+ * message's by now (a buffer comes back from the pool), so the datagram is dropped unread.
+ * rx and lock held. */
+static void handle_expected(srpc_server_t *srv, uint32_t idx, const srpc_call_key_t *key, uint32_t gen,
                             const srpc_hdr_t *h, uint32_t seg, const struct iovec *place, uint32_t len, uint64_t now)
 {
     ST_ADD(srv, rx_datagrams, 1);
     ST_ADD(srv, rx_bytes, len);
     const ct_entry_t *e = &srv->ct.e[idx];
-    if (ct_find(&srv->ct, key) != idx || e->state != CT_PARTIAL || e->u.partial.buf != buf) {
+    if (ct_find(&srv->ct, key) != idx || e->state != CT_PARTIAL || e->gen != gen) {
         ST_ADD(srv, drops[SRPC_DROP_INCONSISTENT], 1);
         return;
     }
     ST_ADD(srv, rx_in_place, 1);
     known_call(srv, idx, h, seg, place->iov_base, (uint32_t)place->iov_len, now);
+}
+
+/* A scattered receive returned m <= 0 (lock held, released here): 0, nothing waits; an error
+ * ends the prediction (-ENOTSUP, a fault injector: every datagram takes the burst path from
+ * now on), and the caller peeks. rx. */
+static int receive_failed(srpc_server_t *srv, int m)
+{
+    srpc_srv_unlock(srv);
+    if (m == 0)
+        return 0;
+    if (m == -ENOTSUP)
+        srv->rx.direct_off = 1;
+    srv->rx.pred_on = 0;
+    return -1;
 }
 
 /* After a scattered receive with `others` datagrams that were not the ones expected: the
@@ -438,7 +453,7 @@ static void mispredicted(srpc_server_t *srv, unsigned others)
  * is copied to its data slot (all before any is handled) and takes the burst path; a run laid
  * out otherwise is made whole and takes the burst path entire. Lock held on entry, released on
  * return. Returns the datagrams handled, 0 when none waited, -1 when the caller peeks. rx. */
-static int rx_run(srpc_server_t *srv, uint32_t idx, const srpc_call_key_t *key, const uint8_t *buf,
+static int rx_run(srpc_server_t *srv, uint32_t idx, const srpc_call_key_t *key, uint32_t gen,
                   const struct iovec *place, const uint16_t *seq, unsigned n)
 {
     srpc_rx_t *rx = &srv->rx.slots;
@@ -450,15 +465,10 @@ static int rx_run(srpc_server_t *srv, uint32_t idx, const srpc_call_key_t *key, 
     if (nr == 0)
         nr = 1;
     int m = srv->tp->ops->rx_run(srv->tp, rx, nr, place, tail_len);
-    if (m <= 0) {
-        srpc_srv_unlock(srv);
-        if (m == -ENOTSUP)
-            srv->rx.direct_off = 1; /* a fault injector: every datagram takes the burst path */
-        return m == 0 ? 0 : -1;
-    }
+    if (m <= 0)
+        return receive_failed(srv, m);
     const uint32_t total = rx->len[0], g = rx->gso[0];
     const unsigned cnt = srpc_rx_dgrams(rx, 0);
-    note_run(srv, cnt);
     int laid = !rx->trunc[0] && cnt <= nr;
     for (unsigned j = 0; laid && j < cnt; j++)
         laid = (cnt == 1 ? total : j + 1 < cnt ? g : total - (cnt - 1) * g) ==
@@ -467,10 +477,11 @@ static int rx_run(srpc_server_t *srv, uint32_t idx, const srpc_call_key_t *key, 
     if (!laid) {
         srpc_rx_unrun(rx, nr, place, tail_len);
         mispredicted(srv, cnt);
-        process_entry(srv, 0, now); /* (notes the run again: no matter) */
+        process_entry(srv, 0, now); /* notes the run */
         srpc_srv_unlock(srv);
         return (int)cnt;
     }
+    note_run(srv, cnt);
     if (cnt > 1)
         ST_ADD(srv, rx_coalesced, cnt);
     const struct sockaddr *src = (const struct sockaddr *)&rx->src[0];
@@ -497,7 +508,7 @@ static int rx_run(srpc_server_t *srv, uint32_t idx, const srpc_call_key_t *key, 
             process_datagram(srv, srpc_rx_hdr(rx, j), srpc_rx_data(rx, j), len, 0, src, 0, now);
             continue;
         }
-        handle_expected(srv, idx, key, buf, &hs[j], segs[j], &place[j], len, now);
+        handle_expected(srv, idx, key, gen, &hs[j], segs[j], &place[j], len, now);
         if (!others)
             srv->rx.pred_seq = (uint16_t)(seq[j] + 1);
     }
@@ -529,7 +540,7 @@ static int rx_scatter(srpc_server_t *srv)
         return -1;
     }
     const srpc_reasm_t *msg = &srv->ct.e[idx].u.partial;
-    const uint8_t *buf = msg->buf;
+    const uint32_t gen = srv->ct.e[idx].gen;
     srpc_hdr_t h = {.msg_len = msg->msg_len, .nseg = msg->nseg};
     unsigned n = 0;
     for (uint32_t q = srv->rx.pred_seq; q < msg->nseg && n < max; q++) {
@@ -547,14 +558,10 @@ static int rx_scatter(srpc_server_t *srv)
         return -1;
     }
     if (srv->rx.run_mode && srv->tp->ops->rx_run)
-        return rx_run(srv, idx, &key, buf, place, seq, n);
+        return rx_run(srv, idx, &key, gen, place, seq, n);
     int m = srv->tp->ops->rx_into(srv->tp, rx, n, place);
-    if (m <= 0) {
-        srpc_srv_unlock(srv);
-        if (m == -ENOTSUP)
-            srv->rx.direct_off = 1; /* a fault injector: every datagram takes the burst path */
-        return m == 0 ? 0 : -1;
-    }
+    if (m <= 0)
+        return receive_failed(srv, m);
     unsigned others = 0;
     for (int i = 0; i < m; i++) { /* all moved out before any is handled */
         srpc_call_key_t k;
@@ -564,7 +571,7 @@ static int rx_scatter(srpc_server_t *srv)
                                             &segs[i]));
         if (!expected[i]) {
             srpc_rx_unscatter(rx, (unsigned)i, &place[i]);
-            others++;
+            others += srpc_rx_dgrams(rx, (unsigned)i); /* counted in datagrams, as rx_run counts */
         }
     }
     if (others)
@@ -575,7 +582,7 @@ static int rx_scatter(srpc_server_t *srv)
             process_entry(srv, (unsigned)i, now);
             continue;
         }
-        handle_expected(srv, idx, &key, buf, &hs[i], segs[i], &place[i], rx->len[i], now);
+        handle_expected(srv, idx, &key, gen, &hs[i], segs[i], &place[i], rx->len[i], now);
         if (!others)
             srv->rx.pred_seq = (uint16_t)(seq[i] + 1);
     }

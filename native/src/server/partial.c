@@ -48,6 +48,7 @@ int srpc_partial_start_locked(srpc_server_t *srv, uint32_t idx, srpc_fn_t *fn, c
         return -ENOMEM;
     }
     e->placed = (uint8_t)place;
+    e->gen = ++srv->partial_gen;
     if (place)
         e->placed_seq = srpc_ring_reserve_locked(srv, fn, idx, now);
     count_partial(srv, &e->key.addr, srpc_reasm_footprint(h->msg_len, h->nseg));

@@ -236,6 +236,7 @@ struct srpc_server {
     uint64_t inflight_set[SRPC_BITSET_WORDS(SRPC_MAX_FUNCS)]; /* worker (completion.c) */
     srpc_fn_t **by_id;               /* 65536 entries, read-only once started */
     uint64_t reasm_bytes;            /* lock: bytes of partial messages (partial.c) */
+    uint32_t partial_gen;            /* lock: partial messages started (ct_entry_t.gen), wrapping */
     srcmem_t srcmem;                 /* lock: the same by client address */
     srpc_bufpool_t pool;             /* lock: freed reassembly buffers for reuse */
     srpc_reply_log_t log;            /* lock */

@@ -76,7 +76,7 @@ static inline srpc_rx_dg_t srpc_rx_dgram(const srpc_rx_t *rx, unsigned i, unsign
     if (j == 0)
         return (srpc_rx_dg_t){srpc_rx_hdr(rx, i), srpc_rx_data(rx, i), n};
     const uint8_t *p = srpc_rx_data(rx, i) + off - SRPC_HDR_LEN;
-    return (srpc_rx_dg_t){p, p + SRPC_HDR_LEN, n};
+    return (srpc_rx_dg_t){p, n >= SRPC_HDR_LEN ? p + SRPC_HDR_LEN : p, n}; /* (a short one's data: never read) */
 }
 
 /* One message to send: the header template (type, version, func_id, req_id, aux; seq, nseg and
