@@ -1,6 +1,5 @@
 """test_udp_gro.py: datagrams a client sent as one buffer for the kernel to cut (UDP segmentation offload) reach the server still coalesced (UDP receive offload) and are taken apart there: each is checked and answered as if it had come alone, a bad one fails alone, datagrams shorter than a header are each dropped as short, and SPLITRPC_UDP_GRO=0 turns it off."""
 import socket
-import time
 
 import numpy as np
 import pytest
@@ -8,6 +7,7 @@ import pytest
 from splitrpc import TensorSpec
 
 import wire_ref as ref
+from conftest import settled
 
 SPEC_IN, SPEC_OUT = [TensorSpec("x", "float32", (256,))], [TensorSpec("y", "float32", (256,))]
 UDP_SEGMENT, UDP_GRO = 103, 104
@@ -60,15 +60,6 @@ def _collect(sock, n: int, timeout: float = 5.0) -> list[bytes]:
     return got
 
 
-def _settled(srv, pred, timeout: float = 5.0) -> dict:
-    deadline = time.monotonic() + timeout
-    st = srv.stats()
-    while not pred(st) and time.monotonic() < deadline:
-        time.sleep(0.005)
-        st = srv.stats()
-    return st
-
-
 def _vecadd(req_id: int, x) -> bytes:
     return ref.datagram(ref.Header(0, 1, req_id, 0, 1, 1024, 0, 2), x.tobytes())
 
@@ -90,7 +81,7 @@ def test_a_run_of_calls_arrives_coalesced_and_each_is_answered(make_server, sock
     assert sorted(replies) == list(range(100, 108))
     for i, x in enumerate(xs):
         assert np.array_equal(np.frombuffer(replies[100 + i][22:], np.float32), x + 1)
-    st = _settled(srv, lambda st: st["calls"] == 8)
+    st = settled(srv, lambda st: st["calls"] == 8)
     assert st["rx_datagrams"] == 8 and st["rx_coalesced"] == 8 and st["calls"] == 8
 
 
@@ -106,7 +97,7 @@ def test_a_bad_datagram_in_a_run_fails_alone(make_server, sock):
     got = {ref.decode(d).req_id: ref.decode(d) for d in _collect(sock, 7)}
     assert sorted(got) == [200, 201, 202, 204, 205, 206, 207]
     assert got[205].type == ref.ERROR and all(got[r].type == ref.RESPONSE for r in got if r != 205)
-    st = _settled(srv, lambda st: st["drops"]["bad_check"] == 1)
+    st = settled(srv, lambda st: st["drops"]["bad_check"] == 1)
     assert st["rx_coalesced"] == 8 and st["drops"]["bad_check"] == 1 and st["calls"] == 6
 
 
@@ -116,7 +107,7 @@ def test_datagrams_shorter_than_a_header_in_a_run_are_each_dropped_as_short(make
     srv = _server(make_server)
     whole = b"".join(_vecadd(300 + i, np.zeros(256, np.float32))[:55] for i in range(2))
     _send_run(sock, srv.port, [whole[i:i + 11] for i in range(0, 110, 11)])
-    st = _settled(srv, lambda st: st["drops"]["short"] == 10)
+    st = settled(srv, lambda st: st["drops"]["short"] == 10)
     assert st["drops"]["short"] == 10 and st["rx_datagrams"] == 10 and st["calls"] == 0
     sock.settimeout(0.1)
     with pytest.raises(socket.timeout):
@@ -135,7 +126,7 @@ def test_the_segments_of_a_message_sent_in_runs_are_put_together(make_server, so
     for i in range(0, len(segs), per_run):  # each run received before the next is sent: one entry each
         _send_run(sock, srv.port, segs[i:i + per_run])
         sent = min(i + per_run, len(segs))
-        assert _settled(srv, lambda st: st["rx_datagrams"] >= sent)["rx_datagrams"] == sent
+        assert settled(srv, lambda st: st["rx_datagrams"] >= sent)["rx_datagrams"] == sent
     sock.settimeout(5)
     dgrams = []
     while True:
@@ -144,7 +135,7 @@ def test_the_segments_of_a_message_sent_in_runs_are_put_together(make_server, so
         if msgs[(ref.RESPONSE, 3, 400)]["data"] is not None:
             break
     assert msgs[(ref.RESPONSE, 3, 400)]["data"] == data
-    st = _settled(srv, lambda st: st["calls"] == 1)
+    st = settled(srv, lambda st: st["calls"] == 1)
     assert st["rx_coalesced"] >= len(segs) - per_run and st["drops"]["inconsistent"] == 0
     if s < 8192:
         assert st["rx_in_place"] == 0
@@ -158,5 +149,5 @@ def test_off_by_the_environment(make_server, sock, monkeypatch):
     xs = [np.full(256, i, np.float32) for i in range(8)]
     _send_run(sock, srv.port, [_vecadd(500 + i, x) for i, x in enumerate(xs)])
     assert len(_collect(sock, 8)) == 8
-    st = _settled(srv, lambda st: st["calls"] == 8)
+    st = settled(srv, lambda st: st["calls"] == 8)
     assert st["rx_coalesced"] == 0 and st["rx_datagrams"] == 8

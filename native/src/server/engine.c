@@ -516,20 +516,60 @@ static int rx_run(srpc_server_t *srv, uint32_t idx, const srpc_call_key_t *key, 
     return (int)cnt;
 }
 
-/* Receives the segments expected next (srv->rx.pred_*) with one scattered burst, each into its
- * place in the message being reassembled; a datagram that is another goes back whole to its
- * data slot and the burst path, before any datagram of the burst is handled (a handled one may
- * write into another's place). The lock is held across the receive so the places cannot go
- * away meanwhile. Returns the datagrams handled (0: none waited), or -1 when no segment is
- * expected (the caller peeks). rx. */
-static int rx_scatter(srpc_server_t *srv)
+/* rx_scatter's receive when each datagram comes alone: up to n entries with one recvmmsg, entry
+ * i's data straight into place[i] (seq[i]); an entry that is another (or a coalesced run) is
+ * made whole in its data slot (all before any is handled) and takes the burst path. Lock held
+ * on entry, released on return. Returns the datagrams handled, 0 when none waited, -1 when the
+ * caller peeks. rx. */
+static int rx_each(srpc_server_t *srv, uint32_t idx, const srpc_call_key_t *key, uint32_t gen,
+                   const struct iovec *place, const uint16_t *seq, unsigned n)
 {
     srpc_rx_t *rx = &srv->rx.slots;
-    struct iovec place[SRPC_SCATTER_MAX];
-    uint16_t seq[SRPC_SCATTER_MAX];
-    uint8_t expected[SRPC_SCATTER_MAX];
+    int m = srv->tp->ops->rx_into(srv->tp, rx, n, place);
+    if (m <= 0)
+        return receive_failed(srv, m);
     srpc_hdr_t hs[SRPC_SCATTER_MAX];
     uint32_t segs[SRPC_SCATTER_MAX];
+    uint8_t expected[SRPC_SCATTER_MAX];
+    unsigned others = 0;
+    for (int i = 0; i < m; i++) { /* all moved out before any is handled */
+        const unsigned e = (unsigned)i;
+        srpc_call_key_t k;
+        expected[i] = (uint8_t)(!rx->trunc[i] && srpc_rx_dgrams(rx, e) == 1 &&
+                                is_expected(srv, srpc_rx_hdr(rx, e), rx->len[i], srpc_rx_data(rx, e) + place[i].iov_len,
+                                            (const struct sockaddr *)&rx->src[i], &place[i], idx, seq[i], &hs[i], &k,
+                                            &segs[i]));
+        if (!expected[i]) {
+            srpc_rx_unscatter(rx, e, &place[i]);
+            others += srpc_rx_dgrams(rx, e); /* counted in datagrams, as rx_run counts */
+        }
+    }
+    if (others)
+        mispredicted(srv, others);
+    const uint64_t now = srpc_now_ns();
+    for (int i = 0; i < m; i++) {
+        if (!expected[i]) {
+            process_entry(srv, (unsigned)i, now);
+            continue;
+        }
+        handle_expected(srv, idx, key, gen, &hs[i], segs[i], &place[i], rx->len[i], now);
+        if (!others)
+            srv->rx.pred_seq = (uint16_t)(seq[i] + 1);
+    }
+    srpc_srv_unlock(srv);
+    return m;
+}
+
+/* Receives the segments expected next (srv->rx.pred_*), each into its place in the message
+ * being reassembled: as a run while runs come coalesced (rx_run), else datagram by datagram
+ * (rx_each). The lock is held across the receive so the places cannot go away meanwhile.
+ * Returns the datagrams handled (0: none waited), or -1 when no segment is expected (the
+ * caller peeks). rx. */
+static int rx_scatter(srpc_server_t *srv)
+{
+    const srpc_rx_t *rx = &srv->rx.slots;
+    struct iovec place[SRPC_SCATTER_MAX];
+    uint16_t seq[SRPC_SCATTER_MAX];
     const unsigned max = rx->burst < SRPC_SCATTER_MAX ? rx->burst : SRPC_SCATTER_MAX;
     srpc_srv_lock(srv);
     const srpc_call_key_t key = srv->rx.pred_key; /* process_datagram may expect another message */
@@ -557,37 +597,8 @@ static int rx_scatter(srpc_server_t *srv)
         srpc_srv_unlock(srv);
         return -1;
     }
-    if (srv->rx.run_mode && srv->tp->ops->rx_run)
-        return rx_run(srv, idx, &key, gen, place, seq, n);
-    int m = srv->tp->ops->rx_into(srv->tp, rx, n, place);
-    if (m <= 0)
-        return receive_failed(srv, m);
-    unsigned others = 0;
-    for (int i = 0; i < m; i++) { /* all moved out before any is handled */
-        srpc_call_key_t k;
-        expected[i] = (uint8_t)(!rx->trunc[i] && srpc_rx_dgrams(rx, (unsigned)i) == 1 &&
-                                is_expected(srv, srpc_rx_hdr(rx, (unsigned)i), rx->len[i], srpc_rx_data(rx, (unsigned)i),
-                                            (const struct sockaddr *)&rx->src[i], &place[i], idx, seq[i], &hs[i], &k,
-                                            &segs[i]));
-        if (!expected[i]) {
-            srpc_rx_unscatter(rx, (unsigned)i, &place[i]);
-            others += srpc_rx_dgrams(rx, (unsigned)i); /* counted in datagrams, as rx_run counts */
-        }
-    }
-    if (others)
-        mispredicted(srv, others);
-    const uint64_t now = srpc_now_ns();
-    for (int i = 0; i < m; i++) {
-        if (!expected[i]) {
-            process_entry(srv, (unsigned)i, now);
-            continue;
-        }
-        handle_expected(srv, idx, &key, gen, &hs[i], segs[i], &place[i], rx->len[i], now);
-        if (!others)
-            srv->rx.pred_seq = (uint16_t)(seq[i] + 1);
-    }
-    srpc_srv_unlock(srv);
-    return m;
+    return srv->rx.run_mode && srv->tp->ops->rx_run ? rx_run(srv, idx, &key, gen, place, seq, n)
+                                                     : rx_each(srv, idx, &key, gen, place, seq, n);
 }
 
 /* One step of in-place receive: the expected segments scattered, or the next datagram peeked. rx. */

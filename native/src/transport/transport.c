@@ -32,11 +32,7 @@ void srpc_rx_unscatter(srpc_rx_t *rx, unsigned i, const struct iovec *place)
     if (rx->len[i] <= SRPC_HDR_LEN)
         return;
     const size_t data = rx->len[i] - SRPC_HDR_LEN;
-    const size_t first = data < place->iov_len ? data : place->iov_len;
-    const size_t room = rx->data_cap - place->iov_len, rest = data - first < room ? data - first : room;
-    uint8_t *slot = srpc_rx_data(rx, i);
-    memmove(slot + first, slot, rest);
-    memcpy(slot, place->iov_base, first);
+    memcpy(srpc_rx_data(rx, i), place->iov_base, data < place->iov_len ? data : place->iov_len); /* the rest is there */
 }
 
 void srpc_rx_unrun(srpc_rx_t *rx, unsigned n, const struct iovec *place, uint32_t tail_len)

@@ -40,7 +40,10 @@ void srpc_rx_unscatter(srpc_rx_t *rx, unsigned i, const struct iovec *place);
 /* Where rx_run puts the tail (version 3's data check) of datagram j: in header slot j, after
  * the header. */
 #define SRPC_RX_TAIL_OFF 32
-static inline uint8_t *srpc_rx_tail(const srpc_rx_t *rx, unsigned j) { return rx->hdr + (size_t)j * SRPC_HDR_SLOT + SRPC_RX_TAIL_OFF; }
+static inline uint8_t *srpc_rx_tail(const srpc_rx_t *rx, unsigned j)
+{
+    return rx->hdr + (size_t)j * SRPC_HDR_SLOT + SRPC_RX_TAIL_OFF;
+}
 /* The entry of a run receive (rx_run) with its n places and tail_len: made whole, header slot 0
  * then data slot 0, as rx_burst would have left it (the places are not changed). */
 void srpc_rx_unrun(srpc_rx_t *rx, unsigned n, const struct iovec *place, uint32_t tail_len);
@@ -71,9 +74,7 @@ static inline srpc_rx_dg_t srpc_rx_dgram(const srpc_rx_t *rx, unsigned i, unsign
     if (srpc_rx_dgrams(rx, i) == 1)
         return (srpc_rx_dg_t){srpc_rx_hdr(rx, i), srpc_rx_data(rx, i), len};
     const uint32_t off = j * g, n = len - off < g ? len - off : g; /* its first byte in the entry, its length */
-    if (g < SRPC_HDR_LEN)
-        return (srpc_rx_dg_t){srpc_rx_hdr(rx, i), srpc_rx_data(rx, i), n};
-    if (j == 0)
+    if (j == 0 || g < SRPC_HDR_LEN)
         return (srpc_rx_dg_t){srpc_rx_hdr(rx, i), srpc_rx_data(rx, i), n};
     const uint8_t *p = srpc_rx_data(rx, i) + off - SRPC_HDR_LEN;
     return (srpc_rx_dg_t){p, n >= SRPC_HDR_LEN ? p + SRPC_HDR_LEN : p, n}; /* (a short one's data: never read) */
@@ -112,11 +113,11 @@ typedef struct srpc_transport_ops {
     void (*rx_release)(srpc_transport_t *t);
     /* Scattered receive (NULL where the transport cannot, e.g. DPDK): like rx_burst for up to n
      * (1..rx->burst) datagrams, but datagram i's data goes first to place[i] (iov_len <=
-     * rx->data_cap bytes of the caller's memory) and only what follows it to data slot i (at most
-     * rx->data_cap - iov_len bytes): segments a receiver expects land in their places, one system
-     * call for all. A datagram that turns out to be another is made whole in its data slot with
-     * srpc_rx_unscatter. Returns the count (0 when none waits), -ENOTSUP when it cannot now (a
-     * fault injector is set), or -errno. */
+     * rx->data_cap bytes of the caller's memory) and only what follows it to data slot i, from
+     * where it would lie had the datagram come whole (offset iov_len): segments a receiver
+     * expects land in their places, one system call for all. A datagram that turns out to be
+     * another is made whole in its data slot with srpc_rx_unscatter. Returns the count (0 when
+     * none waits), -ENOTSUP when it cannot now (a fault injector is set), or -errno. */
     int (*rx_into)(srpc_transport_t *t, srpc_rx_t *rx, unsigned n, const struct iovec *place);
     /* Receives one entry (NULL where the transport cannot): a datagram, or a run of them that
      * the kernel coalesced (rx->gso[0]), laid out as the n (1..rx->burst, at most
@@ -159,7 +160,6 @@ struct srpc_transport {
     int rcvbuf, sndbuf;   /* effective socket buffer sizes (0: none) */
     const uint64_t *tx_coalesced; /* datagrams sent in runs the kernel cut (UDP segmentation offload),
                                      read with a relaxed atomic load; NULL: a transport without it */
-    int rx_coalesces;     /* receives may hand over a sender's run of datagrams coalesced (UDP GRO) */
 };
 
 /* How to open a transport. A server binds host:port; a client connects to host:port. */

@@ -243,10 +243,10 @@ int srpc_udp_rx_into(srpc_udp_t *u, srpc_rx_t *rx, unsigned n, const struct iove
     int r = rx_vectors(u, rx);
     if (r)
         return r;
-    for (unsigned i = 0; i < n; i++) { /* header slot, place, then the rest of the data slot */
+    for (unsigned i = 0; i < n; i++) { /* header slot, place, then the rest where it lies whole */
         struct iovec *iv = u->rx_msgs[i].msg_hdr.msg_iov;
         iv[1] = place[i];
-        iv[2] = (struct iovec){srpc_rx_data(rx, i), rx->data_cap - place[i].iov_len};
+        iv[2] = (struct iovec){srpc_rx_data(rx, i) + place[i].iov_len, rx->data_cap - place[i].iov_len};
         u->rx_msgs[i].msg_hdr.msg_iovlen = 3;
     }
     r = rx_recv(u, rx, n);
@@ -857,7 +857,7 @@ int srpc_udp_transport_open(const srpc_transport_spec_t *spec, srpc_transport_t 
     }
     ut->t = (srpc_transport_t){.ops = &udp_ops, .wait_fd = ut->u.fd, .max_seg = SRPC_MAX_SEG_DATA,
                                .payload_device = -1, .rcvbuf = ut->u.rcvbuf, .sndbuf = ut->u.sndbuf,
-                               .tx_coalesced = &ut->u.tx_coalesced, .rx_coalesces = ut->u.gro};
+                               .tx_coalesced = &ut->u.tx_coalesced};
     if (!spec->bind) {
         struct sockaddr_storage peer;
         socklen_t pl = sizeof(peer);
