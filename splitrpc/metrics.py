@@ -21,6 +21,8 @@ _SCALARS = (
      "Datagrams received coalesced with others of their sender (UDP receive offload)."),
     ("calls", "calls", "counter", "Calls accepted (complete requests queued)."),
     ("replies", "replies", "counter", "Replies sent."),
+    ("tx_sends", "reply_sends", "counter",
+     "Transport sends of replies (replies / sends: how many each carried; batches' replies held together)."),
     ("batches", "batches", "counter", "Batches handed to the functions."),
     ("cache_hits", "reply_cache_hits", "counter", "Duplicate requests answered from the reply cache."),
     ("cached_replies", "cached_replies", "gauge", "Replies held in the reply cache."),

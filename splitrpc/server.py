@@ -89,7 +89,9 @@ class Server:
     wait: "poll" (the worker busy-polls the socket while it waits for a batch: lowest
     latency, one core), "block" (it sleeps in poll()), "adaptive" (polls for spin_us after
     each batch, then sleeps). rx_takeover_us: a callback running longer than this lets the
-    engine thread take over receiving. Sizes are bytes, times seconds unless named _us.
+    engine thread take over receiving. reply_hold_us: how long a batch's replies may wait to go
+    out with the next batches' in one send (batches of one call; 0: never). Sizes are bytes,
+    times seconds unless named _us.
 
     sched: which function's due batch the worker takes next: "rr" (the default: each function
     with calls queued in turn), "priority" (the highest ``priority=`` of function() first, strict;
@@ -145,6 +147,7 @@ class Server:
         policy=None,
         spin_us: int | None = None,
         rx_takeover_us: int | None = None,
+        reply_hold_us: int | None = None,
         segment_size: int | None = None,
         segment_size_loopback: int | None = None,
         max_message: int | None = None,
@@ -200,7 +203,8 @@ class Server:
                 except ValueError as e:
                     raise ValueError(f"allow: {n!r} is not an IPv4 or IPv6 network ({e})") from None
         self._native = _server.create_server(
-            host, port=port, wait=wait, sched=sched, spin_us=spin_us, rx_takeover_us=rx_takeover_us, segment_size=segment_size,
+            host, port=port, wait=wait, sched=sched, spin_us=spin_us, rx_takeover_us=rx_takeover_us, reply_hold_us=reply_hold_us,
+            segment_size=segment_size,
             segment_size_loopback=segment_size_loopback, max_message=max_message,
             reassembly_timeout=reassembly_timeout, reassembly_memory=reassembly_memory,
             reassembly_memory_per_client=reassembly_memory_per_client, reply_cache_ttl=reply_cache_ttl,

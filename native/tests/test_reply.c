@@ -1,4 +1,4 @@
-/* test_reply.c: the server's reply path on one thread: a batch's replies (more than one send's worth), the reply log that answers retransmissions (oldest replies leave first, one larger than the log is not kept, zero-length ones are, expiry), and the error replies of one receive burst, calls of a batch failed one by one. */
+/* test_reply.c: the server's reply path on one thread: a batch's replies (more than one send's worth), the reply log that answers retransmissions (oldest replies leave first, one larger than the log is not kept, zero-length ones are, expiry), and the error replies of one receive burst, calls of a batch failed one by one, replies held across batches. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
@@ -10,11 +10,12 @@
 #include <unistd.h>
 
 #include "core/wire.h"
+#include "server/completion.h"
 #include "server/engine.h"
 
 #include "check.h"
 
-enum { F_RAW = 1, F_BIG = 2, F_WIDE = 3 };
+enum { F_RAW = 1, F_BIG = 2, F_WIDE = 3, F_ONE = 4, F_SMALL = 5 };
 #define LOG_BYTES 10000u
 #define MAX_REPLY 4000u
 
@@ -316,6 +317,114 @@ static void test_per_call_errors(void)
     CHECK(srpc_server_fail_call(srv, &b, 0, SRPC_E_BAD_REQUEST, "never sent") == 0, "fail, never complete");
 }
 
+/* The worker loop's srpc_server_complete_next, over every ready batch (one call each): how many
+ * batches it ran. */
+static int run_held(void)
+{
+    srpc_batch_t b;
+    int batches = 0;
+    int rc = srpc_server_next_batch(srv, &b, 0);
+    while (rc == 0) {
+        batches++;
+        fill(&b);
+        rc = srpc_server_complete_next(srv, &b, 0, NULL, 0);
+    }
+    CHECK(rc == -ETIMEDOUT, "the loop ends with no batch ready (%d)", rc);
+    return batches;
+}
+
+/* Replies held across batches (reply.h): batches of one call each go out 8 to a send (the rest
+ * with the last), all of them right; srpc_server_complete on its own sends at once. */
+static void test_hold(void)
+{
+    srpc_server_stats_t st0 = stats();
+    for (uint64_t id = 40000; id < 40006; id++)
+        feed(F_ONE, id);
+    CHECK(run_held() == 6, "6 batches");
+    srpc_server_stats_t st = stats();
+    CHECK(st.tx_sends - st0.tx_sends == 1, "6 batches' replies in %llu sends, want 1",
+          (unsigned long long)(st.tx_sends - st0.tx_sends));
+    int ok = 0;
+    for (uint64_t id = 40000; id < 40006; id++)
+        ok += got_reply(id, 0, reply_len(id), F_ONE);
+    CHECK(ok == 6, "%d of 6 held replies right", ok);
+    st0 = stats();
+    for (uint64_t id = 40100; id < 40120; id++)
+        feed(F_ONE, id);
+    CHECK(run_held() == 20, "20 batches");
+    st = stats();
+    CHECK(st.tx_sends - st0.tx_sends == 3, "20 batches' replies in %llu sends, want 3 (8, 8, 4)",
+          (unsigned long long)(st.tx_sends - st0.tx_sends));
+    CHECK(st.replies - st0.replies == 20, "20 replies counted");
+    ok = 0;
+    for (uint64_t id = 40100; id < 40120; id++)
+        ok += got_reply(id, 0, reply_len(id), F_ONE);
+    CHECK(ok == 20, "%d of 20 held replies right", ok);
+    st0 = stats();
+    for (uint64_t id = 40200; id < 40203; id++)
+        feed(F_ONE, id);
+    CHECK(drain(NULL) == 3, "3 batches completed one by one");
+    CHECK(stats().tx_sends - st0.tx_sends == 3, "srpc_server_complete sends at once");
+    ok = 0;
+    for (uint64_t id = 40200; id < 40203; id++)
+        ok += got_reply(id, 0, reply_len(id), F_ONE);
+    CHECK(ok == 3, "%d of 3 replies right", ok);
+}
+
+/* A held reply is sent from its output element, already recycled: a batch that reuses the
+ * element (a ring of 2 gone round) is not handed out before the reply has gone. */
+static void test_hold_reuse(void)
+{
+    srpc_batch_t b;
+    feed(F_SMALL, 41000); /* a first batch: the function is known to be quick */
+    CHECK(run_held() == 1 && got_reply(41000, 0, reply_len(41000), F_SMALL), "a first call");
+    feed(F_SMALL, 41001);
+    feed(F_SMALL, 41002); /* the ring is full */
+    CHECK(srpc_server_next_batch(srv, &b, 0) == 0 && b.count == 1, "the first call");
+    fill(&b);
+    CHECK(srpc_completion_complete_w(srv, &b, 0, NULL) == 0, "completed, its reply held");
+    feed(F_SMALL, 41003); /* into the element of the first, recycled */
+    CHECK(srpc_server_next_batch(srv, &b, 0) == 0 && b.count == 1, "the second call");
+    fill(&b);
+    CHECK(srpc_completion_complete_w(srv, &b, 0, NULL) == 0, "completed, held too");
+    srpc_server_stats_t st0 = stats();
+    CHECK(srpc_server_next_batch(srv, &b, 0) == 0 && b.count == 1, "the third, in the first's element");
+    CHECK(stats().tx_sends - st0.tx_sends == 1, "the held replies sent before it was handed out");
+    fill(&b); /* overwrites the element the first reply was sent from */
+    CHECK(srpc_server_complete(srv, &b, 0, NULL) == 0, "complete");
+    int ok = 0;
+    for (uint64_t id = 41001; id < 41004; id++)
+        ok += got_reply(id, 0, reply_len(id), F_SMALL);
+    CHECK(ok == 3, "%d of 3 replies right", ok);
+}
+
+/* Error texts of held replies: a call's own (srpc_server_fail_call) is held with its reply and
+ * freed after the send (ASan); the caller's text for a whole batch is sent before
+ * complete_next returns, since the caller may free it then. */
+static void test_hold_errors(void)
+{
+    srpc_batch_t b;
+    for (uint64_t id = 42000; id < 42003; id++)
+        feed(F_ONE, id);
+    CHECK(srpc_server_next_batch(srv, &b, 0) == 0, "first");
+    fill(&b);
+    CHECK(srpc_server_fail_call(srv, &b, 0, SRPC_E_BAD_REQUEST, "key 9 out of range") == 0, "fail it");
+    int rc = srpc_server_complete_next(srv, &b, 0, NULL, 0);
+    CHECK(rc == 0, "second");
+    char text[32];
+    snprintf(text, sizeof(text), "%s", "the whole batch");
+    srpc_server_stats_t st0 = stats();
+    rc = srpc_server_complete_next(srv, &b, SRPC_E_INTERNAL, text, 0); /* fails 42001 with the caller's text */
+    CHECK(stats().tx_sends - st0.tx_sends == 1, "sent before complete_next returned");
+    memset(text, 'x', sizeof(text) - 1);
+    CHECK(rc == 0, "third");
+    fill(&b);
+    CHECK(srpc_server_complete_next(srv, &b, 0, NULL, 0) == -ETIMEDOUT, "no more");
+    CHECK(got_error(42000, SRPC_E_BAD_REQUEST, "key 9 out of range", F_ONE), "the call's own error, held");
+    CHECK(got_error(42001, SRPC_E_INTERNAL, "the whole batch", F_ONE), "the batch's error text intact");
+    CHECK(got_reply(42002, 0, reply_len(42002), F_ONE), "the third's reply");
+}
+
 int main(void)
 {
     srpc_server_config_t cfg;
@@ -325,6 +434,10 @@ int main(void)
     cfg.wait_mode = SRPC_WAIT_POLL;
     cfg.reply_cache_bytes = LOG_BYTES;
     cfg.seg_size_loopback = 1400; /* replies of several segments */
+    /* Held replies go by count and safety, never by time, and no batch counts as slow (the
+     * sanitizer builds are slow): */
+    cfg.reply_hold_us = 1000000;
+    cfg.rx_takeover_us = 100000000;
     if (srpc_server_create(&cfg, &srv) != 0) {
         fprintf(stderr, "cannot create a server\n");
         return 2;
@@ -333,6 +446,8 @@ int main(void)
     add(F_RAW, MAX_REPLY, 1, 16);
     add(F_BIG, LOG_BYTES + 1, 1, 4);
     add(F_WIDE, MAX_REPLY, 64, 128);
+    add(F_ONE, MAX_REPLY, 1, 64);
+    add(F_SMALL, MAX_REPLY, 1, 2);
     cl = socket(AF_INET, SOCK_DGRAM, 0);
     me = (struct sockaddr_in){.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
     socklen_t ml = sizeof(me);
@@ -348,6 +463,9 @@ int main(void)
     test_expiry();
     test_burst_errors();
     test_per_call_errors();
+    test_hold();
+    test_hold_reuse();
+    test_hold_errors();
     srpc_server_destroy(srv);
     close(cl);
     printf("%d passed, %d failed\n", passed, failed);

@@ -41,6 +41,7 @@ _CONFIG_FIELDS = {
     "port": ("port", 1),
     "spin_us": ("spin_us", 1),
     "rx_takeover_us": ("rx_takeover_us", 1),
+    "reply_hold_us": ("reply_hold_us", 1),
     "segment_size": ("seg_size", 1),
     "segment_size_loopback": ("seg_size_loopback", 1),
     "max_message": ("max_message", 1),
@@ -596,6 +597,8 @@ def read_stats(srv) -> dict:
         "sched_looks": st.sched_looks,
         # replies sent in runs to one client that the kernel cut (UDP segmentation offload)
         "tx_coalesced": st.tx_coalesced,
+        # transport sends of replies (replies / tx_sends: how many went out in each)
+        "tx_sends": st.tx_sends,
         # datagrams received into the place expected for another segment, then moved back whole
         "rx_unscattered": st.rx_unscattered,
         # datagrams that came coalesced with others of their sender (UDP receive offload)

@@ -73,6 +73,18 @@
  * long batch delays RX (and BUSY answers) by about this much at most. */
 #define SRPC_DEF_RX_TAKEOVER_US 1000
 
+/* srpc_server_complete_next holds a batch's replies to send them with the next batches' in one
+ * system call (one pass down the stack per run to a client, with UDP GSO) while more batches are
+ * ready and fewer than SRPC_REPLY_HOLD_CALLS replies are held, and the oldest would not wait
+ * longer than reply_hold_us (its age plus the next callback's expected time): batches of
+ * one call (many functions, the load spread over them) then cost a send per 8 calls, not per
+ * call, while batches of 8 or more go out at once, so that a client with many calls outstanding
+ * gets its replies as soon as it did (holding more than 8 starves its pipeline: measured in
+ * bench/results/scale/functions_issue34_hold.md). */
+#define SRPC_REPLY_HOLD_CALLS 8
+#define SRPC_DEF_REPLY_HOLD_US 50 /* srpc_server_config_t.reply_hold_us */
+#define SRPC_MAX_REPLY_HOLD_US 1000000
+
 /* Socket buffers: a 1 MiB message in flight is 16 datagrams of 64 KiB, times truesize. */
 #define SRPC_DEF_SOCK_BUF (32 << 20)
 

@@ -37,79 +37,64 @@ static int reply_pieces(const srpc_fn_t *fn, uint64_t seq, struct iovec *iv, uin
     return (int)fn->n_out;
 }
 
-/* Sends the replies of the batch of n calls from element first (status 0: the outputs, or a
- * call's own error set by srpc_server_fail_call; else that error with msg as text, to every
- * call) in one send per SRPC_REPLY_BATCH calls, moves the calls to the reply cache and recycles
- * the elements. Every earlier batch of fn is finished.
+/* Answers the batch of n calls from element first (status 0: the outputs, or a call's own error
+ * set by srpc_server_fail_call; else that error with msg as text, to every call): its replies
+ * join those the worker holds (reply.h), its calls' elements are recycled, and the replies go
+ * out with the next flush, which then moves the calls to the reply cache. Every earlier batch
+ * of fn is finished.
  * Order: the elements are recycled, then the replies sent, then cached. Recycled first, so that
  * a client whose reply came back finds its call's element free already (with as many calls
  * outstanding as the queue holds, it never meets BUSY); that is safe because the engine then
  * writes only request elements and call records, and the replies are sent (and cached) from the
- * output elements, which only the worker's next callback writes. Cached after the send, so that
- * the copy into the reply log (a page fault the first time round the log) never delays a
- * reply; what the cache needs of a call record is read before the recycling hands the record to
- * the engine. Until it is cached a retransmission finds the call CT_QUEUED and is dropped as a
- * duplicate (its next try is answered from the cache). */
+ * output elements, which only a callback writes, and no batch that reuses them is handed out
+ * before the flush (srpc_reply_hold_check_w). Cached after the send, so that the copy into the
+ * reply log (a page fault the first time round the log) never delays a reply; what the cache
+ * needs of a call record is kept in the hold before the recycling hands the record to the
+ * engine. Until it is cached a retransmission finds the call CT_QUEUED and is dropped as a
+ * duplicate (its next try is answered from the cache). msg is the caller's: a batch answered
+ * with it is sent before this returns. */
 static void finish_w(srpc_server_t *srv, srpc_fn_t *fn, uint64_t first, uint32_t n, int status, const char *msg)
 {
     const uint32_t max_out = fn->raw ? fn->resp_bytes : 0;
     const uint32_t msg_len = status && msg ? (uint32_t)strnlen(msg, SRPC_ERRMSG_MAX) : 0;
-    srpc_reply_batch_t b;
-    char ebuf[SRPC_REPLY_BATCH][64];
-    char *own[SRPC_REPLY_BATCH]; /* calls' own error texts: sent and cached from, freed after */
-    uint32_t ct_idx[SRPC_REPLY_BATCH], out_len[SRPC_REPLY_BATCH];
-    int out_code[SRPC_REPLY_BATCH];
-    for (uint32_t at = 0; at < n;) {
-        const uint32_t chunk = n - at < SRPC_REPLY_BATCH ? n - at : SRPC_REPLY_BATCH;
-        b.n = 0;
-        for (uint32_t i = 0; i < chunk; i++) {
-            srpc_call_t *c = &fn->calls[(first + at + i) % fn->capacity];
-            const ct_entry_t *e = &srv->ct.e[c->ct_idx]; /* stable while QUEUED: only we change it */
-            srpc_call_work_complete_w(c);
-            struct iovec iv[SRPC_MAX_TENSORS];
-            uint32_t len = msg_len;
-            int k = 0, code = status;
-            iv[0] = (struct iovec){(void *)msg, msg_len};
-            own[i] = c->fail_msg; /* taken off the record now: recycling hands it to the engine */
-            if (!code && c->fail_code) {
-                code = c->fail_code;
-                len = own[i] ? (uint32_t)strlen(own[i]) : 0;
-                iv[0] = (struct iovec){own[i], len};
-            }
-            c->fail_code = 0;
-            c->fail_msg = NULL;
-            if (!code && fn->raw && c->out_len > max_out) {
-                code = SRPC_E_INTERNAL;
-                len = c->out_len == NO_LENGTH
-                          ? (uint32_t)snprintf(ebuf[i], sizeof(ebuf[i]), "deferred batch finished with no reply length")
-                          : (uint32_t)snprintf(ebuf[i], sizeof(ebuf[i]), "reply of %u bytes over the limit %u",
-                                               c->out_len, max_out);
-                iv[0] = (struct iovec){ebuf[i], len};
-            }
-            if (code)
-                k = len ? 1 : 0;
-            else
-                k = reply_pieces(fn, first + at + i, iv, &len);
-            srpc_reply_add(srv, &b, &e->key, code, iv, k, len);
-            srpc_call_tx_complete_w(c, code, len);
-            ct_idx[i] = c->ct_idx;
-            out_code[i] = code;
-            out_len[i] = len;
+    srpc_reply_hold_t *h = srv->held;
+    for (uint32_t i = 0; i < n; i++) {
+        const unsigned slot = srpc_reply_hold_slot_w(srv); /* flushes first when the hold is full */
+        srpc_call_t *c = &fn->calls[(first + i) % fn->capacity];
+        srpc_call_work_complete_w(c);
+        struct iovec iv[SRPC_MAX_TENSORS];
+        uint32_t len = msg_len;
+        int k = 0, code = status;
+        iv[0] = (struct iovec){(void *)msg, msg_len};
+        char *own = c->fail_msg; /* taken off the record now: recycling hands it to the engine */
+        if (!code && c->fail_code) {
+            code = c->fail_code;
+            len = own ? (uint32_t)strlen(own) : 0;
+            iv[0] = (struct iovec){own, len};
         }
-        at += chunk;
-        if (at == n) {
-            srpc_srv_lock(srv);
-            srpc_ring_recycle_locked(srv, fn, first, n);
-            srpc_srv_unlock(srv);
+        c->fail_code = 0;
+        c->fail_msg = NULL;
+        if (!code && fn->raw && c->out_len > max_out) {
+            code = SRPC_E_INTERNAL;
+            char *t = h->text[slot];
+            len = c->out_len == NO_LENGTH
+                      ? (uint32_t)snprintf(t, SRPC_REPLY_TEXT_MAX, "deferred batch finished with no reply length")
+                      : (uint32_t)snprintf(t, SRPC_REPLY_TEXT_MAX, "reply of %u bytes over the limit %u",
+                                           c->out_len, max_out);
+            iv[0] = (struct iovec){t, len};
         }
-        srpc_reply_flush(srv, &b);
-        srpc_srv_lock(srv);
-        for (uint32_t i = 0; i < chunk; i++)
-            srpc_reply_cache_locked(srv, ct_idx[i], out_code[i], b.msg[i].pieces, b.msg[i].npieces, out_len[i]);
-        srpc_srv_unlock(srv);
-        for (uint32_t i = 0; i < chunk; i++)
-            free(own[i]);
+        if (code)
+            k = len ? 1 : 0;
+        else
+            k = reply_pieces(fn, first + i, iv, &len);
+        srpc_reply_hold_add_w(srv, fn, first + i, c->ct_idx, code, own, iv, k, len);
+        srpc_call_tx_complete_w(c, code, len);
     }
+    srpc_srv_lock(srv);
+    srpc_ring_recycle_locked(srv, fn, first, n);
+    srpc_srv_unlock(srv);
+    if (msg_len)
+        srpc_reply_hold_flush_w(srv);
 }
 
 /* Finishes fn's in-flight batches, oldest first, while the oldest one's done word is set.
@@ -145,6 +130,13 @@ int srpc_server_poll(srpc_server_t *srv)
 {
     if (!srv)
         return -EINVAL;
+    const int finished = srpc_completion_poll_w(srv);
+    srpc_reply_hold_flush_w(srv);
+    return finished;
+}
+
+int srpc_completion_poll_w(srpc_server_t *srv)
+{
     int finished = 0;
     if (!srv->inflight)
         return 0;
@@ -180,6 +172,14 @@ uint32_t *srpc_completion_hand_back_w(srpc_server_t *srv, srpc_fn_t *fn, srpc_ba
 }
 
 int srpc_server_complete(srpc_server_t *srv, srpc_batch_t *b, int status, const char *msg)
+{
+    const int r = srpc_completion_complete_w(srv, b, status, msg);
+    if (r == 0)
+        srpc_reply_hold_flush_w(srv);
+    return r;
+}
+
+int srpc_completion_complete_w(srpc_server_t *srv, srpc_batch_t *b, int status, const char *msg)
 {
     srpc_fn_t *fn = srpc_completion_open_fn_w(srv, b);
     if (!fn)

@@ -133,6 +133,7 @@ int srpc_function_create(const srpc_server_config_t *cfg, const srpc_func_config
         return -ENOMEM;
     fn->gpu_device = -1; /* a host function until its GPU queues exist */
     fn->cb_slow = 1;     /* until its first batch shows otherwise (rx_owner.c) */
+    fn->away_ns = SRPC_AWAY_UNKNOWN;
     fn->func_id = fc->func_id;
     fn->raw = fc->raw;
     fn->n_in = fc->n_in;

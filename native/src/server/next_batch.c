@@ -1,8 +1,10 @@
-/* next_batch.c: the worker's wait for its next batch (srpc_server_next_batch): finishing batches in flight, taking the next one due, receiving inline meanwhile; and srpc_server_complete_next, one call per batch for a worker loop. */
+/* next_batch.c: the worker's wait for its next batch (srpc_server_next_batch): finishing batches in flight, taking the next one due, receiving inline meanwhile; and srpc_server_complete_next, one call per batch for a worker loop, whose replies may go out with the next batches'. */
 #include <errno.h>
 
 #include "core/tunables.h"
 #include "server/batcher.h"
+#include "server/completion.h"
+#include "server/reply.h"
 #include "server/rx_owner.h"
 #include "server/server_state.h"
 
@@ -43,10 +45,12 @@ int srpc_server_next_batch(srpc_server_t *srv, srpc_batch_t *b, int64_t timeout_
     uint64_t hold = 0;
     unsigned seen_gen = 0; /* ready_gen at the last take: newer calls end a hold early */
     for (;;) {
-        if (atomic_load(&srv->stopping))
+        if (atomic_load(&srv->stopping)) {
+            srpc_reply_hold_flush_w(srv);
             return srpc_rx_owner_leave_w(srv, NULL, 0, -ESHUTDOWN);
+        }
         if (srv->inflight)
-            srpc_server_poll(srv);
+            srpc_completion_poll_w(srv);
         uint64_t now = srpc_now_ns();
         if (atomic_load_explicit(&srv->n_ready, memory_order_acquire) > 0 &&
             (!hold || now >= hold || atomic_load(&srv->ready_gen) != seen_gen)) {
@@ -64,18 +68,20 @@ int srpc_server_next_batch(srpc_server_t *srv, srpc_batch_t *b, int64_t timeout_
             srpc_srv_unlock(srv);
             switch (got) {
             case SRPC_TAKE_OVERDUE: /* answered DEADLINE here, never handed to the function */
-                srpc_server_complete(srv, b, SRPC_E_DEADLINE, "queued longer than the function's deadline");
+                srpc_completion_complete_w(srv, b, SRPC_E_DEADLINE, "queued longer than the function's deadline");
                 continue;
             case SRPC_TAKE_REFUSED: /* each call gets the error it was refused with */
-                srpc_server_complete(srv, b, 0, NULL);
+                srpc_completion_complete_w(srv, b, 0, NULL);
                 continue;
             case SRPC_TAKE_BATCH:
-            case SRPC_TAKE_SATURATED:
+            case SRPC_TAKE_SATURATED: /* the replies held go now, or with the next batches' */
+                srpc_reply_hold_check_w(srv, fn, b, now);
                 return srpc_rx_owner_leave_w(srv, fn, got == SRPC_TAKE_SATURATED, 0);
             case SRPC_TAKE_NONE:
                 break;
             }
         }
+        srpc_reply_hold_flush_w(srv); /* no batch to hand out now: nothing to hold the replies for */
         if (now >= deadline)
             return srpc_rx_owner_leave_w(srv, NULL, 0, -ETIMEDOUT);
         /* A GPU function's batches in flight finish when the GPU writes a done word, which wakes
@@ -95,6 +101,6 @@ int srpc_server_next_batch(srpc_server_t *srv, srpc_batch_t *b, int64_t timeout_
 
 int srpc_server_complete_next(srpc_server_t *srv, srpc_batch_t *b, int status, const char *msg, int64_t timeout_us)
 {
-    int r = srpc_server_complete(srv, b, status, msg);
+    int r = srpc_completion_complete_w(srv, b, status, msg); /* its replies held: next_batch sends them */
     return r ? r : srpc_server_next_batch(srv, b, timeout_us);
 }

@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 
@@ -38,6 +39,7 @@ void srpc_reply_flush(srpc_server_t *srv, srpc_reply_batch_t *b)
     if (!b->n)
         return;
     srpc_tp_send(srv->tp, b->msg, b->n);
+    ST_ADD(srv, tx_sends, 1);
     for (unsigned i = 0; i < b->n; i++) {
         const srpc_tx_msg_t *m = &b->msg[i];
         if (m->result < 0) {
@@ -57,6 +59,80 @@ void srpc_reply_flush(srpc_server_t *srv, srpc_reply_batch_t *b)
             ST_ADD(srv, replies, 1);
     }
     b->n = 0;
+}
+
+/* ---------------------------------------------------------------- replies held across batches */
+
+int srpc_reply_hold_init(srpc_server_t *srv)
+{
+    srv->held = calloc(1, sizeof(*srv->held));
+    return srv->held ? 0 : -ENOMEM;
+}
+
+void srpc_reply_hold_free(srpc_server_t *srv)
+{
+    srpc_reply_hold_t *h = srv->held;
+    if (!h)
+        return;
+    for (unsigned i = 0; i < h->b.n; i++)
+        free(h->own[i]);
+    free(h);
+    srv->held = NULL;
+}
+
+unsigned srpc_reply_hold_slot_w(srpc_server_t *srv)
+{
+    if (srv->held->b.n == SRPC_REPLY_BATCH)
+        srpc_reply_hold_flush_w(srv);
+    return srv->held->b.n;
+}
+
+void srpc_reply_hold_add_w(srpc_server_t *srv, srpc_fn_t *fn, uint64_t seq, uint32_t ct_idx, int code, char *own,
+                           const struct iovec *pieces, int n, uint32_t len)
+{
+    SRPC_ASSERT_WORKER(srv);
+    srpc_reply_hold_t *h = srv->held;
+    const unsigned i = h->b.n;
+    assert(i < SRPC_REPLY_BATCH);
+    if (i == 0)
+        h->since_ns = srpc_now_ns();
+    srpc_reply_add(srv, &h->b, &srv->ct.e[ct_idx].key, code, pieces, n, len);
+    h->fn[i] = fn;
+    h->ct_idx[i] = ct_idx;
+    h->code[i] = code;
+    h->own[i] = own;
+    if (fn->held++ == 0)
+        fn->held_first = seq;
+}
+
+void srpc_reply_hold_flush_w(srpc_server_t *srv)
+{
+    srpc_reply_hold_t *h = srv->held;
+    const unsigned n = h->b.n;
+    if (!n)
+        return;
+    SRPC_ASSERT_WORKER(srv);
+    srpc_reply_flush(srv, &h->b); /* empties b; its messages stay readable until the next add */
+    srpc_srv_lock(srv);
+    for (unsigned i = 0; i < n; i++)
+        srpc_reply_cache_locked(srv, h->ct_idx[i], h->code[i], h->b.msg[i].pieces, h->b.msg[i].npieces,
+                                h->b.msg[i].len);
+    srpc_srv_unlock(srv);
+    for (unsigned i = 0; i < n; i++) {
+        free(h->own[i]);
+        h->own[i] = NULL;
+        h->fn[i]->held = 0;
+    }
+}
+
+void srpc_reply_hold_check_w(srpc_server_t *srv, const srpc_fn_t *fn, const srpc_batch_t *b, uint64_t now)
+{
+    const srpc_reply_hold_t *h = srv->held;
+    if (!h->b.n)
+        return;
+    const int reuses = fn->held && b->first_seq + b->count > fn->held_first + fn->capacity;
+    if (h->b.n >= SRPC_REPLY_HOLD_CALLS || reuses || now - h->since_ns + fn->away_ns > srv->cfg.reply_hold_us * 1000ull)
+        srpc_reply_hold_flush_w(srv);
 }
 
 void srpc_reply_errors_flush_rx(srpc_server_t *srv)

@@ -27,6 +27,42 @@ void srpc_reply_add(srpc_server_t *srv, srpc_reply_batch_t *b, const srpc_call_k
 /* Sends what the batch holds with one transport send, counts it, and empties it. Any thread. */
 void srpc_reply_flush(srpc_server_t *srv, srpc_reply_batch_t *b);
 
+/* Replies the worker holds across batches: a later batch's replies join them and all go out in
+ * one send (srpc_reply_flush), so that batches of one call each (many functions, the load spread
+ * over them) do not cost a system call and a pass down the stack per call. Each reply's call is
+ * recycled already; its pieces are its function's output elements, which stay put until the
+ * flush because a batch that would reuse one is not handed out before it (srpc_reply_hold_check_w).
+ * Worker thread. */
+#define SRPC_REPLY_TEXT_MAX 64 /* an error text made while finishing a call */
+typedef struct srpc_reply_hold {
+    srpc_reply_batch_t b;
+    srpc_fn_t *fn[SRPC_REPLY_BATCH];
+    uint32_t ct_idx[SRPC_REPLY_BATCH];  /* the call's entry, CT_QUEUED until the flush caches it */
+    int code[SRPC_REPLY_BATCH];
+    char *own[SRPC_REPLY_BATCH];        /* a call's own error text (srpc_server_fail_call), freed after the flush */
+    char text[SRPC_REPLY_BATCH][SRPC_REPLY_TEXT_MAX];
+    uint64_t since_ns;                  /* when the oldest was added */
+} srpc_reply_hold_t;
+
+/* Allocates srv->held. Returns 0 or -ENOMEM. */
+int srpc_reply_hold_init(srpc_server_t *srv);
+/* Frees srv->held and the texts of what it still holds (the server going away, its worker gone:
+ * those replies are never sent). */
+void srpc_reply_hold_free(srpc_server_t *srv);
+/* The slot the next reply goes in (srv->held->b.n), after a flush when all are taken. */
+unsigned srpc_reply_hold_slot_w(srpc_server_t *srv);
+/* Adds the reply of fn's call of element seq (entry ct_idx) to the slot srpc_reply_hold_slot_w
+ * gave, as srpc_reply_add does; own: the call's own error text (or NULL), freed after the flush. */
+void srpc_reply_hold_add_w(srpc_server_t *srv, srpc_fn_t *fn, uint64_t seq, uint32_t ct_idx, int code, char *own,
+                           const struct iovec *pieces, int n, uint32_t len);
+/* Sends what is held, then moves those calls to the reply cache. */
+void srpc_reply_hold_flush_w(srpc_server_t *srv);
+/* Before batch b of fn is handed out at now: flushes unless holding on is worth it, safe and
+ * short (fewer than SRPC_REPLY_HOLD_CALLS held, b reuses none of fn's output elements that a
+ * held reply lies in, and the oldest reply would not wait past the server's reply_hold_us,
+ * counting fn's last batch's time for b's: a function with no batch yet counts as slow). */
+void srpc_reply_hold_check_w(srpc_server_t *srv, const srpc_fn_t *fn, const srpc_batch_t *b, uint64_t now);
+
 /* The receive burst's error replies (engine.c), sent once the burst is processed: an error
  * with a printf-style text, queued (sent at once when the queue is full). rx. */
 void srpc_reply_error_rx(srpc_server_t *srv, const srpc_call_key_t *key, int code, const char *fmt, ...)

@@ -74,6 +74,7 @@ void srpc_rx_owner_back_w(srpc_server_t *srv, uint64_t now)
         return;
     const uint64_t away = now - atomic_load_explicit(&srv->rx.w_away_since, memory_order_relaxed);
     fn->cb_slow = 2 * away > (uint64_t)srv->cfg.rx_takeover_us * 1000;
+    fn->away_ns = now - srv->last_left_ns; /* the time itself, whatever a saturated batch made of away */
     srv->last_fn = NULL;
 }
 
@@ -84,6 +85,7 @@ int srpc_rx_owner_leave_w(srpc_server_t *srv, srpc_fn_t *fn, int saturated, int 
     atomic_store(&srv->rx.w_away_since, saturated ? (now > trust ? now - trust : 0) : now);
     atomic_store(&srv->rx.w_state, W_AWAY);
     srv->last_fn = fn;
+    srv->last_left_ns = now;
     if (saturated || (fn && fn->cb_slow))
         srpc_rx_owner_kick(srv);
     return rc;

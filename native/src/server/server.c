@@ -37,6 +37,7 @@ void srpc_server_config_init(srpc_server_config_t *c)
     c->rx_burst = SRPC_DEF_RX_BURST;
     c->sock_buf_bytes = SRPC_DEF_SOCK_BUF;
     c->rx_takeover_us = SRPC_DEF_RX_TAKEOVER_US;
+    c->reply_hold_us = SRPC_DEF_REPLY_HOLD_US;
     c->dpdk_payload_gpu = SRPC_DPDK_PAYLOAD_AUTO;
 }
 
@@ -49,7 +50,7 @@ static int check_config(const srpc_server_config_t *c)
         return -EINVAL;
     if (c->rx_burst == 0 || c->rx_burst > SRPC_MAX_RX_BURST || c->max_calls == 0 || c->max_message == 0)
         return -EINVAL;
-    if (c->sched < SRPC_SCHED_RR || c->sched > SRPC_SCHED_EDF)
+    if (c->sched < SRPC_SCHED_RR || c->sched > SRPC_SCHED_EDF || c->reply_hold_us > SRPC_MAX_REPLY_HOLD_US)
         return -EINVAL;
     return 0; /* the transport checks its own settings (srpc_transport_open) */
 }
@@ -82,7 +83,7 @@ int srpc_server_create(const srpc_server_config_t *cfg, srpc_server_t **out)
     }
     srpc_bufpool_init(&s->pool, SRPC_DEF_REASM_POOL_BYTES);
     if ((r = ct_init(&s->ct, cfg->max_calls)) != 0 || (r = srcmem_init(&s->srcmem, cfg->max_calls)) != 0 ||
-        (r = srpc_reply_log_init(&s->log, cfg->reply_cache_bytes)) != 0)
+        (r = srpc_reply_log_init(&s->log, cfg->reply_cache_bytes)) != 0 || (r = srpc_reply_hold_init(s)) != 0)
         goto fail;
     /* A datagram's data lands in a payload slot big enough for any UDP payload, so a
      * too-long datagram is seen (and counted) rather than silently cut. */
@@ -271,6 +272,7 @@ void srpc_server_destroy(srpc_server_t *srv)
     if (!srv)
         return;
     srpc_server_stop(srv);
+    srpc_reply_hold_free(srv); /* replies never sent (the worker gone): their calls are CT_QUEUED, removed below */
     if (srv->ct.e) {
         srpc_srv_lock(srv);
         for (uint32_t i = 0; i < srv->ct.max_entries; i++) {

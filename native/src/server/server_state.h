@@ -35,6 +35,8 @@
 #define SRPC_ASSERT_RX(srv) SRPC_ASSERT_OWNER((srv)->rx.owner)
 #define SRPC_ASSERT_WORKER(srv) SRPC_ASSERT_OWNER((srv)->worker)
 
+#define SRPC_AWAY_UNKNOWN (UINT64_MAX / 4) /* srpc_fn_t.away_ns before a first batch; sums stay in range */
+
 #define unlikely(x) __builtin_expect(!!(x), 0)
 
 /* ------------------------------------------------------------------ the Inference Monitor (callring.c) */
@@ -132,6 +134,10 @@ typedef struct srpc_fn {
     uint8_t cb_slow;    /* worker: its last batch kept the worker away longer than half of
                            rx_takeover_us, or it has had none yet (rx_owner.c: the engine
                            thread is then told at once) */
+    uint64_t away_ns;   /* worker: how long its last batch kept the worker away (SRPC_AWAY_UNKNOWN
+                           before its first: counts as long) */
+    uint32_t held;      /* worker: its replies held to go out with later ones (reply.c) */
+    uint64_t held_first; /* worker: the element of the oldest of them, while held > 0 */
     /* GPU functions: the TQs above are the pinned host staging, these the device TQs. */
     int gpu_device;     /* -1: host function */
     srpc_dtq_t *in_dtq[SRPC_MAX_TENSORS], *out_dtq[SRPC_MAX_TENSORS];
@@ -249,6 +255,8 @@ struct srpc_server {
     srpc_sched_view_t *sched_view;   /* worker: SRPC_MAX_FUNCS views shown to sched_fn (with it) */
     uint32_t *sched_fi;              /* worker: and each one's srv->fns index */
     srpc_fn_t *last_fn;              /* worker: the function of the batch handed out last */
+    uint64_t last_left_ns;           /* worker: when it handed that batch out (rx_owner.c) */
+    struct srpc_reply_hold *held;    /* worker: replies held across batches (reply.c) */
     uint32_t inflight;               /* worker (read by stats): sum of the functions' inflight */
     uint32_t inflight_gpu;           /* worker: those of GPU functions, whose done words nobody
                                         wakes the worker for (it polls while there are any) */
