@@ -283,6 +283,12 @@ def destroy(srv) -> None:
 # ------------------------------------------------------------------ functions and the worker loop
 
 
+def args_key(pos: int, count: int) -> int:
+    """Function.args_cache's key of a batch at ring position pos (srpc_batch_t.pos) of count
+    calls (a uint32): one int, where a (pos, count) tuple would be built and hashed per batch."""
+    return pos << 32 | count
+
+
 @dataclass
 class Function:
     """A registered function as the worker runs it: its callback and how to hand it a batch."""
@@ -305,23 +311,25 @@ class Function:
     calls: int = field(default=0)
     info: object = None            # its splitrpc.describe.FunctionInfo (what describe answers)
     server_function: bool = False  # ping or describe (docs/PROTOCOL.md, Amendment 1)
-    # The callback's arguments by (ring position, B): a ring revisits the same positions, and
-    # building the numpy views costs about a microsecond each, finding them a tenth of that.
+    # The callback's arguments by ring position and B (args_key): a ring revisits the same
+    # positions, and building the numpy views costs about a microsecond each, finding them a
+    # tenth of that. A tuple, so that callback(*args) passes it as it is.
     args_cache: dict = field(default_factory=dict)
 
-    def args(self, b, count: int) -> list:
+    def args(self, b, count: int) -> tuple:
         """The callback's arrays for a batch: numpy views of the host elements, or CuPy views
         of the device elements for a GPU function; cached by (ring position, B)."""
-        key = (b.pos, count)
+        pos = b.pos
+        key = args_key(pos, count)
         args = self.args_cache.get(key)
         if args is None:
             if self.runner is not None:
-                args = self.runner.views(b, count)
+                args = tuple(self.runner.views(b, count))
             else:
                 bin_, bout = getattr(b, "in"), b.out
-                args = [_view(bin_[k], spec, count) for k, spec in enumerate(self.inputs)]
-                args += [_view(bout[k], spec, count) for k, spec in enumerate(self.outputs)]
-            if key[0] != _NO_POS and len(self.args_cache) < _ARGS_CACHE_LIMIT:
+                args = tuple([_view(bin_[k], spec, count) for k, spec in enumerate(self.inputs)]
+                             + [_view(bout[k], spec, count) for k, spec in enumerate(self.outputs)])
+            if pos != _NO_POS and len(self.args_cache) < _ARGS_CACHE_LIMIT:
                 self.args_cache[key] = args
         return args
 
@@ -539,7 +547,7 @@ def serve(srv, funcs: dict, jobs: PoolJobs | None = None) -> None:
                     continue
                 fn.raw_lengths(srv, b, count, r, b.out_len)
             else:  # a host tensor function, the common case: its views by (ring position, B)
-                args = fn.args_cache.get((b.pos, count))
+                args = fn.args_cache.get(b.pos << 32 | count)  # args_key, inlined
                 if args is None:
                     args = fn.args(b, count)
                 r = fn.callback(*args, **fn.kwargs(b, count)) if fn.costs_kw else fn.callback(*args)
