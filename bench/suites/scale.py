@@ -3,7 +3,7 @@
     python bench/suites/scale.py --functions 1,16,256,1024 --clients 16,256,4096 --rounds 5 \\
         --out bench/results/scale/scale.md
 
-The server runs in a child process of this interpreter (--serve N PORT), `wait=poll`. The
+The server runs in a child process of this interpreter (--serve N PORT MAX_BATCH), `wait=poll`. The
 functions axis uses splitrpc's native load generator with a request set of one request per
 function; the clients axis the many-socket closed loop (splitrpc.raw_udp.multi_closed_loop).
 """
@@ -24,9 +24,9 @@ CALLS, CONCURRENCY = 40000, 16
 FIRST_ID = 1
 
 
-def serve(n: int, port: int) -> None:
-    """A server with n vecadd functions (ids FIRST_ID ..), busy-polling, until SIGTERM; prints
-    READY with its resident set in KiB once started."""
+def serve(n: int, port: int, max_batch: int = 0) -> None:
+    """A server with n vecadd functions (ids FIRST_ID ..; max_batch 0: the default), busy-polling,
+    until SIGTERM; prints READY with its resident set in KiB once started."""
     import numpy as np
 
     import splitrpc
@@ -40,7 +40,7 @@ def serve(n: int, port: int) -> None:
 
     srv = splitrpc.Server("127.0.0.1", port, wait="poll")
     for fid in range(FIRST_ID, FIRST_ID + n):
-        srv.add_function(vecadd, fid, f"vecadd{fid}", spec_in, spec_out)
+        srv.add_function(vecadd, fid, f"vecadd{fid}", spec_in, spec_out, max_batch=max_batch or None)
     srv.start()
     stop = []
     signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
@@ -74,8 +74,8 @@ def _summary(lat_ns, elapsed_s: float, errors: int) -> dict:
 
 
 def measure(cell: tuple, calls: int = CALLS) -> dict:
-    """One cell, on a fresh server: ("functions", n, spread) or ("clients", m); a tenth of `calls`
-    as warm-up, then `calls` calls at CONCURRENCY outstanding."""
+    """One cell, on a fresh server: ("functions", n, spread[, max_batch]) or ("clients", m); a tenth
+    of `calls` as warm-up, then `calls` calls at CONCURRENCY outstanding."""
     import numpy as np
 
     from splitrpc import Client, raw_udp
@@ -85,7 +85,8 @@ def measure(cell: tuple, calls: int = CALLS) -> dict:
 
     axis, n = cell[0], cell[1] if cell[0] == "functions" else 1
     port = free_port()
-    proc = Proc([sys.executable, os.path.abspath(__file__), "--serve", str(n), str(port)])
+    mb = cell[3] if axis == "functions" and len(cell) > 3 else 0
+    proc = Proc([sys.executable, os.path.abspath(__file__), "--serve", str(n), str(port), str(mb)])
     try:
         rss = int(proc.wait_line("READY", 120.0).split()[1])
         req, want = _request()
@@ -122,7 +123,10 @@ def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--calls", type=int, default=CALLS, help="recorded calls per cell (and a tenth as warm-up)")
     p.add_argument("--out", metavar="FILE.md", help="also write the report here, and its rounds as FILE.json")
-    p.add_argument("--serve", nargs=2, type=int, metavar=("N", "PORT"), help=argparse.SUPPRESS)
+    p.add_argument("--batch-one", action="store_true",
+                   help="also one function with max_batch=1: batches of one call as the load spread over "
+                        "many functions makes them, without the functions (what the functions cost apart)")
+    p.add_argument("--serve", nargs=3, type=int, metavar=("N", "PORT", "MAX_BATCH"), help=argparse.SUPPRESS)
 
 
 def _counts(text: str) -> list[int]:
@@ -144,6 +148,8 @@ def _check(a) -> str | None:
 def _key(cell: tuple) -> str:
     if cell[0] == "clients":
         return f"{cell[1]} clients"
+    if len(cell) > 3:
+        return f"{cell[1]} functions (max_batch {cell[3]})"
     return f"{cell[1]} functions" + ("" if cell[2] else " (one busy)")
 
 
@@ -153,7 +159,7 @@ def run(a) -> dict:
     fns, cls = _counts(a.functions), sorted(_counts(a.clients))
     # N functions with the load spread over all; the most registered with the load on one; M clients
     cells = [("functions", n, True) for n in fns] + ([("functions", max(fns), False)] if max(fns) > 1 else []) \
-        + [("clients", m) for m in cls]
+        + ([("functions", 1, True, 1)] if a.batch_one else []) + [("clients", m) for m in cls]
     runs: dict = {_key(c): [] for c in cells}
     for rnd in range(a.rounds):
         for cell in (cells if rnd % 2 == 0 else cells[::-1]):
@@ -194,6 +200,8 @@ def markdown(doc: dict) -> str:
              "rings' worth of calls per function, so that every element has been used (steady state)",
              "- clients: one vecadd function, each call sent from the next of M client sockets in turn (the "
              "many-socket closed loop, one thread busy-polling epoll)",
+             "- 'max_batch 1': one function whose batches are one call each, as the load spread over many "
+             "functions makes them: the ratio of the spread cell over it is what the functions themselves cost",
              f"- ratios: the median over the axis's base cell's (1 function; the fewest clients), bootstrap 95% "
              f"interval ({RESAMPLES:,} resamples)",
              "", "| cell | calls/s | ratio | p50 µs | ratio | p99 µs | ratio | errors | server RSS after, MiB |",
@@ -221,7 +229,7 @@ def cmd_scale(a) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if args[:1] == ["--serve"]:
-        serve(int(args[1]), int(args[2]))
+        serve(int(args[1]), int(args[2]), int(args[3]) if len(args) > 3 else 0)
         return 0
     from splitrpc.reporting import run_as_module
 
