@@ -389,13 +389,18 @@ def test_a_batch_wrapping_the_ring_end_is_one_view(make_server, make_client):
     rows = np.concatenate([x for _, _, x in batches])
     assert rows.shape == (sent, n)
     assert np.array_equal(rows, np.repeat(np.arange(sent, dtype="<f4")[:, None], n, axis=1))
-    start, wrapped, base = 0, 0, None
-    for b, ptr, x in batches:
+    # Element k of the ring lives at base + k * elem. A batch starts where the one before it ended,
+    # or, when the ring had gone empty, in the element of the call before (callring.c's rewind).
+    base = min(ptr for _, ptr, _ in batches)
+    at = [(ptr - base) // elem for _, ptr, _ in batches]
+    assert all((ptr - base) % elem == 0 for _, ptr, _ in batches)
+    assert sorted(set(at)) == list(range(cap)), at  # every element starts a batch: base is element 0
+    for (b, _, _), k, k_next in zip(batches, at, at[1:]):
+        assert k_next in ((k + b) % cap, (k + b - 1) % cap), (at, [b for b, _, _ in batches])
+    wrapped, start = 0, 0
+    for (b, _, x), k in zip(batches, at):
         assert x.shape == (b, n) and b <= 4
-        if base is None:
-            base = ptr - (start % cap) * elem
-        assert ptr == base + (start % cap) * elem  # the view starts at the batch's first element
-        if (start % cap) + b > cap:
+        if k + b > cap:  # one view across the end of the ring (its second mapping)
             wrapped += 1
             assert np.array_equal(x[:, 0], np.arange(start, start + b, dtype="<f4"))
         start += b

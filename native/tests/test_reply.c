@@ -372,7 +372,8 @@ static void test_hold(void)
 }
 
 /* A held reply is sent from its output element, already recycled: a batch that reuses the
- * element (a ring of 2 gone round) is not handed out before the reply has gone. */
+ * element (a ring of 2 gone round; an empty ring's next call) is not handed out before the
+ * reply has gone. */
 static void test_hold_reuse(void)
 {
     srpc_batch_t b;
@@ -396,6 +397,23 @@ static void test_hold_reuse(void)
     for (uint64_t id = 41001; id < 41004; id++)
         ok += got_reply(id, 0, reply_len(id), F_SMALL);
     CHECK(ok == 3, "%d of 3 replies right", ok);
+    /* A ring left empty starts its next call in the element used last (callring.c): a reply
+     * still held from it goes before that call is handed out. */
+    feed(F_ONE, 41100);
+    CHECK(srpc_server_next_batch(srv, &b, 0) == 0 && b.count == 1, "a call");
+    const uint64_t first = b.first_seq;
+    fill(&b);
+    CHECK(srpc_completion_complete_w(srv, &b, 0, NULL) == 0, "completed, its reply held, the ring empty");
+    feed(F_ONE, 41101);
+    st0 = stats();
+    CHECK(srpc_server_next_batch(srv, &b, 0) == 0 && b.count == 1, "the next call");
+    CHECK(b.first_seq != first && b.first_seq % 64 == first % 64, "in the same element (%llu, then %llu)",
+          (unsigned long long)first, (unsigned long long)b.first_seq);
+    CHECK(stats().tx_sends - st0.tx_sends == 1, "the held reply sent before it was handed out");
+    fill(&b);
+    CHECK(srpc_server_complete(srv, &b, 0, NULL) == 0, "complete");
+    CHECK(got_reply(41100, 0, reply_len(41100), F_ONE) && got_reply(41101, 0, reply_len(41101), F_ONE),
+          "both replies right");
 }
 
 /* Error texts of held replies: a call's own (srpc_server_fail_call) is held with its reply and
