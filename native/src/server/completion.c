@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core/tunables.h"
 #include "server/callring.h"
 #include "server/reply.h"
 
@@ -52,7 +53,8 @@ static int reply_pieces(const srpc_fn_t *fn, uint64_t seq, struct iovec *iv, uin
  * needs of a call record is kept in the hold before the recycling hands the record to the
  * engine. Until it is cached a retransmission finds the call CT_QUEUED and is dropped as a
  * duplicate (its next try is answered from the cache). msg is the caller's: a batch answered
- * with it is sent before this returns. */
+ * with it is sent before this returns; so are the replies held once there are enough of them
+ * (SRPC_REPLY_HOLD_CALLS, SRPC_REPLY_HOLD_BYTES). */
 static void finish_w(srpc_server_t *srv, srpc_fn_t *fn, uint64_t first, uint32_t n, int status, const char *msg)
 {
     const uint32_t max_out = fn->raw ? fn->resp_bytes : 0;
@@ -93,8 +95,8 @@ static void finish_w(srpc_server_t *srv, srpc_fn_t *fn, uint64_t first, uint32_t
     srpc_srv_lock(srv);
     srpc_ring_recycle_locked(srv, fn, first, n);
     srpc_srv_unlock(srv);
-    if (msg_len)
-        srpc_reply_hold_flush_w(srv);
+    if (msg_len || h->b.n >= SRPC_REPLY_HOLD_CALLS || h->bytes >= SRPC_REPLY_HOLD_BYTES)
+        srpc_reply_hold_flush_w(srv); /* the caller's text; or held enough: nothing to gain from waiting */
 }
 
 /* Finishes fn's in-flight batches, oldest first, while the oldest one's done word is set.

@@ -94,8 +94,11 @@ void srpc_reply_hold_add_w(srpc_server_t *srv, srpc_fn_t *fn, uint64_t seq, uint
     srpc_reply_hold_t *h = srv->held;
     const unsigned i = h->b.n;
     assert(i < SRPC_REPLY_BATCH);
-    if (i == 0)
+    if (i == 0) {
         h->since_ns = srpc_now_ns();
+        h->bytes = 0;
+    }
+    h->bytes += len;
     srpc_reply_add(srv, &h->b, &srv->ct.e[ct_idx].key, code, pieces, n, len);
     h->fn[i] = fn;
     h->ct_idx[i] = ct_idx;
@@ -131,7 +134,7 @@ void srpc_reply_hold_check_w(srpc_server_t *srv, const srpc_fn_t *fn, const srpc
     if (!h->b.n)
         return;
     const int reuses = fn->held && b->first_seq + b->count > fn->held_first + fn->capacity;
-    if (h->b.n >= SRPC_REPLY_HOLD_CALLS || reuses || now - h->since_ns + fn->away_ns > srv->cfg.reply_hold_us * 1000ull)
+    if (reuses || now - h->since_ns + fn->away_ns > srv->cfg.reply_hold_us * 1000ull)
         srpc_reply_hold_flush_w(srv);
 }
 

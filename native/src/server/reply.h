@@ -42,6 +42,7 @@ typedef struct srpc_reply_hold {
     char *own[SRPC_REPLY_BATCH];        /* a call's own error text (srpc_server_fail_call), freed after the flush */
     char text[SRPC_REPLY_BATCH][SRPC_REPLY_TEXT_MAX];
     uint64_t since_ns;                  /* when the oldest was added */
+    uint64_t bytes;                     /* their data, all together */
 } srpc_reply_hold_t;
 
 /* Allocates srv->held. Returns 0 or -ENOMEM. */
@@ -57,10 +58,10 @@ void srpc_reply_hold_add_w(srpc_server_t *srv, srpc_fn_t *fn, uint64_t seq, uint
                            const struct iovec *pieces, int n, uint32_t len);
 /* Sends what is held, then moves those calls to the reply cache. */
 void srpc_reply_hold_flush_w(srpc_server_t *srv);
-/* Before batch b of fn is handed out at now: flushes unless holding on is worth it, safe and
- * short (fewer than SRPC_REPLY_HOLD_CALLS held, b reuses none of fn's output elements that a
- * held reply lies in, and the oldest reply would not wait past the server's reply_hold_us,
- * counting fn's last batch's time for b's: a function with no batch yet counts as slow). */
+/* Before batch b of fn is handed out at now: flushes unless holding on is safe and short (b
+ * reuses none of fn's output elements that a held reply lies in, and the oldest reply would
+ * not wait past the server's reply_hold_us, counting fn's last batch's time for b's: a function
+ * with no batch yet counts as slow). finish_w (completion.c) sends once enough are held. */
 void srpc_reply_hold_check_w(srpc_server_t *srv, const srpc_fn_t *fn, const srpc_batch_t *b, uint64_t now);
 
 /* The receive burst's error replies (engine.c), sent once the burst is processed: an error
