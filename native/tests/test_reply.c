@@ -318,9 +318,10 @@ static void test_per_call_errors(void)
 }
 
 /* The worker loop's srpc_server_complete_next, over every ready batch (one call each): how many
- * batches it ran. */
-static int run_held(void)
+ * batches it ran (calls: as drain()'s, unused). */
+static int run_held(int *calls)
 {
+    (void)calls;
     srpc_batch_t b;
     int batches = 0;
     int rc = srpc_server_next_batch(srv, &b, 0);
@@ -333,42 +334,31 @@ static int run_held(void)
     return batches;
 }
 
+/* Feeds calls from..to-1 of F_ONE, runs them as `run` does and checks they took `sends`
+ * sends, and their replies. */
+static void held_round(uint64_t from, uint64_t to, int (*run)(int *), uint64_t sends, const char *what)
+{
+    srpc_server_stats_t st0 = stats();
+    for (uint64_t id = from; id < to; id++)
+        feed(F_ONE, id);
+    CHECK(run(NULL) == (int)(to - from), "%s: one batch per call", what);
+    srpc_server_stats_t st = stats();
+    CHECK(st.tx_sends - st0.tx_sends == sends, "%s: %llu sends, want %llu", what,
+          (unsigned long long)(st.tx_sends - st0.tx_sends), (unsigned long long)sends);
+    CHECK(st.replies - st0.replies == to - from, "%s: replies counted", what);
+    int ok = 0;
+    for (uint64_t id = from; id < to; id++)
+        ok += got_reply(id, 0, reply_len(id), F_ONE);
+    CHECK(ok == (int)(to - from), "%s: %d of %d replies right", what, ok, (int)(to - from));
+}
+
 /* Replies held across batches (reply.h): batches of one call each go out 8 to a send (the rest
  * with the last), all of them right; srpc_server_complete on its own sends at once. */
 static void test_hold(void)
 {
-    srpc_server_stats_t st0 = stats();
-    for (uint64_t id = 40000; id < 40006; id++)
-        feed(F_ONE, id);
-    CHECK(run_held() == 6, "6 batches");
-    srpc_server_stats_t st = stats();
-    CHECK(st.tx_sends - st0.tx_sends == 1, "6 batches' replies in %llu sends, want 1",
-          (unsigned long long)(st.tx_sends - st0.tx_sends));
-    int ok = 0;
-    for (uint64_t id = 40000; id < 40006; id++)
-        ok += got_reply(id, 0, reply_len(id), F_ONE);
-    CHECK(ok == 6, "%d of 6 held replies right", ok);
-    st0 = stats();
-    for (uint64_t id = 40100; id < 40120; id++)
-        feed(F_ONE, id);
-    CHECK(run_held() == 20, "20 batches");
-    st = stats();
-    CHECK(st.tx_sends - st0.tx_sends == 3, "20 batches' replies in %llu sends, want 3 (8, 8, 4)",
-          (unsigned long long)(st.tx_sends - st0.tx_sends));
-    CHECK(st.replies - st0.replies == 20, "20 replies counted");
-    ok = 0;
-    for (uint64_t id = 40100; id < 40120; id++)
-        ok += got_reply(id, 0, reply_len(id), F_ONE);
-    CHECK(ok == 20, "%d of 20 held replies right", ok);
-    st0 = stats();
-    for (uint64_t id = 40200; id < 40203; id++)
-        feed(F_ONE, id);
-    CHECK(drain(NULL) == 3, "3 batches completed one by one");
-    CHECK(stats().tx_sends - st0.tx_sends == 3, "srpc_server_complete sends at once");
-    ok = 0;
-    for (uint64_t id = 40200; id < 40203; id++)
-        ok += got_reply(id, 0, reply_len(id), F_ONE);
-    CHECK(ok == 3, "%d of 3 replies right", ok);
+    held_round(40000, 40006, run_held, 1, "6 held");
+    held_round(40100, 40120, run_held, 3, "20 held (8, 8, 4)");
+    held_round(40200, 40203, drain, 3, "3 completed one by one");
 }
 
 /* A held reply is sent from its output element, already recycled: a batch that reuses the
@@ -378,7 +368,7 @@ static void test_hold_reuse(void)
 {
     srpc_batch_t b;
     feed(F_SMALL, 41000); /* a first batch: the function is known to be quick */
-    CHECK(run_held() == 1 && got_reply(41000, 0, reply_len(41000), F_SMALL), "a first call");
+    CHECK(run_held(NULL) == 1 && got_reply(41000, 0, reply_len(41000), F_SMALL), "a first call");
     feed(F_SMALL, 41001);
     feed(F_SMALL, 41002); /* the ring is full */
     CHECK(srpc_server_next_batch(srv, &b, 0) == 0 && b.count == 1, "the first call");
