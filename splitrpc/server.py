@@ -89,9 +89,9 @@ class Server:
     wait: "poll" (the worker busy-polls the socket while it waits for a batch: lowest
     latency, one core), "block" (it sleeps in poll()), "adaptive" (polls for spin_us after
     each batch, then sleeps). rx_takeover_us: a callback running longer than this lets the
-    engine thread take over receiving. reply_hold_us: how long a batch's replies may wait to go
-    out with the next batches' in one send (batches of one call; 0: never). Sizes are bytes,
-    times seconds unless named _us.
+    engine thread take over receiving. reply_hold_us: about how long a batch's replies may wait
+    to go out with the next batches' in one send (batches of one call; 0: never). Sizes are
+    bytes, times seconds unless named _us.
 
     sched: which function's due batch the worker takes next: "rr" (the default: each function
     with calls queued in turn), "priority" (the highest ``priority=`` of function() first, strict;

@@ -652,3 +652,24 @@ def test_features_tell_whether_fault_injection_is_built_in(make_server):
     rc = lib.srpc_server_set_faults(srv._srv, cfg, ffi.NULL, 1)
     assert splitrpc.features()["fault_injection"] == (rc != -errno.ENOTSUP)
     assert not splitrpc.features()["fault_injection"]
+
+
+def test_reply_hold_us_zero_sends_every_batch_alone(make_server, make_client):
+    """reply_hold_us=0: no batch's replies wait to go with a later batch's (one send per batch,
+    stat tx_sends); a value past the limit (1 s) is refused."""
+    with pytest.raises(splitrpc.NativeError):
+        splitrpc.Server("127.0.0.1", 0, reply_hold_us=2_000_000)
+
+    def setup(srv):
+        @srv.function(60, "one", inputs=[TensorSpec("x", "float32", (4,))], outputs=[TensorSpec("y", "float32", (4,))],
+                      max_batch=1)
+        def one(x, y):
+            np.add(x, 1, out=y)
+
+    srv = make_server(setup, wait="poll", reply_hold_us=0)
+    c = make_client(srv.port, timeout=10.0)
+    futs = [c.call_async(60, np.full(4, i, dtype="<f4")) for i in range(64)]
+    for i, f in enumerate(futs):
+        assert f.result(timeout=20) == f32(np.full(4, i + 1)), i
+    st = srv.stats()
+    assert st["replies"] >= 64 and st["tx_sends"] == st["batches"], st

@@ -69,9 +69,12 @@ typedef struct srpc_server_config {
                                     malformed */
     int sched;                   /* which function's due batch the worker takes next (enum
                                     srpc_sched): round robin (the default), priority, fair share, EDF */
-    uint32_t reply_hold_us;      /* srpc_server_complete_next may hold a batch's replies this long at
-                                    most, to send them with the next batches' in one send (batches of
-                                    one call then cost a send per 8 calls); 0: never held */
+    uint32_t reply_hold_us;      /* srpc_server_complete_next may hold a batch's replies about this
+                                    long, to send them with the next batches' in one send (batches of
+                                    one call then cost a send per 8 calls). About: the next batch is
+                                    taken while the oldest's age plus the function's last batch time
+                                    stays within it, so a batch slower than its last may hold them
+                                    longer; 0: never held */
 } srpc_server_config_t;
 
 /* srpc_server_config_t.sched. Calls past their function's deadline are answered first whatever
@@ -384,8 +387,10 @@ typedef struct srpc_server_stats {
                                 another, then moved whole to the burst path (mispredictions) */
     uint64_t rx_coalesced;   /* datagrams that came coalesced with others of their sender (UDP receive
                                 offload: one buffer up the stack for a run the client sent in one) */
-    uint64_t tx_sends;       /* transport sends of replies: replies / tx_sends is how many went in each
-                                (a batch's, with those of the batches before it the worker held) */
+    uint64_t tx_sends;       /* transport sends of the worker's replies (a batch's, with those of the
+                                batches before it it held): replies / tx_sends is about how many went
+                                in each (error replies of a receive burst and re-sends from the
+                                reply cache go in sends of their own, not counted here) */
     int rcvbuf, sndbuf;      /* effective socket buffer sizes */
 } srpc_server_stats_t;
 

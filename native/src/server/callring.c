@@ -31,7 +31,10 @@ static void retire_voids(srpc_fn_t *fn, int worker)
 
 /* A ring left empty by the recycling of its last batch starts its next call in the element of
  * that batch's last call rather than in the one after it: every counter moves on by
- * capacity - 1, so the rules of srpc_fn_t still hold and element seq stays at seq % capacity.
+ * period - 1, where period is how many elements on every Tensor Queue of the function is at the
+ * same address again (at least capacity: element seq lies at (seq * size) modulo the ring's
+ * bytes), so the rules of srpc_fn_t still hold and the next call's elements and views are those
+ * of the last one (none moves when the period is too long to know, fn->period 0).
  * A function that sees a call now and then (many functions with the load spread over them, or
  * one call at a time) then keeps touching the same element and views, which stay in cache,
  * instead of the next element of its ring each time (with 1,024 functions at the default sizes,
@@ -40,9 +43,9 @@ static void retire_voids(srpc_fn_t *fn, int worker)
  * a batch reusing it is handed out (srpc_reply_hold_check_w). Lock held, worker. */
 static void rewind_if_idle(srpc_fn_t *fn)
 {
-    if (fn->head != fn->done || fn->head == 0)
+    if (fn->head != fn->done || fn->head == 0 || fn->period == 0)
         return;
-    const uint64_t k = fn->capacity - 1;
+    const uint64_t k = fn->period - 1;
     fn->head += k;
     fn->ready_end += k;
     fn->taken += k;

@@ -95,8 +95,8 @@ static void finish_w(srpc_server_t *srv, srpc_fn_t *fn, uint64_t first, uint32_t
     srpc_srv_lock(srv);
     srpc_ring_recycle_locked(srv, fn, first, n);
     srpc_srv_unlock(srv);
-    if (msg_len || h->b.n >= SRPC_REPLY_HOLD_CALLS || h->bytes >= SRPC_REPLY_HOLD_BYTES)
-        srpc_reply_hold_flush_w(srv); /* the caller's text; or held enough: nothing to gain from waiting */
+    if (msg_len || h->b.n >= SRPC_REPLY_HOLD_CALLS || h->bytes >= SRPC_REPLY_HOLD_BYTES || !srv->cfg.reply_hold_us)
+        srpc_reply_hold_flush_w(srv); /* the caller's text; held enough (nothing to gain from waiting); or never held */
 }
 
 /* Finishes fn's in-flight batches, oldest first, while the oldest one's done word is set.

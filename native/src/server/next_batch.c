@@ -54,11 +54,13 @@ int srpc_server_next_batch(srpc_server_t *srv, srpc_batch_t *b, int64_t timeout_
         uint64_t now = srpc_now_ns();
         if (atomic_load_explicit(&srv->n_ready, memory_order_acquire) > 0 &&
             (!hold || now >= hold || atomic_load(&srv->ready_gen) != seen_gen)) {
-            /* One call alone: no backlog, and no syscall on the lowest-latency path. Replies held:
-             * the worker is going through a backlog, and the clients waiting for those replies
-             * send nothing new before the flush, which comes within reply_hold_us; receiving now
-             * would mostly find nothing (with batches of one call, a syscall per call). */
-            if (atomic_load(&srv->n_ready) > 1 && !srv->held->b.n) {
+            /* One call alone: no backlog, and no syscall on the lowest-latency path. Replies kept
+             * at the last hand-out: the worker is going through a backlog of quick batches, and
+             * the clients waiting for those replies send nothing new before the flush, which
+             * comes within 8 replies or about reply_hold_us; receiving now would mostly find
+             * nothing (with batches of one call, a syscall per call). Slow batches flush at every
+             * hand-out, so they never skip it. */
+            if (atomic_load(&srv->n_ready) > 1 && !(srv->held->b.n && srv->held->kept)) {
                 srpc_rx_owner_catch_up_w(srv);
                 now = srpc_now_ns();
             }
@@ -105,8 +107,11 @@ int srpc_server_next_batch(srpc_server_t *srv, srpc_batch_t *b, int64_t timeout_
 int srpc_server_complete_next(srpc_server_t *srv, srpc_batch_t *b, int status, const char *msg, int64_t timeout_us)
 {
     int r = srpc_completion_complete_w(srv, b, status, msg); /* its replies held: next_batch sends them */
-    if (r)
+    if (r) {
+        if (srv && srv->held)
+            srpc_reply_hold_flush_w(srv); /* a worker loop that stops here strands none */
         return r;
+    }
     if (!atomic_load_explicit(&srv->n_ready, memory_order_relaxed))
         srpc_reply_hold_flush_w(srv); /* no batch ready: they go now, before next_batch's own work */
     return srpc_server_next_batch(srv, b, timeout_us);

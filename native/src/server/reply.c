@@ -39,7 +39,6 @@ void srpc_reply_flush(srpc_server_t *srv, srpc_reply_batch_t *b)
     if (!b->n)
         return;
     srpc_tp_send(srv->tp, b->msg, b->n);
-    ST_ADD(srv, tx_sends, 1);
     for (unsigned i = 0; i < b->n; i++) {
         const srpc_tx_msg_t *m = &b->msg[i];
         if (m->result < 0) {
@@ -116,6 +115,7 @@ void srpc_reply_hold_flush_w(srpc_server_t *srv)
         return;
     SRPC_ASSERT_WORKER(srv);
     srpc_reply_flush(srv, &h->b); /* empties b; its messages stay readable until the next add */
+    ST_ADD(srv, tx_sends, 1);
     srpc_srv_lock(srv);
     for (unsigned i = 0; i < n; i++)
         srpc_reply_cache_locked(srv, h->ct_idx[i], h->code[i], h->b.msg[i].pieces, h->b.msg[i].npieces,
@@ -126,6 +126,7 @@ void srpc_reply_hold_flush_w(srpc_server_t *srv)
         h->own[i] = NULL;
         h->fn[i]->held = 0;
     }
+    h->kept = 0;
 }
 
 void srpc_reply_hold_check_w(srpc_server_t *srv, const srpc_fn_t *fn, const srpc_batch_t *b, uint64_t now)
@@ -136,6 +137,8 @@ void srpc_reply_hold_check_w(srpc_server_t *srv, const srpc_fn_t *fn, const srpc
     const int reuses = fn->held && b->first_seq + b->count > fn->held_first + fn->capacity;
     if (reuses || now - h->since_ns + fn->away_ns > srv->cfg.reply_hold_us * 1000ull)
         srpc_reply_hold_flush_w(srv);
+    else
+        srv->held->kept = 1;
 }
 
 void srpc_reply_errors_flush_rx(srpc_server_t *srv)

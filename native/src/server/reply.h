@@ -43,6 +43,8 @@ typedef struct srpc_reply_hold {
     char text[SRPC_REPLY_BATCH][SRPC_REPLY_TEXT_MAX];
     uint64_t since_ns;                  /* when the oldest was added */
     uint64_t bytes;                     /* their data, all together */
+    int kept;                           /* the last srpc_reply_hold_check_w kept them: the worker
+                                           goes through a backlog of quick batches */
 } srpc_reply_hold_t;
 
 /* Allocates srv->held. Returns 0 or -ENOMEM. */
