@@ -79,12 +79,12 @@
  * longer than reply_hold_us (its age plus the next callback's expected time): batches of
  * one call (many functions, the load spread over them) then cost a send per 8 calls, not per
  * call, while batches of 8 or more go out at once, so that a client with many calls outstanding
- * gets its replies as soon as it did (holding more than 8 starves its pipeline: measured in
- * bench/results/scale/functions_issue34_hold.md). */
+ * gets its replies as soon as it did (holding 16, or with no count limit, starved its pipeline:
+ * one busy function served about half the calls/s in single runs, issue 34's note). */
 #define SRPC_REPLY_HOLD_CALLS 8
 /* ... and while they hold less than this: large replies are many datagrams each already, and
  * holding several of them sent a burst that overran the client's receive buffer (588 KiB
- * replies at 16 outstanding: p99 from 3 to 11 ms in bench/results/ab_issue34_hold_head). */
+ * replies at 16 outstanding: p99 3.7x in bench/results/ab_issue34_hold_head_before_fix). */
 #define SRPC_REPLY_HOLD_BYTES (64u << 10)
 #define SRPC_DEF_REPLY_HOLD_US 50 /* srpc_server_config_t.reply_hold_us */
 #define SRPC_MAX_REPLY_HOLD_US 1000000

@@ -101,7 +101,6 @@ void srpc_reply_hold_add_w(srpc_server_t *srv, srpc_fn_t *fn, uint64_t seq, uint
     srpc_reply_add(srv, &h->b, &srv->ct.e[ct_idx].key, code, pieces, n, len);
     h->fn[i] = fn;
     h->ct_idx[i] = ct_idx;
-    h->code[i] = code;
     h->own[i] = own;
     if (fn->held++ == 0)
         fn->held_first = seq;
@@ -117,9 +116,11 @@ void srpc_reply_hold_flush_w(srpc_server_t *srv)
     srpc_reply_flush(srv, &h->b); /* empties b; its messages stay readable until the next add */
     ST_ADD(srv, tx_sends, 1);
     srpc_srv_lock(srv);
-    for (unsigned i = 0; i < n; i++)
-        srpc_reply_cache_locked(srv, h->ct_idx[i], h->code[i], h->b.msg[i].pieces, h->b.msg[i].npieces,
-                                h->b.msg[i].len);
+    for (unsigned i = 0; i < n; i++) {
+        const srpc_tx_msg_t *m = &h->b.msg[i]; /* its code: an ERROR's aux (srpc_reply_add) */
+        srpc_reply_cache_locked(srv, h->ct_idx[i], m->hdr.type == SRPC_ERROR ? m->hdr.aux : 0, m->pieces,
+                                m->npieces, m->len);
+    }
     srpc_srv_unlock(srv);
     for (unsigned i = 0; i < n; i++) {
         free(h->own[i]);

@@ -38,7 +38,6 @@ typedef struct srpc_reply_hold {
     srpc_reply_batch_t b;
     srpc_fn_t *fn[SRPC_REPLY_BATCH];
     uint32_t ct_idx[SRPC_REPLY_BATCH];  /* the call's entry, CT_QUEUED until the flush caches it */
-    int code[SRPC_REPLY_BATCH];
     char *own[SRPC_REPLY_BATCH];        /* a call's own error text (srpc_server_fail_call), freed after the flush */
     char text[SRPC_REPLY_BATCH][SRPC_REPLY_TEXT_MAX];
     uint64_t since_ns;                  /* when the oldest was added */
