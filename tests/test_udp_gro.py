@@ -151,3 +151,21 @@ def test_off_by_the_environment(make_server, sock, monkeypatch):
     assert len(_collect(sock, 8)) == 8
     st = settled(srv, lambda st: st["calls"] == 8)
     assert st["rx_coalesced"] == 0 and st["rx_datagrams"] == 8
+
+
+def test_a_load_run_spread_over_functions_sends_its_burst_as_one_run(make_server):
+    """A request set calling two functions with requests of one size, alternately: the native load
+    generator sends each burst of calls in one send (srpc_client_send_each_cq), so they reach the
+    server as one coalesced run, where one send per function's run of calls sent each alone."""
+    from splitrpc import Client
+    from splitrpc.load_run import run_load
+
+    srv = _server(make_server)
+    x = np.arange(256, dtype=np.float32)
+    reqs, expects = [x.tobytes(), bytes(range(256)) * 4], [(x + 1).tobytes(), bytes(range(256)) * 4]
+    with Client("127.0.0.1", srv.port, timeout=2.0, retries=0) as c:
+        r = run_load(c, [1, 3], reqs, expect=expects, concurrency=8, n=200,
+                     index=np.arange(200, dtype=np.uint32) % 2)
+    assert np.all(r.rec["code"] == 0), np.unique(r.rec["code"], return_counts=True)
+    st = settled(srv, lambda st: st["calls"] == 200)
+    assert st["rx_coalesced"] >= 8  # the first burst: 8 calls, alternating functions, in one buffer

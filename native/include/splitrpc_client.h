@@ -130,6 +130,13 @@ int srpc_client_wait_cq(srpc_client_t *cl, srpc_client_cq_t *cq, uint64_t *ids, 
 int srpc_client_send_many_cq(srpc_client_t *cl, srpc_client_cq_t *cq, uint16_t func_id, const void *data,
                              uint32_t len, uint32_t n, uint64_t *ids, int *rcs);
 
+/* As srpc_client_send_many_cq, but call i calls func_ids[i] with its own request (data[i],
+ * lens[i]; borrowed as there): calls to many functions, or with different requests, still leave
+ * in one send (the kernel cuts a run of datagrams of one size to one peer). n is
+ * 1..SRPC_CLIENT_SEND_MAX. Thread-safe. */
+int srpc_client_send_each_cq(srpc_client_t *cl, srpc_client_cq_t *cq, const uint16_t *func_ids,
+                             const void *const *data, const uint32_t *lens, uint32_t n, uint64_t *ids, int *rcs);
+
 /* Outcome of a finished call: *code 0 (RESPONSE), an error code, SRPC_E_PENDING while
  * unfinished; *data and *len its reply (or error text). The pointers stay valid until
  * srpc_client_release(req_id). Returns -ENOENT for an unknown id. */

@@ -263,6 +263,41 @@ static void test_load_run_calls_bypass_the_window_and_busy_retry(void)
     close(p.fd);
 }
 
+/* srpc_client_send_each_cq: each call of one send carries its own function and request; bad
+ * arguments send nothing. */
+static void test_send_each_gives_each_call_its_function_and_request(void)
+{
+    peer_t p;
+    CHECK(peer_open(&p) == 0, "peer");
+    srpc_client_t *c = client_for(&p, 0, 0, 0, 1000);
+    srpc_client_cq_t *q;
+    CHECK(srpc_client_cq_create(c, &q) == 0, "cq");
+    const uint16_t fids[3] = {7, 9, 7};
+    const void *data[3] = {"aa", "bbb", ""};
+    const uint32_t lens[3] = {2, 3, 0};
+    uint64_t ids[3];
+    int rcs[3];
+    CHECK(srpc_client_send_each_cq(c, q, fids, data, lens, 3, ids, rcs) == 3, "three sent");
+    for (int i = 0; i < 3; i++) {
+        srpc_hdr_t h;
+        CHECK(peer_recv(&p, 1000, &h) == 1, "a request");
+        CHECK(h.req_id == ids[i] && h.func_id == fids[i] && h.msg_len == lens[i] && rcs[i] == 0,
+              "its own function and length, in order");
+    }
+    const void *bad_data[2] = {"x", NULL};
+    const uint32_t bad_lens[2] = {1, 4}; /* NULL with a length */
+    CHECK(srpc_client_send_each_cq(c, q, fids, bad_data, bad_lens, 2, ids, rcs) == -EINVAL, "NULL request refused");
+    CHECK(srpc_client_send_each_cq(c, q, fids, data, lens, 0, ids, rcs) == -EINVAL, "no calls refused");
+    CHECK(srpc_client_send_each_cq(c, q, fids, data, lens, SRPC_CLIENT_SEND_MAX + 1, ids, rcs) == -EINVAL,
+          "too many refused");
+    CHECK(srpc_client_send_each_cq(c, q, NULL, data, lens, 1, ids, rcs) == -EINVAL, "no ids refused");
+    srpc_hdr_t h;
+    CHECK(peer_recv(&p, 30, &h) == 0, "nothing sent for a refused send");
+    srpc_client_cq_destroy(c, q);
+    srpc_client_destroy(c);
+    close(p.fd);
+}
+
 /* ------------------------------------------------------------------ threads through a window of 2 */
 
 typedef struct echo_peer {
@@ -477,6 +512,7 @@ int main(void)
     test_a_waiting_call_past_its_deadline_is_never_sent();
     test_retransmission_goes_on_until_the_deadline();
     test_load_run_calls_bypass_the_window_and_busy_retry();
+    test_send_each_gives_each_call_its_function_and_request();
     test_threads_through_a_small_window();
     test_an_unreachable_server_fails_calls_at_once();
     test_a_draining_answer_fails_the_calls_still_waiting();

@@ -601,30 +601,36 @@ static int any_ready(srpc_client_t *c, void *arg)
     return ((srpc_client_cq_t *)arg)->head ? 1 : 0;
 }
 
-/* Sends n calls of func_id with the same request (data, len, aux), each its own req_id in ids[i],
- * in one transport send, reported to cq (NULL: nowhere). rcs[i] gets 0, or the error of a call
- * that could not be sent (it is forgotten). borrow (a load run's calls): the caller keeps data as
- * it is until every call has finished or been released, so it is not copied for retransmission,
- * and the calls are sent now, outside the window, with no BUSY retry. Otherwise (one call, n = 1)
- * the call is a flow call with its deadline: it waits in the client while the window is full.
- * Returns how many were sent (or are waiting), or -errno when the arguments are bad or no
- * memory was left for the first call. */
-static int send_calls(srpc_client_t *c, uint16_t func_id, const void *data, uint32_t len, uint16_t aux,
-                      srpc_client_cq_t *cq, uint32_t n, uint64_t *ids, int *rcs, int borrow, uint64_t deadline_ns,
-                      int wait_ready)
+/* Sends n calls, call i of function fids[i] with the request (datas[i], lens[i], aux), each its own
+ * req_id in ids[i], in one transport send, reported to cq (NULL: nowhere). rcs[i] gets 0, or the
+ * error of a call that could not be sent (it is forgotten). borrow (a load run's calls): the
+ * caller keeps the requests as they are until every call has finished or been released, so they
+ * are not copied for retransmission, and the calls are sent now, outside the window, with no BUSY
+ * retry. Otherwise (one call, n = 1) the call is a flow call with its deadline: it waits in the
+ * client while the window is full. Returns how many were sent (or are waiting), or -errno when
+ * the arguments are bad or no memory was left for the first call. */
+static int send_calls(srpc_client_t *c, const uint16_t *fids, const void *const *datas, const uint32_t *lens,
+                      uint16_t aux, srpc_client_cq_t *cq, uint32_t n, uint64_t *ids, int *rcs, int borrow,
+                      uint64_t deadline_ns, int wait_ready)
 {
-    if (!c || (!data && len) || !ids || !rcs || n == 0 || n > SRPC_CLIENT_SEND_MAX || (!borrow && n != 1))
+    if (!c || !fids || !datas || !lens || !ids || !rcs || n == 0 || n > SRPC_CLIENT_SEND_MAX ||
+        (!borrow && n != 1))
         return -EINVAL;
-    if (srpc_seg_count(len, c->seg) > UINT16_MAX)
-        return -EMSGSIZE;
+    for (uint32_t i = 0; i < n; i++) {
+        if (!datas[i] && lens[i])
+            return -EINVAL;
+        if (srpc_seg_count(lens[i], c->seg) > UINT16_MAX)
+            return -EMSGSIZE;
+    }
     /* A flow call keeps its request while it may have to be sent later: held back by the
      * window, retransmitted, or tried again after BUSY. */
     const int keep = borrow ? c->cfg.retries != 0 : c->cfg.retries || c->cfg.busy_retry || c->cfg.window;
     cl_call_t *k[SRPC_CLIENT_SEND_MAX];
     for (uint32_t i = 0; i < n; i++) {
+        const uint32_t len = lens[i];
         k[i] = calloc(1, sizeof(*k[i]));
         if (k[i] && keep && borrow) {
-            k[i]->req = (uint8_t *)data;
+            k[i]->req = (uint8_t *)datas[i];
             k[i]->req_borrowed = 1;
         } else if (k[i] && keep && !(k[i]->req = malloc(len ? len : 1))) {
             free(k[i]);
@@ -641,7 +647,7 @@ static int send_calls(srpc_client_t *c, uint16_t func_id, const void *data, uint
         k[i]->req_id = atomic_fetch_add(&c->next_id, 1);
         if (c->cfg.version >= SRPC_VERSION_2) /* 48 bits on the wire; wraps after 2^48 calls */
             k[i]->req_id &= SRPC_REQ_ID_V2_MASK;
-        k[i]->func_id = func_id;
+        k[i]->func_id = fids[i];
         k[i]->cq = cq;
         k[i]->aux = aux;
         k[i]->due_ns = UINT64_MAX;
@@ -650,7 +656,7 @@ static int send_calls(srpc_client_t *c, uint16_t func_id, const void *data, uint
         k[i]->wait_ready = (uint8_t)wait_ready;
         if (k[i]->req) {
             if (len && !borrow)
-                memcpy(k[i]->req, data, len);
+                memcpy(k[i]->req, datas[i], len);
             k[i]->req_len = len;
         }
         ids[i] = k[i]->req_id;
@@ -686,19 +692,21 @@ static int send_calls(srpc_client_t *c, uint16_t func_id, const void *data, uint
         k[i]->sent_ns = now;
         resend[i] = k[i]->req && c->cfg.retries;
         if (resend[i]) {
-            k[i]->due_ns = now + rto_ns(c, func_id);
+            k[i]->due_ns = now + rto_ns(c, fids[i]);
             note_due(c, k[i]->due_ns);
         }
     }
     pthread_mutex_unlock(&c->lock);
     /* Once the first datagram is out, the reply may come back and another thread may release
      * the call: k is not touched after the send. */
-    struct iovec iv = {(void *)data, len};
+    struct iovec iv[SRPC_CLIENT_SEND_MAX];
     srpc_tx_msg_t m[SRPC_CLIENT_SEND_MAX];
-    for (uint32_t i = 0; i < n; i++)
-        m[i] = (srpc_tx_msg_t){.hdr = {.type = SRPC_REQUEST, .version = c->cfg.version, .func_id = func_id,
+    for (uint32_t i = 0; i < n; i++) {
+        iv[i] = (struct iovec){(void *)datas[i], lens[i]};
+        m[i] = (srpc_tx_msg_t){.hdr = {.type = SRPC_REQUEST, .version = c->cfg.version, .func_id = fids[i],
                                        .req_id = ids[i], .aux = aux},
-                               .pieces = &iv, .npieces = len ? 1 : 0, .len = len, .seg_size = c->seg};
+                               .pieces = &iv[i], .npieces = lens[i] ? 1 : 0, .len = lens[i], .seg_size = c->seg};
+    }
     srpc_tp_send(c->tp, m, n);
     int sent = 0;
     for (uint32_t i = 0; i < n; i++) {
@@ -730,14 +738,30 @@ static int send_call(srpc_client_t *c, uint16_t func_id, const void *data, uint3
 {
     int rc = 0;
     int wait_ready = flags & SRPC_SEND_WAIT_FOR_READY ? 1 : flags & SRPC_SEND_FAIL_FAST ? 0 : c->cfg.wait_for_ready;
-    int r = send_calls(c, func_id, data, len, aux, cq, 1, req_id, &rc, 0, deadline_ns, wait_ready);
+    int r = send_calls(c, &func_id, &data, &len, aux, cq, 1, req_id, &rc, 0, deadline_ns, wait_ready);
     return r < 0 ? r : rc;
 }
 
 int srpc_client_send_many_cq(srpc_client_t *c, srpc_client_cq_t *cq, uint16_t func_id, const void *data, uint32_t len,
                              uint32_t n, uint64_t *ids, int *rcs)
 {
-    return c && cq ? send_calls(c, func_id, data, len, 0, cq, n, ids, rcs, 1, UINT64_MAX, 1) : -EINVAL;
+    if (!c || !cq || n == 0 || n > SRPC_CLIENT_SEND_MAX)
+        return -EINVAL;
+    uint16_t fids[SRPC_CLIENT_SEND_MAX];
+    const void *datas[SRPC_CLIENT_SEND_MAX];
+    uint32_t lens[SRPC_CLIENT_SEND_MAX];
+    for (uint32_t i = 0; i < n; i++) {
+        fids[i] = func_id;
+        datas[i] = data;
+        lens[i] = len;
+    }
+    return send_calls(c, fids, datas, lens, 0, cq, n, ids, rcs, 1, UINT64_MAX, 1);
+}
+
+int srpc_client_send_each_cq(srpc_client_t *c, srpc_client_cq_t *cq, const uint16_t *func_ids,
+                             const void *const *data, const uint32_t *lens, uint32_t n, uint64_t *ids, int *rcs)
+{
+    return c && cq ? send_calls(c, func_ids, data, lens, 0, cq, n, ids, rcs, 1, UINT64_MAX, 1) : -EINVAL;
 }
 
 int srpc_client_send(srpc_client_t *c, uint16_t func_id, const void *data, uint32_t len,

@@ -85,8 +85,8 @@ static uint32_t req_of(const srpc_load_params_t *p, uint32_t i)
     return p->req_index ? p->req_index[i] : i % p->n_reqs;
 }
 
-/* Sends the next n calls (all due by now): with one send, or with a request set one send per
- * run of consecutive calls that send the same request. */
+/* Sends the next n calls (all due by now) with one send: each call its own request and function
+ * with a request set, else n times the one request. */
 static void send_next(run_t *R, uint32_t n, uint64_t now)
 {
     const srpc_load_params_t *p = R->p;
@@ -95,30 +95,28 @@ static void send_next(run_t *R, uint32_t n, uint64_t now)
     const uint32_t first = R->next;
     R->next += n;
     __atomic_store_n(&R->prog->sent, R->next, __ATOMIC_RELAXED);
-    for (uint32_t g = 0, m; g < n; g += m) {
-        const void *data = p->req;
-        uint32_t len = p->req_len;
-        uint16_t func_id = p->func_id;
-        m = n - g;
-        if (p->n_reqs) {
-            const uint32_t k = req_of(p, first + g);
-            for (m = 1; g + m < n && req_of(p, first + g + m) == k; m++)
-                ;
-            data = p->reqs ? p->reqs + p->req_off[k] : NULL;
-            len = (uint32_t)(p->req_off[k + 1] - p->req_off[k]);
-            if (p->req_func)
-                func_id = p->req_func[k];
-        }
-        const uint64_t t = g ? rel_now(R) : now;
-        for (uint32_t i = g; i < g + m; i++) {
-            srpc_load_rec_t *r = &R->rec[first + i];
-            r->sched_ns = p->concurrency ? t : p->sched_ns[first + i];
-            r->sent_ns = t;
-        }
-        int sent = srpc_client_send_many_cq(R->cl, R->cq, func_id, data, len, m, ids + g, rcs + g);
-        for (uint32_t i = g; sent < 0 && i < g + m; i++)
-            rcs[i] = sent;
+    for (uint32_t i = 0; i < n; i++) {
+        srpc_load_rec_t *r = &R->rec[first + i];
+        r->sched_ns = p->concurrency ? now : p->sched_ns[first + i];
+        r->sent_ns = now;
     }
+    int sent;
+    if (p->n_reqs) {
+        uint16_t fids[SRPC_CLIENT_SEND_MAX];
+        const void *datas[SRPC_CLIENT_SEND_MAX];
+        uint32_t lens[SRPC_CLIENT_SEND_MAX];
+        for (uint32_t i = 0; i < n; i++) {
+            const uint32_t k = req_of(p, first + i);
+            fids[i] = p->req_func ? p->req_func[k] : p->func_id;
+            datas[i] = p->reqs ? p->reqs + p->req_off[k] : NULL;
+            lens[i] = (uint32_t)(p->req_off[k + 1] - p->req_off[k]);
+        }
+        sent = srpc_client_send_each_cq(R->cl, R->cq, fids, datas, lens, n, ids, rcs);
+    } else {
+        sent = srpc_client_send_many_cq(R->cl, R->cq, p->func_id, p->req, p->req_len, n, ids, rcs);
+    }
+    for (uint32_t i = 0; sent < 0 && i < n; i++)
+        rcs[i] = sent;
     for (uint32_t i = 0; i < n; i++) {
         if (rcs[i] != 0) {
             finish(R, first + i, SRPC_E_SEND, 0, rel_now(R));
