@@ -289,7 +289,7 @@ def args_key(pos: int, count: int) -> int:
     return pos << 32 | count
 
 
-@dataclass
+@dataclass(slots=True)  # slots: the worker reads a few attributes per batch, from one cold object, not a dict
 class Function:
     """A registered function as the worker runs it: its callback and how to hand it a batch."""
     func_id: int
@@ -315,6 +315,17 @@ class Function:
     # positions, and building the numpy views costs about a microsecond each, finding them a
     # tenth of that. A tuple, so that callback(*args) passes it as it is.
     args_cache: dict = field(default_factory=dict)
+    # The last batch's args_key and arguments: a function that sees one call at a time starts
+    # each in the element it used last (callring.c rewind_if_idle), so the worker finds them here
+    # without a lookup in args_cache, whose memory is cold when there are many functions.
+    last_key: int = -1
+    last_args: tuple = ()
+    # serve()'s one test per batch: a host tensor function run inline, without costs= (set there)
+    plain: bool = False
+
+    def is_plain(self) -> bool:
+        """Runs the common way: a host tensor callback on the worker, called as callback(*args)."""
+        return self.runner is None and self.pool is None and not self.raw and not self.costs_kw
 
     def args(self, b, count: int) -> tuple:
         """The callback's arrays for a batch: numpy views of the host elements, or CuPy views
@@ -331,6 +342,8 @@ class Function:
                              + [_view(bout[k], spec, count) for k, spec in enumerate(self.outputs)])
             if pos != _NO_POS and len(self.args_cache) < _ARGS_CACHE_LIMIT:
                 self.args_cache[key] = args
+        if pos != _NO_POS:
+            self.last_key, self.last_args = key, args
         return args
 
     def kwargs(self, b, count: int) -> dict:
@@ -518,6 +531,9 @@ def serve(srv, funcs: dict, jobs: PoolJobs | None = None) -> None:
     jobs = jobs if jobs is not None else PoolJobs()
     null = ffi.NULL
     next_batch, complete_next = lib.srpc_server_next_batch, lib.srpc_server_complete_next
+    for f in funcs.values():
+        for c in f.classes or (f,):
+            c.plain = c.is_plain()
     rc = next_batch(srv, b, WAIT_US)
     while True:  # once per batch: keep this loop lean (each attribute of b is a cffi lookup)
         if rc:
@@ -532,31 +548,37 @@ def serve(srv, funcs: dict, jobs: PoolJobs | None = None) -> None:
             fn = fn.classes[b.aux_class]
         count = b.count
         try:
-            if fn.runner is not None:
+            if fn.plain:  # a host tensor function run here, the common case: its views by args_key
+                key = b.pos << 32 | count  # args_key, inlined
+                if key == fn.last_key:
+                    args = fn.last_args
+                else:
+                    args = fn.args_cache.get(key)
+                    if args is None:
+                        args = fn.args(b, count)
+                    else:
+                        fn.last_key, fn.last_args = key, args
+                r = fn.callback(*args)
+            elif fn.runner is not None:
                 rc = _run_gpu(srv, fn, b)
                 continue
-            if fn.pool is not None:
+            elif fn.pool is not None:
                 _hand_to_pool(srv, fn, b, count, jobs, done)
                 rc = next_batch(srv, b, WAIT_US)
                 continue
-            if fn.raw:
+            elif fn.raw:
                 r = fn.callback(*fn.raw_args(b, count), **fn.kwargs(b, count))
+                if not isinstance(r, Future):
+                    fn.raw_lengths(srv, b, count, r, b.out_len)
+                    r = None
+            else:  # a host tensor function that takes costs=
+                r = fn.callback(*fn.args(b, count), **fn.kwargs(b, count))
+            if r is not None:
                 if isinstance(r, Future):  # finished later, by whoever completes it
                     _settle(srv, fn, _defer(srv, b, jobs, done), count, r, None, jobs)
                     rc = next_batch(srv, b, WAIT_US)
                     continue
-                fn.raw_lengths(srv, b, count, r, b.out_len)
-            else:  # a host tensor function, the common case: its views by (ring position, B)
-                args = fn.args_cache.get(b.pos << 32 | count)  # args_key, inlined
-                if args is None:
-                    args = fn.args(b, count)
-                r = fn.callback(*args, **fn.kwargs(b, count)) if fn.costs_kw else fn.callback(*args)
-                if r is not None:
-                    if isinstance(r, Future):  # finished later, by whoever completes it
-                        _settle(srv, fn, _defer(srv, b, jobs, done), count, r, None, jobs)
-                        rc = next_batch(srv, b, WAIT_US)
-                        continue
-                    fail_calls(srv, b, count, r)  # some calls fail alone
+                fail_calls(srv, b, count, r)  # a tensor function's calls that fail alone
             fn.calls += count
             rc = complete_next(srv, b, 0, null, WAIT_US)
         except Exception as exc:  # the calls of this batch get INTERNAL; serving goes on
