@@ -173,6 +173,16 @@ typedef struct srpc_client_stats {
 } srpc_client_stats_t;
 int srpc_client_stats(const srpc_client_t *cl, srpc_client_stats_t *out);
 
+/* For an event loop that receives for the client itself, with srpc_client_wait_cq(..., 0) passes
+ * (Python's splitrpc.aio): srpc_client_fd is the descriptor that turns readable when a datagram
+ * (or an ICMP error) waits, the transport's socket; -ENOTSUP for a transport that is polled
+ * (DPDK). srpc_client_next_due puts in *due_ns when the client next has work of its own, a
+ * retransmission or a try after BUSY (srpc_now_ns's clock: CLOCK_MONOTONIC ns; UINT64_MAX: none;
+ * it may be early, never late): a pass then sends what is due. Both thread-safe; the loop's
+ * passes must be the only receivers of that client. */
+int srpc_client_fd(const srpc_client_t *cl);
+int srpc_client_next_due(srpc_client_t *cl, uint64_t *due_ns);
+
 /* Closed-loop load in native code: keeps `concurrency` calls outstanding until n_calls
  * have finished (after `warmup` more finished calls that are not recorded). lat_ns[i]
  * receives the latency of the i-th recorded call (0 where it failed); *errors counts

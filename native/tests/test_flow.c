@@ -298,6 +298,43 @@ static void test_send_each_gives_each_call_its_function_and_request(void)
     close(p.fd);
 }
 
+/* srpc_client_fd and srpc_client_next_due, an event loop's view: the socket turns readable when
+ * the answer comes, and a call that retransmits makes the client due within its timeout. */
+static uint64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void test_an_event_loops_descriptor_and_next_due(void)
+{
+    peer_t p;
+    CHECK(peer_open(&p) == 0, "peer");
+    srpc_client_t *c = client_for(&p, 0, 3, 0, 1000); /* retries 3, rto 2 ms */
+    const int fd = srpc_client_fd(c);
+    CHECK(fd >= 0, "a socket to watch");
+    uint64_t due = 0;
+    CHECK(srpc_client_next_due(c, &due) == 0 && due == UINT64_MAX, "nothing due before a call");
+    uint64_t id;
+    const uint64_t before = mono_ns();
+    CHECK(srpc_client_send(c, 5, "q", 1, 0, &id) == 0, "sent");
+    CHECK(srpc_client_next_due(c, &due) == 0 && due > before && due <= mono_ns() + 2000000ull,
+          "its retransmission is due within the initial timeout");
+    srpc_hdr_t h;
+    CHECK(peer_recv(&p, 1000, &h) == 1 && h.req_id == id, "the request");
+    struct pollfd pf = {.fd = fd, .events = POLLIN};
+    CHECK(poll(&pf, 1, 0) == 0, "not readable before the answer");
+    peer_answer(&p, 5, id, 0, "ok", 2);
+    CHECK(poll(&pf, 1, 1000) == 1 && (pf.revents & POLLIN), "readable once the answer waits");
+    uint64_t done[4];
+    CHECK(srpc_client_wait_any(c, done, 4, 0) == 1 && done[0] == id, "a zero-timeout pass receives it");
+    CHECK(srpc_client_fd(NULL) == -EINVAL && srpc_client_next_due(c, NULL) == -EINVAL, "bad arguments");
+    srpc_client_release(c, id);
+    srpc_client_destroy(c);
+    close(p.fd);
+}
+
 /* ------------------------------------------------------------------ threads through a window of 2 */
 
 typedef struct echo_peer {
@@ -513,6 +550,7 @@ int main(void)
     test_retransmission_goes_on_until_the_deadline();
     test_load_run_calls_bypass_the_window_and_busy_retry();
     test_send_each_gives_each_call_its_function_and_request();
+    test_an_event_loops_descriptor_and_next_due();
     test_threads_through_a_small_window();
     test_an_unreachable_server_fails_calls_at_once();
     test_a_draining_answer_fails_the_calls_still_waiting();

@@ -149,7 +149,7 @@ class Completions:
 
     def __init__(self, cl, batch: int = 64):
         self._cl = cl
-        self._n = batch
+        self._n = self.batch = batch  # the most one wait() reports
         self._ids = ffi.new("uint64_t[]", batch)
         self._code = ffi.new("int *")
         self._data = ffi.new("uint8_t **")
@@ -170,6 +170,22 @@ class Completions:
             lib.srpc_client_release(cl, rid)
             done.append((rid, code[0], reply))
         return done
+
+
+def fd(cl) -> int:
+    """The descriptor an event loop watches for the client's replies (srpc_client_fd); raises
+    NativeError (ENOTSUP) for a polled transport."""
+    r = lib.srpc_client_fd(cl)
+    check(r, "srpc_client_fd")
+    return r
+
+
+def next_due_ns(cl) -> int:
+    """When the client next has a retransmission or a BUSY retry to send, time.monotonic_ns()'s
+    clock (UINT64_MAX: none)."""
+    due = ffi.new("uint64_t *")
+    check(lib.srpc_client_next_due(cl, due), "srpc_client_next_due")
+    return due[0]
 
 
 def release(cl, rid: int) -> None:

@@ -928,6 +928,23 @@ int srpc_client_stats(const srpc_client_t *c, srpc_client_stats_t *out)
     return 0;
 }
 
+int srpc_client_fd(const srpc_client_t *c)
+{
+    if (!c)
+        return -EINVAL;
+    return c->tp->wait_fd >= 0 ? c->tp->wait_fd : -ENOTSUP;
+}
+
+int srpc_client_next_due(srpc_client_t *c, uint64_t *due_ns)
+{
+    if (!c || !due_ns)
+        return -EINVAL;
+    pthread_mutex_lock(&c->lock);
+    *due_ns = c->next_due;
+    pthread_mutex_unlock(&c->lock);
+    return 0;
+}
+
 /* ------------------------------------------------------------------ fault injection (testing builds) */
 
 int srpc_client_set_faults(srpc_client_t *c, const srpc_faults_cfg_t *rx, const srpc_faults_cfg_t *tx,

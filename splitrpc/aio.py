@@ -1,0 +1,198 @@
+"""aio.py: the asyncio face of the client: awaitable calls with the blocking client's semantics, whose replies the event loop itself receives from the client's socket (loop.add_reader), with no thread and no hand-off per reply."""
+from __future__ import annotations
+
+import asyncio
+import heapq
+import time
+from typing import Any
+
+from splitrpc import describe as describe_
+from splitrpc._native import client as _client
+from splitrpc.client import Client as _BlockingClient
+from splitrpc.client import as_buffer
+from splitrpc.errors import CallTimeout, SplitRPCError
+
+_NONE = (1 << 64) - 1  # srpc_client_next_due: nothing due
+
+
+class Client:
+    """An asyncio splitrpc client for one server: ``await client.call(func_id, data)``.
+
+    Takes the keywords of ``splitrpc.Client`` (timeout, retries, rto_*, window, busy_retry,
+    busy_backoff, protocol, wait_for_ready, segment_size, max_reply, socket_buffer) and keeps its
+    semantics: deadlines, retransmission, the flow-control window (calls beyond it wait in the
+    client, each bound by its own timeout), ``Busy`` retried after a backoff, ``Draining``,
+    ``Unavailable`` and per-call errors. Not ``busy_poll`` and not the DPDK transport: the loop
+    sleeps on the client's socket.
+
+    The client belongs to the event loop of its first call and is used from that loop's thread
+    only. Its socket is watched with ``loop.add_reader``: when replies come, the loop receives
+    them (one non-blocking pass of the native client, several replies at a time) and completes
+    their futures; a timer wakes it when a retransmission, a retry after Busy or a call's timeout
+    is due. A cancelled call is abandoned: forgotten by the native client, its late reply dropped
+    and counted (``stats()["late_or_unknown"]``; ``abandoned`` counts the cancellations).
+    """
+
+    def __init__(self, host: str | None = None, port: int | None = None, timeout: float = 1.0, **settings: Any):
+        if settings.get("busy_poll"):
+            raise ValueError("splitrpc.aio.Client sleeps on its socket in the event loop: busy_poll is not for it")
+        if settings.get("transport", "udp") != "udp":
+            raise ValueError("splitrpc.aio.Client needs a socket to watch: the DPDK transport is polled, use "
+                             "splitrpc.Client there")
+        self._sync = _BlockingClient(host, port, timeout, **settings)  # validates and creates the native client
+        self._cl = self._sync._cl
+        self.host, self.port, self.timeout, self.max_reply = (self._sync.host, self._sync.port, self._sync.timeout,
+                                                              self._sync.max_reply)
+        self._fd = _client.fd(self._cl)
+        self._done = _client.Completions(self._cl)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._pending: dict[int, tuple[asyncio.Future, float]] = {}  # req_id -> (future, deadline: monotonic s)
+        self._deadlines: list[tuple[float, int]] = []  # heap of (deadline, req_id); finished ones left lazily
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at = float("inf")
+        self.abandoned = 0  # calls cancelled before their reply came
+
+    # ------------------------------------------------------------------ calls
+
+    async def call(self, func_id: int, data: Any = b"", timeout: float | None = None, *,
+                   deadline: float | None = None, aux: int = 0, wait_for_ready: bool | None = None) -> bytes:
+        """Calls func_id with data (bytes-like or numpy array) and returns the reply's bytes; as
+        splitrpc.Client.call: timeout in seconds (the client's by default), deadline a
+        time.monotonic() instant, aux the header's cost or class, wait_for_ready. Raises a
+        RemoteError subclass for an ERROR reply, CallTimeout, Unavailable; cancelling the task
+        abandons the call."""
+        if isinstance(aux, bool) or not isinstance(aux, int) or not 0 <= aux <= 0xFFFF:
+            raise ValueError(f"aux must be an integer from 0 to 65535, got {aux!r}")
+        self._check_open()
+        loop = self._attach()
+        tmo = self._sync._budget(func_id, timeout, deadline)
+        rid = _client.send(self._cl, func_id, as_buffer(data), tmo, aux, wait_for_ready)
+        fut = loop.create_future()
+        dl = time.monotonic() + tmo
+        self._pending[rid] = (fut, dl)
+        heapq.heappush(self._deadlines, (dl, rid))
+        self._arm()
+        try:
+            return await fut
+        except asyncio.CancelledError:
+            if self._pending.pop(rid, None) is not None and self._cl is not None:
+                _client.release(self._cl, rid)  # its late reply is dropped (late_or_unknown)
+                self.abandoned += 1
+            raise
+
+    async def describe(self, timeout: float | None = None) -> "describe_.Description":
+        """What the server serves (splitrpc.Client.describe)."""
+        return describe_.decode_description(await self.call(describe_.DESCRIBE_ID, describe_.DESCRIBE_REQUEST,
+                                                            timeout))
+
+    async def ping(self, timeout: float | None = None) -> dict:
+        """The server's readiness over the wire (splitrpc.Client.ping)."""
+        return describe_.decode_ping(await self.call(describe_.PING_ID, describe_.PING_REQUEST, timeout))
+
+    def stats(self) -> dict:
+        """The native client's counters (splitrpc.Client.stats), and ``abandoned``."""
+        st = self._sync.stats()
+        st["abandoned"] = self.abandoned
+        return st
+
+    def pending(self) -> int:
+        """Calls made and not yet finished."""
+        return len(self._pending)
+
+    # ------------------------------------------------------------------ the loop's side
+
+    def _attach(self) -> asyncio.AbstractEventLoop:
+        loop = asyncio.get_running_loop()
+        if self._loop is None:
+            self._loop = loop
+            loop.add_reader(self._fd, self._progress)
+        elif self._loop is not loop:
+            raise RuntimeError("this splitrpc.aio.Client belongs to another event loop (one client per loop)")
+        return loop
+
+    def _progress(self) -> None:
+        """Receives what has come (one non-blocking pass at a time), completes the futures of the
+        calls that finished, times out those past their deadline and arms the timer. Loop thread."""
+        if self._cl is None:
+            return
+        while True:
+            done = self._done.wait(0)
+            if done is None:  # the native client failed: nothing more will finish
+                self._fail_all(SplitRPCError("the client's receive failed"))
+                return
+            for rid, code, reply in done:
+                ent = self._pending.pop(rid, None)
+                if ent is not None and not ent[0].done():
+                    fut = ent[0]
+                    fut.set_exception(_client.call_error(code, reply)) if code else fut.set_result(reply)
+            if len(done) < self._done.batch:
+                break
+        self._expire()
+        self._arm()
+
+    def _expire(self) -> None:
+        now = time.monotonic()
+        heap = self._deadlines
+        while heap and heap[0][0] <= now:
+            _, rid = heapq.heappop(heap)
+            ent = self._pending.pop(rid, None)
+            if ent is None:
+                continue
+            _client.release(self._cl, rid)
+            if not ent[0].done():
+                ent[0].set_exception(CallTimeout("no reply within the call's timeout"))
+
+    def _arm(self) -> None:
+        """The timer at the earlier of the native client's next due work and the first deadline."""
+        heap = self._deadlines
+        while heap and heap[0][1] not in self._pending:  # finished calls' entries
+            heapq.heappop(heap)
+        at = heap[0][0] if heap else float("inf")
+        due = _client.next_due_ns(self._cl)
+        if due != _NONE:
+            at = min(at, time.monotonic() + (due - time.monotonic_ns()) / 1e9)
+        if at >= self._timer_at or at == float("inf"):
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+        assert self._loop is not None
+        self._timer_at = at
+        self._timer = self._loop.call_later(max(at - time.monotonic(), 0.0), self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._timer, self._timer_at = None, float("inf")
+        self._progress()
+
+    def _fail_all(self, exc: BaseException) -> None:
+        pending = list(self._pending.values())
+        self._pending.clear()
+        self._deadlines.clear()
+        for fut, _ in pending:
+            if not fut.done():
+                fut.set_exception(exc)
+
+    # ------------------------------------------------------------------ life
+
+    def _check_open(self) -> None:
+        if self._cl is None:
+            raise SplitRPCError("client is closed")
+
+    def close(self) -> None:
+        """Fails the calls still pending (SplitRPCError "client closed") and frees the client.
+        From the loop's thread (or after the loop has stopped)."""
+        if self._cl is None:
+            return
+        if self._loop is not None and not self._loop.is_closed():
+            self._loop.remove_reader(self._fd)
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._fail_all(SplitRPCError("client closed"))
+        self._sync.close()
+        self._cl = None
+
+    async def __aenter__(self) -> "Client":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.close()
