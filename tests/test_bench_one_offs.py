@@ -1,10 +1,10 @@
-"""test_bench_one_offs.py: the one-off suites (lossy_client, noisy_neighbour, priority_classes, pool_overhead, ab_builds, scale) end through run_suite: bad arguments exit 2 with nothing written, --report rewrites the Markdown from a run's JSON, and lossy_client's verdict."""
+"""test_bench_one_offs.py: the one-off suites (lossy_client, noisy_neighbour, priority_classes, pool_overhead, ab_builds, scale, aio_client) end through run_suite: bad arguments exit 2 with nothing written, --report rewrites the Markdown from a run's JSON, and lossy_client's verdict."""
 import json
 
 import pytest
 
-from splitrpc.bench.suites import (ab_builds, lossy_client, noisy_neighbour, pool_overhead, priority_classes,
-                                   scale)
+from splitrpc.bench.suites import (ab_builds, aio_client, lossy_client, noisy_neighbour, pool_overhead,
+                                   priority_classes, scale)
 
 
 @pytest.mark.parametrize("main, argv, who", [
@@ -18,10 +18,11 @@ from splitrpc.bench.suites import (ab_builds, lossy_client, noisy_neighbour, poo
     (scale.main, ["--functions", "4,8"], "scale"),
     (scale.main, ["--functions", "1,x"], "scale"),
     (scale.main, ["--clients", "0"], "scale"),
+    (aio_client.main, ["--rounds", "1"], "aio_client"),
 ])
 def test_bad_arguments_exit_2_and_write_nothing(tmp_path, capsys, main, argv, who):
     out = tmp_path / "r"
-    if main in (pool_overhead.main, scale.main):
+    if main in (pool_overhead.main, scale.main, aio_client.main):
         argv = [*argv, "--out", str(tmp_path / "r.md")]
     else:
         argv = [*argv, "--out", str(out)]
@@ -104,3 +105,17 @@ def test_scale_small_run(tmp_path, capsys):
     assert rows["3 functions"]["calls/s ratio"]["lo"] is not None
     assert rows["40 clients"]["p99 us ratio"]["lo"] is not None
     assert doc["kib_per_function"] is not None and "Memory per function" in out.read_text()
+
+
+def test_aio_client_small_run(tmp_path):
+    """The threads, aio (and uvloop, where installed) rows, their ratios over the threads', and the
+    10,000 concurrent calls all right with no Busy."""
+    out = tmp_path / "a.md"
+    assert aio_client.main(["--rounds", "2", "--calls", "320", "--out", str(out)]) == 0
+    doc = json.loads((tmp_path / "a.json").read_text())
+    rows = {r["system"]: r for r in doc["table"]}
+    assert {"threads", "aio"} <= set(rows) and rows["threads"]["calls/s ratio"]["ratio"] == 1.0
+    assert all(r["wrong"] == 0 and r["calls/s"] > 0 and r["p99 us"] >= r["p50 us"] > 0 for r in rows.values())
+    assert rows["aio"]["calls/s ratio"]["lo"] is not None
+    g = doc["gather"]
+    assert g["right"] == g["calls"] == 10_000 and g["busy"] == 0 and "Target (issue 35)" in out.read_text()
