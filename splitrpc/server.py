@@ -16,6 +16,7 @@ import time
 from typing import Callable, Sequence
 
 from splitrpc import dpdk, gpu
+from splitrpc import coroutines
 from splitrpc import cost as cost_
 from splitrpc import describe as describe_
 from splitrpc import executor as executor_
@@ -221,6 +222,7 @@ class Server:
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self._jobs = _server.PoolJobs()  # batches handed to thread pools, not yet finished
+        self._aio = coroutines.ServerLoop()  # where async def functions run (started only if there is one)
         self._pools_held = False         # the pools' threads were acquired (start) and not released
         self._stats_sources: dict = {}   # stats() key -> a function returning a dict (add_stats_source)
         self._draining = False
@@ -263,6 +265,7 @@ class Server:
         cost_classes=None,
         class_spill=None,
         version: str | None = None,
+        per_call: bool = False,
     ) -> Callable:
         """Decorator registering `fn` under func_id.
 
@@ -285,6 +288,16 @@ class Server:
         The views stay valid until then (they are the batch's Tensor Queue elements, and its calls
         keep them). (GPU functions under
         ``orchestration="graph"`` or ``"o2"`` have no per-call results.)
+
+        An ``async def`` function (a host tensor function) runs on the server's own event loop, a
+        thread of its own started with the server (asyncio's current policy's loop: uvloop's where
+        the program installed it), never on the worker: it may await other services, a database,
+        another splitrpc server (``splitrpc.aio.Client``), and many batches are in flight at once.
+        It gets the batch's arrays as a plain callback does and returns the same (None or
+        ``{i: error}``); raising fails the batch with INTERNAL. With ``per_call=True`` it is awaited
+        once per call instead, concurrently, each with that call's arrays (the spec's shape, no
+        batch dimension); raising a RemoteError fails that call alone with it, another exception
+        fails it alone with INTERNAL. stop() cancels those still running.
 
         ``device="cuda:N"`` puts the function's Tensor Queues in GPU memory: the callback gets
         CuPy arrays (zero-copy views of the device elements; ``torch.from_dlpack`` takes them
@@ -350,7 +363,7 @@ class Server:
                               orchestration=orchestration, deadline=deadline, executor=executor, cost=cost,
                               max_batch_cost=max_batch_cost, priority=priority, weight=weight,
                               aux_classes=aux_classes, cost_classes=cost_classes, class_spill=class_spill,
-                              version=version)
+                              version=version, per_call=per_call)
             return fn
 
         return register
@@ -359,7 +372,7 @@ class Server:
                      capacity=None, raw=False, max_request=None, max_response=None, device="cpu",
                      orchestration="o1", deadline=None, executor="inline", cost=None,
                      max_batch_cost=None, priority=None, weight=None, aux_classes=None, cost_classes=None,
-                     class_spill=None, version=None, _server_function=False) -> None:
+                     class_spill=None, version=None, per_call=False, _server_function=False) -> None:
         """Registers fn under func_id: what the function decorator does (see there)."""
         args = {k: v for k, v in locals().items() if k not in ("self", "_server_function")}
         if self._state != "created":
@@ -379,6 +392,12 @@ class Server:
             raise ValueError(f"deadline must be a positive number of seconds (at most 4000), got {deadline!r}")
         inputs, outputs = list(inputs), list(outputs)
         name = name or getattr(fn, "__name__", str(func_id))
+        is_async = coroutines.is_coroutine_function(fn)
+        if per_call and not is_async:
+            raise ValueError(f"{name}: per_call=True is for async def functions (a plain callback takes its batch)")
+        if is_async and (raw or device != "cpu" or executor != "inline" or _takes_costs(fn)):
+            raise ValueError(f"{name}: an async def function is a host tensor function run on the server's event "
+                             "loop: not raw, not on a GPU, no executor= and no costs parameter")
         ordinal = gpu.parse_device(device)
         if orchestration not in gpu.ORCHESTRATIONS:
             raise ValueError(f"orchestration must be one of {gpu.ORCHESTRATIONS}, got {orchestration!r}")
@@ -462,7 +481,11 @@ class Server:
         except BaseException:
             runner = None  # its stream goes now, not with the traceback's frame
             raise
-        f = _server.Function(func_id, name, fn, inputs, outputs, raw, in_sizes[0] if raw else 0,
+        callback = fn
+        if is_async:  # run on the server's loop; the worker finishes the batch from the Future it gets
+            callback = coroutines.per_call_callback(fn, self._aio, name) if per_call else \
+                coroutines.batch_callback(fn, self._aio)
+        f = _server.Function(func_id, name, callback, inputs, outputs, raw, in_sizes[0] if raw else 0,
                              out_sizes[0] if raw else 0)
         if runner is not None:
             f.device, f.runner = f"cuda:{ordinal}", runner
@@ -472,7 +495,8 @@ class Server:
             func_id=func_id, name=name, version=version, raw=raw, inputs=tuple(inputs), outputs=tuple(outputs),
             max_request=in_sizes[0] if raw else None, max_response=out_sizes[0] if raw else None,
             max_batch=max_batch or _server.FUNCTION_DEFAULTS["max_batch"],
-            executor="inline" if pool is None else f"pool:{pool.threads}",
+            executor=("asyncio:per-call" if per_call else "asyncio") if is_async
+            else "inline" if pool is None else f"pool:{pool.threads}",
             priority=_server.FUNCTION_DEFAULTS["priority"] if priority is None else priority,
             device=f"cuda:{ordinal}" if ordinal >= 0 else "cpu")
         f.server_function = _server_function
@@ -571,12 +595,15 @@ class Server:
             if self._policy is not None:
                 _server.set_policy(self._native, self._policy, {f.func_id: f.name for f in self._funcs.values()})
             try:
+                if any(f.info.executor.startswith("asyncio") for f in self._user_functions()):
+                    self._aio.start()
                 for r in runners:
                     r.start()
                 _server.start(self._srv)
             except BaseException:
                 for r in runners:
                     r.stop()
+                self._aio.stop()
                 raise
             for p in self._pools():
                 p.acquire()
@@ -682,7 +709,9 @@ class Server:
         if t is not None and t is not threading.current_thread():
             t.join()
             self._thread = None
+        self._aio.cancel_all()  # async functions still running: their batches are not waited for
         self._jobs.wait_idle()  # no other thread may still use the queues when they are freed
+        self._aio.stop()
         with self._lock:
             held, self._pools_held = self._pools_held, False
         if held:
