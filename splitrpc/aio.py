@@ -1,12 +1,14 @@
-"""aio.py: the asyncio face of the client: awaitable calls with the blocking client's semantics, whose replies the event loop itself receives from the client's socket (loop.add_reader), with no thread and no hand-off per reply."""
+"""aio.py: the asyncio face of the client and of the pool: awaitable calls with the blocking ones' semantics, whose replies the event loop itself receives from each client's socket (loop.add_reader), with no thread and no hand-off per reply."""
 from __future__ import annotations
 
 import asyncio
 import heapq
+import threading
 import time
 from typing import Any
 
 from splitrpc import describe as describe_
+from splitrpc import pool as _pool
 from splitrpc._native import client as _client
 from splitrpc.client import Client as _BlockingClient
 from splitrpc.client import as_buffer
@@ -46,6 +48,7 @@ class Client:
         self._fd = _client.fd(self._cl)
         self._done = _client.Completions(self._cl)
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread = 0  # the loop's thread (threading.get_ident), once attached
         self._pending: dict[int, tuple[asyncio.Future, float]] = {}  # req_id -> (future, deadline: monotonic s)
         self._deadlines: list[tuple[float, int]] = []  # heap of (deadline, req_id); finished ones left lazily
         self._timer: asyncio.TimerHandle | None = None
@@ -104,7 +107,7 @@ class Client:
     def _attach(self) -> asyncio.AbstractEventLoop:
         loop = asyncio.get_running_loop()
         if self._loop is None:
-            self._loop = loop
+            self._loop, self._loop_thread = loop, threading.get_ident()
             loop.add_reader(self._fd, self._progress)
         elif self._loop is not loop:
             raise RuntimeError("this splitrpc.aio.Client belongs to another event loop (one client per loop)")
@@ -178,11 +181,15 @@ class Client:
             raise SplitRPCError("client is closed")
 
     def close(self) -> None:
-        """Fails the calls still pending (SplitRPCError "client closed") and frees the client.
-        From the loop's thread (or after the loop has stopped)."""
+        """Fails the calls still pending (SplitRPCError "client closed") and frees the client. Any
+        thread: from another one while the loop runs, it is done on the loop's thread, soon."""
         if self._cl is None:
             return
-        if self._loop is not None and not self._loop.is_closed():
+        loop = self._loop
+        if loop is not None and loop.is_running() and threading.get_ident() != self._loop_thread:
+            loop.call_soon_threadsafe(self.close)
+            return
+        if loop is not None and not loop.is_closed():
             self._loop.remove_reader(self._fd)
         if self._timer is not None:
             self._timer.cancel()
@@ -196,3 +203,86 @@ class Client:
 
     async def __aexit__(self, *exc: object) -> None:
         self.close()
+
+
+class Pool(_pool.Pool):
+    """splitrpc.Pool for asyncio: ``await pool.call(func_id, data)`` over several replicas, with the
+    blocking Pool's keywords and policy (power of two choices by expected wait, BUSY and DRAINING
+    moved to another replica, an idempotent call moved after attempt_timeout, replicas from a
+    list, a DNS name or a function re-read every refresh_interval, pings every probe_interval on
+    the pool's thread). Each replica's calls go through a splitrpc.aio.Client, so the replies
+    reach the event loop as the client's do. One event loop; close with ``await pool.aclose()``
+    or ``async with``."""
+
+    def _replica(self, address: tuple[str, int]) -> _pool.Replica:
+        host, port = address
+        return _pool.Replica((host, port), Client(host, port, self.timeout, busy_retry=False, **self._client_kw),
+                             _BlockingClient(host, port, self.probe_timeout, retries=0))
+
+    async def call(self, func_id: int, data: Any = b"", timeout: float | None = None, *,  # type: ignore[override]
+                   idempotent: bool = False, aux: int = 0) -> bytes:
+        """The reply of one call, from whichever replica answered it (splitrpc.Pool.call)."""
+        with self._lock:
+            if self._closed:
+                raise SplitRPCError("pool is closed")
+            self._inflight += 1
+        try:
+            attempts = self._attempts(func_id, timeout, idempotent)
+            step = next(attempts)
+            while True:
+                r, wait = step
+                if r is None:
+                    await asyncio.sleep(wait)
+                    step = attempts.send(None)
+                    continue
+                try:
+                    outcome = (await r.client.call(func_id, data, wait, aux=aux), None)
+                except asyncio.CancelledError:
+                    attempts.close()
+                    self._count(r, "errors")
+                    raise
+                except BaseException as e:  # noqa: BLE001 - the policy decides what each one means
+                    outcome = (None, e)
+                try:
+                    step = attempts.send(outcome)
+                except StopIteration as done:
+                    return done.value
+        finally:
+            with self._lock:
+                self._inflight -= 1
+                if not self._inflight:
+                    self._idle.notify_all()
+
+    def call_async(self, *args: Any, **kw: Any) -> Any:
+        raise TypeError("splitrpc.aio.Pool's calls are awaited: await pool.call(...)")
+
+    async def aclose(self, timeout: float | None = None) -> None:
+        """Refuses new calls, waits (without blocking the loop) up to timeout seconds (default the
+        pool's call timeout) for those running, then stops the pool's thread and frees the clients."""
+        with self._lock:
+            self._closed = True
+        end = time.monotonic() + (self.timeout if timeout is None else timeout)
+        while time.monotonic() < end:
+            with self._lock:
+                if not self._inflight:
+                    break
+            await asyncio.sleep(0.005)
+        self._stop.set()
+        if self._thread is not None:
+            await asyncio.get_running_loop().run_in_executor(None, self._thread.join)
+        self._close_clients()
+
+    def close(self, timeout: float | None = None) -> None:
+        """Outside the loop (after it ended): stops the pool's thread and frees the clients."""
+        with self._lock:
+            self._closed = True
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        self._close_clients()
+
+    async def __aenter__(self) -> "Pool":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()

@@ -235,9 +235,34 @@ class Pool:
                     self._idle.notify_all()
 
     def _call(self, func_id: int, data, timeout: float | None, idempotent: bool, aux: int) -> bytes:
+        """call()'s attempts (_attempts) made with each replica's blocking Client."""
+        attempts = self._attempts(func_id, timeout, idempotent)
+        step = next(attempts)
+        while True:
+            r, wait = step
+            if r is None:
+                time.sleep(wait)
+                step = attempts.send(None)
+                continue
+            try:
+                outcome = (r.client.call(func_id, data, wait, aux=aux), None)
+            except BaseException as e:  # noqa: BLE001 - the policy decides what each one means
+                outcome = (None, e)
+            try:
+                step = attempts.send(outcome)
+            except StopIteration as done:
+                return done.value
+
+    def _attempts(self, func_id: int, timeout: float | None, idempotent: bool):
+        """One call's policy, for a blocking or an asyncio caller alike: a generator that yields
+        (replica, seconds) for each attempt (send it (reply, None) or (None, exception)) and
+        (None, seconds) for a pause (send it None), and returns the reply (StopIteration.value) or
+        raises the call's error. A BUSY or DRAINING answer moves the call to another replica (it
+        never ran on the first); an attempt with no reply within attempt_timeout does so only for
+        an idempotent call (else it waits out its deadline there and raises CallTimeout)."""
         deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
         tried: set = set()
-        last: Exception | None = None
+        last: BaseException | None = None
         for _ in range(self.max_attempts):
             left = deadline - time.monotonic()
             if left <= 0:
@@ -245,37 +270,32 @@ class Pool:
             r = self._choose(tried)  # counts the call outstanding there: _count() below, exactly once
             if r is None and isinstance(last, Busy):
                 # every replica left answered BUSY (the call ran nowhere): try them again after a pause
-                time.sleep(min(self.busy_penalty, max(0.0, deadline - time.monotonic())))
+                yield None, min(self.busy_penalty, max(0.0, deadline - time.monotonic()))
                 tried.clear()
                 r = self._choose(tried)
             if r is None:
                 break
-            try:
-                tried.add(id(r))
-                if last is not None:
-                    with self._lock:
-                        self.failovers += 1
-                t0 = time.monotonic()
-                reply = r.client.call(func_id, data, min(left, self.attempt_timeout) if idempotent else left, aux=aux)
-            except Busy as e:
+            tried.add(id(r))
+            if last is not None:
+                with self._lock:
+                    self.failovers += 1
+            t0 = time.monotonic()
+            reply, e = yield r, min(left, self.attempt_timeout) if idempotent else left
+            if e is None:
+                self._count(r, "ok", latency=time.monotonic() - t0)
+                return reply
+            if isinstance(e, Busy):
                 self._count(r, "busy", busy=True)
-                last = e
-                continue
-            except Draining as e:
+            elif isinstance(e, Draining):
                 self._count(r, "draining", out=True)
-                last = e
-                continue
-            except (CallTimeout, Unavailable) as e:  # Unavailable: its port is closed (ICMP), known at once
+            elif isinstance(e, (CallTimeout, Unavailable)):  # Unavailable: its port is closed (ICMP), known at once
                 self._count(r, "silent" if isinstance(e, CallTimeout) else "unavailable", out=True)
-                last = e
                 if not idempotent:  # it may have run there before the replica went away
-                    raise
-                continue
-            except BaseException:
+                    raise e
+            else:
                 self._count(r, "errors")
-                raise
-            self._count(r, "ok", latency=time.monotonic() - t0)
-            return reply
+                raise e
+            last = e
         if last is not None:
             raise last
         raise NoReplica(f"no replica left to try for function {func_id} (of {len(self.replicas)})")

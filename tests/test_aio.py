@@ -181,3 +181,39 @@ def test_uvloop(builtin_server):
 
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
         assert runner.run(main())
+
+
+def test_pool_spreads_awaited_calls_and_moves_them_off_a_draining_or_silent_replica(make_server):
+    """Two replicas: 500 awaited calls all right and both used; one replica draining, then one
+    silent (all its datagrams lost): idempotent calls still all right, through the other."""
+    a, b = make_server(register_builtin_services), make_server(register_builtin_services)
+    rng = np.random.default_rng(8)
+    xs = [VEC.example(rng) for _ in range(20)]
+
+    async def calls(pool, n, **kw):
+        got = await asyncio.gather(*[pool.call(VEC.func_id, xs[i % 20], **kw) for i in range(n)])
+        return all(g == VEC.expected(xs[i % 20]) for i, g in enumerate(got))
+
+    async def main():
+        async with aio.Pool([f"127.0.0.1:{a.port}", f"127.0.0.1:{b.port}"], timeout=5.0) as pool:
+            assert await calls(pool, 500)
+            used = pool.stats()["replicas"]
+            assert all(v["ok"] > 0 for v in used.values()), used
+            a.drain()
+            assert await calls(pool, 200)
+            assert pool.stats()["replicas"][f"127.0.0.1:{a.port}"]["ok"] == used[f"127.0.0.1:{a.port}"]["ok"]
+            with pytest.raises(TypeError, match="await"):
+                pool.call_async(VEC.func_id, xs[0])
+        with pytest.raises(splitrpc.SplitRPCError, match="closed"):
+            await pool.call(VEC.func_id, xs[0])
+
+    _run(main())
+    c = make_server(register_builtin_services)
+    with ChaosProxy(("127.0.0.1", c.port), to_server=Faults(loss=1.0)) as px:
+        async def silent():
+            async with aio.Pool([f"127.0.0.1:{px.port}", f"127.0.0.1:{b.port}"], timeout=5.0, attempt_timeout=0.1,
+                                probe_interval=None, choice="random", seed=1) as pool:
+                assert await calls(pool, 100, idempotent=True)
+                return pool.failovers
+
+        assert _run(silent()) > 0
