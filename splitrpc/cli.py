@@ -1,4 +1,4 @@
-"""cli.py: the `splitrpc` command: a dispatcher over the core's commands (serve, call, describe, demo, check) and those of every capability plug-in (splitrpc.plugins), which it names none of."""
+"""cli.py: the `splitrpc` command: a dispatcher over the core's commands (serve, call, describe, demo, gateway, check) and those of every capability plug-in (splitrpc.plugins), which it names none of."""
 from __future__ import annotations
 
 import argparse
@@ -7,13 +7,13 @@ import sys
 
 from splitrpc import __version__
 from splitrpc.check import cli as check_cli
-from splitrpc.commands import call, demo, describe, serve
-from splitrpc.plugins import CapabilityError, capabilities
+from splitrpc.commands import call, demo, describe, gateway, serve
+from splitrpc.plugins import Capability, CapabilityError, capabilities
 
-CORE = (serve, call, describe, demo)  # modules with add_parser(sub, caps); check_cli.add_parser(sub) after them
+CORE = (serve, call, describe, demo, gateway)  # modules with add_parser(sub, caps); check_cli.add_parser(sub) after them
 
 
-def build_parser(caps: list | None = None) -> argparse.ArgumentParser:
+def build_parser(caps: list[Capability] | None = None) -> argparse.ArgumentParser:
     """The whole command line: the core's commands, then each capability's, in their order."""
     caps = capabilities() if caps is None else caps
     p = argparse.ArgumentParser(prog="splitrpc", description="splitrpc: low-latency RPC for ML inference",
@@ -45,7 +45,8 @@ def main(argv: list[str] | None = None) -> int:
     a = build_parser(caps).parse_args(argv)
     logging.basicConfig(level=logging.INFO if a.verbose else logging.WARNING, format="%(name)s: %(message)s")
     try:
-        return a.func(a)
+        rc: int = a.func(a)  # each command's cmd_* function
+        return rc
     except CapabilityError as e:
         print(e, file=sys.stderr)
         return e.code
