@@ -28,7 +28,7 @@ def _check_build() -> None:
 _check_build()
 
 
-def features() -> dict:
+def features() -> dict[str, bool]:
     """What the native core was compiled with: {'cuda': bool, 'dpdk': bool, 'sanitizers': bool}."""
     return _native.features()
 

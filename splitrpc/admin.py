@@ -9,10 +9,14 @@ import json
 import socket
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client.exposition import choose_encoder
 
 from splitrpc.metrics import registry_for
+
+if TYPE_CHECKING:
+    from splitrpc.server import Server
 
 ROUTES = ("/metrics", "/healthz", "/readyz")
 
@@ -22,16 +26,16 @@ class AdminServer:
     serves several; healthy and ready when all are) on host:port from a thread of its own (port
     0 picks one, see .port). Anything else is 404. A context manager, or call close()."""
 
-    def __init__(self, server, port: int, host: str = "127.0.0.1"):
+    def __init__(self, server: Server | list[Server] | tuple[Server, ...], port: int, host: str = "127.0.0.1") -> None:
         servers = list(server) if isinstance(server, (list, tuple)) else [server]
         registry = registry_for(servers[0]) if len(servers) == 1 else None
 
-        def state() -> dict:
+        def state() -> dict[str, Any]:
             return {"state": ",".join(sorted({s.state for s in servers})),
                     "pending": sum(s.pending() for s in servers)}
 
         class Handler(BaseHTTPRequestHandler):
-            def do_GET(self):  # noqa: N802 - the http.server API
+            def do_GET(self) -> None:  # noqa: N802 - the http.server API
                 path = self.path.split("?", 1)[0]
                 try:
                     if path == "/metrics":
@@ -56,10 +60,10 @@ class AdminServer:
                 self.end_headers()
                 self.wfile.write(body)
 
-            def log_message(self, *args):  # quiet: the access log is not ours to print
+            def log_message(self, *args: Any) -> None:  # quiet: the access log is not ours to print
                 pass
 
-        cls = ThreadingHTTPServer
+        cls: type[ThreadingHTTPServer] = ThreadingHTTPServer
         if ":" in host:  # an IPv6 address (::1)
             cls = type("ThreadingHTTPServer6", (ThreadingHTTPServer,), {"address_family": socket.AF_INET6})
         self._http = cls((host, port), Handler)
@@ -80,5 +84,5 @@ class AdminServer:
     def __enter__(self) -> "AdminServer":
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()

@@ -6,10 +6,11 @@ import csv
 import math
 
 import numpy as np
+import numpy.typing as npt
 
 from splitrpc._native import loadgen as _loadgen
 
-ARRIVALS = _loadgen.ARRIVALS  # name -> the C core's enum srpc_arrival
+ARRIVALS: dict[str, int] = _loadgen.ARRIVALS  # name -> the C core's enum srpc_arrival
 
 
 class TraceError(ValueError):
@@ -28,7 +29,7 @@ def _check_shape(arrival: str, cv: float) -> None:
         raise ValueError(f"a hyperexponential schedule needs a coefficient of variation > 1, got {cv}")
 
 
-def arrivals(arrival: str, rate: float, n: int, *, cv: float = 4.0, seed: int = 1) -> np.ndarray:
+def arrivals(arrival: str, rate: float, n: int, *, cv: float = 4.0, seed: int = 1) -> npt.NDArray[np.uint64]:
     """Due times in ns (uint64, from 0) of n arrivals at a mean of `rate` calls/s."""
     if not (rate > 0 and math.isfinite(rate)):
         raise ValueError(f"rate must be a positive number of calls/s, got {rate}")
@@ -38,7 +39,7 @@ def arrivals(arrival: str, rate: float, n: int, *, cv: float = 4.0, seed: int = 
     return _loadgen.schedule_fill(_kind(arrival), rate, cv, seed, n)
 
 
-def validate_trace(t_s, rate) -> tuple[np.ndarray, np.ndarray]:
+def validate_trace(t_s: npt.ArrayLike, rate: npt.ArrayLike) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
     t = np.asarray(t_s, dtype=np.float64)
     r = np.asarray(rate, dtype=np.float64)
     if t.ndim != 1 or t.shape != r.shape or len(t) == 0:
@@ -52,8 +53,8 @@ def validate_trace(t_s, rate) -> tuple[np.ndarray, np.ndarray]:
     return t, r
 
 
-def trace_arrivals(t_s, rate, end_s: float, *, arrival: str = "poisson", cv: float = 4.0,
-                   seed: int = 1) -> np.ndarray:
+def trace_arrivals(t_s: npt.ArrayLike, rate: npt.ArrayLike, end_s: float, *, arrival: str = "poisson", cv: float = 4.0,
+                   seed: int = 1) -> npt.NDArray[np.uint64]:
     """Due times (ns) following a piecewise-constant rate trace: rate[i] calls/s from t_s[i]
     to t_s[i+1], the last piece until end_s."""
     t, r = validate_trace(t_s, rate)
@@ -72,7 +73,7 @@ def trace_arrivals(t_s, rate, end_s: float, *, arrival: str = "poisson", cv: flo
         cap *= 2  # more arrivals than room (unlikely): try again with more
 
 
-def read_trace_csv(path: str) -> tuple[np.ndarray, np.ndarray]:
+def read_trace_csv(path: str) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
     """Reads a `time_s,rate_rps` CSV (a header line is allowed) into (times, rates)."""
     t, r = [], []
     with open(path, newline="") as f:
@@ -93,7 +94,7 @@ def read_trace_csv(path: str) -> tuple[np.ndarray, np.ndarray]:
         raise TraceError(f"{path}: {e}") from None
 
 
-def write_trace_csv(path: str, t_s, rate) -> None:
+def write_trace_csv(path: str, t_s: npt.ArrayLike, rate: npt.ArrayLike) -> None:
     t, r = validate_trace(t_s, rate)
     with open(path, "w", newline="") as f:
         w = csv.writer(f)
@@ -103,7 +104,7 @@ def write_trace_csv(path: str, t_s, rate) -> None:
 
 
 def wikipedia_day(peak_rps: float, duration_s: float, *, points: int = 288, noise: float = 0.1,
-                  seed: int = 1) -> tuple[np.ndarray, np.ndarray]:
+                  seed: int = 1) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
     """A day of Wikipedia-like load compressed into duration_s: a diurnal cycle (trough about
     half the peak, in the early morning; peak in the evening), each point multiplied by
     Gaussian noise of relative standard deviation `noise`, scaled so the largest point is

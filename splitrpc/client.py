@@ -4,7 +4,7 @@ from __future__ import annotations
 import threading
 import time
 from concurrent.futures import Future
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -15,7 +15,7 @@ from splitrpc._native.wire import PROTOCOLS
 from splitrpc.errors import CallTimeout, SplitRPCError
 
 
-def as_buffer(data) -> memoryview:
+def as_buffer(data: Any) -> memoryview:
     """A C-contiguous byte view of bytes-like data or a numpy array (no copy when possible)."""
     if isinstance(data, np.ndarray):
         data = np.ascontiguousarray(data)
@@ -86,7 +86,7 @@ class Client:
                  server_mac: str | None = None, dpdk_mtu: int | None = None, retries: int | None = None,
                  rto_min: float | None = None, rto_initial: float | None = None, rto_max: float | None = None,
                  window: int | None = None, busy_retry: bool | None = None, busy_backoff: float | None = None,
-                 protocol: int | None = None, wait_for_ready: bool | None = None):
+                 protocol: int | None = None, wait_for_ready: bool | None = None) -> None:
         # A setting left None takes the C core's default (srpc_client_config_init, native/src/core/tunables.h;
         # splitrpc._native.client.CLIENT_DEFAULTS; segment_size: by destination; dpdk_mtu: 1500).
         # timeout has no C counterpart: it is Python's own, defined here once.
@@ -106,7 +106,7 @@ class Client:
             raise ValueError("window must be >= 0 and busy_backoff > 0 seconds")
         if protocol is not None and protocol not in PROTOCOLS:
             raise ValueError(f"protocol must be one of {PROTOCOLS}, got {protocol!r}")
-        dpdk_kw = {} if transport != "dpdk" else {
+        dpdk_kw: dict[str, Any] = {} if transport != "dpdk" else {
             "dpdk_dev": dpdk_port, "dpdk_local_ip": local_ip, "dpdk_local_port": local_port,
             "dpdk_server_mac": server_mac, "dpdk_mtu": dpdk_mtu}
         self._native = _client.create_client(
@@ -119,7 +119,7 @@ class Client:
         self.host, self.port, self.timeout = self._native.host, self._native.port, timeout
         self.max_reply = self._native.max_reply
         self._tls = threading.local()
-        self._pending: dict[int, tuple[Future, float]] = {}
+        self._pending: dict[int, tuple[Future[bytes], float]] = {}
         self._plock = threading.Lock()
         self._poller: threading.Thread | None = None
         self._closing = False
@@ -141,7 +141,7 @@ class Client:
                 raise CallTimeout(f"the deadline of the call to function {func_id} has passed; nothing was sent")
         return tmo
 
-    def call(self, func_id: int, data=b"", timeout: float | None = None, *, deadline: float | None = None,
+    def call(self, func_id: int, data: Any = b"", timeout: float | None = None, *, deadline: float | None = None,
              aux: int = 0, wait_for_ready: bool | None = None) -> bytes:
         """Calls func_id with data (bytes-like or numpy array); returns the reply's bytes.
 
@@ -161,8 +161,8 @@ class Client:
         tmo = self._budget(func_id, timeout, deadline)
         return _client.call(self._cl, self._buffers(), func_id, as_buffer(data), tmo)
 
-    def call_async(self, func_id: int, data=b"", timeout: float | None = None, *,
-                   deadline: float | None = None, aux: int = 0, wait_for_ready: bool | None = None) -> Future:
+    def call_async(self, func_id: int, data: Any = b"", timeout: float | None = None, *,
+                   deadline: float | None = None, aux: int = 0, wait_for_ready: bool | None = None) -> Future[bytes]:
         """Sends the call and returns a Future of its reply bytes (or its exception); timeout,
         deadline, aux and wait_for_ready as for call()."""
         if isinstance(aux, bool) or not isinstance(aux, int) or not 0 <= aux <= 0xFFFF:
@@ -170,7 +170,7 @@ class Client:
         self._check_open()
         tmo = self._budget(func_id, timeout, deadline)
         mv = as_buffer(data)
-        fut: Future = Future()
+        fut: Future[bytes] = Future()
         with self._plock:  # registered before a reply can be reported
             rid = _client.send(self._cl, func_id, mv, tmo, aux, wait_for_ready)
             self._pending[rid] = (fut, time.monotonic() + tmo)
@@ -212,13 +212,13 @@ class Client:
         stopping, splitrpc.describe.NotDescribed for a reply of another kind."""
         return describe_.decode_description(self.call(describe_.DESCRIBE_ID, describe_.DESCRIBE_REQUEST, timeout))
 
-    def ping(self, timeout: float | None = None) -> dict:
+    def ping(self, timeout: float | None = None) -> dict[str, Any]:
         """The server's readiness over the wire: {"ready", "state", "functions", "uptime_s",
         "pending"}; a draining server answers Draining instead."""
         return describe_.decode_ping(self.call(describe_.PING_ID, describe_.PING_REQUEST, timeout))
 
-    def closed_loop(self, func_id: int, data, *, concurrency: int = 1, calls: int = 1000,
-                    warmup: int = 100, timeout: float | None = None) -> dict:
+    def closed_loop(self, func_id: int, data: Any, *, concurrency: int = 1, calls: int = 1000,
+                    warmup: int = 100, timeout: float | None = None) -> dict[str, Any]:
         """Closed-loop load in native code: `concurrency` calls outstanding until `calls`
         recorded ones finished. Returns latencies (ns, numpy), errors and elapsed seconds."""
         self._check_open()
@@ -227,7 +227,7 @@ class Client:
                                                       int(tmo * 1e6))
         return {"latency_ns": lat, "errors": errors, "elapsed_s": elapsed_ns / 1e9}
 
-    def stats(self) -> dict:
+    def stats(self) -> dict[str, int]:
         return _client.read_stats(self._cl)
 
     def _check_open(self) -> None:
@@ -252,10 +252,10 @@ class Client:
     def __enter__(self) -> "Client":
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def __del__(self):
+    def __del__(self) -> None:
         try:
             self.close()
         except Exception:

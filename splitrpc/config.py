@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 import shlex
 import sys
+from typing import Callable
 
 NATIVE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "native")
 INCLUDEDIR = os.path.join(NATIVE, "include")
@@ -43,8 +44,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         out: list[str] = []
         for a in args:
-            out += {"--cflags": cflags, "--libs": libs, "--includedir": lambda: [_checked(INCLUDEDIR)],
-                    "--libdir": lambda: [_checked(LIBDIR)], "--pkgconfigdir": lambda: [_checked(PKGCONFIGDIR)]}[a]()
+            option: dict[str, Callable[[], list[str]]] = {
+                "--cflags": cflags, "--libs": libs, "--includedir": lambda: [_checked(INCLUDEDIR)],
+                "--libdir": lambda: [_checked(LIBDIR)], "--pkgconfigdir": lambda: [_checked(PKGCONFIGDIR)]}
+            out += option[a]()
     except NotInstalled as e:
         print(f"splitrpc.config: {e}", file=sys.stderr)
         return 1

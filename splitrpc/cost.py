@@ -30,7 +30,7 @@ class CostTable:
     keys: int | None = 1
     key_dtype: str = "int32"
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         t = np.asarray(self.table)
         if t.ndim != 1 or t.size == 0 or t.size >= 2**32:
             raise ValueError(f"a cost table is a non-empty 1-D array of per-key costs, got shape {t.shape}")

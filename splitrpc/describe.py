@@ -9,9 +9,13 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Iterable, NoReturn, cast
 
 from splitrpc._native.wire import PROTOCOLS
 from splitrpc.spec import TensorSpec
+
+if TYPE_CHECKING:
+    import numpy as np
 
 RESERVED_MIN = 0xFF00          # ids RESERVED_MIN .. 0xFFFF are the server's own; no user function there
 PING_ID = 0xFFFF
@@ -33,8 +37,8 @@ class FunctionInfo:
     name: str
     version: str | None
     raw: bool
-    inputs: tuple = ()           # TensorSpecs (tensor functions)
-    outputs: tuple = ()
+    inputs: tuple[TensorSpec, ...] = ()  # TensorSpecs (tensor functions)
+    outputs: tuple[TensorSpec, ...] = ()
     max_request: int | None = None   # raw functions: the request and reply limits in bytes
     max_response: int | None = None
     max_batch: int | None = None
@@ -47,21 +51,22 @@ class FunctionInfo:
         """A tensor function's exact request size (its inputs back to back); None for raw."""
         return None if self.raw else sum(s.nbytes for s in self.inputs)
 
-    def example(self, rng, max_bytes: int | None = None) -> bytes:
+    def example(self, rng: np.random.Generator, max_bytes: int | None = None) -> bytes:
         """A request of random inputs (TensorSpec.random) for a tensor function; ValueError for a
         raw function, whose bytes only its author knows, or for a request over max_bytes (the
         server's max_message: a description is the server's word, not to be trusted with memory)."""
         if self.raw:
             raise ValueError(f"{self.name} is a raw function (requests of up to {self.max_request} bytes of its own "
                              "format): give the request bytes")
-        if max_bytes is not None and self.request_bytes > max_bytes:
+        if max_bytes is not None and cast(int, self.request_bytes) > max_bytes:  # int: not raw
             raise ValueError(f"{self.name} declares a request of {self.request_bytes} bytes, over the server's "
                              f"largest message ({max_bytes})")
         return b"".join(s.random(rng).tobytes() for s in self.inputs)
 
-    def to_json(self) -> dict:
-        d = {"id": self.func_id, "name": self.name, "version": self.version, "kind": "raw" if self.raw else "tensor",
-             "max_batch": self.max_batch, "executor": self.executor, "priority": self.priority, "device": self.device}
+    def to_json(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"id": self.func_id, "name": self.name, "version": self.version,
+                             "kind": "raw" if self.raw else "tensor", "max_batch": self.max_batch,
+                             "executor": self.executor, "priority": self.priority, "device": self.device}
         if self.raw:
             d.update(max_request=self.max_request, max_response=self.max_response)
         else:
@@ -69,7 +74,7 @@ class FunctionInfo:
         return d
 
     @classmethod
-    def from_json(cls, d: dict) -> "FunctionInfo":
+    def from_json(cls, d: dict[str, Any]) -> "FunctionInfo":
         try:
             if not isinstance(d, dict):
                 raise TypeError("a function entry must be an object")
@@ -92,11 +97,11 @@ class FunctionInfo:
 class Description:
     """A server's answer to describe: its functions (the server functions left out), its
     largest message, the protocol versions it speaks, the splitrpc version."""
-    functions: tuple
+    functions: tuple[FunctionInfo, ...]
     max_message: int
-    protocols: tuple
+    protocols: tuple[int, ...]
     software: str
-    extra: dict = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
 
     def by_name(self, name: str) -> FunctionInfo:
         for f in self.functions:
@@ -111,15 +116,15 @@ class Description:
         raise KeyError(f"no function {func_id}")
 
 
-def _spec_json(s: TensorSpec) -> dict:
+def _spec_json(s: TensorSpec) -> dict[str, Any]:
     return {"name": s.name, "dtype": s.dtype, "shape": list(s.shape)}
 
 
-def _spec(d: dict) -> TensorSpec:
+def _spec(d: dict[str, Any]) -> TensorSpec:
     return TensorSpec(str(d["name"]), str(d["dtype"]), tuple(int(x) for x in d["shape"]))
 
 
-def encode_description(functions: list[FunctionInfo], *, max_message: int, protocols=PROTOCOLS,
+def encode_description(functions: list[FunctionInfo], *, max_message: int, protocols: Iterable[int] = PROTOCOLS,
                        software: str) -> bytes:
     doc = {"describe": LAYOUT, "software": software, "max_message": max_message, "protocols": list(protocols),
            "functions": [f.to_json() for f in sorted(functions, key=lambda f: f.func_id)]}
@@ -150,15 +155,15 @@ def encode_ping(*, ready: bool, state: str, functions: int, uptime_s: float, pen
                        "uptime_s": round(uptime_s, 3), "pending": pending}, separators=(",", ":")).encode()
 
 
-def decode_ping(reply: bytes) -> dict:
+def decode_ping(reply: bytes) -> dict[str, Any]:
     return _json(reply, "ping")
 
 
-def _no_constant(name: str):
+def _no_constant(name: str) -> NoReturn:
     raise ValueError(f"{name} is not JSON")
 
 
-def _json(reply: bytes, key: str) -> dict:
+def _json(reply: bytes, key: str) -> dict[str, Any]:
     """The reply's JSON object if its first key is `key` with a layout this client reads."""
     if not bytes(reply[:len(key) + 3]).startswith(b'{"' + key.encode() + b'"'):
         raise NotDescribed(f"not a {key} reply (a server older than docs/PROTOCOL.md's Amendment 1, with a "

@@ -14,14 +14,14 @@ import logging
 import queue
 import threading
 import time
-from typing import Callable
+from typing import Any, Callable, Iterable
 
 INLINE = "inline"
 log = logging.getLogger("splitrpc.executor")
 _here = threading.local()  # the lane of the batch this thread runs (LanePool)
 
 
-class BatchJob(functools.partial):
+class BatchJob(functools.partial[None]):
     """One deferred batch handed to an executor: calling it runs the function's callback and
     finishes the batch (its errors included; it never raises). An executor may read name (the
     function's), count, call_args and call_kwargs (e.g. costs=) to decide where it runs, and
@@ -53,7 +53,7 @@ class Executor:
     # most; None: `threads`. LanePool.by_class sets it to its lanes' threads: each class has a lane.
     queue_threads: int | None = None
 
-    def submit(self, job: Callable[[], None]) -> None:
+    def submit(self, job: BatchJob) -> None:
         raise NotImplementedError
 
     def acquire(self) -> None:
@@ -62,7 +62,7 @@ class Executor:
     def release(self) -> None:
         """A server that used it stopped, its jobs done (nothing by default)."""
 
-    def load(self) -> dict:
+    def load(self) -> dict[str, Any]:
         """What it holds and did (Server.stats()["executors"]); by default its kind and threads."""
         return {"kind": type(self).__name__, "threads": self.threads}
 
@@ -72,16 +72,16 @@ class _Meter:
     path: each of its threads keeps its own tally, which only it writes; read() sums them (any
     thread; a batch that starts meanwhile may be seen as queued or as running)."""
 
-    def __init__(self):
-        self._tallies: list = []  # one [started, finished, busy_s] per thread
+    def __init__(self) -> None:
+        self._tallies: list[list[float]] = []  # one [started, finished, busy_s] per thread
 
-    def tally(self) -> list:
+    def tally(self) -> list[float]:
         """A new thread's tally (the thread keeps it in a local variable)."""
-        tally = [0, 0, 0.0]
+        tally: list[float] = [0, 0, 0.0]
         self._tallies.append(tally)  # list.append is atomic under the GIL
         return tally
 
-    def read(self) -> tuple:
+    def read(self) -> tuple[float, float, float]:
         """(started, finished, busy_s): each thread's tally copied at once (a tuple of a list is one
         step under the GIL, and a thread counts a batch started before finished), so running =
         started - finished stays between 0 and the threads."""
@@ -101,7 +101,7 @@ class ThreadPool(Executor):
             raise ValueError(f"a thread pool needs at least 1 thread, got {threads!r}")
         self.threads = threads
         self.name = name
-        self._q: queue.SimpleQueue = queue.SimpleQueue()
+        self._q: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._users = 0
         self._running: list[threading.Thread] = []
@@ -114,7 +114,7 @@ class ThreadPool(Executor):
         """Queues job (no arguments) for the next free thread. The job handles its own errors."""
         self._q.put(job)
 
-    def load(self) -> dict:
+    def load(self) -> dict[str, Any]:
         """{"kind": "pool", "threads", "queued", "running", "batches", "busy_s"}."""
         started, finished, busy = self._meter.read()
         queued = self._q.qsize() if self._users else 0  # not the stop markers of release()
@@ -175,7 +175,7 @@ class LanePool(Executor):
     no batch is lost. The callback reads its lane with current_lane(). Thread-safe as Executor
     says; one LanePool may serve several functions whose jobs its route understands."""
 
-    def __init__(self, lanes: dict, route: Callable[[BatchJob], str], name: str = "splitrpc-lanes"):
+    def __init__(self, lanes: dict[str, int], route: Callable[[BatchJob], str | None], name: str = "splitrpc-lanes"):
         if not lanes or any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in lanes.values()):
             raise ValueError(f"lanes must name at least one lane, each with 1 or more threads, got {lanes!r}")
         if not callable(route):
@@ -191,7 +191,7 @@ class LanePool(Executor):
         return f"LanePool({self.lanes}, name={self.name!r})"
 
     @classmethod
-    def by_class(cls, lanes: dict, classes, name: str = "splitrpc-lanes") -> "LanePool":
+    def by_class(cls, lanes: dict[str, int], classes: Iterable[str], name: str = "splitrpc-lanes") -> "LanePool":
         """A LanePool that runs each batch on the lane of its queue's class: classes[k] names the
         lane of class k (a function with cost_classes or aux_classes; a batch of a class past the
         list goes to the first lane, counted in misrouted). Each class's queue has at most its
@@ -205,7 +205,7 @@ class LanePool(Executor):
         pool.queue_threads = max(pool.lanes[c] for c in classes)
         return pool
 
-    def submit(self, job: Callable[[], None]) -> None:
+    def submit(self, job: BatchJob) -> None:
         try:
             lane = self.route(job)
         except Exception as e:  # noqa: BLE001 - a route's bug must not lose the batch
@@ -219,7 +219,7 @@ class LanePool(Executor):
                 self.misrouted += 1
             lane = self._first
 
-        def in_lane(job=job, lane=lane) -> None:
+        def in_lane(job: BatchJob = job, lane: str = lane) -> None:
             _here.lane = lane
             try:
                 job()
@@ -236,7 +236,7 @@ class LanePool(Executor):
         for p in self._pools.values():
             p.release()
 
-    def load(self) -> dict:
+    def load(self) -> dict[str, Any]:
         """{"kind": "lanes", "threads", "misrouted", "lanes": {lane: ThreadPool.load()}}."""
         return {"kind": "lanes", "threads": self.threads, "misrouted": self.misrouted,
                 "lanes": {lane: p.load() for lane, p in self._pools.items()}}
@@ -245,7 +245,7 @@ class LanePool(Executor):
 _NO_STAGE = object()  # stage_result() outside a StagePipeline's second stage
 
 
-def stage_result():
+def stage_result() -> Any:
     """What the first stage of a StagePipeline returned for the batch this thread now runs (its
     exception is raised here); None on any other thread. A callback that may run either way
     computes the first stage itself when it gets None."""
@@ -278,7 +278,8 @@ class StagePipeline(Executor):
     it (no batch is lost). `threads` (as the engine reads it: batches out at once) is both stages'
     threads together. Thread-safe as Executor says."""
 
-    def __init__(self, first: Callable, first_threads: int, threads: int, name: str = "splitrpc-stages"):
+    def __init__(self, first: Callable[[BatchJob], Any], first_threads: int, threads: int,
+                 name: str = "splitrpc-stages"):
         for what, n in (("first_threads", first_threads), ("threads", threads)):
             if isinstance(n, bool) or not isinstance(n, int) or n < 1:
                 raise ValueError(f"a stage pipeline needs {what} >= 1, got {n!r}")
@@ -296,10 +297,10 @@ class StagePipeline(Executor):
         first, second = self.stage_threads
         return f"StagePipeline(first_threads={first}, threads={second}, name={self.name!r})"
 
-    def submit(self, job: Callable[[], None]) -> None:
+    def submit(self, job: BatchJob) -> None:
         self._first.submit(functools.partial(self._run_first, job))
 
-    def _run_first(self, job) -> None:
+    def _run_first(self, job: BatchJob) -> None:
         try:
             got = self.first(job)
         except Exception as e:  # noqa: BLE001 - the batch fails with it in the second stage
@@ -309,7 +310,7 @@ class StagePipeline(Executor):
         self._second.submit(functools.partial(self._run_second, job, got))
 
     @staticmethod
-    def _run_second(job, got) -> None:
+    def _run_second(job: BatchJob, got: object) -> None:
         _here.stage = got
         try:
             job()
@@ -326,13 +327,13 @@ class StagePipeline(Executor):
         self._first.release()
         self._second.release()
 
-    def load(self) -> dict:
+    def load(self) -> dict[str, Any]:
         """{"kind": "stages", "threads", "first_failed", "stages": [ThreadPool.load() of each]}."""
         return {"kind": "stages", "threads": self.threads, "first_failed": self.first_failed,
                 "stages": [self._first.load(), self._second.load()]}
 
 
-def resolve(executor, device_ordinal: int) -> Executor | None:
+def resolve(executor: str | int | Executor | None, device_ordinal: int) -> Executor | None:
     """Server.function's executor argument: "inline" -> None; N -> a pool of its own with N
     threads; an Executor (ThreadPool, LanePool, or another) -> itself. Raises ValueError for
     anything else, and for an executor given to a GPU function (its callback only launches work

@@ -8,10 +8,15 @@ from __future__ import annotations
 
 import logging
 import re
+from typing import TYPE_CHECKING, Any, Callable, Sequence, cast
 
 from splitrpc._native import gpu as _gpu
 from splitrpc._native import server as _server
-from splitrpc.errors import GPUError, GPUUnavailable  # noqa: F401 - public here as splitrpc.gpu.GPUError
+from splitrpc.errors import GPUError as GPUError  # noqa: F401 - public here as splitrpc.gpu.GPUError
+from splitrpc.errors import GPUUnavailable as GPUUnavailable
+
+if TYPE_CHECKING:
+    from splitrpc.spec import TensorSpec
 
 log = logging.getLogger("splitrpc.gpu")
 
@@ -21,7 +26,7 @@ ORCHESTRATIONS = ("o1", "graph", "o2")
 O2_KERNELS = ("vecadd",)
 
 
-def check_o2(callback, inputs: list, outputs: list, raw: bool) -> None:
+def check_o2(callback: Callable[..., Any], inputs: list[TensorSpec], outputs: list[TensorSpec], raw: bool) -> None:
     """Raises ValueError unless a function can use orchestration="o2": a callback naming a
     compiled persistent kernel, and one float32 input and one float32 output of equal size."""
     kernel = getattr(callback, "o2_kernel", None)
@@ -67,7 +72,7 @@ def device_name(ordinal: int = 0) -> str:
     return _gpu.device_name(ordinal)
 
 
-def import_cupy():
+def import_cupy() -> Any:
     try:
         import cupy
     except ImportError as exc:
@@ -82,7 +87,8 @@ class DeviceRunner:
     all stream-ordered; the worker never waits for the GPU. With O2 the persistent kernel
     replaces the callback and writes the outputs and the done word itself."""
 
-    def __init__(self, ordinal: int, inputs: list, outputs: list, callback, orchestration: str):
+    def __init__(self, ordinal: int, inputs: list[TensorSpec], outputs: list[TensorSpec], callback: Callable[..., Any],
+                 orchestration: str) -> None:
         if orchestration not in ORCHESTRATIONS:
             raise ValueError(f"orchestration must be one of {ORCHESTRATIONS}, got {orchestration!r}")
         self.cupy = import_cupy()
@@ -93,8 +99,8 @@ class DeviceRunner:
         self.device = self.cupy.cuda.Device(ordinal)
         with self.device:
             self.stream = self.cupy.cuda.Stream(non_blocking=True)
-        self.graphs: dict = {}  # B -> (graph, static inputs, static outputs)
-        self.o2 = None          # srpc_o2_t * while the O2 kernel runs
+        self.graphs: dict[int, tuple[Any, list[Any]]] = {}  # B -> (graph, static inputs, static outputs)
+        self.o2: Any = None     # srpc_o2_t * while the O2 kernel runs
         self.o2_floats = inputs[0].nbytes // 4 if orchestration == "o2" else 0
 
     def start(self) -> None:
@@ -111,19 +117,19 @@ class DeviceRunner:
             o2, self.o2 = self.o2, None
             _gpu.o2_stop(o2)
 
-    def _view(self, addr: int, spec, count: int):
+    def _view(self, addr: int, spec: TensorSpec, count: int) -> Any:
         cp = self.cupy
         nbytes = count * spec.nbytes
         mem = cp.cuda.UnownedMemory(addr, nbytes, self, self.ordinal)
         return cp.ndarray((count, *spec.shape), dtype=spec.np_dtype, memptr=cp.cuda.MemoryPointer(mem, 0))
 
-    def views(self, b, count: int) -> list:
+    def views(self, b: Any, count: int) -> list[Any]:
         """CuPy views of the batch's device TQ elements, inputs then outputs (no copy)."""
         din, dout = _gpu.device_pointers(b, len(self.inputs), len(self.outputs))
         args = [self._view(din[k], s, count) for k, s in enumerate(self.inputs)]
         return args + [self._view(dout[k], s, count) for k, s in enumerate(self.outputs)]
 
-    def run(self, srv, b, args) -> None:
+    def run(self, srv: Any, b: Any, args: Sequence[Any] | None) -> None:
         """Queues the batch's work on the stream and hands it back in flight (args: views(),
         unused with O2). Raises while the batch is still open, so the caller completes it."""
         stream = self.stream.ptr
@@ -131,6 +137,7 @@ class DeviceRunner:
         if self.o2 is not None:
             _gpu.submit_o2(srv, b, self.o2, stream)
             return
+        args = cast("Sequence[Any]", args)  # None only with O2 (returned above): the caller's views() otherwise
         with self.device, self.stream:
             if self.orchestration == "graph":
                 self._replay(args, b.count)
@@ -140,7 +147,7 @@ class DeviceRunner:
                     _server.fail_calls(srv, b, b.count, r)
         _gpu.submit(srv, b, stream)
 
-    def _replay(self, args: list, count: int) -> None:
+    def _replay(self, args: Sequence[Any], count: int) -> None:
         """O1 with a CUDA graph per batch size: the callback is captured once on static
         buffers; each batch copies its elements in, replays the graph and copies the outputs
         back (device-to-device, on the same stream)."""
@@ -167,7 +174,7 @@ class DeviceRunner:
 
 
 
-def device_info(ordinal: int = 0) -> dict:
+def device_info(ordinal: int = 0) -> dict[str, Any]:
     """What device `ordinal` offers: name, driver_version, cc_major/minor, multiprocessors,
     total_memory, vmm and granularity, map_host_memory, unified_addressing, host_register,
     stream_memops, memops_v2, gpudirect_rdma, PCI address (-1: the driver cannot say)."""
@@ -189,7 +196,7 @@ def device_count() -> int:
     return max(_gpu.device_count(), 0)
 
 
-def live() -> dict:
+def live() -> dict[str, int]:
     """What this process holds of the driver through splitrpc now: device Tensor Queues, pinned
     allocations, host registrations, streams and O2 kernels (all 0 once everything is closed)."""
     return _gpu.live()

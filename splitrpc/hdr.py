@@ -3,8 +3,10 @@ from __future__ import annotations
 
 import math
 from fractions import Fraction
+from typing import Any, Sequence
 
 import numpy as np
+from numpy.typing import ArrayLike, NDArray
 
 __all__ = ["HdrHistogram", "EmptyHistogramError", "DEFAULT_PERCENTILES", "percentiles"]
 
@@ -48,7 +50,7 @@ class HdrHistogram:
 
         # The layout of hdr_calculate_bucket_config() in HdrHistogram_c.
         self._unit_magnitude = lowest_discernible.bit_length() - 1  # floor(log2(lowest_discernible))
-        sub_bucket_count_magnitude = (2 * 10 ** significant_figures - 1).bit_length()  # ceil(log2(2*10^sf))
+        sub_bucket_count_magnitude: int = (2 * 10 ** significant_figures - 1).bit_length()  # ceil(log2(2*10^sf))
         self._half_magnitude = max(sub_bucket_count_magnitude, 1) - 1
         self.sub_bucket_count = 1 << (self._half_magnitude + 1)
         self._half_count = self.sub_bucket_count // 2
@@ -72,13 +74,13 @@ class HdrHistogram:
         """Forgets every recorded value (the layout stays)."""
         self.counts[:] = 0
         self._count = 0
-        self._min = None
-        self._max = None
+        self._min: int | None = None
+        self._max: int | None = None
         self._sum = 0  # exact, a Python int
         self._m2 = 0.0  # sum of squared deviations from the mean (Chan et al.), for stddev
         self.clamped = 0  # values above highest_trackable recorded as highest_trackable (clamp=True)
 
-    def record(self, values, clamp: bool = False) -> None:
+    def record(self, values: ArrayLike, clamp: bool = False) -> None:
         """Records one value or an array of them (ints; floats are rounded to the nearest int).
 
         Negative or non-finite values raise ValueError, and so do values above highest_trackable
@@ -91,7 +93,7 @@ class HdrHistogram:
         for start in range(0, v.size, chunk):
             self._record_chunk(v[start:start + chunk])
 
-    def _checked(self, values, clamp: bool) -> tuple[np.ndarray, int]:
+    def _checked(self, values: ArrayLike, clamp: bool) -> tuple[NDArray[np.int64], int]:
         """The values as a flat int64 array (clamped if asked) and how many were clamped; raises if one is bad."""
         a = np.asarray(values)
         if a.dtype.kind == "O":  # Python ints beyond 64 bits (or not numbers at all): the rare slow path
@@ -128,7 +130,7 @@ class HdrHistogram:
             a = np.where(above, a.dtype.type(self.highest_trackable), a)
         return a.astype(np.int64, copy=False), over
 
-    def _record_chunk(self, v: np.ndarray) -> None:
+    def _record_chunk(self, v: NDArray[np.int64]) -> None:
         """Adds a checked int64 chunk to the counts and the exact statistics."""
         n = int(v.size)
         if n == 0:
@@ -148,13 +150,14 @@ class HdrHistogram:
         if self._count:
             delta = s / n - self._sum / self._count
             self._m2 += m2 + delta * delta * self._count * n / (self._count + n)
+            assert self._min is not None and self._max is not None  # set with the first values (self._count > 0)
             self._min, self._max = min(self._min, lo), max(self._max, hi)
         else:
             self._m2, self._min, self._max = m2, lo, hi
         self._count += n
         self._sum += s
 
-    def _indices(self, v: np.ndarray) -> np.ndarray:
+    def _indices(self, v: NDArray[np.int64]) -> NDArray[np.int64]:
         """The counts index of each value (counts_index_for() of HdrHistogram_c, on an array)."""
         m = v | self._mask
         # Bit length of m, from the float exponent; the int64 -> float64 rounding can only carry
@@ -181,6 +184,8 @@ class HdrHistogram:
             n, m = self._count, other._count
             delta = other._sum / m - self._sum / n
             self._m2 += other._m2 + delta * delta * n * m / (n + m)
+            assert self._min is not None and self._max is not None  # both hold values (self._count > 0)
+            assert other._min is not None and other._max is not None
             self._min, self._max = min(self._min, other._min), max(self._max, other._max)
         else:
             self._m2, self._min, self._max = other._m2, other._min, other._max
@@ -207,12 +212,14 @@ class HdrHistogram:
     def min(self) -> int:
         """The smallest recorded value, exactly."""
         self._need_values()
+        assert self._min is not None  # set with the first value
         return self._min
 
     @property
     def max(self) -> int:
         """The largest recorded value, exactly."""
         self._need_values()
+        assert self._max is not None  # set with the first value
         return self._max
 
     @property
@@ -256,18 +263,19 @@ class HdrHistogram:
         """
         return self.percentiles((p,))[p]
 
-    def percentiles(self, ps=DEFAULT_PERCENTILES) -> dict:
+    def percentiles(self, ps: Sequence[float] = DEFAULT_PERCENTILES) -> dict[float, int]:
         """{p: value_at_percentile(p)} for each p in ps, from one pass over the counts."""
         self._need_values()
+        assert self._min is not None and self._max is not None  # set with the first value
         ranks = [_rank(p, self._count) for p in ps]
         cumulative = np.cumsum(self.counts)
         indices = np.searchsorted(cumulative, [max(r, 1) for r in ranks], side="left")
-        out = {}
+        out: dict[float, int] = {}
         for p, r, i in zip(ps, ranks, indices):
             out[p] = self._min if r == 0 else min(self._highest_at_index(int(i)), self._max)
         return out
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, float | None]:
         """count, min, mean, p50, p90, p95, p99, p99.9 and max, in the recorded unit (None but count when empty)."""
         keys = ("min", "mean", "p50", "p90", "p95", "p99", "p99.9", "max")
         if not self._count:
@@ -281,7 +289,7 @@ class HdrHistogram:
                 f"{self.highest_trackable}, significant_figures={self.significant_figures}, count={self._count})")
 
 
-def percentiles(values, ps=(50, 99)) -> dict:
+def percentiles(values: ArrayLike, ps: Sequence[float] = (50, 99)) -> dict[float, int] | dict[float, None]:
     """{p: value at percentile p} of values (non-negative integers, e.g. latencies in ns) from an
     HdrHistogram with its default precision (3 significant figures, never above the exact max):
     the one way every report, table and command-line line of splitrpc computes percentiles, so
@@ -293,7 +301,7 @@ def percentiles(values, ps=(50, 99)) -> dict:
     return h.percentiles(ps)
 
 
-def _rank(p, count: int) -> int:
+def _rank(p: float, count: int) -> int:
     """ceil(p/100 * count), exactly, with p taken as the decimal it prints as; checks 0 <= p <= 100."""
     try:
         pf = float(p)
@@ -305,7 +313,7 @@ def _rank(p, count: int) -> int:
     return -(-q.numerator // q.denominator)
 
 
-def _show(x) -> str:
+def _show(x: np.integer[Any] | np.floating[Any]) -> str:
     """A value for an error message: an int when it is one."""
     xf = float(x)
     return str(int(x)) if xf.is_integer() else repr(xf)

@@ -5,9 +5,10 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable, cast
 
 import numpy as np
+import numpy.typing as npt
 
 from splitrpc.client import Client
 from splitrpc._native import loadgen as _loadgen
@@ -25,25 +26,26 @@ def code_name(code: int) -> str:
 class Records:
     """The outcome of every call of one run. `rec` is indexed by call (in send order); `order`
     lists the finished calls in the order they finished. Times are ns from `start_ns`."""
-    rec: np.ndarray
-    order: np.ndarray
+    rec: npt.NDArray[np.void]
+    order: npt.NDArray[np.uint32]
     start_ns: int
     mode: str                      # "closed" or "open"
     concurrency: int = 0
     interrupted: bool = False
-    meta: dict = field(default_factory=dict)
+    meta: dict[str, Any] = field(default_factory=dict)
     # The request each call sent (uint32, aligned with rec): an index into the run's request
     # set, all 0 for a run with one request. None only for Records made by hand.
-    req_index: np.ndarray | None = None
+    req_index: npt.NDArray[np.uint32] | None = None
 
     @property
-    def finished(self) -> np.ndarray:
+    def finished(self) -> npt.NDArray[np.void]:
         return self.rec[self.order]
 
-    def latency_ns(self) -> np.ndarray:
+    def latency_ns(self) -> npt.NDArray[np.int64]:
         """Latency of each successful call, from when it was due (no coordinated omission)."""
         r = self.rec[self.rec["code"] == OK]
-        return (r["done_ns"] - r["sched_ns"]).astype(np.int64)
+        # numpy types a structured array's field as Any: this is the int64 array astype makes
+        return cast(npt.NDArray[np.int64], (r["done_ns"] - r["sched_ns"]).astype(np.int64))
 
 
 @dataclass
@@ -58,16 +60,16 @@ class Snapshot:
     errors: int           # calls that did not end in a valid reply, so far
 
 
-def _is_set(request) -> bool:
+def _is_set(request: Any) -> bool:
     """A request set is a list or tuple of bytes-likes; anything else is one request."""
     return isinstance(request, (list, tuple))
 
 
-def run_load(client: Client, func_id: int, request, *, expect=None, concurrency: int = 0,
-             schedule: np.ndarray | None = None, n: int | None = None, timeout_s: float = 1.0,
+def run_load(client: Client, func_id: int, request: Any, *, expect: Any = None, concurrency: int = 0,
+             schedule: npt.NDArray[Any] | None = None, n: int | None = None, timeout_s: float = 1.0,
              spin: bool = False, max_outstanding: int = 4096,
              on_progress: Callable[[Snapshot], None] | None = None, interval_s: float = 0.5,
-             stop: threading.Event | None = None, index: np.ndarray | None = None) -> Records:
+             stop: threading.Event | None = None, index: npt.NDArray[Any] | None = None) -> Records:
     """Closed loop (`concurrency` > 0, `n` calls) or open loop (`schedule`: due times in ns).
     `request`: the bytes every call sends, and `expect` the reply every call must get (others
     count as INVALID); or a request set: `request` a list of bytes-likes, `expect` None or a
@@ -97,7 +99,7 @@ def run_load(client: Client, func_id: int, request, *, expect=None, concurrency:
         raise ValueError("timeout_s must be > 0")
     client._check_open()
     if _is_set(request):
-        reqs = [as_buffer(b) for b in request]
+        reqs: list[memoryview] | None = [as_buffer(b) for b in request]
         if not reqs:
             raise ValueError("a request set needs at least one request")
         if expect is not None and not _is_set(expect):

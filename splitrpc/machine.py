@@ -3,9 +3,10 @@ from __future__ import annotations
 
 import os
 import platform
+from typing import Any
 
 
-def describe() -> dict:
+def describe() -> dict[str, Any]:
     """{"host", "cpu", "cpus", "kernel", "python"} of this machine."""
     cpu = platform.processor() or ""
     try:

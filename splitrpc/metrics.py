@@ -1,9 +1,14 @@
 """metrics.py: a server's counters as Prometheus metric families through prometheus-client: a collector over Server.stats() (the admin endpoint, splitrpc.admin, serves it with the process collector, in the text or OpenMetrics format the scraper asks for)."""
 from __future__ import annotations
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_latest
 from prometheus_client.registry import Collector, CollectorRegistry
+
+if TYPE_CHECKING:
+    from splitrpc.server import Server
 
 CONTENT_TYPE = CONTENT_TYPE_PLAIN_0_0_4  # the text format's, when the scraper asks for nothing else
 PREFIX = "splitrpc"
@@ -37,14 +42,14 @@ BATCH_HELP = "Calls per batch."
 QDELAY_HELP = "Time from a call's last request datagram to the start of the batch that runs it."
 
 
-def _batch_buckets(batch_sizes: dict) -> tuple[list, int]:
+def _batch_buckets(batch_sizes: dict[Any, Any]) -> tuple[list[tuple[str, int]], int]:
     """(cumulative buckets, sum) of a {batch size: batches} histogram."""
     sizes = {int(k): int(v) for k, v in batch_sizes.items()}
     buckets = [(str(le), sum(v for k, v in sizes.items() if k <= le)) for le in (1, 2, 4, 8, 16, 32, 64, 128)]
     return buckets + [("+Inf", sum(sizes.values()))], sum(k * v for k, v in sizes.items())
 
 
-def _qdelay_buckets(qd: dict) -> tuple[list, float]:
+def _qdelay_buckets(qd: dict[str, Any]) -> tuple[list[tuple[str, int]], float]:
     """(cumulative buckets in seconds, sum in seconds) of a stats() queue_delay dict."""
     cum, buckets = 0, []
     for le_us, n in zip(qd["le_us"], qd["counts"]):
@@ -53,9 +58,9 @@ def _qdelay_buckets(qd: dict) -> tuple[list, float]:
     return buckets, qd["sum_us"] / 1e6
 
 
-def families(st: dict, prefix: str = PREFIX):
+def families(st: dict[str, Any], prefix: str = PREFIX) -> Iterator[Metric]:
     """The metric families of a Server.stats() dict (prometheus_client core families)."""
-    def fam(kind: str, name: str, help_: str, labels=()):
+    def fam(kind: str, name: str, help_: str, labels: Sequence[str] = ()) -> CounterMetricFamily | GaugeMetricFamily:
         cls = CounterMetricFamily if kind == "counter" else GaugeMetricFamily
         return cls(f"{prefix}_{name}", help_, labels=list(labels))
 
@@ -140,14 +145,14 @@ class StatsCollector(Collector):
     """A prometheus_client collector over stats(), a callable returning a Server.stats() dict
     (read at each scrape, on the scraping thread)."""
 
-    def __init__(self, stats, prefix: str = PREFIX):
+    def __init__(self, stats: Callable[[], dict[str, Any]], prefix: str = PREFIX) -> None:
         self._stats, self._prefix = stats, prefix
 
-    def collect(self):
+    def collect(self) -> Iterator[Metric]:
         yield from families(self._stats(), self._prefix)
 
 
-def registry_for(server, *, process: bool = True) -> CollectorRegistry:
+def registry_for(server: Server, *, process: bool = True) -> CollectorRegistry:
     """A registry with the server's collector and (process=True) prometheus-client's process
     collector (CPU seconds, memory, open files of this process)."""
     from prometheus_client import ProcessCollector
@@ -159,7 +164,7 @@ def registry_for(server, *, process: bool = True) -> CollectorRegistry:
     return reg
 
 
-def prometheus_text(st: dict, prefix: str = PREFIX) -> str:
+def prometheus_text(st: dict[str, Any], prefix: str = PREFIX) -> str:
     """The Prometheus text exposition (format 0.0.4) of a Server.stats() dict."""
     reg = CollectorRegistry(auto_describe=False)
     reg.register(StatsCollector(lambda: st, prefix))

@@ -15,12 +15,16 @@ Threads: everything here runs on the thread of the command (the CLI's main threa
 """
 from __future__ import annotations
 
+import argparse
 import os
 from dataclasses import dataclass
 from importlib import import_module, metadata
-from typing import Callable
+from typing import TYPE_CHECKING, Callable, Iterable
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from splitrpc.server import Server
 
 GROUP = "splitrpc.capabilities"  # the entry-point group
 ENV = "SPLITRPC_PLUGINS"         # module:attr,... of capabilities that are not installed
@@ -46,7 +50,7 @@ class Callee:
     check: Callable[[bytes, bytes], bool] | None = None  # the reply within tolerance (else: == expected)
     check_label: str = "reply matches the expected output:"
     summary: Callable[[bytes, bytes, float], str] | None = None  # one line for a call (request, reply, us)
-    show: Callable[[bytes], list] | None = None  # the reply as lines of text (else: bytes or text)
+    show: Callable[[bytes], list[str]] | None = None  # the reply as lines of text (else: bytes or text)
     strict: bool = False  # `splitrpc call` exits 1 when the reply does not check
     demo_share: float = 0.0  # > 0: `splitrpc demo` loads it with this share of --calls (set it where
     #                          callee(checked=False) answers: the demo asks so)
@@ -66,14 +70,14 @@ class Serving:
     registered ("name(id)" each, for the start line), a banner for the start line, lines to print
     once the server stopped, and close() for what it holds beyond the Server."""
 
-    def __init__(self, served: list | None = None, banner: str = ""):
+    def __init__(self, served: list[str] | None = None, banner: str = ""):
         self.served = list(served or [])
         self.banner = banner
 
     def close(self) -> None:
         """After the server closed (and on a failed start): frees what the capability holds."""
 
-    def stop_lines(self, args) -> list:
+    def stop_lines(self, args: argparse.Namespace) -> list[str]:
         """Printed after close(): what the capability did while it served."""
         return []
 
@@ -85,42 +89,42 @@ class Capability:
     order = 100
     models_help = ""  # how `serve --models` names what it serves, for --help ("" when nothing)
 
-    def add_commands(self, sub) -> None:
+    def add_commands(self, sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         """Adds its subcommands to the `splitrpc` subparsers (each sets func=handler(args) -> int)."""
 
-    def add_serve_options(self, parser) -> None:
+    def add_serve_options(self, parser: argparse.ArgumentParser) -> None:
         """Adds its options to `splitrpc serve` (forwarded to each process of --processes)."""
 
-    def check_serve_args(self, args) -> None:
+    def check_serve_args(self, args: argparse.Namespace) -> None:
         """Raises CapabilityError for `serve` options it cannot honour together."""
 
     def claims(self, name: str) -> bool:
         """Whether `serve --models NAME` is one of its functions."""
         return False
 
-    def serve(self, server, names: list, args) -> Serving | None:
+    def serve(self, server: Server, names: list[str], args: argparse.Namespace) -> Serving | None:
         """Registers its functions on server: names are the --models names it claimed (empty when
         none); a capability that serves by default registers those anyway. None: nothing served.
         Raises CapabilityError with the message for the user."""
         return None
 
-    def callee_names(self) -> tuple:
+    def callee_names(self) -> tuple[str, ...]:
         """The names callee() knows, for messages and --help."""
         return ()
 
-    def stage_args(self, name: str, first: int, second: int) -> list | None:
+    def stage_args(self, name: str, first: int, second: int) -> list[str] | None:
         """`serve` options that run the model `name` it claims as a two-stage pipeline, `first`
         threads for its first stage and `second` for its second (a recommendation model's
         sparse and dense parts, for `splitrpc tune --schedules sd`); None: it has no stages."""
         return None
 
-    def callee(self, name: str, args, checked: bool = True) -> Callee | None:
+    def callee(self, name: str, args: argparse.Namespace, checked: bool = True) -> Callee | None:
         """The function `name` (None: not one of its own). checked=False: the request comes from the
         user (--file, --text) and only func_id is needed, so nothing heavy need be built."""
         return None
 
 
-def _load(spec: str, where: str, entry_point=None):
+def _load(spec: str, where: str, entry_point: metadata.EntryPoint | None = None) -> Capability:
     mod, _, attr = spec.strip().partition(":")
     if entry_point is None and (not mod or not attr):
         raise CapabilityError(f"{where}: {spec!r} is not module:attr")
@@ -133,12 +137,12 @@ def _load(spec: str, where: str, entry_point=None):
     return cap
 
 
-def capabilities() -> list:
+def capabilities() -> list[Capability]:
     """Every capability, installed (the entry points) and named in SPLITRPC_PLUGINS, by order then
     name; CapabilityError for one that cannot be loaded or a name given twice."""
     found = [_load(ep.value, f"entry point {ep.name}", ep) for ep in metadata.entry_points(group=GROUP)]
     found += [_load(s, ENV) for s in os.environ.get(ENV, "").split(",") if s.strip()]
-    seen: dict = {}
+    seen: dict[str, Capability] = {}
     for cap in found:
         if cap.name in seen and seen[cap.name] is not cap:
             raise CapabilityError(f"two capabilities are named {cap.name!r}")
@@ -146,7 +150,7 @@ def capabilities() -> list:
     return sorted(seen.values(), key=lambda c: (c.order, c.name))
 
 
-def find_callee(caps, name: str, args, checked: bool = True) -> Callee | None:
+def find_callee(caps: Iterable[Capability], name: str, args: argparse.Namespace, checked: bool = True) -> Callee | None:
     """The first capability's callee of that name, or None."""
     for cap in caps:
         c = cap.callee(name, args, checked)

@@ -28,11 +28,20 @@ import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, Generator, Iterable, cast
 
 from splitrpc._native.client import CLIENT_DEFAULTS
 from splitrpc.client import Client, split_address
 from splitrpc.errors import Busy, CallTimeout, Draining, SplitRPCError, Unavailable, UnknownFunction
 from splitrpc.describe import NotDescribed
+
+if TYPE_CHECKING:
+    from typing import TypeAlias
+
+    # what resolve() takes: "host:port", (host, port), or several of them
+    Addresses: TypeAlias = str | tuple[str, int] | Iterable[str | tuple[str, int]]
+    # what _attempts() is sent for an attempt: (reply, None) or (None, exception)
+    Outcome: TypeAlias = tuple[bytes | None, BaseException | None]
 
 CHOICES = ("p2c", "random")
 PING_FAILURES = 2    # pings in a row without a reply that take a replica out
@@ -44,7 +53,7 @@ class NoReplica(SplitRPCError):
     """Every replica of the pool is out (draining, silent) or was tried for this call."""
 
 
-def resolve(spec) -> list[tuple[str, int]]:
+def resolve(spec: Addresses) -> list[tuple[str, int]]:
     """Addresses of spec: a list of "host:port" strings or (host, port) tuples, or one
     "name:port" whose DNS name resolves to several addresses (each one a replica; IPv4 and
     IPv6, in resolver order, duplicates dropped)."""
@@ -56,7 +65,7 @@ def resolve(spec) -> list[tuple[str, int]]:
         port = CLIENT_DEFAULTS["port"] if port is None else port
         for fam, _, _, _, sa in socket.getaddrinfo(host, port, type=socket.SOCK_DGRAM):
             if fam in (socket.AF_INET, socket.AF_INET6) and (sa[0], sa[1]) not in out:
-                out.append((sa[0], sa[1]))
+                out.append(cast("tuple[str, int]", (sa[0], sa[1])))  # AF_INET, AF_INET6: (host, port, ...)
     if not out:
         raise ValueError(f"no replica address in {spec!r}")
     return out
@@ -78,8 +87,8 @@ class Replica:
     silent: bool = False       # a call or pings went unanswered: out until a ping answers
     failed_pings: int = 0      # in a row
     probed: bool = True        # False: the replica has no ping (older than Amendment 1): calls alone tell
-    counts: dict = field(default_factory=lambda: {"calls": 0, "ok": 0, "busy": 0, "draining": 0, "silent": 0,
-                                                  "unavailable": 0, "errors": 0})
+    counts: dict[str, int] = field(default_factory=lambda: {"calls": 0, "ok": 0, "busy": 0, "draining": 0, "silent": 0,
+                                                            "unavailable": 0, "errors": 0})
 
     def available(self, now: float) -> bool:
         return not self.draining and not self.silent and now >= self.out_until
@@ -108,10 +117,11 @@ class Pool:
     raise NoReplica; a failing one keeps the replicas as they were). Other keywords go to each
     replica's Client (busy_retry is off: a BUSY goes to another replica instead)."""
 
-    def __init__(self, replicas, *, choice: str = "p2c", timeout: float = 1.0, attempt_timeout: float | None = None,
+    def __init__(self, replicas: Addresses | Callable[[], Addresses | None], *, choice: str = "p2c",
+                 timeout: float = 1.0, attempt_timeout: float | None = None,
                  max_attempts: int = 4, probe_interval: float | None = 0.05, probe_timeout: float = 0.25,
                  busy_penalty: float = 0.005, busy_weight: float = 16, seed: int | None = None,
-                 refresh_interval: float = 1.0, **client_kw):
+                 refresh_interval: float = 1.0, **client_kw: Any) -> None:
         if choice not in CHOICES:
             raise ValueError(f"choice must be one of {CHOICES}, got {choice!r}")
         if not timeout > 0 or max_attempts < 1 or (attempt_timeout is not None and not attempt_timeout > 0):
@@ -126,14 +136,14 @@ class Pool:
         # iterating an older list sees a consistent one
         self.replicas: list[Replica] = []
         self._retired: list[Replica] = []  # left the source with calls outstanding: closed when idle
-        self._source = replicas if callable(replicas) else None
+        self._source: Callable[[], Addresses | None] | None = replicas if callable(replicas) else None
         if not refresh_interval > 0:
             raise ValueError("refresh_interval must be positive seconds")
         try:
             if self._source is not None:
                 self._refresh()
             else:
-                self.replicas = [self._replica(a) for a in resolve(replicas)]
+                self.replicas = [self._replica(a) for a in resolve(cast("Addresses", replicas))]  # not callable
         except BaseException:
             self._close_clients()
             raise
@@ -159,6 +169,7 @@ class Pool:
 
     def _refresh(self) -> None:
         """Reads the source: replicas that left stop being chosen, new ones are added."""
+        assert self._source is not None  # called only for a pool with a source
         got = self._source()
         want = resolve(got) if got else []
         with self._lock:
@@ -192,7 +203,7 @@ class Pool:
 
     # ------------------------------------------------------------------ choosing
 
-    def _choose(self, tried: set) -> Replica | None:
+    def _choose(self, tried: set[int]) -> Replica | None:
         """A replica not yet tried for this call: among those available (else any untried), the
         less loaded of two drawn at random (p2c), or one at random."""
         now = time.monotonic()
@@ -215,7 +226,7 @@ class Pool:
 
     # ------------------------------------------------------------------ calls
 
-    def call(self, func_id: int, data=b"", timeout: float | None = None, *, idempotent: bool = False,
+    def call(self, func_id: int, data: Any = b"", timeout: float | None = None, *, idempotent: bool = False,
              aux: int = 0) -> bytes:
         """The reply of one call, from whichever replica answered it. A BUSY or DRAINING answer
         sends the call to another replica (it never ran on the first); an attempt with no reply
@@ -234,7 +245,7 @@ class Pool:
                 if not self._inflight:
                     self._idle.notify_all()
 
-    def _call(self, func_id: int, data, timeout: float | None, idempotent: bool, aux: int) -> bytes:
+    def _call(self, func_id: int, data: Any, timeout: float | None, idempotent: bool, aux: int) -> bytes:
         """call()'s attempts (_attempts) made with each replica's blocking Client."""
         attempts = self._attempts(func_id, timeout, idempotent)
         step = next(attempts)
@@ -245,15 +256,16 @@ class Pool:
                 step = attempts.send(None)
                 continue
             try:
-                outcome = (r.client.call(func_id, data, wait, aux=aux), None)
+                outcome: Outcome = (r.client.call(func_id, data, wait, aux=aux), None)
             except BaseException as e:  # noqa: BLE001 - the policy decides what each one means
                 outcome = (None, e)
             try:
                 step = attempts.send(outcome)
             except StopIteration as done:
-                return done.value
+                return cast(bytes, done.value)  # what _attempts returns: the reply
 
-    def _attempts(self, func_id: int, timeout: float | None, idempotent: bool):
+    def _attempts(self, func_id: int, timeout: float | None,
+                  idempotent: bool) -> Generator[tuple[Replica | None, float], Outcome | None, bytes]:
         """One call's policy, for a blocking or an asyncio caller alike: a generator that yields
         (replica, seconds) for each attempt (send it (reply, None) or (None, exception)) and
         (None, seconds) for a pause (send it None), and returns the reply (StopIteration.value) or
@@ -261,7 +273,7 @@ class Pool:
         never ran on the first); an attempt with no reply within attempt_timeout does so only for
         an idempotent call (else it waits out its deadline there and raises CallTimeout)."""
         deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
-        tried: set = set()
+        tried: set[int] = set()
         last: BaseException | None = None
         for _ in range(self.max_attempts):
             left = deadline - time.monotonic()
@@ -280,10 +292,10 @@ class Pool:
                 with self._lock:
                     self.failovers += 1
             t0 = time.monotonic()
-            reply, e = yield r, min(left, self.attempt_timeout) if idempotent else left
+            reply, e = cast("Outcome", (yield r, min(left, self.attempt_timeout) if idempotent else left))
             if e is None:
                 self._count(r, "ok", latency=time.monotonic() - t0)
-                return reply
+                return cast(bytes, reply)  # e is None: the attempt's reply
             if isinstance(e, Busy):
                 self._count(r, "busy", busy=True)
             elif isinstance(e, Draining):
@@ -319,8 +331,8 @@ class Pool:
                 else:
                     r.out_until = now + SILENT_FOR
 
-    def call_async(self, func_id: int, data=b"", timeout: float | None = None, *, idempotent: bool = False,
-                   aux: int = 0) -> Future:
+    def call_async(self, func_id: int, data: Any = b"", timeout: float | None = None, *, idempotent: bool = False,
+                   aux: int = 0) -> Future[bytes]:
         """call() on a thread of the pool's executor (64 threads per replica, at least 256)."""
         with self._lock:
             if self._executor is None:
@@ -374,7 +386,7 @@ class Pool:
 
     # ------------------------------------------------------------------ counters, life cycle
 
-    def stats(self) -> dict:
+    def stats(self) -> dict[str, Any]:
         """Per replica ("host:port"): the pool's calls sent there and their outcomes (ok, busy,
         draining, silent, errors: counts), outstanding, last queue, whether it is chosen now
         (available) and why not (draining_now, silent_now); the outcomes summed over every
@@ -408,5 +420,5 @@ class Pool:
     def __enter__(self) -> "Pool":
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()

@@ -6,12 +6,14 @@ import math
 import os
 import shlex
 import sys
-from typing import Callable
+from typing import Any, Callable, cast
 
 import numpy as np
 
 
-def add_subcommand(sub, name: str, help_: str, doc: str, arguments: Callable, func: Callable) -> argparse.ArgumentParser:
+def add_subcommand(sub: argparse._SubParsersAction[argparse.ArgumentParser], name: str, help_: str, doc: str,
+                   arguments: Callable[[argparse.ArgumentParser], object],
+                   func: Callable[[argparse.Namespace], int]) -> argparse.ArgumentParser:
     """`splitrpc NAME`: the module's arguments, handled by func(args)."""
     p = sub.add_parser(name, help=help_, description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     arguments(p)
@@ -19,7 +21,8 @@ def add_subcommand(sub, name: str, help_: str, doc: str, arguments: Callable, fu
     return p
 
 
-def run_as_module(module: str, doc: str, arguments: Callable, func: Callable, argv: list[str] | None) -> int:
+def run_as_module(module: str, doc: str, arguments: Callable[[argparse.ArgumentParser], object],
+                  func: Callable[[argparse.Namespace], int], argv: list[str] | None) -> int:
     """`python -m MODULE ARGS`: parses argv (default sys.argv[1:]) and runs func with args.command set."""
     argv = list(sys.argv[1:] if argv is None else argv)
     p = argparse.ArgumentParser(prog=f"python -m {module}", description=doc,
@@ -30,16 +33,16 @@ def run_as_module(module: str, doc: str, arguments: Callable, func: Callable, ar
     return func(a)
 
 
-def command_of(a) -> str:
+def command_of(a: argparse.Namespace) -> str:
     """The command line a report quotes: the one run_as_module set, else this process's."""
     if getattr(a, "command", None):
-        return a.command
+        return cast(str, a.command)  # set by run_as_module: a str
     if sys.argv and os.path.basename(sys.argv[0]) == "splitrpc":
         return "splitrpc " + shlex.join(sys.argv[1:])
     return shlex.join(sys.argv)
 
 
-def jsonable(x):
+def jsonable(x: Any) -> Any:
     """x with numpy arrays and scalars made lists and Python numbers, NaN made None, keys made
     strings: what a report's JSON holds."""
     if isinstance(x, dict):
@@ -57,7 +60,7 @@ def jsonable(x):
     return x
 
 
-def write_json(path: str, doc: dict) -> None:
+def write_json(path: str, doc: dict[str, Any]) -> None:
     """doc as JSON (jsonable) at path."""
     import json
 
@@ -66,8 +69,8 @@ def write_json(path: str, doc: dict) -> None:
         f.write("\n")
 
 
-def write_report(out: str, name: str, doc: dict, markdown: Callable[[dict], str],
-                 plot: Callable[[dict, str], "str | list[str]"] | None, who: str) -> list[str]:
+def write_report(out: str, name: str, doc: dict[str, Any], markdown: Callable[[dict[str, Any]], str],
+                 plot: Callable[[dict[str, Any], str], "str | list[str]"] | None, who: str) -> list[str]:
     """Writes under OUT the plots, where matplotlib is installed (plot(doc, OUT/NAME.png) returns
     the path it wrote, or the paths where it wrote several; their names go in doc["plots"]), then
     NAME.json (doc) and NAME.md (markdown(doc)). Returns the paths written. who names the command
@@ -88,7 +91,7 @@ def write_report(out: str, name: str, doc: dict, markdown: Callable[[dict], str]
     return paths + plots
 
 
-def rewrite_markdown(json_path: str, markdown: Callable[[dict], str]) -> str:
+def rewrite_markdown(json_path: str, markdown: Callable[[dict[str, Any]], str]) -> str:
     """A report's Markdown made again from its JSON (a suite's --report): written beside it (the
     path less .json, plus .md) and printed; returns the path written."""
     import json
@@ -107,10 +110,13 @@ class SuiteFailed(Exception):
     run_suite prints "splitrpc WHO: message" and returns 1; nothing is written."""
 
 
-def run_suite(a, *, name: str, who: str, run: Callable[[object], dict], markdown: Callable[[dict], str],
-              plot: Callable[[dict, str], "str | list[str]"] | None = None, needs: tuple = (), hint: str = "",
-              check: Callable[[object], "str | None"] | None = None, errors: tuple = (),
-              after: Callable[[dict], list] | None = None, verdict: Callable[[dict], "str | None"] | None = None,
+def run_suite(a: argparse.Namespace, *, name: str, who: str, run: Callable[[argparse.Namespace], dict[str, Any]],
+              markdown: Callable[[dict[str, Any]], str],
+              plot: Callable[[dict[str, Any], str], "str | list[str]"] | None = None, needs: tuple[str, ...] = (),
+              hint: str = "", check: Callable[[argparse.Namespace], "str | None"] | None = None,
+              errors: tuple[type[BaseException], ...] = (),
+              after: Callable[[dict[str, Any]], list[str]] | None = None,
+              verdict: Callable[[dict[str, Any]], "str | None"] | None = None,
               echo: bool = False, out: str | None = None, write: bool = True) -> int:
     """The tail every report-writing command shares:
     - the optional packages it needs (`needs`: module names; one missing prints "WHO: needs HINT", 2);

@@ -15,6 +15,8 @@ import sys
 import threading
 import time
 from importlib import import_module
+from types import FrameType
+from typing import Any, Callable
 
 from splitrpc.server import DRAIN_LINGER, Server
 
@@ -28,7 +30,7 @@ class TargetError(Exception):
     """MODULE:ATTR does not name a server: the message says why, in one line."""
 
 
-def load_target(target: str, server_options: dict) -> Server:
+def load_target(target: str, server_options: dict[str, Any]) -> Server:
     """The Server named by target, "pkg.module:attr" (the current directory on the import path,
     as uvicorn and gunicorn do). attr is a Server, a function returning one, or a function taking
     a Server to register its functions on (called with a Server built from server_options).
@@ -86,12 +88,12 @@ class EventLog:
     """The process's start, ready, drain and stop lines on stdout: text, or one JSON object per
     line (format "json") with "event", "time" and the event's fields."""
 
-    def __init__(self, fmt: str = "text"):
+    def __init__(self, fmt: str = "text") -> None:
         if fmt not in LOG_FORMATS:
             raise ValueError(f"log format must be one of {LOG_FORMATS}, got {fmt!r}")
         self.fmt = fmt
 
-    def event(self, name: str, text: str, **fields) -> None:
+    def event(self, name: str, text: str, **fields: Any) -> None:
         if self.fmt == "json":
             print(json.dumps({"event": name, "time": round(time.time(), 3), **fields}, default=str), flush=True)
         else:
@@ -99,7 +101,8 @@ class EventLog:
 
 
 def serve_until_stopped(srv: Server, *, grace: float = DEFAULT_GRACE, linger: float = DRAIN_LINGER,
-                        events: EventLog | None = None, on_ready=None) -> tuple[int, bool]:
+                        events: EventLog | None = None,
+                        on_ready: Callable[[], object] | None = None) -> tuple[int, bool]:
     """Starts srv (its worker on a thread of its own) and waits until a signal (SIGTERM/SIGINT: a
     drain of up to grace seconds, then `linger` seconds with no datagram answering DRAINING
     (Server.stop); a second one: stop now) or srv.stop() from elsewhere; on_ready()
@@ -108,12 +111,12 @@ def serve_until_stopped(srv: Server, *, grace: float = DEFAULT_GRACE, linger: fl
     return): the caller, a process's main program, should then exit without further cleanup.
     The signal handlers are restored on return."""
     events = events or EventLog()
-    outcome = {"left": 0, "aborted": None, "early": None}
+    outcome: dict[str, Any] = {"left": 0, "aborted": None, "early": None}
     drainer: list[threading.Thread] = []
     done = threading.Event()
     started = threading.Event()
 
-    def on_signal(signum, _frame):
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
         name = signal.Signals(signum).name
         if not started.is_set():  # before the server runs: drain once it does (nothing to answer yet)
             outcome["early"] = signum
@@ -127,7 +130,7 @@ def serve_until_stopped(srv: Server, *, grace: float = DEFAULT_GRACE, linger: fl
         events.event("drain", f"{name}: draining, {pending} calls pending (grace {grace:g} s; a second signal "
                      "stops at once)", signal=name, grace_s=grace, pending=pending)
 
-        def drain():
+        def drain() -> None:
             try:
                 outcome["left"] = srv.stop(grace=grace, linger=linger)
             finally:

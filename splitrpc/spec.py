@@ -1,17 +1,19 @@
 """spec.py: TensorSpec, the name, dtype and shape of one input or output of a function."""
 from dataclasses import dataclass
 from math import prod
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 
 @dataclass(frozen=True)
 class TensorSpec:
     name: str
     dtype: str
-    shape: tuple
+    shape: tuple[int, ...]
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         object.__setattr__(self, "shape", tuple(int(d) for d in self.shape))
         if any(d <= 0 for d in self.shape):
             raise ValueError(f"tensor {self.name!r}: every dimension must be positive, got {self.shape}")
@@ -22,14 +24,14 @@ class TensorSpec:
         object.__setattr__(self, "dtype", dt.newbyteorder("<").str if dt.byteorder == ">" else dt.str)
 
     @property
-    def np_dtype(self) -> np.dtype:
+    def np_dtype(self) -> np.dtype[Any]:
         return np.dtype(self.dtype)
 
     @property
     def nbytes(self) -> int:
         return prod(self.shape) * self.np_dtype.itemsize
 
-    def random(self, rng: np.random.Generator) -> np.ndarray:
+    def random(self, rng: np.random.Generator) -> npt.NDArray[Any]:
         """A random tensor of this spec (for driving a function without a request file): floats
         standard normal, integers uniform in 0 .. 15 (small enough to be a valid index for most
         functions), booleans fair coins."""

@@ -1,10 +1,11 @@
-"""test_bench_one_offs.py: the one-off suites (lossy_client, noisy_neighbour, priority_classes, pool_overhead, ab_builds, scale, aio_client) end through run_suite: bad arguments exit 2 with nothing written, --report rewrites the Markdown from a run's JSON, and lossy_client's verdict."""
+"""test_bench_one_offs.py: the one-off suites (lossy_client, noisy_neighbour, priority_classes, pool_overhead, ab_builds, scale, aio_client, gateway) end through run_suite: bad arguments exit 2 with nothing written, --report rewrites the Markdown from a run's JSON, and lossy_client's verdict."""
 import json
 
 import pytest
 
 from splitrpc.bench.suites import (ab_builds, aio_client, lossy_client, noisy_neighbour, pool_overhead,
                                    priority_classes, scale)
+from splitrpc.bench.suites import gateway as gateway_suite
 
 
 @pytest.mark.parametrize("main, argv, who", [
@@ -19,10 +20,11 @@ from splitrpc.bench.suites import (ab_builds, aio_client, lossy_client, noisy_ne
     (scale.main, ["--functions", "1,x"], "scale"),
     (scale.main, ["--clients", "0"], "scale"),
     (aio_client.main, ["--rounds", "1"], "aio_client"),
+    (gateway_suite.main, ["--calls", "10"], "gateway"),
 ])
 def test_bad_arguments_exit_2_and_write_nothing(tmp_path, capsys, main, argv, who):
     out = tmp_path / "r"
-    if main in (pool_overhead.main, scale.main, aio_client.main):
+    if main in (pool_overhead.main, scale.main, aio_client.main, gateway_suite.main):
         argv = [*argv, "--out", str(tmp_path / "r.md")]
     else:
         argv = [*argv, "--out", str(out)]

@@ -8,24 +8,25 @@ import time
 import traceback
 from dataclasses import asdict
 from importlib import import_module
+from typing import Any, cast
 
 from splitrpc.check.section import FAILED, PASSED, SKIPPED, Context, Failed, Section, Skipped
 
 
 def find(module: str, name: str) -> Section:
     """Section `name` of the list SECTIONS in `module` (where every section is declared)."""
-    for s in import_module(module).SECTIONS:
+    for s in cast("list[Section]", import_module(module).SECTIONS):  # a module's SECTIONS: a list of Section
         if s.name == name:
             return s
     raise KeyError(f"no check section {name!r} in {module}.SECTIONS")
 
 
-def run_one(module: str, name: str, ctx: Context) -> dict:
+def run_one(module: str, name: str, ctx: Context) -> dict[str, Any]:
     """{"verdict", "why", "seconds", and the Result's fields when it passed}."""
     t0 = time.monotonic()
     try:
         res = find(module, name).run(ctx)
-        out = {"verdict": PASSED, "why": "", **asdict(res)}
+        out: dict[str, Any] = {"verdict": PASSED, "why": "", **asdict(res)}
     except Skipped as e:
         out = {"verdict": SKIPPED, "why": str(e)}
     except Failed as e:

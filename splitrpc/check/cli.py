@@ -8,15 +8,19 @@ import shlex
 import sys
 import time
 from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any, cast
 
 from splitrpc.check import report, runner
 from splitrpc.check.section import FAILED, Context
+
+if TYPE_CHECKING:
+    from splitrpc.check.section import Section
 
 DEFAULT_TESTS = "tests"  # the repository's tests, when the check runs from a checkout
 ALWAYS = ("build", "machine")  # run with any --only: the report's device line and build facts
 
 
-def add_parser(sub) -> argparse.ArgumentParser:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
     p = sub.add_parser("check", help="self-test: what was built, what the machine offers, and every path it can "
                                      "exercise (host, device Tensor Queues, O1/graph/O2), each passed/failed/skipped",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -42,7 +46,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
     return p
 
 
-def _select(a, secs: list) -> list:
+def _select(a: argparse.Namespace, secs: list[Section]) -> list[Section]:
     """The sections to run, in their order; ValueError naming an unknown one."""
     if a.only:
         wanted = [n.strip() for n in a.only.split(",") if n.strip()]
@@ -55,7 +59,7 @@ def _select(a, secs: list) -> list:
     return [s for s in secs if a.bench or not s.bench]
 
 
-def _bad_input(a) -> str | None:
+def _bad_input(a: argparse.Namespace) -> str | None:
     from splitrpc import gpu
 
     try:
@@ -75,10 +79,10 @@ def _bad_input(a) -> str | None:
     return None
 
 
-def _tests_dir(a) -> str | None:
+def _tests_dir(a: argparse.Namespace) -> str | None:
     """--tests, else ./tests when it is splitrpc's (a checkout's root is the working directory)."""
     if a.tests:
-        return os.path.abspath(a.tests)
+        return os.path.abspath(cast(str, a.tests))  # --tests: a str option
     probe = os.path.join(DEFAULT_TESTS, "test_gpu.py")
     try:
         with open(probe) as f:
@@ -87,7 +91,7 @@ def _tests_dir(a) -> str | None:
         return None
 
 
-def cmd_check(a) -> int:
+def cmd_check(a: argparse.Namespace) -> int:
     bad = _bad_input(a)
     if bad:
         print(f"splitrpc check: {bad}", file=sys.stderr)
@@ -114,7 +118,7 @@ def cmd_check(a) -> int:
     for name, why in broken:  # a plug-in that could not be loaded
         results[f"plugin-{name}"] = {"verdict": FAILED, "why": f"the check plug-in {name!r} did not load: {why}",
                                      "seconds": 0.0, "title": "a splitrpc.check entry point"}
-    doc = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    doc: dict[str, Any] = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
            "command": "splitrpc check " + shlex.join(sys.argv[2:] if sys.argv[1:2] == ["check"] else sys.argv[1:]),
            "version": __version__, "host": report.machine_facts(), "context": ctx.to_json(),
            "wall_s": round(time.monotonic() - t0, 1), "sections": results}

@@ -5,6 +5,7 @@ import ctypes
 import gc
 import os
 import time
+from typing import Any, Callable
 
 import numpy as np
 
@@ -43,7 +44,7 @@ class Accounting:
         self.granule = gpu.device_info(ordinal)["granularity"] or (2 << 20)
         self.emulated = driver_emulated()
 
-    def _snapshot(self) -> dict:
+    def _snapshot(self) -> dict[str, int]:
         release()
         snap = {"free": gpu.mem_info(self.ordinal)[0], **gpu.live()}
         if self.emulated:
@@ -51,7 +52,7 @@ class Accounting:
             snap.update({n: getattr(lib, n)() for n in _FAKE_COUNTS})
         return snap
 
-    def repeated(self, body, what: str, runs: int = 3):
+    def repeated(self, body: Callable[[], Any], what: str, runs: int = 3) -> tuple[Any, dict[str, Any]]:
         """body() run `runs` times (>= 3) under the check above; the last run's return value, and
         {"free_drops", "held"} of the snapshots."""
         snaps, out = [self._snapshot()], None
@@ -97,7 +98,7 @@ def release() -> None:
 TQ_SHAPES = ((1, 1), (4096, 600), (4000, 1000), (12345, 333), (1 << 20, 5))
 
 
-def _pattern(n: int, seed: int) -> np.ndarray:
+def _pattern(n: int, seed: int) -> np.ndarray[Any, np.dtype[np.uint8]]:
     return np.random.default_rng(seed).integers(0, 256, n, dtype=np.uint8)
 
 
@@ -150,10 +151,11 @@ def _wait_word(buf: _gpu.PinnedBuffer, index: int, value: int) -> bool:
     return False
 
 
-def _check_flags(ordinal: int, q: _gpu.DeviceQueue, stage, back, flags, seed: int) -> dict:
+def _check_flags(ordinal: int, q: _gpu.DeviceQueue, stage: _gpu.PinnedBuffer, back: _gpu.PinnedBuffer,
+                 flags: _gpu.PinnedBuffer, seed: int) -> dict[str, bool]:
     """A completion flag set on the stream after a copy there and back, by a stream store and by
     a host function: the flag must not come before the data. Says which way the device took."""
-    out = {}
+    out: dict[str, bool] = {}
     n = min(q.ring_bytes, 1 << 20)
     src, dst = np.frombuffer(stage.host, np.uint8), np.frombuffer(back.host, np.uint8)
     for i, (way, store) in enumerate((("stream store", True), ("host function", False))):
@@ -171,7 +173,7 @@ def _check_flags(ordinal: int, q: _gpu.DeviceQueue, stage, back, flags, seed: in
     return out
 
 
-def _exercise_queues(ordinal: int, gran: int, kernels: bool, seed: int) -> dict:
+def _exercise_queues(ordinal: int, gran: int, kernels: bool, seed: int) -> dict[str, bool]:
     """One pass: every shape laid out (and mirror-tested), then copies through both mappings, a
     wrapping batch and completion flags on one queue; everything made is destroyed."""
     for elem, cap in TQ_SHAPES:
@@ -237,18 +239,18 @@ def _matmul_right(q: bytes, r: bytes) -> bool:
     return bool(np.all(np.isfinite(got)) and np.allclose(got, ref, rtol=MATMUL_RTOL, atol=MATMUL_RTOL * scale))
 
 
-def _device_functions(cupy, device: str, mode: str, seen: list):
+def _device_functions(cupy: Any, device: str, mode: str, seen: list[type]) -> Callable[[splitrpc.Server], None]:
     """setup(srv): vecadd (and, but for O2, matmul) on the device in orchestration `mode`."""
-    def vecadd(x, y):
+    def vecadd(x: Any, y: Any) -> None:
         seen.append(type(x))
         cupy.add(x, 1, out=y)
 
-    vecadd.o2_kernel = "vecadd"
+    vecadd.o2_kernel = "vecadd"  # type: ignore[attr-defined]  # a function attribute O2 reads
 
-    def matmul(a, b, c):
+    def matmul(a: Any, b: Any, c: Any) -> None:
         cupy.matmul(a, b, out=c)
 
-    def setup(srv):
+    def setup(srv: splitrpc.Server) -> None:
         srv.add_function(vecadd, 1, "vecadd", [TensorSpec("x", F32, (VEC,))], [TensorSpec("y", F32, (VEC,))],
                          device=device, orchestration=mode, capacity=64, max_batch=8)
         if mode != "o2":
@@ -257,9 +259,9 @@ def _device_functions(cupy, device: str, mode: str, seen: list):
     return setup
 
 
-def _serve_once(cupy, ordinal: int, mode: str, rng) -> dict:
+def _serve_once(cupy: Any, ordinal: int, mode: str, rng: np.random.Generator) -> dict[str, Any]:
     device = f"cuda:{ordinal}"
-    seen: list = []
+    seen: list[type] = []
     with loopback_server(_device_functions(cupy, device, mode, seen), wait="poll") as srv:
         where = srv.stats()["devices"]
         expect(set(where.values()) == {device}, f"the server runs them on {where}, not {device}: it fell back")

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import platform
+from typing import Any
 
 import splitrpc
 from splitrpc import gpu
@@ -12,13 +13,13 @@ from splitrpc.check.section import Context, Failed, Result, Section
 _GIB = 1 << 30
 
 
-def _module_version(name: str) -> dict:
+def _module_version(name: str) -> dict[str, Any]:
     """{"version", and what else matters of it} for an optional package; {"missing": why} if absent."""
     try:
         mod = __import__(name)
     except Exception as e:  # noqa: BLE001 - a broken install is reported, not raised
         return {"missing": f"{type(e).__name__}: {e}"}
-    out = {"version": getattr(mod, "__version__", "?")}
+    out: dict[str, Any] = {"version": getattr(mod, "__version__", "?")}
     if getattr(mod, "EMULATED", False):
         out["emulated"] = True
     if name == "torch":
@@ -33,7 +34,7 @@ def _module_version(name: str) -> dict:
     return out
 
 
-def _package_text(name: str, v: dict) -> str:
+def _package_text(name: str, v: dict[str, Any]) -> str:
     if "missing" in v:
         return f"{name} not installed"
     text = name if v["version"] == "?" else f"{name} {v['version']}"
@@ -71,10 +72,10 @@ def run_build(ctx: Context) -> Result:
 # ------------------------------------------------------------------ the machine
 
 
-def _rdma_nics() -> list[dict]:
+def _rdma_nics() -> list[dict[str, str]]:
     """The RDMA devices the kernel lists (/sys/class/infiniband), each with its PCI address."""
     root = "/sys/class/infiniband"
-    nics = []
+    nics: list[dict[str, str]] = []
     try:
         names = sorted(os.listdir(root))
     except OSError:
@@ -93,7 +94,7 @@ def _peer_memory_module() -> str | None:
     return None
 
 
-def gpudirect(info: dict | None) -> dict:
+def gpudirect(info: dict[str, Any] | None) -> dict[str, Any]:
     """Whether a NIC could write GPU memory directly: the device's GPUDirect RDMA attribute, the
     RDMA NICs, and the peer-memory module."""
     nics, mod = _rdma_nics(), _peer_memory_module()
@@ -132,7 +133,7 @@ def _cc_has_code(archs: str, cc: int) -> bool:
     return False
 
 
-def device_line(info: dict | None, ordinal: int, emulated: bool, reason: str = "") -> str:
+def device_line(info: dict[str, Any] | None, ordinal: int, emulated: bool, reason: str = "") -> str:
     """The report's first line: which device ran the check."""
     if info is None:
         return f"Device: none: no GPU ({reason})"

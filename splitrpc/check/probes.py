@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import ctypes
 import os
+from types import ModuleType
+from typing import Any
 
 from splitrpc import gpu
 from splitrpc.check.section import Skipped
@@ -31,7 +33,7 @@ def need_gpu(device: str) -> int:
     return ordinal
 
 
-def need_cupy():
+def need_cupy() -> Any:
     """The cupy module; Skipped when it is not installed."""
     try:
         return gpu.import_cupy()
@@ -39,7 +41,7 @@ def need_cupy():
         raise Skipped("CuPy is not installed: device callbacks get CuPy arrays (pip install 'splitrpc[gpu]')") from None
 
 
-def need_torch_cuda():
+def need_torch_cuda() -> ModuleType:
     """The torch module, with a CUDA device; Skipped otherwise (PyTorch runs its own CUDA runtime,
     which the emulated driver does not serve)."""
     try:

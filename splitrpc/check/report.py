@@ -4,18 +4,22 @@ from __future__ import annotations
 import json
 import os
 import re
+from typing import Any
 
 from splitrpc.check.section import FAILED, PASSED, SKIPPED
 from splitrpc.machine import describe as machine_facts  # noqa: F401 - the report's host facts
+
+# machine_facts is named here so that it is an explicit export (cli.py calls report.machine_facts)
+__all__ = ["MAX_PLOTS", "device_line", "machine_facts", "markdown", "plot_bars", "write"]
 
 MAX_PLOTS = 3          # summary.md + check.json + these: the device tool brings back 8 files at most
 _DPI = 110
 
 
-def device_line(results: dict) -> str:
+def device_line(results: dict[str, Any]) -> str:
     """The machine section's device line, or why there is none."""
     m = results.get("machine", {})
-    line = (m.get("facts") or {}).get("line")
+    line: str | None = (m.get("facts") or {}).get("line")
     if line:
         return line
     if m.get("verdict") == FAILED:
@@ -27,7 +31,7 @@ def _cell(text: str) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
-def markdown(doc: dict) -> str:
+def markdown(doc: dict[str, Any]) -> str:
     res = doc["sections"]
     n = {v: sum(1 for r in res.values() if r["verdict"] == v) for v in (PASSED, FAILED, SKIPPED)}
     lines = [device_line(res), "", f"# splitrpc check: {n[PASSED]} passed, {n[FAILED]} failed, {n[SKIPPED]} skipped", "",
@@ -57,7 +61,7 @@ def _safe(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]", "_", name)
 
 
-def plot_bars(spec: dict, path: str) -> str:
+def plot_bars(spec: dict[str, Any], path: str) -> str:
     """Grouped bars: spec {"title", "ylabel", "categories", "series": {label: values}, "log"}."""
     from matplotlib import figure  # no pyplot: nothing global is touched
 
@@ -82,7 +86,7 @@ def plot_bars(spec: dict, path: str) -> str:
     return path
 
 
-def write(out: str, doc: dict) -> list[str]:
+def write(out: str, doc: dict[str, Any]) -> list[str]:
     """summary.md, check.json and up to MAX_PLOTS plots under out; the paths written."""
     os.makedirs(out, exist_ok=True)
     paths = [os.path.join(out, "summary.md"), os.path.join(out, "check.json")]

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from typing import Any, Callable, cast
 
 from splitrpc.check.section import FAILED, PASSED, SKIPPED, Context, Section
 
@@ -23,7 +24,7 @@ def _tail(text: str, n: int = TAIL_LINES) -> str:
     return "\n".join(lines[-n:])
 
 
-def _kill_group(p: subprocess.Popen) -> None:
+def _kill_group(p: subprocess.Popen[bytes]) -> None:
     try:
         os.killpg(p.pid, signal.SIGKILL)
     except ProcessLookupError:
@@ -34,12 +35,12 @@ EXIT_GRACE_S = 15.0  # a child that has written its verdict gets this long to ex
 _POLL_S = 0.05
 
 
-def _read_verdict(path: str) -> dict | None:
+def _read_verdict(path: str) -> dict[str, Any] | None:
     """The child's verdict file (written whole, by rename), or None when there is none or it cannot
     be read."""
     try:
         with open(path) as f:
-            return json.load(f)
+            return cast("dict[str, Any]", json.load(f))  # child.main writes a JSON object
     except (OSError, ValueError):
         return None
     finally:
@@ -48,7 +49,7 @@ def _read_verdict(path: str) -> dict | None:
                 os.unlink(leftover)
 
 
-def run_section(sec: Section, ctx_path: str, cap_s: float, cap_why: str = "the section's cap") -> dict:
+def run_section(sec: Section, ctx_path: str, cap_s: float, cap_why: str = "the section's cap") -> dict[str, Any]:
     """The section's verdict from a child process (splitrpc.check.child), killed with everything
     it started once cap_s seconds have passed, or EXIT_GRACE_S after its verdict if it has not
     ended by then. Its output goes to a file (no pipe for a stray grandchild to hold open)."""
@@ -97,7 +98,7 @@ def run_section(sec: Section, ctx_path: str, cap_s: float, cap_why: str = "the s
     return res
 
 
-def line(name: str, r: dict) -> str:
+def line(name: str, r: dict[str, Any]) -> str:
     """The one-line verdict printed as each section ends."""
     verdict = r["verdict"]
     text = r.get("summary", "") if verdict == PASSED else r.get("why", "")
@@ -108,11 +109,11 @@ MIN_SECTION_S = 5.0  # a section is not started with less of the budget left
 
 
 def run(sections: list[Section], ctx: Context, cap_s: float | None = None, budget_s: float | None = None,
-        progress=print) -> dict:
+        progress: Callable[..., object] = print) -> dict[str, dict[str, Any]]:
     """{name: verdict dict} for each section in order; cap_s overrides every section's cap;
     budget_s bounds the whole run: a section gets at most what is left of it, and one that
     would start with less than MIN_SECTION_S left is skipped, saying so."""
-    results = {}
+    results: dict[str, dict[str, Any]] = {}
     deadline = time.monotonic() + budget_s if budget_s is not None else None
     with tempfile.NamedTemporaryFile("w", suffix=".json", prefix="splitrpc-check-ctx-", delete=False) as f:
         json.dump(ctx.to_json(), f)
@@ -122,8 +123,9 @@ def run(sections: list[Section], ctx: Context, cap_s: float | None = None, budge
             cap, why = (cap_s if cap_s is not None else sec.cap_s), "the section's cap"
             left = deadline - time.monotonic() if deadline is not None else cap
             if left < MIN_SECTION_S:
-                r = {"verdict": SKIPPED, "why": f"the check's time budget ({budget_s:g} s) was spent before it",
-                     "seconds": 0.0, "title": sec.title, "bench": sec.bench}
+                r: dict[str, Any] = {"verdict": SKIPPED,
+                                     "why": f"the check's time budget ({budget_s:g} s) was spent before it",
+                                     "seconds": 0.0, "title": sec.title, "bench": sec.bench}
                 results[sec.name] = r
                 progress(f"[{i}/{len(sections)}] " + line(sec.name, r), flush=True)
                 continue
@@ -142,7 +144,7 @@ def run(sections: list[Section], ctx: Context, cap_s: float | None = None, budge
     return results
 
 
-def merge(previous: dict, results: dict) -> dict:
+def merge(previous: dict[str, Any], results: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """An earlier check.json's sections with the ones rerun now replacing theirs (marked rerun)."""
     merged = dict(previous.get("sections", {}))
     for name, r in results.items():
@@ -150,9 +152,9 @@ def merge(previous: dict, results: dict) -> dict:
     return merged
 
 
-def failed_names(results: dict) -> list[str]:
+def failed_names(results: dict[str, dict[str, Any]]) -> list[str]:
     return [n for n, r in results.items() if r["verdict"] == FAILED]
 
 
-def counts(results: dict) -> dict:
+def counts(results: dict[str, dict[str, Any]]) -> dict[str, int]:
     return {v: sum(1 for r in results.values() if r["verdict"] == v) for v in (PASSED, FAILED, SKIPPED)}

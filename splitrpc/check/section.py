@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import asdict, dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
 PASSED, FAILED, SKIPPED = "passed", "failed", "skipped"
 # The order sections run in, by stage (within one: the check's own first, then the plug-ins'):
@@ -43,11 +43,11 @@ class Context:
     seed: int = 1
     cap_s: float = 60.0              # this section's time cap (set in the child): inner timeouts stay inside it
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
-    def from_json(cls, d: dict) -> "Context":
+    def from_json(cls, d: dict[str, Any]) -> "Context":
         return cls(**d)
 
 
@@ -57,9 +57,9 @@ class Result:
     markdown for summary.md, and plots (grouped bars: {"name", "title", "ylabel",
     "categories": [...], "series": {label: [value per category]}, "log": bool})."""
     summary: str = ""
-    facts: dict = field(default_factory=dict)
-    markdown: list = field(default_factory=list)
-    plots: list = field(default_factory=list)
+    facts: dict[str, Any] = field(default_factory=dict)
+    markdown: list[str] = field(default_factory=list)
+    plots: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -74,7 +74,7 @@ class Section:
     cap_s: float = 60.0
     stage: str = "device"              # where it runs among the others (STAGES); "bench": only with --bench
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if not _NAME.fullmatch(self.name):
             raise ValueError(f"check section name {self.name!r}: lower-case letters, digits and '-', 40 at most")
         if self.stage not in STAGES:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import time
 from contextlib import contextmanager
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
 
 import splitrpc
 from splitrpc.check.section import expect
@@ -12,7 +12,7 @@ LOOPBACK = "127.0.0.1"
 
 
 @contextmanager
-def loopback_server(setup: Callable, **kw) -> Iterator[splitrpc.Server]:
+def loopback_server(setup: Callable[[splitrpc.Server], object], **kw: Any) -> Iterator[splitrpc.Server]:
     """A started server on 127.0.0.1 (a free port) with setup(srv)'s functions; closed on exit."""
     srv = splitrpc.Server(LOOPBACK, 0, **kw)
     try:
@@ -23,7 +23,7 @@ def loopback_server(setup: Callable, **kw) -> Iterator[splitrpc.Server]:
         srv.close()
 
 
-def settled(srv, pred: Callable[[dict], bool], timeout: float = 10.0) -> dict:
+def settled(srv: splitrpc.Server, pred: Callable[[dict[str, Any]], bool], timeout: float = 10.0) -> dict[str, Any]:
     """srv.stats() once pred(stats) holds, or the last one after timeout seconds (a reply's
     counters are bumped just after it is sent, so a client can hold it a moment earlier)."""
     end = time.monotonic() + timeout
@@ -34,7 +34,7 @@ def settled(srv, pred: Callable[[dict], bool], timeout: float = 10.0) -> dict:
     return st
 
 
-def wave(c: splitrpc.Client, func_id: int, requests: list, right: Callable[[bytes, bytes], bool],
+def wave(c: splitrpc.Client, func_id: int, requests: list[bytes], right: Callable[[bytes, bytes], bool],
          what: str) -> int:
     """Sends every request at once (the server batches them) and checks each reply with
     right(request, reply); Failed names the first wrong one. Returns the calls made."""
@@ -45,7 +45,7 @@ def wave(c: splitrpc.Client, func_id: int, requests: list, right: Callable[[byte
     return len(requests)
 
 
-def errors_sent(st: dict) -> dict:
+def errors_sent(st: dict[str, Any]) -> dict[str, int]:
     """The error answers a server sent (its stats), but BUSY: a wave larger than a function's
     queue is flow-controlled (the client waits and sends again within the call's deadline)."""
     return {k: v for k, v in st["errors"].items() if v and k != "BUSY"}

@@ -23,7 +23,7 @@ def _tests_dir(ctx: Context, wanted: str) -> str:
     return os.path.abspath(d)
 
 
-def _counts(out: str) -> dict:
+def _counts(out: str) -> dict[str, int]:
     """pytest's closing counts: {"passed": n, "failed": n, "skipped": n, "error": n, ...}."""
     tail = next((ln for ln in reversed(out.splitlines()) if re.search(r"\d+ (passed|failed|skipped|error)", ln)), "")
     return {k.rstrip("s"): int(n) for n, k in re.findall(r"(\d+) (passed|failed|skipped|errors?|deselected)", tail)}

@@ -1,8 +1,10 @@
 """call.py: `splitrpc call NAME`: one call and its reply: a function a capability knows by name (an example request, the reply checked), a numeric func_id, or any function the server describes (random inputs from its specs)."""
 from __future__ import annotations
 
+import argparse
 import sys
 import time
+from typing import TYPE_CHECKING, Iterable, cast
 
 import numpy as np
 
@@ -11,8 +13,12 @@ from splitrpc.defaults import CLIENT_DEFAULTS
 from splitrpc.errors import SplitRPCError
 from splitrpc.plugins import CapabilityError, find_callee
 
+if TYPE_CHECKING:
+    from splitrpc.plugins import Callee, Capability
 
-def add_parser(sub, caps):
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser],
+               caps: list[Capability]) -> argparse.ArgumentParser:
     names = [n for cap in caps for n in cap.callee_names()]
     c = sub.add_parser("call", help="make one call and print the reply")
     c.add_argument("function", help=f"{', '.join(names)}, a numeric func_id, or the name of any function the "
@@ -29,7 +35,7 @@ def add_parser(sub, caps):
     return c
 
 
-def timed_call(a, func_id: int, data: bytes) -> tuple:
+def timed_call(a: argparse.Namespace, func_id: int, data: bytes) -> tuple[bytes, float] | tuple[None, None]:
     """One call to --host/--port: (reply, microseconds), or (None, None) after printing the error."""
     with Client(a.host, a.port, timeout=a.timeout) as c:
         t0 = time.perf_counter()
@@ -41,12 +47,12 @@ def timed_call(a, func_id: int, data: bytes) -> tuple:
         return reply, (time.perf_counter() - t0) * 1e6
 
 
-def _user_request(a) -> bytes | None:
+def _user_request(a: argparse.Namespace) -> bytes | None:
     if a.file:
         with open(a.file, "rb") as f:
             return f.read()
     if a.text is not None:
-        return a.text.encode()
+        return cast(str, a.text).encode()  # --text: a str option
     return None
 
 
@@ -55,7 +61,7 @@ def _write(path: str, reply: bytes) -> None:
         f.write(reply)
 
 
-def show_bytes(reply: bytes) -> list:
+def show_bytes(reply: bytes) -> list[str]:
     """A reply of no known layout: its text, else its bytes in hex (the first 256 either way)."""
     try:
         return [repr(reply[:256].decode("utf-8")) + (" ..." if len(reply) > 256 else "")]
@@ -63,7 +69,7 @@ def show_bytes(reply: bytes) -> list:
         return [reply[:256].hex() + (" ..." if len(reply) > 256 else "")]
 
 
-def cmd_call(a) -> int:
+def cmd_call(a: argparse.Namespace) -> int:
     user = _user_request(a)
     numeric = False
     try:
@@ -85,13 +91,16 @@ def cmd_call(a) -> int:
     reply, dt = timed_call(a, func_id, data)
     if reply is None:
         return 1
+    assert dt is not None  # timed_call gives the reply and its time together
     checked = callee is not None and user is None and not numeric
-    if checked and callee.summary is not None:
+    if checked and cast("Callee", callee).summary is not None:  # checked: callee is not None
+        assert callee is not None and callee.summary is not None
         print(callee.summary(data, reply, dt))
     else:
         print(f"function {func_id}: {len(data)} B request -> {len(reply)} B reply in {dt:.0f} us (one cold call)")
     ok = None
     if checked:
+        assert callee is not None  # checked: callee is not None
         try:
             ok = callee.verdict(data, reply)
         except ImportError as e:
@@ -105,10 +114,10 @@ def cmd_call(a) -> int:
         lines = callee.show(reply) if callee is not None and callee.show is not None else None
         for line in lines if lines is not None else show_bytes(reply):
             print(line)
-    return 1 if checked and callee.strict and ok is False else 0
+    return 1 if checked and cast("Callee", callee).strict and ok is False else 0  # checked: callee is not None
 
 
-def _by_id(caps, func_id: int, a):
+def _by_id(caps: Iterable[Capability], func_id: int, a: argparse.Namespace) -> Callee | None:
     for cap in caps:
         for name in cap.callee_names():
             c = cap.callee(name, a, checked=False)
@@ -117,7 +126,7 @@ def _by_id(caps, func_id: int, a):
     return None
 
 
-def _call_described(a, user: bytes | None) -> int:
+def _call_described(a: argparse.Namespace, user: bytes | None) -> int:
     """`splitrpc call NAME` for a function no capability knows: the server's describe gives its
     specs; random inputs (or --file/--text); the reply shown by its output specs."""
     from splitrpc.describe import NotDescribed

@@ -1,7 +1,9 @@
 """demo.py: `splitrpc demo`: a server of what every capability serves by default, each function the capabilities mark for the demo loaded closed loop at concurrency 1 and 16 after a checked call, p50/p99 and throughput printed."""
 from __future__ import annotations
 
+import argparse
 import sys
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -11,11 +13,15 @@ from splitrpc.hdr import percentiles
 from splitrpc.plugins import CapabilityError
 from splitrpc.server import WAIT_MODES
 
+if TYPE_CHECKING:
+    from splitrpc.plugins import Capability
+
 CONCURRENCY = (1, 16)
 MIN_CALLS = 20  # a row's calls, at least, for a function loaded with a small share of --calls
 
 
-def add_parser(sub, caps):
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser],
+               caps: list[Capability]) -> argparse.ArgumentParser:
     d = sub.add_parser("demo", help="start a server, load each service, print p50/p99 and throughput")
     d.add_argument("--host", help=f"the server's address (default: {SERVER_DEFAULTS['host']})")
     d.add_argument("--calls", type=int, default=2000)
@@ -25,19 +31,20 @@ def add_parser(sub, caps):
     return d
 
 
-def summary(name: str, conc: int, res: dict) -> str:
+def summary(name: str, conc: int, res: dict[str, Any]) -> str:
     """A row of the table: p50 and p99 in microseconds, calls/s, errors."""
     lat = res["latency_ns"]
     ok = lat[lat > 0]
     if ok.size == 0:
         return f"{name:8s} {conc:5d}  all {res['errors']} calls failed"
     tput = ok.size / res["elapsed_s"] if res["elapsed_s"] else 0.0
-    pct = percentiles(ok, (50, 99))  # ns; the tables of `splitrpc load` and the benchmarks use the same
+    # ns; the tables of `splitrpc load` and the benchmarks use the same (ok is not empty: no None)
+    pct = cast("dict[float, int]", percentiles(ok, (50, 99)))
     return (f"{name:8s} {conc:5d} {pct[50] / 1e3:9.1f} {pct[99] / 1e3:9.1f} "
             f"{tput:12.0f} {res['errors']:7d}")
 
 
-def cmd_demo(a) -> int:
+def cmd_demo(a: argparse.Namespace) -> int:
     caps = a.capabilities
     srv = Server(a.host, 0, wait=a.wait)
     servings = []

@@ -1,16 +1,23 @@
 """describe.py: `splitrpc describe HOST:PORT`: what a server serves (docs/PROTOCOL.md, Amendment 1): its functions, their specs and settings, as a table or JSON."""
 from __future__ import annotations
 
+import argparse
 import json
 import sys
+from typing import TYPE_CHECKING, Iterable
 
 from splitrpc import describe as describe_
 from splitrpc.client import Client, split_address
 from splitrpc.defaults import CLIENT_DEFAULTS
 from splitrpc.errors import SplitRPCError
 
+if TYPE_CHECKING:
+    from splitrpc.plugins import Capability
+    from splitrpc.spec import TensorSpec
 
-def add_parser(sub, caps):
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser],
+               caps: list[Capability]) -> argparse.ArgumentParser:
     ds = sub.add_parser("describe", help="what a server serves: its functions, their specs and settings")
     ds.add_argument("address", metavar="HOST:PORT", help="the server (HOST alone: --port)")
     ds.add_argument("--port", type=int, help=f"the server's UDP port (default: {CLIENT_DEFAULTS['port']})")
@@ -20,7 +27,7 @@ def add_parser(sub, caps):
     return ds
 
 
-def cmd_describe(a) -> int:
+def cmd_describe(a: argparse.Namespace) -> int:
     """`splitrpc describe HOST:PORT`: the server's functions as a table (or its JSON)."""
     try:
         host, port = split_address(a.address)
@@ -41,7 +48,7 @@ def cmd_describe(a) -> int:
           f"{len(d.functions)} functions")
     rows = [("id", "name", "version", "inputs", "outputs", "max_batch", "executor", "priority", "device")]
 
-    def specs(fs) -> str:
+    def specs(fs: Iterable[TensorSpec]) -> str:
         return ", ".join(f"{s.name}:{s.np_dtype.name}{list(s.shape)}" for s in fs)
 
     for f in d.functions:

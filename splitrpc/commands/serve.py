@@ -10,12 +10,16 @@ import subprocess
 import sys
 import threading
 import time
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from splitrpc import Server, __version__, run
 from splitrpc.defaults import FUNCTION_DEFAULTS, SERVER_DEFAULTS
 from splitrpc.errors import SplitRPCError
 from splitrpc.plugins import CapabilityError
-from splitrpc.server import SCHED_POLICIES, WAIT_MODES
+from splitrpc.server import DRAIN_LINGER, SCHED_POLICIES, WAIT_MODES
+
+if TYPE_CHECKING:
+    from splitrpc.plugins import Capability, Serving
 
 SUMMED = ("calls", "replies", "batches", "rx_datagrams", "tx_datagrams", "errors", "drops")  # --stats-json
 # Options a --processes parent sets for each child itself, or that only the parent honours.
@@ -23,7 +27,8 @@ _NOT_FORWARDED = ("target", "host", "port", "processes", "admin_port", "metrics_
                   "verbose")
 
 
-def add_parser(sub, caps) -> argparse.ArgumentParser:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser],
+               caps: list[Capability]) -> argparse.ArgumentParser:
     # Options left out take the library's defaults (the C core's, srpc_*_config_init): None here.
     s = sub.add_parser("serve", help="serve vecadd, matmul, echo and head (and models of the zoo), or your own "
                                      "server: splitrpc serve MODULE:ATTR")
@@ -57,7 +62,7 @@ def add_parser(sub, caps) -> argparse.ArgumentParser:
     s.add_argument("--grace", type=float, default=run.DEFAULT_GRACE, metavar="S",
                    help="on SIGTERM or Ctrl-C: take no new calls (DRAINING), answer those received for up to S "
                         "seconds, then stop; a second signal stops at once (default: %(default)s)")
-    s.add_argument("--drain-linger", type=float, default=run.DRAIN_LINGER, metavar="S",
+    s.add_argument("--drain-linger", type=float, default=DRAIN_LINGER, metavar="S",
                    help="after the drain has answered every call received, keep the port open answering DRAINING "
                         "until no datagram has come for S seconds (within --grace), so that calls still in a "
                         "client's window get DRAINING, not silence; 0: stop at once (default: %(default)s)")
@@ -75,9 +80,9 @@ def add_parser(sub, caps) -> argparse.ArgumentParser:
     return s
 
 
-def _claim(caps, spec: str) -> dict:
+def _claim(caps: Iterable[Capability], spec: str) -> dict[str, list[str]]:
     """--models: {capability name: [names]} in the order given; CapabilityError for an unknown name."""
-    out: dict = {}
+    out: dict[str, list[str]] = {}
     for n in dict.fromkeys(n.strip() for n in spec.split(",") if n.strip()):
         owner = next((c for c in caps if c.claims(n)), None)
         if owner is None:
@@ -87,7 +92,7 @@ def _claim(caps, spec: str) -> dict:
     return out
 
 
-def cmd_serve(a) -> int:
+def cmd_serve(a: argparse.Namespace) -> int:
     caps = a.capabilities
     if a.metrics_port is not None:  # the older name of --admin-port
         a.admin_port = a.admin_port if a.admin_port is not None else a.metrics_port
@@ -119,9 +124,9 @@ def cmd_serve(a) -> int:
     except ValueError as e:
         print(f"splitrpc serve: {e}", file=sys.stderr)
         return 2
-    servings = []
+    servings: list[Serving] = []
 
-    def close_all():
+    def close_all() -> None:
         for s in servings:
             s.close()
 
@@ -147,7 +152,8 @@ def cmd_serve(a) -> int:
     return 0
 
 
-def _serve_loop(a, srv, served: str, extra: str, cleanup=None) -> tuple[int, dict]:
+def _serve_loop(a: argparse.Namespace, srv: Server, served: str, extra: str,
+                cleanup: Callable[[], None] | None = None) -> tuple[int, dict[str, Any]]:
     """Serves srv until a signal (a drain of --grace seconds; a second one stops at once), with
     the admin endpoint of --admin-port and the start, ready, drain and stop lines of
     --log-format. (exit code, the server's last stats); 2 when the admin port cannot be had."""
@@ -171,7 +177,7 @@ def _serve_loop(a, srv, served: str, extra: str, cleanup=None) -> tuple[int, dic
                  version=__version__, host=srv.host, port=srv.port, functions=[
                      {"id": f.func_id, "name": f.name} for f in srv.functions()], settings=settings)
 
-    def ready():
+    def ready() -> None:
         events.event("ready", f"ready: {len(srv.functions())} functions" +
                      (f"; admin: {admin.url('/metrics')} {admin.url('/healthz')} {admin.url('/readyz')}"
                       if admin else ""), admin=admin.url() if admin else None)
@@ -195,17 +201,17 @@ def _serve_loop(a, srv, served: str, extra: str, cleanup=None) -> tuple[int, dic
     return 0, st
 
 
-def stats_line(st: dict) -> str:
+def stats_line(st: dict[str, Any]) -> str:
     errors = ", ".join(f"{name} {n}" for name, n in st["errors"].items() if n) or "none"
     return f"{st['calls']} calls in {st['batches']} batches; errors sent: {errors}"
 
 
-def _child_argv(a) -> list:
+def _child_argv(a: argparse.Namespace) -> list[str]:
     """This command's options as a --processes child's arguments, the capabilities' too, but for
     those the parent sets itself: a flag (store_true/false/const, --x/--no-x) where it differs from
     its default, every value given or defaulted (as --opt=VALUE, so that a value may start with
     "-"), a list option once per value."""
-    out = []
+    out: list[str] = []
     for act in a.serve_parser._actions:
         if not act.option_strings or act.dest in _NOT_FORWARDED or act.dest == "help":
             continue
@@ -228,7 +234,7 @@ def _child_argv(a) -> list:
     return out
 
 
-def _serve_processes(a) -> int:
+def _serve_processes(a: argparse.Namespace) -> int:
     """`splitrpc serve --processes N`: N server processes on one port (SO_REUSEPORT); their
     output prefixed [i]; on SIGINT/SIGTERM they stop and each one's counters and the sum are
     printed."""
@@ -247,9 +253,12 @@ def _serve_processes(a) -> int:
             "--host", host, "--port", str(port), *_child_argv(a)]
     if a.target:
         base.append(a.target)
+    procs: list[subprocess.Popen[str]]
+    stats: dict[int, dict[str, Any]]
     procs, stats, ready = [], {}, threading.Semaphore(0)
 
-    def relay(i: int, p) -> None:
+    def relay(i: int, p: subprocess.Popen[str]) -> None:
+        assert p.stdout is not None  # stdout=subprocess.PIPE
         for line in p.stdout:
             if line.startswith("STATS "):
                 stats[i] = json.loads(line[6:])
@@ -265,7 +274,9 @@ def _serve_processes(a) -> int:
         p = subprocess.Popen(base + admin, stdout=subprocess.PIPE, text=True, start_new_session=True)
         procs.append(p)
         threading.Thread(target=relay, args=(i, p), daemon=True).start()
-    stop = lambda *_: [p.send_signal(signal.SIGTERM) for p in procs if p.poll() is None]  # noqa: E731
+    # a list of send_signal's None results, thrown away: a one-line loop, not a value
+    stop: Callable[..., object] = lambda *_: [  # noqa: E731
+        p.send_signal(signal.SIGTERM) for p in procs if p.poll() is None]  # type: ignore[func-returns-value]
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, stop)
     up = 0
