@@ -5,7 +5,7 @@ import asyncio
 import heapq
 import threading
 import time
-from typing import Any
+from typing import Any, cast
 
 from splitrpc import describe as describe_
 from splitrpc import pool as _pool
@@ -49,7 +49,7 @@ class Client:
         self._done = _client.Completions(self._cl)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread = 0  # the loop's thread (threading.get_ident), once attached
-        self._pending: dict[int, tuple[asyncio.Future, float]] = {}  # req_id -> (future, deadline: monotonic s)
+        self._pending: dict[int, tuple[asyncio.Future[bytes], float]] = {}  # req_id -> (future, deadline: monotonic s)
         self._deadlines: list[tuple[float, int]] = []  # heap of (deadline, req_id); finished ones left lazily
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at = float("inf")
@@ -70,7 +70,7 @@ class Client:
         loop = self._attach()
         tmo = self._sync._budget(func_id, timeout, deadline)
         rid = _client.send(self._cl, func_id, as_buffer(data), tmo, aux, wait_for_ready)
-        fut = loop.create_future()
+        fut: asyncio.Future[bytes] = loop.create_future()
         dl = time.monotonic() + tmo
         self._pending[rid] = (fut, dl)
         heapq.heappush(self._deadlines, (dl, rid))
@@ -81,6 +81,9 @@ class Client:
             if self._pending.pop(rid, None) is not None and self._cl is not None:
                 _client.release(self._cl, rid)  # its late reply is dropped (late_or_unknown)
                 self.abandoned += 1
+                # the release may have sent calls the window held (and finished one whose send
+                # failed): a pass soon reaps those, and the timer is armed for their retransmission
+                loop.call_soon(self._progress)
             raise
 
     async def describe(self, timeout: float | None = None) -> "describe_.Description":
@@ -88,11 +91,11 @@ class Client:
         return describe_.decode_description(await self.call(describe_.DESCRIBE_ID, describe_.DESCRIBE_REQUEST,
                                                             timeout))
 
-    async def ping(self, timeout: float | None = None) -> dict:
+    async def ping(self, timeout: float | None = None) -> dict[str, Any]:
         """The server's readiness over the wire (splitrpc.Client.ping)."""
         return describe_.decode_ping(await self.call(describe_.PING_ID, describe_.PING_REQUEST, timeout))
 
-    def stats(self) -> dict:
+    def stats(self) -> dict[str, int]:
         """The native client's counters (splitrpc.Client.stats), and ``abandoned``."""
         st = self._sync.stats()
         st["abandoned"] = self.abandoned
@@ -190,7 +193,7 @@ class Client:
             loop.call_soon_threadsafe(self.close)
             return
         if loop is not None and not loop.is_closed():
-            self._loop.remove_reader(self._fd)
+            loop.remove_reader(self._fd)
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
@@ -216,7 +219,10 @@ class Pool(_pool.Pool):
 
     def _replica(self, address: tuple[str, int]) -> _pool.Replica:
         host, port = address
-        return _pool.Replica((host, port), Client(host, port, self.timeout, busy_retry=False, **self._client_kw),
+        # Replica.client is typed as the blocking Client; here it is this module's (same calls, awaited)
+        return _pool.Replica((host, port),
+                             Client(host, port, self.timeout, busy_retry=False,  # type: ignore[arg-type]
+                                    **self._client_kw),
                              _BlockingClient(host, port, self.probe_timeout, retries=0))
 
     async def call(self, func_id: int, data: Any = b"", timeout: float | None = None, *,  # type: ignore[override]
@@ -229,6 +235,7 @@ class Pool(_pool.Pool):
         try:
             attempts = self._attempts(func_id, timeout, idempotent)
             step = next(attempts)
+            outcome: tuple[bytes | None, BaseException | None]
             while True:
                 r, wait = step
                 if r is None:
@@ -236,7 +243,8 @@ class Pool(_pool.Pool):
                     step = attempts.send(None)
                     continue
                 try:
-                    outcome = (await r.client.call(func_id, data, wait, aux=aux), None)
+                    # every replica of this pool is made by _replica above, with a splitrpc.aio.Client
+                    outcome = (await cast(Client, r.client).call(func_id, data, wait, aux=aux), None)
                 except asyncio.CancelledError:
                     attempts.close()
                     self._count(r, "errors")
@@ -246,7 +254,7 @@ class Pool(_pool.Pool):
                 try:
                     step = attempts.send(outcome)
                 except StopIteration as done:
-                    return done.value
+                    return cast(bytes, done.value)  # what _attempts returns: the reply
         finally:
             with self._lock:
                 self._inflight -= 1

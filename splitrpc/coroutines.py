@@ -15,7 +15,7 @@ log = logging.getLogger("splitrpc.server")
 THREAD_NAME = "splitrpc-asyncio"  # the loop's thread: what a callback sees as threading.current_thread().name
 
 
-def is_coroutine_function(fn: Callable) -> bool:
+def is_coroutine_function(fn: Callable[..., Any]) -> bool:
     """fn is an `async def` function (or a callable object whose __call__ is)."""
     return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None))
 
@@ -33,12 +33,18 @@ class ServerLoop:
         if self._thread is not None:
             return
         ready = threading.Event()
+        failed: list[BaseException] = []
 
         def run() -> None:
-            loop = asyncio.new_event_loop()
-            asyncio.set_event_loop(loop)
-            self.loop = loop
-            ready.set()
+            try:
+                loop = asyncio.new_event_loop()  # the policy's: a broken one fails start(), not hangs it
+                asyncio.set_event_loop(loop)
+                self.loop = loop
+            except BaseException as e:
+                failed.append(e)
+                return
+            finally:
+                ready.set()
             try:
                 loop.run_forever()
                 tasks = asyncio.all_tasks(loop)  # cancelled by stop(); let them see it
@@ -51,8 +57,18 @@ class ServerLoop:
         self._thread = threading.Thread(target=run, name=THREAD_NAME, daemon=True)
         self._thread.start()
         ready.wait()
+        if failed:
+            self._thread.join()
+            self._thread = None
+            raise SplitRPCError(f"cannot make the server's event loop: {type(failed[0]).__name__}: {failed[0]}") \
+                from failed[0]
 
-    def submit(self, coro: Coroutine) -> concurrent.futures.Future:
+    def on_loop_thread(self) -> bool:
+        """The caller is the loop's own thread (an async function's body)."""
+        t = self._thread
+        return t is not None and t.ident == threading.get_ident()
+
+    def submit(self, coro: Coroutine[Any, Any, Any]) -> concurrent.futures.Future[Any]:
         """Runs coro on the loop; its Future. Any thread."""
         loop = self.loop
         if loop is None or loop.is_closed():
@@ -78,26 +94,28 @@ class ServerLoop:
         self._thread = self.loop = None
 
 
-def batch_callback(coro_fn: Callable[..., Coroutine], server_loop: ServerLoop) -> Callable:
+def batch_callback(coro_fn: Callable[..., Coroutine[Any, Any, Any]],
+                   server_loop: ServerLoop) -> Callable[..., concurrent.futures.Future[Any]]:
     """A tensor callback that runs coro_fn(*inputs, *outputs) for the whole batch on the loop; its
     result is a plain callback's (None, or {call index: RemoteError}), its exception fails the batch
     with INTERNAL."""
-    def callback(*arrays: Any) -> concurrent.futures.Future:
+    def callback(*arrays: Any) -> concurrent.futures.Future[Any]:
         return server_loop.submit(coro_fn(*arrays))
 
     return callback
 
 
-def per_call_callback(coro_fn: Callable[..., Coroutine], server_loop: ServerLoop, name: str) -> Callable:
+def per_call_callback(coro_fn: Callable[..., Coroutine[Any, Any, Any]], server_loop: ServerLoop,
+                      name: str) -> Callable[..., concurrent.futures.Future[Any]]:
     """A tensor callback that runs coro_fn once per call of the batch, concurrently on the loop,
     each with that call's arrays (one element: the spec's shape, no batch dimension); the batch is
     finished when all are. A call whose coroutine raises a RemoteError fails alone with it; any
     other exception fails it alone with INTERNAL."""
-    async def run_calls(arrays: tuple) -> dict | None:
+    async def run_calls(arrays: tuple[Any, ...]) -> dict[int, RemoteError] | None:
         count = arrays[0].shape[0]
-        outcomes = await asyncio.gather(*[coro_fn(*(a[i] for a in arrays)) for i in range(count)],
+        outcomes = await asyncio.gather(*[coro_fn(*(a[i, ...] for a in arrays)) for i in range(count)],
                                         return_exceptions=True)
-        failed: dict = {}
+        failed: dict[int, RemoteError] = {}
         for i, r in enumerate(outcomes):
             if isinstance(r, RemoteError):
                 failed[i] = r
@@ -108,7 +126,7 @@ def per_call_callback(coro_fn: Callable[..., Coroutine], server_loop: ServerLoop
                 failed[i] = InternalError(f"a per-call function returns None (or raises), got {type(r).__name__}")
         return failed or None
 
-    def callback(*arrays: Any) -> concurrent.futures.Future:
+    def callback(*arrays: Any) -> concurrent.futures.Future[Any]:
         return server_loop.submit(run_calls(arrays))
 
     return callback

@@ -13,7 +13,7 @@ import ipaddress
 import logging
 import threading
 import time
-from typing import Callable, Sequence
+from typing import Any, Callable, Iterable, Sequence, TypeVar, cast
 
 from splitrpc import dpdk, gpu
 from splitrpc import coroutines
@@ -23,7 +23,7 @@ from splitrpc import executor as executor_
 from splitrpc.cost import CostTable
 from splitrpc.executor import ThreadPool
 from splitrpc._native import server as _server
-from splitrpc.errors import BadRequest, SplitRPCError
+from splitrpc.errors import BadRequest, GPUError, GPUUnavailable, SplitRPCError
 from splitrpc.spec import TensorSpec
 
 log = logging.getLogger("splitrpc.server")
@@ -33,9 +33,10 @@ SCHED_POLICIES = _server.SCHED_POLICIES
 DRAIN_LINGER = 1.0   # seconds with no datagram a drained server waits (answering DRAINING) before it stops
 LINGER_POLL = 0.01   # seconds between its looks at the receive counter
 QueueView = _server.QueueView
+_F = TypeVar("_F", bound=Callable[..., Any])  # a callback the function decorator registers and returns
 
 
-def _class_bounds(cost_classes) -> tuple:
+def _class_bounds(cost_classes: Iterable[int]) -> tuple[int, ...]:
     """cost_classes checked: a tuple of 1 .. MAX_CLASS_BOUNDS strictly ascending integers from 1 to
     2**32 - 1 (a call's cost is at most that); ValueError saying what is wrong otherwise."""
     try:
@@ -53,7 +54,7 @@ def _class_bounds(cost_classes) -> tuple:
     return b
 
 
-def _class_spill(class_spill, bounds) -> tuple | None:
+def _class_spill(class_spill: Iterable[int] | None, bounds: tuple[int, ...] | None) -> tuple[int, ...] | None:
     """class_spill checked against the cost classes' bounds: None, or one integer from 0 to
     2**32 - 1 per class but the last; ValueError saying what is wrong otherwise."""
     if class_spill is None:
@@ -72,7 +73,7 @@ def _class_spill(class_spill, bounds) -> tuple | None:
     return n
 
 
-def _takes_costs(fn) -> bool:
+def _takes_costs(fn: Callable[..., Any]) -> bool:
     """Whether callback fn has a parameter named costs (passed by keyword)."""
     try:
         p = inspect.signature(fn).parameters.get("costs")
@@ -145,7 +146,7 @@ class Server:
         *,
         wait: str | None = None,
         sched: str | None = None,
-        policy=None,
+        policy: object | None = None,
         spin_us: int | None = None,
         rx_takeover_us: int | None = None,
         reply_hold_us: int | None = None,
@@ -169,7 +170,7 @@ class Server:
         dpdk_emulate_split: bool = False,
     ):
         self._init_kwargs = {k: v for k, v in locals().items() if k != "self"}  # rebuild() makes it again
-        self._registrations: list = []  # add_function's arguments, for rebuild()
+        self._registrations: list[dict[str, Any]] = []  # add_function's arguments, for rebuild()
         # A setting left None takes the C core's default (srpc_server_config_init, native/src/core/tunables.h;
         # splitrpc._native.server.SERVER_DEFAULTS lists them; dpdk_mtu: 0 there, which means 1500).
         if wait is not None and wait not in WAIT_MODES:
@@ -221,10 +222,12 @@ class Server:
         self._state = "created"
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
-        self._jobs = _server.PoolJobs()  # batches handed to thread pools, not yet finished
+        # batches handed to thread pools, not yet finished (PoolJobs.__init__ is unannotated, in _native)
+        self._jobs = _server.PoolJobs()  # type: ignore[no-untyped-call]
         self._aio = coroutines.ServerLoop()  # where async def functions run (started only if there is one)
         self._pools_held = False         # the pools' threads were acquired (start) and not released
-        self._stats_sources: dict = {}   # stats() key -> a function returning a dict (add_stats_source)
+        # stats() key -> a function returning a dict (add_stats_source)
+        self._stats_sources: dict[str, Callable[[], dict[str, Any]]] = {}
         self._draining = False
         self._worker_running = False     # the worker loop is in _server.serve (health)
         self._drain_abort = threading.Event()  # abort_drain(): a drain in stop(grace) ends now
@@ -262,11 +265,11 @@ class Server:
         priority: int | None = None,
         weight: int | None = None,
         aux_classes: int | None = None,
-        cost_classes=None,
-        class_spill=None,
+        cost_classes: Iterable[int] | None = None,
+        class_spill: Iterable[int] | None = None,
         version: str | None = None,
         per_call: bool = False,
-    ) -> Callable:
+    ) -> Callable[[_F], _F]:
         """Decorator registering `fn` under func_id.
 
         Tensor functions get ``fn(*inputs, *outputs)``, each a (B, *shape) numpy view of B
@@ -356,7 +359,7 @@ class Server:
         ``max_request`` and ``max_response`` left None are the server's max_message.
         """
 
-        def register(fn: Callable) -> Callable:
+        def register(fn: _F) -> _F:
             self.add_function(fn, func_id, name, inputs, outputs, max_batch=max_batch,
                               max_delay_us=max_delay_us, capacity=capacity, raw=raw,
                               max_request=max_request, max_response=max_response, device=device,
@@ -368,11 +371,16 @@ class Server:
 
         return register
 
-    def add_function(self, fn, func_id, name=None, inputs=(), outputs=(), *, max_batch=None, max_delay_us=None,
-                     capacity=None, raw=False, max_request=None, max_response=None, device="cpu",
-                     orchestration="o1", deadline=None, executor="inline", cost=None,
-                     max_batch_cost=None, priority=None, weight=None, aux_classes=None, cost_classes=None,
-                     class_spill=None, version=None, per_call=False, _server_function=False) -> None:
+    def add_function(self, fn: Callable[..., Any], func_id: int, name: str | None = None,
+                     inputs: Sequence[TensorSpec] = (), outputs: Sequence[TensorSpec] = (), *,
+                     max_batch: int | None = None, max_delay_us: int | None = None, capacity: int | None = None,
+                     raw: bool = False, max_request: int | None = None, max_response: int | None = None,
+                     device: str = "cpu", orchestration: str = "o1", deadline: float | None = None,
+                     executor: str | int | executor_.Executor = "inline", cost: str | CostTable | None = None,
+                     max_batch_cost: int | None = None, priority: int | None = None, weight: int | None = None,
+                     aux_classes: int | None = None, cost_classes: Iterable[int] | None = None,
+                     class_spill: Iterable[int] | None = None, version: str | None = None, per_call: bool = False,
+                     _server_function: bool = False) -> None:
         """Registers fn under func_id: what the function decorator does (see there)."""
         args = {k: v for k, v in locals().items() if k not in ("self", "_server_function")}
         if self._state != "created":
@@ -391,7 +399,7 @@ class Server:
         if deadline is not None and not 0 < deadline <= 4000:
             raise ValueError(f"deadline must be a positive number of seconds (at most 4000), got {deadline!r}")
         inputs, outputs = list(inputs), list(outputs)
-        name = name or getattr(fn, "__name__", str(func_id))
+        name = name or cast(str, getattr(fn, "__name__", str(func_id)))
         is_async = coroutines.is_coroutine_function(fn)
         if per_call and not is_async:
             raise ValueError(f"{name}: per_call=True is for async def functions (a plain callback takes its batch)")
@@ -408,7 +416,7 @@ class Server:
         if ordinal >= 0:
             try:
                 gpu.probe(ordinal)
-            except gpu.GPUUnavailable as exc:
+            except GPUUnavailable as exc:
                 log.warning("function %s: %s; serving it from host memory on the CPU", name, exc)
                 ordinal = -1
         if ordinal >= 0:
@@ -469,7 +477,7 @@ class Server:
             try:
                 runner = gpu.DeviceRunner(ordinal, inputs, outputs, fn, orchestration)
             except Exception as exc:  # CuPy's own errors (e.g. no stream): one type for the caller
-                raise gpu.GPUError(f"cannot register function {func_id} on cuda:{ordinal}: "
+                raise GPUError(f"cannot register function {func_id} on cuda:{ordinal}: "
                                    f"{type(exc).__name__}: {exc}") from exc
         try:
             _server.add_function(self._srv, func_id, raw=raw, in_sizes=in_sizes, out_sizes=out_sizes,
@@ -508,7 +516,7 @@ class Server:
                                for k in range(1, n_classes)]
         self._funcs[func_id] = f
 
-    def rebuild(self, **settings) -> "Server":
+    def rebuild(self, **settings: Any) -> "Server":
         """A new Server with this one's settings updated by `settings` (those not None: host,
         port, wait, allow, reuse_port, ... as for Server()) and the same functions and stats
         sources; this one is closed first (its port is free again). Before start only. For
@@ -556,16 +564,17 @@ class Server:
         every function of the user's is known. Both run inline on the worker."""
         from splitrpc import __version__
 
-        infos = [f.info for f in self._funcs.values() if not f.server_function]
+        infos = [cast(describe_.FunctionInfo, f.info) for f in self._funcs.values() if not f.server_function]
         doc = describe_.encode_description(infos, max_message=self.max_message, software=f"splitrpc {__version__}")
         if len(doc) > min(describe_.MAX_REPLY, self.max_message):
             raise SplitRPCError(f"the description of {len(infos)} functions takes {len(doc)} bytes, over "
                                 f"{min(describe_.MAX_REPLY, self.max_message)}")
         started = time.monotonic()
 
-        def answer(expect: bytes, reply):
-            def fn(requests, responses):
-                out = []
+        def answer(expect: bytes, reply: Callable[[], bytes]
+                   ) -> Callable[[list[memoryview], list[memoryview]], list[int | BadRequest]]:
+            def fn(requests: list[memoryview], responses: list[memoryview]) -> list[int | BadRequest]:
+                out: list[int | BadRequest] = []
                 for req, resp in zip(requests, responses):
                     if bytes(req) != expect:
                         out.append(BadRequest(f"this server function takes the request {expect!r}"))
@@ -591,11 +600,12 @@ class Server:
                 raise SplitRPCError(f"server already {self._state}")
             if describe_.PING_ID not in self._funcs:
                 self._add_server_functions()
-            runners = [f.runner for f in self._funcs.values() if f.runner is not None]
+            runners = [cast(gpu.DeviceRunner, f.runner) for f in self._funcs.values() if f.runner is not None]
             if self._policy is not None:
                 _server.set_policy(self._native, self._policy, {f.func_id: f.name for f in self._funcs.values()})
             try:
-                if any(f.info.executor.startswith("asyncio") for f in self._user_functions()):
+                if any(cast(describe_.FunctionInfo, f.info).executor.startswith("asyncio")
+                       for f in self._user_functions()):
                     self._aio.start()
                 for r in runners:
                     r.start()
@@ -610,21 +620,22 @@ class Server:
             self._pools_held = True
             self._state = "running"
 
-    def _user_functions(self) -> list:
+    def _user_functions(self) -> list[_server.Function]:
         """The registered functions less the server's own (ping, describe)."""
         return [f for f in self._funcs.values() if not f.server_function]
 
-    def functions(self) -> list:
+    def functions(self) -> list[describe_.FunctionInfo]:
         """What describe answers: a splitrpc.describe.FunctionInfo per registered function."""
-        return [f.info for f in self._user_functions()]
+        return [cast(describe_.FunctionInfo, f.info) for f in self._user_functions()]
 
-    def _funcs_and_classes(self) -> list:
+    def _funcs_and_classes(self) -> list[_server.Function]:
         """Every queue's Function: a function with aux classes counts once per class."""
         return [c for f in self._funcs.values() for c in (f.classes or [f])]
 
-    def _pools(self) -> list:
+    def _pools(self) -> list[executor_.Executor]:
         """The distinct thread pools of the functions (a pool may serve several)."""
-        return list({id(f.pool): f.pool for f in self._funcs.values() if f.pool is not None}.values())
+        return list({id(f.pool): cast(executor_.Executor, f.pool) for f in self._funcs.values()
+                     if f.pool is not None}.values())
 
     def _worker(self) -> None:
         self._worker_ident = threading.get_ident()
@@ -681,6 +692,9 @@ class Server:
         has passed, or abort_drain()): a client's calls still in flight, or held in its window,
         then get DRAINING (safe to send elsewhere), not silence. 0: stop as soon as none is pending."""
         left = 0
+        if self._aio.on_loop_thread():  # it would wait for the loop's own task, on the loop's thread
+            raise SplitRPCError("stop() from an async def function would wait for itself: call drain() there and "
+                                "stop from another thread")
         if grace is not None and grace > 0 and self._state == "running":
             if threading.get_ident() == getattr(self, "_worker_ident", None) and self._worker_running:
                 raise SplitRPCError("stop(grace=) from a callback would wait for its own batch: call drain() there "
@@ -719,14 +733,14 @@ class Server:
                 p.release()
         for f in self._funcs.values():  # no copy or kernel may still target the queues when they are freed
             if f.runner is not None:
-                f.runner.stop()
+                cast(gpu.DeviceRunner, f.runner).stop()
         return left
 
     def _linger(self, linger: float, end: float) -> None:
         """stop(grace=)'s linger: draining, until no datagram came for `linger` seconds, `end`
         (monotonic) passed, the drain was aborted or the server stopped."""
         def received() -> int:  # the engine's own counter, not the whole stats() (functions, executors, ...)
-            return _server.read_stats(self._srv)["rx_datagrams"]
+            return cast(int, _server.read_stats(self._srv)["rx_datagrams"])  # a cffi uint64_t field: an int
 
         last_rx, quiet_since = received(), time.monotonic()
         while self._state == "running" and not self._drain_abort.is_set():
@@ -752,10 +766,10 @@ class Server:
             self.start()
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def __del__(self):
+    def __del__(self) -> None:
         try:
             self.close()
         except Exception:
@@ -763,7 +777,7 @@ class Server:
 
     # ------------------------------------------------------------------ counters
 
-    def add_stats_source(self, key: str, source: Callable[[], dict]) -> None:
+    def add_stats_source(self, key: str, source: Callable[[], dict[str, Any]]) -> None:
         """Adds source()'s dict to stats() under key (a scheduler layered on the functions, such as
         splitrpc.services.colocation's co-location, reports there and so in /metrics). source runs on
         whichever thread calls stats(): it takes its own locks."""
@@ -774,7 +788,7 @@ class Server:
             raise ValueError(f"stats key {key!r} is the engine's")
         self._stats_sources[key] = source
 
-    def stats(self) -> dict:
+    def stats(self) -> dict[str, Any]:
         """Counters of the engine: datagrams, calls, batches, drops by reason, errors by code,
         calls queued now and the queue-delay histogram of the calls run.
 
@@ -789,12 +803,13 @@ class Server:
             # code (BUSY and DRAINING answers included), batch sizes, queue delay, calls queued
             "by_function": {f.name: _server.read_func_stats(self._srv, f.func_id) for f in self._user_functions()},
             # each function's executor (ThreadPool, LanePool, ...): batches queued, running, run, busy time
-            "executors": {f.name: f.pool.load() for f in self._user_functions() if f.pool is not None},
+            "executors": {f.name: cast(executor_.Executor, f.pool).load() for f in self._user_functions()
+                          if f.pool is not None},
             **({"dpdk": self._dpdk_stats()} if self.transport == "dpdk" else {}),
             **{k: src() for k, src in self._stats_sources.items()},
         }
 
-    def _dpdk_stats(self) -> dict:
+    def _dpdk_stats(self) -> dict[str, Any]:
         """The DPDK port's counters: frames, drops by reason, ARP replies, failed sends; whether the
         port splits frames in hardware, and where the payloads then land ("none": software split,
         "dpdk", "host" or "gpu": the payload pool's memory)."""

@@ -145,3 +145,36 @@ def test_bad_async_registrations_are_refused(make_server, kw, msg):
             srv.add_function(lambda x, y: None, 71, "g", SMALL, SMALL, per_call=True)
     finally:
         srv.close()
+
+
+def test_per_call_scalars_and_stop_from_an_async_function_is_refused(make_server):
+    """Per call, a tensor of shape () is a 0-d view the function writes; stop() from an async
+    function's body raises instead of waiting for itself."""
+    said: list = []
+
+    def setup(srv):
+        scalar = [TensorSpec("v", "float32", ())]
+
+        @srv.function(64, "square", inputs=scalar, outputs=scalar, per_call=True, max_batch=8)
+        async def square(v, out):
+            assert v.shape == () and out.shape == ()
+            out[...] = v * v
+
+        @srv.function(65, "stopper", inputs=SMALL, outputs=SMALL)
+        async def stopper(x, y):
+            try:
+                srv.stop()
+            except splitrpc.SplitRPCError as e:
+                said.append(str(e))
+            y[:] = x
+
+    srv = make_server(setup)
+
+    async def main():
+        async with aio.Client("127.0.0.1", srv.port, timeout=10.0) as c:
+            got = await asyncio.gather(*[c.call(64, np.float32(i)) for i in range(40)])
+            await c.call(65, np.ones(4, np.float32))
+        return [float(np.frombuffer(g, np.float32)[0]) for g in got]
+
+    assert asyncio.run(main()) == [float(i * i) for i in range(40)]
+    assert said and "would wait for itself" in said[0] and srv.state == "running"

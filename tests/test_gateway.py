@@ -108,6 +108,15 @@ def test_http_malformed_requests_get_the_protocols_error_and_make_no_call(stack)
     assert status == 400 and "not JSON" in doc["error"]
     status, doc = post(head + bytes(1024), {"Inference-Header-Content-Length": "99999"})
     assert status == 400
+    good = {"name": "x", "datatype": "FP32", "shape": [256], "data": [0.0] * 256}
+    for bad, why in (({"inputs": [good], "outputs": [{"name": "nope"}]}, "outputs"),  # checked before the call
+                     ({"inputs": [good], "parameters": [1]}, "parameters"),
+                     ({"inputs": [good], "parameters": {"timeout": float("inf")}}, "timeout"),
+                     ({"inputs": [{**good, "datatype": "INT8", "data": [300] * 256}]}, "outside -128"),
+                     ({"inputs": [{**good, "datatype": ["FP32"]}]}, "not served"),
+                     ({"inputs": [{**good, "shape": [0, 10**30], "data": []}]}, "shape")):
+        status, doc = post(json.dumps(bad).encode(), {})
+        assert status == 400 and why in doc["error"], (bad, status, doc)
     assert _calls(srv, "vecadd") == before  # none of them reached the function
     with urllib.request.urlopen(f"http://{http}/metrics", timeout=10) as r:
         text = r.read().decode()

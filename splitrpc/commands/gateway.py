@@ -41,6 +41,7 @@ async def serve(replicas: list[str], host: str, http_port: int, grpc_port: int, 
     server = uvicorn.Server(uvicorn.Config(make_app(gw), host=host, port=http_port, log_level="warning",
                                            lifespan="on"))
     grpc_server = None
+    failed: list[BaseException] = []
 
     async def announce() -> None:
         nonlocal grpc_server
@@ -49,7 +50,13 @@ async def serve(replicas: list[str], host: str, http_port: int, grpc_port: int, 
                 return
             await asyncio.sleep(0.02)
         if grpc_port >= 0:
-            grpc_server, port = await start_server(gw, host, grpc_port)
+            try:
+                grpc_server, port = await start_server(gw, host, grpc_port)
+            except Exception as e:  # noqa: BLE001 - e.g. the port taken: the gateway does not start half
+                print(f"splitrpc gateway: gRPC on {host}:{grpc_port}: {e}", file=sys.stderr, flush=True)
+                failed.append(e)
+                server.should_exit = True
+                return
         print(f"splitrpc gateway: HTTP http://{host}:{http_port}/v2" + (f", gRPC {host}:{port}" if grpc_port >= 0
                                                                         else "")
               + f"; models {', '.join(sorted(gw.models))} from {', '.join(replicas)}", flush=True)
@@ -63,7 +70,7 @@ async def serve(replicas: list[str], host: str, http_port: int, grpc_port: int, 
         ann.cancel()
         if grpc_server is not None:
             await grpc_server.stop(grace=1.0)
-    return bool(server.started)
+    return bool(server.started) and not failed
 
 
 def cmd_gateway(a: argparse.Namespace) -> int:

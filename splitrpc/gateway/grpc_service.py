@@ -6,6 +6,7 @@ from typing import Any
 
 import grpc
 import numpy as np
+from numpy.typing import NDArray
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
 from splitrpc.gateway.models import DATATYPES, Gateway, InvalidInput, error_text, status_of, tensor_from
@@ -17,12 +18,12 @@ CONTENTS = {"BOOL": "bool_contents", "INT8": "int_contents", "INT16": "int_conte
             "FP64": "fp64_contents"}
 
 
-def _inputs(req: Any) -> dict[str, np.ndarray]:
+def _inputs(req: Any) -> dict[str, NDArray[Any]]:
     """The request's input tensors: raw_input_contents (one per input, in order) or typed contents."""
     raw = list(req.raw_input_contents)
     if raw and len(raw) != len(req.inputs):
         raise InvalidInput(f"{len(raw)} raw_input_contents for {len(req.inputs)} inputs")
-    tensors: dict[str, np.ndarray] = {}
+    tensors: dict[str, NDArray[Any]] = {}
     for i, t in enumerate(req.inputs):
         if t.name in tensors:
             raise InvalidInput(f"input {t.name!r} given twice")
@@ -73,11 +74,14 @@ class Service(service_pb2_grpc.GRPCInferenceServiceServicer):  # type: ignore[mi
         status = "OK"
         try:
             model = self.gw.model(request.model_name, request.model_version)
-            tmo = request.parameters["timeout"].int64_param if "timeout" in request.parameters else 0
-            outputs = await self.gw.infer(model, _inputs(request), tmo / 1e6 if tmo > 0 else None)
-            names = [o.name for o in request.outputs] or list(outputs)
-            if any(n not in outputs for n in names):
-                raise InvalidInput(f"requested outputs must name the model's outputs {sorted(outputs)}")
+            tensors = _inputs(request)
+            known = [s.name for s in model.outputs]
+            names = [o.name for o in request.outputs] or known
+            if any(n not in known for n in names):
+                raise InvalidInput(f"requested outputs must name the model's outputs {known}")
+            tmo = self.gw.timeout_of(request.parameters["timeout"].int64_param
+                                     if "timeout" in request.parameters else None)
+            outputs = await self.gw.infer(model, tensors, tmo)
             resp = service_pb2.ModelInferResponse(model_name=model.name, model_version=model.version, id=request.id)
             for n in names:
                 arr = outputs[n]

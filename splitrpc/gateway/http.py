@@ -7,6 +7,7 @@ import time
 from typing import Any, AsyncIterator
 
 import numpy as np
+from numpy.typing import NDArray
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -15,7 +16,8 @@ from starlette.routing import Route
 from splitrpc.gateway.models import DATATYPES, Gateway, InvalidInput, error_text, status_of, tensor_from
 
 HEADER_LENGTH = "Inference-Header-Content-Length"  # the binary tensor data extension's header
-MAX_BODY = 1 << 30  # bytes of one request's body
+MAX_BODY = 256 << 20  # bytes of one request's body (binary tensor data included)
+MAX_JSON = 16 << 20   # bytes of its JSON (a JSON number list costs tens of bytes per value once parsed)
 
 
 def _error(e: BaseException) -> Response:
@@ -35,18 +37,51 @@ def _parse(body: bytes, header_length: str | None) -> tuple[dict[str, Any], memo
             raise InvalidInput(f"{HEADER_LENGTH} {n} outside the body's {len(body)} bytes")
     else:
         n = len(body)
+    if n > MAX_JSON:
+        raise InvalidInput(f"a JSON request of {n} bytes, over {MAX_JSON}: send large tensors as binary data")
     try:
         doc = json.loads(bytes(body[:n]))
     except (ValueError, UnicodeDecodeError) as e:
         raise InvalidInput(f"the request is not JSON: {e}") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("inputs"), list):
         raise InvalidInput("an inference request is a JSON object with an 'inputs' list")
+    if not isinstance(doc.get("parameters", {}), dict):
+        raise InvalidInput("'parameters' is a JSON object")
     return doc, memoryview(body)[n:]
 
 
-def _inputs(doc: dict[str, Any], binary: memoryview) -> dict[str, np.ndarray]:
+def _requested(doc: dict[str, Any], names: list[str]) -> list[tuple[str, bool]]:
+    """The outputs to send, each with whether as binary data (default: all, as binary_data_output
+    says). InvalidInput for an unknown name or a malformed entry: before any call."""
+    default_binary = bool(doc.get("parameters", {}).get("binary_data_output", False))
+    wanted = doc.get("outputs")
+    if wanted is None:
+        return [(n, default_binary) for n in names]
+    out = []
+    for w in wanted if isinstance(wanted, list) else [None]:
+        if not isinstance(w, dict) or w.get("name") not in names or not isinstance(w.get("parameters", {}), dict):
+            raise InvalidInput(f"requested outputs are objects naming the model's outputs {names}")
+        out.append((w["name"], bool(w.get("parameters", {}).get("binary_data", default_binary))))
+    return out
+
+
+async def _body(req: Request) -> bytes:
+    """The request's body, refused past MAX_BODY before it is all in memory."""
+    declared = req.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > MAX_BODY:
+        raise InvalidInput(f"a request body of {declared} bytes, over {MAX_BODY}")
+    chunks, size = [], 0
+    async for chunk in req.stream():
+        size += len(chunk)
+        if size > MAX_BODY:
+            raise InvalidInput(f"a request body over {MAX_BODY} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _inputs(doc: dict[str, Any], binary: memoryview) -> dict[str, NDArray[Any]]:
     """The input tensors, JSON data or binary (binary_data_size bytes each, in order)."""
-    tensors: dict[str, np.ndarray] = {}
+    tensors: dict[str, NDArray[Any]] = {}
     off = 0
     for t in doc["inputs"]:
         if not isinstance(t, dict) or not isinstance(t.get("name"), str):
@@ -69,19 +104,14 @@ def _inputs(doc: dict[str, Any], binary: memoryview) -> dict[str, np.ndarray]:
     return tensors
 
 
-def _reply(doc: dict[str, Any], model: Any, outputs: dict[str, np.ndarray]) -> Response:
-    """The inference response: each requested output (all by default), as JSON data or binary."""
-    default_binary = bool((doc.get("parameters") or {}).get("binary_data_output", False))
-    wanted = doc.get("outputs")
-    if wanted is None:
-        wanted = [{"name": n} for n in outputs]
-    if not isinstance(wanted, list) or not all(isinstance(w, dict) and w.get("name") in outputs for w in wanted):
-        raise InvalidInput(f"requested outputs must name the model's outputs {sorted(outputs)}")
+def _reply(doc: dict[str, Any], model: Any, outputs: dict[str, NDArray[Any]],
+           wanted: list[tuple[str, bool]]) -> Response:
+    """The inference response: each requested output, as JSON data or binary."""
     out, blobs = [], []
-    for w in wanted:
-        arr = outputs[w["name"]]
-        entry: dict[str, Any] = {"name": w["name"], "datatype": DATATYPES[arr.dtype.str], "shape": list(arr.shape)}
-        if bool((w.get("parameters") or {}).get("binary_data", default_binary)):
+    for name, binary in wanted:
+        arr = outputs[name]
+        entry: dict[str, Any] = {"name": name, "datatype": DATATYPES[arr.dtype.str], "shape": list(arr.shape)}
+        if binary:
             data = np.ascontiguousarray(arr).tobytes()
             entry["parameters"] = {"binary_data_size": len(data)}
             blobs.append(data)
@@ -128,15 +158,11 @@ def make_app(gw: Gateway) -> Starlette:
         status: int = 200
         try:
             model = gw.model(name, req.path_params.get("version"))
-            body = await req.body()
-            if len(body) > MAX_BODY:
-                raise InvalidInput(f"a request body of {len(body)} bytes, over {MAX_BODY}")
-            doc, binary = _parse(body, req.headers.get(HEADER_LENGTH))
+            doc, binary = _parse(await _body(req), req.headers.get(HEADER_LENGTH))
             tensors = _inputs(doc, binary)
-            params = doc.get("parameters") or {}
-            tmo = params.get("timeout") if isinstance(params, dict) else None  # microseconds, as Triton's
-            outputs = await gw.infer(model, tensors, tmo / 1e6 if isinstance(tmo, (int, float)) and tmo > 0 else None)
-            return _reply(doc, model, outputs)
+            wanted = _requested(doc, [s.name for s in model.outputs])
+            tmo = gw.timeout_of(doc.get("parameters", {}).get("timeout"))  # microseconds, as Triton's
+            return _reply(doc, model, await gw.infer(model, tensors, tmo), wanted)
         except Exception as e:  # noqa: BLE001 - every failure is the protocol's error reply
             status = status_of(e)[0]
             return _error(e)

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 import numpy as np
+from numpy.typing import NDArray
 
 from splitrpc import describe as describe_
 from splitrpc.errors import (BadRequest, Busy, CallTimeout, DeadlineExceeded, Draining, RemoteError, SplitRPCError,
@@ -50,7 +51,7 @@ class Model:
         return {"name": self.name, "versions": [self.version], "platform": PLATFORM,
                 "inputs": tensors(self.inputs), "outputs": tensors(self.outputs)}
 
-    def requests(self, tensors: dict[str, np.ndarray]) -> tuple[list[bytes], bool]:
+    def requests(self, tensors: dict[str, NDArray[Any]]) -> tuple[list[bytes], bool]:
         """The splitrpc requests of one inference request (one per row) and whether its tensors had
         a batch dimension. InvalidInput for a missing, unknown, mistyped or misshapen tensor."""
         names = [s.name for s in self.inputs]
@@ -83,7 +84,7 @@ class Model:
         joined = np.concatenate(parts, axis=1) if len(parts) > 1 else parts[0]
         return [joined[i].tobytes() for i in range(rows)], batched
 
-    def outputs_of(self, replies: Sequence[bytes], batched: bool) -> dict[str, np.ndarray]:
+    def outputs_of(self, replies: Sequence[bytes], batched: bool) -> dict[str, NDArray[Any]]:
         """The output tensors of the calls' replies (each the outputs back to back)."""
         want = sum(s.nbytes for s in self.outputs)
         if any(len(r) != want for r in replies):
@@ -108,10 +109,10 @@ def models_of(description: describe_.Description) -> dict[str, Model]:
 
 
 def tensor_from(name: str, datatype: str, shape: Sequence[Any], data: Any = None,
-                raw: bytes | memoryview | None = None) -> np.ndarray:
+                raw: bytes | memoryview | None = None) -> NDArray[Any]:
     """One request tensor from its JSON (or protobuf) description and its data: a (nested) list,
     or raw little-endian bytes. InvalidInput for anything that does not add up."""
-    if datatype not in NUMPY_OF:
+    if not isinstance(datatype, str) or datatype not in NUMPY_OF:
         raise InvalidInput(f"input {name!r}: datatype {datatype!r} is not served (one of {sorted(NUMPY_OF)})")
     if not isinstance(shape, (list, tuple)) or any(isinstance(d, bool) or not isinstance(d, int) or d < 0
                                                    for d in shape):
@@ -122,16 +123,27 @@ def tensor_from(name: str, datatype: str, shape: Sequence[Any], data: Any = None
         if len(raw) != count * dt.itemsize:
             raise InvalidInput(f"input {name!r}: {len(raw)} bytes of data for shape {list(shape)} of {datatype} "
                                f"({count * dt.itemsize} bytes)")
-        return np.frombuffer(raw, dt).reshape(shape)
-    if data is None:
-        raise InvalidInput(f"input {name!r} has no data")
+        arr = np.frombuffer(raw, dt)
+    else:
+        if data is None:
+            raise InvalidInput(f"input {name!r} has no data")
+        try:
+            if dt.kind in "iu":  # integers: in the type's range, never wrapped or truncated
+                vals = np.asarray(data)
+                if vals.dtype.kind not in "iub":
+                    raise ValueError("not all integers")
+                info = np.iinfo(dt)
+                if vals.size and (int(vals.min()) < info.min or int(vals.max()) > info.max):
+                    raise ValueError(f"a value outside {info.min} .. {info.max}")
+            arr = np.asarray(data, dtype=dt)
+        except (TypeError, ValueError, OverflowError) as e:
+            raise InvalidInput(f"input {name!r}: data is not {datatype}: {e}") from None
+        if arr.size != count:
+            raise InvalidInput(f"input {name!r}: {arr.size} values for shape {list(shape)}")
     try:
-        arr = np.asarray(data, dtype=dt)
-    except (TypeError, ValueError) as e:
-        raise InvalidInput(f"input {name!r}: data is not {datatype}: {e}") from None
-    if arr.size != count:
-        raise InvalidInput(f"input {name!r}: {arr.size} values for shape {list(shape)}")
-    return arr.reshape(shape)
+        return arr.reshape(shape)
+    except ValueError as e:  # a shape numpy cannot make, e.g. [0, 10**30]
+        raise InvalidInput(f"input {name!r}: shape {list(shape)}: {e}") from None
 
 
 # error -> (HTTP status, gRPC status code name, retry-after seconds or None)
@@ -209,8 +221,18 @@ class Gateway:
 
         return {"name": "splitrpc-gateway", "version": __version__, "extensions": ["binary_tensor_data"]}
 
-    async def infer(self, model: Model, tensors: dict[str, np.ndarray], timeout: float | None = None
-                    ) -> dict[str, np.ndarray]:
+    def timeout_of(self, micros: Any) -> float:
+        """A request's own timeout (the protocol's, in microseconds) in seconds, never beyond the
+        gateway's; the gateway's when it gives none. InvalidInput for one that is not a finite
+        positive number."""
+        if micros is None or micros == 0:
+            return self.timeout
+        if isinstance(micros, bool) or not isinstance(micros, (int, float)) or not 0 < micros < float("inf"):
+            raise InvalidInput(f"timeout must be a positive number of microseconds, got {micros!r}")
+        return min(micros / 1e6, self.timeout)
+
+    async def infer(self, model: Model, tensors: dict[str, NDArray[Any]], timeout: float | None = None
+                    ) -> dict[str, NDArray[Any]]:
         """The model's outputs for the request's input tensors: checked first (InvalidInput: no
         call made), then one splitrpc call per row, concurrently; the first failure raises."""
         reqs, batched = model.requests(tensors)
