@@ -10,7 +10,8 @@ from splitrpc.check import cli as check_cli
 from splitrpc.commands import call, demo, describe, gateway, serve
 from splitrpc.plugins import Capability, CapabilityError, capabilities
 
-CORE = (serve, call, describe, demo, gateway)  # modules with add_parser(sub, caps); check_cli.add_parser(sub) after them
+# modules with add_parser(sub, caps); check_cli.add_parser(sub) after them
+CORE = (serve, call, describe, demo, gateway)
 
 
 def build_parser(caps: list[Capability] | None = None) -> argparse.ArgumentParser:

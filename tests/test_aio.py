@@ -18,7 +18,8 @@ SLOW_ID, FAIL_ID = 40, 41
 def _slow_and_failing(srv) -> None:
     register_builtin_services(srv)
 
-    @srv.function(SLOW_ID, "slow", inputs=[TensorSpec("x", "float32", (4,))], outputs=[TensorSpec("y", "float32", (4,))])
+    @srv.function(SLOW_ID, "slow", inputs=[TensorSpec("x", "float32", (4,))],
+                  outputs=[TensorSpec("y", "float32", (4,))])
     def slow(x, y):
         time.sleep(0.2)
         y[:] = x

@@ -113,7 +113,8 @@ def run_gather(port: int, n: int = GATHER) -> dict:
             got = await asyncio.gather(*[c.call(fid, req) for _ in range(n)], return_exceptions=True)
             elapsed = time.perf_counter() - t0
             st = c.stats()
-        return {"calls": n, "right": sum(r == want for r in got), "busy": sum(isinstance(r, splitrpc.Busy) for r in got),
+        return {"calls": n, "right": sum(r == want for r in got),
+                "busy": sum(isinstance(r, splitrpc.Busy) for r in got),
                 "errors": sum(isinstance(r, BaseException) for r in got), "seconds": elapsed,
                 "window_waits": st["window_waits"], "busy_retries": st["busy_retries"]}
 
@@ -152,7 +153,8 @@ def run(a) -> dict:
             for name in (names if rnd % 2 == 0 else names[::-1]):
                 r = systems[name](port, a.calls)
                 runs[name].append(r)
-                print(f"round {rnd + 1}/{a.rounds}: {name:>10s}  {r['calls/s']:9,.0f} calls/s  p50 {r['p50 us']:7.1f} µs"
+                print(f"round {rnd + 1}/{a.rounds}: {name:>10s}  {r['calls/s']:9,.0f} calls/s  "
+                      f"p50 {r['p50 us']:7.1f} µs"
                       f"  p99 {r['p99 us']:8.1f} µs  wrong {r['wrong']}", flush=True)
     finally:
         proc.stop()
@@ -174,7 +176,7 @@ def markdown(doc: dict) -> str:
     g = doc["gather"]
     lines = ["# The asyncio client against the blocking one", "",
              f"- date: {doc['date']}", f"- command: `{doc['command']}`", f"- machine: {doc['machine']}",
-             f"- server: `splitrpc serve` (default settings) in a child process, vecadd 1 KiB -> 1 KiB, loopback",
+             "- server: `splitrpc serve` (default settings) in a child process, vecadd 1 KiB -> 1 KiB, loopback",
              f"- per round and system a fresh client, {WARMUP:,} warm-up calls, then {doc['calls']:,} calls from "
              f"{doc['concurrency']} threads (blocking `Client.call`) or {doc['concurrency']} asyncio tasks "
              f"(`await aio.Client.call`); systems alternated round by round ({doc['rounds']} rounds); latency "

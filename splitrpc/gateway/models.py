@@ -196,7 +196,8 @@ class Gateway:
             except (SplitRPCError, ValueError) as e:
                 last = e
                 await asyncio.sleep(0.2)
-        raise SplitRPCError(f"no replica of {self.replicas} described itself within {self.describe_timeout:g} s: {last}")
+        raise SplitRPCError(f"no replica of {self.replicas} described itself within {self.describe_timeout:g} s: "
+                            f"{last}")
 
     async def stop(self) -> None:
         if self.pool is not None:
