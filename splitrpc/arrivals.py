@@ -117,4 +117,5 @@ def wikipedia_day(peak_rps: float, duration_s: float, *, points: int = 288, nois
     rng = np.random.default_rng(seed)
     rates = np.clip(shape * rng.normal(1.0, noise, points), 0, None)
     rates *= peak_rps / rates.max()
-    return np.arange(points) * (duration_s / points), rates
+    times = np.asarray(np.arange(points) * (duration_s / points), dtype=np.float64)  # float64 to numpy 2's stubs too
+    return times, rates
