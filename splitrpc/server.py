@@ -225,6 +225,7 @@ class Server:
         # batches handed to thread pools, not yet finished (PoolJobs.__init__ is unannotated, in _native)
         self._jobs = _server.PoolJobs()  # type: ignore[no-untyped-call]
         self._aio = coroutines.ServerLoop()  # where async def functions run (started only if there is one)
+        self._async_functions = 0  # async def functions registered: the loop starts with the server when > 0
         self._pools_held = False         # the pools' threads were acquired (start) and not released
         # stats() key -> a function returning a dict (add_stats_source)
         self._stats_sources: dict[str, Callable[[], dict[str, Any]]] = {}
@@ -491,6 +492,7 @@ class Server:
             raise
         callback = fn
         if is_async:  # run on the server's loop; the worker finishes the batch from the Future it gets
+            self._async_functions += 1
             callback = coroutines.per_call_callback(fn, self._aio, name) if per_call else \
                 coroutines.batch_callback(fn, self._aio)
         f = _server.Function(func_id, name, callback, inputs, outputs, raw, in_sizes[0] if raw else 0,
@@ -564,7 +566,7 @@ class Server:
         every function of the user's is known. Both run inline on the worker."""
         from splitrpc import __version__
 
-        infos = [cast(describe_.FunctionInfo, f.info) for f in self._funcs.values() if not f.server_function]
+        infos = [f.info for f in self._funcs.values() if not f.server_function]
         doc = describe_.encode_description(infos, max_message=self.max_message, software=f"splitrpc {__version__}")
         if len(doc) > min(describe_.MAX_REPLY, self.max_message):
             raise SplitRPCError(f"the description of {len(infos)} functions takes {len(doc)} bytes, over "
@@ -600,12 +602,11 @@ class Server:
                 raise SplitRPCError(f"server already {self._state}")
             if describe_.PING_ID not in self._funcs:
                 self._add_server_functions()
-            runners = [cast(gpu.DeviceRunner, f.runner) for f in self._funcs.values() if f.runner is not None]
+            runners = [f.runner for f in self._funcs.values() if f.runner is not None]
             if self._policy is not None:
                 _server.set_policy(self._native, self._policy, {f.func_id: f.name for f in self._funcs.values()})
             try:
-                if any(cast(describe_.FunctionInfo, f.info).executor.startswith("asyncio")
-                       for f in self._user_functions()):
+                if self._async_functions:
                     self._aio.start()
                 for r in runners:
                     r.start()
@@ -626,7 +627,7 @@ class Server:
 
     def functions(self) -> list[describe_.FunctionInfo]:
         """What describe answers: a splitrpc.describe.FunctionInfo per registered function."""
-        return [cast(describe_.FunctionInfo, f.info) for f in self._user_functions()]
+        return [f.info for f in self._user_functions()]
 
     def _funcs_and_classes(self) -> list[_server.Function]:
         """Every queue's Function: a function with aux classes counts once per class."""
@@ -634,8 +635,7 @@ class Server:
 
     def _pools(self) -> list[executor_.Executor]:
         """The distinct thread pools of the functions (a pool may serve several)."""
-        return list({id(f.pool): cast(executor_.Executor, f.pool) for f in self._funcs.values()
-                     if f.pool is not None}.values())
+        return list({id(f.pool): f.pool for f in self._funcs.values() if f.pool is not None}.values())
 
     def _worker(self) -> None:
         self._worker_ident = threading.get_ident()
@@ -733,7 +733,7 @@ class Server:
                 p.release()
         for f in self._funcs.values():  # no copy or kernel may still target the queues when they are freed
             if f.runner is not None:
-                cast(gpu.DeviceRunner, f.runner).stop()
+                f.runner.stop()
         return left
 
     def _linger(self, linger: float, end: float) -> None:
@@ -803,8 +803,7 @@ class Server:
             # code (BUSY and DRAINING answers included), batch sizes, queue delay, calls queued
             "by_function": {f.name: _server.read_func_stats(self._srv, f.func_id) for f in self._user_functions()},
             # each function's executor (ThreadPool, LanePool, ...): batches queued, running, run, busy time
-            "executors": {f.name: cast(executor_.Executor, f.pool).load() for f in self._user_functions()
-                          if f.pool is not None},
+            "executors": {f.name: f.pool.load() for f in self._user_functions() if f.pool is not None},
             **({"dpdk": self._dpdk_stats()} if self.transport == "dpdk" else {}),
             **{k: src() for k, src in self._stats_sources.items()},
         }

@@ -17,14 +17,8 @@ import tritonclient.grpc as tgrpc  # noqa: E402
 import tritonclient.http as thttp  # noqa: E402
 from tritonclient.utils import InferenceServerException  # noqa: E402
 
-from splitrpc.bench.helpers.procs import Proc  # noqa: E402
+from splitrpc.bench.helpers.procs import Proc, free_port  # noqa: E402
 from splitrpc.services import register_builtin_services  # noqa: E402
-
-
-def _tcp_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -35,7 +29,7 @@ def stack(request):
     srv = splitrpc.Server("127.0.0.1", 0, wait="block")
     register_builtin_services(srv)
     srv.start()
-    http_port, grpc_port = _tcp_port(), _tcp_port()
+    http_port, grpc_port = free_port(socket.SOCK_STREAM), free_port(socket.SOCK_STREAM)
     gw = Proc([sys.executable, "-m", "splitrpc", "gateway", "--replicas", f"127.0.0.1:{srv.port}",
                "--http-port", str(http_port), "--grpc-port", str(grpc_port)])
     try:

@@ -19,12 +19,6 @@ from splitrpc.machine import describe
 CALLS, WARMUP = 3000, 300
 
 
-def _tcp_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _measure(call: Callable[[], bool], calls: int) -> dict[str, Any]:
     import numpy as np
 
@@ -73,7 +67,7 @@ def run(a: argparse.Namespace) -> dict[str, Any]:
     want = x + np.float32(1)
     port = free_port()
     procs = [Proc([sys.executable, "-m", "splitrpc", "serve", "--port", str(port), "--wait", "block"])]
-    http_port, grpc_port = _tcp_port(), _tcp_port()
+    http_port, grpc_port = free_port(socket.SOCK_STREAM), free_port(socket.SOCK_STREAM)
     notes = []
     try:
         with splitrpc.Client("127.0.0.1", port, timeout=0.2) as c:

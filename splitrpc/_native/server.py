@@ -9,7 +9,7 @@ import logging
 import threading
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 
@@ -301,15 +301,16 @@ class Function:
     max_request: int
     max_response: int
     device: str = "cpu"       # where its Tensor Queues are: "cpu" or "cuda:N"
-    runner: object = None     # a splitrpc.gpu.DeviceRunner for a function on a GPU
-    pool: object = None       # a splitrpc.executor.ThreadPool that runs its batches, or None: inline
+    # Any: the classes above the binding layer (splitrpc.gpu, .executor, .describe), which it does not import
+    runner: Any = None        # a splitrpc.gpu.DeviceRunner for a function on a GPU
+    pool: Any = None          # a splitrpc.executor.ThreadPool that runs its batches, or None: inline
     costs_kw: bool = False    # the callback takes its calls' admission costs as costs=
     # aux classes: the Function of each class's queues (this one is class 0), or None
     classes: list | None = None
     aux_class: int = 0        # which of its function's classes' queues this Function is
     class_bounds: tuple | None = None  # classes by cost: their bounds (class k: [b[k-1], b[k]))
     calls: int = field(default=0)
-    info: object = None            # its splitrpc.describe.FunctionInfo (what describe answers)
+    info: Any = None               # its splitrpc.describe.FunctionInfo (what describe answers)
     server_function: bool = False  # ping or describe (docs/PROTOCOL.md, Amendment 1)
     # The callback's arguments by ring position and B (args_key): a ring revisits the same
     # positions, and building the numpy views costs about a microsecond each, finding them a

@@ -58,9 +58,8 @@ class Model:
         extra = sorted(set(tensors) - set(names))
         missing = [n for n in names if n not in tensors]
         if extra or missing:
-            raise InvalidInput(f"model {self.name!r} takes inputs {names}: "
-                               + (f"missing {missing}" if missing else "") + ("; " if extra and missing else "")
-                               + (f"unknown {extra}" if extra else ""))
+            wrong = [f"missing {missing}"] * bool(missing) + [f"unknown {extra}"] * bool(extra)
+            raise InvalidInput(f"model {self.name!r} takes inputs {names}: {'; '.join(wrong)}")
         rows: int | None = None
         batched = False
         parts = []
