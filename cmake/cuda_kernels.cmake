@@ -33,7 +33,8 @@ if(SPLITRPC_HAVE_CUDA)
     COMMAND ${CMAKE_CUDA_COMPILER} --fatbin -O3 ${_ccbin} ${SPLITRPC_CUDA_GENCODE}
             -I${CMAKE_CURRENT_SOURCE_DIR}/native/src -I${CMAKE_CURRENT_SOURCE_DIR}/native/include
             -o ${_fatbin} ${CMAKE_CURRENT_SOURCE_DIR}/native/cuda/kernels.cu
-    DEPENDS native/cuda/kernels.cu native/src/gpu/o2_abi.h native/include/splitrpc_gpu.h
+    DEPENDS native/cuda/kernels.cu native/cuda/embed_cache.cuh native/src/gpu/o2_abi.h native/src/gpu/mirror_word.h
+            native/src/embed/emb_gpu_abi.h native/src/core/mix64.h native/include/splitrpc_gpu.h
     COMMENT "Compiling the CUDA kernels to a fatbin (${_archs_text})"
     VERBATIM)
   add_custom_command(

@@ -1,4 +1,4 @@
-/* kernels.cu: the GPU kernels of splitrpc, built into a fatbin and loaded with the driver API: the device Tensor Queue mirror self-test and the O2 persistent vecadd server. */
+/* kernels.cu: the GPU kernels of splitrpc, built into a fatbin and loaded with the driver API: the device Tensor Queue mirror self-test, the O2 persistent vecadd server and the embedding cache (embed_cache.cuh). */
 #include <stdint.h>
 
 #include "gpu/mirror_word.h"
@@ -112,3 +112,7 @@ srpc_o2_vecadd(struct srpc_o2_ctrl *ctrl, uint32_t n_floats)
         }
     }
 }
+
+/* ------------------------------------------------------------------ the embedding cache (HPS's L1) */
+
+#include "embed_cache.cuh"

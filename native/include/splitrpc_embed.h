@@ -1,7 +1,8 @@
-/* splitrpc_embed.h: an embedding cache in host memory (HugeCTR HPS's L1, on the CPU): a set-associative slab cache of (key, vector, access counter), one lock per slabset, least-recently-used eviction by a global counter. */
+/* splitrpc_embed.h: an embedding cache (HugeCTR HPS's L1), in host memory or in a GPU's: a set-associative slab cache of (key, vector, access counter), least-recently-used eviction by a counter; batched query, replace, update and dump. */
 #ifndef SPLITRPC_EMBED_H
 #define SPLITRPC_EMBED_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
@@ -61,6 +62,58 @@ int64_t srpc_emb_cache_dump(srpc_emb_cache_t *c, int64_t *keys_out, uint64_t cap
 
 /* Empties the cache. */
 void srpc_emb_cache_clear(srpc_emb_cache_t *c);
+
+/* ------------------------------------------------------------------ the cache on a GPU
+ * The same cache in the memory of a CUDA device (HPS's GPU L1): the same layout, slabset choice
+ * and LRU rule, and the same calls, each run as a kernel over the batch (a warp per key;
+ * native/cuda/embed_cache.cuh) on the cache's own stream. A batch's outcome is the one of
+ * applying its keys in index order, as the host cache does (the same keys cached, the same
+ * vectors), except that dump returns the keys in no particular order, a key repeated in one
+ * update batch gets one of its vectors, and replace's count of evictions may be lower by the
+ * keys of the batch that were cached before it and that the host cache, going in index order,
+ * evicts with an earlier key of the batch and puts back (the device touches them first). Batches
+ * larger than max_batch keys are run max_batch at a time through the cache's staging buffers
+ * (pinned host memory and device memory).
+ *
+ * Every call returns what the host cache's does, or -errno with srpc_gpu_last_error() saying
+ * why: -ENOTSUP (no kernels compiled in), -ENODEV (no driver or device), -ENOMEM (device or
+ * pinned memory), -EIO (a copy or a kernel failed: the cache's content is then unknown until
+ * srpc_emb_dcache_clear succeeds; until then every call but clear and destroy returns -EIO).
+ * Threads: any number may call at once; the calls of one cache are serialised by its mutex.
+ * Each call makes the device's primary context current for its duration and restores the
+ * thread's own context afterwards. The caller owns keys, vectors and outputs. */
+typedef struct srpc_emb_dcache srpc_emb_dcache_t;
+
+/* Default and largest staging batch (keys per kernel launch). */
+#define SRPC_EMB_DEVICE_BATCH 8192
+#define SRPC_EMB_DEVICE_MAX_BATCH 1048576
+
+/* A cache on device ordinal `device`; the arguments as srpc_emb_cache_create's, and max_batch
+ * (0: SRPC_EMB_DEVICE_BATCH; at most SRPC_EMB_DEVICE_MAX_BATCH). 0 with *out, -EINVAL,
+ * -EOVERFLOW, -ENOMEM, -ENOTSUP or -ENODEV. */
+int srpc_emb_dcache_create(int device, uint32_t dim, uint64_t capacity, uint32_t slabs_per_set, uint32_t max_batch,
+                           srpc_emb_dcache_t **out);
+/* Waits for its stream, frees its memory and stream; no other thread may be using it. NULL is ignored. */
+void srpc_emb_dcache_destroy(srpc_emb_dcache_t *c);
+
+int srpc_emb_dcache_device(const srpc_emb_dcache_t *c);
+uint64_t srpc_emb_dcache_slots(const srpc_emb_dcache_t *c);
+uint64_t srpc_emb_dcache_sets(const srpc_emb_dcache_t *c);
+uint64_t srpc_emb_dcache_set_of(const srpc_emb_dcache_t *c, int64_t key); /* as the host cache's */
+uint64_t srpc_emb_dcache_size(srpc_emb_dcache_t *c);   /* keys cached now */
+
+/* As srpc_emb_cache_query, with the hits' vectors written to host memory out. */
+int64_t srpc_emb_dcache_query(srpc_emb_dcache_t *c, const int64_t *keys, uint64_t n, float *out, uint8_t *hit);
+/* As srpc_emb_cache_query, with the hits' vectors written by the kernel to device memory
+ * out_dev (n * dim floats, rows of misses left alone) and only the hit flags copied back: the
+ * vectors never cross to the host. out_dev's writes are complete when the call returns. */
+int64_t srpc_emb_dcache_query_device(srpc_emb_dcache_t *c, const int64_t *keys, uint64_t n, uint64_t out_dev,
+                                     uint8_t *hit);
+int64_t srpc_emb_dcache_replace(srpc_emb_dcache_t *c, const int64_t *keys, uint64_t n, const float *vecs);
+int64_t srpc_emb_dcache_update(srpc_emb_dcache_t *c, const int64_t *keys, uint64_t n, const float *vecs);
+int64_t srpc_emb_dcache_dump(srpc_emb_dcache_t *c, int64_t *keys_out, uint64_t cap);
+/* Empties the cache (and clears a failed cache's -EIO state). 0 or -errno. */
+int srpc_emb_dcache_clear(srpc_emb_dcache_t *c);
 
 #ifdef __cplusplus
 }

@@ -1,4 +1,4 @@
-/* fake_libcuda.c: an emulated libcuda.so.1 for tests on machines without a GPU (test-only, never in the wheel). One "device" whose memory the CPU must not touch: every device address handed out lies in a PROT_NONE view (a host read of device memory crashes the test), and the emulated copies, stores and flags go through a read-write shadow of the same pages. cuMemAlloc: a memfd mapped twice. Virtual memory management as the driver has it: allocation granularity, cuMemCreate (a memfd), cuMemAddressReserve (a PROT_NONE range, with a shadow range beside it), cuMemMap (the same pages at several addresses, and in the shadow at the same offsets, so a range that crosses from one mapping to the next is contiguous there too), cuMemSetAccess, unmap/release/free, with the driver's error codes for misuse; mapped host memory (cuMemHostAlloc, cuMemHostRegister: device pointer = host pointer, as with unified addressing). Each created stream runs its work (copies, cuStreamWriteValue32, host functions, kernels) in order on a thread of its own, so completion is asynchronous and out of order across streams; the legacy default stream waits for the blocking streams; an error while queued work runs is returned by the stream's next synchronisation; copies, synchronisations, launches, mappings, stream creations or stream stores fail on request (fake_cuda_fail_*), the device's memory can be limited (fake_cuda_set_device_memory: OUT_OF_MEMORY past it), a mapping can be broken (fake_cuda_break_mapping) and the O2 kernel held (fake_cuda_pause_o2); the fake_cuda_* functions count what was done and what is still live. This project's kernels are run by name with host implementations (the mirror self-test, and the O2 persistent vecadd polling its doorbells on its stream's thread). It proves nothing about a real GPU. */
+/* fake_libcuda.c: an emulated libcuda.so.1 for tests on machines without a GPU (test-only, never in the wheel). One "device" whose memory the CPU must not touch: every device address handed out lies in a PROT_NONE view (a host read of device memory crashes the test), and the emulated copies, stores and flags go through a read-write shadow of the same pages. cuMemAlloc: a memfd mapped twice. Virtual memory management as the driver has it: allocation granularity, cuMemCreate (a memfd), cuMemAddressReserve (a PROT_NONE range, with a shadow range beside it), cuMemMap (the same pages at several addresses, and in the shadow at the same offsets, so a range that crosses from one mapping to the next is contiguous there too), cuMemSetAccess, unmap/release/free, with the driver's error codes for misuse; mapped host memory (cuMemHostAlloc, cuMemHostRegister: device pointer = host pointer, as with unified addressing). Each created stream runs its work (copies, cuStreamWriteValue32, host functions, kernels) in order on a thread of its own, so completion is asynchronous and out of order across streams; the legacy default stream waits for the blocking streams; an error while queued work runs is returned by the stream's next synchronisation; copies, synchronisations, launches, mappings, stream creations or stream stores fail on request (fake_cuda_fail_*), the device's memory can be limited (fake_cuda_set_device_memory: OUT_OF_MEMORY past it), a mapping can be broken (fake_cuda_break_mapping) and the O2 kernel held (fake_cuda_pause_o2); the fake_cuda_* functions count what was done and what is still live. This project's kernels are run by name with host implementations (the mirror self-test, the O2 persistent vecadd polling its doorbells on its stream's thread, and the embedding cache's five, keys in descending order). It proves nothing about a real GPU. */
 #define _GNU_SOURCE /* memfd_create */
 #include <pthread.h>
 #include <stdint.h>
@@ -10,6 +10,8 @@
 
 #include "gpu/mirror_word.h" /* the mirror self-test's pattern, as the kernel computes it */
 #include "gpu/o2_abi.h"      /* the O2 control block the emulated persistent kernel serves */
+#include "core/mix64.h"      /* the embedding cache's slabset choice */
+#include "embed/emb_gpu_abi.h" /* the embedding kernels' argument block */
 
 #define OK 0
 #define INVALID_VALUE 1
@@ -754,6 +756,8 @@ struct op {
     devptr kp0, kp3; /* a kernel's parameters, copied when launched */
     unsigned long long kn;
     uint32_t ksalt;
+    struct srpc_emb_kargs ea; /* an embedding kernel's one parameter */
+    unsigned long long kwarps; /* its grid's warps (warp-per-key kernels) or threads */
 };
 static struct {
     int thread;      /* its thread runs (until it has drained a destroyed stream) */
@@ -1060,8 +1064,11 @@ int cuLaunchHostFunc(void *stream, void (*fn)(void *), void *user)
  * and the O2 persistent vecadd (run_o2).
  * Any image loads (the fatbin is not read); modules and launches are counted. */
 #define NOT_FOUND 500
-enum { K_MIRROR_FILL, K_MIRROR_VERIFY, K_O2_VECADD, K_COUNT };
-static const char *const kernel_names[K_COUNT] = {"srpc_mirror_fill", "srpc_mirror_verify", "srpc_o2_vecadd"};
+enum { K_MIRROR_FILL, K_MIRROR_VERIFY, K_O2_VECADD, K_EMB_QUERY, K_EMB_REPLACE, K_EMB_UPDATE, K_EMB_DUMP, K_EMB_CLEAR,
+       K_COUNT };
+static const char *const kernel_names[K_COUNT] = {"srpc_mirror_fill", "srpc_mirror_verify", "srpc_o2_vecadd",
+                                                  "srpc_emb_query", "srpc_emb_replace", "srpc_emb_update",
+                                                  "srpc_emb_dump", "srpc_emb_clear"};
 static char kernel_tokens[K_COUNT]; /* a CUfunction is &kernel_tokens[k] */
 static char module_token;
 static int modules_live, fail_launches;
@@ -1136,6 +1143,8 @@ int cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, 
         return INVALID_VALUE;
     if (k == K_O2_VECADD && (gx != 1 || gy != 1 || gz != 1 || bx * by * bz != SRPC_O2_THREADS))
         return INVALID_VALUE; /* one block of its __launch_bounds__ */
+    if (k >= K_EMB_QUERY && bx * by * bz != SRPC_EMB_THREADS)
+        return INVALID_VALUE; /* the blocks they are written for */
     int rc = OK;
     pthread_mutex_lock(&lock);
     if (!stream_ok(stream)) {
@@ -1149,6 +1158,14 @@ int cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, 
             rc = OUT_OF_MEMORY;
         } else { /* the parameters are read now, as the driver does */
             o->kind = k;
+            if (k >= K_EMB_QUERY) {
+                memcpy(&o->ea, params[0], sizeof(o->ea));
+                const unsigned long long threads = (unsigned long long)gx * gy * gz * bx * by * bz;
+                o->kwarps = k <= K_EMB_UPDATE ? threads / 32 : threads;
+                rc = submit(stream, o);
+                pthread_mutex_unlock(&lock);
+                return rc;
+            }
             o->kp0 = *(devptr *)params[0];
             if (k == K_O2_VECADD) {
                 o->kn = *(uint32_t *)params[1]; /* floats per vector */
@@ -1220,6 +1237,109 @@ static int run_o2(devptr ctrl_dev, uint32_t n_floats)
     return OK;
 }
 
+/* The embedding cache's kernels (native/cuda/embed_cache.cuh) over the shadow, key by key, in
+ * DESCENDING index order: the kernels run their warps in any order, and their rules (a batch's
+ * outcome is that of its keys in index order) are exercised here by the order furthest from
+ * the host cache's. Only the keys the grid covers are handled, as on a GPU. Lock held. */
+static long long emb_find(const struct srpc_emb_kargs *a, const int64_t *keys, const uint64_t *ctr, uint64_t base,
+                          int64_t key)
+{
+    for (uint64_t j = base; j < base + a->per_set; j++)
+        if (ctr[j] != 0 && keys[j] == key)
+            return (long long)j;
+    return -1;
+}
+
+static int run_emb(int kind, const struct srpc_emb_kargs *a, unsigned long long grid)
+{
+    const uint64_t slots = a->sets * a->per_set, row = (uint64_t)a->dim * 4;
+    int64_t *keys = (int64_t *)(void *)shadow_of(a->keys, slots * 8);
+    uint64_t *ctr = (uint64_t *)(void *)shadow_of(a->counters, slots * 8);
+    float *vec = (float *)(void *)shadow_of(a->vectors, slots * row);
+    uint32_t *locks = (uint32_t *)(void *)shadow_of(a->locks, a->sets * 4);
+    uint64_t *count = (uint64_t *)(void *)shadow_of(a->count, 16);
+    if (!keys || !ctr || !vec || !locks || !count || !a->per_set || a->per_set % 32)
+        return ILLEGAL_ADDRESS;
+    const uint64_t n = a->n < grid ? a->n : grid;
+    if (kind == K_EMB_CLEAR) {
+        for (uint64_t s = 0; s < n && s < a->sets; s++) {
+            memset(ctr + s * a->per_set, 0, (size_t)a->per_set * 8);
+            locks[s] = 0;
+        }
+    } else if (kind == K_EMB_DUMP) {
+        int64_t *out = a->cap ? (int64_t *)(void *)shadow_of(a->in_keys, a->cap * 8) : NULL;
+        if ((a->cap && !out) || a->clock > slots || n > slots - a->clock)
+            return ILLEGAL_ADDRESS;
+        for (uint64_t j = a->clock; j < a->clock + n; j++) {
+            if (ctr[j] == 0)
+                continue;
+            const uint64_t at = count[0]++;
+            if (at < a->cap)
+                out[at] = keys[j];
+            else
+                count[1] = 1;
+        }
+    } else if (n) {
+        const int64_t *in = (const int64_t *)(void *)shadow_of(a->in_keys, n * 8);
+        float *vin = kind == K_EMB_QUERY ? NULL : (float *)(void *)shadow_of(a->in_vecs, n * row);
+        float *vout = kind == K_EMB_QUERY ? (float *)(void *)shadow_of(a->out_vecs, n * row) : NULL;
+        uint8_t *hit = kind == K_EMB_QUERY ? (uint8_t *)(void *)shadow_of(a->hit, n) : NULL;
+        if (!in || (kind == K_EMB_QUERY ? !vout || !hit : !vin))
+            return ILLEGAL_ADDRESS;
+        for (uint64_t i = n; i-- > 0;) {
+            const uint64_t base = srpc_mix64((uint64_t)in[i]) % a->sets * a->per_set, mine = a->clock + i + 1;
+            long long j = emb_find(a, keys, ctr, base, in[i]);
+            if (kind == K_EMB_QUERY) {
+                hit[i] = j >= 0;
+                if (j >= 0) {
+                    memcpy(vout + i * a->dim, vec + (uint64_t)j * a->dim, row);
+                    ctr[j] = ctr[j] > mine ? ctr[j] : mine;
+                    count[0]++;
+                }
+            } else if (kind == K_EMB_UPDATE) {
+                if (j >= 0) {
+                    memcpy(vec + (uint64_t)j * a->dim, vin + i * a->dim, row);
+                    count[0]++;
+                }
+            } else { /* replace: phase 0 the keys cached, phase 1 the others (marked in hit) */
+                uint8_t *mark = (uint8_t *)(void *)shadow_of(a->hit + i, 1);
+                if (!mark)
+                    return ILLEGAL_ADDRESS;
+                if (a->phase == 1 && *mark)
+                    continue;
+                int write = 0;
+                if (j >= 0) {
+                    write = ctr[j] < mine;
+                } else if (a->phase == 1) {
+                    long long empty = -1, low = -1;
+                    for (uint64_t s = base; s < base + a->per_set && empty < 0; s++) {
+                        if (ctr[s] == 0)
+                            empty = (long long)s;
+                        else if (low < 0 || ctr[s] < ctr[low])
+                            low = (long long)s;
+                    }
+                    if (empty >= 0) {
+                        j = empty, write = 1;
+                        count[1]++;
+                    } else {
+                        j = low, write = ctr[low] < mine;
+                        count[0]++;
+                    }
+                }
+                if (write) {
+                    memcpy(vec + (uint64_t)j * a->dim, vin + i * a->dim, row);
+                    keys[j] = in[i];
+                    ctr[j] = mine;
+                }
+                if (a->phase == 0)
+                    *mark = j >= 0;
+            }
+        }
+    }
+    __atomic_add_fetch(&launches[kind], 1, __ATOMIC_SEQ_CST);
+    return OK;
+}
+
 /* Runs one queued work. Lock held; released around a host function. */
 static int run_op(struct op *o)
 {
@@ -1248,6 +1368,8 @@ static int run_op(struct op *o)
         pthread_mutex_lock(&lock);
         return OK;
     case OP_KERNEL: {
+        if (o->kind >= K_EMB_QUERY)
+            return run_emb(o->kind, &o->ea, o->kwarps);
         if (o->kind == K_O2_VECADD)
             return run_o2(o->kp0, (uint32_t)o->kn);
         unsigned long long n = o->kn;

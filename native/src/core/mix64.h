@@ -4,8 +4,14 @@
 
 #include <stdint.h>
 
+#ifdef __CUDACC__ /* the embedding cache's kernels (native/cuda/embed_cache.cuh) choose slabsets with it too */
+#define SRPC_MIX64_FN static __host__ __device__ __forceinline__
+#else
+#define SRPC_MIX64_FN static inline
+#endif
+
 /* A bijection of 64-bit words with good avalanche. Pure: any thread. */
-static inline uint64_t srpc_mix64(uint64_t z)
+SRPC_MIX64_FN uint64_t srpc_mix64(uint64_t z)
 {
     z ^= z >> 30;
     z *= 0xbf58476d1ce4e5b9ull;

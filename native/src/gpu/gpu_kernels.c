@@ -28,6 +28,11 @@ static int load(int device, struct srpc_gpu_kernels *k)
         {"srpc_mirror_fill", offsetof(struct srpc_gpu_kernels, mirror_fill)},
         {"srpc_mirror_verify", offsetof(struct srpc_gpu_kernels, mirror_verify)},
         {"srpc_o2_vecadd", offsetof(struct srpc_gpu_kernels, o2_vecadd)},
+        {"srpc_emb_query", offsetof(struct srpc_gpu_kernels, emb_query)},
+        {"srpc_emb_replace", offsetof(struct srpc_gpu_kernels, emb_replace)},
+        {"srpc_emb_update", offsetof(struct srpc_gpu_kernels, emb_update)},
+        {"srpc_emb_dump", offsetof(struct srpc_gpu_kernels, emb_dump)},
+        {"srpc_emb_clear", offsetof(struct srpc_gpu_kernels, emb_clear)},
     };
     for (size_t i = 0; i < sizeof(fns) / sizeof(fns[0]); i++) {
         srpc_CUfunction *f = (srpc_CUfunction *)((char *)k + fns[i].off);

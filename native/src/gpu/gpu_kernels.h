@@ -16,6 +16,8 @@ struct srpc_gpu_kernels {
     srpc_CUfunction mirror_fill;    /* srpc_mirror_fill(uint32_t *, u64 nwords, uint32_t salt) */
     srpc_CUfunction mirror_verify;  /* srpc_mirror_verify(const uint32_t *, u64, uint32_t, u64 *) */
     srpc_CUfunction o2_vecadd;      /* srpc_o2_vecadd(struct srpc_o2_ctrl *, uint32_t n_floats) */
+    /* The embedding cache's (native/cuda/embed_cache.cuh), each taking one struct srpc_emb_kargs. */
+    srpc_CUfunction emb_query, emb_replace, emb_update, emb_dump, emb_clear;
 };
 
 /* 0 when kernels are compiled in; else -ENOTSUP with the last error set. No driver call. */
