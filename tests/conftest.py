@@ -85,7 +85,7 @@ def settled(srv, pred, timeout: float = 5.0) -> dict:
 @pytest.fixture(scope="session")
 def emulated_gpu_build(tmp_path_factory):
     """A CMake build tree (native tests on, no Python extension, no DPDK) with the emulated
-    driver (fake_cuda/libcuda.so.1, native/tests/fake_libcuda.c), test_gpu and test_fake_cuda,
+    driver (fake_cuda/libcuda.so.1, native/tests/fake_libcuda.c), test_gpu, test_fake_cuda and test_embed_gpu,
     built once per session; the kernels are compiled in where nvcc exists."""
     import pathlib
     import shutil
@@ -100,7 +100,8 @@ def emulated_gpu_build(tmp_path_factory):
     cfg = subprocess.run([cmake, "-S", str(root), "-B", str(d), *gen, "-DSPLITRPC_TESTS=ON", "-DSPLITRPC_PYTHON=OFF",
                           "-DSPLITRPC_DPDK=OFF"], capture_output=True, text=True)
     assert cfg.returncode == 0, cfg.stdout[-4000:] + cfg.stderr[-4000:]
-    bld = subprocess.run([cmake, "--build", str(d), "-j", "2", "--target", "test_gpu", "test_fake_cuda", "fake_cuda"],
+    bld = subprocess.run([cmake, "--build", str(d), "-j", "2", "--target", "test_gpu", "test_fake_cuda", "fake_cuda",
+                          "test_embed_gpu"],
                          capture_output=True, text=True)
     assert bld.returncode == 0, bld.stdout[-4000:] + bld.stderr[-4000:]
     return d

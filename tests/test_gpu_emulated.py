@@ -38,6 +38,15 @@ def test_emulated_driver_checks(build):
     _run(build / "test_fake_cuda", build)
 
 
+def test_embedding_cache_on_the_emulated_driver(build):
+    """EMULATED: the GPU embedding cache's host side (staging, launches, chunks, counts, a failed
+    kernel) with the kernels' host implementations, against the host cache batch for batch."""
+    out = _run(build / "test_embed_gpu", build)
+    if "no GPU cache here" in out:
+        pytest.fail("the kernels are not compiled in (no nvcc?): " + out[-500:])
+    assert "EMULATED driver" in out, out[-1000:]
+
+
 # tests/test_gpu.py's tests that need a GPU and CuPy, and tests/test_gpu_emulation_cases.py (the
 # emulated driver's accounting and fault injection), run here on the emulated driver and the
 # emulated cupy (tests/emu/cupy).
@@ -45,13 +54,14 @@ GPU_TESTS = ["tests/test_gpu.py::test_gpu_vecadd_many_batches_in_flight[o1]",
              "tests/test_gpu.py::test_gpu_vecadd_many_batches_in_flight[graph]",
              "tests/test_gpu.py::test_gpu_vecadd_many_batches_in_flight[o2]",
              "tests/test_gpu.py::test_gpu_callback_error_answers_internal",
-             "tests/test_gpu_emulation_cases.py"]
+             "tests/test_gpu_emulation_cases.py", "tests/test_embed_device.py"]
 # the 4 of tests/test_gpu.py, and the emulation cases: O2 10,000 calls; O2 with its ring full; a failed O2
 # doorbell; a failed add_function (a full device, no stream); out of device memory in a callback; per-call results from a device
 # callback; a failed copy, each way; out of order across streams; a graceful stop with 8 batches in flight; a
 # failed O2 launch; a failed launch in a callback (O1, graph); a failed stream store, then a failed wait; a driver
 # without stream stores
-GPU_TESTS_N = 4 + 16
+# ... and the embedding cache on the device (issue 36): 5 tests.
+GPU_TESTS_N = 4 + 16 + 5
 
 
 def test_device_functions_on_the_emulated_gpu(build):

@@ -11,6 +11,7 @@ table, synchronous lookups (threshold 1.0), so replies are exact.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -26,7 +27,7 @@ PRESETS = {  # rows per table, dimension, bottom MLP, top MLP
     "small": dict(rows=40_000, dim=32, bottom=(128, 64), top=(128, 64)),      # 1.04 M keys: CI
     "default": dict(rows=400_000, dim=32, bottom=(512, 256), top=(512, 256)),  # 10.4 M keys
 }
-CONFIG_KEYS = {"l3", "fill", "l2", "redis_port", "l2_capacity", "l1_fraction", "hit_rate_threshold",
+CONFIG_KEYS = {"l3", "fill", "l2", "redis_port", "l2_capacity", "l1_fraction", "l1_device", "hit_rate_threshold",
                "refresh_interval", "rows", "dim", "unknown", "whole_tables", "updates"}
 UPDATE_KEYS = {"redis_port", "stream", "rate", "batch"}
 
@@ -75,6 +76,7 @@ class StoreConfig:
     redis_port: int = 6379
     l2_capacity: int | None = None   # keys per table (default: 20% of the rows)
     l1_fraction: float = 0.05
+    l1_device: str = "cpu"           # "cpu" or "cuda:N": the L1 caches in that GPU's memory
     hit_rate_threshold: float = 1.0
     refresh_interval: float | None = None
     rows: int | None = None          # per table (default: the preset's)
@@ -96,6 +98,8 @@ def load_config(path: str) -> StoreConfig:
     cfg = StoreConfig(**raw)
     if cfg.l2 not in ("hashmap", "redis", "none"):
         raise ValueError(f"{path}: l2 must be hashmap, redis or none, got {cfg.l2!r}")
+    if not isinstance(cfg.l1_device, str) or not re.fullmatch(r"cpu|cuda(:\d+)?", cfg.l1_device):
+        raise ValueError(f"{path}: l1_device must be cpu, cuda or cuda:N, got {cfg.l1_device!r}")
     if cfg.updates is not None and (not isinstance(cfg.updates, dict) or set(cfg.updates) - UPDATE_KEYS):
         raise ValueError(f"{path}: updates must be an object with keys among {', '.join(sorted(UPDATE_KEYS))}")
     return cfg
@@ -178,12 +182,13 @@ class DLRMService(DLRM):
         else:
             self.l2 = None
         self.store = EmbeddingStore(self.specs, self.l3, l2=self.l2, l1_fraction=cfg.l1_fraction,
-                                    hit_rate_threshold=cfg.hit_rate_threshold, refresh_interval=cfg.refresh_interval)
-        if cfg.updates:
-            from splitrpc.services.embedding.updates import RedisStreamSource, Updater
+                                    hit_rate_threshold=cfg.hit_rate_threshold, refresh_interval=cfg.refresh_interval,
+                                    device=cfg.l1_device)
+        if cfg.updates:  # consumed in a process of its own (update_process.py)
+            from splitrpc.services.embedding.update_process import UpdateProcess
             u = cfg.updates
-            src = RedisStreamSource(port=u.get("redis_port", 6379), stream=u.get("stream", "splitrpc:updates"))
-            self.updater = Updater(self.store, src, rate=u.get("rate"), batch=u.get("batch", 1000)).start()
+            src = {"kind": "redis", "port": u.get("redis_port", 6379), "stream": u.get("stream", "splitrpc:updates")}
+            self.updater = UpdateProcess(self.store, src, rate=u.get("rate"), batch=u.get("batch", 1000))
 
     # ------------------------------------------------------------------ serving
 
@@ -253,14 +258,15 @@ class DLRMService(DLRM):
     def stats(self) -> dict:
         """The store's counters summed over the tables, and the updates applied: stats()["embedding"]."""
         st = self.store.stats()
+        u = self.updater.stats() if self.updater else {}
         return {**{k: sum(t[k] for t in st.values())
                    for k in ("lookups", "unique", "l1_hits", "l3_hits", "defaults_missing", "l1_size", "l1_slots")},
-                "applied": self.updater.applied if self.updater else 0}
+                "applied": u.get("applied", 0), "l1_updated": u.get("l1_updated", 0),
+                "update_child_cpu_s": u.get("child_cpu_s", 0.0), "update_apply_cpu_s": u.get("apply_cpu_s", 0.0)}
 
     def close(self) -> None:
         if self.updater is not None:
             self.updater.stop()
-            self.updater.source.close()
         self.store.close()
         if self.l2 is not None:
             self.l2.close()
@@ -275,5 +281,6 @@ def serve_banner(svc: DLRMService) -> str:
         return f", dlrm: {SPARSE} tables x {svc.rows} keys x {svc.dim} whole in memory (no tiers)"
     l2 = svc.l2.name if svc.l2 is not None else "none"
     l1 = svc.store.l1["c0"]
-    return (f", dlrm: {SPARSE} tables x {svc.rows} keys x {svc.dim} (L1 {l1.slots if l1 else 0} slots per table, "
+    return (f", dlrm: {SPARSE} tables x {svc.rows} keys x {svc.dim} (L1 {l1.slots if l1 else 0} slots per table "
+            f"on {svc.store.device}, "
             f"L2 {l2}, L3 rocksdb at {svc.l3.path}, threshold {svc.store.threshold:g})")

@@ -1,4 +1,4 @@
-"""store.py: the embedding store: per table an L1 cache in C over an optional L2 (host hash map or Redis) over the L3 RocksDB copy; lookups deduplicate a batch's keys, apply HPS's hit-rate threshold, insert missing keys synchronously or on a background thread, and refresh L1 from the tiers below on a timer (after HPS, Wei et al., RecSys 2022).
+"""store.py: the embedding store: per table an L1 cache in C (in host memory, or on a GPU) over an optional L2 (host hash map or Redis) over the L3 RocksDB copy; lookups deduplicate a batch's keys, apply HPS's hit-rate threshold, insert missing keys synchronously or on a background thread, and refresh L1 from the tiers below on a timer (after HPS, Wei et al., RecSys 2022).
 
 A lookup of a batch of keys for one table:
 1. unknown keys (outside the table) get the table's default vector, or fail the lookup
@@ -13,7 +13,8 @@ threshold 1.0 makes every lookup with a miss synchronous (exact answers); 0.0 ma
 asynchronous.
 
 Refresh (refresh_interval seconds, None: off): a thread dumps each L1's keys, re-reads them from
-the tiers below and updates L1 in place (online updates reach L1 this way). Thread-safe: lookups
+the tiers below and updates L1 in place. Online updates (apply_updates) reach L1 at once, in one
+batch per table, and refresh catches what a racing miss put there before them. Thread-safe: lookups
 may come from any number of threads.
 """
 from __future__ import annotations
@@ -24,7 +25,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from splitrpc.embedding_cache import EmbeddingCache
+from splitrpc.embedding_cache import DeviceEmbeddingCache, EmbeddingCache
+from splitrpc.gpu import parse_device
 from splitrpc.services.embedding.tables import TableSpec
 
 INSERT_QUEUE = 1024   # batches of missing keys waiting for the inserter at most (more are dropped, counted)
@@ -61,10 +63,14 @@ class TableStats:
 class EmbeddingStore:
     """Tables (TableSpecs) over the tiers: l1_capacity keys of L1 per table (an int, or a dict by
     table name, or l1_fraction of each table's rows; 0: no L1, every lookup reads below), l2 (a HashMapTier, a RedisTier or None), l3
-    (a RocksTier holding every table). close() stops its threads; the tiers are the caller's."""
+    (a RocksTier holding every table). device: where L1 lives, "cpu" (the C cache in host memory,
+    the default) or "cuda:N" (the cache in that GPU's memory, its calls run as kernels; raises
+    GPUUnavailable where there is no such device or the kernels are not compiled in). close() stops
+    its threads; the tiers are the caller's."""
 
     def __init__(self, specs: list[TableSpec], l3, *, l2=None, l1_capacity=None, l1_fraction: float | None = 0.05,
-                 hit_rate_threshold: float = 1.0, refresh_interval: float | None = None, slabs_per_set: int = 2):
+                 hit_rate_threshold: float = 1.0, refresh_interval: float | None = None, slabs_per_set: int = 2,
+                 device: str = "cpu"):
         names = [s.name for s in specs]
         if not specs or len(set(names)) != len(names):
             raise ValueError(f"tables must be given once each, got {names}")
@@ -72,9 +78,11 @@ class EmbeddingStore:
             raise ValueError(f"hit_rate_threshold must be in 0 .. 1, got {hit_rate_threshold}")
         if refresh_interval is not None and not refresh_interval > 0:
             raise ValueError("refresh_interval must be positive seconds or None")
+        ordinal = parse_device(device)  # ValueError for anything but cpu, cuda, cuda:N
         self.specs = {s.name: s for s in specs}
         self.l2, self.l3 = l2, l3
         self.threshold = float(hit_rate_threshold)
+        self.device = device
         self.l1: dict[str, EmbeddingCache | None] = {}
         for s in specs:
             if isinstance(l1_capacity, dict):
@@ -84,7 +92,16 @@ class EmbeddingStore:
             else:
                 cap = int(round(s.rows * (l1_fraction or 0.0)))
                 cap = max(1, cap) if l1_fraction else 0
-            self.l1[s.name] = EmbeddingCache(s.dim, int(cap), slabs_per_set) if cap > 0 else None  # 0: no L1
+            if cap <= 0:
+                self.l1[s.name] = None  # no L1
+            elif ordinal < 0:
+                self.l1[s.name] = EmbeddingCache(s.dim, int(cap), slabs_per_set)
+            else:
+                try:
+                    self.l1[s.name] = DeviceEmbeddingCache(s.dim, int(cap), slabs_per_set, device=ordinal)
+                except BaseException:
+                    self._close_l1()
+                    raise
         self.stats_by_table = {s.name: TableStats() for s in specs}
         self._queue: queue.Queue = queue.Queue(INSERT_QUEUE)
         self._stop = threading.Event()
@@ -170,6 +187,26 @@ class EmbeddingStore:
         counts["not_found"] = int(keys.size - found.sum())
         return vecs, found, counts
 
+    # ------------------------------------------------------------------ online updates
+
+    def apply_updates(self, by_table: dict, *, l2: bool = True) -> int:
+        """Writes decoded updates {table: (keys, vectors)} (each table's in arrival order) to L3 in
+        one write batch, to L2 (unless l2=False: a Redis L2 written by the update process itself),
+        and to L1 in one batch per table, where only the keys cached are overwritten (their recency
+        kept). Returns the number of L1 keys updated. A lookup that read a key from below just
+        before the write may still put the old vector into L1; the next refresh replaces it."""
+        if not by_table:
+            return 0
+        self.l3.put_many(by_table)
+        if l2 and self.l2 is not None:
+            self.l2.put_many(by_table)
+        n = 0
+        for table, (keys, vecs) in by_table.items():
+            cache = self.l1.get(table)
+            if cache is not None:
+                n += cache.update(keys, vecs)
+        return n
+
     # ------------------------------------------------------------------ background work
 
     def _insert_loop(self) -> None:
@@ -218,6 +255,9 @@ class EmbeddingStore:
         for t in (self._inserter, self._refresher):
             if t is not None:
                 t.join()
+        self._close_l1()
+
+    def _close_l1(self) -> None:
         for c in self.l1.values():
             if c is not None:
                 c.close()
