@@ -20,8 +20,8 @@ from splitrpc.check.facts import _cc_has_code, gpudirect
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TESTS = os.path.join(ROOT, "tests")
-CORE = ["build", "machine", "host", "device-tq", "device-o1", "device-graph", "device-o2", "device-zoo", "device-pmc",
-        "device-colocate", "tests-gpu", "tests-zoo", "native"]
+CORE = ["build", "machine", "host", "device-tq", "device-o1", "device-graph", "device-o2", "device-embedding",
+        "device-zoo", "device-pmc", "device-colocate", "tests-gpu", "tests-zoo", "native"]
 BENCH = ["bench-orchestration", "bench-e2e", "bench-batching", "bench-tune"]
 HAS_KERNELS = splitrpc.features()["cuda"]
 
@@ -58,10 +58,10 @@ def test_without_a_gpu_exits_0_and_says_no_gpu(tmp_path, run_env):
     assert {v[n] for n in ("build", "machine", "host")} == {"passed"}
     assert all(v[n] == "skipped" for n in CORE[3:]), v
     d = doc(out)
-    assert all("no GPU" in d["sections"][n]["why"] for n in CORE[3:11]), d["sections"]
+    assert all("no GPU" in d["sections"][n]["why"] for n in CORE[3:12]), d["sections"]
     summary = (out / "summary.md").read_text().splitlines()
     assert summary[0].startswith("Device: none: no GPU (")  # the first line says which device ran it
-    assert summary[2].startswith("# splitrpc check: 3 passed, 0 failed, 10 skipped")
+    assert summary[2].startswith("# splitrpc check: 3 passed, 0 failed, 11 skipped")
     assert sorted(os.listdir(out)) == ["check.json", "summary.md"]  # no benchmark, no plot
 
 
@@ -82,7 +82,7 @@ def test_every_emulatable_section_passes_on_the_emulated_device(tmp_path, emu_en
     assert rc == 0, so + se
     v = verdicts(out)
     want_passed = ["build", "machine", "host", "device-tq", "device-o1", "device-graph", "tests-gpu", "native"]
-    want_passed += ["device-o2"] if HAS_KERNELS else []
+    want_passed += ["device-o2", "device-embedding"] if HAS_KERNELS else []
     assert all(v[n] == "passed" for n in want_passed), v
     d = doc(out)["sections"]
     for n in ("device-zoo", "device-pmc", "device-colocate", "tests-zoo"):  # PyTorch's CUDA runtime: no emulation
@@ -100,7 +100,12 @@ def test_every_emulatable_section_passes_on_the_emulated_device(tmp_path, emu_en
     assert set(o1["accounting"]["held"].values()) == {0}, o1["accounting"]  # library and emulated driver alike
     assert d["machine"]["facts"]["info"]["granularity"] == 2 << 20 and d["machine"]["facts"]["emulated"]
     assert d["tests-gpu"]["facts"]["counts"]["passed"] >= 4 and "failed" not in d["tests-gpu"]["facts"]["counts"]
-    assert d["native"]["summary"].startswith("EMULATED: native test_gpu: ") and " 0 failed" in d["native"]["summary"]
+    assert d["native"]["summary"].startswith("EMULATED: native test_gpu ") and " 0 failed" in d["native"]["summary"]
+    if HAS_KERNELS:  # the GPU embedding cache: its kernels' host implementations against the C cache
+        assert "test_embed_gpu" in d["native"]["summary"] and "EMULATED driver" in d["native"]["summary"]
+        emb = d["device-embedding"]["facts"]
+        assert emb["emulated"] and sum(c["vectors_compared"] for c in emb["cases"]) > 10_000, emb
+        assert d["device-embedding"]["summary"].startswith("EMULATED")
 
 
 def test_bench_sections_on_the_emulated_device(tmp_path, emu_env):

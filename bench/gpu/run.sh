@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench/gpu/run.sh: the whole GPU check on a bare device machine in one command: the carried wheels, splitrpc built with nvcc for this GPU's architecture (and the native test_gpu), then `splitrpc check --bench` into $OUT, each step timed, all inside a time budget.
+# bench/gpu/run.sh: the whole GPU check on a bare device machine in one command: the carried wheels, splitrpc built with nvcc for this GPU's architecture (and the native test_gpu, test_embed_gpu), then `splitrpc check --bench` into $OUT, each step timed, all inside a time budget.
 #
 #   bash bench/gpu/run.sh [splitrpc check options, e.g. --only device-o2 --merge bench/results/gpu/check.json]
 #
@@ -58,13 +58,13 @@ if ! [[ "$ARCH" =~ ^[0-9]+[a-z]?$ ]]; then
   ARCH=90
 fi
 step "kernels for sm_$ARCH (+ compute_$ARCH PTX)"
-native_targets=(test_gpu)
+native_targets=(test_gpu test_embed_gpu)
 if [ "${SPLITRPC_CHECK_EMULATED:-0}" = 1 ]; then
   native_targets+=(fake_cuda)
 fi
 
 # 3. The native test programs, built beside the package (no Python headers needed).
-step "building the native test_gpu in the background"
+step "building the native test_gpu and test_embed_gpu in the background"
 ( cmake -S "$REPO" -B "$NATIVE" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSPLITRPC_TESTS=ON -DSPLITRPC_PYTHON=OFF \
     -DSPLITRPC_DPDK=OFF -DSPLITRPC_CUDA=ON "-DSPLITRPC_CUDA_ARCHS=$ARCH" >"$WORK/native-configure.log" 2>&1 \
   && cmake --build "$NATIVE" -j "$(nproc)" --target "${native_targets[@]}" >"$WORK/native-build.log" 2>&1 ) &
@@ -107,7 +107,7 @@ else
   fi
 fi
 if wait "$native_pid"; then
-  step "native test_gpu built"
+  step "native test_gpu and test_embed_gpu built"
 else
   step "the native build FAILED (the check reports its section skipped); last lines:"
   tail -15 "$WORK/native-build.log" "$WORK/native-configure.log" 2>/dev/null

@@ -1,4 +1,4 @@
-"""suites.py: the test-suite sections of `splitrpc check`: the repository's GPU tests (tests/test_gpu.py) and the model zoo's CUDA-vs-CPU agreement (tests/test_models.py) run by pytest against the installed package, and the native test_gpu program of a build tree."""
+"""suites.py: the test-suite sections of `splitrpc check`: the repository's GPU tests (tests/test_gpu.py) and the model zoo's CUDA-vs-CPU agreement (tests/test_models.py) run by pytest against the installed package, and the native test programs with a GPU half (test_gpu, test_embed_gpu) of a build tree."""
 from __future__ import annotations
 
 import os
@@ -92,37 +92,54 @@ def run_tests_zoo(ctx: Context) -> Result:
     return _verdict(rc, out, "tests/test_models.py::test_cuda_matches_the_cpu", gpu_skips_fail=True)
 
 
-def run_native(ctx: Context) -> Result:
-    if not ctx.native_dir:
-        raise Skipped("no build tree given: --native BUILD_DIR (cmake -DSPLITRPC_TESTS=ON)")
-    exe = os.path.join(ctx.native_dir, "test_gpu")
-    if not os.access(exe, os.X_OK):
-        raise Skipped(f"{exe} is not built (cmake --build BUILD_DIR --target test_gpu)")
-    timeout = _inner_timeout(ctx)
+NATIVE_PROGRAMS = ("test_gpu", "test_embed_gpu")  # the native test programs with a GPU half
+
+
+def _run_native_program(ctx: Context, name: str) -> tuple[str, str, int]:
+    """(its last line, its GPU line, checks passed); Failed unless it ran and nothing failed."""
+    exe = os.path.join(ctx.native_dir or "", name)
+    timeout = _inner_timeout(ctx) / len(NATIVE_PROGRAMS)
     try:
         r = subprocess.run([exe], capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired as e:
         out = (e.stdout or b"").decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
-        raise Failed(f"test_gpu did not finish in {timeout:.0f} s; last lines: {out.strip()[-600:]}") from None
+        raise Failed(f"{name} did not finish in {timeout:.0f} s; last lines: {out.strip()[-600:]}") from None
     print((r.stdout + r.stderr)[-6000:])
     lines = [ln for ln in r.stdout.splitlines() if ln.strip()]
     last = lines[-1] if lines else ""
     m = re.fullmatch(r"(\d+) passed, (\d+) failed", last)
-    fails = [ln for ln in lines if "FAIL" in ln]
+    fails = [ln for ln in (r.stdout + r.stderr).splitlines() if "FAIL" in ln]
     if r.returncode != 0 or not m or int(m.group(2)):
         why = "; ".join(fails[:5]) or (r.stdout + r.stderr).strip()[-800:]
-        raise Failed(f"native test_gpu: exit {r.returncode}, {last or 'no count'}: {why}")
-    gpu_line = next((ln for ln in lines if ln.startswith(("GPU 0:", "no GPU:"))), "")
-    label = f"{EMULATED_LABEL}: " if "fake GPU" in gpu_line else ""  # the emulated driver names its device so
-    return Result(summary=f"{label}native test_gpu: {last} ({gpu_line})",
-                  facts={"passed": int(m.group(1)), "lines": lines[-10:]},
-                  markdown=[f"- {label}native `test_gpu` ({exe}): {last}; {gpu_line}"])
+        raise Failed(f"native {name}: exit {r.returncode}, {last or 'no count'}: {why}")
+    gpu_line = next((ln for ln in lines if ln.startswith(("GPU 0:", "no GPU:", "no GPU cache here", "EMULATED driver",
+                                                          "a CUDA driver"))), "")
+    return last, gpu_line, int(m.group(1))
+
+
+def run_native(ctx: Context) -> Result:
+    if not ctx.native_dir:
+        raise Skipped("no build tree given: --native BUILD_DIR (cmake -DSPLITRPC_TESTS=ON)")
+    missing = [n for n in NATIVE_PROGRAMS if not os.access(os.path.join(ctx.native_dir, n), os.X_OK)]
+    if len(missing) == len(NATIVE_PROGRAMS):
+        raise Skipped(f"{', '.join(missing)} not built in {ctx.native_dir} "
+                      f"(cmake --build BUILD_DIR --target {' '.join(NATIVE_PROGRAMS)})")
+    got = {n: _run_native_program(ctx, n) for n in NATIVE_PROGRAMS if n not in missing}
+    gpu_line = got.get("test_gpu", ("", "", 0))[1]
+    label = f"{EMULATED_LABEL}: " if "fake GPU" in gpu_line or "EMULATED" in "".join(g[1] for g in got.values()) else ""
+    runs = "; ".join(f"{n} {last}" + (f" ({line})" if line else "") for n, (last, line, _) in got.items())
+    if missing:
+        runs += f"; not built: {', '.join(missing)}"
+    return Result(summary=f"{label}native {runs}",
+                  facts={n: {"passed": p, "last": last, "line": line} for n, (last, line, p) in got.items()},
+                  markdown=[f"- {label}native programs of {ctx.native_dir}: {runs}"])
 
 
 SECTIONS = [
     Section("tests-gpu", "tests/test_gpu.py (O1, graph, O2 many batches in flight; a callback's error) by pytest",
             run_tests_gpu, cap_s=300, stage="suites"),
     Section("tests-zoo", "tests/test_models.py: the zoo's CUDA-vs-CPU agreement by pytest", run_tests_zoo, cap_s=300, stage="suites"),
-    Section("native", "the native test_gpu program of a build tree (device TQs, copies, flags, O2 in C)",
+    Section("native", "the native test_gpu and test_embed_gpu programs of a build tree (device TQs, copies, flags, O2, "
+            "the embedding cache's kernels against the host cache, in C)",
             run_native, cap_s=120, stage="suites"),
 ]
