@@ -22,7 +22,7 @@ struct srpc_emb_dcache {
     const struct srpc_gpu_kernels *k;
     srpc_CUstream stream;
     srpc_CUdeviceptr mem;   /* cuMemAlloc: the cache, then the staging (regions in a) */
-    void *host;             /* cuMemHostAlloc: keys[max_batch], vecs[max_batch * dim], hit[max_batch], count[2] */
+    void *host;             /* cuMemHostAlloc: count[2], keys[max_batch], vecs[max_batch * dim], hit[max_batch] */
     int64_t *h_keys;
     float *h_vecs;
     uint8_t *h_hit;
@@ -115,17 +115,19 @@ int srpc_emb_dcache_create(int device, uint32_t dim, uint64_t capacity, uint32_t
         rc = srpc_gpu_fail("cuMemAlloc(embedding cache)", r);
         goto fail;
     }
-    const uint64_t host_len = (uint64_t)max_batch * 8 + (uint64_t)max_batch * row + up(max_batch) + 16;
+    /* pinned: count[2], keys[max_batch], vecs[max_batch * dim], hit[max_batch], each region aligned */
+    const uint64_t h_keys_at = up(16), h_vecs_at = h_keys_at + up((uint64_t)max_batch * 8),
+                   h_hit_at = h_vecs_at + up((uint64_t)max_batch * row), host_len = h_hit_at + up(max_batch);
     if ((r = srpc_cu.MemHostAlloc(&c->host, host_len, SRPC_CU_MEMHOSTALLOC_PORTABLE)) != SRPC_CUDA_SUCCESS) {
         c->host = NULL;
         rc = srpc_gpu_fail("cuMemHostAlloc(embedding cache staging)", r);
         goto fail;
     }
     srpc_gpu_held(SRPC_HELD_HOST_ALLOC, 1);
-    c->h_keys = c->host;
-    c->h_vecs = (float *)(c->h_keys + max_batch);
-    c->h_hit = (uint8_t *)(c->h_vecs + (uint64_t)max_batch * dim);
-    c->h_count = (uint64_t *)(void *)(c->h_hit + up(max_batch));
+    c->h_count = c->host;
+    c->h_keys = (int64_t *)(void *)((char *)c->host + h_keys_at);
+    c->h_vecs = (float *)(void *)((char *)c->host + h_vecs_at);
+    c->h_hit = (uint8_t *)c->host + h_hit_at;
     if ((r = srpc_cu.StreamCreate(&c->stream, SRPC_CU_STREAM_NON_BLOCKING)) != SRPC_CUDA_SUCCESS) {
         c->stream = NULL;
         rc = srpc_gpu_fail("cuStreamCreate(embedding cache)", r);
@@ -164,11 +166,14 @@ uint64_t srpc_emb_dcache_size(srpc_emb_dcache_t *c)
 
 /* ------------------------------------------------------------------ one kernel over a batch */
 
-/* A failure after work was queued: the cache's content is unknown from here (lock held). */
+/* A failure after work was queued: the cache's content is unknown from here. The stream is
+ * drained first, so that no copy still queued reads or writes the staging after the call
+ * returns (its result is not looked at: the failure said is the first). Lock held. */
 static int broke(srpc_emb_dcache_t *c, const char *call, srpc_CUresult r)
 {
     c->failed = 1;
     int rc = srpc_gpu_fail(call, r);
+    srpc_cu.StreamSynchronize(c->stream);
     return rc == -EINVAL ? -EIO : rc; /* not the caller's argument: the device's state */
 }
 
