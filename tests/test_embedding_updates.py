@@ -174,3 +174,80 @@ def test_bulk_decoding_agrees_with_record_by_record():
     assert set(bulk) == set(want)
     for t, (ks, vs) in want.items():
         assert bulk[t][0].tolist() == ks and np.array_equal(bulk[t][1], np.stack(vs))
+
+
+@pytest.mark.skipif(shutil.which("redis-server") is None, reason="needs redis-server (apt-get install redis-server)")
+@pytest.mark.parametrize("l2_kind", ["redis", "hashmap"])
+def test_the_update_process_applies_a_stream_off_the_serving_process(tmp_path, l2_kind):
+    """Issue 36: the stream read, decoded (and a Redis L2 written) in a child process; L3, an
+    in-process L2 and the keys L1 holds written by this process's applier, L1 at once (no refresh);
+    malformed records counted; CPU per update counted on both sides; stop() ends the child."""
+    from splitrpc.services.embedding.redis_tier import LocalRedis, RedisTier
+    from splitrpc.services.embedding.update_process import UpdateProcess
+
+    with LocalRedis() as srv:
+        l3 = RocksTier(str(tmp_path / "l3"), [A, B])
+        l3.fill("a")
+        l2 = RedisTier([A, B], port=srv.port) if l2_kind == "redis" else HashMapTier([A, B], 1000)
+        try:
+            with EmbeddingStore([A, B], l3, l2=l2, l1_capacity=512) as store:
+                keys = np.arange(0, 1000, 7)
+                store.lookup("a", keys)  # L1 holds the old vectors of these
+                rng = np.random.default_rng(2)
+                want, recs = {}, []
+                for _ in range(3000):
+                    k = int(rng.choice(keys))
+                    want[k] = rng.standard_normal(4).astype(np.float32)
+                    recs.append(encode("a", k, want[k]))
+                recs += [encode("a", 3, np.zeros(3, np.float32))] * 4 + [encode("b", 500, np.zeros(2, np.float32))] + [b"x"]
+                updates.RedisStreamSource(port=srv.port, stream="t").publish(recs)
+                u = UpdateProcess(store, {"kind": "redis", "port": srv.port, "stream": "t"}, rate=20_000, batch=500)
+                try:
+                    end = time.monotonic() + 60
+                    while (u.applied < 3000 or sum(u.malformed.values()) < 6) and time.monotonic() < end:
+                        time.sleep(0.02)
+                    assert u.applied == 3000 and u.error is None
+                    assert dict(u.malformed) == {"wrong_dim": 4, "unknown_key": 1, "short": 1}
+                    ks = np.array(sorted(want), np.int64)
+                    w = np.stack([want[k] for k in ks])
+                    v1, hit = store.l1["a"].query(ks)  # no refresh: L1 took the updates itself
+                    assert hit.all() and np.array_equal(v1, w) and u.l1_updated >= ks.size
+                    for tier in (l3, l2):
+                        v, f = tier.get("a", ks)
+                        assert f.all() and np.array_equal(v, w)
+                    st = u.stats()
+                    assert st["child_cpu_s"] > 0 and st["apply_cpu_s"] > 0 and 0 < st["us_per_update"] < 10_000
+                finally:
+                    u.stop()
+                assert not u._proc.is_alive() and u.error is None
+        finally:
+            l2.close()
+            l3.close()
+
+
+def test_an_update_process_retries_a_dead_stream_and_a_dead_process_is_reported(tmp_path):
+    import os
+    import signal
+
+    from splitrpc.services.embedding.update_process import UpdateProcess
+
+    l3 = RocksTier(str(tmp_path / "l3"), [B])
+    try:
+        with EmbeddingStore([B], l3) as store:
+            u = UpdateProcess(store, {"kind": "redis", "port": 1, "stream": "nowhere"})  # nothing listens on port 1
+            try:
+                end = time.monotonic() + 30
+                while u.source_errors < 2 and time.monotonic() < end:
+                    time.sleep(0.05)
+                assert u.source_errors >= 2 and "ConnectionError" in u.last_source_error  # retried, still alive
+                assert u._proc.is_alive() and u.error is None
+                os.kill(u._proc.pid, signal.SIGKILL)
+                while u.error is None and time.monotonic() < end:
+                    time.sleep(0.05)
+                assert u.error and "ended" in u.error and u.applied == 0
+            finally:
+                u.stop()
+            with pytest.raises(ValueError, match="kind"):
+                UpdateProcess(store, {"port": 1})
+    finally:
+        l3.close()

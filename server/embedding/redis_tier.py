@@ -38,12 +38,18 @@ class RedisTier:
 
         self.specs = {s.name: s for s in specs}
         self.partitions, self.prefix, self.retry_after = partitions, prefix, retry_after
+        self._args = dict(host=host, port=port, prefix=prefix, timeout=timeout, retry_after=retry_after,
+                          partitions=partitions)
         self._errors = (redis.ConnectionError, redis.TimeoutError)
         self._r = redis.Redis(host=host, port=port, socket_timeout=timeout, socket_connect_timeout=timeout)
         self._down_until = 0.0
         self._lock = threading.Lock()
         self.errors = 0          # commands that failed (server down or slow)
         self.dropped_writes = 0  # keys not written because the server was down
+
+    def connection(self) -> dict:
+        """The keyword arguments that open the same tier again (in another process)."""
+        return dict(self._args)
 
     def _name(self, table: str, p: int) -> str:
         return f"{self.prefix}:{table}:{p}"

@@ -1,4 +1,4 @@
-"""updates.py: online updates: training publishes (table, key, vector) records to a stream (Redis Streams, or Kafka); an Updater consumes them at a rate limit into the store's L2 and L3 (eventually consistent; L1 takes them at its next refresh); malformed records are counted by reason and dropped (after HPS, Wei et al., RecSys 2022).
+"""updates.py: online updates: training publishes (table, key, vector) records to a stream (Redis Streams, or Kafka); an Updater consumes them at a rate limit into the store's L3, L2 and the keys L1 holds (eventually consistent), on a thread, or in a process of its own (update_process.py); malformed records are counted by reason and dropped (after HPS, Wei et al., RecSys 2022).
 
 A record is bytes: uint16 name length, the table name (UTF-8), int64 key, dim float32 (all
 little-endian). A record is malformed when it is short or long for its table's dimension
@@ -170,14 +170,22 @@ class KafkaSource:
 
 
 class Updater:
-    """Consumes `source` into the store's L2 (if any) and L3 at most `rate` records per second
-    (None: no limit), in batches of up to `batch`. start() runs it on a thread until stop();
-    run_once() consumes one batch on the caller's thread. Counters: applied, malformed by reason."""
+    """Consumes `source` into the store (store.apply_updates: L3, L2 if any, and the keys L1
+    holds) at most `rate` records per second (None: no limit), in batches of up to `batch`.
+    start() runs it on a thread until stop(); run_once() consumes one batch on the caller's
+    thread. Counters: applied, malformed by reason. With `apply` (and `specs`, the tables by name)
+    instead of a store, each decoded chunk {table: (keys, vectors)} goes to apply(chunk) (the
+    update process forwards it so)."""
 
-    def __init__(self, store, source, *, rate: float | None = None, batch: int = 1000):
+    def __init__(self, store, source, *, rate: float | None = None, batch: int = 1000,
+                 specs: dict[str, TableSpec] | None = None, apply=None):
         if rate is not None and not rate > 0:
             raise ValueError("rate must be positive records per second, or None")
+        if (store is None) == (apply is None) or (apply is not None and specs is None):
+            raise ValueError("give a store, or specs and apply")
         self.store, self.source, self.rate, self.batch = store, source, rate, batch
+        self.specs = specs if specs is not None else store.specs
+        self._apply = apply if apply is not None else store.apply_updates
         self.applied = 0
         self.malformed: Counter = Counter()
         self._tokens, self._t = 0.0, time.monotonic()
@@ -208,12 +216,10 @@ class Updater:
         self._tokens -= len(raw)
         if not raw:
             return 0
-        by_table, bad = decode_many(raw, self.store.specs)
+        by_table, bad = decode_many(raw, self.specs)
         self.malformed.update(bad)
         if by_table:  # one write per tier for every table of the chunk
-            if self.store.l2 is not None:
-                self.store.l2.put_many(by_table)
-            self.store.l3.put_many(by_table)
+            self._apply(by_table)
             self.applied += sum(int(k.size) for k, _ in by_table.values())
         return len(raw)
 
