@@ -68,15 +68,19 @@ void srpc_emb_cache_clear(srpc_emb_cache_t *c);
  * and LRU rule, and the same calls, each run as a kernel over the batch (a warp per key;
  * native/cuda/embed_cache.cuh) on the cache's own stream. A batch's outcome is the one of
  * applying its keys in index order, as the host cache does (the same keys cached, the same
- * vectors), except that dump returns the keys in no particular order, a key repeated in one
- * update batch gets one of its vectors, and replace's count of evictions may be lower by the
- * keys of the batch that were cached before it and that the host cache, going in index order,
- * evicts with an earlier key of the batch and puts back (the device touches them first). Batches
+ * vectors, a key repeated in a query or replace batch keeping its last), except that:
+ *  - dump returns the keys in no particular order;
+ *  - update must be given each key once (a repeated key's row may end up mixing its vectors:
+ *    two warps write it at once), and then returns what the host cache's does;
+ *  - replace's count of evictions, for a batch without repeated keys, may be lower by the keys
+ *    of the batch that were cached before it and that the host cache, going in index order,
+ *    evicts with an earlier key of the batch and puts back (the device touches them first); for a
+ *    batch with repeated keys the count is unspecified (the keys cached are not). Batches
  * larger than max_batch keys are run max_batch at a time through the cache's staging buffers
  * (pinned host memory and device memory).
  *
- * Every call returns what the host cache's does, or -errno with srpc_gpu_last_error() saying
- * why: -ENOTSUP (no kernels compiled in), -ENODEV (no driver or device), -ENOMEM (device or
+ * Every call returns what the host cache's does (but for the exceptions above), or -errno with
+ * srpc_gpu_last_error() saying why: -ENOTSUP (no kernels compiled in), -ENODEV (no driver or device), -ENOMEM (device or
  * pinned memory), -EIO (a copy or a kernel failed: the cache's content is then unknown until
  * srpc_emb_dcache_clear succeeds; until then every call but clear and destroy returns -EIO).
  * Threads: any number may call at once; the calls of one cache are serialised by its mutex.
@@ -106,7 +110,9 @@ uint64_t srpc_emb_dcache_size(srpc_emb_dcache_t *c);   /* keys cached now */
 int64_t srpc_emb_dcache_query(srpc_emb_dcache_t *c, const int64_t *keys, uint64_t n, float *out, uint8_t *hit);
 /* As srpc_emb_cache_query, with the hits' vectors written by the kernel to device memory
  * out_dev (n * dim floats, rows of misses left alone) and only the hit flags copied back: the
- * vectors never cross to the host. out_dev's writes are complete when the call returns. */
+ * vectors never cross to the host. The kernel runs on the cache's own stream, which waits for no
+ * other: work of the caller's still queued on out_dev must be complete before the call (e.g. its
+ * stream synchronised). out_dev's writes are complete when the call returns. */
 int64_t srpc_emb_dcache_query_device(srpc_emb_dcache_t *c, const int64_t *keys, uint64_t n, uint64_t out_dev,
                                      uint8_t *hit);
 int64_t srpc_emb_dcache_replace(srpc_emb_dcache_t *c, const int64_t *keys, uint64_t n, const float *vecs);

@@ -1,4 +1,4 @@
-/* fake_libcuda.c: an emulated libcuda.so.1 for tests on machines without a GPU (test-only, never in the wheel). One "device" whose memory the CPU must not touch: every device address handed out lies in a PROT_NONE view (a host read of device memory crashes the test), and the emulated copies, stores and flags go through a read-write shadow of the same pages. cuMemAlloc: a memfd mapped twice. Virtual memory management as the driver has it: allocation granularity, cuMemCreate (a memfd), cuMemAddressReserve (a PROT_NONE range, with a shadow range beside it), cuMemMap (the same pages at several addresses, and in the shadow at the same offsets, so a range that crosses from one mapping to the next is contiguous there too), cuMemSetAccess, unmap/release/free, with the driver's error codes for misuse; mapped host memory (cuMemHostAlloc, cuMemHostRegister: device pointer = host pointer, as with unified addressing). Each created stream runs its work (copies, cuStreamWriteValue32, host functions, kernels) in order on a thread of its own, so completion is asynchronous and out of order across streams; the legacy default stream waits for the blocking streams; an error while queued work runs is returned by the stream's next synchronisation; copies, synchronisations, launches, mappings, stream creations or stream stores fail on request (fake_cuda_fail_*), the device's memory can be limited (fake_cuda_set_device_memory: OUT_OF_MEMORY past it), a mapping can be broken (fake_cuda_break_mapping) and the O2 kernel held (fake_cuda_pause_o2); the fake_cuda_* functions count what was done and what is still live. This project's kernels are run by name with host implementations (the mirror self-test, the O2 persistent vecadd polling its doorbells on its stream's thread, and the embedding cache's five, keys in descending order). It proves nothing about a real GPU. */
+/* fake_libcuda.c: an emulated libcuda.so.1 for tests on machines without a GPU (test-only, never in the wheel). One "device" whose memory the CPU must not touch: every device address handed out lies in a PROT_NONE view (a host read of device memory crashes the test), and the emulated copies, stores and flags go through a read-write shadow of the same pages. cuMemAlloc: a memfd mapped twice. Virtual memory management as the driver has it: allocation granularity, cuMemCreate (a memfd), cuMemAddressReserve (a PROT_NONE range, with a shadow range beside it), cuMemMap (the same pages at several addresses, and in the shadow at the same offsets, so a range that crosses from one mapping to the next is contiguous there too), cuMemSetAccess, unmap/release/free, with the driver's error codes for misuse; mapped host memory (cuMemHostAlloc, cuMemHostRegister: device pointer = host pointer, as with unified addressing). Each created stream runs its work (copies, cuStreamWriteValue32, host functions, kernels) in order on a thread of its own, so completion is asynchronous and out of order across streams; the legacy default stream waits for the blocking streams; an error while queued work runs is returned by the stream's next synchronisation; copies, synchronisations, launches, mappings, stream creations or stream stores fail on request (fake_cuda_fail_*), the device's memory can be limited (fake_cuda_set_device_memory: OUT_OF_MEMORY past it), a mapping can be broken (fake_cuda_break_mapping) and the O2 kernel held (fake_cuda_pause_o2); the fake_cuda_* functions count what was done and what is still live. This project's kernels are run by name with host implementations (the mirror self-test, the O2 persistent vecadd polling its doorbells on its stream's thread, and the embedding cache's five, keys in an order not the index order). It proves nothing about a real GPU. */
 #define _GNU_SOURCE /* memfd_create */
 #include <pthread.h>
 #include <stdint.h>
@@ -1238,9 +1238,28 @@ static int run_o2(devptr ctrl_dev, uint32_t n_floats)
 }
 
 /* The embedding cache's kernels (native/cuda/embed_cache.cuh) over the shadow, key by key, in
- * DESCENDING index order: the kernels run their warps in any order, and their rules (a batch's
- * outcome is that of its keys in index order) are exercised here by the order furthest from
- * the host cache's. Only the keys the grid covers are handled, as on a GPU. Lock held. */
+ * an order of their own: the kernels run their warps in any order, and their rules (a batch's
+ * outcome is that of its keys in index order) are exercised here by descending index order on
+ * odd launches and a random permutation (seeded by the launch count) on even ones, never the
+ * host cache's. Only the keys the grid covers are handled, as on a GPU. Lock held. */
+static uint64_t *emb_order(uint64_t n, unsigned long long launch)
+{
+    uint64_t *o = malloc((n ? n : 1) * sizeof(*o));
+    if (!o)
+        return NULL;
+    for (uint64_t i = 0; i < n; i++)
+        o[i] = n - 1 - i;
+    if (launch % 2 == 0) {
+        uint64_t x = 0x9e3779b97f4a7c15ull ^ launch;
+        for (uint64_t i = n; i > 1; i--) { /* Fisher-Yates */
+            x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+            const uint64_t j = x % i, t = o[i - 1];
+            o[i - 1] = o[j], o[j] = t;
+        }
+    }
+    return o;
+}
+
 static long long emb_find(const struct srpc_emb_kargs *a, const int64_t *keys, const uint64_t *ctr, uint64_t base,
                           int64_t key)
 {
@@ -1286,7 +1305,11 @@ static int run_emb(int kind, const struct srpc_emb_kargs *a, unsigned long long 
         uint8_t *hit = kind == K_EMB_QUERY ? (uint8_t *)(void *)shadow_of(a->hit, n) : NULL;
         if (!in || (kind == K_EMB_QUERY ? !vout || !hit : !vin))
             return ILLEGAL_ADDRESS;
-        for (uint64_t i = n; i-- > 0;) {
+        uint64_t *order = emb_order(n, launches[kind]);
+        if (!order)
+            return OUT_OF_MEMORY;
+        for (uint64_t at = 0; at < n; at++) {
+            const uint64_t i = order[at];
             const uint64_t base = srpc_mix64((uint64_t)in[i]) % a->sets * a->per_set, mine = a->clock + i + 1;
             long long j = emb_find(a, keys, ctr, base, in[i]);
             if (kind == K_EMB_QUERY) {
@@ -1303,8 +1326,10 @@ static int run_emb(int kind, const struct srpc_emb_kargs *a, unsigned long long 
                 }
             } else { /* replace: phase 0 the keys cached, phase 1 the others (marked in hit) */
                 uint8_t *mark = (uint8_t *)(void *)shadow_of(a->hit + i, 1);
-                if (!mark)
+                if (!mark) {
+                    free(order);
                     return ILLEGAL_ADDRESS;
+                }
                 if (a->phase == 1 && *mark)
                     continue;
                 int write = 0;
@@ -1335,6 +1360,7 @@ static int run_emb(int kind, const struct srpc_emb_kargs *a, unsigned long long 
                     *mark = j >= 0;
             }
         }
+        free(order);
     }
     __atomic_add_fetch(&launches[kind], 1, __ATOMIC_SEQ_CST);
     return OK;

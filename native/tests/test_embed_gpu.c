@@ -118,7 +118,7 @@ static void test_against_host_cache(uint32_t slabs, uint64_t capacity, int64_t k
                     again |= keys[j] == k;
             } while (again);
             keys[i] = k;
-            vec_of(vecs + (size_t)i * DIM, k, step);
+            vec_of(vecs + (size_t)i * DIM, k, step * MAXN + (int)i); /* a repeat's vectors differ: the last must win */
         }
         if (op < 4) { /* query */
             memset(oh, 0, sizeof(oh));

@@ -172,9 +172,9 @@ uint64_t srpc_emb_dcache_size(srpc_emb_dcache_t *c)
 static int broke(srpc_emb_dcache_t *c, const char *call, srpc_CUresult r)
 {
     c->failed = 1;
-    int rc = srpc_gpu_fail(call, r);
+    srpc_gpu_fail(call, r); /* the driver's reason, as the last error */
     srpc_cu.StreamSynchronize(c->stream);
-    return rc == -EINVAL ? -EIO : rc; /* not the caller's argument: the device's state */
+    return -EIO; /* whatever the driver said: the cache's state, not the caller's argument */
 }
 
 /* Queues: count zeroed, keys (and vecs) in, the kernel over a->n keys at a warp each (replace:
@@ -358,7 +358,8 @@ int64_t srpc_emb_dcache_dump(srpc_emb_dcache_t *c, int64_t *keys_out, uint64_t c
             got = cap - n;
             full = 1;
         }
-        memcpy(keys_out + n, c->h_keys, (size_t)got * 8);
+        if (got)
+            memcpy(keys_out + n, c->h_keys, (size_t)got * 8);
         n += got;
     }
     end(c, saved);

@@ -25,7 +25,8 @@
  * is below every counter of its full set is not inserted (in index order it would have been
  * evicted by the later keys already there). Replace runs in two launches: phase 0 touches the
  * keys already cached (and marks them in hit), phase 1 inserts the others, so that no key cached
- * before the batch is evicted and counted before its own turn. */
+ * before the batch is evicted and counted before its own turn. Update takes no lock: each key
+ * must come once (the host side's contract). */
 struct srpc_emb_kargs {
     uint64_t keys, counters, vectors, locks; /* the cache */
     uint64_t in_keys;  /* int64 [n]: the batch's keys (dump: its output, room for cap keys) */
