@@ -31,6 +31,10 @@ def test_bench_embedding_small_run(tmp_path):
     assert doc["updates"]["with"]["ok"] == 1500 and len(doc["updates"]["rounds"]["with"]) == 2
     assert all(len(v) == 2 for v in doc["config_rounds"].values())
     assert set(doc["insert_mb_per_s"]) == {"hashmap", "redis", "rocksdb"}
-    assert len(doc["acceptance"]) == 7
+    assert len(doc["acceptance"]) == 9  # issue 18's 7, and issue 36's two under updates (with intervals)
+    u = doc["updates"]["with"]
+    assert u["updates_applied"] > 0 and 0 < u["update_serving_us"] < u["update_us"]  # CPU per update, both sides
+    assert doc["updates"]["without"]["update_us"] is None
     md = (out / "embedding.md").read_text()
-    assert "## Acceptance (issue 18)" in md and "| l1-5% |" in md
+    assert "## Acceptance (issues 18 and 36)" in md and "| l1-5% |" in md and "CPU per update" in md
+    assert "bootstrap 95% interval over 2 alternated runs each" in md

@@ -43,11 +43,12 @@ def test_random_operations_match_the_host_cache_and_the_model(seq, slabs, capaci
             want = h.replace(k, vecs)
             assert ref.replace(keys, vecs) == want
             got = g.replace(k, vecs)
-            assert want - was <= got <= want
+            if len(set(keys)) == len(keys):  # with repeats the count is unspecified (splitrpc_embed.h)
+                assert want - was <= got <= want
         elif what == "update":
-            want = h.update(k, vecs)
+            h.update(k, vecs)
             ref.update(keys, vecs)
-            assert g.update(k, vecs) == len(set(keys) & ref.keys())
+            assert g.update(k, vecs) == len(set(keys) & ref.keys())  # distinct keys cached
         elif what == "dump":
             assert sorted(g.dump().tolist()) == sorted(h.dump().tolist()) == sorted(ref.keys())
         else:
@@ -77,6 +78,7 @@ def test_a_batch_larger_than_the_staging_and_device_output():
     import cupy  # the device output: the emulated CuPy on the emulated driver, CuPy on a GPU
 
     out = cupy.asarray(np.full((q.size, 8), -1.0, np.float32))
+    cupy.cuda.get_current_stream().synchronize()  # the fill is done before the cache's stream writes
     hit = g.query_device(q, out.data.ptr)
     back = cupy.asnumpy(out)
     assert np.array_equal(hit, hb) and np.array_equal(back[hit], b[hb]) and (back[~hit] == -1.0).all()

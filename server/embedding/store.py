@@ -14,7 +14,8 @@ asynchronous.
 
 Refresh (refresh_interval seconds, None: off): a thread dumps each L1's keys, re-reads them from
 the tiers below and updates L1 in place. Online updates (apply_updates) reach L1 at once, in one
-batch per table, and refresh catches what a racing miss put there before them. Thread-safe: lookups
+batch per table (eventually consistent: a miss racing an update can leave the old vector; see
+apply_updates). Thread-safe: lookups
 may come from any number of threads.
 """
 from __future__ import annotations
@@ -194,7 +195,8 @@ class EmbeddingStore:
         one write batch, to L2 (unless l2=False: a Redis L2 written by the update process itself),
         and to L1 in one batch per table, where only the keys cached are overwritten (their recency
         kept). Returns the number of L1 keys updated. A lookup that read a key from below just
-        before the write may still put the old vector into L1; the next refresh replaces it."""
+        before the write may still put the old vector into L1 (and L2) after it; the refresh reads
+        L2 first, so that stays until the key's next update or eviction."""
         if not by_table:
             return 0
         self.l3.put_many(by_table)

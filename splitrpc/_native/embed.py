@@ -157,7 +157,7 @@ class DeviceEmbeddingCache(EmbeddingCache):
         why = text(lib.srpc_gpu_last_error(), "replace") or errno.errorcode.get(-rc, str(rc))
         if rc in (-ENODEV, -errno.ENOTSUP):
             raise GPUUnavailable(f"{what}: {why}")
-        if rc == -errno.EINVAL:
+        if rc in (-errno.EINVAL, -errno.EOVERFLOW):
             raise ValueError(f"{what}: {why}")
         raise GPUError(f"{what}: {why}")
 
@@ -180,7 +180,9 @@ class DeviceEmbeddingCache(EmbeddingCache):
     def query_device(self, keys, out_ptr: int) -> np.ndarray:
         """Queries keys with the hits' vectors written by the kernel straight to device memory at
         out_ptr (len(keys) x dim float32, e.g. a CuPy array's data.ptr; misses' rows left alone);
-        only the hit flags come back: returns hit (n,) bool. The writes are done on return."""
+        only the hit flags come back: returns hit (n,) bool. The kernel runs on the cache's own
+        stream: work still queued on that memory (on CuPy's stream) must be done before the call;
+        the writes are done on return."""
         k = self._keys(keys)
         hit = np.zeros(k.size, np.uint8)
         self._gpu_check(lib.srpc_emb_dcache_query_device(self._handle(), _p(k, "int64_t *"), k.size, int(out_ptr),
@@ -195,7 +197,8 @@ class DeviceEmbeddingCache(EmbeddingCache):
 
     def update(self, keys, vectors) -> int:
         """As EmbeddingCache.update; a key repeated in the batch gets its last vector (the batch
-        is passed to the kernel with each key once)."""
+        is passed to the kernel with each key once, as it must be), and the count is of distinct
+        keys cached (EmbeddingCache counts each repeat)."""
         k, v = _last_keep_order(self._keys(keys), self._vectors(vectors, np.asarray(keys).size))
         return self._gpu_check(lib.srpc_emb_dcache_update(self._handle(), _p(k, "int64_t *"), k.size,
                                                           _p(v, "float *")), "embedding cache update")

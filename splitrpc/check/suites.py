@@ -95,10 +95,11 @@ def run_tests_zoo(ctx: Context) -> Result:
 NATIVE_PROGRAMS = ("test_gpu", "test_embed_gpu")  # the native test programs with a GPU half
 
 
-def _run_native_program(ctx: Context, name: str) -> tuple[str, str, int]:
-    """(its last line, its GPU line, checks passed); Failed unless it ran and nothing failed."""
+def _run_native_program(ctx: Context, name: str, share: int) -> tuple[str, str, int]:
+    """(its last line, its GPU line, checks passed); Failed unless it ran and nothing failed.
+    share: how many programs split the section's time."""
     exe = os.path.join(ctx.native_dir or "", name)
-    timeout = _inner_timeout(ctx) / len(NATIVE_PROGRAMS)
+    timeout = _inner_timeout(ctx) / share
     try:
         r = subprocess.run([exe], capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired as e:
@@ -124,7 +125,8 @@ def run_native(ctx: Context) -> Result:
     if len(missing) == len(NATIVE_PROGRAMS):
         raise Skipped(f"{', '.join(missing)} not built in {ctx.native_dir} "
                       f"(cmake --build BUILD_DIR --target {' '.join(NATIVE_PROGRAMS)})")
-    got = {n: _run_native_program(ctx, n) for n in NATIVE_PROGRAMS if n not in missing}
+    present = [n for n in NATIVE_PROGRAMS if n not in missing]
+    got = {n: _run_native_program(ctx, n, len(present)) for n in present}
     gpu_line = got.get("test_gpu", ("", "", 0))[1]
     label = f"{EMULATED_LABEL}: " if "fake GPU" in gpu_line or "EMULATED" in "".join(g[1] for g in got.values()) else ""
     runs = "; ".join(f"{n} {last}" + (f" ({line})" if line else "") for n, (last, line, _) in got.items())
