@@ -88,12 +88,16 @@ void srpc_emb_cache_clear(srpc_emb_cache_t *c);
  * thread's own context afterwards. The caller owns keys, vectors and outputs. */
 typedef struct srpc_emb_dcache srpc_emb_dcache_t;
 
-/* Default and largest staging batch (keys per kernel launch). */
+/* Default and largest staging batch (keys per kernel launch), and the most bytes of vectors the
+ * default batch stages (wide vectors get a smaller default batch). */
 #define SRPC_EMB_DEVICE_BATCH 8192
 #define SRPC_EMB_DEVICE_MAX_BATCH 1048576
+#define SRPC_EMB_DEVICE_STAGING_BYTES 33554432
 
 /* A cache on device ordinal `device`; the arguments as srpc_emb_cache_create's, and max_batch
- * (0: SRPC_EMB_DEVICE_BATCH; at most SRPC_EMB_DEVICE_MAX_BATCH). 0 with *out, -EINVAL,
+ * (0: SRPC_EMB_DEVICE_BATCH, or fewer keys where dim floats each would stage more than
+ * SRPC_EMB_DEVICE_STAGING_BYTES; at most SRPC_EMB_DEVICE_MAX_BATCH). Staging takes about
+ * max_batch * (4 * dim + 9) bytes of pinned and of device memory. 0 with *out, -EINVAL,
  * -EOVERFLOW, -ENOMEM, -ENOTSUP or -ENODEV. */
 int srpc_emb_dcache_create(int device, uint32_t dim, uint64_t capacity, uint32_t slabs_per_set, uint32_t max_batch,
                            srpc_emb_dcache_t **out);

@@ -40,6 +40,7 @@ static void test_arguments(void)
     CHECK(srpc_emb_dcache_create(0, DIM, 10, 0, 0, &c) == -EINVAL, "no slabs");
     CHECK(srpc_emb_dcache_create(0, DIM, 10, 1, SRPC_EMB_DEVICE_MAX_BATCH + 1, &c) == -EINVAL, "batch too large");
     CHECK(srpc_emb_dcache_create(0, SRPC_EMB_MAX_DIM, UINT64_MAX / 2, 1, 0, &c) == -EOVERFLOW, "too large");
+    CHECK(srpc_emb_dcache_create(0, 0, 10, 1, 0, &c) == -EINVAL, "dim 0, default batch");
     CHECK(srpc_emb_dcache_query(NULL, NULL, 0, NULL, NULL) == -EINVAL, "NULL cache");
     CHECK(srpc_emb_dcache_clear(NULL) == -EINVAL, "clear NULL");
     srpc_emb_dcache_destroy(NULL);
@@ -229,6 +230,29 @@ static void test_query_device(void)
     srpc_emb_dcache_destroy(g);
 }
 
+/* The widest vectors with the default staging: a smaller default batch (staging stays at
+ * SRPC_EMB_DEVICE_STAGING_BYTES), the rows whole after several launches. */
+static void test_wide_vectors(void)
+{
+    const uint32_t dim = SRPC_EMB_MAX_DIM;
+    srpc_emb_dcache_t *g;
+    CHECK(srpc_emb_dcache_create(0, dim, 300, 1, 0, &g) == 0, "create dim %u: %s", dim, srpc_gpu_last_error());
+    enum { N = 200 }; /* more than the 128 keys the default staging holds at this width */
+    int64_t *k = malloc(N * 8);
+    float *v = malloc((size_t)N * dim * 4), *out = calloc((size_t)N * dim, 4);
+    uint8_t *hit = malloc(N);
+    for (int i = 0; i < N; i++) {
+        k[i] = 1000 + i;
+        for (uint32_t d = 0; d < dim; d += 4096)
+            v[(size_t)i * dim + d] = (float)(i * 7 + d);
+    }
+    CHECK(srpc_emb_dcache_replace(g, k, N, v) >= 0 && srpc_emb_dcache_query(g, k, N, out, hit) == N &&
+              memcmp(out, v, (size_t)N * dim * 4) == 0,
+          "wide rows whole: %s", srpc_gpu_last_error());
+    free(k), free(v), free(out), free(hit);
+    srpc_emb_dcache_destroy(g);
+}
+
 int main(void)
 {
     test_arguments();
@@ -252,6 +276,7 @@ int main(void)
     test_against_host_cache(2, 1000, 3000, 0);       /* 16 sets of 64, batches in one launch */
     test_against_host_cache(1, 32, 100000, 64);      /* one set, keys mostly new: LRU in one batch */
     test_query_device();
+    test_wide_vectors();
     test_failed_launch(lib);
 
     srpc_gpu_live(&after);

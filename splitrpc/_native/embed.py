@@ -90,16 +90,22 @@ class EmbeddingCache:
         return check(lib.srpc_emb_cache_update(self._handle(), _p(k, "int64_t *"), k.size, _p(v, "float *")),
                      "srpc_emb_cache_update")
 
+    _size_fn, _dump_fn = "srpc_emb_cache_size", "srpc_emb_cache_dump"
+
+    def _check(self, rc: int, what: str) -> int:
+        return check(rc, what)
+
     def dump(self) -> np.ndarray:
-        """Every cached key (int64, in slot order)."""
+        """Every cached key (int64, in slot order; DeviceEmbeddingCache: in no particular order)."""
         c = self._handle()
+        size, dump = getattr(lib, self._size_fn), getattr(lib, self._dump_fn)
         while True:
-            buf = np.empty(max(int(lib.srpc_emb_cache_size(c)) + 64, 64), np.int64)
-            n = lib.srpc_emb_cache_dump(c, _p(buf, "int64_t *"), buf.size)
+            buf = np.empty(max(int(size(c)) + 64, 64), np.int64)
+            n = dump(c, _p(buf, "int64_t *"), buf.size)
             if n >= 0:
                 return buf[:n].copy()
-            if n != -ENOBUFS:  # keys were added meanwhile: a larger buffer
-                check(n, "srpc_emb_cache_dump")
+            if n != -ENOBUFS:  # -ENOBUFS: keys were added meanwhile, a larger buffer
+                self._check(n, "embedding cache dump")
 
     def clear(self) -> None:
         lib.srpc_emb_cache_clear(self._handle())
@@ -149,6 +155,11 @@ class DeviceEmbeddingCache(EmbeddingCache):
         self.slots = int(lib.srpc_emb_dcache_slots(self._c))
         self.sets = int(lib.srpc_emb_dcache_sets(self._c))
         self._close_lock = threading.Lock()
+
+    _size_fn, _dump_fn = "srpc_emb_dcache_size", "srpc_emb_dcache_dump"
+
+    def _check(self, rc: int, what: str) -> int:
+        return self._gpu_check(rc, what)
 
     @staticmethod
     def _gpu_check(rc: int, what: str) -> int:
@@ -202,17 +213,6 @@ class DeviceEmbeddingCache(EmbeddingCache):
         k, v = _last_keep_order(self._keys(keys), self._vectors(vectors, np.asarray(keys).size))
         return self._gpu_check(lib.srpc_emb_dcache_update(self._handle(), _p(k, "int64_t *"), k.size,
                                                           _p(v, "float *")), "embedding cache update")
-
-    def dump(self) -> np.ndarray:
-        """Every cached key (int64, in no particular order)."""
-        c = self._handle()
-        while True:
-            buf = np.empty(max(int(lib.srpc_emb_dcache_size(c)) + 64, 64), np.int64)
-            n = lib.srpc_emb_dcache_dump(c, _p(buf, "int64_t *"), buf.size)
-            if n >= 0:
-                return buf[:n].copy()
-            if n != -ENOBUFS:
-                self._gpu_check(n, "embedding cache dump")
 
     def clear(self) -> None:
         self._gpu_check(lib.srpc_emb_dcache_clear(self._handle()), "embedding cache clear")

@@ -66,8 +66,10 @@ int srpc_emb_dcache_create(int device, uint32_t dim, uint64_t capacity, uint32_t
     if (!out)
         return srpc_gpu_failf(-EINVAL, "srpc_emb_dcache_create: NULL out");
     *out = NULL;
-    if (max_batch == 0)
-        max_batch = SRPC_EMB_DEVICE_BATCH;
+    if (max_batch == 0 && dim > 0) {
+        const uint64_t fit = SRPC_EMB_DEVICE_STAGING_BYTES / ((uint64_t)dim * sizeof(float));
+        max_batch = fit < 1 ? 1 : fit < SRPC_EMB_DEVICE_BATCH ? (uint32_t)fit : SRPC_EMB_DEVICE_BATCH;
+    }
     if (device < 0 || dim == 0 || dim > SRPC_EMB_MAX_DIM || capacity == 0 || slabs_per_set == 0 ||
         slabs_per_set > SRPC_EMB_MAX_SLABS_PER_SET || max_batch > SRPC_EMB_DEVICE_MAX_BATCH)
         return srpc_gpu_failf(-EINVAL, "srpc_emb_dcache_create: device %d, dim %u, capacity %llu, slabs_per_set %u, "
