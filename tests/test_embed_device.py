@@ -100,9 +100,10 @@ def test_bad_arguments():
 
 
 def test_the_store_on_the_device_answers_dlrm_exactly():
-    """DLRM served over a store whose L1 is on cuda:0 (the sparse-dense pipeline: lookups on two
-    threads at once): every reply equals the model over the exact tables, L1 hits and fills, and
-    the refresh pass runs through the device cache (dump, then update)."""
+    """DLRM served over a store whose L1 is on cuda:0, its MLPs there too (CuPy), through the
+    sparse-dense pipeline (lookups on two threads at once): every reply equals the torch model
+    over the exact tables, L1 hits and fills, and the refresh pass runs through the device cache
+    (dump, then update)."""
     pytest.importorskip("torch")
     pytest.importorskip("rocksdict")
     import splitrpc
@@ -112,6 +113,7 @@ def test_the_store_on_the_device_answers_dlrm_exactly():
     svc = dlrm.DLRMService(small=True, config=cfg)
     try:
         assert isinstance(svc.store.l1["c0"], DeviceEmbeddingCache) and "on cuda:0" in dlrm.serve_banner(svc)
+        assert svc.device_model is not None  # the MLPs on the L1's device too
         srv = splitrpc.Server("127.0.0.1", 0, wait="block")
         svc.register(srv, max_batch=64, pipeline=(2, 1))
         srv.start()
@@ -140,3 +142,75 @@ def test_a_bad_device_is_refused_at_start():
         EmbeddingStore([TableSpec("t", 10, 4)], None, device="gpu0")
     with pytest.raises(GPUUnavailable):
         EmbeddingStore([TableSpec("t", 100, 4)], None, l1_fraction=0.5, device="cuda:63")
+
+
+@pytest.mark.parametrize("l1", ["device", "host", "none"])
+def test_lookup_device_gathers_what_lookup_returns(tmp_path, l1):
+    """EmbeddingStore.lookup_device: the hits written by the device cache in place (or a host
+    L1's sent over), misses read from L3, unknown keys the default row; the same vectors as
+    lookup(), and the same counts."""
+    pytest.importorskip("rocksdict")
+    import cupy
+
+    from splitrpc.services.embedding.rocks import RocksTier
+    from splitrpc.services.embedding.store import EmbeddingStore
+    from splitrpc.services.embedding.tables import TableSpec
+
+    specs = [TableSpec(f"t{j}", 500, 8, seed=j, default=0.5) for j in range(3)]
+    l3 = RocksTier(str(tmp_path / "l3"), specs)
+    for sp in specs:
+        l3.fill(sp.name)
+    kw = {"device": "cuda:0"} if l1 == "device" else {}
+    rng = np.random.default_rng(5)
+    with EmbeddingStore(specs, l3, l1_capacity=200 if l1 != "none" else 0, **kw) as a, \
+            EmbeddingStore(specs, l3, l1_capacity=200 if l1 != "none" else 0) as b:
+        for _ in range(4):
+            cols = {sp.name: rng.integers(-20, 520, 64) for sp in specs}  # some unknown: the default row
+            got = cupy.asnumpy(a.lookup_device(cols, cupy))
+            want = np.stack([b.lookup(t, k) for t, k in cols.items()], axis=1)
+            assert got.shape == (64, 3, 8) and np.array_equal(got, want)
+        for t in a.stats():
+            sa, sb = a.stats()[t], b.stats()[t]
+            assert all(sa[k] == sb[k] for k in ("lookups", "keys", "unique", "l1_hits", "l3_hits", "unknown"))
+    l3.close()
+
+
+def test_whole_tables_on_the_device_answer_dlrm_exactly():
+    """The baseline of the device rows: every table whole in GPU memory, the MLPs there too."""
+    pytest.importorskip("torch")
+    from splitrpc.services.embedding import dlrm
+
+    svc = dlrm.DLRMService(small=True, config=dlrm.StoreConfig(rows=1000, whole_tables=True, l1_device="cuda:0"))
+    try:
+        rng = np.random.default_rng(9)
+        reqs = [svc.example(rng) for _ in range(48)]
+        dense = np.stack([np.frombuffer(q[:4 * dlrm.DENSE], "<f4") for q in reqs])
+        keys = np.stack([np.frombuffer(q[4 * dlrm.DENSE:], "<i8") for q in reqs])
+        keys[3, 5] = 10**6  # unknown: the default vector, as the reference has it
+        prob = np.zeros((48, 1), np.float32)
+        assert svc.callback(dense, keys, prob) is None
+        np.testing.assert_allclose(prob, svc.reference(dense, keys), rtol=1e-4, atol=1e-5)
+    finally:
+        svc.close()
+
+
+def test_an_unknown_key_fails_its_call_alone_on_the_device():
+    pytest.importorskip("torch")
+    from splitrpc.errors import BadRequest
+    from splitrpc.services.embedding import dlrm
+
+    svc = dlrm.DLRMService(small=True, config=dlrm.StoreConfig(rows=500, unknown="error", l2="none",
+                                                               l1_device="cuda:0"))
+    try:
+        rng = np.random.default_rng(2)
+        reqs = [svc.example(rng) for _ in range(8)]
+        dense = np.stack([np.frombuffer(q[:4 * dlrm.DENSE], "<f4") for q in reqs])
+        keys = np.stack([np.frombuffer(q[4 * dlrm.DENSE:], "<i8") for q in reqs])
+        keys[2, 7] = 500
+        prob = np.zeros((8, 1), np.float32)
+        bad = svc.callback(dense, keys, prob)
+        assert set(bad) == {2} and isinstance(bad[2], BadRequest) and "c7" in str(bad[2])
+        ok = [i for i in range(8) if i != 2]
+        np.testing.assert_allclose(prob[ok], svc.reference(dense[ok], keys[ok]), rtol=1e-4, atol=1e-5)
+    finally:
+        svc.close()

@@ -60,8 +60,8 @@ GPU_TESTS = ["tests/test_gpu.py::test_gpu_vecadd_many_batches_in_flight[o1]",
 # callback; a failed copy, each way; out of order across streams; a graceful stop with 8 batches in flight; a
 # failed O2 launch; a failed launch in a callback (O1, graph); a failed stream store, then a failed wait; a driver
 # without stream stores
-# ... and the embedding cache on the device (issue 36): 5 tests.
-GPU_TESTS_N = 4 + 16 + 5
+# ... and the embedding cache on the device (issue 36): 5 tests, lookup_device 3, DLRM on the device 2.
+GPU_TESTS_N = 4 + 16 + 5 + 3 + 2
 
 
 def test_device_functions_on_the_emulated_gpu(build):

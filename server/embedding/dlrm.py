@@ -76,7 +76,7 @@ class StoreConfig:
     redis_port: int = 6379
     l2_capacity: int | None = None   # keys per table (default: 20% of the rows)
     l1_fraction: float = 0.05
-    l1_device: str = "cpu"           # "cpu" or "cuda:N": the L1 caches in that GPU's memory
+    l1_device: str = "cpu"           # "cpu" or "cuda:N": the L1 caches (or the whole tables) and the MLPs on that GPU
     hit_rate_threshold: float = 1.0
     refresh_interval: float | None = None
     rows: int | None = None          # per table (default: the preset's)
@@ -149,6 +149,51 @@ class DLRM:
         return bool(np.isfinite(got) and abs(got - want) <= 1e-5 + 1e-4 * abs(want))
 
 
+class DeviceDLRM:
+    """The DLRM's MLPs and feature interaction in CuPy on a GPU (the device of the store's L1),
+    weights copied from the torch model: the same arithmetic in float32 (cuBLAS, no TF32)."""
+
+    def __init__(self, model, ordinal: int, cupy):
+        import torch
+
+        self.cp, self.ordinal = cupy, ordinal
+        with cupy.cuda.Device(ordinal):
+            self.bottom, self.top = self._layers(model.bottom, torch), self._layers(model.top, torch)
+        n = SPARSE + 1
+        iu = np.triu_indices(n, 1)  # the order of torch.triu_indices(n, n, 1): row by row
+        self.n, self.iu_flat = n, (iu[0] * n + iu[1]).astype(np.int64)
+
+    def _layers(self, seq, torch) -> list:
+        out: list = []
+        for m in seq:
+            if isinstance(m, torch.nn.Linear):
+                w = m.weight.detach().numpy().T.astype(np.float32)  # (in, out): x @ w
+                out.append([self.cp.asarray(np.ascontiguousarray(w)), self.cp.asarray(m.bias.detach().numpy()), False])
+            elif isinstance(m, torch.nn.ReLU):
+                out[-1][2] = True
+            else:
+                raise TypeError(f"DeviceDLRM knows Linear and ReLU layers, not {type(m).__name__}")
+        return out
+
+    def _mlp(self, x, layers):
+        for w, b, relu in layers:
+            x = x @ w + b
+            if relu:
+                x = self.cp.maximum(x, 0)
+        return x
+
+    def __call__(self, dense: np.ndarray, emb) -> np.ndarray:
+        """prob (B, 1) on the host, of dense (B, 13) host features and emb (B, 26, dim) on the device."""
+        cp = self.cp
+        with cp.cuda.Device(self.ordinal):
+            b, dim = dense.shape[0], emb.shape[2]
+            x = self._mlp(cp.asarray(np.ascontiguousarray(dense, np.float32)), self.bottom)
+            z = cp.concatenate([x.reshape(b, 1, dim), emb], axis=1)
+            inter = cp.matmul(z, cp.swapaxes(z, 1, 2)).reshape(b, self.n * self.n)[:, self.iu_flat]
+            t = self._mlp(cp.concatenate([x, inter], axis=1), self.top)
+            return cp.asnumpy(1 / (1 + cp.exp(-t)))
+
+
 class DLRMService(DLRM):
     """The model served over an embedding store (config, or the embedded default). close() stops
     the store and removes a temporary L3."""
@@ -161,10 +206,14 @@ class DLRMService(DLRM):
 
         cfg = config or StoreConfig()
         super().__init__(small=small, rows=cfg.rows, dim=cfg.dim, unknown=cfg.unknown, seed=seed)
-        self._tmp, self.updater, self.l2, self.l3 = None, None, None, None
+        self._tmp, self.updater, self.l2, self.l3, self.device_model = None, None, None, None, None
+        if cfg.l1_device != "cpu":  # the MLPs beside the embeddings, on that GPU
+            from splitrpc.gpu import import_cupy, parse_device
+
+            self.device_model = DeviceDLRM(self.model, parse_device(cfg.l1_device), import_cupy())
         if cfg.whole_tables:
             from splitrpc.services.embedding.store import WholeTables
-            self.store = WholeTables(self.specs)
+            self.store = WholeTables(self.specs, device=cfg.l1_device)
             return
         path = cfg.l3
         if path is None:
@@ -218,10 +267,32 @@ class DLRMService(DLRM):
                 emb[ok, j] = self.store.lookup(spec.name, col[ok])
         return emb, bad
 
+    def embeddings_device(self, keys: np.ndarray):
+        """As embeddings(), the vectors gathered on the L1's device: (CuPy (B, 26, dim), bad rows).
+        A key an error-table does not know fails its row (BadRequest); the row is looked up with
+        key 0 instead, for a reply nobody gets."""
+        from splitrpc.errors import BadRequest
+
+        bad: dict = {}
+        cols = {}
+        for j, spec in enumerate(self.specs):
+            col = keys[:, j]
+            if spec.unknown == "error":
+                ok = spec.known(col)
+                if not ok.all():
+                    for i in np.flatnonzero(~ok):
+                        bad.setdefault(int(i), BadRequest(f"key {int(col[i])} of table {spec.name} is not in 0 .. "
+                                                          f"{spec.rows - 1}"))
+                    col = np.where(ok, col, 0)
+            cols[spec.name] = col
+        with self.device_model.cp.cuda.Device(self.device_model.ordinal):
+            return self.store.lookup_device(cols, self.device_model.cp), bad
+
     def sparse_stage(self, job) -> tuple[np.ndarray, dict]:
         """The SparseNet of a batch, as a StagePipeline's first stage: embeddings(keys) of the
         BatchJob's keys (its second tensor argument)."""
-        return self.embeddings(np.asarray(job.call_args[1]))
+        keys = np.asarray(job.call_args[1])
+        return self.embeddings_device(keys) if self.device_model is not None else self.embeddings(keys)
 
     def callback(self, dense, keys, prob):
         """The batched tensor callback: (B, 13), (B, 26) in; (B, 1) out. Under a sparse-dense
@@ -230,6 +301,10 @@ class DLRMService(DLRM):
         import torch
 
         got = stage_result()
+        if self.device_model is not None:  # the lookups and the MLPs on the L1's GPU
+            emb, bad = got if got is not None else self.embeddings_device(np.asarray(keys))
+            prob[:] = self.device_model(np.asarray(dense), emb)
+            return bad or None
         emb, bad = got if got is not None else self.embeddings(np.asarray(keys))
         with torch.inference_mode():
             out = self.model(torch.from_numpy(np.ascontiguousarray(dense, np.float32)), torch.from_numpy(emb))
@@ -278,7 +353,8 @@ class DLRMService(DLRM):
 
 def serve_banner(svc: DLRMService) -> str:
     if svc.l3 is None:
-        return f", dlrm: {SPARSE} tables x {svc.rows} keys x {svc.dim} whole in memory (no tiers)"
+        where = f"whole in memory and on {svc.store.device}" if svc.store.device != "cpu" else "whole in memory"
+        return f", dlrm: {SPARSE} tables x {svc.rows} keys x {svc.dim} {where} (no tiers)"
     l2 = svc.l2.name if svc.l2 is not None else "none"
     l1 = svc.store.l1["c0"]
     return (f", dlrm: {SPARSE} tables x {svc.rows} keys x {svc.dim} (L1 {l1.slots if l1 else 0} slots per table "

@@ -116,47 +116,100 @@ class EmbeddingStore:
 
     # ------------------------------------------------------------------ lookups
 
-    def lookup(self, table: str, keys) -> np.ndarray:
-        """The vectors (n, dim) float32 of keys (any int64, repeats allowed) of `table`."""
+    def _plan(self, table: str, keys) -> tuple[TableSpec, np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict]:
+        """A lookup's first steps: (spec, keys, known mask, unique known keys, inverse, counts);
+        UnknownKey where the table refuses unknown keys."""
         spec = self.specs.get(table)
         if spec is None:
             raise KeyError(f"unknown table {table!r}; tables: {', '.join(self.specs)}")
         k = np.ascontiguousarray(keys, dtype=np.int64).reshape(-1)
-        st = self.stats_by_table[table]
         known = spec.known(k)
         n_unknown = int(k.size - known.sum())
         if n_unknown and spec.unknown == "error":
-            st.add(lookups=1, keys=int(k.size), unknown=n_unknown)
+            self.stats_by_table[table].add(lookups=1, keys=int(k.size), unknown=n_unknown)
             spec.refuse_unknown(k, known)
         uniq, inverse = np.unique(k[known], return_inverse=True)
+        return spec, k, known, uniq, inverse.reshape(-1), dict(lookups=1, keys=int(k.size), unique=int(uniq.size),
+                                                                unknown=n_unknown)
+
+    def _misses(self, table: str, spec: TableSpec, uniq: np.ndarray, hit: np.ndarray,
+                counts: dict) -> tuple[np.ndarray, np.ndarray]:
+        """The rows of the unique keys L1 missed, by HPS's threshold: (their indices, their vectors:
+        read from below now, or the default while the inserter reads them later); counts updated."""
+        missing = np.flatnonzero(~hit)
+        counts["l1_hits"] = int(uniq.size - missing.size)
+        if not missing.size:
+            return missing, np.zeros((0, spec.dim), np.float32)
+        hit_rate = 1.0 - missing.size / uniq.size
+        mk = uniq[missing]
+        if hit_rate >= self.threshold:
+            counts["defaults_missing"] = int(missing.size)
+            try:
+                self._queue.put_nowait((table, mk))
+            except queue.Full:
+                counts["insert_dropped"] = 1
+            return missing, np.broadcast_to(spec.default_vector(), (missing.size, spec.dim))
+        got, found, tier_counts = self._fetch(table, mk)
+        counts.update(tier_counts)
+        return missing, np.where(found[:, None], got, spec.default_vector())
+
+    def lookup(self, table: str, keys) -> np.ndarray:
+        """The vectors (n, dim) float32 of keys (any int64, repeats allowed) of `table`."""
+        spec, k, known, uniq, inverse, counts = self._plan(table, keys)
         cache = self.l1[table]
         if cache is not None:
             vecs, hit = cache.query(uniq)
         else:  # no L1: every key is read from below
             vecs, hit = np.zeros((uniq.size, spec.dim), np.float32), np.zeros(uniq.size, bool)
-        missing = np.flatnonzero(~hit)
-        hit_rate = 1.0 - missing.size / uniq.size if uniq.size else 1.0
-        counts = dict(lookups=1, keys=int(k.size), unique=int(uniq.size), l1_hits=int(uniq.size - missing.size),
-                      unknown=n_unknown)
-        if missing.size:
-            mk = uniq[missing]
-            if hit_rate >= self.threshold:
-                vecs[missing] = spec.default_vector()
-                counts["defaults_missing"] = int(missing.size)
-                try:
-                    self._queue.put_nowait((table, mk))
-                except queue.Full:
-                    counts["insert_dropped"] = 1
-            else:
-                got, found, tier_counts = self._fetch(table, mk)
-                vecs[missing] = np.where(found[:, None], got, spec.default_vector())
-                counts.update(tier_counts)
-        st.add(**counts)
+        missing, rows = self._misses(table, spec, uniq, hit, counts)
+        vecs[missing] = rows
+        self.stats_by_table[table].add(**counts)
         out = np.empty((k.size, spec.dim), np.float32)
         out[known] = vecs[inverse]
-        if n_unknown:
+        if counts["unknown"]:
             out[~known] = spec.default_vector()
         return out
+
+    def lookup_device(self, columns: dict, cupy):
+        """The vectors of several tables' keys gathered on the L1's device: columns {table: keys
+        (B,)}, all of one length B; returns a CuPy array (B, len(columns), dim) in the columns'
+        order (one dim for all). An L1 on the device writes its hits there itself
+        (DeviceEmbeddingCache.query_device); misses and unknown keys are resolved as lookup()
+        does, their rows sent over in one copy; then one gather. UnknownKey as lookup()."""
+        plans = [(t, *self._plan(t, keys)) for t, keys in columns.items()]
+        dims = {p[1].dim for p in plans}
+        b = {p[2].size for p in plans}
+        if len(dims) != 1 or len(b) != 1:
+            raise ValueError(f"lookup_device needs one dim and one batch length, got dims {dims}, lengths {b}")
+        dim, batch = dims.pop(), b.pop()
+        base, at = [], 0
+        for p in plans:
+            base.append(at)
+            at += p[4].size
+        n_rows = at + len(plans)  # and one default row per table, for its unknown keys
+        rows = cupy.empty((n_rows, dim), np.float32)
+        cupy.cuda.get_current_stream().synchronize()  # allocated before the caches' streams write it
+        fill_idx, fill_rows = [], []
+        gather = np.empty((batch, len(plans)), np.int64)
+        for j, ((table, spec, k, known, uniq, inverse, counts), off) in enumerate(zip(plans, base)):
+            cache = self.l1[table]
+            if isinstance(cache, DeviceEmbeddingCache):
+                hit = cache.query_device(uniq, rows.data.ptr + off * dim * 4)
+            elif cache is not None:  # an L1 in host memory: its hits go over with the misses
+                vecs, hit = cache.query(uniq)
+                fill_idx.append(off + np.flatnonzero(hit))
+                fill_rows.append(vecs[hit])
+            else:
+                hit = np.zeros(uniq.size, bool)
+            missing, got = self._misses(table, spec, uniq, hit, counts)
+            fill_idx += [off + missing, np.array([at + j])]
+            fill_rows += [got, spec.default_vector()[None, :]]
+            self.stats_by_table[table].add(**counts)
+            gather[:, j] = at + j
+            gather[known, j] = off + inverse
+        idx = np.concatenate(fill_idx)
+        rows[idx] = cupy.asarray(np.ascontiguousarray(np.concatenate(fill_rows), np.float32))
+        return rows[gather.reshape(-1)].reshape(batch, len(plans), dim)
 
     def _read_below(self, table: str, keys: np.ndarray, *, fill_l2: bool) -> tuple[np.ndarray, np.ndarray, dict]:
         """Reads keys from L2, then L3 for the rest (and, with fill_l2, puts what L3 had into L2):
@@ -273,18 +326,52 @@ class EmbeddingStore:
 
 class WholeTables:
     """The baseline with no tiers: every table held whole in memory as one array (the ground
-    truth), looked up by indexing. Same lookup() and stats() as EmbeddingStore."""
+    truth), looked up by indexing. Same lookup() and stats() as EmbeddingStore. device "cuda:N":
+    the tables also whole in that GPU's memory, one array with a default row per table after
+    them, for lookup_device (needs CuPy)."""
 
     threshold = 1.0
     l2 = None
 
-    def __init__(self, specs: list[TableSpec]):
+    def __init__(self, specs: list[TableSpec], device: str = "cpu"):
         from splitrpc.services.embedding.tables import truth
 
-        self.specs = {s.name: s for s in specs}
+        ordinal = parse_device(device)
+        self.specs, self.device = {s.name: s for s in specs}, device
         self.arrays = {s.name: truth(s, np.arange(s.rows, dtype=np.int64)) for s in specs}
         self.l1 = {s.name: None for s in specs}
         self.stats_by_table = {s.name: TableStats() for s in specs}
+        self._dev = None
+        if ordinal >= 0:
+            from splitrpc.gpu import import_cupy
+
+            cupy = import_cupy()
+            if len({s.dim for s in specs}) != 1:
+                raise ValueError("whole tables on a device need one dim for every table")
+            self._base = dict(zip(self.specs, np.cumsum([0] + [s.rows for s in specs[:-1]])))
+            self._defaults_at = sum(s.rows for s in specs)
+            with cupy.cuda.Device(ordinal):
+                self._dev = cupy.asarray(np.concatenate([*self.arrays.values(),
+                                                         np.stack([s.default_vector() for s in specs])]))
+
+    def lookup_device(self, columns: dict, cupy):
+        """As EmbeddingStore.lookup_device: one gather from the tables in device memory."""
+        if self._dev is None:
+            raise ValueError("these whole tables are not on a device (device='cuda:N')")
+        cols = list(columns.items())
+        batch = {np.asarray(k).size for _, k in cols}
+        if len(batch) != 1:
+            raise ValueError(f"lookup_device needs one batch length, got {batch}")
+        gather = np.empty((batch.pop(), len(cols)), np.int64)
+        names = list(self.specs)
+        for j, (table, keys) in enumerate(cols):
+            spec = self.specs[table]
+            k = np.ascontiguousarray(keys, dtype=np.int64).reshape(-1)
+            known = spec.known(k)
+            spec.refuse_unknown(k, known)
+            gather[:, j] = np.where(known, self._base[table] + k, self._defaults_at + names.index(table))
+            self.stats_by_table[table].add(lookups=1, keys=int(k.size), unknown=int(k.size - known.sum()))
+        return self._dev[gather.reshape(-1)].reshape(gather.shape[0], len(cols), self._dev.shape[1])
 
     def lookup(self, table: str, keys) -> np.ndarray:
         spec = self.specs[table]
@@ -301,4 +388,4 @@ class WholeTables:
         return {name: {**st.as_dict(), "l1_size": 0, "l1_slots": 0} for name, st in self.stats_by_table.items()}
 
     def close(self) -> None:
-        self.arrays = {}
+        self.arrays, self._dev = {}, None

@@ -1,4 +1,4 @@
-"""cupy (EMULATED, test-only): the part of CuPy's API that splitrpc's device callbacks and tests use (add, matmul, empty, empty_like, asarray, asnumpy, ndarray views, assignment and get(), cuda.*), over the emulated CUDA driver (native/tests/fake_libcuda.c), for running the GPU code paths without a GPU. Put tests/emu first on PYTHONPATH and the emulated libcuda.so.1 on LD_LIBRARY_PATH.
+"""cupy (EMULATED, test-only): the part of CuPy's API that splitrpc's device callbacks and tests use (add, matmul, maximum, exp, swapaxes, concatenate, empty, empty_like, asarray, asnumpy, ndarray reshape views, indexing, arithmetic, assignment and get(), cuda.*), over the emulated CUDA driver (native/tests/fake_libcuda.c), for running the GPU code paths without a GPU. Put tests/emu first on PYTHONPATH and the emulated libcuda.so.1 on LD_LIBRARY_PATH.
 
 An ndarray is device memory the CPU cannot touch (the driver hands out PROT_NONE addresses); its
 operations are queued on the current stream as host functions that work on the driver's shadow
@@ -53,6 +53,59 @@ class ndarray:
         s.synchronize()
         return box["v"]
 
+    def reshape(self, *shape) -> "ndarray":
+        """A view with another shape (the array is C-contiguous)."""
+        shape = shape[0] if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape
+        shape = np.empty(0 if self.size == 0 else self.size, np.uint8).reshape(shape).shape if -1 in shape else shape
+        if int(np.prod(shape, dtype=np.int64)) != self.size:
+            raise ValueError(f"cannot reshape {self.shape} into {shape}")
+        return ndarray(shape, self.dtype, memptr=self.data)
+
+    def __getitem__(self, key) -> "ndarray":
+        """A new array of self[key] (host index arrays, slices, None), computed in stream order."""
+        key = tuple(k.get() if isinstance(k, ndarray) else k for k in key) if isinstance(key, tuple) else \
+            (key.get() if isinstance(key, ndarray) else key)
+        shape = np.empty(self.shape, np.uint8)[key].shape
+        out = ndarray(shape, self.dtype)
+        _enqueue(lambda: out._host().__setitem__(Ellipsis, self._host()[key]))
+        return out
+
+    def _binary(self, other, op, reflected: bool = False) -> "ndarray":
+        b = other._host if isinstance(other, ndarray) else (lambda: other)
+        shape = np.broadcast_shapes(self.shape, other.shape if isinstance(other, (ndarray, np.ndarray)) else ())
+        dtype = np.result_type(self.dtype, other.dtype if isinstance(other, (ndarray, np.ndarray)) else self.dtype)
+        out = ndarray(shape, dtype)
+        _enqueue(lambda: out._host().__setitem__(Ellipsis, op(b(), self._host()) if reflected else op(self._host(), b())))
+        return out
+
+    def __add__(self, o):
+        return self._binary(o, np.add)
+
+    def __radd__(self, o):
+        return self._binary(o, np.add, True)
+
+    def __sub__(self, o):
+        return self._binary(o, np.subtract)
+
+    def __mul__(self, o):
+        return self._binary(o, np.multiply)
+
+    def __truediv__(self, o):
+        return self._binary(o, np.divide)
+
+    def __rtruediv__(self, o):
+        return self._binary(o, np.divide, True)
+
+    def __neg__(self):
+        return self._binary(-1, np.multiply)
+
+    def __matmul__(self, o):
+        return matmul(self, o)
+
+    @property
+    def T(self) -> "ndarray":
+        return swapaxes(self, 0, 1)
+
     def __setitem__(self, key, value) -> None:
         if isinstance(value, ndarray):
             _enqueue(lambda: self._host().__setitem__(key, value._host()))
@@ -99,3 +152,32 @@ def asarray(a) -> ndarray:
 
 def asnumpy(a) -> np.ndarray:
     return a.get() if isinstance(a, ndarray) else np.asarray(a)
+
+
+def _unary(a: ndarray, fn, shape=None) -> ndarray:
+    out = ndarray(shape if shape is not None else a.shape, a.dtype)
+    _enqueue(lambda: out._host().__setitem__(Ellipsis, fn(a._host())))
+    return out
+
+
+def exp(a: ndarray) -> ndarray:
+    return _unary(a, np.exp)
+
+
+def maximum(a: ndarray, b) -> ndarray:
+    return a._binary(b, np.maximum)
+
+
+def swapaxes(a: ndarray, i: int, j: int) -> ndarray:
+    """A contiguous copy with axes i and j swapped (arrays here are always C-contiguous)."""
+    shape = list(a.shape)
+    shape[i], shape[j] = shape[j], shape[i]
+    return _unary(a, lambda h: np.swapaxes(h, i, j), tuple(shape))
+
+
+def concatenate(arrays, axis: int = 0) -> ndarray:
+    arrays = list(arrays)
+    shape = np.concatenate([np.empty(x.shape, np.uint8) for x in arrays], axis=axis).shape
+    out = ndarray(shape, arrays[0].dtype)
+    _enqueue(lambda: np.concatenate([x._host() for x in arrays], axis=axis, out=out._host()))
+    return out
