@@ -38,3 +38,21 @@ def test_bench_embedding_small_run(tmp_path):
     md = (out / "embedding.md").read_text()
     assert "## Acceptance (issues 18 and 36)" in md and "| l1-5% |" in md and "CPU per update" in md
     assert "bootstrap 95% interval over 2 alternated runs each" in md
+
+
+def test_the_configurations_a_run_measures():
+    import argparse
+
+    from splitrpc.bench.suites import embedding as suite
+
+    p = argparse.ArgumentParser()
+    suite._arguments(p)
+    assert suite._config_names(p.parse_args([])) == list(suite.CONFIGS)
+    assert suite._config_names(p.parse_args(["--device", "cuda:0"])) == [*suite.CONFIGS, *suite.GPU_CONFIGS]
+    a = p.parse_args(["--device", "cuda:1", "--configs", "gpu-l1-5%,l3"])
+    assert suite._config_names(a) == ["gpu-l1-5%", "l3"]
+    assert suite._config(a, "gpu-l1-5%") == {"l1_fraction": 0.05, "l2": "none", "l1_device": "cuda:1"}
+    assert "l1_device" not in suite._config(a, "l3")
+    for bad, why in ((["--configs", "l9"], "unknown configuration"), (["--configs", "gpu-whole"], "need --device")):
+        with pytest.raises(SystemExit, match=why):
+            suite._config_names(p.parse_args(bad))
