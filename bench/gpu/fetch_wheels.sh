@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench/gpu/fetch_wheels.sh: run HERE (not on the device) before a device run: puts into .whl/ (git-ignored) the wheels the bare GPU machine lacks for Python 3.12 (cffi, pycparser), and a prebuilt splitrpc wheel for it (kernels for sm_90 + PTX) that run.sh installs only if its own build fails.
+# bench/gpu/fetch_wheels.sh: run HERE (not on the device) before a device run: puts into .whl/ (git-ignored) the wheels the bare GPU machine lacks for Python 3.12 (cffi, pycparser; rocksdict for the embedding benchmark), and a prebuilt splitrpc wheel for it (kernels for sm_90 + PTX) that run.sh installs only if its own build fails.
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
 WHL=$REPO/.whl
@@ -7,13 +7,14 @@ PY=3.12                                  # the device machine's Python (the devi
 ARCHS=${SPLITRPC_CUDA_ARCHS:-90}         # H100 and H200: compute capability 9.0
 CFFI=${CFFI_VERSION:-2.0.0}
 PYCPARSER=${PYCPARSER_VERSION:-2.23}
+ROCKSDICT=${ROCKSDICT_VERSION:-0.3.29}   # bench-embedding's L3 (4 MiB)
 mkdir -p "$WHL" "$WHL/prebuilt"
 rm -f "$WHL"/*.whl "$WHL"/prebuilt/*
 
-echo "== cffi $CFFI and pycparser $PYCPARSER for CPython $PY, x86_64"
+echo "== cffi $CFFI, pycparser $PYCPARSER and rocksdict $ROCKSDICT for CPython $PY, x86_64"
 python3 -m pip download -q --no-deps --only-binary=:all: --python-version "$PY" --implementation cp \
   --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
-  -d "$WHL" "cffi==$CFFI" "pycparser==$PYCPARSER"
+  -d "$WHL" "cffi==$CFFI" "pycparser==$PYCPARSER" "rocksdict==$ROCKSDICT"
 
 # The fallback: the same tree built here for CPython 3.12 (cp312, linux_x86_64), in case the device
 # cannot build (no Python headers there, say). Needs python3.12 and nvcc here; skipped without them.

@@ -41,12 +41,12 @@ nvidia-smi --query-gpu=name,driver_version,compute_cap,memory.total --format=csv
 
 # 1. The Python packages the bare image lacks (bench/gpu/fetch_wheels.sh put them in .whl/).
 export PYTHONPATH=$SITE:$DEPS${PYTHONPATH:+:$PYTHONPATH}
-if $PY -c "import cffi, pycparser" 2>/dev/null; then
-  step "cffi and pycparser are already importable: no wheels to install"
-elif ls "$REPO"/.whl/*.whl >/dev/null 2>&1; then
+if ls "$REPO"/.whl/*.whl >/dev/null 2>&1; then  # cffi and pycparser; rocksdict for bench-embedding
   step "installing the carried wheels: $(cd "$REPO/.whl" && ls ./*.whl | tr '\n' ' ')"
   $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$DEPS" \
     "$REPO"/.whl/*.whl || { step "FAILED: the carried wheels did not install"; quit 3; }
+elif $PY -c "import cffi, pycparser" 2>/dev/null; then
+  step "cffi and pycparser are already importable, and no wheels were carried"
 else
   step "FAILED: no cffi here and no carried wheels: run bench/gpu/fetch_wheels.sh first and carry .whl"; quit 3
 fi

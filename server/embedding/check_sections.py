@@ -159,6 +159,12 @@ def run_bench_embedding(ctx: Context) -> Result:
     if not gpu.kernel_archs():
         raise Skipped("splitrpc was built without a CUDA compiler: no GPU kernels (the device cache needs them)")
     need_cupy()
+    for mod, why in (("rocksdict", "the L3 tier"), ("torch", "the DLRM model's weights and reference replies")):
+        try:
+            __import__(mod)
+        except ImportError:
+            raise Skipped(f"{mod} is not installed ({why}): pip install 'splitrpc[models,embedding]' "
+                          "(bench/gpu/fetch_wheels.sh carries rocksdict)") from None
     label = f" ({EMULATED_LABEL}: the tests' emulated driver and CuPy; these numbers are the emulation's)" \
         if driver_emulated() else ""
     p = argparse.ArgumentParser()
