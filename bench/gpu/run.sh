@@ -17,7 +17,7 @@ BUDGET=${SPLITRPC_GPU_BUDGET_S:-300}
 MIN_CHECK_S=60         # the check gets at least this long, even after a slow build
 WORK=${SPLITRPC_GPU_WORK:-/tmp/splitrpc-gpu}
 SITE=$WORK/site        # splitrpc, installed here (pip --target): the image's own environment is left alone
-DEPS=$WORK/deps        # the carried wheels (cffi, pycparser)
+DEPS=$WORK/deps        # the carried wheels (cffi, pycparser; rocksdict)
 NATIVE=$WORK/native    # the native test programs' build tree
 mkdir -p "$OUT" "$WORK"
 if [ -z "${_SPLITRPC_GPU_LOGGED:-}" ]; then  # everything also into $OUT/run.log; the pipe ends when both do
@@ -41,14 +41,20 @@ nvidia-smi --query-gpu=name,driver_version,compute_cap,memory.total --format=csv
 
 # 1. The Python packages the bare image lacks (bench/gpu/fetch_wheels.sh put them in .whl/).
 export PYTHONPATH=$SITE:$DEPS${PYTHONPATH:+:$PYTHONPATH}
-if ls "$REPO"/.whl/*.whl >/dev/null 2>&1; then  # cffi and pycparser; rocksdict for bench-embedding
-  step "installing the carried wheels: $(cd "$REPO/.whl" && ls ./*.whl | tr '\n' ' ')"
+if $PY -c "import cffi, pycparser" 2>/dev/null; then
+  step "cffi and pycparser are already importable: their wheels are not installed"
+elif ls "$REPO"/.whl/cffi-*.whl "$REPO"/.whl/pycparser-*.whl >/dev/null 2>&1; then
+  step "installing the carried wheels: $(cd "$REPO/.whl" && ls ./cffi-*.whl ./pycparser-*.whl | tr '\n' ' ')"
   $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$DEPS" \
-    "$REPO"/.whl/*.whl || { step "FAILED: the carried wheels did not install"; quit 3; }
-elif $PY -c "import cffi, pycparser" 2>/dev/null; then
-  step "cffi and pycparser are already importable, and no wheels were carried"
+    "$REPO"/.whl/cffi-*.whl "$REPO"/.whl/pycparser-*.whl || { step "FAILED: the carried wheels did not install"; quit 3; }
 else
   step "FAILED: no cffi here and no carried wheels: run bench/gpu/fetch_wheels.sh first and carry .whl"; quit 3
+fi
+# rocksdict, for the bench-embedding section alone: optional (the section skips without it)
+if ! $PY -c "import rocksdict" 2>/dev/null && ls "$REPO"/.whl/rocksdict-*.whl >/dev/null 2>&1; then
+  $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$DEPS" \
+    "$REPO"/.whl/rocksdict-*.whl && step "rocksdict installed (bench-embedding)" \
+    || step "rocksdict did not install: the bench-embedding section will skip"
 fi
 
 # 2. The GPU's architecture: its SASS (and PTX of it) is all the kernels need here.

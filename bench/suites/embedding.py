@@ -1,7 +1,8 @@
 """embedding.py: `splitrpc bench-embedding`: HPS's evaluation in miniature: the DLRM service through splitrpc with its embedding lookups through the store's tiers against L3 alone and against the whole tables in memory; L1 hit rates at 5% and 1%; warm-up curves for thresholds 0.0, 0.5, 1.0; p99 while updates stream in; the tiers' insertion rates.
 
-Steps (every number measured in this run, on this machine's CPU; L1 is the C cache in host
-memory, no GPU):
+Steps (every number measured in this run, on this machine; L1 is the C cache in host memory,
+except in the gpu-* rows of --device cuda:N, where L1, or the whole tables, and the MLPs are on
+that GPU):
 1. Tables: 26 of --rows keys x 32 (Criteo-shaped keys: Zipf, alpha 1.2, hot keys fixed per
    table), the ground truth written once into a RocksDB L3 in a temporary directory.
 2. Throughput and latency: for each store configuration a `splitrpc serve`-like server process
@@ -285,6 +286,15 @@ def _config_names(a) -> list[str]:
         raise SystemExit(f"bench-embedding: unknown configuration(s) {', '.join(bad)}; known: {', '.join(known)}")
     if any(n in GPU_CONFIGS for n in names) and not a.device:
         raise SystemExit("bench-embedding: the gpu-* configurations need --device cuda:N")
+    if a.device is not None:
+        from splitrpc.gpu import parse_device
+
+        try:
+            ok = parse_device(a.device) >= 0
+        except ValueError:
+            ok = False
+        if not ok:
+            raise SystemExit(f"bench-embedding: --device must be cuda or cuda:N, got {a.device!r}")
     return names
 
 
@@ -321,7 +331,7 @@ def run(a) -> dict:
                "calls": a.calls, "concurrency": a.concurrency, "rounds": a.rounds}
         if "configs" not in skip:
             names = _config_names(a)
-            doc["device"] = a.device
+            doc["device"] = a.device if any(n in GPU_CONFIGS for n in names) else None
             rounds = {n: [] for n in names}
             for r in range(a.rounds):
                 for n in names[r % len(names):] + names[:r % len(names)]:  # rotated: no config always first
@@ -385,7 +395,9 @@ def acceptance(doc: dict) -> list[dict]:
         out.append({"what": "steady L1 hit rate >= 0.70 at 5%", "value": f"{h5:.3f}", "met": h5 >= 0.70})
         out.append({"what": "hit rate drop from 5% to 1% <= 10 points", "value": f"{100 * (h5 - h1):.1f} points",
                     "met": h5 - h1 <= 0.10})
-    if "gpu-l1-5%" in c and "gpu-l1-1%" in c:
+    if "gpu-l1-5%" in c and "gpu-l1-1%" in c and None not in (c["gpu-l1-5%"]["l1_hit_rate"],
+                                                             c["gpu-l1-1%"]["l1_hit_rate"]):
+        # the issue's "within 5 points of HPS's figures": either side of HPS's 6-point drop
         d = c["gpu-l1-5%"]["l1_hit_rate"] - c["gpu-l1-1%"]["l1_hit_rate"]
         out.append({"what": f"GPU L1 hit rate drop from 5% to 1% within 5 points of HPS's {100 * HPS_DROP_5_TO_1:.0f}",
                     "value": f"{100 * d:.1f} points", "met": abs(d - HPS_DROP_5_TO_1) <= 0.05})
@@ -477,7 +489,8 @@ def plot(doc: dict, path: str) -> str:
         ins = doc["insert_mb_per_s"]
         axes[2].bar(list(ins), list(ins.values()), color="#2ca02c")
         axes[2].set_title("insertion rate (MB/s)", fontsize=9)
-    fig.suptitle("Embedding store tiers under DLRM (measured; CPU, no GPU)", fontsize=10)
+    fig.suptitle("Embedding store tiers under DLRM (measured; " + (f"gpu-* rows on {doc['device']})" if doc.get("device")
+                 else "CPU, no GPU)"), fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     return path

@@ -161,7 +161,8 @@ class DeviceDLRM:
             self.bottom, self.top = self._layers(model.bottom, torch), self._layers(model.top, torch)
         n = SPARSE + 1
         iu = np.triu_indices(n, 1)  # the order of torch.triu_indices(n, n, 1): row by row
-        self.n, self.iu_flat = n, (iu[0] * n + iu[1]).astype(np.int64)
+        with cupy.cuda.Device(ordinal):
+            self.n, self.iu_flat = n, cupy.asarray((iu[0] * n + iu[1]).astype(np.int64))
 
     def _layers(self, seq, torch) -> list:
         out: list = []
@@ -183,7 +184,9 @@ class DeviceDLRM:
         return x
 
     def __call__(self, dense: np.ndarray, emb) -> np.ndarray:
-        """prob (B, 1) on the host, of dense (B, 13) host features and emb (B, 26, dim) on the device."""
+        """prob (B, 1) on the host, of dense (B, 13) host features and emb (B, 26, dim) on the device
+        (complete when given). Returns after its stream is done with emb (asnumpy waits), so emb
+        may be freed and its memory reused at once."""
         cp = self.cp
         with cp.cuda.Device(self.ordinal):
             b, dim = dense.shape[0], emb.shape[2]
@@ -284,6 +287,7 @@ class DLRMService(DLRM):
                         bad.setdefault(int(i), BadRequest(f"key {int(col[i])} of table {spec.name} is not in 0 .. "
                                                           f"{spec.rows - 1}"))
                     col = np.where(ok, col, 0)
+                    self.store.stats_by_table[spec.name].add(unknown=int((~ok).sum()))  # as embeddings() counts them
             cols[spec.name] = col
         with self.device_model.cp.cuda.Device(self.device_model.ordinal):
             return self.store.lookup_device(cols, self.device_model.cp), bad

@@ -175,20 +175,31 @@ class EmbeddingStore:
         (B,)}, all of one length B; returns a CuPy array (B, len(columns), dim) in the columns'
         order (one dim for all). An L1 on the device writes its hits there itself
         (DeviceEmbeddingCache.query_device); misses and unknown keys are resolved as lookup()
-        does, their rows sent over in one copy; then one gather. UnknownKey as lookup()."""
+        does, their rows sent over in one copy; then one gather. The array is complete on return
+        (its stream synchronised), so that any thread or stream may use it. UnknownKey as lookup()."""
         plans = [(t, *self._plan(t, keys)) for t, keys in columns.items()]
         dims = {p[1].dim for p in plans}
         b = {p[2].size for p in plans}
         if len(dims) != 1 or len(b) != 1:
             raise ValueError(f"lookup_device needs one dim and one batch length, got dims {dims}, lengths {b}")
         dim, batch = dims.pop(), b.pop()
+        ordinal = parse_device(self.device)
+        if ordinal >= 0:  # the rows on the L1's device, whatever the caller's current one
+            with cupy.cuda.Device(ordinal):
+                return self._gather_device(plans, dim, batch, cupy)
+        return self._gather_device(plans, dim, batch, cupy)
+
+    def _gather_device(self, plans: list, dim: int, batch: int, cupy):
         base, at = [], 0
         for p in plans:
             base.append(at)
             at += p[4].size
         n_rows = at + len(plans)  # and one default row per table, for its unknown keys
         rows = cupy.empty((n_rows, dim), np.float32)
-        cupy.cuda.get_current_stream().synchronize()  # allocated before the caches' streams write it
+        # The caches write rows on their own streams: whatever CuPy's stream still does with this
+        # memory (a block its pool reused) must be done first. (On the legacy default stream this
+        # also waits for other threads' queued work, e.g. the MLPs of the batch before.)
+        cupy.cuda.get_current_stream().synchronize()
         fill_idx, fill_rows = [], []
         gather = np.empty((batch, len(plans)), np.int64)
         for j, ((table, spec, k, known, uniq, inverse, counts), off) in enumerate(zip(plans, base)):
@@ -209,7 +220,11 @@ class EmbeddingStore:
             gather[known, j] = off + inverse
         idx = np.concatenate(fill_idx)
         rows[idx] = cupy.asarray(np.ascontiguousarray(np.concatenate(fill_rows), np.float32))
-        return rows[gather.reshape(-1)].reshape(batch, len(plans), dim)
+        out = rows[gather.reshape(-1)].reshape(batch, len(plans), dim)
+        # complete on return: another thread (the sparse-dense pipeline's MLP stage) may use it on
+        # another stream
+        cupy.cuda.get_current_stream().synchronize()
+        return out
 
     def _read_below(self, table: str, keys: np.ndarray, *, fill_l2: bool) -> tuple[np.ndarray, np.ndarray, dict]:
         """Reads keys from L2, then L3 for the rest (and, with fill_l2, puts what L3 had into L2):

@@ -1,4 +1,4 @@
-"""cupy (EMULATED, test-only): the part of CuPy's API that splitrpc's device callbacks and tests use (add, matmul, maximum, exp, swapaxes, concatenate, empty, empty_like, asarray, asnumpy, ndarray reshape views, indexing, arithmetic, assignment and get(), cuda.*), over the emulated CUDA driver (native/tests/fake_libcuda.c), for running the GPU code paths without a GPU. Put tests/emu first on PYTHONPATH and the emulated libcuda.so.1 on LD_LIBRARY_PATH.
+"""cupy (EMULATED, test-only; no memory pool, so the reuse hazards of CuPy's pool cannot show here): the part of CuPy's API that splitrpc's device callbacks and tests use (add, matmul, maximum, exp, swapaxes, concatenate, empty, empty_like, asarray, asnumpy, ndarray reshape views, indexing, arithmetic, assignment and get(), cuda.*), over the emulated CUDA driver (native/tests/fake_libcuda.c), for running the GPU code paths without a GPU. Put tests/emu first on PYTHONPATH and the emulated libcuda.so.1 on LD_LIBRARY_PATH.
 
 An ndarray is device memory the CPU cannot touch (the driver hands out PROT_NONE addresses); its
 operations are queued on the current stream as host functions that work on the driver's shadow
@@ -71,9 +71,12 @@ class ndarray:
         return out
 
     def _binary(self, other, op, reflected: bool = False) -> "ndarray":
+        if isinstance(other, np.ndarray):  # as CuPy: no implicit host-to-device conversion
+            raise TypeError("Unsupported type <class 'numpy.ndarray'> (emulated cupy, as CuPy)")
         b = other._host if isinstance(other, ndarray) else (lambda: other)
-        shape = np.broadcast_shapes(self.shape, other.shape if isinstance(other, (ndarray, np.ndarray)) else ())
-        dtype = np.result_type(self.dtype, other.dtype if isinstance(other, (ndarray, np.ndarray)) else self.dtype)
+        shape = np.broadcast_shapes(self.shape, other.shape if isinstance(other, ndarray) else ())
+        # dtypes as numpy 2 promotes them (a Python scalar does not widen an array)
+        dtype = op(np.empty(0, self.dtype), other._host()[:0] if isinstance(other, ndarray) else other).dtype
         out = ndarray(shape, dtype)
         _enqueue(lambda: out._host().__setitem__(Ellipsis, op(b(), self._host()) if reflected else op(self._host(), b())))
         return out
@@ -124,7 +127,7 @@ def add(a, b, out=None):
 
 
 def matmul(a, b, out=None):
-    out = out if out is not None else ndarray((*a.shape[:-1], b.shape[-1]), a.dtype)
+    out = out if out is not None else ndarray((*a.shape[:-1], b.shape[-1]), np.result_type(a.dtype, b.dtype))
 
     def run():
         np.matmul(a._host(), b._host(), out=out._host())
@@ -155,7 +158,7 @@ def asnumpy(a) -> np.ndarray:
 
 
 def _unary(a: ndarray, fn, shape=None) -> ndarray:
-    out = ndarray(shape if shape is not None else a.shape, a.dtype)
+    out = ndarray(shape if shape is not None else a.shape, fn(np.empty((0,) * a.ndim, a.dtype)).dtype)
     _enqueue(lambda: out._host().__setitem__(Ellipsis, fn(a._host())))
     return out
 
@@ -178,6 +181,6 @@ def swapaxes(a: ndarray, i: int, j: int) -> ndarray:
 def concatenate(arrays, axis: int = 0) -> ndarray:
     arrays = list(arrays)
     shape = np.concatenate([np.empty(x.shape, np.uint8) for x in arrays], axis=axis).shape
-    out = ndarray(shape, arrays[0].dtype)
+    out = ndarray(shape, np.result_type(*[x.dtype for x in arrays]))
     _enqueue(lambda: np.concatenate([x._host() for x in arrays], axis=axis, out=out._host()))
     return out
