@@ -56,3 +56,21 @@ def test_the_configurations_a_run_measures():
     for bad, why in ((["--configs", "l9"], "unknown configuration"), (["--configs", "gpu-whole"], "need --device")):
         with pytest.raises(SystemExit, match=why):
             suite._config_names(p.parse_args(bad))
+
+
+def test_the_report_of_gpu_rows():
+    from splitrpc.bench.suites import embedding as suite
+
+    row = {"calls_per_s": 1000.0, "p50_ms": 1.0, "p99_ms": 2.0, "l1_hit_rate": None, "defaults": 0.0, "l1_fill": None}
+    c = {"gpu-whole": row, "gpu-l3": {**row, "calls_per_s": 400.0},
+         "gpu-l1-5%": {**row, "calls_per_s": 1300.0, "p99_ms": 2.4, "l1_hit_rate": 0.8},
+         "gpu-l1-1%": {**row, "l1_hit_rate": 0.72}}
+    doc = {"machine": {"cpu": "x", "cpus": 2}, "command": "c", "date": "d", "seconds": 1.0, "rows": 10,
+           "concurrency": 1, "calls": 1, "rounds": 1, "device": "cuda:0", "configs": c}
+    doc["acceptance"] = suite.acceptance(doc)
+    got = {x["what"]: x["met"] for x in doc["acceptance"]}
+    assert got == {"L1 5% (on the GPU, exact) over L3: >= 3x the throughput of L3 alone (MLPs on the GPU)": True,
+                   "L1 5% (on the GPU, exact) p99 within 1.3x of the whole tables in GPU memory": True,
+                   "GPU L1 hit rate drop from 5% to 1% within 5 points of HPS's 6": True}
+    md = suite.markdown(doc)
+    assert "Rows gpu-*: L1 (or the whole tables) and the MLPs on cuda:0" in md and "| gpu-l1-5% | 1300 |" in md

@@ -427,7 +427,7 @@ def markdown(doc: dict) -> str:
              f"Date: {doc['date']}; machine: {m.get('cpu', '?')}, {m.get('cpus', '?')} CPUs; {doc['seconds']:.0f} s.", "",
              f"26 tables x {doc['rows']} keys x 32 floats; Zipf (alpha 1.2) keys; DLRM through splitrpc, closed loop of "
              f"{doc['concurrency']} outstanding calls, batches of up to 1024; {doc['calls']} calls per measured run; "
-             f"{doc.get('rounds', 1)} rounds (configurations in rotated order), medians. "
+             f"{doc.get('rounds', 1)} rounds (configurations in rotated order), medians. " +
              ("L1 is the C cache in host memory (no GPU)." if not doc.get("device") else
               f"Rows gpu-*: L1 (or the whole tables) and the MLPs on {doc['device']}; the others on the CPU."), ""]
     if doc.get("configs"):

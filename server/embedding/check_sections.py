@@ -1,4 +1,4 @@
-"""check_sections.py: the embedding capability's sections of `splitrpc check` (a plug-in, through the `splitrpc.check` entry point): the GPU embedding cache's kernels against the C cache in host memory, key for key and vector for vector, on batches of the sizes a DLRM table sees, and the time of a batch through each; and (--bench) bench-embedding's GPU rows, trimmed."""
+"""check_sections.py: the embedding capability's section of `splitrpc check` (a plug-in, through the `splitrpc.check` entry point): the GPU embedding cache's kernels against the C cache in host memory, key for key and vector for vector, on batches of the sizes a DLRM table sees, and the time of a batch through each (bench-embedding's GPU rows, trimmed, are bench/suites/gpu_check.py's)."""
 from __future__ import annotations
 
 import time
@@ -141,60 +141,7 @@ def run_device_embedding(ctx: Context) -> Result:
                   facts={"cases": cases, "timed_us": timed, "emulated": bool(label)}, markdown=md)
 
 
-# The trimmed bench-embedding of `splitrpc check --bench`: the GPU rows and their CPU neighbours,
-# small tables, one round.
-BENCH_CONFIGS = ("gpu-whole", "gpu-l3", "gpu-l1-5%", "gpu-l1-1%", "l3", "l1-5%")
-BENCH_ROWS = 40_000
-
-
-def run_bench_embedding(ctx: Context) -> Result:
-    import argparse
-    import os
-
-    from splitrpc import gpu
-    from splitrpc.bench.suites import embedding as suite
-    from splitrpc.check.probes import need_cupy
-
-    need_gpu(ctx.device)
-    if not gpu.kernel_archs():
-        raise Skipped("splitrpc was built without a CUDA compiler: no GPU kernels (the device cache needs them)")
-    need_cupy()
-    for mod, why in (("rocksdict", "the L3 tier"), ("torch", "the DLRM model's weights and reference replies")):
-        try:
-            __import__(mod)
-        except ImportError:
-            raise Skipped(f"{mod} is not installed ({why}): pip install 'splitrpc[models,embedding]' "
-                          "(bench/gpu/fetch_wheels.sh carries rocksdict)") from None
-    label = f" ({EMULATED_LABEL}: the tests' emulated driver and CuPy; these numbers are the emulation's)" \
-        if driver_emulated() else ""
-    p = argparse.ArgumentParser()
-    suite._arguments(p)
-    calls = max(200, ctx.bench_calls)
-    a = p.parse_args(["--rows", str(BENCH_ROWS), "--requests", "20000", "--calls", str(calls), "--concurrency", "256",
-                      "--warmup-calls", str(4 * calls), "--rounds", "1", "--skip", "warmup,updates,insert",
-                      "--device", ctx.device, "--configs", ",".join(BENCH_CONFIGS), "--quiet", "--out", os.devnull])
-    doc = suite.run(a)
-    c = doc["configs"]
-    md = [f"- trimmed `bench-embedding`{label}: 26 tables x {BENCH_ROWS:,} keys x 32, {calls:,} measured calls per "
-          "configuration after a warm-up, one round: indicative, not a comparison claim "
-          f"(`splitrpc bench-embedding --device {ctx.device} --rounds 5` measures)", "",
-          "| store | calls/s | p50 ms | p99 ms | L1 hit rate |", "|---|---:|---:|---:|---:|"]
-    for n, r in c.items():
-        h = "-" if r["l1_hit_rate"] is None else f"{r['l1_hit_rate']:.3f}"
-        md.append(f"| {n} | {r['calls_per_s']:,.0f} | {r['p50_ms']:.1f} | {r['p99_ms']:.1f} | {h} |")
-    md += [""] + [f"- {'met' if x['met'] else 'NOT met'} (one round): {x['what']}: {x['value']}" for x in doc["acceptance"]]
-    g5, g3 = c["gpu-l1-5%"], c["gpu-l3"]
-    hit = "-" if g5["l1_hit_rate"] is None else f"{g5['l1_hit_rate']:.3f}"
-    return Result(summary=f"{label.strip() + ' ' if label else ''}GPU L1 5%: {g5['calls_per_s']:,.0f} calls/s "
-                          f"({g5['calls_per_s'] / g3['calls_per_s']:.2f}x L3 alone on the GPU), hit rate "
-                          f"{hit}, p99 {g5['p99_ms']:.1f} ms; one trimmed round",
-                  facts={"configs": c, "acceptance": doc["acceptance"], "emulated": bool(label)}, markdown=md)
-
-
 SECTIONS = [
     Section("device-embedding", "the GPU embedding cache (HPS's L1): its kernels against the C cache key for key and "
             "vector for vector, and a query batch's time on each", run_device_embedding, cap_s=180, stage="device"),
-    Section("bench-embedding", "DLRM with L1 on the GPU at 5% and 1% against L3 alone and the whole tables on the GPU "
-            "(MLPs there too), and the CPU's L3 and L1 5%: bench-embedding trimmed", run_bench_embedding, cap_s=240,
-            stage="bench"),
 ]
