@@ -149,6 +149,13 @@ class DLRM:
         return bool(np.isfinite(got) and abs(got - want) <= 1e-5 + 1e-4 * abs(want))
 
 
+def _bad_key(spec: TableSpec, key) -> Exception:
+    """The BadRequest that fails a call whose key an error-table does not know."""
+    from splitrpc.errors import BadRequest
+
+    return BadRequest(f"key {int(key)} of table {spec.name} is not in 0 .. {spec.rows - 1}")
+
+
 class DeviceDLRM:
     """The DLRM's MLPs and feature interaction in CuPy on a GPU (the device of the store's L1),
     weights copied from the torch model: the same arithmetic in float32 (cuBLAS, no TF32)."""
@@ -253,8 +260,6 @@ class DLRMService(DLRM):
     def embeddings(self, keys: np.ndarray) -> tuple[np.ndarray, dict]:
         """(B, 26, dim) vectors of a batch's keys through the store, and {row: BadRequest} for rows
         with a key an error-table does not know (their vectors are the defaults)."""
-        from splitrpc.errors import BadRequest
-
         b = keys.shape[0]
         emb = np.empty((b, SPARSE, self.dim), np.float32)
         bad: dict = {}
@@ -265,7 +270,7 @@ class DLRMService(DLRM):
             except UnknownKey:
                 ok = spec.known(col)
                 for i in np.flatnonzero(~ok):
-                    bad.setdefault(int(i), BadRequest(f"key {int(col[i])} of table {spec.name} is not in 0 .. {spec.rows - 1}"))
+                    bad.setdefault(int(i), _bad_key(spec, col[i]))
                 emb[:, j] = spec.default_vector()
                 emb[ok, j] = self.store.lookup(spec.name, col[ok])
         return emb, bad
@@ -274,8 +279,6 @@ class DLRMService(DLRM):
         """As embeddings(), the vectors gathered on the L1's device: (CuPy (B, 26, dim), bad rows).
         A key an error-table does not know fails its row (BadRequest); the row is looked up with
         key 0 instead, for a reply nobody gets."""
-        from splitrpc.errors import BadRequest
-
         bad: dict = {}
         cols = {}
         for j, spec in enumerate(self.specs):
@@ -284,8 +287,7 @@ class DLRMService(DLRM):
                 ok = spec.known(col)
                 if not ok.all():
                     for i in np.flatnonzero(~ok):
-                        bad.setdefault(int(i), BadRequest(f"key {int(col[i])} of table {spec.name} is not in 0 .. "
-                                                          f"{spec.rows - 1}"))
+                        bad.setdefault(int(i), _bad_key(spec, col[i]))
                     col = np.where(ok, col, 0)
                     self.store.stats_by_table[spec.name].add(unknown=int((~ok).sum()))  # as embeddings() counts them
             cols[spec.name] = col

@@ -26,11 +26,7 @@ class EmbeddingCache:
     splitrpc_embed.h). close() (or the garbage collector) frees it; no call may run meanwhile."""
 
     def __init__(self, dim: int, capacity: int, slabs_per_set: int = 2):
-        for what, v, hi in (("dim", dim, MAX_DIM), ("slabs_per_set", slabs_per_set, MAX_SLABS_PER_SET)):
-            if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= hi:
-                raise ValueError(f"{what} must be an integer from 1 to {hi}, got {v!r}")
-        if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
-            raise ValueError(f"capacity must be a positive number of keys, got {capacity!r}")
+        self._check_shape(dim, capacity, slabs_per_set)
         out = ffi.new("srpc_emb_cache_t **")
         check(lib.srpc_emb_cache_create(dim, capacity, slabs_per_set, out), "srpc_emb_cache_create")
         self._c = ffi.gc(out[0], lib.srpc_emb_cache_destroy)
@@ -38,6 +34,15 @@ class EmbeddingCache:
         self.slots = int(lib.srpc_emb_cache_slots(self._c))
         self.sets = int(lib.srpc_emb_cache_sets(self._c))
         self._close_lock = threading.Lock()
+
+    @staticmethod
+    def _check_shape(dim: int, capacity: int, slabs_per_set: int) -> None:
+        """ValueError unless the arguments describe a cache (either kind)."""
+        for what, v, hi in (("dim", dim, MAX_DIM), ("slabs_per_set", slabs_per_set, MAX_SLABS_PER_SET)):
+            if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= hi:
+                raise ValueError(f"{what} must be an integer from 1 to {hi}, got {v!r}")
+        if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
+            raise ValueError(f"capacity must be a positive number of keys, got {capacity!r}")
 
     def _handle(self):
         c = self._c
@@ -138,11 +143,7 @@ class DeviceEmbeddingCache(EmbeddingCache):
     kernel every call raises until clear() succeeds). close() frees its device memory."""
 
     def __init__(self, dim: int, capacity: int, slabs_per_set: int = 2, *, device: int = 0, max_batch: int = 0):
-        for what, v, hi in (("dim", dim, MAX_DIM), ("slabs_per_set", slabs_per_set, MAX_SLABS_PER_SET)):
-            if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= hi:
-                raise ValueError(f"{what} must be an integer from 1 to {hi}, got {v!r}")
-        if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
-            raise ValueError(f"capacity must be a positive number of keys, got {capacity!r}")
+        self._check_shape(dim, capacity, slabs_per_set)
         if isinstance(device, bool) or not isinstance(device, int) or device < 0:
             raise ValueError(f"device must be a CUDA device ordinal (0, 1, ...), got {device!r}")
         if isinstance(max_batch, bool) or not isinstance(max_batch, int) or not 0 <= max_batch <= DEVICE_MAX_BATCH:

@@ -236,6 +236,18 @@ static void end(srpc_emb_dcache_t *c, srpc_CUcontext saved)
 
 /* ------------------------------------------------------------------ the calls */
 
+/* The launch arguments of the chunk of keys [off, off + *m) of a batch of n (at most max_batch
+ * keys), its keys copied into the pinned staging. Lock held. */
+static struct srpc_emb_kargs chunk(srpc_emb_dcache_t *c, const int64_t *keys, uint64_t off, uint64_t n, uint32_t *m)
+{
+    *m = (uint32_t)(n - off < c->max_batch ? n - off : c->max_batch);
+    struct srpc_emb_kargs a = c->a;
+    a.n = *m;
+    a.clock = c->clock;
+    memcpy(c->h_keys, keys + off, (size_t)*m * 8);
+    return a;
+}
+
 static int64_t query(srpc_emb_dcache_t *c, const int64_t *keys, uint64_t n, float *out, uint64_t out_dev,
                      uint8_t *hit)
 {
@@ -248,13 +260,10 @@ static int64_t query(srpc_emb_dcache_t *c, const int64_t *keys, uint64_t n, floa
     const uint64_t row = c->dim;
     int64_t hits = 0;
     for (uint64_t off = 0; off < n; off += c->max_batch) {
-        const uint32_t m = (uint32_t)(n - off < c->max_batch ? n - off : c->max_batch);
-        struct srpc_emb_kargs a = c->a;
-        a.n = m;
-        a.clock = c->clock;
+        uint32_t m;
+        struct srpc_emb_kargs a = chunk(c, keys, off, n, &m);
         if (out_dev)
             a.out_vecs = out_dev + off * row * sizeof(float);
-        memcpy(c->h_keys, keys + off, (size_t)m * 8);
         srpc_CUresult r;
         if ((rc = run(c, c->k->emb_query, "cuLaunchKernel(srpc_emb_query)", &a, 1, 0, 1)))
             break;
@@ -301,11 +310,8 @@ static int64_t write_batch(srpc_emb_dcache_t *c, const int64_t *keys, uint64_t n
         return rc;
     int64_t total = 0;
     for (uint64_t off = 0; off < n; off += c->max_batch) {
-        const uint32_t m = (uint32_t)(n - off < c->max_batch ? n - off : c->max_batch);
-        struct srpc_emb_kargs a = c->a;
-        a.n = m;
-        a.clock = c->clock;
-        memcpy(c->h_keys, keys + off, (size_t)m * 8);
+        uint32_t m;
+        struct srpc_emb_kargs a = chunk(c, keys, off, n, &m);
         memcpy(c->h_vecs, vecs + off * c->dim, (size_t)m * c->dim * sizeof(float));
         if ((rc = run(c, update ? c->k->emb_update : c->k->emb_replace,
                       update ? "cuLaunchKernel(srpc_emb_update)" : "cuLaunchKernel(srpc_emb_replace)", &a, 1, 1, 0)))
