@@ -1,4 +1,4 @@
-/* splitrpc.h: the whole C API of the splitrpc native core in one include: one header per component (core, server, client, GPU, DPDK, GNN sampling, embedding cache, tools); every int function returns 0 (or a count) or -errno. */
+/* splitrpc.h: the whole C API of the splitrpc native core in one include: one header per component (core, server, client, GPU, DPDK, GNN sampling, embedding cache, tools, authentication); every int function returns 0 (or a count) or -errno. */
 #ifndef SPLITRPC_H
 #define SPLITRPC_H
 
@@ -10,5 +10,6 @@
 #include "splitrpc_gnn.h"
 #include "splitrpc_embed.h"
 #include "splitrpc_tools.h"
+#include "splitrpc_auth.h"
 
 #endif /* SPLITRPC_H */

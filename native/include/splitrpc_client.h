@@ -63,6 +63,12 @@ typedef struct srpc_client_config {
      * (docs/PROTOCOL.md, for servers that speak only version 1). Replies of another version are
      * dropped. */
     uint8_t version;
+    /* Version 4 (docs/PROTOCOL-v4.md: version 2 with every datagram signed, for servers with a key
+     * table): the key's id (nonzero) and its SRPC_AUTH_SECRET_LEN-byte secret (copied at create).
+     * Each client draws its own sender number; replies not signed with the key are dropped. Other
+     * versions: unused. */
+    uint32_t auth_key_id;
+    const uint8_t *auth_secret;
     /* An unreachable server (a kernel UDP socket: the ICMP "port / host unreachable" the kernel
      * reports on the client's connected socket): 0 (the default, as gRPC's): every unfinished
      * call of the client fails at once with SRPC_E_UNAVAILABLE, unless it was sent with
@@ -170,6 +176,9 @@ typedef struct srpc_client_stats {
                                   (dropped, also counted in dropped; retransmission recovers) */
     uint64_t send_full;        /* first sends the transport would not take (its queue stayed full)
                                   of calls that retransmit: left to retransmission, as a loss */
+    uint64_t bad_auth;         /* version 4 reply datagrams too short for a trailer, of another key,
+                                  or whose tag did not match: forged or changed on the way (dropped,
+                                  also counted in dropped) */
 } srpc_client_stats_t;
 int srpc_client_stats(const srpc_client_t *cl, srpc_client_stats_t *out);
 

@@ -9,7 +9,7 @@
 extern "C" {
 #endif
 
-/* ------------------------------------------------------------------ wire (docs/PROTOCOL.md v1, docs/PROTOCOL-v2.md, docs/PROTOCOL-v3.md) */
+/* ------------------------------------------------------------------ wire (docs/PROTOCOL.md v1, docs/PROTOCOL-v2.md, -v3.md, -v4.md) */
 
 #define SRPC_HDR_LEN 22           /* control header bytes at the start of every datagram */
 #define SRPC_MAGIC 0xA5
@@ -17,6 +17,8 @@ extern "C" {
 #define SRPC_VERSION_2 2          /* version 2: version 1 with a CRC-16 header check, 48-bit req_id */
 #define SRPC_VERSION_3 3          /* version 3: version 2 with a CRC-32C data check after each datagram's data */
 #define SRPC_DATA_CHECK_LEN 4     /* version 3: bytes of the data check at the end of a datagram */
+#define SRPC_VERSION_4 4          /* version 4: version 2 with an authentication trailer after each datagram's data */
+#define SRPC_AUTH_TRAILER_LEN 40  /* version 4: key id, sender, counter, time, tag (docs/PROTOCOL-v4.md) */
 #define SRPC_REQ_ID_V2_MASK 0xffffffffffffull
 #define SRPC_MAX_SEG_DATA 65485   /* 65507 (largest UDP/IPv4 payload) - 22 */
 #define SRPC_ERRMSG_MAX 256       /* longest optional UTF-8 message of an ERROR datagram */
@@ -31,7 +33,8 @@ enum srpc_error_code {
     SRPC_E_INTERNAL = 5,
     SRPC_E_TOO_LARGE = 6,
     SRPC_E_DRAINING = 7, /* docs/PROTOCOL.md, Amendment 1: the server takes no new calls (it is stopping) */
-    SRPC_E_MAX = 8 /* one past the last code; local-only codes below are never sent */
+    SRPC_E_FORBIDDEN = 8, /* docs/PROTOCOL-v4.md: the call's key may not call this function, or has expired */
+    SRPC_E_MAX = 9 /* one past the last code; local-only codes below are never sent */
 };
 /* Local (client-side) outcomes, never on the wire. */
 #define SRPC_E_TIMEOUT 100
@@ -44,7 +47,7 @@ enum srpc_error_code {
 /* A decoded control header, fields in host order. */
 typedef struct srpc_hdr {
     uint8_t type;     /* enum srpc_msg_type */
-    uint8_t version;  /* 1, 2 or 3; 0 is taken as 1 when encoding */
+    uint8_t version;  /* 1, 2, 3 or 4; 0 is taken as 1 when encoding */
     uint16_t func_id;
     uint64_t req_id;
     uint16_t seq;
@@ -53,13 +56,13 @@ typedef struct srpc_hdr {
     uint16_t aux;
 } srpc_hdr_t;
 
-/* Writes the 22-byte big-endian header of h->version (versions 2 and 3 with the header check;
- * version 3's data check is the sender's, after the data). Returns 0, or -EINVAL for a type > 2,
- * a version other than 0..3, or a version 2 or 3 req_id over 48 bits. */
+/* Writes the 22-byte big-endian header of h->version (versions 2, 3 and 4 with the header check;
+ * version 3's data check and version 4's trailer are the sender's, after the data). Returns 0, or
+ * -EINVAL for a type > 2, a version other than 0..4, or a version 2..4 req_id over 48 bits. */
 int srpc_hdr_encode(const srpc_hdr_t *h, uint8_t out[SRPC_HDR_LEN]);
 
-/* Parses and checks the header alone: length >= 22, magic, version (1, 2 or 3), the version 2
- * and 3 header check, type, nseg >= 1, seq < nseg. Returns 0, -EMSGSIZE (short), -EILSEQ (header
+/* Parses and checks the header alone: length >= 22, magic, version (1..4), the version 2..4
+ * header check, type, nseg >= 1, seq < nseg. Returns 0, -EMSGSIZE (short), -EILSEQ (header
  * check mismatch, tested before any other field), -EBADMSG (magic/version/type) or -EPROTO
  * (seq/nseg). Never reads past len. A version 3 datagram's data check is srpc_data_check's. */
 int srpc_hdr_decode(const uint8_t *buf, size_t len, srpc_hdr_t *out);
@@ -76,7 +79,7 @@ int srpc_data_check(const srpc_hdr_t *h, const uint8_t hdr[SRPC_HDR_LEN], const 
 
 /* The data bytes a segment of a version `version` message carries when its sender's segment
  * size (the data budget of one datagram after the header, SRPC_MAX_SEG_DATA at most) is
- * seg_size: seg_size, less the data check for version 3 (at least 1). */
+ * seg_size: seg_size, less the data check for version 3 or the trailer for version 4 (at least 1). */
 uint32_t srpc_seg_data_max(unsigned version, uint32_t seg_size);
 
 /* Checks the segmentation rules of docs/PROTOCOL.md for one segment carrying data_len bytes
@@ -108,7 +111,8 @@ int srpc_crc32c_hardware(void);
  * seg_size), seg_size 1..SRPC_MAX_SEG_DATA. The datagrams are written back to back into out (cap
  * bytes; len + 22 * count in all, 26 * count for version 3) and dgram_len[i] gets the length of
  * datagram i.
- * Returns the count of datagrams, -EINVAL (NULL pointer, type > 2, bad seg_size), -EMSGSIZE
+ * Returns the count of datagrams, -EINVAL (NULL pointer, type > 2, bad seg_size, version 4: it
+ * needs a key), -EMSGSIZE
  * (more than 65535 segments) or -ENOBUFS (cap or max_dgrams too small; nothing written).
  * Reads data and tmpl only; any thread. */
 int srpc_msg_segment(const srpc_hdr_t *tmpl, const void *data, uint32_t len, uint32_t seg_size,
@@ -129,7 +133,8 @@ void srpc_reassembler_destroy(srpc_reassembler_t *r);
  * new message starts that message when none is in progress (a completed one is dropped).
  * Returns 1 when the message became complete, 0 when more segments are needed, or rejects
  * the datagram and changes nothing: -EMSGSIZE (shorter than the header, or a version 3 datagram
- * shorter than its data check), -EILSEQ (a header check or version 3 data check mismatch), -EBADMSG (magic, version or type), -EPROTO (impossible seq/nseg/msg_len/length, or disagreeing with the
+ * shorter than its data check), -EILSEQ (a header check or version 3 data check mismatch), -EBADMSG (magic, version or type;
+ * version 4, whose tag needs a key), -EPROTO (impossible seq/nseg/msg_len/length, or disagreeing with the
  * message's msg_len, nseg or S), -EALREADY (a duplicate, also of the completed message),
  * -EBUSY (a segment of another message, by req_id, type, func_id or version, while one is in
  * progress), -E2BIG (msg_len > max_msg), -EINVAL (NULL r or dgram); or -ENOMEM (a
@@ -184,7 +189,7 @@ int srpc_tq_scatter(srpc_tq_t *const *tqs, const uint32_t *sizes, uint32_t n, ui
 #define SRPC_FEATURE_FAULTS 8
 unsigned srpc_features(void);
 const char *srpc_version(void);
-const char *srpc_strerror(int code); /* name of an error code (1..7, 100..103) */
+const char *srpc_strerror(int code); /* name of an error code (1..8, 100..104) */
 
 #ifdef __cplusplus
 }

@@ -342,6 +342,13 @@ enum srpc_drop_reason {
     SRPC_DROP_BAD_CHECK,       /* version 2 or 3 header whose check does not match */
     SRPC_DROP_CLIENT_MEM_CAP,  /* the sending address's share of reassembly memory reached */
     SRPC_DROP_BAD_DATA_CHECK,  /* version 3 datagram whose data check does not match */
+    /* Authentication (a server with keys, docs/PROTOCOL-v4.md): dropped unanswered. */
+    SRPC_DROP_AUTH_MISSING,    /* a request of version 1..3 at a server that takes only version 4 */
+    SRPC_DROP_AUTH_UNKNOWN_KEY,/* a key id not in the server's table (or too short for a trailer) */
+    SRPC_DROP_AUTH_BAD_TAG,    /* the tag does not match: forged, or changed on the way */
+    SRPC_DROP_AUTH_STALE,      /* its time is further than the skew from the server's clock */
+    SRPC_DROP_AUTH_REPLAY,     /* its (key, sender, counter) was taken before, or is behind the window */
+    SRPC_DROP_AUTH_NO_ROOM,    /* a new sender of a key whose table of senders is full */
     SRPC_DROP_MAX
 };
 
@@ -391,6 +398,10 @@ typedef struct srpc_server_stats {
                                 batches before it it held): replies / tx_sends is about how many went
                                 in each (error replies of a receive burst and re-sends from the
                                 reply cache go in sends of their own, not counted here) */
+    uint64_t auth_ok;        /* version 4 datagrams authenticated (tag, time and replay window passed) */
+    uint64_t auth_forbidden; /* calls refused FORBIDDEN: the function is not one their key may call */
+    uint64_t auth_expired;   /* calls refused FORBIDDEN: their key has expired */
+    uint64_t auth_reloads;   /* key tables taken in while serving (srpc_server_set_keys) */
     int rcvbuf, sndbuf;      /* effective socket buffer sizes */
 } srpc_server_stats_t;
 

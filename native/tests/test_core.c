@@ -160,9 +160,14 @@ static void test_hdr_v2(void)
     CHECK(srpc_hdr_encode(&big, buf) == 0 && srpc_hdr_decode(buf, sizeof(buf), &out) == 0 &&
               out.req_id == SRPC_REQ_ID_V2_MASK && out.seq == 3 && out.nseg == 9 && out.aux == 0xbeef &&
               out.type == SRPC_ERROR && out.version == 2, "v2 round trip");
-    srpc_hdr_t v4 = h;
-    v4.version = 4;
-    CHECK(srpc_hdr_encode(&v4, buf) == -EINVAL, "version 4 refused");
+    srpc_hdr_t v5 = h;
+    v5.version = 5;
+    CHECK(srpc_hdr_encode(&v5, buf) == -EINVAL, "version 5 refused");
+    srpc_hdr_t v4 = big;
+    v4.version = SRPC_VERSION_4;
+    CHECK(srpc_hdr_encode(&v4, buf) == 0 && srpc_hdr_decode(buf, sizeof(buf), &out) == 0 && out.version == 4 &&
+              out.req_id == SRPC_REQ_ID_V2_MASK && srpc_hdr_check16(buf) == (uint16_t)(buf[4] << 8 | buf[5]),
+          "version 4: version 2's header with its check");
 
     uint8_t good[SRPC_HDR_LEN];
     srpc_hdr_encode(&big, good);
@@ -203,7 +208,7 @@ static void test_hdr_reject(void)
     CHECK(srpc_hdr_decode(buf, sizeof(buf), &out) == -EBADMSG, "bad magic");
 
     for (int v = 0; v < 16; v++) {
-        if (v == SRPC_VERSION || v == SRPC_VERSION_2 || v == SRPC_VERSION_3)
+        if (v >= SRPC_VERSION && v <= SRPC_VERSION_4)
             continue;
         memcpy(buf, good, sizeof(buf));
         buf[1] = (uint8_t)(v << 4 | SRPC_REQUEST);
@@ -763,8 +768,12 @@ static void test_codec_errors(void)
         bad[0] = 0x5A;
         CHECK(srpc_reassembler_push(r, bad, dlen[0]) == -EBADMSG, "bad magic (%d)", phase);
         memcpy(bad, out, dlen[0]);
-        bad[1] = (uint8_t)(4 << 4 | SRPC_REQUEST);
-        CHECK(srpc_reassembler_push(r, bad, dlen[0]) == -EBADMSG, "version 4 (%d)", phase);
+        bad[1] = (uint8_t)(5 << 4 | SRPC_REQUEST);
+        CHECK(srpc_reassembler_push(r, bad, dlen[0]) == -EBADMSG, "version 5 (%d)", phase);
+        bad[1] = (uint8_t)(SRPC_VERSION_4 << 4 | SRPC_REQUEST), bad[4] = bad[5] = 0;
+        const uint16_t c4 = srpc_hdr_check16(bad);
+        bad[4] = (uint8_t)(c4 >> 8), bad[5] = (uint8_t)c4;
+        CHECK(srpc_reassembler_push(r, bad, dlen[0]) == -EBADMSG, "version 4, its tag unchecked here (%d)", phase);
         bad[1] = (uint8_t)(SRPC_VERSION << 4 | 3);
         CHECK(srpc_reassembler_push(r, bad, dlen[0]) == -EBADMSG, "type 3 (%d)", phase);
         srpc_hdr_t h = tmpl;

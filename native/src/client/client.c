@@ -17,6 +17,7 @@
 #include "core/wait.h"
 #include "core/reassembly.h"
 #include "core/tunables.h"
+#include "core/auth.h"
 #include "splitrpc_client.h"
 #include "transport/transport.h"
 
@@ -84,6 +85,8 @@ struct srpc_client {
     cl_call_t *whead, *wtail; /* lock: flow calls waiting for the window, oldest first */
     uint64_t rnd;            /* lock: BUSY backoff jitter (xorshift) */
     srpc_client_stats_t st;  /* lock */
+    srpc_auth_sender_t auth; /* version 4: key, secret, sender number, counter (read-only but the
+                                counter, which signing advances atomically) */
 };
 
 
@@ -108,15 +111,23 @@ void srpc_client_config_init(srpc_client_config_t *c)
 int srpc_client_create(const srpc_client_config_t *cfg, srpc_client_t **out)
 {
     if (!cfg || !out || !cfg->host || cfg->seg_size > SRPC_MAX_SEG_DATA ||
-        cfg->version < SRPC_VERSION || cfg->version > SRPC_VERSION_3 ||
+        cfg->version < SRPC_VERSION || cfg->version > SRPC_VERSION_4 ||
         (cfg->retries && (cfg->rto_min_us == 0 || cfg->rto_min_us > cfg->rto_max_us ||
                           cfg->rto_initial_us < cfg->rto_min_us || cfg->rto_initial_us > cfg->rto_max_us)) ||
         (cfg->busy_retry && (cfg->busy_backoff_us == 0 || cfg->rto_max_us == 0)))
         return -EINVAL;
+    srpc_auth_sender_t auth = {0};
+    if (cfg->version == SRPC_VERSION_4) {
+        int r = srpc_auth_sender_init(&auth, cfg->auth_key_id, cfg->auth_secret, SRPC_AUTH_SECRET_LEN);
+        if (r < 0)
+            return r; /* -EINVAL (no key), -ENOTSUP (no MAC library) */
+    }
     srpc_client_t *c = calloc(1, sizeof(*c));
     if (!c)
         return -ENOMEM;
     c->cfg = *cfg;
+    c->auth = auth;
+    c->cfg.auth_secret = NULL; /* the copy in c->auth is the one used */
     snprintf(c->host, sizeof(c->host), "%s", cfg->host);
     c->cfg.host = c->host;
     pthread_mutex_init(&c->lock, NULL);
@@ -200,6 +211,15 @@ static void rtt_sample(srpc_client_t *c, uint16_t func_id, uint64_t r)
         e->srtt_ns = 1;
 }
 
+/* Version 4: m is signed with the client's key as its sender. */
+static void sign_with(srpc_client_t *c, srpc_tx_msg_t *m)
+{
+    m->auth.key_id = c->auth.key_id;
+    m->auth.secret = c->auth.secret;
+    m->auth.sender = c->auth.sender;
+    m->auth.counter = &c->auth.counter;
+}
+
 static int send_request(srpc_client_t *c, uint64_t id, uint16_t func_id, uint16_t aux, const void *data,
                         uint32_t len)
 {
@@ -207,6 +227,7 @@ static int send_request(srpc_client_t *c, uint64_t id, uint16_t func_id, uint16_
     srpc_tx_msg_t m = {.hdr = {.type = SRPC_REQUEST, .version = c->cfg.version, .func_id = func_id, .req_id = id,
                                .aux = aux},
                        .pieces = &iv, .npieces = len ? 1 : 0, .len = len, .seg_size = c->seg};
+    sign_with(c, &m);
     srpc_tp_send(c->tp, &m, 1);
     return m.result;
 }
@@ -453,6 +474,18 @@ static void process(srpc_client_t *c, const uint8_t *hb, const uint8_t *data, ui
         h.type == SRPC_REQUEST || h.version != c->cfg.version) {
         c->st.dropped++;
         return;
+    }
+    if (h.version == SRPC_VERSION_4) { /* the tag, before any other field or data byte is believed */
+        srpc_auth_fields_t f;
+        if (dlen < SRPC_AUTH_TRAILER_LEN || (srpc_auth_fields(data + dlen - SRPC_AUTH_TRAILER_LEN, &f),
+                                             f.key_id != c->auth.key_id) ||
+            !srpc_auth_check(c->auth.secret, hb, data, dlen - SRPC_AUTH_TRAILER_LEN,
+                             data + dlen - SRPC_AUTH_TRAILER_LEN)) {
+            c->st.bad_auth++;
+            c->st.dropped++;
+            return;
+        }
+        dlen -= SRPC_AUTH_TRAILER_LEN;
     }
     int r = srpc_data_check(&h, hb, data, &dlen); /* version 3: before any data is read */
     if (r < 0 || srpc_seg_check(&h, dlen, &seg) < 0) {
@@ -706,6 +739,7 @@ static int send_calls(srpc_client_t *c, const uint16_t *fids, const void *const 
         m[i] = (srpc_tx_msg_t){.hdr = {.type = SRPC_REQUEST, .version = c->cfg.version, .func_id = fids[i],
                                        .req_id = ids[i], .aux = aux},
                                .pieces = &iv[i], .npieces = lens[i] ? 1 : 0, .len = lens[i], .seg_size = c->seg};
+        sign_with(c, &m[i]);
     }
     srpc_tp_send(c->tp, m, n);
     int sent = 0;

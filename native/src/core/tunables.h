@@ -172,4 +172,22 @@
  * sockets opened after. */
 #define SRPC_ENV_UDP_GRO "SPLITRPC_UDP_GRO"
 
+/* Authenticated calls (docs/PROTOCOL-v4.md, server/keytab.c). A datagram's time may be this far
+ * from the server's clock: hosts kept by NTP agree within milliseconds, and 30 s leaves room for
+ * one whose clock drifted, while a captured datagram can be sent again for at most this long
+ * (the replay window drops it meanwhile). */
+#define SRPC_DEF_AUTH_SKEW_MS 30000u
+#define SRPC_MAX_AUTH_SKEW_MS 86400000u
+/* Senders one key may have at once (client objects, each with its own sender number): the
+ * replay windows of one key, 56 bytes each, allocated at the key's first datagram. A sender
+ * silent for twice the skew gives its place to a new one (its old datagrams fail the time check
+ * by then). */
+#define SRPC_DEF_AUTH_SENDERS 1024u
+#define SRPC_MAX_AUTH_SENDERS (1u << 20)
+/* Datagrams of one sender that may overtake each other and still all be taken: the window
+ * behind the highest counter seen (a bitmap; older counters are dropped as replays). */
+#define SRPC_AUTH_WINDOW 256u
+/* Places tried in a key's table of senders (open addressing) before a new sender is refused. */
+#define SRPC_AUTH_PROBE 16u
+
 #endif

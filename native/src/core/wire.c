@@ -1,4 +1,4 @@
-/* wire.c: encode, decode and check the control header (docs/PROTOCOL.md v1, docs/PROTOCOL-v2.md, docs/PROTOCOL-v3.md), version 3's data check, and the segmentation. */
+/* wire.c: encode, decode and check the control header (docs/PROTOCOL.md v1, docs/PROTOCOL-v2.md, -v3.md, -v4.md), version 3's data check, and the segmentation. */
 #include <errno.h>
 #include <stdint.h>
 
@@ -132,12 +132,12 @@ int srpc_hdr_encode(const srpc_hdr_t *h, uint8_t out[SRPC_HDR_LEN])
     if (!h || !out)
         return -EINVAL;
     unsigned ver = h->version ? h->version : SRPC_VERSION;
-    if (h->type > SRPC_ERROR || ver > SRPC_VERSION_3 || (ver >= SRPC_VERSION_2 && h->req_id > SRPC_REQ_ID_V2_MASK))
+    if (h->type > SRPC_ERROR || ver > SRPC_VERSION_4 || (ver >= SRPC_VERSION_2 && h->req_id > SRPC_REQ_ID_V2_MASK))
         return -EINVAL;
     out[SRPC_OFF_MAGIC] = SRPC_MAGIC;
     out[SRPC_OFF_VER_TYPE] = (uint8_t)(ver << 4 | h->type);
     put16(out + SRPC_OFF_FUNC_ID, h->func_id);
-    put64(out + SRPC_OFF_REQ_ID, h->req_id); /* v2, v3: the top 16 bits are 0, the check's place */
+    put64(out + SRPC_OFF_REQ_ID, h->req_id); /* v2..v4: the top 16 bits are 0, the check's place */
     put16(out + SRPC_OFF_SEQ, h->seq);
     put16(out + SRPC_OFF_NSEG, h->nseg);
     put32(out + SRPC_OFF_MSG_LEN, h->msg_len);
@@ -154,11 +154,11 @@ int srpc_hdr_decode(const uint8_t *buf, size_t len, srpc_hdr_t *out)
     if (!buf || !out)
         return -EINVAL;
     unsigned ver = buf[SRPC_OFF_VER_TYPE] >> 4;
-    if ((ver == SRPC_VERSION_2 || ver == SRPC_VERSION_3) && get16(buf + SRPC_OFF_CHECK) != srpc_hdr_check16(buf))
+    if (ver >= SRPC_VERSION_2 && ver <= SRPC_VERSION_4 && get16(buf + SRPC_OFF_CHECK) != srpc_hdr_check16(buf))
         return -EILSEQ; /* before believing any field, the magic included */
     if (buf[SRPC_OFF_MAGIC] != SRPC_MAGIC)
         return -EBADMSG;
-    if (ver < SRPC_VERSION || ver > SRPC_VERSION_3)
+    if (ver < SRPC_VERSION || ver > SRPC_VERSION_4)
         return -EBADMSG;
     uint8_t type = buf[SRPC_OFF_VER_TYPE] & 0x0f;
     if (type > SRPC_ERROR)
@@ -196,9 +196,8 @@ int srpc_data_check(const srpc_hdr_t *h, const uint8_t hdr[SRPC_HDR_LEN], const 
 
 uint32_t srpc_seg_data_max(unsigned version, uint32_t seg_size)
 {
-    if (version != SRPC_VERSION_3)
-        return seg_size;
-    return seg_size > SRPC_DATA_CHECK_LEN + 1 ? seg_size - SRPC_DATA_CHECK_LEN : 1;
+    const uint32_t tail = srpc_tail_len(version);
+    return seg_size > tail + 1 ? seg_size - tail : 1;
 }
 
 /* All arithmetic in uint64_t: nseg < 2^16, S <= SRPC_MAX_SEG_DATA < 2^17 (checked before any
@@ -257,6 +256,7 @@ const char *srpc_strerror(int code)
     case SRPC_E_INTERNAL: return "INTERNAL";
     case SRPC_E_TOO_LARGE: return "TOO_LARGE";
     case SRPC_E_DRAINING: return "DRAINING";
+    case SRPC_E_FORBIDDEN: return "FORBIDDEN";
     case SRPC_E_TIMEOUT: return "TIMEOUT";
     case SRPC_E_PENDING: return "PENDING";
     case SRPC_E_UNAVAILABLE: return "UNAVAILABLE";

@@ -544,8 +544,9 @@ static int place_dev_data(srpc_dpdk_port_t *p, srpc_rx_t *rx, unsigned i, const 
 {
     const size_t data_off = info->payload_off + SRPC_HDR_LEN;
     const uint8_t *hb = srpc_rx_hdr(rx, i);
-    /* Version 3's data check is read on the host: such data is copied there (no GPU-side check yet). */
-    if (dlen && (hb[SRPC_OFF_VER_TYPE] & 0x0f) == SRPC_REQUEST && (hb[SRPC_OFF_VER_TYPE] >> 4) != SRPC_VERSION_3 &&
+    /* Version 3's data check and version 4's tag are read on the host: such data is copied there
+     * (no GPU-side check yet). */
+    if (dlen && (hb[SRPC_OFF_VER_TYPE] & 0x0f) == SRPC_REQUEST && (hb[SRPC_OFF_VER_TYPE] >> 4) < SRPC_VERSION_3 &&
         hb[SRPC_OFF_NSEG] == 0 &&
         hb[SRPC_OFF_NSEG + 1] == 1 && nseg == 2 && data_off == seg[0].iov_len && seg[1].iov_len == dlen) {
         rx->dev[i] = (uint64_t)(uintptr_t)seg[1].iov_base; /* a whole request, in one device buffer */
@@ -781,6 +782,8 @@ static int op_send(srpc_transport_t *t, srpc_tx_msg_t *msgs, unsigned n)
             m->result = -EDESTADDRREQ;
         else if (m->npieces > SRPC_TX_MAX_PIECES)
             m->result = -EINVAL;
+        else if (m->hdr.version == SRPC_VERSION_4)
+            m->result = -ENOTSUP; /* signing on the DPDK path is not built yet: never sent unsigned */
         else
             m->result = srpc_dpdk_send_msg(d->port, dst, dl, &m->hdr, m->pieces, m->npieces, m->len, m->seg_size);
         whole += m->result >= 0;

@@ -24,13 +24,13 @@ static uint32_t key_hash(const srpc_call_key_t *k)
     uint64_t h = mix64(k->req_id ^ ((uint64_t)k->func_id << 48) ^ ((uint64_t)k->addr.port << 32) ^
                        ((uint64_t)k->version << 60));
     h = mix64(h ^ a);
-    h = mix64(h ^ b ^ k->addr.family);
+    h = mix64(h ^ b ^ k->addr.family ^ ((uint64_t)k->key_id << 16));
     return (uint32_t)h;
 }
 
 static int key_eq(const srpc_call_key_t *x, const srpc_call_key_t *y)
 {
-    return x->req_id == y->req_id && x->func_id == y->func_id && x->version == y->version &&
+    return x->req_id == y->req_id && x->func_id == y->func_id && x->version == y->version && x->key_id == y->key_id &&
            x->addr.port == y->addr.port &&
            x->addr.family == y->addr.family && memcmp(x->addr.ip, y->addr.ip, 16) == 0;
 }

@@ -8,6 +8,7 @@
 #include <sys/socket.h>
 
 #include "core/reassembly.h"
+#include "splitrpc_auth.h"
 
 #define CT_NONE UINT32_MAX
 
@@ -23,6 +24,7 @@ typedef struct srpc_call_key {
     uint64_t req_id;
     uint16_t func_id;
     uint8_t version; /* the request's protocol version: replies are sent in it */
+    uint32_t key_id; /* version 4: the key it was signed with (calls of two keys never match); else 0 */
 } srpc_call_key_t;
 
 enum ct_state { CT_FREE = 0, CT_PARTIAL, CT_QUEUED, CT_DONE, CT_REJECTED };
@@ -41,6 +43,9 @@ typedef struct ct_entry {
     uint32_t gen;      /* PARTIAL: which partial message this is (the server's count when it started,
                           partial.c): a buffer pointer may come back for another within one burst */
     uint64_t expires_ns;
+    uint8_t secret[SRPC_AUTH_SECRET_LEN]; /* version 4: what its reply is signed with (the key of its
+                                             request's last datagram; rx writes it only while the
+                                             call is not QUEUED, when the worker reads it) */
     union {
         srpc_reasm_t partial;
         struct { uint64_t off; uint32_t len; } done;    /* cached reply: its place in the reply log */

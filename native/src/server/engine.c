@@ -11,6 +11,7 @@
 #include "server/callring.h"
 #include "server/cost.h"
 #include "server/gpu_rx.h"
+#include "server/keytab.h"
 #include "server/partial.h"
 #include "server/reply.h"
 
@@ -30,6 +31,8 @@ static uint32_t insert_entry(srpc_server_t *srv, const srpc_call_key_t *k, uint8
         i = ct_insert(&srv->ct, k, state);
     if (i == CT_NONE)
         ST_ADD(srv, drops[SRPC_DROP_TABLE_FULL], 1);
+    else if (k->version == SRPC_VERSION_4) /* what the worker signs its reply with */
+        memcpy(srv->ct.e[i].secret, srv->rx.auth_secret, SRPC_AUTH_SECRET_LEN);
     return i;
 }
 
@@ -231,6 +234,25 @@ static void new_call(srpc_server_t *srv, const srpc_call_key_t *k, const srpc_hd
     srpc_reasm_add(&srv->ct.e[idx].u.partial, h, seg, data, dlen); /* first segment: cannot fail */
 }
 
+/* Whether the first segment seen of a new call keyed k may go on: its key has not expired and may
+ * call the function; else it is answered FORBIDDEN (docs/PROTOCOL-v4.md) and counted. Checked
+ * before the function is looked up, so a key learns nothing of functions it may not call. rx. */
+static int authorised(srpc_server_t *srv, const srpc_key_t *key, const srpc_call_key_t *k, const srpc_hdr_t *h,
+                      uint64_t now)
+{
+    if (unlikely(key->expires_ms && srpc_auth_now_ms64() >= key->expires_ms)) {
+        ST_ADD(srv, auth_expired, 1);
+        reject(srv, k, h, now, SRPC_E_FORBIDDEN, "key %u has expired", key->id);
+        return 0;
+    }
+    if (unlikely(!srpc_key_allows(key, h->func_id))) {
+        ST_ADD(srv, auth_forbidden, 1);
+        reject(srv, k, h, now, SRPC_E_FORBIDDEN, "key %u may not call function %u", key->id, h->func_id);
+        return 0;
+    }
+    return 1;
+}
+
 /* A large segment seq of the message keyed k came: the rest of it is expected next, in place. rx. */
 static void expect_after(srpc_server_t *srv, const srpc_call_key_t *k, uint16_t seq)
 {
@@ -272,6 +294,28 @@ static void process_datagram(srpc_server_t *srv, const uint8_t *hb, const uint8_
      * message disagrees with it (nseg) before any copy. */
     const uint8_t *data = dev ? NULL : data_in;
     uint32_t dlen = total - SRPC_HDR_LEN;
+    srpc_key_t *akey = NULL;
+    if (srv->auth_on != (h.version == SRPC_VERSION_4)) { /* a server with keys takes version 4 alone */
+        ST_ADD(srv, drops[srv->auth_on ? SRPC_DROP_AUTH_MISSING : SRPC_DROP_BAD_HEADER], 1);
+        return;
+    }
+    if (srv->auth_on) { /* key, tag, time, replay window: before any other field or data byte is believed */
+        if (!data || dlen < SRPC_AUTH_TRAILER_LEN) { /* (device data: never version 4) */
+            ST_ADD(srv, drops[SRPC_DROP_SHORT], 1);
+            return;
+        }
+        dlen -= SRPC_AUTH_TRAILER_LEN;
+        srpc_auth_fields_t f;
+        const uint64_t now_ms = srpc_auth_now_ms64();
+        r = srpc_keytab_verify(srv->keys, hb, data, dlen, data + dlen, now_ms, &akey, &f);
+        if (r == 0)
+            r = srpc_keytab_commit(srv->keys, akey, &f, now_ms);
+        if (unlikely(r)) {
+            ST_ADD(srv, drops[r], 1);
+            return;
+        }
+        ST_ADD(srv, auth_ok, 1);
+    }
     if (h.version == SRPC_VERSION_3) { /* the data check, before any data byte is believed */
         r = data ? srpc_data_check(&h, hb, data, &dlen) : -EMSGSIZE; /* (device data: never v3) */
         if (unlikely(r < 0)) {
@@ -288,13 +332,25 @@ static void process_datagram(srpc_server_t *srv, const uint8_t *hb, const uint8_
         return;
     srpc_call_key_t k;
     ct_key_from_sockaddr(&k, src, &h);
+    if (akey) {
+        k.key_id = akey->id;
+        srv->rx.auth_secret = akey->secret; /* its replies are signed with it */
+    }
     uint32_t idx = ct_find(&srv->ct, &k);
-    if (h.nseg > 1 && dlen >= SRPC_DIRECT_MIN && !srv->rx.direct_off && srpc_tp_can_recv_into(srv->tp))
+    /* In place: not for version 4 (its tag is checked on the burst path only, for now). */
+    if (h.nseg > 1 && dlen >= SRPC_DIRECT_MIN && !srv->rx.direct_off && !srv->auth_on &&
+        srpc_tp_can_recv_into(srv->tp))
         expect_after(srv, &k, h.seq);
-    if (idx != CT_NONE)
+    if (idx != CT_NONE) {
+        if (akey && srv->ct.e[idx].state != CT_QUEUED) /* the key's secret as of now (a reload may change it) */
+            memcpy(srv->ct.e[idx].secret, akey->secret, SRPC_AUTH_SECRET_LEN);
         known_call(srv, idx, &h, seg, data, dlen, now);
-    else
+    } else if (akey && !authorised(srv, akey, &k, &h, now)) {
+        /* refused FORBIDDEN */
+    } else {
         new_call(srv, &k, &h, seg, data, dlen, dev, now);
+    }
+    srv->rx.auth_secret = NULL;
 }
 
 /* An entry of n datagrams came: a coalesced run puts the receiver in run mode (the expected
@@ -343,7 +399,7 @@ static int rx_direct(srpc_server_t *srv)
     srpc_hdr_t h;
     uint32_t seg;
     if (len < SRPC_HDR_LEN + SRPC_DIRECT_MIN || len > SRPC_HDR_LEN + SRPC_MAX_SEG_DATA ||
-        srpc_hdr_decode(hb, SRPC_HDR_LEN, &h) < 0)
+        srpc_hdr_decode(hb, SRPC_HDR_LEN, &h) < 0 || h.version == SRPC_VERSION_4)
         return -1; /* the burst path takes (and counts) it */
     const uint32_t tail_len = h.version == SRPC_VERSION_3 ? SRPC_DATA_CHECK_LEN : 0; /* version 3's check */
     if (h.type != SRPC_REQUEST || h.nseg < 2 || srpc_seg_check(&h, (size_t)len - SRPC_HDR_LEN - tail_len, &seg) < 0 ||
@@ -390,8 +446,9 @@ static int is_expected(srpc_server_t *srv, const uint8_t *hb, uint32_t len, cons
                        const struct sockaddr *src, const struct iovec *place, uint32_t idx, uint16_t seq,
                        srpc_hdr_t *h, srpc_call_key_t *k, uint32_t *seg)
 {
-    if (len < SRPC_HDR_LEN || srpc_hdr_decode(hb, SRPC_HDR_LEN, h) < 0 || h->type != SRPC_REQUEST || h->seq != seq)
-        return 0;
+    if (len < SRPC_HDR_LEN || srpc_hdr_decode(hb, SRPC_HDR_LEN, h) < 0 || h->type != SRPC_REQUEST || h->seq != seq ||
+        h->version == SRPC_VERSION_4)
+        return 0; /* version 4: the burst path checks its tag */
     const uint32_t tail_len = h->version == SRPC_VERSION_3 ? SRPC_DATA_CHECK_LEN : 0;
     if (len != SRPC_HDR_LEN + place->iov_len + tail_len || srpc_seg_check(h, place->iov_len, seg) < 0 ||
         (src->sa_family != AF_INET && src->sa_family != AF_INET6) ||
@@ -625,9 +682,25 @@ static void end_of_burst(srpc_server_t *srv)
     }
 }
 
+/* A reload's table (srpc_server_set_keys) replaces the one in use, the windows handed over. rx. */
+static void keys_reload(srpc_server_t *srv)
+{
+    if (!atomic_load_explicit(&srv->keys_next, memory_order_relaxed))
+        return;
+    srpc_keytab_t *next = atomic_exchange_explicit(&srv->keys_next, NULL, memory_order_acquire);
+    if (!next)
+        return;
+    srpc_keytab_adopt(next, srv->keys, srpc_auth_now_ms64());
+    srpc_keytab_destroy(srv->keys);
+    srv->keys = next;
+    ST_ADD(srv, auth_reloads, 1);
+}
+
 int srpc_engine_rx_step_rx(srpc_server_t *srv)
 {
     SRPC_ASSERT_RX(srv);
+    if (srv->auth_on)
+        keys_reload(srv);
     srpc_rx_t *rx = &srv->rx.slots;
     int n = 0, r = -1;
     while (srv->rx.direct_hint && n < (int)rx->burst && (r = rx_in_place_step(srv)) > 0)
@@ -698,6 +771,8 @@ int srpc_engine_feed(srpc_server_t *srv, const uint8_t *dgram, size_t len, const
     if (!srv || (!dgram && len) || !src || srclen > (socklen_t)sizeof(struct sockaddr_storage) || len > UINT32_MAX)
         return -EINVAL;
     srpc_rx_lock(srv);
+    if (srv->auth_on)
+        keys_reload(srv);
     srpc_rx_t *rx = &srv->rx.slots;
     size_t h = len < SRPC_HDR_LEN ? len : SRPC_HDR_LEN, d = len - h;
     int trunc = d > rx->data_cap;

@@ -13,8 +13,8 @@
 
 /* ---------------------------------------------------------------- sending */
 
-void srpc_reply_add(srpc_server_t *srv, srpc_reply_batch_t *b, const srpc_call_key_t *key, int code,
-                    const struct iovec *pieces, int n, uint32_t len)
+void srpc_reply_add(srpc_server_t *srv, srpc_reply_batch_t *b, const srpc_call_key_t *key, const uint8_t *secret,
+                    int code, const struct iovec *pieces, int n, uint32_t len)
 {
     const unsigned i = b->n++;
     srpc_tx_msg_t *m = &b->msg[i];
@@ -32,6 +32,10 @@ void srpc_reply_add(srpc_server_t *srv, srpc_reply_batch_t *b, const srpc_call_k
     m->npieces = n;
     m->len = len;
     m->result = 0;
+    m->auth.key_id = key->key_id;
+    m->auth.secret = secret;
+    m->auth.sender = srv->auth_sender;
+    m->auth.counter = &srv->auth_counter;
 }
 
 void srpc_reply_flush(srpc_server_t *srv, srpc_reply_batch_t *b)
@@ -98,7 +102,7 @@ void srpc_reply_hold_add_w(srpc_server_t *srv, srpc_fn_t *fn, uint64_t seq, uint
         h->bytes = 0;
     }
     h->bytes += len;
-    srpc_reply_add(srv, &h->b, &srv->ct.e[ct_idx].key, code, pieces, n, len);
+    srpc_reply_add(srv, &h->b, &srv->ct.e[ct_idx].key, srv->ct.e[ct_idx].secret, code, pieces, n, len);
     h->fn[i] = fn;
     h->ct_idx[i] = ct_idx;
     h->own[i] = own;
@@ -152,7 +156,7 @@ void srpc_reply_errors_flush_rx(srpc_server_t *srv)
         if (b.n == SRPC_REPLY_BATCH)
             srpc_reply_flush(srv, &b);
         struct iovec iv = {q->text[i], q->len[i]};
-        srpc_reply_add(srv, &b, &q->key[i], q->code[i], &iv, q->len[i] ? 1 : 0, q->len[i]);
+        srpc_reply_add(srv, &b, &q->key[i], q->secret[i], q->code[i], &iv, q->len[i] ? 1 : 0, q->len[i]);
     }
     srpc_reply_flush(srv, &b);
     q->n = 0;
@@ -172,6 +176,8 @@ void srpc_reply_error_rx(srpc_server_t *srv, const srpc_call_key_t *key, int cod
     q->len[i] = (uint16_t)(l < 0 ? 0 : l > SRPC_ERRMSG_MAX ? SRPC_ERRMSG_MAX : l);
     q->key[i] = *key;
     q->code[i] = (uint16_t)code;
+    if (key->version == SRPC_VERSION_4 && srv->rx.auth_secret) /* a version 4 datagram is being handled */
+        memcpy(q->secret[i], srv->rx.auth_secret, SRPC_AUTH_SECRET_LEN);
 }
 
 /* ---------------------------------------------------------------- the reply log */
@@ -263,7 +269,7 @@ void srpc_reply_resend_locked(srpc_server_t *srv, uint32_t idx)
     struct iovec iv = {e->u.done.len ? srv->log.base + e->u.done.off % srv->log.cap : NULL, e->u.done.len};
     srpc_reply_batch_t b;
     b.n = 0;
-    srpc_reply_add(srv, &b, &e->key, e->code, &iv, iv.iov_len ? 1 : 0, e->u.done.len);
+    srpc_reply_add(srv, &b, &e->key, e->secret, e->code, &iv, iv.iov_len ? 1 : 0, e->u.done.len);
     srpc_reply_flush(srv, &b); /* now: the log may move on once the lock is released */
     if (b.msg[0].result >= 0)
         ST_ADD(srv, cache_hits, 1);

@@ -21,9 +21,10 @@ typedef struct srpc_reply_batch {
 } srpc_reply_batch_t;
 
 /* Adds the reply to call key: code 0 sends the n pieces (len bytes in all) as a RESPONSE, an
- * error code sends them as the ERROR's text. The caller flushes first when the batch is full. */
-void srpc_reply_add(srpc_server_t *srv, srpc_reply_batch_t *b, const srpc_call_key_t *key, int code,
-                    const struct iovec *pieces, int n, uint32_t len);
+ * error code sends them as the ERROR's text; a version 4 call's signed with secret (kept alive
+ * until the flush). The caller flushes first when the batch is full. */
+void srpc_reply_add(srpc_server_t *srv, srpc_reply_batch_t *b, const srpc_call_key_t *key, const uint8_t *secret,
+                    int code, const struct iovec *pieces, int n, uint32_t len);
 /* Sends what the batch holds with one transport send, counts it, and empties it. Any thread. */
 void srpc_reply_flush(srpc_server_t *srv, srpc_reply_batch_t *b);
 

@@ -12,6 +12,7 @@
 #include "server/callring.h"
 #include "server/function.h"
 #include "server/gpu_rx.h"
+#include "server/keytab.h"
 #include "server/partial.h"
 #include "server/reply.h"
 #include "server/rx_owner.h"
@@ -184,6 +185,32 @@ int srpc_server_start(srpc_server_t *srv)
     return 0;
 }
 
+int srpc_server_set_keys(srpc_server_t *srv, srpc_keytab_t *t)
+{
+    if (!t)
+        return -EINVAL;
+    int r = !srv ? -EINVAL : srv->started && !srv->auth_on ? -EINVAL : srv->cfg.dpdk_dev ? -ENOTSUP
+                                                            : srpc_keytab_seal(t);
+    if (r == 0 && !srv->started && !srv->auth_on) {
+        r = srpc_auth_random(&srv->auth_sender, sizeof(srv->auth_sender));
+        srv->auth_sender |= 1; /* nonzero */
+    }
+    if (r < 0) {
+        srpc_keytab_destroy(t);
+        return r;
+    }
+    if (!srv->auth_on) { /* the first table, before start: in use at once */
+        srpc_keytab_destroy(srv->keys);
+        srv->keys = t;
+        srv->auth_on = 1;
+        return 0;
+    }
+    /* The engine takes it in at its next receive (engine.c keys_reload); a table handed in
+     * before and not yet taken is replaced. */
+    srpc_keytab_destroy(atomic_exchange_explicit(&srv->keys_next, t, memory_order_release));
+    return 0;
+}
+
 int srpc_server_set_sched_fn(srpc_server_t *srv, srpc_sched_fn fn, void *ctx)
 {
     if (!srv)
@@ -288,6 +315,8 @@ void srpc_server_destroy(srpc_server_t *srv)
         ct_destroy(&srv->ct);
     }
     srcmem_destroy(&srv->srcmem);
+    srpc_keytab_destroy(srv->keys);
+    srpc_keytab_destroy(atomic_exchange(&srv->keys_next, NULL));
     srpc_bufpool_destroy(&srv->pool);
     srpc_reply_log_free(&srv->log);
     for (uint32_t i = 0; i < srv->nfns; i++)
@@ -318,7 +347,10 @@ const char *srpc_drop_name(int reason)
         [SRPC_DROP_MEM_CAP] = "memory_cap", [SRPC_DROP_TABLE_FULL] = "table_full", [SRPC_DROP_DUPLICATE] = "duplicate",
         [SRPC_DROP_REJECTED] = "rejected", [SRPC_DROP_TX_FAILED] = "tx_failed", [SRPC_DROP_NOT_ALLOWED] = "not_allowed",
         [SRPC_DROP_BAD_CHECK] = "bad_check", [SRPC_DROP_CLIENT_MEM_CAP] = "client_memory_cap",
-        [SRPC_DROP_BAD_DATA_CHECK] = "bad_data_check",
+        [SRPC_DROP_BAD_DATA_CHECK] = "bad_data_check", [SRPC_DROP_AUTH_MISSING] = "auth_missing",
+        [SRPC_DROP_AUTH_UNKNOWN_KEY] = "auth_unknown_key", [SRPC_DROP_AUTH_BAD_TAG] = "auth_bad_tag",
+        [SRPC_DROP_AUTH_STALE] = "auth_stale", [SRPC_DROP_AUTH_REPLAY] = "auth_replay",
+        [SRPC_DROP_AUTH_NO_ROOM] = "auth_no_room",
     };
     return reason >= 0 && reason < SRPC_DROP_MAX ? names[reason] : NULL;
 }

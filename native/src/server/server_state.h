@@ -172,6 +172,7 @@ typedef struct srpc_errq {
     srpc_call_key_t key[SRPC_ERRQ_MAX];
     uint16_t code[SRPC_ERRQ_MAX];
     uint16_t len[SRPC_ERRQ_MAX];
+    uint8_t secret[SRPC_ERRQ_MAX][SRPC_AUTH_SECRET_LEN]; /* version 4: the key the reply is signed with */
     char text[SRPC_ERRQ_MAX][SRPC_ERRMSG_MAX + 1];
 } srpc_errq_t;
 
@@ -206,6 +207,8 @@ typedef struct srpc_rx_state {
                                         engine.c's note_run keeps it */
     unsigned ready;                  /* rx: calls this burst made ready (the worker is woken once) */
     srpc_errq_t errq;                /* rx */
+    const uint8_t *auth_secret;      /* rx: the secret of the version 4 datagram being handled (its
+                                        error replies are signed with it), NULL otherwise */
     uint64_t next_timer_ns;          /* rx: when the expiry timers are due next */
     /* GPU payloads (a transport whose data lands in device memory): the stream of the burst's
      * copies out of it, and the calls they were for (gpu_rx.c). */
@@ -229,6 +232,15 @@ struct srpc_server {
     char host[256];
     srpc_transport_t *tp;            /* read-only once created */
     srpc_allowlist_t allow;          /* read-only once created */
+    /* Authentication (keytab.c, docs/PROTOCOL-v4.md): on once a key table is given before start
+     * (read-only once started); the table in use (rx) and the one a reload handed in (any thread
+     * swaps it in or out: whoever takes it out of keys_next owns it); the server's own sender
+     * number and counter for the replies it signs. */
+    int auth_on;
+    struct srpc_keytab *keys;
+    struct srpc_keytab *_Atomic keys_next;
+    uint64_t auth_sender;
+    uint64_t auth_counter;           /* advanced atomically by every thread that signs */
     srpc_rx_state_t rx;
     pthread_mutex_t lock;            /* the call table, the ring counters, the reply log */
     _Atomic unsigned long lock_owner; /* debug builds: the thread holding lock */

@@ -93,6 +93,14 @@ typedef struct srpc_tx_msg {
     uint32_t len;
     uint32_t seg_size;
     int result;
+    /* Version 4 (hdr.version): each datagram is signed with key key_id's secret as sender
+     * `sender`, its counter advanced at *counter (docs/PROTOCOL-v4.md). Unused otherwise. */
+    struct {
+        uint32_t key_id;
+        const uint8_t *secret;
+        uint64_t sender;
+        uint64_t *counter;
+    } auth;
 } srpc_tx_msg_t;
 
 #define SRPC_TX_MAX_PIECES (SRPC_MAX_TENSORS + 1) /* pieces of one message a transport takes */

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "core/tunables.h"
+#include "core/auth.h"
 #include "core/wire.h"
 #include "tools/faults.h"
 
@@ -368,7 +369,7 @@ static int send_faulty(srpc_udp_t *u, struct mmsghdr *msgs, unsigned cnt, unsign
 /* Datagrams built and not yet handed to the socket; owner[i]: the message of datagram i. */
 typedef struct tx_batch {
     uint8_t hdr[TX_BURST][SRPC_HDR_LEN];
-    uint8_t check[TX_BURST][SRPC_DATA_CHECK_LEN]; /* version 3 */
+    uint8_t check[TX_BURST][SRPC_AUTH_TRAILER_LEN]; /* version 3's data check, or version 4's trailer */
     struct iovec iov[TX_BURST][TX_MAX_IOV];
     struct mmsghdr mm[TX_BURST];
     unsigned owner[TX_BURST];
@@ -518,7 +519,11 @@ int srpc_udp_send(srpc_udp_t *u, srpc_tx_msg_t *msgs, unsigned n)
         srpc_hdr_t h = m->hdr;
         h.nseg = (uint16_t)nseg;
         h.msg_len = m->len;
-        const int v3 = h.version == SRPC_VERSION_3;
+        const int v3 = h.version == SRPC_VERSION_3, v4 = h.version == SRPC_VERSION_4;
+        if (v4 && (!m->auth.secret || !m->auth.counter || srpc_auth_available() < 0)) {
+            m->result = -EINVAL; /* never sent unsigned */
+            continue;
+        }
         int piece = 0;      /* cursor into the pieces */
         size_t piece_off = 0;
         for (uint32_t seq = 0; seq < nseg && m->result >= 0; seq++) {
@@ -530,7 +535,7 @@ int srpc_udp_send(srpc_udp_t *u, srpc_tx_msg_t *msgs, unsigned n)
             int k = 0;
             b.iov[d][k++] = (struct iovec){b.hdr[d], SRPC_HDR_LEN};
             const uint32_t dlen = srpc_seg_len(m->len, seg, seq);
-            b.len[d] = SRPC_HDR_LEN + dlen + (v3 ? SRPC_DATA_CHECK_LEN : 0);
+            b.len[d] = SRPC_HDR_LEN + dlen + srpc_tail_len(h.version);
             /* Cannot run out of iovecs: a segment spans at most npieces <= SRPC_TX_MAX_PIECES. */
             for (uint32_t need = dlen; need > 0;) {
                 size_t take = m->pieces[piece].iov_len - piece_off;
@@ -551,6 +556,10 @@ int srpc_udp_send(srpc_udp_t *u, srpc_tx_msg_t *msgs, unsigned n)
                     crc = srpc_crc32c(crc, b.iov[d][j].iov_base, b.iov[d][j].iov_len);
                 srpc_put_data_check(b.check[d], crc);
                 b.iov[d][k++] = (struct iovec){b.check[d], SRPC_DATA_CHECK_LEN};
+            } else if (v4) { /* the trailer: key, sender, counter, time and the tag over all before it */
+                srpc_auth_sign_iov(m->auth.key_id, m->auth.secret, m->auth.sender, m->auth.counter, b.iov[d], k,
+                                   b.check[d]);
+                b.iov[d][k++] = (struct iovec){b.check[d], SRPC_AUTH_TRAILER_LEN};
             }
             b.mm[d].msg_hdr = (struct msghdr){.msg_name = (void *)m->dst, .msg_namelen = m->dst ? m->dstlen : 0,
                                               .msg_iov = b.iov[d], .msg_iovlen = (size_t)k};

@@ -1,0 +1,270 @@
+/* keytab.c: the server's key table (keytab.h): keys by id, their tags and times, one replay window per sender of a key, the functions a key may call, and windows handed over across reloads. */
+#include "server/keytab.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/mix64.h"
+#include "core/tunables.h"
+#include "splitrpc_server.h"
+
+#define WIN_WORDS (SRPC_AUTH_WINDOW / 64)
+_Static_assert(SRPC_AUTH_WINDOW % 64 == 0 && SRPC_AUTH_WINDOW >= 64, "the window is whole 64-bit words");
+
+/* One sender's window: bit i of bits is counter top - i (i < SRPC_AUTH_WINDOW), set when taken. */
+struct srpc_sender_win {
+    uint64_t sender; /* 0: a free place */
+    uint64_t top;
+    uint64_t seen_ms; /* server clock of its last datagram taken */
+    uint64_t bits[WIN_WORDS];
+};
+
+int srpc_keytab_create(uint32_t max_senders, uint32_t skew_ms, srpc_keytab_t **out)
+{
+    if (!out)
+        return -EINVAL;
+    *out = NULL;
+    if (max_senders == 0)
+        max_senders = SRPC_DEF_AUTH_SENDERS;
+    if (skew_ms == 0)
+        skew_ms = SRPC_DEF_AUTH_SKEW_MS;
+    if (max_senders > SRPC_MAX_AUTH_SENDERS || (max_senders & (max_senders - 1)) || skew_ms > SRPC_MAX_AUTH_SKEW_MS)
+        return -EINVAL;
+    if (srpc_auth_available() < 0)
+        return -ENOTSUP;
+    srpc_keytab_t *t = calloc(1, sizeof(*t));
+    if (!t)
+        return -ENOMEM;
+    t->max_senders = max_senders;
+    t->skew_ms = skew_ms;
+    *out = t;
+    return 0;
+}
+
+static void key_free(srpc_key_t *k)
+{
+    free(k->funcs);
+    free(k->win);
+    memset(k->secret, 0, sizeof(k->secret)); /* not left in freed memory (best effort) */
+}
+
+void srpc_keytab_destroy(srpc_keytab_t *t)
+{
+    if (!t)
+        return;
+    for (uint32_t i = 0; i < t->n; i++)
+        key_free(&t->keys[i]);
+    free(t->keys);
+    free(t);
+}
+
+static int cmp_u16(const void *a, const void *b)
+{
+    return (int)*(const uint16_t *)a - (int)*(const uint16_t *)b;
+}
+
+/* Room for one more key. */
+static int grow(srpc_keytab_t *t)
+{
+    if (t->n < t->cap)
+        return 0;
+    uint32_t cap = t->cap ? t->cap * 2 : 16;
+    srpc_key_t *k = realloc(t->keys, (size_t)cap * sizeof(*k));
+    if (!k)
+        return -ENOMEM;
+    t->keys = k;
+    t->cap = cap;
+    return 0;
+}
+
+int srpc_keytab_add(srpc_keytab_t *t, uint32_t key_id, const uint8_t *secret, size_t len, uint64_t expires_ms,
+                    int all_funcs, const uint16_t *funcs, uint32_t nfuncs)
+{
+    if (!t || key_id == 0 || !secret || len != SRPC_AUTH_SECRET_LEN || (!all_funcs && nfuncs && !funcs) ||
+        nfuncs > 65536)
+        return -EINVAL;
+    if (t->n >= SRPC_AUTH_MAX_KEYS)
+        return -ENOSPC;
+    if (grow(t) < 0)
+        return -ENOMEM;
+    srpc_key_t k = {.id = key_id, .all_funcs = all_funcs != 0, .expires_ms = expires_ms};
+    memcpy(k.secret, secret, len);
+    if (!all_funcs && nfuncs) {
+        k.funcs = malloc((size_t)nfuncs * sizeof(uint16_t));
+        if (!k.funcs)
+            return -ENOMEM;
+        memcpy(k.funcs, funcs, (size_t)nfuncs * sizeof(uint16_t));
+        qsort(k.funcs, nfuncs, sizeof(uint16_t), cmp_u16);
+        k.nfuncs = nfuncs;
+    }
+    t->keys[t->n++] = k;
+    return 0;
+}
+
+uint32_t srpc_keytab_count(const srpc_keytab_t *t)
+{
+    uint32_t n = 0;
+    for (uint32_t i = 0; t && i < t->n; i++)
+        n += !t->keys[i].removed;
+    return n;
+}
+
+static int cmp_key(const void *a, const void *b)
+{
+    const uint32_t x = ((const srpc_key_t *)a)->id, y = ((const srpc_key_t *)b)->id;
+    return x < y ? -1 : x > y;
+}
+
+int srpc_keytab_seal(srpc_keytab_t *t)
+{
+    if (t->n)
+        qsort(t->keys, t->n, sizeof(*t->keys), cmp_key);
+    for (uint32_t i = 1; i < t->n; i++)
+        if (t->keys[i].id == t->keys[i - 1].id)
+            return -EEXIST;
+    return 0;
+}
+
+/* Key id among the first n keys of t (sorted). */
+static srpc_key_t *find(const srpc_keytab_t *t, uint32_t n, uint32_t id)
+{
+    uint32_t lo = 0, hi = n;
+    while (lo < hi) {
+        const uint32_t mid = lo + (hi - lo) / 2;
+        if (t->keys[mid].id < id)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < n && t->keys[lo].id == id ? &t->keys[lo] : NULL;
+}
+
+int srpc_keytab_verify(const srpc_keytab_t *t, const uint8_t *hdr, const uint8_t *data, uint32_t dlen,
+                       const uint8_t *trailer, uint64_t now_ms, srpc_key_t **key, srpc_auth_fields_t *f)
+{
+    srpc_auth_fields(trailer, f);
+    srpc_key_t *k = find(t, t->n, f->key_id);
+    if (!k || k->removed)
+        return SRPC_DROP_AUTH_UNKNOWN_KEY;
+    if (!srpc_auth_check(k->secret, hdr, data, dlen, trailer))
+        return SRPC_DROP_AUTH_BAD_TAG; /* before anything else of it is believed */
+    const int32_t off = (int32_t)(f->time_ms - (uint32_t)now_ms); /* the clock mod 2^32 */
+    if (off > (int32_t)t->skew_ms || off < -(int32_t)t->skew_ms)
+        return SRPC_DROP_AUTH_STALE;
+    if (f->sender == 0 || f->counter == 0)
+        return SRPC_DROP_AUTH_REPLAY; /* never sent by a sender of this protocol */
+    *key = k;
+    return 0;
+}
+
+/* Moves the window up by s (the new top is s above the old): bit i becomes bit i + s. */
+static void win_shift(uint64_t *bits, uint64_t s)
+{
+    if (s >= SRPC_AUTH_WINDOW) {
+        memset(bits, 0, WIN_WORDS * sizeof(uint64_t));
+        return;
+    }
+    const unsigned w = (unsigned)(s / 64), b = (unsigned)(s % 64);
+    for (int i = WIN_WORDS - 1; i >= 0; i--) {
+        uint64_t v = i - (int)w >= 0 ? bits[i - w] << b : 0;
+        if (b && i - (int)w - 1 >= 0)
+            v |= bits[i - w - 1] >> (64 - b);
+        bits[i] = v;
+    }
+}
+
+/* 0 and marks counter c as taken, or SRPC_DROP_AUTH_REPLAY. */
+static int win_take(srpc_sender_win_t *w, uint64_t c)
+{
+    if (c > w->top) {
+        win_shift(w->bits, c - w->top);
+        w->top = c;
+        w->bits[0] |= 1;
+        return 0;
+    }
+    const uint64_t off = w->top - c;
+    if (off >= SRPC_AUTH_WINDOW)
+        return SRPC_DROP_AUTH_REPLAY;
+    const uint64_t bit = 1ull << (off % 64);
+    if (w->bits[off / 64] & bit)
+        return SRPC_DROP_AUTH_REPLAY;
+    w->bits[off / 64] |= bit;
+    return 0;
+}
+
+int srpc_keytab_commit(srpc_keytab_t *t, srpc_key_t *key, const srpc_auth_fields_t *f, uint64_t now_ms)
+{
+    if (!key->win) {
+        key->win = calloc(t->max_senders, sizeof(*key->win));
+        if (!key->win)
+            return SRPC_DROP_AUTH_NO_ROOM;
+    }
+    const uint64_t forget = 2ull * t->skew_ms; /* a window silent this long is free (keytab.h) */
+    const uint32_t mask = t->max_senders - 1;
+    const uint32_t home = (uint32_t)srpc_mix64(f->sender) & mask;
+    srpc_sender_win_t *room = NULL;
+    for (uint32_t i = 0; i < SRPC_AUTH_PROBE && i <= mask; i++) {
+        srpc_sender_win_t *w = &key->win[(home + i) & mask];
+        if (w->sender == f->sender) {
+            int r = win_take(w, f->counter);
+            if (r == 0) {
+                w->seen_ms = now_ms;
+                key->last_ms = now_ms;
+            }
+            return r;
+        }
+        if (w->sender == 0) { /* places are never emptied: nothing of this sender lies further on */
+            if (!room)
+                room = w;
+            break;
+        }
+        if (!room && now_ms - w->seen_ms > forget)
+            room = w;
+    }
+    if (!room)
+        return SRPC_DROP_AUTH_NO_ROOM;
+    /* A new sender, or one forgotten: any datagram of it older than its forgotten window fails
+     * the time check by now (it was taken within the skew of a time more than 2 skews ago). */
+    memset(room, 0, sizeof(*room));
+    room->sender = f->sender;
+    room->top = f->counter;
+    room->bits[0] = 1;
+    room->seen_ms = now_ms;
+    key->last_ms = now_ms;
+    return 0;
+}
+
+int srpc_key_allows(const srpc_key_t *key, uint16_t func_id)
+{
+    if (key->all_funcs || func_id >= 0xFF00)
+        return 1;
+    return key->nfuncs && bsearch(&func_id, key->funcs, key->nfuncs, sizeof(uint16_t), cmp_u16) != NULL;
+}
+
+void srpc_keytab_adopt(srpc_keytab_t *next, srpc_keytab_t *old, uint64_t now_ms)
+{
+    const uint64_t keep = 2ull * (old->skew_ms > next->skew_ms ? old->skew_ms : next->skew_ms);
+    const uint32_t n0 = next->n;
+    int added = 0;
+    for (uint32_t i = 0; i < old->n; i++) {
+        srpc_key_t *o = &old->keys[i];
+        if (!o->win)
+            continue;
+        srpc_key_t *k = find(next, n0, o->id); /* among next's own keys: removed ones are put after n0 */
+        if (k && next->max_senders == old->max_senders) {
+            k->win = o->win;
+            k->last_ms = o->last_ms;
+            o->win = NULL;
+            continue;
+        }
+        if (k || now_ms - o->last_ms > keep || next->max_senders != old->max_senders || grow(next) < 0)
+            continue; /* nothing to keep, or no room to keep it: its windows go with old */
+        srpc_key_t *r = &next->keys[next->n++];
+        *r = (srpc_key_t){.id = o->id, .removed = 1, .win = o->win, .last_ms = o->last_ms};
+        o->win = NULL;
+        added = 1;
+    }
+    if (added)
+        qsort(next->keys, next->n, sizeof(*next->keys), cmp_key);
+}

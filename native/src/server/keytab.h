@@ -1,0 +1,53 @@
+/* keytab.h: the server's key table (see splitrpc_auth.h): looking a datagram's key up, its tag and time, the replay window of its sender, what it may call; handing windows over to a new table. */
+#ifndef SRPC_KEYTAB_H
+#define SRPC_KEYTAB_H
+
+#include <stdint.h>
+
+#include "core/auth.h"
+
+typedef struct srpc_sender_win srpc_sender_win_t;
+
+typedef struct srpc_key {
+    uint32_t id;
+    uint8_t removed;             /* kept only for its windows (a reload took it out): unknown to datagrams */
+    uint8_t all_funcs;
+    uint8_t secret[SRPC_AUTH_SECRET_LEN];
+    uint64_t expires_ms;         /* 0: never */
+    uint16_t *funcs;             /* sorted; nfuncs of them */
+    uint32_t nfuncs;
+    srpc_sender_win_t *win;      /* max_senders windows, allocated at the key's first datagram */
+    uint64_t last_ms;            /* server clock of the last datagram taken with this key */
+} srpc_key_t;
+
+struct srpc_keytab {
+    srpc_key_t *keys; /* sorted by id once sealed */
+    uint32_t n, cap;
+    uint32_t max_senders, skew_ms;
+};
+
+/* Sorts t by id: -EEXIST when an id is there twice. The thread that built it. */
+int srpc_keytab_seal(srpc_keytab_t *t);
+
+/* The key and the time of a version 4 datagram (22 header bytes at hdr, dlen data bytes at data,
+ * its trailer at trailer): 0 with *key and *f set when the key is in t (not removed), the tag is
+ * right and the time within the skew of now_ms (the server's clock); else the drop reason
+ * (SRPC_DROP_AUTH_*). Reads t only: a datagram checked here may still be refused by
+ * srpc_keytab_commit. The engine's thread (rx). */
+int srpc_keytab_verify(const srpc_keytab_t *t, const uint8_t *hdr, const uint8_t *data, uint32_t dlen,
+                       const uint8_t *trailer, uint64_t now_ms, srpc_key_t **key, srpc_auth_fields_t *f);
+
+/* Takes the datagram that srpc_keytab_verify passed into its sender's replay window: 0, or
+ * SRPC_DROP_AUTH_REPLAY (taken before, or behind the window) or SRPC_DROP_AUTH_NO_ROOM. rx. */
+int srpc_keytab_commit(srpc_keytab_t *t, srpc_key_t *key, const srpc_auth_fields_t *f, uint64_t now_ms);
+
+/* 1 when key may call func_id, else 0. */
+int srpc_key_allows(const srpc_key_t *key, uint16_t func_id);
+
+/* Moves the replay windows of old's keys into next: to the key of the same id, or for a key that
+ * next lacks and that took a datagram within twice the skew, to a removed entry of next (which
+ * then no datagram can use). old keeps no windows after. Allocates only for removed entries (none
+ * kept where that fails). rx. */
+void srpc_keytab_adopt(srpc_keytab_t *next, srpc_keytab_t *old, uint64_t now_ms);
+
+#endif
