@@ -1,9 +1,11 @@
 """splitrpc: a control/data path splitting RPC runtime for low-latency ML inference serving."""
 from splitrpc import _native, gpu
+from splitrpc.auth import Key, KeyTable
 from splitrpc.client import Client
 from splitrpc.cost import CostTable
-from splitrpc.errors import (BadRequest, Busy, CallTimeout, DeadlineExceeded, InternalError, NativeError,
-                             RemoteError, SplitRPCError, TooLarge, Unavailable, UnknownFunction, Draining)
+from splitrpc.errors import (AuthUnavailable, BadRequest, Busy, CallTimeout, DeadlineExceeded, Forbidden, InternalError,
+                             KeyFileError, NativeError, RemoteError, SplitRPCError, TooLarge, Unavailable,
+                             UnknownFunction, Draining)
 from splitrpc.executor import Executor, LanePool, StagePipeline, ThreadPool, current_lane, stage_result
 from splitrpc.gpu import GPUError, GPUUnavailable
 from splitrpc.pool import Pool
@@ -37,5 +39,6 @@ __all__ = [
     "Server", "Client", "TensorSpec", "features", "SplitRPCError", "NativeError", "CallTimeout", "RemoteError",
     "UnknownFunction", "BadRequest", "Busy", "DeadlineExceeded", "InternalError", "TooLarge", "Draining", "Unavailable",
     "GPUError", "GPUUnavailable", "gpu", "ThreadPool", "LanePool", "StagePipeline", "Executor", "current_lane",
-    "stage_result", "CostTable", "QueueView", "Pool",
+    "stage_result", "CostTable", "QueueView", "Pool", "Key", "KeyTable", "Forbidden", "AuthUnavailable",
+    "KeyFileError",
 ]

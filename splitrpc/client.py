@@ -1,6 +1,7 @@
 """client.py: the Python client API: blocking call(), call_async() futures, closed-loop load."""
 from __future__ import annotations
 
+import os
 import threading
 import time
 from concurrent.futures import Future
@@ -8,8 +9,10 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from splitrpc import auth as auth_
 from splitrpc import describe as describe_
 from splitrpc import dpdk
+from splitrpc._native import auth as _auth
 from splitrpc._native import client as _client
 from splitrpc._native.wire import PROTOCOLS
 from splitrpc.errors import CallTimeout, SplitRPCError
@@ -77,6 +80,11 @@ class Client:
     damaged past UDP's checksum (a faulty NIC, proxy or memory) is dropped and sent again, never
     delivered (docs/PROTOCOL-v3.md; the server must list 3 in ``describe()``'s protocols); 1 is
     PROTOCOL.md's version 1, for servers that speak only that.
+
+    ``key`` (a splitrpc.Key, an ``(id, secret)`` pair, or a key file, ``FILE:ID`` for one key of a
+    table) makes the calls authenticated (protocol 4, docs/PROTOCOL-v4.md, for servers made with
+    ``keys=``): every datagram is signed with the key, and replies not signed with it are dropped
+    (``stats()["bad_auth"]``). A function the key may not call raises ``Forbidden``.
     """
 
     def __init__(self, host: str | None = None, port: int | None = None, timeout: float = 1.0, *,
@@ -86,7 +94,8 @@ class Client:
                  server_mac: str | None = None, dpdk_mtu: int | None = None, retries: int | None = None,
                  rto_min: float | None = None, rto_initial: float | None = None, rto_max: float | None = None,
                  window: int | None = None, busy_retry: bool | None = None, busy_backoff: float | None = None,
-                 protocol: int | None = None, wait_for_ready: bool | None = None) -> None:
+                 protocol: int | None = None, wait_for_ready: bool | None = None,
+                 key: "auth_.Key | tuple[int, bytes] | str | os.PathLike[str] | None" = None) -> None:
         # A setting left None takes the C core's default (srpc_client_config_init, native/src/core/tunables.h;
         # splitrpc._native.client.CLIENT_DEFAULTS; segment_size: by destination; dpdk_mtu: 1500).
         # timeout has no C counterpart: it is Python's own, defined here once.
@@ -104,8 +113,17 @@ class Client:
             raise ValueError("retries must be >= 0 and 0 < rto_min <= rto_initial <= rto_max")
         if (window is not None and window < 0) or (busy_backoff is not None and not busy_backoff > 0):
             raise ValueError("window must be >= 0 and busy_backoff > 0 seconds")
-        if protocol is not None and protocol not in PROTOCOLS:
-            raise ValueError(f"protocol must be one of {PROTOCOLS}, got {protocol!r}")
+        auth_key = None
+        if key is not None:  # authenticated calls: version 4, every datagram signed with the key
+            if protocol not in (None, _auth.VERSION):
+                raise ValueError(f"key: authenticated calls are protocol {_auth.VERSION}, got protocol={protocol!r}")
+            _auth.require()
+            k = auth_.load_key(key)
+            auth_key, protocol = (k.id, k.secret), _auth.VERSION
+        elif protocol == _auth.VERSION:
+            raise ValueError(f"protocol {_auth.VERSION} (authenticated calls) needs key=")
+        elif protocol is not None and protocol not in PROTOCOLS:
+            raise ValueError(f"protocol must be one of {PROTOCOLS + (_auth.VERSION,)}, got {protocol!r}")
         dpdk_kw: dict[str, Any] = {} if transport != "dpdk" else {
             "dpdk_dev": dpdk_port, "dpdk_local_ip": local_ip, "dpdk_local_port": local_port,
             "dpdk_server_mac": server_mac, "dpdk_mtu": dpdk_mtu}
@@ -114,7 +132,7 @@ class Client:
             socket_buffer=socket_buffer, retries=retries, rto_min=rto_min, rto_initial=rto_initial, rto_max=rto_max,
             window=window, busy_retry=None if busy_retry is None else int(bool(busy_retry)),
             busy_backoff=busy_backoff, protocol=protocol,
-            wait_for_ready=None if wait_for_ready is None else int(bool(wait_for_ready)), **dpdk_kw)
+            wait_for_ready=None if wait_for_ready is None else int(bool(wait_for_ready)), auth_key=auth_key, **dpdk_kw)
         self._cl = self._native.handle
         self.host, self.port, self.timeout = self._native.host, self._native.port, timeout
         self.max_reply = self._native.max_reply

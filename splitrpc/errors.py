@@ -36,6 +36,14 @@ class DPDKUnavailable(DPDKError):
     """This build of splitrpc has no DPDK (libdpdk was not found when it was built)."""
 
 
+class AuthUnavailable(SplitRPCError):
+    """Authenticated calls need libsodium's shared library (Debian: libsodium23), which was not found."""
+
+
+class KeyFileError(SplitRPCError, ValueError):
+    """A key file or key table is malformed: which file and entry, never a secret."""
+
+
 class RemoteError(SplitRPCError):
     """The server answered with an ERROR datagram (docs/PROTOCOL.md, Calls)."""
 
@@ -79,8 +87,13 @@ class Draining(RemoteError):
     code, name = 7, "DRAINING"
 
 
+class Forbidden(RemoteError):
+    """The call's key may not call this function, or has expired (docs/PROTOCOL-v4.md)."""
+    code, name = 8, "FORBIDDEN"
+
+
 ERROR_CLASSES = {c.code: c for c in (UnknownFunction, BadRequest, Busy, DeadlineExceeded, InternalError, TooLarge,
-                                     Draining)}
+                                     Draining, Forbidden)}
 
 
 def remote_error(code: int, message: bytes | str = b"") -> RemoteError:

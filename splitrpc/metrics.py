@@ -101,6 +101,16 @@ def families(st: dict[str, Any], prefix: str = PREFIX) -> Iterator[Metric]:
             bs.add_metric([name], *_batch_buckets(f["batch_sizes"]))
             qd.add_metric([name], *_qdelay_buckets(f["queue_delay"]))
         yield from (acc, err, queued, bs, qd)
+    a = st.get("auth")
+    if a and (a["ok"] or a["forbidden"] or a["expired"] or a["reloads"]):  # a server with keys (docs/security.md)
+        for name, key, help_ in (("auth_ok", "ok", "Version 4 datagrams authenticated (key, tag, time, replay window)."),
+                                 ("auth_forbidden", "forbidden", "Calls refused FORBIDDEN: a function their key may "
+                                  "not call."),
+                                 ("auth_expired", "expired", "Calls refused FORBIDDEN: their key has expired."),
+                                 ("auth_reloads", "reloads", "Key tables taken in while serving.")):
+            f = fam("counter", name, help_)
+            f.add_metric([], int(a[key]))
+            yield f
     for k, v in st.get("socket_buffers", {}).items():
         f = fam("gauge", f"socket_{k}_bytes", f"Effective socket {k} size.")
         f.add_metric([], int(v))

@@ -11,17 +11,20 @@ import dataclasses
 import inspect
 import ipaddress
 import logging
+import os
 import threading
 import time
 from typing import Any, Callable, Iterable, Sequence, TypeVar, cast
 
 from splitrpc import dpdk, gpu
+from splitrpc import auth as auth_
 from splitrpc import coroutines
 from splitrpc import cost as cost_
 from splitrpc import describe as describe_
 from splitrpc import executor as executor_
 from splitrpc.cost import CostTable
 from splitrpc.executor import ThreadPool
+from splitrpc._native import auth as _auth
 from splitrpc._native import server as _server
 from splitrpc.errors import BadRequest, GPUError, GPUUnavailable, SplitRPCError
 from splitrpc.spec import TensorSpec
@@ -121,6 +124,14 @@ class Server:
     over either is dropped (drops["memory_cap"], drops["client_memory_cap"]) and its client's
     retransmission tries again later.
 
+    keys: a splitrpc.KeyTable, or the path of its JSON file (docs/security.md): the server then
+    takes only authenticated calls (docs/PROTOCOL-v4.md): every datagram signed with a key of the
+    table, checked in C before it is used (a forged, changed, replayed or unsigned one is dropped
+    unanswered and counted in drops["auth_*"]), each key allowed only its functions (others:
+    ``Forbidden``), and every reply signed with the caller's key. ``reload_keys()`` replaces the
+    table while serving (``splitrpc serve --keys FILE`` on SIGHUP). Needs libsodium
+    (AuthUnavailable without it); kernel UDP only for now.
+
     reuse_port=True lets several server processes bind the same host:port (SO_REUSEPORT): the
     kernel hands each client address to one of them, so every segment of a message reaches the
     same process; each counts its own stats() (``splitrpc serve --processes N`` runs N of them and
@@ -162,6 +173,7 @@ class Server:
         socket_buffer: int | None = None,
         reuse_port: bool = False,
         allow: str | Sequence[str] | None = None,
+        keys: "auth_.KeyTable | str | os.PathLike[str] | None" = None,
         transport: str = "udp",
         dpdk_args: Sequence[str] = (),
         dpdk_port: str | None = None,
@@ -193,6 +205,12 @@ class Server:
                 raise ValueError(f"transport='dpdk' needs a UDP port from 1 to 65535, got {port}")
             payload_gpu = _server.payload_device(dpdk_payload)
             dpdk.init(dpdk_args)  # once per process; raises DPDKError / DPDKUnavailable
+        self._keys: auth_.KeyTable | None = None
+        if keys is not None:
+            if transport == "dpdk":
+                raise ValueError("keys: authenticated calls are built for kernel UDP only so far")
+            _auth.require()
+            self._keys = keys if isinstance(keys, auth_.KeyTable) else auth_.KeyTable.load(keys)
         allow_text = None
         if allow:
             allow_text = allow if isinstance(allow, str) else ",".join(allow)
@@ -567,7 +585,9 @@ class Server:
         from splitrpc import __version__
 
         infos = [f.info for f in self._funcs.values() if not f.server_function]
-        doc = describe_.encode_description(infos, max_message=self.max_message, software=f"splitrpc {__version__}")
+        protocols = (_auth.VERSION,) if self._keys is not None else describe_.PROTOCOLS  # with keys: version 4 alone
+        doc = describe_.encode_description(infos, max_message=self.max_message, software=f"splitrpc {__version__}",
+                                           protocols=protocols)
         if len(doc) > min(describe_.MAX_REPLY, self.max_message):
             raise SplitRPCError(f"the description of {len(infos)} functions takes {len(doc)} bytes, over "
                                 f"{min(describe_.MAX_REPLY, self.max_message)}")
@@ -605,6 +625,8 @@ class Server:
             runners = [f.runner for f in self._funcs.values() if f.runner is not None]
             if self._policy is not None:
                 _server.set_policy(self._native, self._policy, {f.func_id: f.name for f in self._funcs.values()})
+            if self._keys is not None:  # before the engine runs: no datagram is ever taken unsigned
+                _auth.set_keys(self._srv, auth_.native_table(self._keys, self._function_ids()))
             try:
                 if self._async_functions:
                     self._aio.start()
@@ -620,6 +642,33 @@ class Server:
                 p.acquire()
             self._pools_held = True
             self._state = "running"
+
+    def _function_ids(self) -> dict[str, int]:
+        """Function name -> id, what a key file's function names mean."""
+        return {f.name: f.func_id for f in self._funcs.values()}
+
+    def reload_keys(self, keys: "auth_.KeyTable | str | os.PathLike[str] | None" = None) -> "auth_.KeyTable":
+        """Replaces the key table (a KeyTable or a file; None: the file given before, read again)
+        without a restart: the engine takes it in before the next datagram, the replay windows of
+        keys kept going with them, so no call in flight is dropped (calls taken in are answered
+        with the key they came with). A server made without keys cannot be given some while it
+        serves. Returns the table now in use; raises KeyFileError (the old table stays) for a bad
+        one."""
+        if self._keys is None:
+            raise SplitRPCError("this server was made without keys: give Server(keys=...) to authenticate calls")
+        if keys is None:
+            if not self._keys.source:
+                raise SplitRPCError("the key table was given in Python: pass the new one")
+            keys = self._keys.source
+        table = keys if isinstance(keys, auth_.KeyTable) else auth_.KeyTable.load(keys)
+        with self._lock:
+            if self._state == "created":
+                self._keys = table
+                return table
+            native = auth_.native_table(table, self._function_ids())  # a bad table raises here, nothing changed
+            _auth.set_keys(self._srv, native)
+            self._keys = table
+        return table
 
     def _user_functions(self) -> list[_server.Function]:
         """The registered functions less the server's own (ping, describe)."""

@@ -1,5 +1,7 @@
-"""foreign_client.py: a splitrpc client written from docs/PROTOCOL.md, PROTOCOL-v2.md and -v3.md alone (stdlib only)."""
+"""foreign_client.py: a splitrpc client written from docs/PROTOCOL.md, PROTOCOL-v2.md, -v3.md and -v4.md alone (stdlib only)."""
 import binascii
+import hashlib
+import hmac
 import json
 import os
 import random
@@ -66,6 +68,32 @@ def data_check_ok(dgram: bytes) -> bool:
     return len(dgram) >= 26 and int.from_bytes(dgram[-4:], "big") == crc32c(dgram[:-4])
 
 
+TRAILER = 40  # docs/PROTOCOL-v4.md: key_id 4, sender 8, counter 8, time 4, tag 16
+
+
+def v4_tag(secret: bytes, signed: bytes) -> bytes:
+    """Version 4: BLAKE2b keyed with the secret, 16-byte digest, over the header, data and trailer[:24]."""
+    return hashlib.blake2b(signed, key=secret, digest_size=16).digest()
+
+
+def v4_sign(dgram: bytes, key_id: int, secret: bytes, sender: int, counter: int, time_ms: int | None = None) -> bytes:
+    """The datagram (header and data) with its version 4 trailer."""
+    t = int(time.time() * 1000) if time_ms is None else time_ms
+    head = key_id.to_bytes(4, "big") + sender.to_bytes(8, "big") + counter.to_bytes(8, "big") + \
+        (t % (1 << 32)).to_bytes(4, "big")
+    return dgram + head + v4_tag(secret, dgram + head)
+
+
+def v4_open(dgram: bytes, key_id: int, secret: bytes):
+    """The datagram less its trailer when it is at least 62 bytes, names key_id and its tag is
+    right; else None."""
+    if len(dgram) < 22 + TRAILER or int.from_bytes(dgram[-TRAILER:-TRAILER + 4], "big") != key_id:
+        return None
+    if not hmac.compare_digest(v4_tag(secret, dgram[:-16]), dgram[-16:]):
+        return None
+    return dgram[:-TRAILER]
+
+
 class ProtocolError(Exception):
     pass
 
@@ -78,16 +106,25 @@ class RemoteError(Exception):
 
 class ForeignClient:
     """seg_size: the data budget of a datagram after the header (version 3 carries 4 bytes less
-    data, its check taking the rest). record: keep every datagram received, raw, in `received`.
-    bad_data_check counts the version 3 replies dropped for their data check."""
+    data, its check taking the rest; version 4, 40 less for its trailer). record: keep every
+    datagram received, raw, in `received`, and every one sent in `sent`. bad_data_check counts the
+    version 3 replies dropped for their data check, bad_auth the version 4 replies dropped for
+    their key or tag. key: (key id, 32-byte secret), version 4 only."""
 
     def __init__(self, host: str, port: int, seg_size: int = 1450, timeout: float = 2.0, shuffle: bool = False,
-                 version: int = 1, record: bool = False):
-        if version not in (1, 2, 3):
-            raise ValueError("version 1, 2 or 3")
+                 version: int = 1, record: bool = False, key: tuple | None = None):
+        if version not in (1, 2, 3, 4):
+            raise ValueError("version 1, 2, 3 or 4")
+        if (version == 4) != (key is not None):
+            raise ValueError("version 4 and only version 4 takes a key")
         self.version = version
         self.addr = (host, port)
-        self.seg = seg_size - 4 if version == 3 else seg_size
+        self.seg = seg_size - {3: 4, 4: TRAILER}.get(version, 0)
+        self.key = key
+        self.sender = int.from_bytes(os.urandom(8), "big") | 1
+        self.counter = 0
+        self.sent: list = []
+        self.bad_auth = 0
         self.timeout = timeout
         self.shuffle = shuffle
         self.record = record
@@ -106,7 +143,16 @@ class ForeignClient:
         n = max(1, -(-len(data) // self.seg))
         out = [pack(self.version, REQUEST, func_id, req_id, i, n, len(data), 0)
                + data[i * self.seg:(i + 1) * self.seg] for i in range(n)]
-        return [seal(d) for d in out] if self.version == 3 else out
+        if self.version == 3:
+            return [seal(d) for d in out]
+        if self.version == 4:
+            return [self.sign(d) for d in out]
+        return out
+
+    def sign(self, dgram: bytes) -> bytes:
+        """Version 4: the next counter of this sender (each datagram, a retransmission too)."""
+        self.counter += 1
+        return v4_sign(dgram, self.key[0], self.key[1], self.sender, self.counter)
 
     def call(self, func_id: int, data: bytes) -> bytes:
         req_id = self.next_id
@@ -116,6 +162,8 @@ class ForeignClient:
             random.Random(req_id).shuffle(segs)
         for s in segs:
             self.sock.send(s)
+            if self.record:
+                self.sent.append(s)
         return self._reply(func_id, req_id)
 
     def _reply(self, func_id: int, req_id: int) -> bytes:
@@ -142,6 +190,12 @@ class ForeignClient:
                     self.bad_data_check += 1
                     continue
                 dgram = dgram[:-4]
+            if self.version == 4:  # key and tag before any data byte is believed
+                opened = v4_open(dgram, self.key[0], self.key[1])
+                if opened is None:
+                    self.bad_auth += 1
+                    continue
+                dgram = opened
             if rid != req_id or fid != func_id:
                 continue
             body = dgram[HDR.size:]

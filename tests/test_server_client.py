@@ -309,7 +309,7 @@ def test_stats_count_exactly(make_server, make_client):
     assert st["calls"] == 10
     assert st["replies"] == 10
     assert st["errors"] == {"UNKNOWN_FUNCTION": 1, "BAD_REQUEST": 2, "BUSY": 0, "DEADLINE": 0, "INTERNAL": 0,
-                            "TOO_LARGE": 1, "DRAINING": 0}
+                            "TOO_LARGE": 1, "DRAINING": 0, "FORBIDDEN": 0}
     assert st["functions"] == {"vecadd": 5, "matmul": 2, "echo": 3, "head": 0}
     assert sum(k * v for k, v in st["batch_sizes"].items()) == 10
     assert sum(st["batch_sizes"].values()) == st["batches"]

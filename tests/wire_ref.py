@@ -1,4 +1,4 @@
-"""wire_ref.py: a pure-Python reference of wire versions 1, 2 and 3 (docs/PROTOCOL*.md), from the pages alone."""
+"""wire_ref.py: a pure-Python reference of wire versions 1, 2 and 3 (docs/PROTOCOL*.md), from the pages alone, and of how a server without keys treats version 4."""
 from __future__ import annotations
 
 import binascii
@@ -11,8 +11,10 @@ MAGIC = 0xA5
 VERSION = 1
 VERSION_2 = 2
 VERSION_3 = 3
-VERSIONS = (VERSION, VERSION_2, VERSION_3)
-REQ_ID_V2_MAX = (1 << 48) - 1  # versions 2 and 3
+VERSION_4 = 4  # docs/PROTOCOL-v4.md: version 2's header; a server without keys drops it
+VERSIONS = (VERSION, VERSION_2, VERSION_3, VERSION_4)
+CHECKED = (VERSION_2, VERSION_3, VERSION_4)  # the versions whose header carries the CRC-16 check
+REQ_ID_V2_MAX = (1 << 48) - 1  # versions 2 to 4
 REQUEST, RESPONSE, ERROR = 0, 1, 2
 MAX_SEG = 65485  # 65507 (largest UDP/IPv4 payload) - 22
 ERRMSG_MAX = 256
@@ -85,7 +87,7 @@ def encode(type: int, func_id: int, req_id: int, seq: int, nseg: int, msg_len: i
     """The 22-byte header; magic and version can be overridden to forge bad ones. Versions 2
     and 3 carry a 48-bit req_id and the header check in bytes 4..5 (version 3's data check is
     not part of the header: see datagram())."""
-    if version in (VERSION_2, VERSION_3):
+    if version in CHECKED:
         if not 0 <= req_id <= REQ_ID_V2_MAX:
             raise ValueError(f"a version {version} req_id has 48 bits")
         b = bytearray(HDR.pack(magic, (version << 4) | type, func_id, req_id, seq, nseg, msg_len, aux))
@@ -116,7 +118,7 @@ def decode(buf: bytes) -> Header:
         raise DecodeError("short")
     magic, vt, func_id, req_id, seq, nseg, msg_len, aux = HDR.unpack_from(buf)
     version = vt >> 4
-    if version in (VERSION_2, VERSION_3):  # the check first: no other field is believed before it
+    if version in CHECKED:  # the check first: no other field is believed before it
         if int.from_bytes(buf[4:6], "big") != check16(bytes(buf[:HDR_LEN])):
             raise DecodeError("bad_check")
         req_id &= REQ_ID_V2_MAX
@@ -186,13 +188,16 @@ def classify(dgram: bytes) -> str:
     """What a server does with one datagram seen alone: a drop reason (the counters of
     splitrpc.h, in its order of checks) or "accept" (it may start or continue a call).
     Version 3: the header as version 2, then (a REQUEST) "short" under 26 bytes, then the data
-    check ("bad_data_check"), then the segmentation rules on L = length - 26."""
+    check ("bad_data_check"), then the segmentation rules on L = length - 26. Version 4: the
+    header as version 2, then (a REQUEST) "bad_header": this is a server without keys."""
     try:
         h = decode(dgram)
     except DecodeError as e:
         return e.reason
     if h.type != REQUEST:
         return "not_request"
+    if h.version == VERSION_4:
+        return "bad_header"
     try:
         data = data_of(dgram, h)
     except DecodeError as e:

@@ -59,16 +59,10 @@ typedef struct srpc_client_config {
     uint32_t busy_backoff_us;  /* default SRPC_DEF_BUSY_BACKOFF_US */
     /* Wire protocol of the requests: 2 (the default: a CRC-16 header check, 48-bit req_ids,
      * docs/PROTOCOL-v2.md), 3 (version 2 with a CRC-32C data check in every datagram,
-     * docs/PROTOCOL-v3.md: for servers that list 3 in describe's "protocols") or 1
-     * (docs/PROTOCOL.md, for servers that speak only version 1). Replies of another version are
-     * dropped. */
+     * docs/PROTOCOL-v3.md: for servers that list 3 in describe's "protocols"), 4 (every datagram
+     * signed with auth_key_id's secret, below: for servers with keys) or 1 (docs/PROTOCOL.md, for
+     * servers that speak only version 1). Replies of another version are dropped. */
     uint8_t version;
-    /* Version 4 (docs/PROTOCOL-v4.md: version 2 with every datagram signed, for servers with a key
-     * table): the key's id (nonzero) and its SRPC_AUTH_SECRET_LEN-byte secret (copied at create).
-     * Each client draws its own sender number; replies not signed with the key are dropped. Other
-     * versions: unused. */
-    uint32_t auth_key_id;
-    const uint8_t *auth_secret;
     /* An unreachable server (a kernel UDP socket: the ICMP "port / host unreachable" the kernel
      * reports on the client's connected socket): 0 (the default, as gRPC's): every unfinished
      * call of the client fails at once with SRPC_E_UNAVAILABLE, unless it was sent with
@@ -76,6 +70,13 @@ typedef struct srpc_client_config {
      * that starts meanwhile answers them), unless sent with SRPC_SEND_FAIL_FAST. The DPDK
      * transport sees no ICMP: there its calls wait for their deadline either way. */
     uint8_t wait_for_ready;
+    /* Version 4 (docs/PROTOCOL-v4.md: version 2 with every datagram signed, for servers with a key
+     * table): the key's id (nonzero) and its SRPC_AUTH_SECRET_LEN-byte secret (copied at create).
+     * Each client draws its own sender number; replies not signed with the key are dropped. Other
+     * versions: unused. Last in the struct, so that programs built against an older header keep
+     * their layout. */
+    uint32_t auth_key_id;
+    const uint8_t *auth_secret;
 } srpc_client_config_t;
 
 void srpc_client_config_init(srpc_client_config_t *cfg);

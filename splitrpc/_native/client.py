@@ -71,9 +71,10 @@ class NativeClient:
 
 def create_client(host: str | None = None, *, busy_poll: bool = False, dpdk_dev: str | None = None,
                   dpdk_local_ip: str | None = None, dpdk_local_port: int = 0, dpdk_server_mac: str | None = None,
-                  dpdk_mtu: int | None = None, **settings) -> NativeClient:
+                  dpdk_mtu: int | None = None, auth_key: tuple[int, bytes] | None = None, **settings) -> NativeClient:
     """srpc_client_create with srpc_client_config_init's defaults, each replaced by the keyword
-    given (not None); settings are Client keywords of _CONFIG_FIELDS. Raises NativeError."""
+    given (not None); settings are Client keywords of _CONFIG_FIELDS; auth_key: (key id, secret) for
+    protocol 4. Raises NativeError."""
     cfg = _config()
     keep = []
 
@@ -95,6 +96,10 @@ def create_client(host: str | None = None, *, busy_poll: bool = False, dpdk_dev:
         cfg.dpdk_local_port = int(dpdk_local_port)
         if dpdk_mtu is not None:
             cfg.dpdk_mtu = int(dpdk_mtu)
+    if auth_key is not None:  # version 4: copied by the C client at create
+        cfg.auth_key_id = auth_key[0]
+        cfg.auth_secret = secret = ffi.new("uint8_t[]", auth_key[1])
+        keep.append(secret)
     out = ffi.new("srpc_client_t **")
     check(lib.srpc_client_create(cfg, out), f"cannot create a client for {text(cfg.host)}:{cfg.port}")
     return NativeClient(out[0], text(cfg.host), int(cfg.port), int(cfg.max_reply), keep)
@@ -207,7 +212,7 @@ def closed_loop(cl, func_id: int, mv: memoryview, concurrency: int, warmup: int,
 
 _STATS = ("sent_calls", "replies", "errors", "timeouts", "late_or_unknown", "dropped", "retransmits", "busy_retries",
           "window_waits", "outstanding", "waiting", "srtt_us", "rto_us", "unreachable", "unavailable",
-          "draining_unsent", "bad_data_check", "send_full")
+          "draining_unsent", "bad_data_check", "send_full", "bad_auth")
 
 
 def read_stats(cl) -> dict:

@@ -634,6 +634,11 @@ def read_stats(srv) -> dict:
         "rx_unscattered": st.rx_unscattered,
         # datagrams that came coalesced with others of their sender (UDP receive offload)
         "rx_coalesced": st.rx_coalesced,
+        # authenticated calls (docs/PROTOCOL-v4.md): datagrams that passed, calls refused FORBIDDEN
+        # (a function the key may not call; an expired key), key tables taken in while serving. The
+        # datagrams dropped are in drops (auth_*).
+        "auth": {"ok": st.auth_ok, "forbidden": st.auth_forbidden, "expired": st.auth_expired,
+                 "reloads": st.auth_reloads},
     }
 
 
