@@ -15,8 +15,12 @@ for n in (0, 1, 1449, 1450, 1451, 4096, 65536, 300000, 1 << 20):
 
 STATS_FUNCTION = """
 
-def dpdk_stats(requests, responses):  # the port's counters, for the client to check
-    body = json.dumps(srv.stats()["dpdk"]).encode()
+def dpdk_stats(requests, responses):  # the port's counters (and the server's authentication ones), for the client
+    st = srv.stats()  # (no braces here: the tests format this text)
+    d = dict(st["dpdk"])
+    d["auth"] = st["auth"]
+    d["auth_drops"] = dict((k, v) for k, v in st["drops"].items() if k.startswith("auth_"))
+    body = json.dumps(d).encode()
     for r in responses:
         r[:len(body)] = body
     return [len(body)] * len(responses)

@@ -16,6 +16,7 @@
 #include <rte_mbuf.h>
 #include <rte_mempool.h>
 
+#include "core/auth.h"
 #include "core/clock.h"
 #include "core/tunables.h"
 #include "dpdk/dpdk_payload_pool.h"
@@ -389,13 +390,14 @@ static int gather(uint8_t *dst, uint32_t len, const struct iovec *pieces, int n,
 
 /* Builds one frame and returns its head, or NULL after freeing h and d: the 64-byte control
  * part (Ethernet, IPv4, UDP, srpc header) in h, chained to d holding the segment's data and, for
- * version 3, its data check (or all in h when d == h, for a port that cannot send chains). *rc
- * gets the error. */
+ * version 3, its data check, for version 4 its trailer signed as auth says (or all in h when
+ * d == h, for a port that cannot send chains). *rc gets the error. */
 static struct rte_mbuf *fill_frame(srpc_dpdk_port_t *p, struct rte_mbuf *h, struct rte_mbuf *d,
                                    const srpc_endpoint_t *dst, const srpc_hdr_t *sh, uint32_t len,
-                                   const struct iovec *pieces, int n, int *pi, size_t *poff, int *rc)
+                                   const struct iovec *pieces, int n, int *pi, size_t *poff,
+                                   const srpc_tx_auth_t *auth, int *rc)
 {
-    const uint32_t check = sh->version == SRPC_VERSION_3 ? SRPC_DATA_CHECK_LEN : 0;
+    const uint32_t check = srpc_tail_len(sh->version);
     const uint32_t wire = len + check; /* after the header */
     if (d != h && wire == 0) { /* no data: no payload mbuf */
         rte_pktmbuf_free(d);
@@ -408,8 +410,12 @@ static struct rte_mbuf *fill_frame(srpc_dpdk_port_t *p, struct rte_mbuf *h, stru
         srpc_hdr_encode(sh, ctl + SRPC_FRAME_HLEN);
         *rc = gather(data, len, pieces, n, pi, poff);
     }
-    if (!*rc && check) /* the CRC-32C of the header and the data, after the data */
+    if (!*rc && sh->version == SRPC_VERSION_3) /* the CRC-32C of the header and the data, after the data */
         srpc_put_data_check(data + len, srpc_crc32c(srpc_crc32c(0, ctl + SRPC_FRAME_HLEN, SRPC_HDR_LEN), data, len));
+    if (!*rc && sh->version == SRPC_VERSION_4) { /* the trailer: key, sender, counter, time, tag */
+        const struct iovec signed_part[2] = {{ctl + SRPC_FRAME_HLEN, SRPC_HDR_LEN}, {data, len}};
+        *rc = srpc_auth_sign_iov(auth->key_id, auth->secret, auth->sender, auth->counter, signed_part, 2, data + len);
+    }
     if (!*rc) {
         struct iovec payload[2] = {{ctl + SRPC_FRAME_HLEN, SRPC_HDR_LEN}, {data, wire}};
         *rc = srpc_frame_build_udp(ctl, &p->self, dst, payload, 2, p->ip_id++,
@@ -431,10 +437,13 @@ static struct rte_mbuf *fill_frame(srpc_dpdk_port_t *p, struct rte_mbuf *h, stru
     return h;
 }
 
-/* tx_lock held. */
+/* tx_lock held. auth: how a version 4 message is signed (NULL: not one). */
 static int send_msg(srpc_dpdk_port_t *p, const struct sockaddr_in *sin, const srpc_hdr_t *tmpl,
-                    const struct iovec *pieces, int n, uint32_t msg_len, uint32_t seg_size)
+                    const struct iovec *pieces, int n, uint32_t msg_len, uint32_t seg_size,
+                    const srpc_tx_auth_t *auth)
 {
+    if (tmpl->version == SRPC_VERSION_4 && (!auth || !auth->secret || !auth->counter))
+        return -EINVAL; /* never sent unsigned */
     srpc_endpoint_t to = {.ip = ntohl(sin->sin_addr.s_addr), .port = ntohs(sin->sin_port)};
     struct neigh *nb = neigh_find(p, to.ip);
     if (!nb || nb->ip != to.ip) {
@@ -446,7 +455,7 @@ static int send_msg(srpc_dpdk_port_t *p, const struct sockaddr_in *sin, const sr
     uint32_t nseg = srpc_seg_count(msg_len, seg_size);
     if (nseg > UINT16_MAX)
         return -EMSGSIZE;
-    uint64_t biggest = (nseg > 1 ? seg_size : msg_len) + (tmpl->version == SRPC_VERSION_3 ? SRPC_DATA_CHECK_LEN : 0);
+    uint64_t biggest = (nseg > 1 ? seg_size : msg_len) + srpc_tail_len(tmpl->version);
     if (SRPC_IP4_HLEN + SRPC_UDP_HLEN + SRPC_HDR_LEN + biggest > p->mtu)
         return -EMSGSIZE;
 
@@ -466,7 +475,7 @@ static int send_msg(srpc_dpdk_port_t *p, const struct sockaddr_in *sin, const sr
             uint32_t seq = sent + i;
             sh.seq = (uint16_t)seq;
             frames[i] = fill_frame(p, m[i * per], m[i * per + per - 1], &to, &sh,
-                                   srpc_seg_len(msg_len, seg_size, seq), pieces, n, &pi, &poff, &rc);
+                                   srpc_seg_len(msg_len, seg_size, seq), pieces, n, &pi, &poff, auth, &rc);
             if (!frames[i]) { /* built frames own their payload mbufs; the unused ones are loose */
                 rte_pktmbuf_free_bulk(frames, i);
                 if ((i + 1) * per < cnt * per)
@@ -490,7 +499,22 @@ int srpc_dpdk_send_msg(srpc_dpdk_port_t *p, const struct sockaddr *dst, socklen_
     if (dst->sa_family != AF_INET || dstlen < (socklen_t)sizeof(struct sockaddr_in))
         return -EAFNOSUPPORT;
     pthread_mutex_lock(&p->tx_lock);
-    int rc = send_msg(p, (const struct sockaddr_in *)dst, tmpl, pieces, n, msg_len, seg_size);
+    int rc = send_msg(p, (const struct sockaddr_in *)dst, tmpl, pieces, n, msg_len, seg_size, NULL);
+    pthread_mutex_unlock(&p->tx_lock);
+    return rc;
+}
+
+/* srpc_dpdk_send_msg of a transport's message, version 4's signing included. */
+static int send_tx_msg(srpc_dpdk_port_t *p, const struct sockaddr *dst, socklen_t dstlen, const srpc_tx_msg_t *m)
+{
+    if (!p || !dst || (m->npieces && !m->pieces) || m->npieces < 0 || m->seg_size == 0 ||
+        m->seg_size > SRPC_MAX_SEG_DATA)
+        return -EINVAL;
+    if (dst->sa_family != AF_INET || dstlen < (socklen_t)sizeof(struct sockaddr_in))
+        return -EAFNOSUPPORT;
+    pthread_mutex_lock(&p->tx_lock);
+    int rc = send_msg(p, (const struct sockaddr_in *)dst, &m->hdr, m->pieces, m->npieces, m->len, m->seg_size,
+                      &m->auth);
     pthread_mutex_unlock(&p->tx_lock);
     return rc;
 }
@@ -782,10 +806,8 @@ static int op_send(srpc_transport_t *t, srpc_tx_msg_t *msgs, unsigned n)
             m->result = -EDESTADDRREQ;
         else if (m->npieces > SRPC_TX_MAX_PIECES)
             m->result = -EINVAL;
-        else if (m->hdr.version == SRPC_VERSION_4)
-            m->result = -ENOTSUP; /* signing on the DPDK path is not built yet: never sent unsigned */
         else
-            m->result = srpc_dpdk_send_msg(d->port, dst, dl, &m->hdr, m->pieces, m->npieces, m->len, m->seg_size);
+            m->result = send_tx_msg(d->port, dst, dl, m);
         whole += m->result >= 0;
     }
     return whole;

@@ -78,8 +78,9 @@ int srpc_dpdk_payload_device(const srpc_dpdk_port_t *p);
  * mbuf with the segment's data. dst: an IPv4 sockaddr_in whose MAC is known (learned or added).
  * Returns the frames sent, -EHOSTUNREACH (MAC unknown), -EMSGSIZE (a segment exceeds the MTU),
  * -ENOBUFS (no mbufs; nothing sent), -EAGAIN (the port took only part: the rest was freed and
- * counted), -EAFNOSUPPORT. Thread-safe: the port's tx_lock serialises the senders (the
- * receiving thread sends too: ARP answers). */
+ * counted), -EAFNOSUPPORT, -EINVAL (also for version 4, which needs a key: the transport's send
+ * signs it). Thread-safe: the port's tx_lock serialises the senders (the receiving thread sends
+ * too: ARP answers). */
 int srpc_dpdk_send_msg(srpc_dpdk_port_t *p, const struct sockaddr *dst, socklen_t dstlen, const srpc_hdr_t *tmpl,
                        const struct iovec *pieces, int n, uint32_t msg_len, uint32_t seg_size);
 /* Sends one raw frame as given (tests, and ARP). Returns 0, -ENOBUFS, -EMSGSIZE or -EAGAIN. */

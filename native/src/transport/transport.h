@@ -84,6 +84,15 @@ static inline srpc_rx_dg_t srpc_rx_dgram(const srpc_rx_t *rx, unsigned i, unsign
  * msg_len are filled in), its data as the concatenation of npieces pieces (len bytes in all),
  * cut into segments of seg_size (1..the transport's max_seg). dst NULL: the transport's
  * connected peer (a client's server). result gets the datagrams sent, or -errno. */
+/* How a version 4 message is signed (docs/PROTOCOL-v4.md): key key_id's secret, as sender
+ * `sender`, its counter advanced at *counter for each datagram. */
+typedef struct srpc_tx_auth {
+    uint32_t key_id;
+    const uint8_t *secret;
+    uint64_t sender;
+    uint64_t *counter;
+} srpc_tx_auth_t;
+
 typedef struct srpc_tx_msg {
     const struct sockaddr *dst;
     socklen_t dstlen;
@@ -93,14 +102,7 @@ typedef struct srpc_tx_msg {
     uint32_t len;
     uint32_t seg_size;
     int result;
-    /* Version 4 (hdr.version): each datagram is signed with key key_id's secret as sender
-     * `sender`, its counter advanced at *counter (docs/PROTOCOL-v4.md). Unused otherwise. */
-    struct {
-        uint32_t key_id;
-        const uint8_t *secret;
-        uint64_t sender;
-        uint64_t *counter;
-    } auth;
+    srpc_tx_auth_t auth; /* version 4 (hdr.version): how each datagram is signed; unused otherwise */
 } srpc_tx_msg_t;
 
 #define SRPC_TX_MAX_PIECES (SRPC_MAX_TENSORS + 1) /* pieces of one message a transport takes */
