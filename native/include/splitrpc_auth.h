@@ -67,9 +67,10 @@ uint32_t srpc_keytab_count(const srpc_keytab_t *t);
  * dropped, counted by reason) and answers in version 4. While serving (a server started with a
  * table): t replaces the table at the engine's next receive, keeping the replay windows of the key
  * ids in both (and, for twice the skew, of those removed), so no call in flight is dropped; calls
- * already taken in are answered with the key they came with. Any thread. -EINVAL (NULL; or a
- * server started without keys: authentication cannot be turned on while serving), -EEXIST (an id
- * twice in t), -ENOTSUP (no MAC library; a DPDK server). */
+ * already taken in are answered with the key they came with. Any thread, but not at once with
+ * srpc_server_start. -EINVAL (NULL; a server started without keys: authentication cannot be turned
+ * on while serving; a table whose max_senders differs from the first one's: the windows stay),
+ * -EEXIST (an id twice in t), -ENOTSUP (no MAC library). */
 struct srpc_server;
 int srpc_server_set_keys(struct srpc_server *srv, srpc_keytab_t *t);
 

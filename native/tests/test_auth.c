@@ -2,9 +2,11 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "check.h"
@@ -88,23 +90,29 @@ static void test_window(void)
     CHECK(TRY(5, 77, (uint32_t)now, 1, K1) == 0, "first datagram of a sender");
     CHECK(TRY(5, 77, (uint32_t)now, 1, K1) == SRPC_DROP_AUTH_REPLAY, "the same again");
     CHECK(TRY(6, 77, (uint32_t)now, 1, K1) == 0, "the next");
-    CHECK(TRY(300, 77, (uint32_t)now, 1, K1) == 0, "a jump ahead");
-    CHECK(TRY(100, 77, (uint32_t)now, 1, K1) == 0, "overtaken, within the window");
-    CHECK(TRY(100, 77, (uint32_t)now, 1, K1) == SRPC_DROP_AUTH_REPLAY, "that again");
-    CHECK(TRY(300 - SRPC_AUTH_WINDOW, 77, (uint32_t)now, 1, K1) == SRPC_DROP_AUTH_REPLAY, "behind the window");
-    CHECK(TRY(300 - SRPC_AUTH_WINDOW + 1, 77, (uint32_t)now, 1, K1) == 0, "the window's last place");
+    CHECK(TRY(SRPC_AUTH_WINDOW + 200, 77, (uint32_t)now, 1, K1) == 0, "a jump ahead");
+    CHECK(TRY(500, 77, (uint32_t)now, 1, K1) == 0, "overtaken, within the window");
+    CHECK(TRY(500, 77, (uint32_t)now, 1, K1) == SRPC_DROP_AUTH_REPLAY, "that again");
+    CHECK(TRY(200, 77, (uint32_t)now, 1, K1) == SRPC_DROP_AUTH_REPLAY, "behind the window");
+    CHECK(TRY(201, 77, (uint32_t)now, 1, K1) == 0, "the window's last place");
     CHECK(TRY(6, 78, (uint32_t)now, 1, K1) == 0, "another sender has its own window");
     CHECK(TRY(6, 78, (uint32_t)now, 2, K2) == 0, "and another key");
     CHECK(TRY(0, 79, (uint32_t)now, 1, K1) == SRPC_DROP_AUTH_REPLAY, "counter 0 is never sent");
     CHECK(TRY(7, 0, (uint32_t)now, 1, K1) == SRPC_DROP_AUTH_REPLAY, "sender 0 is never drawn");
     CHECK(TRY(7, 77, (uint32_t)now + 1001, 1, K1) == SRPC_DROP_AUTH_STALE, "ahead of the skew");
     CHECK(TRY(8, 77, (uint32_t)now - 1001, 1, K1) == SRPC_DROP_AUTH_STALE, "behind the skew");
-    CHECK(TRY(301, 77, (uint32_t)now + 999, 1, K1) == 0, "within it");
+    CHECK(TRY(SRPC_AUTH_WINDOW + 201, 77, (uint32_t)now + 999, 1, K1) == 0, "within it");
     CHECK(TRY(9, 77, (uint32_t)now, 3, K1) == SRPC_DROP_AUTH_UNKNOWN_KEY, "unknown key");
     CHECK(TRY(10, 77, (uint32_t)now, 1, K2) == SRPC_DROP_AUTH_BAD_TAG, "signed with another key's secret");
     /* 4 places per key: two more senders fill key 1's, a fifth finds no room... */
     CHECK(TRY(1, 80, (uint32_t)now, 1, K1) == 0 && TRY(1, 81, (uint32_t)now, 1, K1) == 0, "senders 3 and 4");
     CHECK(TRY(1, 82, (uint32_t)now, 1, K1) == SRPC_DROP_AUTH_NO_ROOM, "a fifth sender: no room");
+    /* A clock stepped back does not make the windows look silent: still no room. */
+    const uint64_t back = now - 10000;
+    mk(d, 10, 1, 8, 0, 1, K1, 82, 1, (uint32_t)back);
+    CHECK(srpc_keytab_verify(t, d, d + SRPC_HDR_LEN, 8, d + SRPC_HDR_LEN + 8, back, &k, &f) == 0 &&
+              srpc_keytab_commit(t, k, &f, back) == SRPC_DROP_AUTH_NO_ROOM,
+          "after the clock stepped back 10 s, no window is taken for silent");
     /* ...until one is silent for twice the skew (its datagrams fail the time check by then). */
     const uint64_t later = now + 2001;
     mk(d, 10, 1, 8, 0, 1, K1, 82, 1, (uint32_t)later);
@@ -154,6 +162,12 @@ static srpc_server_t *srv;
 static int cl;
 static struct sockaddr_in me;
 static int runs; /* calls the functions ran */
+
+static void sleep_ms(long ms)
+{
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000};
+    nanosleep(&ts, NULL);
+}
 
 static void feed(const uint8_t *d, size_t len)
 {
@@ -252,6 +266,9 @@ static void test_server(void)
     add(F_OTHER);
     CHECK(srpc_server_set_keys(srv, NULL) == -EINVAL, "NULL table");
     CHECK(srpc_server_set_keys(srv, table(1)) == 0, "keys");
+    srpc_keytab_t *other = NULL;
+    CHECK(srpc_keytab_create(8, 2000, &other) == 0 && srpc_server_set_keys(srv, other) == -EINVAL,
+          "a reload may not change max_senders (the windows stay)");
     cl = socket(AF_INET, SOCK_DGRAM, 0);
     me = (struct sockaddr_in){.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
     socklen_t sl = sizeof(me);
@@ -363,6 +380,101 @@ static void test_server(void)
     srpc_server_destroy(srv);
 }
 
+/* ---------------------------------------------------------------- threads: a started server, C clients, a reload */
+
+static int worker_stop;
+
+static void *worker(void *arg)
+{
+    srpc_server_t *s = arg;
+    srpc_batch_t b;
+    while (!__atomic_load_n(&worker_stop, __ATOMIC_ACQUIRE)) {
+        if (srpc_server_next_batch(s, &b, 2000) != 0)
+            continue;
+        for (uint32_t i = 0; i < b.count; i++) {
+            memcpy(b.out[0] + (size_t)i * 64, b.in[0] + (size_t)i * 64, b.in_len[i]);
+            b.out_len[i] = b.in_len[i];
+        }
+        srpc_server_complete(s, &b, 0, NULL);
+    }
+    return NULL;
+}
+
+typedef struct caller {
+    int port;
+    uint32_t key_id;
+    const uint8_t *secret;
+    int ok, forbidden;
+} caller_t;
+
+static void *calls(void *arg)
+{
+    caller_t *w = arg;
+    srpc_client_config_t cfg;
+    srpc_client_config_init(&cfg);
+    cfg.host = "127.0.0.1";
+    cfg.port = (uint16_t)w->port;
+    cfg.version = SRPC_VERSION_4;
+    cfg.auth_key_id = w->key_id;
+    cfg.auth_secret = w->secret;
+    srpc_client_t *c = NULL;
+    if (srpc_client_create(&cfg, &c) != 0)
+        return NULL;
+    for (int i = 0; i < 300; i++) {
+        uint8_t req[48], out[64];
+        memset(req, i & 0xff, sizeof(req));
+        uint32_t len = 0;
+        int code = -1;
+        const uint16_t fn = i % 10 == 9 ? F_OTHER : F_ECHO;
+        int r = srpc_client_call(c, fn, req, sizeof(req), out, sizeof(out), &len, &code, 5000000);
+        if (r == 0 && code == 0 && len == sizeof(req) && memcmp(out, req, len) == 0)
+            w->ok++;
+        else if (r == 0 && code == SRPC_E_FORBIDDEN)
+            w->forbidden++;
+    }
+    srpc_client_stats_t st;
+    srpc_client_stats(c, &st);
+    if (st.bad_auth)
+        w->ok = -1;
+    srpc_client_destroy(c);
+    return NULL;
+}
+
+static void test_threads(void)
+{
+    srpc_server_config_t cfg;
+    srpc_server_config_init(&cfg);
+    cfg.host = "127.0.0.1";
+    cfg.port = 0;
+    cfg.wait_mode = SRPC_WAIT_BLOCK;
+    CHECK(srpc_server_create(&cfg, &srv) == 0, "server");
+    add(F_ECHO);
+    add(F_OTHER);
+    CHECK(srpc_server_set_keys(srv, table(1)) == 0 && srpc_server_start(srv) == 0, "started with keys");
+    const int port = srpc_server_port(srv);
+    worker_stop = 0;
+    pthread_t wt, ct[3];
+    pthread_create(&wt, NULL, worker, srv);
+    caller_t w[3] = {{port, 1, K1, 0, 0}, {port, 1, K1, 0, 0}, {port, 2, K2, 0, 0}};
+    for (int i = 0; i < 3; i++)
+        pthread_create(&ct[i], NULL, calls, &w[i]);
+    for (int i = 0; i < 5; i++) { /* reloads while the calls run (key 1 and 2 stay; 3 changes expiry) */
+        sleep_ms(20);
+        CHECK(srpc_server_set_keys(srv, table(1)) == 0, "reload %d", i);
+    }
+    for (int i = 0; i < 3; i++)
+        pthread_join(ct[i], NULL);
+    __atomic_store_n(&worker_stop, 1, __ATOMIC_RELEASE);
+    pthread_join(wt, NULL);
+    CHECK(w[0].ok == 300 && w[1].ok == 300, "key 1's callers: %d and %d of 300 right", w[0].ok, w[1].ok);
+    CHECK(w[2].ok == 270 && w[2].forbidden == 30, "key 2's caller: %d right, %d FORBIDDEN", w[2].ok, w[2].forbidden);
+    srpc_server_stats_t st = stats();
+    CHECK(st.auth_reloads >= 1 && st.drops[SRPC_DROP_AUTH_REPLAY] == 0 && st.drops[SRPC_DROP_AUTH_BAD_TAG] == 0 &&
+              st.drops[SRPC_DROP_AUTH_NO_ROOM] == 0,
+          "reloads %llu; no call dropped", (unsigned long long)st.auth_reloads);
+    srpc_server_destroy(srv);
+}
+
 int main(void)
 {
     if (srpc_auth_available() < 0) {
@@ -374,6 +486,7 @@ int main(void)
     test_tag();
     test_window();
     test_server();
+    test_threads();
     printf("%d passed, %d failed\n", passed, failed);
     return failed != 0;
 }

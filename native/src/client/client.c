@@ -123,10 +123,13 @@ int srpc_client_create(const srpc_client_config_t *cfg, srpc_client_t **out)
             return r; /* -EINVAL (no key), -ENOTSUP (no MAC library) */
     }
     srpc_client_t *c = calloc(1, sizeof(*c));
-    if (!c)
+    if (!c) {
+        srpc_auth_wipe(&auth, sizeof(auth));
         return -ENOMEM;
+    }
     c->cfg = *cfg;
     c->auth = auth;
+    srpc_auth_wipe(&auth, sizeof(auth));
     c->cfg.auth_secret = NULL; /* the copy in c->auth is the one used */
     snprintf(c->host, sizeof(c->host), "%s", cfg->host);
     c->cfg.host = c->host;
@@ -376,6 +379,7 @@ void srpc_client_destroy(srpc_client_t *c)
     srpc_transport_close(c->tp);
     pthread_cond_destroy(&c->cv);
     pthread_mutex_destroy(&c->lock);
+    srpc_auth_wipe(&c->auth, sizeof(c->auth)); /* the key's secret */
     free(c);
 }
 
@@ -464,6 +468,22 @@ static void fail_unsent_draining(srpc_client_t *c)
     }
 }
 
+/* Version 4: whether the datagram whose header is hb and whose *dlen bytes after it are at data
+ * ends with a trailer of our key whose tag is right; then *dlen loses the trailer. Checked
+ * before any other field or data byte is believed. */
+static int signed_by_us(const srpc_client_t *c, const uint8_t *hb, const uint8_t *data, uint32_t *dlen)
+{
+    if (*dlen < SRPC_AUTH_TRAILER_LEN)
+        return 0;
+    const uint32_t n = *dlen - SRPC_AUTH_TRAILER_LEN;
+    srpc_auth_fields_t f;
+    srpc_auth_fields(data + n, &f);
+    if (f.key_id != c->auth.key_id || !srpc_auth_check(c->auth.secret, hb, data, n, data + n))
+        return 0;
+    *dlen = n;
+    return 1;
+}
+
 /* One datagram received: total bytes, its header at hb and the rest at data; trunc: longer
  * than what is here. Hostile until checked. Lock held. */
 static void process(srpc_client_t *c, const uint8_t *hb, const uint8_t *data, uint32_t total, int trunc)
@@ -475,17 +495,10 @@ static void process(srpc_client_t *c, const uint8_t *hb, const uint8_t *data, ui
         c->st.dropped++;
         return;
     }
-    if (h.version == SRPC_VERSION_4) { /* the tag, before any other field or data byte is believed */
-        srpc_auth_fields_t f;
-        if (dlen < SRPC_AUTH_TRAILER_LEN || (srpc_auth_fields(data + dlen - SRPC_AUTH_TRAILER_LEN, &f),
-                                             f.key_id != c->auth.key_id) ||
-            !srpc_auth_check(c->auth.secret, hb, data, dlen - SRPC_AUTH_TRAILER_LEN,
-                             data + dlen - SRPC_AUTH_TRAILER_LEN)) {
-            c->st.bad_auth++;
-            c->st.dropped++;
-            return;
-        }
-        dlen -= SRPC_AUTH_TRAILER_LEN;
+    if (h.version == SRPC_VERSION_4 && !signed_by_us(c, hb, data, &dlen)) {
+        c->st.bad_auth++;
+        c->st.dropped++;
+        return;
     }
     int r = srpc_data_check(&h, hb, data, &dlen); /* version 3: before any data is read */
     if (r < 0 || srpc_seg_check(&h, dlen, &seg) < 0) {

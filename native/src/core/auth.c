@@ -97,7 +97,19 @@ uint32_t srpc_auth_now_ms(void)
     return (uint32_t)srpc_auth_now_ms64();
 }
 
-/* The tag over the n parts, then the trailer's first SRPC_AUTH_OFF_TAG bytes. */
+void srpc_auth_wipe(void *p, size_t len)
+{
+    if (so.ok) {
+        so.memzero(p, len);
+        return;
+    }
+    volatile uint8_t *v = p;
+    while (len--)
+        *v++ = 0;
+}
+
+/* The tag over the n parts, then the trailer's first SRPC_AUTH_OFF_TAG bytes. The hash state
+ * (as good as the key) is wiped after. */
 static void mac(const uint8_t *secret, const struct iovec *parts, int n, const uint8_t *head,
                 uint8_t tag[SRPC_AUTH_TAG_LEN])
 {
@@ -108,6 +120,7 @@ static void mac(const uint8_t *secret, const struct iovec *parts, int n, const u
             so.update(st, parts[i].iov_base, parts[i].iov_len);
     so.update(st, head, SRPC_AUTH_OFF_TAG);
     so.final(st, tag, SRPC_AUTH_TAG_LEN);
+    so.memzero(st, so.state_bytes);
 }
 
 int srpc_auth_sign_at(uint32_t key_id, const uint8_t *secret, uint64_t sender, uint64_t counter, uint32_t time_ms,

@@ -44,6 +44,10 @@ int srpc_auth_sign_at(uint32_t key_id, const uint8_t *secret, uint64_t sender, u
 int srpc_auth_check(const uint8_t *secret, const uint8_t *hdr, const uint8_t *data, uint32_t dlen,
                     const uint8_t trailer[SRPC_AUTH_TRAILER_LEN]);
 
+/* Zeroes len bytes at p in a way the compiler keeps (libsodium's sodium_memzero where loaded):
+ * secrets and hash states are wiped before their memory is let go. */
+void srpc_auth_wipe(void *p, size_t len);
+
 /* Random bytes from the library's generator (sender numbers). 0 or -ENOTSUP. */
 int srpc_auth_random(void *buf, size_t len);
 

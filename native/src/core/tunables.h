@@ -179,14 +179,17 @@
 #define SRPC_DEF_AUTH_SKEW_MS 30000u
 #define SRPC_MAX_AUTH_SKEW_MS 86400000u
 /* Senders one key may have at once (client objects, each with its own sender number): the
- * replay windows of one key, 56 bytes each, allocated at the key's first datagram. A sender
+ * replay windows of one key, 152 bytes each, allocated at the key's first datagram. A sender
  * silent for twice the skew gives its place to a new one (its old datagrams fail the time check
- * by then). */
+ * by then). A new sender finds a place among SRPC_AUTH_PROBE (open addressing), so a key's
+ * table refuses new senders (auth_no_room) somewhat before all its places are taken. */
 #define SRPC_DEF_AUTH_SENDERS 1024u
 #define SRPC_MAX_AUTH_SENDERS (1u << 20)
-/* Datagrams of one sender that may overtake each other and still all be taken: the window
- * behind the highest counter seen (a bitmap; older counters are dropped as replays). */
-#define SRPC_AUTH_WINDOW 256u
+/* Datagrams of one sender that may overtake each other and still all be taken: the highest
+ * counter seen and the SRPC_AUTH_WINDOW - 1 below it (a bitmap; older counters are dropped as
+ * replays). A client signs a send's datagrams (up to 64) before it sends them, and several
+ * threads may send at once, each a message of many segments: 1024 leaves room for that. */
+#define SRPC_AUTH_WINDOW 1024u
 /* Places tried in a key's table of senders (open addressing) before a new sender is refused. */
 #define SRPC_AUTH_PROBE 16u
 

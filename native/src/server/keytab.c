@@ -12,7 +12,8 @@
 #define WIN_WORDS (SRPC_AUTH_WINDOW / 64)
 _Static_assert(SRPC_AUTH_WINDOW % 64 == 0 && SRPC_AUTH_WINDOW >= 64, "the window is whole 64-bit words");
 
-/* One sender's window: bit i of bits is counter top - i (i < SRPC_AUTH_WINDOW), set when taken. */
+/* One sender's window: bit i of bits is counter top - i (i < SRPC_AUTH_WINDOW), set when taken.
+ * 24 + SRPC_AUTH_WINDOW / 8 bytes. */
 struct srpc_sender_win {
     uint64_t sender; /* 0: a free place */
     uint64_t top;
@@ -38,6 +39,7 @@ int srpc_keytab_create(uint32_t max_senders, uint32_t skew_ms, srpc_keytab_t **o
         return -ENOMEM;
     t->max_senders = max_senders;
     t->skew_ms = skew_ms;
+    t->forget_ms = 2ull * skew_ms;
     *out = t;
     return 0;
 }
@@ -46,7 +48,7 @@ static void key_free(srpc_key_t *k)
 {
     free(k->funcs);
     free(k->win);
-    memset(k->secret, 0, sizeof(k->secret)); /* not left in freed memory (best effort) */
+    srpc_auth_wipe(k->secret, sizeof(k->secret)); /* not left in freed memory */
 }
 
 void srpc_keytab_destroy(srpc_keytab_t *t)
@@ -99,6 +101,7 @@ int srpc_keytab_add(srpc_keytab_t *t, uint32_t key_id, const uint8_t *secret, si
         k.nfuncs = nfuncs;
     }
     t->keys[t->n++] = k;
+    srpc_auth_wipe(k.secret, sizeof(k.secret));
     return 0;
 }
 
@@ -200,7 +203,7 @@ int srpc_keytab_commit(srpc_keytab_t *t, srpc_key_t *key, const srpc_auth_fields
         if (!key->win)
             return SRPC_DROP_AUTH_NO_ROOM;
     }
-    const uint64_t forget = 2ull * t->skew_ms; /* a window silent this long is free (keytab.h) */
+    const int64_t forget = (int64_t)t->forget_ms; /* a window silent this long is free (keytab.h) */
     const uint32_t mask = t->max_senders - 1;
     const uint32_t home = (uint32_t)srpc_mix64(f->sender) & mask;
     srpc_sender_win_t *room = NULL;
@@ -219,7 +222,9 @@ int srpc_keytab_commit(srpc_keytab_t *t, srpc_key_t *key, const srpc_auth_fields
                 room = w;
             break;
         }
-        if (!room && now_ms - w->seen_ms > forget)
+        /* Signed: after the clock steps back, now - seen is negative and the window is kept (the
+         * datagrams it took may pass the time check again until the clock is past them). */
+        if (!room && (int64_t)(now_ms - w->seen_ms) > forget)
             room = w;
     }
     if (!room)
@@ -244,7 +249,9 @@ int srpc_key_allows(const srpc_key_t *key, uint16_t func_id)
 
 void srpc_keytab_adopt(srpc_keytab_t *next, srpc_keytab_t *old, uint64_t now_ms)
 {
-    const uint64_t keep = 2ull * (old->skew_ms > next->skew_ms ? old->skew_ms : next->skew_ms);
+    if (old->forget_ms > next->forget_ms)
+        next->forget_ms = old->forget_ms;
+    const int64_t keep = (int64_t)next->forget_ms;
     const uint32_t n0 = next->n;
     int added = 0;
     for (uint32_t i = 0; i < old->n; i++) {
@@ -258,8 +265,8 @@ void srpc_keytab_adopt(srpc_keytab_t *next, srpc_keytab_t *old, uint64_t now_ms)
             o->win = NULL;
             continue;
         }
-        if (k || now_ms - o->last_ms > keep || next->max_senders != old->max_senders || grow(next) < 0)
-            continue; /* nothing to keep, or no room to keep it: its windows go with old */
+        if (k || (int64_t)(now_ms - o->last_ms) > keep || next->max_senders != old->max_senders || grow(next) < 0)
+            continue; /* nothing to keep, or no memory to keep it: its windows go with old */
         srpc_key_t *r = &next->keys[next->n++];
         *r = (srpc_key_t){.id = o->id, .removed = 1, .win = o->win, .last_ms = o->last_ms};
         o->win = NULL;

@@ -24,6 +24,9 @@ struct srpc_keytab {
     srpc_key_t *keys; /* sorted by id once sealed */
     uint32_t n, cap;
     uint32_t max_senders, skew_ms;
+    uint64_t forget_ms; /* a window silent this long may be reused: twice the largest skew of this
+                           table and of every table it took windows from (a datagram taken under a
+                           larger skew is checked against it), so it never shrinks at a reload */
 };
 
 /* Sorts t by id: -EEXIST when an id is there twice. The thread that built it. */
@@ -44,7 +47,8 @@ int srpc_keytab_commit(srpc_keytab_t *t, srpc_key_t *key, const srpc_auth_fields
 /* 1 when key may call func_id, else 0. */
 int srpc_key_allows(const srpc_key_t *key, uint16_t func_id);
 
-/* Moves the replay windows of old's keys into next: to the key of the same id, or for a key that
+/* Moves the replay windows of old's keys into next (both with the same max_senders:
+ * srpc_server_set_keys refuses another): to the key of the same id, or for a key that
  * next lacks and that took a datagram within twice the skew, to a removed entry of next (which
  * then no datagram can use). old keeps no windows after. Allocates only for removed entries (none
  * kept where that fails). rx. */

@@ -10,6 +10,7 @@
 #include <sys/mman.h>
 
 #include "core/tunables.h"
+#include "core/wire.h"
 
 /* ---------------------------------------------------------------- sending */
 
@@ -50,7 +51,7 @@ void srpc_reply_flush(srpc_server_t *srv, srpc_reply_batch_t *b)
             continue;
         }
         ST_ADD(srv, tx_datagrams, (uint64_t)m->result);
-        ST_ADD(srv, tx_bytes, m->len + (uint64_t)m->result * SRPC_HDR_LEN);
+        ST_ADD(srv, tx_bytes, m->len + (uint64_t)m->result * (SRPC_HDR_LEN + srpc_tail_len(m->hdr.version)));
         const int code = m->hdr.aux;
         if (m->hdr.type == SRPC_ERROR && code < SRPC_E_MAX) {
             ST_ADD(srv, errors[code], 1);

@@ -189,8 +189,8 @@ int srpc_server_set_keys(srpc_server_t *srv, srpc_keytab_t *t)
 {
     if (!t)
         return -EINVAL;
-    int r = !srv ? -EINVAL : srv->started && !srv->auth_on ? -EINVAL : srv->cfg.dpdk_dev ? -ENOTSUP
-                                                            : srpc_keytab_seal(t);
+    int r = !srv ? -EINVAL : srv->started && !srv->auth_on ? -EINVAL
+            : srv->auth_on && t->max_senders != srv->auth_max_senders ? -EINVAL : srpc_keytab_seal(t);
     if (r == 0 && !srv->started && !srv->auth_on) {
         r = srpc_auth_random(&srv->auth_sender, sizeof(srv->auth_sender));
         srv->auth_sender |= 1; /* nonzero */
@@ -202,12 +202,14 @@ int srpc_server_set_keys(srpc_server_t *srv, srpc_keytab_t *t)
     if (!srv->auth_on) { /* the first table, before start: in use at once */
         srpc_keytab_destroy(srv->keys);
         srv->keys = t;
+        srv->auth_max_senders = t->max_senders;
         srv->auth_on = 1;
         return 0;
     }
     /* The engine takes it in at its next receive (engine.c keys_reload); a table handed in
-     * before and not yet taken is replaced. */
-    srpc_keytab_destroy(atomic_exchange_explicit(&srv->keys_next, t, memory_order_release));
+     * before and not yet taken is replaced (acquire: another thread's table, released by its
+     * exchange, is freed here). */
+    srpc_keytab_destroy(atomic_exchange_explicit(&srv->keys_next, t, memory_order_acq_rel));
     return 0;
 }
 

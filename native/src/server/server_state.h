@@ -237,6 +237,7 @@ struct srpc_server {
      * swaps it in or out: whoever takes it out of keys_next owns it); the server's own sender
      * number and counter for the replies it signs. */
     int auth_on;
+    uint32_t auth_max_senders;       /* the first table's: a reload may not change it (windows stay) */
     struct srpc_keytab *keys;
     struct srpc_keytab *_Atomic keys_next;
     uint64_t auth_sender;
