@@ -1,4 +1,4 @@
-"""The libFuzzer harnesses over the server's datagram path (native/fuzz/fuzz_datagrams.c) and the client's reply path (native/fuzz/fuzz_replies.c), built with clang under ASan+UBSan and run for a bounded number of inputs from the seed corpus in tests/fuzz_corpus; skips, saying why, without clang's libFuzzer."""
+"""The libFuzzer harnesses over the server's datagram path (native/fuzz/fuzz_datagrams.c), the same with authentication on (native/fuzz/fuzz_auth.c) and the client's reply path (native/fuzz/fuzz_replies.c), built with clang under ASan+UBSan and run for a bounded number of inputs from the seed corpus in tests/fuzz_corpus; skips, saying why, without clang's libFuzzer."""
 import pathlib
 import shutil
 import subprocess
@@ -27,7 +27,7 @@ def _clang() -> str | None:
 
 @pytest.fixture(scope="module")
 def fuzz_build(tmp_path_factory):
-    """Both harnesses, built once with clang under ASan+UBSan."""
+    """The harnesses, built once with clang under ASan+UBSan."""
     cc = _clang()
     if cc is None:
         pytest.skip("no clang with libFuzzer (apt-get install clang-14 libclang-rt-14-dev, as .ci/run does)")
@@ -38,7 +38,8 @@ def fuzz_build(tmp_path_factory):
                           "-DSPLITRPC_FUZZ=ON", "-DSPLITRPC_PYTHON=OFF", "-DSPLITRPC_CUDA=OFF", "-DSPLITRPC_DPDK=OFF"],
                          capture_output=True, text=True)
     assert cfg.returncode == 0, cfg.stdout[-3000:] + cfg.stderr[-3000:]
-    bld = subprocess.run([cmake, "--build", str(build), "-j", "2", "--target", "fuzz_datagrams", "fuzz_replies"],
+    bld = subprocess.run([cmake, "--build", str(build), "-j", "2", "--target", "fuzz_datagrams", "fuzz_replies",
+                          "fuzz_auth"],
                          capture_output=True, text=True)
     assert bld.returncode == 0, bld.stdout[-3000:] + bld.stderr[-3000:]
     return build
@@ -104,3 +105,46 @@ def test_fuzz_client_reply_path(fuzz_build, tmp_path):
     for name, body in seeds.items():
         (corpus / name).write_bytes(body)
     _fuzz(fuzz_build / "fuzz_replies", corpus, tmp_path, 70000)
+
+
+def _signed(op: int, key: int, sender: int, counter: int, func: int, req: int, data: bytes, seq: int = 0,
+            nseg: int = 1, msg_len: int | None = None) -> bytes:
+    """A record of fuzz_auth.c that the harness signs (op | 2): key selector, sender, counter, then
+    a version 4 header and data (docs/PROTOCOL-v4.md)."""
+    import wire_ref as ref
+
+    h = ref.encode(0, func, req, seq, nseg, len(data) if msg_len is None else msg_len, version=4)
+    return _record(op | 2, bytes([key, sender]) + counter.to_bytes(2, "big") + h + data)
+
+
+def test_fuzz_datagram_path_with_authentication_on(fuzz_build, tmp_path):
+    """Seeds: signed calls of each key (served, FORBIDDEN, expired, unknown), replays, a stale and a
+    forged tag, a signed multi-segment message in and out of order with a replayed segment,
+    unsigned and raw datagrams, reloads between datagrams."""
+    from splitrpc._native import auth as _auth
+
+    if not _auth.available():
+        pytest.skip("libsodium's shared library is not installed (apt-get install libsodium23, as .ci/run does)")
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    big = bytes(i & 0xFF for i in range(5000))
+    segs = [_signed(0, 0, 9, 10 + i, 5, 40, big[i * 1200:(i + 1) * 1200], i, 5, 5000) for i in range(5)]
+    seeds = {
+        "served": _signed(4, 0, 1, 1, 1, 1, b"hello") + _signed(4, 1, 2, 1, 1, 2, b"narrow echo"),
+        "forbidden_and_expired": _signed(4, 1, 2, 2, 2, 3, b"x") + _signed(4, 2, 3, 1, 1, 4, b"y")
+        + _signed(4, 1, 2, 3, 0x4242, 5, b"z"),
+        "unknown_stale_forged": _signed(4, 3, 4, 1, 1, 6, b"a") + _signed(4, 4, 5, 1, 1, 7, b"b")
+        + _signed(4, 8, 6, 1, 1, 8, b"c"),
+        "replays": _signed(0, 0, 7, 5, 1, 9, b"once") + _signed(4, 0, 7, 5, 1, 9, b"once")
+        + _signed(4, 0, 7, 6, 1, 9, b"once") + _signed(4, 0, 7, 1, 1, 10, b"old"),
+        "segments_in_order": b"".join(segs) + _record(4, b""),
+        "segments_reversed_with_replay": b"".join(reversed(segs)) + segs[2] + _record(4, b""),
+        "unsigned_and_raw": _record(4, bytes([0xA5, 0x20]) + bytes(30)) + _record(0, bytes(70))
+        + _record(1, bytes([0xA5, 0x40]) + bytes(80)),
+        "reload_between": _signed(4, 1, 8, 1, 1, 11, b"before") + _record(32, b"")
+        + _signed(4, 1, 8, 2, 1, 12, b"after") + _record(32 | 4, b"") + _signed(4, 1, 8, 3, 1, 13, b"back"),
+        "ping": _signed(4, 1, 9, 1, 0xFFFF, 14, b"SRPC-PING"),
+    }
+    for name, body in seeds.items():
+        (corpus / name).write_bytes(body)
+    _fuzz(fuzz_build / "fuzz_auth", corpus, tmp_path, 20000)
