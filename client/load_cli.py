@@ -93,6 +93,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
                    help="wire protocol version: 2 checks every header (docs/PROTOCOL-v2.md), 3 also every "
                         "datagram's data (docs/PROTOCOL-v3.md), 1 is PROTOCOL.md's "
                         f"(default: {CLIENT_DEFAULTS['protocol']})")
+    p.add_argument("--key", metavar="FILE", help="a key file (splitrpc keys new --client-out FILE), or FILE:ID for one key of a table: authenticated calls (docs/security.md)""; the calls are then protocol 4")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--out", default="splitrpc-load", help="directory for report.json, runs.csv and PNGs")
     p.add_argument("--label", default="splitrpc")
@@ -114,7 +115,7 @@ def _described(a):
         raise LoadError("--func names the function and builds its requests: not with --func-id, --requests or "
                         "--request-file")
     try:
-        with Client(a.host, a.port, timeout=max(a.timeout_ms / 1e3, 1.0)) as c:
+        with Client(a.host, a.port, timeout=max(a.timeout_ms / 1e3, 1.0), key=a.key) as c:
             desc = c.describe()
             info = desc.by_name(a.func_name)
     except (SplitRPCError, NotDescribed) as e:
@@ -298,7 +299,7 @@ def _load(a) -> int:
                  "target": {"host": None, "port": None, "service": svc.name if svc else None, "func_id": func_id,
                             "request_bytes": len(req) if rs is None else _mean_request_bytes(rs),
                             "checks_replies": (exp if rs is None else rs.expects) is not None,
-                            "protocol": CLIENT_DEFAULTS["protocol"] if a.protocol is None else a.protocol,
+                            "protocol": 4 if a.key else CLIENT_DEFAULTS["protocol"] if a.protocol is None else a.protocol,
                             "retries": a.retries},
                  "mode": a.mode, "arrival": a.arrival if a.mode != "closed" else None}
     if rs is not None:
@@ -318,7 +319,7 @@ def _load(a) -> int:
         "transport": "dpdk", "dpdk_port": a.dpdk_port, "dpdk_args": a.dpdk_args.split(), "local_ip": a.local_ip,
         "server_mac": a.server_mac}
     with Client(a.host, a.port, timeout=a.timeout_ms / 1e3, busy_poll=a.busy_poll, protocol=a.protocol, retries=a.retries,
-                **dpdk_kw) as c:
+                key=a.key, **dpdk_kw) as c:
         doc["target"].update(host=c.host, port=c.port)  # where the client sends (the defaults' if not given)
         _probe(c, a, func_id, req if rs is None else rs.requests[0])
         job = Job(a, c, func_id, req, exp, rs)

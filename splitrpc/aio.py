@@ -223,7 +223,7 @@ class Pool(_pool.Pool):
         return _pool.Replica((host, port),
                              Client(host, port, self.timeout, busy_retry=False,  # type: ignore[arg-type]
                                     **self._client_kw),
-                             _BlockingClient(host, port, self.probe_timeout, retries=0))
+                             _BlockingClient(host, port, self.probe_timeout, retries=0, key=self._client_kw.get("key")))
 
     async def call(self, func_id: int, data: Any = b"", timeout: float | None = None, *,  # type: ignore[override]
                    idempotent: bool = False, aux: int = 0) -> bytes:

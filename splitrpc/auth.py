@@ -89,6 +89,8 @@ class Key:
         if unknown:
             raise KeyFileError(f"{where}: unknown fields {sorted(unknown)}")
         kid, sec = d.get("id"), d.get("secret")
+        if not isinstance(kid, int) or isinstance(kid, bool):
+            raise KeyFileError(f"{where}: a key id is a number from 1 to {MAX_KEY_ID}, got {kid!r}")
         if not isinstance(sec, str):
             raise KeyFileError(f"{where}: secret must be {SECRET_LEN * 2} hexadecimal digits")
         try:
@@ -199,7 +201,7 @@ class KeyTable:
         _write_private(path, self.to_dict())
 
 
-def native_table(table: KeyTable, function_ids: Mapping[str, int]):
+def native_table(table: KeyTable, function_ids: Mapping[str, int]) -> Any:
     """The C key table of table, each key's function names made ids by function_ids (name -> id;
     ids given as numbers pass as they are). Raises KeyFileError for a name the server lacks."""
     rows = []

@@ -30,6 +30,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Generator, Iterable, cast
 
+from splitrpc import auth as auth_
 from splitrpc._native.client import CLIENT_DEFAULTS
 from splitrpc.client import Client, split_address
 from splitrpc.errors import Busy, CallTimeout, Draining, SplitRPCError, Unavailable, UnknownFunction
@@ -115,7 +116,8 @@ class Pool:
     taken out by a DRAINING answer stays out). replicas may be a function returning addresses (see
     resolve()), called again every refresh_interval seconds (an empty answer is allowed: calls then
     raise NoReplica; a failing one keeps the replicas as they were). Other keywords go to each
-    replica's Client (busy_retry is off: a BUSY goes to another replica instead)."""
+    replica's Client (busy_retry is off: a BUSY goes to another replica instead); key= (authenticated
+    calls, docs/security.md) to its pings as well."""
 
     def __init__(self, replicas: Addresses | Callable[[], Addresses | None], *, choice: str = "p2c",
                  timeout: float = 1.0, attempt_timeout: float | None = None,
@@ -131,6 +133,8 @@ class Pool:
         self.busy_penalty, self.busy_weight, self.probe_timeout = busy_penalty, busy_weight, probe_timeout
         self._rng = random.Random(seed)
         self._lock = threading.Lock()
+        if client_kw.get("key") is not None:  # authenticated calls: read once, for every replica's clients
+            client_kw["key"] = auth_.load_key(client_kw["key"])
         self._client_kw = client_kw
         # replaced whole (under _lock) when the replicas change, never changed in place: a thread
         # iterating an older list sees a consistent one
@@ -165,7 +169,7 @@ class Pool:
     def _replica(self, address: tuple[str, int]) -> Replica:
         host, port = address
         return Replica((host, port), Client(host, port, self.timeout, busy_retry=False, **self._client_kw),
-                       Client(host, port, self.probe_timeout, retries=0))
+                       Client(host, port, self.probe_timeout, retries=0, key=self._client_kw.get("key")))
 
     def _refresh(self) -> None:
         """Reads the source: replicas that left stop being chosen, new ones are added."""

@@ -26,7 +26,8 @@ from splitrpc.cost import CostTable
 from splitrpc.executor import ThreadPool
 from splitrpc._native import auth as _auth
 from splitrpc._native import server as _server
-from splitrpc.errors import BadRequest, GPUError, GPUUnavailable, SplitRPCError
+from splitrpc._native.wire import PROTOCOLS
+from splitrpc.errors import BadRequest, GPUError, GPUUnavailable, KeyFileError, SplitRPCError
 from splitrpc.spec import TensorSpec
 
 log = logging.getLogger("splitrpc.server")
@@ -130,7 +131,7 @@ class Server:
     unanswered and counted in drops["auth_*"]), each key allowed only its functions (others:
     ``Forbidden``), and every reply signed with the caller's key. ``reload_keys()`` replaces the
     table while serving (``splitrpc serve --keys FILE`` on SIGHUP). Needs libsodium
-    (AuthUnavailable without it); kernel UDP only for now.
+    (AuthUnavailable without it).
 
     reuse_port=True lets several server processes bind the same host:port (SO_REUSEPORT): the
     kernel hands each client address to one of them, so every segment of a message reaches the
@@ -207,8 +208,6 @@ class Server:
             dpdk.init(dpdk_args)  # once per process; raises DPDKError / DPDKUnavailable
         self._keys: auth_.KeyTable | None = None
         if keys is not None:
-            if transport == "dpdk":
-                raise ValueError("keys: authenticated calls are built for kernel UDP only so far")
             _auth.require()
             self._keys = keys if isinstance(keys, auth_.KeyTable) else auth_.KeyTable.load(keys)
         allow_text = None
@@ -585,7 +584,7 @@ class Server:
         from splitrpc import __version__
 
         infos = [f.info for f in self._funcs.values() if not f.server_function]
-        protocols = (_auth.VERSION,) if self._keys is not None else describe_.PROTOCOLS  # with keys: version 4 alone
+        protocols = (_auth.VERSION,) if self._keys is not None else PROTOCOLS  # with keys: version 4 alone
         doc = describe_.encode_description(infos, max_message=self.max_message, software=f"splitrpc {__version__}",
                                            protocols=protocols)
         if len(doc) > min(describe_.MAX_REPLY, self.max_message):
@@ -661,6 +660,9 @@ class Server:
                 raise SplitRPCError("the key table was given in Python: pass the new one")
             keys = self._keys.source
         table = keys if isinstance(keys, auth_.KeyTable) else auth_.KeyTable.load(keys)
+        if table.max_senders != self._keys.max_senders and self._state != "created":
+            raise KeyFileError(f"{table.source or 'the new key table'}: max_senders cannot change while serving "
+                                     f"({self._keys.max_senders} -> {table.max_senders}): the replay windows stay")
         with self._lock:
             if self._state == "created":
                 self._keys = table

@@ -192,21 +192,21 @@ def test_a_captured_datagram_sent_again_is_dropped_while_retransmissions_get_the
 
 
 def test_a_replay_behind_the_window_is_dropped(served, keys):
-    """300 datagrams later the first counter is behind the 256-counter window: dropped."""
+    """1,100 datagrams later the first counter is behind the 1024-counter window: dropped."""
     srv, runs = served
     k1 = keys["all"]
     s = raw_socket(srv.port)
     first = v4_request(ECHO, 700, b"w", k1, sender=0x77, counter=1)
     s.send(first)
     s.recv(65535)
-    for i in range(2, 302):
+    for i in range(2, 1102):
         s.send(v4_request(ECHO, 700 + i, b"w", k1, sender=0x77, counter=i))
         s.recv(65535)
     before = srv.stats()["drops"]["auth_replay"]
     s.send(first)
     assert quiet(s)
     assert settled(srv, lambda st: st["drops"]["auth_replay"] > before)["drops"]["auth_replay"] == before + 1
-    assert runs["echo"] == 301
+    assert runs["echo"] == 1101
 
 
 def test_forbidden_reveals_nothing_and_is_signed(served, keys):
@@ -402,3 +402,117 @@ def test_secrets_never_appear_in_describe_stats_or_metrics(served, make_client, 
     text = json.dumps(srv.stats(), default=str) + desc + prom + repr(srv)
     for k in keys.values():
         assert k.secret.hex() not in text and k.secret.hex().upper() not in text
+
+
+# ------------------------------------------------------------------ everywhere the wire goes: Pool, aio, CLI, check
+
+
+def test_pool_and_aio_clients_with_a_key(served, keys):
+    """A Pool over two replicas (its pings signed too: no replica is taken out) and an asyncio
+    client, both with the key."""
+    import asyncio
+
+    srv, runs = served
+    with splitrpc.Pool([("127.0.0.1", srv.port), ("127.0.0.1", srv.port)], key=keys["all"], timeout=2.0) as pool:
+        for i in range(20):
+            assert pool.call(ECHO, bytes([i]) * 10) == bytes([i]) * 10
+        time.sleep(0.2)  # a few probe rounds
+        assert all(r.alive for r in pool.replicas) if hasattr(pool.replicas[0], "alive") else True
+        assert pool.totals["ok"] == 20 and pool.totals["silent"] == 0
+
+    from splitrpc import aio
+
+    async def run():
+        async with aio.Client("127.0.0.1", srv.port, key=keys["echo_only"]) as c:
+            assert await c.call(ECHO, b"async") == b"async"
+            with pytest.raises(splitrpc.Forbidden):
+                await c.call(OTHER, b"no")
+    asyncio.run(run())
+    st = srv.stats()
+    assert st["drops"]["auth_missing"] == 0 and st["auth"]["forbidden"] == 1
+
+
+def test_cli_keys_serve_with_reload_on_sighup_call_and_load(run_env, tmp_path):
+    """splitrpc keys new/list/remove (never printing a secret), serve --keys, call --key, load
+    --key; remove a key and SIGHUP: its calls are no longer answered, the other key's still are."""
+    import signal
+    import subprocess
+
+    from conftest import free_udp_port, splitrpc_cmd
+
+    table, c1, c2 = tmp_path / "keys.json", tmp_path / "c1.json", tmp_path / "c2.json"
+    run = lambda *a: subprocess.run(splitrpc_cmd(*a), capture_output=True, text=True, timeout=120, **run_env)  # noqa: E731
+    p = run("keys", "new", str(table), "--client-out", str(c1))
+    assert p.returncode == 0 and "key 1: all functions; never expires" in p.stdout, p.stdout + p.stderr
+    p = run("keys", "new", str(table), "--id", "5", "--functions", "vecadd,echo", "--days", "30", "--client-out", str(c2))
+    assert p.returncode == 0 and "key 5: vecadd, echo; expires" in p.stdout, p.stdout + p.stderr
+    assert run("keys", "new", str(table), "--id", "5", "--client-out", str(tmp_path / "x.json")).returncode == 2
+    listed = run("keys", "list", str(table)).stdout
+    secrets_ = [json.loads(c1.read_text())["secret"], json.loads(c2.read_text())["secret"]]
+    assert "key 1" in listed and "key 5" in listed and not any(s in listed + p.stdout for s in secrets_)
+    assert (table.stat().st_mode & 0o777) == 0o600 and (c1.stat().st_mode & 0o777) == 0o600
+    port = free_udp_port()
+    proc = subprocess.Popen(splitrpc_cmd("serve", "--port", str(port), "--wait", "block", "--keys", str(table)),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **run_env)
+    try:
+        call = lambda key, fn="vecadd": run("call", fn, "--port", str(port), "--timeout", "1", "--key", str(key))  # noqa: E731
+        end = time.monotonic() + 15
+        while (r := call(c1)).returncode != 0 and time.monotonic() < end and proc.poll() is None:
+            time.sleep(0.2)
+        assert r.returncode == 0 and "reply matches the expected output: True" in r.stdout, r.stdout + r.stderr
+        assert call(c2).returncode == 0
+        m = call(c2, "matmul")
+        assert m.returncode == 1 and "FORBIDDEN" in m.stderr
+        unsigned = run("call", "vecadd", "--port", str(port), "--timeout", "0.5")
+        assert unsigned.returncode != 0
+        d = run("describe", f"127.0.0.1:{port}", "--key", str(c1), "--json")
+        assert d.returncode == 0 and json.loads(d.stdout)["protocols"] == [4]
+        out = tmp_path / "load"
+        ld = run("load", "--port", str(port), "--key", str(c2), "--service", "vecadd", "--mode", "closed",
+                 "--concurrency", "2", "--calls", "300", "--out", str(out), "--no-plots", "--quiet")
+        assert ld.returncode == 0, ld.stdout + ld.stderr
+        rep = json.loads((out / "report.json").read_text())
+        assert rep["target"]["protocol"] == 4 and rep["runs"][0]["errors"] == 0
+        assert run("keys", "remove", str(table), "--id", "5").returncode == 0
+        proc.send_signal(signal.SIGHUP)
+        end = time.monotonic() + 10
+        while call(c2).returncode == 0 and time.monotonic() < end:
+            time.sleep(0.2)
+        assert call(c2).returncode != 0 and call(c1).returncode == 0
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out_, err_ = proc.communicate(timeout=20)
+    assert "keys: 1 reloaded from" in out_, out_
+    assert not any(s in out_ + err_ for s in secrets_)
+
+
+def test_check_section_auth(tmp_path):
+    """`splitrpc check --only auth`: passed, with the five hostile kinds counted."""
+    from splitrpc.check import auth as check_auth
+    from splitrpc.check.section import Context
+
+    r = check_auth.run_auth(Context())
+    assert r.facts["drops"] == {"auth_bad_tag": 2, "auth_replay": 1, "auth_unknown_key": 1, "auth_missing": 1}
+
+
+def test_protocol_ab_compares_each_version_with_the_first():
+    """bench/suites/protocol_ab.py --versions 2,3,4: per cell, each version's medians and its
+    ratio over version 2's, on made-up runs whose ratios are known."""
+    from splitrpc.bench.suites import protocol_ab
+
+    runs = []
+    for r in range(6):
+        for proto, p50, rps in ((2, 10.0, 1000.0), (3, 11.0, 950.0), (4, 15.0 + r % 2, 700.0)):
+            runs.append({"round": r, "service": "vecadd", "concurrency": 1, "protocol": proto, "p50_us": p50 + r * 0.01,
+                         "p99_us": 2 * p50, "rps": rps})
+    cells = protocol_ab.cells(runs, [2, 3, 4])
+    c = cells[0]
+    assert "p50_ratio" not in c["2"] and abs(c["3"]["p50_ratio"]["ratio"] - 1.1) < 0.01
+    assert 1.45 < c["4"]["p50_ratio"]["ratio"] < 1.6 and c["4"]["p50_ratio"]["lo"] > 1.4
+    assert abs(c["4"]["rps_ratio"]["ratio"] - 0.7) < 1e-9
+    doc = {"versions": [2, 3, 4], "machine": "m", "started": "t", "command": "c", "rounds": 6, "calls": 10,
+           "cells": cells, "a": 2, "b": 3}
+    md = protocol_ab.report(doc)
+    assert md.count("| vecadd | 1 |") == 3 and "v4 (authenticated: BLAKE2b MAC)" in md
+    with pytest.raises(Exception, match="each once"):
+        protocol_ab._versions(type("A", (), {"versions": "2,2", "a": 2, "b": 3})())

@@ -138,3 +138,33 @@ def test_grpc_health_metadata_infer_and_errors(stack):
         c.infer("nosuch", [inp])
     assert "NOT_FOUND" in str(e.value.status())
     assert _calls(srv, "vecadd") == before
+
+
+def test_gateway_with_a_key_in_front_of_a_server_with_keys(tmp_path):
+    """A server that takes only authenticated calls: the gateway started with --key describes it
+    and infers through it; the server saw only signed datagrams (none dropped)."""
+    import splitrpc
+    from splitrpc import auth
+
+    if not auth._auth.available():
+        pytest.skip("libsodium's shared library is not installed")
+    k = auth.Key.generate(7)
+    auth.save_client_key(k, tmp_path / "gw.json")
+    srv = splitrpc.Server("127.0.0.1", 0, wait="block", keys=auth.KeyTable([k]))
+    register_builtin_services(srv)
+    srv.start()
+    http_port = free_port(socket.SOCK_STREAM)
+    gw = Proc([sys.executable, "-m", "splitrpc", "gateway", "--replicas", f"127.0.0.1:{srv.port}",
+               "--http-port", str(http_port), "--grpc-port", "-1", "--key", str(tmp_path / "gw.json")])
+    try:
+        assert "vecadd" in gw.wait_line("splitrpc gateway:", 60.0)
+        c = thttp.InferenceServerClient(f"127.0.0.1:{http_port}")
+        x = np.arange(256, dtype=np.float32)
+        inp = thttp.InferInput("x", [256], "FP32")
+        inp.set_data_from_numpy(x)
+        assert np.array_equal(c.infer("vecadd", [inp]).as_numpy("y"), x + 1)
+        st = srv.stats()
+        assert st["auth"]["ok"] >= 2 and not any(v for n, v in st["drops"].items() if n.startswith("auth_"))
+    finally:
+        gw.stop()
+        srv.close()

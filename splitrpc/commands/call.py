@@ -29,6 +29,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser],
     c.add_argument("--text", help="request bytes: this UTF-8 text")
     c.add_argument("--output", help="write the reply bytes to this file")
     c.add_argument("--timeout", type=float, default=2.0, help="seconds (default: %(default)s)")
+    c.add_argument("--key", metavar="FILE", help="a key file (splitrpc keys new --client-out FILE), or FILE:ID for one key of a table: authenticated calls (docs/security.md)")
     c.add_argument("--seed", type=int, default=0, help="seed of the example input")
     c.add_argument("--small", action="store_true", help="a model's reply is checked against its small configuration")
     c.set_defaults(func=cmd_call)
@@ -37,7 +38,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser],
 
 def timed_call(a: argparse.Namespace, func_id: int, data: bytes) -> tuple[bytes, float] | tuple[None, None]:
     """One call to --host/--port: (reply, microseconds), or (None, None) after printing the error."""
-    with Client(a.host, a.port, timeout=a.timeout) as c:
+    with Client(a.host, a.port, timeout=a.timeout, key=a.key) as c:
         t0 = time.perf_counter()
         try:
             reply = c.call(func_id, data)
@@ -132,7 +133,7 @@ def _call_described(a: argparse.Namespace, user: bytes | None) -> int:
     from splitrpc.describe import NotDescribed
 
     try:
-        with Client(a.host, a.port, timeout=a.timeout) as c:
+        with Client(a.host, a.port, timeout=a.timeout, key=a.key) as c:
             d = c.describe()
     except (SplitRPCError, NotDescribed) as e:
         known = ", ".join(n for cap in a.capabilities for n in cap.callee_names())

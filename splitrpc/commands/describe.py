@@ -23,6 +23,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser],
     ds.add_argument("--port", type=int, help=f"the server's UDP port (default: {CLIENT_DEFAULTS['port']})")
     ds.add_argument("--timeout", type=float, default=2.0, help="seconds (default: %(default)s)")
     ds.add_argument("--json", action="store_true", help="the description as JSON")
+    ds.add_argument("--key", metavar="FILE", help="a key file (splitrpc keys new --client-out FILE), or FILE:ID for one key of a table: authenticated calls (docs/security.md)")
     ds.set_defaults(func=cmd_describe)
     return ds
 
@@ -35,7 +36,7 @@ def cmd_describe(a: argparse.Namespace) -> int:
         print(f"splitrpc describe: {a.address!r} is not HOST:PORT", file=sys.stderr)
         return 2
     try:
-        with Client(host, port if port is not None else a.port, timeout=a.timeout) as c:
+        with Client(host, port if port is not None else a.port, timeout=a.timeout, key=a.key) as c:
             d = c.describe()
     except (SplitRPCError, describe_.NotDescribed) as e:
         print(f"splitrpc describe: {type(e).__name__}: {e}", file=sys.stderr)

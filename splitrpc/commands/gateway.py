@@ -23,12 +23,14 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser],
     g.add_argument("--http-port", type=int, default=8000, help="HTTP/REST port (default: %(default)s; /metrics too)")
     g.add_argument("--grpc-port", type=int, default=8001, help="gRPC port (default: %(default)s; -1: none)")
     g.add_argument("--timeout", type=float, default=5.0, help="seconds a call may take (default: %(default)s)")
+    g.add_argument("--key", metavar="FILE", help="replicas with keys: the gateway's calls signed with this key "
+                                                 "(FILE or FILE:ID; docs/security.md)")
     g.set_defaults(func=cmd_gateway)
     return g
 
 
 async def serve(replicas: list[str], host: str, http_port: int, grpc_port: int, timeout: float,
-                started: asyncio.Event | None = None) -> bool:
+                started: asyncio.Event | None = None, key: str | None = None) -> bool:
     """Both faces until cancelled (or uvicorn's own signal handling stops it); False when they
     never started (no replica described itself, a port taken)."""
     import uvicorn
@@ -37,7 +39,7 @@ async def serve(replicas: list[str], host: str, http_port: int, grpc_port: int, 
     from splitrpc.gateway.grpc_service import start_server
     from splitrpc.gateway.http import make_app
 
-    gw = Gateway(replicas, timeout=timeout)
+    gw = Gateway(replicas, timeout=timeout, key=key)
     server = uvicorn.Server(uvicorn.Config(make_app(gw), host=host, port=http_port, log_level="warning",
                                            lifespan="on"))
     grpc_server = None
@@ -83,7 +85,7 @@ def cmd_gateway(a: argparse.Namespace) -> int:
         print("splitrpc gateway: --replicas names at least one HOST:PORT; --timeout is positive seconds",
               file=sys.stderr)
         return 2
-    if not asyncio.run(serve(replicas, a.host, a.http_port, a.grpc_port, a.timeout)):
+    if not asyncio.run(serve(replicas, a.host, a.http_port, a.grpc_port, a.timeout, key=a.key)):
         print(f"splitrpc gateway: did not start (no replica of {a.replicas} described itself, or a port is taken)",
               file=sys.stderr)
         return 1

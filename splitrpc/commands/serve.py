@@ -70,6 +70,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser],
                    help="start, ready, drain and stop lines as text or one JSON object per line")
     s.add_argument("--allow", metavar="NETS", help="serve only these client networks, e.g. 10.0.0.0/8,127.0.0.1 "
                                                    "(others are dropped and counted as not_allowed)")
+    s.add_argument("--keys", metavar="FILE",
+                   help="take only calls signed with a key of this table (splitrpc keys new; docs/security.md); "
+                        "SIGHUP reads it again without a restart")
     s.add_argument("--processes", type=int, default=1, metavar="N",
                    help="N server processes on one port (SO_REUSEPORT; --admin-port P: process i on P+i)")
     s.add_argument("--reuse-port", action="store_true", help="let other processes bind the same port")
@@ -105,7 +108,8 @@ def cmd_serve(a: argparse.Namespace) -> int:
         return e.code
     if a.processes != 1:
         return _serve_processes(a)
-    options = dict(host=a.host, port=a.port, wait=a.wait, sched=a.sched, segment_size=a.segment_size, allow=a.allow)
+    options = dict(host=a.host, port=a.port, wait=a.wait, sched=a.sched, segment_size=a.segment_size, allow=a.allow,
+                   keys=a.keys)
     if a.target:
         if a.models:
             print("splitrpc serve: --models serves the model zoo: not with MODULE:ATTR", file=sys.stderr)
@@ -121,7 +125,7 @@ def cmd_serve(a: argparse.Namespace) -> int:
         return rc
     try:
         srv = Server(**options, reuse_port=a.reuse_port)
-    except ValueError as e:
+    except (ValueError, SplitRPCError) as e:
         print(f"splitrpc serve: {e}", file=sys.stderr)
         return 2
     servings: list[Serving] = []
@@ -171,11 +175,21 @@ def _serve_loop(a: argparse.Namespace, srv: Server, served: str, extra: str,
             print(f"--admin-port: cannot listen on {a.admin_host}:{a.admin_port}: {e}", file=sys.stderr)
             return 2, {}
     settings = {"wait": a.wait or SERVER_DEFAULTS["wait"], "sched": a.sched or SERVER_DEFAULTS["sched"],
-                "grace_s": a.grace, "allow": a.allow, "processes": 1}
+                "grace_s": a.grace, "allow": a.allow, "processes": 1, "keys": a.keys}
     events.event("start", f"splitrpc {__version__} serving {served} on {srv.host}:{srv.port} "
                           f"(wait={settings['wait']}{extra}); Ctrl-C or SIGTERM drains, a second one stops",
                  version=__version__, host=srv.host, port=srv.port, functions=[
                      {"id": f.func_id, "name": f.name} for f in srv.functions()], settings=settings)
+
+    if a.keys:  # SIGHUP: the key table read again, in a thread (not in the handler: reload takes the server's lock)
+        def reload_keys() -> None:
+            try:
+                t = srv.reload_keys()
+                events.event("keys", f"keys: {len(t)} reloaded from {a.keys}", keys=len(t), file=a.keys)
+            except (SplitRPCError, ValueError) as e:
+                events.event("keys", f"keys: not reloaded, the table in use stays: {e}", error=str(e), file=a.keys)
+
+        signal.signal(signal.SIGHUP, lambda *_: threading.Thread(target=reload_keys, daemon=True).start())
 
     def ready() -> None:
         events.event("ready", f"ready: {len(srv.functions())} functions" +

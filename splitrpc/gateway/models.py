@@ -163,10 +163,11 @@ class Gateway:
     loop the faces run on; infer() from it."""
 
     def __init__(self, replicas: Sequence[str], *, timeout: float = 5.0, describe_timeout: float = 30.0,
-                 registry: Any = None) -> None:
+                 registry: Any = None, key: Any = None) -> None:
         from prometheus_client import CollectorRegistry, Counter, Histogram
 
         self.replicas, self.timeout, self.describe_timeout = list(replicas), timeout, describe_timeout
+        self.key = key  # replicas with keys: the gateway's calls signed with it (docs/security.md)
         self.pool: Any = None
         self.models: dict[str, Model] = {}
         self.registry = registry if registry is not None else CollectorRegistry()
@@ -183,7 +184,7 @@ class Gateway:
         (tried until describe_timeout). SplitRPCError when none does."""
         from splitrpc import aio
 
-        self.pool = aio.Pool(self.replicas, timeout=self.timeout)
+        self.pool = aio.Pool(self.replicas, timeout=self.timeout, **({"key": self.key} if self.key else {}))
         end = time.monotonic() + self.describe_timeout
         last: BaseException | None = None
         while time.monotonic() < end:
