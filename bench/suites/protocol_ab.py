@@ -1,10 +1,15 @@
-"""protocol_ab.py: what a wire protocol version costs end to end: one server, `splitrpc load` with one version and then another in alternated order each round, per service and concurrency; each version's median p50, p99 and calls/s over the rounds, and B's median p50 over A's with a bootstrap 95% interval.
+"""protocol_ab.py: what a wire protocol version costs end to end: `splitrpc load` with each version in turn, the order rotated each round, per service and concurrency; each version's median p50, p99 and calls/s over the rounds, and each one's median p50 and calls/s over the first version's with a bootstrap 95% interval.
 
     python -m splitrpc.bench.suites.protocol_ab --a 2 --b 3 --services vecadd,head --concurrency 1,16 \\
         --rounds 7 --out bench/results/protocol_v3
+    python -m splitrpc.bench.suites.protocol_ab --versions 2,3,4 --services vecadd --concurrency 1,16 \\
+        --rounds 7 --out bench/results/auth_cost
 
-Client and server share the machine (loopback, the server in poll mode, the client busy-polling),
-as in bench/results/protocol_v2.md. A difference is claimed only where the interval excludes 1.
+Version 4 (authenticated calls, docs/PROTOCOL-v4.md) goes to a second server of the same command
+line with a key table (a server with keys takes version 4 alone), its load signed with a key of it;
+the other versions share the first server. Client and server share the machine (loopback, the
+server in poll mode, the client busy-polling), as in bench/results/protocol_v2.md. A difference is
+claimed only where the interval excludes 1.
 """
 from __future__ import annotations
 
@@ -22,9 +27,11 @@ from splitrpc.machine import describe
 from splitrpc.reporting import SuiteFailed, command_of, run_as_module, run_suite
 
 
-def _load(exe: str, port: int, service: str, conc: int, calls: int, proto: int, out: str) -> dict:
+def _load(exe: str, port: int, service: str, conc: int, calls: int, proto: int, out: str,
+          key: str | None = None) -> dict:
+    how = ["--key", key] if proto == 4 else ["--protocol", str(proto)]
     cmd = [exe, "load", "--port", str(port), "--service", service, "--concurrency", str(conc), "--calls", str(calls),
-           "--protocol", str(proto), "--busy-poll", "--out", out, "--no-plots", "--quiet"]
+           *how, "--busy-poll", "--out", out, "--no-plots", "--quiet"]
     p = subprocess.run(cmd, text=True, capture_output=True)
     if p.returncode:
         raise SuiteFailed(f"{' '.join(cmd)} failed ({p.returncode}): {p.stderr.strip()[-500:]}")
@@ -42,52 +49,89 @@ def _median(v):
     return (v[n // 2] + v[(n - 1) // 2]) / 2 if n else None
 
 
+def _server(exe: str, port: int, extra: list[str]) -> subprocess.Popen:
+    srv = subprocess.Popen([exe, "serve", "--port", str(port), "--wait", "poll", *extra], stdout=subprocess.DEVNULL,
+                           stderr=subprocess.PIPE, text=True)
+    time.sleep(1.5)
+    if srv.poll() is not None:
+        raise SuiteFailed(f"the server exited: {srv.stderr.read()[-500:]}")
+    return srv
+
+
+def _versions(a) -> list[int]:
+    vs = [int(v) for v in a.versions.split(",")] if a.versions else [a.a, a.b]
+    if len(vs) < 2 or len(set(vs)) != len(vs) or any(v not in (1, 2, 3, 4) for v in vs):
+        raise SuiteFailed(f"--versions: two or more of 1, 2, 3, 4, each once; got {vs}")
+    return vs
+
+
 def run(a) -> dict:
     exe = a.splitrpc
-    port = free_port()
-    srv = subprocess.Popen([exe, "serve", "--port", str(port), "--wait", "poll"], stdout=subprocess.DEVNULL,
-                           stderr=subprocess.PIPE, text=True)
-    runs = []
-    try:
-        time.sleep(1.5)
-        if srv.poll() is not None:
-            raise SuiteFailed(f"the server exited: {srv.stderr.read()[-500:]}")
-        services, concs = a.services.split(","), [int(c) for c in a.concurrency.split(",")]
-        protos = (a.a, a.b)
-        with tempfile.TemporaryDirectory() as tmp:
+    protos = _versions(a)
+    runs: list[dict] = []
+    servers: list[subprocess.Popen] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            port = free_port()
+            servers.append(_server(exe, port, []))
+            key_port, key = None, None
+            if 4 in protos:  # a second server with a key table: it takes version 4 alone
+                from splitrpc.auth import Key, KeyTable, save_client_key
+
+                k = Key.generate(1)
+                KeyTable([k]).save(os.path.join(tmp, "keys.json"))
+                key = os.path.join(tmp, "client.json")
+                save_client_key(k, key)
+                key_port = free_port()
+                servers.append(_server(exe, key_port, ["--keys", os.path.join(tmp, "keys.json")]))
+            services, concs = a.services.split(","), [int(c) for c in a.concurrency.split(",")]
             for r in range(a.rounds):
-                order = protos if r % 2 == 0 else protos[::-1]
+                order = protos[r % len(protos):] + protos[:r % len(protos)]  # rotated: each goes first in turn
                 for svc in services:
                     for conc in concs:
                         for proto in order:
                             where = os.path.join(tmp, f"{svc}-{conc}-{proto}-{r}")
-                            m = _load(exe, port, svc, conc, a.calls, proto, where)
+                            m = _load(exe, key_port if proto == 4 else port, svc, conc, a.calls, proto, where, key)
                             runs.append({"round": r, "service": svc, "concurrency": conc, "protocol": proto, **m})
                 print(f"round {r + 1}/{a.rounds} done", flush=True)
-    finally:
-        srv.terminate()
-        srv.wait(10)
+        finally:
+            for srv in servers:
+                srv.terminate()
+                srv.wait(10)
     return {"machine": describe(), "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "command": command_of(a), "a": a.a, "b": a.b, "rounds": a.rounds, "calls": a.calls, "runs": runs,
-            "cells": cells(runs, a.a, a.b)}
+            "command": command_of(a), "a": protos[0], "b": protos[1], "versions": protos, "rounds": a.rounds,
+            "calls": a.calls, "runs": runs, "cells": cells(runs, protos)}
 
 
-def cells(runs: list[dict], pa: int, pb: int) -> list[dict]:
+def cells(runs: list[dict], protos: list[int]) -> list[dict]:
+    """Per (service, concurrency): each version's medians, and each version's over the first's."""
     out = []
+    base = protos[0]
     for svc, conc in sorted({(x["service"], x["concurrency"]) for x in runs}, key=lambda k: (k[0], k[1])):
         side = {p: [x for x in runs if x["service"] == svc and x["concurrency"] == conc and x["protocol"] == p]
-                for p in (pa, pb)}
-        cell = {"service": svc, "concurrency": conc}
+                for p in protos}
+        cell: dict = {"service": svc, "concurrency": conc}
         for p, rs in side.items():
             cell[str(p)] = {k: _median([x[k] for x in rs]) for k in ("p50_us", "p99_us", "rps")}
             cell[str(p)]["p50_rounds"] = [round(x["p50_us"], 2) for x in rs]
-        cell["p50_ratio"] = ratio_interval([x["p50_us"] for x in side[pa]], [x["p50_us"] for x in side[pb]])
-        cell["rps_ratio"] = ratio_interval([x["rps"] for x in side[pa]], [x["rps"] for x in side[pb]])
+            cell[str(p)]["rps_rounds"] = [round(x["rps"]) for x in rs]
+            if p != base:
+                cell[str(p)]["p50_ratio"] = ratio_interval([x["p50_us"] for x in side[base]],
+                                                           [x["p50_us"] for x in rs])
+                cell[str(p)]["rps_ratio"] = ratio_interval([x["rps"] for x in side[base]], [x["rps"] for x in rs])
+        if len(protos) == 2:  # the two-version layout of earlier reports
+            cell["p50_ratio"], cell["rps_ratio"] = cell[str(protos[1])]["p50_ratio"], cell[str(protos[1])]["rps_ratio"]
         out.append(cell)
     return out
 
 
+def _fmt(r: dict) -> str:
+    return "n/a" if r["ratio"] is None else f"{r['ratio']:.3f} [{r['lo']:.3f}, {r['hi']:.3f}]"
+
+
 def report(doc: dict) -> str:
+    if len(doc.get("versions", [])) > 2:
+        return report_many(doc)
     pa, pb = doc["a"], doc["b"]
     lines = [f"# Protocol version {pb} against version {pa}: the end-to-end cost", "",
              f"Machine: {doc['machine']}; {doc['started']}. Client and server share it (loopback, server "
@@ -109,9 +153,37 @@ def report(doc: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+NAMES = {1: "v1", 2: "v2 (header check)", 3: "v3 (integrity: CRC-32C)", 4: "v4 (authenticated: BLAKE2b MAC)"}
+
+
+def report_many(doc: dict) -> str:
+    vs = doc["versions"]
+    base = vs[0]
+    lines = [f"# Protocol versions {', '.join(map(str, vs))}: the end-to-end cost", "",
+             f"Machine: {doc['machine']}; {doc['started']}. Client and server share it (loopback, server "
+             "`--wait poll`, client `--busy-poll`). Version 4 goes to a second server with a key table.", "",
+             "```sh", doc["command"], "```", "",
+             f"{doc['rounds']} rounds of {doc['calls']:,} closed-loop calls per cell, the versions' order rotated "
+             f"each round. Ratios: each version's median over {NAMES.get(base, base)}'s, bootstrap 95% interval "
+             f"({RESAMPLES:,} resamples).", "",
+             "| service | C | version | p50 µs (rounds) | p99 µs | calls/s | p50 ratio [95%] | calls/s ratio [95%] |",
+             "|---|---:|---|---|---:|---:|---|---|"]
+    for c in doc["cells"]:
+        for v in vs:
+            m = c[str(v)]
+            rounds = ", ".join(map(str, m["p50_rounds"]))
+            p50r = _fmt(m["p50_ratio"]) if v != base else "1"
+            rpsr = _fmt(m["rps_ratio"]) if v != base else "1"
+            lines.append(f"| {c['service']} | {c['concurrency']} | {NAMES.get(v, v)} | {m['p50_us']:.1f} ({rounds}) "
+                         f"| {m['p99_us']:.1f} | {m['rps']:,.0f} | {p50r} | {rpsr} |")
+    return "\n".join(lines) + "\n"
+
+
 def _arguments(p) -> None:
     p.add_argument("--a", type=int, default=2, help="the baseline protocol version")
     p.add_argument("--b", type=int, default=3, help="the version compared with it")
+    p.add_argument("--versions", metavar="V,V,...",
+                   help="instead of --a/--b: several versions, the first the baseline (4: a server with keys)")
     p.add_argument("--services", default="vecadd,head")
     p.add_argument("--concurrency", default="1,16")
     p.add_argument("--calls", type=int, default=20000)
