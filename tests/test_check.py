@@ -11,6 +11,7 @@ from conftest import emulated_gpu_env, splitrpc_cmd
 
 import check_sections
 import splitrpc
+import splitrpc._native.auth
 from splitrpc.check import Context, Failed, Section, runner
 from splitrpc.check import Skipped as check_section_skipped
 from splitrpc.check import device as check_device
@@ -20,10 +21,11 @@ from splitrpc.check.facts import _cc_has_code, gpudirect
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TESTS = os.path.join(ROOT, "tests")
-CORE = ["build", "machine", "host", "device-tq", "device-o1", "device-graph", "device-o2", "device-embedding",
+CORE = ["build", "machine", "auth", "host", "device-tq", "device-o1", "device-graph", "device-o2", "device-embedding",
         "device-zoo", "device-pmc", "device-colocate", "tests-gpu", "tests-zoo", "native"]
 BENCH = ["bench-orchestration", "bench-e2e", "bench-batching", "bench-tune"]
 HAS_KERNELS = splitrpc.features()["cuda"]
+HAS_AUTH = splitrpc._native.auth.available()  # the auth section needs libsodium (else it skips, saying why)
 
 
 def check(args, env=None, cwd=None, timeout=600):
@@ -56,12 +58,13 @@ def test_without_a_gpu_exits_0_and_says_no_gpu(tmp_path, run_env):
         assert re.search(rf"^\s+{re.escape(name)}\s+(PASSED|SKIPPED)\b", so, re.M), (name, so)
     v = verdicts(out)
     assert {v[n] for n in ("build", "machine", "host")} == {"passed"}
-    assert all(v[n] == "skipped" for n in CORE[3:]), v
+    assert v["auth"] == ("passed" if HAS_AUTH else "skipped"), v
+    assert all(v[n] == "skipped" for n in CORE[4:]), v
     d = doc(out)
-    assert all("no GPU" in d["sections"][n]["why"] for n in CORE[3:12]), d["sections"]
+    assert all("no GPU" in d["sections"][n]["why"] for n in CORE[4:13]), d["sections"]
     summary = (out / "summary.md").read_text().splitlines()
     assert summary[0].startswith("Device: none: no GPU (")  # the first line says which device ran it
-    assert summary[2].startswith("# splitrpc check: 3 passed, 0 failed, 11 skipped")
+    assert summary[2].startswith(f"# splitrpc check: {3 + HAS_AUTH} passed, 0 failed, {11 + (not HAS_AUTH)} skipped")
     assert sorted(os.listdir(out)) == ["check.json", "summary.md"]  # no benchmark, no plot
 
 
@@ -82,6 +85,7 @@ def test_every_emulatable_section_passes_on_the_emulated_device(tmp_path, emu_en
     assert rc == 0, so + se
     v = verdicts(out)
     want_passed = ["build", "machine", "host", "device-tq", "device-o1", "device-graph", "tests-gpu", "native"]
+    want_passed += ["auth"] if HAS_AUTH else []
     want_passed += ["device-o2", "device-embedding"] if HAS_KERNELS else []
     assert all(v[n] == "passed" for n in want_passed), v
     d = doc(out)["sections"]

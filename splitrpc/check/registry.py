@@ -11,7 +11,7 @@ holds, placed by each section's stage (section.STAGES), in the order of each lis
 """
 from __future__ import annotations
 
-from splitrpc.check import device, facts, suites
+from splitrpc.check import auth, device, facts, suites
 from splitrpc.check.section import STAGES, Section
 
 ENTRY_POINT_GROUP = "splitrpc.check"
@@ -19,7 +19,7 @@ ENTRY_POINT_GROUP = "splitrpc.check"
 
 def builtin_sections() -> list[Section]:
     """The check's own sections."""
-    return [*facts.SECTIONS, *device.SECTIONS, *suites.SECTIONS]
+    return [*facts.SECTIONS, *auth.SECTIONS, *device.SECTIONS, *suites.SECTIONS]
 
 
 def plugin_sections() -> tuple[list[Section], list[tuple[str, str]]]:
