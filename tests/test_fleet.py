@@ -10,6 +10,8 @@ import time
 import numpy as np
 import pytest
 
+import splitrpc
+import splitrpc._native.auth
 from splitrpc.services.fleet import cluster
 
 try:
@@ -21,6 +23,8 @@ REQ = np.arange(16, dtype=np.float32)
 WANT = (REQ + 1).tobytes()
 WORK = 300
 APP = "splitrpc.services.fleet.stand_in:setup"
+AUTH = splitrpc._native.auth.available()
+K1, K2 = splitrpc.Key.generate(1), splitrpc.Key.generate(2)  # the "keyed" model's keys (docs/security.md)
 
 
 @pytest.fixture(scope="module")
@@ -32,7 +36,8 @@ def fleet_env(tmp_path_factory):
     cluster.connect(state=state)
     svc = replicas.Service("work", argv=[APP], grace_s=5.0,
                         kinds={"small": {"env": {"FLEET_APP_BATCH_MS": "4"}}, "big": {"env": {"FLEET_APP_BATCH_MS": "1"}}})
-    ctl = replicas.deploy([svc])
+    keyed = [replicas.Service("keyed", argv=[APP], grace_s=5.0, keys=splitrpc.KeyTable([K1]).to_dict())] if AUTH else []
+    ctl = replicas.deploy([svc, *keyed])
     try:
         yield replicas, ctl, rec
     finally:
@@ -177,6 +182,41 @@ def test_every_socket_on_loopback(fleet_env):
         assert any(b["local"] == f"0.0.0.0:{s.getsockname()[1]}" for b in bad), bad
     finally:
         s.close()
+
+
+@pytest.mark.skipif(not AUTH, reason="libsodium's shared library is not installed")
+def test_keyed_replicas_take_only_signed_calls_and_rotate_their_keys(fleet_env):
+    """A model deployed with a key table: its replicas take calls signed with its key (through
+    fleet_pool), drop unsigned ones, and hold the table in a private file, never in their
+    command lines; set_keys hands a new table to the live replica, which reads it without a
+    restart: the new key works, the old one no more."""
+    replicas, ctl, _ = fleet_env
+    ray = replicas.ray
+    ray.get(ctl.set_target.remote({"keyed": {"small": 1}}))
+    reps = replicas.wait_live(ctl, {"keyed": {"small": 1}}, timeout=90)
+    host, port = reps[0]["address"].rsplit(":", 1)
+    with replicas.fleet_pool("keyed", key=K1, timeout=2.0) as pool:
+        assert all(pool.call(WORK, REQ) == WANT for _ in range(20))
+    with pytest.raises(splitrpc.CallTimeout):
+        splitrpc.Client(host, int(port), timeout=0.3, retries=0).call(WORK, REQ)
+    with open(f"/proc/{reps[0]['pid']}/cmdline", "rb") as f:
+        argv = f.read()
+    assert b"--keys" in argv and K1.secret.hex().encode() not in argv
+    assert ray.get(ctl.set_keys.remote("keyed", splitrpc.KeyTable([K2]).to_dict())) == 1
+    new = splitrpc.Client(host, int(port), key=K2, timeout=0.3, retries=0)
+    end = time.monotonic() + 10
+    while True:
+        try:
+            assert new.call(WORK, REQ) == WANT
+            break
+        except splitrpc.CallTimeout:
+            assert time.monotonic() < end, "the replica did not take the new key table within 10 s"
+    with pytest.raises(splitrpc.CallTimeout):
+        splitrpc.Client(host, int(port), key=K1, timeout=0.3, retries=0).call(WORK, REQ)
+    with pytest.raises(Exception, match="deployed without keys"):
+        ray.get(ctl.set_keys.remote("work", splitrpc.KeyTable([K2]).to_dict()))
+    ray.get(ctl.set_target.remote({"keyed": {"small": 0}}))
+    replicas.wait_live(ctl, {}, timeout=60)
 
 
 def test_bad_targets_are_refused(fleet_env):

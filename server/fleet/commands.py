@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shlex
 import sys
 import time
+
+from splitrpc.errors import SplitRPCError
 
 DEFAULT_NODES = "default=4"
 
@@ -31,6 +34,10 @@ def add_parser(sub) -> argparse.ArgumentParser:
     up.add_argument("--spec", metavar="FILE.json",
                     help='several models: {"services": [{"name", "argv", "env", "kinds": {KIND: {"argv", "env"}}}], '
                          '"target": {MODEL: {KIND: N}}} (instead of --serve/--name/--replicas)')
+    up.add_argument("--keys", metavar="FILE",
+                    help="the replicas take only calls signed with a key of this table (docs/security.md); it "
+                         "reaches them through Ray, not their command lines. With --spec: its \"keys\" (a file or "
+                         "a table, for every service; a service's own \"keys\" first)")
     up.add_argument("--plan", metavar="PROVISION.json",
                     help="follow the MILP plan of `splitrpc provision` (its models must be the fleet's)")
     up.add_argument("--day-s", type=float, help="with --plan: compress the plan's day into this many seconds")
@@ -39,6 +46,11 @@ def add_parser(sub) -> argparse.ArgumentParser:
     st = fs.add_parser("status", help="the cluster's nodes, the fleet's target and replicas")
     st.add_argument("--address")
     st.add_argument("--json", action="store_true")
+    ky = fs.add_parser("keys", help="a new key table for a model's replicas: the live ones read it again (no call lost), "
+                                    "later ones start with it")
+    ky.add_argument("file", metavar="FILE")
+    ky.add_argument("--name", default="default", help="the model (default: %(default)s)")
+    ky.add_argument("--address")
     dn = fs.add_parser("down", help="drain every replica, remove the controller, stop the local cluster")
     dn.add_argument("--address")
     dn.add_argument("--grace", type=float, default=10.0)
@@ -87,8 +99,8 @@ def cmd_fleet(a) -> int:
     from splitrpc.services.fleet import cluster
 
     try:
-        return {"up": _up, "status": _status, "down": _down}[a.fleet_cmd](a)
-    except (ValueError, OSError, cluster.ClusterError) as e:
+        return {"up": _up, "status": _status, "down": _down, "keys": _keys}[a.fleet_cmd](a)
+    except (ValueError, OSError, cluster.ClusterError, SplitRPCError) as e:
         print(f"splitrpc fleet {a.fleet_cmd}: {e}", file=sys.stderr)
         return 2
     except Exception as e:  # noqa: BLE001 - FleetError and Ray's errors: one line, not a traceback
@@ -99,16 +111,17 @@ def cmd_fleet(a) -> int:
 
 
 def _up(a) -> int:
-    import os
-
     from splitrpc.services.fleet import cluster
 
     if a.spec:
         with open(a.spec) as f:
             spec = json.load(f)
         services_d, target = spec["services"], spec.get("target", {})
+        shared = spec.get("keys", a.keys)
+        services_d = [dict(d, keys=_table(d.get("keys", shared), os.path.dirname(os.path.abspath(a.spec))))
+                      for d in services_d]
     else:
-        services_d = [{"name": a.name, "argv": shlex.split(a.serve)}]
+        services_d = [{"name": a.name, "argv": shlex.split(a.serve), "keys": _table(a.keys, os.getcwd())}]
         target = None
     nodes = cluster.parse_nodes(a.nodes)
     if target is None:
@@ -136,6 +149,27 @@ def _up(a) -> int:
         print(f"  {r['model']:<12} {r['kind']:<10} {r['address']}")
     print("calls go to the replicas directly: splitrpc.services.fleet.replicas.fleet_pool(MODEL), or "
           "`splitrpc describe ADDRESS`; `splitrpc fleet status`, `splitrpc fleet down`")
+    return 0
+
+
+def _table(keys, base: str) -> dict | None:
+    """A key table's dict form from a file (relative to base) or a table given inline; None: no keys."""
+    from splitrpc.auth import KeyTable
+
+    if keys is None:
+        return None
+    if isinstance(keys, str):
+        return KeyTable.load(os.path.join(base, keys)).to_dict()
+    return KeyTable.from_dict(keys, "the spec's keys").to_dict()
+
+
+def _keys(a) -> int:
+    from splitrpc.services.fleet import replicas
+
+    ctl = replicas.controller(a.address)
+    n = replicas.ray.get(ctl.set_keys.remote(a.name, _table(a.file, os.getcwd())))
+    print(f"{a.name}: the key table of {a.file} sent to {n} replicas (each reads it again on SIGHUP); later replicas "
+          "start with it")
     return 0
 
 

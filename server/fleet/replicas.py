@@ -50,13 +50,22 @@ class FleetError(RuntimeError):
 class Service:
     """A model served by the fleet: the arguments of `splitrpc serve` (a target MODULE:ATTR and
     options; address, port, log format and grace are the fleet's), per server kind extra
-    arguments and environment, the directory the server starts in."""
+    arguments and environment, the directory the server starts in, and its key table (a
+    splitrpc.KeyTable's dict form, docs/security.md; None: calls are not authenticated), which
+    reaches each replica through Ray and a private file, never its command line's arguments."""
     name: str
     argv: list = field(default_factory=list)
     env: dict = field(default_factory=dict)
     kinds: dict = field(default_factory=dict)   # {kind: {"argv": [...], "env": {...}}}
     cwd: str | None = None
     grace_s: float = DEFAULT_GRACE_S
+    keys: dict | None = None
+
+    def __post_init__(self) -> None:
+        if self.keys is not None:  # a bad table fails here, in the driver, with the entry at fault
+            from splitrpc.auth import KeyTable
+
+            KeyTable.from_dict(self.keys, f"the key table of service {self.name}")
 
     def command(self, kind: str) -> tuple[list, dict]:
         k = self.kinds.get(kind, {})
@@ -74,6 +83,7 @@ class ReplicaActor:
     def __init__(self, replica_id: str, service: dict, kind: str):
         self.id, self.kind = replica_id, kind
         self.service = Service(**service)
+        self.keys_file: str | None = None  # the key table, mode 0600, for the server's --keys
         self.proc: subprocess.Popen | None = None
         self.info: dict = {}
         self.lines: list = []
@@ -94,6 +104,16 @@ class ReplicaActor:
         import splitrpc
 
         argv, env = self.service.command(self.kind)
+        key = None
+        if self.service.keys is not None:
+            from splitrpc.auth import KeyTable
+
+            table = KeyTable.from_dict(self.service.keys, f"service {self.service.name}")
+            fd, self.keys_file = tempfile.mkstemp(prefix=f"splitrpc-keys-{self.id}-", suffix=".json")
+            os.close(fd)
+            table.save(self.keys_file)
+            argv += ["--keys", self.keys_file]
+            key = next((k for k in table if not k.expired()), None)  # describe is open to every key
         self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                      cwd=self.service.cwd or tempfile.gettempdir(), env={**os.environ, **env},
                                      bufsize=1)
@@ -116,7 +136,7 @@ class ReplicaActor:
             raise FleetError(f"replica {self.id} ({self.service.name} on {self.kind}) did not start: "
                              + " | ".join(self.lines[-5:]))
         threading.Thread(target=self._drain_output, daemon=True).start()
-        with splitrpc.Client("127.0.0.1", port, timeout=2.0) as c:
+        with splitrpc.Client("127.0.0.1", port, timeout=2.0, key=key) as c:
             funcs = [{"id": f.func_id, "name": f.name, "version": f.version} for f in c.describe().functions]
         self.info = {"id": self.id, "model": self.service.name, "kind": self.kind, "address": f"127.0.0.1:{port}",
                      "pid": self.proc.pid, "node": ray.get_runtime_context().get_node_id(), "functions": funcs}
@@ -144,6 +164,7 @@ class ReplicaActor:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             code = self.proc.wait()
+        self.forget_keys()
         left = None
         time.sleep(0.05)  # the output thread reads the last lines
         for line in reversed(self.lines):
@@ -156,13 +177,36 @@ class ReplicaActor:
                 break
         return {"exit": code, "unanswered": left}
 
+    def reload_keys(self, keys: dict) -> bool:
+        """The server's key table replaced by keys (a KeyTable's dict form): the file rewritten,
+        then SIGHUP (the server reads it again, keeping every call in flight). False when the
+        replica has no server running or was started without keys."""
+        if self.keys_file is None or self.proc is None or self.proc.poll() is not None:
+            return False
+        from splitrpc.auth import KeyTable
+
+        KeyTable.from_dict(keys, f"service {self.service.name}").save(self.keys_file)
+        self.service.keys = keys
+        self.proc.send_signal(signal.SIGHUP)
+        return True
+
+    def forget_keys(self) -> None:
+        """Removes the key file once the server is gone (it reads it at start and on SIGHUP only)."""
+        if self.keys_file:
+            try:
+                os.unlink(self.keys_file)
+            except OSError:
+                pass
+
     def kill_server(self) -> int | None:
         """SIGKILL to the server process (a crash, for tests and the failover benchmark; and
         before the actor is killed, so that no server outlives its replica)."""
         if self.proc is None:
             return None
         self.proc.kill()
-        return self.proc.wait()
+        code = self.proc.wait()
+        self.forget_keys()
+        return code
 
     def server_pid(self) -> int:
         return self.proc.pid if self.proc else 0
@@ -266,6 +310,24 @@ class Controller:
     def events_since(self, t: float) -> list:
         with self.lock:
             return [e for e in self.events if e["time"] >= t]
+
+    def set_keys(self, model: str, keys: dict | None) -> int:
+        """Model's key table from now on (a KeyTable's dict form): its replicas started later get
+        it, the live ones read it again (SIGHUP: no call in flight is lost). A model served without
+        keys cannot be given some (its replicas' servers were made without). Returns the replicas
+        reloaded."""
+        from splitrpc.auth import KeyTable
+
+        with self.lock:
+            if model not in self.services:
+                raise FleetError(f"no service {model!r}; the fleet serves {sorted(self.services)}")
+            if self.services[model].get("keys") is None:
+                raise FleetError(f"service {model!r} was deployed without keys: redeploy it with a key table")
+            KeyTable.from_dict(keys, f"the new key table of {model}")  # a bad one changes nothing
+            self.services[model]["keys"] = keys
+            reps = [r for r in self.reps.values() if r.model == model and r.state in ("starting", "live")]
+            self._event("keys", model=model, keys=len(keys["keys"]))
+        return sum(bool(ray.get(r.actor.reload_keys.remote(keys), timeout=30)) for r in reps)
 
     def kill_server(self, replica_id: str | None = None, model: str | None = None, kind: str | None = None) -> dict:
         """SIGKILLs the server of a live replica (the given one, else the oldest live one of
@@ -519,7 +581,8 @@ def wait_live(ctl, target: dict, timeout: float = 120.0) -> list[dict]:
 
 
 def fleet_pool(model: str, *, address: str | None = None, refresh_s: float = REFRESH_S, **pool_kw):
-    """A splitrpc.Pool over model's live replicas, re-read from the directory every refresh_s."""
+    """A splitrpc.Pool over model's live replicas, re-read from the directory every refresh_s;
+    pool_kw go to the Pool (key=: a key of a model deployed with keys, docs/security.md)."""
     from splitrpc.pool import Pool
 
     d = directory(address)
