@@ -101,6 +101,22 @@ def test_crc32c(benchmark, message, size):
     assert crc == c.tables() and crc != 0
 
 
+@pytest.mark.parametrize("size", [1024, 65000])
+def test_auth_tag(benchmark, message, size):
+    """Version 4's tag (keyed BLAKE2b, libsodium) of one datagram: a vecadd request (1 KiB) and
+    a 65,000-byte segment (a 588 KiB head request is ten of them on loopback, each checked)."""
+    from splitrpc._native import auth
+
+    if not auth.available():
+        pytest.skip("libsodium's shared library is not installed")
+    hdr = bytes([0xA5, 0x40]) + bytes(20)
+    t = auth.TagCheck(bytes(range(32)), hdr + message[:size])
+    assert benchmark(*t.call) == 1
+    bad = bytearray(t.datagram)
+    bad[30] ^= 1
+    assert auth.tag_ok(bytes(range(32)), bytes(bad)) is False
+
+
 @pytest.mark.parametrize("seg_size", [8950, 64000])
 def test_reassemble_588k(benchmark, message, reassembler, seg_size):
     segs = segments(message, seg_size)
