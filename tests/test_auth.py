@@ -444,7 +444,8 @@ def test_cli_keys_serve_with_reload_on_sighup_call_and_load(run_env, tmp_path):
     run = lambda *a: subprocess.run(splitrpc_cmd(*a), capture_output=True, text=True, timeout=120, **run_env)  # noqa: E731
     p = run("keys", "new", str(table), "--client-out", str(c1))
     assert p.returncode == 0 and "key 1: all functions; never expires" in p.stdout, p.stdout + p.stderr
-    p = run("keys", "new", str(table), "--id", "5", "--functions", "vecadd,echo", "--days", "30", "--client-out", str(c2))
+    p = run("keys", "new", str(table), "--id", "5", "--functions", "vecadd,echo", "--days", "30",
+            "--client-out", str(c2))
     assert p.returncode == 0 and "key 5: vecadd, echo; expires" in p.stdout, p.stdout + p.stderr
     assert run("keys", "new", str(table), "--id", "5", "--client-out", str(tmp_path / "x.json")).returncode == 2
     listed = run("keys", "list", str(table)).stdout

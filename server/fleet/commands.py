@@ -46,8 +46,8 @@ def add_parser(sub) -> argparse.ArgumentParser:
     st = fs.add_parser("status", help="the cluster's nodes, the fleet's target and replicas")
     st.add_argument("--address")
     st.add_argument("--json", action="store_true")
-    ky = fs.add_parser("keys", help="a new key table for a model's replicas: the live ones read it again (no call lost), "
-                                    "later ones start with it")
+    ky = fs.add_parser("keys", help="a new key table for a model's replicas: the live ones read it again "
+                                    "(no call lost), later ones start with it")
     ky.add_argument("file", metavar="FILE")
     ky.add_argument("--name", default="default", help="the model (default: %(default)s)")
     ky.add_argument("--address")
