@@ -16,6 +16,9 @@ from splitrpc._native import auth as _auth
 from splitrpc.errors import KeyFileError
 
 SECRET_LEN = _auth.SECRET_LEN  # bytes of a secret (docs/PROTOCOL-v4.md)
+# The binding layer's public faces, for tools and benchmarks: whether libsodium is there, a tag
+# check of one datagram (TagCheck.call, for micro-benchmarks), a datagram sealed or checked.
+available, TagCheck, seal, tag_ok = _auth.available, _auth.TagCheck, _auth.seal, _auth.tag_ok
 ALL = "*"                      # a key's functions: every function of the server
 MAX_KEY_ID = 2**32 - 1
 

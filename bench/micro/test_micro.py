@@ -105,7 +105,7 @@ def test_crc32c(benchmark, message, size):
 def test_auth_tag(benchmark, message, size):
     """Version 4's tag (keyed BLAKE2b, libsodium) of one datagram: a vecadd request (1 KiB) and
     a 65,000-byte segment (a 588 KiB head request is ten of them on loopback, each checked)."""
-    from splitrpc._native import auth
+    from splitrpc import auth
 
     if not auth.available():
         pytest.skip("libsodium's shared library is not installed")
