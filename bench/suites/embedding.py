@@ -177,11 +177,19 @@ def _closed_loop(port: int, requests: list, calls: int, concurrency: int, seed: 
             "p99_ms": float(np.quantile(lat, 0.99)), "seconds": wall}
 
 
+PER_UPDATE = ("update_us", "update_serving_us")  # defined only for runs that applied an update
+
+
 def _median(runs: list[dict]) -> dict:
-    """The per-key median of several runs' results (None where a run has None)."""
+    """The per-key median of several runs' results (None where a run has None), but for the CPU
+    per update: the median of the runs that applied updates (None when none did)."""
     out = {}
     for k in runs[0]:
         vals = [r[k] for r in runs]
+        if k in PER_UPDATE:
+            vals = [v for v in vals if v is not None]
+            out[k] = float(np.median(vals)) if vals else None
+            continue
         out[k] = None if any(v is None for v in vals) else float(np.median(vals))
     out["rounds"] = len(runs)
     return out
