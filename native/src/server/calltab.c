@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/auth.h"
+
 static uint64_t mix64(uint64_t x)
 {
     x ^= x >> 33;
@@ -175,6 +177,8 @@ void ct_remove(calltab_t *ct, uint32_t idx)
         p = &ct->e[*p].hnext;
     if (*p == idx)
         *p = e->hnext;
+    if (e->key.version == SRPC_VERSION_4) /* its copy of the key's secret goes with it */
+        srpc_auth_wipe(e->secret, sizeof(e->secret));
     e->state = CT_FREE;
     e->hnext = ct->free_head;
     ct->free_head = idx;

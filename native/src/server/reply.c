@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
+#include "core/auth.h"
 #include "core/tunables.h"
 #include "core/wire.h"
 
@@ -160,6 +161,9 @@ void srpc_reply_errors_flush_rx(srpc_server_t *srv)
         srpc_reply_add(srv, &b, &q->key[i], q->secret[i], q->code[i], &iv, q->len[i] ? 1 : 0, q->len[i]);
     }
     srpc_reply_flush(srv, &b);
+    for (unsigned i = 0; i < q->n; i++)
+        if (q->key[i].version == SRPC_VERSION_4) /* the copies of keys' secrets, sent with */
+            srpc_auth_wipe(q->secret[i], sizeof(q->secret[i]));
     q->n = 0;
 }
 
