@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "loopback.h"
 #include "core/auth.h"
 #include "core/tunables.h"
 #include "core/wire.h"
@@ -255,17 +256,20 @@ static srpc_keytab_t *table(int with_key1)
     return t;
 }
 
-static void test_server(void)
+/* srv: a server on loopback in wait_mode with F_ECHO and F_OTHER and the key table table(1). */
+static void keyed_server(int wait_mode)
 {
-    srpc_server_config_t cfg;
-    srpc_server_config_init(&cfg);
-    cfg.host = "127.0.0.1";
-    cfg.port = 0;
-    CHECK(srpc_server_create(&cfg, &srv) == 0, "server");
+    const srpc_server_config_t cfg = loopback_server_config(wait_mode);
+    srv = loopback_server(&cfg);
     add(F_ECHO);
     add(F_OTHER);
-    CHECK(srpc_server_set_keys(srv, NULL) == -EINVAL, "NULL table");
     CHECK(srpc_server_set_keys(srv, table(1)) == 0, "keys");
+}
+
+static void test_server(void)
+{
+    keyed_server(SRPC_WAIT_ADAPTIVE); /* the default */
+    CHECK(srpc_server_set_keys(srv, NULL) == -EINVAL, "NULL table");
     srpc_keytab_t *other = NULL;
     CHECK(srpc_keytab_create(8, 2000, &other) == 0 && srpc_server_set_keys(srv, other) == -EINVAL,
           "a reload may not change max_senders (the windows stay)");
@@ -375,7 +379,9 @@ static void test_server(void)
     close(cl);
 
     /* A started server without keys cannot be given some. */
-    CHECK(srpc_server_create(&cfg, &srv) == 0 && srpc_server_start(srv) == 0, "a server without keys");
+    const srpc_server_config_t plain = loopback_server_config(SRPC_WAIT_ADAPTIVE);
+    srv = loopback_server(&plain);
+    CHECK(srpc_server_start(srv) == 0, "a server without keys");
     CHECK(srpc_server_set_keys(srv, table(1)) == -EINVAL, "no keys while serving");
     srpc_server_destroy(srv);
 }
@@ -442,15 +448,8 @@ static void *calls(void *arg)
 
 static void test_threads(void)
 {
-    srpc_server_config_t cfg;
-    srpc_server_config_init(&cfg);
-    cfg.host = "127.0.0.1";
-    cfg.port = 0;
-    cfg.wait_mode = SRPC_WAIT_BLOCK;
-    CHECK(srpc_server_create(&cfg, &srv) == 0, "server");
-    add(F_ECHO);
-    add(F_OTHER);
-    CHECK(srpc_server_set_keys(srv, table(1)) == 0 && srpc_server_start(srv) == 0, "started with keys");
+    keyed_server(SRPC_WAIT_BLOCK);
+    CHECK(srpc_server_start(srv) == 0, "started with keys");
     const int port = srpc_server_port(srv);
     worker_stop = 0;
     pthread_t wt, ct[3];

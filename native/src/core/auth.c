@@ -7,6 +7,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/be.h"
 #include "core/wire.h"
 
 /* libsodium's entry points that we use (its ABI since 1.0.0: libsodium.so.23 is Debian 12's). */
@@ -53,36 +54,12 @@ int srpc_auth_available(void)
     return so.ok ? 0 : -ENOTSUP;
 }
 
-static void put32(uint8_t *p, uint32_t v)
-{
-    p[0] = (uint8_t)(v >> 24);
-    p[1] = (uint8_t)(v >> 16);
-    p[2] = (uint8_t)(v >> 8);
-    p[3] = (uint8_t)v;
-}
-
-static void put64(uint8_t *p, uint64_t v)
-{
-    put32(p, (uint32_t)(v >> 32));
-    put32(p + 4, (uint32_t)v);
-}
-
-static uint32_t get32(const uint8_t *p)
-{
-    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
-}
-
-static uint64_t get64(const uint8_t *p)
-{
-    return (uint64_t)get32(p) << 32 | get32(p + 4);
-}
-
 void srpc_auth_fields(const uint8_t trailer[SRPC_AUTH_TRAILER_LEN], srpc_auth_fields_t *f)
 {
-    f->key_id = get32(trailer + SRPC_AUTH_OFF_KEY);
-    f->sender = get64(trailer + SRPC_AUTH_OFF_SENDER);
-    f->counter = get64(trailer + SRPC_AUTH_OFF_COUNTER);
-    f->time_ms = get32(trailer + SRPC_AUTH_OFF_TIME);
+    f->key_id = srpc_get32(trailer + SRPC_AUTH_OFF_KEY);
+    f->sender = srpc_get64(trailer + SRPC_AUTH_OFF_SENDER);
+    f->counter = srpc_get64(trailer + SRPC_AUTH_OFF_COUNTER);
+    f->time_ms = srpc_get32(trailer + SRPC_AUTH_OFF_TIME);
 }
 
 uint64_t srpc_auth_now_ms64(void)
@@ -128,10 +105,10 @@ int srpc_auth_sign_at(uint32_t key_id, const uint8_t *secret, uint64_t sender, u
 {
     if (srpc_auth_available() < 0)
         return -ENOTSUP;
-    put32(trailer + SRPC_AUTH_OFF_KEY, key_id);
-    put64(trailer + SRPC_AUTH_OFF_SENDER, sender);
-    put64(trailer + SRPC_AUTH_OFF_COUNTER, counter);
-    put32(trailer + SRPC_AUTH_OFF_TIME, time_ms);
+    srpc_put32(trailer + SRPC_AUTH_OFF_KEY, key_id);
+    srpc_put64(trailer + SRPC_AUTH_OFF_SENDER, sender);
+    srpc_put64(trailer + SRPC_AUTH_OFF_COUNTER, counter);
+    srpc_put32(trailer + SRPC_AUTH_OFF_TIME, time_ms);
     mac(secret, parts, n, trailer, trailer + SRPC_AUTH_OFF_TAG);
     return 0;
 }
@@ -140,7 +117,7 @@ int srpc_auth_sign_iov(uint32_t key_id, const uint8_t *secret, uint64_t sender, 
                        const struct iovec *parts, int n, uint8_t trailer[SRPC_AUTH_TRAILER_LEN])
 {
     if (srpc_auth_available() < 0)
-        return -ENOTSUP;
+        return -ENOTSUP; /* before the counter moves */
     return srpc_auth_sign_at(key_id, secret, sender, __atomic_add_fetch(counter, 1, __ATOMIC_RELAXED),
                              srpc_auth_now_ms(), parts, n, trailer);
 }

@@ -3,40 +3,8 @@
 #include <stdint.h>
 
 #include "splitrpc_core.h"
+#include "core/be.h"
 #include "core/wire.h"
-
-static void put16(uint8_t *p, uint16_t v)
-{
-    p[0] = (uint8_t)(v >> 8);
-    p[1] = (uint8_t)v;
-}
-
-static void put32(uint8_t *p, uint32_t v)
-{
-    put16(p, (uint16_t)(v >> 16));
-    put16(p + 2, (uint16_t)v);
-}
-
-static void put64(uint8_t *p, uint64_t v)
-{
-    put32(p, (uint32_t)(v >> 32));
-    put32(p + 4, (uint32_t)v);
-}
-
-static uint16_t get16(const uint8_t *p)
-{
-    return (uint16_t)((uint16_t)p[0] << 8 | p[1]);
-}
-
-static uint32_t get32(const uint8_t *p)
-{
-    return (uint32_t)get16(p) << 16 | get16(p + 2);
-}
-
-static uint64_t get64(const uint8_t *p)
-{
-    return (uint64_t)get32(p) << 32 | get32(p + 4);
-}
 
 /* CRC-16/CCITT-FALSE (poly 0x1021, init 0xFFFF, not reflected, no final XOR), two bytes per
  * step with two independent lookups (slicing by two: the CRC is linear, so the state XOR two
@@ -136,14 +104,14 @@ int srpc_hdr_encode(const srpc_hdr_t *h, uint8_t out[SRPC_HDR_LEN])
         return -EINVAL;
     out[SRPC_OFF_MAGIC] = SRPC_MAGIC;
     out[SRPC_OFF_VER_TYPE] = (uint8_t)(ver << 4 | h->type);
-    put16(out + SRPC_OFF_FUNC_ID, h->func_id);
-    put64(out + SRPC_OFF_REQ_ID, h->req_id); /* v2..v4: the top 16 bits are 0, the check's place */
-    put16(out + SRPC_OFF_SEQ, h->seq);
-    put16(out + SRPC_OFF_NSEG, h->nseg);
-    put32(out + SRPC_OFF_MSG_LEN, h->msg_len);
-    put16(out + SRPC_OFF_AUX, h->aux);
+    srpc_put16(out + SRPC_OFF_FUNC_ID, h->func_id);
+    srpc_put64(out + SRPC_OFF_REQ_ID, h->req_id); /* v2..v4: the top 16 bits are 0, the check's place */
+    srpc_put16(out + SRPC_OFF_SEQ, h->seq);
+    srpc_put16(out + SRPC_OFF_NSEG, h->nseg);
+    srpc_put32(out + SRPC_OFF_MSG_LEN, h->msg_len);
+    srpc_put16(out + SRPC_OFF_AUX, h->aux);
     if (ver >= SRPC_VERSION_2)
-        put16(out + SRPC_OFF_CHECK, srpc_hdr_check16(out));
+        srpc_put16(out + SRPC_OFF_CHECK, srpc_hdr_check16(out));
     return 0;
 }
 
@@ -154,7 +122,7 @@ int srpc_hdr_decode(const uint8_t *buf, size_t len, srpc_hdr_t *out)
     if (!buf || !out)
         return -EINVAL;
     unsigned ver = buf[SRPC_OFF_VER_TYPE] >> 4;
-    if (ver >= SRPC_VERSION_2 && ver <= SRPC_VERSION_4 && get16(buf + SRPC_OFF_CHECK) != srpc_hdr_check16(buf))
+    if (ver >= SRPC_VERSION_2 && ver <= SRPC_VERSION_4 && srpc_get16(buf + SRPC_OFF_CHECK) != srpc_hdr_check16(buf))
         return -EILSEQ; /* before believing any field, the magic included */
     if (buf[SRPC_OFF_MAGIC] != SRPC_MAGIC)
         return -EBADMSG;
@@ -163,21 +131,21 @@ int srpc_hdr_decode(const uint8_t *buf, size_t len, srpc_hdr_t *out)
     uint8_t type = buf[SRPC_OFF_VER_TYPE] & 0x0f;
     if (type > SRPC_ERROR)
         return -EBADMSG;
-    uint16_t seq = get16(buf + SRPC_OFF_SEQ);
-    uint16_t nseg = get16(buf + SRPC_OFF_NSEG);
+    uint16_t seq = srpc_get16(buf + SRPC_OFF_SEQ);
+    uint16_t nseg = srpc_get16(buf + SRPC_OFF_NSEG);
     if (nseg == 0 || seq >= nseg)
         return -EPROTO;
 
     out->type = type;
     out->version = (uint8_t)ver;
-    out->func_id = get16(buf + SRPC_OFF_FUNC_ID);
-    out->req_id = get64(buf + SRPC_OFF_REQ_ID);
+    out->func_id = srpc_get16(buf + SRPC_OFF_FUNC_ID);
+    out->req_id = srpc_get64(buf + SRPC_OFF_REQ_ID);
     if (ver >= SRPC_VERSION_2)
         out->req_id &= SRPC_REQ_ID_V2_MASK;
     out->seq = seq;
     out->nseg = nseg;
-    out->msg_len = get32(buf + SRPC_OFF_MSG_LEN);
-    out->aux = get16(buf + SRPC_OFF_AUX);
+    out->msg_len = srpc_get32(buf + SRPC_OFF_MSG_LEN);
+    out->aux = srpc_get16(buf + SRPC_OFF_AUX);
     return 0;
 }
 

@@ -189,18 +189,24 @@ int srpc_server_set_keys(srpc_server_t *srv, srpc_keytab_t *t)
 {
     if (!t)
         return -EINVAL;
-    int r = !srv ? -EINVAL : srv->started && !srv->auth_on ? -EINVAL
-            : srv->auth_on && t->max_senders != srv->auth_max_senders ? -EINVAL : srpc_keytab_seal(t);
-    if (r == 0 && !srv->started && !srv->auth_on) {
-        r = srpc_auth_random(&srv->auth_sender, sizeof(srv->auth_sender));
-        srv->auth_sender |= 1; /* nonzero */
-    }
+    int r = 0;
+    if (!srv || (srv->started && !srv->auth_on))
+        r = -EINVAL; /* authentication cannot be turned on while serving */
+    else if (srv->auth_on && t->max_senders != srv->auth_max_senders)
+        r = -EINVAL; /* the windows stay across reloads: their size too */
+    else
+        r = srpc_keytab_seal(t);
     if (r < 0) {
         srpc_keytab_destroy(t);
         return r;
     }
     if (!srv->auth_on) { /* the first table, before start: in use at once */
-        srpc_keytab_destroy(srv->keys);
+        r = srpc_auth_random(&srv->auth_sender, sizeof(srv->auth_sender));
+        if (r < 0) {
+            srpc_keytab_destroy(t);
+            return r;
+        }
+        srv->auth_sender |= 1; /* nonzero */
         srv->keys = t;
         srv->auth_max_senders = t->max_senders;
         srv->auth_on = 1;
