@@ -22,6 +22,7 @@
 #define HOST_MEMORY_ALREADY_REGISTERED 712
 #define HOST_MEMORY_NOT_REGISTERED 713
 #define NOT_SUPPORTED 801
+#define NOT_READY 600
 #define MAX_ALLOCS 512
 #define MAX_STREAMS 64
 #define GPU_PAGE ((uintptr_t)1 << 16)
@@ -943,6 +944,30 @@ int cuStreamSynchronize(void *stream)
         return err;
     __atomic_add_fetch(&stream_syncs, 1, __ATOMIC_SEQ_CST);
     return OK;
+}
+
+/* CUDA_ERROR_NOT_READY while the stream has queued or running work (the O2 kernel, until it
+ * returns), else the first error of its work since the last synchronisation (cleared, as
+ * cuStreamSynchronize would), else OK. The legacy stream: NOT_READY while a blocking stream has
+ * work. */
+int cuStreamQuery(void *stream)
+{
+    pthread_mutex_lock(&lock);
+    int ok = stream_ok(stream), i = stream_index(stream), busy = 0, err = OK;
+    if (ok && i >= 0) {
+        busy = st[i].pending != 0;
+        if (!busy) {
+            err = st[i].error;
+            st[i].error = 0;
+        }
+    } else if (ok && (uintptr_t)stream <= 1) {
+        for (int k = 0; k < MAX_STREAMS && !busy; k++)
+            busy = st[k].thread && st[k].blocking && st[k].pending;
+    }
+    pthread_mutex_unlock(&lock);
+    if (!ok)
+        return INVALID_VALUE;
+    return busy ? NOT_READY : err;
 }
 
 static struct op *new_op(int type)

@@ -28,7 +28,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argp
                                                         "O1/O1+CG/O2, device vs host callbacks, batching on the GPU")
     p.add_argument("--out", metavar="DIR", help="write summary.md, check.json and a few plots here")
     p.add_argument("--only", metavar="SECTION,...", help="run these sections only (e.g. the ones that failed), "
-                                                        f"and {' and '.join(ALWAYS)}")
+                                                        f"in the order given, after {' and '.join(ALWAYS)}")
     p.add_argument("--merge", metavar="CHECK.json", help="an earlier run's check.json: its other sections are kept, "
                                                         "the ones run now replace theirs (with --only)")
     p.add_argument("--device", default="cuda:0", help="the GPU to check (default: %(default)s)")
@@ -54,8 +54,9 @@ def _select(a: argparse.Namespace, secs: list[Section]) -> list[Section]:
         unknown = [n for n in wanted if n not in known]
         if unknown:
             raise ValueError(f"unknown section(s) {', '.join(unknown)}; known: {', '.join(s.name for s in secs)}")
-        wanted += [n for n in ALWAYS if n in known]  # a rerun still says what it ran on
-        return [s for s in secs if s.name in wanted]
+        by_name = {s.name: s for s in secs}
+        first = [n for n in ALWAYS if n in known and n not in wanted]  # a rerun still says what it ran on
+        return [by_name[n] for n in dict.fromkeys(first + wanted)]  # in the order given
     return [s for s in secs if a.bench or not s.bench]
 
 
@@ -114,18 +115,33 @@ def cmd_check(a: argparse.Namespace) -> int:
                   bench=a.bench, bench_calls=a.bench_calls)
     print(f"splitrpc {__version__} check: {len(chosen)} sections, each in its own process under a time cap", flush=True)
     t0 = time.monotonic()
-    results = runner.run(chosen, ctx, cap_s=a.cap_s, budget_s=a.budget_s)
+    previous: dict[str, Any] | None = None
+    if a.merge:
+        with open(a.merge) as f:
+            previous = json.load(f)
+    host = report.machine_facts()
+
+    def document(results: dict[str, dict[str, Any]], pending: list[str]) -> dict[str, Any]:
+        d: dict[str, Any] = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+             "command": "splitrpc check " + shlex.join(sys.argv[2:] if sys.argv[1:2] == ["check"] else sys.argv[1:]),
+             "version": __version__, "host": host, "context": ctx.to_json(),
+             "wall_s": round(time.monotonic() - t0, 1), "sections": results}
+        if pending:  # written while the run goes on: what has not run yet
+            d["unfinished"] = pending
+        if previous is not None:
+            d["sections"] = runner.merge(previous, results)
+            d["merged_from"] = a.merge
+        return d
+
+    def progress_report(results: dict[str, dict[str, Any]]) -> None:
+        if a.out:  # summary.md and check.json after each section: a run killed later still leaves them
+            report.write(a.out, document(results, [s.name for s in chosen if s.name not in results]), plots=False)
+
+    results = runner.run(chosen, ctx, cap_s=a.cap_s, budget_s=a.budget_s, after=progress_report)
     for name, why in broken:  # a plug-in that could not be loaded
         results[f"plugin-{name}"] = {"verdict": FAILED, "why": f"the check plug-in {name!r} did not load: {why}",
                                      "seconds": 0.0, "title": "a splitrpc.check entry point"}
-    doc: dict[str, Any] = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-           "command": "splitrpc check " + shlex.join(sys.argv[2:] if sys.argv[1:2] == ["check"] else sys.argv[1:]),
-           "version": __version__, "host": report.machine_facts(), "context": ctx.to_json(),
-           "wall_s": round(time.monotonic() - t0, 1), "sections": results}
-    if a.merge:
-        with open(a.merge) as f:
-            doc["sections"] = runner.merge(json.load(f), results)
-        doc["merged_from"] = a.merge
+    doc = document(results, [])
     print(report.device_line(doc["sections"]), flush=True)
     if a.out:
         paths = report.write(a.out, doc)

@@ -39,6 +39,8 @@ def markdown(doc: dict[str, Any]) -> str:
              f"- host: {doc['host']['cpu']} ({doc['host']['cpus']} CPUs, {doc['host']['host']}), kernel {doc['host']['kernel']}, "
              f"Python {doc['host']['python']}; splitrpc {doc['version']}",
              f"- wall time: {doc['wall_s']:.0f} s" + (f"; merged with {doc['merged_from']}" if doc.get("merged_from") else ""),
+             *([f"- UNFINISHED: written while the check ran; not yet run: {', '.join(doc['unfinished'])}"]
+               if doc.get("unfinished") else []),
              "- each section ran in a process of its own under its time cap; passed: every check held; failed: "
              "one did not (the reason); skipped: it cannot run here (the reason)", "",
              "| section | verdict | seconds | what it found, or why |", "|---|---|---:|---|"]
@@ -86,14 +88,18 @@ def plot_bars(spec: dict[str, Any], path: str) -> str:
     return path
 
 
-def write(out: str, doc: dict[str, Any]) -> list[str]:
-    """summary.md, check.json and up to MAX_PLOTS plots under out; the paths written."""
+def write(out: str, doc: dict[str, Any], plots: bool = True) -> list[str]:
+    """summary.md, check.json and (plots=True) up to MAX_PLOTS plots under out; the paths
+    written. Each file is written whole and renamed into place: a reader, or a run killed
+    while writing, never sees half a report."""
     os.makedirs(out, exist_ok=True)
     paths = [os.path.join(out, "summary.md"), os.path.join(out, "check.json")]
-    with open(paths[0], "w") as f:
-        f.write(markdown(doc))
-    with open(paths[1], "w") as f:
-        json.dump(doc, f, indent=1, default=str)
+    for path, text in ((paths[0], markdown(doc)), (paths[1], json.dumps(doc, indent=1, default=str))):
+        with open(path + ".part", "w") as f:
+            f.write(text)
+        os.replace(path + ".part", path)
+    if not plots:
+        return paths
     specs = [p for r in doc["sections"].values() for p in r.get("plots", [])]  # a failed benchmark's too
     for spec in specs[:MAX_PLOTS]:
         try:

@@ -109,10 +109,13 @@ MIN_SECTION_S = 5.0  # a section is not started with less of the budget left
 
 
 def run(sections: list[Section], ctx: Context, cap_s: float | None = None, budget_s: float | None = None,
-        progress: Callable[..., object] = print) -> dict[str, dict[str, Any]]:
+        progress: Callable[..., object] = print,
+        after: Callable[[dict[str, dict[str, Any]]], object] | None = None) -> dict[str, dict[str, Any]]:
     """{name: verdict dict} for each section in order; cap_s overrides every section's cap;
     budget_s bounds the whole run: a section gets at most what is left of it, and one that
-    would start with less than MIN_SECTION_S left is skipped, saying so."""
+    would start with less than MIN_SECTION_S left is skipped, saying so. after(results so far)
+    is called once each section has its verdict (the report written as the run goes, so that a
+    run killed from outside still leaves what it found)."""
     results: dict[str, dict[str, Any]] = {}
     deadline = time.monotonic() + budget_s if budget_s is not None else None
     with tempfile.NamedTemporaryFile("w", suffix=".json", prefix="splitrpc-check-ctx-", delete=False) as f:
@@ -128,6 +131,8 @@ def run(sections: list[Section], ctx: Context, cap_s: float | None = None, budge
                                      "seconds": 0.0, "title": sec.title, "bench": sec.bench}
                 results[sec.name] = r
                 progress(f"[{i}/{len(sections)}] " + line(sec.name, r), flush=True)
+                if after is not None:
+                    after(results)
                 continue
             if left < cap:
                 cap, why = left, f"what was left of the check's {budget_s:g} s budget"
@@ -139,6 +144,8 @@ def run(sections: list[Section], ctx: Context, cap_s: float | None = None, budge
             progress("    " + line(sec.name, r), flush=True)
             if r["verdict"] == FAILED and r.get("output_tail"):
                 progress("      " + "\n      ".join(r["output_tail"].splitlines()[-8:]), flush=True)
+            if after is not None:
+                after(results)
     finally:
         os.unlink(ctx_path)
     return results

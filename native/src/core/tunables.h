@@ -193,4 +193,9 @@
 /* Places tried in a key's table of senders (open addressing) before a new sender is refused. */
 #define SRPC_AUTH_PROBE 16u
 
+/* srpc_o2_stop waits this long at most for the O2 kernel to serve what was submitted and return:
+ * a healthy kernel returns within microseconds of its last doorbell; a stop that has waited
+ * this long is a hang, reported with the kernel's counters rather than waited on for ever. */
+#define SRPC_O2_STOP_TIMEOUT_MS 10000
+
 #endif

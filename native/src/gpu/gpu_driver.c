@@ -15,7 +15,7 @@
 
 struct srpc_cu_api srpc_cu;
 
-#define SRPC_GPU_ERR_LEN 256
+#define SRPC_GPU_ERR_LEN 384
 
 /* The outcome of the one load, written inside pthread_once and read-only afterwards. */
 static pthread_once_t load_once = PTHREAD_ONCE_INIT;
@@ -160,6 +160,7 @@ static void load_driver(void)
         SRPC_SYM(StreamCreate, "cuStreamCreate"),
         SRPC_SYM(StreamDestroy, "cuStreamDestroy_v2"),
         SRPC_SYM(StreamSynchronize, "cuStreamSynchronize"),
+        SRPC_SYM(StreamQuery, "cuStreamQuery"),
         SRPC_SYM(ModuleLoadData, "cuModuleLoadData"),
         SRPC_SYM(ModuleUnload, "cuModuleUnload"),
         SRPC_SYM(ModuleGetFunction, "cuModuleGetFunction"),

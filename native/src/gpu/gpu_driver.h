@@ -59,6 +59,7 @@ enum {
     SRPC_CUDA_ERROR_NO_DEVICE = 100,
     SRPC_CUDA_ERROR_INVALID_DEVICE = 101,
     SRPC_CUDA_ERROR_NO_BINARY_FOR_GPU = 209,
+    SRPC_CUDA_ERROR_NOT_READY = 600, /* cuStreamQuery: work still queued or running */
     SRPC_CUDA_ERROR_INVALID_HANDLE = 400,
     SRPC_CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED = 712,
     SRPC_CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED = 713,
@@ -153,6 +154,7 @@ struct srpc_cu_api {
     srpc_CUresult (*StreamCreate)(srpc_CUstream *s, unsigned flags);          /* cuStreamCreate */
     srpc_CUresult (*StreamDestroy)(srpc_CUstream s);                          /* cuStreamDestroy_v2 */
     srpc_CUresult (*StreamSynchronize)(srpc_CUstream s);                      /* cuStreamSynchronize */
+    srpc_CUresult (*StreamQuery)(srpc_CUstream s);                            /* cuStreamQuery */
     srpc_CUresult (*ModuleLoadData)(srpc_CUmodule *mod, const void *image);   /* cuModuleLoadData */
     srpc_CUresult (*ModuleUnload)(srpc_CUmodule mod);                         /* cuModuleUnload */
     srpc_CUresult (*ModuleGetFunction)(srpc_CUfunction *f, srpc_CUmodule mod, const char *name); /* cuModuleGetFunction */

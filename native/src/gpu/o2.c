@@ -3,6 +3,10 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+
+#include "core/clock.h"
+#include "core/tunables.h"
 
 #include "gpu/gpu_driver.h"
 #include "gpu/gpu_kernels.h"
@@ -136,8 +140,30 @@ uint32_t srpc_o2_vector_floats(const srpc_o2_t *o)
     return o ? o->n_floats : 0;
 }
 
-/* Every batch submitted so far is served before the kernel returns: their doorbells must
- * still come (their streams must make progress), or this waits for ever. */
+/* The diagnosis of an O2 kernel that has not returned: what was handed over, what it served,
+ * and whether the doorbell of the first batch it has not served was rung (the submitting
+ * stream's write ran: the kernel does not see it) or not (that stream has not got there). */
+static int o2_hung(const srpc_o2_t *o, unsigned waited_ms)
+{
+    uint32_t consumed = __atomic_load_n(&o->ctrl->consumed, __ATOMIC_ACQUIRE);
+    uint32_t rung = 0, unserved = o->submitted - consumed;
+    if (unserved > SRPC_O2_SLOTS)
+        unserved = SRPC_O2_SLOTS; /* a consumed count past submitted: reported as read */
+    for (uint32_t s = consumed; s != consumed + unserved; s++)
+        rung += __atomic_load_n(&o->ctrl->slot[s % SRPC_O2_SLOTS].ready, __ATOMIC_ACQUIRE) == s + 1;
+    uint32_t next = consumed % SRPC_O2_SLOTS;
+    return srpc_gpu_failf(-ETIMEDOUT,
+                          "srpc_o2_stop: the O2 kernel has not returned after %u ms: submitted %u, consumed %u, "
+                          "stop_seq %u; %u of %u unserved doorbells rung; slot %u ready %u (wants %u); kernel "
+                          "and control block left in place",
+                          waited_ms, o->submitted, consumed, o->ctrl->stop_seq, rung, o->submitted - consumed,
+                          next, o->ctrl->slot[next].ready, consumed + 1);
+}
+
+/* Every batch submitted so far is served before the kernel returns: their doorbells must come
+ * (their streams must make progress). Waits SRPC_O2_STOP_TIMEOUT_MS at most, polling the
+ * kernel's stream; past that, -ETIMEDOUT with o2_hung's diagnosis, and the handle, its
+ * control block and stream are leaked on purpose (the kernel may still read them). */
 int srpc_o2_stop(srpc_o2_t *o)
 {
     if (!o)
@@ -145,9 +171,19 @@ int srpc_o2_stop(srpc_o2_t *o)
     int rc = srpc_gpu_use_device(o->device);
     __atomic_store_n(&o->ctrl->stop_seq, o->submitted, __ATOMIC_RELAXED);
     __atomic_store_n(&o->ctrl->stop, 1, __ATOMIC_SEQ_CST); /* after stop_seq, a full barrier */
-    srpc_CUresult r = srpc_cu.StreamSynchronize(o->stream);
+    const uint64_t t0 = srpc_now_ns(), limit = (uint64_t)SRPC_O2_STOP_TIMEOUT_MS * 1000000u;
+    unsigned pause_us = 1;
+    srpc_CUresult r;
+    while ((r = srpc_cu.StreamQuery(o->stream)) == SRPC_CUDA_ERROR_NOT_READY) {
+        uint64_t waited = srpc_now_ns() - t0;
+        if (waited >= limit)
+            return o2_hung(o, (unsigned)(waited / 1000000u));
+        usleep(pause_us);
+        if (pause_us < 1000)
+            pause_us *= 2;
+    }
     if (r != SRPC_CUDA_SUCCESS)
-        rc = srpc_gpu_fail("cuStreamSynchronize(O2 kernel)", r);
+        rc = srpc_gpu_fail("cuStreamQuery(O2 kernel)", r);
     o2_free(o);
     srpc_gpu_held(SRPC_HELD_O2, -1);
     return rc;
