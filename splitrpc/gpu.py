@@ -100,6 +100,9 @@ class DeviceRunner:
         with self.device:
             self.stream = self.cupy.cuda.Stream(non_blocking=True)
         self.graphs: dict[int, tuple[Any, list[Any]]] = {}  # B -> (graph, static inputs, static outputs)
+        # Why the callback could not be captured into a CUDA graph (it is then run as O1), or None;
+        # e.g. CuPy refuses every cuBLAS call during stream capture (cupy/cupy#6290).
+        self.graph_fallback: str | None = None
         self.o2: Any = None     # srpc_o2_t * while the O2 kernel runs
         self.o2_floats = inputs[0].nbytes // 4 if orchestration == "o2" else 0
 
@@ -139,18 +142,19 @@ class DeviceRunner:
             return
         args = cast("Sequence[Any]", args)  # None only with O2 (returned above): the caller's views() otherwise
         with self.device, self.stream:
-            if self.orchestration == "graph":
-                self._replay(args, b.count)
-            else:
+            if self.orchestration != "graph" or not self._replay(args, b.count):
                 r = self.callback(*args)
                 if r is not None:  # some calls fail alone
                     _server.fail_calls(srv, b, b.count, r)
         _gpu.submit(srv, b, stream)
 
-    def _replay(self, args: Sequence[Any], count: int) -> None:
+    def _replay(self, args: Sequence[Any], count: int) -> bool:
         """O1 with a CUDA graph per batch size: the callback is captured once on static
         buffers; each batch copies its elements in, replays the graph and copies the outputs
-        back (device-to-device, on the same stream)."""
+        back (device-to-device, on the same stream). False, having done nothing, when the
+        callback cannot be captured (graph_fallback says why; the caller runs it as O1)."""
+        if self.graph_fallback is not None:
+            return False
         cp = self.cupy
         n_in = len(self.inputs)
         entry = self.graphs.get(count)
@@ -162,8 +166,17 @@ class DeviceRunner:
             self.stream.begin_capture()
             try:
                 self.callback(*static)
-            finally:
-                graph = self.stream.end_capture()
+            except Exception as e:  # noqa: BLE001 - a call the capture refuses: this function runs as O1
+                try:
+                    self.stream.end_capture()  # the partial graph is dropped; the stream captures no more
+                except Exception:  # noqa: BLE001 - a capture the driver invalidated ends with an error
+                    pass
+                self.graph_fallback = f"{type(e).__name__}: {e}"
+                log.warning("%s: a CUDA graph of the callback cannot be captured (%s): it runs as O1, a launch "
+                            "per batch (server.stats()['graph_fallback'])",
+                            getattr(self.callback, "__name__", "a function"), self.graph_fallback)
+                return False
+            graph = self.stream.end_capture()
             entry = self.graphs[count] = (graph, static)
         graph, static = entry
         for s, a in zip(static[:n_in], args[:n_in]):
@@ -171,6 +184,7 @@ class DeviceRunner:
         graph.launch(self.stream)
         for a, s in zip(args[n_in:], static[n_in:]):
             a[...] = s
+        return True
 
 
 

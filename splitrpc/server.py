@@ -834,7 +834,7 @@ class Server:
         whichever thread calls stats(): it takes its own locks."""
         if not callable(source):
             raise ValueError(f"source must be callable, got {source!r}")
-        reserved = {"functions", "devices", "by_function", "dpdk", *_server.read_stats(self._srv)}
+        reserved = {"functions", "devices", "graph_fallback", "by_function", "dpdk", *_server.read_stats(self._srv)}
         if key in reserved:
             raise ValueError(f"stats key {key!r} is the engine's")
         self._stats_sources[key] = source
@@ -850,6 +850,9 @@ class Server:
             **_server.read_stats(self._srv),
             "functions": {f.name: sum(c.calls for c in (f.classes or [f])) for f in self._user_functions()},
             "devices": {f.name: f.device for f in self._user_functions()},
+            # functions of orchestration="graph" whose callback could not be captured (run as O1): why
+            "graph_fallback": {f.name: f.runner.graph_fallback for f in self._user_functions()
+                               if f.runner is not None and f.runner.graph_fallback is not None},
             # the engine's counters of each function (its aux classes summed): calls, errors by
             # code (BUSY and DRAINING answers included), batch sizes, queue delay, calls queued
             "by_function": {f.name: _server.read_func_stats(self._srv, f.func_id) for f in self._user_functions()},

@@ -460,3 +460,41 @@ def test_a_driver_without_stream_stores_signals_by_host_functions(make_server, m
     after = _live()
     assert {k: after[k] - before[k] for k in after if k != "live_modules"} == \
         {"vmm_live_mappings": 0, "vmm_live_reservations": 0, "vmm_live_handles": 0, "host_live": 0}, (before, after)
+
+
+def test_a_callback_the_capture_refuses_runs_as_o1_and_says_why(make_server, make_client):
+    """orchestration="graph" with a callback CuPy will not capture (cuBLAS: CuPy 14 refuses it during
+    stream capture, as the first GPU run found, bench/results/gpu/): every call is still answered
+    right, run as O1; stats()['graph_fallback'] names the function and the reason; a capturable
+    function beside it (vecadd) is still captured and replayed."""
+    import cupy
+
+    def matmul(a, b, c):
+        cupy.matmul(a, b, out=c)
+
+    def vecadd(x, y):
+        cupy.add(x, 1, out=y)
+
+    def setup(s):
+        s.add_function(vecadd, 1, "vecadd", [splitrpc.TensorSpec("x", F32, (256,))],
+                       [splitrpc.TensorSpec("y", F32, (256,))], device="cuda:0", orchestration="graph", max_batch=8)
+        s.add_function(matmul, 2, "matmul", [splitrpc.TensorSpec("a", F32, (8, 8)), splitrpc.TensorSpec("b", F32, (8, 8))],
+                       [splitrpc.TensorSpec("c", F32, (8, 8))], device="cuda:0", orchestration="graph", max_batch=8)
+
+    srv = make_server(setup, wait="poll")
+    c = make_client(srv.port, timeout=10.0)
+    rng = np.random.default_rng(3)
+    reqs = [rng.standard_normal(128).astype(np.float32) for _ in range(40)]
+    futs = [c.call_async(2, r) for r in reqs] + [c.call_async(1, np.arange(256, dtype=np.float32) + i)
+                                                 for i in range(40)]
+    for r, f in zip(reqs, futs[:40]):
+        want = r[:64].reshape(8, 8) @ r[64:].reshape(8, 8)
+        assert np.allclose(np.frombuffer(f.result(), np.float32).reshape(8, 8), want, rtol=1e-5, atol=1e-5)
+    for i, f in enumerate(futs[40:]):
+        assert np.array_equal(np.frombuffer(f.result(), np.float32), np.arange(256, dtype=np.float32) + i + 1)
+    st = _idle(srv)
+    assert set(st["graph_fallback"]) == {"matmul"}, st["graph_fallback"]
+    assert "cuBLAS" in st["graph_fallback"]["matmul"] and "NotImplementedError" in st["graph_fallback"]["matmul"]
+    assert st["errors"]["INTERNAL"] == 0 and st["in_flight"] == 0
+    runners = {f.name: f.runner for f in srv._user_functions()}
+    assert runners["vecadd"].graphs and not runners["matmul"].graphs  # vecadd replayed from its graphs

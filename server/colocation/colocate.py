@@ -11,8 +11,9 @@ call alone with INTERNAL; a call whose PMC exceeds the budget gets TOO_LARGE nam
 Threads: a CoLocation is its services' executor (splitrpc.Executor), and each batch it gets is
 one call. Its submit, on the server's worker, parses the call, estimates its PMC and queues it in
 the scheduler (or answers it at once with its error); one dispatcher thread forms groups (under the
-lock) and runs a group's calls on a thread pool, one thread per call (on a GPU each on its own
-stream); when the group's last call ends its memory is released and the next group forms. The
+lock) and runs a group's calls at once, the call in slot k of its group on slot k's own thread
+(on a GPU with slot k's own stream: a thread and a stream per slot keep the libraries' per-thread,
+per-stream workspaces to one per slot); when the group's last call ends its memory is released and the next group forms. The
 server's start and stop start and stop it (Executor.acquire / release), and Server.stats()
 ["executors"] reports its load. Where the calls run is its place (device.py): on the CPU the
 memory is a budget accountant (the CoScheduler's reservation); on a CUDA device each call of a
@@ -176,7 +177,7 @@ class CoLocation(Executor):
         self._stopped = False  # stop(): every call from now on is refused
         self._users = 0        # servers running with it (acquire / release)
         self._thread: threading.Thread | None = None
-        self._pool: ThreadPoolExecutor | None = None
+        self._slots: list[ThreadPoolExecutor] = []  # slot k's one thread (its threads start when first used)
         self._torch_threads = torch_threads
         self.groups_run = 0
         self.grouped_calls = 0  # calls the groups ran (with groups_run, under the same lock)
@@ -338,7 +339,8 @@ class CoLocation(Executor):
             if self._torch_threads is not None:
                 _torch().set_num_threads(self._torch_threads)
             self.place.start()
-            self._pool = ThreadPoolExecutor(max_workers=self.threads, thread_name_prefix="splitrpc-colocate")
+            self._slots = [ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"splitrpc-colocate-{k}")
+                           for k in range(self.threads)]
             self._thread = threading.Thread(target=self._dispatch, name="splitrpc-colocate-dispatch", daemon=True)
             self._thread.start()
         return self
@@ -361,12 +363,12 @@ class CoLocation(Executor):
         with self._cond:
             left = [self._calls.pop(r.seq) for r in self._sched.queue if r.seq in self._calls]
             self._sched.queue.clear()
-            pool, self._pool = self._pool, None
+            slots, self._slots = self._slots, []
         for c in left:
             c.service.stats.count("failed")
             _run(c.job, InternalError("the co-location scheduler stopped"))
-        if pool is not None:
-            pool.shutdown(wait=True)
+        for ex in slots:
+            ex.shutdown(wait=True)
 
     def _dispatch(self) -> None:
         me = threading.current_thread()
@@ -379,12 +381,14 @@ class CoLocation(Executor):
                 group = self._sched.next_group()
                 calls = [(r, self._calls.pop(r.seq)) for r in group]
                 self.running = len(calls)
-                pool = self._pool
+                slots = self._slots
             t0 = time.perf_counter()
             with self.place.group(sum(r.pmc for r, _ in calls), len(calls)) as g:
                 for slot, (_, c) in enumerate(calls):
                     c.group, c.slot = g, slot
-                for f in [pool.submit(_run, c.job, c) for _, c in calls]:
+                # slot k on thread k mod threads, with stream k mod streams (the place's choice):
+                # a group larger than the threads queues its later calls behind its first ones
+                for f in [slots[slot % len(slots)].submit(_run, c.job, c) for slot, (_, c) in enumerate(calls)]:
                     f.exception()  # wait; a job answers its own errors
             with self._cond:
                 for r, _ in calls:

@@ -27,6 +27,7 @@ import numpy as np
 
 GROUPS_KEPT = 256  # groups whose reservation and measured memory report() keeps
 SEGMENT_SLACK = (20 + 2) << 20  # bytes per stream the caching allocator may round up past what a call uses
+WARM_SIDE = 8  # a warm-up's matrices are this square: enough for cuBLAS and cuBLASLt to make their workspaces
 
 
 class DeviceBudgetExceeded(RuntimeError):
@@ -106,19 +107,47 @@ class CudaPlace:
         self.budget = budget
         self.streams = [torch.cuda.Stream(self.dev) for _ in range(streams)]
         self.resident = 0   # bytes the models hold, measured by start()
+        self._warmed: set[tuple[int, int]] = set()  # (thread, stream) pairs whose workspaces exist
+        self._warm_lock = threading.Lock()
+        # The libraries' workspaces: PyTorch gives cuBLAS one per handle (a thread's) and stream,
+        # from the caching allocator (32 MiB on Hopper), made at a pair's first matrix product
+        # and kept: measured here on this thread and stream 0 (the first GPU run found a call's
+        # 32 MiB workspace refused past a cap that had no room for it: bench/results/gpu/).
+        self.workspace = self._warm(0)
         # the allocator's rounding: blocks are not shared across streams, and a stream's first
-        # allocation of 1-10 MiB takes a 20 MiB segment, of under 1 MiB a 2 MiB one
-        self.slack = streams * SEGMENT_SLACK
+        # allocation of 1-10 MiB takes a 20 MiB segment, of under 1 MiB a 2 MiB one; and each
+        # slot's (thread, stream) workspaces, made by its first call
+        self.slack = streams * (SEGMENT_SLACK + self.workspace)
         self.cap = None     # bytes the allocator may hold (resident + budget + slack), set by start()
         self._tally = _Tally()
+
+    def _warm(self, k: int) -> int:
+        """Makes this thread's workspaces for stream k (a matrix product and a linear layer on it,
+        outside any memory pool: a workspace is kept for good, and would pin a pool's segment);
+        the device memory that took, or 0 when this thread had them already."""
+        torch = self.torch
+        key = (threading.get_ident(), k)
+        with self._warm_lock:
+            if key in self._warmed:
+                return 0
+            self._warmed.add(key)
+        stream = self.streams[k]
+        stream.synchronize()
+        before = torch.cuda.memory_reserved(self.dev)
+        with torch.cuda.stream(stream), torch.inference_mode():
+            a = torch.ones((WARM_SIDE, WARM_SIDE), device=self.dev)
+            torch.mm(a, a)
+            torch.nn.functional.linear(a, a, a[0])
+        stream.synchronize()
+        return max(0, int(torch.cuda.memory_reserved(self.dev)) - int(before))
 
     def prepare(self, model):
         return model.to(self.dev)
 
     def start(self) -> None:
-        """Caps the caching allocator at the models' memory, the budget and the allocator's rounding
-        (SEGMENT_SLACK per stream): an allocation past it raises OutOfMemoryError in the call that
-        made it (forward says DeviceBudgetExceeded)."""
+        """Caps the caching allocator at the models' memory, the budget and the slack (per stream
+        the allocator's rounding and a slot's workspaces): an allocation past it raises
+        OutOfMemoryError in the call that made it (forward says DeviceBudgetExceeded)."""
         torch = self.torch
         torch.cuda.synchronize(self.dev)
         torch.cuda.empty_cache()
@@ -126,7 +155,8 @@ class CudaPlace:
         cap = self.resident + self.budget + self.slack
         if cap > self.total:
             raise ValueError(f"the models hold {self.resident} B of {self.device}; with the budget {self.budget} B "
-                             f"and {self.slack} B for the allocator's rounding that is over its {self.total} B")
+                             f"and {self.slack} B for the allocator's rounding and the slots' workspaces that is "
+                             f"over its {self.total} B")
         torch.cuda.set_per_process_memory_fraction(cap / self.total, self.dev)
         self.cap = cap
 
@@ -152,7 +182,8 @@ class CudaPlace:
 
     def forward(self, model, x: np.ndarray, edge_index: np.ndarray, group: Group | None, slot: int) -> np.ndarray:
         torch = self.torch
-        stream = self.streams[slot % len(self.streams)]
+        k = slot % len(self.streams)
+        stream = self.streams[k]
         pool = contextlib.nullcontext()
         if group is not None:  # a pool per call: PyTorch lets one thread at a time allocate to a pool
             mine = torch.cuda.MemPool()
@@ -160,6 +191,7 @@ class CudaPlace:
                 group.pools.append(mine)
             pool = torch.cuda.use_mem_pool(mine, self.dev)
         try:
+            self._warm(k)  # a slot's first call on its thread: its workspaces, in the slack, not in its pool
             with torch.cuda.stream(stream), pool, torch.inference_mode():
                 xd = torch.from_numpy(x).to(self.dev)
                 ed = torch.from_numpy(edge_index).to(self.dev)
@@ -171,7 +203,7 @@ class CudaPlace:
                 self._tally.refused += 1
             raise DeviceBudgetExceeded(f"{self.device} refused memory past the co-location cap ({self.cap} B: the "
                                        f"models' {self.resident} B, the budget {self.budget} B and {self.slack} B "
-                                       f"for the allocator's rounding): {e}") from None
+                                       f"for the allocator's rounding and the slots' workspaces): {e}") from None
         return y.contiguous().numpy()
 
     def report(self) -> dict:
@@ -179,7 +211,8 @@ class CudaPlace:
         with t.lock:
             ratios = [m / r for r, m in t.recent if r > 0]
             return {"kind": self.kind, "device": self.device, "enforced": "the caching allocator's cap",
-                    "cap": self.cap, "resident": self.resident, "slack": self.slack, "streams": len(self.streams),
+                    "cap": self.cap, "resident": self.resident, "slack": self.slack, "workspace": self.workspace,
+                    "streams": len(self.streams),
                     "groups": t.groups,
                     "groups_over_reservation": t.over, "refused_calls": t.refused,
                     "measured_over_reserved": {"min": min(ratios), "median": float(np.median(ratios)),

@@ -194,21 +194,30 @@ def measured_cpu_peak(model: torch.nn.Module, x: torch.Tensor, edge_index: torch
 
 
 def measured_cuda_peak(model: torch.nn.Module, x: torch.Tensor, edge_index: torch.Tensor, *,
-                       repeats: int = 3) -> tuple[int, float]:
-    """(peak bytes, seconds) of one forward pass of model on (x, edge_index) on their CUDA device:
-    the caching allocator's max_memory_allocated over the pass, after its peak was reset with the
-    weights and inputs already there (so they count, as in an Estimate), and the median time of
-    `repeats` passes (synchronised). model, x and edge_index must be on one CUDA device. Compare
-    the peak with an estimate made with align=ALIGN (the allocator's rounding)."""
+                       repeats: int = 3) -> tuple[int, float, int]:
+    """(peak bytes, seconds, workspace bytes) of one forward pass of model on (x, edge_index) on
+    their CUDA device. The peak is what an Estimate counts: the weights and inputs (each storage
+    as the caching allocator rounds it) plus the most the pass allocated on top of what was
+    allocated before it (max_memory_allocated after its peak was reset), after a first pass that
+    made the libraries' workspaces. The workspace is what is allocated then beyond the weights and
+    inputs: per-stream workspaces (cuBLAS takes 32 MiB per handle and stream on Hopper, from the
+    caching allocator) made once and kept, not the request's; the first GPU run counted them in
+    every pass (bench/results/gpu/). seconds: the median of `repeats` synchronised passes. model,
+    x and edge_index must be on one CUDA device. Compare the peak with an estimate made with
+    align=ALIGN (the allocator's rounding)."""
     dev = x.device
     if dev.type != "cuda" or edge_index.device != dev:
         raise ValueError(f"measured_cuda_peak needs x and edge_index on one CUDA device, got {x.device} and "
                          f"{edge_index.device}")
+    storages = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes()
+                for t in [*model.parameters(), *model.buffers(), x, edge_index] if t.device == dev}
+    own = sum(-(-n // ALIGN) * ALIGN for n in storages.values())
     times = []
     with torch.inference_mode():
         model(x, edge_index)  # kernels loaded, workspaces made: not the request's
         torch.cuda.synchronize(dev)
         torch.cuda.empty_cache()
+        base = torch.cuda.memory_allocated(dev)
         torch.cuda.reset_peak_memory_stats(dev)
         for _ in range(max(1, repeats)):
             t0 = torch.cuda.Event(enable_timing=True)
@@ -219,4 +228,5 @@ def measured_cuda_peak(model: torch.nn.Module, x: torch.Tensor, edge_index: torc
             torch.cuda.synchronize(dev)
             times.append(t0.elapsed_time(t1) / 1e3)
             del out
-    return int(torch.cuda.max_memory_allocated(dev)), float(sorted(times)[len(times) // 2])
+    peak = own + int(torch.cuda.max_memory_allocated(dev)) - base
+    return peak, float(sorted(times)[len(times) // 2]), max(0, int(base) - own)

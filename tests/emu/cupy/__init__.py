@@ -127,6 +127,8 @@ def add(a, b, out=None):
 
 
 def matmul(a, b, out=None):
+    if cuda.get_current_stream()._capture is not None:  # as CuPy 14 does (cupy/cupy#6290)
+        raise NotImplementedError("calling cuBLAS API during stream capture is currently unsupported")
     out = out if out is not None else ndarray((*a.shape[:-1], b.shape[-1]), np.result_type(a.dtype, b.dtype))
 
     def run():
