@@ -498,3 +498,29 @@ def test_a_callback_the_capture_refuses_runs_as_o1_and_says_why(make_server, mak
     assert st["errors"]["INTERNAL"] == 0 and st["in_flight"] == 0
     runners = {f.name: f.runner for f in srv._user_functions()}
     assert runners["vecadd"].graphs and not runners["matmul"].graphs  # vecadd replayed from its graphs
+
+
+def test_a_stream_that_makes_no_progress_fails_its_wait_naming_it():
+    """Every wait of the library on a stream has a deadline (SRPC_GPU_WAIT_TIMEOUT_MS, 10 s): with
+    the emulated GPU making no progress (fake_cuda_hold_streams, SPLITRPC_EMULATED_FAULT=stream-hang
+    in bench/gpu/run.sh's dry run), the wait fails with GPUError naming the stream and the wait
+    instead of hanging; once the GPU runs again the work completes and a wait returns."""
+    import cupy
+
+    from splitrpc._native import gpu as native_gpu
+
+    s = cupy.cuda.Stream(non_blocking=True)
+    x = cupy.asarray(np.zeros(256, dtype=np.float32))
+    DRV.fake_cuda_hold_streams(1)
+    try:
+        with s:
+            cupy.add(x, 1, out=x)  # queued; the held GPU does not run it
+        t0 = time.monotonic()
+        with pytest.raises(gpu.GPUError, match=r"waiting for the stream's work on CUDA stream 0x[0-9a-f]+: not "
+                                               r"completed after 1\d{4} ms"):
+            native_gpu.stream_sync(s.ptr)
+        assert 9.5 < time.monotonic() - t0 < 30
+    finally:
+        DRV.fake_cuda_hold_streams(0)
+    native_gpu.stream_sync(s.ptr)
+    assert np.array_equal(cupy.asnumpy(x), np.ones(256, np.float32))

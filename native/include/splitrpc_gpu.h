@@ -136,7 +136,8 @@ void srpc_gpu_stream_destroy(uint64_t stream);
  * function (cuLaunchHostFunc) that stores the value with release order. Readers load *flag
  * with acquire order. flag_dev == 0: always the host function (flag may be ordinary memory). */
 int srpc_gpu_signal(uint64_t stream, uint32_t *flag, uint64_t flag_dev, uint32_t value);
-/* Waits until `stream` has finished its work (cuStreamSynchronize). */
+/* Waits until `stream` has finished its work, SRPC_GPU_WAIT_TIMEOUT_MS (tunables.h) at most:
+ * then -ETIMEDOUT, the last error naming the stream and the wait. Any thread. */
 int srpc_gpu_stream_sync(uint64_t stream);
 
 /* ------------------------------------------------------------------ O2 orchestration */

@@ -780,12 +780,23 @@ static int stream_ok(const void *s)
 
 static int run_op(struct op *o); /* lock held (released around a host function, and by O2 while it polls) */
 
+/* fake_cuda_hold_streams: while set, no created stream runs its queued work (a GPU that has
+ * stopped making progress): a synchronisation waits, a query says not ready. Lock taken. */
+static int streams_held;
+void fake_cuda_hold_streams(int on)
+{
+    pthread_mutex_lock(&lock);
+    streams_held = on;
+    pthread_cond_broadcast(&stream_cv);
+    pthread_mutex_unlock(&lock);
+}
+
 static void *stream_thread(void *arg)
 {
     int i = (int)(intptr_t)arg;
     pthread_mutex_lock(&lock);
     for (;;) {
-        while (!st[i].head && streams[i])
+        while ((!st[i].head || streams_held) && streams[i])
             pthread_cond_wait(&stream_cv, &lock);
         struct op *o = st[i].head;
         if (!o) /* destroyed, and its work is done */
@@ -915,21 +926,30 @@ void fake_cuda_fail_syncs_after(int kind, int n)
     pthread_mutex_unlock(&lock);
 }
 
+/* A created stream i whose queued work is done: its first error since the last synchronisation
+ * (cleared), or an injected failure of a synchronisation after copies of a kind
+ * (fake_cuda_fail_syncs_after). Lock held. */
+static int sync_done(int i)
+{
+    int err = st[i].error, fail = 0;
+    st[i].error = 0;
+    for (int k = 0; k < 3 && !fail; k++)
+        if ((pending_kinds[i] & (1u << k)) && fail_syncs[k] > 0)
+            fail = fail_syncs[k]--;
+    pending_kinds[i] = 0;
+    return fail ? ILLEGAL_ADDRESS : err;
+}
+
 /* Waits for the stream's queued work (the legacy stream: every blocking stream's); returns the
  * first error of that work since the last synchronisation, or an injected failure. */
 int cuStreamSynchronize(void *stream)
 {
     pthread_mutex_lock(&lock);
-    int ok = stream_ok(stream), i = stream_index(stream), fail = 0, err = OK;
+    int ok = stream_ok(stream), i = stream_index(stream), err = OK;
     if (ok && i >= 0) {
         while (st[i].pending)
             pthread_cond_wait(&stream_cv, &lock);
-        err = st[i].error;
-        st[i].error = 0;
-        for (int k = 0; k < 3 && !fail; k++)
-            if ((pending_kinds[i] & (1u << k)) && fail_syncs[k] > 0)
-                fail = fail_syncs[k]--;
-        pending_kinds[i] = 0;
+        err = sync_done(i);
     } else if (ok && (uintptr_t)stream <= 1) {
         for (int k = 0; k < MAX_STREAMS; k++)
             while (st[k].thread && st[k].blocking && st[k].pending)
@@ -938,8 +958,6 @@ int cuStreamSynchronize(void *stream)
     pthread_mutex_unlock(&lock);
     if (!ok)
         return INVALID_VALUE;
-    if (fail)
-        return ILLEGAL_ADDRESS;
     if (err)
         return err;
     __atomic_add_fetch(&stream_syncs, 1, __ATOMIC_SEQ_CST);
@@ -947,19 +965,17 @@ int cuStreamSynchronize(void *stream)
 }
 
 /* CUDA_ERROR_NOT_READY while the stream has queued or running work (the O2 kernel, until it
- * returns), else the first error of its work since the last synchronisation (cleared, as
- * cuStreamSynchronize would), else OK. The legacy stream: NOT_READY while a blocking stream has
- * work. */
+ * returns); once it has none, what cuStreamSynchronize would return (its first error, an injected
+ * failure; a success counts as a synchronisation). The legacy stream: NOT_READY while a blocking
+ * stream has work. The library waits with this, under a deadline (srpc_gpu_wait_stream). */
 int cuStreamQuery(void *stream)
 {
     pthread_mutex_lock(&lock);
     int ok = stream_ok(stream), i = stream_index(stream), busy = 0, err = OK;
     if (ok && i >= 0) {
         busy = st[i].pending != 0;
-        if (!busy) {
-            err = st[i].error;
-            st[i].error = 0;
-        }
+        if (!busy)
+            err = sync_done(i);
     } else if (ok && (uintptr_t)stream <= 1) {
         for (int k = 0; k < MAX_STREAMS && !busy; k++)
             busy = st[k].thread && st[k].blocking && st[k].pending;
@@ -967,7 +983,12 @@ int cuStreamQuery(void *stream)
     pthread_mutex_unlock(&lock);
     if (!ok)
         return INVALID_VALUE;
-    return busy ? NOT_READY : err;
+    if (busy)
+        return NOT_READY;
+    if (err)
+        return err;
+    __atomic_add_fetch(&stream_syncs, 1, __ATOMIC_SEQ_CST);
+    return OK;
 }
 
 static struct op *new_op(int type)
@@ -1452,8 +1473,31 @@ static int run_op(struct op *o)
  *   device_memory=BYTES  fail_copies=KIND:N  fail_syncs_after=KIND:N  fail_stream_writes=N:CODE
  * each calling the fake_cuda_* function of that name. An item it does not know is reported on
  * stderr and ignored (the test that wrote it then sees no fault, and fails). */
+/* SPLITRPC_EMULATED_FAULT (bench/gpu/run.sh's dry run, tests/test_gpu_check_script.py): one named
+ * fault of the kinds a first GPU run may meet, for showing that each is reported:
+ *   o2-hang       the O2 kernel serves no batch (pause_o2)
+ *   stream-hang   no stream runs its queued work (hold_streams)
+ *   launch-error  the next kernel launch fails (fail_launches=1)
+ * An unknown name is reported on stderr and ignored. */
+static void fault_from_env(void)
+{
+    const char *f = getenv("SPLITRPC_EMULATED_FAULT");
+    if (!f || !*f)
+        return;
+    if (!strcmp(f, "o2-hang"))
+        fake_cuda_pause_o2(1);
+    else if (!strcmp(f, "stream-hang"))
+        streams_held = 1; /* before any stream exists: no lock needed yet */
+    else if (!strcmp(f, "launch-error"))
+        fake_cuda_fail_launches(1);
+    else
+        fprintf(stderr, "fake libcuda: SPLITRPC_EMULATED_FAULT=%s not known (o2-hang, stream-hang, launch-error): "
+                        "ignored\n", f);
+}
+
 __attribute__((constructor)) static void inject_from_env(void)
 {
+    fault_from_env();
     const char *env = getenv("FAKE_CUDA_INJECT");
     if (!env || !*env)
         return;

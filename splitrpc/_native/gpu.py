@@ -161,7 +161,8 @@ def copy_dtoh(dst: PinnedBuffer, offset: int, src: int, nbytes: int, stream: int
 
 
 def stream_sync(stream: int = 0) -> None:
-    _ok(lib.srpc_gpu_stream_sync(stream), "cuStreamSynchronize")
+    """Waits for the stream's work, SRPC_GPU_WAIT_TIMEOUT_MS at most (GPUError then)."""
+    _ok(lib.srpc_gpu_stream_sync(stream), "waiting for the stream")
 
 
 def signal(stream: int, flag: PinnedBuffer, index: int, by_store: bool, value: int) -> None:

@@ -198,4 +198,12 @@
  * this long is a hang, reported with the kernel's counters rather than waited on for ever. */
 #define SRPC_O2_STOP_TIMEOUT_MS 10000
 
+/* srpc_gpu_stream_sync waits this long at most for a stream's work (the copies of a batch, a
+ * callback's kernels) before it fails with -ETIMEDOUT: such work takes micro- to milliseconds; a
+ * wait this long is a hang, said rather than waited on for ever. It busy-polls for the first
+ * SRPC_GPU_WAIT_SPIN_NS (a short wait returns as soon as cuStreamSynchronize's would), then sleeps
+ * between polls. */
+#define SRPC_GPU_WAIT_TIMEOUT_MS 10000
+#define SRPC_GPU_WAIT_SPIN_NS 50000
+
 #endif

@@ -52,13 +52,15 @@ static int one_way(const struct srpc_gpu_kernels *k, int device, srpc_CUdevicept
     r = srpc_cu.LaunchKernel(k->mirror_verify, blocks, 1, 1, MIRROR_THREADS, 1, 1, 0, s, verify_args, NULL);
     if (r != SRPC_CUDA_SUCCESS)
         return srpc_gpu_fail("cuLaunchKernel(srpc_mirror_verify)", r);
-    /* The count goes to pageable memory: the copy is complete when the call returns; the
-     * synchronisation reports any fault of the kernels. */
+    /* The kernels first, with a deadline: a copy to pageable memory returns only once it is
+     * done, and would wait for ever behind kernels that never end. Then the count, to pageable
+     * memory (complete when the call returns); the last wait reports any fault of the copy. */
+    int rc = srpc_gpu_wait_stream(s, "the mirror self-test's kernels");
+    if (rc)
+        return rc;
     if ((r = srpc_cu.MemcpyDtoHAsync(bad, counter, sizeof(*bad), s)) != SRPC_CUDA_SUCCESS)
         return srpc_gpu_fail("cuMemcpyDtoHAsync", r);
-    if ((r = srpc_cu.StreamSynchronize(s)) != SRPC_CUDA_SUCCESS)
-        return srpc_gpu_fail("cuStreamSynchronize", r);
-    return 0;
+    return srpc_gpu_wait_stream(s, "the mirror self-test's count");
 }
 
 /* Overwrites the whole ring: the queue's contents are lost. */

@@ -1,10 +1,13 @@
 /* gpu_stream.c: pinned host memory, stream-ordered copies, completion flags and stream synchronisation on the CUDA driver. */
 #include <errno.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "core/clock.h"
+#include "core/tunables.h"
 #include "gpu/gpu_driver.h"
 #include "splitrpc_gpu.h"
 
@@ -210,11 +213,40 @@ void srpc_gpu_stream_destroy(uint64_t stream)
         srpc_gpu_held(SRPC_HELD_STREAM, -1);
 }
 
+int srpc_gpu_wait_stream(srpc_CUstream s, const char *what)
+{
+    /* cuStreamQuery in a loop rather than cuStreamSynchronize, which has no deadline: it spins
+     * SRPC_GPU_WAIT_SPIN_NS (what cuStreamSynchronize's default scheduling does too), then
+     * sleeps a little more each time, up to 1 ms. */
+    uint64_t t0 = 0;
+    unsigned pause_us = 1;
+    srpc_CUresult r;
+    while ((r = srpc_cu.StreamQuery(s)) == SRPC_CUDA_ERROR_NOT_READY) {
+        const uint64_t now = srpc_now_ns();
+        if (!t0) {
+            t0 = now;
+            continue;
+        }
+        if (now - t0 >= (uint64_t)SRPC_GPU_WAIT_TIMEOUT_MS * 1000000u)
+            return srpc_gpu_failf(-ETIMEDOUT,
+                                  "waiting for %s on CUDA stream %p: not completed after %u ms (a kernel that does "
+                                  "not return, or a wait on work that never comes)",
+                                  what, (void *)s, (unsigned)((now - t0) / 1000000u));
+        if (now - t0 >= SRPC_GPU_WAIT_SPIN_NS) {
+            usleep(pause_us);
+            if (pause_us < 1000)
+                pause_us *= 2;
+        }
+    }
+    if (r == SRPC_CUDA_SUCCESS)
+        return 0;
+    char call[96];
+    snprintf(call, sizeof(call), "cuStreamQuery (waiting for %s)", what);
+    return srpc_gpu_fail(call, r);
+}
+
 int srpc_gpu_stream_sync(uint64_t stream)
 {
     int rc = srpc_gpu_use_any();
-    if (rc)
-        return rc;
-    srpc_CUresult r = srpc_cu.StreamSynchronize(srpc_gpu_stream(stream));
-    return r == SRPC_CUDA_SUCCESS ? 0 : srpc_gpu_fail("cuStreamSynchronize", r);
+    return rc ? rc : srpc_gpu_wait_stream(srpc_gpu_stream(stream), "the stream's work");
 }
