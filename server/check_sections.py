@@ -278,12 +278,12 @@ def run_device_colocate(ctx: Context) -> Result:
 
 SECTIONS = [
     Section("host", "the host path: a loopback server with every built-in service, replies checked", run_host,
-            cap_s=90, stage="host"),
+            cap_s=60, stage="host", tier="core"),
     Section("device-zoo", "the model zoo (LeNet, BERT-like) served on the GPU, replies against the CPU reference",
-            run_device_zoo, cap_s=240, stage="device"),
+            run_device_zoo, cap_s=90, stage="device"),
     Section("device-pmc", "co-location's PMC estimates against the CUDA allocator's peak, 20 shapes per GNN; "
-            "the simulator's device fitted to their times", run_device_pmc, cap_s=180, stage="device"),
+            "the simulator's device fitted to their times", run_device_pmc, cap_s=90, stage="device"),
     Section("device-colocate", "co-location on the GPU: a stream per call, memory pools released per group, the allocator "
             "capped at the budget; replies against the CPU, a call past the cap refused alone", run_device_colocate,
-            cap_s=120, stage="device"),
+            cap_s=90, stage="device"),
 ]

@@ -1,10 +1,11 @@
-"""check_sections.py: sections of `splitrpc check` that pass, fail, skip, raise, crash or hang on purpose, for tests/test_check.py's runner tests (the child process finds them here, in SECTIONS)."""
+"""check_sections.py: sections of `splitrpc check` that pass, fail, skip, raise, crash, hang or are cut on purpose, for tests/test_check.py's runner tests (the child process finds them here, in SECTIONS)."""
 import os
 import signal
 import threading
 import time
 
-from splitrpc.check import Failed, Result, Section, Skipped
+from splitrpc.check import Cut, Failed, Result, Section, Skipped, done
+from splitrpc.check.section import failing
 
 
 def passes(ctx):
@@ -41,7 +42,25 @@ def finishes_then_hangs(ctx):
     return Result(summary="done")
 
 
+def notes_progress_then_hangs(ctx):
+    done("cell a")
+    done("cell b")
+    time.sleep(600)
+
+
+def notes_failing_then_hangs(ctx):
+    failing("the reply was wrong")  # as loopback_server does before a stop that may hang
+    time.sleep(600)
+
+
+def cuts_itself(ctx):
+    raise Cut("too little time for cell c", result=Result(summary="2 cells", facts={"cells": 2}))
+
+
 SECTIONS = [Section("t-pass", "passes", passes), Section("t-fail", "fails", fails), Section("t-skip", "skips", skips),
             Section("t-partial", "fails, keeping its table", fails_with_what_it_measured),
             Section("t-raise", "raises KeyError", raises), Section("t-crash", "segfaults", crashes),
-            Section("t-hang", "sleeps", hangs), Section("t-exit-hang", "passes, then does not exit", finishes_then_hangs)]
+            Section("t-hang", "sleeps", hangs), Section("t-exit-hang", "passes, then does not exit", finishes_then_hangs),
+            Section("t-progress-hang", "notes two cells done, then sleeps", notes_progress_then_hangs),
+            Section("t-failing-hang", "notes the error it fails with, then its teardown sleeps", notes_failing_then_hangs),
+            Section("t-cut", "stops early, keeping what it finished", cuts_itself)]

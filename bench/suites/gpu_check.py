@@ -4,7 +4,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from splitrpc.bench.suites import orchestration as orch
-from splitrpc.check import Context, Failed, Result, Section, Skipped
+from splitrpc.check import Context, Cut, Failed, Result, Section, Skipped, done
 from splitrpc.check.probes import EMULATED_LABEL, driver_emulated, need_cupy, need_gpu
 
 ORCH_SERVICES = ("vecadd", "matmul", "lenet")
@@ -74,6 +74,7 @@ def _e2e_rows(ctx: Context, cells: list[tuple[str, str, int]]) -> list[dict]:
     for name, dev, mb in cells:
         r = orch.measure_e2e(name, "o1", dev, cbs.get(name, dev), ctx.bench_calls, True, max_batch=mb)
         rows.append({**r, "max_batch": mb})
+        done(f"{name} on {dev} max batch {mb}: {r['status']}")
     return rows
 
 
@@ -135,6 +136,11 @@ def run_batching(ctx: Context) -> Result:
 TUNE_MODELS = ("lenet", "resnet18")   # two zoo models, small
 TUNE_AXES = {"threads": [1], "instances": [1, 2], "batches": [1, 8, 32]}
 TUNE_SLA_MS = 20.0
+TUNE_POINT_S = 30.0  # a point is not started with less than this left of the section's cap (one took ~10 s on an H200)
+
+
+class _OutOfTime(Exception):
+    """bench-tune's measure() with too little of the cap left for another point."""
 
 
 def run_tune(ctx: Context) -> Result:
@@ -152,12 +158,22 @@ def run_tune(ctx: Context) -> Result:
 
         def measure(c, model=model, points=points):
             if c not in points:
+                if ctx.left() < TUNE_POINT_S:  # the section's cap (what the budget left it) is nearly spent
+                    raise _OutOfTime(f"{model} at {c}")
                 points[c] = tune.measure_config(model, c, TUNE_SLA_MS / 1e3, trial_s=0.3, repeats=1, small=True,
                                                 start=200.0, steps=3, device=device)
+                done(f"{model} {c}: {points[c]['qps']:,.0f} QPS")
             return points[c]["qps"]
 
-        grid = search.grid_search(measure, TUNE_AXES["threads"], TUNE_AXES["instances"], TUNE_AXES["batches"])
-        grad = search.gradient_search(measure, TUNE_AXES["threads"], TUNE_AXES["instances"], TUNE_AXES["batches"])
+        try:
+            grid = search.grid_search(measure, TUNE_AXES["threads"], TUNE_AXES["instances"], TUNE_AXES["batches"])
+            grad = search.gradient_search(measure, TUNE_AXES["threads"], TUNE_AXES["instances"], TUNE_AXES["batches"])
+        except _OutOfTime as e:
+            rows += [{"model": model, **c.__dict__, "qps": p["qps"], "power_w": p["power_w"]} for c, p in points.items()]
+            finished = ", ".join(out) or "no model"
+            raise Cut(f"{ctx.left():.0f} s of its cap left, under the {TUNE_POINT_S:g} s a point needs: not measured "
+                      f"from {e} on; finished: {finished}",
+                      result=Result(summary=f"cut: {finished} finished", facts={"models": out, "points": rows})) from None
         best = grad.best.config if grad.best else None
         at = points.get(best, {}) if best else {}
         out[model] = {"grid_qps": grid.best.qps if grid.best else 0.0, "gradient_qps": grad.best.qps if grad.best else 0.0,
@@ -229,14 +245,14 @@ def run_bench_embedding(ctx: Context) -> Result:
 
 SECTIONS = [
     Section("bench-orchestration", "O1 / O1+CUDA graph / O2 end to end and compute alone: vecadd, matmul, LeNet",
-            run_orchestration, cap_s=240, stage="bench"),
+            run_orchestration, cap_s=90, stage="bench", tier="core"),
     Section("bench-e2e", f"device callbacks against host callbacks over loopback at c={C1} and c={C32}",
-            run_e2e, cap_s=180, stage="bench"),
+            run_e2e, cap_s=60, stage="bench", tier="core"),
     Section("bench-batching", f"batching on the GPU: max batch {BATCHES[0]} against {BATCHES[1]} at c={C32}",
-            run_batching, cap_s=180, stage="bench"),
+            run_batching, cap_s=60, stage="bench", tier="core"),
     Section("bench-tune", "Hercules's search trimmed: LeNet and ResNet-18 on the GPU over a 6-point grid, gradient vs "
-            "grid, board power at each point (efficiency tuples)", run_tune, cap_s=240, stage="bench"),
+            "grid, board power at each point (efficiency tuples)", run_tune, cap_s=180, stage="bench"),
     Section("bench-embedding", "DLRM with L1 on the GPU at 5% and 1% against L3 alone and the whole tables on the GPU "
-            "(MLPs there too), and the CPU's L3 and L1 5%: bench-embedding trimmed", run_bench_embedding, cap_s=240,
+            "(MLPs there too), and the CPU's L3 and L1 5%: bench-embedding trimmed", run_bench_embedding, cap_s=180,
             stage="bench"),
 ]

@@ -143,5 +143,5 @@ def run_device_embedding(ctx: Context) -> Result:
 
 SECTIONS = [
     Section("device-embedding", "the GPU embedding cache (HPS's L1): its kernels against the C cache key for key and "
-            "vector for vector, and a query batch's time on each", run_device_embedding, cap_s=180, stage="device"),
+            "vector for vector, and a query batch's time on each", run_device_embedding, cap_s=60, stage="device"),
 ]

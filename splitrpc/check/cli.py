@@ -1,4 +1,4 @@
-"""cli.py: `splitrpc check [--bench] [--out DIR] [--only SECTION,...]`: the self-test a user runs after installing; exit 0 when no section failed, 1 naming those that did, 2 for bad arguments."""
+"""cli.py: `splitrpc check [--bench] [--out DIR] [--only SECTION,...] [--budget-s S]`: the self-test a user runs after installing; exit 0 when no section failed (passed, skipped or cut), 1 naming those that did, 2 for bad arguments."""
 from __future__ import annotations
 
 import argparse
@@ -40,7 +40,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argp
                    help="recorded calls per benchmark run (default: %(default)s)")
     p.add_argument("--cap-s", type=float, metavar="S", help="every section's time cap, instead of its own")
     p.add_argument("--budget-s", type=float, metavar="S", help="the whole check's time: a section gets at most "
-                                                               "what is left, and is skipped when too little is")
+                                                               "what is left, and is cut when too little is")
     p.add_argument("--list", action="store_true", help="list the sections and exit")
     p.set_defaults(func=cmd_check)
     return p
@@ -120,12 +120,13 @@ def cmd_check(a: argparse.Namespace) -> int:
         with open(a.merge) as f:
             previous = json.load(f)
     host = report.machine_facts()
+    the_plan = runner.plan(chosen, a.cap_s, a.budget_s)
 
     def document(results: dict[str, dict[str, Any]], pending: list[str]) -> dict[str, Any]:
         d: dict[str, Any] = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
              "command": "splitrpc check " + shlex.join(sys.argv[2:] if sys.argv[1:2] == ["check"] else sys.argv[1:]),
              "version": __version__, "host": host, "context": ctx.to_json(),
-             "wall_s": round(time.monotonic() - t0, 1), "sections": results}
+             "wall_s": round(time.monotonic() - t0, 1), "budget_s": a.budget_s, "plan": the_plan, "sections": results}
         if pending:  # written while the run goes on: what has not run yet
             d["unfinished"] = pending
         if previous is not None:
@@ -148,7 +149,7 @@ def cmd_check(a: argparse.Namespace) -> int:
         print(f"wrote {', '.join(paths)}", flush=True)
     c = runner.counts(doc["sections"])
     failed = runner.failed_names(doc["sections"])
-    print(f"splitrpc check: {c['passed']} passed, {c['failed']} failed, {c['skipped']} skipped "
+    print(f"splitrpc check: {c['passed']} passed, {c['failed']} failed, {c['skipped']} skipped, {c['cut']} cut "
           f"in {doc['wall_s']:.0f} s", flush=True)
     if failed:
         print(f"splitrpc check: FAILED: {', '.join(failed)} (rerun: splitrpc check --only {','.join(failed)})",

@@ -192,7 +192,7 @@ def run_machine(ctx: Context) -> Result:
 
 SECTIONS = [
     Section("build", "what was built: CUDA kernels and their architectures, DPDK, sanitizers, CuPy, PyTorch",
-            run_build, cap_s=60, stage="facts"),
+            run_build, cap_s=30, stage="facts", tier="core"),
     Section("machine", "what the machine offers: driver, device, VMM, stream memory operations, host registration, "
-            "GPUDirect NIC", run_machine, cap_s=60, stage="facts"),
+            "GPUDirect NIC", run_machine, cap_s=30, stage="facts", tier="core"),
 ]

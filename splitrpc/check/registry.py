@@ -7,12 +7,13 @@ its package metadata
     NAME = "package.module:SECTIONS"
 
 where SECTIONS is a list of Section. The check names no plug-in: it runs whatever the group
-holds, placed by each section's stage (section.STAGES), in the order of each list.
+holds, placed by each section's tier and stage (section.TIERS, section.STAGES), in the order of
+each list.
 """
 from __future__ import annotations
 
 from splitrpc.check import auth, device, facts, suites
-from splitrpc.check.section import STAGES, Section
+from splitrpc.check.section import STAGES, TIERS, Section
 
 ENTRY_POINT_GROUP = "splitrpc.check"
 
@@ -40,10 +41,10 @@ def plugin_sections() -> tuple[list[Section], list[tuple[str, str]]]:
 
 
 def all_sections() -> tuple[list[Section], list[tuple[str, str]]]:
-    """Every section in the order it runs: by stage, the check's own before the plug-ins' within
-    one; duplicate names raise ValueError."""
+    """Every section in the order it runs: by tier (the core path, then the capabilities'), then
+    by stage, the check's own before the plug-ins' within one; duplicate names raise ValueError."""
     plugs, broken = plugin_sections()
-    secs = sorted(builtin_sections() + plugs, key=lambda s: STAGES.index(s.stage))  # stable
+    secs = sorted(builtin_sections() + plugs, key=lambda s: (TIERS.index(s.tier), STAGES.index(s.stage)))  # stable
     seen = set()
     for s in secs:
         if s.name in seen:

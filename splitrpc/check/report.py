@@ -6,7 +6,7 @@ import os
 import re
 from typing import Any
 
-from splitrpc.check.section import FAILED, PASSED, SKIPPED
+from splitrpc.check.section import CUT, FAILED, PASSED, VERDICTS
 from splitrpc.machine import describe as machine_facts  # noqa: F401 - the report's host facts
 
 # machine_facts is named here so that it is an explicit export (cli.py calls report.machine_facts)
@@ -33,16 +33,19 @@ def _cell(text: str) -> str:
 
 def markdown(doc: dict[str, Any]) -> str:
     res = doc["sections"]
-    n = {v: sum(1 for r in res.values() if r["verdict"] == v) for v in (PASSED, FAILED, SKIPPED)}
-    lines = [device_line(res), "", f"# splitrpc check: {n[PASSED]} passed, {n[FAILED]} failed, {n[SKIPPED]} skipped", "",
+    n = {v: sum(1 for r in res.values() if r["verdict"] == v) for v in VERDICTS}
+    lines = [device_line(res), "", "# splitrpc check: " + ", ".join(f"{n[v]} {v}" for v in VERDICTS), "",
              f"- date: {doc['date']}", f"- command: `{doc['command']}`",
              f"- host: {doc['host']['cpu']} ({doc['host']['cpus']} CPUs, {doc['host']['host']}), kernel {doc['host']['kernel']}, "
              f"Python {doc['host']['python']}; splitrpc {doc['version']}",
              f"- wall time: {doc['wall_s']:.0f} s" + (f"; merged with {doc['merged_from']}" if doc.get("merged_from") else ""),
              *([f"- UNFINISHED: written while the check ran; not yet run: {', '.join(doc['unfinished'])}"]
                if doc.get("unfinished") else []),
+             *([f"- budget: {doc['budget_s']:.0f} s for the sections; the plan (each cap, their running total) is "
+                "in check.json"] if doc.get("budget_s") is not None else []),
              "- each section ran in a process of its own under its time cap; passed: every check held; failed: "
-             "one did not (the reason); skipped: it cannot run here (the reason)", "",
+             "one did not (the reason); skipped: it cannot run here (the reason); cut: its cap or the budget ran "
+             "out first (what it had finished); only failed makes the exit non-zero", "",
              "| section | verdict | seconds | what it found, or why |", "|---|---|---:|---|"]
     for name, r in res.items():
         text = r.get("summary", "") if r["verdict"] == PASSED else r.get("why", "")
@@ -51,9 +54,10 @@ def markdown(doc: dict[str, Any]) -> str:
     for name, r in res.items():
         if r["verdict"] == PASSED and r.get("markdown"):
             lines += ["", f"## {name}: {r.get('title', '')}", "", *r["markdown"]]
-        elif r["verdict"] == FAILED:
-            lines += ["", f"## {name}: FAILED", "", f"{r.get('title', '')}", "", f"- why: {r.get('why', '')}",
-                      *r.get("markdown", [])]  # what it measured before it failed, if anything
+        elif r["verdict"] in (FAILED, CUT):
+            lines += ["", f"## {name}: {r['verdict'].upper()}", "", f"{r.get('title', '')}", "", f"- why: {r.get('why', '')}",
+                      *([f"- finished: {'; '.join(r['finished'])}"] if r.get("finished") else []),
+                      *r.get("markdown", [])]  # what it measured before it failed or was cut, if anything
             if r.get("output_tail"):
                 lines += ["", "```", *r["output_tail"].splitlines()[-15:], "```"]
     return "\n".join(lines) + "\n"

@@ -1,4 +1,4 @@
-"""runner.py: runs the sections of `splitrpc check` one after another, each in a child process under its time cap, prints a line per verdict as it comes, and merges a rerun into an earlier report."""
+"""runner.py: runs the sections of `splitrpc check` one after another, each in a child process under its time cap and inside the check's budget, prints the plan first and a line per verdict as it comes, and merges a rerun into an earlier report."""
 from __future__ import annotations
 
 import json
@@ -10,7 +10,7 @@ import tempfile
 import time
 from typing import Any, Callable, cast
 
-from splitrpc.check.section import FAILED, PASSED, SKIPPED, Context, Section
+from splitrpc.check.section import CUT, FAILED, FAILING, PASSED, PROGRESS_ENV, VERDICTS, Context, Section
 
 TAIL_LINES = 25  # of a failed section's output, kept in its verdict
 # The child's entry: the splitrpc this process imported, never a source folder in the working
@@ -49,24 +49,44 @@ def _read_verdict(path: str) -> dict[str, Any] | None:
                 os.unlink(leftover)
 
 
-def run_section(sec: Section, ctx_path: str, cap_s: float, cap_why: str = "the section's cap") -> dict[str, Any]:
+def _progress(path: str) -> tuple[list[str], str | None]:
+    """(the parts the child noted done, the error it noted it was failing with, if any)."""
+    try:
+        with open(path, errors="replace") as f:
+            lines = [ln.rstrip("\n") for ln in f if ln.strip()]
+    except OSError:
+        return [], None
+    finally:
+        if os.path.exists(path):
+            os.unlink(path)
+    failing = [ln[len(FAILING):] for ln in lines if ln.startswith(FAILING)]
+    return [ln for ln in lines if not ln.startswith(FAILING)], (failing[0] if failing else None)
+
+
+def run_section(sec: Section, ctx_path: str, cap_s: float, cap_why: str = "its cap") -> dict[str, Any]:
     """The section's verdict from a child process (splitrpc.check.child), killed with everything
     it started once cap_s seconds have passed, or EXIT_GRACE_S after its verdict if it has not
-    ended by then. Its output goes to a file (no pipe for a stray grandchild to hold open)."""
+    ended by then. Killed at cap_s: cut, with the parts it noted done(), unless it had noted
+    failing() (its teardown hung after an error: failed, with that error). Its output goes to a
+    file (no pipe for a stray grandchild to hold open)."""
     fd, result_path = tempfile.mkstemp(prefix=f"splitrpc-check-{sec.name}-", suffix=".json")
     os.close(fd)
     os.unlink(result_path)  # the child writes it when it has a verdict
+    fd, progress_path = tempfile.mkstemp(prefix=f"splitrpc-check-{sec.name}-", suffix=".progress")
+    os.close(fd)
     t0 = time.monotonic()
     with tempfile.TemporaryFile("w+", errors="replace") as log:
-        p = subprocess.Popen([sys.executable, "-c", _CHILD, sec.module, sec.name, ctx_path, result_path, f"{cap_s:.1f}"],
-                             stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        end, verdict_at, timed_out = t0 + cap_s, None, False
+        p = subprocess.Popen([sys.executable, "-c", _CHILD, sec.module, sec.name, ctx_path, result_path, f"{cap_s:.1f}",
+                              f"{t0 + cap_s:.3f}"],
+                             stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                             env={**os.environ, PROGRESS_ENV: progress_path})
+        end, verdict_at, timed_out, why_end = t0 + cap_s, None, False, cap_why
         while p.poll() is None:
             now = time.monotonic()
             if verdict_at is None and os.path.exists(result_path):
                 verdict_at = now
                 if now + EXIT_GRACE_S < end:
-                    end, cap_why = now + EXIT_GRACE_S, f"{EXIT_GRACE_S:g} s after its verdict"
+                    end, why_end = now + EXIT_GRACE_S, f"{EXIT_GRACE_S:g} s after its verdict"
             if now >= end:
                 timed_out = True
                 break
@@ -76,24 +96,30 @@ def run_section(sec: Section, ctx_path: str, cap_s: float, cap_why: str = "the s
         log.seek(0)
         out = log.read()
     seconds = round(time.monotonic() - t0, 2)
+    finished, failing = _progress(progress_path)
     res = _read_verdict(result_path)
     if res is None:
-        if timed_out:
-            why = f"timed out after {cap_s:g} s ({cap_why}), killed"
+        if timed_out and failing:
+            res = {"verdict": FAILED, "why": f"{failing}; then it did not end within {cap_s:g} s ({why_end}): killed"}
+        elif timed_out:
+            res = {"verdict": CUT, "why": f"{cap_s:g} s ({why_end}) ran out before it finished; "
+                                          + (f"it had finished: {'; '.join(finished)}" if finished
+                                             else "it had noted nothing finished")}
         elif p.returncode and p.returncode < 0:
-            why = f"crashed: {signal.Signals(-p.returncode).name}"
+            res = {"verdict": FAILED, "why": f"crashed: {signal.Signals(-p.returncode).name}"}
         else:
-            why = f"its process exited with status {p.returncode} without a verdict"
-        res = {"verdict": FAILED, "why": why}
+            res = {"verdict": FAILED, "why": f"its process exited with status {p.returncode} without a verdict"}
     elif timed_out:  # the verdict came, then the process did not end (a stop or an exit that hangs)
         res = {**res, "verdict": FAILED, "why": f"it had finished ({res['verdict']}: {res.get('why') or res.get('summary', '')}) "
-                                                f"but its process did not exit ({cap_why})"}
+                                                f"but its process did not exit ({why_end})"}
     elif p.returncode:
         how = signal.Signals(-p.returncode).name if p.returncode < 0 else f"status {p.returncode}"
         res = {**res, "verdict": FAILED, "why": f"it had finished ({res['verdict']}) but its process then ended with {how}"}
     res["seconds"] = seconds
     res["cap_s"] = cap_s
-    if res["verdict"] == FAILED:
+    if finished:
+        res["finished"] = finished
+    if res["verdict"] in (FAILED, CUT):
         res["output_tail"] = _tail(out or "")
     return res
 
@@ -108,27 +134,54 @@ def line(name: str, r: dict[str, Any]) -> str:
 MIN_SECTION_S = 5.0  # a section is not started with less of the budget left
 
 
+def plan(sections: list[Section], cap_s: float | None = None, budget_s: float | None = None) -> list[dict[str, Any]]:
+    """The run ahead, before anything runs: each section's cap, the caps' running total, and
+    whether it fits the budget whole ("fits"), may be cut ("may be cut": the budget ends inside
+    its cap) or starts past it if those before use their whole caps ("past the budget at full caps")."""
+    rows, total = [], 0.0
+    for sec in sections:
+        cap = cap_s if cap_s is not None else sec.cap_s
+        start, total = total, total + cap
+        if budget_s is None or total <= budget_s:
+            fit = "fits"
+        elif start + MIN_SECTION_S <= budget_s:
+            fit = "may be cut"
+        else:
+            fit = "past the budget at full caps"
+        rows.append({"section": sec.name, "tier": sec.tier, "cap_s": cap, "total_s": total, "fit": fit})
+    return rows
+
+
+def plan_lines(rows: list[dict[str, Any]], budget_s: float | None) -> list[str]:
+    head = f"plan: {len(rows)} sections" + (f", budget {budget_s:.0f} s" if budget_s is not None else ", no budget")
+    return [head, f"  {'section':22s} {'tier':10s} {'cap s':>6s} {'total s':>8s}  fits the budget?",
+            *(f"  {r['section']:22s} {r['tier']:10s} {r['cap_s']:6.0f} {r['total_s']:8.0f}  {r['fit']}" for r in rows)]
+
+
 def run(sections: list[Section], ctx: Context, cap_s: float | None = None, budget_s: float | None = None,
         progress: Callable[..., object] = print,
         after: Callable[[dict[str, dict[str, Any]]], object] | None = None) -> dict[str, dict[str, Any]]:
     """{name: verdict dict} for each section in order; cap_s overrides every section's cap;
     budget_s bounds the whole run: a section gets at most what is left of it, and one that
-    would start with less than MIN_SECTION_S left is skipped, saying so. after(results so far)
-    is called once each section has its verdict (the report written as the run goes, so that a
-    run killed from outside still leaves what it found)."""
+    would start with less than MIN_SECTION_S left is cut without starting, saying so. The plan
+    is printed first. after(results so far) is called once each section has its verdict (the
+    report written as the run goes, so that a run killed from outside still leaves what it
+    found)."""
     results: dict[str, dict[str, Any]] = {}
     deadline = time.monotonic() + budget_s if budget_s is not None else None
+    for ln in plan_lines(plan(sections, cap_s, budget_s), budget_s):
+        progress(ln, flush=True)
     with tempfile.NamedTemporaryFile("w", suffix=".json", prefix="splitrpc-check-ctx-", delete=False) as f:
         json.dump(ctx.to_json(), f)
         ctx_path = f.name
     try:
         for i, sec in enumerate(sections, 1):
-            cap, why = (cap_s if cap_s is not None else sec.cap_s), "the section's cap"
+            cap, why = (cap_s if cap_s is not None else sec.cap_s), "its cap"
             left = deadline - time.monotonic() if deadline is not None else cap
             if left < MIN_SECTION_S:
-                r: dict[str, Any] = {"verdict": SKIPPED,
-                                     "why": f"the check's time budget ({budget_s:g} s) was spent before it",
-                                     "seconds": 0.0, "title": sec.title, "bench": sec.bench}
+                r: dict[str, Any] = {"verdict": CUT, "why": f"not started: the check's budget ({budget_s:g} s) was "
+                                                            f"spent before it ({max(left, 0):.1f} s left)",
+                                     "seconds": 0.0, "cap_s": cap, "title": sec.title, "bench": sec.bench}
                 results[sec.name] = r
                 progress(f"[{i}/{len(sections)}] " + line(sec.name, r), flush=True)
                 if after is not None:
@@ -142,7 +195,7 @@ def run(sections: list[Section], ctx: Context, cap_s: float | None = None, budge
             r["bench"] = sec.bench
             results[sec.name] = r
             progress("    " + line(sec.name, r), flush=True)
-            if r["verdict"] == FAILED and r.get("output_tail"):
+            if r["verdict"] in (FAILED, CUT) and r.get("output_tail"):
                 progress("      " + "\n      ".join(r["output_tail"].splitlines()[-8:]), flush=True)
             if after is not None:
                 after(results)
@@ -164,4 +217,4 @@ def failed_names(results: dict[str, dict[str, Any]]) -> list[str]:
 
 
 def counts(results: dict[str, dict[str, Any]]) -> dict[str, int]:
-    return {v: sum(1 for r in results.values() if r["verdict"] == v) for v in (PASSED, FAILED, SKIPPED)}
+    return {v: sum(1 for r in results.values() if r["verdict"] == v) for v in VERDICTS}

@@ -7,9 +7,10 @@ import subprocess
 import sys
 
 from splitrpc.check.probes import EMULATED_LABEL, driver_emulated, need_cupy, need_gpu, need_torch_cuda
-from splitrpc.check.section import Context, Failed, Result, Section, Skipped
+from splitrpc.check.section import Context, Cut, Failed, Result, Section, Skipped
 
 MARGIN_S = 10.0  # an inner timeout ends this long before the section's cap, so the section can still say why
+MIN_RUN_S = 5.0  # a test program is not started with less than this left of the cap (cut instead)
 _GPU_SKIP = re.compile(r"needs a CUDA GPU|no CUDA device", re.I)
 
 
@@ -37,8 +38,18 @@ def _label() -> str:
     return f"{EMULATED_LABEL}: " if driver_emulated() else ""
 
 
-def _inner_timeout(ctx: Context) -> float:
-    return max(ctx.cap_s - MARGIN_S, 1.0)
+def _inner_timeout(ctx: Context, what: str) -> float:
+    """What the test program may take: the cap's time left less MARGIN_S; Cut when that is under
+    MIN_RUN_S (the budget left the section too little to run it)."""
+    t = min(ctx.cap_s, ctx.left()) - MARGIN_S
+    if t < MIN_RUN_S:
+        raise Cut(f"{max(t + MARGIN_S, 0):.0f} s of its cap left: too little to run {what}")
+    return t
+
+
+def _out_of(e: subprocess.TimeoutExpired) -> str:
+    out = e.stdout or b""
+    return out.decode(errors="replace") if isinstance(out, bytes) else out
 
 
 def _pytest(ctx: Context, tests: str, args: list[str]) -> tuple[int, str]:
@@ -48,13 +59,16 @@ def _pytest(ctx: Context, tests: str, args: list[str]) -> tuple[int, str]:
     root = os.path.dirname(tests)
     # -rfEs: the short summary names failures, errors and skips (-r replaces pyproject's -ra)
     cmd = [sys.executable, "-m", "pytest", "-q", "-rfEs", "-p", "no:cacheprovider", *args]
-    timeout = _inner_timeout(ctx)
+    timeout = _inner_timeout(ctx, "pytest")
     try:
         r = subprocess.run(cmd, cwd=root, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired as e:
-        out = (e.stdout or b"").decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
+    except subprocess.TimeoutExpired as e:  # its cap (or what the budget left it) ran out: cut, with how far it got
+        out = _out_of(e)
         print(out[-6000:])
-        raise Failed(f"pytest did not finish in {timeout:.0f} s; last lines: {out.strip()[-600:]}") from None
+        progress = "".join(ln for ln in out.splitlines() if ln and set(ln.split("[")[0].strip()) <= set(".sFEx"))
+        raise Cut(f"pytest had not finished after {timeout:.0f} s (its cap less {MARGIN_S:g} s): "
+                  f"{progress.count('.')} passed, {progress.count('F') + progress.count('E')} failed so far; "
+                  f"last lines: {out.strip()[-400:]}") from None
     out = r.stdout + r.stderr
     print(out[-6000:])
     return r.returncode, out
@@ -99,12 +113,13 @@ def _run_native_program(ctx: Context, name: str, share: int) -> tuple[str, str, 
     """(its last line, its GPU line, checks passed); Failed unless it ran and nothing failed.
     share: how many programs split the section's time."""
     exe = os.path.join(ctx.native_dir or "", name)
-    timeout = _inner_timeout(ctx) / share
+    timeout = _inner_timeout(ctx, name) / share
     try:
         r = subprocess.run([exe], capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired as e:
-        out = (e.stdout or b"").decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
-        raise Failed(f"{name} did not finish in {timeout:.0f} s; last lines: {out.strip()[-600:]}") from None
+        out = _out_of(e)
+        raise Cut(f"{name} had not finished after {timeout:.0f} s (its share of the cap); last lines: "
+                  f"{out.strip()[-600:]}") from None
     print((r.stdout + r.stderr)[-6000:])
     lines = [ln for ln in r.stdout.splitlines() if ln.strip()]
     last = lines[-1] if lines else ""
@@ -139,9 +154,9 @@ def run_native(ctx: Context) -> Result:
 
 SECTIONS = [
     Section("tests-gpu", "tests/test_gpu.py (O1, graph, O2 many batches in flight; a callback's error) by pytest",
-            run_tests_gpu, cap_s=300, stage="suites"),
-    Section("tests-zoo", "tests/test_models.py: the zoo's CUDA-vs-CPU agreement by pytest", run_tests_zoo, cap_s=300, stage="suites"),
+            run_tests_gpu, cap_s=120, stage="suites", tier="core"),
+    Section("tests-zoo", "tests/test_models.py: the zoo's CUDA-vs-CPU agreement by pytest", run_tests_zoo, cap_s=120, stage="suites"),
     Section("native", "the native test_gpu and test_embed_gpu programs of a build tree (device TQs, copies, flags, O2, "
             "the embedding cache's kernels against the host cache, in C)",
-            run_native, cap_s=120, stage="suites"),
+            run_native, cap_s=60, stage="native", tier="core"),
 ]
