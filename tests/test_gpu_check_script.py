@@ -1,0 +1,107 @@
+"""bench/gpu/run.sh end to end on the emulated device (issue 50): the device run as a lent GPU machine would run it, with the tests' emulated driver and CuPy (EMULATED: nothing here runs on a GPU). With the default budget every emulatable core section passes and the plan comes first; with a budget smaller than the sections need (the build included) the budget is kept, the sections it did not reach say cut and the exit is 0; with the O2 kernel hung, device-o2 fails naming O2's counters and the run still ends inside its budget. Each leaves summary.md and check.json."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+import pytest
+
+import splitrpc
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RUN_SH = os.path.join(ROOT, "bench", "gpu", "run.sh")
+SLACK_S = 60  # the run may end this long after its budget (issue 50's acceptance)
+CORE = ["build", "machine", "native", "device-tq", "device-o1", "device-graph", "device-o2", "tests-gpu",
+        "bench-orchestration", "bench-e2e", "bench-batching", "auth", "host"]
+
+pytestmark = [
+    pytest.mark.skipif(shutil.which("cmake") is None or shutil.which("ninja") is None,
+                       reason="run.sh builds with cmake and ninja (the test extra installs both)"),
+    pytest.mark.skipif(not splitrpc.features()["cuda"],
+                       reason="this splitrpc was built without nvcc: the dry run's device sections need its kernels"),
+]
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory):
+    """One build folder for the module's runs: the first builds, the later ones build incrementally
+    (as a rerun on the same machine would)."""
+    return tmp_path_factory.mktemp("gpu-work")
+
+
+def run_sh(work, out, budget, fault=None, args=()):
+    """(exit status, run.log's text, seconds) of `bash bench/gpu/run.sh ARGS` as a dry run."""
+    env = {**os.environ, "PYTHON": sys.executable, "OUT": str(out), "SPLITRPC_CHECK_EMULATED": "1",
+           "SPLITRPC_GPU_BUDGET_S": str(budget), "SPLITRPC_GPU_WORK": str(work)}
+    env.pop("SPLITRPC_EMULATED_FAULT", None)
+    if fault:
+        env["SPLITRPC_EMULATED_FAULT"] = fault
+    t0 = time.monotonic()
+    r = subprocess.run(["bash", RUN_SH, *args], env=env, cwd=ROOT, capture_output=True, text=True,
+                       timeout=budget + 2 * SLACK_S)
+    took = time.monotonic() - t0
+    log = (out / "run.log").read_text()
+    assert log.strip() and r.stdout.strip() in log, "run.log holds what the run printed"
+    return r.returncode, log, took
+
+
+def report(out, emulated=True):
+    """check.json; summary.md's first line is the device (EMULATED, when the machine section ran)."""
+    with open(out / "check.json") as f:
+        d = json.load(f)
+    first = (out / "summary.md").read_text().splitlines()[0]
+    assert first.startswith("Device: EMULATED" if emulated else "Device: "), first
+    return d
+
+
+def test_the_dry_run_passes_the_core_path_first(tmp_path, work):
+    out = tmp_path / "out"
+    rc, log, took = run_sh(work, out, 420, args=("--bench-calls", "200"))
+    assert rc == 0, log[-4000:]
+    assert log.index("plan: 20 sections") < log.index("[1/20] build")  # the plan before anything runs
+    d = report(out)
+    v = {n: r["verdict"] for n, r in d["sections"].items()}
+    assert list(v) == [*CORE, "device-embedding", "device-zoo", "device-pmc", "device-colocate", "tests-zoo",
+                       "bench-tune", "bench-embedding"], list(v)
+    want_core = {n: "passed" for n in CORE}
+    if "libsodium" in d["sections"]["auth"].get("why", ""):
+        want_core["auth"] = "skipped"  # no libsodium on this machine: said so
+    assert {n: v[n] for n in CORE} == want_core, d["sections"]
+    # PyTorch's own CUDA runtime cannot be emulated: those skip, saying so; nothing failed or was cut
+    assert {v[n] for n in ("device-zoo", "device-pmc", "device-colocate", "tests-zoo", "bench-tune")} == {"skipped"}
+    assert "failed" not in v.values() and "cut" not in v.values()
+    assert [r["section"] for r in d["plan"]] == list(v) and d["budget_s"] > 0
+    assert "splitrpc check exited 0" in log
+
+
+def test_a_budget_smaller_than_the_sections_need_is_kept_and_what_it_missed_says_cut(tmp_path, work):
+    out = tmp_path / "out"
+    rc, log, took = run_sh(work, out, 30)
+    assert took < 30 + SLACK_S, (took, log[-3000:])
+    assert rc == 0, log[-4000:]  # cut is not failed
+    d = report(out, emulated=False)  # (run alone, the build from scratch may leave the machine section no time)
+    v = {n: r["verdict"] for n, r in d["sections"].items()}
+    assert "failed" not in v.values(), d["sections"]
+    cut = [n for n, x in v.items() if x == "cut"]
+    assert cut and all("budget" in d["sections"][n]["why"] or "cap" in d["sections"][n]["why"] for n in cut)
+    assert "bench-embedding" in cut  # the last section: the budget cannot reach it
+    assert list(v) == [r["section"] for r in d["plan"]]  # in the plan's order: the core path first
+    ran = {n for n, x in v.items() if x != "cut"}
+    assert ran <= set(CORE), v  # what the budget reached is the core path
+
+
+def test_a_hung_o2_kernel_fails_device_o2_with_its_counters_and_the_run_ends_in_its_budget(tmp_path, work):
+    out = tmp_path / "out"
+    budget = 150
+    rc, log, took = run_sh(work, out, budget, fault="o2-hang", args=("--only", "device-o2,device-o1,host"))
+    assert took < budget + SLACK_S, (took, log[-3000:])
+    assert rc == 1, log[-4000:]
+    d = report(out)
+    o2 = d["sections"]["device-o2"]
+    assert o2["verdict"] == "failed" and "srpc_o2_stop" in o2["why"] and "consumed 0" in o2["why"], o2
+    assert "doorbells rung" in o2["why"]
+    later = {n: d["sections"][n]["verdict"] for n in ("device-o1", "host")}
+    assert set(later.values()) <= {"passed", "cut"}, later  # the hang took nothing else with it
+    assert "FAILED: device-o2" in log
