@@ -81,6 +81,15 @@ def import_cupy() -> Any:
     return cupy
 
 
+def _refused_by_capture(e: BaseException) -> bool:
+    """Whether an error raised while capturing a callback into a CUDA graph says the capture itself
+    is refused (so the callback runs as O1 from then on), not that the callback is wrong: a
+    library's NotImplementedError (CuPy's for cuBLAS, cuSOLVER, cuRAND during capture), or the
+    driver's capture errors (cudaErrorStreamCapture*)."""
+    text = str(e).lower()
+    return isinstance(e, NotImplementedError) or "streamcapture" in text or "stream is capturing" in text
+
+
 class DeviceRunner:
     """Runs one GPU function's batches: requests to the device TQ, the callback on the
     function's stream with CuPy views of the elements, then the outputs back and the done word,
@@ -115,7 +124,8 @@ class DeviceRunner:
 
     def stop(self) -> None:
         """Waits for the stream (a deadline: GPUError naming the wait, not a hang), then ends the
-        O2 kernel once it has served every batch."""
+        O2 kernel once it has served every batch (a deadline too). After a GPUError here, work may
+        still land in the function's queues: the server must not free them (Server.close)."""
         _gpu.stream_sync(self.stream.ptr)
         if self.o2 is not None:
             o2, self.o2 = self.o2, None
@@ -167,11 +177,13 @@ class DeviceRunner:
             self.stream.begin_capture()
             try:
                 self.callback(*static)
-            except Exception as e:  # noqa: BLE001 - a call the capture refuses: this function runs as O1
+            except Exception as e:
                 try:
                     self.stream.end_capture()  # the partial graph is dropped; the stream captures no more
                 except Exception:  # noqa: BLE001 - a capture the driver invalidated ends with an error
                     pass
+                if not _refused_by_capture(e):
+                    raise  # the callback's own error: this batch fails, the next tries the capture again
                 self.graph_fallback = f"{type(e).__name__}: {e}"
                 log.warning("%s: a CUDA graph of the callback cannot be captured (%s): it runs as O1, a launch "
                             "per batch (server.stats()['graph_fallback'])",

@@ -249,6 +249,7 @@ class Server:
         self._draining = False
         self._worker_running = False     # the worker loop is in _server.serve (health)
         self._drain_abort = threading.Event()  # abort_drain(): a drain in stop(grace) ends now
+        self._poisoned: str | None = None  # why close() must leave the native queues allocated (a GPU wait gave up)
 
     # ------------------------------------------------------------------ registration
 
@@ -782,9 +783,18 @@ class Server:
         if held:
             for p in self._pools():
                 p.release()
+        first: Exception | None = None
         for f in self._funcs.values():  # no copy or kernel may still target the queues when they are freed
             if f.runner is not None:
-                f.runner.stop()
+                try:
+                    f.runner.stop()
+                except Exception as e:  # noqa: BLE001 - each runner is stopped; the first error is raised
+                    # A wait that gave up (a stream, the O2 kernel): its work may still land in the
+                    # queues, so close() must not free them (see close()).
+                    self._poisoned = self._poisoned or f"function {f.name}: {e}"
+                    first = first or e
+        if first is not None:
+            raise first
         return left
 
     def _linger(self, linger: float, end: float) -> None:
@@ -804,8 +814,22 @@ class Server:
                 last_rx, quiet_since = rx, time.monotonic()
 
     def close(self) -> None:
-        """Stops and frees the native server; the port is released."""
-        self.stop()
+        """Stops and frees the native server; the port is released. Where a device function's stop
+        gave up waiting for the GPU (a hung kernel or stream: GPUError from stop()), the native
+        server and its queues are left allocated, on purpose and said in the log: work still
+        queued may write to them."""
+        try:
+            self.stop()
+        except Exception:
+            if self._poisoned is None:
+                raise  # nothing is freed: the server is as it was
+            with self._lock:
+                if self._srv is not None:
+                    log.error("not freeing the server's queues: %s; the GPU may still write to them, so they are "
+                              "left allocated (restart the process to get that memory back)", self._poisoned)
+                    self._srv = None
+                    self._state = "closed"
+            raise
         with self._lock:
             if self._srv is not None:
                 _server.destroy(self._srv)

@@ -501,7 +501,7 @@ def test_a_callback_the_capture_refuses_runs_as_o1_and_says_why(make_server, mak
 
 
 def test_a_stream_that_makes_no_progress_fails_its_wait_naming_it():
-    """Every wait of the library on a stream has a deadline (SRPC_GPU_WAIT_TIMEOUT_MS, 10 s): with
+    """Every wait of the library on a stream has a deadline (SRPC_GPU_WAIT_TIMEOUT_MS, 5 s): with
     the emulated GPU making no progress (fake_cuda_hold_streams, SPLITRPC_EMULATED_FAULT=stream-hang
     in bench/gpu/run.sh's dry run), the wait fails with GPUError naming the stream and the wait
     instead of hanging; once the GPU runs again the work completes and a wait returns."""
@@ -517,9 +517,9 @@ def test_a_stream_that_makes_no_progress_fails_its_wait_naming_it():
             cupy.add(x, 1, out=x)  # queued; the held GPU does not run it
         t0 = time.monotonic()
         with pytest.raises(gpu.GPUError, match=r"waiting for the stream's work on CUDA stream 0x[0-9a-f]+: not "
-                                               r"completed after 1\d{4} ms"):
+                                               r"completed after \d{4} ms"):
             native_gpu.stream_sync(s.ptr)
-        assert 9.5 < time.monotonic() - t0 < 30
+        assert 4.5 < time.monotonic() - t0 < 30
     finally:
         DRV.fake_cuda_hold_streams(0)
     native_gpu.stream_sync(s.ptr)

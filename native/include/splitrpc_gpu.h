@@ -137,8 +137,13 @@ void srpc_gpu_stream_destroy(uint64_t stream);
  * with acquire order. flag_dev == 0: always the host function (flag may be ordinary memory). */
 int srpc_gpu_signal(uint64_t stream, uint32_t *flag, uint64_t flag_dev, uint32_t value);
 /* Waits until `stream` has finished its work, SRPC_GPU_WAIT_TIMEOUT_MS (tunables.h) at most:
- * then -ETIMEDOUT, the last error naming the stream and the wait. Any thread. */
+ * then -ETIMEDOUT, the last error naming the stream and the wait (the work may still run: memory
+ * it targets must not be freed). Any thread. */
 int srpc_gpu_stream_sync(uint64_t stream);
+/* The same wait where the caller hands back, after it, memory the stream's copies target (ring
+ * slots, receive buffers): past SRPC_GPU_WAIT_TIMEOUT_MS it says so on stderr once and waits on,
+ * since a late copy into reused memory would corrupt another call. Any thread. */
+int srpc_gpu_stream_drain(uint64_t stream);
 
 /* ------------------------------------------------------------------ O2 orchestration */
 

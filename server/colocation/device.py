@@ -130,15 +130,20 @@ class CudaPlace:
         with self._warm_lock:
             if key in self._warmed:
                 return 0
-            self._warmed.add(key)
-        stream = self.streams[k]
-        stream.synchronize()
-        before = torch.cuda.memory_reserved(self.dev)
-        with torch.cuda.stream(stream), torch.inference_mode():
-            a = torch.ones((WARM_SIDE, WARM_SIDE), device=self.dev)
-            torch.mm(a, a)
-            torch.nn.functional.linear(a, a, a[0])
-        stream.synchronize()
+            self._warmed.add(key)  # before the work: this thread alone warms this pair
+        try:
+            stream = self.streams[k]
+            stream.synchronize()
+            before = torch.cuda.memory_reserved(self.dev)
+            with torch.cuda.stream(stream), torch.inference_mode():
+                a = torch.ones((WARM_SIDE, WARM_SIDE), device=self.dev)
+                torch.mm(a, a)
+                torch.nn.functional.linear(a, a, a[0])
+            stream.synchronize()
+        except BaseException:
+            with self._warm_lock:  # not warmed after all: the next call on this slot tries again
+                self._warmed.discard(key)
+            raise
         return max(0, int(torch.cuda.memory_reserved(self.dev)) - int(before))
 
     def prepare(self, model):

@@ -196,14 +196,14 @@
 /* srpc_o2_stop waits this long at most for the O2 kernel to serve what was submitted and return:
  * a healthy kernel returns within microseconds of its last doorbell; a stop that has waited
  * this long is a hang, reported with the kernel's counters rather than waited on for ever. */
-#define SRPC_O2_STOP_TIMEOUT_MS 10000
+#define SRPC_O2_STOP_TIMEOUT_MS 5000
 
-/* srpc_gpu_stream_sync waits this long at most for a stream's work (the copies of a batch, a
- * callback's kernels) before it fails with -ETIMEDOUT: such work takes micro- to milliseconds; a
- * wait this long is a hang, said rather than waited on for ever. It busy-polls for the first
- * SRPC_GPU_WAIT_SPIN_NS (a short wait returns as soon as cuStreamSynchronize's would), then sleeps
- * between polls. */
-#define SRPC_GPU_WAIT_TIMEOUT_MS 10000
-#define SRPC_GPU_WAIT_SPIN_NS 50000
+/* A wait for a stream's work (the copies of a batch, a callback's kernels) gives up, or says so
+ * and waits on where memory its copies target would be handed back (srpc_gpu_stream_drain),
+ * after this long: such work takes micro- to milliseconds; a wait this long is a hang. The wait
+ * polls without sleeping for the first SRPC_GPU_WAIT_SPIN_NS, so a wait of up to that long
+ * returns as soon as cuStreamSynchronize's would (it spins too); a sleep of 1 us takes ~55 us. */
+#define SRPC_GPU_WAIT_TIMEOUT_MS 5000
+#define SRPC_GPU_WAIT_SPIN_NS 2000000
 
 #endif

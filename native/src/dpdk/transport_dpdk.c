@@ -715,7 +715,7 @@ static int rx_burst(srpc_dpdk_port_t *p, srpc_rx_t *rx, unsigned max)
         if (p->st.rx_split_emulated) {
             for (uint16_t j = 0; j < k; j++)
                 srpc_split_emulate(m[j], p->data_pool, ctl, p->gpu >= 0, p->stream, &p->self);
-            if (p->gpu >= 0 && k && srpc_gpu_stream_sync(p->stream) != 0) {
+            if (p->gpu >= 0 && k && srpc_gpu_stream_drain(p->stream) != 0) { /* the mbufs are freed after it */
                 rte_pktmbuf_free_bulk(m, k);
                 return -EIO; /* srpc_gpu_last_error says why */
             }
@@ -731,7 +731,7 @@ static int rx_burst(srpc_dpdk_port_t *p, srpc_rx_t *rx, unsigned max)
         if (k < want)
             break;
     }
-    if (p->gpu >= 0 && got && srpc_gpu_stream_sync(p->stream) != 0) /* the device-to-host copies */
+    if (p->gpu >= 0 && got && srpc_gpu_stream_drain(p->stream) != 0) /* the device-to-host copies */
         return -EIO;
     return (int)got;
 }

@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -10,6 +11,7 @@
 #include "embed/emb_gpu_abi.h"
 #include "gpu/gpu_driver.h"
 #include "gpu/gpu_kernels.h"
+#include "splitrpc_gpu.h" /* srpc_gpu_last_error */
 
 _Static_assert(sizeof(struct srpc_emb_kargs) == SRPC_EMB_KARGS_SIZE, "srpc_emb_kargs layout");
 
@@ -44,7 +46,7 @@ void srpc_emb_dcache_destroy(srpc_emb_dcache_t *c)
     srpc_CUcontext saved = NULL;
     if (srpc_gpu_enter(c->device, &saved) == 0) {
         if (c->stream) {
-            srpc_cu.StreamSynchronize(c->stream);
+            srpc_gpu_wait_stream(c->stream, "the embedding cache's work before it is freed", 1);
             srpc_cu.StreamDestroy(c->stream);
             srpc_gpu_held(SRPC_HELD_STREAM, -1);
         }
@@ -175,7 +177,10 @@ static int broke(srpc_emb_dcache_t *c, const char *call, srpc_CUresult r)
 {
     c->failed = 1;
     srpc_gpu_fail(call, r); /* the driver's reason, as the last error */
-    srpc_cu.StreamSynchronize(c->stream);
+    char said[256];
+    snprintf(said, sizeof(said), "%s", srpc_gpu_last_error());
+    srpc_gpu_wait_stream(c->stream, "the embedding cache's queued copies", 1);
+    srpc_gpu_failf(-EIO, "%s", said); /* the failure said is the first, not the wait's */
     return -EIO; /* whatever the driver said: the cache's state, not the caller's argument */
 }
 
@@ -212,9 +217,10 @@ static int run(srpc_emb_dcache_t *c, srpc_CUfunction f, const char *name, struct
     if (copy_hit_back && a->n &&
         (r = srpc_cu.MemcpyDtoHAsync(c->h_hit, a->hit, a->n, c->stream)) != SRPC_CUDA_SUCCESS)
         return broke(c, "cuMemcpyDtoHAsync(hit)", r);
-    if ((r = srpc_cu.StreamSynchronize(c->stream)) != SRPC_CUDA_SUCCESS)
-        return broke(c, "cuStreamSynchronize(embedding cache)", r);
-    return 0;
+    int rc = srpc_gpu_wait_stream(c->stream, "the embedding cache's kernels", 0);
+    if (rc) /* the stream's error or no progress: the cache's content is unknown from here */
+        c->failed = 1;
+    return rc;
 }
 
 /* Takes the lock and the device's context: 0, or -EIO for a failed cache (nothing taken). */
@@ -268,12 +274,16 @@ static int64_t query(srpc_emb_dcache_t *c, const int64_t *keys, uint64_t n, floa
         if ((rc = run(c, c->k->emb_query, "cuLaunchKernel(srpc_emb_query)", &a, 1, 0, 1)))
             break;
         c->clock += m;
-        if (!out_dev && c->h_count[0] &&
-            ((r = srpc_cu.MemcpyDtoHAsync(c->h_vecs, a.out_vecs, (size_t)m * row * sizeof(float), c->stream)) !=
-                 SRPC_CUDA_SUCCESS ||
-             (r = srpc_cu.StreamSynchronize(c->stream)) != SRPC_CUDA_SUCCESS)) {
-            rc = broke(c, "cuMemcpyDtoHAsync(vectors)", r);
-            break;
+        if (!out_dev && c->h_count[0]) {
+            if ((r = srpc_cu.MemcpyDtoHAsync(c->h_vecs, a.out_vecs, (size_t)m * row * sizeof(float), c->stream)) !=
+                SRPC_CUDA_SUCCESS) {
+                rc = broke(c, "cuMemcpyDtoHAsync(vectors)", r);
+                break;
+            }
+            if ((rc = srpc_gpu_wait_stream(c->stream, "the embedding cache's vectors", 0))) {
+                c->failed = 1;
+                break;
+            }
         }
         for (uint32_t i = 0; i < m; i++) {
             hit[off + i] = c->h_hit[i] != 0;
@@ -356,11 +366,15 @@ int64_t srpc_emb_dcache_dump(srpc_emb_dcache_t *c, int64_t *keys_out, uint64_t c
         if ((rc = run(c, c->k->emb_dump, "cuLaunchKernel(srpc_emb_dump)", &a, 0, 0, 0)))
             break;
         uint64_t got = c->h_count[0];
-        if (got && ((r = srpc_cu.MemcpyDtoHAsync(c->h_keys, a.in_keys, (size_t)got * 8, c->stream)) !=
-                        SRPC_CUDA_SUCCESS ||
-                    (r = srpc_cu.StreamSynchronize(c->stream)) != SRPC_CUDA_SUCCESS)) {
-            rc = broke(c, "cuMemcpyDtoHAsync(dumped keys)", r);
-            break;
+        if (got) {
+            if ((r = srpc_cu.MemcpyDtoHAsync(c->h_keys, a.in_keys, (size_t)got * 8, c->stream)) != SRPC_CUDA_SUCCESS) {
+                rc = broke(c, "cuMemcpyDtoHAsync(dumped keys)", r);
+                break;
+            }
+            if ((rc = srpc_gpu_wait_stream(c->stream, "the embedding cache's dumped keys", 0))) {
+                c->failed = 1;
+                break;
+            }
         }
         if (got > cap - n) {
             got = cap - n;

@@ -55,12 +55,12 @@ static int one_way(const struct srpc_gpu_kernels *k, int device, srpc_CUdevicept
     /* The kernels first, with a deadline: a copy to pageable memory returns only once it is
      * done, and would wait for ever behind kernels that never end. Then the count, to pageable
      * memory (complete when the call returns); the last wait reports any fault of the copy. */
-    int rc = srpc_gpu_wait_stream(s, "the mirror self-test's kernels");
+    int rc = srpc_gpu_wait_stream(s, "the mirror self-test's kernels", 0); /* the counter stays allocated */
     if (rc)
         return rc;
     if ((r = srpc_cu.MemcpyDtoHAsync(bad, counter, sizeof(*bad), s)) != SRPC_CUDA_SUCCESS)
         return srpc_gpu_fail("cuMemcpyDtoHAsync", r);
-    return srpc_gpu_wait_stream(s, "the mirror self-test's count");
+    return srpc_gpu_wait_stream(s, "the mirror self-test's count", 1); /* *bad is the caller's stack */
 }
 
 /* Overwrites the whole ring: the queue's contents are lost. */

@@ -220,11 +220,13 @@ int srpc_gpu_fail(const char *call, srpc_CUresult r);
 /* Records a printf-style message as this thread's last error and returns err (a -errno). */
 int srpc_gpu_failf(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
-/* Waits for stream s's work, SRPC_GPU_WAIT_TIMEOUT_MS (tunables.h) at most: 0; the error of that
- * work; or -ETIMEDOUT with a last error naming `what` was waited for. Every wait of the library
- * on a stream goes through here (cuStreamSynchronize has no deadline). Any thread; the device's
- * context current (srpc_gpu_use_device). gpu_stream.c. */
-int srpc_gpu_wait_stream(srpc_CUstream s, const char *what);
+/* Waits for stream s's work: 0, or the error of that work. Every wait of the library on a stream
+ * goes through here (cuStreamSynchronize has no deadline). After SRPC_GPU_WAIT_TIMEOUT_MS
+ * (tunables.h): keep_waiting == 0, -ETIMEDOUT with a last error naming `what` was waited for;
+ * keep_waiting == 1 (the work targets memory the caller would hand back after the wait: a late
+ * copy would land in reused memory), that message on stderr once, and the wait goes on. Any
+ * thread; the device's context current (srpc_gpu_use_device). gpu_stream.c. */
+int srpc_gpu_wait_stream(srpc_CUstream s, const char *what, int keep_waiting);
 
 /* What the library holds of the driver, counted where it is taken and where it is given back
  * (srpc_gpu_live reports it): for leak checks that work on any driver. Any thread. */

@@ -213,13 +213,14 @@ void srpc_gpu_stream_destroy(uint64_t stream)
         srpc_gpu_held(SRPC_HELD_STREAM, -1);
 }
 
-int srpc_gpu_wait_stream(srpc_CUstream s, const char *what)
+int srpc_gpu_wait_stream(srpc_CUstream s, const char *what, int keep_waiting)
 {
-    /* cuStreamQuery in a loop rather than cuStreamSynchronize, which has no deadline: it spins
-     * SRPC_GPU_WAIT_SPIN_NS (what cuStreamSynchronize's default scheduling does too), then
-     * sleeps a little more each time, up to 1 ms. */
+    /* cuStreamQuery in a loop rather than cuStreamSynchronize, which has no deadline: it polls
+     * without sleeping for SRPC_GPU_WAIT_SPIN_NS (cuStreamSynchronize's default scheduling spins
+     * too), then sleeps a little more each time, up to 1 ms. */
     uint64_t t0 = 0;
     unsigned pause_us = 1;
+    int said = 0;
     srpc_CUresult r;
     while ((r = srpc_cu.StreamQuery(s)) == SRPC_CUDA_ERROR_NOT_READY) {
         const uint64_t now = srpc_now_ns();
@@ -227,11 +228,18 @@ int srpc_gpu_wait_stream(srpc_CUstream s, const char *what)
             t0 = now;
             continue;
         }
-        if (now - t0 >= (uint64_t)SRPC_GPU_WAIT_TIMEOUT_MS * 1000000u)
-            return srpc_gpu_failf(-ETIMEDOUT,
-                                  "waiting for %s on CUDA stream %p: not completed after %u ms (a kernel that does "
-                                  "not return, or a wait on work that never comes)",
-                                  what, (void *)s, (unsigned)((now - t0) / 1000000u));
+        if (!said && now - t0 >= (uint64_t)SRPC_GPU_WAIT_TIMEOUT_MS * 1000000u) {
+            int rc = srpc_gpu_failf(-ETIMEDOUT,
+                                    "waiting for %s on CUDA stream %p: not completed after %u ms (a kernel that "
+                                    "does not return, or a wait on work that never comes)",
+                                    what, (void *)s, (unsigned)((now - t0) / 1000000u));
+            if (!keep_waiting)
+                return rc;
+            /* Memory that the queued work still targets cannot be handed back: say so, and wait. */
+            fprintf(stderr, "splitrpc: %s; still waiting (the memory it targets is not reused before it ends)\n",
+                    srpc_gpu_last_error());
+            said = 1;
+        }
         if (now - t0 >= SRPC_GPU_WAIT_SPIN_NS) {
             usleep(pause_us);
             if (pause_us < 1000)
@@ -248,5 +256,11 @@ int srpc_gpu_wait_stream(srpc_CUstream s, const char *what)
 int srpc_gpu_stream_sync(uint64_t stream)
 {
     int rc = srpc_gpu_use_any();
-    return rc ? rc : srpc_gpu_wait_stream(srpc_gpu_stream(stream), "the stream's work");
+    return rc ? rc : srpc_gpu_wait_stream(srpc_gpu_stream(stream), "the stream's work", 0);
+}
+
+int srpc_gpu_stream_drain(uint64_t stream)
+{
+    int rc = srpc_gpu_use_any();
+    return rc ? rc : srpc_gpu_wait_stream(srpc_gpu_stream(stream), "the stream's copies", 1);
 }

@@ -68,7 +68,7 @@ int srpc_server_submit(srpc_server_t *srv, srpc_batch_t *b, uint64_t stream)
     uint32_t *done = srpc_completion_hand_back_w(srv, fn, b);
     if (srpc_gpu_signal(stream, done, fn->done_dev + idx * sizeof(uint32_t), SRPC_DONE) != 0) {
         /* No stream-ordered signal: wait here instead, so that no call is lost. */
-        int r = srpc_gpu_stream_sync(stream);
+        int r = srpc_gpu_stream_drain(stream); /* the batch's slots are handed back after it */
         __atomic_store_n(done, SRPC_DONE | (uint32_t)(r ? SRPC_E_INTERNAL : 0), __ATOMIC_RELEASE);
     }
     return 0;

@@ -63,7 +63,7 @@ void srpc_gpu_rx_finish_locked(srpc_server_t *srv)
     srv->rx.dev_copies = 0;
     if (n == 0)
         return;
-    const int failed = srpc_gpu_stream_sync(srv->rx.dev_stream) != 0;
+    const int failed = srpc_gpu_stream_drain(srv->rx.dev_stream) != 0; /* the elements are read after it */
     for (unsigned i = 0; i < n; i++) {
         srpc_fn_t *fn = srv->rx.dev_calls[i].fn;
         if (failed)
