@@ -278,7 +278,7 @@ def run_device_colocate(ctx: Context) -> Result:
 
 SECTIONS = [
     Section("host", "the host path: a loopback server with every built-in service, replies checked", run_host,
-            cap_s=60, stage="host", tier="core"),
+            cap_s=20, stage="host", tier="core"),
     Section("device-zoo", "the model zoo (LeNet, BERT-like) served on the GPU, replies against the CPU reference",
             run_device_zoo, cap_s=90, stage="device"),
     Section("device-pmc", "co-location's PMC estimates against the CUDA allocator's peak, 20 shapes per GNN; "

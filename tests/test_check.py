@@ -5,6 +5,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 from conftest import emulated_gpu_env, splitrpc_cmd
@@ -205,26 +206,79 @@ def test_runner_verdicts_crash_hang_and_exit(sections_env):
     assert v["t-raise"][0] == "failed" and v["t-raise"][1].startswith("KeyError: 'missing' (at check_sections.py:")
     assert "some output before the error" in res["t-raise"]["output_tail"]
     assert v["t-crash"] == ("failed", f"crashed: {signal.SIGSEGV.name}")
-    assert v["t-hang"] == ("cut", "8 s (its cap) ran out before it finished; it had noted nothing finished")
+    assert v["t-hang"] == ("failed", "no verdict within its own cap of 8 s (a hang that no deadline of its own "
+                                     "caught, or a cap too small for this machine); it had noted nothing finished")
     assert res["t-hang"]["seconds"] < 14
     assert v["t-exit-hang"][0] == "failed" and "did not exit (its cap)" in v["t-exit-hang"][1]
     assert sum(1 for ln in lines if ln.startswith("[")) == 8  # a line as each starts
     assert lines[0].startswith("plan: 8 sections, no budget")  # the plan before anything runs
 
 
-def test_cut_says_what_finished_and_a_hung_teardown_after_an_error_is_failed(sections_env):
+def test_cut_is_the_budget_s_and_says_what_finished_a_hang_past_its_own_cap_fails(sections_env):
     s = sections_env
-    res = runner.run([s[n] for n in ("t-progress-hang", "t-failing-hang", "t-cut")], Context(), cap_s=6,
-                     progress=lambda *a, **k: None)
+    quiet = {"progress": lambda *a, **k: None}
+    # the budget leaves it 6 s of its 60 s cap: cut, with the parts it noted done
+    res = runner.run([s["t-progress-hang"]], Context(), budget_s=6, **quiet)["t-progress-hang"]
+    assert res["verdict"] == "cut" and res["finished"] == ["cell a", "cell b"], res
+    assert res["why"].endswith("(what was left of the check's 6 s budget) ran out before it finished; it had finished: "
+                               "cell a; cell b"), res["why"]
+    # its own cap (no budget): a hang, failed, still saying what it finished
+    res = runner.run([s["t-progress-hang"], s["t-failing-hang"], s["t-cut"]], Context(), cap_s=6, **quiet)
     v = {n: (r["verdict"], r.get("why", "")) for n, r in res.items()}
-    assert v["t-progress-hang"] == ("cut", "6 s (its cap) ran out before it finished; it had finished: cell a; cell b")
-    assert res["t-progress-hang"]["finished"] == ["cell a", "cell b"]
-    assert v["t-failing-hang"][0] == "failed"  # the error it noted, not a cut: its teardown then hung
+    assert v["t-progress-hang"][0] == "failed" and v["t-progress-hang"][1].endswith("it had finished: cell a; cell b")
+    assert v["t-failing-hang"][0] == "failed"  # the error it noted first: its teardown then hung
     assert v["t-failing-hang"][1].startswith("the reply was wrong; then it did not end within 6 s (its cap)")
-    assert v["t-cut"] == ("cut", "too little time for cell c")
+    assert v["t-cut"] == ("cut", "too little time for cell c")  # a section may cut itself (bench-tune's search)
     assert res["t-cut"]["facts"] == {"cells": 2}  # what it finished, kept
-    assert runner.counts(res) == {"passed": 0, "failed": 1, "skipped": 0, "cut": 2}
-    assert runner.failed_names(res) == ["t-failing-hang"]  # cut does not fail the check
+    assert runner.counts(res) == {"passed": 0, "failed": 2, "skipped": 0, "cut": 1}
+    assert runner.failed_names(res) == ["t-progress-hang", "t-failing-hang"]  # cut does not fail the check
+
+
+def test_a_check_stopped_from_outside_kills_its_section_and_still_reports(tmp_path, sections_env):
+    """SIGTERM (a `timeout` around the check, the device tool's limit): the running section's
+    processes are killed, it and the rest are cut, and the results come back."""
+    code = ("import json, sys\n"
+            "from splitrpc.check import Context, runner\n"
+            "import check_sections as cs\n"
+            "runner.install_stop_handlers()\n"
+            "secs = {x.name: x for x in cs.SECTIONS}\n"
+            "res = runner.run([secs['t-pass'], secs['t-hang'], secs['t-fail']], Context(), progress=print)\n"
+            f"json.dump(res, open({str(tmp_path / 'res.json')!r}, 'w'))\n")
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, cwd=TESTS,
+                         env={**os.environ, "PYTHONPATH": TESTS})
+    for ln in p.stdout:
+        if ln.startswith("[2/3] t-hang"):  # the hanging section has started
+            break
+    time.sleep(1.0)
+    p.send_signal(signal.SIGTERM)
+    out = p.communicate(timeout=30)[0]
+    assert p.returncode == 0, out
+    res = json.loads((tmp_path / "res.json").read_text())
+    assert res["t-pass"]["verdict"] == "passed"
+    assert res["t-hang"] == {**res["t-hang"], "verdict": "cut"} and "stopped from outside (SIGTERM) while it ran" \
+        in res["t-hang"]["why"], res["t-hang"]
+    assert res["t-fail"]["verdict"] == "cut" and "not started" in res["t-fail"]["why"]
+    ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+    assert "check_sections t-hang" not in ps  # nothing of the killed section is left
+
+
+@pytest.mark.parametrize("fault,sections,want", [
+    ("stream-hang", "device-tq,native", {"device-tq": "waiting for the mirror self-test's kernels",
+                                         "native": "had not finished"}),
+    ("launch-error", "device-tq,device-o1", {"device-tq": "CUDA_ERROR_LAUNCH_FAILED",
+                                             "device-o1": "CUDA_ERROR_LAUNCH_FAILED"}),
+])
+def test_each_emulated_fault_fails_the_sections_it_hits_saying_why(tmp_path, emu_env, emulated_gpu_build, fault,
+                                                                   sections, want):
+    if not HAS_KERNELS:
+        pytest.skip("the device sections need the kernels compiled in (nvcc at build time)")
+    out = tmp_path / "out"
+    rc, so, se = check(["--only", sections, "--out", str(out), "--native", str(emulated_gpu_build)],
+                       env={**emu_env, "SPLITRPC_EMULATED_FAULT": fault}, cwd=tmp_path)
+    assert rc == 1, so + se
+    d = doc(out)["sections"]
+    for name, text in want.items():
+        assert d[name]["verdict"] == "failed" and text in d[name]["why"], (name, d[name])
 
 
 def test_runner_budget_cuts_what_does_not_fit(sections_env):

@@ -37,7 +37,10 @@ if [ -n "$py312" ] && command -v nvcc >/dev/null; then
   (cd "$REPO" && git ls-files --cached --others --exclude-standard -- splitrpc native server client 'bench/*.py' \
      CMakeLists.txt cmake pyproject.toml > "$WHL/prebuilt/SOURCES" \
    && sha256sum $(cat "$WHL/prebuilt/SOURCES") | sha256sum | cut -c1-16 > "$WHL/prebuilt/SOURCES.sha256")
-  echo "== built from $(wc -l < "$WHL/prebuilt/SOURCES") files, sources hash $(cat "$WHL/prebuilt/SOURCES.sha256")"
+  # The commit it was built at (run.sh records it in the report as what was checked)
+  (cd "$REPO" && echo "$(git rev-parse --short=12 HEAD)$(git diff --quiet HEAD -- && echo '' || echo ' with uncommitted changes')") \
+    > "$WHL/prebuilt/COMMIT"
+  echo "== built from $(wc -l < "$WHL/prebuilt/SOURCES") files at $(cat "$WHL/prebuilt/COMMIT"), sources hash $(cat "$WHL/prebuilt/SOURCES.sha256")"
 else
   echo "== no python$PY or no nvcc here: no prebuilt fallback wheel (run.sh then depends on its own build)"
 fi

@@ -6,7 +6,7 @@
 #
 # Environment: OUT (results folder; the device tool sets it), PYTHON (default python3: on the device,
 # the image's Python 3.12 with torch, CuPy, numpy, rich), SPLITRPC_GPU_BUDGET_S (the whole script's
-# seconds, the builds included; default 420: a first call's, see bench/gpu/README.md),
+# seconds, the builds included; default 400: a first call's, see bench/gpu/README.md),
 # SPLITRPC_CUDA_ARCHS (else the GPU's compute capability from nvidia-smi, else 90),
 # SPLITRPC_GPU_PREBUILT=1 (install .whl/prebuilt instead of building), SPLITRPC_CHECK_EMULATED=1 (a
 # dry run on a machine without a GPU: the tests' emulated driver and CuPy stand in, and every result
@@ -17,7 +17,7 @@ set -uo pipefail
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
 OUT=${OUT:-$REPO/gpu-check-out}
 PY=${PYTHON:-python3}
-BUDGET=${SPLITRPC_GPU_BUDGET_S:-420}
+BUDGET=${SPLITRPC_GPU_BUDGET_S:-400}
 DEVICE_PY=3.12         # the device machine's Python (the device tool's KINDS.md): the prebuilt wheel's
 CFFI_PYS="3.10 3.11 3.12 3.13"  # fetch_wheels.sh carries cffi for each (the device's Python may change)
 REPORT_S=10            # kept back from the check's budget: its report, the script's last lines
@@ -25,6 +25,13 @@ WORK=${SPLITRPC_GPU_WORK:-/tmp/splitrpc-gpu}
 SITE=$WORK/site        # splitrpc, installed here (pip --target): the image's own environment is left alone
 DEPS=$WORK/deps        # the carried wheels (cffi, pycparser; rocksdict)
 NATIVE=$WORK/native    # the native test programs' build tree
+
+# The hash of the sources the prebuilt wheel was built from (.whl/prebuilt/SOURCES lists them), as
+# they are in this tree: equal to .whl/prebuilt/SOURCES.sha256 when the wheel is of these sources.
+sources_hash() {
+  [ -f "$REPO/.whl/prebuilt/SOURCES" ] || { echo none; return; }
+  (cd "$REPO" && sha256sum $(cat .whl/prebuilt/SOURCES) 2>/dev/null </dev/null | sha256sum | cut -c1-16)
+}
 
 # --preflight, here: what the device run needs from .whl, before any device time is spent on it.
 if [ "${1:-}" = "--preflight" ]; then
@@ -39,7 +46,7 @@ if [ "${1:-}" = "--preflight" ]; then
     echo "preflight: no prebuilt splitrpc wheel for CPython $DEVICE_PY in .whl/prebuilt (the fallback if the device cannot build)"; bad=1
   else
     want=$(cat "$REPO/.whl/prebuilt/SOURCES.sha256" 2>/dev/null)
-    have=$(cd "$REPO" && sha256sum $(cat .whl/prebuilt/SOURCES 2>/dev/null) 2>/dev/null | sha256sum | cut -c1-16)
+    have=$(sources_hash)
     [ -n "$want" ] && [ "$want" = "$have" ] \
       || { echo "preflight: the prebuilt wheel was built from other sources ($want, this tree $have)"; bad=1; }
   fi
@@ -58,6 +65,7 @@ fi
 
 mkdir -p "$OUT" "$WORK"
 if [ -z "${_SPLITRPC_GPU_LOGGED:-}" ]; then  # everything also into $OUT/run.log; the pipe ends when both do
+  rm -f "$OUT/run.log" "$OUT/summary.md" "$OUT/check.json" "$OUT"/check_*.png  # no earlier run's report passes for this one
   _SPLITRPC_GPU_LOGGED=1 bash "$0" "$@" 2>&1 | tee -a "$OUT/run.log"
   exit "${PIPESTATUS[0]}"
 fi
@@ -82,9 +90,10 @@ EOF
 }
 quit() {
   [ -n "$native_pid" ] && kill "$native_pid" 2>/dev/null
-  [ "$1" != 0 ] && no_check_report "${2:-bench/gpu/run.sh stopped with status $1 before the check ran}"
+  [ -n "${2:-}" ] || [ "$1" != 0 ] && no_check_report "${2:-bench/gpu/run.sh stopped with status $1 before the check ran}"
   exit "$1"
 }
+build_cut=0
 # Runs a build step for at most the budget's seconds left (at least 1): 124 when cut.
 timed() { timeout --kill-after=5 "$(( $(left) > 1 ? $(left) : 1 ))" "$@"; }
 
@@ -142,12 +151,15 @@ native_pid=$!
 install_prebuilt() {
   local prebuilt
   prebuilt=$(ls "$REPO"/.whl/prebuilt/splitrpc-*-"$pytag"-*.whl 2>/dev/null | head -1)
-  if [ -z "$prebuilt" ]; then
-    step "FAILED: no prebuilt fallback for $pytag in .whl/prebuilt either"; quit 4 "the build failed or was cut, and no prebuilt wheel for $pytag was carried"
+  if [ -z "$prebuilt" ] && [ "$build_cut" = 1 ]; then  # the budget, not a fault: cut, exit 0
+    step "CUT: the build used the budget and no prebuilt wheel for $pytag was carried: no section can run"
+    quit 0 "cut: the build was cut by the ${BUDGET} s budget, and no prebuilt wheel for $pytag was carried; no section ran"
+  elif [ -z "$prebuilt" ]; then
+    step "FAILED: no prebuilt fallback for $pytag in .whl/prebuilt either"; quit 4 "the build failed, and no prebuilt wheel for $pytag was carried"
   fi
   local want have
   want=$(cat "$REPO/.whl/prebuilt/SOURCES.sha256" 2>/dev/null)
-  have=$(cd "$REPO" && sha256sum $(cat .whl/prebuilt/SOURCES 2>/dev/null) 2>/dev/null | sha256sum | cut -c1-16)
+  have=$(sources_hash)
   if [ -n "$want" ] && [ "$want" = "$have" ]; then
     step "installing the prebuilt fallback $(basename "$prebuilt"): built from these very sources"
   else
@@ -171,7 +183,11 @@ else
   if [ "$rc" = 0 ]; then
     step "built and installed"
   else
-    [ "$rc" = 124 ] && step "the build was CUT by the budget; its last lines:" || step "the build FAILED ($rc); its last lines:"
+    if [ "$rc" = 124 ] || [ "$rc" = 137 ]; then
+      build_cut=1; step "the build was CUT by the budget; its last lines:"
+    else
+      step "the build FAILED ($rc); its last lines:"
+    fi
     tail -25 "$WORK/build.log"
     $PY -c "import scikit_build_core" 2>/dev/null || echo "    (scikit-build-core is not importable by $PY: pip install scikit-build-core cmake ninja, or the README's test extra)"
     install_prebuilt
@@ -201,10 +217,18 @@ check_s=$(( $(left) - REPORT_S ))
 [ "$check_s" -lt 1 ] && check_s=1
 step "splitrpc check --bench (the check's budget: ${check_s} s of the ${BUDGET} s)"
 cd "$REPO" || quit 5
+# What was checked: the commit fetch_wheels.sh saw, and whether this tree's sources are the same.
+src="$(cat .whl/prebuilt/COMMIT 2>/dev/null || echo 'commit unknown (no .whl/prebuilt/COMMIT)')"
+[ "$(sources_hash)" = "$(cat .whl/prebuilt/SOURCES.sha256 2>/dev/null)" ] && src="$src, these sources" \
+  || src="$src, then changed (sources $(sources_hash))"
+export SPLITRPC_CHECK_SOURCE="$src"
+echo "    source: $src"
 PYTHONUNBUFFERED=1 timeout --kill-after=5 $(( check_s + REPORT_S )) $PY "$SITE/bin/splitrpc" check --bench --out "$OUT" \
   --native "$NATIVE" --budget-s "$check_s" "$@"
 rc=$?
-[ "$rc" = 124 ] && step "the check ran past the budget and was stopped (its report holds the sections it finished)"
+if [ "$rc" = 124 ] || [ "$rc" = 137 ]; then
+  step "the check ran past the budget and was stopped (its report: the sections it finished, the rest cut)"
+fi
 no_check_report "splitrpc check ended with status $rc before it wrote a report"
 step "done: splitrpc check exited $rc; files in $OUT: $(cd "$OUT" && ls | tr '\n' ' ')"
 exit $rc

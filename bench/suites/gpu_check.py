@@ -245,11 +245,11 @@ def run_bench_embedding(ctx: Context) -> Result:
 
 SECTIONS = [
     Section("bench-orchestration", "O1 / O1+CUDA graph / O2 end to end and compute alone: vecadd, matmul, LeNet",
-            run_orchestration, cap_s=90, stage="bench", tier="core"),
+            run_orchestration, cap_s=50, stage="bench", tier="core"),
     Section("bench-e2e", f"device callbacks against host callbacks over loopback at c={C1} and c={C32}",
-            run_e2e, cap_s=60, stage="bench", tier="core"),
+            run_e2e, cap_s=30, stage="bench", tier="core"),
     Section("bench-batching", f"batching on the GPU: max batch {BATCHES[0]} against {BATCHES[1]} at c={C32}",
-            run_batching, cap_s=60, stage="bench", tier="core"),
+            run_batching, cap_s=30, stage="bench", tier="core"),
     Section("bench-tune", "Hercules's search trimmed: LeNet and ResNet-18 on the GPU over a 6-point grid, gradient vs "
             "grid, board power at each point (efficiency tuples)", run_tune, cap_s=180, stage="bench"),
     Section("bench-embedding", "DLRM with L1 on the GPU at 5% and 1% against L3 alone and the whole tables on the GPU "

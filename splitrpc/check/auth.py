@@ -102,5 +102,5 @@ def run_auth(ctx: Context) -> Result:
 
 SECTIONS = [
     Section("auth", "authenticated calls: served and signed; forged, changed, replayed, unknown-key and unsigned "
-            "datagrams dropped unanswered and counted, no function reached", run_auth, cap_s=30, stage="host", tier="core"),
+            "datagrams dropped unanswered and counted, no function reached", run_auth, cap_s=10, stage="host", tier="core"),
 ]

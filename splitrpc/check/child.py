@@ -1,4 +1,4 @@
-"""child.py: `splitrpc.check.child.main([MODULE, NAME, CONTEXT.json, RESULT.json, CAP_S, DEADLINE])`: runs one section of `splitrpc check` (section NAME of MODULE.SECTIONS) in this process and writes its verdict, so that the parent can cap its time and outlive its crash."""
+"""child.py: `splitrpc.check.child.main([MODULE, NAME, CONTEXT.json, RESULT.json, CAP_S, DEADLINE, BUDGET_LIMITED])`: runs one section of `splitrpc check` (section NAME of MODULE.SECTIONS) in this process and writes its verdict, so that the parent can cap its time and outlive its crash."""
 from __future__ import annotations
 
 import json
@@ -48,11 +48,12 @@ def run_one(module: str, name: str, ctx: Context) -> dict[str, Any]:
 
 
 def main(argv: list[str]) -> int:
-    module, name, ctx_path, result_path, cap_s, deadline = argv
+    module, name, ctx_path, result_path, cap_s, deadline, budget_limited = argv
     with open(ctx_path) as f:
         ctx = Context.from_json(json.load(f))
     ctx.cap_s = float(cap_s)
     ctx.deadline = float(deadline)  # the parent's time.monotonic(): CLOCK_MONOTONIC is the machine's
+    ctx.budget_limited = budget_limited == "1"
     out = run_one(module, name, ctx)
     with open(result_path + ".part", "w") as f:  # whole or not at all: the parent may kill us any time
         json.dump(out, f, default=str)

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
 
 DEFAULT_TESTS = "tests"  # the repository's tests, when the check runs from a checkout
 ALWAYS = ("build", "machine")  # run with any --only: the report's device line and build facts
+SOURCE_ENV = "SPLITRPC_CHECK_SOURCE"  # what was checked (a commit), for the report: bench/gpu/run.sh sets it
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
@@ -127,6 +128,8 @@ def cmd_check(a: argparse.Namespace) -> int:
              "command": "splitrpc check " + shlex.join(sys.argv[2:] if sys.argv[1:2] == ["check"] else sys.argv[1:]),
              "version": __version__, "host": host, "context": ctx.to_json(),
              "wall_s": round(time.monotonic() - t0, 1), "budget_s": a.budget_s, "plan": the_plan, "sections": results}
+        if os.environ.get(SOURCE_ENV):  # bench/gpu/run.sh: the commit checked
+            d["source"] = os.environ[SOURCE_ENV]
         if pending:  # written while the run goes on: what has not run yet
             d["unfinished"] = pending
         if previous is not None:
@@ -138,7 +141,9 @@ def cmd_check(a: argparse.Namespace) -> int:
         if a.out:  # summary.md and check.json after each section: a run killed later still leaves them
             report.write(a.out, document(results, [s.name for s in chosen if s.name not in results]), plots=False)
 
+    runner.install_stop_handlers()  # a TERM from outside still leaves a whole report
     results = runner.run(chosen, ctx, cap_s=a.cap_s, budget_s=a.budget_s, after=progress_report)
+    runner.ignore_stop_signals()  # the report below is written whole
     for name, why in broken:  # a plug-in that could not be loaded
         results[f"plugin-{name}"] = {"verdict": FAILED, "why": f"the check plug-in {name!r} did not load: {why}",
                                      "seconds": 0.0, "title": "a splitrpc.check entry point"}

@@ -13,7 +13,7 @@ import splitrpc
 from splitrpc import gpu
 from splitrpc._native import gpu as _gpu
 from splitrpc.check.probes import EMULATED_LABEL, driver_emulated, need_cupy, need_gpu
-from splitrpc.check.section import Context, Cut, Result, Section, Skipped, expect
+from splitrpc.check.section import BUDGET_NOTE, Context, Cut, Failed, Result, Section, Skipped, expect
 from splitrpc.check.serving import errors_sent, loopback_server, settled, wave
 from splitrpc.spec import TensorSpec
 
@@ -224,9 +224,9 @@ MATMUL_CALLS = 64
 MATMUL_RTOL = 1e-3       # a GPU GEMM sums in another order
 FIRST_CALL_TIMEOUT_S = 60.0  # a first call compiles CuPy kernels, captures a graph or launches O2
 # ... but it must end with room for the server's stop within the section's cap: a stream wait and
-# the O2 kernel's stop each give up after 10 s (SRPC_GPU_WAIT_TIMEOUT_MS, SRPC_O2_STOP_TIMEOUT_MS),
-# so that a call that never comes back fails the section with what the stop found, not a cut.
-TEARDOWN_S = 25.0
+# the O2 kernel's stop each give up after 5 s (SRPC_GPU_WAIT_TIMEOUT_MS, SRPC_O2_STOP_TIMEOUT_MS),
+# so that a call that never comes back fails the section with what the stop found.
+TEARDOWN_S = 12.0
 
 
 def _vecadd_right(q: bytes, r: bytes) -> bool:
@@ -271,12 +271,26 @@ def _first_call_timeout(ctx: Context) -> float:
     the cap leaves too little for a call and the server's stop (the budget gave it too little)."""
     t = min(FIRST_CALL_TIMEOUT_S, ctx.left() - TEARDOWN_S)
     if t < MIN_FIRST_CALL_S:
-        raise Cut(f"{ctx.left():.0f} s of its cap left: a served run needs {MIN_FIRST_CALL_S + TEARDOWN_S:g} s "
-                  "(a first call and the server's stop)")
+        why = (f"{ctx.left():.0f} s of its cap left{BUDGET_NOTE if ctx.budget_limited else ''}"
+               f": a served run needs {MIN_FIRST_CALL_S + TEARDOWN_S:g} s (a first call and the server's stop)")
+        raise Cut(why) if ctx.budget_limited else Failed(why)
     return t
 
 
-def _serve_once(cupy: Any, ordinal: int, mode: str, rng: np.random.Generator, first_s: float) -> dict[str, Any]:
+def _first_call(c: splitrpc.Client, ctx: Context, func_id: int, data: bytes, timeout: float) -> bytes:
+    """A function's first call, which may compile kernels or capture a graph: its time-out is a
+    failure, but a cut where the check's budget shortened the section (the call had less time
+    than it may need)."""
+    try:
+        return c.call(func_id, data, timeout=timeout)
+    except splitrpc.CallTimeout:
+        if ctx.budget_limited and timeout < FIRST_CALL_TIMEOUT_S:
+            raise Cut(f"function {func_id}'s first call had {timeout:.0f} s of the budget, and needed more") from None
+        raise
+
+
+def _serve_once(cupy: Any, ordinal: int, mode: str, rng: np.random.Generator, ctx: Context) -> dict[str, Any]:
+    first_s = _first_call_timeout(ctx)
     device = f"cuda:{ordinal}"
     seen: list[type] = []
     with loopback_server(_device_functions(cupy, device, mode, seen), wait="poll") as srv:
@@ -285,12 +299,12 @@ def _serve_once(cupy: Any, ordinal: int, mode: str, rng: np.random.Generator, fi
         calls = {}
         with splitrpc.Client("127.0.0.1", srv.port, timeout=10.0) as c:
             x = rng.standard_normal(VEC).astype("<f4").tobytes()
-            expect(_vecadd_right(x, c.call(1, x, timeout=first_s)), "vecadd: the first reply is wrong")
+            expect(_vecadd_right(x, _first_call(c, ctx, 1, x, first_s)), "vecadd: the first reply is wrong")
             calls["vecadd"] = 1 + sum(wave(c, 1, [rng.standard_normal(VEC).astype("<f4").tobytes() for _ in range(n)],
                                            _vecadd_right, "vecadd") for n in VEC_CALLS)
             if mode != "o2":
                 m = rng.standard_normal(2048).astype("<f4").tobytes()
-                expect(_matmul_right(m, c.call(2, m, timeout=first_s)), "matmul: the first reply is wrong")
+                expect(_matmul_right(m, _first_call(c, ctx, 2, m, first_s)), "matmul: the first reply is wrong")
                 calls["matmul"] = 1 + wave(c, 2, [rng.standard_normal(2048).astype("<f4").tobytes()
                                                   for _ in range(MATMUL_CALLS)], _matmul_right, "matmul")
         st = settled(srv, lambda s: s["in_flight"] == 0)
@@ -319,7 +333,7 @@ def _run_callbacks(ctx: Context, mode: str) -> Result:
         raise Skipped("O2 runs a kernel of the library's, and this build has none (no CUDA compiler at build time)")
     rng = np.random.default_rng(ctx.seed)
     acct = Accounting(ordinal)
-    run, held = acct.repeated(lambda: _serve_once(cupy, ordinal, mode, rng, _first_call_timeout(ctx)), f"{mode} served")
+    run, held = acct.repeated(lambda: _serve_once(cupy, ordinal, mode, rng, ctx), f"{mode} served")
     run["accounting"] = held
     total = sum(run["calls"].values())
     what = " and ".join(f"{k} ({v} calls)" for k, v in run["calls"].items())
@@ -348,11 +362,11 @@ def run_device_o2(ctx: Context) -> Result:
 
 SECTIONS = [
     Section("device-tq", "device Tensor Queues: allocate, double-map, a batch wrapping the ring, flags, release",
-            run_device_tq, cap_s=30, tier="core"),
+            run_device_tq, cap_s=15, tier="core"),
     Section("device-o1", "device callbacks served on the GPU, O1: vecadd and matmul, replies checked, nothing left",
-            run_device_o1, cap_s=60, tier="core"),
+            run_device_o1, cap_s=35, tier="core"),
     Section("device-graph", "device callbacks served on the GPU, O1 + CUDA graph, replies checked, nothing left",
-            run_device_graph, cap_s=60, tier="core"),
+            run_device_graph, cap_s=35, tier="core"),
     Section("device-o2", "O2: the persistent vecadd kernel served through the server, replies checked, nothing left",
-            run_device_o2, cap_s=60, tier="core"),
+            run_device_o2, cap_s=35, tier="core"),
 ]

@@ -192,7 +192,7 @@ def run_machine(ctx: Context) -> Result:
 
 SECTIONS = [
     Section("build", "what was built: CUDA kernels and their architectures, DPDK, sanitizers, CuPy, PyTorch",
-            run_build, cap_s=30, stage="facts", tier="core"),
+            run_build, cap_s=20, stage="facts", tier="core"),
     Section("machine", "what the machine offers: driver, device, VMM, stream memory operations, host registration, "
-            "GPUDirect NIC", run_machine, cap_s=30, stage="facts", tier="core"),
+            "GPUDirect NIC", run_machine, cap_s=10, stage="facts", tier="core"),
 ]

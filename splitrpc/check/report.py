@@ -39,6 +39,7 @@ def markdown(doc: dict[str, Any]) -> str:
              f"- host: {doc['host']['cpu']} ({doc['host']['cpus']} CPUs, {doc['host']['host']}), kernel {doc['host']['kernel']}, "
              f"Python {doc['host']['python']}; splitrpc {doc['version']}",
              f"- wall time: {doc['wall_s']:.0f} s" + (f"; merged with {doc['merged_from']}" if doc.get("merged_from") else ""),
+             *([f"- source: {doc['source']}"] if doc.get("source") else []),
              *([f"- UNFINISHED: written while the check ran; not yet run: {', '.join(doc['unfinished'])}"]
                if doc.get("unfinished") else []),
              *([f"- budget: {doc['budget_s']:.0f} s for the sections; the plan (each cap, their running total) is "

@@ -63,12 +63,23 @@ def _progress(path: str) -> tuple[list[str], str | None]:
     return [ln for ln in lines if not ln.startswith(FAILING)], (failing[0] if failing else None)
 
 
-def run_section(sec: Section, ctx_path: str, cap_s: float, cap_why: str = "its cap") -> dict[str, Any]:
+class Stopped(Exception):
+    """Raised in the check's main thread by its SIGTERM or SIGINT handler (install_stop_handlers):
+    the section running is killed and cut, the rest cut, and the report still written."""
+
+
+_KILL_WAIT_S = 10.0  # a killed child that has not gone after this long (stuck in a driver) is left behind
+
+
+def run_section(sec: Section, ctx_path: str, cap_s: float, cap_why: str = "its cap",
+                budget_limited: bool = False) -> dict[str, Any]:
     """The section's verdict from a child process (splitrpc.check.child), killed with everything
     it started once cap_s seconds have passed, or EXIT_GRACE_S after its verdict if it has not
-    ended by then. Killed at cap_s: cut, with the parts it noted done(), unless it had noted
-    failing() (its teardown hung after an error: failed, with that error). Its output goes to a
-    file (no pipe for a stray grandchild to hold open)."""
+    ended by then. Killed at cap_s with no verdict: failed, naming the parts it noted done(),
+    and the error it noted failing() if it had (its teardown then hung); but cut where the cap
+    is what the check's budget left it (budget_limited), less than its own. A verdict that came
+    before a budget kill stands. Its output goes to a file (no pipe for a stray grandchild to
+    hold open). Stopped (the check told to stop) kills it first and propagates."""
     fd, result_path = tempfile.mkstemp(prefix=f"splitrpc-check-{sec.name}-", suffix=".json")
     os.close(fd)
     os.unlink(result_path)  # the child writes it when it has a verdict
@@ -77,38 +88,49 @@ def run_section(sec: Section, ctx_path: str, cap_s: float, cap_why: str = "its c
     t0 = time.monotonic()
     with tempfile.TemporaryFile("w+", errors="replace") as log:
         p = subprocess.Popen([sys.executable, "-c", _CHILD, sec.module, sec.name, ctx_path, result_path, f"{cap_s:.1f}",
-                              f"{t0 + cap_s:.3f}"],
+                              f"{t0 + cap_s:.3f}", "1" if budget_limited else "0"],
                              stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
                              env={**os.environ, PROGRESS_ENV: progress_path})
         end, verdict_at, timed_out, why_end = t0 + cap_s, None, False, cap_why
-        while p.poll() is None:
-            now = time.monotonic()
-            if verdict_at is None and os.path.exists(result_path):
-                verdict_at = now
-                if now + EXIT_GRACE_S < end:
-                    end, why_end = now + EXIT_GRACE_S, f"{EXIT_GRACE_S:g} s after its verdict"
-            if now >= end:
-                timed_out = True
-                break
-            time.sleep(_POLL_S)
-        _kill_group(p)  # whatever the section left running (a server, a pytest child), or the child itself
-        p.wait()
+        try:
+            while p.poll() is None:
+                now = time.monotonic()
+                if verdict_at is None and os.path.exists(result_path):
+                    verdict_at = now
+                    if now + EXIT_GRACE_S < end:
+                        end, why_end = now + EXIT_GRACE_S, f"{EXIT_GRACE_S:g} s after its verdict"
+                if now >= end:
+                    timed_out = True
+                    break
+                time.sleep(_POLL_S)
+        finally:  # also when Stopped: nothing the section started outlives the check
+            _kill_group(p)  # whatever the section left running (a server, a pytest child), or the child itself
+            try:
+                p.wait(timeout=_KILL_WAIT_S)
+            except subprocess.TimeoutExpired:
+                pass  # uninterruptible (a driver call): left behind, said below
         log.seek(0)
         out = log.read()
     seconds = round(time.monotonic() - t0, 2)
     finished, failing = _progress(progress_path)
     res = _read_verdict(result_path)
+    done_text = f"it had finished: {'; '.join(finished)}" if finished else "it had noted nothing finished"
     if res is None:
         if timed_out and failing:
             res = {"verdict": FAILED, "why": f"{failing}; then it did not end within {cap_s:g} s ({why_end}): killed"}
+        elif timed_out and budget_limited:
+            res = {"verdict": CUT, "why": f"{cap_s:g} s ({why_end}) ran out before it finished; {done_text}"}
         elif timed_out:
-            res = {"verdict": CUT, "why": f"{cap_s:g} s ({why_end}) ran out before it finished; "
-                                          + (f"it had finished: {'; '.join(finished)}" if finished
-                                             else "it had noted nothing finished")}
-        elif p.returncode and p.returncode < 0:
+            res = {"verdict": FAILED, "why": f"no verdict within its own cap of {cap_s:g} s (a hang that no deadline "
+                                             f"of its own caught, or a cap too small for this machine); {done_text}"}
+        elif p.returncode is None:
+            res = {"verdict": FAILED, "why": "its process could not be killed (stuck in the driver?)"}
+        elif p.returncode < 0:
             res = {"verdict": FAILED, "why": f"crashed: {signal.Signals(-p.returncode).name}"}
         else:
             res = {"verdict": FAILED, "why": f"its process exited with status {p.returncode} without a verdict"}
+    elif timed_out and budget_limited and why_end == cap_why:  # the budget ended it while it exited
+        res = {**res, "exit": f"its process was still exiting when the check's budget ran out: killed"}
     elif timed_out:  # the verdict came, then the process did not end (a stop or an exit that hangs)
         res = {**res, "verdict": FAILED, "why": f"it had finished ({res['verdict']}: {res.get('why') or res.get('summary', '')}) "
                                                 f"but its process did not exit ({why_end})"}
@@ -122,6 +144,25 @@ def run_section(sec: Section, ctx_path: str, cap_s: float, cap_why: str = "its c
     if res["verdict"] in (FAILED, CUT):
         res["output_tail"] = _tail(out or "")
     return res
+
+
+def install_stop_handlers() -> None:
+    """SIGTERM and SIGINT raise Stopped in the main thread (a `timeout` around the check, the device
+    tool's limit): run() then kills the running section and cuts the rest, and the report is
+    written. Main thread only."""
+    def handler(signum: int, frame: object) -> None:
+        ignore_stop_signals()  # once: a second signal must not break the report being written
+        raise Stopped(signal.Signals(signum).name)
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, handler)
+
+
+def ignore_stop_signals() -> None:
+    """From here on SIGTERM and SIGINT are ignored (the final report is being written; a KILL
+    still ends the process). Main thread only."""
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, signal.SIG_IGN)
 
 
 def line(name: str, r: dict[str, Any]) -> str:
@@ -174,6 +215,7 @@ def run(sections: list[Section], ctx: Context, cap_s: float | None = None, budge
     with tempfile.NamedTemporaryFile("w", suffix=".json", prefix="splitrpc-check-ctx-", delete=False) as f:
         json.dump(ctx.to_json(), f)
         ctx_path = f.name
+    running: Section | None = None
     try:
         for i, sec in enumerate(sections, 1):
             cap, why = (cap_s if cap_s is not None else sec.cap_s), "its cap"
@@ -187,10 +229,13 @@ def run(sections: list[Section], ctx: Context, cap_s: float | None = None, budge
                 if after is not None:
                     after(results)
                 continue
-            if left < cap:
+            limited = left < cap
+            if limited:
                 cap, why = left, f"what was left of the check's {budget_s:g} s budget"
             progress(f"[{i}/{len(sections)}] {sec.name}: {sec.title} (cap {cap:.0f} s) ...", flush=True)
-            r = run_section(sec, ctx_path, cap, why)
+            running = sec
+            r = run_section(sec, ctx_path, cap, why, budget_limited=limited)
+            running = None
             r["title"] = sec.title
             r["bench"] = sec.bench
             results[sec.name] = r
@@ -199,6 +244,14 @@ def run(sections: list[Section], ctx: Context, cap_s: float | None = None, budge
                 progress("      " + "\n      ".join(r["output_tail"].splitlines()[-8:]), flush=True)
             if after is not None:
                 after(results)
+    except Stopped as e:  # told to stop (run_section has killed what it ran): what is left is cut
+        stopped = f"the check was stopped from outside ({e})"
+        for sec in sections:
+            if sec.name not in results:
+                how = "while it ran: killed" if sec is running else "not started"
+                results[sec.name] = {"verdict": CUT, "why": f"{stopped} {how}", "seconds": 0.0, "cap_s": sec.cap_s,
+                                     "title": sec.title, "bench": sec.bench}
+        progress(f"splitrpc check: {stopped}: the sections not finished are cut", flush=True)
     finally:
         os.unlink(ctx_path)
     return results

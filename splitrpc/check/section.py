@@ -7,9 +7,10 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
-# The verdicts. passed: every check held; failed: one did not (the reason); skipped: it cannot run
-# here (the reason); cut: its time (its cap, or what was left of the check's budget) ran out first,
-# with what it finished and what not. Only failed makes the check's exit non-zero.
+# The verdicts. passed: every check held; failed: one did not (the reason), or it ran past its own
+# cap (sized with room: a hang that no deadline of its own caught); skipped: it cannot run here (the
+# reason); cut: the check's budget left it less than its cap and that ran out first, with what it
+# finished and what not. Only failed makes the check's exit non-zero.
 PASSED, FAILED, SKIPPED, CUT = "passed", "failed", "skipped", "cut"
 VERDICTS = (PASSED, FAILED, SKIPPED, CUT)
 # The order sections run in: by tier (the core path first, then the capabilities' sections), then
@@ -19,6 +20,8 @@ VERDICTS = (PASSED, FAILED, SKIPPED, CUT)
 TIERS = ("core", "capability")
 STAGES = ("facts", "native", "device", "suites", "bench", "host")
 _NAME = re.compile(r"[a-z][a-z0-9-]{0,39}")
+# What a section cut by the budget adds to its reason
+BUDGET_NOTE = " (what the check's budget left it)"
 # The file a section's child appends its progress notes to (done()); set by the runner.
 PROGRESS_ENV = "SPLITRPC_CHECK_PROGRESS"
 
@@ -28,8 +31,9 @@ class Skipped(Exception):
 
 
 class Cut(Exception):
-    """Raised by a section that stops because its time is nearly up (Context.left()): the message
-    says what it did not get to; `result` keeps what it finished (verdict cut, not failed)."""
+    """Raised by a section that stops because its time is nearly up (Context.left()), when the
+    budget shortened it (Context.budget_limited) or by design (a search that measures what its cap
+    allows): the message says what it did not get to; `result` keeps what it finished."""
 
     def __init__(self, why: str, result: "Result | None" = None):
         super().__init__(why)
@@ -88,6 +92,8 @@ class Context:
     seed: int = 1
     cap_s: float = 60.0              # this section's time cap (set in the child): inner timeouts stay inside it
     deadline: float = 0.0            # time.monotonic() at which the cap ends (set in the child; 0: none)
+    budget_limited: bool = False     # the cap is what the check's budget left, less than the section's own:
+                                     # running out of it is a cut; running out of its own cap is a failure
 
     def left(self) -> float:
         """Seconds before this section's cap ends (inf when none is set): a section with parts
@@ -118,9 +124,9 @@ class Section:
     """One part of the check. run(ctx) returns a Result (passed), raises Skipped (with the
     reason), raises Cut (its time nearly up, with what it finished) or raises anything else
     (failed, with the error). It runs in a child process of its own, killed once its cap has
-    passed (cut, with what it noted done()), so a hang or a crash in a driver ends that section
-    alone; a wait that can hang must have a deadline of its own that fails it, saying what it
-    waited for."""
+    passed (failed, or cut where the budget shortened the cap; with what it noted done()), so a
+    hang or a crash in a driver ends that section alone; a wait that can hang must have a
+    deadline of its own that fails it, saying what it waited for."""
     name: str                          # lower-case, digits and '-': what --only takes
     title: str                         # what it exercises, one line
     run: Callable[[Context], Result]  # a module-level function of a module whose SECTIONS lists this section

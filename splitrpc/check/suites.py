@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 from splitrpc.check.probes import EMULATED_LABEL, driver_emulated, need_cupy, need_gpu, need_torch_cuda
-from splitrpc.check.section import Context, Cut, Failed, Result, Section, Skipped
+from splitrpc.check.section import BUDGET_NOTE, Context, Cut, Failed, Result, Section, Skipped
 
 MARGIN_S = 10.0  # an inner timeout ends this long before the section's cap, so the section can still say why
 MIN_RUN_S = 5.0  # a test program is not started with less than this left of the cap (cut instead)
@@ -38,13 +38,21 @@ def _label() -> str:
     return f"{EMULATED_LABEL}: " if driver_emulated() else ""
 
 
-def _inner_timeout(ctx: Context, what: str) -> float:
-    """What the test program may take: the cap's time left less MARGIN_S; Cut when that is under
-    MIN_RUN_S (the budget left the section too little to run it)."""
-    t = min(ctx.cap_s, ctx.left()) - MARGIN_S
+def _inner_timeout(ctx: Context, what: str, share: int = 1) -> float:
+    """What the test program may take: its share of the cap's time left less MARGIN_S; under
+    MIN_RUN_S, Cut when the budget shortened the cap, else Failed (the cap is too small)."""
+    t = (min(ctx.cap_s, ctx.left()) - MARGIN_S) / share
     if t < MIN_RUN_S:
-        raise Cut(f"{max(t + MARGIN_S, 0):.0f} s of its cap left: too little to run {what}")
+        why = (f"{max(min(ctx.cap_s, ctx.left()), 0):.0f} s of its cap left"
+               f"{BUDGET_NOTE if ctx.budget_limited else ''}: too little to run {what}")
+        raise Cut(why) if ctx.budget_limited else Failed(why)
     return t
+
+
+def _ran_out(ctx: Context, what: str) -> type[Exception]:
+    """The verdict of a test program stopped at its time, having shown no failure: cut where the
+    budget shortened the cap, else failed (its own cap is sized with room: it hung)."""
+    return Cut if ctx.budget_limited else Failed
 
 
 def _out_of(e: subprocess.TimeoutExpired) -> str:
@@ -62,13 +70,17 @@ def _pytest(ctx: Context, tests: str, args: list[str]) -> tuple[int, str]:
     timeout = _inner_timeout(ctx, "pytest")
     try:
         r = subprocess.run(cmd, cwd=root, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired as e:  # its cap (or what the budget left it) ran out: cut, with how far it got
+    except subprocess.TimeoutExpired as e:  # its time ran out: how far it got, and whether anything failed
         out = _out_of(e)
         print(out[-6000:])
-        progress = "".join(ln for ln in out.splitlines() if ln and set(ln.split("[")[0].strip()) <= set(".sFEx"))
-        raise Cut(f"pytest had not finished after {timeout:.0f} s (its cap less {MARGIN_S:g} s): "
-                  f"{progress.count('.')} passed, {progress.count('F') + progress.count('E')} failed so far; "
-                  f"last lines: {out.strip()[-400:]}") from None
+        marks = "".join(ln.split("[")[0].strip() for ln in out.splitlines()
+                        if ln and set(ln.split("[")[0].strip()) <= set(".sFEx"))
+        so_far = (f"{marks.count('.')} passed, {marks.count('F')} failed, {marks.count('E')} errors so far; "
+                  f"last lines: {out.strip()[-400:]}")
+        if "F" in marks or "E" in marks:  # a failure already shown is a failure, however the time ran out
+            raise Failed(f"pytest had not finished after {timeout:.0f} s and had failures: {so_far}") from None
+        raise _ran_out(ctx, "pytest")(f"pytest had not finished after {timeout:.0f} s (its cap less "
+                                      f"{MARGIN_S:g} s): {so_far}") from None
     out = r.stdout + r.stderr
     print(out[-6000:])
     return r.returncode, out
@@ -109,17 +121,17 @@ def run_tests_zoo(ctx: Context) -> Result:
 NATIVE_PROGRAMS = ("test_gpu", "test_embed_gpu")  # the native test programs with a GPU half
 
 
-def _run_native_program(ctx: Context, name: str, share: int) -> tuple[str, str, int]:
-    """(its last line, its GPU line, checks passed); Failed unless it ran and nothing failed.
-    share: how many programs split the section's time."""
+def _run_native_program(ctx: Context, name: str, timeout: float) -> tuple[str, str, int]:
+    """(its last line, its GPU line, checks passed); Failed unless it ran, within timeout seconds,
+    and nothing failed."""
     exe = os.path.join(ctx.native_dir or "", name)
-    timeout = _inner_timeout(ctx, name) / share
     try:
         r = subprocess.run([exe], capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired as e:
         out = _out_of(e)
-        raise Cut(f"{name} had not finished after {timeout:.0f} s (its share of the cap); last lines: "
-                  f"{out.strip()[-600:]}") from None
+        fails = [ln for ln in out.splitlines() if "FAIL" in ln]
+        why = f"{name} had not finished after {timeout:.0f} s (its share of the cap); last lines: {out.strip()[-600:]}"
+        raise (Failed if fails else _ran_out(ctx, name))(why) from None
     print((r.stdout + r.stderr)[-6000:])
     lines = [ln for ln in r.stdout.splitlines() if ln.strip()]
     last = lines[-1] if lines else ""
@@ -141,7 +153,8 @@ def run_native(ctx: Context) -> Result:
         raise Skipped(f"{', '.join(missing)} not built in {ctx.native_dir} "
                       f"(cmake --build BUILD_DIR --target {' '.join(NATIVE_PROGRAMS)})")
     present = [n for n in NATIVE_PROGRAMS if n not in missing]
-    got = {n: _run_native_program(ctx, n, len(present)) for n in present}
+    each = _inner_timeout(ctx, "the native programs", len(present))  # their shares, fixed before the first runs
+    got = {n: _run_native_program(ctx, n, each) for n in present}
     gpu_line = got.get("test_gpu", ("", "", 0))[1]
     label = f"{EMULATED_LABEL}: " if "fake GPU" in gpu_line or "EMULATED" in "".join(g[1] for g in got.values()) else ""
     runs = "; ".join(f"{n} {last}" + (f" ({line})" if line else "") for n, (last, line, _) in got.items())
@@ -154,9 +167,9 @@ def run_native(ctx: Context) -> Result:
 
 SECTIONS = [
     Section("tests-gpu", "tests/test_gpu.py (O1, graph, O2 many batches in flight; a callback's error) by pytest",
-            run_tests_gpu, cap_s=120, stage="suites", tier="core"),
+            run_tests_gpu, cap_s=50, stage="suites", tier="core"),
     Section("tests-zoo", "tests/test_models.py: the zoo's CUDA-vs-CPU agreement by pytest", run_tests_zoo, cap_s=120, stage="suites"),
     Section("native", "the native test_gpu and test_embed_gpu programs of a build tree (device TQs, copies, flags, O2, "
             "the embedding cache's kernels against the host cache, in C)",
-            run_native, cap_s=60, stage="native", tier="core"),
+            run_native, cap_s=30, stage="native", tier="core"),
 ]
