@@ -164,7 +164,7 @@ def test_an_injected_driver_error_fails_its_section(tmp_path, emu_env, inject, s
 
 def test_a_hung_o2_kernel_fails_its_section_naming_its_counters_and_the_rest_runs(tmp_path, emu_env):
     """The O2 kernel serves nothing (the emulated driver holds it): the first call gives up with room
-    left in the cap, the server's stop gives up on the kernel after SRPC_O2_STOP_TIMEOUT_MS, and the
+    left in the cap, the server's stop gives up on the kernel after SRPC_GPU_WAIT_TIMEOUT_MS, and the
     section fails with what the stop saw (submitted, consumed, the doorbells), not a bare time-out."""
     if not HAS_KERNELS:
         pytest.skip("holds the O2 kernel, which needs nvcc at build time")

@@ -184,7 +184,7 @@ int srpc_o2_submit(srpc_o2_t *o, const srpc_o2_batch_t *batch, uint64_t stream);
 /* The float32 elements per vector the kernel was started for (0 for NULL). Any thread. */
 uint32_t srpc_o2_vector_floats(const srpc_o2_t *o);
 /* Serves what was submitted, tells the kernel to finish, waits for it and frees everything
- * (NULL is fine). Not concurrently with a submit. Waits SRPC_O2_STOP_TIMEOUT_MS (tunables.h)
+ * (NULL is fine). Not concurrently with a submit. Waits SRPC_GPU_WAIT_TIMEOUT_MS (tunables.h)
  * at most: then -ETIMEDOUT, the last error naming the counts and the first unserved slot's
  * doorbell, and the handle left allocated (the kernel may still be reading it). */
 int srpc_o2_stop(srpc_o2_t *o);

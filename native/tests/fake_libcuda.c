@@ -1466,13 +1466,6 @@ static int run_op(struct op *o)
     return INVALID_VALUE;
 }
 
-/* Fault injection from the environment, for code under test that runs in a child process
- * (`splitrpc check` runs each section in one): FAKE_CUDA_INJECT, read once when the library is
- * loaded, is a comma list of
- *   break_mapping=N  fail_mapping=N  fail_launches=N  fail_stream_creates=N  pause_o2=0|1
- *   device_memory=BYTES  fail_copies=KIND:N  fail_syncs_after=KIND:N  fail_stream_writes=N:CODE
- * each calling the fake_cuda_* function of that name. An item it does not know is reported on
- * stderr and ignored (the test that wrote it then sees no fault, and fails). */
 /* SPLITRPC_EMULATED_FAULT (bench/gpu/run.sh's dry run, tests/test_gpu_check_script.py): one named
  * fault of the kinds a first GPU run may meet, for showing that each is reported:
  *   o2-hang       the O2 kernel serves no batch (pause_o2)
@@ -1487,7 +1480,7 @@ static void fault_from_env(void)
     if (!strcmp(f, "o2-hang"))
         fake_cuda_pause_o2(1);
     else if (!strcmp(f, "stream-hang"))
-        streams_held = 1; /* before any stream exists: no lock needed yet */
+        fake_cuda_hold_streams(1);
     else if (!strcmp(f, "launch-error"))
         fake_cuda_fail_launches(1);
     else
@@ -1495,6 +1488,13 @@ static void fault_from_env(void)
                         "ignored\n", f);
 }
 
+/* Fault injection from the environment, for code under test that runs in a child process
+ * (`splitrpc check` runs each section in one): FAKE_CUDA_INJECT, read once when the library is
+ * loaded, is a comma list of
+ *   break_mapping=N  fail_mapping=N  fail_launches=N  fail_stream_creates=N  pause_o2=0|1
+ *   device_memory=BYTES  fail_copies=KIND:N  fail_syncs_after=KIND:N  fail_stream_writes=N:CODE
+ * each calling the fake_cuda_* function of that name. An item it does not know is reported on
+ * stderr and ignored (the test that wrote it then sees no fault, and fails). */
 __attribute__((constructor)) static void inject_from_env(void)
 {
     fault_from_env();

@@ -224,7 +224,7 @@ MATMUL_CALLS = 64
 MATMUL_RTOL = 1e-3       # a GPU GEMM sums in another order
 FIRST_CALL_TIMEOUT_S = 60.0  # a first call compiles CuPy kernels, captures a graph or launches O2
 # ... but it must end with room for the server's stop within the section's cap: a stream wait and
-# the O2 kernel's stop each give up after 5 s (SRPC_GPU_WAIT_TIMEOUT_MS, SRPC_O2_STOP_TIMEOUT_MS),
+# the O2 kernel's stop each give up after 5 s (SRPC_GPU_WAIT_TIMEOUT_MS),
 # so that a call that never comes back fails the section with what the stop found.
 TEARDOWN_S = 12.0
 

@@ -130,7 +130,7 @@ def run_section(sec: Section, ctx_path: str, cap_s: float, cap_why: str = "its c
         else:
             res = {"verdict": FAILED, "why": f"its process exited with status {p.returncode} without a verdict"}
     elif timed_out and budget_limited and why_end == cap_why:  # the budget ended it while it exited
-        res = {**res, "exit": f"its process was still exiting when the check's budget ran out: killed"}
+        res = {**res, "exit": "its process was still exiting when the check's budget ran out: killed"}
     elif timed_out:  # the verdict came, then the process did not end (a stop or an exit that hangs)
         res = {**res, "verdict": FAILED, "why": f"it had finished ({res['verdict']}: {res.get('why') or res.get('summary', '')}) "
                                                 f"but its process did not exit ({why_end})"}

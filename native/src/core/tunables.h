@@ -193,12 +193,8 @@
 /* Places tried in a key's table of senders (open addressing) before a new sender is refused. */
 #define SRPC_AUTH_PROBE 16u
 
-/* srpc_o2_stop waits this long at most for the O2 kernel to serve what was submitted and return:
- * a healthy kernel returns within microseconds of its last doorbell; a stop that has waited
- * this long is a hang, reported with the kernel's counters rather than waited on for ever. */
-#define SRPC_O2_STOP_TIMEOUT_MS 5000
-
-/* A wait for a stream's work (the copies of a batch, a callback's kernels) gives up, or says so
+/* A wait for a stream's work (the copies of a batch, a callback's kernels, the O2 kernel's end at
+ * srpc_o2_stop, which then reports the kernel's counters) gives up, or says so
  * and waits on where memory its copies target would be handed back (srpc_gpu_stream_drain),
  * after this long: such work takes micro- to milliseconds; a wait this long is a hang. The wait
  * polls without sleeping for the first SRPC_GPU_WAIT_SPIN_NS, so a wait of up to that long

@@ -3,9 +3,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
-#include "core/clock.h"
 #include "core/tunables.h"
 
 #include "gpu/gpu_driver.h"
@@ -161,8 +159,8 @@ static int o2_hung(const srpc_o2_t *o, unsigned waited_ms)
 }
 
 /* Every batch submitted so far is served before the kernel returns: their doorbells must come
- * (their streams must make progress). Waits SRPC_O2_STOP_TIMEOUT_MS at most, polling the
- * kernel's stream; past that, -ETIMEDOUT with o2_hung's diagnosis, and the handle, its
+ * (their streams must make progress). The wait is srpc_gpu_wait_stream's (its deadline,
+ * SRPC_GPU_WAIT_TIMEOUT_MS); past it, -ETIMEDOUT with o2_hung's diagnosis, and the handle, its
  * control block and stream are leaked on purpose (the kernel may still read them). */
 int srpc_o2_stop(srpc_o2_t *o)
 {
@@ -171,19 +169,11 @@ int srpc_o2_stop(srpc_o2_t *o)
     int rc = srpc_gpu_use_device(o->device);
     __atomic_store_n(&o->ctrl->stop_seq, o->submitted, __ATOMIC_RELAXED);
     __atomic_store_n(&o->ctrl->stop, 1, __ATOMIC_SEQ_CST); /* after stop_seq, a full barrier */
-    const uint64_t t0 = srpc_now_ns(), limit = (uint64_t)SRPC_O2_STOP_TIMEOUT_MS * 1000000u;
-    unsigned pause_us = 1;
-    srpc_CUresult r;
-    while ((r = srpc_cu.StreamQuery(o->stream)) == SRPC_CUDA_ERROR_NOT_READY) {
-        uint64_t waited = srpc_now_ns() - t0;
-        if (waited >= limit)
-            return o2_hung(o, (unsigned)(waited / 1000000u));
-        usleep(pause_us);
-        if (pause_us < 1000)
-            pause_us *= 2;
-    }
-    if (r != SRPC_CUDA_SUCCESS)
-        rc = srpc_gpu_fail("cuStreamQuery(O2 kernel)", r);
+    int w = srpc_gpu_wait_stream(o->stream, "the O2 kernel", 0);
+    if (w == -ETIMEDOUT)
+        return o2_hung(o, SRPC_GPU_WAIT_TIMEOUT_MS);
+    if (w)
+        rc = w; /* the kernel's fault, as the last error */
     o2_free(o);
     srpc_gpu_held(SRPC_HELD_O2, -1);
     return rc;
