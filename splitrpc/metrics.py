@@ -28,6 +28,8 @@ _SCALARS = (
     ("replies", "replies", "counter", "Replies sent."),
     ("tx_sends", "reply_sends", "counter",
      "Transport sends of replies (replies / sends: how many each carried; batches' replies held together)."),
+    ("rx_receives", "receives", "counter",
+     "Transport receives that returned datagrams (datagrams / receives: how many came in each)."),
     ("batches", "batches", "counter", "Batches handed to the functions."),
     ("cache_hits", "reply_cache_hits", "counter", "Duplicate requests answered from the reply cache."),
     ("cached_replies", "cached_replies", "gauge", "Replies held in the reply cache."),

@@ -22,6 +22,7 @@ from splitrpc import coroutines
 from splitrpc import cost as cost_
 from splitrpc import describe as describe_
 from splitrpc import executor as executor_
+from splitrpc.native import NativeFunction
 from splitrpc.cost import CostTable
 from splitrpc.executor import ThreadPool
 from splitrpc._native import auth as _auth
@@ -426,6 +427,10 @@ class Server:
             raise ValueError(f"{name}: an async def function is a host tensor function run on the server's event "
                              "loop: not raw, not on a GPU, no executor= and no costs parameter")
         ordinal = gpu.parse_device(device)
+        native = fn if isinstance(fn, NativeFunction) else None
+        if native is not None and (ordinal >= 0 or executor != "inline" or orchestration != "o1"):
+            raise ValueError(f"{name}: a native function runs inline on the host (device='cpu', executor='inline', "
+                             "orchestration='o1')")
         if orchestration not in gpu.ORCHESTRATIONS:
             raise ValueError(f"orchestration must be one of {gpu.ORCHESTRATIONS}, got {orchestration!r}")
         if ordinal >= 0 and raw:
@@ -504,7 +509,7 @@ class Server:
                                  gpu_device=ordinal, deadline_us=max(int(deadline * 1e6), 1) if deadline else 0,
                                  max_inflight=(pool.queue_threads or pool.threads) if pool is not None else 0,
                                  cost=cost, max_batch_cost=max_batch_cost or 0, priority=priority, weight=weight,
-                                 aux_classes=n_classes, class_bounds=bounds, class_spill=spill)
+                                 aux_classes=n_classes, class_bounds=bounds, class_spill=spill, native=native)
         except BaseException:
             runner = None  # its stream goes now, not with the traceback's frame
             raise
@@ -524,7 +529,7 @@ class Server:
             max_request=in_sizes[0] if raw else None, max_response=out_sizes[0] if raw else None,
             max_batch=max_batch or _server.FUNCTION_DEFAULTS["max_batch"],
             executor=("asyncio:per-call" if per_call else "asyncio") if is_async
-            else "inline" if pool is None else f"pool:{pool.threads}",
+            else "inline" if pool is None else f"pool:{pool.threads}",  # a native function runs inline too
             priority=_server.FUNCTION_DEFAULTS["priority"] if priority is None else priority,
             device=f"cuda:{ordinal}" if ordinal >= 0 else "cpu")
         f.server_function = _server_function

@@ -108,6 +108,19 @@ int srpc_server_port(const srpc_server_t *srv);
 #define SRPC_MAX_AUX_CLASSES 16 /* queues of one function (srpc_func_config_t.aux_classes) */
 #define SRPC_MAX_CLASS_BOUNDS 15 /* SRPC_MAX_AUX_CLASSES - 1 (a literal: the cffi cdef reads it) */
 
+struct srpc_batch;
+
+/* A native function: a C callback that runs a batch on the worker thread itself, inside
+ * srpc_server_next_batch (run to completion: the batch is received, run and answered without
+ * the worker leaving the C loop, so no Python and no thread hand-off per batch). It reads b->in,
+ * writes b->out (raw: b->out_len[i] for each call) and returns 0, or an error code 1 ..
+ * SRPC_E_MAX - 1 (e.g. SRPC_E_INTERNAL) that every call of the batch is answered with; it may
+ * fail single calls with srpc_server_fail_call(srv, b, ...). It must be quick and must not block: nothing
+ * is received while it runs. It must not call srpc_server_next_batch, srpc_server_complete or
+ * srpc_server_defer (the server completes the batch). ctx is the registration's, srv the server
+ * (for srpc_server_fail_call). */
+typedef int (*srpc_native_fn)(void *ctx, srpc_server_t *srv, struct srpc_batch *b);
+
 typedef struct srpc_func_config {
     uint16_t func_id;
     int raw;
@@ -171,6 +184,10 @@ typedef struct srpc_func_config {
                                   calls not yet answered (waiting or running), a call of class k
                                   goes to class k + 1 instead (whose own spill then applies): cheap
                                   calls overflow a busy lane for the next one up, never down */
+    srpc_native_fn native;     /* NULL: the function's batches are handed out by
+                                  srpc_server_next_batch. Else run there, inline (above): a host
+                                  function without max_inflight (-EINVAL on a GPU) */
+    void *native_ctx;
 } srpc_func_config_t;
 
 #define SRPC_MAX_FUNCS 2048    /* queues in a server: a function with aux classes has one each */
@@ -230,7 +247,7 @@ int srpc_server_pending(srpc_server_t *srv, uint64_t *out);
 /* A batch handed to the worker: `count` consecutive calls of one function. in[k] points at
  * the first of `count` contiguous elements of input k's request TQ, out[k] likewise for the
  * response TQ. Valid until srpc_server_complete(); the worker thread owns it until then. */
-typedef struct srpc_batch {
+typedef struct srpc_batch { /* (declared above for srpc_native_fn) */
     uint16_t func_id;
     uint32_t count;
     uint64_t first_seq;
@@ -398,6 +415,9 @@ typedef struct srpc_server_stats {
                                 batches before it it held): replies / tx_sends is about how many went
                                 in each (error replies of a receive burst and re-sends from the
                                 reply cache go in sends of their own, not counted here) */
+    uint64_t rx_receives;    /* transport receives that returned datagrams (a burst each; in-place
+                                receives one each): rx_datagrams / rx_receives is about how many
+                                came in each. Empty polls are not counted */
     uint64_t auth_ok;        /* version 4 datagrams authenticated (tag, time and replay window passed) */
     uint64_t auth_forbidden; /* calls refused FORBIDDEN: the function is not one their key may call */
     uint64_t auth_expired;   /* calls refused FORBIDDEN: their key has expired */

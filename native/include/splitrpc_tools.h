@@ -46,6 +46,20 @@ int srpc_raw_closed_loop(const char *host, uint16_t port, uint32_t req_size, uin
 #define SRPC_MIN_MAX_MSG 1048576u /* 1 MiB, as server/builtin.py ECHO_MAX */
 int srpc_min_serve(const char *host, uint16_t port, int busy, volatile int *stop);
 
+/* ------------------------------------------------------------------ native built-ins */
+
+/* The built-in services as native functions (srpc_func_config_t.native), run by the worker
+ * inside srpc_server_next_batch with no Python: what the runtime itself costs per call.
+ * srpc_native_vecadd: function 1's float32[256] -> x + 1 (one input and one output of
+ * SRPC_NATIVE_VECADD_BYTES; ctx unused). srpc_native_echo: a raw function answering each
+ * request with itself; ctx points to a uint32_t, its max_request, which must equal its
+ * max_response (element i of each Tensor Queue is that many bytes after element i - 1). */
+#define SRPC_NATIVE_VECADD_BYTES 1024u
+struct srpc_batch;
+struct srpc_server;
+int srpc_native_vecadd(void *ctx, struct srpc_server *srv, struct srpc_batch *b);
+int srpc_native_echo(void *ctx, struct srpc_server *srv, struct srpc_batch *b);
+
 /* A closed loop of the protocol over many client addresses: `concurrency` calls of func_id
  * outstanding, each request (req_len <= SRPC_MAX_SEG_DATA bytes: one datagram, version 2) sent
  * from the next of nsock UDP sockets in turn (each bound to its own port: a distinct client to the

@@ -1814,6 +1814,111 @@ static void test_hold(void)
     server_down(s);
 }
 
+/* ---------------------------------------------------------------- native functions */
+
+/* A native function that answers call 2 of each batch alone with BAD_REQUEST and the others
+ * x + 1, or (ctx says) returns a code for the whole batch. */
+static int native_mixed(void *ctx, srpc_server_t *srv, struct srpc_batch *b)
+{
+    const int code = ctx ? *(const int *)ctx : 0;
+    if (code)
+        return code;
+    srpc_native_vecadd(NULL, srv, b);
+    for (uint32_t i = 0; i < b->count; i++)
+        if ((b->first_seq + i) % 7 == 2)
+            srpc_server_fail_call(srv, b, i, SRPC_E_BAD_REQUEST, "call 2 of 7");
+    return 0;
+}
+
+/* A native function's batches run inside next_batch (the worker loop never sees them), and run
+ * to completion: a burst of one-datagram calls received together (sent before the server
+ * started) is one receive and one send, whatever the wait mode. Then its error paths: a batch
+ * failed with a code, an invalid code (INTERNAL), registration refused on a GPU or with
+ * max_inflight. */
+static void test_native(int mode)
+{
+    enum { N = 16 };
+    srpc_server_config_t cfg;
+    srpc_server_config_init(&cfg);
+    cfg.host = "127.0.0.1";
+    cfg.wait_mode = mode;
+    cfg.reply_hold_us = 1000000; /* the count and the burst decide, never a slow (sanitized) run */
+    srpc_server_t *srv = NULL;
+    CHECK(srpc_server_create(&cfg, &srv) == 0, "create");
+    uint32_t sz[1] = {1024};
+    srpc_func_config_t fc;
+    srpc_func_config_init(&fc);
+    fc.func_id = F_VECADD;
+    fc.in_sizes = fc.out_sizes = sz;
+    fc.capacity = 64;
+    fc.max_batch = 8;
+    fc.native = srpc_native_vecadd;
+    fc.max_inflight = 2;
+    CHECK(srpc_server_add_function(srv, &fc) == -EINVAL, "a native function with max_inflight is refused");
+    fc.max_inflight = 0;
+    fc.on_gpu = 1;
+    CHECK(srpc_server_add_function(srv, &fc) == -EINVAL, "a native function on a GPU is refused");
+    fc.on_gpu = 0;
+    CHECK(srpc_server_add_function(srv, &fc) == 0, "add native vecadd");
+    static int fail_code = 0;
+    fc.func_id = F_SUM; /* the same sizes, another function: native_mixed */
+    fc.native = native_mixed;
+    fc.native_ctx = &fail_code;
+    CHECK(srpc_server_add_function(srv, &fc) == 0, "add native mixed");
+    const int port = srpc_server_port(srv);
+    int fd = raw_sock();
+    static float in[N][256];
+    static uint8_t dg[SRPC_HDR_LEN + 1024];
+    for (int i = 0; i < N; i++) {
+        fill_floats(in[i], 256, (float)i);
+        raw_send(fd, port, dg, mk_dg(dg, SRPC_REQUEST, F_VECADD, 500 + (uint64_t)i, 0, 1, 1024, 0, in[i], 1024));
+    }
+    sctx_t *s = calloc(1, sizeof(*s)); /* server_down frees it */
+    if (!s)
+        exit(2);
+    s->srv = srv, s->port = port, s->worker_tmo_us = 100000;
+    server_go(s); /* the worker loop: it never gets a native function's batch */
+    int ok = 0;
+    for (int i = 0; i < N; i++) {
+        int n = raw_recv(fd, 2000, rbuf, sizeof(rbuf));
+        srpc_hdr_t h;
+        if (n > 0 && srpc_hdr_decode(rbuf, (size_t)n, &h) == 0 && h.req_id >= 500 && h.req_id < 500 + N)
+            ok += vec_reply_ok(rbuf, n, F_VECADD, h.req_id, in[h.req_id - 500]);
+    }
+    CHECK(ok == N, "%s: %d of %d native vecadd replies right", mode == SRPC_WAIT_POLL ? "poll" : "block", ok, N);
+    srpc_server_stats_t st = stats(s);
+    for (int t = 0; t < 1000 && (st.tx_sends < 1 || st.replies < N); t++) { /* counted just after the send */
+        sleep_us(1000);
+        st = stats(s);
+    }
+    sleep_us(20000); /* and nothing more comes */
+    st = stats(s);
+    CHECK(st.rx_datagrams == N && st.rx_receives == 1 && st.tx_sends == 1 && st.replies == N && st.batches == 2,
+          "a burst of %d calls: %lu receives, %lu sends, %lu batches (want 1, 1, 2)", N,
+          (unsigned long)st.rx_receives, (unsigned long)st.tx_sends, (unsigned long)st.batches);
+    /* Calls one at a time: call 2 of every 7 fails alone, the rest are right. */
+    int good = 0, bad_req = 0;
+    for (int i = 0; i < 14; i++) {
+        raw_send(fd, port, dg, mk_dg(dg, SRPC_REQUEST, F_SUM, 900 + (uint64_t)i, 0, 1, 1024, 0, in[0], 1024));
+        int n = raw_recv(fd, 2000, rbuf, sizeof(rbuf));
+        good += vec_reply_ok(rbuf, n, F_SUM, 900 + (uint64_t)i, in[0]);
+        bad_req += n > 0 && err_reply_ok(rbuf, n, F_SUM, 900 + (uint64_t)i, SRPC_E_BAD_REQUEST, "call 2 of 7");
+    }
+    CHECK(good == 12 && bad_req == 2, "native fail_call: %d right, %d BAD_REQUEST (want 12, 2)", good, bad_req);
+    fail_code = SRPC_E_BUSY; /* the whole batch gets the code it returns */
+    raw_send(fd, port, dg, mk_dg(dg, SRPC_REQUEST, F_SUM, 950, 0, 1, 1024, 0, in[0], 1024));
+    int n = raw_recv(fd, 2000, rbuf, sizeof(rbuf));
+    CHECK(err_reply_ok(rbuf, n, F_SUM, 950, SRPC_E_BUSY, "the native function failed"), "native code BUSY");
+    fail_code = 77; /* not an error code: INTERNAL */
+    raw_send(fd, port, dg, mk_dg(dg, SRPC_REQUEST, F_SUM, 951, 0, 1, 1024, 0, in[0], 1024));
+    n = raw_recv(fd, 2000, rbuf, sizeof(rbuf));
+    CHECK(err_reply_ok(rbuf, n, F_SUM, 951, SRPC_E_INTERNAL, "the native function returned an invalid code"),
+          "native invalid code -> INTERNAL");
+    fail_code = 0;
+    close(fd);
+    server_down(s);
+}
+
 /* A call that times out on the client; its late reply is dropped. */
 static void test_client_timeout(void)
 {
@@ -2338,6 +2443,8 @@ int main(void)
     test_client_timeout();
     test_batching();
     test_hold();
+    test_native(SRPC_WAIT_BLOCK);
+    test_native(SRPC_WAIT_POLL);
     test_drain();
     test_stop(SRPC_WAIT_BLOCK);
     test_stop(SRPC_WAIT_POLL);

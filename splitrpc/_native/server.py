@@ -151,12 +151,13 @@ def server_port(srv) -> int:
 def add_function(srv, func_id: int, *, raw: bool, in_sizes: list, out_sizes: list, capacity: int | None,
                  max_batch: int | None, max_delay_us: int | None, gpu_device: int, deadline_us: int,
                  max_inflight: int = 0, cost=None, max_batch_cost: int = 0, priority: int | None = None,
-                 weight: int | None = None, aux_classes: int = 0, class_bounds=None, class_spill=None) -> None:
+                 weight: int | None = None, aux_classes: int = 0, class_bounds=None, class_spill=None,
+                 native=None) -> None:
     """srpc_server_add_function with srpc_func_config_init's defaults where a setting is None;
     gpu_device -1: host memory; max_inflight 0: no limit on the function's batches out at once;
     cost None, "aux" or a splitrpc.cost.CostTable (checked already), max_batch_cost 0: none;
     class_bounds None, or the aux_classes - 1 cost bounds of classes by cost, class_spill None or
-    their spill limits (both checked already).
+    their spill limits (both checked already); native None or a NativeFunction.
     Raises GPUError (a GPU function) or NativeError."""
     fc = ffi.new("srpc_func_config_t *")
     lib.srpc_func_config_init(fc)
@@ -186,6 +187,9 @@ def add_function(srv, func_id: int, *, raw: bool, in_sizes: list, out_sizes: lis
             fc.class_bounds[k] = b
         for k, n in enumerate(class_spill or ()):
             fc.class_spill[k] = n
+    if native is not None:  # a splitrpc.native.NativeFunction: its batches run in the C loop
+        fc.native = ffi.cast("srpc_native_fn", native.address)
+        fc.native_ctx = ffi.cast("void *", native.ctx)
     table = None
     if cost == "aux":
         fc.cost_from = lib.SRPC_COST_AUX
@@ -630,6 +634,8 @@ def read_stats(srv) -> dict:
         "tx_coalesced": st.tx_coalesced,
         # transport sends of replies (replies / tx_sends: how many went out in each)
         "tx_sends": st.tx_sends,
+        # transport receives that returned datagrams (rx_datagrams / rx_receives: how many came in each)
+        "rx_receives": st.rx_receives,
         # datagrams received into the place expected for another segment, then moved back whole
         "rx_unscattered": st.rx_unscattered,
         # datagrams that came coalesced with others of their sender (UDP receive offload)

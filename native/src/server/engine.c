@@ -703,14 +703,17 @@ int srpc_engine_rx_step_rx(srpc_server_t *srv)
         keys_reload(srv);
     srpc_rx_t *rx = &srv->rx.slots;
     int n = 0, r = -1;
-    while (srv->rx.direct_hint && n < (int)rx->burst && (r = rx_in_place_step(srv)) > 0)
+    while (srv->rx.direct_hint && n < (int)rx->burst && (r = rx_in_place_step(srv)) > 0) {
         n += r;
+        ST_ADD(srv, rx_receives, 1);
+    }
     if (r < 0) { /* the next datagram takes the burst path (one only, if in place may follow); r > 0: a
                   * burst's worth came in place, r == 0: nothing waits */
         srpc_CUcontext saved;
         const int entered = srpc_gpu_rx_enter_rx(srv, &saved); /* the copies out of GPU memory */
         int m = srpc_tp_rx_burst(srv->tp, rx, srv->rx.direct_hint ? 1 : rx->burst);
         if (m > 0) {
+            ST_ADD(srv, rx_receives, 1);
             srv->rx.direct_hint = 0; /* process_datagram sets it again for large segments */
             const uint64_t now = srpc_now_ns();
             srpc_srv_lock(srv);

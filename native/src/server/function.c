@@ -126,7 +126,8 @@ void srpc_func_config_init(srpc_func_config_t *fc)
 int srpc_function_create(const srpc_server_config_t *cfg, const srpc_func_config_t *fc, srpc_fn_t **out)
 {
     if (fc->n_in == 0 || fc->n_out == 0 || fc->n_in > SRPC_MAX_TENSORS || fc->n_out > SRPC_MAX_TENSORS ||
-        (fc->raw && (fc->n_in != 1 || fc->n_out != 1)) || fc->max_batch == 0 || !fc->in_sizes || !fc->out_sizes)
+        (fc->raw && (fc->n_in != 1 || fc->n_out != 1)) || fc->max_batch == 0 || !fc->in_sizes || !fc->out_sizes ||
+        (fc->native && (fc->on_gpu || fc->max_inflight))) /* a native function runs inline, on the host */
         return -EINVAL;
     srpc_fn_t *fn = calloc(1, sizeof(*fn));
     if (!fn)
@@ -143,6 +144,9 @@ int srpc_function_create(const srpc_server_config_t *cfg, const srpc_func_config
     fn->max_delay_us = fc->max_delay_us;
     fn->deadline_ns = (uint64_t)fc->deadline_us * 1000;
     fn->max_inflight = fc->max_inflight;
+    fn->native = fc->native;
+    fn->native_ctx = fc->native_ctx;
+
     fn->priority = fc->priority;
     fn->weight = fc->weight;
     uint64_t req = 0, resp = 0;

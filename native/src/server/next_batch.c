@@ -1,4 +1,4 @@
-/* next_batch.c: the worker's wait for its next batch (srpc_server_next_batch): finishing batches in flight, taking the next one due, receiving inline meanwhile; and srpc_server_complete_next, one call per batch for a worker loop, whose replies may go out with the next batches'. */
+/* next_batch.c: the worker's wait for its next batch (srpc_server_next_batch): finishing batches in flight, taking the next one due, receiving inline meanwhile, running native functions' batches inline; and srpc_server_complete_next, one call per batch for a worker loop, whose replies may go out with the next batches'. */
 #include <errno.h>
 
 #include "core/tunables.h"
@@ -31,6 +31,22 @@ static int ask_policy_w(srpc_server_t *srv, uint64_t now, uint32_t *cap)
     return -1;
 }
 
+/* Runs batch b of a native function here, taken at now, and completes it: its replies join
+ * those held, which go out when no batch is ready (or the hold is full), so that a burst's
+ * replies leave together. The callback's time is what the hold counts on for fn's next batch
+ * (srpc_reply_hold_check_w). Worker. */
+static void run_native_w(srpc_server_t *srv, srpc_fn_t *fn, srpc_batch_t *b, uint64_t now)
+{
+    const int code = fn->native(fn->native_ctx, srv, b);
+    fn->away_ns = srpc_now_ns() - now;
+    if (code == 0)
+        srpc_completion_complete_w(srv, b, 0, NULL);
+    else if (code > 0 && code < SRPC_E_MAX)
+        srpc_completion_complete_w(srv, b, code, "the native function failed");
+    else
+        srpc_completion_complete_w(srv, b, SRPC_E_INTERNAL, "the native function returned an invalid code");
+}
+
 int srpc_server_next_batch(srpc_server_t *srv, srpc_batch_t *b, int64_t timeout_us)
 {
     if (!srv || !b)
@@ -54,13 +70,12 @@ int srpc_server_next_batch(srpc_server_t *srv, srpc_batch_t *b, int64_t timeout_
         uint64_t now = srpc_now_ns();
         if (atomic_load_explicit(&srv->n_ready, memory_order_acquire) > 0 &&
             (!hold || now >= hold || atomic_load(&srv->ready_gen) != seen_gen)) {
-            /* One call alone: no backlog, and no syscall on the lowest-latency path. Replies kept
-             * at the last hand-out: the worker is going through a backlog of quick batches, and
-             * the clients waiting for those replies send nothing new before the flush, which
-             * comes within 8 replies or about reply_hold_us; receiving now would mostly find
-             * nothing (with batches of one call, a syscall per call). Slow batches flush at every
-             * hand-out, so they never skip it. */
-            if (atomic_load(&srv->n_ready) > 1 && !(srv->held->b.n && srv->held->kept)) {
+            /* One call alone: no backlog, and no syscall on the lowest-latency path. Replies
+             * held: the worker is going through a burst's batches, whose clients send nothing new
+             * before the flush, which comes when the burst's batches are done (or about
+             * reply_hold_us); receiving now would mostly find nothing, and the replies never wait
+             * across a receive. Slow batches flush at every hand-out, so they never skip it. */
+            if (atomic_load(&srv->n_ready) > 1 && !srv->held->b.n) {
                 srpc_rx_owner_catch_up_w(srv);
                 now = srpc_now_ns();
             }
@@ -81,6 +96,10 @@ int srpc_server_next_batch(srpc_server_t *srv, srpc_batch_t *b, int64_t timeout_
             case SRPC_TAKE_BATCH:
             case SRPC_TAKE_SATURATED: /* the replies held go now, or with the next batches' */
                 srpc_reply_hold_check_w(srv, fn, b, now);
+                if (fn->native) { /* run to completion: no hand-out, no other thread */
+                    run_native_w(srv, fn, b, now);
+                    continue;
+                }
                 return srpc_rx_owner_leave_w(srv, fn, got == SRPC_TAKE_SATURATED, 0);
             case SRPC_TAKE_NONE:
                 break;

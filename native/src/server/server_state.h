@@ -114,6 +114,8 @@ typedef struct srpc_fn {
     uint32_t inflight;  /* worker: batches deferred or completed and not yet finished */
     uint32_t max_inflight; /* read-only: 0, or the most batches out at once (the batcher skips
                               the function at the limit) */
+    srpc_native_fn native;  /* read-only: NULL, or the C callback next_batch runs its batches with */
+    void *native_ctx;
     /* Admission cost (cost.c), read-only once registered. */
     int cost_from;                  /* SRPC_COST_* */
     uint32_t *cost_table, cost_table_len; /* TABLE: owned copy */

@@ -10,6 +10,7 @@
 #include "core/clock.h"
 #include "core/tunables.h"
 #include "splitrpc_tools.h"
+#include "tools/builtin_c.h"
 #include "tools/udp_socket.h"
 #include "transport/transport.h"
 
@@ -112,19 +113,6 @@ static void fail(min_srv_t *s, const srpc_hdr_t *h, int code, const char *why, c
     reply(s, h, code, why, (uint32_t)strlen(why), dst, dstlen);
 }
 
-/* y = x + 1 over little-endian float32s at any alignment (the sum server/builtin.py's vecadd makes). */
-static void vecadd(const uint8_t *in, uint8_t *out, uint32_t n)
-{
-    for (uint32_t i = 0; i < n; i++, in += 4, out += 4) {
-        uint32_t u = (uint32_t)in[0] | (uint32_t)in[1] << 8 | (uint32_t)in[2] << 16 | (uint32_t)in[3] << 24;
-        float f;
-        memcpy(&f, &u, 4);
-        f += 1.0f;
-        memcpy(&u, &f, 4);
-        out[0] = (uint8_t)u, out[1] = (uint8_t)(u >> 8), out[2] = (uint8_t)(u >> 16), out[3] = (uint8_t)(u >> 24);
-    }
-}
-
 /* One whole request: its function's answer, or the error the splitrpc server would give. */
 static void serve_call(min_srv_t *s, const srpc_hdr_t *h, const uint8_t *msg, const struct sockaddr *src,
                        socklen_t srclen)
@@ -134,7 +122,7 @@ static void serve_call(min_srv_t *s, const srpc_hdr_t *h, const uint8_t *msg, co
         if (h->msg_len != VECADD_BYTES) {
             fail(s, h, SRPC_E_BAD_REQUEST, "vecadd takes 1024 bytes", src, srclen);
         } else {
-            vecadd(msg, s->out, VECADD_BYTES / 4);
+            srpc_tool_vecadd(msg, s->out, VECADD_BYTES / 4);
             reply(s, h, 0, s->out, VECADD_BYTES, src, srclen);
         }
         break;
