@@ -3,7 +3,7 @@ from importlib import import_module
 
 from splitrpc.plugins import Capability
 
-SUITES = ("sidebyside", "models_e2e", "orchestration", "dpdk_veth", "overload", "gnn", "colocate", "embedding",
+SUITES = ("sidebyside", "indep", "models_e2e", "orchestration", "dpdk_veth", "overload", "gnn", "colocate", "embedding",
           "fleet", "colocate_sim")  # modules of splitrpc.bench.suites with add_parser(sub), in --help's order
 
 
