@@ -115,20 +115,21 @@ def _hdr(func_id: int, req_id: int, n: int) -> bytes:
 
 @pytest.mark.parametrize("kind,wait", [("python", "poll"), ("python", "block"), ("native", "adaptive")])
 def test_a_burst_of_calls_is_one_receive_and_one_send(kind, wait):
-    """Run to completion: 16 one-datagram calls waiting together in the socket are received with one
-    receive and answered with one send, though they make two batches (max_batch 8). The calls are
+    """Run to completion: 8 one-datagram calls (SRPC_REPLY_HOLD_CALLS) waiting together in the socket
+    are received with one receive and answered with one send, though they make two batches
+    (max_batch 4). The calls are
     sent while the worker is held in another function's callback (the engine thread told not to
     take over), so they are all there when it comes back; the hold is not bounded by time here,
     so only the rule is counted."""
     srv = splitrpc.Server("127.0.0.1", 0, wait=wait, rx_takeover_us=10_000_000, reply_hold_us=1_000_000)
     try:
         if kind == "native":
-            srv.add_function(NativeFunction.builtin("vecadd"), 1, "vecadd", *VEC)
+            srv.add_function(NativeFunction.builtin("vecadd"), 1, "vecadd", *VEC, max_batch=4)
         else:
             def vecadd(x, y):
                 np.add(x, np.float32(1), out=y)
 
-            srv.add_function(vecadd, 1, "vecadd", *VEC)
+            srv.add_function(vecadd, 1, "vecadd", *VEC, max_batch=4)
         entered, release = threading.Event(), threading.Event()
 
         def gate(x, y):
@@ -148,21 +149,21 @@ def test_a_burst_of_calls_is_one_receive_and_one_send(kind, wait):
         s.send(_hdr(2, 100, 1024) + body.tobytes())
         assert entered.wait(5)
         st0 = srv.stats()
-        for i in range(16):
+        for i in range(8):
             s.send(_hdr(1, 1000 + i, 1024) + (body + i).tobytes())
-        time.sleep(0.2)  # all 16 in the server's socket
+        time.sleep(0.2)  # all 8 in the server's socket
         release.set()
         time.sleep(0.3)  # the test's thread stays off the GIL while the worker runs the batches
         replies = {}
-        for _ in range(17):
+        for _ in range(9):
             d = s.recv(2000)
             replies[struct.unpack(">Q", d[4:12])[0]] = d[22:]
         st = srv.stats()
         s.close()
     finally:
         srv.close()
-    for i in range(16):
+    for i in range(8):
         assert replies[1000 + i] == f32(body + i + 1), i
     delta = {k: st[k] - st0[k] for k in ("rx_datagrams", "rx_receives", "batches", "tx_sends")}
-    # The gate's reply went alone (nothing else was ready); the burst's 16 in one send.
-    assert delta == {"rx_datagrams": 16, "rx_receives": 1, "batches": 2, "tx_sends": 2}, delta
+    # The gate's reply went alone (nothing else was ready); the burst's 8 in one send.
+    assert delta == {"rx_datagrams": 8, "rx_receives": 1, "batches": 2, "tx_sends": 2}, delta

@@ -1832,12 +1832,13 @@ static int native_mixed(void *ctx, srpc_server_t *srv, struct srpc_batch *b)
 
 /* A native function's batches run inside next_batch (the worker loop never sees them), and run
  * to completion: a burst of one-datagram calls received together (sent before the server
- * started) is one receive and one send, whatever the wait mode. Then its error paths: a batch
+ * started), as many as SRPC_REPLY_HOLD_CALLS in two batches, is one receive and one send,
+ * whatever the wait mode. Then its error paths: a batch
  * failed with a code, an invalid code (INTERNAL), registration refused on a GPU or with
  * max_inflight. */
 static void test_native(int mode)
 {
-    enum { N = 16 };
+    enum { N = 8 }; /* SRPC_REPLY_HOLD_CALLS */
     srpc_server_config_t cfg;
     srpc_server_config_init(&cfg);
     cfg.host = "127.0.0.1";
@@ -1851,7 +1852,7 @@ static void test_native(int mode)
     fc.func_id = F_VECADD;
     fc.in_sizes = fc.out_sizes = sz;
     fc.capacity = 64;
-    fc.max_batch = 8;
+    fc.max_batch = N / 2;
     fc.native = srpc_native_vecadd;
     fc.max_inflight = 2;
     CHECK(srpc_server_add_function(srv, &fc) == -EINVAL, "a native function with max_inflight is refused");

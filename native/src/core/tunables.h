@@ -74,15 +74,18 @@
 #define SRPC_DEF_RX_TAKEOVER_US 1000
 
 /* srpc_server_complete_next holds a batch's replies to send them with the next batches' in one
- * system call (one pass down the stack per run to a client, with UDP GSO) while batches of calls
- * already received are ready, never across a receive (next_batch sends them before it receives
- * again), and while the oldest would not wait longer than reply_hold_us (its age plus the next
- * callback's expected time): run to completion, a receive burst's replies leave in one send, so a
- * burst of N one-datagram calls costs one receive and one send. At most this many are held (a
- * receive burst's worth, SRPC_DEF_RX_BURST). Issue 34 held at most 8, because holding 16 while
- * receiving between batches starved a client's pipeline; replies no longer wait across a receive
- * (issue 51: bench/results/indep_client). */
-#define SRPC_REPLY_HOLD_CALLS 32
+ * system call (one pass down the stack per run to a client, with UDP GSO) while more batches are
+ * ready and fewer than SRPC_REPLY_HOLD_CALLS replies are held, and the oldest would not wait
+ * longer than reply_hold_us (its age plus the next callback's expected time): a receive burst of
+ * up to 8 calls is then one receive and one send (run to completion), and batches of one call
+ * (many functions, the load spread over them) cost a send per 8 calls, not per call, while
+ * batches of 8 or more go out at once, so that a client with many calls outstanding gets its
+ * replies as soon as it did. Holding more starves a closed-loop client's pipeline (its window
+ * moves in lockstep with the server's): issue 34 saw one busy function serve about half the
+ * calls/s holding 16; issue 51 held a whole burst (up to 32) and measured, with the independent
+ * client at 16 outstanding, 0.79x the calls/s for a Python function under --wait block (95%
+ * interval 0.69-0.99) and no gain anywhere (bench/results/indep/hold_burst_ab.md). */
+#define SRPC_REPLY_HOLD_CALLS 8
 /* ... and while they hold less than this: large replies are many datagrams each already, and
  * holding several of them sent a burst that overran the client's receive buffer (588 KiB
  * replies at 16 outstanding: p99 3.7x in bench/results/ab_issue34_hold_head_before_fix). */

@@ -32,8 +32,8 @@ static int ask_policy_w(srpc_server_t *srv, uint64_t now, uint32_t *cap)
 }
 
 /* Runs batch b of a native function here, taken at now, and completes it: its replies join
- * those held, which go out when no batch is ready (or the hold is full), so that a burst's
- * replies leave together. The callback's time is what the hold counts on for fn's next batch
+ * those held, which go out when no batch is ready or SRPC_REPLY_HOLD_CALLS are held, so that a
+ * burst's replies leave together. The callback's time is what the hold counts on for fn's next batch
  * (srpc_reply_hold_check_w). Worker. */
 static void run_native_w(srpc_server_t *srv, srpc_fn_t *fn, srpc_batch_t *b, uint64_t now)
 {
@@ -70,12 +70,13 @@ int srpc_server_next_batch(srpc_server_t *srv, srpc_batch_t *b, int64_t timeout_
         uint64_t now = srpc_now_ns();
         if (atomic_load_explicit(&srv->n_ready, memory_order_acquire) > 0 &&
             (!hold || now >= hold || atomic_load(&srv->ready_gen) != seen_gen)) {
-            /* One call alone: no backlog, and no syscall on the lowest-latency path. Replies
-             * held: the worker is going through a burst's batches, whose clients send nothing new
-             * before the flush, which comes when the burst's batches are done (or about
-             * reply_hold_us); receiving now would mostly find nothing, and the replies never wait
-             * across a receive. Slow batches flush at every hand-out, so they never skip it. */
-            if (atomic_load(&srv->n_ready) > 1 && !srv->held->b.n) {
+            /* One call alone: no backlog, and no syscall on the lowest-latency path. Replies kept
+             * at the last hand-out: the worker is going through a backlog of quick batches, and
+             * the clients waiting for those replies send nothing new before the flush, which
+             * comes within 8 replies or about reply_hold_us; receiving now would mostly find
+             * nothing (with batches of one call, a syscall per call). Slow batches flush at every
+             * hand-out, so they never skip it. */
+            if (atomic_load(&srv->n_ready) > 1 && !(srv->held->b.n && srv->held->kept)) {
                 srpc_rx_owner_catch_up_w(srv);
                 now = srpc_now_ns();
             }
