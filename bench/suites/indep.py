@@ -109,6 +109,26 @@ def _cpu_ticks(pid: int) -> int:
     return int(fields[11]) + int(fields[12])
 
 
+def _thread_ticks(pid: int) -> dict[int, int]:
+    """utime + stime of each of the process's threads, in clock ticks."""
+    out = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            out[int(tid)] = int(fields[11]) + int(fields[12])
+        except OSError:  # a thread that ended meanwhile
+            continue
+    return out
+
+
+def _busy_threads(before: dict[int, int], after: dict[int, int], seconds: float) -> list[float]:
+    """Each thread's share of a core over the run, highest first (those above 5%)."""
+    hz = os.sysconf("SC_CLK_TCK")
+    shares = sorted(((after[t] - before.get(t, 0)) / hz / seconds for t in after), reverse=True)
+    return [round(x, 2) for x in shares if x > 0.05]
+
+
 class _PerfCounts:
     """perf stat on the server process for the length of one run: its system calls (all; receives;
     sends) and context switches; empty where perf is missing or not allowed."""
@@ -150,11 +170,12 @@ def _measure(system: str, a, path: str, tmp: str) -> dict:
             mode, outstanding = CELLS[cell]
             calls = a.calls if outstanding > 1 else max(a.calls // 4, 1000)
             perf = _PerfCounts(proc.p.pid, os.path.join(tmp, "perf.txt"))
-            t0 = _cpu_ticks(proc.p.pid)
+            t0, th0, w0 = _cpu_ticks(proc.p.pid), _thread_ticks(proc.p.pid), time.monotonic()
             try:
                 d = _client(path, port, mode, outstanding, calls, max(calls // 20, 500))
             finally:
                 ticks = _cpu_ticks(proc.p.pid) - t0
+                threads = _busy_threads(th0, _thread_ticks(proc.p.pid), time.monotonic() - w0)
                 counts = perf.stop()
             n = max(d["ok"], 1)
             # The server's counters cover the warm-up and perf's attach time too: per call of the
@@ -167,8 +188,10 @@ def _measure(system: str, a, path: str, tmp: str) -> dict:
                             server_sendmmsg=counts.get("syscalls:sys_enter_sendmmsg", 0) / whole,
                             server_ctx=counts.get("context-switches", 0) / whole)
             cost.update(client_ctx=(d["ctx_vol"] + d["ctx_invol"]) / n,
-                        client_cpu_us=(d["cpu_user_s"] + d["cpu_sys_s"]) * 1e6 / n)
+                        client_cpu_us=(d["cpu_user_s"] + d["cpu_sys_s"]) * 1e6 / n,
+                        busy_threads=len(threads))
             cells[cell] = {k: d[k] for k in ("calls_per_s", "p50_us", "p99_us", "errors", "lost", "resends")} | cost
+            cells[cell]["thread_cores"] = threads  # not a median: each run's own
             print(f"  {system:22s} {cell:8s} {d['calls_per_s']:10,.0f} calls/s  p50 {d['p50_us']:7.1f} µs  "
                   f"p99 {d['p99_us']:7.1f} µs  server {cost['server_cpu_us']:5.1f} µs CPU/call"
                   + (f", {cost['server_syscalls']:.1f} syscalls, {cost['server_ctx']:.2f} switches" if counts else ""),
@@ -215,7 +238,8 @@ def run(a) -> dict:
                 print(f"  {s}: failed: {e}", flush=True)
                 runs[s].append({"failed": str(e)})
     shutil.rmtree(tmp, ignore_errors=True)
-    medians = {s: {c: {k: float(np.median([r[c][k] for r in rs if c in r])) for k in next(r[c] for r in rs if c in r)}
+    medians = {s: {c: {k: float(np.median([r[c][k] for r in rs if c in r])) for k in next(r[c] for r in rs if c in r)
+                       if k != "thread_cores"}
                    for c in a.cells if any(c in r for r in rs)} for s, rs in runs.items()}
     return {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "command": command_of(a),
             "client": {"path": path, "source": f"bench/clients/{CLIENT_SRC}",
@@ -233,15 +257,18 @@ def markdown(doc: dict) -> str:
              "call over the client's run, warm-up included, from /proc (CPU) and perf stat (system calls, context switches; "
              "all of the server's threads; perf's window is a little longer than the run): a busy-polling server's "
              "CPU and receives per call are its idle spinning (one core / throughput), a blocking server's are its "
-             "work. Client context switches from its getrusage.", ""]
+             "work. Client context switches from its getrusage. Server threads busy: those above 5% of a core "
+             "over the run (median over rounds).", ""]
     lines += ["| system | cell | calls/s | p50 µs | p99 µs | server CPU µs/call | syscalls/call | recvmmsg/call | "
-              "sendmmsg/call | server switches/call | client switches/call |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+              "sendmmsg/call | server switches/call | client switches/call | server threads busy |",
+              "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for s, cells in doc["medians"].items():
         for c, m in cells.items():
             f = lambda k, fmt: format(m[k], fmt) if k in m else "n/a"  # noqa: E731 - a table cell
             lines.append(f"| {s} | {c} | {m['calls_per_s']:,.0f} | {m['p50_us']:.1f} | {m['p99_us']:.1f} | "
                          f"{m['server_cpu_us']:.2f} | {f('server_syscalls', '.2f')} | {f('server_recvmmsg', '.2f')} | "
-                         f"{f('server_sendmmsg', '.2f')} | {f('server_ctx', '.3f')} | {m['client_ctx']:.3f} |")
+                         f"{f('server_sendmmsg', '.2f')} | {f('server_ctx', '.3f')} | {m['client_ctx']:.3f} | "
+                         f"{f('busy_threads', '.0f')} |")
     lines += ["", "## Targets (issue 51): ratio of medians, bootstrap 95% interval; met only when the interval clears "
               "the bound", "", "| target | system / baseline | ratio | 95% interval | bound | met |", "|---|---|---:|---|---:|---|"]
     for t in doc["targets"]:
