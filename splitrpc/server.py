@@ -22,9 +22,9 @@ from splitrpc import coroutines
 from splitrpc import cost as cost_
 from splitrpc import describe as describe_
 from splitrpc import executor as executor_
-from splitrpc.native import NativeFunction
 from splitrpc.cost import CostTable
 from splitrpc.executor import ThreadPool
+from splitrpc.native import NativeFunction
 from splitrpc._native import auth as _auth
 from splitrpc._native import server as _server
 from splitrpc._native.wire import PROTOCOLS
@@ -494,6 +494,8 @@ class Server:
             in_sizes, out_sizes = [s.nbytes for s in inputs], [s.nbytes for s in outputs]
         if isinstance(cost, CostTable):
             cost.check_fits(in_sizes, raw)
+        if native is not None:
+            native.check(raw, sum(in_sizes), sum(out_sizes))
         # The device runner (CuPy, the function's stream) before the engine's registration, which
         # cannot be undone: a failure here must leave the id free.
         runner = None
@@ -524,6 +526,7 @@ class Server:
             f.device, f.runner = f"cuda:{ordinal}", runner
         f.pool = pool
         f.costs_kw = costs_kw
+        f.native = native is not None
         f.info = describe_.FunctionInfo(
             func_id=func_id, name=name, version=version, raw=raw, inputs=tuple(inputs), outputs=tuple(outputs),
             max_request=in_sizes[0] if raw else None, max_response=out_sizes[0] if raw else None,
@@ -877,7 +880,9 @@ class Server:
         before stats() counts it."""
         return {
             **_server.read_stats(self._srv),
-            "functions": {f.name: sum(c.calls for c in (f.classes or [f])) for f in self._user_functions()},
+            # calls run by each function (a native function's, which Python never sees, as the C core counts them)
+            "functions": {f.name: _server.read_func_stats(self._srv, f.func_id)["batch_calls"] if f.native
+                          else sum(c.calls for c in (f.classes or [f])) for f in self._user_functions()},
             "devices": {f.name: f.device for f in self._user_functions()},
             # functions of orchestration="graph" whose callback could not be captured (run as O1): why
             "graph_fallback": {f.name: f.runner.graph_fallback for f in self._user_functions()

@@ -102,21 +102,24 @@ def _client(path: str, port: int, mode: str, outstanding: int, calls: int, warmu
     return json.loads(r.stdout)
 
 
-def _cpu_ticks(pid: int) -> int:
-    """utime + stime of the whole process, in clock ticks."""
-    with open(f"/proc/{pid}/stat") as f:
+def _ticks(stat_path: str) -> int:
+    """utime + stime in a /proc stat file, in clock ticks."""
+    with open(stat_path) as f:
         fields = f.read().rsplit(")", 1)[1].split()
     return int(fields[11]) + int(fields[12])
 
 
+def _cpu_ticks(pid: int) -> int:
+    """The whole process's CPU time, in clock ticks."""
+    return _ticks(f"/proc/{pid}/stat")
+
+
 def _thread_ticks(pid: int) -> dict[int, int]:
-    """utime + stime of each of the process's threads, in clock ticks."""
+    """Each of the process's threads' CPU time, in clock ticks."""
     out = {}
     for tid in os.listdir(f"/proc/{pid}/task"):
         try:
-            with open(f"/proc/{pid}/task/{tid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            out[int(tid)] = int(fields[11]) + int(fields[12])
+            out[int(tid)] = _ticks(f"/proc/{pid}/task/{tid}/stat")
         except OSError:  # a thread that ended meanwhile
             continue
     return out
@@ -135,6 +138,8 @@ class _PerfCounts:
 
     def __init__(self, pid: int, path: str):
         self.path, self.p = path, None
+        if os.path.exists(path):
+            os.remove(path)  # never an earlier run's counts
         if shutil.which("perf"):
             self.p = subprocess.Popen(["perf", "stat", "-x,", "-o", path, "-e", ",".join(PERF_EVENTS), "-p", str(pid)],
                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -169,14 +174,21 @@ def _measure(system: str, a, path: str, tmp: str) -> dict:
         for cell in a.cells:
             mode, outstanding = CELLS[cell]
             calls = a.calls if outstanding > 1 else max(a.calls // 4, 1000)
+            t0 = _cpu_ticks(proc.p.pid)  # CPU over perf's window: the run and ~0.3 s before it
             perf = _PerfCounts(proc.p.pid, os.path.join(tmp, "perf.txt"))
-            t0, th0, w0 = _cpu_ticks(proc.p.pid), _thread_ticks(proc.p.pid), time.monotonic()
+            th0, w0 = _thread_ticks(proc.p.pid), time.monotonic()
             try:
                 d = _client(path, port, mode, outstanding, calls, max(calls // 20, 500))
+            except (RuntimeError, subprocess.TimeoutExpired) as e:  # this cell only: the others stand
+                proc.check_alive()
+                perf.stop()
+                cells[cell] = {"failed": str(e)}
+                print(f"  {system:22s} {cell:8s} failed: {e}", flush=True)
+                continue
             finally:
                 ticks = _cpu_ticks(proc.p.pid) - t0
                 threads = _busy_threads(th0, _thread_ticks(proc.p.pid), time.monotonic() - w0)
-                counts = perf.stop()
+            counts = perf.stop()
             n = max(d["ok"], 1)
             # The server's counters cover the warm-up and perf's attach time too: per call of the
             # whole run, client calls included (ok + warm-up), as a rate, not an exact count.
@@ -206,7 +218,7 @@ def _targets(runs: dict, systems: list[str]) -> list[dict]:
     for what, cell, system, bases, stat, bound, higher in TARGETS:
         if system not in systems or not all(b in systems for b in bases):
             continue
-        vals = {s: [r[cell][stat] for r in runs[s] if cell in r] for s in (system, *bases)}
+        vals = {s: [r[cell][stat] for r in runs[s] if cell in r and "failed" not in r[cell]] for s in (system, *bases)}
         if not vals[system]:
             continue
         # The baseline: the better of its systems by median (for throughput the higher).
@@ -223,7 +235,11 @@ def _targets(runs: dict, systems: list[str]) -> list[dict]:
 
 def run(a) -> dict:
     path = client_path(a.client)
-    systems = list(a.systems) + ([f"base:{s}" for s in a.systems if SYSTEMS[s][0] != "min"] if a.base else [])
+    # The older build's splitrpc systems (its native functions only where it has them).
+    has_native = bool(a.base) and os.path.exists(os.path.join(a.base, "splitrpc", "native.py"))
+    systems = list(a.systems) + ([f"base:{s}" for s in a.systems
+                                  if SYSTEMS[s][0] == "serve" or (SYSTEMS[s][0] == "native" and has_native)]
+                                 if a.base else [])
     runs: dict[str, list[dict]] = {s: [] for s in systems}
     tmp = os.path.join(a.out, ".tmp")
     os.makedirs(tmp, exist_ok=True)
@@ -238,9 +254,12 @@ def run(a) -> dict:
                 print(f"  {s}: failed: {e}", flush=True)
                 runs[s].append({"failed": str(e)})
     shutil.rmtree(tmp, ignore_errors=True)
-    medians = {s: {c: {k: float(np.median([r[c][k] for r in rs if c in r])) for k in next(r[c] for r in rs if c in r)
+    def ok(r: dict, c: str) -> bool:
+        return c in r and "failed" not in r[c]
+
+    medians = {s: {c: {k: float(np.median([r[c][k] for r in rs if ok(r, c)])) for k in next(r[c] for r in rs if ok(r, c))
                        if k != "thread_cores"}
-                   for c in a.cells if any(c in r for r in rs)} for s, rs in runs.items()}
+                   for c in a.cells if any(ok(r, c) for r in rs)} for s, rs in runs.items()}
     return {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "command": command_of(a),
             "client": {"path": path, "source": f"bench/clients/{CLIENT_SRC}",
                        "discipline": "closed loop, one sendmmsg per call, replies by recvmmsg (spin: MSG_DONTWAIT; "
@@ -254,10 +273,10 @@ def markdown(doc: dict) -> str:
     lines = [f"# Independent client: splitrpc vs the minimal C server ({doc['date']})", "",
              f"`{doc['command']}`: {doc['rounds']} rounds, systems alternated, {doc['cpus']} CPUs, loopback; "
              f"client {doc['client']['source']} ({doc['client']['discipline']}). Medians over rounds; server cost per "
-             "call over the client's run, warm-up included, from /proc (CPU) and perf stat (system calls, context switches; "
-             "all of the server's threads; perf's window is a little longer than the run): a busy-polling server's "
-             "CPU and receives per call are its idle spinning (one core / throughput), a blocking server's are its "
-             "work. Client context switches from its getrusage. Server threads busy: those above 5% of a core "
+             "call, warm-up included, over perf's window (the run and about 0.3 s before it, while perf attaches), from "
+             "/proc (CPU) and perf stat (system calls, context switches; all of the server's threads): a busy-polling "
+             "server's CPU and receives per call are mostly its idle spinning (one core / throughput), a blocking "
+             "server's are its work. Client context switches from its getrusage. Server threads busy: those above 5% of a core "
              "over the run (median over rounds).", ""]
     lines += ["| system | cell | calls/s | p50 µs | p99 µs | server CPU µs/call | syscalls/call | recvmmsg/call | "
               "sendmmsg/call | server switches/call | client switches/call | server threads busy |",
@@ -268,7 +287,7 @@ def markdown(doc: dict) -> str:
             lines.append(f"| {s} | {c} | {m['calls_per_s']:,.0f} | {m['p50_us']:.1f} | {m['p99_us']:.1f} | "
                          f"{m['server_cpu_us']:.2f} | {f('server_syscalls', '.2f')} | {f('server_recvmmsg', '.2f')} | "
                          f"{f('server_sendmmsg', '.2f')} | {f('server_ctx', '.3f')} | {m['client_ctx']:.3f} | "
-                         f"{f('busy_threads', '.0f')} |")
+                         f"{f('busy_threads', 'g')} |")
     lines += ["", "## Targets (issue 51): ratio of medians, bootstrap 95% interval; met only when the interval clears "
               "the bound", "", "| target | system / baseline | ratio | 95% interval | bound | met |", "|---|---|---:|---|---:|---|"]
     for t in doc["targets"]:

@@ -115,8 +115,9 @@ struct srpc_batch;
  * the worker leaving the C loop, so no Python and no thread hand-off per batch). It reads b->in,
  * writes b->out (raw: b->out_len[i] for each call) and returns 0, or an error code 1 ..
  * SRPC_E_MAX - 1 (e.g. SRPC_E_INTERNAL) that every call of the batch is answered with; it may
- * fail single calls with srpc_server_fail_call(srv, b, ...). It must be quick and must not block: nothing
- * is received while it runs. It must not call srpc_server_next_batch, srpc_server_complete or
+ * fail single calls with srpc_server_fail_call(srv, b, ...). It must be quick and must not block:
+ * the worker receives nothing while it runs, and the engine thread takes over receiving only
+ * once it has run rx_takeover_us (as for any callback). It must not call srpc_server_next_batch, srpc_server_complete or
  * srpc_server_defer (the server completes the batch). ctx is the registration's, srv the server
  * (for srpc_server_fail_call). */
 typedef int (*srpc_native_fn)(void *ctx, srpc_server_t *srv, struct srpc_batch *b);
@@ -268,7 +269,9 @@ typedef struct srpc_batch { /* (declared above for srpc_native_fn) */
 } srpc_batch_t;
 
 /* Waits up to timeout_us (-1 = forever) for a batch, following the server's wait mode.
- * Returns 0 with *b filled, -ETIMEDOUT, or -ESHUTDOWN once stopped. One worker thread. */
+ * Returns 0 with *b filled, -ETIMEDOUT, or -ESHUTDOWN once stopped. One worker thread.
+ * Batches of native functions (srpc_func_config_t.native) are run and answered in here and
+ * never returned; the timeout is looked at after each of them. */
 int srpc_server_next_batch(srpc_server_t *srv, srpc_batch_t *b, int64_t timeout_us);
 
 /* Finishes a batch: status 0 sends each reply (raw: out_len[i] bytes); status an error code
@@ -435,6 +438,7 @@ typedef struct srpc_func_stats {
     uint64_t batch_hist[SRPC_BATCH_HIST];
     uint64_t queue_delay_hist[SRPC_QDELAY_HIST]; /* buckets as srpc_server_stats_t's */
     uint64_t queue_delay_sum_ns;
+    uint64_t batch_calls;           /* calls taken into its batches (run, or being run) */
     uint64_t queued;                /* gauge: its calls queued and not yet taken */
 } srpc_func_stats_t;
 

@@ -53,7 +53,9 @@ int srpc_min_serve(const char *host, uint16_t port, int busy, volatile int *stop
  * srpc_native_vecadd: function 1's float32[256] -> x + 1 (one input and one output of
  * SRPC_NATIVE_VECADD_BYTES; ctx unused). srpc_native_echo: a raw function answering each
  * request with itself; ctx points to a uint32_t, its max_request, which must equal its
- * max_response (element i of each Tensor Queue is that many bytes after element i - 1). */
+ * max_response (element i of each Tensor Queue is that many bytes after element i - 1); a batch
+ * of a function not registered so may be answered INTERNAL, or wrongly (Python's
+ * NativeFunction.builtin checks the registration). */
 #define SRPC_NATIVE_VECADD_BYTES 1024u
 struct srpc_batch;
 struct srpc_server;

@@ -1844,6 +1844,7 @@ static void test_native(int mode)
     cfg.host = "127.0.0.1";
     cfg.wait_mode = mode;
     cfg.reply_hold_us = 1000000; /* the count and the burst decide, never a slow (sanitized) run */
+    cfg.rx_takeover_us = 10000000; /* a paused worker's burst waits for it (below) */
     srpc_server_t *srv = NULL;
     CHECK(srpc_server_create(&cfg, &srv) == 0, "create");
     uint32_t sz[1] = {1024};
@@ -1897,6 +1898,33 @@ static void test_native(int mode)
     CHECK(st.rx_datagrams == N && st.rx_receives == 1 && st.tx_sends == 1 && st.replies == N && st.batches == 2,
           "a burst of %d calls: %lu receives, %lu sends, %lu batches (want 1, 1, 2)", N,
           (unsigned long)st.rx_receives, (unsigned long)st.tx_sends, (unsigned long)st.batches);
+    /* One more than the hold takes: a burst of N + 1, received together while the worker is
+     * paused, is one receive and two sends (the hold of at most 8 replies, SRPC_REPLY_HOLD_CALLS). */
+    atomic_store(&s->paused, 1);
+    sleep_us(300000); /* out of next_batch (its timeout is 100 ms) */
+    srpc_server_stats_t st0 = stats(s);
+    for (int i = 0; i <= N; i++)
+        raw_send(fd, port, dg, mk_dg(dg, SRPC_REQUEST, F_VECADD, 600 + (uint64_t)i, 0, 1, 1024, 0, in[i % N], 1024));
+    sleep_us(50000);
+    atomic_store(&s->paused, 0);
+    ok = 0;
+    for (int i = 0; i <= N; i++) {
+        int n = raw_recv(fd, 2000, rbuf, sizeof(rbuf));
+        srpc_hdr_t h;
+        if (n > 0 && srpc_hdr_decode(rbuf, (size_t)n, &h) == 0 && h.req_id >= 600 && h.req_id <= 600 + N)
+            ok += vec_reply_ok(rbuf, n, F_VECADD, h.req_id, in[(h.req_id - 600) % N]);
+    }
+    CHECK(ok == N + 1, "%d of %d replies of the second burst right", ok, N + 1);
+    st = stats(s);
+    for (int t = 0; t < 1000 && st.replies < st0.replies + N + 1; t++) {
+        sleep_us(1000);
+        st = stats(s);
+    }
+    sleep_us(20000);
+    st = stats(s);
+    CHECK(st.rx_receives - st0.rx_receives == 1 && st.tx_sends - st0.tx_sends == 2,
+          "a burst of %d calls: %lu receives, %lu sends (want 1, 2)", N + 1,
+          (unsigned long)(st.rx_receives - st0.rx_receives), (unsigned long)(st.tx_sends - st0.tx_sends));
     /* Calls one at a time: call 2 of every 7 fails alone, the rest are right. */
     int good = 0, bad_req = 0;
     for (int i = 0; i < 14; i++) {

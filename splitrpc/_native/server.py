@@ -206,6 +206,16 @@ def add_function(srv, func_id: int, *, raw: bool, in_sizes: list, out_sizes: lis
     check(rc, f"cannot register function {func_id}")
 
 
+def native_symbol(symbol: str, ctx_u32: int | None = None) -> tuple[int, int, object]:
+    """(address, ctx, keep) of one of the C library's native functions (splitrpc_tools.h): ctx
+    points to a uint32_t holding ctx_u32 (kept alive by keep), or is 0."""
+    address = int(ffi.cast("uintptr_t", ffi.addressof(lib, symbol)))
+    if ctx_u32 is None:
+        return address, 0, None
+    keep = ffi.new("uint32_t *", ctx_u32)
+    return address, int(ffi.cast("uintptr_t", keep)), keep
+
+
 @dataclass(frozen=True)
 class QueueView:
     """What a scheduling policy sees of one function with a batch due (srpc_sched_view_t)."""
@@ -309,6 +319,7 @@ class Function:
     runner: Any = None        # a splitrpc.gpu.DeviceRunner for a function on a GPU
     pool: Any = None          # a splitrpc.executor.ThreadPool that runs its batches, or None: inline
     costs_kw: bool = False    # the callback takes its calls' admission costs as costs=
+    native: bool = False      # a native function (splitrpc.native): its batches never reach Python
     # aux classes: the Function of each class's queues (this one is class 0), or None
     classes: list | None = None
     aux_class: int = 0        # which of its function's classes' queues this Function is
@@ -660,7 +671,7 @@ def read_func_stats(srv, func_id: int) -> dict:
     st = ffi.new("srpc_func_stats_t *")
     check(lib.srpc_server_func_stats(srv, func_id, st), "srpc_server_func_stats")
     return {"calls": st.calls, "errors": {name: int(st.errors[c]) for c, name in ERROR_NAMES.items()},
-            "batches": st.batches,
+            "batches": st.batches, "batch_calls": st.batch_calls,
             "batch_sizes": {i: int(st.batch_hist[i]) for i in range(1, lib.SRPC_BATCH_HIST) if st.batch_hist[i]},
             "queue_delay": _queue_delay(st.queue_delay_hist, st.queue_delay_sum_ns), "queued": st.queued}
 

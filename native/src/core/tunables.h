@@ -83,8 +83,9 @@
  * replies as soon as it did. Holding more starves a closed-loop client's pipeline (its window
  * moves in lockstep with the server's): issue 34 saw one busy function serve about half the
  * calls/s holding 16; issue 51 held a whole burst (up to 32) and measured, with the independent
- * client at 16 outstanding, 0.79x the calls/s for a Python function under --wait block (95%
- * interval 0.69-0.99) and no gain anywhere (bench/results/indep/hold_burst_ab.md). */
+ * client, no gain in any of 20 cells and one loss, marginal: 0.79x the calls/s for a Python
+ * function under --wait block at 16 outstanding (95% interval 0.69-0.99;
+ * bench/results/indep/hold_burst_ab.md). */
 #define SRPC_REPLY_HOLD_CALLS 8
 /* ... and while they hold less than this: large replies are many datagrams each already, and
  * holding several of them sent a burst that overran the client's receive buffer (588 KiB

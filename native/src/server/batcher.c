@@ -130,6 +130,7 @@ static enum srpc_take take(srpc_server_t *srv, srpc_fn_t *fn, uint32_t fi, srpc_
     srpc_sched_taken_locked(srv, fn, rank, b);
     ST_ADD(srv, batch_calls, count); /* batches and the histograms: per function, summed on read */
     FN_ADD(fn, batches, 1);
+    FN_ADD(fn, batch_calls, count);
     FN_ADD(fn, batch_hist[count < SRPC_BATCH_HIST ? count : SRPC_BATCH_HIST - 1], 1);
     record_queue_delay(fn, b->first_seq, count, now);
     return fn->head - fn->taken >= (fn->capacity + 1) / 2 ? SRPC_TAKE_SATURATED : SRPC_TAKE_BATCH;

@@ -1,5 +1,6 @@
 /* next_batch.c: the worker's wait for its next batch (srpc_server_next_batch): finishing batches in flight, taking the next one due, receiving inline meanwhile, running native functions' batches inline; and srpc_server_complete_next, one call per batch for a worker loop, whose replies may go out with the next batches'. */
 #include <errno.h>
+#include <stdio.h>
 
 #include "core/tunables.h"
 #include "server/batcher.h"
@@ -31,20 +32,32 @@ static int ask_policy_w(srpc_server_t *srv, uint64_t now, uint32_t *cap)
     return -1;
 }
 
-/* Runs batch b of a native function here, taken at now, and completes it: its replies join
- * those held, which go out when no batch is ready or SRPC_REPLY_HOLD_CALLS are held, so that a
- * burst's replies leave together. The callback's time is what the hold counts on for fn's next batch
- * (srpc_reply_hold_check_w). Worker. */
-static void run_native_w(srpc_server_t *srv, srpc_fn_t *fn, srpc_batch_t *b, uint64_t now)
+/* Runs batch b of a native function here and completes it: its replies join those held, which
+ * go out when no batch is ready or SRPC_REPLY_HOLD_CALLS are held, so that a burst's replies leave
+ * together. While the callback runs the worker counts as away (rx_owner.c), so that the engine
+ * thread takes over receiving if it runs longer than rx_takeover_us, as for a Python callback;
+ * its time is what the hold counts on for fn's next batch (srpc_reply_hold_check_w). Worker. */
+static void run_native_w(srpc_server_t *srv, srpc_fn_t *fn, srpc_batch_t *b)
 {
+    const int state = atomic_load_explicit(&srv->rx.w_state, memory_order_relaxed);
+    const uint64_t t0 = srpc_now_ns();
+    atomic_store(&srv->rx.w_away_since, t0);
+    atomic_store(&srv->rx.w_state, W_AWAY);
     const int code = fn->native(fn->native_ctx, srv, b);
-    fn->away_ns = srpc_now_ns() - now;
+    atomic_store(&srv->rx.w_state, state);
+    fn->away_ns = srpc_now_ns() - t0;
+    int r;
     if (code == 0)
-        srpc_completion_complete_w(srv, b, 0, NULL);
+        r = srpc_completion_complete_w(srv, b, 0, NULL);
     else if (code > 0 && code < SRPC_E_MAX)
-        srpc_completion_complete_w(srv, b, code, "the native function failed");
+        r = srpc_completion_complete_w(srv, b, code, "the native function failed");
     else
-        srpc_completion_complete_w(srv, b, SRPC_E_INTERNAL, "the native function returned an invalid code");
+        r = srpc_completion_complete_w(srv, b, SRPC_E_INTERNAL, "the native function returned an invalid code");
+    if (r != 0 && !fn->native_misused) { /* it completed or deferred its own batch: not allowed */
+        fn->native_misused = 1;
+        fprintf(stderr, "splitrpc: the native function of func_id %u completed or deferred its own batch "
+                        "(srpc_native_fn may only fail calls): its calls' replies are its own doing\n", fn->func_id);
+    }
 }
 
 int srpc_server_next_batch(srpc_server_t *srv, srpc_batch_t *b, int64_t timeout_us)
@@ -98,7 +111,11 @@ int srpc_server_next_batch(srpc_server_t *srv, srpc_batch_t *b, int64_t timeout_
             case SRPC_TAKE_SATURATED: /* the replies held go now, or with the next batches' */
                 srpc_reply_hold_check_w(srv, fn, b, now);
                 if (fn->native) { /* run to completion: no hand-out, no other thread */
-                    run_native_w(srv, fn, b, now);
+                    run_native_w(srv, fn, b);
+                    if (srpc_now_ns() >= deadline) { /* the caller's timeout holds under native load too */
+                        srpc_reply_hold_flush_w(srv);
+                        return srpc_rx_owner_leave_w(srv, NULL, 0, -ETIMEDOUT);
+                    }
                     continue;
                 }
                 return srpc_rx_owner_leave_w(srv, fn, got == SRPC_TAKE_SATURATED, 0);

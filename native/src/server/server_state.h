@@ -116,6 +116,7 @@ typedef struct srpc_fn {
                               the function at the limit) */
     srpc_native_fn native;  /* read-only: NULL, or the C callback next_batch runs its batches with */
     void *native_ctx;
+    int native_misused;     /* worker: the callback was seen completing its own batch (said once) */
     /* Admission cost (cost.c), read-only once registered. */
     int cost_from;                  /* SRPC_COST_* */
     uint32_t *cost_table, cost_table_len; /* TABLE: owned copy */

@@ -38,10 +38,12 @@ int srpc_native_echo(void *ctx, struct srpc_server *srv, struct srpc_batch *b)
 {
     (void)srv;
     const uint32_t max = ctx ? *(const uint32_t *)ctx : 0;
+    if (!b->in_len || !b->out_len || !max)
+        return SRPC_E_INTERNAL; /* not registered as a raw function, or without its size */
     for (uint32_t i = 0; i < b->count; i++) {
         const uint32_t n = b->in_len[i];
         if (n > max)
-            return SRPC_E_INTERNAL; /* registered with a reply smaller than its request */
+            return SRPC_E_INTERNAL; /* a request longer than the size it was given (a wrong registration) */
         /* Element i of a raw function's TQs: the function's element sizes apart (ctx: that size). */
         memcpy(b->out[0] + (size_t)i * max, b->in[0] + (size_t)i * max, n);
         b->out_len[i] = n;
