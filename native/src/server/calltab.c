@@ -46,17 +46,22 @@ int ct_init(calltab_t *ct, uint32_t max_entries)
     while (nb < max_entries * 2u)
         nb <<= 1;
     ct->e = calloc(max_entries, sizeof(*ct->e));
+    ct->hnext = malloc((size_t)max_entries * sizeof(uint32_t));
+    ct->hash = calloc(max_entries, sizeof(uint32_t));
     ct->buckets = malloc((size_t)nb * sizeof(uint32_t));
-    if (!ct->e || !ct->buckets) {
+    if (!ct->e || !ct->hnext || !ct->hash || !ct->buckets) {
         free(ct->e);
+        free(ct->hnext);
+        free(ct->hash);
         free(ct->buckets);
+        memset(ct, 0, sizeof(*ct));
         return -ENOMEM;
     }
     memset(ct->buckets, 0xff, (size_t)nb * sizeof(uint32_t));
     ct->nbuckets_mask = nb - 1;
     ct->max_entries = max_entries;
     for (uint32_t i = 0; i < max_entries; i++) {
-        ct->e[i].hnext = i + 1 < max_entries ? i + 1 : CT_NONE;
+        ct->hnext[i] = i + 1 < max_entries ? i + 1 : CT_NONE;
         ct->e[i].list = CT_NLISTS;
     }
     ct->free_head = 0;
@@ -68,6 +73,8 @@ int ct_init(calltab_t *ct, uint32_t max_entries)
 void ct_destroy(calltab_t *ct)
 {
     free(ct->e);
+    free(ct->hnext);
+    free(ct->hash);
     free(ct->buckets);
     memset(ct, 0, sizeof(*ct));
 }
@@ -109,8 +116,9 @@ socklen_t ct_key_to_sockaddr(const srpc_call_key_t *k, struct sockaddr_storage *
 
 uint32_t ct_find(const calltab_t *ct, const srpc_call_key_t *k)
 {
-    for (uint32_t i = ct->buckets[key_hash(k) & ct->nbuckets_mask]; i != CT_NONE; i = ct->e[i].hnext)
-        if (key_eq(&ct->e[i].key, k))
+    const uint32_t h = key_hash(k);
+    for (uint32_t i = ct->buckets[h & ct->nbuckets_mask]; i != CT_NONE; i = ct->hnext[i])
+        if (ct->hash[i] == h && key_eq(&ct->e[i].key, k))
             return i;
     return CT_NONE;
 }
@@ -121,14 +129,16 @@ uint32_t ct_insert(calltab_t *ct, const srpc_call_key_t *k, uint8_t state)
     if (i == CT_NONE)
         return CT_NONE;
     ct_entry_t *e = &ct->e[i];
-    ct->free_head = e->hnext;
+    ct->free_head = ct->hnext[i];
     memset(e, 0, sizeof(*e));
     e->key = *k;
     e->state = state;
     e->list = CT_NLISTS;
     e->lprev = e->lnext = CT_NONE;
-    uint32_t *b = &ct->buckets[key_hash(k) & ct->nbuckets_mask];
-    e->hnext = *b;
+    const uint32_t h = key_hash(k);
+    uint32_t *b = &ct->buckets[h & ct->nbuckets_mask];
+    ct->hash[i] = h;
+    ct->hnext[i] = *b;
     *b = i;
     ct->used++;
     return i;
@@ -172,15 +182,15 @@ void ct_remove(calltab_t *ct, uint32_t idx)
 {
     ct_entry_t *e = &ct->e[idx];
     ct_list_unlink(ct, idx);
-    uint32_t *p = &ct->buckets[key_hash(&e->key) & ct->nbuckets_mask];
+    uint32_t *p = &ct->buckets[ct->hash[idx] & ct->nbuckets_mask];
     while (*p != CT_NONE && *p != idx)
-        p = &ct->e[*p].hnext;
+        p = &ct->hnext[*p];
     if (*p == idx)
-        *p = e->hnext;
+        *p = ct->hnext[idx];
     if (e->key.version == SRPC_VERSION_4) /* its copy of the key's secret goes with it */
         srpc_auth_wipe(e->secret, sizeof(e->secret));
     e->state = CT_FREE;
-    e->hnext = ct->free_head;
+    ct->hnext[idx] = ct->free_head;
     ct->free_head = idx;
     ct->used--;
 }

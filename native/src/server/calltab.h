@@ -38,7 +38,6 @@ typedef struct ct_entry {
     uint8_t placed;    /* PARTIAL: reassembled straight into TQ element placed_seq */
     uint16_t aux;      /* PARTIAL: the request header's aux (of the first segment received) */
     uint64_t placed_seq;
-    uint32_t hnext;    /* hash chain */
     uint32_t lprev, lnext;
     uint32_t gen;      /* PARTIAL: which partial message this is (the server's count when it started,
                           partial.c): a buffer pointer may come back for another within one burst */
@@ -56,6 +55,12 @@ typedef struct ct_entry {
 
 typedef struct calltab {
     ct_entry_t *e;
+    /* The hash chains apart from the entries, 4 bytes each per entry: a lookup walks them and
+     * compares the keys' hashes without touching an entry (a cache miss each) unless the hash
+     * matches, and a removal finds its bucket from the hash kept. hnext also links the free
+     * entries. */
+    uint32_t *hnext;
+    uint32_t *hash;
     uint32_t *buckets;
     uint32_t nbuckets_mask;
     uint32_t max_entries, used, free_head;
