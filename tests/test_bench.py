@@ -24,6 +24,11 @@ def test_bench_small_run(tmp_path, capsys):
                 assert r["status"] == "ok" and r["p50_us"] > 0 and r["p99_us"] >= r["p50_us"], r
                 assert r["throughput_rps"] > 0 and r["errors"] == 0 and r["invalid"] == 0
     assert rows[("splitrpc-local", "vecadd", 1)]["p50_us"] > 0
+    for system in ("c-min-block", "splitrpc-poll", "splitrpc-block"):  # the independent client's rows, beside
+        for conc in (1, 4):
+            r = rows[(f"{system}+indep", "vecadd", conc)]
+            assert r["status"] == "ok" and r["p50_us"] > 0 and r["throughput_rps"] > 0 and r["errors"] == 0, r
+    assert not any(s.startswith("raw-udp") and s.endswith("+indep") for s, _, _ in rows)  # not a protocol server
     grpc = [r for r in doc["table"] if r["system"] == "grpc-asyncio"]
     if importlib.util.find_spec("grpc") is None:  # not installed: reported, not dropped
         assert grpc and all(r["status"].startswith("unavailable: ") and "grpc" in r["status"] for r in grpc)

@@ -3,6 +3,7 @@ import argparse
 import json
 import subprocess
 
+from splitrpc.bench.helpers import indep_client
 from splitrpc.bench.suites import indep
 
 
@@ -14,7 +15,7 @@ def _args(tmp_path, **kw) -> argparse.Namespace:
 
 
 def test_the_client_is_installed_and_refuses_bad_usage():
-    path = indep.client_path()
+    path = indep_client.client_path()
     r = subprocess.run([path, "--port", "0"], capture_output=True, text=True)
     assert r.returncode == 2 and r.stderr
     r = subprocess.run([path, "--port", "9", "--mode", "sideways"], capture_output=True, text=True)

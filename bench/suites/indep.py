@@ -2,24 +2,21 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import subprocess
 import sys
 import time
 from datetime import datetime, timezone
-from pathlib import Path
 
 import numpy as np
 
+from splitrpc.bench.helpers import indep_client
 from splitrpc.bench.helpers.intervals import ratio_interval
 from splitrpc.bench.helpers.procs import Proc, ServerDied, free_port
 from splitrpc.loadgen.load_cli import comma_list
 from splitrpc.reporting import SuiteFailed, command_of, run_suite
 
-CLIENT_ENV = "SPLITRPC_INDEP_CLIENT"  # a client binary to use instead of the installed one
-CLIENT_SRC = "indep_client.c"         # its source, installed beside it (bench/clients)
 # system -> how it is served: the minimal C server (busy or blocking), or `splitrpc serve` with a
 # --wait mode, the built-ins in Python or as native functions (splitrpc.native).
 SYSTEMS = {
@@ -63,21 +60,11 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--base", default=None, metavar="DIR",
                    help="also run the splitrpc systems from an older build: DIR holds its installed splitrpc "
                         "package (put on PYTHONPATH); they are named base:SYSTEM")
-    p.add_argument("--client", default=None, help=f"the client binary (default: the installed one, or ${CLIENT_ENV})")
+    p.add_argument("--client", default=None,
+                   help=f"the client binary (default: the installed one, or ${indep_client.CLIENT_ENV})")
     p.add_argument("--out", default="splitrpc-bench-indep")
     p.set_defaults(func=cmd_indep)
     return p
-
-
-def client_path(given: str | None = None) -> str:
-    """The independent client's binary: given, $SPLITRPC_INDEP_CLIENT, or the one installed with the
-    package (bench/clients, built by CMake). Raises SuiteFailed when there is none."""
-    here = Path(__file__).resolve().parent.parent / "clients"
-    for c in (given, os.environ.get(CLIENT_ENV), str(here / "indep_client")):
-        if c and os.path.isfile(c) and os.access(c, os.X_OK):
-            return c
-    raise SuiteFailed(f"no independent client binary (looked in {here}); build it with "
-                      f"`cc -O2 -std=gnu11 -o indep_client bench/clients/{CLIENT_SRC}` and pass --client")
 
 
 def _start(system: str, base: str | None) -> tuple[Proc, int]:
@@ -91,15 +78,6 @@ def _start(system: str, base: str | None) -> tuple[Proc, int]:
         return Proc([sys.executable, "-m", "splitrpc.bench.helpers.procs", "min", str(port), arg], env=env), port
     cmd = [sys.executable, "-m", "splitrpc", "serve", "--port", str(port), "--wait", arg]
     return Proc(cmd + ([NATIVE_MODULE] if kind == "native" else []), env=env), port
-
-
-def _client(path: str, port: int, mode: str, outstanding: int, calls: int, warmup: int) -> dict:
-    r = subprocess.run([path, "--port", str(port), "--mode", mode, "--outstanding", str(outstanding), "--calls",
-                        str(calls), "--warmup", str(warmup), "--check", "--json"], capture_output=True, text=True,
-                       timeout=300)
-    if r.returncode != 0:
-        raise RuntimeError(f"client exited {r.returncode}: {r.stderr.strip()[-500:]}")
-    return json.loads(r.stdout)
 
 
 def _ticks(stat_path: str) -> int:
@@ -170,7 +148,7 @@ def _measure(system: str, a, path: str, tmp: str) -> dict:
     proc, port = _start(system, a.base)
     cells = {}
     try:
-        proc.wait_until(lambda: _client(path, port, "block", 1, 10, 0), f"{system} server")
+        proc.wait_until(lambda: indep_client.run(path, port, "block", 1, 10, 0), f"{system} server")
         for cell in a.cells:
             mode, outstanding = CELLS[cell]
             calls = a.calls if outstanding > 1 else max(a.calls // 4, 1000)
@@ -178,7 +156,7 @@ def _measure(system: str, a, path: str, tmp: str) -> dict:
             perf = _PerfCounts(proc.p.pid, os.path.join(tmp, "perf.txt"))
             th0, w0 = _thread_ticks(proc.p.pid), time.monotonic()
             try:
-                d = _client(path, port, mode, outstanding, calls, max(calls // 20, 500))
+                d = indep_client.run(path, port, mode, outstanding, calls, max(calls // 20, 500))
             except (RuntimeError, subprocess.TimeoutExpired) as e:  # this cell only: the others stand
                 proc.check_alive()
                 perf.stop()
@@ -234,7 +212,7 @@ def _targets(runs: dict, systems: list[str]) -> list[dict]:
 
 
 def run(a) -> dict:
-    path = client_path(a.client)
+    path = indep_client.client_path(a.client)
     # The older build's splitrpc systems (its native functions only where it has them).
     has_native = bool(a.base) and os.path.exists(os.path.join(a.base, "splitrpc", "native.py"))
     systems = list(a.systems) + ([f"base:{s}" for s in a.systems
@@ -261,9 +239,8 @@ def run(a) -> dict:
                        if k != "thread_cores"}
                    for c in a.cells if any(ok(r, c) for r in rs)} for s, rs in runs.items()}
     return {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "command": command_of(a),
-            "client": {"path": path, "source": f"bench/clients/{CLIENT_SRC}",
-                       "discipline": "closed loop, one sendmmsg per call, replies by recvmmsg (spin: MSG_DONTWAIT; "
-                                     "block: MSG_WAITFORONE), latency from a call's first send, every reply checked"},
+            "client": {"path": path, "source": f"bench/clients/{indep_client.CLIENT_SRC}",
+                       "discipline": indep_client.DISCIPLINE},
             "cpus": os.cpu_count(), "rounds": a.rounds, "calls": a.calls, "cells": {c: CELLS[c] for c in a.cells},
             "systems": systems, "runs": runs, "medians": medians, "targets": _targets(runs, systems),
             "seconds": round(time.monotonic() - t0, 1)}

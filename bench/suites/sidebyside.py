@@ -5,17 +5,18 @@ from __future__ import annotations
 
 import argparse
 import os
+import subprocess
 import time
 from datetime import datetime, timezone
 
 import numpy as np
 
-from splitrpc.bench.helpers import systems
+from splitrpc.bench.helpers import indep_client, systems
 from splitrpc.bench.helpers.procs import ServerDied, start_min, start_raw, start_splitrpc
 from splitrpc.bench.helpers.systems import MIN_SERVICES, PEERS, SYSTEMS, Result
 from splitrpc.loadgen import report
 from splitrpc.loadgen.load_cli import comma_list
-from splitrpc.reporting import command_of, run_suite
+from splitrpc.reporting import SuiteFailed, command_of, run_suite
 
 SERVICES = ("vecadd", "head", "matmul", "echo")
 
@@ -36,6 +37,9 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--segment-size", type=int, default=None,
                    help="splitrpc's and c-min's client: request segment size in bytes (default: by destination, "
                         "65000 on loopback; 8950 is a jumbo frame's); raw UDP cuts at 65000 whatever this says")
+    p.add_argument("--no-indep", dest="indep", action="store_false",
+                   help="leave out the rows of the independent client (bench/clients/indep_client.c: vecadd on "
+                        "the protocol's servers, spinning against busy ones, blocking against blocking ones)")
     p.add_argument("--out", default="splitrpc-bench")
     p.set_defaults(func=cmd_bench)
     return p
@@ -59,6 +63,27 @@ def _say(r: Result) -> None:
 
 def _failed(system: str, service: str, conc, why: str) -> Result:
     return Result(system, service, conc, status=f"failed: {why}")
+
+
+def _indep_rows(system: str, port: int, busy: bool, a, add) -> None:
+    """vecadd on the same server again, measured by the independent client (written from the
+    protocol page alone; spinning against a busy server, blocking against a blocking one): rows
+    SYSTEM+indep, so that no claim rests on the project's own client alone."""
+    name = f"{system}+indep"
+    try:
+        path = indep_client.client_path()
+    except SuiteFailed as e:
+        add(Result(name, "vecadd", None, status=f"unavailable: {e}"))
+        return
+    for conc in a.concurrency:
+        n = _calls(system, "vecadd", a.calls)
+        try:
+            d = indep_client.run(path, port, "spin" if busy else "block", conc, n, max(n // 10, 10))
+        except (RuntimeError, subprocess.TimeoutExpired) as e:
+            add(_failed(name, "vecadd", conc, str(e)))
+            continue
+        add(Result(name, "vecadd", conc, calls=d["calls"], ok=d["ok"], errors=d["errors"] + d["lost"],
+                   p50_us=d["p50_us"], p99_us=d["p99_us"], throughput_rps=d["calls_per_s"]))
 
 
 def _measure_system(system: str, a, out: list[Result]) -> None:
@@ -89,6 +114,8 @@ def _measure_system(system: str, a, out: list[Result]) -> None:
                         continue
                     for conc in a.concurrency:
                         add(systems.splitrpc_run(c, system, svc, conc, _calls(system, svc, a.calls)))
+                if getattr(a, "indep", True) and "vecadd" in a.services:
+                    _indep_rows(system, port, busy, a, add)
         except ServerDied as e:
             add(_failed(system, "*", None, str(e)))
         finally:
@@ -223,7 +250,9 @@ def _markdown(doc: dict, rows: list[dict], local: dict) -> str:
              "sleep in the kernel. raw-udp-*: a C UDP ping-pong of the same bytes with no header and no work. "
              "c-min-*: the minimal C server of the protocol (one thread, recvmmsg/sendmmsg, each call answered "
              "alone, the service computed in C; busy: spins, block: sleeps in poll) called by the same native client "
-             "as splitrpc: the protocol's own cost.", "",
+             "as splitrpc: the protocol's own cost. SYSTEM+indep: vecadd on the same server measured by the "
+             "independent client (bench/clients/indep_client.c, written from docs/PROTOCOL.md alone; one sendmmsg "
+             "per call; spinning against busy servers, blocking against blocking ones).", "",
              "| service | system | conc | p50 µs | p99 µs | calls/s | RPC tax µs | errors | status |",
              "|---|---|---:|---:|---:|---:|---:|---:|---|"]
     for r in sorted(rows, key=lambda r: (SERVICES.index(r["service"]) if r["service"] in SERVICES else 9,
