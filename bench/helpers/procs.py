@@ -77,9 +77,10 @@ class Proc:
         self.stop()
 
 
-def start_splitrpc(wait: str) -> tuple[Proc, int]:
+def start_splitrpc(wait: str, extra: tuple[str, ...] = (), env: dict | None = None) -> tuple[Proc, int]:
+    """`splitrpc serve --wait WAIT` (plus extra arguments, e.g. a MODULE:ATTR) in a child process."""
     port = free_port()
-    return Proc([sys.executable, "-m", "splitrpc", "serve", "--port", str(port), "--wait", wait]), port
+    return Proc([sys.executable, "-m", "splitrpc", "serve", "--port", str(port), "--wait", wait, *extra], env=env), port
 
 
 def start_raw(busy: bool, req: int, resp: int) -> tuple[Proc, int]:
@@ -112,10 +113,10 @@ def raw_server_main(port: int, busy: int, req: int, resp: int) -> int:
     return _serve_until_sigterm(lambda stop: raw_udp.echo_serve("127.0.0.1", port, bool(busy), req, resp, stop))
 
 
-def start_min(busy: bool) -> tuple[Proc, int]:
+def start_min(busy: bool, env: dict | None = None) -> tuple[Proc, int]:
     """The minimal C server of the protocol (splitrpc.raw_udp.min_serve) in a child process."""
     port = free_port()
-    return Proc([sys.executable, "-m", "splitrpc.bench.helpers.procs", "min", str(port), str(int(busy))]), port
+    return Proc([sys.executable, "-m", "splitrpc.bench.helpers.procs", "min", str(port), str(int(busy))], env=env), port
 
 
 def min_server_main(port: int, busy: int) -> int:

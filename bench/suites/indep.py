@@ -5,7 +5,6 @@ import argparse
 import os
 import shutil
 import subprocess
-import sys
 import time
 from datetime import datetime, timezone
 
@@ -13,7 +12,7 @@ import numpy as np
 
 from splitrpc.bench.helpers import indep_client
 from splitrpc.bench.helpers.intervals import ratio_interval
-from splitrpc.bench.helpers.procs import Proc, ServerDied, free_port
+from splitrpc.bench.helpers.procs import Proc, ServerDied, start_min, start_splitrpc
 from splitrpc.loadgen.load_cli import comma_list
 from splitrpc.reporting import SuiteFailed, command_of, run_suite
 
@@ -68,16 +67,11 @@ def add_parser(sub) -> argparse.ArgumentParser:
 
 
 def _start(system: str, base: str | None) -> tuple[Proc, int]:
-    name = system.split(":", 1)[-1]
-    kind, arg = SYSTEMS[name]
-    port = free_port()
-    env = None
-    if system.startswith("base:"):
-        env = {**os.environ, "PYTHONPATH": os.path.abspath(base or "")}
+    kind, arg = SYSTEMS[system.split(":", 1)[-1]]
+    env = {**os.environ, "PYTHONPATH": os.path.abspath(base or "")} if system.startswith("base:") else None
     if kind == "min":
-        return Proc([sys.executable, "-m", "splitrpc.bench.helpers.procs", "min", str(port), arg], env=env), port
-    cmd = [sys.executable, "-m", "splitrpc", "serve", "--port", str(port), "--wait", arg]
-    return Proc(cmd + ([NATIVE_MODULE] if kind == "native" else []), env=env), port
+        return start_min(arg == "1", env=env)
+    return start_splitrpc(arg, (NATIVE_MODULE,) if kind == "native" else (), env=env)
 
 
 def _ticks(stat_path: str) -> int:
@@ -196,7 +190,7 @@ def _targets(runs: dict, systems: list[str]) -> list[dict]:
     for what, cell, system, bases, stat, bound, higher in TARGETS:
         if system not in systems or not all(b in systems for b in bases):
             continue
-        vals = {s: [r[cell][stat] for r in runs[s] if cell in r and "failed" not in r[cell]] for s in (system, *bases)}
+        vals = {s: [r[stat] for r in _cell_runs(runs[s], cell)] for s in (system, *bases)}
         if not vals[system]:
             continue
         # The baseline: the better of its systems by median (for throughput the higher).
@@ -208,6 +202,21 @@ def _targets(runs: dict, systems: list[str]) -> list[dict]:
             met = iv["lo"] >= bound if higher else iv["hi"] <= bound
         out.append({"target": what, "cell": cell, "system": system, "baseline": base, "statistic": stat,
                     "bound": bound, "higher_is_better": higher, **iv, "met": met})
+    return out
+
+
+def _cell_runs(rounds: list[dict], cell: str) -> list[dict]:
+    """The rounds' results of one cell, those that failed left out."""
+    return [r[cell] for r in rounds if cell in r and "failed" not in r[cell]]
+
+
+def _medians(rounds: list[dict], cells: list[str]) -> dict:
+    """Each cell's median over the rounds of every figure (each run's own thread list left out)."""
+    out = {}
+    for c in cells:
+        runs = _cell_runs(rounds, c)
+        if runs:
+            out[c] = {k: float(np.median([r[k] for r in runs])) for k in runs[0] if k != "thread_cores"}
     return out
 
 
@@ -232,12 +241,7 @@ def run(a) -> dict:
                 print(f"  {s}: failed: {e}", flush=True)
                 runs[s].append({"failed": str(e)})
     shutil.rmtree(tmp, ignore_errors=True)
-    def ok(r: dict, c: str) -> bool:
-        return c in r and "failed" not in r[c]
-
-    medians = {s: {c: {k: float(np.median([r[c][k] for r in rs if ok(r, c)])) for k in next(r[c] for r in rs if ok(r, c))
-                       if k != "thread_cores"}
-                   for c in a.cells if any(ok(r, c) for r in rs)} for s, rs in runs.items()}
+    medians = {s: _medians(rs, a.cells) for s, rs in runs.items()}
     return {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "command": command_of(a),
             "client": {"path": path, "source": f"bench/clients/{indep_client.CLIENT_SRC}",
                        "discipline": indep_client.DISCIPLINE},

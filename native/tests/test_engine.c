@@ -1816,6 +1816,19 @@ static void test_hold(void)
 
 /* ---------------------------------------------------------------- native functions */
 
+/* The server's counters once `replies` replies are counted (just after their send, so a client
+ * may hold them first; at most a second) and nothing more comes for 20 ms. */
+static srpc_server_stats_t stats_settled(sctx_t *s, uint64_t replies)
+{
+    srpc_server_stats_t st = stats(s);
+    for (int t = 0; t < 1000 && st.replies < replies; t++) {
+        sleep_us(1000);
+        st = stats(s);
+    }
+    sleep_us(20000);
+    return stats(s);
+}
+
 /* A native function that answers call 2 of each batch alone with BAD_REQUEST and the others
  * x + 1, or (ctx says) returns a code for the whole batch. */
 static int native_mixed(void *ctx, srpc_server_t *srv, struct srpc_batch *b)
@@ -1888,13 +1901,7 @@ static void test_native(int mode)
             ok += vec_reply_ok(rbuf, n, F_VECADD, h.req_id, in[h.req_id - 500]);
     }
     CHECK(ok == N, "%s: %d of %d native vecadd replies right", mode == SRPC_WAIT_POLL ? "poll" : "block", ok, N);
-    srpc_server_stats_t st = stats(s);
-    for (int t = 0; t < 1000 && (st.tx_sends < 1 || st.replies < N); t++) { /* counted just after the send */
-        sleep_us(1000);
-        st = stats(s);
-    }
-    sleep_us(20000); /* and nothing more comes */
-    st = stats(s);
+    srpc_server_stats_t st = stats_settled(s, N);
     CHECK(st.rx_datagrams == N && st.rx_receives == 1 && st.tx_sends == 1 && st.replies == N && st.batches == 2,
           "a burst of %d calls: %lu receives, %lu sends, %lu batches (want 1, 1, 2)", N,
           (unsigned long)st.rx_receives, (unsigned long)st.tx_sends, (unsigned long)st.batches);
@@ -1915,13 +1922,7 @@ static void test_native(int mode)
             ok += vec_reply_ok(rbuf, n, F_VECADD, h.req_id, in[(h.req_id - 600) % N]);
     }
     CHECK(ok == N + 1, "%d of %d replies of the second burst right", ok, N + 1);
-    st = stats(s);
-    for (int t = 0; t < 1000 && st.replies < st0.replies + N + 1; t++) {
-        sleep_us(1000);
-        st = stats(s);
-    }
-    sleep_us(20000);
-    st = stats(s);
+    st = stats_settled(s, st0.replies + N + 1);
     CHECK(st.rx_receives - st0.rx_receives == 1 && st.tx_sends - st0.tx_sends == 2,
           "a burst of %d calls: %lu receives, %lu sends (want 1, 2)", N + 1,
           (unsigned long)(st.rx_receives - st0.rx_receives), (unsigned long)(st.tx_sends - st0.tx_sends));

@@ -36,28 +36,26 @@ static int ask_policy_w(srpc_server_t *srv, uint64_t now, uint32_t *cap)
  * go out when no batch is ready or SRPC_REPLY_HOLD_CALLS are held, so that a burst's replies leave
  * together. While the callback runs the worker counts as away (rx_owner.c), so that the engine
  * thread takes over receiving if it runs longer than rx_takeover_us, as for a Python callback;
- * its time is what the hold counts on for fn's next batch (srpc_reply_hold_check_w). Worker. */
-static void run_native_w(srpc_server_t *srv, srpc_fn_t *fn, srpc_batch_t *b)
+ * its time is what the hold counts on for fn's next batch (srpc_reply_hold_check_w). Returns the
+ * time the callback returned. Worker. */
+static uint64_t run_native_w(srpc_server_t *srv, srpc_fn_t *fn, srpc_batch_t *b)
 {
     const int state = atomic_load_explicit(&srv->rx.w_state, memory_order_relaxed);
     const uint64_t t0 = srpc_now_ns();
-    atomic_store(&srv->rx.w_away_since, t0);
-    atomic_store(&srv->rx.w_state, W_AWAY);
+    atomic_store_explicit(&srv->rx.w_away_since, t0, memory_order_release);
+    atomic_store_explicit(&srv->rx.w_state, W_AWAY, memory_order_release);
     const int code = fn->native(fn->native_ctx, srv, b);
-    atomic_store(&srv->rx.w_state, state);
-    fn->away_ns = srpc_now_ns() - t0;
-    int r;
-    if (code == 0)
-        r = srpc_completion_complete_w(srv, b, 0, NULL);
-    else if (code > 0 && code < SRPC_E_MAX)
-        r = srpc_completion_complete_w(srv, b, code, "the native function failed");
-    else
-        r = srpc_completion_complete_w(srv, b, SRPC_E_INTERNAL, "the native function returned an invalid code");
-    if (r != 0 && !fn->native_misused) { /* it completed or deferred its own batch: not allowed */
-        fn->native_misused = 1;
+    atomic_store_explicit(&srv->rx.w_state, state, memory_order_release);
+    const uint64_t t1 = srpc_now_ns();
+    fn->away_ns = t1 - t0;
+    const int bad = code < 0 || code >= SRPC_E_MAX;
+    const char *msg = !code ? NULL : bad ? "the native function returned an invalid code" : "the native function failed";
+    if (srpc_completion_complete_w(srv, b, bad ? SRPC_E_INTERNAL : code, msg) != 0 && !fn->native_misused) {
+        fn->native_misused = 1; /* it completed or deferred its own batch: not allowed */
         fprintf(stderr, "splitrpc: the native function of func_id %u completed or deferred its own batch "
                         "(srpc_native_fn may only fail calls): its calls' replies are its own doing\n", fn->func_id);
     }
+    return t1;
 }
 
 int srpc_server_next_batch(srpc_server_t *srv, srpc_batch_t *b, int64_t timeout_us)
@@ -111,8 +109,7 @@ int srpc_server_next_batch(srpc_server_t *srv, srpc_batch_t *b, int64_t timeout_
             case SRPC_TAKE_SATURATED: /* the replies held go now, or with the next batches' */
                 srpc_reply_hold_check_w(srv, fn, b, now);
                 if (fn->native) { /* run to completion: no hand-out, no other thread */
-                    run_native_w(srv, fn, b);
-                    if (srpc_now_ns() >= deadline) { /* the caller's timeout holds under native load too */
+                    if (run_native_w(srv, fn, b) >= deadline) { /* the caller's timeout holds under native load too */
                         srpc_reply_hold_flush_w(srv);
                         return srpc_rx_owner_leave_w(srv, NULL, 0, -ETIMEDOUT);
                     }
