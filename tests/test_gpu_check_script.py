@@ -95,9 +95,13 @@ def test_a_budget_smaller_than_the_sections_need_is_kept_and_what_it_missed_says
     cut = [n for n, x in v.items() if x == "cut"]
     assert cut
     assert "bench-embedding" in cut  # the last section: the budget cannot reach it
-    assert list(v) == [r["section"] for r in d["plan"]]  # in the plan's order: the core path first
-    ran = {n for n, x in v.items() if x != "cut"}
-    assert ran <= set(CORE), v  # what the budget reached is the core path
+    assert list(v) == [r["section"] for r in d["plan"]]  # in the plan's order
+    assert list(v)[:len(CORE)] == list(CORE)  # the core path first: the budget reaches it before the rest
+    # Spent in that order: once a section was not started for want of budget, none after it started
+    # (a capability section may run while 5 s are left, e.g. after a core section cut itself short).
+    order = list(v)
+    never = [i for i, n in enumerate(order) if d["sections"][n]["why"].startswith("not started")]
+    assert all(d["sections"][n]["why"].startswith("not started") for n in order[never[0]:]) if never else True, v
     assert all(d["sections"][n]["why"].startswith("not started") or "budget" in d["sections"][n]["why"]
                for n in cut), {n: d["sections"][n]["why"] for n in cut}
 
