@@ -82,12 +82,13 @@ static void test_window(void)
     CHECK(srpc_keytab_seal(t) == 0 && srpc_keytab_count(t) == 2, "sealed");
     uint8_t d[256];
     const uint64_t now = srpc_auth_now_ms64();
+    const uint64_t mono = 5000000; /* the monotonic clock (ms) the windows age on: its own base */
     srpc_key_t *k = NULL;
     srpc_auth_fields_t f;
 #define TRY(counter, sender, time, key, sec)                                                                    \
     (mk(d, 10, 1, 8, 0, key, sec, sender, counter, time),                                                       \
      srpc_keytab_verify(t, d, d + SRPC_HDR_LEN, 8, d + SRPC_HDR_LEN + 8, now, &k, &f) ?:                        \
-     srpc_keytab_commit(t, k, &f, now))
+     srpc_keytab_commit(t, k, &f, now, mono))
     CHECK(TRY(5, 77, (uint32_t)now, 1, K1) == 0, "first datagram of a sender");
     CHECK(TRY(5, 77, (uint32_t)now, 1, K1) == SRPC_DROP_AUTH_REPLAY, "the same again");
     CHECK(TRY(6, 77, (uint32_t)now, 1, K1) == 0, "the next");
@@ -108,17 +109,22 @@ static void test_window(void)
     /* 4 places per key: two more senders fill key 1's, a fifth finds no room... */
     CHECK(TRY(1, 80, (uint32_t)now, 1, K1) == 0 && TRY(1, 81, (uint32_t)now, 1, K1) == 0, "senders 3 and 4");
     CHECK(TRY(1, 82, (uint32_t)now, 1, K1) == SRPC_DROP_AUTH_NO_ROOM, "a fifth sender: no room");
-    /* A clock stepped back does not make the windows look silent: still no room. */
-    const uint64_t back = now - 10000;
+    /* Windows age on the monotonic clock: a wall clock stepped either way frees none. */
+    const uint64_t back = now - 10000, ahead = now + 3600 * 1000;
     mk(d, 10, 1, 8, 0, 1, K1, 82, 1, (uint32_t)back);
     CHECK(srpc_keytab_verify(t, d, d + SRPC_HDR_LEN, 8, d + SRPC_HDR_LEN + 8, back, &k, &f) == 0 &&
-              srpc_keytab_commit(t, k, &f, back) == SRPC_DROP_AUTH_NO_ROOM,
-          "after the clock stepped back 10 s, no window is taken for silent");
-    /* ...until one is silent for twice the skew (its datagrams fail the time check by then). */
+              srpc_keytab_commit(t, k, &f, back, mono) == SRPC_DROP_AUTH_NO_ROOM,
+          "after the wall clock stepped back 10 s, no window is taken for silent");
+    mk(d, 10, 1, 8, 0, 1, K1, 82, 1, (uint32_t)ahead);
+    CHECK(srpc_keytab_verify(t, d, d + SRPC_HDR_LEN, 8, d + SRPC_HDR_LEN + 8, ahead, &k, &f) == 0 &&
+              srpc_keytab_commit(t, k, &f, ahead, mono) == SRPC_DROP_AUTH_NO_ROOM,
+          "nor after it stepped an hour ahead");
+    /* ...until one is silent for twice the skew on the monotonic clock (its datagrams fail the
+     * time check by then, and are at or below the key's floor after). */
     const uint64_t later = now + 2001;
     mk(d, 10, 1, 8, 0, 1, K1, 82, 1, (uint32_t)later);
     CHECK(srpc_keytab_verify(t, d, d + SRPC_HDR_LEN, 8, d + SRPC_HDR_LEN + 8, later, &k, &f) == 0 &&
-              srpc_keytab_commit(t, k, &f, later) == 0,
+              srpc_keytab_commit(t, k, &f, later, mono + 2001) == 0,
           "a new sender takes the place of a silent one");
     CHECK(srpc_key_allows(&t->keys[0], 11) && !srpc_key_allows(&t->keys[1], 11) && srpc_key_allows(&t->keys[1], 10) &&
               srpc_key_allows(&t->keys[1], 0xFFFF),
@@ -130,7 +136,7 @@ static void test_window(void)
     CHECK(srpc_keytab_create(4, 1000, &n) == 0 && srpc_keytab_add(n, 4, K4, 32, 0, 1, NULL, 0) == 0 &&
               srpc_keytab_add(n, 1, K1, 32, 0, 1, NULL, 0) == 0 && srpc_keytab_seal(n) == 0,
           "the next table");
-    srpc_keytab_adopt(n, t, now);
+    srpc_keytab_adopt(n, t, mono);
     srpc_keytab_destroy(t);
     t = n;
     CHECK(srpc_keytab_count(t) == 2 && t->n == 3, "two keys, and key 2's windows kept");
@@ -141,7 +147,7 @@ static void test_window(void)
     CHECK(srpc_keytab_create(4, 1000, &n) == 0 && srpc_keytab_add(n, 2, K2, 32, 0, 1, NULL, 0) == 0 &&
               srpc_keytab_seal(n) == 0,
           "a table with key 2 again");
-    srpc_keytab_adopt(n, t, now);
+    srpc_keytab_adopt(n, t, mono);
     srpc_keytab_destroy(t);
     t = n;
     CHECK(TRY(6, 78, (uint32_t)now, 2, K2) == SRPC_DROP_AUTH_REPLAY, "key 2 back: its old datagrams still refused");
@@ -153,6 +159,44 @@ static void test_window(void)
     srpc_keytab_destroy(dup);
     srpc_keytab_destroy(t);
 #undef TRY
+}
+
+/* Issue 52, finding 8: a window given up (its sender silent for twice the skew) and then the
+ * wall clock stepped back, so that the datagrams it took pass the time check again: they are
+ * still refused (the key's floor), while a new sender's fresh datagrams are taken. Fails where
+ * windows age on the wall clock and forget what they took. */
+static void test_window_forgotten_clock_back(void)
+{
+    srpc_keytab_t *t = NULL;
+    CHECK(srpc_keytab_create(1, 1000, &t) == 0 && srpc_keytab_add(t, 1, K1, 32, 0, 1, NULL, 0) == 0 &&
+              srpc_keytab_seal(t) == 0,
+          "a table of one key with one sender's place");
+    uint8_t d[256], captured[256];
+    const uint64_t t0 = srpc_auth_now_ms64(), mono = 7000000;
+    srpc_key_t *k = NULL;
+    srpc_auth_fields_t f;
+#define AT(buf, wall, mono_ms)                                                                                 \
+    (srpc_keytab_verify(t, buf, buf + SRPC_HDR_LEN, 8, buf + SRPC_HDR_LEN + 8, wall, &k, &f) ?:                 \
+     srpc_keytab_commit(t, k, &f, wall, mono_ms))
+    mk(captured, 10, 1, 8, 0, 1, K1, 77, 5, (uint32_t)t0);
+    CHECK(AT(captured, t0, mono) == 0, "sender 77's datagram taken (and captured)");
+    CHECK(AT(captured, t0, mono) == SRPC_DROP_AUTH_REPLAY, "and refused again at once");
+    /* Sender 77 falls silent; a minute later another sender takes its place. */
+    const uint64_t t1 = t0 + 60000;
+    mk(d, 10, 1, 8, 0, 1, K1, 78, 1, (uint32_t)t1);
+    CHECK(AT(d, t1, mono + 60000) == 0, "sender 78 takes the silent window's place");
+    /* The wall clock is stepped back a minute: the captured datagram is within the skew again. */
+    CHECK(AT(captured, t0, mono + 61000) == SRPC_DROP_AUTH_REPLAY,
+          "the captured datagram after its window was given up and the clock stepped back: refused");
+    mk(d, 10, 1, 8, 0, 1, K1, 77, 6, (uint32_t)t0);
+    CHECK(AT(d, t0, mono + 61000) == SRPC_DROP_AUTH_REPLAY,
+          "nor a datagram of that sender as old as the ones its window took");
+    mk(d, 10, 1, 8, 0, 1, K1, 79, 1, (uint32_t)t0 + 500);
+    CHECK(AT(d, t0 + 500, mono + 62000) == SRPC_DROP_AUTH_NO_ROOM, "sender 78 holds the place for now");
+    mk(d, 10, 1, 8, 0, 1, K1, 79, 1, (uint32_t)t1 + 3000);
+    CHECK(AT(d, t1 + 3000, mono + 63000) == 0, "a new sender's fresh datagram is taken once 78 is silent");
+#undef AT
+    srpc_keytab_destroy(t);
 }
 
 /* ---------------------------------------------------------------- a server with keys, fed */
@@ -484,6 +528,7 @@ int main(void)
         K2[i] = (uint8_t)(0x40 + i), K3[i] = (uint8_t)(0x80 + i), K4[i] = (uint8_t)(0xc0 + i);
     test_tag();
     test_window();
+    test_window_forgotten_clock_back();
     test_server();
     test_threads();
     printf("%d passed, %d failed\n", passed, failed);

@@ -306,10 +306,10 @@ static void process_datagram(srpc_server_t *srv, const uint8_t *hb, const uint8_
         }
         dlen -= SRPC_AUTH_TRAILER_LEN;
         srpc_auth_fields_t f;
-        const uint64_t now_ms = srpc_auth_now_ms64();
-        r = srpc_keytab_verify(srv->keys, hb, data, dlen, data + dlen, now_ms, &akey, &f);
+        const uint64_t wall_ms = srpc_auth_now_ms64(); /* the datagrams' clock; windows age on now (monotonic) */
+        r = srpc_keytab_verify(srv->keys, hb, data, dlen, data + dlen, wall_ms, &akey, &f);
         if (r == 0)
-            r = srpc_keytab_commit(srv->keys, akey, &f, now_ms);
+            r = srpc_keytab_commit(srv->keys, akey, &f, wall_ms, now / 1000000u);
         if (unlikely(r)) {
             ST_ADD(srv, drops[r], 1);
             return;
@@ -690,7 +690,7 @@ static void keys_reload(srpc_server_t *srv)
     srpc_keytab_t *next = atomic_exchange_explicit(&srv->keys_next, NULL, memory_order_acquire);
     if (!next)
         return;
-    srpc_keytab_adopt(next, srv->keys, srpc_auth_now_ms64());
+    srpc_keytab_adopt(next, srv->keys, srpc_now_ns() / 1000000u);
     srpc_keytab_destroy(srv->keys);
     srv->keys = next;
     ST_ADD(srv, auth_reloads, 1);

@@ -13,11 +13,12 @@
 _Static_assert(SRPC_AUTH_WINDOW % 64 == 0 && SRPC_AUTH_WINDOW >= 64, "the window is whole 64-bit words");
 
 /* One sender's window: bit i of bits is counter top - i (i < SRPC_AUTH_WINDOW), set when taken.
- * 24 + SRPC_AUTH_WINDOW / 8 bytes. */
+ * 32 + SRPC_AUTH_WINDOW / 8 bytes. */
 struct srpc_sender_win {
     uint64_t sender; /* 0: a free place */
     uint64_t top;
-    uint64_t seen_ms; /* server clock of its last datagram taken */
+    uint64_t seen_ms; /* monotonic ms of its last datagram taken */
+    uint64_t time_hi; /* the newest time (wall ms, whole) of a datagram it took */
     uint64_t bits[WIN_WORDS];
 };
 
@@ -196,14 +197,17 @@ static int win_take(srpc_sender_win_t *w, uint64_t c)
     return 0;
 }
 
-int srpc_keytab_commit(srpc_keytab_t *t, srpc_key_t *key, const srpc_auth_fields_t *f, uint64_t now_ms)
+int srpc_keytab_commit(srpc_keytab_t *t, srpc_key_t *key, const srpc_auth_fields_t *f, uint64_t wall_ms,
+                       uint64_t mono_ms)
 {
     if (!key->win) {
         key->win = calloc(t->max_senders, sizeof(*key->win));
         if (!key->win)
             return SRPC_DROP_AUTH_NO_ROOM;
     }
-    const int64_t forget = (int64_t)t->forget_ms; /* a window silent this long is free (keytab.h) */
+    /* The datagram's time whole: verify took it within the skew of wall_ms, mod 2^32. */
+    const uint64_t time = wall_ms + (uint64_t)(int64_t)(int32_t)(f->time_ms - (uint32_t)wall_ms);
+    const uint64_t forget = t->forget_ms; /* a window silent this long is free (keytab.h) */
     const uint32_t mask = t->max_senders - 1;
     const uint32_t home = (uint32_t)srpc_mix64(f->sender) & mask;
     srpc_sender_win_t *room = NULL;
@@ -212,8 +216,10 @@ int srpc_keytab_commit(srpc_keytab_t *t, srpc_key_t *key, const srpc_auth_fields
         if (w->sender == f->sender) {
             int r = win_take(w, f->counter);
             if (r == 0) {
-                w->seen_ms = now_ms;
-                key->last_ms = now_ms;
+                w->seen_ms = mono_ms;
+                if (time > w->time_hi)
+                    w->time_hi = time;
+                key->last_ms = mono_ms;
             }
             return r;
         }
@@ -222,21 +228,24 @@ int srpc_keytab_commit(srpc_keytab_t *t, srpc_key_t *key, const srpc_auth_fields
                 room = w;
             break;
         }
-        /* Signed: after the clock steps back, now - seen is negative and the window is kept (the
-         * datagrams it took may pass the time check again until the clock is past them). */
-        if (!room && (int64_t)(now_ms - w->seen_ms) > forget)
+        if (!room && mono_ms - w->seen_ms > forget) /* monotonic: never negative */
             room = w;
     }
+    /* A sender without a window: new, or forgotten. Any datagram a forgotten window took is at
+     * or below the key's floor (and, while the wall clock is right, fails the time check too). */
+    if (time <= key->floor_ms)
+        return SRPC_DROP_AUTH_REPLAY;
     if (!room)
         return SRPC_DROP_AUTH_NO_ROOM;
-    /* A new sender, or one forgotten: any datagram of it older than its forgotten window fails
-     * the time check by now (it was taken within the skew of a time more than 2 skews ago). */
+    if (room->sender && room->time_hi > key->floor_ms)
+        key->floor_ms = room->time_hi; /* given up: its datagrams are refused by the floor from now */
     memset(room, 0, sizeof(*room));
     room->sender = f->sender;
     room->top = f->counter;
     room->bits[0] = 1;
-    room->seen_ms = now_ms;
-    key->last_ms = now_ms;
+    room->seen_ms = mono_ms;
+    room->time_hi = time;
+    key->last_ms = mono_ms;
     return 0;
 }
 
@@ -247,11 +256,21 @@ int srpc_key_allows(const srpc_key_t *key, uint16_t func_id)
     return key->nfuncs && bsearch(&func_id, key->funcs, key->nfuncs, sizeof(uint16_t), cmp_u16) != NULL;
 }
 
-void srpc_keytab_adopt(srpc_keytab_t *next, srpc_keytab_t *old, uint64_t now_ms)
+/* The newest time of a datagram key k of t took: its floor, or a window's. */
+static uint64_t newest(const srpc_keytab_t *t, const srpc_key_t *k)
+{
+    uint64_t hi = k->floor_ms;
+    for (uint32_t i = 0; k->win && i < t->max_senders; i++)
+        if (k->win[i].sender && k->win[i].time_hi > hi)
+            hi = k->win[i].time_hi;
+    return hi;
+}
+
+void srpc_keytab_adopt(srpc_keytab_t *next, srpc_keytab_t *old, uint64_t mono_ms)
 {
     if (old->forget_ms > next->forget_ms)
         next->forget_ms = old->forget_ms;
-    const int64_t keep = (int64_t)next->forget_ms;
+    const uint64_t keep = next->forget_ms;
     const uint32_t n0 = next->n;
     int added = 0;
     for (uint32_t i = 0; i < old->n; i++) {
@@ -262,13 +281,18 @@ void srpc_keytab_adopt(srpc_keytab_t *next, srpc_keytab_t *old, uint64_t now_ms)
         if (k && next->max_senders == old->max_senders) {
             k->win = o->win;
             k->last_ms = o->last_ms;
+            k->floor_ms = o->floor_ms;
             o->win = NULL;
             continue;
         }
-        if (k || (int64_t)(now_ms - o->last_ms) > keep || next->max_senders != old->max_senders || grow(next) < 0)
+        if (k) { /* kept under another max_senders (not reached: srpc_server_set_keys refuses it): the floor at least */
+            k->floor_ms = newest(old, o);
+            continue;
+        }
+        if (mono_ms - o->last_ms > keep || next->max_senders != old->max_senders || grow(next) < 0)
             continue; /* nothing to keep, or no memory to keep it: its windows go with old */
         srpc_key_t *r = &next->keys[next->n++];
-        *r = (srpc_key_t){.id = o->id, .removed = 1, .win = o->win, .last_ms = o->last_ms};
+        *r = (srpc_key_t){.id = o->id, .removed = 1, .win = o->win, .last_ms = o->last_ms, .floor_ms = o->floor_ms};
         o->win = NULL;
         added = 1;
     }

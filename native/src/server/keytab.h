@@ -17,7 +17,9 @@ typedef struct srpc_key {
     uint16_t *funcs;             /* sorted; nfuncs of them */
     uint32_t nfuncs;
     srpc_sender_win_t *win;      /* max_senders windows, allocated at the key's first datagram */
-    uint64_t last_ms;            /* server clock of the last datagram taken with this key */
+    uint64_t last_ms;            /* monotonic ms of the last datagram taken with this key */
+    uint64_t floor_ms;           /* the newest time (wall ms) of a datagram taken by a window since given up:
+                                    a sender without a window is refused at or below it (finding 8 of issue 52) */
 } srpc_key_t;
 
 struct srpc_keytab {
@@ -40,18 +42,23 @@ int srpc_keytab_seal(srpc_keytab_t *t);
 int srpc_keytab_verify(const srpc_keytab_t *t, const uint8_t *hdr, const uint8_t *data, uint32_t dlen,
                        const uint8_t *trailer, uint64_t now_ms, srpc_key_t **key, srpc_auth_fields_t *f);
 
-/* Takes the datagram that srpc_keytab_verify passed into its sender's replay window: 0, or
- * SRPC_DROP_AUTH_REPLAY (taken before, or behind the window) or SRPC_DROP_AUTH_NO_ROOM. rx. */
-int srpc_keytab_commit(srpc_keytab_t *t, srpc_key_t *key, const srpc_auth_fields_t *f, uint64_t now_ms);
+/* Takes the datagram that srpc_keytab_verify passed (at wall clock wall_ms) into its sender's
+ * replay window: 0, or SRPC_DROP_AUTH_REPLAY (taken before, behind the window, or a sender
+ * without a window whose time is not after the key's floor_ms) or SRPC_DROP_AUTH_NO_ROOM.
+ * Windows age on mono_ms (CLOCK_MONOTONIC, ms): a wall clock stepped either way neither frees
+ * a window early nor keeps it; a window given up raises its key's floor_ms to the newest time
+ * it took, so its datagrams stay refused even when a clock stepped back makes them fresh. rx. */
+int srpc_keytab_commit(srpc_keytab_t *t, srpc_key_t *key, const srpc_auth_fields_t *f, uint64_t wall_ms,
+                       uint64_t mono_ms);
 
 /* 1 when key may call func_id, else 0. */
 int srpc_key_allows(const srpc_key_t *key, uint16_t func_id);
 
 /* Moves the replay windows of old's keys into next (both with the same max_senders:
- * srpc_server_set_keys refuses another): to the key of the same id, or for a key that
- * next lacks and that took a datagram within twice the skew, to a removed entry of next (which
- * then no datagram can use). old keeps no windows after. Allocates only for removed entries (none
- * kept where that fails). rx. */
-void srpc_keytab_adopt(srpc_keytab_t *next, srpc_keytab_t *old, uint64_t now_ms);
+ * srpc_server_set_keys refuses another), with their floor_ms: to the key of the same id, or for a
+ * key that next lacks and that took a datagram within twice the skew (of mono_ms, the monotonic
+ * clock in ms), to a removed entry of next (which then no datagram can use). old keeps no windows
+ * after. Allocates only for removed entries (none kept where that fails). rx. */
+void srpc_keytab_adopt(srpc_keytab_t *next, srpc_keytab_t *old, uint64_t mono_ms);
 
 #endif
