@@ -536,6 +536,7 @@ class Server:
             priority=_server.FUNCTION_DEFAULTS["priority"] if priority is None else priority,
             device=f"cuda:{ordinal}" if ordinal >= 0 else "cpu")
         f.server_function = _server_function
+        f.keys_kw = _server_function and self._keys is not None  # what it answers depends on the caller's key
         if not _server_function:
             self._registrations.append(args)
         if n_classes:  # a Function per class: each has its own queues, so its own views
@@ -600,29 +601,61 @@ class Server:
             raise SplitRPCError(f"the description of {len(infos)} functions takes {len(doc)} bytes, over "
                                 f"{min(describe_.MAX_REPLY, self.max_message)}")
         started = time.monotonic()
+        # With keys, a key learns nothing of the functions it may not call (docs/security.md):
+        # describe lists, and ping counts, only those of the caller's key in the table in use
+        # (issue 52, finding 6). By key id, made again after a reload.
+        seen: dict[int, tuple[list, bytes]] = {}
+        seen_table: list = [self._keys]
 
-        def answer(expect: bytes, reply: Callable[[], bytes]
-                   ) -> Callable[[list[memoryview], list[memoryview]], list[int | BadRequest]]:
-            def fn(requests: list[memoryview], responses: list[memoryview]) -> list[int | BadRequest]:
+        def visible(key_id: int) -> tuple[list, bytes]:
+            if not key_id:  # a server without keys
+                return infos, doc
+            if seen_table[0] is not self._keys:
+                seen.clear()
+                seen_table[0] = self._keys
+            if key_id not in seen:
+                allowed = self._key_function_ids(key_id)
+                mine = infos if allowed is None else [f for f in infos if f.func_id in allowed]
+                seen[key_id] = mine, describe_.encode_description(
+                    mine, max_message=self.max_message, software=f"splitrpc {__version__}", protocols=protocols)
+            return seen[key_id]
+
+        def answer(expect: bytes, reply: Callable[[int], bytes]) -> Callable[..., list[int | BadRequest]]:
+            def fn(requests: list[memoryview], responses: list[memoryview],
+                   keys: list[int] | None = None) -> list[int | BadRequest]:
                 out: list[int | BadRequest] = []
-                for req, resp in zip(requests, responses):
+                for i, (req, resp) in enumerate(zip(requests, responses)):
                     if bytes(req) != expect:
                         out.append(BadRequest(f"this server function takes the request {expect!r}"))
                         continue
-                    body = reply()
+                    body = reply(keys[i] if keys else 0)
                     resp[:len(body)] = body
                     out.append(len(body))
                 return out
             return fn
 
-        def ping() -> bytes:
-            return describe_.encode_ping(ready=self.ready(), state=self.state, functions=len(infos),
+        def ping(key_id: int) -> bytes:
+            return describe_.encode_ping(ready=self.ready(), state=self.state, functions=len(visible(key_id)[0]),
                                          uptime_s=time.monotonic() - started, pending=self.pending())
 
-        self.add_function(answer(describe_.DESCRIBE_REQUEST, lambda: doc), describe_.DESCRIBE_ID, "describe",
+        self.add_function(answer(describe_.DESCRIBE_REQUEST, lambda key_id: visible(key_id)[1]),
+                          describe_.DESCRIBE_ID, "describe",
                           raw=True, max_request=64, max_response=len(doc), _server_function=True)
         self.add_function(answer(describe_.PING_REQUEST, ping), describe_.PING_ID, "ping", raw=True,
                           max_request=64, max_response=1024, _server_function=True)
+
+    def _key_function_ids(self, key_id: int) -> frozenset[int] | None:
+        """The ids of the functions key key_id of the table in use may call: None for all of
+        them, none for a key not in it (taken out by a reload since its call came in)."""
+        try:
+            key = self._keys.get(key_id)
+        except KeyError:
+            return frozenset()
+        if key.functions is None:
+            return None
+        names = self._function_ids()
+        return frozenset(f if isinstance(f, int) else names[f] for f in key.functions
+                         if isinstance(f, int) or f in names)
 
     def _start_engine(self) -> None:
         with self._lock:

@@ -404,6 +404,24 @@ def test_secrets_never_appear_in_describe_stats_or_metrics(served, make_client, 
         assert k.secret.hex() not in text and k.secret.hex().upper() not in text
 
 
+def test_describe_and_ping_tell_a_key_only_what_it_may_call(served, make_client, keys, tmp_path):
+    """Issue 52, finding 6: describe listed every function to a key allowed only some, and ping
+    counted them (docs/security.md: a key learns nothing of functions it may not call). Now each
+    key sees its own functions, and a reload that narrows a key narrows what it is told."""
+    srv, _ = served
+    c_all = make_client(srv.port, key=keys["all"])
+    c_echo = make_client(srv.port, key=keys["echo_only"])
+    assert sorted(f.name for f in c_all.describe().functions) == ["echo", "other", "slow"]
+    assert [f.name for f in c_echo.describe().functions] == ["echo"]
+    assert c_all.ping()["functions"] == 3 and c_echo.ping()["functions"] == 1
+    # A reload: key 1 narrowed to "other" (by id), key 2 unchanged.
+    narrowed = Key(keys["all"].id, keys["all"].secret, functions=(OTHER,))
+    srv.reload_keys(KeyTable([narrowed, keys["echo_only"]], skew=0.5))
+    assert wait_for(lambda: [f.name for f in c_all.describe().functions] == ["other"], timeout=5)
+    assert [f.name for f in c_echo.describe().functions] == ["echo"]
+    assert c_all.ping()["functions"] == 1
+
+
 # ------------------------------------------------------------------ everywhere the wire goes: Pool, aio, CLI, check
 
 

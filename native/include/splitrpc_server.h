@@ -289,6 +289,12 @@ int srpc_server_complete(srpc_server_t *srv, srpc_batch_t *b, int status, const 
  * range, a bad code) or -ENOMEM. */
 int srpc_server_fail_call(srpc_server_t *srv, srpc_batch_t *b, uint32_t i, int code, const char *msg);
 
+/* The key (splitrpc_auth.h: its id) that each call of the open batch b came with, into
+ * ids[0 .. b->count): 0 for a call of a server without keys. By the worker thread before
+ * srpc_server_complete or srpc_server_defer (a native function's callback too). Takes the
+ * server's lock. Returns 0 or -EINVAL (b not an open batch, ids NULL). */
+int srpc_server_call_keys(srpc_server_t *srv, const srpc_batch_t *b, uint32_t *ids);
+
 /* srpc_server_complete, then srpc_server_next_batch into the same *b: one call per batch for
  * a worker loop. Returns what next_batch returns, or complete's error. */
 int srpc_server_complete_next(srpc_server_t *srv, srpc_batch_t *b, int status, const char *msg,

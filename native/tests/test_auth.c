@@ -224,12 +224,17 @@ static void drain(void)
 {
     srpc_batch_t b;
     while (srpc_server_next_batch(srv, &b, 0) == 0) {
+        uint32_t ids[256] = {0};
+        CHECK(b.count <= 256 && srpc_server_call_keys(srv, &b, ids) == 0, "the calls' keys");
+        for (uint32_t i = 0; i < b.count; i++)
+            CHECK(ids[i] == 1 || ids[i] == 2 || ids[i] == 4, "call %u came with key %u, which may not run it", i, ids[i]);
         for (uint32_t i = 0; i < b.count; i++) {
             memcpy(b.out[0] + (size_t)i * 64, b.in[0] + (size_t)i * 64, b.in_len[i]);
             b.out_len[i] = b.in_len[i];
         }
         runs += (int)b.count;
         CHECK(srpc_server_complete(srv, &b, 0, NULL) == 0, "complete");
+        CHECK(srpc_server_call_keys(srv, &b, ids) == -EINVAL, "no keys of a batch no longer open");
     }
 }
 

@@ -319,6 +319,7 @@ class Function:
     runner: Any = None        # a splitrpc.gpu.DeviceRunner for a function on a GPU
     pool: Any = None          # a splitrpc.executor.ThreadPool that runs its batches, or None: inline
     costs_kw: bool = False    # the callback takes its calls' admission costs as costs=
+    keys_kw: bool = False     # the callback takes the key id each call came with as keys= (server functions)
     native: bool = False      # a native function (splitrpc.native): its batches never reach Python
     # aux classes: the Function of each class's queues (this one is class 0), or None
     classes: list | None = None
@@ -341,7 +342,7 @@ class Function:
 
     def is_plain(self) -> bool:
         """Runs the common way: a host tensor callback on the worker, called as callback(*args)."""
-        return self.runner is None and self.pool is None and not self.raw and not self.costs_kw
+        return self.runner is None and self.pool is None and not self.raw and not self.costs_kw and not self.keys_kw
 
     def args(self, b, count: int) -> tuple:
         """The callback's arrays for a batch: numpy views of the host elements, or CuPy views
@@ -362,12 +363,20 @@ class Function:
             self.last_key, self.last_args = key, args
         return args
 
-    def kwargs(self, b, count: int) -> dict:
+    def kwargs(self, srv, b, count: int) -> dict:
         """The callback's keyword arguments: costs= (a uint32 array of the calls' admission
-        costs, a copy) when it takes them, else none."""
-        if not self.costs_kw:
+        costs, a copy) and keys= (a list of each call's key id, 0 without keys:
+        srpc_server_call_keys) when it takes them, else none."""
+        if not (self.costs_kw or self.keys_kw):
             return _NO_KWARGS
-        return {"costs": np.frombuffer(ffi.buffer(b.cost, 4 * count), np.uint32).copy()}
+        kw = {}
+        if self.costs_kw:
+            kw["costs"] = np.frombuffer(ffi.buffer(b.cost, 4 * count), np.uint32).copy()
+        if self.keys_kw:
+            ids = ffi.new("uint32_t[]", count)
+            check(lib.srpc_server_call_keys(srv, b, ids), "srpc_server_call_keys")
+            kw["keys"] = list(ids)
+        return kw
 
     def raw_args(self, b, count: int) -> tuple:
         """A raw callback's arguments: the requests (their own lengths) and the responses
@@ -477,7 +486,7 @@ def _hand_to_pool(srv, fn: Function, b, count: int, jobs: PoolJobs, done) -> Non
     """Queues the batch's callback on fn's executor as a BatchJob, deferred; the executor's
     thread finishes it (_run_on_pool). The arguments are built here, while b still describes the batch."""
     args = fn.raw_args(b, count) if fn.raw else fn.args(b, count)
-    kwargs = fn.kwargs(b, count)
+    kwargs = fn.kwargs(srv, b, count)
     copy = _defer(srv, b, jobs, done)
     try:
         fn.pool.submit(BatchJob(_run_on_pool, fn.name, count, args, kwargs, srv, fn, copy, jobs))
@@ -583,12 +592,12 @@ def serve(srv, funcs: dict, jobs: PoolJobs | None = None) -> None:
                 rc = next_batch(srv, b, WAIT_US)
                 continue
             elif fn.raw:
-                r = fn.callback(*fn.raw_args(b, count), **fn.kwargs(b, count))
+                r = fn.callback(*fn.raw_args(b, count), **fn.kwargs(srv, b, count))
                 if not isinstance(r, Future):
                     fn.raw_lengths(srv, b, count, r, b.out_len)
                     r = None
             else:  # a host tensor function that takes costs=
-                r = fn.callback(*fn.args(b, count), **fn.kwargs(b, count))
+                r = fn.callback(*fn.args(b, count), **fn.kwargs(srv, b, count))
             if r is not None:
                 if isinstance(r, Future):  # finished later, by whoever completes it
                     _settle(srv, fn, _defer(srv, b, jobs, done), count, r, None, jobs)

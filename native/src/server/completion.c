@@ -239,6 +239,18 @@ int srpc_server_fail_call(srpc_server_t *srv, srpc_batch_t *b, uint32_t i, int c
     return 0;
 }
 
+int srpc_server_call_keys(srpc_server_t *srv, const srpc_batch_t *b, uint32_t *ids)
+{
+    srpc_fn_t *fn = srpc_completion_open_fn_w(srv, b);
+    if (!fn || !ids)
+        return -EINVAL;
+    srpc_srv_lock(srv); /* the call table is the engine's; a call's entry lives while it is open */
+    for (uint32_t i = 0; i < b->count; i++)
+        ids[i] = srv->ct.e[fn->calls[(b->first_seq + i) % fn->capacity].ct_idx].key.key_id;
+    srpc_srv_unlock(srv);
+    return 0;
+}
+
 int srpc_server_defer(srpc_server_t *srv, srpc_batch_t *b, uint32_t **done)
 {
     srpc_fn_t *fn = srpc_completion_open_fn_w(srv, b);
