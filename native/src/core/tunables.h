@@ -183,20 +183,29 @@
  * (the replay window drops it meanwhile). */
 #define SRPC_DEF_AUTH_SKEW_MS 30000u
 #define SRPC_MAX_AUTH_SKEW_MS 86400000u
-/* Senders one key may have at once (client objects, each with its own sender number): the
- * replay windows of one key, 152 bytes each, allocated at the key's first datagram. A sender
- * silent for twice the skew gives its place to a new one (its old datagrams fail the time check
- * by then). A new sender finds a place among SRPC_AUTH_PROBE (open addressing), so a key's
- * table refuses new senders (auth_no_room) somewhat before all its places are taken. */
-#define SRPC_DEF_AUTH_SENDERS 1024u
+/* Senders one key may have at once (client objects, each with its own sender number; every
+ * `splitrpc call` is one): the places of a key's replay windows, 160 bytes each. A key starts
+ * with SRPC_AUTH_SENDERS_FIRST at its first datagram and doubles them while more than half hold
+ * a sender, up to this (5 MiB at 32768): memory follows the senders a key has, not the limit. A
+ * sender silent for twice the skew gives its place to a new one only once the table is as large
+ * as it may be (its old datagrams are refused by then: the time check, and the key's floor).
+ * 32768 holds the senders of 10,000 short-lived clients a minute with the default skew, whose
+ * windows live for a minute (keytab's churn test). A new sender finds a place among
+ * SRPC_AUTH_PROBE (open addressing, double hashing), so a full-sized table refuses new senders
+ * (auth_no_room) somewhat before all its places are taken: its first refusal came at 79% of
+ * them (25,940 of 32,768) in test_senders_churn, none silent. */
+#define SRPC_DEF_AUTH_SENDERS 32768u
 #define SRPC_MAX_AUTH_SENDERS (1u << 20)
+#define SRPC_AUTH_SENDERS_FIRST 64u
 /* Datagrams of one sender that may overtake each other and still all be taken: the highest
  * counter seen and the SRPC_AUTH_WINDOW - 1 below it (a bitmap; older counters are dropped as
  * replays). A client signs a send's datagrams (up to 64) before it sends them, and several
  * threads may send at once, each a message of many segments: 1024 leaves room for that. */
 #define SRPC_AUTH_WINDOW 1024u
-/* Places tried in a key's table of senders (open addressing) before a new sender is refused. */
-#define SRPC_AUTH_PROBE 16u
+/* Places tried in a key's table of senders (open addressing) before a new sender is refused:
+ * 32 with double hashing refuses first at 79% full (16: 58%); a key holder's worst datagram
+ * reads 32 places. */
+#define SRPC_AUTH_PROBE 32u
 
 /* A wait for a stream's work (the copies of a batch, a callback's kernels, the O2 kernel's end at
  * srpc_o2_stop, which then reports the kernel's counters) gives up, or says so

@@ -197,48 +197,104 @@ static int win_take(srpc_sender_win_t *w, uint64_t c)
     return 0;
 }
 
+/* The place of sender in k's windows, or NULL; *room: the first place a new sender may take
+ * (free, or silent past forget on the monotonic clock), or NULL. Double hashing (a step of its
+ * own per sender), so that runs of taken places do not merge as with linear probing. Places are
+ * never emptied, so nothing of a sender lies past a free one. */
+static srpc_sender_win_t *probe(const srpc_key_t *k, uint64_t sender, uint64_t mono_ms, uint64_t forget,
+                                srpc_sender_win_t **room)
+{
+    const uint32_t mask = k->nwin - 1;
+    const uint64_t h = srpc_mix64(sender);
+    const uint32_t home = (uint32_t)h & mask, step = (uint32_t)(h >> 32) | 1u; /* odd: visits every place */
+    *room = NULL;
+    for (uint32_t i = 0; i < SRPC_AUTH_PROBE && i <= mask; i++) {
+        srpc_sender_win_t *w = &k->win[(home + i * step) & mask];
+        if (w->sender == sender)
+            return w;
+        if (w->sender == 0) {
+            if (!*room)
+                *room = w;
+            return NULL;
+        }
+        if (!*room && mono_ms - w->seen_ms > forget) /* monotonic: never negative */
+            *room = w;
+    }
+    return NULL;
+}
+
+/* Doubles k's windows (up to max): every sender moved to its place in the larger table (none
+ * lost: a sender that would find no place keeps the old table). 0, or -ENOMEM / -ENOSPC. */
+static int grow_windows(srpc_key_t *k, uint32_t max)
+{
+    if (k->nwin >= max)
+        return -ENOSPC;
+    const uint32_t n = k->nwin * 2, mask = n - 1;
+    srpc_sender_win_t *w = calloc(n, sizeof(*w));
+    if (!w)
+        return -ENOMEM;
+    for (uint32_t i = 0; i < k->nwin; i++) {
+        const srpc_sender_win_t *o = &k->win[i];
+        if (!o->sender)
+            continue;
+        const uint64_t h = srpc_mix64(o->sender);
+        const uint32_t step = (uint32_t)(h >> 32) | 1u; /* probe's sequence */
+        uint32_t at = (uint32_t)h & mask, j = 0;
+        while (w[at].sender && ++j < SRPC_AUTH_PROBE)
+            at = (at + step) & mask;
+        if (w[at].sender) { /* (a run this long in a table under half full: keep the old one) */
+            free(w);
+            return -ENOSPC;
+        }
+        w[at] = *o;
+    }
+    free(k->win);
+    k->win = w;
+    k->nwin = n;
+    return 0;
+}
+
 int srpc_keytab_commit(srpc_keytab_t *t, srpc_key_t *key, const srpc_auth_fields_t *f, uint64_t wall_ms,
                        uint64_t mono_ms)
 {
     if (!key->win) {
-        key->win = calloc(t->max_senders, sizeof(*key->win));
-        if (!key->win)
+        const uint32_t n = t->max_senders < SRPC_AUTH_SENDERS_FIRST ? t->max_senders : SRPC_AUTH_SENDERS_FIRST;
+        if (!(key->win = calloc(n, sizeof(*key->win))))
             return SRPC_DROP_AUTH_NO_ROOM;
+        key->nwin = n;
+        key->nused = 0;
     }
     /* The datagram's time whole: verify took it within the skew of wall_ms, mod 2^32. */
     const uint64_t time = wall_ms + (uint64_t)(int64_t)(int32_t)(f->time_ms - (uint32_t)wall_ms);
-    const uint64_t forget = t->forget_ms; /* a window silent this long is free (keytab.h) */
-    const uint32_t mask = t->max_senders - 1;
-    const uint32_t home = (uint32_t)srpc_mix64(f->sender) & mask;
-    srpc_sender_win_t *room = NULL;
-    for (uint32_t i = 0; i < SRPC_AUTH_PROBE && i <= mask; i++) {
-        srpc_sender_win_t *w = &key->win[(home + i) & mask];
-        if (w->sender == f->sender) {
-            int r = win_take(w, f->counter);
-            if (r == 0) {
-                w->seen_ms = mono_ms;
-                if (time > w->time_hi)
-                    w->time_hi = time;
-                key->last_ms = mono_ms;
-            }
-            return r;
+    srpc_sender_win_t *room;
+    srpc_sender_win_t *w = probe(key, f->sender, mono_ms, t->forget_ms, &room);
+    if (w) {
+        int r = win_take(w, f->counter);
+        if (r == 0) {
+            w->seen_ms = mono_ms;
+            if (time > w->time_hi)
+                w->time_hi = time;
+            key->last_ms = mono_ms;
         }
-        if (w->sender == 0) { /* places are never emptied: nothing of this sender lies further on */
-            if (!room)
-                room = w;
-            break;
-        }
-        if (!room && mono_ms - w->seen_ms > forget) /* monotonic: never negative */
-            room = w;
+        return r;
     }
     /* A sender without a window: new, or forgotten. Any datagram a forgotten window took is at
      * or below the key's floor (and, while the wall clock is right, fails the time check too). */
     if (time <= key->floor_ms)
         return SRPC_DROP_AUTH_REPLAY;
+    /* More than half the places taken, or none found: a larger table first (the places of
+     * silent senders are reused only once it is as large as it may be). */
+    if ((!room || room->sender || 2u * (key->nused + 1) > key->nwin) &&
+        grow_windows(key, t->max_senders) == 0)
+        probe(key, f->sender, mono_ms, t->forget_ms, &room);
     if (!room)
         return SRPC_DROP_AUTH_NO_ROOM;
-    if (room->sender && room->time_hi > key->floor_ms)
-        key->floor_ms = room->time_hi; /* given up: its datagrams are refused by the floor from now */
+    if (room->sender) {
+        if (room->time_hi > key->floor_ms)
+            key->floor_ms = room->time_hi; /* given up: its datagrams are refused by the floor from now */
+    } else {
+        key->nused++;
+    }
     memset(room, 0, sizeof(*room));
     room->sender = f->sender;
     room->top = f->counter;
@@ -256,11 +312,11 @@ int srpc_key_allows(const srpc_key_t *key, uint16_t func_id)
     return key->nfuncs && bsearch(&func_id, key->funcs, key->nfuncs, sizeof(uint16_t), cmp_u16) != NULL;
 }
 
-/* The newest time of a datagram key k of t took: its floor, or a window's. */
-static uint64_t newest(const srpc_keytab_t *t, const srpc_key_t *k)
+/* The newest time of a datagram key k took: its floor, or a window's. */
+static uint64_t newest(const srpc_key_t *k)
 {
     uint64_t hi = k->floor_ms;
-    for (uint32_t i = 0; k->win && i < t->max_senders; i++)
+    for (uint32_t i = 0; k->win && i < k->nwin; i++)
         if (k->win[i].sender && k->win[i].time_hi > hi)
             hi = k->win[i].time_hi;
     return hi;
@@ -280,19 +336,22 @@ void srpc_keytab_adopt(srpc_keytab_t *next, srpc_keytab_t *old, uint64_t mono_ms
         srpc_key_t *k = find(next, n0, o->id); /* among next's own keys: removed ones are put after n0 */
         if (k && next->max_senders == old->max_senders) {
             k->win = o->win;
+            k->nwin = o->nwin;
+            k->nused = o->nused;
             k->last_ms = o->last_ms;
             k->floor_ms = o->floor_ms;
             o->win = NULL;
             continue;
         }
         if (k) { /* kept under another max_senders (not reached: srpc_server_set_keys refuses it): the floor at least */
-            k->floor_ms = newest(old, o);
+            k->floor_ms = newest(o);
             continue;
         }
         if (mono_ms - o->last_ms > keep || next->max_senders != old->max_senders || grow(next) < 0)
             continue; /* nothing to keep, or no memory to keep it: its windows go with old */
         srpc_key_t *r = &next->keys[next->n++];
-        *r = (srpc_key_t){.id = o->id, .removed = 1, .win = o->win, .last_ms = o->last_ms, .floor_ms = o->floor_ms};
+        *r = (srpc_key_t){.id = o->id, .removed = 1, .win = o->win, .nwin = o->nwin, .nused = o->nused,
+                          .last_ms = o->last_ms, .floor_ms = o->floor_ms};
         o->win = NULL;
         added = 1;
     }

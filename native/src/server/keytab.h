@@ -16,7 +16,10 @@ typedef struct srpc_key {
     uint64_t expires_ms;         /* 0: never */
     uint16_t *funcs;             /* sorted; nfuncs of them */
     uint32_t nfuncs;
-    srpc_sender_win_t *win;      /* max_senders windows, allocated at the key's first datagram */
+    srpc_sender_win_t *win;      /* nwin windows, allocated at the key's first datagram */
+    uint32_t nwin;               /* places in win: a power of two, doubled (up to the table's max_senders)
+                                    while more than half of them hold a sender */
+    uint32_t nused;              /* places of win that hold a sender */
     uint64_t last_ms;            /* monotonic ms of the last datagram taken with this key */
     uint64_t floor_ms;           /* the newest time (wall ms) of a datagram taken by a window since given up:
                                     a sender without a window is refused at or below it (finding 8 of issue 52) */
