@@ -21,6 +21,10 @@ SECRET_LEN = _auth.SECRET_LEN  # bytes of a secret (docs/PROTOCOL-v4.md)
 available, TagCheck, seal, tag_ok = _auth.available, _auth.TagCheck, _auth.seal, _auth.tag_ok
 ALL = "*"                      # a key's functions: every function of the server
 MAX_KEY_ID = 2**32 - 1
+KEY_FILE_MODE = 0o600          # what splitrpc writes a key file with: its owner's only
+# A key file with any of these mode bits (group or others may read, write or run it) is refused,
+# as ssh refuses such a private key: anyone who can read it can make its calls.
+KEY_FILE_OPEN_BITS = 0o077
 
 
 def _expiry_text(t: float | None) -> str | None:
@@ -109,9 +113,23 @@ class Key:
             raise KeyFileError(f"{where}: {e}") from None
 
 
+def check_private(st: os.stat_result, path: str | os.PathLike[str]) -> None:
+    """Raises KeyFileError unless the file of st (os.fstat of the open file: the file read, not
+    whatever the path names a moment later) is its owner's only and owned by this user or root:
+    another user who can read a key file holds its keys, one who owns it can change them."""
+    if st.st_mode & KEY_FILE_OPEN_BITS:
+        raise KeyFileError(f"{path}: mode {st.st_mode & 0o777:04o} lets other users read or change its keys; "
+                           f"make it its owner's only: chmod {KEY_FILE_MODE:o} {path}")
+    if st.st_uid not in (os.geteuid(), 0):  # as sshd's StrictModes: root may own it too
+        raise KeyFileError(f"{path}: owned by uid {st.st_uid}, not by this user (uid {os.geteuid()}) or root, "
+                           f"so its owner can change its keys; make it this user's: chown {os.geteuid()} {path}")
+
+
 def _read_json(path: str | os.PathLike[str]) -> Any:
+    """The JSON of a key file, once check_private has passed it."""
     try:
         with open(path, encoding="utf-8") as f:
+            check_private(os.fstat(f.fileno()), path)
             return json.load(f)
     except OSError as e:
         raise KeyFileError(f"{path}: cannot read ({e.strerror})") from None
@@ -124,7 +142,7 @@ def _write_private(path: str | os.PathLike[str], doc: Any) -> None:
     p = Path(path)
     fd, tmp = tempfile.mkstemp(dir=p.parent or ".", prefix=f".{p.name}.")
     try:
-        os.fchmod(fd, 0o600)
+        os.fchmod(fd, KEY_FILE_MODE)
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             json.dump(doc, f, indent=2)
             f.write("\n")
@@ -139,12 +157,16 @@ class KeyTable:
     clock; ``max_senders``: client objects one key may have at once (a power of two). None: the C
     core's defaults (native/src/core/tunables.h: 30 s, 1024).
 
-    File form (JSON, readable by its owner only): ``{"keys": [{"id": 7, "secret": "<64 hex>",
-    "functions": ["vecadd"] or "*", "expires": "2027-01-01T00:00:00Z" or null}, ...], "skew_s": 30}``.
+    ``removed_ids``: the ids of keys taken out of it (without()), never given to another key: a
+    client file of a removed key may still exist, and must not name a new key's id.
+
+    File form (JSON, mode 0600, refused when open to other users): ``{"keys": [{"id": 7, "secret":
+    "<64 hex>", "functions": ["vecadd"] or "*", "expires": "2027-01-01T00:00:00Z" or null}, ...],
+    "skew_s": 30, "removed_ids": [3]}`` (skew_s, max_senders and removed_ids optional).
     """
 
     def __init__(self, keys: Iterable[Key] = (), *, skew: float | None = None, max_senders: int | None = None,
-                 source: str | None = None) -> None:
+                 removed_ids: Iterable[int] = (), source: str | None = None) -> None:
         self.keys = list(keys)
         seen: set[int] = set()
         for k in self.keys:
@@ -153,6 +175,16 @@ class KeyTable:
             if k.id in seen:
                 raise KeyFileError(f"{source or 'key table'}: key id {k.id} twice")
             seen.add(k.id)
+        removed: set[int] = set()
+        for i in removed_ids:
+            if isinstance(i, bool) or not isinstance(i, int) or not 1 <= i <= MAX_KEY_ID:
+                raise KeyFileError(f"{source or 'key table'}: a removed id is a number from 1 to {MAX_KEY_ID}, "
+                                   f"got {i!r}")
+            if i in seen:
+                raise KeyFileError(f"{source or 'key table'}: key id {i} was removed before: an id is never "
+                                   "given to a second key")
+            removed.add(i)
+        self.removed_ids = tuple(sorted(removed))
         if len(self.keys) > _auth.MAX_KEYS:
             raise KeyFileError(f"{source or 'key table'}: at most {_auth.MAX_KEYS} keys")
         if skew is not None and not 0.001 <= skew <= 86400:
@@ -176,19 +208,40 @@ class KeyTable:
                 return k
         raise KeyError(key_id)
 
+    def next_id(self) -> int:
+        """One more than every id the table has held, its keys' and its removed ones (what
+        `splitrpc keys new` gives): an id is never given twice, even after the highest is removed."""
+        return max((*(k.id for k in self.keys), *self.removed_ids), default=0) + 1
+
+    def with_key(self, key: Key) -> "KeyTable":
+        """The table and key (KeyFileError if its id is in the table or among the removed ones)."""
+        return KeyTable([*self.keys, key], skew=self.skew, max_senders=self.max_senders,
+                        removed_ids=self.removed_ids, source=self.source)
+
+    def without(self, key_id: int) -> "KeyTable":
+        """The table less key key_id, its id kept among the removed ones. KeyError if it has no such key."""
+        self.get(key_id)
+        return KeyTable([k for k in self.keys if k.id != key_id], skew=self.skew, max_senders=self.max_senders,
+                        removed_ids=(*self.removed_ids, key_id), source=self.source)
+
     @classmethod
     def from_dict(cls, doc: Any, source: str = "key table") -> "KeyTable":
         if not isinstance(doc, Mapping) or not isinstance(doc.get("keys"), list):
             raise KeyFileError(f"{source}: a key table is an object with a list of keys under \"keys\"")
-        unknown = set(doc) - {"keys", "skew_s", "max_senders"}
+        unknown = set(doc) - {"keys", "skew_s", "max_senders", "removed_ids"}
         if unknown:
             raise KeyFileError(f"{source}: unknown fields {sorted(unknown)}")
         keys = [Key.from_dict(k, f"{source}: keys[{i}]") for i, k in enumerate(doc["keys"])]
-        return cls(keys, skew=doc.get("skew_s"), max_senders=doc.get("max_senders"), source=source)
+        removed = doc.get("removed_ids", [])  # absent from tables that never had a key removed
+        if not isinstance(removed, list):
+            raise KeyFileError(f"{source}: removed_ids must be a list of key ids")
+        return cls(keys, skew=doc.get("skew_s"), max_senders=doc.get("max_senders"), removed_ids=removed,
+                   source=source)
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> "KeyTable":
-        """The table in a JSON file (see the class). Raises KeyFileError naming the entry at fault."""
+        """The table in a JSON file (see the class). Raises KeyFileError naming the entry at fault,
+        or when the file is open to other users (check_private)."""
         return cls.from_dict(_read_json(path), str(path))
 
     def to_dict(self) -> dict[str, Any]:
@@ -197,6 +250,8 @@ class KeyTable:
             doc["skew_s"] = self.skew
         if self.max_senders is not None:
             doc["max_senders"] = self.max_senders
+        if self.removed_ids:  # only then: a table without it stays readable by splitrpc before removed_ids
+            doc["removed_ids"] = list(self.removed_ids)
         return doc
 
     def save(self, path: str | os.PathLike[str]) -> None:
@@ -232,7 +287,8 @@ def save_client_key(key: Key, path: str | os.PathLike[str]) -> None:
 
 def load_key(spec: "Key | tuple[int, bytes] | str | os.PathLike[str]") -> Key:
     """A client's key: a Key, an (id, secret) pair, or a JSON file holding one key ({"id", "secret"})
-    or a key table; ``FILE:ID`` picks key ID from a table of several."""
+    or a key table; ``FILE:ID`` picks key ID from a table of several. A file open to other users is
+    refused (check_private)."""
     if isinstance(spec, Key):
         return spec
     if isinstance(spec, tuple):

@@ -41,7 +41,8 @@ class AuthUnavailable(SplitRPCError):
 
 
 class KeyFileError(SplitRPCError, ValueError):
-    """A key file or key table is malformed: which file and entry, never a secret."""
+    """A key file or key table is malformed, open to other users (chmod 600 it) or would reuse a
+    removed key's id: which file and entry, never a secret."""
 
 
 class RemoteError(SplitRPCError):

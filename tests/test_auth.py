@@ -1,4 +1,4 @@
-"""Authenticated calls (docs/PROTOCOL-v4.md) against a real server on loopback: a client written from the pages (hashlib), forged, changed, truncated, replayed, stale, unsigned, forbidden and expired datagrams each dropped or refused and counted with no call run twice, forged replies dropped by the client, a key reload under load, and key files."""
+"""Authenticated calls (docs/PROTOCOL-v4.md) against a real server on loopback: a client written from the pages (hashlib), forged, changed, truncated, replayed, stale, unsigned, forbidden and expired datagrams each dropped or refused and counted with no call run twice, forged replies dropped by the client, a key reload under load, and key files: refused when open to other users, removed ids never given again, no secret in any repr."""
 import json
 import socket
 import threading
@@ -48,6 +48,12 @@ def served(make_server, keys):
     table = KeyTable([keys["all"], keys["echo_only"], keys["expired"]], skew=0.5)
     srv = make_server(setup, keys=table)
     return srv, runs
+
+
+def write_key_file(path, doc, mode=0o600):
+    """A key file as an operator writes one by hand: JSON, then chmod (a loader refuses one open to others)."""
+    path.write_text(json.dumps(doc))
+    path.chmod(mode)
 
 
 def raw_socket(port):
@@ -371,10 +377,16 @@ def test_a_key_reload_under_load_drops_no_call_in_flight(served, make_client, ke
 def test_reload_refuses_a_bad_table_and_keeps_the_old(served, make_client, keys, tmp_path):
     srv, _ = served
     bad = tmp_path / "bad.json"
-    bad.write_text(json.dumps({"keys": [{"id": 9, "secret": "00" * 32, "functions": ["nope"]}]}))
+    write_key_file(bad, {"keys": [{"id": 9, "secret": "00" * 32, "functions": ["nope"]}]})
     with pytest.raises(splitrpc.KeyFileError, match="does not have: 'nope'"):
         srv.reload_keys(bad)
+    open_to_all = tmp_path / "open.json"
+    KeyTable([keys["spare"]]).save(open_to_all)
+    open_to_all.chmod(0o644)
+    with pytest.raises(splitrpc.KeyFileError, match=f"chmod 600 {open_to_all}"):
+        srv.reload_keys(open_to_all)
     assert make_client(srv.port, key=keys["all"]).call(ECHO, b"still") == b"still"
+    assert srv.stats()["auth"]["reloads"] == 0
 
 
 # ------------------------------------------------------------------ key files, and where secrets never go
@@ -406,10 +418,134 @@ def test_key_files_round_trip_and_errors_never_show_secrets(tmp_path, keys):
                      ({"keys": [{"id": 1, "secret": secret_hex, "colour": 1}]}, "unknown fields"),
                      ({"key": []}, "a list of keys")]:
         p = tmp_path / "bad.json"
-        p.write_text(json.dumps(doc))
+        write_key_file(p, doc)
         with pytest.raises(splitrpc.KeyFileError, match=msg) as e:
             KeyTable.load(p)
         assert secret_hex not in str(e.value) and secret_hex[:-2] not in str(e.value)
+
+
+def test_key_files_open_to_other_users_or_owned_by_another_are_refused(tmp_path, keys):
+    """A key table or client key file that group or others may read or write is refused, naming the
+    file, its mode and the chmod that fixes it (as ssh refuses such a private key); 0600, 0400 and
+    0700 load. One owned by another user than this one or root is refused too."""
+    import os
+    import stat
+
+    from splitrpc.auth import check_private, load_key
+
+    table, client = tmp_path / "keys.json", tmp_path / "client.json"
+    KeyTable([keys["all"], keys["spare"]]).save(table)
+    splitrpc.auth.save_client_key(keys["all"], client)
+    loads = [(table, KeyTable.load), (table, lambda p: load_key(f"{p}:4")), (client, load_key),
+             (client, lambda p: splitrpc.Client("127.0.0.1", 9, key=str(p)))]
+    for mode in (0o644, 0o640, 0o604, 0o620, 0o602, 0o610, 0o601, 0o666):
+        for path, load in loads:
+            path.chmod(mode)
+            with pytest.raises(splitrpc.KeyFileError) as e:
+                load(path)
+            assert f"{path}: mode {mode:04o}" in str(e.value) and f"chmod 600 {path}" in str(e.value)
+    for mode in (0o600, 0o400, 0o700):
+        table.chmod(mode)
+        client.chmod(mode)
+        assert KeyTable.load(table).get(4) == keys["spare"] and load_key(f"{table}:1") == keys["all"]
+        assert load_key(client) == keys["all"]
+    with pytest.raises(splitrpc.KeyFileError, match="owned by uid"):
+        check_private(os.stat_result((stat.S_IFREG | 0o600, 0, 0, 1, os.geteuid() + 1, 0, 0, 0, 0, 0)), "k.json")
+    check_private(os.stat_result((stat.S_IFREG | 0o600, 0, 0, 1, 0, 0, 0, 0, 0, 0)), "k.json")  # root's: fine
+
+
+def test_removed_ids_are_never_given_again(tmp_path, capsys):
+    """`splitrpc keys`: new, new, remove the highest, new gives ids 1, 2, 3 (not 2 again): the table
+    keeps removed ids, and --id refuses one of them; an id never issued, even below the highest,
+    is fine. The same in Python (without, with_key, next_id), and a file with no removals has no
+    removed_ids (older splitrpc reads it)."""
+    from splitrpc.cli import main
+
+    t, cf = tmp_path / "keys.json", lambda n: str(tmp_path / f"c{n}.json")
+
+    def keys_cmd(*args):
+        rc = main(["keys", *args])
+        out = capsys.readouterr()
+        return rc, out.out + out.err
+
+    assert keys_cmd("new", str(t), "--client-out", cf(1))[0] == 0
+    assert keys_cmd("new", str(t), "--client-out", cf(2))[0] == 0
+    assert "removed_ids" not in json.loads(t.read_text())
+    assert keys_cmd("remove", str(t), "--id", "2")[0] == 0
+    assert keys_cmd("new", str(t), "--client-out", cf(3))[0] == 0
+    assert [json.loads(open(cf(n)).read())["id"] for n in (1, 2, 3)] == [1, 2, 3]
+    doc = json.loads(t.read_text())
+    assert [k["id"] for k in doc["keys"]] == [1, 3] and doc["removed_ids"] == [2]
+    rc, text = keys_cmd("new", str(t), "--id", "2", "--client-out", cf(4))
+    assert rc == 2 and "key id 2 was issued before and removed" in text and "leave out --id for 4" in text
+    assert not (tmp_path / "c4.json").exists()
+    assert keys_cmd("remove", str(t), "--id", "3")[0] == 0 and keys_cmd("remove", str(t), "--id", "1")[0] == 0
+    assert keys_cmd("new", str(t), "--client-out", cf(5))[0] == 0  # a table of no keys still knows 1..3
+    assert json.loads(open(cf(5)).read())["id"] == 4
+    assert keys_cmd("new", str(t), "--id", "10", "--client-out", cf(6))[0] == 0
+    assert keys_cmd("new", str(t), "--id", "7", "--client-out", cf(7))[0] == 0  # never issued: fine
+    rc, text = keys_cmd("list", str(t))
+    assert rc == 0 and "3 keys" in text and "next id 11" in text
+
+    table = KeyTable([Key.generate(1), Key.generate(2)])
+    assert "removed_ids" not in table.to_dict() and table.next_id() == 3
+    less = table.without(2)
+    assert less.removed_ids == (2,) and less.next_id() == 3 and less.with_key(Key.generate(3)).next_id() == 4
+    with pytest.raises(splitrpc.KeyFileError, match="key id 2 was removed before"):
+        less.with_key(Key.generate(2))
+    with pytest.raises(KeyError):
+        less.without(2)
+    less.save(tmp_path / "t.json")
+    assert KeyTable.load(tmp_path / "t.json").removed_ids == (2,)
+    for doc, msg in [({"keys": [], "removed_ids": 2}, "a list of key ids"),
+                     ({"keys": [], "removed_ids": [0]}, "from 1"),
+                     ({"keys": [{"id": 2, "secret": "00" * 32}], "removed_ids": [2]}, "removed before")]:
+        with pytest.raises(splitrpc.KeyFileError, match=msg):
+            KeyTable.from_dict(doc)
+
+
+def test_no_repr_or_str_shows_a_secret(tmp_path):
+    """Every object holding a key, built with a known secret: neither its hex (either case), its
+    base64 nor its bytes (raw, or a run of them) are in its repr() or str(), nor in the errors of
+    malformed keys."""
+    import base64
+
+    from splitrpc import aio
+    from splitrpc.gateway.models import Gateway
+
+    secret = b"splitrpc-test-secret-0123456789!"
+    assert len(secret) == splitrpc.auth.SECRET_LEN
+    forms = [secret.hex(), secret.hex().upper(), base64.b64encode(secret).decode(),
+             base64.urlsafe_b64encode(secret).decode(), repr(secret), secret.decode(), secret[8:20].decode(),
+             secret[:12].hex(), base64.b64encode(secret[:12]).decode()]
+    k = Key(7, secret, functions=("echo",))
+    table = KeyTable([k, Key.generate(8)], skew=2.0, removed_ids=[3], source="keys.json")
+    path = tmp_path / "c.json"
+    splitrpc.auth.save_client_key(k, path)
+    client = splitrpc.Client("127.0.0.1", 9, key=k)
+    client_from_file = splitrpc.Client("127.0.0.1", 9, key=f"{path}")
+    objs = [k, table, table.without(8), client, client._native, client_from_file, Gateway(["127.0.0.1:9"], key=k)]
+    pool = splitrpc.Pool([("127.0.0.1", 9)], key=(7, secret), probe_interval=None)
+    objs += [pool, pool._client_kw["key"], *pool.replicas]
+    aclient = aio.Client("127.0.0.1", 9, key=k)
+    objs.append(aclient)
+    errors = []
+    for bad in [lambda: Key(0, secret), lambda: KeyTable([k, k]), lambda: KeyTable([k], removed_ids=[7]),
+                lambda: Key.from_dict({"id": 7, "secret": secret.hex(), "colour": 1}),
+                lambda: Key.from_dict({"id": 7, "secret": secret.hex()[:-2]})]:
+        with pytest.raises(splitrpc.KeyFileError) as e:
+            bad()
+        errors.append(e.value)
+    try:
+        text = "\n".join(f(o) for o in [*objs, *errors] for f in (repr, str))
+        assert "Key(id=7" in text and "KeyTable(ids=[7, 8]" in text
+        for form in forms:
+            assert form not in text, form
+    finally:
+        aclient.close()
+        pool.close()
+        client.close()
+        client_from_file.close()
 
 
 def test_secrets_never_appear_in_describe_stats_or_metrics(served, make_client, keys):

@@ -219,6 +219,31 @@ def test_keyed_replicas_take_only_signed_calls_and_rotate_their_keys(fleet_env):
     replicas.wait_live(ctl, {}, timeout=60)
 
 
+def test_service_repr_counts_keys_and_a_spec_with_keys_must_be_private(tmp_path):
+    """A Service's repr (and str) counts its keys, never shows a secret; `fleet up --spec` refuses a
+    spec holding a key table inline when others may read it (before any cluster starts)."""
+    import base64
+
+    from splitrpc.services.fleet import replicas
+
+    secret = b"splitrpc-test-secret-0123456789!"
+    svc = replicas.Service("keyed", argv=[APP], keys=splitrpc.KeyTable([splitrpc.Key(5, secret), K2]).to_dict())
+    for text in (repr(svc), str(svc)):
+        assert "keys=<2 keys>" in text and "name='keyed'" in text and "grace_s=" in text
+        for form in (secret.hex(), secret.hex().upper(), base64.b64encode(secret).decode(), secret.decode(),
+                     K2.secret.hex()):
+            assert form not in text
+    assert "keys=None" in repr(replicas.Service("open", argv=[APP]))
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({"services": [{"name": "keyed", "argv": [APP]}],
+                                "keys": splitrpc.KeyTable([K1]).to_dict()}))
+    spec.chmod(0o644)
+    r = _cli(["fleet", "up", "--spec", str(spec)], {**os.environ, "XDG_RUNTIME_DIR": str(tmp_path)})
+    assert r.returncode == 2 and f"chmod 600 {spec}" in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert K1.secret.hex() not in r.stdout + r.stderr
+    assert not os.path.exists(tmp_path / "splitrpc" / "fleet.json")  # no cluster was started
+
+
 def test_bad_targets_are_refused(fleet_env):
     replicas, ctl, _ = fleet_env
     ray = replicas.ray

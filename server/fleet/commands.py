@@ -115,9 +115,14 @@ def _up(a) -> int:
 
     if a.spec:
         with open(a.spec) as f:
+            spec_stat = os.fstat(f.fileno())
             spec = json.load(f)
         services_d, target = spec["services"], spec.get("target", {})
         shared = spec.get("keys", a.keys)
+        if any(isinstance(k, dict) for k in (spec.get("keys"), *(d.get("keys") for d in services_d))):
+            from splitrpc.auth import check_private  # a spec holding a key table inline is a key file
+
+            check_private(spec_stat, a.spec)
         services_d = [dict(d, keys=_table(d.get("keys", shared), os.path.dirname(os.path.abspath(a.spec))))
                       for d in services_d]
     else:

@@ -25,7 +25,7 @@ import tempfile
 import threading
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 from splitrpc.services.fleet.cluster import NAMESPACE, connect, import_ray, kind_resource
 
@@ -46,7 +46,7 @@ class FleetError(RuntimeError):
     """A fleet operation that cannot be done: the message says why."""
 
 
-@dataclass
+@dataclass(repr=False)  # __repr__ below: never a secret
 class Service:
     """A model served by the fleet: the arguments of `splitrpc serve` (a target MODULE:ATTR and
     options; address, port, log format and grace are the fleet's), per server kind extra
@@ -66,6 +66,12 @@ class Service:
             from splitrpc.auth import KeyTable
 
             KeyTable.from_dict(self.keys, f"the key table of service {self.name}")
+
+    def __repr__(self) -> str:
+        # the dataclass's repr would print the key table's secrets (hex): its keys are counted instead
+        shown = [f"{f.name}={getattr(self, f.name)!r}" for f in fields(self) if f.name != "keys"]
+        keys = None if self.keys is None else f"<{len(self.keys['keys'])} keys>"
+        return f"Service({', '.join(shown)}, keys={keys})"
 
     def command(self, kind: str) -> tuple[list, dict]:
         k = self.kinds.get(kind, {})

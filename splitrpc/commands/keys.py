@@ -20,7 +20,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser],
     ks = k.add_subparsers(dest="keys_cmd", required=True)
     n = ks.add_parser("new", help="add a key with a fresh random secret to FILE (made if missing, mode 0600)")
     n.add_argument("file", metavar="FILE")
-    n.add_argument("--id", type=int, help="its id, 1 .. 2^32-1 (default: one more than the highest in FILE)")
+    n.add_argument("--id", type=int, help="its id, 1 .. 2^32-1, never one FILE had before (default: one more than "
+                                          "the highest FILE has had, removed keys' too)")
     n.add_argument("--functions", default=ALL, metavar="NAMES",
                    help="what it may call: a comma list of function names or ids, or * for all (default: *)")
     n.add_argument("--expires", metavar="TIME", help="when it stops working: ISO 8601 with a zone (2027-01-01T00:00Z)")
@@ -30,7 +31,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser],
                         "(splitrpc.Client(key=CFILE), splitrpc call/load --key CFILE)")
     ls = ks.add_parser("list", help="the keys of FILE: ids, functions, expiry (never the secrets)")
     ls.add_argument("file", metavar="FILE")
-    rm = ks.add_parser("remove", help="take key ID out of FILE (a server reads it again on SIGHUP)")
+    rm = ks.add_parser("remove", help="take key ID out of FILE (a server reads it again on SIGHUP); FILE keeps "
+                                      "its id among the removed ones, never given again")
     rm.add_argument("file", metavar="FILE")
     rm.add_argument("--id", type=int, required=True)
     k.set_defaults(func=cmd_keys)
@@ -52,19 +54,23 @@ def cmd_keys(a: argparse.Namespace) -> int:
                 raise KeyFileError(f"{a.file}: no such file")
             for key in table:
                 print(_describe(key))
-            print(f"{len(table)} keys; skew {table.skew if table.skew is not None else 'default'}")
+            print(f"{len(table)} keys; skew {table.skew if table.skew is not None else 'default'}; "
+                  f"next id {table.next_id()}")
             return 0
         if a.keys_cmd == "remove":
             if table is None or all(key.id != a.id for key in table):
                 raise KeyFileError(f"{a.file}: no key {a.id}")
-            KeyTable([key for key in table if key.id != a.id], skew=table.skew, max_senders=table.max_senders,
-                     source=table.source).save(a.file)
+            table.without(a.id).save(a.file)
             print(f"key {a.id} removed from {a.file}; a server serving it reads it again on SIGHUP")
             return 0
-        keys = list(table) if table else []
-        key_id = a.id if a.id is not None else max((key.id for key in keys), default=0) + 1
-        if any(key.id == key_id for key in keys):
+        if table is None:  # not `table or`: a table of no keys still holds its removed ids
+            table = KeyTable(source=a.file)
+        key_id = a.id if a.id is not None else table.next_id()
+        if any(key.id == key_id for key in table):
             raise KeyFileError(f"{a.file}: key {key_id} is there already (splitrpc keys remove, or another --id)")
+        if key_id in table.removed_ids:  # a client file of the removed key may still name this id
+            raise KeyFileError(f"{a.file}: key id {key_id} was issued before and removed: an id is never given to "
+                               f"a second key (leave out --id for {table.next_id()})")
         funcs = None if a.functions.strip() == ALL else tuple(
             int(f) if f.strip().isdigit() else f.strip() for f in a.functions.split(",") if f.strip())
         if a.expires and a.days is not None:
@@ -72,9 +78,9 @@ def cmd_keys(a: argparse.Namespace) -> int:
         expires = _parse_expiry(a.expires, "--expires") if a.expires else (
             time.time() + a.days * 86400 if a.days is not None else None)
         key = Key.generate(key_id, funcs, expires)
+        new = table.with_key(key)  # checked before the client file is written
         save_client_key(key, a.client_out)  # first: a table never names a key no client file holds
-        KeyTable(keys + [key], skew=table.skew if table else None, max_senders=table.max_senders if table else None,
-                 source=a.file).save(a.file)
+        new.save(a.file)
         print(f"{_describe(key)}; added to {a.file}, the client's id and secret written to {a.client_out}")
         return 0
     except (KeyFileError, SplitRPCError, ValueError) as e:
