@@ -155,7 +155,7 @@ def _write_private(path: str | os.PathLike[str], doc: Any) -> None:
 class KeyTable:
     """A server's keys. ``skew`` (seconds): how far a datagram's time may be from the server's
     clock; ``max_senders``: client objects one key may have at once (a power of two). None: the C
-    core's defaults (native/src/core/tunables.h: 30 s, 1024).
+    core's defaults (native/src/core/tunables.h: 30 s, 32768).
 
     ``removed_ids``: the ids of keys taken out of it (without()), never given to another key: a
     client file of a removed key may still exist, and must not name a new key's id.
