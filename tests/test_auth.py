@@ -1,5 +1,6 @@
 """Authenticated calls (docs/PROTOCOL-v4.md) against a real server on loopback: a client written from the pages (hashlib), forged, changed, truncated, replayed, stale, unsigned, forbidden and expired datagrams each dropped or refused and counted with no call run twice, forged replies dropped by the client, a key reload under load, and key files: refused when open to other users, removed ids never given again, no secret in any repr."""
 import json
+import os
 import socket
 import threading
 import time
@@ -660,6 +661,128 @@ def test_cli_keys_serve_with_reload_on_sighup_call_and_load(run_env, tmp_path):
         out_, err_ = proc.communicate(timeout=20)
     assert "keys: 1 reloaded from" in out_, out_
     assert not any(s in out_ + err_ for s in secrets_)
+
+
+def _children_of(pid: int) -> list:
+    """The processes whose parent is pid, from /proc (Linux)."""
+    out = []
+    for d in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{d}/stat") as f:
+                if d.isdigit() and int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
+                    out.append(int(d))
+        except (OSError, ValueError, IndexError):
+            continue
+    return out
+
+
+def _running(pid: int) -> bool:
+    """pid exists and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_serve_processes_sighup_reloads_every_child_and_the_parent_stays(tmp_path):
+    """serve --processes 2 --keys (issue 52, finding 4): SIGHUP to the parent reaches every child,
+    one still starting too (it reloads once set up instead of dying); a key removed and SIGHUP:
+    the parent is still there, every child refuses the key, the other key still works on each;
+    SIGTERM then stops them all with exit code 0."""
+    import re
+    import signal
+    import subprocess
+    import sys
+    import urllib.request
+
+    from conftest import free_udp_port
+    from splitrpc.errors import CallTimeout
+    from splitrpc.services import SERVICES
+
+    echo = SERVICES["echo"].func_id
+    ka, kb = Key.generate(1), Key.generate(2)
+    table = tmp_path / "keys.json"
+    KeyTable([ka, kb]).save(table)
+    assert (table.stat().st_mode & 0o777) == 0o600
+    port = free_udp_port()
+    # the environment as it is (PYTHONPATH too): the children import the splitrpc this test imports
+    with open(tmp_path / "stderr", "w") as err:
+        proc = subprocess.Popen([sys.executable, "-m", "splitrpc", "serve", "--processes", "2", "--host", "127.0.0.1",
+                                 "--port", str(port), "--wait", "block", "--keys", str(table), "--admin-port", "0",
+                                 "--grace", "5", "--drain-linger", "0"], stdout=subprocess.PIPE, stderr=err, text=True,
+                                cwd=tmp_path, env=dict(os.environ))
+    lines: list = []
+
+    def read() -> None:
+        for line in proc.stdout:
+            lines.append(line)
+    threading.Thread(target=read, daemon=True).start()
+    out = lambda: "".join(lines) + (tmp_path / "stderr").read_text()  # noqa: E731
+    found = lambda pattern: re.findall(pattern, "".join(lines), re.M)  # noqa: E731
+    kids: list = []
+    clients: list = []
+    try:
+        kids = wait_for(lambda: k if len(k := _children_of(proc.pid)) == 2 else [], timeout=30, interval=0.01)
+        assert len(kids) == 2, out()
+        # at once, while the children start (importing, reading the table): none may die of it
+        proc.send_signal(signal.SIGHUP)
+        # (not r"^\[i\] keys": a reload line may be printed while the child prints another, glued to it)
+        started = lambda: len(found("keys: 2 reloaded")) == 2 and found("^2 processes serving")  # noqa: E731
+        wait_for(lambda: proc.poll() is not None or started(), timeout=60, interval=0.05)
+        assert proc.poll() is None and all(_running(k) for k in kids) and started(), out()
+        urls = {int(i): u for i, u in found(r"^\[([01])\] .*ready: .*?admin: (http://\S+/metrics)")}
+        assert sorted(urls) == [0, 1], out()
+
+        def metric(i: int, name: str) -> float:
+            text = urllib.request.urlopen(urls[i], timeout=10).read().decode()
+            return float(re.search(rf"^{re.escape(name)} (\S+)$", text, re.M).group(1))
+
+        def on_each_child(key, n: int) -> dict:
+            """Clients with key, each known to reach one child (SO_REUSEPORT hashes by address):
+            made until every child has n. The child of one is the one whose count of calls grew."""
+            by: dict = {0: [], 1: []}
+            for _ in range(64):
+                if min(map(len, by.values())) >= n:
+                    break
+                before = {i: metric(i, "splitrpc_calls_total") for i in urls}
+                c = splitrpc.Client("127.0.0.1", port, timeout=10.0, key=key)
+                clients.append(c)
+                assert c.call(echo, b"hello") == b"hello"
+                grew = wait_for(lambda: [i for i in urls if metric(i, "splitrpc_calls_total") > before[i]], 5)
+                assert len(grew) == 1, grew
+                by[grew[0]].append(c)
+            assert min(map(len, by.values())) >= n, by
+            return by
+
+        by_a = on_each_child(ka, 2)
+        KeyTable([kb]).save(table)  # key 1 removed
+        proc.send_signal(signal.SIGHUP)
+        reloaded = lambda: sorted(found(r"\[([01])\] keys: 1 reloaded")) == ["0", "1"]  # noqa: E731
+        wait_for(lambda: proc.poll() is not None or reloaded(), timeout=30, interval=0.05)
+        assert proc.poll() is None and all(_running(k) for k in kids) and reloaded(), out()
+        unknown = 'splitrpc_drops_total{reason="auth_unknown_key"}'
+        before = {i: metric(i, unknown) for i in urls}
+        for i, cs in by_a.items():
+            for c in cs:
+                with pytest.raises(CallTimeout):  # dropped unanswered: auth_unknown_key
+                    c.call(echo, b"removed", timeout=0.5)
+        assert all(metric(i, unknown) > before[i] for i in urls)
+        on_each_child(kb, 1)
+    finally:
+        for c in clients:
+            c.close()
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+        try:
+            code = proc.wait(timeout=30)
+        finally:
+            left = [k for k in kids if _running(k)]
+            for k in left:  # not to outlive the test whatever happened
+                os.kill(k, signal.SIGKILL)
+            if proc.poll() is None:
+                proc.kill()
+    assert code == 0 and not left, f"exit {code}; children left: {left}\n" + out()
 
 
 def test_check_section_auth(tmp_path):

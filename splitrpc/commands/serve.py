@@ -72,7 +72,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser],
                                                    "(others are dropped and counted as not_allowed)")
     s.add_argument("--keys", metavar="FILE",
                    help="take only calls signed with a key of this table (splitrpc keys new; docs/security.md); "
-                        "SIGHUP reads it again without a restart")
+                        "SIGHUP reads it again without a restart (with --processes: SIGHUP the parent)")
     s.add_argument("--processes", type=int, default=1, metavar="N",
                    help="N server processes on one port (SO_REUSEPORT; --admin-port P: process i on P+i)")
     s.add_argument("--reuse-port", action="store_true", help="let other processes bind the same port")
@@ -190,6 +190,14 @@ def _serve_loop(a: argparse.Namespace, srv: Server, served: str, extra: str,
                 events.event("keys", f"keys: not reloaded, the table in use stays: {e}", error=str(e), file=a.keys)
 
         signal.signal(signal.SIGHUP, lambda *_: threading.Thread(target=reload_keys, daemon=True).start())
+        # A --processes parent starts its children with SIGHUP blocked (_serve_processes): one sent while
+        # this process was starting waited, pending, instead of killing it. Taken here, the table is read
+        # again before the server takes a call (the table read at its start may be older than the signal).
+        if signal.sigtimedwait({signal.SIGHUP}, 0) is not None:
+            reload_keys()
+    # From here SIGHUP has its meaning (with --keys a reload; without, the default: the process ends, as a
+    # lone `splitrpc serve` does on a hangup), a pending one too.
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGHUP})
 
     def ready() -> None:
         events.event("ready", f"ready: {len(srv.functions())} functions" +
@@ -251,7 +259,7 @@ def _child_argv(a: argparse.Namespace) -> list[str]:
 def _serve_processes(a: argparse.Namespace) -> int:
     """`splitrpc serve --processes N`: N server processes on one port (SO_REUSEPORT); their
     output prefixed [i]; on SIGINT/SIGTERM they stop and each one's counters and the sum are
-    printed."""
+    printed; SIGHUP is passed on to each (with --keys: each reloads its table)."""
     if a.processes < 1:
         print("--processes must be >= 1", file=sys.stderr)
         return 2
@@ -270,6 +278,7 @@ def _serve_processes(a: argparse.Namespace) -> int:
     procs: list[subprocess.Popen[str]]
     stats: dict[int, dict[str, Any]]
     procs, stats, ready = [], {}, threading.Semaphore(0)
+    signalled = {"hup": 0, "stop": 0}  # signals handled so far, for children started meanwhile
 
     def relay(i: int, p: subprocess.Popen[str]) -> None:
         assert p.stdout is not None  # stdout=subprocess.PIPE
@@ -281,26 +290,61 @@ def _serve_processes(a: argparse.Namespace) -> int:
             if line.startswith("ready:") or line.startswith('{"event": "ready"'):
                 ready.release()
 
-    for i in range(a.processes):
-        admin = [] if a.admin_port is None else ["--admin-port", str(a.admin_port and a.admin_port + i)]
-        # a session of its own: a terminal's Ctrl-C reaches the parent alone, which passes on one SIGTERM
-        # (a child that got both would take the second for "stop at once")
-        p = subprocess.Popen(base + admin, stdout=subprocess.PIPE, text=True, start_new_session=True)
-        procs.append(p)
-        threading.Thread(target=relay, args=(i, p), daemon=True).start()
-    # a list of send_signal's None results, thrown away: a one-line loop, not a value
-    stop: Callable[..., object] = lambda *_: [  # noqa: E731
-        p.send_signal(signal.SIGTERM) for p in procs if p.poll() is None]  # type: ignore[func-returns-value]
+    def forward(sig: signal.Signals) -> None:
+        for p in procs:
+            if p.poll() is None:
+                p.send_signal(sig)
+
+    def stop(*_: object) -> None:  # SIGINT/SIGTERM: each child drains (a second one: each stops at once)
+        signalled["stop"] += 1
+        forward(signal.SIGTERM)
+
+    def hup(*_: object) -> None:  # SIGHUP: each child does with it what a lone `splitrpc serve` does
+        signalled["hup"] += 1
+        forward(signal.SIGHUP)
+
+    # The parent must never die of a signal its children are left serving after (with an old key
+    # table, or for ever), so its handlers come before the first child. SIGHUP is passed on whether or
+    # not there are --keys: without, each child ends of it as a lone `splitrpc serve` does, and so does
+    # the parent once they have; only a SIGHUP ignored already (nohup) stays ignored, by all.
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, stop)
+    if a.keys or signal.getsignal(signal.SIGHUP) != signal.SIG_IGN:
+        signal.signal(signal.SIGHUP, hup)
+    # A child runs Python's default SIGHUP action (death) until _serve_loop has set its own: a handler
+    # does not survive exec, and SIG_IGN would lose a reload asked for after the child had read its
+    # table. So the children start with SIGHUP blocked (a thread's signal mask survives fork and exec):
+    # one sent meanwhile stays pending, and _serve_loop unblocks it once it has its handler. (The relay
+    # threads started meanwhile keep it blocked: harmless, Python runs a handler in the main thread.)
+    old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGHUP})
+    try:
+        for i in range(a.processes):
+            if signalled["stop"]:  # stopped while starting: start no more
+                break
+            admin = [] if a.admin_port is None else ["--admin-port", str(a.admin_port and a.admin_port + i)]
+            seen = dict(signalled)
+            # a session of its own: a terminal's Ctrl-C reaches the parent alone, which passes on one SIGTERM
+            # (a child that got both would take the second for "stop at once")
+            p = subprocess.Popen(base + admin, stdout=subprocess.PIPE, text=True, start_new_session=True)
+            procs.append(p)
+            # A handler that ran while Popen did found p not yet in procs: p gets its signal now. (One that
+            # ran just after the append reached p already: a second reload, or a second SIGTERM to a child
+            # that has no calls yet to drain, does no harm.)
+            if signalled["hup"] != seen["hup"]:
+                p.send_signal(signal.SIGHUP)
+            if signalled["stop"] != seen["stop"]:
+                p.send_signal(signal.SIGTERM)
+            threading.Thread(target=relay, args=(i, p), daemon=True).start()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
     up = 0
-    while up < a.processes and all(p.poll() is None for p in procs):
+    while up < a.processes and len(procs) == a.processes and all(p.poll() is None for p in procs):
         up += ready.acquire(timeout=0.2)
     if up == a.processes:
         print(f"{a.processes} processes serving on {host}:{port} (SO_REUSEPORT: each client address goes to "
               "one of them); Ctrl-C stops", flush=True)
-    else:
-        stop()
+    elif not signalled["stop"]:  # one of them could not start: the others stop too
+        forward(signal.SIGTERM)
     codes = [p.wait() for p in procs]
     time.sleep(0.1)  # the relays print the last lines
     for i in sorted(stats):
