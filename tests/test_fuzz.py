@@ -1,4 +1,4 @@
-"""The libFuzzer harnesses over the server's datagram path (native/fuzz/fuzz_datagrams.c), the same with authentication on (native/fuzz/fuzz_auth.c) and the client's reply path (native/fuzz/fuzz_replies.c), built with clang under ASan+UBSan and run for a bounded number of inputs from the seed corpus in tests/fuzz_corpus; skips, saying why, without clang's libFuzzer."""
+"""The libFuzzer harnesses over the server's datagram path (native/fuzz/fuzz_datagrams.c), the same with authentication on (native/fuzz/fuzz_auth.c), the client's reply path (native/fuzz/fuzz_replies.c) and protocol version 5's handshake and data datagrams (native/fuzz/fuzz_session.c), built with clang under ASan+UBSan and run for a bounded number of inputs from the seed corpus in tests/fuzz_corpus; skips, saying why, without clang's libFuzzer."""
 import pathlib
 import shutil
 import subprocess
@@ -39,7 +39,7 @@ def fuzz_build(tmp_path_factory):
                          capture_output=True, text=True)
     assert cfg.returncode == 0, cfg.stdout[-3000:] + cfg.stderr[-3000:]
     bld = subprocess.run([cmake, "--build", str(build), "-j", "2", "--target", "fuzz_datagrams", "fuzz_replies",
-                          "fuzz_auth"],
+                          "fuzz_auth", "fuzz_session"],
                          capture_output=True, text=True)
     assert bld.returncode == 0, bld.stdout[-3000:] + bld.stderr[-3000:]
     return build
@@ -148,3 +148,36 @@ def test_fuzz_datagram_path_with_authentication_on(fuzz_build, tmp_path):
     for name, body in seeds.items():
         (corpus / name).write_bytes(body)
     _fuzz(fuzz_build / "fuzz_auth", corpus, tmp_path, 20000)
+
+
+def test_fuzz_session_handshake_and_datagrams(fuzz_build, tmp_path):
+    """Seeds: docs/PROTOCOL-v5.md's worked example (as tests/foreign_v5.py makes it) under each
+    reader: its INIT for the server, its ACCEPT, a COOKIE and a NO_SESSION for the client, and its
+    REQUEST and RESPONSE for both sides of the harness's two sessions (whose keys are the
+    example's: the harness makes the same handshake)."""
+    from splitrpc._native import auth as _auth
+
+    if not _auth.available():
+        pytest.skip("libsodium's shared library is not installed (apt-get install libsodium23, as .ci/run does)")
+    pytest.importorskip("cryptography", reason="tests/foreign_v5.py needs the cryptography package ('.[test]')")
+    import foreign_v5 as v5
+
+    psk, ec, es = bytes(range(32)), bytes(range(0x40, 0x60)), bytes(range(0x60, 0x80))
+    init = v5.make_init(psk, 7, ec, 0x010203040506, time_ms=1764331200000)
+    acc, server = v5.make_accept(psk, init, es, 0x1122334455667788, 0)
+    client = v5.open_accept(psk, init, ec, acc)
+    enc_acc, enc_server = v5.make_accept(psk, init, es, 0x1122334455667789, v5.FLAG_ENCRYPT)
+    enc_client = v5.open_accept(psk, init, ec, enc_acc)
+    req = v5.seal(client, v5.header(v5.REQUEST, 1, 1, 4), b"\x01\x02\x03\x04", True)
+    resp = v5.seal(server, v5.header(v5.RESPONSE, 1, 1, 4), b"\x02\x03\x04\x05", False)
+    enc_req = v5.seal(enc_client, v5.header(v5.REQUEST, 1, 1, 5), b"hello", True)
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    seeds = {"init": bytes([0]) + init, "init_forced": bytes([8]) + init, "accept": bytes([1]) + acc,
+             "cookie": bytes([2]) + v5.header(v5.COOKIE, 0, 0x010203040506, 44) + bytes(44),
+             "no_session": bytes([3]) + v5.header(v5.NO_SESSION, 1, 1, 8) + bytes(8),
+             "request": bytes([4 | 16]) + req, "response": bytes([4]) + resp,
+             "encrypted_request": bytes([4 | 8 | 16]) + enc_req}
+    for name, body in seeds.items():
+        (corpus / name).write_bytes(body)
+    _fuzz(fuzz_build / "fuzz_session", corpus, tmp_path, 2000)

@@ -1,57 +1,17 @@
 /* auth.c: version 4's MAC (docs/PROTOCOL-v4.md) over libsodium's keyed BLAKE2b, loaded at first use so that a build and a process without authentication never need it; the trailer. */
 #include "core/auth.h"
 
-#include <dlfcn.h>
 #include <errno.h>
-#include <pthread.h>
 #include <string.h>
 #include <time.h>
 
 #include "core/be.h"
+#include "core/sodium.h"
 #include "core/wire.h"
-
-/* libsodium's entry points that we use (its ABI since 1.0.0: libsodium.so.23 is Debian 12's). */
-static struct {
-    int ok;
-    size_t state_bytes;
-    int (*init)(void *state, const unsigned char *key, size_t keylen, size_t outlen);
-    int (*update)(void *state, const unsigned char *in, unsigned long long inlen);
-    int (*final)(void *state, unsigned char *out, size_t outlen);
-    int (*verify16)(const unsigned char *x, const unsigned char *y);
-    void (*random)(void *buf, size_t size);
-    void (*memzero)(void *pnt, size_t len);
-} so;
-
-#define STATE_MAX 512 /* crypto_generichash_blake2b_state: 384 bytes, 64-aligned (checked at load) */
-
-static void load(void)
-{
-    static const char *const names[] = {"libsodium.so.23", "libsodium.so.26", "libsodium.so"};
-    void *h = NULL;
-    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]) && !h; i++)
-        h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
-    if (!h)
-        return;
-    int (*sodium_init)(void) = (int (*)(void))dlsym(h, "sodium_init");
-    size_t (*statebytes)(void) = (size_t (*)(void))dlsym(h, "crypto_generichash_blake2b_statebytes");
-    so.init = (int (*)(void *, const unsigned char *, size_t, size_t))dlsym(h, "crypto_generichash_blake2b_init");
-    so.update = (int (*)(void *, const unsigned char *, unsigned long long))dlsym(h, "crypto_generichash_blake2b_update");
-    so.final = (int (*)(void *, unsigned char *, size_t))dlsym(h, "crypto_generichash_blake2b_final");
-    so.verify16 = (int (*)(const unsigned char *, const unsigned char *))dlsym(h, "crypto_verify_16");
-    so.random = (void (*)(void *, size_t))dlsym(h, "randombytes_buf");
-    so.memzero = (void (*)(void *, size_t))dlsym(h, "sodium_memzero");
-    if (!sodium_init || !statebytes || !so.init || !so.update || !so.final || !so.verify16 || !so.random ||
-        !so.memzero || sodium_init() < 0)
-        return; /* the handle stays open: harmless, and a later call finds nothing half-loaded */
-    so.state_bytes = statebytes();
-    so.ok = so.state_bytes <= STATE_MAX;
-}
 
 int srpc_auth_available(void)
 {
-    static pthread_once_t once = PTHREAD_ONCE_INIT;
-    pthread_once(&once, load);
-    return so.ok ? 0 : -ENOTSUP;
+    return srpc_sodium() ? 0 : -ENOTSUP;
 }
 
 void srpc_auth_fields(const uint8_t trailer[SRPC_AUTH_TRAILER_LEN], srpc_auth_fields_t *f)
@@ -76,8 +36,9 @@ uint32_t srpc_auth_now_ms(void)
 
 void srpc_auth_wipe(void *p, size_t len)
 {
-    if (so.ok) {
-        so.memzero(p, len);
+    const srpc_sodium_t *so = srpc_sodium();
+    if (so) {
+        so->memzero(p, len);
         return;
     }
     volatile uint8_t *v = p;
@@ -90,14 +51,15 @@ void srpc_auth_wipe(void *p, size_t len)
 static void mac(const uint8_t *secret, const struct iovec *parts, int n, const uint8_t *head,
                 uint8_t tag[SRPC_AUTH_TAG_LEN])
 {
-    _Alignas(64) unsigned char st[STATE_MAX];
-    so.init(st, secret, SRPC_AUTH_SECRET_LEN, SRPC_AUTH_TAG_LEN);
+    const srpc_sodium_t *so = srpc_sodium(); /* loaded: the callers checked */
+    _Alignas(64) unsigned char st[SRPC_SODIUM_STATE_MAX];
+    so->hash_init(st, secret, SRPC_AUTH_SECRET_LEN, SRPC_AUTH_TAG_LEN);
     for (int i = 0; i < n; i++)
         if (parts[i].iov_len)
-            so.update(st, parts[i].iov_base, parts[i].iov_len);
-    so.update(st, head, SRPC_AUTH_OFF_TAG);
-    so.final(st, tag, SRPC_AUTH_TAG_LEN);
-    so.memzero(st, so.state_bytes);
+            so->hash_update(st, parts[i].iov_base, parts[i].iov_len);
+    so->hash_update(st, head, SRPC_AUTH_OFF_TAG);
+    so->hash_final(st, tag, SRPC_AUTH_TAG_LEN);
+    so->memzero(st, so->hash_state_bytes);
 }
 
 int srpc_auth_sign_at(uint32_t key_id, const uint8_t *secret, uint64_t sender, uint64_t counter, uint32_t time_ms,
@@ -130,14 +92,14 @@ int srpc_auth_check(const uint8_t *secret, const uint8_t *hdr, const uint8_t *da
     const struct iovec parts[2] = {{(void *)hdr, SRPC_HDR_LEN}, {(void *)data, dlen}};
     uint8_t tag[SRPC_AUTH_TAG_LEN];
     mac(secret, parts, 2, trailer, tag);
-    return so.verify16(tag, trailer + SRPC_AUTH_OFF_TAG) == 0;
+    return srpc_sodium()->verify16(tag, trailer + SRPC_AUTH_OFF_TAG) == 0;
 }
 
 int srpc_auth_random(void *buf, size_t len)
 {
     if (srpc_auth_available() < 0)
         return -ENOTSUP;
-    so.random(buf, len);
+    srpc_sodium()->random(buf, len);
     return 0;
 }
 
@@ -151,7 +113,7 @@ int srpc_auth_sender_init(srpc_auth_sender_t *s, uint32_t key_id, const uint8_t 
     s->key_id = key_id;
     memcpy(s->secret, secret, len);
     do
-        so.random(&s->sender, sizeof(s->sender));
+        srpc_sodium()->random(&s->sender, sizeof(s->sender));
     while (s->sender == 0);
     return 0;
 }

@@ -6,20 +6,16 @@
 #include <string.h>
 
 #include "core/mix64.h"
+#include "core/replay.h"
 #include "core/tunables.h"
 #include "splitrpc_server.h"
 
-#define WIN_WORDS (SRPC_AUTH_WINDOW / 64)
-_Static_assert(SRPC_AUTH_WINDOW % 64 == 0 && SRPC_AUTH_WINDOW >= 64, "the window is whole 64-bit words");
-
-/* One sender's window: bit i of bits is counter top - i (i < SRPC_AUTH_WINDOW), set when taken.
- * 32 + SRPC_AUTH_WINDOW / 8 bytes. */
+/* One sender's window (core/replay.h) and when it was last heard. */
 struct srpc_sender_win {
     uint64_t sender; /* 0: a free place */
-    uint64_t top;
     uint64_t seen_ms; /* monotonic ms of its last datagram taken */
     uint64_t time_hi; /* the newest time (wall ms, whole) of a datagram it took */
-    uint64_t bits[WIN_WORDS];
+    srpc_replay_t win;
 };
 
 int srpc_keytab_create(uint32_t max_senders, uint32_t skew_ms, srpc_keytab_t **out)
@@ -162,41 +158,6 @@ int srpc_keytab_verify(const srpc_keytab_t *t, const uint8_t *hdr, const uint8_t
     return 0;
 }
 
-/* Moves the window up by s (the new top is s above the old): bit i becomes bit i + s. */
-static void win_shift(uint64_t *bits, uint64_t s)
-{
-    if (s >= SRPC_AUTH_WINDOW) {
-        memset(bits, 0, WIN_WORDS * sizeof(uint64_t));
-        return;
-    }
-    const unsigned w = (unsigned)(s / 64), b = (unsigned)(s % 64);
-    for (int i = WIN_WORDS - 1; i >= 0; i--) {
-        uint64_t v = i - (int)w >= 0 ? bits[i - w] << b : 0;
-        if (b && i - (int)w - 1 >= 0)
-            v |= bits[i - w - 1] >> (64 - b);
-        bits[i] = v;
-    }
-}
-
-/* 0 and marks counter c as taken, or SRPC_DROP_AUTH_REPLAY. */
-static int win_take(srpc_sender_win_t *w, uint64_t c)
-{
-    if (c > w->top) {
-        win_shift(w->bits, c - w->top);
-        w->top = c;
-        w->bits[0] |= 1;
-        return 0;
-    }
-    const uint64_t off = w->top - c;
-    if (off >= SRPC_AUTH_WINDOW)
-        return SRPC_DROP_AUTH_REPLAY;
-    const uint64_t bit = 1ull << (off % 64);
-    if (w->bits[off / 64] & bit)
-        return SRPC_DROP_AUTH_REPLAY;
-    w->bits[off / 64] |= bit;
-    return 0;
-}
-
 /* The place of sender in k's windows, or NULL; *room: the first place a new sender may take
  * (free, or silent past forget on the monotonic clock), or NULL. Double hashing (a step of its
  * own per sender), so that runs of taken places do not merge as with linear probing. Places are
@@ -269,7 +230,7 @@ int srpc_keytab_commit(srpc_keytab_t *t, srpc_key_t *key, const srpc_auth_fields
     srpc_sender_win_t *room;
     srpc_sender_win_t *w = probe(key, f->sender, mono_ms, t->forget_ms, &room);
     if (w) {
-        int r = win_take(w, f->counter);
+        int r = srpc_replay_take(&w->win, f->counter) == 0 ? 0 : SRPC_DROP_AUTH_REPLAY;
         if (r == 0) {
             w->seen_ms = mono_ms;
             if (time > w->time_hi)
@@ -297,8 +258,7 @@ int srpc_keytab_commit(srpc_keytab_t *t, srpc_key_t *key, const srpc_auth_fields
     }
     memset(room, 0, sizeof(*room));
     room->sender = f->sender;
-    room->top = f->counter;
-    room->bits[0] = 1;
+    srpc_replay_take(&room->win, f->counter); /* the first of an empty window */
     room->seen_ms = mono_ms;
     room->time_hi = time;
     key->last_ms = mono_ms;

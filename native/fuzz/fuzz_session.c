@@ -1,0 +1,74 @@
+/* fuzz_session.c: libFuzzer harness over protocol version 5's parsing (core/session.c, docs/PROTOCOL-v5.md): an INIT as a server reads it (fields, mac1, cookie_mac, the ACCEPT it makes), an ACCEPT, a COOKIE and a NO_SESSION as a client reads them, and data datagrams opened by both sides of an authenticating and an encrypting session; the input's first byte picks the reader (its low 3 bits) and its options (bits 3 and 4), the rest is the datagram. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/session.h"
+
+static uint8_t psk[32], e_c[32], e_s[32], init[SRPC_V5_INIT_LEN];
+static srpc_v5_keys_t keys[2]; /* authenticating, encrypting */
+
+int LLVMFuzzerInitialize(int *argc, char ***argv)
+{
+    (void)argc, (void)argv;
+    for (int i = 0; i < 32; i++)
+        psk[i] = (uint8_t)i, e_c[i] = (uint8_t)(0x40 + i), e_s[i] = (uint8_t)(0x60 + i);
+    if (srpc_v5_available() < 0 || srpc_v5_init_make(init, psk, 7, 0x010203040506ull, e_c, 1764331200000ull, 0, NULL))
+        abort();
+    uint8_t acc[SRPC_V5_ACCEPT_LEN];
+    if (srpc_v5_accept_make(acc, &keys[0], init, psk, e_s, 0x1122334455667788ull, 0) ||
+        srpc_v5_accept_make(acc, &keys[1], init, psk, e_s, 0x1122334455667789ull, SRPC_V5_FLAG_ENCRYPT))
+        abort();
+    return 0;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *in, size_t n)
+{
+    if (n < 1 || n > 1 + 65535)
+        return 0;
+    const unsigned op = in[0];
+    const uint8_t *d = in + 1;
+    const size_t len = n - 1;
+    uint8_t *copy = malloc(len ? len : 1); /* exactly the datagram: ASan sees any read past it */
+    if (!copy)
+        return 0;
+    memcpy(copy, d, len);
+    switch (op & 7) { /* 0..3, or 4..7: a data datagram; bits 3 and 4 choose within */
+    case 0: { /* an INIT, as a server reads it */
+        srpc_v5_init_t f;
+        if (srpc_v5_init_parse(copy, len, &f) == 0) {
+            uint8_t cookie[16] = {1}, acc[SRPC_V5_ACCEPT_LEN];
+            srpc_v5_keys_t k;
+            (void)srpc_v5_init_cookie_ok(copy, cookie);
+            if (srpc_v5_init_mac1_ok(copy, psk) || (op & 8))
+                (void)srpc_v5_accept_make(acc, &k, copy, psk, e_s, 42, f.flags);
+        }
+        break;
+    }
+    case 1: { /* an ACCEPT answering our INIT */
+        srpc_v5_keys_t k;
+        (void)srpc_v5_accept_open(&k, init, e_c, psk, copy, len);
+        break;
+    }
+    case 2: { /* a COOKIE answering it */
+        uint8_t cookie[16];
+        (void)srpc_v5_cookie_open(cookie, init, psk, copy, len);
+        break;
+    }
+    case 3: { /* a NO_SESSION */
+        uint64_t s, r;
+        uint16_t f;
+        (void)srpc_v5_no_session_parse(copy, len, &s, &f, &r);
+        break;
+    }
+    default: /* a data datagram of either session, to either side */
+        if (len >= SRPC_HDR_LEN + SRPC_V5_TRAILER_LEN) {
+            const uint32_t dl = (uint32_t)(len - SRPC_HDR_LEN - SRPC_V5_TRAILER_LEN);
+            const srpc_v5_keys_t *k = &keys[(op >> 3) & 1];
+            (void)srpc_v5_open(k, (op >> 4) & 1, copy, copy + SRPC_HDR_LEN, dl, copy + SRPC_HDR_LEN + dl);
+        }
+        break;
+    }
+    free(copy);
+    return 0;
+}

@@ -1,0 +1,127 @@
+/* session.h: protocol version 5 (docs/PROTOCOL-v5.md): the handshake's datagrams (INIT, ACCEPT, COOKIE, NO_SESSION), a session's keys, and sealing and opening data datagrams, over libsodium (core/sodium.h). Functions of their arguments alone: no clock, no table, no socket (the server and the client keep their sessions). Any thread. */
+#ifndef SRPC_SESSION_H
+#define SRPC_SESSION_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+#include "core/wire.h"
+
+#define SRPC_VERSION_5 5
+/* Types of version 5 beyond REQUEST, RESPONSE and ERROR. */
+#define SRPC_V5_INIT 3
+#define SRPC_V5_ACCEPT 4
+#define SRPC_V5_COOKIE 5
+#define SRPC_V5_NO_SESSION 6
+/* Their bodies (after the 22-byte header) and whole lengths. */
+#define SRPC_V5_INIT_BODY 80
+#define SRPC_V5_ACCEPT_BODY 64
+#define SRPC_V5_COOKIE_BODY 44
+#define SRPC_V5_NO_SESSION_BODY 8
+#define SRPC_V5_INIT_LEN (SRPC_HDR_LEN + SRPC_V5_INIT_BODY)
+#define SRPC_V5_ACCEPT_LEN (SRPC_HDR_LEN + SRPC_V5_ACCEPT_BODY)
+#define SRPC_V5_COOKIE_LEN (SRPC_HDR_LEN + SRPC_V5_COOKIE_BODY)
+#define SRPC_V5_NO_SESSION_LEN (SRPC_HDR_LEN + SRPC_V5_NO_SESSION_BODY)
+/* A data datagram's trailer: session 8, counter 8, tag 16. */
+#define SRPC_V5_TRAILER_LEN 32
+#define SRPC_V5_FLAG_ENCRYPT 1u
+#define SRPC_V5_KEY_LEN 32   /* psk, session keys, X25519 keys */
+#define SRPC_V5_COOKIE_LEN_RAW 16
+/* No counter at or above this is sent or taken (the page: below 2^62). */
+#define SRPC_V5_MAX_COUNTER (1ull << 62)
+_Static_assert(SRPC_V5_ACCEPT_LEN <= SRPC_V5_INIT_LEN && SRPC_V5_COOKIE_LEN <= SRPC_V5_INIT_LEN,
+               "no answer to an INIT is larger than the INIT (no amplification)");
+_Static_assert(SRPC_V5_NO_SESSION_LEN < SRPC_HDR_LEN + SRPC_V5_TRAILER_LEN,
+               "NO_SESSION is smaller than any data datagram it answers");
+
+/* A session's keys, as either side holds them. */
+typedef struct srpc_v5_keys {
+    uint64_t session;               /* its id, never 0 */
+    uint8_t c2s[SRPC_V5_KEY_LEN];   /* requests */
+    uint8_t s2c[SRPC_V5_KEY_LEN];   /* replies */
+    uint8_t encrypt;                /* 1: the data is encrypted, else authenticated only */
+} srpc_v5_keys_t;
+
+/* An INIT's fields (what a server reads before it knows the psk). */
+typedef struct srpc_v5_init {
+    uint64_t hs_id;                 /* the handshake id (the header's req_id) */
+    uint32_t key_id;
+    uint8_t e[SRPC_V5_KEY_LEN];     /* e_c */
+    uint64_t time_ms;
+    uint32_t flags;
+} srpc_v5_init_t;
+
+/* 0 when libsodium has what version 5 needs, else -ENOTSUP. */
+int srpc_v5_available(void);
+
+/* A fresh X25519 key pair (an ephemeral key of one handshake). 0 or -ENOTSUP. */
+int srpc_v5_keypair(uint8_t priv[SRPC_V5_KEY_LEN], uint8_t pub[SRPC_V5_KEY_LEN]);
+
+/* The client's INIT into out: handshake id hs_id (48 bits, not 0), key key_id with secret psk,
+ * its ephemeral private key e_priv, time_ms, flags, and cookie (16 bytes of a COOKIE answer) or
+ * NULL. 0, -EINVAL or -ENOTSUP. */
+int srpc_v5_init_make(uint8_t out[SRPC_V5_INIT_LEN], const uint8_t psk[SRPC_V5_KEY_LEN], uint32_t key_id,
+                      uint64_t hs_id, const uint8_t e_priv[SRPC_V5_KEY_LEN], uint64_t time_ms, uint32_t flags,
+                      const uint8_t *cookie);
+
+/* The fields of an INIT of len bytes at d (header, length, type and fields checked): 0, or
+ * -EBADMSG for anything else. Reads only d: hostile input. */
+int srpc_v5_init_parse(const uint8_t *d, size_t len, srpc_v5_init_t *f);
+
+/* 1 when the parsed INIT's mac1 is right for psk, else 0 (constant time). */
+int srpc_v5_init_mac1_ok(const uint8_t init[SRPC_V5_INIT_LEN], const uint8_t psk[SRPC_V5_KEY_LEN]);
+
+/* 1 when the parsed INIT's cookie_mac is right for cookie, else 0 (constant time). */
+int srpc_v5_init_cookie_ok(const uint8_t init[SRPC_V5_INIT_LEN], const uint8_t cookie[SRPC_V5_COOKIE_LEN_RAW]);
+
+/* The server's ACCEPT of a checked INIT into out, and the session's keys into *k: its ephemeral
+ * private key e_priv, the session id (not 0), flags (SRPC_V5_FLAG_ENCRYPT). 0; -EPROTO when
+ * the INIT's e_c gives an all-zero secret (the INIT is dropped); -EINVAL, -ENOTSUP. dh and the
+ * key schedule's middle values are wiped. */
+int srpc_v5_accept_make(uint8_t out[SRPC_V5_ACCEPT_LEN], srpc_v5_keys_t *k, const uint8_t init[SRPC_V5_INIT_LEN],
+                        const uint8_t psk[SRPC_V5_KEY_LEN], const uint8_t e_priv[SRPC_V5_KEY_LEN], uint64_t session,
+                        uint32_t flags);
+
+/* The client's session from an ACCEPT of len bytes at d answering its INIT init (made with
+ * e_priv and psk): 0 with *k set; -EBADMSG when d is not that answer (header, length, handshake
+ * id, key_id, session 0, confirm, an all-zero secret). Reads d as hostile input. */
+int srpc_v5_accept_open(srpc_v5_keys_t *k, const uint8_t init[SRPC_V5_INIT_LEN], const uint8_t e_priv[SRPC_V5_KEY_LEN],
+                        const uint8_t psk[SRPC_V5_KEY_LEN], const uint8_t *d, size_t len);
+
+/* The cookie of source address src for the server's cookie secret: H(secret, address || port, 16). */
+void srpc_v5_cookie_value(uint8_t cookie[SRPC_V5_COOKIE_LEN_RAW], const uint8_t secret[SRPC_V5_KEY_LEN],
+                          const struct sockaddr *src);
+
+/* The server's COOKIE answering init (key psk) with cookie into out. 0, -ENOTSUP. */
+int srpc_v5_cookie_make(uint8_t out[SRPC_V5_COOKIE_LEN], const uint8_t init[SRPC_V5_INIT_LEN],
+                        const uint8_t psk[SRPC_V5_KEY_LEN], const uint8_t cookie[SRPC_V5_COOKIE_LEN_RAW]);
+
+/* The client's cookie from a COOKIE of len bytes at d answering its INIT init: 0, or -EBADMSG. */
+int srpc_v5_cookie_open(uint8_t cookie[SRPC_V5_COOKIE_LEN_RAW], const uint8_t init[SRPC_V5_INIT_LEN],
+                        const uint8_t psk[SRPC_V5_KEY_LEN], const uint8_t *d, size_t len);
+
+/* The NO_SESSION answering a data datagram whose header is h and whose trailer names session. */
+void srpc_v5_no_session_make(uint8_t out[SRPC_V5_NO_SESSION_LEN], const srpc_hdr_t *h, uint64_t session);
+
+/* A NO_SESSION's fields: 0, or -EBADMSG. */
+int srpc_v5_no_session_parse(const uint8_t *d, size_t len, uint64_t *session, uint16_t *func_id, uint64_t *req_id);
+
+/* Seals a data datagram of session k: its 22-byte header hdr (a REQUEST when to_server, else a
+ * RESPONSE or ERROR) and its len data bytes at data, which an encrypting session encrypts in
+ * place; writes the trailer (session, counter, tag). 0, -EINVAL (counter 0 or too large), -ENOTSUP. */
+int srpc_v5_seal(const srpc_v5_keys_t *k, int to_server, uint64_t counter, const uint8_t hdr[SRPC_HDR_LEN],
+                 uint8_t *data, uint32_t len, uint8_t trailer[SRPC_V5_TRAILER_LEN]);
+
+/* Opens a data datagram of session k (the trailer's session must be k's: the caller found k by
+ * it): 0 when its tag is right, the data then decrypted in place in an encrypting session;
+ * -EBADMSG when not (the data left as it came). Does not look at the counter's freshness (the
+ * caller's window, core/replay.h, after this). Constant time in the tag's comparison. */
+int srpc_v5_open(const srpc_v5_keys_t *k, int to_server, const uint8_t hdr[SRPC_HDR_LEN], uint8_t *data,
+                 uint32_t len, const uint8_t trailer[SRPC_V5_TRAILER_LEN]);
+
+/* The trailer's session and counter. */
+uint64_t srpc_v5_trailer_session(const uint8_t trailer[SRPC_V5_TRAILER_LEN]);
+uint64_t srpc_v5_trailer_counter(const uint8_t trailer[SRPC_V5_TRAILER_LEN]);
+
+#endif

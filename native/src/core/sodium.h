@@ -1,0 +1,38 @@
+/* sodium.h: libsodium, loaded at first use (dlopen) so that a build and a process without authentication never need it: the one table of the entry points versions 4 and 5 use (keyed BLAKE2b, X25519, ChaCha20 and Poly1305, random bytes, wiping). */
+#ifndef SRPC_SODIUM_H
+#define SRPC_SODIUM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define SRPC_SODIUM_STATE_MAX 512 /* a BLAKE2b state: 384 bytes, 64-aligned; Poly1305's: 256 (checked at load) */
+
+/* The entry points (libsodium's ABI since 1.0.12: libsodium.so.23 is Debian 12's). */
+typedef struct srpc_sodium {
+    size_t hash_state_bytes, poly_state_bytes;
+    /* keyed BLAKE2b (RFC 7693), incremental and in one call */
+    int (*hash_init)(void *state, const unsigned char *key, size_t keylen, size_t outlen);
+    int (*hash_update)(void *state, const unsigned char *in, unsigned long long inlen);
+    int (*hash_final)(void *state, unsigned char *out, size_t outlen);
+    int (*hash)(unsigned char *out, size_t outlen, const unsigned char *in, unsigned long long inlen,
+                const unsigned char *key, size_t keylen);
+    int (*verify16)(const unsigned char *x, const unsigned char *y); /* constant time: 0 when equal */
+    void (*random)(void *buf, size_t size);
+    void (*memzero)(void *pnt, size_t len);
+    /* version 5: X25519 (RFC 7748), the ChaCha20 stream and Poly1305 of RFC 8439 */
+    int v5; /* 1 when the entry points below are there */
+    int (*x25519)(unsigned char *q, const unsigned char *n, const unsigned char *p);
+    int (*x25519_base)(unsigned char *q, const unsigned char *n);
+    int (*chacha20)(unsigned char *c, unsigned long long clen, const unsigned char *n, const unsigned char *k);
+    int (*chacha20_xor_ic)(unsigned char *c, const unsigned char *m, unsigned long long mlen, const unsigned char *n,
+                           uint32_t ic, const unsigned char *k);
+    int (*poly_init)(void *state, const unsigned char *key);
+    int (*poly_update)(void *state, const unsigned char *in, unsigned long long inlen);
+    int (*poly_final)(void *state, unsigned char *out);
+} srpc_sodium_t;
+
+/* The library's entry points, or NULL when it cannot be loaded (or lacks those of version 4).
+ * Loaded once; any thread. */
+const srpc_sodium_t *srpc_sodium(void);
+
+#endif

@@ -1,0 +1,286 @@
+/* test_session.c: protocol version 5's handshake and data datagrams (core/session.c) against docs/PROTOCOL-v5.md's worked example (its bytes made by tests/foreign_v5.py over OpenSSL's ChaCha20-Poly1305, through the `cryptography` package), libsodium's own AEAD, and hostile input: every one-bit change refused, replays, low-order keys, wrong answers. */
+#include <dlfcn.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "check.h"
+#include "core/replay.h"
+#include "core/session.h"
+
+/* The worked example (docs/PROTOCOL-v5.md), as tests/foreign_v5.py makes it (psk 00..1f, key 7,
+ * e_c_priv 40..5f, e_s_priv 60..7f, time 1764331200000; EX_INIT_COOKIE: handshake id
+ * 0x010203040508 with the cookie a0..af). */
+static const uint8_t EX_INIT[102] = {0xa5, 0x53, 0x00, 0x00, 0x0a, 0x9c, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00, 0x50, 0x00, 0x00, 0x00, 0x00, 0x00, 0x07, 0x79, 0xa6, 0x31, 0xee, 0xde, 0x1b, 0xf9, 0xc9, 0x8f, 0x12, 0x03, 0x2c, 0xde, 0xad, 0xd0, 0xe7, 0xa0, 0x79, 0x39, 0x8f, 0xc7, 0x86, 0xb8, 0x8c, 0xc8, 0x46, 0xec, 0x89, 0xaf, 0x85, 0xa5, 0x1a, 0x00, 0x00, 0x01, 0x9a, 0xca, 0x55, 0x9e, 0x00, 0x00, 0x00, 0x00, 0x00, 0x42, 0xf8, 0x0f, 0x07, 0x9c, 0xba, 0x10, 0xe2, 0x5f, 0x44, 0x15, 0xd5, 0x10, 0x70, 0x97, 0x4a, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00};
+static const uint8_t EX_ACCEPT[86] = {0xa5, 0x54, 0x00, 0x00, 0x40, 0x7f, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00, 0x40, 0x00, 0x00, 0x00, 0x00, 0x00, 0x07, 0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77, 0x88, 0x67, 0x5d, 0xd5, 0x74, 0xed, 0x77, 0x89, 0x31, 0x0b, 0x3d, 0x2e, 0x76, 0x81, 0xf3, 0x79, 0x0b, 0x46, 0x6c, 0x77, 0x3b, 0x15, 0x21, 0xfe, 0xcf, 0x36, 0x57, 0x79, 0x58, 0x37, 0x1e, 0xa5, 0x2f, 0x00, 0x00, 0x00, 0x00, 0xa7, 0xff, 0x43, 0x6d, 0xdf, 0x8f, 0x6b, 0xec, 0x7a, 0xa3, 0x35, 0x9d, 0x0d, 0x36, 0xb1, 0xb7};
+static const uint8_t EX_C2S[32] = {0xdc, 0x56, 0xd3, 0xe8, 0x33, 0xde, 0xde, 0x78, 0x57, 0x8a, 0x6f, 0x9d, 0xd5, 0x3e, 0x38, 0x83, 0x4e, 0x37, 0xcc, 0xda, 0xd3, 0xe8, 0x7d, 0xe9, 0x67, 0xe1, 0x1f, 0x5a, 0x20, 0xb1, 0x12, 0x96};
+static const uint8_t EX_S2C[32] = {0xbc, 0x82, 0xf0, 0xa1, 0x61, 0xf2, 0xcc, 0xab, 0x0b, 0xab, 0xdb, 0xce, 0x8e, 0x24, 0x55, 0xc3, 0x41, 0xd5, 0x33, 0xae, 0xfe, 0x16, 0x52, 0x3c, 0x8e, 0x81, 0x6c, 0x7a, 0x9a, 0x12, 0xa5, 0x16};
+static const uint8_t EX_REQ[58] = {0xa5, 0x50, 0x00, 0x01, 0x72, 0x59, 0x00, 0x00, 0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00, 0x04, 0x00, 0x00, 0x01, 0x02, 0x03, 0x04, 0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77, 0x88, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x01, 0x34, 0xd1, 0xc0, 0x23, 0x31, 0xea, 0xff, 0x9d, 0x6b, 0xb6, 0xc3, 0x6d, 0xe4, 0x3d, 0x63, 0x2a};
+static const uint8_t EX_RESP[58] = {0xa5, 0x51, 0x00, 0x01, 0xa7, 0xaf, 0x00, 0x00, 0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00, 0x04, 0x00, 0x00, 0x02, 0x03, 0x04, 0x05, 0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77, 0x88, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x01, 0xc4, 0x24, 0xef, 0xbc, 0xd4, 0x9f, 0x98, 0x62, 0x5b, 0xaa, 0xd7, 0x38, 0xea, 0x29, 0x86, 0xff};
+static const uint8_t EX_INIT_ENC[102] = {0xa5, 0x53, 0x00, 0x00, 0xd2, 0xd5, 0x01, 0x02, 0x03, 0x04, 0x05, 0x07, 0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00, 0x50, 0x00, 0x00, 0x00, 0x00, 0x00, 0x07, 0x79, 0xa6, 0x31, 0xee, 0xde, 0x1b, 0xf9, 0xc9, 0x8f, 0x12, 0x03, 0x2c, 0xde, 0xad, 0xd0, 0xe7, 0xa0, 0x79, 0x39, 0x8f, 0xc7, 0x86, 0xb8, 0x8c, 0xc8, 0x46, 0xec, 0x89, 0xaf, 0x85, 0xa5, 0x1a, 0x00, 0x00, 0x01, 0x9a, 0xca, 0x55, 0x9e, 0x00, 0x00, 0x00, 0x00, 0x01, 0xc4, 0x04, 0xa0, 0xfd, 0x5f, 0xa8, 0x8b, 0x3c, 0x1d, 0x5f, 0x9c, 0xe6, 0x78, 0x58, 0x8a, 0xcc, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00};
+static const uint8_t EX_ACCEPT_ENC[86] = {0xa5, 0x54, 0x00, 0x00, 0x98, 0x36, 0x01, 0x02, 0x03, 0x04, 0x05, 0x07, 0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00, 0x40, 0x00, 0x00, 0x00, 0x00, 0x00, 0x07, 0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77, 0x89, 0x67, 0x5d, 0xd5, 0x74, 0xed, 0x77, 0x89, 0x31, 0x0b, 0x3d, 0x2e, 0x76, 0x81, 0xf3, 0x79, 0x0b, 0x46, 0x6c, 0x77, 0x3b, 0x15, 0x21, 0xfe, 0xcf, 0x36, 0x57, 0x79, 0x58, 0x37, 0x1e, 0xa5, 0x2f, 0x00, 0x00, 0x00, 0x01, 0x62, 0xde, 0x57, 0x79, 0xbb, 0x53, 0x98, 0x01, 0xe8, 0xbb, 0x5b, 0x65, 0xce, 0xb4, 0x22, 0x7e};
+static const uint8_t EX_REQ_ENC[58] = {0xa5, 0x50, 0x00, 0x01, 0x72, 0x59, 0x00, 0x00, 0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00, 0x04, 0x00, 0x00, 0x63, 0x80, 0xa6, 0xe3, 0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77, 0x89, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x01, 0x9c, 0x79, 0x16, 0xde, 0x5c, 0x10, 0x28, 0x88, 0xdf, 0x4a, 0x7d, 0x2b, 0xcb, 0x86, 0x4d, 0xeb};
+static const uint8_t EX_INIT_COOKIE[102] = {0xa5, 0x53, 0x00, 0x00, 0x59, 0xe6, 0x01, 0x02, 0x03, 0x04, 0x05, 0x08, 0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00, 0x50, 0x00, 0x00, 0x00, 0x00, 0x00, 0x07, 0x79, 0xa6, 0x31, 0xee, 0xde, 0x1b, 0xf9, 0xc9, 0x8f, 0x12, 0x03, 0x2c, 0xde, 0xad, 0xd0, 0xe7, 0xa0, 0x79, 0x39, 0x8f, 0xc7, 0x86, 0xb8, 0x8c, 0xc8, 0x46, 0xec, 0x89, 0xaf, 0x85, 0xa5, 0x1a, 0x00, 0x00, 0x01, 0x9a, 0xca, 0x55, 0x9e, 0x00, 0x00, 0x00, 0x00, 0x00, 0x2d, 0xf6, 0x00, 0xc5, 0x13, 0x34, 0x0e, 0x6e, 0x44, 0xa6, 0x8d, 0x6b, 0x10, 0xdb, 0xc3, 0x84, 0x8c, 0x6c, 0x9b, 0x4e, 0xd2, 0x0d, 0xc6, 0x6c, 0x5a, 0x86, 0x13, 0x54, 0xe2, 0xe2, 0xa3, 0x2f};
+
+static uint8_t PSK[32], EC[32], ES[32];
+
+static void test_example(void)
+{
+    uint8_t init[SRPC_V5_INIT_LEN], acc[SRPC_V5_ACCEPT_LEN];
+    CHECK(srpc_v5_init_make(init, PSK, 7, 0x010203040506ull, EC, 1764331200000ull, 0, NULL) == 0 &&
+              memcmp(init, EX_INIT, sizeof(init)) == 0,
+          "the example's INIT");
+    srpc_v5_init_t f;
+    CHECK(srpc_v5_init_parse(init, sizeof(init), &f) == 0 && f.key_id == 7 && f.hs_id == 0x010203040506ull &&
+              f.time_ms == 1764331200000ull && f.flags == 0 && memcmp(f.e, EX_INIT + 26, 32) == 0,
+          "its fields");
+    CHECK(srpc_v5_init_mac1_ok(init, PSK) == 1, "its mac1");
+    srpc_v5_keys_t s, c;
+    CHECK(srpc_v5_accept_make(acc, &s, init, PSK, ES, 0x1122334455667788ull, 0) == 0 &&
+              memcmp(acc, EX_ACCEPT, sizeof(acc)) == 0,
+          "the example's ACCEPT");
+    CHECK(memcmp(s.c2s, EX_C2S, 32) == 0 && memcmp(s.s2c, EX_S2C, 32) == 0 && !s.encrypt &&
+              s.session == 0x1122334455667788ull,
+          "the server's keys");
+    CHECK(srpc_v5_accept_open(&c, init, EC, PSK, acc, sizeof(acc)) == 0 && c.session == s.session &&
+              memcmp(c.c2s, s.c2s, 32) == 0 && memcmp(c.s2c, s.s2c, 32) == 0 && c.encrypt == s.encrypt,
+          "the client's keys are the server's");
+    /* The REQUEST, sealed and opened. */
+    uint8_t req[sizeof(EX_REQ)];
+    memcpy(req, EX_REQ, SRPC_HDR_LEN + 4); /* header and data */
+    CHECK(srpc_v5_seal(&c, 1, 1, req, req + SRPC_HDR_LEN, 4, req + SRPC_HDR_LEN + 4) == 0 &&
+              memcmp(req, EX_REQ, sizeof(req)) == 0,
+          "the example's REQUEST");
+    CHECK(srpc_v5_open(&s, 1, req, req + SRPC_HDR_LEN, 4, req + SRPC_HDR_LEN + 4) == 0, "opened by the server");
+    CHECK(srpc_v5_open(&s, 0, req, req + SRPC_HDR_LEN, 4, req + SRPC_HDR_LEN + 4) == -EBADMSG,
+          "not as a reply: the directions have their own keys");
+    uint8_t resp[sizeof(EX_RESP)];
+    memcpy(resp, EX_RESP, sizeof(resp));
+    CHECK(srpc_v5_open(&c, 0, resp, resp + SRPC_HDR_LEN, 4, resp + SRPC_HDR_LEN + 4) == 0 &&
+              memcmp(resp, EX_RESP, sizeof(resp)) == 0,
+          "the example's RESPONSE opened by the client");
+    /* The encrypting session. */
+    CHECK(srpc_v5_init_make(init, PSK, 7, 0x010203040507ull, EC, 1764331200000ull, SRPC_V5_FLAG_ENCRYPT, NULL) == 0 &&
+              memcmp(init, EX_INIT_ENC, sizeof(init)) == 0,
+          "INIT asking for encryption");
+    CHECK(srpc_v5_accept_make(acc, &s, init, PSK, ES, 0x1122334455667789ull, SRPC_V5_FLAG_ENCRYPT) == 0 &&
+              memcmp(acc, EX_ACCEPT_ENC, sizeof(acc)) == 0 && s.encrypt,
+          "ACCEPT of an encrypting session");
+    CHECK(srpc_v5_accept_open(&c, init, EC, PSK, acc, sizeof(acc)) == 0 && c.encrypt, "the client's");
+    uint8_t enc[sizeof(EX_REQ_ENC)];
+    memcpy(enc, EX_REQ, SRPC_HDR_LEN + 4);
+    CHECK(srpc_v5_seal(&c, 1, 1, enc, enc + SRPC_HDR_LEN, 4, enc + SRPC_HDR_LEN + 4) == 0 &&
+              memcmp(enc, EX_REQ_ENC, sizeof(enc)) == 0,
+          "the example's encrypted REQUEST");
+    CHECK(srpc_v5_open(&s, 1, enc, enc + SRPC_HDR_LEN, 4, enc + SRPC_HDR_LEN + 4) == 0 &&
+              memcmp(enc + SRPC_HDR_LEN, EX_REQ + SRPC_HDR_LEN, 4) == 0,
+          "decrypted by the server to the data");
+    static const uint8_t cookie[16] = {0xa0, 0xa1, 0xa2, 0xa3, 0xa4, 0xa5, 0xa6, 0xa7,
+                                       0xa8, 0xa9, 0xaa, 0xab, 0xac, 0xad, 0xae, 0xaf};
+    CHECK(srpc_v5_init_make(init, PSK, 7, 0x010203040508ull, EC, 1764331200000ull, 0, cookie) == 0 &&
+              memcmp(init, EX_INIT_COOKIE, sizeof(init)) == 0 && srpc_v5_init_cookie_ok(init, cookie) == 1 &&
+              srpc_v5_init_mac1_ok(init, PSK) == 1,
+          "INIT with a cookie");
+}
+
+/* Data datagrams against libsodium's own ChaCha20-Poly1305 (one call, whole associated data):
+ * the pieces-wise construction is RFC 8439's, for lengths around every padding boundary. */
+static void test_aead_as_libsodium(void)
+{
+    void *h = dlopen("libsodium.so.23", RTLD_NOW | RTLD_LOCAL);
+    if (!h)
+        h = dlopen("libsodium.so", RTLD_NOW | RTLD_LOCAL);
+    typedef int (*enc_fn)(unsigned char *, unsigned char *, unsigned long long *, const unsigned char *,
+                          unsigned long long, const unsigned char *, unsigned long long, const unsigned char *,
+                          const unsigned char *, const unsigned char *);
+    enc_fn enc = h ? (enc_fn)dlsym(h, "crypto_aead_chacha20poly1305_ietf_encrypt_detached") : NULL;
+    CHECK(enc != NULL, "libsodium's AEAD");
+    if (!enc)
+        return;
+    srpc_v5_keys_t k = {.session = 0x0102030405060708ull};
+    for (int i = 0; i < 32; i++)
+        k.c2s[i] = (uint8_t)(3 * i + 1), k.s2c[i] = (uint8_t)(5 * i + 2);
+    static uint8_t buf[SRPC_HDR_LEN + 2000 + SRPC_V5_TRAILER_LEN], ad[SRPC_HDR_LEN + 2000 + 16], data[2000],
+        out[2000];
+    unsigned bad = 0;
+    for (uint32_t len = 0; len < 200; len++)
+        for (int encrypting = 0; encrypting < 2; encrypting++) {
+            k.encrypt = (uint8_t)encrypting;
+            for (uint32_t i = 0; i < SRPC_HDR_LEN + len; i++)
+                buf[i] = (uint8_t)(i * 7 + len);
+            memcpy(data, buf + SRPC_HDR_LEN, len);
+            uint8_t *tr = buf + SRPC_HDR_LEN + len;
+            const uint64_t counter = 1000 + len;
+            srpc_v5_seal(&k, 1, counter, buf, buf + SRPC_HDR_LEN, len, tr);
+            uint8_t nonce[12] = {0}, tag[16];
+            for (int b = 0; b < 8; b++)
+                nonce[4 + b] = (uint8_t)(counter >> (56 - 8 * b));
+            unsigned long long tl = 0;
+            if (encrypting) {
+                memcpy(ad, buf, SRPC_HDR_LEN);
+                memcpy(ad + SRPC_HDR_LEN, tr, 16);
+                enc(out, tag, &tl, data, len, ad, SRPC_HDR_LEN + 16, NULL, nonce, k.c2s);
+                bad += memcmp(out, buf + SRPC_HDR_LEN, len) != 0 || memcmp(tag, tr + 16, 16) != 0;
+            } else {
+                memcpy(ad, buf, SRPC_HDR_LEN + len);
+                memcpy(ad + SRPC_HDR_LEN + len, tr, 16);
+                enc(out, tag, &tl, NULL, 0, ad, SRPC_HDR_LEN + len + 16, NULL, nonce, k.c2s);
+                bad += memcmp(tag, tr + 16, 16) != 0 || memcmp(data, buf + SRPC_HDR_LEN, len) != 0;
+            }
+            bad += srpc_v5_open(&k, 1, buf, buf + SRPC_HDR_LEN, len, tr) != 0 ||
+                   memcmp(data, buf + SRPC_HDR_LEN, len) != 0;
+        }
+    CHECK(bad == 0, "%u of 400 datagrams differ from libsodium's AEAD or do not open", bad);
+}
+
+/* Hostile input: every one-bit change of a datagram, an INIT or an ACCEPT is refused. */
+static void test_every_bit(void)
+{
+    srpc_v5_keys_t s, c;
+    uint8_t init[SRPC_V5_INIT_LEN], acc[SRPC_V5_ACCEPT_LEN];
+    srpc_v5_init_make(init, PSK, 7, 0x010203040506ull, EC, 1764331200000ull, 0, NULL);
+    srpc_v5_accept_make(acc, &s, init, PSK, ES, 0x1122334455667788ull, 0);
+    unsigned missed = 0;
+    for (size_t i = 0; i < sizeof(acc); i++)
+        for (int b = 0; b < 8; b++) {
+            acc[i] ^= (uint8_t)(1u << b);
+            missed += srpc_v5_accept_open(&c, init, EC, PSK, acc, sizeof(acc)) != -EBADMSG;
+            acc[i] ^= (uint8_t)(1u << b);
+        }
+    CHECK(missed == 0, "%u one-bit changes of an ACCEPT taken", missed);
+    missed = 0;
+    srpc_v5_init_t f;
+    for (size_t i = 0; i < sizeof(init); i++)
+        for (int b = 0; b < 8; b++) {
+            init[i] ^= (uint8_t)(1u << b);
+            /* a change of the cookie_mac (no cookie asked for) is the one mac1 does not cover */
+            missed += i < SRPC_HDR_LEN + 64 && srpc_v5_init_parse(init, sizeof(init), &f) == 0 &&
+                      srpc_v5_init_mac1_ok(init, PSK) == 1;
+            init[i] ^= (uint8_t)(1u << b);
+        }
+    CHECK(missed == 0, "%u one-bit changes of an INIT passed its mac1", missed);
+    CHECK(srpc_v5_init_parse(init, sizeof(init) - 1, &f) == -EBADMSG &&
+              srpc_v5_init_parse(init, sizeof(init) + 0, &f) == 0,
+          "an INIT of another length");
+    uint8_t other[32];
+    memcpy(other, PSK, 32);
+    other[0] ^= 1;
+    CHECK(srpc_v5_init_mac1_ok(init, other) == 0, "mac1 of another key");
+    CHECK(srpc_v5_accept_open(&c, init, EC, other, acc, sizeof(acc)) == -EBADMSG,
+          "an ACCEPT made with another key's psk");
+    for (int encrypting = 0; encrypting < 2; encrypting++) {
+        s.encrypt = (uint8_t)encrypting;
+        uint8_t d[SRPC_HDR_LEN + 40 + SRPC_V5_TRAILER_LEN], keep[sizeof(d)];
+        for (size_t i = 0; i < SRPC_HDR_LEN + 40; i++)
+            d[i] = (uint8_t)i;
+        srpc_v5_seal(&s, 0, 9, d, d + SRPC_HDR_LEN, 40, d + SRPC_HDR_LEN + 40);
+        memcpy(keep, d, sizeof(d));
+        missed = 0;
+        for (size_t i = 0; i < sizeof(d); i++)
+            for (int b = 0; b < 8; b++) {
+                memcpy(d, keep, sizeof(d));
+                d[i] ^= (uint8_t)(1u << b);
+                missed += srpc_v5_open(&s, 0, d, d + SRPC_HDR_LEN, 40, d + SRPC_HDR_LEN + 40) != -EBADMSG;
+            }
+        memcpy(d, keep, sizeof(d));
+        d[SRPC_HDR_LEN + 40 + 20] ^= 1; /* the tag */
+        CHECK(srpc_v5_open(&s, 0, d, d + SRPC_HDR_LEN, 40, d + SRPC_HDR_LEN + 40) == -EBADMSG &&
+                  memcmp(d + SRPC_HDR_LEN, keep + SRPC_HDR_LEN, 40) == 0,
+              "a refused datagram's data is left as it came");
+        CHECK(missed == 0, "%u one-bit changes of a %s datagram taken", missed, encrypting ? "encrypted" : "signed");
+        memcpy(d, keep, sizeof(d));
+        CHECK(srpc_v5_open(&s, 0, d, d + SRPC_HDR_LEN, 39, d + SRPC_HDR_LEN + 39) == -EBADMSG,
+              "a datagram one byte short");
+    }
+    uint8_t t[SRPC_V5_TRAILER_LEN] = {0};
+    CHECK(srpc_v5_seal(&s, 0, 0, EX_REQ, NULL, 0, t) == -EINVAL &&
+              srpc_v5_seal(&s, 0, SRPC_V5_MAX_COUNTER, EX_REQ, NULL, 0, t) == -EINVAL,
+          "counter 0 and 2^62 are never sent");
+}
+
+/* A low-order point as e_c or e_s gives an all-zero secret: no session. */
+static void test_low_order_keys(void)
+{
+    uint8_t init[SRPC_V5_INIT_LEN], acc[SRPC_V5_ACCEPT_LEN];
+    srpc_v5_keys_t s, c;
+    srpc_v5_init_make(init, PSK, 7, 5, EC, 1, 0, NULL);
+    memset(init + SRPC_HDR_LEN + 4, 0, 32); /* e_c = 0, the point of order 1 (mac1 is not checked here) */
+    CHECK(srpc_v5_accept_make(acc, &s, init, PSK, ES, 9, 0) == -EPROTO, "e_c of order 1 refused");
+    init[SRPC_HDR_LEN + 4] = 1; /* e_c = 1: order 4 */
+    CHECK(srpc_v5_accept_make(acc, &s, init, PSK, ES, 9, 0) == -EPROTO, "e_c of small order refused");
+    srpc_v5_init_make(init, PSK, 7, 5, EC, 1, 0, NULL);
+    CHECK(srpc_v5_accept_make(acc, &s, init, PSK, ES, 9, 0) == 0, "a good INIT");
+    memset(acc + SRPC_HDR_LEN + 12, 0, 32);
+    CHECK(srpc_v5_accept_open(&c, init, EC, PSK, acc, sizeof(acc)) == -EBADMSG, "e_s of order 1 refused");
+}
+
+/* The server's other answers: COOKIE and NO_SESSION, and what a client takes of them. */
+static void test_cookie_and_no_session(void)
+{
+    uint8_t init[SRPC_V5_INIT_LEN], ck[SRPC_V5_COOKIE_LEN], secret[32] = {9}, cookie[16], got[16];
+    srpc_v5_init_make(init, PSK, 7, 77, EC, 1764331200000ull, 0, NULL);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(5000), .sin_addr = {htonl(0x7f000001)}};
+    struct sockaddr_in b = a;
+    b.sin_port = htons(5001);
+    srpc_v5_cookie_value(cookie, secret, (struct sockaddr *)&a);
+    srpc_v5_cookie_value(got, secret, (struct sockaddr *)&b);
+    CHECK(memcmp(cookie, got, 16) != 0, "another port, another cookie");
+    CHECK(srpc_v5_cookie_make(ck, init, PSK, cookie) == 0 && srpc_v5_cookie_open(got, init, PSK, ck, sizeof(ck)) == 0 &&
+              memcmp(got, cookie, 16) == 0,
+          "a COOKIE opened by its client");
+    uint8_t init2[SRPC_V5_INIT_LEN];
+    srpc_v5_init_make(init2, PSK, 7, 77, ES, 1764331200000ull, 0, NULL); /* same id, another mac1 */
+    CHECK(srpc_v5_cookie_open(got, init2, PSK, ck, sizeof(ck)) == -EBADMSG, "not for another INIT");
+    uint8_t other[32];
+    memcpy(other, PSK, 32);
+    other[31] ^= 0x80;
+    CHECK(srpc_v5_cookie_open(got, init, other, ck, sizeof(ck)) == -EBADMSG, "not with another key");
+    uint8_t withc[SRPC_V5_INIT_LEN];
+    srpc_v5_init_make(withc, PSK, 7, 78, EC, 1764331200000ull, 0, cookie);
+    CHECK(srpc_v5_init_cookie_ok(withc, cookie) == 1 && srpc_v5_init_cookie_ok(init, cookie) == 0,
+          "an INIT with the cookie passes, one without does not");
+    srpc_hdr_t h = {.version = 5, .type = SRPC_REQUEST, .func_id = 12, .req_id = 0xabcdef, .nseg = 1};
+    uint8_t ns[SRPC_V5_NO_SESSION_LEN];
+    srpc_v5_no_session_make(ns, &h, 0x55aa);
+    uint64_t sess = 0, rid = 0;
+    uint16_t fid = 0;
+    CHECK(srpc_v5_no_session_parse(ns, sizeof(ns), &sess, &fid, &rid) == 0 && sess == 0x55aa && fid == 12 &&
+              rid == 0xabcdef,
+          "NO_SESSION names the session and the call");
+    ns[5] ^= 1;
+    CHECK(srpc_v5_no_session_parse(ns, sizeof(ns), &sess, &fid, &rid) == -EBADMSG, "its header check");
+}
+
+/* A session's replay window (core/replay.h). */
+static void test_window(void)
+{
+    srpc_replay_t w;
+    memset(&w, 0, sizeof(w));
+    CHECK(srpc_replay_take(&w, 0) == -1, "counter 0");
+    CHECK(srpc_replay_take(&w, 1) == 0 && srpc_replay_take(&w, 1) == -1, "1, then 1 again");
+    CHECK(srpc_replay_take(&w, 3) == 0 && srpc_replay_take(&w, 2) == 0 && srpc_replay_take(&w, 2) == -1,
+          "overtaken within the window");
+    CHECK(srpc_replay_take(&w, 3 + SRPC_AUTH_WINDOW) == 0 && srpc_replay_fresh(&w, 3) == 0 &&
+              srpc_replay_fresh(&w, 4) == 1,
+          "behind the window: refused; its last place: fresh");
+}
+
+int main(void)
+{
+    for (int i = 0; i < 32; i++)
+        PSK[i] = (uint8_t)i, EC[i] = (uint8_t)(0x40 + i), ES[i] = (uint8_t)(0x60 + i);
+    if (srpc_v5_available() < 0) {
+        printf("# libsodium (with X25519, ChaCha20 and Poly1305) not found: version 5 not tested\n");
+        printf("1 passed, 0 failed\n");
+        return 0;
+    }
+    test_example();
+    test_aead_as_libsodium();
+    test_every_bit();
+    test_low_order_keys();
+    test_cookie_and_no_session();
+    test_window();
+    printf("%d passed, %d failed\n", passed, failed);
+    return failed != 0;
+}

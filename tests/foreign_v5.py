@@ -1,0 +1,172 @@
+"""foreign_v5.py: protocol version 5 (sessions) written from docs/PROTOCOL-v5.md alone: the handshake, the session keys, data datagrams and the server's small answers, over hashlib's BLAKE2b and the `cryptography` package's X25519 and ChaCha20-Poly1305 (RFC 7748, RFC 8439)."""
+import hashlib
+import hmac
+import os
+import time
+
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
+from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
+from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat, PrivateFormat, NoEncryption
+
+from foreign_client import HDR, pack, unpack
+
+VERSION = 5
+REQUEST, RESPONSE, ERROR, INIT, ACCEPT, COOKIE, NO_SESSION = range(7)
+HDR_LEN = 22
+INIT_BODY, ACCEPT_BODY, COOKIE_BODY, NO_SESSION_BODY = 80, 64, 44, 8
+TRAILER = 32                       # session 8, counter 8, tag 16
+FLAG_ENCRYPT = 1
+WINDOW = 1024
+
+
+def h(key: bytes | None, msg: bytes, n: int) -> bytes:
+    """BLAKE2b with a digest of n bytes, keyed with key (None: unkeyed)."""
+    return hashlib.blake2b(msg, key=key or b"", digest_size=n).digest()
+
+
+def x25519_public(priv: bytes) -> bytes:
+    return X25519PrivateKey.from_private_bytes(priv).public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
+
+
+def x25519(priv: bytes, pub: bytes) -> bytes:
+    """The shared secret; ValueError for a peer key whose result is all zero (a low-order point)."""
+    return X25519PrivateKey.from_private_bytes(priv).exchange(X25519PublicKey.from_public_bytes(pub))
+
+
+def mac1_key(psk: bytes) -> bytes:
+    return h(psk, b"splitrpc v5 mac1", 32)
+
+
+def cookie_key(psk: bytes) -> bytes:
+    return h(psk, b"splitrpc v5 cookie", 32)
+
+
+def header(typ: int, func_id: int, req_id: int, msg_len: int, seq: int = 0, nseg: int = 1, aux: int = 0) -> bytes:
+    return pack(VERSION, typ, func_id, req_id, seq, nseg, msg_len, aux)
+
+
+def make_init(psk: bytes, key_id: int, e_priv: bytes, hs_id: int, time_ms: int | None = None,
+              flags: int = 0, cookie: bytes | None = None) -> bytes:
+    """The 102-byte INIT: header, key_id, e_c, time, flags, mac1, cookie_mac."""
+    t = int(time.time() * 1000) if time_ms is None else time_ms
+    d = header(INIT, 0, hs_id, INIT_BODY) + key_id.to_bytes(4, "big") + x25519_public(e_priv) + \
+        t.to_bytes(8, "big") + flags.to_bytes(4, "big")
+    d += h(mac1_key(psk), d, 16)
+    return d + (h(cookie, d, 16) if cookie else bytes(16))
+
+
+class Session:
+    """One side's keys of a session: k_c2s, k_s2c, its id, whether it encrypts."""
+
+    def __init__(self, session_id: int, k_c2s: bytes, k_s2c: bytes, encrypt: bool):
+        self.id, self.k_c2s, self.k_s2c, self.encrypt = session_id, k_c2s, k_s2c, encrypt
+        self.sent = 0            # this side's counter (the last used)
+        self.seen: set = set()   # counters taken from the other side (a test's window: a set)
+        self.top = 0
+
+
+def derive(psk: bytes, dh: bytes, th: bytes) -> tuple[bytes, bytes, bytes]:
+    prk = h(psk, b"splitrpc v5 prk" + dh + th, 32)
+    return h(prk, b"splitrpc v5 c2s", 32), h(prk, b"splitrpc v5 s2c", 32), h(prk, b"splitrpc v5 confirm", 32)
+
+
+def make_accept(psk: bytes, init: bytes, e_priv: bytes, session_id: int, flags: int) -> tuple[bytes, Session]:
+    """The server's 86-byte ACCEPT of a checked INIT, and its session."""
+    fields = unpack(init, VERSION)
+    key_id = init[HDR_LEN:HDR_LEN + 4]
+    e_c = init[HDR_LEN + 4:HDR_LEN + 36]
+    d = header(ACCEPT, 0, fields[3], ACCEPT_BODY) + key_id + session_id.to_bytes(8, "big") + \
+        x25519_public(e_priv) + flags.to_bytes(4, "big")
+    th = h(None, init + d, 32)
+    k_c2s, k_s2c, k_conf = derive(psk, x25519(e_priv, e_c), th)
+    return d + h(k_conf, th, 16), Session(session_id, k_c2s, k_s2c, bool(flags & FLAG_ENCRYPT))
+
+
+def open_accept(psk: bytes, init: bytes, e_priv: bytes, accept: bytes) -> Session | None:
+    """The client's session from the server's ACCEPT of its INIT, or None when it is not one."""
+    if len(accept) != HDR_LEN + ACCEPT_BODY:
+        return None
+    f = unpack(accept, VERSION)
+    fi = unpack(init, VERSION)
+    if f is None or f[0] != 0xA5 or f[1] != (VERSION << 4 | ACCEPT) or f[3] != fi[3] or f[6] != ACCEPT_BODY or \
+            accept[HDR_LEN:HDR_LEN + 4] != init[HDR_LEN:HDR_LEN + 4]:
+        return None
+    session_id = int.from_bytes(accept[HDR_LEN + 4:HDR_LEN + 12], "big")
+    e_s = accept[HDR_LEN + 12:HDR_LEN + 44]
+    flags = int.from_bytes(accept[HDR_LEN + 44:HDR_LEN + 48], "big")
+    th = h(None, init + accept[:HDR_LEN + 48], 32)
+    try:
+        k_c2s, k_s2c, k_conf = derive(psk, x25519(e_priv, e_s), th)
+    except ValueError:
+        return None
+    if session_id == 0 or not hmac.compare_digest(h(k_conf, th, 16), accept[-16:]):
+        return None
+    return Session(session_id, k_c2s, k_s2c, bool(flags & FLAG_ENCRYPT))
+
+
+def nonce(counter: int) -> bytes:
+    return bytes(4) + counter.to_bytes(8, "big")
+
+
+def seal(s: Session, hdr: bytes, data: bytes, to_server: bool, counter: int | None = None) -> bytes:
+    """A data datagram of session s: header, body (the data, or its ciphertext), session, counter, tag."""
+    if counter is None:
+        s.sent += 1
+        counter = s.sent
+    key = s.k_c2s if to_server else s.k_s2c
+    ids = s.id.to_bytes(8, "big") + counter.to_bytes(8, "big")
+    aead = ChaCha20Poly1305(key)
+    if s.encrypt:
+        ct = aead.encrypt(nonce(counter), data, hdr + ids)
+        return hdr + ct[:-16] + ids + ct[-16:]
+    return hdr + data + ids + aead.encrypt(nonce(counter), b"", hdr + data + ids)
+
+
+def open_(s: Session, dgram: bytes, to_server: bool) -> bytes | None:
+    """The data of a datagram of session s (tag right, counter new: taken), or None."""
+    if len(dgram) < HDR_LEN + TRAILER or int.from_bytes(dgram[-32:-24], "big") != s.id:
+        return None
+    counter = int.from_bytes(dgram[-24:-16], "big")
+    if counter == 0 or counter in s.seen or counter + WINDOW <= s.top:
+        return None
+    hdr, body, ids, tag = dgram[:HDR_LEN], dgram[HDR_LEN:-32], dgram[-32:-16], dgram[-16:]
+    aead = ChaCha20Poly1305(s.k_c2s if to_server else s.k_s2c)
+    try:
+        if s.encrypt:
+            data = aead.decrypt(nonce(counter), body + tag, hdr + ids)
+        else:
+            aead.decrypt(nonce(counter), tag, hdr + body + ids)
+            data = body
+    except InvalidTag:
+        return None
+    s.seen.add(counter)
+    s.top = max(s.top, counter)
+    return data
+
+
+def open_cookie(psk: bytes, init: bytes, reply: bytes) -> bytes | None:
+    """The 16-byte cookie of a COOKIE answering init, or None."""
+    if len(reply) != HDR_LEN + COOKIE_BODY:
+        return None
+    f = unpack(reply, VERSION)
+    if f is None or f[1] != (VERSION << 4 | COOKIE) or f[3] != unpack(init, VERSION)[3]:
+        return None
+    n, box = reply[HDR_LEN:HDR_LEN + 12], reply[HDR_LEN + 12:]
+    try:
+        return ChaCha20Poly1305(cookie_key(psk)).decrypt(n, box, init[HDR_LEN + 48:HDR_LEN + 64])
+    except InvalidTag:
+        return None
+
+
+def private_key() -> bytes:
+    return X25519PrivateKey.generate().private_bytes(Encoding.Raw, PrivateFormat.Raw, NoEncryption())
+
+
+def random_id() -> int:
+    """A 48-bit handshake id, never 0."""
+    return int.from_bytes(os.urandom(6), "big") or 1
+
+
+__all__ = ["HDR", "VERSION", "REQUEST", "RESPONSE", "ERROR", "INIT", "ACCEPT", "COOKIE", "NO_SESSION", "make_init",
+           "make_accept", "open_accept", "seal", "open_", "open_cookie", "private_key", "random_id", "Session"]

@@ -1,0 +1,55 @@
+"""Protocol version 5 (docs/PROTOCOL-v5.md): the page's worked example is what its reference implementation (tests/foreign_v5.py, over the `cryptography` package's OpenSSL) makes, byte for byte, and what that implementation takes: every item of the example, both sessions, both directions; a replay and any one-bit change refused. (native/tests/test_session.c holds the C core to the same bytes.)"""
+import pathlib
+import re
+
+import pytest
+
+pytest.importorskip("cryptography", reason="tests/foreign_v5.py needs the cryptography package ('.[test]')")
+import foreign_v5 as v5  # noqa: E402
+
+PAGE = pathlib.Path(__file__).resolve().parents[1] / "docs" / "PROTOCOL-v5.md"
+PSK, EC, ES = bytes(range(32)), bytes(range(0x40, 0x60)), bytes(range(0x60, 0x80))
+TIME = 1764331200000
+
+
+def _example() -> tuple[list[bytes], dict[str, bytes]]:
+    """The page's worked example: its code blocks (hex bytes, comments dropped) and its inline
+    `name = hex` values."""
+    text = PAGE.read_text()
+    section = text[text.index("## Worked example"):text.index("## What version 5 protects")]
+    blocks = []
+    for block in re.findall(r"```\n(.*?)```", section, re.S):
+        hexes = []
+        for line in block.splitlines():
+            hexes += re.findall(r"\b[0-9a-f]{2}\b", line.split("   ")[0] if "   " in line else line)
+        blocks.append(bytes(int(x, 16) for x in hexes))
+    inline = {m.group(1): bytes.fromhex(m.group(2).replace(" ", ""))
+              for m in re.finditer(r"^(\w+) = `([0-9a-f ]+)`", section, re.M)}
+    return blocks, inline
+
+
+def test_the_pages_example_is_what_the_reference_makes():
+    blocks, inline = _example()
+    init = v5.make_init(PSK, 7, EC, 0x010203040506, time_ms=TIME)
+    acc, server = v5.make_accept(PSK, init, ES, 0x1122334455667788, 0)
+    client = v5.open_accept(PSK, init, EC, acc)
+    req = v5.seal(client, v5.header(v5.REQUEST, 1, 1, 4), b"\x01\x02\x03\x04", True)
+    resp = v5.seal(server, v5.header(v5.RESPONSE, 1, 1, 4), b"\x02\x03\x04\x05", False)
+    init2 = v5.make_init(PSK, 7, EC, 0x010203040507, time_ms=TIME, flags=v5.FLAG_ENCRYPT)
+    acc2, server2 = v5.make_accept(PSK, init2, ES, 0x1122334455667789, v5.FLAG_ENCRYPT)
+    client2 = v5.open_accept(PSK, init2, EC, acc2)
+    enc = v5.seal(client2, v5.header(v5.REQUEST, 1, 1, 4), b"\x01\x02\x03\x04", True)
+    assert blocks == [init, acc, req, resp, enc]
+    assert inline["e_c"] == v5.x25519_public(EC) and inline["e_s"] == v5.x25519_public(ES)
+    assert inline["k_c2s"] == client.k_c2s == server.k_c2s and inline["k_s2c"] == client.k_s2c == server.k_s2c
+    assert len(init) == 102 and len(acc) == 86 and len(req) == 58
+    # Taken by the other side once, and only once; any one-bit change refused.
+    assert v5.open_(server, req, True) == b"\x01\x02\x03\x04" and v5.open_(server, req, True) is None
+    assert v5.open_(server2, enc, True) == b"\x01\x02\x03\x04"
+    fresh = v5.Session(server.id, server.k_c2s, server.k_s2c, False)
+    for i in range(len(req)):
+        for b in range(8):
+            bad = bytearray(req)
+            bad[i] ^= 1 << b
+            assert v5.open_(fresh, bytes(bad), True) is None, (i, b)
+    assert v5.open_(fresh, resp, True) is None  # a reply is not a request: the directions have their own keys
