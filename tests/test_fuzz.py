@@ -174,6 +174,7 @@ def test_fuzz_session_handshake_and_datagrams(fuzz_build, tmp_path):
     corpus = tmp_path / "corpus"
     corpus.mkdir()
     seeds = {"init": bytes([0]) + init, "init_forced": bytes([8]) + init, "accept": bytes([1]) + acc,
+             "init_at_sessions": bytes([5]) + init,
              "cookie": bytes([2]) + v5.header(v5.COOKIE, 0, 0x010203040506, 44) + bytes(44),
              "no_session": bytes([3]) + v5.header(v5.NO_SESSION, 1, 1, 8) + bytes(8),
              "request": bytes([4 | 16]) + req, "response": bytes([4]) + resp,

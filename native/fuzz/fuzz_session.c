@@ -1,12 +1,18 @@
-/* fuzz_session.c: libFuzzer harness over protocol version 5's parsing (core/session.c, docs/PROTOCOL-v5.md): an INIT as a server reads it (fields, mac1, cookie_mac, the ACCEPT it makes), an ACCEPT, a COOKIE and a NO_SESSION as a client reads them, and data datagrams opened by both sides of an authenticating and an encrypting session; the input's first byte picks the reader (its low 3 bits) and its options (bits 3 and 4), the rest is the datagram. */
+/* fuzz_session.c: libFuzzer harness over protocol version 5's parsing (core/session.c, docs/PROTOCOL-v5.md): an INIT as a server reads it (fields, mac1, cookie_mac, the ACCEPT it makes; and a server's table of sessions, server/sessions.c, answering it), an ACCEPT, a COOKIE and a NO_SESSION as a client reads them, and data datagrams opened by both sides of an authenticating and an encrypting session; the input's first byte picks the reader (its low 3 bits) and its options (bits 3 and 4), the rest is the datagram. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include <netinet/in.h>
+
 #include "core/session.h"
+#include "server/sessions.h"
 
 static uint8_t psk[32], e_c[32], e_s[32], init[SRPC_V5_INIT_LEN];
 static srpc_v5_keys_t keys[2]; /* authenticating, encrypting */
+static srpc_sessions_t table;   /* a server's sessions (server/sessions.c), fed INITs */
+static srpc_keytab_t *keytab;
+static uint64_t mono = 1000;
 
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
@@ -18,6 +24,9 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     uint8_t acc[SRPC_V5_ACCEPT_LEN];
     if (srpc_v5_accept_make(acc, &keys[0], init, psk, e_s, 0x1122334455667788ull, 0) ||
         srpc_v5_accept_make(acc, &keys[1], init, psk, e_s, 0x1122334455667789ull, SRPC_V5_FLAG_ENCRYPT))
+        abort();
+    if (srpc_sessions_init(&table, 64, 4) || srpc_keytab_create(0, 0, &keytab) ||
+        srpc_keytab_add(keytab, 7, psk, 32, 0, 1, NULL, 0) || srpc_keytab_seal(keytab))
         abort();
     return 0;
 }
@@ -33,7 +42,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *in, size_t n)
     if (!copy)
         return 0;
     memcpy(copy, d, len);
-    switch (op & 7) { /* 0..3, or 4..7: a data datagram; bits 3 and 4 choose within */
+    switch (op & 7) { /* 0..3 and 5: the readers above; 4, 6, 7: a data datagram; bits 3 and 4 choose within */
     case 0: { /* an INIT, as a server reads it */
         srpc_v5_init_t f;
         if (srpc_v5_init_parse(copy, len, &f) == 0) {
@@ -61,7 +70,22 @@ int LLVMFuzzerTestOneInput(const uint8_t *in, size_t n)
         (void)srpc_v5_no_session_parse(copy, len, &s, &f, &r);
         break;
     }
-    default: /* a data datagram of either session, to either side */
+    case 5: { /* an INIT at a server's table of sessions (cookies after 4 a second; 64 places) */
+        uint8_t out[SRPC_V5_INIT_LEN];
+        size_t out_len = 0;
+        struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = (uint16_t)(op << 4)};
+        mono += 7;
+        (void)srpc_sessions_on_init(&table, keytab, copy, len, (struct sockaddr *)&a, 1764331200000ull, mono, out,
+                                    &out_len);
+        if (out_len > len)
+            abort(); /* an answer larger than its INIT: amplification */
+        srpc_session_t *s = srpc_sessions_find(&table, keytab, len >= 8 ? (uint64_t)copy[0] << 56 | copy[1] : 0,
+                                               1764331200000ull, mono);
+        (void)s;
+        (void)srpc_sessions_may_refuse(&table, (struct sockaddr *)&a, mono);
+        break;
+    }
+    default: /* 4, 6, 7: a data datagram of either session, to either side */
         if (len >= SRPC_HDR_LEN + SRPC_V5_TRAILER_LEN) {
             const uint32_t dl = (uint32_t)(len - SRPC_HDR_LEN - SRPC_V5_TRAILER_LEN);
             const srpc_v5_keys_t *k = &keys[(op >> 3) & 1];

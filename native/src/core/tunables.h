@@ -202,6 +202,22 @@
  * replays). A client signs a send's datagrams (up to 64) before it sends them, and several
  * threads may send at once, each a message of many segments: 1024 leaves room for that. */
 #define SRPC_AUTH_WINDOW 1024u
+/* Protocol version 5's sessions (docs/PROTOCOL-v5.md, server/sessions.c). A server answers
+ * NO_SESSION to a session older than this, or silent this long (the page's 180 s); a client
+ * rekeys at two thirds of it and sends nothing under a session past 170 s. */
+#define SRPC_V5_REJECT_AFTER_MS 180000u
+/* Handshakes a second a server pays for (an X25519 each, about 50 us on a 2 GHz core: 1000 a
+ * second is 5% of one) before it answers INITs with COOKIEs, so the expensive step is paid only
+ * for addresses that can receive. */
+#define SRPC_V5_HANDSHAKES_PER_S 1000u
+/* The cookie secret is replaced this often (the page's 120 s); the previous one is still taken. */
+#define SRPC_V5_COOKIE_ROTATE_MS 120000u
+/* NO_SESSION: at most one per address every SRPC_V5_NO_SESSION_GAP_MS (a table of this many
+ * address buckets, fixed: spoofed sources cannot grow it), and SRPC_V5_NO_SESSIONS_PER_S in all. */
+#define SRPC_V5_NS_BUCKETS 4096u
+#define SRPC_V5_NO_SESSION_GAP_MS 100u
+#define SRPC_V5_NO_SESSIONS_PER_S 1000u
+
 /* Places tried in a key's table of senders (open addressing) before a new sender is refused:
  * 32 with double hashing refuses first at 79% full (16: 58%); a key holder's worst datagram
  * reads 32 places. */

@@ -140,6 +140,12 @@ static srpc_key_t *find(const srpc_keytab_t *t, uint32_t n, uint32_t id)
     return lo < n && t->keys[lo].id == id ? &t->keys[lo] : NULL;
 }
 
+srpc_key_t *srpc_keytab_key(const srpc_keytab_t *t, uint32_t key_id)
+{
+    srpc_key_t *k = t ? find(t, t->n, key_id) : NULL;
+    return k && !k->removed ? k : NULL;
+}
+
 int srpc_keytab_verify(const srpc_keytab_t *t, const uint8_t *hdr, const uint8_t *data, uint32_t dlen,
                        const uint8_t *trailer, uint64_t now_ms, srpc_key_t **key, srpc_auth_fields_t *f)
 {

@@ -54,6 +54,9 @@ int srpc_keytab_verify(const srpc_keytab_t *t, const uint8_t *hdr, const uint8_t
 int srpc_keytab_commit(srpc_keytab_t *t, srpc_key_t *key, const srpc_auth_fields_t *f, uint64_t wall_ms,
                        uint64_t mono_ms);
 
+/* The key id of t in use (not removed), or NULL. */
+srpc_key_t *srpc_keytab_key(const srpc_keytab_t *t, uint32_t key_id);
+
 /* 1 when key may call func_id, else 0. */
 int srpc_key_allows(const srpc_key_t *key, uint16_t func_id);
 

@@ -1,0 +1,269 @@
+/* sessions.c: the server's version 5 sessions (sessions.h): a table by id and by their INIT's mac1, handshakes answered or asked for a cookie, NO_SESSION's rate. */
+#include "server/sessions.h"
+
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/auth.h"
+#include "core/be.h"
+#include "core/mix64.h"
+#include "core/tunables.h"
+#include "splitrpc_server.h"
+
+static uint32_t id_bucket(const srpc_sessions_t *t, uint64_t id)
+{
+    return (uint32_t)srpc_mix64(id) & t->mask;
+}
+
+static uint32_t mac_bucket(const srpc_sessions_t *t, const uint8_t mac1[16])
+{
+    return (uint32_t)srpc_mix64(srpc_get64(mac1)) & t->mask;
+}
+
+int srpc_sessions_init(srpc_sessions_t *t, uint32_t max_sessions, uint32_t handshakes_per_s)
+{
+    if (!t || max_sessions == 0 || max_sessions > (1u << 24))
+        return -EINVAL;
+    memset(t, 0, sizeof(*t));
+    if (srpc_v5_available() < 0)
+        return -ENOTSUP;
+    uint32_t nb = 1;
+    while (nb < 2 * max_sessions)
+        nb <<= 1;
+    t->s = calloc(max_sessions, sizeof(*t->s));
+    t->by_id = malloc(nb * sizeof(uint32_t));
+    t->by_mac = malloc(nb * sizeof(uint32_t));
+    t->ns_last = calloc(SRPC_V5_NS_BUCKETS, sizeof(uint64_t));
+    if (!t->s || !t->by_id || !t->by_mac || !t->ns_last) {
+        srpc_sessions_destroy(t);
+        return -ENOMEM;
+    }
+    memset(t->by_id, 0xff, nb * sizeof(uint32_t));
+    memset(t->by_mac, 0xff, nb * sizeof(uint32_t));
+    t->mask = nb - 1;
+    t->cap = max_sessions;
+    for (uint32_t i = 0; i < max_sessions; i++)
+        t->s[i].next_id = i + 1 < max_sessions ? i + 1 : SRPC_SESS_NONE;
+    t->free_head = 0;
+    t->handshakes_per_s = handshakes_per_s ? handshakes_per_s : SRPC_V5_HANDSHAKES_PER_S;
+    return 0;
+}
+
+void srpc_sessions_destroy(srpc_sessions_t *t)
+{
+    if (!t)
+        return;
+    if (t->s)
+        srpc_auth_wipe(t->s, (size_t)t->cap * sizeof(*t->s));
+    srpc_auth_wipe(t->cookie_cur, sizeof(t->cookie_cur));
+    srpc_auth_wipe(t->cookie_prev, sizeof(t->cookie_prev));
+    free(t->s);
+    free(t->by_id);
+    free(t->by_mac);
+    free(t->ns_last);
+    memset(t, 0, sizeof(*t));
+}
+
+/* Takes place i out of the chain at *head linked by the field at offset off. */
+static void unlink_at(srpc_sessions_t *t, uint32_t *head, uint32_t i, int by_mac)
+{
+    for (uint32_t *p = head; *p != SRPC_SESS_NONE; p = by_mac ? &t->s[*p].next_mac : &t->s[*p].next_id)
+        if (*p == i) {
+            *p = by_mac ? t->s[i].next_mac : t->s[i].next_id;
+            return;
+        }
+}
+
+static void forget(srpc_sessions_t *t, uint32_t i)
+{
+    srpc_session_t *s = &t->s[i];
+    unlink_at(t, &t->by_id[id_bucket(t, s->keys.session)], i, 0);
+    unlink_at(t, &t->by_mac[mac_bucket(t, s->mac1)], i, 1);
+    srpc_auth_wipe(s, sizeof(*s));
+    s->next_id = t->free_head;
+    t->free_head = i;
+    t->used--;
+    t->st.expired++;
+}
+
+static int past_time(const srpc_session_t *s, uint64_t mono_ms)
+{
+    return mono_ms - s->born_ms > SRPC_V5_REJECT_AFTER_MS || mono_ms - s->seen_ms > SRPC_V5_REJECT_AFTER_MS;
+}
+
+void srpc_sessions_expire(srpc_sessions_t *t, uint64_t mono_ms)
+{
+    for (uint32_t i = 0; i < t->cap && t->used; i++)
+        if (t->s[i].used && !t->s[i].calls && past_time(&t->s[i], mono_ms))
+            forget(t, i);
+}
+
+static srpc_session_t *by_id(const srpc_sessions_t *t, uint64_t id)
+{
+    for (uint32_t i = t->by_id[id_bucket(t, id)]; i != SRPC_SESS_NONE; i = t->s[i].next_id)
+        if (t->s[i].keys.session == id)
+            return &t->s[i];
+    return NULL;
+}
+
+static srpc_session_t *by_mac1(const srpc_sessions_t *t, const uint8_t mac1[16])
+{
+    for (uint32_t i = t->by_mac[mac_bucket(t, mac1)]; i != SRPC_SESS_NONE; i = t->s[i].next_mac)
+        if (memcmp(t->s[i].mac1, mac1, 16) == 0)
+            return &t->s[i];
+    return NULL;
+}
+
+/* The cookie secrets, the current one replaced every SRPC_V5_COOKIE_ROTATE_MS. */
+static void rotate_cookies(srpc_sessions_t *t, uint64_t mono_ms)
+{
+    if (t->cookie_ms && mono_ms - t->cookie_ms < SRPC_V5_COOKIE_ROTATE_MS)
+        return;
+    memcpy(t->cookie_prev, t->cookie_cur, sizeof(t->cookie_prev));
+    srpc_auth_random(t->cookie_cur, sizeof(t->cookie_cur));
+    t->cookie_ms = mono_ms ? mono_ms : 1;
+}
+
+/* 1 when the INIT d carries a cookie_mac for src under the current or the previous secret. */
+static int has_cookie(const srpc_sessions_t *t, const uint8_t *d, const struct sockaddr *src)
+{
+    uint8_t c[SRPC_V5_COOKIE_LEN_RAW];
+    srpc_v5_cookie_value(c, t->cookie_cur, src);
+    int ok = srpc_v5_init_cookie_ok(d, c);
+    if (!ok) {
+        srpc_v5_cookie_value(c, t->cookie_prev, src);
+        ok = srpc_v5_init_cookie_ok(d, c);
+    }
+    return ok;
+}
+
+int srpc_sessions_on_init(srpc_sessions_t *t, const srpc_keytab_t *keys, const uint8_t *d, size_t len,
+                          const struct sockaddr *src, uint64_t wall_ms, uint64_t mono_ms,
+                          uint8_t out[SRPC_V5_INIT_LEN], size_t *out_len)
+{
+    *out_len = 0;
+    srpc_v5_init_t f;
+    if (srpc_v5_init_parse(d, len, &f) < 0)
+        return SRPC_DROP_BAD_HEADER;
+    const srpc_key_t *key = srpc_keytab_key(keys, f.key_id);
+    if (!key)
+        return SRPC_DROP_AUTH_UNKNOWN_KEY;
+    if (!srpc_v5_init_mac1_ok(d, key->secret))
+        return SRPC_DROP_AUTH_BAD_TAG;
+    const uint64_t off = f.time_ms > wall_ms ? f.time_ms - wall_ms : wall_ms - f.time_ms;
+    if (off > keys->skew_ms)
+        return SRPC_DROP_AUTH_STALE;
+    const uint8_t *mac1 = d + SRPC_HDR_LEN + 48;
+    const srpc_session_t *seen = by_mac1(t, mac1);
+    if (seen && seen->key_id == f.key_id) { /* the client's own resend, or a replay: the same ACCEPT */
+        memcpy(out, seen->accept, SRPC_V5_ACCEPT_LEN);
+        *out_len = SRPC_V5_ACCEPT_LEN;
+        t->st.accept_again++;
+        return 0;
+    }
+    if (mono_ms - t->hs_window_ms >= 1000) {
+        t->hs_window_ms = mono_ms;
+        t->hs_count = 0;
+    }
+    rotate_cookies(t, mono_ms);
+    if (t->hs_count >= t->handshakes_per_s && !has_cookie(t, d, src)) { /* under load: prove your address */
+        uint8_t c[SRPC_V5_COOKIE_LEN_RAW];
+        srpc_v5_cookie_value(c, t->cookie_cur, src);
+        if (srpc_v5_cookie_make(out, d, key->secret, c) < 0)
+            return SRPC_DROP_BAD_HEADER;
+        *out_len = SRPC_V5_COOKIE_LEN;
+        t->st.cookies++;
+        return 0;
+    }
+    if (t->free_head == SRPC_SESS_NONE)
+        srpc_sessions_expire(t, mono_ms);
+    if (t->free_head == SRPC_SESS_NONE) { /* no session with calls, or still young, is dropped for room */
+        t->st.full++;
+        return SRPC_DROP_TABLE_FULL;
+    }
+    uint64_t id;
+    do
+        srpc_auth_random(&id, sizeof(id));
+    while (id == 0 || by_id(t, id));
+    const uint32_t i = t->free_head;
+    srpc_session_t *s = &t->s[i];
+    uint8_t e_priv[SRPC_V5_KEY_LEN], e_pub[SRPC_V5_KEY_LEN];
+    int r = srpc_v5_keypair(e_priv, e_pub);
+    if (r == 0)
+        r = srpc_v5_accept_make(out, &s->keys, d, key->secret, e_priv, id, f.flags & SRPC_V5_FLAG_ENCRYPT);
+    srpc_auth_wipe(e_priv, sizeof(e_priv));
+    if (r < 0) {
+        srpc_auth_wipe(&s->keys, sizeof(s->keys));
+        return SRPC_DROP_BAD_HEADER; /* a low-order e_c (the only failure of a checked INIT) */
+    }
+    t->free_head = s->next_id;
+    s->used = 1;
+    s->key_id = f.key_id;
+    s->calls = 0;
+    s->born_ms = s->seen_ms = mono_ms;
+    s->tx_counter = 0;
+    memset(&s->win, 0, sizeof(s->win));
+    memcpy(s->mac1, mac1, sizeof(s->mac1));
+    memcpy(s->accept, out, SRPC_V5_ACCEPT_LEN);
+    uint32_t *hi = &t->by_id[id_bucket(t, id)], *hm = &t->by_mac[mac_bucket(t, mac1)];
+    s->next_id = *hi;
+    *hi = i;
+    s->next_mac = *hm;
+    *hm = i;
+    t->used++;
+    t->hs_count++;
+    t->st.accepted++;
+    *out_len = SRPC_V5_ACCEPT_LEN;
+    return 0;
+}
+
+srpc_session_t *srpc_sessions_find(srpc_sessions_t *t, const srpc_keytab_t *keys, uint64_t id, uint64_t wall_ms,
+                                   uint64_t mono_ms)
+{
+    srpc_session_t *s = id ? by_id(t, id) : NULL;
+    if (!s)
+        return NULL;
+    const srpc_key_t *key = srpc_keytab_key(keys, s->key_id);
+    if (key && !(key->expires_ms && wall_ms >= key->expires_ms) && !past_time(s, mono_ms))
+        return s;
+    if (!s->calls) /* its calls, if any, are still answered: it goes with the last */
+        forget(t, (uint32_t)(s - t->s));
+    return NULL;
+}
+
+int srpc_sessions_take(srpc_session_t *s, uint64_t c, uint64_t mono_ms)
+{
+    if (srpc_replay_take(&s->win, c) < 0)
+        return SRPC_DROP_AUTH_REPLAY;
+    s->seen_ms = mono_ms;
+    return 0;
+}
+
+int srpc_sessions_may_refuse(srpc_sessions_t *t, const struct sockaddr *src, uint64_t mono_ms)
+{
+    uint64_t h = 0;
+    if (src->sa_family == AF_INET6) {
+        const struct sockaddr_in6 *s6 = (const struct sockaddr_in6 *)src;
+        h = srpc_mix64(srpc_get64(s6->sin6_addr.s6_addr) ^ srpc_mix64(srpc_get64(s6->sin6_addr.s6_addr + 8)) ^
+                       s6->sin6_port);
+    } else {
+        const struct sockaddr_in *s4 = (const struct sockaddr_in *)src;
+        h = srpc_mix64((uint64_t)s4->sin_addr.s_addr << 16 ^ s4->sin_port);
+    }
+    uint64_t *last = &t->ns_last[h % SRPC_V5_NS_BUCKETS];
+    const uint64_t now = mono_ms + 1; /* 0 in a bucket: never */
+    if (mono_ms - t->ns_window_ms >= 1000) {
+        t->ns_window_ms = mono_ms;
+        t->ns_count = 0;
+    }
+    if ((*last && now - *last < SRPC_V5_NO_SESSION_GAP_MS) || t->ns_count >= SRPC_V5_NO_SESSIONS_PER_S) {
+        t->st.refusals_held++;
+        return 0;
+    }
+    *last = now;
+    t->ns_count++;
+    t->st.refused++;
+    return 1;
+}

@@ -1,0 +1,88 @@
+/* sessions.h: the server's version 5 sessions (docs/PROTOCOL-v5.md): the table of sessions by id, the INITs it answered (one seen again gets the same ACCEPT and makes nothing), how many handshakes it pays for before it asks for cookies, the cookie secrets, and how often it answers NO_SESSION to an address. Not yet used by the engine (issue 52 goes on): built and tested on its own. */
+#ifndef SRPC_SESSIONS_H
+#define SRPC_SESSIONS_H
+
+#include <stdint.h>
+#include <sys/socket.h>
+
+#include "core/replay.h"
+#include "core/session.h"
+#include "server/keytab.h"
+
+/* Threads: one owner (the engine's receiving thread, under the server's lock where the engine
+ * holds it) calls every function here; tx_counter alone is also advanced by the threads that
+ * send replies (atomically). Clocks are the caller's: mono_ms is CLOCK_MONOTONIC in ms (ages,
+ * rates), wall_ms the epoch in ms (an INIT's time). */
+
+typedef struct srpc_session {
+    srpc_v5_keys_t keys;
+    uint32_t key_id;
+    uint32_t calls;                       /* the call table's calls under it: never dropped while any */
+    uint64_t born_ms, seen_ms;            /* monotonic: its ACCEPT, its last datagram taken */
+    uint64_t tx_counter;                  /* the server's last counter under it (atomic) */
+    srpc_replay_t win;                    /* the client's counters taken */
+    uint8_t mac1[16];                     /* its INIT's: that INIT again is answered with accept */
+    uint8_t accept[SRPC_V5_ACCEPT_LEN];
+    uint32_t next_id, next_mac;           /* hash chains (by id, by mac1); SRPC_SESS_NONE ends one */
+    uint8_t used;
+} srpc_session_t;
+
+#define SRPC_SESS_NONE UINT32_MAX
+
+typedef struct srpc_sessions_stats {
+    uint64_t accepted;       /* sessions made */
+    uint64_t accept_again;   /* INITs seen before, answered with their ACCEPT again */
+    uint64_t cookies;        /* COOKIEs sent (under load) */
+    uint64_t full;           /* INITs unanswered: the table full of sessions with calls or still young */
+    uint64_t refused;        /* NO_SESSIONs sent */
+    uint64_t refusals_held;  /* NO_SESSIONs not sent: the address's or the server's rate */
+    uint64_t expired;        /* sessions forgotten: past their time, silent, or their key gone */
+} srpc_sessions_stats_t;
+
+typedef struct srpc_sessions {
+    srpc_session_t *s;
+    uint32_t cap, used, free_head;
+    uint32_t *by_id, *by_mac, mask;       /* bucket heads */
+    uint32_t handshakes_per_s;            /* more than this in a second: cookies asked for */
+    uint64_t hs_window_ms, hs_count;
+    uint8_t cookie_cur[SRPC_V5_KEY_LEN], cookie_prev[SRPC_V5_KEY_LEN];
+    uint64_t cookie_ms;                   /* when cookie_cur was drawn (0: never) */
+    uint64_t *ns_last;                    /* SRPC_V5_NS_BUCKETS: the last NO_SESSION's time per address bucket */
+    uint64_t ns_window_ms, ns_count;
+    srpc_sessions_stats_t st;
+} srpc_sessions_t;
+
+/* max_sessions places (a power of two is not needed); handshakes_per_s: 0 for the default
+ * (SRPC_V5_HANDSHAKES_PER_S). 0, -EINVAL, -ENOMEM or -ENOTSUP (no libsodium with X25519). */
+int srpc_sessions_init(srpc_sessions_t *t, uint32_t max_sessions, uint32_t handshakes_per_s);
+
+/* Frees the table, every session's keys wiped. */
+void srpc_sessions_destroy(srpc_sessions_t *t);
+
+/* An INIT of len bytes at d from src (hostile): 0 with *out_len bytes to send back at out (an
+ * ACCEPT, or a COOKIE under load), never more than len; or a drop reason (SRPC_DROP_*: nothing
+ * is sent) in the page's order: BAD_HEADER, AUTH_UNKNOWN_KEY, AUTH_BAD_TAG, AUTH_STALE, then
+ * TABLE_FULL (no place), BAD_HEADER (a low-order e_c). keys: the table in use. */
+int srpc_sessions_on_init(srpc_sessions_t *t, const srpc_keytab_t *keys, const uint8_t *d, size_t len,
+                          const struct sockaddr *src, uint64_t wall_ms, uint64_t mono_ms,
+                          uint8_t out[SRPC_V5_INIT_LEN], size_t *out_len);
+
+/* The session id, or NULL when there is none here: never made, forgotten, past its time (older
+ * than SRPC_V5_REJECT_AFTER_MS, or silent that long), or its key no longer in keys (removed or
+ * expired at wall_ms). A session found past its time without calls is forgotten then. */
+srpc_session_t *srpc_sessions_find(srpc_sessions_t *t, const srpc_keytab_t *keys, uint64_t id, uint64_t wall_ms,
+                                   uint64_t mono_ms);
+
+/* Takes counter c of a datagram whose tag srpc_v5_open found right under s: 0, or
+ * SRPC_DROP_AUTH_REPLAY. */
+int srpc_sessions_take(srpc_session_t *s, uint64_t c, uint64_t mono_ms);
+
+/* 1 when a NO_SESSION may go to src now (and counts it), else 0: at most one per address every
+ * SRPC_V5_NO_SESSION_GAP_MS (by a fixed table of address buckets: spoofed sources cannot grow
+ * it), and SRPC_V5_NO_SESSIONS_PER_S in all. */
+int srpc_sessions_may_refuse(srpc_sessions_t *t, const struct sockaddr *src, uint64_t mono_ms);
+
+/* Forgets every session past its time that has no calls. */
+void srpc_sessions_expire(srpc_sessions_t *t, uint64_t mono_ms);
+
+#endif

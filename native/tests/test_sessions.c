@@ -1,0 +1,258 @@
+/* test_sessions.c: the server's table of version 5 sessions (server/sessions.c) as a client and an attacker meet it: a handshake made and resent, replays of an INIT and of a datagram, a restarted server, keys removed and expired, the page's checks in order, cookies under load, a full table, and NO_SESSION's rate. Clocks are the test's. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "check.h"
+#include "core/session.h"
+#include "core/tunables.h"
+#include "server/sessions.h"
+#include "splitrpc_server.h"
+
+static uint8_t PSK7[32], PSK8[32];
+static const uint64_t WALL = 1764331200000ull, MONO = 5000000ull;
+
+static srpc_keytab_t *table(int with7, uint64_t expires8)
+{
+    srpc_keytab_t *t = NULL;
+    CHECK(srpc_keytab_create(0, 0, &t) == 0 && (!with7 || srpc_keytab_add(t, 7, PSK7, 32, 0, 1, NULL, 0) == 0) &&
+              srpc_keytab_add(t, 8, PSK8, 32, expires8, 1, NULL, 0) == 0 && srpc_keytab_seal(t) == 0,
+          "a key table");
+    return t;
+}
+
+static struct sockaddr_in addr(uint16_t port)
+{
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(port)};
+    a.sin_addr.s_addr = htonl(0x7f000001);
+    return a;
+}
+
+/* A client's handshake: its INIT (key, psk, id, time, cookie or NULL) and ephemeral key. */
+typedef struct {
+    uint8_t init[SRPC_V5_INIT_LEN], e_priv[32], e_pub[32];
+} hs_t;
+
+static void client_init(hs_t *h, uint32_t key, const uint8_t *psk, uint64_t id, uint64_t time, const uint8_t *cookie)
+{
+    srpc_v5_keypair(h->e_priv, h->e_pub);
+    CHECK(srpc_v5_init_make(h->init, psk, key, id, h->e_priv, time, 0, cookie) == 0, "INIT made");
+}
+
+static void test_handshake_and_replays(void)
+{
+    srpc_sessions_t t;
+    CHECK(srpc_sessions_init(&t, 16, 0) == 0, "a table of 16 sessions");
+    srpc_keytab_t *keys = table(1, 0);
+    struct sockaddr_in a = addr(4000);
+    const struct sockaddr *src = (const struct sockaddr *)&a;
+    uint8_t out[SRPC_V5_INIT_LEN], first[SRPC_V5_ACCEPT_LEN];
+    size_t n = 99;
+    hs_t h;
+    client_init(&h, 7, PSK7, 11, WALL, NULL);
+    CHECK(srpc_sessions_on_init(&t, keys, h.init, sizeof(h.init), src, WALL, MONO, out, &n) == 0 &&
+              n == SRPC_V5_ACCEPT_LEN,
+          "an INIT answered with an ACCEPT");
+    memcpy(first, out, sizeof(first));
+    srpc_v5_keys_t ck;
+    CHECK(srpc_v5_accept_open(&ck, h.init, h.e_priv, PSK7, out, n) == 0, "which the client takes");
+    srpc_session_t *s = srpc_sessions_find(&t, keys, ck.session, WALL, MONO);
+    CHECK(s && memcmp(s->keys.c2s, ck.c2s, 32) == 0 && memcmp(s->keys.s2c, ck.s2c, 32) == 0 && s->key_id == 7,
+          "the server's session has the client's keys");
+    /* The same INIT again (the client's resend, or an attacker's replay): the same ACCEPT, no new session. */
+    CHECK(srpc_sessions_on_init(&t, keys, h.init, sizeof(h.init), src, WALL + 500, MONO + 500, out, &n) == 0 &&
+              n == SRPC_V5_ACCEPT_LEN && memcmp(out, first, n) == 0 && t.used == 1 && t.st.accepted == 1 &&
+              t.st.accept_again == 1,
+          "an INIT seen before: its ACCEPT again, nothing made");
+    /* A datagram's counter, once. */
+    CHECK(srpc_sessions_take(s, 1, MONO + 10) == 0 && srpc_sessions_take(s, 1, MONO + 10) == SRPC_DROP_AUTH_REPLAY,
+          "a counter taken once");
+    /* The page's checks, in order. */
+    uint8_t bad[SRPC_V5_INIT_LEN];
+    CHECK(srpc_sessions_on_init(&t, keys, h.init, sizeof(h.init) - 1, src, WALL, MONO, out, &n) ==
+                  SRPC_DROP_BAD_HEADER && n == 0,
+          "a short INIT: bad_header, nothing sent");
+    hs_t u;
+    client_init(&u, 9, PSK7, 12, WALL, NULL);
+    CHECK(srpc_sessions_on_init(&t, keys, u.init, sizeof(u.init), src, WALL, MONO, out, &n) ==
+              SRPC_DROP_AUTH_UNKNOWN_KEY,
+          "a key not in the table");
+    client_init(&u, 7, PSK8, 13, WALL, NULL);
+    CHECK(srpc_sessions_on_init(&t, keys, u.init, sizeof(u.init), src, WALL, MONO, out, &n) == SRPC_DROP_AUTH_BAD_TAG,
+          "mac1 made with another key's secret");
+    memcpy(bad, h.init, sizeof(bad));
+    bad[SRPC_HDR_LEN + 10] ^= 1; /* e_c changed on the way */
+    CHECK(srpc_sessions_on_init(&t, keys, bad, sizeof(bad), src, WALL, MONO, out, &n) == SRPC_DROP_AUTH_BAD_TAG,
+          "a changed INIT");
+    client_init(&u, 7, PSK7, 14, WALL - SRPC_DEF_AUTH_SKEW_MS - 1, NULL);
+    CHECK(srpc_sessions_on_init(&t, keys, u.init, sizeof(u.init), src, WALL, MONO, out, &n) == SRPC_DROP_AUTH_STALE,
+          "an INIT older than the skew");
+    client_init(&u, 7, PSK7, 15, WALL + (1ull << 32), NULL);
+    CHECK(srpc_sessions_on_init(&t, keys, u.init, sizeof(u.init), src, WALL, MONO, out, &n) == SRPC_DROP_AUTH_STALE,
+          "an INIT 2^32 ms ahead: the time is whole, it does not wrap");
+    CHECK(t.used == 1 && t.st.accepted == 1, "none of them made a session");
+
+    /* A restarted server (a new table): the session is unknown there, and so is any other replica's. */
+    srpc_sessions_t restarted;
+    CHECK(srpc_sessions_init(&restarted, 16, 0) == 0 &&
+              srpc_sessions_find(&restarted, keys, ck.session, WALL, MONO) == NULL,
+          "a restarted server has no session");
+    /* A replayed INIT there makes a session whose keys the replayer cannot derive. */
+    CHECK(srpc_sessions_on_init(&restarted, keys, h.init, sizeof(h.init), src, WALL + 1000, MONO, out, &n) == 0 &&
+              n == SRPC_V5_ACCEPT_LEN && memcmp(out, first, n) != 0,
+          "a replayed INIT on another server: a new session (another e_s, another id)");
+    srpc_v5_keys_t other;
+    CHECK(srpc_v5_accept_open(&other, h.init, h.e_priv, PSK7, out, n) == 0 &&
+              memcmp(other.c2s, ck.c2s, 32) != 0,
+          "only the holder of e_c_priv derives its keys, and they are not the first session's");
+    srpc_sessions_destroy(&restarted);
+
+    /* Past its time: silent, or old. */
+    CHECK(srpc_sessions_find(&t, keys, ck.session, WALL, MONO + SRPC_V5_REJECT_AFTER_MS + 11) == NULL && t.used == 0,
+          "silent past its time: gone, and forgotten");
+    srpc_sessions_destroy(&t);
+    srpc_keytab_destroy(keys);
+}
+
+static void test_keys_removed_and_expired(void)
+{
+    srpc_sessions_t t;
+    CHECK(srpc_sessions_init(&t, 8, 0) == 0, "a table");
+    srpc_keytab_t *keys = table(1, WALL + 60000);
+    struct sockaddr_in a = addr(4001);
+    uint8_t out[SRPC_V5_INIT_LEN];
+    size_t n;
+    hs_t h7, h8;
+    client_init(&h7, 7, PSK7, 21, WALL, NULL);
+    client_init(&h8, 8, PSK8, 22, WALL, NULL);
+    srpc_v5_keys_t k7, k8;
+    CHECK(srpc_sessions_on_init(&t, keys, h7.init, sizeof(h7.init), (struct sockaddr *)&a, WALL, MONO, out, &n) == 0 &&
+              srpc_v5_accept_open(&k7, h7.init, h7.e_priv, PSK7, out, n) == 0 &&
+              srpc_sessions_on_init(&t, keys, h8.init, sizeof(h8.init), (struct sockaddr *)&a, WALL, MONO, out, &n) ==
+                  0 &&
+              srpc_v5_accept_open(&k8, h8.init, h8.e_priv, PSK8, out, n) == 0,
+          "sessions of keys 7 and 8");
+    srpc_session_t *s8 = srpc_sessions_find(&t, keys, k8.session, WALL, MONO);
+    CHECK(s8 != NULL, "key 8's session");
+    s8->calls = 1; /* a call in flight under it */
+    CHECK(srpc_sessions_find(&t, keys, k8.session, WALL + 60000, MONO) == NULL && t.used == 2,
+          "key 8 expired: its session is gone for new datagrams, kept for its call");
+    s8->calls = 0;
+    srpc_keytab_t *without7 = table(0, 0);
+    CHECK(srpc_sessions_find(&t, without7, k7.session, WALL, MONO) == NULL, "key 7 removed: its session ends");
+    srpc_sessions_expire(&t, MONO + SRPC_V5_REJECT_AFTER_MS + 1);
+    CHECK(t.used == 0, "and the rest expire");
+    srpc_keytab_destroy(without7);
+    srpc_keytab_destroy(keys);
+    srpc_sessions_destroy(&t);
+}
+
+static void test_cookies_under_load(void)
+{
+    srpc_sessions_t t;
+    CHECK(srpc_sessions_init(&t, 8, 2) == 0, "a table paying for 2 handshakes a second");
+    srpc_keytab_t *keys = table(1, 0);
+    struct sockaddr_in a = addr(4002), b = addr(4003);
+    uint8_t out[SRPC_V5_INIT_LEN];
+    size_t n;
+    hs_t h;
+    for (uint64_t i = 0; i < 2; i++) {
+        client_init(&h, 7, PSK7, 30 + i, WALL, NULL);
+        CHECK(srpc_sessions_on_init(&t, keys, h.init, sizeof(h.init), (struct sockaddr *)&a, WALL, MONO, out, &n) ==
+                      0 &&
+                  n == SRPC_V5_ACCEPT_LEN,
+              "handshake %u accepted", (unsigned)i);
+    }
+    client_init(&h, 7, PSK7, 40, WALL, NULL);
+    CHECK(srpc_sessions_on_init(&t, keys, h.init, sizeof(h.init), (struct sockaddr *)&a, WALL, MONO + 5, out, &n) ==
+                  0 &&
+              n == SRPC_V5_COOKIE_LEN && n <= sizeof(h.init) && t.used == 2,
+          "the third in the second: a COOKIE (smaller than the INIT), no session");
+    uint8_t cookie[16];
+    CHECK(srpc_v5_cookie_open(cookie, h.init, PSK7, out, n) == 0, "which the client opens");
+    hs_t with;
+    client_init(&with, 7, PSK7, 40, WALL, cookie);
+    CHECK(srpc_sessions_on_init(&t, keys, with.init, sizeof(with.init), (struct sockaddr *)&b, WALL, MONO + 6, out,
+                                &n) == 0 &&
+              n == SRPC_V5_COOKIE_LEN,
+          "its cookie from another address: a COOKIE again");
+    CHECK(srpc_sessions_on_init(&t, keys, with.init, sizeof(with.init), (struct sockaddr *)&a, WALL, MONO + 7, out,
+                                &n) == 0 &&
+              n == SRPC_V5_ACCEPT_LEN && t.used == 3,
+          "from its own address: accepted");
+    srpc_v5_keys_t k;
+    CHECK(srpc_v5_accept_open(&k, with.init, with.e_priv, PSK7, out, n) == 0, "a session");
+    client_init(&h, 7, PSK7, 41, WALL, NULL);
+    CHECK(srpc_sessions_on_init(&t, keys, h.init, sizeof(h.init), (struct sockaddr *)&a, WALL, MONO + 1000, out,
+                                &n) == 0 &&
+              n == SRPC_V5_ACCEPT_LEN,
+          "the next second: no cookie needed");
+    CHECK(t.st.cookies == 2, "two COOKIEs sent");
+    srpc_keytab_destroy(keys);
+    srpc_sessions_destroy(&t);
+}
+
+static void test_full_table(void)
+{
+    srpc_sessions_t t;
+    CHECK(srpc_sessions_init(&t, 2, 1000) == 0, "a table of 2 sessions");
+    srpc_keytab_t *keys = table(1, 0);
+    struct sockaddr_in a = addr(4004);
+    uint8_t out[SRPC_V5_INIT_LEN];
+    size_t n;
+    hs_t h;
+    for (uint64_t i = 0; i < 2; i++) {
+        client_init(&h, 7, PSK7, 50 + i, WALL, NULL);
+        CHECK(srpc_sessions_on_init(&t, keys, h.init, sizeof(h.init), (struct sockaddr *)&a, WALL, MONO, out, &n) == 0,
+              "session %u", (unsigned)i);
+    }
+    client_init(&h, 7, PSK7, 60, WALL, NULL);
+    CHECK(srpc_sessions_on_init(&t, keys, h.init, sizeof(h.init), (struct sockaddr *)&a, WALL, MONO + 10, out, &n) ==
+                  SRPC_DROP_TABLE_FULL &&
+              n == 0 && t.st.full == 1,
+          "full of young sessions: unanswered, none dropped");
+    CHECK(srpc_sessions_on_init(&t, keys, h.init, sizeof(h.init), (struct sockaddr *)&a, WALL + 10,
+                                MONO + SRPC_V5_REJECT_AFTER_MS + 1, out, &n) == 0 &&
+              n == SRPC_V5_ACCEPT_LEN && t.used == 1,
+          "once they are past their time, they make room");
+    srpc_keytab_destroy(keys);
+    srpc_sessions_destroy(&t);
+}
+
+static void test_no_session_rate(void)
+{
+    srpc_sessions_t t;
+    CHECK(srpc_sessions_init(&t, 2, 0) == 0, "a table");
+    struct sockaddr_in a = addr(4005), b = addr(4006);
+    CHECK(srpc_sessions_may_refuse(&t, (struct sockaddr *)&a, 0) == 1, "the first NO_SESSION to an address");
+    CHECK(srpc_sessions_may_refuse(&t, (struct sockaddr *)&a, 50) == 0, "not another within 100 ms");
+    CHECK(srpc_sessions_may_refuse(&t, (struct sockaddr *)&b, 50) == 1, "another address has its own");
+    CHECK(srpc_sessions_may_refuse(&t, (struct sockaddr *)&a, 100) == 1, "100 ms later, one more");
+    unsigned sent = 0;
+    for (uint16_t p = 0; p < 3000; p++) { /* spoofed sources, all in one second */
+        struct sockaddr_in s = addr((uint16_t)(10000 + p));
+        sent += (unsigned)srpc_sessions_may_refuse(&t, (struct sockaddr *)&s, 2000);
+    }
+    CHECK(sent <= SRPC_V5_NO_SESSIONS_PER_S, "%u NO_SESSIONs in one second to 3000 addresses", sent);
+    srpc_sessions_destroy(&t);
+}
+
+int main(void)
+{
+    for (int i = 0; i < 32; i++)
+        PSK7[i] = (uint8_t)i, PSK8[i] = (uint8_t)(0x80 + i);
+    if (srpc_v5_available() < 0) {
+        printf("# libsodium (with X25519, ChaCha20 and Poly1305) not found: sessions not tested\n");
+        printf("1 passed, 0 failed\n");
+        return 0;
+    }
+    test_handshake_and_replays();
+    test_keys_removed_and_expired();
+    test_cookies_under_load();
+    test_full_table();
+    test_no_session_rate();
+    printf("%d passed, %d failed\n", passed, failed);
+    return failed != 0;
+}
