@@ -85,14 +85,14 @@ def quiet(sock, seconds=0.15):
 def test_foreign_client_version_4_is_served_and_every_reply_is_signed(served, keys):
     """A client written from docs/PROTOCOL-v4.md (stdlib hashlib) gets right replies, single and
     multi-segment; every datagram received is version 4 with a tag right for its key (checked
-    by the foreign code); describe lists only version 4."""
+    by the foreign code); describe lists only the keyed versions, 4 and 5 (sessions)."""
     srv, runs = served
     c = ForeignClient("127.0.0.1", srv.port, seg_size=1450, version=4, record=True, key=(1, keys["all"].secret))
     try:
         blob = np.random.default_rng(1).bytes(20_000)
         assert c.call(ECHO, b"abc") == b"abc"
         assert c.call(ECHO, blob) == blob  # 15 request segments of 1410 bytes, each signed
-        assert c.describe()["protocols"] == [4]
+        assert c.describe()["protocols"] == [4, 5]
         assert c.bad_auth == 0 and c.received
         assert all(d[1] >> 4 == 4 and v4_open(d, 1, keys["all"].secret) is not None for d in c.received)
         assert all(len(d) <= 1450 + 22 for d in c.sent)
@@ -643,7 +643,7 @@ def test_cli_keys_serve_with_reload_on_sighup_call_and_load(run_env, tmp_path):
         unsigned = run("call", "vecadd", "--port", str(port), "--timeout", "0.5")
         assert unsigned.returncode != 0
         d = run("describe", f"127.0.0.1:{port}", "--key", str(c1), "--json")
-        assert d.returncode == 0 and json.loads(d.stdout)["protocols"] == [4]
+        assert d.returncode == 0 and json.loads(d.stdout)["protocols"] == [4, 5]
         out = tmp_path / "load"
         ld = run("load", "--port", str(port), "--key", str(c2), "--service", "vecadd", "--mode", "closed",
                  "--concurrency", "2", "--calls", "300", "--out", str(out), "--no-plots", "--quiet")

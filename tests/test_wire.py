@@ -140,7 +140,7 @@ def test_decode_rejects_wrong_magic(h, magic):
 
 
 @SETTINGS
-@given(headers(), st.integers(0, 15).filter(lambda v: v not in (1, 2, 3, 4)))  # 4: docs/PROTOCOL-v4.md
+@given(headers(), st.integers(0, 15).filter(lambda v: v not in (1, 2, 3, 4, 5)))  # 4, 5: docs/PROTOCOL-v4.md, -v5.md
 def test_decode_rejects_wrong_version(h, version):
     wire = ref.encode(h.type, h.func_id, h.req_id, h.seq, h.nseg, h.msg_len, h.aux, version=version)
     assert native_decode(wire)[0] == -errno.EBADMSG
@@ -397,9 +397,9 @@ def test_any_one_byte_change_of_a_version_3_datagram_is_rejected(m, data):
     """One byte of one datagram changed (header, data or check): the reassembler refuses it with
     -EILSEQ (the header's CRC-16 or the data's CRC-32C), with the message in progress and alone,
     and the undamaged datagram then completes the right message. The one exception is a version
-    nibble changed to one without a header check (byte 1, 3 -> 0, 1, 5..15): no longer a version 3
-    datagram, it never joins the version 3 message. Versions 2 and 4 carry the same header check,
-    so a nibble changed to them fails it (-EILSEQ) like any other header byte."""
+    nibble changed to one without a header check (byte 1, 3 -> 0, 1, 6..15): no longer a version 3
+    datagram, it never joins the version 3 message. Versions 2, 4 and 5 carry the same header
+    check, so a nibble changed to them fails it (-EILSEQ) like any other header byte."""
     h, msg, seg_size = m
     h = ref.Header(ref.REQUEST, h.func_id, h.req_id, 0, 1, 0, h.aux, 3)
     dgrams = ref.segments(h.func_id, h.req_id, msg, ref.seg_data_max(3, seg_size), version=3)
@@ -410,7 +410,7 @@ def test_any_one_byte_change_of_a_version_3_datagram_is_rejected(m, data):
     bad = bytearray(dgrams[k])
     bad[i] ^= x
     bad = bytes(bad)
-    relabelled = i == 1 and bad[1] >> 4 not in (2, 3, 4)  # 2..4: the header check catches it
+    relabelled = i == 1 and bad[1] >> 4 not in (2, 3, 4, 5)  # 2..5: the header check catches it
     event("relabelled" if relabelled else "header" if i < 22 else "data or check")
     assert ref.classify(bad) != "accept" or relabelled
     alone = NativeReassembler().push(bad)

@@ -1,4 +1,4 @@
-"""wire_ref.py: a pure-Python reference of wire versions 1, 2 and 3 (docs/PROTOCOL*.md), from the pages alone, and of how a server without keys treats version 4."""
+"""wire_ref.py: a pure-Python reference of wire versions 1, 2 and 3 (docs/PROTOCOL*.md), from the pages alone, and of how a server without keys treats versions 4 and 5."""
 from __future__ import annotations
 
 import binascii
@@ -12,9 +12,10 @@ VERSION = 1
 VERSION_2 = 2
 VERSION_3 = 3
 VERSION_4 = 4  # docs/PROTOCOL-v4.md: version 2's header; a server without keys drops it
-VERSIONS = (VERSION, VERSION_2, VERSION_3, VERSION_4)
-CHECKED = (VERSION_2, VERSION_3, VERSION_4)  # the versions whose header carries the CRC-16 check
-REQ_ID_V2_MAX = (1 << 48) - 1  # versions 2 to 4
+VERSION_5 = 5  # docs/PROTOCOL-v5.md: version 2's header (types 0-2 here); a server without keys drops it
+VERSIONS = (VERSION, VERSION_2, VERSION_3, VERSION_4, VERSION_5)
+CHECKED = (VERSION_2, VERSION_3, VERSION_4, VERSION_5)  # the versions whose header carries the CRC-16 check
+REQ_ID_V2_MAX = (1 << 48) - 1  # versions 2 to 5
 REQUEST, RESPONSE, ERROR = 0, 1, 2
 MAX_SEG = 65485  # 65507 (largest UDP/IPv4 payload) - 22
 ERRMSG_MAX = 256
@@ -189,14 +190,15 @@ def classify(dgram: bytes) -> str:
     splitrpc.h, in its order of checks) or "accept" (it may start or continue a call).
     Version 3: the header as version 2, then (a REQUEST) "short" under 26 bytes, then the data
     check ("bad_data_check"), then the segmentation rules on L = length - 26. Version 4: the
-    header as version 2, then (a REQUEST) "bad_header": this is a server without keys."""
+    header as version 2, then (a REQUEST) "bad_header": this is a server without keys. Version 5:
+    the same."""
     try:
         h = decode(dgram)
     except DecodeError as e:
         return e.reason
     if h.type != REQUEST:
         return "not_request"
-    if h.version == VERSION_4:
+    if h.version in (VERSION_4, VERSION_5):
         return "bad_header"
     try:
         data = data_of(dgram, h)

@@ -1,4 +1,4 @@
-/* fuzz_auth.c: libFuzzer harness over the datagram path of a server with keys (docs/PROTOCOL-v4.md): the trailer's key, tag, time and replay window, FORBIDDEN, reassembly of signed segments, replies, and key reloads, with two client addresses. */
+/* fuzz_auth.c: libFuzzer harness over the datagram path of a server with keys (docs/PROTOCOL-v4.md, and -v5.md's handshake and unknown sessions through raw records): the trailer's key, tag, time and replay window, FORBIDDEN, reassembly of signed segments, replies, and key reloads, with two client addresses. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>

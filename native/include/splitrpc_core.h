@@ -19,6 +19,8 @@ extern "C" {
 #define SRPC_DATA_CHECK_LEN 4     /* version 3: bytes of the data check at the end of a datagram */
 #define SRPC_VERSION_4 4          /* version 4: version 2 with an authentication trailer after each datagram's data */
 #define SRPC_AUTH_TRAILER_LEN 40  /* version 4: key id, sender, counter, time, tag (docs/PROTOCOL-v4.md) */
+#define SRPC_VERSION_5 5          /* version 5: version 2 inside a session (docs/PROTOCOL-v5.md) */
+#define SRPC_V5_TRAILER_LEN 32    /* version 5: session, counter, tag after each data datagram's data */
 #define SRPC_REQ_ID_V2_MASK 0xffffffffffffull
 #define SRPC_MAX_SEG_DATA 65485   /* 65507 (largest UDP/IPv4 payload) - 22 */
 #define SRPC_ERRMSG_MAX 256       /* longest optional UTF-8 message of an ERROR datagram */

@@ -160,9 +160,14 @@ static void test_hdr_v2(void)
     CHECK(srpc_hdr_encode(&big, buf) == 0 && srpc_hdr_decode(buf, sizeof(buf), &out) == 0 &&
               out.req_id == SRPC_REQ_ID_V2_MASK && out.seq == 3 && out.nseg == 9 && out.aux == 0xbeef &&
               out.type == SRPC_ERROR && out.version == 2, "v2 round trip");
-    srpc_hdr_t v5 = h;
-    v5.version = 5;
-    CHECK(srpc_hdr_encode(&v5, buf) == -EINVAL, "version 5 refused");
+    srpc_hdr_t v6 = h;
+    v6.version = 6;
+    CHECK(srpc_hdr_encode(&v6, buf) == -EINVAL, "version 6 refused");
+    srpc_hdr_t v5 = big;
+    v5.version = SRPC_VERSION_5; /* docs/PROTOCOL-v5.md: version 2's header */
+    CHECK(srpc_hdr_encode(&v5, buf) == 0 && srpc_hdr_decode(buf, sizeof(buf), &out) == 0 && out.version == 5 &&
+              out.req_id == SRPC_REQ_ID_V2_MASK,
+          "v5 round trip");
     srpc_hdr_t v4 = big;
     v4.version = SRPC_VERSION_4;
     CHECK(srpc_hdr_encode(&v4, buf) == 0 && srpc_hdr_decode(buf, sizeof(buf), &out) == 0 && out.version == 4 &&
@@ -208,7 +213,7 @@ static void test_hdr_reject(void)
     CHECK(srpc_hdr_decode(buf, sizeof(buf), &out) == -EBADMSG, "bad magic");
 
     for (int v = 0; v < 16; v++) {
-        if (v >= SRPC_VERSION && v <= SRPC_VERSION_4)
+        if (v >= SRPC_VERSION && v <= SRPC_VERSION_5)
             continue;
         memcpy(buf, good, sizeof(buf));
         buf[1] = (uint8_t)(v << 4 | SRPC_REQUEST);
@@ -768,8 +773,14 @@ static void test_codec_errors(void)
         bad[0] = 0x5A;
         CHECK(srpc_reassembler_push(r, bad, dlen[0]) == -EBADMSG, "bad magic (%d)", phase);
         memcpy(bad, out, dlen[0]);
-        bad[1] = (uint8_t)(5 << 4 | SRPC_REQUEST);
-        CHECK(srpc_reassembler_push(r, bad, dlen[0]) == -EBADMSG, "version 5 (%d)", phase);
+        bad[1] = (uint8_t)(6 << 4 | SRPC_REQUEST);
+        CHECK(srpc_reassembler_push(r, bad, dlen[0]) == -EBADMSG, "version 6 (%d)", phase);
+        bad[1] = (uint8_t)(SRPC_VERSION_5 << 4 | SRPC_REQUEST), bad[4] = bad[5] = 0;
+        const uint16_t c5 = srpc_hdr_check16(bad);
+        bad[4] = (uint8_t)(c5 >> 8), bad[5] = (uint8_t)c5;
+        CHECK(srpc_reassembler_push(r, bad, dlen[0]) == -EBADMSG, "version 5: its session's tag unchecked (%d)",
+              phase);
+        memcpy(bad, out, dlen[0]);
         bad[1] = (uint8_t)(SRPC_VERSION_4 << 4 | SRPC_REQUEST), bad[4] = bad[5] = 0;
         const uint16_t c4 = srpc_hdr_check16(bad);
         bad[4] = (uint8_t)(c4 >> 8), bad[5] = (uint8_t)c4;

@@ -527,16 +527,16 @@ static int classify(const uint8_t *d, size_t n)
     if (n < SRPC_HDR_LEN)
         return SRPC_DROP_SHORT;
     const int ver = d[1] >> 4;
-    if (ver >= 2 && ver <= 4 && be16(d + 4) != v2_check(d))
+    if (ver >= 2 && ver <= 5 && be16(d + 4) != v2_check(d))
         return SRPC_DROP_BAD_CHECK;
-    if (d[0] != 0xA5 || ver < 1 || ver > 4 || (d[1] & 15) > 2)
+    if (d[0] != 0xA5 || ver < 1 || ver > 5 || (d[1] & 15) > 2)
         return SRPC_DROP_BAD_HEADER;
     uint64_t seq = be16(d + 12), nseg = be16(d + 14), msg_len = be32(d + 16), len = n - SRPC_HDR_LEN, s;
     if (nseg == 0 || seq >= nseg)
         return SRPC_DROP_BAD_SEGMENT;
     if ((d[1] & 15) != SRPC_REQUEST)
         return SRPC_DROP_NOT_REQUEST;
-    if (ver == 4) /* a server without keys takes versions 1..3 */
+    if (ver >= 4) /* a server without keys takes versions 1..3 */
         return SRPC_DROP_BAD_HEADER;
     if (ver == 3) { /* the data check: CRC-32C of header and data, big-endian after the data */
         if (len < 4)
@@ -919,7 +919,9 @@ static void test_malformed(void)
     dg[1] = 0x40;
     SEND_BAD(l, SRPC_DROP_BAD_CHECK, "version 4 without its check");
     dg[1] = 0x50;
-    SEND_BAD(l, SRPC_DROP_BAD_HEADER, "version 5");
+    SEND_BAD(l, SRPC_DROP_BAD_CHECK, "version 5 without its check");
+    dg[1] = 0x60;
+    SEND_BAD(l, SRPC_DROP_BAD_HEADER, "version 6");
     dg[1] = 0x00;
     SEND_BAD(l, SRPC_DROP_BAD_HEADER, "version 0");
     dg[1] = 0x13;

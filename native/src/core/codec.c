@@ -12,8 +12,8 @@ int srpc_msg_segment(const srpc_hdr_t *tmpl, const void *data, uint32_t len, uin
                      uint8_t *out, size_t cap, uint32_t *dgram_len, uint32_t max_dgrams)
 {
     if (!tmpl || (!data && len) || !out || !dgram_len || tmpl->type > SRPC_ERROR ||
-        seg_size == 0 || seg_size > SRPC_MAX_SEG_DATA || tmpl->version == SRPC_VERSION_4)
-        return -EINVAL; /* version 4 needs a key (splitrpc_auth.h: srpc_auth_seal) */
+        seg_size == 0 || seg_size > SRPC_MAX_SEG_DATA || tmpl->version >= SRPC_VERSION_4)
+        return -EINVAL; /* version 4 needs a key (splitrpc_auth.h: srpc_auth_seal), version 5 a session */
     seg_size = srpc_seg_data_max(tmpl->version, seg_size);
     const uint32_t check = tmpl->version == SRPC_VERSION_3 ? SRPC_DATA_CHECK_LEN : 0;
     uint32_t nseg = srpc_seg_count(len, seg_size);
@@ -96,8 +96,8 @@ int srpc_reassembler_push(srpc_reassembler_t *r, const uint8_t *dgram, size_t le
     int rc = srpc_hdr_decode(dgram, len, &h);
     if (rc < 0)
         return rc;
-    if (h.version == SRPC_VERSION_4)
-        return -EBADMSG; /* its tag needs a key: not checked here */
+    if (h.version >= SRPC_VERSION_4)
+        return -EBADMSG; /* its tag needs a key (version 5: a session): not checked here */
     if (len - SRPC_HDR_LEN > UINT32_MAX)
         return -EPROTO;
     uint32_t dlen = (uint32_t)(len - SRPC_HDR_LEN);

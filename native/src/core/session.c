@@ -433,6 +433,48 @@ int srpc_v5_no_session_parse(const uint8_t *d, size_t len, uint64_t *session, ui
     return 0;
 }
 
+int srpc_v5_seal_key(const uint8_t key[SRPC_V5_KEY_LEN], uint64_t session, int encrypt, uint64_t counter,
+                     const uint8_t hdr[SRPC_HDR_LEN], const struct iovec *data, int n, uint8_t *enc,
+                     uint8_t trailer[SRPC_V5_TRAILER_LEN])
+{
+    if (!key || !hdr || n < 0 || (n && !data) || !trailer || counter == 0 || counter >= SRPC_V5_MAX_COUNTER)
+        return -EINVAL;
+    if (srpc_v5_available() < 0)
+        return -ENOTSUP;
+    uint64_t len = 0;
+    for (int i = 0; i < n; i++)
+        len += data[i].iov_len;
+    if (encrypt && len && !enc)
+        return -EINVAL;
+    srpc_put64(trailer, session);
+    srpc_put64(trailer + 8, counter);
+    uint8_t nonce[NONCE_LEN];
+    nonce_of(nonce, counter);
+    poly_t p;
+    poly_start(&p, key, nonce);
+    poly_add(&p, hdr, SRPC_HDR_LEN, &p.ad_len);
+    if (encrypt) {
+        uint64_t at = 0;
+        for (int i = 0; i < n; i++) {
+            memcpy(enc + at, data[i].iov_base, data[i].iov_len);
+            at += data[i].iov_len;
+        }
+        poly_add(&p, trailer, 16, &p.ad_len);
+        poly_pad(&p, p.ad_len);
+        if (len)
+            srpc_sodium()->chacha20_xor_ic(enc, enc, len, nonce, 1, key);
+        poly_add(&p, enc, len, &p.ct_len);
+        poly_pad(&p, p.ct_len);
+    } else {
+        for (int i = 0; i < n; i++)
+            poly_add(&p, data[i].iov_base, data[i].iov_len, &p.ad_len);
+        poly_add(&p, trailer, 16, &p.ad_len);
+        poly_pad(&p, p.ad_len);
+    }
+    poly_end(&p, trailer + 16);
+    return 0;
+}
+
 int srpc_v5_seal(const srpc_v5_keys_t *k, int to_server, uint64_t counter, const uint8_t hdr[SRPC_HDR_LEN],
                  uint8_t *data, uint32_t len, uint8_t trailer[SRPC_V5_TRAILER_LEN])
 {

@@ -5,10 +5,10 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 
 #include "core/wire.h"
 
-#define SRPC_VERSION_5 5
 /* Types of version 5 beyond REQUEST, RESPONSE and ERROR. */
 #define SRPC_V5_INIT 3
 #define SRPC_V5_ACCEPT 4
@@ -23,8 +23,6 @@
 #define SRPC_V5_ACCEPT_LEN (SRPC_HDR_LEN + SRPC_V5_ACCEPT_BODY)
 #define SRPC_V5_COOKIE_LEN (SRPC_HDR_LEN + SRPC_V5_COOKIE_BODY)
 #define SRPC_V5_NO_SESSION_LEN (SRPC_HDR_LEN + SRPC_V5_NO_SESSION_BODY)
-/* A data datagram's trailer: session 8, counter 8, tag 16. */
-#define SRPC_V5_TRAILER_LEN 32
 #define SRPC_V5_FLAG_ENCRYPT 1u
 #define SRPC_V5_KEY_LEN 32   /* psk, session keys, X25519 keys */
 #define SRPC_V5_COOKIE_LEN_RAW 16
@@ -112,6 +110,14 @@ int srpc_v5_no_session_parse(const uint8_t *d, size_t len, uint64_t *session, ui
  * place; writes the trailer (session, counter, tag). 0, -EINVAL (counter 0 or too large), -ENOTSUP. */
 int srpc_v5_seal(const srpc_v5_keys_t *k, int to_server, uint64_t counter, const uint8_t hdr[SRPC_HDR_LEN],
                  uint8_t *data, uint32_t len, uint8_t trailer[SRPC_V5_TRAILER_LEN]);
+
+/* The same as srpc_v5_seal with the key itself (k_c2s or k_s2c), the session's id and whether it
+ * encrypts, and the data as n pieces, left as they are: an encrypting session writes the
+ * ciphertext to enc (the pieces' bytes, contiguous), an authenticating one needs no enc (NULL).
+ * What a transport calls as it cuts a message into datagrams. 0, -EINVAL or -ENOTSUP. */
+int srpc_v5_seal_key(const uint8_t key[SRPC_V5_KEY_LEN], uint64_t session, int encrypt, uint64_t counter,
+                     const uint8_t hdr[SRPC_HDR_LEN], const struct iovec *data, int n, uint8_t *enc,
+                     uint8_t trailer[SRPC_V5_TRAILER_LEN]);
 
 /* Opens a data datagram of session k (the trailer's session must be k's: the caller found k by
  * it): 0 when its tag is right, the data then decrypted in place in an encrypting session;

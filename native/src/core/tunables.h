@@ -206,6 +206,9 @@
  * NO_SESSION to a session older than this, or silent this long (the page's 180 s); a client
  * rekeys at two thirds of it and sends nothing under a session past 170 s. */
 #define SRPC_V5_REJECT_AFTER_MS 180000u
+/* Sessions a server holds at once (about 330 bytes each: 1.3 MiB). A full table answers no INIT
+ * and drops no session with calls or still young. */
+#define SRPC_V5_MAX_SESSIONS 4096u
 /* Handshakes a second a server pays for (an X25519 each, about 50 us on a 2 GHz core: 1000 a
  * second is 5% of one) before it answers INITs with COOKIEs, so the expensive step is paid only
  * for addresses that can receive. */

@@ -100,12 +100,12 @@ int srpc_hdr_encode(const srpc_hdr_t *h, uint8_t out[SRPC_HDR_LEN])
     if (!h || !out)
         return -EINVAL;
     unsigned ver = h->version ? h->version : SRPC_VERSION;
-    if (h->type > SRPC_ERROR || ver > SRPC_VERSION_4 || (ver >= SRPC_VERSION_2 && h->req_id > SRPC_REQ_ID_V2_MASK))
+    if (h->type > SRPC_ERROR || ver > SRPC_VERSION_5 || (ver >= SRPC_VERSION_2 && h->req_id > SRPC_REQ_ID_V2_MASK))
         return -EINVAL;
     out[SRPC_OFF_MAGIC] = SRPC_MAGIC;
     out[SRPC_OFF_VER_TYPE] = (uint8_t)(ver << 4 | h->type);
     srpc_put16(out + SRPC_OFF_FUNC_ID, h->func_id);
-    srpc_put64(out + SRPC_OFF_REQ_ID, h->req_id); /* v2..v4: the top 16 bits are 0, the check's place */
+    srpc_put64(out + SRPC_OFF_REQ_ID, h->req_id); /* v2..v5: the top 16 bits are 0, the check's place */
     srpc_put16(out + SRPC_OFF_SEQ, h->seq);
     srpc_put16(out + SRPC_OFF_NSEG, h->nseg);
     srpc_put32(out + SRPC_OFF_MSG_LEN, h->msg_len);
@@ -122,12 +122,12 @@ int srpc_hdr_decode(const uint8_t *buf, size_t len, srpc_hdr_t *out)
     if (!buf || !out)
         return -EINVAL;
     unsigned ver = buf[SRPC_OFF_VER_TYPE] >> 4;
-    if (ver >= SRPC_VERSION_2 && ver <= SRPC_VERSION_4 && srpc_get16(buf + SRPC_OFF_CHECK) != srpc_hdr_check16(buf))
+    if (ver >= SRPC_VERSION_2 && ver <= SRPC_VERSION_5 && srpc_get16(buf + SRPC_OFF_CHECK) != srpc_hdr_check16(buf))
         return -EILSEQ; /* before believing any field, the magic included */
     if (buf[SRPC_OFF_MAGIC] != SRPC_MAGIC)
         return -EBADMSG;
-    if (ver < SRPC_VERSION || ver > SRPC_VERSION_4)
-        return -EBADMSG;
+    if (ver < SRPC_VERSION || ver > SRPC_VERSION_5)
+        return -EBADMSG; /* (version 5's handshake types are read by core/session.c, not here) */
     uint8_t type = buf[SRPC_OFF_VER_TYPE] & 0x0f;
     if (type > SRPC_ERROR)
         return -EBADMSG;

@@ -56,10 +56,13 @@ static inline uint32_t srpc_seg_len(uint32_t msg_len, uint32_t seg_size, uint32_
 }
 
 /* The bytes that follow a datagram's data in version `version`: version 3's data check, version
- * 4's authentication trailer, else none. */
+ * 4's authentication trailer, version 5's session trailer, else none. */
 static inline uint32_t srpc_tail_len(unsigned version)
 {
-    return version == SRPC_VERSION_3 ? SRPC_DATA_CHECK_LEN : version == SRPC_VERSION_4 ? SRPC_AUTH_TRAILER_LEN : 0;
+    return version == SRPC_VERSION_3   ? SRPC_DATA_CHECK_LEN
+           : version == SRPC_VERSION_4 ? SRPC_AUTH_TRAILER_LEN
+           : version == SRPC_VERSION_5 ? SRPC_V5_TRAILER_LEN
+                                       : 0;
 }
 
 /* Version 3's data check (docs/PROTOCOL-v3.md) as it follows a datagram's data: big-endian. */

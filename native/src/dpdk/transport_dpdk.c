@@ -444,6 +444,8 @@ static int send_msg(srpc_dpdk_port_t *p, const struct sockaddr_in *sin, const sr
 {
     if (tmpl->version == SRPC_VERSION_4 && (!auth || !auth->secret || !auth->counter))
         return -EINVAL; /* never sent unsigned */
+    if (tmpl->version == SRPC_VERSION_5 || tmpl->type == SRPC_TX_RAW)
+        return -ENOTSUP; /* version 5 (sessions) is not on this transport yet: never sent unsealed */
     srpc_endpoint_t to = {.ip = ntohl(sin->sin_addr.s_addr), .port = ntohs(sin->sin_port)};
     struct neigh *nb = neigh_find(p, to.ip);
     if (!nb || nb->ip != to.ip) {

@@ -27,12 +27,15 @@ static uint32_t key_hash(const srpc_call_key_t *k)
                        ((uint64_t)k->version << 60));
     h = mix64(h ^ a);
     h = mix64(h ^ b ^ k->addr.family ^ ((uint64_t)k->key_id << 16));
+    if (k->session)
+        h = mix64(h ^ k->session);
     return (uint32_t)h;
 }
 
 static int key_eq(const srpc_call_key_t *x, const srpc_call_key_t *y)
 {
     return x->req_id == y->req_id && x->func_id == y->func_id && x->version == y->version && x->key_id == y->key_id &&
+           x->session == y->session &&
            x->addr.port == y->addr.port &&
            x->addr.family == y->addr.family && memcmp(x->addr.ip, y->addr.ip, 16) == 0;
 }
@@ -187,7 +190,7 @@ void ct_remove(calltab_t *ct, uint32_t idx)
         p = &ct->hnext[*p];
     if (*p == idx)
         *p = ct->hnext[idx];
-    if (e->key.version == SRPC_VERSION_4) /* its copy of the key's secret goes with it */
+    if (e->key.version >= SRPC_VERSION_4) /* its copy of the key's secret (version 5: the session's s2c) goes with it */
         srpc_auth_wipe(e->secret, sizeof(e->secret));
     e->state = CT_FREE;
     ct->hnext[idx] = ct->free_head;

@@ -14,6 +14,7 @@
 #include "server/keytab.h"
 #include "server/partial.h"
 #include "server/reply.h"
+#include "server/sessions.h"
 
 /* The timers are due within a period of now (a partial message or a rejection was added). */
 static void timers_soon(srpc_server_t *srv, uint64_t at)
@@ -31,7 +32,7 @@ static uint32_t insert_entry(srpc_server_t *srv, const srpc_call_key_t *k, uint8
         i = ct_insert(&srv->ct, k, state);
     if (i == CT_NONE)
         ST_ADD(srv, drops[SRPC_DROP_TABLE_FULL], 1);
-    else if (k->version == SRPC_VERSION_4) /* what the worker signs its reply with */
+    else if (k->version >= SRPC_VERSION_4) /* what the worker signs its reply with (version 5: k_s2c) */
         memcpy(srv->ct.e[i].secret, srv->rx.auth_secret, SRPC_AUTH_SECRET_LEN);
     return i;
 }
@@ -262,6 +263,74 @@ static void expect_after(srpc_server_t *srv, const srpc_call_key_t *k, uint16_t 
     srv->rx.pred_on = 1;
 }
 
+/* Sends the len bytes at d to dst as one datagram (version 5's answers before a session, and
+ * NO_SESSION: never larger than what came). rx and lock held. */
+static void send_raw(srpc_server_t *srv, const struct sockaddr *dst, const uint8_t *d, size_t len)
+{
+    const struct iovec iv = {(void *)d, len};
+    srpc_tx_msg_t m = {.dst = dst,
+                       .dstlen = dst->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in),
+                       .hdr = {.type = SRPC_TX_RAW}, .pieces = &iv, .npieces = 1, .len = (uint32_t)len};
+    if (srpc_tp_send(srv->tp, &m, 1) < 1)
+        ST_ADD(srv, drops[SRPC_DROP_TX_FAILED], 1);
+}
+
+/* A version 5 datagram of a handshake type (docs/PROTOCOL-v5.md): an INIT is answered (ACCEPT,
+ * or COOKIE under load) or dropped; the others never go to a server. rx and lock held. */
+static void v5_handshake(srpc_server_t *srv, const uint8_t *hb, const uint8_t *data, uint32_t total, uint64_t dev,
+                         const struct sockaddr *src, uint64_t now)
+{
+    if ((hb[SRPC_OFF_VER_TYPE] & 0x0f) != SRPC_V5_INIT) {
+        ST_ADD(srv, drops[SRPC_DROP_NOT_REQUEST], 1);
+        return;
+    }
+    if (total != SRPC_V5_INIT_LEN || dev || !data) {
+        ST_ADD(srv, drops[SRPC_DROP_BAD_HEADER], 1);
+        return;
+    }
+    uint8_t init[SRPC_V5_INIT_LEN], out[SRPC_V5_INIT_LEN];
+    memcpy(init, hb, SRPC_HDR_LEN);
+    memcpy(init + SRPC_HDR_LEN, data, SRPC_V5_INIT_BODY);
+    size_t n = 0;
+    const int r = srpc_sessions_on_init(srv->sessions, srv->keys, init, sizeof(init), src, srpc_auth_now_ms64(),
+                                        now / 1000000u, out, &n);
+    if (r) {
+        ST_ADD(srv, drops[r], 1);
+        return;
+    }
+    if (n && n <= total)
+        send_raw(srv, src, out, n);
+}
+
+/* A version 5 data datagram's session, tag and counter (its dlen data bytes at data, decrypted
+ * in place in an encrypting session, the trailer after them): 0 with *key its key and *sess its
+ * session; else the drop reason. A datagram of a session not here is answered NO_SESSION (at
+ * the rate sessions.c allows) and never run. rx and lock held. */
+static int v5_open(srpc_server_t *srv, const srpc_hdr_t *h, const uint8_t *hb, uint8_t *data, uint32_t dlen,
+                   const struct sockaddr *src, uint64_t now, srpc_key_t **key, const srpc_session_t **sess)
+{
+    const uint8_t *tr = data + dlen;
+    const uint64_t id = srpc_v5_trailer_session(tr), counter = srpc_v5_trailer_counter(tr), mono = now / 1000000u;
+    srpc_session_t *s = srpc_sessions_find(srv->sessions, srv->keys, id, srpc_auth_now_ms64(), mono);
+    if (!s) {
+        if (h->type == SRPC_REQUEST && srpc_sessions_may_refuse(srv->sessions, src, mono)) {
+            uint8_t ns[SRPC_V5_NO_SESSION_LEN];
+            srpc_v5_no_session_make(ns, h, id);
+            send_raw(srv, src, ns, sizeof(ns));
+        }
+        return SRPC_DROP_AUTH_UNKNOWN_KEY; /* no such session: counted with unknown keys */
+    }
+    if (!srpc_replay_fresh(&s->win, counter)) /* before the tag: a replay costs no AEAD */
+        return SRPC_DROP_AUTH_REPLAY;
+    if (srpc_v5_open(&s->keys, 1, hb, data, dlen, tr) < 0)
+        return SRPC_DROP_AUTH_BAD_TAG;
+    if (srpc_sessions_take(s, counter, mono) != 0)
+        return SRPC_DROP_AUTH_REPLAY;
+    *key = srpc_keytab_key(srv->keys, s->key_id); /* there: srpc_sessions_find checked */
+    *sess = s;
+    return *key ? 0 : SRPC_DROP_AUTH_UNKNOWN_KEY;
+}
+
 /* One datagram from src, hostile until checked: total bytes, its header at hb, the rest at
  * data, or at the device address dev (data unused); trunc: longer than what is here. rx and
  * lock held. */
@@ -276,6 +345,11 @@ static void process_datagram(srpc_server_t *srv, const uint8_t *hb, const uint8_
     }
     if (unlikely(trunc)) {
         ST_ADD(srv, drops[SRPC_DROP_TRUNCATED], 1);
+        return;
+    }
+    if (unlikely(srv->sessions && total >= SRPC_HDR_LEN && hb[SRPC_OFF_VER_TYPE] >> 4 == SRPC_VERSION_5 &&
+                 (hb[SRPC_OFF_VER_TYPE] & 0x0f) > SRPC_ERROR)) {
+        v5_handshake(srv, hb, data_in, total, dev, src, now);
         return;
     }
     srpc_hdr_t h;
@@ -295,21 +369,28 @@ static void process_datagram(srpc_server_t *srv, const uint8_t *hb, const uint8_
     const uint8_t *data = dev ? NULL : data_in;
     uint32_t dlen = total - SRPC_HDR_LEN;
     srpc_key_t *akey = NULL;
-    if (srv->auth_on != (h.version == SRPC_VERSION_4)) { /* a server with keys takes version 4 alone */
-        ST_ADD(srv, drops[srv->auth_on ? SRPC_DROP_AUTH_MISSING : SRPC_DROP_BAD_HEADER], 1);
+    const srpc_session_t *sess = NULL; /* version 5 */
+    const int keyed = h.version >= SRPC_VERSION_4; /* a server with keys takes versions 4 and 5 alone */
+    if (srv->auth_on != keyed || (h.version == SRPC_VERSION_5 && !srv->sessions)) {
+        ST_ADD(srv, drops[srv->auth_on && !keyed ? SRPC_DROP_AUTH_MISSING : SRPC_DROP_BAD_HEADER], 1);
         return;
     }
     if (srv->auth_on) { /* key, tag, time, replay window: before any other field or data byte is believed */
-        if (!data || dlen < SRPC_AUTH_TRAILER_LEN) { /* (device data: never version 4) */
+        const uint32_t tail = srpc_tail_len(h.version);
+        if (!data || dlen < tail) { /* (device data: never versions 4 and 5) */
             ST_ADD(srv, drops[SRPC_DROP_SHORT], 1);
             return;
         }
-        dlen -= SRPC_AUTH_TRAILER_LEN;
-        srpc_auth_fields_t f;
-        const uint64_t wall_ms = srpc_auth_now_ms64(); /* the datagrams' clock; windows age on now (monotonic) */
-        r = srpc_keytab_verify(srv->keys, hb, data, dlen, data + dlen, wall_ms, &akey, &f);
-        if (r == 0)
-            r = srpc_keytab_commit(srv->keys, akey, &f, wall_ms, now / 1000000u);
+        dlen -= tail;
+        if (h.version == SRPC_VERSION_5) { /* the session's (docs/PROTOCOL-v5.md); the data decrypted in place */
+            r = v5_open(srv, &h, hb, (uint8_t *)data, dlen, src, now, &akey, &sess);
+        } else {
+            srpc_auth_fields_t f;
+            const uint64_t wall_ms = srpc_auth_now_ms64(); /* the datagrams' clock; windows age on now (monotonic) */
+            r = srpc_keytab_verify(srv->keys, hb, data, dlen, data + dlen, wall_ms, &akey, &f);
+            if (r == 0)
+                r = srpc_keytab_commit(srv->keys, akey, &f, wall_ms, now / 1000000u);
+        }
         if (unlikely(r)) {
             ST_ADD(srv, drops[r], 1);
             return;
@@ -334,7 +415,13 @@ static void process_datagram(srpc_server_t *srv, const uint8_t *hb, const uint8_
     ct_key_from_sockaddr(&k, src, &h);
     if (akey) {
         k.key_id = akey->id;
-        srv->rx.auth_secret = akey->secret; /* its replies are signed with it */
+        if (sess) { /* version 5: a call is its session's; its replies are sealed with k_s2c */
+            k.session = sess->keys.session;
+            k.encrypt = sess->keys.encrypt;
+            srv->rx.auth_secret = sess->keys.s2c;
+        } else {
+            srv->rx.auth_secret = akey->secret; /* its replies are signed with it */
+        }
     }
     uint32_t idx = ct_find(&srv->ct, &k);
     /* In place: not for version 4 (its tag is checked on the burst path only, for now). */
@@ -343,7 +430,7 @@ static void process_datagram(srpc_server_t *srv, const uint8_t *hb, const uint8_
         expect_after(srv, &k, h.seq);
     if (idx != CT_NONE) {
         if (akey && srv->ct.e[idx].state != CT_QUEUED) /* the key's secret as of now (a reload may change it) */
-            memcpy(srv->ct.e[idx].secret, akey->secret, SRPC_AUTH_SECRET_LEN);
+            memcpy(srv->ct.e[idx].secret, srv->rx.auth_secret, SRPC_AUTH_SECRET_LEN);
         known_call(srv, idx, &h, seg, data, dlen, now);
     } else if (akey && !authorised(srv, akey, &k, &h, now)) {
         /* refused FORBIDDEN */
@@ -399,7 +486,7 @@ static int rx_direct(srpc_server_t *srv)
     srpc_hdr_t h;
     uint32_t seg;
     if (len < SRPC_HDR_LEN + SRPC_DIRECT_MIN || len > SRPC_HDR_LEN + SRPC_MAX_SEG_DATA ||
-        srpc_hdr_decode(hb, SRPC_HDR_LEN, &h) < 0 || h.version == SRPC_VERSION_4)
+        srpc_hdr_decode(hb, SRPC_HDR_LEN, &h) < 0 || h.version >= SRPC_VERSION_4)
         return -1; /* the burst path takes (and counts) it */
     const uint32_t tail_len = h.version == SRPC_VERSION_3 ? SRPC_DATA_CHECK_LEN : 0; /* version 3's check */
     if (h.type != SRPC_REQUEST || h.nseg < 2 || srpc_seg_check(&h, (size_t)len - SRPC_HDR_LEN - tail_len, &seg) < 0 ||
@@ -447,8 +534,8 @@ static int is_expected(srpc_server_t *srv, const uint8_t *hb, uint32_t len, cons
                        srpc_hdr_t *h, srpc_call_key_t *k, uint32_t *seg)
 {
     if (len < SRPC_HDR_LEN || srpc_hdr_decode(hb, SRPC_HDR_LEN, h) < 0 || h->type != SRPC_REQUEST || h->seq != seq ||
-        h->version == SRPC_VERSION_4)
-        return 0; /* version 4: the burst path checks its tag */
+        h->version >= SRPC_VERSION_4)
+        return 0; /* versions 4 and 5: the burst path checks their tags */
     const uint32_t tail_len = h->version == SRPC_VERSION_3 ? SRPC_DATA_CHECK_LEN : 0;
     if (len != SRPC_HDR_LEN + place->iov_len + tail_len || srpc_seg_check(h, place->iov_len, seg) < 0 ||
         (src->sa_family != AF_INET && src->sa_family != AF_INET6) ||
@@ -696,11 +783,25 @@ static void keys_reload(srpc_server_t *srv)
     ST_ADD(srv, auth_reloads, 1);
 }
 
+/* Forgets version 5's sessions past their time, once a second. rx. */
+static void sessions_sweep(srpc_server_t *srv)
+{
+    const uint64_t ms = srpc_now_ns() / 1000000u;
+    if (ms - srv->sessions_swept_ms < 1000)
+        return;
+    srv->sessions_swept_ms = ms;
+    srpc_srv_lock(srv);
+    srpc_sessions_expire(srv->sessions, ms);
+    srpc_srv_unlock(srv);
+}
+
 int srpc_engine_rx_step_rx(srpc_server_t *srv)
 {
     SRPC_ASSERT_RX(srv);
     if (srv->auth_on)
         keys_reload(srv);
+    if (srv->sessions)
+        sessions_sweep(srv);
     srpc_rx_t *rx = &srv->rx.slots;
     int n = 0, r = -1;
     while (srv->rx.direct_hint && n < (int)rx->burst && (r = rx_in_place_step(srv)) > 0) {

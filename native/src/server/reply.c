@@ -36,8 +36,9 @@ void srpc_reply_add(srpc_server_t *srv, srpc_reply_batch_t *b, const srpc_call_k
     m->result = 0;
     m->auth.key_id = key->key_id;
     m->auth.secret = secret;
-    m->auth.sender = srv->auth_sender;
+    m->auth.sender = key->version == SRPC_VERSION_5 ? key->session : srv->auth_sender; /* v5: the session */
     m->auth.counter = &srv->auth_counter;
+    m->auth.encrypt = key->encrypt;
 }
 
 void srpc_reply_flush(srpc_server_t *srv, srpc_reply_batch_t *b)
@@ -162,7 +163,7 @@ void srpc_reply_errors_flush_rx(srpc_server_t *srv)
     }
     srpc_reply_flush(srv, &b);
     for (unsigned i = 0; i < q->n; i++)
-        if (q->key[i].version == SRPC_VERSION_4) /* the copies of keys' secrets, sent with */
+        if (q->key[i].version >= SRPC_VERSION_4) /* the copies of keys' secrets (or session keys), sent with */
             srpc_auth_wipe(q->secret[i], sizeof(q->secret[i]));
     q->n = 0;
 }
@@ -181,7 +182,7 @@ void srpc_reply_error_rx(srpc_server_t *srv, const srpc_call_key_t *key, int cod
     q->len[i] = (uint16_t)(l < 0 ? 0 : l > SRPC_ERRMSG_MAX ? SRPC_ERRMSG_MAX : l);
     q->key[i] = *key;
     q->code[i] = (uint16_t)code;
-    if (key->version == SRPC_VERSION_4 && srv->rx.auth_secret) /* a version 4 datagram is being handled */
+    if (key->version >= SRPC_VERSION_4 && srv->rx.auth_secret) /* a version 4 or 5 datagram is being handled */
         memcpy(q->secret[i], srv->rx.auth_secret, SRPC_AUTH_SECRET_LEN);
 }
 

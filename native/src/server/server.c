@@ -17,6 +17,7 @@
 #include "server/reply.h"
 #include "server/rx_owner.h"
 #include "server/server_state.h"
+#include "server/sessions.h"
 #include "splitrpc_tools.h"
 
 void srpc_server_config_init(srpc_server_config_t *c)
@@ -207,6 +208,15 @@ int srpc_server_set_keys(srpc_server_t *srv, srpc_keytab_t *t)
             return r;
         }
         srv->auth_sender |= 1; /* nonzero */
+        if (srpc_v5_available() == 0) { /* version 5's sessions too (else version 4 alone) */
+            srv->sessions = calloc(1, sizeof(*srv->sessions));
+            if (!srv->sessions || (r = srpc_sessions_init(srv->sessions, SRPC_V5_MAX_SESSIONS, 0)) < 0) {
+                free(srv->sessions);
+                srv->sessions = NULL;
+                srpc_keytab_destroy(t);
+                return r < 0 ? r : -ENOMEM;
+            }
+        }
         srv->keys = t;
         srv->auth_max_senders = t->max_senders;
         srv->auth_on = 1;
@@ -325,6 +335,10 @@ void srpc_server_destroy(srpc_server_t *srv)
     srcmem_destroy(&srv->srcmem);
     srpc_keytab_destroy(srv->keys);
     srpc_keytab_destroy(atomic_exchange(&srv->keys_next, NULL));
+    if (srv->sessions) {
+        srpc_sessions_destroy(srv->sessions);
+        free(srv->sessions);
+    }
     srpc_bufpool_destroy(&srv->pool);
     srpc_reply_log_free(&srv->log);
     for (uint32_t i = 0; i < srv->nfns; i++)

@@ -211,7 +211,8 @@ typedef struct srpc_rx_state {
     unsigned ready;                  /* rx: calls this burst made ready (the worker is woken once) */
     srpc_errq_t errq;                /* rx */
     const uint8_t *auth_secret;      /* rx: the secret of the version 4 datagram being handled (its
-                                        error replies are signed with it), NULL otherwise */
+                                        error replies are signed with it), or version 5's session
+                                        key for replies (k_s2c), NULL otherwise */
     uint64_t next_timer_ns;          /* rx: when the expiry timers are due next */
     /* GPU payloads (a transport whose data lands in device memory): the stream of the burst's
      * copies out of it, and the calls they were for (gpu_rx.c). */
@@ -244,7 +245,11 @@ struct srpc_server {
     struct srpc_keytab *keys;
     struct srpc_keytab *_Atomic keys_next;
     uint64_t auth_sender;
-    uint64_t auth_counter;           /* advanced atomically by every thread that signs */
+    uint64_t auth_counter;           /* advanced atomically by every thread that signs (version 5's
+                                        replies too: a counter that never repeats under any key) */
+    struct srpc_sessions *sessions;  /* version 5's (sessions.c): with keys, where libsodium has
+                                        what it needs; rx and lock */
+    uint64_t sessions_swept_ms;      /* rx: when expired sessions were last forgotten */
     srpc_rx_state_t rx;
     pthread_mutex_t lock;            /* the call table, the ring counters, the reply log */
     _Atomic unsigned long lock_owner; /* debug builds: the thread holding lock */

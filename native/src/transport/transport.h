@@ -85,13 +85,20 @@ static inline srpc_rx_dg_t srpc_rx_dgram(const srpc_rx_t *rx, unsigned i, unsign
  * cut into segments of seg_size (1..the transport's max_seg). dst NULL: the transport's
  * connected peer (a client's server). result gets the datagrams sent, or -errno. */
 /* How a version 4 message is signed (docs/PROTOCOL-v4.md): key key_id's secret, as sender
- * `sender`, its counter advanced at *counter for each datagram. */
+ * `sender`, its counter advanced at *counter for each datagram. Version 5 (docs/PROTOCOL-v5.md):
+ * secret is the direction's session key, sender the session's id, the counter as in version 4
+ * (any counter that never repeats under the key), encrypt whether the session encrypts. */
 typedef struct srpc_tx_auth {
     uint32_t key_id;
     const uint8_t *secret;
     uint64_t sender;
     uint64_t *counter;
+    uint8_t encrypt;
 } srpc_tx_auth_t;
+
+/* hdr.type of a message sent as it is: its pieces are one whole datagram's bytes (len of them),
+ * no header made, not cut (version 5's handshake answers and NO_SESSION). */
+#define SRPC_TX_RAW 0xF
 
 typedef struct srpc_tx_msg {
     const struct sockaddr *dst;

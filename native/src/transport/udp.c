@@ -14,6 +14,7 @@
 
 #include "core/tunables.h"
 #include "core/auth.h"
+#include "core/session.h"
 #include "core/wire.h"
 #include "tools/faults.h"
 
@@ -369,7 +370,8 @@ static int send_faulty(srpc_udp_t *u, struct mmsghdr *msgs, unsigned cnt, unsign
 /* Datagrams built and not yet handed to the socket; owner[i]: the message of datagram i. */
 typedef struct tx_batch {
     uint8_t hdr[TX_BURST][SRPC_HDR_LEN];
-    uint8_t check[TX_BURST][SRPC_AUTH_TRAILER_LEN]; /* version 3's data check, or version 4's trailer */
+    uint8_t check[TX_BURST][SRPC_AUTH_TRAILER_LEN]; /* version 3's data check, version 4's or 5's trailer */
+    uint8_t *enc[TX_BURST]; /* version 5, an encrypting session: the datagram's ciphertext (malloc) */
     struct iovec iov[TX_BURST][TX_MAX_IOV];
     struct mmsghdr mm[TX_BURST];
     unsigned owner[TX_BURST];
@@ -478,6 +480,8 @@ static void tx_flush(srpc_udp_t *u, tx_batch_t *b, srpc_tx_msg_t *msgs)
     else
         r = send_all(u->fd, b->mm, b->cnt, &done);
     for (unsigned i = 0; i < b->cnt; i++) {
+        free(b->enc[i]);
+        b->enc[i] = NULL;
         srpc_tx_msg_t *m = &msgs[b->owner[i]];
         if (i < done) {
             if (m->result >= 0)
@@ -506,12 +510,38 @@ static int tx_check(const srpc_tx_msg_t *m, uint32_t *nseg, uint32_t *seg)
     return *nseg > UINT16_MAX ? -EMSGSIZE : 0;
 }
 
+/* A message sent as it is (SRPC_TX_RAW): its one piece is the datagram. */
+static void tx_raw(srpc_udp_t *u, tx_batch_t *b, srpc_tx_msg_t *msgs, unsigned i)
+{
+    srpc_tx_msg_t *m = &msgs[i];
+    if (m->npieces != 1 || !m->pieces || m->pieces[0].iov_len != m->len || m->len > SRPC_HDR_LEN + SRPC_MAX_SEG_DATA) {
+        m->result = -EINVAL;
+        return;
+    }
+    m->result = 0;
+    if (b->cnt == TX_BURST)
+        tx_flush(u, b, msgs);
+    const unsigned d = b->cnt;
+    b->iov[d][0] = m->pieces[0];
+    b->len[d] = m->len;
+    b->enc[d] = NULL;
+    b->mm[d].msg_hdr = (struct msghdr){.msg_name = (void *)m->dst, .msg_namelen = m->dst ? m->dstlen : 0,
+                                      .msg_iov = b->iov[d], .msg_iovlen = 1};
+    b->mm[d].msg_len = 0;
+    b->owner[d] = i;
+    b->cnt++;
+}
+
 int srpc_udp_send(srpc_udp_t *u, srpc_tx_msg_t *msgs, unsigned n)
 {
     tx_batch_t b;
     b.cnt = 0;
     for (unsigned i = 0; i < n; i++) {
         srpc_tx_msg_t *m = &msgs[i];
+        if (m->hdr.type == SRPC_TX_RAW) {
+            tx_raw(u, &b, msgs, i);
+            continue;
+        }
         uint32_t nseg = 0, seg = 0;
         m->result = tx_check(m, &nseg, &seg);
         if (m->result < 0)
@@ -519,8 +549,9 @@ int srpc_udp_send(srpc_udp_t *u, srpc_tx_msg_t *msgs, unsigned n)
         srpc_hdr_t h = m->hdr;
         h.nseg = (uint16_t)nseg;
         h.msg_len = m->len;
-        const int v3 = h.version == SRPC_VERSION_3, v4 = h.version == SRPC_VERSION_4;
-        if (v4 && (!m->auth.secret || !m->auth.counter || srpc_auth_available() < 0)) {
+        const int v3 = h.version == SRPC_VERSION_3, v4 = h.version == SRPC_VERSION_4, v5 = h.version == SRPC_VERSION_5;
+        if ((v4 || v5) && (!m->auth.secret || !m->auth.counter || srpc_auth_available() < 0 ||
+                           (v5 && srpc_v5_available() < 0))) {
             m->result = -EINVAL; /* never sent unsigned */
             continue;
         }
@@ -536,6 +567,7 @@ int srpc_udp_send(srpc_udp_t *u, srpc_tx_msg_t *msgs, unsigned n)
             b.iov[d][k++] = (struct iovec){b.hdr[d], SRPC_HDR_LEN};
             const uint32_t dlen = srpc_seg_len(m->len, seg, seq);
             b.len[d] = SRPC_HDR_LEN + dlen + srpc_tail_len(h.version);
+            b.enc[d] = NULL;
             /* Cannot run out of iovecs: a segment spans at most npieces <= SRPC_TX_MAX_PIECES. */
             for (uint32_t need = dlen; need > 0;) {
                 size_t take = m->pieces[piece].iov_len - piece_off;
@@ -560,6 +592,19 @@ int srpc_udp_send(srpc_udp_t *u, srpc_tx_msg_t *msgs, unsigned n)
                 srpc_auth_sign_iov(m->auth.key_id, m->auth.secret, m->auth.sender, m->auth.counter, b.iov[d], k,
                                    b.check[d]);
                 b.iov[d][k++] = (struct iovec){b.check[d], SRPC_AUTH_TRAILER_LEN};
+            } else if (v5) { /* the session's trailer; an encrypting session's data as ciphertext */
+                if (m->auth.encrypt && dlen && !(b.enc[d] = malloc(dlen))) {
+                    m->result = -ENOMEM;
+                    break;
+                }
+                srpc_v5_seal_key(m->auth.secret, m->auth.sender, m->auth.encrypt,
+                                 __atomic_add_fetch(m->auth.counter, 1, __ATOMIC_RELAXED), b.hdr[d], b.iov[d] + 1,
+                                 k - 1, b.enc[d], b.check[d]);
+                if (b.enc[d]) {
+                    b.iov[d][1] = (struct iovec){b.enc[d], dlen};
+                    k = 2;
+                }
+                b.iov[d][k++] = (struct iovec){b.check[d], SRPC_V5_TRAILER_LEN};
             }
             b.mm[d].msg_hdr = (struct msghdr){.msg_name = (void *)m->dst, .msg_namelen = m->dst ? m->dstlen : 0,
                                               .msg_iov = b.iov[d], .msg_iovlen = (size_t)k};

@@ -1,0 +1,248 @@
+"""Protocol version 5 (docs/PROTOCOL-v5.md) against real servers, as a foreign client and an attacker meet them: datagrams made by tests/foreign_v5.py over a raw socket. Handshakes, calls in authenticating and encrypting sessions (one and several segments), FORBIDDEN under a session; and issue 52's replays: a captured request sent again to the same server, to a second server with the same key table, to a restarted server, a captured INIT replayed, a request under another session's id; with a function that counts its runs, and no answer ever larger than its trigger."""
+import os
+import socket
+import time
+
+import pytest
+
+pytest.importorskip("cryptography", reason="tests/foreign_v5.py needs the cryptography package ('.[test]')")
+import foreign_v5 as v5  # noqa: E402
+
+import splitrpc  # noqa: E402
+from conftest import wait_for  # noqa: E402
+from splitrpc import Key, KeyTable  # noqa: E402
+from splitrpc._native import auth as _auth  # noqa: E402
+
+pytestmark = pytest.mark.skipif(not _auth.available(), reason="libsodium's shared library is not installed")
+
+ECHO, OTHER = 10, 11
+FORBIDDEN = 8
+
+
+@pytest.fixture
+def keys():
+    return {"all": Key.generate(7), "echo_only": Key.generate(8, functions=["echo"])}
+
+
+def _setup(runs):
+    def setup(srv):
+        def raw(name):
+            def fn(reqs, resps):
+                runs[name] += len(reqs)
+                for q, r in zip(reqs, resps):
+                    r[:len(q)] = q
+                return [len(q) for q in reqs]
+            return fn
+        srv.add_function(raw("echo"), ECHO, "echo", raw=True, max_request=70000, max_response=70000)
+        srv.add_function(raw("other"), OTHER, "other", raw=True, max_request=64, max_response=64)
+    return setup
+
+
+@pytest.fixture
+def servers(make_server, keys):
+    """Two servers (two replicas) with the same key table, each counting its functions' runs."""
+    table = KeyTable([keys["all"], keys["echo_only"]], skew=5.0)
+    runs_a, runs_b = {"echo": 0, "other": 0}, {"echo": 0, "other": 0}
+    a = make_server(_setup(runs_a), keys=table)
+    b = make_server(_setup(runs_b), keys=table)
+    return (a, runs_a), (b, runs_b), table
+
+
+def _sock(port):
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.connect(("127.0.0.1", port))
+    s.settimeout(2.0)
+    return s
+
+
+def _recv(s, timeout=2.0):
+    s.settimeout(timeout)
+    try:
+        return s.recv(65535)
+    except socket.timeout:
+        return None
+
+
+def _handshake(s, key, flags=0):
+    """A session with the server at s: (its Session, the INIT, the ACCEPT)."""
+    e = v5.private_key()
+    init = v5.make_init(key.secret, key.id, e, v5.random_id(), flags=flags)
+    s.send(init)
+    acc = _recv(s)
+    assert acc is not None and len(acc) <= len(init), "no ACCEPT, or one larger than the INIT"
+    sess = v5.open_accept(key.secret, init, e, acc)
+    assert sess is not None, "an ACCEPT the client does not take"
+    return sess, init, acc
+
+
+def _request(sess, func_id, req_id, data, seg=1400):
+    """The REQUEST datagrams of one call, sealed under sess (new counters)."""
+    chunks = [data[i:i + seg] for i in range(0, len(data), seg)] or [b""]
+    return [v5.seal(sess, v5.header(v5.REQUEST, func_id, req_id, len(data), seq=i, nseg=len(chunks)), c, True)
+            for i, c in enumerate(chunks)]
+
+
+def _reply(s, sess, timeout=2.0):
+    """The whole reply (type, aux, data) to the call in flight, every datagram opened under sess."""
+    parts, want, typ, aux = {}, None, None, None
+    while want is None or len(parts) < want:
+        d = _recv(s, timeout)
+        if d is None:
+            return None
+        data = v5.open_(sess, d, False)
+        assert data is not None, f"a reply datagram that does not open under the session: {d[:40].hex()}"
+        _, vt, _, _, seq, nseg, _, aux = v5.HDR.unpack_from(d)
+        typ, want, parts[seq] = vt & 0xF, nseg, data
+    return typ, aux, b"".join(parts[i] for i in range(want))
+
+
+def _call(s, sess, func_id, req_id, data, seg=1400):
+    for d in _request(sess, func_id, req_id, data, seg):
+        s.send(d)
+    return _reply(s, sess)
+
+
+@pytest.mark.parametrize("flags", [0, v5.FLAG_ENCRYPT], ids=["authenticating", "encrypting"])
+def test_calls_in_a_session(servers, keys, flags):
+    (a, runs), _, _ = servers
+    s = _sock(a.port)
+    sess, _, _ = _handshake(s, keys["all"], flags)
+    assert sess.encrypt == bool(flags)
+    assert _call(s, sess, ECHO, 1, b"hello") == (v5.RESPONSE, 0, b"hello")
+    big = os.urandom(5000)
+    reqs = _request(sess, ECHO, 2, big, seg=1200)
+    assert len(reqs) == 5
+    if flags:
+        assert all(big[i * 1200:i * 1200 + 50] not in d for i, d in enumerate(reqs)), "the data is on the wire"
+    for d in reversed(reqs):  # out of order
+        s.send(d)
+    assert _reply(s, sess) == (v5.RESPONSE, 0, big)
+    assert runs["echo"] == 2
+
+
+def test_a_key_gets_forbidden_under_its_session(servers, keys):
+    (a, runs), _, _ = servers
+    s = _sock(a.port)
+    sess, _, _ = _handshake(s, keys["echo_only"])
+    typ, aux, _ = _call(s, sess, OTHER, 3, b"x")
+    assert (typ, aux) == (v5.ERROR, FORBIDDEN) and runs["other"] == 0
+
+
+def test_a_captured_request_never_runs_twice_anywhere(servers, keys, make_server):
+    """Issue 52, findings 1 and 2: the capture sent again to the same server (dropped: its
+    counter was taken), to a second server with the same key table (NO_SESSION, not run), and
+    to the same port after the server restarted (NO_SESSION, not run). Every NO_SESSION is
+    smaller than the datagram that brought it."""
+    (a, runs_a), (b, runs_b), table = servers
+    s = _sock(a.port)
+    sess, _, _ = _handshake(s, keys["all"])
+    [captured] = _request(sess, ECHO, 9, b"pay once")
+    s.send(captured)
+    assert _reply(s, sess) == (v5.RESPONSE, 0, b"pay once") and runs_a["echo"] == 1
+    s.send(captured)  # the same server: the window took its counter
+    assert _recv(s, 0.3) is None and runs_a["echo"] == 1
+    [again] = _request(sess, ECHO, 9, b"pay once")  # the client's own retransmission: the cached reply
+    s.send(again)
+    assert _reply(s, sess) == (v5.RESPONSE, 0, b"pay once") and runs_a["echo"] == 1
+    # Another replica, same key table.
+    sb = _sock(b.port)
+    sb.send(captured)
+    ns = _recv(sb)
+    assert ns is not None and len(ns) == 30 < len(captured) and ns[1] == (5 << 4 | v5.NO_SESSION)
+    assert int.from_bytes(ns[22:30], "big") == sess.id
+    assert runs_b["echo"] == 0
+    # The server restarts on its port.
+    port = a.port
+    a.close()
+    runs_c = {"echo": 0, "other": 0}
+    c = splitrpc.Server("127.0.0.1", port, keys=table, wait="block")
+    try:
+        _setup(runs_c)(c)
+        c.start()
+        s.send(captured)
+        ns = _recv(s)
+        assert ns is not None and len(ns) < len(captured) and ns[1] == (5 << 4 | v5.NO_SESSION)
+        time.sleep(0.2)
+        assert runs_c["echo"] == 0
+        # The client, told so, makes a new session there and its call is served once.
+        new, _, _ = _handshake(s, keys["all"])
+        assert _call(s, new, ECHO, 10, b"after the restart") == (v5.RESPONSE, 0, b"after the restart")
+        assert runs_c["echo"] == 1
+    finally:
+        c.close()
+
+
+def test_a_replayed_init_makes_nothing_usable(servers, keys):
+    """The same INIT to the same server: the same ACCEPT, no new session. To another server: a
+    new session whose keys the replayer lacks, so a request sealed with the first session's keys
+    under it is dropped unanswered."""
+    (a, runs_a), (b, runs_b), _ = servers
+    s = _sock(a.port)
+    sess, init, acc = _handshake(s, keys["all"])
+    s.send(init)
+    assert _recv(s) == acc
+    sb = _sock(b.port)
+    sb.send(init)
+    other = _recv(sb)
+    assert other is not None and other != acc and len(other) <= len(init)
+    other_id = int.from_bytes(other[26:34], "big")
+    forged = v5.Session(other_id, sess.k_c2s, sess.k_s2c, False)
+    for d in _request(forged, ECHO, 11, b"with keys it does not have"):
+        sb.send(d)
+    assert _recv(sb, 0.3) is None
+    time.sleep(0.1)
+    assert runs_b["echo"] == 0
+    st = b.stats()
+    assert st["drops"]["auth_bad_tag"] >= 1
+
+
+def test_stale_and_wrapped_inits_are_dropped_unanswered(servers, keys):
+    """INIT's time is whole milliseconds: 2^32 ms ahead is not 'now' again (finding 3)."""
+    (a, _), _, _ = servers
+    s = _sock(a.port)
+    now = int(time.time() * 1000)
+    for t in (now - 6000, now + 6000, now + (1 << 32), now - (1 << 32)):
+        s.send(v5.make_init(keys["all"].secret, 7, v5.private_key(), v5.random_id(), time_ms=t))
+        assert _recv(s, 0.3) is None, t
+    assert wait_for(lambda: a.stats()["drops"]["auth_stale"] >= 4)
+
+
+def test_version_4_still_served_beside(servers, keys, make_client):
+    (a, runs), _, _ = servers
+    c = make_client(a.port, key=keys["all"])
+    assert c.call(ECHO, b"v4") == b"v4" and runs["echo"] == 1
+
+
+def test_a_capture_sent_from_many_addresses_to_servers_sharing_a_port_runs_once(make_server, keys):
+    """`serve --processes N` (finding 2): servers sharing one port (SO_REUSEPORT), each with its
+    own sessions. The capture, sent again from 40 source ports (so the kernel spreads them over
+    both), runs nowhere again: the server that has the session drops it as a replay, the other
+    answers NO_SESSION."""
+    table = KeyTable([keys["all"]], skew=5.0)
+    runs_a, runs_b = {"echo": 0, "other": 0}, {"echo": 0, "other": 0}
+    a = make_server(_setup(runs_a), keys=table, reuse_port=True)
+    port = a.port
+    b = splitrpc.Server("127.0.0.1", port, keys=table, wait="block", reuse_port=True)
+    try:
+        _setup(runs_b)(b)
+        b.start()
+        s = _sock(port)
+        sess, _, _ = _handshake(s, keys["all"])  # to whichever server the kernel picks for s, the call too
+        [captured] = _request(sess, ECHO, 21, b"once")
+        s.send(captured)
+        assert _reply(s, sess) == (v5.RESPONSE, 0, b"once")
+        assert runs_a["echo"] + runs_b["echo"] == 1
+        answered = 0
+        for _ in range(40):
+            t = _sock(port)
+            t.send(captured)
+            d = _recv(t, 0.3)
+            if d is not None:
+                assert len(d) == 30 and d[1] == (5 << 4 | v5.NO_SESSION)
+                answered += 1
+            t.close()
+        time.sleep(0.2)
+        assert runs_a["echo"] + runs_b["echo"] == 1
+        assert answered >= 1, "the kernel sent none of 40 source ports to the other server"
+    finally:
+        b.close()
