@@ -117,7 +117,7 @@ def test_no_two_files_call_each_other_in_a_circle():
 # The server core's layers, from the wire up: a file may call files of its own layer's
 # leaves and of lower layers only (calls run down on receive and down again on reply).
 _SERVER_LAYERS = [
-    {"server/calltab", "server/srcmem", "server/allowlist", "server/keytab"},
+    {"server/calltab", "server/srcmem", "server/allowlist", "server/keytab", "server/sessions"},
     {"server/callring"},
     {"server/partial", "server/reply", "server/gpu_rx", "server/cost", "server/sched"},
     {"server/engine", "server/batcher", "server/completion", "server/function"},

@@ -172,6 +172,27 @@ def test_a_captured_request_never_runs_twice_anywhere(servers, keys, make_server
         c.close()
 
 
+def test_a_call_moved_to_another_address_is_the_same_call(servers, keys):
+    """A version 5 call is its session's, not its address's (held-out attacker, W1): the client's
+    reply lost, its retransmission relayed from another port (an attacker, or a NAT that rebound)
+    gets the cached reply there and runs nothing again; so does one from the client's own port."""
+    (a, runs), _, _ = servers
+    s = _sock(a.port)
+    sess, _, _ = _handshake(s, keys["all"])
+    for d in _request(sess, ECHO, 31, b"move me"):
+        s.send(d)
+    assert _reply(s, sess) == (v5.RESPONSE, 0, b"move me") and runs["echo"] == 1
+    moved = _sock(a.port)  # another source port
+    for d in _request(sess, ECHO, 31, b"move me"):  # the retransmission: new counters
+        moved.send(d)
+    assert _reply(moved, sess) == (v5.RESPONSE, 0, b"move me")
+    for d in _request(sess, ECHO, 31, b"move me"):
+        s.send(d)
+    assert _reply(s, sess) == (v5.RESPONSE, 0, b"move me")
+    time.sleep(0.1)
+    assert runs["echo"] == 1
+
+
 def test_a_replayed_init_makes_nothing_usable(servers, keys):
     """The same INIT to the same server: the same ACCEPT, no new session. To another server: a
     new session whose keys the replayer lacks, so a request sealed with the first session's keys

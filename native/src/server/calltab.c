@@ -18,8 +18,14 @@ static uint64_t mix64(uint64_t x)
     return x;
 }
 
+/* A call's identity (docs/PROTOCOL.md, -v4.md): its address, req_id, func_id, version and key;
+ * version 5's (PROTOCOL-v5.md) is its session, req_id and func_id, not its address (a client may
+ * move; its key.addr is then only where replies go). */
 static uint32_t key_hash(const srpc_call_key_t *k)
 {
+    if (k->session)
+        return (uint32_t)mix64(mix64(k->req_id ^ ((uint64_t)k->func_id << 48) ^ ((uint64_t)k->version << 60)) ^
+                               k->session ^ ((uint64_t)k->key_id << 16));
     uint64_t a, b;
     memcpy(&a, k->addr.ip, 8);
     memcpy(&b, k->addr.ip + 8, 8);
@@ -27,17 +33,16 @@ static uint32_t key_hash(const srpc_call_key_t *k)
                        ((uint64_t)k->version << 60));
     h = mix64(h ^ a);
     h = mix64(h ^ b ^ k->addr.family ^ ((uint64_t)k->key_id << 16));
-    if (k->session)
-        h = mix64(h ^ k->session);
     return (uint32_t)h;
 }
 
 static int key_eq(const srpc_call_key_t *x, const srpc_call_key_t *y)
 {
-    return x->req_id == y->req_id && x->func_id == y->func_id && x->version == y->version && x->key_id == y->key_id &&
-           x->session == y->session &&
-           x->addr.port == y->addr.port &&
-           x->addr.family == y->addr.family && memcmp(x->addr.ip, y->addr.ip, 16) == 0;
+    if (x->req_id != y->req_id || x->func_id != y->func_id || x->version != y->version || x->key_id != y->key_id ||
+        x->session != y->session)
+        return 0;
+    return x->session || (x->addr.port == y->addr.port && x->addr.family == y->addr.family &&
+                          memcmp(x->addr.ip, y->addr.ip, 16) == 0);
 }
 
 int ct_init(calltab_t *ct, uint32_t max_entries)

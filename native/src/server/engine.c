@@ -431,6 +431,10 @@ static void process_datagram(srpc_server_t *srv, const uint8_t *hb, const uint8_
     if (idx != CT_NONE) {
         if (akey && srv->ct.e[idx].state != CT_QUEUED) /* the key's secret as of now (a reload may change it) */
             memcpy(srv->ct.e[idx].secret, srv->rx.auth_secret, SRPC_AUTH_SECRET_LEN);
+        if (sess && (srv->ct.e[idx].state == CT_DONE || srv->ct.e[idx].state == CT_REJECTED))
+            srv->ct.e[idx].key.addr = k.addr; /* version 5: answered where this datagram came from (a call
+                                                 still arriving keeps its first address: its memory is
+                                                 counted there; a running one: the worker reads it) */
         known_call(srv, idx, &h, seg, data, dlen, now);
     } else if (akey && !authorised(srv, akey, &k, &h, now)) {
         /* refused FORBIDDEN */
