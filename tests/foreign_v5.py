@@ -14,7 +14,8 @@ from foreign_client import HDR, pack, unpack
 VERSION = 5
 REQUEST, RESPONSE, ERROR, INIT, ACCEPT, COOKIE, NO_SESSION = range(7)
 HDR_LEN = 22
-INIT_BODY, ACCEPT_BODY, COOKIE_BODY, NO_SESSION_BODY = 80, 64, 44, 8
+INIT_BODY, ACCEPT_BODY, COOKIE_BODY, NO_SESSION_BODY = 104, 64, 44, 8
+INIT_MAC1 = HDR_LEN + 72           # an INIT's mac1: what a COOKIE is bound to
 TRAILER = 32                       # session 8, counter 8, tag 16
 FLAG_ENCRYPT = 1
 WINDOW = 1024
@@ -47,11 +48,13 @@ def header(typ: int, func_id: int, req_id: int, msg_len: int, seq: int = 0, nseg
 
 
 def make_init(psk: bytes, key_id: int, e_priv: bytes, hs_id: int, time_ms: int | None = None,
-              flags: int = 0, cookie: bytes | None = None) -> bytes:
-    """The 102-byte INIT: header, key_id, e_c, time, flags, mac1, cookie_mac."""
+              flags: int = 0, cookie: bytes | None = None, prev: "Session | None" = None) -> bytes:
+    """The 126-byte INIT: header, key_id, e_c, time, flags, prev_session, resume, mac1, cookie_mac.
+    prev: the session this one follows (its calls go on under the new one)."""
     t = int(time.time() * 1000) if time_ms is None else time_ms
     d = header(INIT, 0, hs_id, INIT_BODY) + key_id.to_bytes(4, "big") + x25519_public(e_priv) + \
-        t.to_bytes(8, "big") + flags.to_bytes(4, "big")
+        t.to_bytes(8, "big") + flags.to_bytes(4, "big") + (prev.id if prev else 0).to_bytes(8, "big")
+    d += h(prev.k_c2s, b"splitrpc v5 resume" + d, 16) if prev else bytes(16)
     d += h(mac1_key(psk), d, 16)
     return d + (h(cookie, d, 16) if cookie else bytes(16))
 
@@ -154,7 +157,7 @@ def open_cookie(psk: bytes, init: bytes, reply: bytes) -> bytes | None:
         return None
     n, box = reply[HDR_LEN:HDR_LEN + 12], reply[HDR_LEN + 12:]
     try:
-        return ChaCha20Poly1305(cookie_key(psk)).decrypt(n, box, init[HDR_LEN + 48:HDR_LEN + 64])
+        return ChaCha20Poly1305(cookie_key(psk)).decrypt(n, box, init[INIT_MAC1:INIT_MAC1 + 16])
     except InvalidTag:
         return None
 

@@ -39,10 +39,11 @@ def test_the_pages_example_is_what_the_reference_makes():
     acc2, server2 = v5.make_accept(PSK, init2, ES, 0x1122334455667789, v5.FLAG_ENCRYPT)
     client2 = v5.open_accept(PSK, init2, EC, acc2)
     enc = v5.seal(client2, v5.header(v5.REQUEST, 1, 1, 4), b"\x01\x02\x03\x04", True)
-    assert blocks == [init, acc, req, resp, enc]
+    resume = v5.make_init(PSK, 7, EC, 0x010203040509, time_ms=TIME, prev=client)
+    assert blocks == [init, acc, req, resp, enc, resume]
     assert inline["e_c"] == v5.x25519_public(EC) and inline["e_s"] == v5.x25519_public(ES)
     assert inline["k_c2s"] == client.k_c2s == server.k_c2s and inline["k_s2c"] == client.k_s2c == server.k_s2c
-    assert len(init) == 102 and len(acc) == 86 and len(req) == 58
+    assert len(init) == 126 and len(acc) == 86 and len(req) == 58
     # Taken by the other side once, and only once; any one-bit change refused.
     assert v5.open_(server, req, True) == b"\x01\x02\x03\x04" and v5.open_(server, req, True) is None
     assert v5.open_(server2, enc, True) == b"\x01\x02\x03\x04"

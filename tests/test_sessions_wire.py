@@ -63,10 +63,10 @@ def _recv(s, timeout=2.0):
         return None
 
 
-def _handshake(s, key, flags=0):
-    """A session with the server at s: (its Session, the INIT, the ACCEPT)."""
+def _handshake(s, key, flags=0, prev=None):
+    """A session with the server at s (following prev: resume): (its Session, the INIT, the ACCEPT)."""
     e = v5.private_key()
-    init = v5.make_init(key.secret, key.id, e, v5.random_id(), flags=flags)
+    init = v5.make_init(key.secret, key.id, e, v5.random_id(), flags=flags, prev=prev)
     s.send(init)
     acc = _recv(s)
     assert acc is not None and len(acc) <= len(init), "no ACCEPT, or one larger than the INIT"
@@ -193,6 +193,36 @@ def test_a_call_moved_to_another_address_is_the_same_call(servers, keys):
     assert runs["echo"] == 1
 
 
+def test_a_forged_no_session_never_makes_a_call_run_twice(servers, keys):
+    """Held-out attacker W2: an on-path attacker answers a call with a forged NO_SESSION (all it
+    needs is in the clear). The client does what the page says: a new session that follows the
+    old one, the call sent again under it. The server still has the old session, so it is the
+    same call: the cached reply, no second run. Another holder of the same key naming that
+    session without its keys gets a line of its own, and never the call's reply."""
+    (a, runs), _, _ = servers
+    s = _sock(a.port)
+    sess, _, _ = _handshake(s, keys["all"])
+    for d in _request(sess, ECHO, 41, b"once, please"):
+        s.send(d)
+    assert _reply(s, sess) == (v5.RESPONSE, 0, b"once, please") and runs["echo"] == 1
+    # The forged NO_SESSION reached the client first; it makes a session following sess.
+    new, _, _ = _handshake(s, keys["all"], prev=sess)
+    assert new.id != sess.id
+    for d in _request(new, ECHO, 41, b"once, please"):
+        s.send(d)
+    assert _reply(s, new) == (v5.RESPONSE, 0, b"once, please")
+    time.sleep(0.1)
+    assert runs["echo"] == 1
+    # An insider (the same key) claims to follow sess without its keys: a line of its own.
+    t = _sock(a.port)
+    fake = v5.Session(sess.id, bytes(32), bytes(32), False)
+    mine, _, _ = _handshake(t, keys["all"], prev=fake)
+    for d in _request(mine, ECHO, 41, b"the insider's own"):
+        t.send(d)
+    assert _reply(t, mine) == (v5.RESPONSE, 0, b"the insider's own")
+    assert runs["echo"] == 2  # its own call, run once; the victim's reply was never its
+
+
 def test_a_replayed_init_makes_nothing_usable(servers, keys):
     """The same INIT to the same server: the same ACCEPT, no new session. To another server: a
     new session whose keys the replayer lacks, so a request sealed with the first session's keys
@@ -265,5 +295,14 @@ def test_a_capture_sent_from_many_addresses_to_servers_sharing_a_port_runs_once(
         time.sleep(0.2)
         assert runs_a["echo"] + runs_b["echo"] == 1
         assert answered >= 1, "the kernel sent none of 40 source ports to the other server"
+        # Held-out attacker W2 over processes: a NO_SESSION from the other server relayed to the
+        # client makes it handshake again from its own address (the server holding its session):
+        # following the old session, the call sent again is the same call there.
+        new, _, _ = _handshake(s, keys["all"], prev=sess)
+        for d in _request(new, ECHO, 21, b"once"):
+            s.send(d)
+        assert _reply(s, new) == (v5.RESPONSE, 0, b"once")
+        time.sleep(0.1)
+        assert runs_a["echo"] + runs_b["echo"] == 1
     finally:
         b.close()

@@ -19,7 +19,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     (void)argc, (void)argv;
     for (int i = 0; i < 32; i++)
         psk[i] = (uint8_t)i, e_c[i] = (uint8_t)(0x40 + i), e_s[i] = (uint8_t)(0x60 + i);
-    if (srpc_v5_available() < 0 || srpc_v5_init_make(init, psk, 7, 0x010203040506ull, e_c, 1764331200000ull, 0, NULL))
+    if (srpc_v5_available() < 0 || srpc_v5_init_make(init, psk, 7, 0x010203040506ull, e_c, 1764331200000ull, 0, NULL, NULL))
         abort();
     uint8_t acc[SRPC_V5_ACCEPT_LEN];
     if (srpc_v5_accept_make(acc, &keys[0], init, psk, e_s, 0x1122334455667788ull, 0) ||

@@ -38,7 +38,7 @@ typedef struct {
 static void client_init(hs_t *h, uint32_t key, const uint8_t *psk, uint64_t id, uint64_t time, const uint8_t *cookie)
 {
     srpc_v5_keypair(h->e_priv, h->e_pub);
-    CHECK(srpc_v5_init_make(h->init, psk, key, id, h->e_priv, time, 0, cookie) == 0, "INIT made");
+    CHECK(srpc_v5_init_make(h->init, psk, key, id, h->e_priv, time, 0, NULL, cookie) == 0, "INIT made");
 }
 
 static void test_handshake_and_replays(void)
@@ -114,6 +114,57 @@ static void test_handshake_and_replays(void)
           "silent past its time: gone, and forgotten");
     srpc_sessions_destroy(&t);
     srpc_keytab_destroy(keys);
+}
+
+/* Resume (held-out attacker W2: a forged NO_SESSION made a client's resend a new call): a session
+ * made by an INIT that follows one here, with that session's k_c2s, continues its line of calls;
+ * one naming a session it holds no keys of (a same-key insider), or one not here (a restarted
+ * server), starts a line of its own. */
+static void test_resume(void)
+{
+    srpc_sessions_t t;
+    CHECK(srpc_sessions_init(&t, 8, 0) == 0, "a table");
+    srpc_keytab_t *keys = table(1, 0);
+    struct sockaddr_in a = addr(4010);
+    const struct sockaddr *src = (const struct sockaddr *)&a;
+    uint8_t out[SRPC_V5_INIT_LEN], e[32], pub[32], init[SRPC_V5_INIT_LEN];
+    size_t n;
+    srpc_v5_keys_t k1, k2, k3, k4;
+    srpc_v5_keypair(e, pub);
+    srpc_v5_init_make(init, PSK7, 7, 70, e, WALL, 0, NULL, NULL);
+    CHECK(srpc_sessions_on_init(&t, keys, init, sizeof(init), src, WALL, MONO, out, &n) == 0 &&
+              srpc_v5_accept_open(&k1, init, e, PSK7, out, n) == 0,
+          "a first session");
+    srpc_v5_keypair(e, pub);
+    srpc_v5_init_make(init, PSK7, 7, 71, e, WALL, 0, &k1, NULL);
+    CHECK(srpc_sessions_on_init(&t, keys, init, sizeof(init), src, WALL, MONO, out, &n) == 0 &&
+              srpc_v5_accept_open(&k2, init, e, PSK7, out, n) == 0,
+          "a second following it");
+    const srpc_session_t *s1 = srpc_sessions_find(&t, keys, k1.session, WALL, MONO),
+                         *s2 = srpc_sessions_find(&t, keys, k2.session, WALL, MONO);
+    CHECK(s1 && s2 && s2->keys.session != s1->keys.session && s2->lineage == s1->lineage &&
+              s1->lineage == k1.session && t.st.not_resumed == 0,
+          "the second continues the first's calls");
+    srpc_v5_keys_t fake = k1;
+    memset(fake.c2s, 0x5a, sizeof(fake.c2s)); /* an insider: the key's psk, not the session's keys */
+    srpc_v5_keypair(e, pub);
+    srpc_v5_init_make(init, PSK7, 7, 72, e, WALL, 0, &fake, NULL);
+    CHECK(srpc_sessions_on_init(&t, keys, init, sizeof(init), src, WALL, MONO, out, &n) == 0 &&
+              srpc_v5_accept_open(&k3, init, e, PSK7, out, n) == 0,
+          "an INIT naming the first session without its keys: still a session");
+    const srpc_session_t *s3 = srpc_sessions_find(&t, keys, k3.session, WALL, MONO);
+    CHECK(s3 && s3->lineage == k3.session && t.st.not_resumed == 1, "but a line of its own");
+    srpc_v5_keys_t gone = k1;
+    gone.session = 0x777;
+    srpc_v5_keypair(e, pub);
+    srpc_v5_init_make(init, PSK7, 7, 73, e, WALL, 0, &gone, NULL);
+    CHECK(srpc_sessions_on_init(&t, keys, init, sizeof(init), src, WALL, MONO, out, &n) == 0 &&
+              srpc_v5_accept_open(&k4, init, e, PSK7, out, n) == 0,
+          "an INIT following a session not here (a restarted server)");
+    const srpc_session_t *s4 = srpc_sessions_find(&t, keys, k4.session, WALL, MONO);
+    CHECK(s4 && s4->lineage == k4.session && t.st.not_resumed == 2, "a line of its own");
+    srpc_keytab_destroy(keys);
+    srpc_sessions_destroy(&t);
 }
 
 static void test_keys_removed_and_expired(void)
@@ -249,6 +300,7 @@ int main(void)
         return 0;
     }
     test_handshake_and_replays();
+    test_resume();
     test_keys_removed_and_expired();
     test_cookies_under_load();
     test_full_table();

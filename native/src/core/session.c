@@ -14,8 +14,10 @@
 #define INIT_E (SRPC_HDR_LEN + 4)
 #define INIT_TIME (SRPC_HDR_LEN + 36)
 #define INIT_FLAGS (SRPC_HDR_LEN + 44)
-#define INIT_MAC1 (SRPC_HDR_LEN + 48)
-#define INIT_COOKIE_MAC (SRPC_HDR_LEN + 64)
+#define INIT_PREV (SRPC_HDR_LEN + 48)
+#define INIT_RESUME (SRPC_HDR_LEN + 56)
+#define INIT_MAC1 SRPC_V5_INIT_MAC1
+#define INIT_COOKIE_MAC (SRPC_HDR_LEN + 88)
 #define ACC_KEY (SRPC_HDR_LEN + 0)
 #define ACC_SESSION (SRPC_HDR_LEN + 4)
 #define ACC_E (SRPC_HDR_LEN + 12)
@@ -119,9 +121,27 @@ static void cookie_mac(uint8_t out[TAG_LEN], const uint8_t cookie[SRPC_V5_COOKIE
     init_mac(out, cookie, SRPC_V5_COOKIE_LEN_RAW, init, INIT_COOKIE_MAC);
 }
 
+/* resume: H(prev's k_c2s, "splitrpc v5 resume" || the INIT's bytes before it, 16). */
+static void resume_mac(uint8_t out[TAG_LEN], const uint8_t prev_c2s[SRPC_V5_KEY_LEN], const uint8_t *init)
+{
+    static const char label[] = "splitrpc v5 resume";
+    const void *p[2] = {label, init};
+    const size_t l[2] = {sizeof(label) - 1, INIT_RESUME};
+    hash(out, TAG_LEN, prev_c2s, SRPC_V5_KEY_LEN, p, l, 2);
+}
+
+int srpc_v5_init_resume_ok(const uint8_t init[SRPC_V5_INIT_LEN], const uint8_t prev_c2s[SRPC_V5_KEY_LEN])
+{
+    if (srpc_v5_available() < 0 || srpc_get64(init + INIT_PREV) == 0)
+        return 0;
+    uint8_t m[TAG_LEN];
+    resume_mac(m, prev_c2s, init);
+    return srpc_sodium()->verify16(m, init + INIT_RESUME) == 0;
+}
+
 int srpc_v5_init_make(uint8_t out[SRPC_V5_INIT_LEN], const uint8_t psk[SRPC_V5_KEY_LEN], uint32_t key_id,
                       uint64_t hs, const uint8_t e_priv[SRPC_V5_KEY_LEN], uint64_t time_ms, uint32_t flags,
-                      const uint8_t *cookie)
+                      const srpc_v5_keys_t *prev, const uint8_t *cookie)
 {
     if (!out || !psk || !e_priv || key_id == 0 || hs == 0 || hs > SRPC_REQ_ID_V2_MASK || (flags & ~FLAGS_KNOWN))
         return -EINVAL;
@@ -133,6 +153,11 @@ int srpc_v5_init_make(uint8_t out[SRPC_V5_INIT_LEN], const uint8_t psk[SRPC_V5_K
         return -EINVAL;
     srpc_put64(out + INIT_TIME, time_ms);
     srpc_put32(out + INIT_FLAGS, flags);
+    srpc_put64(out + INIT_PREV, prev ? prev->session : 0);
+    if (prev)
+        resume_mac(out + INIT_RESUME, prev->c2s, out);
+    else
+        memset(out + INIT_RESUME, 0, TAG_LEN);
     mac1(out + INIT_MAC1, psk, out);
     if (cookie)
         cookie_mac(out + INIT_COOKIE_MAC, cookie, out);
@@ -150,6 +175,7 @@ int srpc_v5_init_parse(const uint8_t *d, size_t len, srpc_v5_init_t *f)
     memcpy(f->e, d + INIT_E, SRPC_V5_KEY_LEN);
     f->time_ms = srpc_get64(d + INIT_TIME);
     f->flags = srpc_get32(d + INIT_FLAGS);
+    f->prev_session = srpc_get64(d + INIT_PREV);
     return f->key_id == 0 || (f->flags & ~FLAGS_KNOWN) ? -EBADMSG : 0;
 }
 

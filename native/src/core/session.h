@@ -15,11 +15,12 @@
 #define SRPC_V5_COOKIE 5
 #define SRPC_V5_NO_SESSION 6
 /* Their bodies (after the 22-byte header) and whole lengths. */
-#define SRPC_V5_INIT_BODY 80
+#define SRPC_V5_INIT_BODY 104
 #define SRPC_V5_ACCEPT_BODY 64
 #define SRPC_V5_COOKIE_BODY 44
 #define SRPC_V5_NO_SESSION_BODY 8
 #define SRPC_V5_INIT_LEN (SRPC_HDR_LEN + SRPC_V5_INIT_BODY)
+#define SRPC_V5_INIT_MAC1 (SRPC_HDR_LEN + 72) /* where an INIT's mac1 is (a server keeps it: INITs seen before) */
 #define SRPC_V5_ACCEPT_LEN (SRPC_HDR_LEN + SRPC_V5_ACCEPT_BODY)
 #define SRPC_V5_COOKIE_LEN (SRPC_HDR_LEN + SRPC_V5_COOKIE_BODY)
 #define SRPC_V5_NO_SESSION_LEN (SRPC_HDR_LEN + SRPC_V5_NO_SESSION_BODY)
@@ -48,6 +49,7 @@ typedef struct srpc_v5_init {
     uint8_t e[SRPC_V5_KEY_LEN];     /* e_c */
     uint64_t time_ms;
     uint32_t flags;
+    uint64_t prev_session;          /* the session it follows (0: none) */
 } srpc_v5_init_t;
 
 /* 0 when libsodium has what version 5 needs, else -ENOTSUP. */
@@ -57,11 +59,15 @@ int srpc_v5_available(void);
 int srpc_v5_keypair(uint8_t priv[SRPC_V5_KEY_LEN], uint8_t pub[SRPC_V5_KEY_LEN]);
 
 /* The client's INIT into out: handshake id hs_id (48 bits, not 0), key key_id with secret psk,
- * its ephemeral private key e_priv, time_ms, flags, and cookie (16 bytes of a COOKIE answer) or
- * NULL. 0, -EINVAL or -ENOTSUP. */
+ * its ephemeral private key e_priv, time_ms, flags, prev (the client's keys of the session this
+ * one follows, whose calls go on under it: resume is made with its k_c2s) or NULL, and cookie (16
+ * bytes of a COOKIE answer) or NULL. 0, -EINVAL or -ENOTSUP. */
 int srpc_v5_init_make(uint8_t out[SRPC_V5_INIT_LEN], const uint8_t psk[SRPC_V5_KEY_LEN], uint32_t key_id,
                       uint64_t hs_id, const uint8_t e_priv[SRPC_V5_KEY_LEN], uint64_t time_ms, uint32_t flags,
-                      const uint8_t *cookie);
+                      const srpc_v5_keys_t *prev, const uint8_t *cookie);
+
+/* 1 when the parsed INIT's resume is right for k_c2s of the session it names, else 0. */
+int srpc_v5_init_resume_ok(const uint8_t init[SRPC_V5_INIT_LEN], const uint8_t prev_c2s[SRPC_V5_KEY_LEN]);
 
 /* The fields of an INIT of len bytes at d (header, length, type and fields checked): 0, or
  * -EBADMSG for anything else. Reads only d: hostile input. */

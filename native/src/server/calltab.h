@@ -25,8 +25,11 @@ typedef struct srpc_call_key {
     uint16_t func_id;
     uint8_t version; /* the request's protocol version: replies are sent in it */
     uint32_t key_id; /* versions 4 and 5: the key it was signed with (calls of two keys never match); else 0 */
-    uint64_t session; /* version 5: its session (docs/PROTOCOL-v5.md: a call is its session's); else 0 */
-    uint8_t encrypt;  /* version 5: the session encrypts (its replies are encrypted too) */
+    uint64_t session; /* version 5: its line of sessions (docs/PROTOCOL-v5.md: a call is its session's,
+                         or of the session that session follows); else 0 */
+    /* Not its identity: how its replies are sealed (version 5). */
+    uint64_t seal_session; /* the session of its latest datagram taken (while it is not running) */
+    uint8_t encrypt;       /* that session encrypts (its replies are encrypted too) */
 } srpc_call_key_t;
 
 enum ct_state { CT_FREE = 0, CT_PARTIAL, CT_QUEUED, CT_DONE, CT_REJECTED };

@@ -415,8 +415,9 @@ static void process_datagram(srpc_server_t *srv, const uint8_t *hb, const uint8_
     ct_key_from_sockaddr(&k, src, &h);
     if (akey) {
         k.key_id = akey->id;
-        if (sess) { /* version 5: a call is its session's; its replies are sealed with k_s2c */
-            k.session = sess->keys.session;
+        if (sess) { /* version 5: a call is its session's line's; its replies are sealed with k_s2c */
+            k.session = sess->lineage;
+            k.seal_session = sess->keys.session;
             k.encrypt = sess->keys.encrypt;
             srv->rx.auth_secret = sess->keys.s2c;
         } else {
@@ -429,8 +430,12 @@ static void process_datagram(srpc_server_t *srv, const uint8_t *hb, const uint8_
         srpc_tp_can_recv_into(srv->tp))
         expect_after(srv, &k, h.seq);
     if (idx != CT_NONE) {
-        if (akey && srv->ct.e[idx].state != CT_QUEUED) /* the key's secret as of now (a reload may change it) */
+        if (akey && srv->ct.e[idx].state != CT_QUEUED) { /* the key's secret as of now (a reload may change
+                                                            it); version 5: the latest session of its line */
             memcpy(srv->ct.e[idx].secret, srv->rx.auth_secret, SRPC_AUTH_SECRET_LEN);
+            srv->ct.e[idx].key.seal_session = k.seal_session;
+            srv->ct.e[idx].key.encrypt = k.encrypt;
+        }
         if (sess && (srv->ct.e[idx].state == CT_DONE || srv->ct.e[idx].state == CT_REJECTED))
             srv->ct.e[idx].key.addr = k.addr; /* version 5: answered where this datagram came from (a call
                                                  still arriving keeps its first address: its memory is

@@ -36,7 +36,7 @@ void srpc_reply_add(srpc_server_t *srv, srpc_reply_batch_t *b, const srpc_call_k
     m->result = 0;
     m->auth.key_id = key->key_id;
     m->auth.secret = secret;
-    m->auth.sender = key->version == SRPC_VERSION_5 ? key->session : srv->auth_sender; /* v5: the session */
+    m->auth.sender = key->version == SRPC_VERSION_5 ? key->seal_session : srv->auth_sender; /* v5: the session */
     m->auth.counter = &srv->auth_counter;
     m->auth.encrypt = key->encrypt;
 }

@@ -155,7 +155,7 @@ int srpc_sessions_on_init(srpc_sessions_t *t, const srpc_keytab_t *keys, const u
     const uint64_t off = f.time_ms > wall_ms ? f.time_ms - wall_ms : wall_ms - f.time_ms;
     if (off > keys->skew_ms)
         return SRPC_DROP_AUTH_STALE;
-    const uint8_t *mac1 = d + SRPC_HDR_LEN + 48;
+    const uint8_t *mac1 = d + SRPC_V5_INIT_MAC1;
     const srpc_session_t *seen = by_mac1(t, mac1);
     if (seen && seen->key_id == f.key_id) { /* the client's own resend, or a replay: the same ACCEPT */
         memcpy(out, seen->accept, SRPC_V5_ACCEPT_LEN);
@@ -198,8 +198,17 @@ int srpc_sessions_on_init(srpc_sessions_t *t, const srpc_keytab_t *keys, const u
         srpc_auth_wipe(&s->keys, sizeof(s->keys));
         return SRPC_DROP_BAD_HEADER; /* a low-order e_c (the only failure of a checked INIT) */
     }
+    uint64_t lineage = id; /* a new line of calls, unless it follows a session here whose keys its client holds */
+    if (f.prev_session) {
+        const srpc_session_t *prev = by_id(t, f.prev_session);
+        if (prev && prev->key_id == f.key_id && srpc_v5_init_resume_ok(d, prev->keys.c2s))
+            lineage = prev->lineage;
+        else
+            t->st.not_resumed++;
+    }
     t->free_head = s->next_id;
     s->used = 1;
+    s->lineage = lineage;
     s->key_id = f.key_id;
     s->calls = 0;
     s->born_ms = s->seen_ms = mono_ms;

@@ -16,6 +16,8 @@
 
 typedef struct srpc_session {
     srpc_v5_keys_t keys;
+    uint64_t lineage;                     /* its calls' identity: its own id, or (resumed) that of the
+                                             session it follows (docs/PROTOCOL-v5.md: resume) */
     uint32_t key_id;
     uint32_t calls;                       /* the call table's calls under it: never dropped while any */
     uint64_t born_ms, seen_ms;            /* monotonic: its ACCEPT, its last datagram taken */
@@ -31,6 +33,7 @@ typedef struct srpc_session {
 
 typedef struct srpc_sessions_stats {
     uint64_t accepted;       /* sessions made */
+    uint64_t not_resumed;    /* INITs naming a session to follow that is not here, or without its keys: a new line */
     uint64_t accept_again;   /* INITs seen before, answered with their ACCEPT again */
     uint64_t cookies;        /* COOKIEs sent (under load) */
     uint64_t full;           /* INITs unanswered: the table full of sessions with calls or still young */
