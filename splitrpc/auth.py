@@ -187,9 +187,11 @@ class KeyTable:
         self.removed_ids = tuple(sorted(removed))
         if len(self.keys) > _auth.MAX_KEYS:
             raise KeyFileError(f"{source or 'key table'}: at most {_auth.MAX_KEYS} keys")
-        if skew is not None and not 0.001 <= skew <= 86400:
+        if skew is not None and (isinstance(skew, bool) or not isinstance(skew, (int, float)) or
+                                 not 0.001 <= skew <= 86400):
             raise KeyFileError(f"skew must be from 0.001 to 86400 seconds, got {skew!r}")
-        if max_senders is not None and (max_senders < 1 or max_senders & (max_senders - 1) or max_senders > 1 << 20):
+        if max_senders is not None and (isinstance(max_senders, bool) or not isinstance(max_senders, int) or
+                                        max_senders < 1 or max_senders & (max_senders - 1) or max_senders > 1 << 20):
             raise KeyFileError(f"max_senders must be a power of two up to 2^20, got {max_senders!r}")
         self.skew, self.max_senders, self.source = skew, max_senders, source
 
@@ -211,7 +213,14 @@ class KeyTable:
     def next_id(self) -> int:
         """One more than every id the table has held, its keys' and its removed ones (what
         `splitrpc keys new` gives): an id is never given twice, even after the highest is removed."""
-        return max((*(k.id for k in self.keys), *self.removed_ids), default=0) + 1
+        taken = {k.id for k in self.keys} | set(self.removed_ids)
+        top = max(taken, default=0) + 1
+        if top <= MAX_KEY_ID:
+            return top
+        free = next((i for i in range(1, MAX_KEY_ID + 1) if i not in taken), None)  # the highest was issued
+        if free is None:
+            raise KeyFileError(f"{self.source or 'key table'}: every key id from 1 to {MAX_KEY_ID} was issued")
+        return free
 
     def with_key(self, key: Key) -> "KeyTable":
         """The table and key (KeyFileError if its id is in the table or among the removed ones)."""

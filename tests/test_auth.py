@@ -815,3 +815,15 @@ def test_protocol_ab_compares_each_version_with_the_first():
     assert md.count("| vecadd | 1 |") == 3 and "v4 (authenticated: BLAKE2b MAC)" in md
     with pytest.raises(Exception, match="each once"):
         protocol_ab._versions(type("A", (), {"versions": "2,2", "a": 2, "b": 3})())
+
+
+def test_a_table_with_non_numbers_is_refused_and_the_last_id_does_not_stop_new_keys(tmp_path):
+    """An outside attacker's findings (issue 52): a non-numeric skew_s or max_senders gave a raw
+    TypeError; after `keys new --id 4294967295` no key could be made at all."""
+    for doc in ({"keys": [], "skew_s": "30"}, {"keys": [], "max_senders": "64"}, {"keys": [], "skew_s": True}):
+        with pytest.raises(splitrpc.KeyFileError, match="skew|max_senders"):
+            KeyTable.from_dict(doc)
+    t = KeyTable([Key.generate(2**32 - 1)])
+    assert t.next_id() == 1
+    t = KeyTable([Key.generate(2**32 - 1), Key.generate(1)], removed_ids=[2])
+    assert t.next_id() == 3

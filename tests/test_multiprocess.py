@@ -5,6 +5,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -73,3 +74,54 @@ def test_serve_processes_32_clients_multi_segment_all_complete(tmp_path):
     assert sorted(per) == [0, 1] and total == sum(per.values()) == 128, out
     assert min(per.values()) > 0, per  # 32 client addresses over two sockets: both served some
     assert "errors sent: none" in out.split("together:")[1]
+
+
+def _children(pid: int) -> list[int]:
+    """The processes whose parent is pid (from /proc)."""
+    kids = []
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/stat") as f:
+                    if int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
+                        kids.append(int(d))
+            except (OSError, IndexError, ValueError):
+                pass
+    return kids
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_serve_processes_children_stop_when_the_parent_is_killed(tmp_path):
+    """Issue 52 (an outside attacker's finding): the parent of `serve --processes 2` killed with
+    SIGKILL left its children serving, with a key table no SIGHUP could reach any more. Now each
+    child drains and stops when its parent dies, however it dies."""
+    p = subprocess.Popen([sys.executable, "-m", "splitrpc", "serve", "--processes", "2", "--port", "0",
+                          "--wait", "block", "--grace", "1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True, env=dict(os.environ), cwd=tmp_path)
+    kids = []
+    try:
+        for line in p.stdout:
+            if re.search(r"2 processes serving on 127\.0\.0\.1:\d+", line):
+                break
+        else:
+            pytest.fail("no ready line: " + p.stderr.read()[-3000:])
+        kids = _children(p.pid)
+        assert len(kids) == 2, kids
+        p.kill()
+        p.wait(timeout=10)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and any(os.path.exists(f"/proc/{k}") and
+                                                  open(f"/proc/{k}/stat").read().split(") ", 1)[1][0] != "Z"
+                                                  for k in kids):
+            time.sleep(0.1)
+        alive = [k for k in kids if os.path.exists(f"/proc/{k}") and
+                 open(f"/proc/{k}/stat").read().split(") ", 1)[1][0] != "Z"]
+        assert not alive, f"children still serving after their parent was killed: {alive}"
+    finally:
+        for k in kids:
+            try:
+                os.kill(k, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        if p.poll() is None:
+            p.kill()

@@ -108,6 +108,8 @@ def cmd_serve(a: argparse.Namespace) -> int:
         return e.code
     if a.processes != 1:
         return _serve_processes(a)
+    if a.stats_json:  # a --processes child
+        _die_with_parent()
     options = dict(host=a.host, port=a.port, wait=a.wait, sched=a.sched, segment_size=a.segment_size, allow=a.allow,
                    keys=a.keys)
     if a.target:
@@ -256,6 +258,31 @@ def _child_argv(a: argparse.Namespace) -> list[str]:
     return out
 
 
+_PARENT_ENV = "SPLITRPC_SERVE_PARENT"  # a --processes child's parent, for _die_with_parent
+_PR_SET_PDEATHSIG = 1                  # linux/prctl.h
+
+
+def _die_with_parent() -> None:
+    """A --processes child drains (SIGTERM) when its parent dies, however it dies (SIGKILL, the
+    OOM killer): a child left alone would go on serving with a key table that no SIGHUP reaches
+    (the parent passes them on), and bind beside a new server's children. Linux's
+    PR_SET_PDEATHSIG; where there is none, nothing changes. A parent gone before it was set: the
+    child stops at once."""
+    parent = int(os.environ.get(_PARENT_ENV, "0") or 0)
+    if not parent or not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0) != 0:
+            return
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent:
+        os._exit(1)
+
+
 def _serve_processes(a: argparse.Namespace) -> int:
     """`splitrpc serve --processes N`: N server processes on one port (SO_REUSEPORT); their
     output prefixed [i]; on SIGINT/SIGTERM they stop and each one's counters and the sum are
@@ -325,7 +352,8 @@ def _serve_processes(a: argparse.Namespace) -> int:
             seen = dict(signalled)
             # a session of its own: a terminal's Ctrl-C reaches the parent alone, which passes on one SIGTERM
             # (a child that got both would take the second for "stop at once")
-            p = subprocess.Popen(base + admin, stdout=subprocess.PIPE, text=True, start_new_session=True)
+            p = subprocess.Popen(base + admin, stdout=subprocess.PIPE, text=True, start_new_session=True,
+                                 env={**os.environ, _PARENT_ENV: str(os.getpid())})
             procs.append(p)
             # A handler that ran while Popen did found p not yet in procs: p gets its signal now. (One that
             # ran just after the append reached p already: a second reload, or a second SIGTERM to a child
