@@ -187,13 +187,18 @@ static void test_keys_removed_and_expired(void)
           "sessions of keys 7 and 8");
     srpc_session_t *s8 = srpc_sessions_find(&t, keys, k8.session, WALL, MONO);
     CHECK(s8 != NULL, "key 8's session");
-    s8->calls = 1; /* a call in flight under it */
-    CHECK(srpc_sessions_find(&t, keys, k8.session, WALL + 60000, MONO) == NULL && t.used == 2,
-          "key 8 expired: its session is gone for new datagrams, kept for its call");
-    s8->calls = 0;
     srpc_keytab_t *without7 = table(0, 0);
-    CHECK(srpc_sessions_find(&t, without7, k7.session, WALL, MONO) == NULL, "key 7 removed: its session ends");
-    srpc_sessions_expire(&t, MONO + SRPC_V5_REJECT_AFTER_MS + 1);
+    CHECK(srpc_sessions_find(&t, without7, k7.session, WALL, MONO) == NULL && t.used == 1,
+          "key 7 removed: its session ends (and, without calls, is forgotten)");
+    CHECK(srpc_sessions_find(&t, keys, k8.session, WALL + 60000, MONO) == s8,
+          "key 8 expired: its session stays (its calls are answered FORBIDDEN, as version 4's)");
+    s8->calls = 1; /* a call of its line in the call table (srpc_sessions_mark) */
+    CHECK(srpc_sessions_find(&t, keys, k8.session, WALL, MONO + SRPC_V5_REJECT_AFTER_MS + 1) == NULL && t.used == 1,
+          "past its time: gone for new datagrams, kept for its call");
+    srpc_sessions_expire(&t, MONO + SRPC_V5_REJECT_AFTER_MS + 2);
+    CHECK(t.used == 1 && s8->used, "the sweep keeps it too");
+    s8->calls = 0;
+    srpc_sessions_expire(&t, MONO + SRPC_V5_REJECT_AFTER_MS + 3);
     CHECK(t.used == 0, "and the rest expire");
     srpc_keytab_destroy(without7);
     srpc_keytab_destroy(keys);

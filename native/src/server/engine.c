@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -792,7 +793,27 @@ static void keys_reload(srpc_server_t *srv)
     ST_ADD(srv, auth_reloads, 1);
 }
 
-/* Forgets version 5's sessions past their time, once a second. rx. */
+typedef struct {
+    uint64_t *line;
+    uint32_t n;
+} lines_t;
+
+static int cmp_u64(const void *a, const void *b)
+{
+    const uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* 1 when the call table held calls of line (the sweep's sorted list). */
+static int line_busy(void *ctx, uint64_t line)
+{
+    const lines_t *l = ctx;
+    return l->n && bsearch(&line, l->line, l->n, sizeof(uint64_t), cmp_u64) != NULL;
+}
+
+/* Forgets version 5's sessions past their time, once a second, but none whose line still has
+ * calls in the call table (running, arriving, or a cached reply): a resume naming it must still
+ * find it, so that a call's resend is that call. rx. */
 static void sessions_sweep(srpc_server_t *srv)
 {
     const uint64_t ms = srpc_now_ns() / 1000000u;
@@ -800,7 +821,16 @@ static void sessions_sweep(srpc_server_t *srv)
         return;
     srv->sessions_swept_ms = ms;
     srpc_srv_lock(srv);
-    srpc_sessions_expire(srv->sessions, ms);
+    lines_t l = {malloc((size_t)srv->ct.used * sizeof(uint64_t) + 1), 0};
+    if (l.line) {
+        for (uint32_t i = 0; i < srv->ct.max_entries && l.n < srv->ct.used; i++)
+            if (srv->ct.e[i].state != CT_FREE && srv->ct.e[i].key.session)
+                l.line[l.n++] = srv->ct.e[i].key.session;
+        qsort(l.line, l.n, sizeof(uint64_t), cmp_u64);
+        srpc_sessions_mark(srv->sessions, line_busy, &l);
+        srpc_sessions_expire(srv->sessions, ms);
+        free(l.line);
+    } /* (no memory: nothing forgotten this time) */
     srpc_srv_unlock(srv);
 }
 

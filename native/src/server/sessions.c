@@ -100,6 +100,13 @@ void srpc_sessions_expire(srpc_sessions_t *t, uint64_t mono_ms)
             forget(t, i);
 }
 
+void srpc_sessions_mark(srpc_sessions_t *t, int (*busy)(void *ctx, uint64_t line), void *ctx)
+{
+    for (uint32_t i = 0; i < t->cap; i++)
+        if (t->s[i].used)
+            t->s[i].calls = busy(ctx, t->s[i].lineage) ? 1 : 0;
+}
+
 static srpc_session_t *by_id(const srpc_sessions_t *t, uint64_t id)
 {
     for (uint32_t i = t->by_id[id_bucket(t, id)]; i != SRPC_SESS_NONE; i = t->s[i].next_id)
@@ -212,7 +219,6 @@ int srpc_sessions_on_init(srpc_sessions_t *t, const srpc_keytab_t *keys, const u
     s->key_id = f.key_id;
     s->calls = 0;
     s->born_ms = s->seen_ms = mono_ms;
-    s->tx_counter = 0;
     memset(&s->win, 0, sizeof(s->win));
     memcpy(s->mac1, mac1, sizeof(s->mac1));
     memcpy(s->accept, out, SRPC_V5_ACCEPT_LEN);
@@ -234,8 +240,8 @@ srpc_session_t *srpc_sessions_find(srpc_sessions_t *t, const srpc_keytab_t *keys
     srpc_session_t *s = id ? by_id(t, id) : NULL;
     if (!s)
         return NULL;
-    const srpc_key_t *key = srpc_keytab_key(keys, s->key_id);
-    if (key && !(key->expires_ms && wall_ms >= key->expires_ms) && !past_time(s, mono_ms))
+    (void)wall_ms; /* (an expired key's calls get FORBIDDEN from the engine, as version 4's do) */
+    if (srpc_keytab_key(keys, s->key_id) && !past_time(s, mono_ms))
         return s;
     if (!s->calls) /* its calls, if any, are still answered: it goes with the last */
         forget(t, (uint32_t)(s - t->s));

@@ -1,4 +1,4 @@
-/* sessions.h: the server's version 5 sessions (docs/PROTOCOL-v5.md): the table of sessions by id, the INITs it answered (one seen again gets the same ACCEPT and makes nothing), how many handshakes it pays for before it asks for cookies, the cookie secrets, and how often it answers NO_SESSION to an address. Not yet used by the engine (issue 52 goes on): built and tested on its own. */
+/* sessions.h: the server's version 5 sessions (docs/PROTOCOL-v5.md): the table of sessions by id, the INITs it answered (one seen again gets the same ACCEPT and makes nothing), lines of sessions (resume), how many handshakes it pays for before it asks for cookies, the cookie secrets, and how often it answers NO_SESSION to an address. */
 #ifndef SRPC_SESSIONS_H
 #define SRPC_SESSIONS_H
 
@@ -10,18 +10,18 @@
 #include "server/keytab.h"
 
 /* Threads: one owner (the engine's receiving thread, under the server's lock where the engine
- * holds it) calls every function here; tx_counter alone is also advanced by the threads that
- * send replies (atomically). Clocks are the caller's: mono_ms is CLOCK_MONOTONIC in ms (ages,
- * rates), wall_ms the epoch in ms (an INIT's time). */
+ * holds it) calls every function here; replies never read a session (the call table holds what
+ * they are sealed with). Clocks are the caller's: mono_ms is CLOCK_MONOTONIC in ms (ages, rates),
+ * wall_ms the epoch in ms (an INIT's time). */
 
 typedef struct srpc_session {
     srpc_v5_keys_t keys;
     uint64_t lineage;                     /* its calls' identity: its own id, or (resumed) that of the
                                              session it follows (docs/PROTOCOL-v5.md: resume) */
     uint32_t key_id;
-    uint32_t calls;                       /* the call table's calls under it: never dropped while any */
+    uint32_t calls;                       /* 1 while the call table holds calls of its line (set by the
+                                             owner's sweep, srpc_sessions_mark): never dropped then */
     uint64_t born_ms, seen_ms;            /* monotonic: its ACCEPT, its last datagram taken */
-    uint64_t tx_counter;                  /* the server's last counter under it (atomic) */
     srpc_replay_t win;                    /* the client's counters taken */
     uint8_t mac1[16];                     /* its INIT's: that INIT again is answered with accept */
     uint8_t accept[SRPC_V5_ACCEPT_LEN];
@@ -71,8 +71,9 @@ int srpc_sessions_on_init(srpc_sessions_t *t, const srpc_keytab_t *keys, const u
                           uint8_t out[SRPC_V5_INIT_LEN], size_t *out_len);
 
 /* The session id, or NULL when there is none here: never made, forgotten, past its time (older
- * than SRPC_V5_REJECT_AFTER_MS, or silent that long), or its key no longer in keys (removed or
- * expired at wall_ms). A session found past its time without calls is forgotten then. */
+ * than SRPC_V5_REJECT_AFTER_MS, or silent that long), or its key no longer in keys (removed; an
+ * expired key's calls are answered FORBIDDEN instead, as version 4's). A session found so
+ * without calls is forgotten then. */
 srpc_session_t *srpc_sessions_find(srpc_sessions_t *t, const srpc_keytab_t *keys, uint64_t id, uint64_t wall_ms,
                                    uint64_t mono_ms);
 
@@ -87,5 +88,9 @@ int srpc_sessions_may_refuse(srpc_sessions_t *t, const struct sockaddr *src, uin
 
 /* Forgets every session past its time that has no calls. */
 void srpc_sessions_expire(srpc_sessions_t *t, uint64_t mono_ms);
+
+/* Marks which sessions have calls: those whose line busy(ctx, line) says the call table holds
+ * calls of (the owner's sweep, before srpc_sessions_expire; a session is kept while marked). */
+void srpc_sessions_mark(srpc_sessions_t *t, int (*busy)(void *ctx, uint64_t line), void *ctx);
 
 #endif

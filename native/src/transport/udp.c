@@ -597,9 +597,14 @@ int srpc_udp_send(srpc_udp_t *u, srpc_tx_msg_t *msgs, unsigned n)
                     m->result = -ENOMEM;
                     break;
                 }
-                srpc_v5_seal_key(m->auth.secret, m->auth.sender, m->auth.encrypt,
-                                 __atomic_add_fetch(m->auth.counter, 1, __ATOMIC_RELAXED), b.hdr[d], b.iov[d] + 1,
-                                 k - 1, b.enc[d], b.check[d]);
+                if (srpc_v5_seal_key(m->auth.secret, m->auth.sender, m->auth.encrypt,
+                                     __atomic_add_fetch(m->auth.counter, 1, __ATOMIC_RELAXED), b.hdr[d], b.iov[d] + 1,
+                                     k - 1, b.enc[d], b.check[d]) < 0) {
+                    free(b.enc[d]); /* never sent unsealed */
+                    b.enc[d] = NULL;
+                    m->result = -EINVAL;
+                    break;
+                }
                 if (b.enc[d]) {
                     b.iov[d][1] = (struct iovec){b.enc[d], dlen};
                     k = 2;
