@@ -604,10 +604,10 @@ class Server:
         # With keys, a key learns nothing of the functions it may not call (docs/security.md):
         # describe lists, and ping counts, only those of the caller's key in the table in use
         # (issue 52, finding 6). By key id, made again after a reload.
-        seen: dict[int, tuple[list, bytes]] = {}
-        seen_table: list = [self._keys]
+        seen: dict[int, tuple[list[describe_.FunctionInfo], bytes]] = {}
+        seen_table: list[auth_.KeyTable | None] = [self._keys]
 
-        def visible(key_id: int) -> tuple[list, bytes]:
+        def visible(key_id: int) -> tuple[list[describe_.FunctionInfo], bytes]:
             if not key_id:  # a server without keys
                 return infos, doc
             if seen_table[0] is not self._keys:
@@ -647,6 +647,8 @@ class Server:
     def _key_function_ids(self, key_id: int) -> frozenset[int] | None:
         """The ids of the functions key key_id of the table in use may call: None for all of
         them, none for a key not in it (taken out by a reload since its call came in)."""
+        if self._keys is None:  # (server functions take keys= only with a table)
+            return None
         try:
             key = self._keys.get(key_id)
         except KeyError:
