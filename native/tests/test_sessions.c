@@ -267,12 +267,48 @@ static void test_full_table(void)
     client_init(&h, 7, PSK7, 60, WALL, NULL);
     CHECK(srpc_sessions_on_init(&t, keys, h.init, sizeof(h.init), (struct sockaddr *)&a, WALL, MONO + 10, out, &n) ==
                   SRPC_DROP_TABLE_FULL &&
-              n == 0 && t.st.full == 1,
+              n == 0 && t.st.full + t.st.key_quota == 1,
           "full of young sessions: unanswered, none dropped");
     CHECK(srpc_sessions_on_init(&t, keys, h.init, sizeof(h.init), (struct sockaddr *)&a, WALL + 10,
                                 MONO + SRPC_V5_REJECT_AFTER_MS + 1, out, &n) == 0 &&
               n == SRPC_V5_ACCEPT_LEN && t.used == 1,
           "once they are past their time, they make room");
+    srpc_keytab_destroy(keys);
+    srpc_sessions_destroy(&t);
+}
+
+/* An outside reviewer's finding: one key holder filled the table (valid handshakes) and every
+ * other key got no session for 180 s. Once the table is half full, a key holds at most a quarter
+ * of it: its own longest-silent session without calls makes room, never another key's. */
+static void test_key_quota(void)
+{
+    srpc_sessions_t t;
+    CHECK(srpc_sessions_init(&t, 8, 1000) == 0 && t.key_quota == 2, "8 places, 2 a key once half full");
+    srpc_keytab_t *keys = table(1, 0);
+    struct sockaddr_in a = addr(4020);
+    uint8_t out[SRPC_V5_INIT_LEN];
+    size_t n;
+    hs_t h;
+    for (uint64_t i = 0; i < 4; i++) {
+        client_init(&h, 7, PSK7, 80 + i, WALL, NULL);
+        CHECK(srpc_sessions_on_init(&t, keys, h.init, sizeof(h.init), (struct sockaddr *)&a, WALL, MONO, out, &n) == 0,
+              "key 7's session %u while the table is under half full", (unsigned)i);
+    }
+    client_init(&h, 7, PSK7, 90, WALL, NULL);
+    CHECK(srpc_sessions_on_init(&t, keys, h.init, sizeof(h.init), (struct sockaddr *)&a, WALL, MONO + 10, out, &n) ==
+                  SRPC_DROP_TABLE_FULL &&
+              t.used == 4,
+          "half full, key 7 over its quota with none idle: unanswered");
+    client_init(&h, 8, PSK8, 91, WALL, NULL);
+    CHECK(srpc_sessions_on_init(&t, keys, h.init, sizeof(h.init), (struct sockaddr *)&a, WALL, MONO + 10, out, &n) ==
+                  0 &&
+              t.used == 5,
+          "key 8 still gets a session");
+    client_init(&h, 7, PSK7, 92, WALL, NULL);
+    CHECK(srpc_sessions_on_init(&t, keys, h.init, sizeof(h.init), (struct sockaddr *)&a, WALL,
+                                MONO + SRPC_V5_QUOTA_IDLE_MS + 10, out, &n) == 0 &&
+              t.used == 5,
+          "once key 7's sessions are idle, its new one takes the place of its longest silent");
     srpc_keytab_destroy(keys);
     srpc_sessions_destroy(&t);
 }
@@ -309,6 +345,7 @@ int main(void)
     test_keys_removed_and_expired();
     test_cookies_under_load();
     test_full_table();
+    test_key_quota();
     test_no_session_rate();
     printf("%d passed, %d failed\n", passed, failed);
     return failed != 0;

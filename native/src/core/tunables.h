@@ -209,6 +209,11 @@
 /* Sessions a server holds at once (about 330 bytes each: 1.3 MiB). A full table answers no INIT
  * and drops no session with calls or still young. */
 #define SRPC_V5_MAX_SESSIONS 4096u
+/* Once a server's table of sessions is half full, one key may hold at most a quarter of its
+ * places: a new session of a key at its quota takes the place of that key's longest-silent session
+ * without calls (silent SRPC_V5_QUOTA_IDLE_MS at least: the once-a-second sweep has marked its
+ * calls), so one key holder cannot fill the table for every other key. */
+#define SRPC_V5_QUOTA_IDLE_MS 2000u
 /* Handshakes a second a server pays for (an X25519 each, about 50 us on a 2 GHz core: 1000 a
  * second is 5% of one) before it answers INITs with COOKIEs, so the expensive step is paid only
  * for addresses that can receive. */

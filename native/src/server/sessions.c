@@ -48,6 +48,7 @@ int srpc_sessions_init(srpc_sessions_t *t, uint32_t max_sessions, uint32_t hands
         t->s[i].next_id = i + 1 < max_sessions ? i + 1 : SRPC_SESS_NONE;
     t->free_head = 0;
     t->handshakes_per_s = handshakes_per_s ? handshakes_per_s : SRPC_V5_HANDSHAKES_PER_S;
+    t->key_quota = max_sessions / 4 > 2 ? max_sessions / 4 : 2;
     return 0;
 }
 
@@ -123,6 +124,30 @@ static srpc_session_t *by_mac1(const srpc_sessions_t *t, const uint8_t mac1[16])
     return NULL;
 }
 
+/* Whether key_id holds its quota of places: if so, its longest-silent session without calls
+ * (silent SRPC_V5_QUOTA_IDLE_MS at least) is forgotten to make room, and 0 returned; 1 when it
+ * has none such (the INIT is then unanswered). O(places): only once the table is half full. */
+static int quota_reached(srpc_sessions_t *t, uint32_t key_id, uint64_t mono_ms)
+{
+    uint32_t mine = 0, idle = SRPC_SESS_NONE;
+    for (uint32_t i = 0; i < t->cap; i++) {
+        const srpc_session_t *s = &t->s[i];
+        if (!s->used || s->key_id != key_id)
+            continue;
+        mine++;
+        if (!s->calls && mono_ms - s->seen_ms >= SRPC_V5_QUOTA_IDLE_MS &&
+            (idle == SRPC_SESS_NONE || s->seen_ms < t->s[idle].seen_ms))
+            idle = i;
+    }
+    if (mine < t->key_quota)
+        return 0;
+    if (idle == SRPC_SESS_NONE)
+        return 1;
+    forget(t, idle);
+    t->st.key_quota++;
+    return 0;
+}
+
 /* The cookie secrets, the current one replaced every SRPC_V5_COOKIE_ROTATE_MS. */
 static void rotate_cookies(srpc_sessions_t *t, uint64_t mono_ms)
 {
@@ -186,6 +211,10 @@ int srpc_sessions_on_init(srpc_sessions_t *t, const srpc_keytab_t *keys, const u
     }
     if (t->free_head == SRPC_SESS_NONE)
         srpc_sessions_expire(t, mono_ms);
+    if (2u * t->used >= t->cap && quota_reached(t, f.key_id, mono_ms)) {
+        t->st.key_quota++;
+        return SRPC_DROP_TABLE_FULL; /* this key's own sessions are all busy or recent */
+    }
     if (t->free_head == SRPC_SESS_NONE) { /* no session with calls, or still young, is dropped for room */
         t->st.full++;
         return SRPC_DROP_TABLE_FULL;

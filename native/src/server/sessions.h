@@ -40,11 +40,13 @@ typedef struct srpc_sessions_stats {
     uint64_t refused;        /* NO_SESSIONs sent */
     uint64_t refusals_held;  /* NO_SESSIONs not sent: the address's or the server's rate */
     uint64_t expired;        /* sessions forgotten: past their time, silent, or their key gone */
+    uint64_t key_quota;      /* a key's own idle sessions forgotten (or its INIT unanswered): its quota */
 } srpc_sessions_stats_t;
 
 typedef struct srpc_sessions {
     srpc_session_t *s;
     uint32_t cap, used, free_head;
+    uint32_t key_quota;                   /* sessions one key may hold while the table is half full */
     uint32_t *by_id, *by_mac, mask;       /* bucket heads */
     uint32_t handshakes_per_s;            /* more than this in a second: cookies asked for */
     uint64_t hs_window_ms, hs_count;
