@@ -94,10 +94,12 @@ class EventLog:
         self.fmt = fmt
 
     def event(self, name: str, text: str, **fields: Any) -> None:
-        if self.fmt == "json":
-            print(json.dumps({"event": name, "time": round(time.time(), 3), **fields}, default=str), flush=True)
-        else:
-            print(text, flush=True)
+        line = json.dumps({"event": name, "time": round(time.time(), 3), **fields}, default=str) \
+            if self.fmt == "json" else text
+        # One write of the line and its newline (print writes them apart): lines of two threads
+        # (a SIGHUP reload's beside the ready line) never run together.
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()
 
 
 def serve_until_stopped(srv: Server, *, grace: float = DEFAULT_GRACE, linger: float = DRAIN_LINGER,

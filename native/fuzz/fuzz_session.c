@@ -79,8 +79,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *in, size_t n)
                                     &out_len);
         if (out_len > len)
             abort(); /* an answer larger than its INIT: amplification */
-        srpc_session_t *s = srpc_sessions_find(&table, keytab, len >= 8 ? (uint64_t)copy[0] << 56 | copy[1] : 0,
-                                               1764331200000ull, mono);
+        srpc_session_t *s = srpc_sessions_find(&table, keytab, len >= 8 ? (uint64_t)copy[0] << 56 | copy[1] : 0, mono);
         (void)s;
         (void)srpc_sessions_may_refuse(&table, (struct sockaddr *)&a, mono);
         break;

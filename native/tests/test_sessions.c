@@ -58,7 +58,7 @@ static void test_handshake_and_replays(void)
     memcpy(first, out, sizeof(first));
     srpc_v5_keys_t ck;
     CHECK(srpc_v5_accept_open(&ck, h.init, h.e_priv, PSK7, out, n) == 0, "which the client takes");
-    srpc_session_t *s = srpc_sessions_find(&t, keys, ck.session, WALL, MONO);
+    srpc_session_t *s = srpc_sessions_find(&t, keys, ck.session, MONO);
     CHECK(s && memcmp(s->keys.c2s, ck.c2s, 32) == 0 && memcmp(s->keys.s2c, ck.s2c, 32) == 0 && s->key_id == 7,
           "the server's session has the client's keys");
     /* The same INIT again (the client's resend, or an attacker's replay): the same ACCEPT, no new session. */
@@ -97,7 +97,7 @@ static void test_handshake_and_replays(void)
     /* A restarted server (a new table): the session is unknown there, and so is any other replica's. */
     srpc_sessions_t restarted;
     CHECK(srpc_sessions_init(&restarted, 16, 0) == 0 &&
-              srpc_sessions_find(&restarted, keys, ck.session, WALL, MONO) == NULL,
+              srpc_sessions_find(&restarted, keys, ck.session, MONO) == NULL,
           "a restarted server has no session");
     /* A replayed INIT there makes a session whose keys the replayer cannot derive. */
     CHECK(srpc_sessions_on_init(&restarted, keys, h.init, sizeof(h.init), src, WALL + 1000, MONO, out, &n) == 0 &&
@@ -110,7 +110,7 @@ static void test_handshake_and_replays(void)
     srpc_sessions_destroy(&restarted);
 
     /* Past its time: silent, or old. */
-    CHECK(srpc_sessions_find(&t, keys, ck.session, WALL, MONO + SRPC_V5_REJECT_AFTER_MS + 11) == NULL && t.used == 0,
+    CHECK(srpc_sessions_find(&t, keys, ck.session, MONO + SRPC_V5_REJECT_AFTER_MS + 11) == NULL && t.used == 0,
           "silent past its time: gone, and forgotten");
     srpc_sessions_destroy(&t);
     srpc_keytab_destroy(keys);
@@ -140,8 +140,8 @@ static void test_resume(void)
     CHECK(srpc_sessions_on_init(&t, keys, init, sizeof(init), src, WALL, MONO, out, &n) == 0 &&
               srpc_v5_accept_open(&k2, init, e, PSK7, out, n) == 0,
           "a second following it");
-    const srpc_session_t *s1 = srpc_sessions_find(&t, keys, k1.session, WALL, MONO),
-                         *s2 = srpc_sessions_find(&t, keys, k2.session, WALL, MONO);
+    const srpc_session_t *s1 = srpc_sessions_find(&t, keys, k1.session, MONO),
+                         *s2 = srpc_sessions_find(&t, keys, k2.session, MONO);
     CHECK(s1 && s2 && s2->keys.session != s1->keys.session && s2->lineage == s1->lineage &&
               s1->lineage == k1.session && t.st.not_resumed == 0,
           "the second continues the first's calls");
@@ -152,7 +152,7 @@ static void test_resume(void)
     CHECK(srpc_sessions_on_init(&t, keys, init, sizeof(init), src, WALL, MONO, out, &n) == 0 &&
               srpc_v5_accept_open(&k3, init, e, PSK7, out, n) == 0,
           "an INIT naming the first session without its keys: still a session");
-    const srpc_session_t *s3 = srpc_sessions_find(&t, keys, k3.session, WALL, MONO);
+    const srpc_session_t *s3 = srpc_sessions_find(&t, keys, k3.session, MONO);
     CHECK(s3 && s3->lineage == k3.session && t.st.not_resumed == 1, "but a line of its own");
     srpc_v5_keys_t gone = k1;
     gone.session = 0x777;
@@ -161,7 +161,7 @@ static void test_resume(void)
     CHECK(srpc_sessions_on_init(&t, keys, init, sizeof(init), src, WALL, MONO, out, &n) == 0 &&
               srpc_v5_accept_open(&k4, init, e, PSK7, out, n) == 0,
           "an INIT following a session not here (a restarted server)");
-    const srpc_session_t *s4 = srpc_sessions_find(&t, keys, k4.session, WALL, MONO);
+    const srpc_session_t *s4 = srpc_sessions_find(&t, keys, k4.session, MONO);
     CHECK(s4 && s4->lineage == k4.session && t.st.not_resumed == 2, "a line of its own");
     srpc_keytab_destroy(keys);
     srpc_sessions_destroy(&t);
@@ -185,15 +185,15 @@ static void test_keys_removed_and_expired(void)
                   0 &&
               srpc_v5_accept_open(&k8, h8.init, h8.e_priv, PSK8, out, n) == 0,
           "sessions of keys 7 and 8");
-    srpc_session_t *s8 = srpc_sessions_find(&t, keys, k8.session, WALL, MONO);
+    srpc_session_t *s8 = srpc_sessions_find(&t, keys, k8.session, MONO);
     CHECK(s8 != NULL, "key 8's session");
     srpc_keytab_t *without7 = table(0, 0);
-    CHECK(srpc_sessions_find(&t, without7, k7.session, WALL, MONO) == NULL && t.used == 1,
+    CHECK(srpc_sessions_find(&t, without7, k7.session, MONO) == NULL && t.used == 1,
           "key 7 removed: its session ends (and, without calls, is forgotten)");
-    CHECK(srpc_sessions_find(&t, keys, k8.session, WALL + 60000, MONO) == s8,
+    CHECK(srpc_sessions_find(&t, keys, k8.session, MONO) == s8,
           "key 8 expired: its session stays (its calls are answered FORBIDDEN, as version 4's)");
     s8->calls = 1; /* a call of its line in the call table (srpc_sessions_mark) */
-    CHECK(srpc_sessions_find(&t, keys, k8.session, WALL, MONO + SRPC_V5_REJECT_AFTER_MS + 1) == NULL && t.used == 1,
+    CHECK(srpc_sessions_find(&t, keys, k8.session, MONO + SRPC_V5_REJECT_AFTER_MS + 1) == NULL && t.used == 1,
           "past its time: gone for new datagrams, kept for its call");
     srpc_sessions_expire(&t, MONO + SRPC_V5_REJECT_AFTER_MS + 2);
     CHECK(t.used == 1 && s8->used, "the sweep keeps it too");

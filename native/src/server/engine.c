@@ -312,7 +312,7 @@ static int v5_open(srpc_server_t *srv, const srpc_hdr_t *h, const uint8_t *hb, u
 {
     const uint8_t *tr = data + dlen;
     const uint64_t id = srpc_v5_trailer_session(tr), counter = srpc_v5_trailer_counter(tr), mono = now / 1000000u;
-    srpc_session_t *s = srpc_sessions_find(srv->sessions, srv->keys, id, srpc_auth_now_ms64(), mono);
+    srpc_session_t *s = srpc_sessions_find(srv->sessions, srv->keys, id, mono);
     if (!s) {
         if (h->type == SRPC_REQUEST && srpc_sessions_may_refuse(srv->sessions, src, mono)) {
             uint8_t ns[SRPC_V5_NO_SESSION_LEN];

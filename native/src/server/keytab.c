@@ -278,16 +278,6 @@ int srpc_key_allows(const srpc_key_t *key, uint16_t func_id)
     return key->nfuncs && bsearch(&func_id, key->funcs, key->nfuncs, sizeof(uint16_t), cmp_u16) != NULL;
 }
 
-/* The newest time of a datagram key k took: its floor, or a window's. */
-static uint64_t newest(const srpc_key_t *k)
-{
-    uint64_t hi = k->floor_ms;
-    for (uint32_t i = 0; k->win && i < k->nwin; i++)
-        if (k->win[i].sender && k->win[i].time_hi > hi)
-            hi = k->win[i].time_hi;
-    return hi;
-}
-
 void srpc_keytab_adopt(srpc_keytab_t *next, srpc_keytab_t *old, uint64_t mono_ms)
 {
     if (old->forget_ms > next->forget_ms)
@@ -309,11 +299,7 @@ void srpc_keytab_adopt(srpc_keytab_t *next, srpc_keytab_t *old, uint64_t mono_ms
             o->win = NULL;
             continue;
         }
-        if (k) { /* kept under another max_senders (not reached: srpc_server_set_keys refuses it): the floor at least */
-            k->floor_ms = newest(o);
-            continue;
-        }
-        if (mono_ms - o->last_ms > keep || next->max_senders != old->max_senders || grow(next) < 0)
+        if (k || mono_ms - o->last_ms > keep || next->max_senders != old->max_senders || grow(next) < 0)
             continue; /* nothing to keep, or no memory to keep it: its windows go with old */
         srpc_key_t *r = &next->keys[next->n++];
         *r = (srpc_key_t){.id = o->id, .removed = 1, .win = o->win, .nwin = o->nwin, .nused = o->nused,

@@ -263,13 +263,11 @@ int srpc_sessions_on_init(srpc_sessions_t *t, const srpc_keytab_t *keys, const u
     return 0;
 }
 
-srpc_session_t *srpc_sessions_find(srpc_sessions_t *t, const srpc_keytab_t *keys, uint64_t id, uint64_t wall_ms,
-                                   uint64_t mono_ms)
+srpc_session_t *srpc_sessions_find(srpc_sessions_t *t, const srpc_keytab_t *keys, uint64_t id, uint64_t mono_ms)
 {
     srpc_session_t *s = id ? by_id(t, id) : NULL;
     if (!s)
         return NULL;
-    (void)wall_ms; /* (an expired key's calls get FORBIDDEN from the engine, as version 4's do) */
     if (srpc_keytab_key(keys, s->key_id) && !past_time(s, mono_ms))
         return s;
     if (!s->calls) /* its calls, if any, are still answered: it goes with the last */

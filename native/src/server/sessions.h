@@ -76,8 +76,7 @@ int srpc_sessions_on_init(srpc_sessions_t *t, const srpc_keytab_t *keys, const u
  * than SRPC_V5_REJECT_AFTER_MS, or silent that long), or its key no longer in keys (removed; an
  * expired key's calls are answered FORBIDDEN instead, as version 4's). A session found so
  * without calls is forgotten then. */
-srpc_session_t *srpc_sessions_find(srpc_sessions_t *t, const srpc_keytab_t *keys, uint64_t id, uint64_t wall_ms,
-                                   uint64_t mono_ms);
+srpc_session_t *srpc_sessions_find(srpc_sessions_t *t, const srpc_keytab_t *keys, uint64_t id, uint64_t mono_ms);
 
 /* Takes counter c of a datagram whose tag srpc_v5_open found right under s: 0, or
  * SRPC_DROP_AUTH_REPLAY. */
