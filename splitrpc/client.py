@@ -82,9 +82,20 @@ class Client:
     PROTOCOL.md's version 1, for servers that speak only that.
 
     ``key`` (a splitrpc.Key, an ``(id, secret)`` pair, or a key file, ``FILE:ID`` for one key of a
-    table) makes the calls authenticated (protocol 4, docs/PROTOCOL-v4.md, for servers made with
-    ``keys=``): every datagram is signed with the key, and replies not signed with it are dropped
-    (``stats()["bad_auth"]``). A function the key may not call raises ``Forbidden``.
+    table) makes the calls authenticated, for servers made with ``keys=``: protocol 5
+    (docs/PROTOCOL-v5.md), sessions. Before its first call the client makes a session with the
+    server (one round trip: a handshake authenticated by the key, with fresh X25519 keys), and
+    every datagram then carries the session, a counter and a ChaCha20-Poly1305 tag; replies of
+    no session of this client, or whose tag is wrong, are dropped (``stats()["bad_auth"]``). A
+    captured call never runs again: not on the same server, nor after it restarts, nor on another
+    replica. ``encrypt=True`` also makes the data private. A new session follows the old one every
+    ``rekey`` seconds (default and most 120) without a pause in calls; a restarted server answers
+    NO_SESSION and the client makes a new session and sends its calls again (``stats()``:
+    ``handshakes``, ``rekeys``, ``no_sessions``). A handshake unanswered for 12.6 s (a wrong key, a
+    server without it) fails the waiting calls with ``Unavailable``. ``protocol=4`` is the legacy
+    signed-datagram mode (docs/PROTOCOL-v4.md: a captured call runs again after a restart and on
+    other replicas), for servers started with ``legacy_v4``. A function the key may not call
+    raises ``Forbidden``.
     """
 
     def __init__(self, host: str | None = None, port: int | None = None, timeout: float = 1.0, *,
@@ -95,7 +106,8 @@ class Client:
                  rto_min: float | None = None, rto_initial: float | None = None, rto_max: float | None = None,
                  window: int | None = None, busy_retry: bool | None = None, busy_backoff: float | None = None,
                  protocol: int | None = None, wait_for_ready: bool | None = None,
-                 key: "auth_.Key | tuple[int, bytes] | str | os.PathLike[str] | None" = None) -> None:
+                 key: "auth_.Key | tuple[int, bytes] | str | os.PathLike[str] | None" = None,
+                 encrypt: bool = False, rekey: float | None = None) -> None:
         # A setting left None takes the C core's default (srpc_client_config_init, native/src/core/tunables.h;
         # splitrpc._native.client.CLIENT_DEFAULTS; segment_size: by destination; dpdk_mtu: 1500).
         # timeout has no C counterpart: it is Python's own, defined here once.
@@ -114,16 +126,22 @@ class Client:
         if (window is not None and window < 0) or (busy_backoff is not None and not busy_backoff > 0):
             raise ValueError("window must be >= 0 and busy_backoff > 0 seconds")
         auth_key = None
-        if key is not None:  # authenticated calls: version 4, every datagram signed with the key
-            if protocol not in (None, _auth.VERSION):
-                raise ValueError(f"key: authenticated calls are protocol {_auth.VERSION}, got protocol={protocol!r}")
+        keyed = (_auth.SESSIONS, _auth.VERSION)
+        if key is not None:  # authenticated calls: version 5 (sessions), or version 4 when asked
+            if protocol not in (None,) + keyed:
+                raise ValueError(f"key: authenticated calls are protocol {_auth.SESSIONS} (sessions) or "
+                                 f"{_auth.VERSION} (legacy), got protocol={protocol!r}")
             _auth.require()
             k = auth_.load_key(key)
-            auth_key, protocol = (k.id, k.secret), _auth.VERSION
-        elif protocol == _auth.VERSION:
-            raise ValueError(f"protocol {_auth.VERSION} (authenticated calls) needs key=")
+            auth_key, protocol = (k.id, k.secret), protocol or _auth.SESSIONS
+        elif protocol in keyed:
+            raise ValueError(f"protocol {protocol} (authenticated calls) needs key=")
         elif protocol is not None and protocol not in PROTOCOLS:
-            raise ValueError(f"protocol must be one of {PROTOCOLS + (_auth.VERSION,)}, got {protocol!r}")
+            raise ValueError(f"protocol must be one of {PROTOCOLS + keyed}, got {protocol!r}")
+        if encrypt and protocol != _auth.SESSIONS:
+            raise ValueError(f"encrypt=True needs sessions: key= (protocol {_auth.SESSIONS})")
+        if rekey is not None and not 0 < rekey <= d["rekey"]:
+            raise ValueError(f"rekey must be > 0 and at most {d['rekey']:g} seconds, got {rekey!r}")
         dpdk_kw: dict[str, Any] = {} if transport != "dpdk" else {
             "dpdk_dev": dpdk_port, "dpdk_local_ip": local_ip, "dpdk_local_port": local_port,
             "dpdk_server_mac": server_mac, "dpdk_mtu": dpdk_mtu}
@@ -132,7 +150,8 @@ class Client:
             socket_buffer=socket_buffer, retries=retries, rto_min=rto_min, rto_initial=rto_initial, rto_max=rto_max,
             window=window, busy_retry=None if busy_retry is None else int(bool(busy_retry)),
             busy_backoff=busy_backoff, protocol=protocol,
-            wait_for_ready=None if wait_for_ready is None else int(bool(wait_for_ready)), auth_key=auth_key, **dpdk_kw)
+            wait_for_ready=None if wait_for_ready is None else int(bool(wait_for_ready)), auth_key=auth_key,
+            encrypt=encrypt, rekey=rekey, **dpdk_kw)
         self._cl = self._native.handle
         self.host, self.port, self.timeout = self._native.host, self._native.port, timeout
         self.max_reply = self._native.max_reply

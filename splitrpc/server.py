@@ -594,7 +594,7 @@ class Server:
         from splitrpc import __version__
 
         infos = [f.info for f in self._funcs.values() if not f.server_function]
-        protocols = (_auth.VERSION, 5) if self._keys is not None else PROTOCOLS  # with keys: versions 4 and 5 (sessions)
+        protocols = (_auth.VERSION, _auth.SESSIONS) if self._keys is not None else PROTOCOLS  # with keys: versions 4 and 5 (sessions)
         doc = describe_.encode_description(infos, max_message=self.max_message, software=f"splitrpc {__version__}",
                                            protocols=protocols)
         if len(doc) > min(describe_.MAX_REPLY, self.max_message):

@@ -128,7 +128,7 @@ def test_splitrpc_client_with_a_key(served, make_client, keys):
 def test_key_id_and_protocol_checks():
     with pytest.raises(ValueError, match="needs key"):
         splitrpc.Client("127.0.0.1", 9, protocol=4)
-    with pytest.raises(ValueError, match="protocol 4"):
+    with pytest.raises(ValueError, match=r"protocol 5 \(sessions\) or 4"):
         splitrpc.Client("127.0.0.1", 9, protocol=2, key=Key.generate(5))
 
 
@@ -316,7 +316,7 @@ def test_forged_replies_towards_a_client_are_dropped(served, make_client, keys):
 
     relay = Relay(srv.port, forge)
     try:
-        c = make_client(relay.port, key=k1)
+        c = make_client(relay.port, key=k1, protocol=4)  # (version 5's: tests/test_sessions_wire.py)
         assert c.call(ECHO, b"genuine!") == b"genuine!"
         st = c.stats()
         assert st["bad_auth"] == 3 and st["dropped"] == 4, st

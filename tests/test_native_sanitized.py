@@ -55,6 +55,7 @@ def test_gpu_programs_on_the_emulated_driver_under_sanitizers(sanitized_build, p
 
 @pytest.mark.parametrize("program", ["test_core", "test_engine", "test_defer", "test_gpu", "test_frame", "test_faults",
                                      "test_reply", "test_flow", "test_cost", "test_sched", "test_gnn",
-                                     "test_embed", "test_auth", "test_session", "test_sessions"])
+                                     "test_embed", "test_auth", "test_session", "test_sessions",
+                                     "test_client_sessions"])
 def test_native_program_under_sanitizers(sanitized_build, program):
     _run_sanitized(sanitized_build / program)

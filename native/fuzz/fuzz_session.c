@@ -1,4 +1,4 @@
-/* fuzz_session.c: libFuzzer harness over protocol version 5's parsing (core/session.c, docs/PROTOCOL-v5.md): an INIT as a server reads it (fields, mac1, cookie_mac, the ACCEPT it makes; and a server's table of sessions, server/sessions.c, answering it), an ACCEPT, a COOKIE and a NO_SESSION as a client reads them, and data datagrams opened by both sides of an authenticating and an encrypting session; the input's first byte picks the reader (its low 3 bits) and its options (bits 3 and 4), the rest is the datagram. */
+/* fuzz_session.c: libFuzzer harness over protocol version 5's parsing (core/session.c, docs/PROTOCOL-v5.md): an INIT as a server reads it (fields, mac1, cookie_mac, the ACCEPT it makes; and a server's table of sessions, server/sessions.c, answering it), an ACCEPT, a COOKIE and a NO_SESSION as a client reads them, and data datagrams opened by both sides of an authenticating and an encrypting session; a client's sessions (client/sessions.c) taking the ACCEPTs, COOKIEs and replies; the input's first byte picks the reader (its low 3 bits) and its options (bits 3 and 4), the rest is the datagram. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -6,6 +6,7 @@
 #include <netinet/in.h>
 
 #include "core/session.h"
+#include "client/sessions.h"
 #include "server/sessions.h"
 
 static uint8_t psk[32], e_c[32], e_s[32], init[SRPC_V5_INIT_LEN];
@@ -13,6 +14,18 @@ static srpc_v5_keys_t keys[2]; /* authenticating, encrypting */
 static srpc_sessions_t table;   /* a server's sessions (server/sessions.c), fed INITs */
 static srpc_keytab_t *keytab;
 static uint64_t mono = 1000;
+static srpc_cl_v5_t client; /* a client (client/sessions.c) holding both sessions, its handshake under way */
+
+/* The client's handshake under way is the one of init (re-armed before each input). */
+static void arm_client(void)
+{
+    memcpy(client.init, init, sizeof(init));
+    memcpy(client.e_priv, e_c, sizeof(e_c));
+    client.hs_id = 0x010203040506ull;
+    client.hs_on = 1;
+    client.hs_cookies = 0;
+    client.cur = 0;
+}
 
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
@@ -28,6 +41,8 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     if (srpc_sessions_init(&table, 64, 4) || srpc_keytab_create(0, 0, &keytab) ||
         srpc_keytab_add(keytab, 7, psk, 32, 0, 1, NULL, 0) || srpc_keytab_seal(keytab))
         abort();
+    if (srpc_cl_v5_init(&client, 7, psk, 0, 0))
+        abort();
     return 0;
 }
 
@@ -42,6 +57,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *in, size_t n)
     if (!copy)
         return 0;
     memcpy(copy, d, len);
+    arm_client();
+    for (int i = 0; i < 2; i++) { /* (an ACCEPT taken below may have replaced one) */
+        memset(&client.s[i], 0, sizeof(client.s[i]));
+        client.s[i].keys = keys[i];
+        client.s[i].used = 1;
+    }
     switch (op & 7) { /* 0..3 and 5: the readers above; 4, 6, 7: a data datagram; bits 3 and 4 choose within */
     case 0: { /* an INIT, as a server reads it */
         srpc_v5_init_t f;
@@ -57,11 +78,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *in, size_t n)
     case 1: { /* an ACCEPT answering our INIT */
         srpc_v5_keys_t k;
         (void)srpc_v5_accept_open(&k, init, e_c, psk, copy, len);
+        if (len <= UINT32_MAX)
+            (void)srpc_cl_v5_on_accept(&client, copy, (uint32_t)len, mono);
         break;
     }
     case 2: { /* a COOKIE answering it */
         uint8_t cookie[16];
         (void)srpc_v5_cookie_open(cookie, init, psk, copy, len);
+        uint8_t again[SRPC_V5_INIT_LEN];
+        if (len <= UINT32_MAX)
+            (void)srpc_cl_v5_on_cookie(&client, copy, (uint32_t)len, mono, again);
         break;
     }
     case 3: { /* a NO_SESSION */
@@ -89,6 +115,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *in, size_t n)
             const uint32_t dl = (uint32_t)(len - SRPC_HDR_LEN - SRPC_V5_TRAILER_LEN);
             const srpc_v5_keys_t *k = &keys[(op >> 3) & 1];
             (void)srpc_v5_open(k, (op >> 4) & 1, copy, copy + SRPC_HDR_LEN, dl, copy + SRPC_HDR_LEN + dl);
+            uint32_t cl = dl + SRPC_V5_TRAILER_LEN; /* as the client opens a reply (client/sessions.c) */
+            (void)srpc_cl_v5_open(&client, copy, copy + SRPC_HDR_LEN, &cl);
         }
         break;
     }

@@ -57,7 +57,7 @@ typedef struct srpc_client_config {
      * busy_retry 0. The request is copied for this. */
     int busy_retry;            /* default 1 */
     uint32_t busy_backoff_us;  /* default SRPC_DEF_BUSY_BACKOFF_US */
-    /* Wire protocol of the requests: 2 (the default: a CRC-16 header check, 48-bit req_ids,
+    /* Wire protocol of the requests: 5 (sessions, for servers with keys: below), 2 (the default: a CRC-16 header check, 48-bit req_ids,
      * docs/PROTOCOL-v2.md), 3 (version 2 with a CRC-32C data check in every datagram,
      * docs/PROTOCOL-v3.md: for servers that list 3 in describe's "protocols"), 4 (every datagram
      * signed with auth_key_id's secret, below: for servers with keys) or 1 (docs/PROTOCOL.md, for
@@ -77,6 +77,16 @@ typedef struct srpc_client_config {
      * their layout. */
     uint32_t auth_key_id;
     const uint8_t *auth_secret;
+    /* Version 5 (docs/PROTOCOL-v5.md: version 2 inside sessions, for servers with a key table; the
+     * key is auth_key_id's, above): the client makes a session with a handshake before its first
+     * call (lazily: srpc_client_create sends nothing), a new one that follows it every rekey_ms
+     * (0: SRPC_V5_CLIENT_REKEY_MS, 120 s, the most the page allows) without a pause in calls, and
+     * one after a NO_SESSION (a restarted server: its calls go again under the new session). A
+     * handshake unanswered for 12.6 s fails the calls waiting for it with SRPC_E_UNAVAILABLE (but
+     * those that wait for ready). encrypt 1: the data is encrypted (else authenticated only). Kernel
+     * UDP only (-ENOTSUP with dpdk_dev). */
+    uint8_t encrypt;
+    uint32_t rekey_ms;
 } srpc_client_config_t;
 
 void srpc_client_config_init(srpc_client_config_t *cfg);
@@ -179,7 +189,15 @@ typedef struct srpc_client_stats {
                                   of calls that retransmit: left to retransmission, as a loss */
     uint64_t bad_auth;         /* version 4 reply datagrams too short for a trailer, of another key,
                                   or whose tag did not match: forged or changed on the way (dropped,
-                                  also counted in dropped) */
+                                  also counted in dropped); version 5: not of a session of ours, a
+                                  wrong tag, or a counter taken before */
+    /* Version 5's sessions */
+    uint64_t handshakes;       /* sessions made */
+    uint64_t rekeys;           /* handshakes started because the session was old (rekey_ms) */
+    uint64_t no_sessions;      /* NO_SESSIONs acted on: the server did not know the session (restarted) */
+    uint64_t cookies;          /* COOKIEs taken: the server was under a flood of handshakes */
+    uint64_t handshakes_failed; /* handshakes none of whose INITs was answered */
+    uint64_t session_resends;  /* calls sent again under a new session (or first sent once one was made) */
 } srpc_client_stats_t;
 int srpc_client_stats(const srpc_client_t *cl, srpc_client_stats_t *out);
 

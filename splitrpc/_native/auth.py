@@ -9,7 +9,8 @@ from splitrpc.errors import AuthUnavailable, NativeError
 SECRET_LEN = lib.SRPC_AUTH_SECRET_LEN
 TAG_LEN = lib.SRPC_AUTH_TAG_LEN
 TRAILER_LEN = lib.SRPC_AUTH_TRAILER_LEN
-VERSION = lib.SRPC_VERSION_4
+VERSION = lib.SRPC_VERSION_4  # signed datagrams (legacy: docs/PROTOCOL-v4.md's limits)
+SESSIONS = lib.SRPC_VERSION_5  # sessions (docs/PROTOCOL-v5.md): a keyed client's default
 MAX_KEYS = lib.SRPC_AUTH_MAX_KEYS
 
 _NO_LIBRARY = ("authenticated calls need libsodium's shared library (Debian and Ubuntu: apt-get install "

@@ -38,6 +38,7 @@ _CONFIG_FIELDS = {
     "busy_backoff": ("busy_backoff_us", 1_000_000),  # seconds
     "protocol": ("version", 1),
     "wait_for_ready": ("wait_for_ready", 1),
+    "rekey": ("rekey_ms", 1000),                # seconds (version 5)
 }
 
 
@@ -71,10 +72,11 @@ class NativeClient:
 
 def create_client(host: str | None = None, *, busy_poll: bool = False, dpdk_dev: str | None = None,
                   dpdk_local_ip: str | None = None, dpdk_local_port: int = 0, dpdk_server_mac: str | None = None,
-                  dpdk_mtu: int | None = None, auth_key: tuple[int, bytes] | None = None, **settings) -> NativeClient:
+                  dpdk_mtu: int | None = None, auth_key: tuple[int, bytes] | None = None, encrypt: bool = False,
+                  **settings) -> NativeClient:
     """srpc_client_create with srpc_client_config_init's defaults, each replaced by the keyword
     given (not None); settings are Client keywords of _CONFIG_FIELDS; auth_key: (key id, secret) for
-    protocol 4. Raises NativeError."""
+    protocols 4 and 5; encrypt: version 5's sessions encrypt the data. Raises NativeError."""
     cfg = _config()
     keep = []
 
@@ -96,10 +98,11 @@ def create_client(host: str | None = None, *, busy_poll: bool = False, dpdk_dev:
         cfg.dpdk_local_port = int(dpdk_local_port)
         if dpdk_mtu is not None:
             cfg.dpdk_mtu = int(dpdk_mtu)
-    if auth_key is not None:  # version 4: copied by the C client at create
+    if auth_key is not None:  # versions 4 and 5: copied by the C client at create
         cfg.auth_key_id = auth_key[0]
         cfg.auth_secret = secret = ffi.new("uint8_t[]", auth_key[1])
         keep.append(secret)
+    cfg.encrypt = int(bool(encrypt))
     out = ffi.new("srpc_client_t **")
     check(lib.srpc_client_create(cfg, out), f"cannot create a client for {text(cfg.host)}:{cfg.port}")
     return NativeClient(out[0], text(cfg.host), int(cfg.port), int(cfg.max_reply), keep)
@@ -212,7 +215,8 @@ def closed_loop(cl, func_id: int, mv: memoryview, concurrency: int, warmup: int,
 
 _STATS = ("sent_calls", "replies", "errors", "timeouts", "late_or_unknown", "dropped", "retransmits", "busy_retries",
           "window_waits", "outstanding", "waiting", "srtt_us", "rto_us", "unreachable", "unavailable",
-          "draining_unsent", "bad_data_check", "send_full", "bad_auth")
+          "draining_unsent", "bad_data_check", "send_full", "bad_auth", "handshakes", "rekeys", "no_sessions",
+          "cookies", "handshakes_failed", "session_resends")
 
 
 def read_stats(cl) -> dict:

@@ -18,6 +18,7 @@
 #include "core/reassembly.h"
 #include "core/tunables.h"
 #include "core/auth.h"
+#include "client/sessions.h"
 #include "splitrpc_client.h"
 #include "transport/transport.h"
 
@@ -43,6 +44,7 @@ typedef struct cl_call {
     uint32_t req_len;
     uint8_t req_borrowed;
     uint16_t aux;
+    uint64_t sess;       /* version 5: the session it was last sent under; 0: not sent yet (no session) */
     uint32_t attempts;   /* retransmissions so far */
     uint64_t sent_ns;    /* first send (the RTT sample's start) */
     uint64_t due_ns;     /* next retransmission or BUSY retry; UINT64_MAX: none */
@@ -87,6 +89,7 @@ struct srpc_client {
     srpc_client_stats_t st;  /* lock */
     srpc_auth_sender_t auth; /* version 4: key, secret, sender number, counter (read-only but the
                                 counter, which signing advances atomically) */
+    srpc_cl_v5_t *v5;        /* lock: version 5's sessions and handshake (NULL: another version) */
 };
 
 
@@ -106,12 +109,13 @@ void srpc_client_config_init(srpc_client_config_t *c)
     c->busy_retry = 1;
     c->busy_backoff_us = SRPC_DEF_BUSY_BACKOFF_US;
     c->version = SRPC_VERSION_2;
+    c->rekey_ms = SRPC_V5_CLIENT_REKEY_MS;
 }
 
 int srpc_client_create(const srpc_client_config_t *cfg, srpc_client_t **out)
 {
     if (!cfg || !out || !cfg->host || cfg->seg_size > SRPC_MAX_SEG_DATA ||
-        cfg->version < SRPC_VERSION || cfg->version > SRPC_VERSION_4 ||
+        cfg->version < SRPC_VERSION || cfg->version > SRPC_VERSION_5 ||
         (cfg->retries && (cfg->rto_min_us == 0 || cfg->rto_min_us > cfg->rto_max_us ||
                           cfg->rto_initial_us < cfg->rto_min_us || cfg->rto_initial_us > cfg->rto_max_us)) ||
         (cfg->busy_retry && (cfg->busy_backoff_us == 0 || cfg->rto_max_us == 0)))
@@ -122,13 +126,28 @@ int srpc_client_create(const srpc_client_config_t *cfg, srpc_client_t **out)
         if (r < 0)
             return r; /* -EINVAL (no key), -ENOTSUP (no MAC library) */
     }
+    if (cfg->version == SRPC_VERSION_5 && cfg->dpdk_dev)
+        return -ENOTSUP; /* version 5 is on the kernel UDP transport alone (as the server's) */
     srpc_client_t *c = calloc(1, sizeof(*c));
-    if (!c) {
+    srpc_cl_v5_t *v5 = cfg->version == SRPC_VERSION_5 ? malloc(sizeof(*v5)) : NULL;
+    if (!c || (cfg->version == SRPC_VERSION_5 && !v5)) {
+        free(c);
+        free(v5);
         srpc_auth_wipe(&auth, sizeof(auth));
         return -ENOMEM;
     }
+    if (v5) {
+        int r = !cfg->auth_secret ? -EINVAL
+                                  : srpc_cl_v5_init(v5, cfg->auth_key_id, cfg->auth_secret, cfg->encrypt, cfg->rekey_ms);
+        if (r < 0) { /* -EINVAL (no key, a rekey later than the page allows), -ENOTSUP (no libsodium) */
+            free(c);
+            free(v5);
+            return r;
+        }
+    }
     c->cfg = *cfg;
     c->auth = auth;
+    c->v5 = v5;
     srpc_auth_wipe(&auth, sizeof(auth));
     c->cfg.auth_secret = NULL; /* the copy in c->auth is the one used */
     snprintf(c->host, sizeof(c->host), "%s", cfg->host);
@@ -214,29 +233,99 @@ static void rtt_sample(srpc_client_t *c, uint16_t func_id, uint64_t r)
         e->srtt_ns = 1;
 }
 
-/* Version 4: m is signed with the client's key as its sender. */
-static void sign_with(srpc_client_t *c, srpc_tx_msg_t *m)
+/* ------------------------------------------------------------------ version 5's sessions (lock held) */
+
+/* What a message is sealed with, taken under the lock: a copy, since a session's place may be
+ * reused once the lock is let go. ok 0: no session to send under (a handshake is under way). */
+typedef struct v5_use {
+    int ok;
+    uint64_t session;
+    uint8_t key[SRPC_V5_KEY_LEN];
+    uint8_t encrypt;
+} v5_use_t;
+
+/* Sends one whole datagram of a handshake (an INIT) to the server. */
+static void send_raw(srpc_client_t *c, const uint8_t *d, uint32_t len)
 {
+    const struct iovec iv = {(void *)d, len};
+    srpc_tx_msg_t m = {.hdr = {.type = SRPC_TX_RAW}, .pieces = &iv, .npieces = 1, .len = len};
+    srpc_tp_send(c->tp, &m, 1); /* a lost INIT is sent again when due */
+}
+
+static void note_due(srpc_client_t *c, uint64_t due);
+
+static void v5_start(srpc_client_t *c, uint64_t now)
+{
+    uint8_t init[SRPC_V5_INIT_LEN];
+    if (srpc_cl_v5_start(c->v5, now, init) == 0) {
+        send_raw(c, init, sizeof(init));
+        note_due(c, c->v5->hs_due_ns);
+    }
+}
+
+/* The session to send under now into *u, a handshake started when one is needed. */
+static void v5_take(srpc_client_t *c, v5_use_t *u)
+{
+    int start;
+    const uint64_t now = srpc_now_ns();
+    const srpc_cl_sess_t *s = srpc_cl_v5_current(c->v5, now, &start);
+    if (start)
+        v5_start(c, now);
+    u->ok = s != NULL;
+    if (s) {
+        u->session = s->keys.session;
+        memcpy(u->key, s->keys.c2s, SRPC_V5_KEY_LEN);
+        u->encrypt = s->keys.encrypt;
+    }
+}
+
+static void wipe_use(v5_use_t *u)
+{
+    srpc_auth_wipe(u->key, sizeof(u->key));
+}
+
+/* m is signed (version 4: with the client's key as its sender) or sealed (version 5: under the
+ * session in u). */
+static void sign_with(srpc_client_t *c, srpc_tx_msg_t *m, const v5_use_t *u)
+{
+    if (c->v5) {
+        m->auth.secret = u->key;
+        m->auth.sender = u->session;
+        m->auth.counter = &c->v5->counter;
+        m->auth.encrypt = u->encrypt;
+        return;
+    }
     m->auth.key_id = c->auth.key_id;
     m->auth.secret = c->auth.secret;
     m->auth.sender = c->auth.sender;
     m->auth.counter = &c->auth.counter;
 }
 
-static int send_request(srpc_client_t *c, uint64_t id, uint16_t func_id, uint16_t aux, const void *data,
-                        uint32_t len)
+/* Sends call k's request (lock held). Version 5 with no session to send under: not sent now (its
+ * k->sess 0), but as soon as a session is made. */
+static int send_request(srpc_client_t *c, cl_call_t *k)
 {
-    struct iovec iv = {(void *)data, len};
-    srpc_tx_msg_t m = {.hdr = {.type = SRPC_REQUEST, .version = c->cfg.version, .func_id = func_id, .req_id = id,
-                               .aux = aux},
-                       .pieces = &iv, .npieces = len ? 1 : 0, .len = len, .seg_size = c->seg};
-    sign_with(c, &m);
+    v5_use_t u = {0};
+    if (c->v5) {
+        v5_take(c, &u);
+        k->sess = u.ok ? u.session : 0;
+        if (!u.ok)
+            return 0;
+    }
+    struct iovec iv = {(void *)k->req, k->req_len};
+    srpc_tx_msg_t m = {.hdr = {.type = SRPC_REQUEST, .version = c->cfg.version, .func_id = k->func_id,
+                               .req_id = k->req_id, .aux = k->aux},
+                       .pieces = &iv, .npieces = k->req_len ? 1 : 0, .len = k->req_len, .seg_size = c->seg};
+    sign_with(c, &m, &u);
     srpc_tp_send(c->tp, &m, 1);
+    wipe_use(&u);
     return m.result;
 }
 
 static void finish(srpc_client_t *c, cl_call_t *k, int code, uint8_t *data, uint32_t len);
 static void send_waiting(srpc_client_t *c);
+static void v5_tick(srpc_client_t *c, uint64_t now);
+static void v5_handshake_in(srpc_client_t *c, const uint8_t *d, uint32_t total);
 static uint8_t *dup_bytes(const uint8_t *p, uint32_t n);
 
 /* Finishes k with a local code and its text (a copy). Lock held. */
@@ -259,7 +348,9 @@ static void retransmit_due(srpc_client_t *c)
     uint64_t now = srpc_now_ns();
     if (now < c->next_due)
         return;
-    uint64_t next = UINT64_MAX;
+    if (c->v5 && c->v5->hs_on)
+        v5_tick(c, now);
+    uint64_t next = c->v5 && c->v5->hs_on ? c->v5->hs_due_ns : UINT64_MAX;
     const uint64_t hi = (uint64_t)c->cfg.rto_max_us * 1000;
     for (int b = 0; b < NBUCKETS; b++)
         for (cl_call_t *k = c->buckets[b]; k; k = k->hnext) {
@@ -269,7 +360,7 @@ static void retransmit_due(srpc_client_t *c)
                 if (k->busy_wait) { /* its backoff after BUSY is over: a fresh attempt */
                     k->busy_wait = 0;
                     c->st.busy_retries++;
-                    send_request(c, k->req_id, k->func_id, k->aux, k->req, k->req_len);
+                    send_request(c, k);
                     k->due_ns = c->cfg.retries && k->deadline_ns > now ? now + rto_ns(c, k->func_id) : UINT64_MAX;
                 } else if (k->attempts >= c->cfg.retries || now >= k->deadline_ns) {
                     k->due_ns = UINT64_MAX; /* given up: the caller's timeout decides */
@@ -277,7 +368,7 @@ static void retransmit_due(srpc_client_t *c)
                 } else {
                     k->attempts++;
                     c->st.retransmits++;
-                    send_request(c, k->req_id, k->func_id, k->aux, k->req, k->req_len); /* a lost resend is retried */
+                    send_request(c, k); /* a lost resend is retried */
                     uint64_t wait = k->attempts < 20 ? rto_ns(c, k->func_id) << k->attempts : hi;
                     k->due_ns = now + (wait < hi ? wait : hi);
                 }
@@ -361,7 +452,7 @@ static void send_waiting(srpc_client_t *c)
         k->sent_ns = now;
         k->due_ns = c->cfg.retries ? now + rto_ns(c, k->func_id) : UINT64_MAX;
         note_due(c, k->due_ns);
-        if (send_request(c, k->req_id, k->func_id, k->aux, k->req, k->req_len) < 0 && !c->cfg.retries && !k->done)
+        if (send_request(c, k) < 0 && !c->cfg.retries && !k->done)
             finish_local(c, k, SRPC_E_SEND, "the request could not be sent");
     }
 }
@@ -380,6 +471,10 @@ void srpc_client_destroy(srpc_client_t *c)
     pthread_cond_destroy(&c->cv);
     pthread_mutex_destroy(&c->lock);
     srpc_auth_wipe(&c->auth, sizeof(c->auth)); /* the key's secret */
+    if (c->v5) {
+        srpc_cl_v5_wipe(c->v5); /* the psk and every session's keys */
+        free(c->v5);
+    }
     free(c);
 }
 
@@ -490,6 +585,18 @@ static void process(srpc_client_t *c, const uint8_t *hb, const uint8_t *data, ui
 {
     srpc_hdr_t h;
     uint32_t seg, dlen = total - SRPC_HDR_LEN;
+    if (c->v5 && !trunc && total >= SRPC_HDR_LEN && hb[SRPC_OFF_VER_TYPE] >> 4 == SRPC_VERSION_5 &&
+        (hb[SRPC_OFF_VER_TYPE] & 0x0f) > SRPC_ERROR) {
+        uint8_t d[SRPC_V5_INIT_LEN]; /* the datagram whole (no answer of the server is longer) */
+        if (total > sizeof(d)) {
+            c->st.dropped++;
+            return;
+        }
+        memcpy(d, hb, SRPC_HDR_LEN);
+        memcpy(d + SRPC_HDR_LEN, data, total - SRPC_HDR_LEN);
+        v5_handshake_in(c, d, total);
+        return;
+    }
     if (trunc || srpc_hdr_decode(hb, total < SRPC_HDR_LEN ? total : SRPC_HDR_LEN, &h) < 0 ||
         h.type == SRPC_REQUEST || h.version != c->cfg.version) {
         c->st.dropped++;
@@ -497,6 +604,11 @@ static void process(srpc_client_t *c, const uint8_t *hb, const uint8_t *data, ui
     }
     if (h.version == SRPC_VERSION_4 && !signed_by_us(c, hb, data, &dlen)) {
         c->st.bad_auth++;
+        c->st.dropped++;
+        return;
+    }
+    if (h.version == SRPC_VERSION_5 && srpc_cl_v5_open(c->v5, hb, (uint8_t *)data, &dlen) < 0) {
+        c->st.bad_auth++; /* not of a session of ours, changed, forged or replayed */
         c->st.dropped++;
         return;
     }
@@ -575,6 +687,117 @@ static void fail_unreachable(srpc_client_t *c, int err)
                 finish_local(c, k, SRPC_E_UNAVAILABLE, msg);
                 c->st.unavailable++;
             }
+}
+
+/* Version 5: whether call k waits for a session: unfinished, sent or to be sent (not waiting for
+ * the window), and its session none or one it can no longer count on. */
+static int v5_needs_session(const srpc_client_t *c, const cl_call_t *k)
+{
+    return !k->done && !k->waiting && (k->sess == 0 || !srpc_cl_v5_alive(c->v5, k->sess));
+}
+
+/* A session was made: every call waiting for one is sent under it now (after a NO_SESSION they
+ * are the same calls there when the server still has the old session: resume). */
+static void v5_send_waiting_calls(srpc_client_t *c)
+{
+    const uint64_t now = srpc_now_ns();
+    for (unsigned b = 0; b < NBUCKETS; b++)
+        for (cl_call_t *k = c->buckets[b]; k; k = k->hnext) {
+            if (!v5_needs_session(c, k) || !k->req || k->busy_wait) /* (after BUSY: sent when its try is due) */
+                continue;
+            if (k->sess)
+                k->attempts++; /* sent before: Karn's rule, no sample */
+            else
+                k->sent_ns = now;
+            c->v5->st.resent++;
+            send_request(c, k);
+            if (c->cfg.retries && k->deadline_ns > now) {
+                k->due_ns = now + rto_ns(c, k->func_id);
+                note_due(c, k->due_ns);
+            }
+        }
+}
+
+/* No session could be made (why): every caller's call waiting for one fails with
+ * SRPC_E_UNAVAILABLE unless it waits for ready (a load run's calls keep their deadlines); a new
+ * handshake starts when calls are still waiting and again is 1. */
+static void v5_fail_waiting(srpc_client_t *c, const char *why, int again)
+{
+    char msg[512];
+    snprintf(msg, sizeof(msg), "no version 5 session with %s port %u (key %u): %s", c->host, (unsigned)c->cfg.port,
+             (unsigned)c->v5->key_id, why);
+    int left = 0;
+    for (unsigned b = 0; b < NBUCKETS; b++)
+        for (cl_call_t *k = c->buckets[b]; k; k = k->hnext) {
+            if (!v5_needs_session(c, k))
+                continue;
+            if (k->flow && !k->wait_ready) {
+                finish_local(c, k, SRPC_E_UNAVAILABLE, msg);
+                c->st.unavailable++;
+            } else {
+                left++;
+            }
+        }
+    if (left && again)
+        v5_start(c, srpc_now_ns());
+}
+
+/* The handshake's timer: its INIT again, or its failure. */
+static void v5_tick(srpc_client_t *c, uint64_t now)
+{
+    uint8_t init[SRPC_V5_INIT_LEN];
+    const int r = srpc_cl_v5_due(c->v5, now, init);
+    if (r == 1)
+        send_raw(c, init, sizeof(init));
+    else if (r == -ETIMEDOUT)
+        v5_fail_waiting(c, "the server answered none of the handshake's INITs in 12.6 s: it may not hold this key, "
+                           "or hold another secret for it, or its clock may differ from ours by more than its skew, "
+                           "or it may not speak version 5 (its describe() lists 5 in protocols)", 1);
+}
+
+/* A datagram of a handshake type from the server (ACCEPT, COOKIE, NO_SESSION), total bytes at d:
+ * hostile until checked. */
+static void v5_handshake_in(srpc_client_t *c, const uint8_t *d, uint32_t total)
+{
+    srpc_cl_v5_t *v = c->v5;
+    const uint64_t now = srpc_now_ns();
+    const unsigned type = d[SRPC_OFF_VER_TYPE] & 0x0f;
+    if (type == SRPC_V5_ACCEPT) {
+        const int r = srpc_cl_v5_on_accept(v, d, total, now);
+        if (r == 0)
+            v5_send_waiting_calls(c);
+        else if (r == -EPROTO)
+            v5_fail_waiting(c, "the server would not encrypt the data though the client asked it to", 0);
+        else
+            c->st.dropped++;
+        return;
+    }
+    if (type == SRPC_V5_COOKIE) {
+        uint8_t init[SRPC_V5_INIT_LEN];
+        if (srpc_cl_v5_on_cookie(v, d, total, now, init) == 0) {
+            send_raw(c, init, sizeof(init));
+            note_due(c, v->hs_due_ns);
+        } else {
+            c->st.dropped++;
+        }
+        return;
+    }
+    uint64_t sid, rid;
+    uint16_t fid;
+    if (type != SRPC_V5_NO_SESSION || srpc_v5_no_session_parse(d, total, &sid, &fid, &rid) < 0) {
+        c->st.dropped++;
+        return;
+    }
+    /* Not authenticated: acted on only for a call of ours outstanding under the session named. */
+    const cl_call_t *k = find(c, rid);
+    if (!k || k->done || k->func_id != fid || k->sess != sid || !srpc_cl_v5_alive(v, sid)) {
+        c->st.late_or_unknown++;
+        return;
+    }
+    v->st.no_sessions++;
+    srpc_cl_v5_kill(v, sid);
+    if (!v->hs_on)
+        v5_start(c, now); /* (one under way follows it or a later one: its ACCEPT sends the calls) */
 }
 
 static int unreachable_errno(int n)
@@ -670,7 +893,8 @@ static int send_calls(srpc_client_t *c, const uint16_t *fids, const void *const 
     }
     /* A flow call keeps its request while it may have to be sent later: held back by the
      * window, retransmitted, or tried again after BUSY. */
-    const int keep = borrow ? c->cfg.retries != 0 : c->cfg.retries || c->cfg.busy_retry || c->cfg.window;
+    const int keep = c->v5 || (borrow ? c->cfg.retries != 0 : c->cfg.retries || c->cfg.busy_retry || c->cfg.window);
+    /* (version 5: a call may have to be sent again under a new session) */
     cl_call_t *k[SRPC_CLIENT_SEND_MAX];
     for (uint32_t i = 0; i < n; i++) {
         const uint32_t len = lens[i];
@@ -730,7 +954,11 @@ static int send_calls(srpc_client_t *c, const uint16_t *fids, const void *const 
         return 1;
     }
     uint8_t resend[SRPC_CLIENT_SEND_MAX]; /* 1: retransmitted when due, so a full queue is a loss */
+    v5_use_t use = {0};
+    if (c->v5)
+        v5_take(c, &use); /* without a session the calls wait for the one under way: sent when it is made */
     for (uint32_t i = 0; i < n; i++) {
+        k[i]->sess = use.ok ? use.session : 0;
         if (!borrow) {
             k[i]->in_window = 1;
             c->outstanding++;
@@ -743,6 +971,8 @@ static int send_calls(srpc_client_t *c, const uint16_t *fids, const void *const 
         }
     }
     pthread_mutex_unlock(&c->lock);
+    if (c->v5 && !use.ok)
+        return (int)n;
     /* Once the first datagram is out, the reply may come back and another thread may release
      * the call: k is not touched after the send. */
     struct iovec iv[SRPC_CLIENT_SEND_MAX];
@@ -752,9 +982,10 @@ static int send_calls(srpc_client_t *c, const uint16_t *fids, const void *const 
         m[i] = (srpc_tx_msg_t){.hdr = {.type = SRPC_REQUEST, .version = c->cfg.version, .func_id = fids[i],
                                        .req_id = ids[i], .aux = aux},
                                .pieces = &iv[i], .npieces = lens[i] ? 1 : 0, .len = lens[i], .seg_size = c->seg};
-        sign_with(c, &m[i]);
+        sign_with(c, &m[i], &use);
     }
     srpc_tp_send(c->tp, m, n);
+    wipe_use(&use);
     int sent = 0;
     for (uint32_t i = 0; i < n; i++) {
         rcs[i] = m[i].result < 0 ? m[i].result : 0;
@@ -971,6 +1202,15 @@ int srpc_client_stats(const srpc_client_t *c, srpc_client_stats_t *out)
     const rtt_est_t *e = rtt_of(m, m->last_func);
     out->srtt_us = e ? e->srtt_ns / 1000 : 0;
     out->rto_us = m->cfg.retries ? rto_ns(m, m->last_func) / 1000 : 0;
+    if (m->v5) {
+        const srpc_cl_v5_stats_t *v = &m->v5->st;
+        out->handshakes = v->handshakes;
+        out->rekeys = v->rekeys;
+        out->no_sessions = v->no_sessions;
+        out->cookies = v->cookies;
+        out->handshakes_failed = v->handshakes_failed;
+        out->session_resends = v->resent;
+    }
     pthread_mutex_unlock(&m->lock);
     return 0;
 }

@@ -225,6 +225,21 @@
 #define SRPC_V5_NS_BUCKETS 4096u
 #define SRPC_V5_NO_SESSION_GAP_MS 100u
 #define SRPC_V5_NO_SESSIONS_PER_S 1000u
+/* A client's side of version 5 (client/sessions.c): it starts a new session that follows its
+ * session at SRPC_V5_CLIENT_REKEY_MS of age (two thirds of the server's SRPC_V5_REJECT_AFTER_MS;
+ * srpc_client_config_t's rekey_ms may make it sooner) and sends nothing under one older than
+ * SRPC_V5_CLIENT_STOP_MS. An INIT unanswered is sent again after SRPC_V5_INIT_RESEND_MS, then after
+ * twice as long each time, SRPC_V5_INIT_SENDS sends in all (the page: the first and five more);
+ * the handshake fails when the last one's wait (as long again) passes unanswered: 12.6 s. A
+ * handshake takes at most SRPC_V5_CLIENT_COOKIES COOKIEs (a server under load asks once), and a
+ * cookie is used for SRPC_V5_COOKIE_ROTATE_MS. */
+#define SRPC_V5_CLIENT_REKEY_MS 120000u
+#define SRPC_V5_CLIENT_STOP_MS 170000u
+#define SRPC_V5_INIT_RESEND_MS 200u
+#define SRPC_V5_INIT_SENDS 6u
+#define SRPC_V5_CLIENT_COOKIES 4u
+_Static_assert(SRPC_V5_CLIENT_REKEY_MS < SRPC_V5_CLIENT_STOP_MS && SRPC_V5_CLIENT_STOP_MS < SRPC_V5_REJECT_AFTER_MS,
+               "a client rekeys before it stops using a session, and stops before the server forgets it");
 
 /* Places tried in a key's table of senders (open addressing) before a new sender is refused:
  * 32 with double hashing refuses first at 79% full (16: 58%); a key holder's worst datagram

@@ -1,0 +1,184 @@
+"""splitrpc's own client on protocol version 5 (docs/PROTOCOL-v5.md): Client(key=) makes a session before its first call and speaks sessions by default, with encryption when asked; a restarted server's NO_SESSION makes it handshake again and its calls run once there; rekeys happen under a steady load without a failed or doubled call; a wrong key fails with Unavailable; Pool, the asyncio client and the CLI's key= speak sessions too; version 4 only when asked."""
+import asyncio
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import splitrpc
+import splitrpc.aio
+from splitrpc import Key, KeyTable
+from splitrpc._native import auth as _auth
+from splitrpc.errors import Forbidden, Unavailable
+
+pytestmark = pytest.mark.skipif(not _auth.available(), reason="libsodium's shared library is not installed")
+
+ECHO, OTHER = 10, 11
+
+
+def _setup(runs):
+    def setup(srv):
+        def raw(name):
+            def fn(reqs, resps):
+                for q, r in zip(reqs, resps):
+                    runs[name].append(bytes(q[:64]))
+                    r[:len(q)] = q
+                return [len(q) for q in reqs]
+            return fn
+        srv.add_function(raw("echo"), ECHO, "echo", raw=True, max_request=70000, max_response=70000)
+        srv.add_function(raw("other"), OTHER, "other", raw=True, max_request=64, max_response=64)
+    return setup
+
+
+@pytest.fixture
+def keys():
+    return {"all": Key.generate(7), "echo_only": Key.generate(8, functions=["echo"])}
+
+
+@pytest.fixture
+def table(keys):
+    return KeyTable([keys["all"], keys["echo_only"]], skew=5.0)
+
+
+@pytest.mark.parametrize("encrypt", [False, True])
+def test_keyed_client_speaks_sessions(make_server, make_client, keys, table, encrypt):
+    runs = {"echo": [], "other": []}
+    srv = make_server(_setup(runs), keys=table)
+    c = make_client(srv.port, key=keys["all"], encrypt=encrypt, timeout=5)
+    assert c.call(ECHO, b"hello") == b"hello"
+    big = np.random.default_rng(1).bytes(60000)  # one large datagram on loopback
+    assert c.call(ECHO, big) == big
+    futs = [c.call_async(ECHO, bytes([i]) * 100) for i in range(50)]
+    assert [f.result(5) for f in futs] == [bytes([i]) * 100 for i in range(50)]
+    st = c.stats()
+    assert st["handshakes"] == 1 and st["bad_auth"] == 0 and st["no_sessions"] == 0
+    assert len(runs["echo"]) == 52, "each call ran once"
+    assert srv.stats()["drops"].get("auth_missing", 0) == 0
+    e = make_client(srv.port, key=keys["echo_only"], encrypt=encrypt, timeout=5)
+    with pytest.raises(Forbidden):
+        e.call(OTHER, b"x")
+    assert not runs["other"]
+
+
+def test_segments_under_a_session(make_server, make_client, keys, table):
+    """A request and a reply of many datagrams each (segment size 1000), encrypted."""
+    runs = {"echo": [], "other": []}
+    srv = make_server(_setup(runs), keys=table)
+    c = make_client(srv.port, key=keys["all"], encrypt=True, segment_size=1000, timeout=5)
+    data = np.random.default_rng(2).bytes(50_000)
+    assert c.call(ECHO, data) == data
+    assert len(runs["echo"]) == 1
+
+
+def test_restarted_server_costs_one_round_trip_and_runs_each_call_once(make_client, keys, table):
+    runs_a = {"echo": [], "other": []}
+    a = splitrpc.Server("127.0.0.1", 0, keys=table, wait="block")
+    _setup(runs_a)(a)
+    a.start()
+    port = a.port
+    c = make_client(port, key=keys["all"], timeout=5)
+    try:
+        assert c.call(ECHO, b"before") == b"before"
+    finally:
+        a.close()
+    runs_b = {"echo": [], "other": []}
+    b = splitrpc.Server("127.0.0.1", port, keys=table, wait="block")
+    try:
+        _setup(runs_b)(b)
+        b.start()
+        assert c.call(ECHO, b"after the restart") == b"after the restart"
+        st = c.stats()
+        assert st["no_sessions"] == 1 and st["handshakes"] == 2, st
+        assert runs_b["echo"] == [b"after the restart"], "the call ran once on the new server"
+        for i in range(20):
+            assert c.call(ECHO, b"%d" % i) == b"%d" % i
+        assert len(runs_b["echo"]) == 21 and c.stats()["handshakes"] == 2
+    finally:
+        b.close()
+
+
+def test_rekeys_under_load_lose_and_double_no_call(make_server, make_client, keys, table):
+    """A session followed by a new one every 0.3 s while two threads keep calls going: no call
+    fails, none runs twice, and the server's sessions follow one another (one line)."""
+    runs = {"echo": [], "other": []}
+    srv = make_server(_setup(runs), keys=table)
+    c = make_client(srv.port, key=keys["all"], rekey=0.3, timeout=5)
+    sent, errors = [], []
+    stop = time.monotonic() + 2.0
+
+    def worker(t):
+        i = 0
+        while time.monotonic() < stop:
+            m = b"%d-%d" % (t, i)
+            try:
+                assert c.call(ECHO, m) == m
+                sent.append(m)
+            except Exception as e:  # noqa: BLE001 - any failure is the test's finding
+                errors.append(repr(e))
+            i += 1
+
+    ts = [threading.Thread(target=worker, args=(t,)) for t in range(2)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    st = c.stats()
+    assert not errors, errors[:5]
+    assert st["rekeys"] >= 4 and st["handshakes"] >= 5, st
+    assert sorted(runs["echo"]) == sorted(sent), "every call ran exactly once"
+    assert st["no_sessions"] == 0
+
+
+def test_wrong_key_fails_with_unavailable(make_server, make_client, table):
+    srv = make_server(_setup({"echo": [], "other": []}), keys=table)
+    stranger = Key.generate(7)  # the right id, another secret
+    c = make_client(srv.port, key=stranger, timeout=30)
+    t0 = time.monotonic()
+    with pytest.raises(Unavailable, match="answered none of the handshake's INITs"):
+        c.call(ECHO, b"x")
+    took = time.monotonic() - t0
+    assert 12.0 < took < 20.0, took
+    assert c.stats()["handshakes_failed"] == 1
+    assert srv.stats()["drops"].get("auth_bad_tag", 0) >= 6  # every INIT refused, none answered
+
+
+def test_pool_and_asyncio_speak_sessions(make_server, keys, table):
+    runs_a, runs_b = {"echo": [], "other": []}, {"echo": [], "other": []}
+    a = splitrpc.Server("127.0.0.1", 0, keys=table, wait="block")
+    b = splitrpc.Server("127.0.0.1", 0, keys=table, wait="block")
+    _setup(runs_a)(a)
+    _setup(runs_b)(b)
+    a.start()
+    b.start()
+    try:
+        with splitrpc.Pool([("127.0.0.1", a.port), ("127.0.0.1", b.port)], key=keys["all"], encrypt=True,
+                           timeout=5) as p:
+            for i in range(20):
+                assert p.call(ECHO, b"p%d" % i) == b"p%d" % i
+
+        async def go():
+            async with splitrpc.aio.Client("127.0.0.1", a.port, key=keys["all"], timeout=5) as c:
+                got = await asyncio.gather(*(c.call(ECHO, b"a%d" % i) for i in range(30)))
+                return got, c.stats()
+
+        got, st = asyncio.run(go())
+        assert got == [b"a%d" % i for i in range(30)] and st["handshakes"] == 1
+        assert len(runs_a["echo"]) + len(runs_b["echo"]) == 50
+    finally:
+        a.close()
+        b.close()
+
+
+def test_version_4_only_when_asked(make_server, make_client, keys, table):
+    runs = {"echo": [], "other": []}
+    srv = make_server(_setup(runs), keys=table)
+    c4 = make_client(srv.port, key=keys["all"], protocol=4, timeout=5)
+    assert c4.call(ECHO, b"legacy") == b"legacy"
+    assert c4.stats()["handshakes"] == 0
+    with pytest.raises(ValueError, match="encrypt=True needs sessions"):
+        splitrpc.Client("127.0.0.1", srv.port, key=keys["all"], protocol=4, encrypt=True)
+    with pytest.raises(ValueError, match="needs key="):
+        splitrpc.Client("127.0.0.1", srv.port, protocol=5)
+    with pytest.raises(ValueError, match="rekey"):
+        splitrpc.Client("127.0.0.1", srv.port, key=keys["all"], rekey=121)
