@@ -1,9 +1,20 @@
-/* indep_client.c: an independent closed-loop benchmark client of the SplitRPC UDP wire protocol, version 1 -- written from docs/PROTOCOL.md alone, without reading the server's code or its own load generator. */
+/* indep_client.c: an independent closed-loop benchmark client of the SplitRPC UDP wire protocol, versions 1 and 5 -- written from docs/PROTOCOL.md, PROTOCOL-v2.md and PROTOCOL-v5.md (with PROTOCOL-v4.md and security.md for the key file) alone, without reading the server's code or its own load generator. */
 /*
- * Build:  cc -O2 -std=gnu11 -Wall -Wextra -o indep_client indep_client.c
+ * Build:  cc -O2 -std=gnu11 -Wall -Wextra -o indep_client indep_client.c -ldl
+ *         (-ldl is needed only before glibc 2.34; libsodium is loaded at run time, for --v5 only)
  * Run:    ./indep_client --port 9230 [--host ADDR] [--func ID] [--size BYTES]
  *             [--fill vecadd|zero] [--check] [--outstanding N] [--calls N]
  *             [--warmup N] [--mode spin|block] [--seg S] [--timeout-ms MS] [--json]
+ *             [--v5 KEYFILE[:ID] | --v5-key ID:HEX64] [--encrypt]
+ *         ./indep_client --selftest-v5
+ *
+ * Version 5 (--v5): one handshake (INIT, resent after 200 ms then twice as long, five resends
+ * at most; COOKIE answered by a new INIT with cookie_mac; ACCEPT's confirm checked) before the
+ * run, then every REQUEST is a version 5 datagram (version 2 header with version 5, 48-bit
+ * req_id, CRC-16; data, encrypted with --encrypt; session | counter | ChaCha20-Poly1305 tag).
+ * Replies are checked (tag under k_s2c, replay window of 1024), decrypted, then taken as in
+ * version 1.  A NO_SESSION for an outstanding call makes a new session that follows the old one
+ * (prev, resume) and the outstanding calls are sent again under it.
  *
  * Discipline (closed loop): N calls in flight; each call's datagrams leave in ONE
  * sendmmsg(); as soon as a call's reply is complete (or the call ends as an error or
@@ -24,10 +35,17 @@
  *               last measured call; getrusage() deltas cover the same interval
  *   malformed / stray / dup_segments / dropped_msgs / multiseg_replies count over the
  *               whole run (warm-up included): they cannot be attributed to one phase.
+ *   version 5, whole run: bad_auth (replies, ACCEPTs or COOKIEs whose tag or confirm is
+ *               wrong: dropped), replayed (a reply counter the window refuses), unknown_session
+ *               (a reply of a session the client does not have), no_session (NO_SESSIONs
+ *               received), rehandshakes (new sessions made after a NO_SESSION), handshakes (all,
+ *               the first included), cookies (COOKIEs answered), handshake_us (the first one).
  * Percentiles are nearest-rank over the sorted latencies of the ok measured calls.
- * Exit: 0 ran (even with errors), 2 bad usage, 1 could not run.
+ * Exit: 0 ran (even with errors), 2 bad usage, 1 could not run (with --v5 also: no handshake,
+ *       or ENCRYPT asked and not granted); --selftest-v5: 0 when every byte matches the page, else 1.
  */
 #define _GNU_SOURCE
+#include <dlfcn.h>
 #include <endian.h>
 #include <errno.h>
 #include <getopt.h>
@@ -43,6 +61,7 @@
 #include <sys/random.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/time.h>
 #include <sys/types.h>
 #include <sys/uio.h>
@@ -57,6 +76,7 @@
 #define T_ERROR 2
 #define MAX_OUTSTANDING 1024
 #define MAX_SEG 65485              /* 65507 - 22, the page's loopback maximum */
+#define MAX_SEG_V5 65453           /* 65507 - 54: version 5's header and trailer */
 #define MAX_SEND_SEGS 1024         /* UIO_MAXIOV: what one sendmmsg() may carry */
 #define MAX_ERR_DATA 256           /* an ERROR's message is at most 256 bytes */
 #define MAX_RESENDS 5
@@ -85,7 +105,12 @@ static struct {
     unsigned seg;
     uint64_t timeout_ms;
     int json;
+    int v5;                        /* --v5 / --v5-key: version 5 sessions */
+    int encrypt;                   /* --encrypt: ask for ENCRYPT */
 } cfg;
+
+static uint32_t v5_key_id;         /* the key of --v5 */
+static uint8_t v5_psk[32];
 
 /* ---------------------------------------------------------------- state */
 struct slot {
@@ -95,6 +120,7 @@ struct slot {
     uint64_t t_first;              /* first send of this call, ns */
     uint64_t t_last;               /* latest send, ns */
     unsigned resends;
+    unsigned gen_lo, gen_hi;       /* version 5: the sessions (by gen) it was sent under */
     /* reply reassembly */
     int rs_started;
     uint32_t rs_nseg, rs_msglen, rs_S, rs_have;
@@ -166,6 +192,7 @@ static void put_f32le(uint8_t *p, float f)
     memcpy(p, &u, 4);
 }
 
+__attribute__((format(printf, 1, 2), noreturn))
 static void die(const char *fmt, ...)
 {
     va_list ap;
@@ -177,6 +204,7 @@ static void die(const char *fmt, ...)
     exit(1);
 }
 
+__attribute__((format(printf, 1, 2), noreturn))
 static void usage_error(const char *fmt, ...)
 {
     va_list ap;
@@ -263,12 +291,1004 @@ static void ht_delete(uint64_t k)
     }
 }
 
+/* ---------------------------------------------------------------- version 5 (docs/PROTOCOL-v5.md)
+ * Version 2 inside a session.  libsodium is loaded with dlopen() only when --v5 (or
+ * --selftest-v5) is given, so that version 1 runs build and run without it.
+ * Rekeying (a new session at 120 s, nothing sent under one older than 170 s) is not done:
+ * benchmark runs are short (< 60 s).  A run past 120 s keeps its session, which a server
+ * answers with NO_SESSION at 180 s; the client then makes a new session that follows it. */
+#define V5_TRAILER 32              /* session | counter | tag */
+#define V5_OVERHEAD (HDR + V5_TRAILER)
+#define V5_INIT_BODY 104
+#define V5_ACCEPT_BODY 64
+#define V5_COOKIE_BODY 44
+#define V5_NOSESS_BODY 8
+#define V5_INIT_LEN (HDR + V5_INIT_BODY)        /* 126 */
+#define V5_ACCEPT_LEN (HDR + V5_ACCEPT_BODY)    /* 86 */
+#define V5_COOKIE_LEN (HDR + V5_COOKIE_BODY)    /* 66 */
+#define V5_NOSESS_LEN (HDR + V5_NOSESS_BODY)    /* 30 */
+#define T_INIT 3
+#define T_ACCEPT 4
+#define T_COOKIE 5
+#define T_NO_SESSION 6
+#define V5_FLAG_ENCRYPT 1u
+#define V5_WINDOW 1024             /* the highest counter taken and the 1023 below it */
+#define V5_HS_FIRST_NS (200ull * 1000000ull)
+#define V5_HS_RESENDS 5
+#define V5_MAX_COOKIES 5
+#define V5_SESSIONS 4              /* sessions kept: the current one and those it followed */
+#define REQ_ID48_MASK 0xFFFFFFFFFFFFull
+
+/* libsodium, by dlsym; prototypes as documented by libsodium */
+static struct {
+    void *lib;
+    int (*init)(void);
+    int (*generichash)(unsigned char *, size_t, const unsigned char *, unsigned long long,
+                       const unsigned char *, size_t);
+    int (*scalarmult)(unsigned char *, const unsigned char *, const unsigned char *);
+    int (*scalarmult_base)(unsigned char *, const unsigned char *);
+    int (*aead_enc)(unsigned char *, unsigned char *, unsigned long long *, const unsigned char *,
+                    unsigned long long, const unsigned char *, unsigned long long,
+                    const unsigned char *, const unsigned char *, const unsigned char *);
+    int (*aead_dec)(unsigned char *, unsigned char *, const unsigned char *, unsigned long long,
+                    const unsigned char *, const unsigned char *, unsigned long long,
+                    const unsigned char *, const unsigned char *);
+    void (*randombytes)(void *, size_t);
+} na;
+
+/* 0 when loaded; otherwise -1 with a reason in why */
+static int sodium_load(char *why, size_t whylen)
+{
+    static const char *names[] = { "libsodium.so.23", "libsodium.so.26", "libsodium.so" };
+    if (na.lib)
+        return 0;
+    void *h = NULL;
+    for (unsigned i = 0; i < sizeof names / sizeof names[0] && !h; i++)
+        h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        snprintf(why, whylen, "cannot load libsodium (tried libsodium.so.23, .so.26, .so): %s", dlerror());
+        return -1;
+    }
+#define NA_SYM(field, name) \
+    do { *(void **)&na.field = dlsym(h, name); \
+         if (!na.field) { snprintf(why, whylen, "libsodium lacks %s", name); dlclose(h); return -1; } } while (0)
+    NA_SYM(init, "sodium_init");
+    NA_SYM(generichash, "crypto_generichash");
+    NA_SYM(scalarmult, "crypto_scalarmult");
+    NA_SYM(scalarmult_base, "crypto_scalarmult_base");
+    NA_SYM(aead_enc, "crypto_aead_chacha20poly1305_ietf_encrypt_detached");
+    NA_SYM(aead_dec, "crypto_aead_chacha20poly1305_ietf_decrypt_detached");
+    NA_SYM(randombytes, "randombytes_buf");
+#undef NA_SYM
+    if (na.init() < 0) {
+        snprintf(why, whylen, "sodium_init failed");
+        dlclose(h);
+        return -1;
+    }
+    na.lib = h;
+    return 0;
+}
+
+/* H(k, m, n): BLAKE2b, n-byte digest, keyed with k (klen 0: unkeyed) */
+static void H(uint8_t *out, size_t n, const uint8_t *k, size_t klen, const uint8_t *m, size_t mlen)
+{
+    if (na.generichash(out, n, m, mlen, klen ? k : NULL, klen) != 0)
+        die("crypto_generichash failed");
+}
+
+/* H(k, label || m, n) */
+static void H2(uint8_t *out, size_t n, const uint8_t *k, size_t klen, const char *label,
+               const uint8_t *m, size_t mlen)
+{
+    uint8_t buf[256];
+    size_t ll = strlen(label);
+    if (ll + mlen > sizeof buf)
+        die("internal error: H2 input too long");
+    memcpy(buf, label, ll);
+    if (mlen)
+        memcpy(buf + ll, m, mlen);
+    H(out, n, k, klen, buf, ll + mlen);
+}
+
+static int ct_equal(const uint8_t *a, const uint8_t *b, size_t n)
+{
+    volatile uint8_t d = 0;
+    for (size_t i = 0; i < n; i++)
+        d |= a[i] ^ b[i];
+    return d == 0;
+}
+
+static int all_zero(const uint8_t *a, size_t n)
+{
+    uint8_t d = 0;
+    for (size_t i = 0; i < n; i++)
+        d |= a[i];
+    return d == 0;
+}
+
+static void wipe(void *p, size_t n)
+{
+    volatile uint8_t *q = p;
+    while (n--)
+        *q++ = 0;
+}
+
+/* CRC-16/CCITT-FALSE (version 2's header check): poly 0x1021, init 0xFFFF, no reflection */
+static uint16_t crc16(const uint8_t *p, size_t n)
+{
+    uint16_t c = 0xFFFF;
+    for (size_t i = 0; i < n; i++) {
+        c ^= (uint16_t)(p[i] << 8);
+        for (int b = 0; b < 8; b++)
+            c = (c & 0x8000) ? (uint16_t)((c << 1) ^ 0x1021) : (uint16_t)(c << 1);
+    }
+    return c;
+}
+
+static uint16_t hdr_crc(const uint8_t *h)
+{
+    uint8_t t[HDR];
+    memcpy(t, h, HDR);
+    t[4] = t[5] = 0;
+    return crc16(t, HDR);
+}
+
+static void put48(uint8_t *p, uint64_t v) { put16(p, (uint16_t)(v >> 32)); put32(p + 2, (uint32_t)v); }
+static uint64_t get48(const uint8_t *p) { return ((uint64_t)get16(p) << 32) | get32(p + 2); }
+
+/* a version 2 header with version 5, its CRC-16 at offset 4 */
+static void v5_hdr(uint8_t *h, unsigned type, unsigned func, uint64_t req_id, unsigned seq,
+                   unsigned nseg, uint32_t msg_len, unsigned aux)
+{
+    h[0] = MAGIC;
+    h[1] = (uint8_t)((5u << 4) | type);
+    put16(h + 2, (uint16_t)func);
+    put16(h + 4, 0);
+    put48(h + 6, req_id);
+    put16(h + 12, (uint16_t)seq);
+    put16(h + 14, (uint16_t)nseg);
+    put32(h + 16, msg_len);
+    put16(h + 20, (uint16_t)aux);
+    put16(h + 4, crc16(h, HDR));
+}
+
+/* a handshake datagram's header: types 3..6 have seq 0, nseg 1, msg_len = body, aux 0 */
+static int v5_hs_hdr_ok(const uint8_t *p, size_t len, unsigned body, int func_zero)
+{
+    return len == HDR + body && get16(p + 12) == 0 && get16(p + 14) == 1 && get32(p + 16) == body &&
+           get16(p + 20) == 0 && (!func_zero || get16(p + 2) == 0);
+}
+
+struct v5keys {
+    uint8_t c2s[32], s2c[32], confirm[32];
+};
+
+/* INIT: 126 bytes from its inputs (prev_c2s: the followed session's k_c2s when prev != 0;
+ * cookie: a COOKIE's 16 bytes, or NULL) */
+static void v5_build_init(uint8_t *d, uint64_t hid, uint32_t key_id, const uint8_t psk[32],
+                          const uint8_t e_c[32], uint64_t time_ms, uint32_t flags, uint64_t prev,
+                          const uint8_t *prev_c2s, const uint8_t *cookie)
+{
+    uint8_t *b = d + HDR, k1[32];
+    v5_hdr(d, T_INIT, 0, hid, 0, 1, V5_INIT_BODY, 0);
+    put32(b + 0, key_id);
+    memcpy(b + 4, e_c, 32);
+    put64(b + 36, time_ms);
+    put32(b + 44, flags);
+    put64(b + 48, prev);
+    memset(b + 56, 0, 48);
+    if (prev)
+        H2(b + 56, 16, prev_c2s, 32, "splitrpc v5 resume", d, 78);      /* datagram bytes 0..77 */
+    H2(k1, 32, psk, 32, "splitrpc v5 mac1", NULL, 0);
+    H(b + 72, 16, k1, 32, d, 94);                                        /* bytes 0..93 */
+    if (cookie)
+        H(b + 88, 16, cookie, 16, d, 110);                               /* bytes 0..109 */
+}
+
+/* th, prk and the session's keys from an INIT (126 bytes), ACCEPT bytes 0..69 and dh */
+static void v5_derive(struct v5keys *k, const uint8_t psk[32], const uint8_t dh[32],
+                      const uint8_t *init, const uint8_t *accept)
+{
+    uint8_t tr[V5_INIT_LEN + 70], th[32], m[64], prk[32];
+    memcpy(tr, init, V5_INIT_LEN);
+    memcpy(tr + V5_INIT_LEN, accept, 70);
+    H(th, 32, NULL, 0, tr, sizeof tr);
+    memcpy(m, dh, 32);
+    memcpy(m + 32, th, 32);
+    H2(prk, 32, psk, 32, "splitrpc v5 prk", m, 64);
+    H2(k->c2s, 32, prk, 32, "splitrpc v5 c2s", NULL, 0);
+    H2(k->s2c, 32, prk, 32, "splitrpc v5 s2c", NULL, 0);
+    H2(k->confirm, 32, prk, 32, "splitrpc v5 confirm", NULL, 0);
+    wipe(prk, sizeof prk);
+    wipe(m, sizeof m);
+    /* confirm = H(k_confirm, th, 16), kept in confirm[0..15] */
+    uint8_t c[16];
+    H(c, 16, k->confirm, 32, th, 32);
+    memcpy(k->confirm, c, 16);
+}
+
+/* the server's side of the handshake (used by --selftest-v5 only): ACCEPT for an INIT */
+static int v5_build_accept(uint8_t *d, const uint8_t *init, const uint8_t psk[32],
+                           const uint8_t e_s_priv[32], uint64_t session, uint32_t flags, struct v5keys *k)
+{
+    uint8_t e_s[32], dh[32];
+    if (na.scalarmult_base(e_s, e_s_priv) != 0)
+        return -1;
+    if (na.scalarmult(dh, e_s_priv, init + HDR + 4) != 0 || all_zero(dh, 32))
+        return -1;
+    uint8_t *b = d + HDR;
+    v5_hdr(d, T_ACCEPT, 0, get48(init + 6), 0, 1, V5_ACCEPT_BODY, 0);
+    memcpy(b, init + HDR, 4);                                           /* key_id: the INIT's */
+    put64(b + 4, session);
+    memcpy(b + 12, e_s, 32);
+    put32(b + 44, flags);
+    v5_derive(k, psk, dh, init, d);
+    memcpy(b + 48, k->confirm, 16);
+    wipe(dh, sizeof dh);
+    return 0;
+}
+
+/* the client's check of an ACCEPT for its INIT: 0 and the keys when confirm is right */
+static int v5_take_accept(const uint8_t *acc, const uint8_t *init, const uint8_t psk[32],
+                          const uint8_t e_c_priv[32], struct v5keys *k)
+{
+    uint8_t dh[32];
+    if (na.scalarmult(dh, e_c_priv, acc + HDR + 12) != 0 || all_zero(dh, 32))
+        return -1;                  /* a low-order server key: the handshake ends */
+    v5_derive(k, psk, dh, init, acc);
+    wipe(dh, sizeof dh);
+    if (!ct_equal(k->confirm, acc + HDR + 48, 16)) {
+        wipe(k, sizeof *k);
+        return -1;
+    }
+    return 0;
+}
+
+static void v5_nonce(uint8_t n[12], uint64_t counter)
+{
+    memset(n, 0, 4);
+    put64(n + 4, counter);
+}
+
+/* a data datagram: d holds the header (22 bytes, final) and L data bytes in the clear;
+ * writes the trailer and, encrypting, replaces the data by its ciphertext.  Returns its length. */
+static size_t v5_seal(uint8_t *d, size_t L, uint64_t session, uint64_t counter, const uint8_t key[32], int encrypt)
+{
+    uint8_t nonce[12], *t = d + HDR + L;
+    unsigned long long maclen;
+    put64(t, session);
+    put64(t + 8, counter);
+    v5_nonce(nonce, counter);
+    if (encrypt) {
+        uint8_t ad[HDR + 16];
+        memcpy(ad, d, HDR);
+        memcpy(ad + HDR, t, 16);
+        na.aead_enc(d + HDR, t + 16, &maclen, d + HDR, L, ad, sizeof ad, NULL, nonce, key);
+    } else {
+        na.aead_enc(NULL, t + 16, &maclen, NULL, 0, d, HDR + L + 16, NULL, nonce, key);
+    }
+    return HDR + L + V5_TRAILER;
+}
+
+/* checks a data datagram's tag (and decrypts its data in place): 0 when right */
+static int v5_open(uint8_t *d, size_t len, const uint8_t key[32], int encrypt)
+{
+    size_t L = len - V5_OVERHEAD;
+    uint8_t nonce[12], *t = d + HDR + L;
+    v5_nonce(nonce, get64(t + 8));
+    if (encrypt) {
+        uint8_t ad[HDR + 16];
+        memcpy(ad, d, HDR);
+        memcpy(ad + HDR, t, 16);
+        return na.aead_dec(d + HDR, NULL, d + HDR, L, t + 16, ad, sizeof ad, nonce, key) == 0 ? 0 : -1;
+    }
+    return na.aead_dec(NULL, NULL, NULL, 0, t + 16, d, HDR + L + 16, nonce, key) == 0 ? 0 : -1;
+}
+
+/* ---- key files: a key table {"keys":[{"id":N,"secret":"<64 hex>",...},...]} or a client
+ * file {"id":N,"secret":"<64 hex>"} (docs/security.md).  A tiny JSON reader: every object with a
+ * number "id" and a string "secret" is a key. */
+struct jr { const char *p, *end; int err; };
+
+static void jr_ws(struct jr *r) { while (r->p < r->end && (*r->p == ' ' || *r->p == '\t' || *r->p == '\n' || *r->p == '\r')) r->p++; }
+
+static int hexval(int c)
+{
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+}
+
+static int parse_hex32(const char *s, size_t n, uint8_t out[32])
+{
+    if (n != 64)
+        return -1;
+    for (size_t i = 0; i < 32; i++) {
+        int a = hexval(s[2 * i]), b = hexval(s[2 * i + 1]);
+        if (a < 0 || b < 0)
+            return -1;
+        out[i] = (uint8_t)(a * 16 + b);
+    }
+    return 0;
+}
+
+/* a string: its raw bytes [*s, *s + *n) (escapes are kept as they are: ids and hex need none) */
+static int jr_string(struct jr *r, const char **s, size_t *n)
+{
+    if (r->p >= r->end || *r->p != '"')
+        return -1;
+    const char *b = ++r->p;
+    while (r->p < r->end && *r->p != '"') {
+        if (*r->p == '\\')
+            r->p++;
+        r->p++;
+    }
+    if (r->p >= r->end)
+        return -1;
+    *s = b;
+    *n = (size_t)(r->p - b);
+    r->p++;
+    return 0;
+}
+
+static uint32_t want_key_id;
+static int want_key_any, key_found, key_count;
+
+static int jr_value(struct jr *r, int depth);
+
+static int jr_object(struct jr *r, int depth)
+{
+    int have_id = 0, have_secret = 0;
+    uint64_t id = 0;
+    uint8_t secret[32];
+    r->p++;                         /* { */
+    jr_ws(r);
+    if (r->p < r->end && *r->p == '}') {
+        r->p++;
+        return 0;
+    }
+    for (;;) {
+        const char *k;
+        size_t kn;
+        jr_ws(r);
+        if (jr_string(r, &k, &kn) < 0)
+            return -1;
+        jr_ws(r);
+        if (r->p >= r->end || *r->p != ':')
+            return -1;
+        r->p++;
+        jr_ws(r);
+        if (kn == 2 && !memcmp(k, "id", 2) && r->p < r->end && *r->p >= '0' && *r->p <= '9') {
+            char *e;
+            errno = 0;
+            unsigned long long v = strtoull(r->p, &e, 10);
+            if (errno || e > r->end)
+                return -1;
+            r->p = e;
+            id = v;
+            have_id = 1;
+        } else if (kn == 6 && !memcmp(k, "secret", 6) && r->p < r->end && *r->p == '"') {
+            const char *s;
+            size_t sn;
+            if (jr_string(r, &s, &sn) < 0)
+                return -1;
+            if (parse_hex32(s, sn, secret) < 0)
+                return -1;
+            have_secret = 1;
+        } else if (jr_value(r, depth + 1) < 0) {
+            return -1;
+        }
+        jr_ws(r);
+        if (r->p < r->end && *r->p == ',') {
+            r->p++;
+            continue;
+        }
+        if (r->p < r->end && *r->p == '}') {
+            r->p++;
+            break;
+        }
+        return -1;
+    }
+    if (have_id && have_secret && id >= 1 && id <= UINT32_MAX) {
+        key_count++;
+        if (!key_found && (want_key_any || id == want_key_id)) {
+            key_found = 1;
+            v5_key_id = (uint32_t)id;
+            memcpy(v5_psk, secret, 32);
+        }
+    }
+    wipe(secret, sizeof secret);
+    return 0;
+}
+
+static int jr_value(struct jr *r, int depth)
+{
+    if (depth > 32)
+        return -1;
+    jr_ws(r);
+    if (r->p >= r->end)
+        return -1;
+    char c = *r->p;
+    if (c == '{')
+        return jr_object(r, depth);
+    if (c == '[') {
+        r->p++;
+        jr_ws(r);
+        if (r->p < r->end && *r->p == ']') {
+            r->p++;
+            return 0;
+        }
+        for (;;) {
+            if (jr_value(r, depth + 1) < 0)
+                return -1;
+            jr_ws(r);
+            if (r->p < r->end && *r->p == ',') {
+                r->p++;
+                continue;
+            }
+            if (r->p < r->end && *r->p == ']') {
+                r->p++;
+                return 0;
+            }
+            return -1;
+        }
+    }
+    if (c == '"') {
+        const char *s;
+        size_t n;
+        return jr_string(r, &s, &n);
+    }
+    /* number, true, false, null */
+    const char *b = r->p;
+    while (r->p < r->end && *r->p != ',' && *r->p != '}' && *r->p != ']' && *r->p != ' ' &&
+           *r->p != '\n' && *r->p != '\r' && *r->p != '\t')
+        r->p++;
+    return r->p > b ? 0 : -1;
+}
+
+/* --v5 FILE[:ID]: the key of that id in FILE (a table or a client file); without :ID the
+ * file's only key.  Exits 1 when it cannot. */
+static void load_key_file(const char *arg)
+{
+    char path[4096];
+    const char *colon = strrchr(arg, ':');
+    want_key_any = 1;
+    snprintf(path, sizeof path, "%s", arg);
+    if (colon && colon[1]) {
+        char *e;
+        errno = 0;
+        unsigned long long v = strtoull(colon + 1, &e, 0);
+        if (!errno && !*e && v >= 1 && v <= UINT32_MAX && colon[1] != '-' && colon[1] != '+') {
+            want_key_any = 0;
+            want_key_id = (uint32_t)v;
+            snprintf(path, sizeof path, "%.*s", (int)(colon - arg), arg);
+        }
+    }
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        die("--v5: cannot open key file '%s': %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fileno(f), &st) == 0 && (st.st_mode & 077))
+        die("--v5: key file '%s' is open to other users (mode %03o); chmod 600 it", path,
+            (unsigned)(st.st_mode & 0777));
+    static char text[1 << 20];
+    size_t n = fread(text, 1, sizeof text, f);
+    int big = !feof(f);
+    fclose(f);
+    if (big)
+        die("--v5: key file '%s' is larger than 1 MiB", path);
+    struct jr r = { text, text + n, 0 };
+    if (jr_value(&r, 0) < 0)
+        die("--v5: '%s' is not a key file (JSON with \"id\" and 64-hex-digit \"secret\")", path);
+    wipe(text, n);
+    if (!key_found) {
+        if (want_key_any)
+            die("--v5: no key in '%s'", path);
+        die("--v5: no key of id %u in '%s'", want_key_id, path);
+    }
+    if (want_key_any && key_count > 1)
+        die("--v5: '%s' holds %d keys: name one as %s:ID", path, key_count, path);
+}
+
+/* --v5-key ID:HEX64 */
+static void parse_v5_key(const char *arg)
+{
+    const char *colon = strchr(arg, ':');
+    if (!colon)
+        usage_error("--v5-key: ID:HEX64, not '%s'", arg);
+    char idbuf[32];
+    snprintf(idbuf, sizeof idbuf, "%.*s", (int)(colon - arg), arg);
+    v5_key_id = (uint32_t)parse_u64(idbuf, 1, UINT32_MAX, "v5-key");
+    if (parse_hex32(colon + 1, strlen(colon + 1), v5_psk) < 0)
+        usage_error("--v5-key: the secret must be 64 hexadecimal digits (32 bytes)");
+    key_found = 1;
+}
+
+/* ---------------------------------------------------------------- version 5: sessions at run time */
+struct v5sess {
+    int used;
+    unsigned gen;                  /* 1, 2, ...: the order in which sessions were made */
+    uint64_t id;
+    struct v5keys k;
+    int encrypt;
+    uint64_t tx_ctr;               /* the last counter sent */
+    uint64_t rx_hi;                /* the highest counter taken */
+    uint64_t rx_bits[V5_WINDOW / 64];
+};
+static struct v5sess v5s[V5_SESSIONS];
+static int v5_cur = -1;            /* the current session, or -1 */
+static unsigned v5_gen;
+
+static struct {
+    int pending;
+    uint8_t init[V5_INIT_LEN];
+    uint8_t e_priv[32];
+    uint64_t hid, prev;
+    uint8_t prev_c2s[32];
+    unsigned sends, cookies;
+    uint64_t interval, next;
+} hs;
+
+static uint64_t c_bad_auth, c_replayed, c_unknown_sess, c_no_session, c_rehandshakes, c_cookies, c_handshakes;
+static uint64_t hs_first_ns;       /* the first handshake's time */
+
+static uint64_t rand64(void)
+{
+    uint64_t v;
+    na.randombytes(&v, sizeof v);
+    return v;
+}
+
+static uint64_t wall_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000ull + (uint64_t)ts.tv_nsec / 1000000ull;
+}
+
+/* a fresh ephemeral key and time; INIT rebuilt (same handshake id, prev and resume) */
+static void hs_new_init(const uint8_t *cookie)
+{
+    uint8_t e_c[32];
+    na.randombytes(hs.e_priv, 32);
+    if (na.scalarmult_base(e_c, hs.e_priv) != 0)
+        die("crypto_scalarmult_base failed");
+    v5_build_init(hs.init, hs.hid, v5_key_id, v5_psk, e_c, wall_ms(),
+                  cfg.encrypt ? V5_FLAG_ENCRYPT : 0, hs.prev, hs.prev ? hs.prev_c2s : NULL, cookie);
+}
+
+static void hs_fire(uint64_t now)
+{
+    ssize_t r = send(sock, hs.init, V5_INIT_LEN, 0);
+    if (r < 0 && errno == ECONNREFUSED) {
+        c_refused++;
+        r = send(sock, hs.init, V5_INIT_LEN, 0);   /* the ICMP was an earlier datagram's */
+    }
+    if (r < 0 && errno != ECONNREFUSED && errno != ENOBUFS && errno != EAGAIN && errno != EINTR)
+        die("send INIT: %s", strerror(errno));
+    hs.sends++;
+    hs.interval = hs.sends == 1 ? V5_HS_FIRST_NS : hs.interval * 2;
+    hs.next = now + hs.interval;
+}
+
+/* a new handshake; prev_idx: the session it follows (its outstanding calls go on), or -1 */
+static void hs_start(int prev_idx, uint64_t now)
+{
+    memset(&hs, 0, sizeof hs);
+    hs.pending = 1;
+    do
+        hs.hid = rand64() & REQ_ID48_MASK;
+    while (!hs.hid);
+    if (prev_idx >= 0) {
+        hs.prev = v5s[prev_idx].id;
+        memcpy(hs.prev_c2s, v5s[prev_idx].k.c2s, 32);
+    }
+    hs_new_init(NULL);
+    c_handshakes++;
+    hs_fire(now);
+}
+
+/* INIT resends: 200 ms, then twice as long each time, five resends at most; after the last
+ * resend's doubled wait, the handshake has failed */
+static void hs_tick(uint64_t now)
+{
+    if (!hs.pending || now < hs.next)
+        return;
+    if (hs.sends > V5_HS_RESENDS)
+        die("version 5 handshake failed: no ACCEPT from %s port %u after %u INITs%s (a keyed "
+            "splitrpc server there, with key id %u?)", cfg.host, cfg.port, hs.sends,
+            c_refused ? "; ICMP port unreachable: nothing listens on that port" : "", v5_key_id);
+    hs_fire(now);
+}
+
+static void send_call(struct slot *s);
+
+static void on_accept(const uint8_t *p, size_t len, uint64_t now)
+{
+    const uint8_t *b = p + HDR;
+    if (!v5_hs_hdr_ok(p, len, V5_ACCEPT_BODY, 1) || (get32(b + 44) & ~V5_FLAG_ENCRYPT)) {
+        c_malformed++;
+        return;
+    }
+    if (!hs.pending || get48(p + 6) != hs.hid || get32(b) != v5_key_id || get64(b + 4) == 0) {
+        c_stray++;                  /* a resent ACCEPT of a handshake already done, or not ours */
+        return;
+    }
+    struct v5keys k;
+    if (v5_take_accept(p, hs.init, v5_psk, hs.e_priv, &k) != 0) {
+        c_bad_auth++;
+        return;
+    }
+    int enc = (get32(b + 44) & V5_FLAG_ENCRYPT) != 0;
+    if (cfg.encrypt && !enc)
+        die("the server did not grant ENCRYPT (its ACCEPT's flags are %u): nothing is sent under "
+            "that session", get32(b + 44));
+    wipe(hs.e_priv, sizeof hs.e_priv);
+    /* the new session takes the place of the oldest one kept */
+    int idx = -1;
+    for (int i = 0; i < V5_SESSIONS; i++)
+        if (!v5s[i].used) { idx = i; break; }
+    if (idx < 0) {
+        idx = 0;
+        for (int i = 1; i < V5_SESSIONS; i++)
+            if (v5s[i].gen < v5s[idx].gen)
+                idx = i;
+    }
+    struct v5sess *ss = &v5s[idx];
+    memset(ss, 0, sizeof *ss);
+    ss->used = 1;
+    ss->gen = ++v5_gen;
+    ss->id = get64(b + 4);
+    ss->k = k;
+    ss->encrypt = enc;
+    wipe(&k, sizeof k);
+    v5_cur = idx;
+    int followed = hs.prev != 0;
+    hs.pending = 0;
+    any_rx = 1;
+    last_rx = now;
+    if (followed)                   /* the outstanding calls go on under the new session */
+        for (unsigned i = 0; i < cfg.outstanding; i++)
+            if (slots[i].active)
+                send_call(&slots[i]);
+}
+
+static void on_cookie(const uint8_t *p, size_t len, uint64_t now)
+{
+    const uint8_t *b = p + HDR;
+    if (!v5_hs_hdr_ok(p, len, V5_COOKIE_BODY, 1)) {
+        c_malformed++;
+        return;
+    }
+    if (!hs.pending || get48(p + 6) != hs.hid) {
+        c_stray++;
+        return;
+    }
+    uint8_t ck[32], cookie[16];
+    H2(ck, 32, v5_psk, 32, "splitrpc v5 cookie", NULL, 0);
+    /* AEAD(ck, nonce, cookie, AD = the INIT's mac1): 16 bytes of ciphertext, then the tag */
+    if (na.aead_dec(cookie, NULL, b + 12, 16, b + 28, hs.init + HDR + 72, 16, b, ck) != 0) {
+        c_bad_auth++;
+        return;
+    }
+    wipe(ck, sizeof ck);
+    if (++hs.cookies > V5_MAX_COOKIES)
+        die("version 5 handshake failed: %u COOKIEs in a row", hs.cookies - 1);
+    c_cookies++;
+    hs_new_init(cookie);           /* a new e_c and time, the same handshake id, with cookie_mac */
+    hs.sends = 0;
+    hs_fire(now);
+}
+
+static void on_no_session(const uint8_t *p, size_t len, uint64_t now)
+{
+    if (!v5_hs_hdr_ok(p, len, V5_NOSESS_BODY, 0)) {
+        c_malformed++;
+        return;
+    }
+    c_no_session++;
+    uint64_t sid = get64(p + HDR);
+    int idx = ht_find(get48(p + 6));
+    /* act only for a call outstanding, with that req_id and func_id, under the session named,
+     * when that is the current session and no handshake is under way (one at a time) */
+    if (idx < 0 || get16(p + 2) != cfg.func || v5_cur < 0 || v5s[v5_cur].id != sid ||
+        slots[idx].gen_hi != v5s[v5_cur].gen || hs.pending)
+        return;
+    c_rehandshakes++;
+    hs_start(v5_cur, now);
+}
+
+/* the replay window of a session's replies */
+static int win_ok(const struct v5sess *s, uint64_t c)
+{
+    if (c == 0)
+        return 0;
+    if (c > s->rx_hi)
+        return 1;
+    if (s->rx_hi - c >= V5_WINDOW)
+        return 0;
+    return !(s->rx_bits[(c % V5_WINDOW) / 64] >> (c % 64) & 1);
+}
+
+static void win_take(struct v5sess *s, uint64_t c)
+{
+    if (c > s->rx_hi) {
+        uint64_t d = c - s->rx_hi;
+        if (d >= V5_WINDOW) {
+            memset(s->rx_bits, 0, sizeof s->rx_bits);
+        } else {
+            for (uint64_t x = s->rx_hi + 1; x < c; x++)
+                s->rx_bits[(x % V5_WINDOW) / 64] &= ~(1ull << (x % 64));
+        }
+        s->rx_hi = c;
+    }
+    s->rx_bits[(c % V5_WINDOW) / 64] |= 1ull << (c % 64);
+}
+
+static void on_segment(unsigned type, unsigned func, uint64_t id, uint32_t seq, uint32_t nseg,
+                       uint32_t msg_len, unsigned aux, const uint8_t *data, uint64_t dlen,
+                       unsigned gen, uint64_t now);
+
+static void on_datagram_v5(uint8_t *p, size_t len, int truncated, uint64_t now)
+{
+    if (truncated || len < HDR || p[0] != MAGIC || (p[1] >> 4) != 5 || hdr_crc(p) != get16(p + 4)) {
+        c_malformed++;
+        return;
+    }
+    unsigned type = p[1] & 0x0F;
+    switch (type) {
+    case T_ACCEPT: on_accept(p, len, now); return;
+    case T_COOKIE: on_cookie(p, len, now); return;
+    case T_NO_SESSION: on_no_session(p, len, now); return;
+    case T_RESPONSE: case T_ERROR: break;
+    default: c_malformed++; return;     /* REQUEST or INIT at a client, or unknown */
+    }
+    if (len < V5_OVERHEAD) {
+        c_malformed++;              /* short */
+        return;
+    }
+    size_t L = len - V5_OVERHEAD;
+    const uint8_t *t = p + HDR + L;
+    uint64_t sid = get64(t), ctr = get64(t + 8);
+    struct v5sess *ss = NULL;
+    for (int i = 0; i < V5_SESSIONS; i++)
+        if (v5s[i].used && v5s[i].id == sid) { ss = &v5s[i]; break; }
+    if (!ss) {
+        c_unknown_sess++;
+        return;
+    }
+    if (!win_ok(ss, ctr)) {         /* checked first; marked taken only once the tag is right */
+        c_replayed++;
+        return;
+    }
+    if (v5_open(p, len, ss->k.s2c, ss->encrypt) != 0) {
+        c_bad_auth++;
+        return;
+    }
+    win_take(ss, ctr);
+    on_segment(type, get16(p + 2), get48(p + 6), get16(p + 12), get16(p + 14), get32(p + 16),
+               get16(p + 20), p + HDR, L, ss->gen, now);
+}
+
+/* a call's datagrams under the current session: header, data (sealed) and trailer, each
+ * datagram contiguous in tx_v5buf (the counter, so the tag, is new for every send) */
+static uint8_t *tx_v5buf;
+static size_t tx_v5stride;
+
+static void v5_build_call(struct slot *s)
+{
+    struct v5sess *ss = &v5s[v5_cur];
+    for (uint32_t i = 0; i < req_nseg; i++) {
+        uint8_t *d = tx_v5buf + (size_t)i * tx_v5stride;
+        uint64_t off = (uint64_t)i * cfg.seg;
+        size_t len = (size_t)((req_nseg == 1) ? cfg.size : (i + 1 < req_nseg ? cfg.seg : cfg.size - off));
+        v5_hdr(d, T_REQUEST, cfg.func, s->req_id, i, req_nseg, (uint32_t)cfg.size, 0);
+        memcpy(d + HDR, req_data + off, len);
+        tx_iov[i].iov_base = d;
+        tx_iov[i].iov_len = v5_seal(d, len, ss->id, ++ss->tx_ctr, ss->k.c2s, ss->encrypt);
+        tx_msgs[i].msg_hdr.msg_iov = &tx_iov[i];
+        tx_msgs[i].msg_hdr.msg_iovlen = 1;
+    }
+    if (!s->gen_lo)
+        s->gen_lo = ss->gen;
+    s->gen_hi = ss->gen;
+}
+
+/* ---------------------------------------------------------------- --selftest-v5
+ * The worked example of docs/PROTOCOL-v5.md, rebuilt from its stated inputs and compared with
+ * the bytes printed in the page. */
+static int hexbytes(const char *s, uint8_t *out, size_t max)
+{
+    size_t n = 0;
+    while (*s) {
+        if (*s == ' ' || *s == '\n') { s++; continue; }
+        int a = hexval(s[0]), b = s[1] ? hexval(s[1]) : -1;
+        if (a < 0 || b < 0 || n >= max)
+            return -1;
+        out[n++] = (uint8_t)(a * 16 + b);
+        s += 2;
+    }
+    return (int)n;
+}
+
+static int st_fail;
+
+static void st_cmp(const char *what, const uint8_t *got, size_t n, const char *want_hex)
+{
+    uint8_t want[256];
+    int wn = hexbytes(want_hex, want, sizeof want);
+    int ok = wn == (int)n && memcmp(got, want, n) == 0;
+    printf("%-44s %s\n", what, ok ? "ok" : "MISMATCH");
+    if (!ok) {
+        st_fail = 1;
+        printf("  page: ");
+        for (int i = 0; i < wn; i++) printf("%02x%s", want[i], i + 1 < wn ? " " : "\n");
+        printf("  ours: ");
+        for (size_t i = 0; i < n; i++) printf("%02x%s", got[i], i + 1 < n ? " " : "\n");
+    }
+}
+
+static void st_check(const char *what, int ok)
+{
+    printf("%-44s %s\n", what, ok ? "ok" : "FAILED");
+    if (!ok)
+        st_fail = 1;
+}
+
+static int v5_selftest(void)
+{
+    static const char *E_C = "79 a6 31 ee de 1b f9 c9 8f 12 03 2c de ad d0 e7 a0 79 39 8f c7 86 b8 8c c8 46 ec 89 af 85 a5 1a";
+    static const char *E_S = "67 5d d5 74 ed 77 89 31 0b 3d 2e 76 81 f3 79 0b 46 6c 77 3b 15 21 fe cf 36 57 79 58 37 1e a5 2f";
+    static const char *INIT =
+        "a5 53 00 00 66 98 01 02 03 04 05 06 00 00 00 01 00 00 00 68 00 00"
+        "00 00 00 07"
+        "79 a6 31 ee de 1b f9 c9 8f 12 03 2c de ad d0 e7 a0 79 39 8f c7 86 b8 8c c8 46 ec 89 af 85 a5 1a"
+        "00 00 01 9a ca 55 9e 00"
+        "00 00 00 00"
+        "00 00 00 00 00 00 00 00"
+        "00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00"
+        "b0 fe 18 42 6a 51 a9 c3 25 a4 dc 69 5e 73 39 d9"
+        "00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00";
+    static const char *ACCEPT =
+        "a5 54 00 00 40 7f 01 02 03 04 05 06 00 00 00 01 00 00 00 40 00 00"
+        "00 00 00 07"
+        "11 22 33 44 55 66 77 88"
+        "67 5d d5 74 ed 77 89 31 0b 3d 2e 76 81 f3 79 0b 46 6c 77 3b 15 21 fe cf 36 57 79 58 37 1e a5 2f"
+        "00 00 00 00"
+        "e3 ee f9 e0 60 d0 27 ab 66 1a df 61 f9 25 a3 94";
+    static const char *KC2S = "d3 45 bd 70 c6 ac 76 79 17 6d c5 eb d8 1a 0f c3 b4 f1 a4 a6 b1 a8 8a 46 32 f5 9b f6 15 c4 6b 18";
+    static const char *KS2C = "af 3e 77 76 30 f5 c6 e1 42 8e 95 fe b5 63 18 65 f1 7f 67 32 94 55 63 41 01 4f 13 e1 01 2f f0 e0";
+    static const char *REQ =
+        "a5 50 00 01 72 59 00 00 00 00 00 01 00 00 00 01 00 00 00 04 00 00"
+        "01 02 03 04"
+        "11 22 33 44 55 66 77 88 00 00 00 00 00 00 00 01"
+        "e5 e4 06 57 e7 eb 2a 8c 84 88 1d 93 68 61 eb c7";
+    static const char *RESP =
+        "a5 51 00 01 a7 af 00 00 00 00 00 01 00 00 00 01 00 00 00 04 00 00 02 03 04 05"
+        "11 22 33 44 55 66 77 88 00 00 00 00 00 00 00 01 77 95 7f f9 6a 33 d1 65 41 a0 64 b9 03 72 30 48";
+    static const char *REQ_ENC =
+        "a5 50 00 01 72 59 00 00 00 00 00 01 00 00 00 01 00 00 00 04 00 00"
+        "8d 64 3a 1b"
+        "11 22 33 44 55 66 77 89 00 00 00 00 00 00 00 01"
+        "d4 03 d1 4e 33 94 e3 48 01 5f 1e 57 15 b0 69 b4";
+    static const char *INIT_RESUME =
+        "a5 53 00 00 ed ab 01 02 03 04 05 09 00 00 00 01 00 00 00 68 00 00"
+        "00 00 00 07"
+        "79 a6 31 ee de 1b f9 c9 8f 12 03 2c de ad d0 e7 a0 79 39 8f c7 86 b8 8c c8 46 ec 89 af 85 a5 1a"
+        "00 00 01 9a ca 55 9e 00"
+        "00 00 00 00"
+        "11 22 33 44 55 66 77 88"
+        "d3 b2 46 a9 64 d2 36 4a 82 1a 02 73 1d e1 d3 8b"
+        "ea 2d 18 5b 73 6d ab 0a c5 44 d0 91 51 35 c9 6f"
+        "00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00";
+    const uint64_t T = 1764331200000ull;
+    uint8_t psk[32], ec_priv[32], es_priv[32], e_c[32], e_s[32];
+    for (int i = 0; i < 32; i++) {
+        psk[i] = (uint8_t)i;
+        ec_priv[i] = (uint8_t)(0x40 + i);
+        es_priv[i] = (uint8_t)(0x60 + i);
+    }
+    st_check("time 1764331200000 = 0x0000019ACA559E00", T == 0x0000019ACA559E00ull);
+    st_check("crc16(\"123456789\") = 0x29B1", crc16((const uint8_t *)"123456789", 9) == 0x29B1);
+    {   /* version 2's header example */
+        uint8_t h[HDR];
+        v5_hdr(h, T_REQUEST, 1, 1, 0, 1, 1024, 0);
+        h[1] = 0x20;
+        put16(h + 4, hdr_crc(h));
+        st_cmp("version 2 page's header example", h, HDR,
+               "a5 20 00 01 fc 68 00 00 00 00 00 01 00 00 00 01 00 00 04 00 00 00");
+    }
+    na.scalarmult_base(e_c, ec_priv);
+    na.scalarmult_base(e_s, es_priv);
+    st_cmp("e_c", e_c, 32, E_C);
+    st_cmp("e_s", e_s, 32, E_S);
+
+    /* the authenticating session */
+    uint8_t init[V5_INIT_LEN], acc[V5_ACCEPT_LEN];
+    struct v5keys ks, kc;
+    v5_build_init(init, 0x010203040506ull, 7, psk, e_c, T, 0, 0, NULL, NULL);
+    st_cmp("INIT (126 bytes)", init, sizeof init, INIT);
+    st_check("server: ACCEPT built", v5_build_accept(acc, init, psk, es_priv, 0x1122334455667788ull, 0, &ks) == 0);
+    st_cmp("ACCEPT (86 bytes, confirm included)", acc, sizeof acc, ACCEPT);
+    st_check("client: ACCEPT's confirm verified", v5_take_accept(acc, init, psk, ec_priv, &kc) == 0);
+    st_cmp("k_c2s (client)", kc.c2s, 32, KC2S);
+    st_cmp("k_s2c (client)", kc.s2c, 32, KS2C);
+    st_check("server's keys = client's keys", !memcmp(&ks, &kc, sizeof ks));
+    {
+        uint8_t bad[V5_ACCEPT_LEN];
+        memcpy(bad, acc, sizeof bad);
+        bad[HDR + 48] ^= 1;
+        struct v5keys kb;
+        st_check("client: a wrong confirm is refused", v5_take_accept(bad, init, psk, ec_priv, &kb) != 0);
+    }
+    uint8_t d[256];
+    const uint8_t data[4] = { 1, 2, 3, 4 }, rdata[4] = { 2, 3, 4, 5 };
+    v5_hdr(d, T_REQUEST, 1, 1, 0, 1, 4, 0);
+    memcpy(d + HDR, data, 4);
+    size_t n = v5_seal(d, 4, 0x1122334455667788ull, 1, kc.c2s, 0);
+    st_cmp("REQUEST (58 bytes)", d, n, REQ);
+    st_check("server: REQUEST's tag verified", v5_open(d, n, ks.c2s, 0) == 0);
+    v5_hdr(d, T_RESPONSE, 1, 1, 0, 1, 4, 0);
+    memcpy(d + HDR, rdata, 4);
+    n = v5_seal(d, 4, 0x1122334455667788ull, 1, ks.s2c, 0);
+    st_cmp("RESPONSE (58 bytes)", d, n, RESP);
+    st_check("client: RESPONSE's tag verified (k_s2c)", v5_open(d, n, kc.s2c, 0) == 0);
+    st_check("client: RESPONSE under k_c2s refused", v5_open(d, n, kc.c2s, 0) != 0);
+    d[HDR] ^= 0x80;
+    st_check("client: a changed data byte is refused", v5_open(d, n, kc.s2c, 0) != 0);
+
+    /* the resume INIT follows the first session */
+    uint8_t init3[V5_INIT_LEN];
+    v5_build_init(init3, 0x010203040509ull, 7, psk, e_c, T, 0, 0x1122334455667788ull, kc.c2s, NULL);
+    st_cmp("INIT following the session (resume)", init3, sizeof init3, INIT_RESUME);
+
+    /* the encrypting session */
+    uint8_t init2[V5_INIT_LEN], acc2[V5_ACCEPT_LEN];
+    struct v5keys ks2, kc2;
+    v5_build_init(init2, 0x010203040507ull, 7, psk, e_c, T, V5_FLAG_ENCRYPT, 0, NULL, NULL);
+    st_check("server: ACCEPT (ENCRYPT) built",
+             v5_build_accept(acc2, init2, psk, es_priv, 0x1122334455667789ull, V5_FLAG_ENCRYPT, &ks2) == 0);
+    st_check("client: ACCEPT (ENCRYPT)'s confirm verified", v5_take_accept(acc2, init2, psk, ec_priv, &kc2) == 0);
+    st_check("ENCRYPT session's keys differ", memcmp(kc2.c2s, kc.c2s, 32) != 0);
+    v5_hdr(d, T_REQUEST, 1, 1, 0, 1, 4, 0);
+    memcpy(d + HDR, data, 4);
+    n = v5_seal(d, 4, 0x1122334455667789ull, 1, kc2.c2s, 1);
+    st_cmp("encrypting REQUEST (58 bytes)", d, n, REQ_ENC);
+    st_check("server: encrypting REQUEST opened", v5_open(d, n, ks2.c2s, 1) == 0 && !memcmp(d + HDR, data, 4));
+
+    /* COOKIE: a server's answer under load, opened by the client's code */
+    {
+        uint8_t ck[32], cookie[16], nonce[12], c[V5_COOKIE_LEN], got[16];
+        unsigned long long ml;
+        for (int i = 0; i < 16; i++) cookie[i] = (uint8_t)(0xc0 + i);
+        for (int i = 0; i < 12; i++) nonce[i] = (uint8_t)(0xa0 + i);
+        H2(ck, 32, psk, 32, "splitrpc v5 cookie", NULL, 0);
+        v5_hdr(c, T_COOKIE, 0, 0x010203040506ull, 0, 1, V5_COOKIE_BODY, 0);
+        memcpy(c + HDR, nonce, 12);
+        na.aead_enc(c + HDR + 12, c + HDR + 28, &ml, cookie, 16, init + HDR + 72, 16, NULL, nonce, ck);
+        int ok = na.aead_dec(got, NULL, c + HDR + 12, 16, c + HDR + 28, init + HDR + 72, 16, c + HDR, ck) == 0 &&
+                 !memcmp(got, cookie, 16);
+        st_check("COOKIE sealed and opened (no page vector)", ok);
+        uint8_t init4[V5_INIT_LEN], want[16];
+        v5_build_init(init4, 0x010203040506ull, 7, psk, e_c, T, 0, 0, NULL, cookie);
+        H(want, 16, cookie, 16, init4, 110);
+        st_check("INIT's cookie_mac = H(cookie, bytes 0..109)", !memcmp(init4 + HDR + 88, want, 16) &&
+                 !memcmp(init4, init, 110));
+    }
+    printf("selftest-v5: %s\n", st_fail ? "FAILED" : "every byte matches the page");
+    return st_fail ? 1 : 0;
+}
+
 /* ---------------------------------------------------------------- sending */
 static void send_call(struct slot *s)
 {
     uint32_t i, off = 0;
-    for (i = 0; i < req_nseg; i++)
-        put64(tx_hdrs + (size_t)i * HDR + 4, s->req_id);
+    if (cfg.v5)
+        v5_build_call(s);
+    else
+        for (i = 0; i < req_nseg; i++)
+            put64(tx_hdrs + (size_t)i * HDR + 4, s->req_id);
     uint64_t t = now_ns();
     if (!s->t_first)
         s->t_first = t;
@@ -307,9 +1327,15 @@ static void issue_call(int idx)
     uint64_t k = issued++;
     s->active = 1;
     s->measured = (k >= cfg.warmup);
+    if (cfg.v5) {                  /* version 2's 48-bit req_id (0 left out) */
+        next_req_id &= REQ_ID48_MASK;
+        if (!next_req_id)
+            next_req_id = 1;
+    }
     s->req_id = next_req_id++;
     s->t_first = 0;
     s->resends = 0;
+    s->gen_lo = s->gen_hi = 0;
     s->rs_started = 0;
     ht_insert(s->req_id, idx);
     active_count++;
@@ -416,8 +1442,12 @@ static int ensure_buffers(struct slot *s, uint32_t msg_len, uint32_t nseg)
 }
 
 /* check one received datagram against the page; use it if it belongs to a call */
-static void on_datagram(const uint8_t *p, size_t len, int truncated, uint64_t now)
+static void on_datagram(uint8_t *p, size_t len, int truncated, uint64_t now)
 {
+    if (cfg.v5) {
+        on_datagram_v5(p, len, truncated, now);
+        return;
+    }
     if (truncated || len < HDR || p[0] != MAGIC || (p[1] >> 4) != VERSION) {
         c_malformed++;
         return;
@@ -427,11 +1457,16 @@ static void on_datagram(const uint8_t *p, size_t len, int truncated, uint64_t no
         c_malformed++;
         return;
     }
-    unsigned func = get16(p + 2);
-    uint64_t id = get64(p + 4);
-    uint32_t seq = get16(p + 12), nseg = get16(p + 14), msg_len = get32(p + 16);
-    unsigned aux = get16(p + 20);
-    uint64_t dlen = len - HDR;
+    on_segment(type, get16(p + 2), get64(p + 4), get16(p + 12), get16(p + 14), get32(p + 16),
+               get16(p + 20), p + HDR, len - HDR, 0, now);
+}
+
+/* one segment of a reply (version 1, or version 5 once its tag is checked and its data opened):
+ * the segmentation rules, then the call it belongs to.  gen: the version 5 session's, else 0 */
+static void on_segment(unsigned type, unsigned func, uint64_t id, uint32_t seq, uint32_t nseg,
+                       uint32_t msg_len, unsigned aux, const uint8_t *data, uint64_t dlen,
+                       unsigned gen, uint64_t now)
+{
     uint64_t S = 0;
 
     if (nseg == 0 || seq >= nseg) {
@@ -482,11 +1517,15 @@ static void on_datagram(const uint8_t *p, size_t len, int truncated, uint64_t no
         return;
     }
     struct slot *s = &slots[idx];
+    if (gen && (gen < s->gen_lo || gen > s->gen_hi)) {
+        c_stray++;                  /* version 5: not outstanding in that session */
+        return;
+    }
     any_rx = 1;
     last_rx = now;
 
     if (type == T_ERROR) {
-        finish_error(idx, aux, p + HDR, msg_len, now);
+        finish_error(idx, aux, data, msg_len, now);
         return;
     }
     if (nseg == 1) {
@@ -495,7 +1534,7 @@ static void on_datagram(const uint8_t *p, size_t len, int truncated, uint64_t no
             c_dropped_msgs++;
             return;
         }
-        finish_response(idx, p + HDR, msg_len, now);
+        finish_response(idx, data, msg_len, now);
         return;
     }
     if (!s->rs_started) {
@@ -520,7 +1559,7 @@ static void on_datagram(const uint8_t *p, size_t len, int truncated, uint64_t no
     }
     s->bits[seq >> 3] |= bit;
     /* seq*S + dlen <= msg_len <= cap, by the checks above */
-    memcpy(s->buf + (size_t)seq * S, p + HDR, dlen);
+    memcpy(s->buf + (size_t)seq * S, data, dlen);
     if (++s->rs_have == s->rs_nseg) {
         c_multiseg++;
         finish_response(idx, s->buf, s->rs_msglen, now);
@@ -532,6 +1571,12 @@ static void check_timeouts(uint64_t now)
 {
     uint64_t to = cfg.timeout_ms * 1000000ull;
     next_check = UINT64_MAX;
+    if (cfg.v5 && hs.pending) {
+        /* a new session is being made: the outstanding calls are sent again under it once it
+         * is accepted, not resent meanwhile (hs_tick resends the INIT) */
+        next_check = hs.next;
+        return;
+    }
     for (unsigned i = 0; i < cfg.outstanding && !finished; i++) {
         struct slot *s = &slots[i];
         if (!s->active)
@@ -634,10 +1679,16 @@ static void report(void)
                ",\"p50_us\":%.3f,\"p90_us\":%.3f,\"p99_us\":%.3f,\"p999_us\":%.3f,\"max_us\":%.3f"
                ",\"cpu_user_s\":%.6f,\"cpu_sys_s\":%.6f,\"ctx_vol\":%ld,\"ctx_invol\":%ld"
                ",\"seg\":%u,\"req_segments\":%u,\"warmup\":%" PRIu64 ",\"timeout_ms\":%" PRIu64
-               ",\"check\":%s}\n",
+               ",\"check\":%s,\"protocol\":%d,\"encrypt\":%s,\"key_id\":%u,\"bad_auth\":%" PRIu64
+               ",\"replayed\":%" PRIu64 ",\"unknown_session\":%" PRIu64 ",\"no_session\":%" PRIu64
+               ",\"rehandshakes\":%" PRIu64 ",\"handshakes\":%" PRIu64 ",\"cookies\":%" PRIu64
+               ",\"handshake_us\":%.3f}\n",
                c_resends, c_lost, c_malformed, c_stray, c_dup, c_dropped_msgs, c_refused,
                c_send_splits, c_multiseg, elapsed, cps, p50, p90, p99, p999, mx, cu, cs, cv, ci,
-               cfg.seg, req_nseg, cfg.warmup, cfg.timeout_ms, cfg.check ? "true" : "false");
+               cfg.seg, req_nseg, cfg.warmup, cfg.timeout_ms, cfg.check ? "true" : "false",
+               cfg.v5 ? 5 : 1, (cfg.v5 && v5_cur >= 0 && v5s[v5_cur].encrypt) ? "true" : "false",
+               cfg.v5 ? v5_key_id : 0, c_bad_auth, c_replayed, c_unknown_sess, c_no_session,
+               c_rehandshakes, c_handshakes, c_cookies, (double)hs_first_ns / 1000.0);
     } else {
         printf("indep_client: mode=%s outstanding=%u func=%u size=%" PRIu64 " (%u segment%s of <=%u)%s\n",
                cfg.spin ? "spin" : "block", cfg.outstanding, cfg.func, cfg.size, req_nseg,
@@ -667,6 +1718,13 @@ static void report(void)
         printf("received    malformed %" PRIu64 ", stray %" PRIu64 ", duplicate segments %" PRIu64
                ", dropped messages %" PRIu64 ", icmp refused %" PRIu64 "; multi-segment replies %" PRIu64 "\n",
                c_malformed, c_stray, c_dup, c_dropped_msgs, c_refused, c_multiseg);
+        if (cfg.v5)
+            printf("version 5   key %u, %s; bad_auth %" PRIu64 ", replayed %" PRIu64 ", unknown session %" PRIu64
+                   ", no_session %" PRIu64 ", rehandshakes %" PRIu64 " (handshakes %" PRIu64 ", cookies %" PRIu64
+                   "; first handshake %.1f us)\n",
+                   v5_key_id, (v5_cur >= 0 && v5s[v5_cur].encrypt) ? "encrypting" : "authenticating",
+                   c_bad_auth, c_replayed, c_unknown_sess, c_no_session, c_rehandshakes, c_handshakes,
+                   c_cookies, (double)hs_first_ns / 1000.0);
     }
 }
 
@@ -685,10 +1743,15 @@ static void usage(FILE *f)
         "  --calls N            measured calls (default 20000)\n"
         "  --warmup N           calls before measuring (default 2000)\n"
         "  --mode spin|block    recvmmsg MSG_DONTWAIT loop, or MSG_WAITFORONE (default block)\n"
-        "  --seg S              request segment size (default 1450, max %d)\n"
+        "  --seg S              request segment size (default 1450, max %d; with --v5 1418, max %d)\n"
         "  --timeout-ms MS      resend after MS; lost after %d resends (default 200)\n"
-        "  --json               one JSON object on stdout\n",
-        MAX_OUTSTANDING, MAX_SEG, MAX_RESENDS);
+        "  --json               one JSON object on stdout\n"
+        "  --v5 KEYFILE[:ID]    version 5 (sessions) with key ID of KEYFILE, a key table or a\n"
+        "                       client key file of `splitrpc keys new` (JSON; its only key if no ID)\n"
+        "  --v5-key ID:HEX64    version 5 with key ID, its 32-byte secret in hexadecimal\n"
+        "  --encrypt            version 5: ask for ENCRYPT; exit 1 if the server does not grant it\n"
+        "  --selftest-v5        rebuild docs/PROTOCOL-v5.md's worked example; exit 0 if every byte matches\n",
+        MAX_OUTSTANDING, MAX_SEG, MAX_SEG_V5, MAX_RESENDS);
 }
 
 int main(int argc, char **argv)
@@ -707,10 +1770,15 @@ int main(int argc, char **argv)
         {"seg", required_argument, 0, 'S'},
         {"timeout-ms", required_argument, 0, 't'},
         {"json", no_argument, 0, 'j'},
+        {"v5", required_argument, 0, '5'},
+        {"v5-key", required_argument, 0, 'K'},
+        {"encrypt", no_argument, 0, 'E'},
+        {"selftest-v5", no_argument, 0, 'T'},
         {"help", no_argument, 0, 'H'},
         {0, 0, 0, 0},
     };
-    int have_port = 0, fill_set = -1, opt;
+    int have_port = 0, fill_set = -1, opt, seg_set = 0, selftest = 0;
+    const char *keyfile = NULL, *keyhex = NULL;
     cfg.host = "127.0.0.1";
     cfg.func = 1;
     cfg.size = 1024;
@@ -742,9 +1810,13 @@ int main(int argc, char **argv)
             else if (!strcmp(optarg, "block")) cfg.spin = 0;
             else usage_error("--mode: spin or block, not '%s'", optarg);
             break;
-        case 'S': cfg.seg = (unsigned)parse_u64(optarg, 1, MAX_SEG, "seg"); break;
+        case 'S': cfg.seg = (unsigned)parse_u64(optarg, 1, MAX_SEG, "seg"); seg_set = 1; break;
         case 't': cfg.timeout_ms = parse_u64(optarg, 1, 3600000, "timeout-ms"); break;
         case 'j': cfg.json = 1; break;
+        case '5': keyfile = optarg; cfg.v5 = 1; break;
+        case 'K': keyhex = optarg; cfg.v5 = 1; break;
+        case 'E': cfg.encrypt = 1; break;
+        case 'T': selftest = 1; break;
         case 'H': usage(stdout); return 0;
         case ':': usage_error("%s needs a value", argv[optind - 1]); break;
         default:  usage_error("unknown option '%s'", argv[optind - 1]); break;
@@ -752,8 +1824,31 @@ int main(int argc, char **argv)
     }
     if (optind < argc)
         usage_error("unexpected argument '%s'", argv[optind]);
+    if (selftest) {
+        char why[256];
+        if (sodium_load(why, sizeof why) < 0)
+            die("--selftest-v5: %s", why);
+        return v5_selftest();
+    }
     if (!have_port)
         usage_error("--port is required");
+    if (keyfile && keyhex)
+        usage_error("--v5 and --v5-key: give one");
+    if (cfg.encrypt && !cfg.v5)
+        usage_error("--encrypt needs --v5 or --v5-key");
+    if (cfg.v5) {
+        if (!seg_set)
+            cfg.seg = 1418;         /* 22 + S + 32 = 1472: a 1500-byte MTU's UDP payload */
+        if (cfg.seg > MAX_SEG_V5)
+            usage_error("--seg: %u is over version 5's %d (65507 - 54)", cfg.seg, MAX_SEG_V5);
+        if (keyhex)
+            parse_v5_key(keyhex);
+        char why[256];
+        if (sodium_load(why, sizeof why) < 0)
+            die("--v5: %s", why);
+        if (keyfile)
+            load_key_file(keyfile);
+    }
     cfg.fill_vecadd = fill_set >= 0 ? fill_set : (cfg.func == 1);
     if (cfg.check && cfg.func != 1 && cfg.func != 3)
         usage_error("--check knows func 1 (vecadd: reply = request + 1) and func 3 (echo) only");
@@ -775,6 +1870,10 @@ int main(int argc, char **argv)
     tx_iov = xmalloc((size_t)req_nseg * 2 * sizeof *tx_iov);
     tx_msgs = xmalloc((size_t)req_nseg * sizeof *tx_msgs);
     memset(tx_msgs, 0, (size_t)req_nseg * sizeof *tx_msgs);
+    if (cfg.v5) {                   /* whole datagrams, sealed at each send (v5_build_call) */
+        tx_v5stride = (size_t)HDR + cfg.seg + V5_TRAILER;
+        tx_v5buf = xmalloc((size_t)req_nseg * tx_v5stride);
+    }
     for (uint32_t i = 0; i < req_nseg; i++) {
         uint8_t *h = tx_hdrs + (size_t)i * HDR;
         uint64_t off = (uint64_t)i * cfg.seg;
@@ -856,13 +1955,37 @@ int main(int argc, char **argv)
     if (getrandom(&next_req_id, sizeof next_req_id, 0) != (ssize_t)sizeof next_req_id)
         next_req_id = now_ns() ^ ((uint64_t)getpid() << 32);
 
+    int rflags = cfg.spin ? MSG_DONTWAIT : MSG_WAITFORONE;
+
+    /* ---- version 5: the session, before the run */
+    if (cfg.v5) {
+        uint64_t t0 = now_ns();
+        hs_start(-1, t0);
+        while (v5_cur < 0) {
+            int n = recvmmsg(sock, rx_msgs, RX_BATCH, rflags, NULL);
+            uint64_t now = now_ns();
+            if (n < 0) {
+                if (errno == ECONNREFUSED)
+                    c_refused++;
+                else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+                    die("recvmmsg: %s", strerror(errno));
+            }
+            for (int i = 0; i < n && v5_cur < 0; i++)
+                on_datagram(rx_bufs + (size_t)i * RX_BUFSZ, rx_msgs[i].msg_len,
+                            (rx_msgs[i].msg_hdr.msg_flags & MSG_TRUNC) != 0, now);
+            if (v5_cur < 0)
+                hs_tick(now);
+        }
+        hs_first_ns = now_ns() - t0;
+        any_rx = 0;
+    }
+
     /* ---- run */
     next_check = UINT64_MAX;
     t_start = now_ns();
     for (unsigned i = 0; i < cfg.outstanding && issued < total_to_issue; i++)
         issue_call((int)i);
 
-    int rflags = cfg.spin ? MSG_DONTWAIT : MSG_WAITFORONE;
     uint64_t stall_ns = STALL_EXIT_NS;
     if ((MAX_RESENDS + 2) * cfg.timeout_ms * 1000000ull > stall_ns)
         stall_ns = (MAX_RESENDS + 2) * cfg.timeout_ms * 1000000ull;
@@ -881,12 +2004,15 @@ int main(int argc, char **argv)
         }
         if (finished)
             break;
+        if (cfg.v5 && hs.pending)
+            hs_tick(now);
         if (now >= next_check)
             check_timeouts(now);
         if (!any_rx && now - t_start > NO_REPLY_EXIT_NS)
             die("no reply at all from %s port %u within 5 s of the first call%s: is a "
-                "protocol-1 server listening there?", cfg.host, cfg.port,
-                c_refused ? " (ICMP port unreachable: nothing listens on that port)" : "");
+                "protocol-%d server listening there?", cfg.host, cfg.port,
+                c_refused ? " (ICMP port unreachable: nothing listens on that port)" : "",
+                cfg.v5 ? 5 : 1);
         if (any_rx && now - last_rx > stall_ns)
             die("the server stopped answering: no reply for %.0f s (%" PRIu64 " of %" PRIu64
                 " measured calls done)", (double)stall_ns / 1e9, done_measured, cfg.calls);
