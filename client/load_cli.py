@@ -89,11 +89,14 @@ def add_parser(sub) -> argparse.ArgumentParser:
     # The load generator's own default, unlike the library's: no retransmission, so that losses show.
     p.add_argument("--retries", type=int, default=0,
                    help="retransmissions of a call whose reply is late (0: none, so losses show as timeouts)")
-    p.add_argument("--protocol", type=int, choices=PROTOCOLS,
+    p.add_argument("--protocol", type=int, choices=PROTOCOLS + (4, 5),
                    help="wire protocol version: 2 checks every header (docs/PROTOCOL-v2.md), 3 also every "
                         "datagram's data (docs/PROTOCOL-v3.md), 1 is PROTOCOL.md's "
-                        f"(default: {CLIENT_DEFAULTS['protocol']})")
-    p.add_argument("--key", metavar="FILE", help="a key file (splitrpc keys new --client-out FILE), or FILE:ID for one key of a table: authenticated calls (docs/security.md)""; the calls are then protocol 4")
+                        f"(default: {CLIENT_DEFAULTS['protocol']}); with --key: 5 (sessions, the default) or 4 "
+                        "(the legacy signed datagrams)")
+    p.add_argument("--key", metavar="FILE", help="a key file (splitrpc keys new --client-out FILE), or FILE:ID for one "
+                                                 "key of a table: authenticated calls in sessions (docs/security.md)")
+    p.add_argument("--encrypt", action="store_true", help="with --key: the sessions encrypt the data")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--out", default="splitrpc-load", help="directory for report.json, runs.csv and PNGs")
     p.add_argument("--label", default="splitrpc")
@@ -299,7 +302,8 @@ def _load(a) -> int:
                  "target": {"host": None, "port": None, "service": svc.name if svc else None, "func_id": func_id,
                             "request_bytes": len(req) if rs is None else _mean_request_bytes(rs),
                             "checks_replies": (exp if rs is None else rs.expects) is not None,
-                            "protocol": 4 if a.key else CLIENT_DEFAULTS["protocol"] if a.protocol is None else a.protocol,
+                            "protocol": a.protocol or (5 if a.key else CLIENT_DEFAULTS["protocol"]),
+                            "encrypt": bool(a.encrypt),
                             "retries": a.retries},
                  "mode": a.mode, "arrival": a.arrival if a.mode != "closed" else None}
     if rs is not None:
@@ -319,7 +323,7 @@ def _load(a) -> int:
         "transport": "dpdk", "dpdk_port": a.dpdk_port, "dpdk_args": a.dpdk_args.split(), "local_ip": a.local_ip,
         "server_mac": a.server_mac}
     with Client(a.host, a.port, timeout=a.timeout_ms / 1e3, busy_poll=a.busy_poll, protocol=a.protocol, retries=a.retries,
-                key=a.key, **dpdk_kw) as c:
+                key=a.key, encrypt=a.encrypt, **dpdk_kw) as c:
         doc["target"].update(host=c.host, port=c.port)  # where the client sends (the defaults' if not given)
         _probe(c, a, func_id, req if rs is None else rs.requests[0])
         job = Job(a, c, func_id, req, exp, rs)

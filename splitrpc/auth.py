@@ -268,9 +268,10 @@ class KeyTable:
         _write_private(path, self.to_dict())
 
 
-def native_table(table: KeyTable, function_ids: Mapping[str, int]) -> Any:
+def native_table(table: KeyTable, function_ids: Mapping[str, int], legacy_v4: bool = False) -> Any:
     """The C key table of table, each key's function names made ids by function_ids (name -> id;
-    ids given as numbers pass as they are). Raises KeyFileError for a name the server lacks."""
+    ids given as numbers pass as they are); legacy_v4: version 4's signed datagrams are taken too.
+    Raises KeyFileError for a name the server lacks."""
     rows = []
     for k in table:
         ids = None
@@ -286,7 +287,7 @@ def native_table(table: KeyTable, function_ids: Mapping[str, int]) -> Any:
                     ids.append(f)
         rows.append((k.id, k.secret, 0 if k.expires is None else max(1, int(k.expires * 1000)), ids))
     return _auth.build_table(rows, skew_ms=0 if table.skew is None else max(1, round(table.skew * 1000)),
-                             max_senders=table.max_senders or 0)
+                             max_senders=table.max_senders or 0, legacy_v4=legacy_v4)
 
 
 def save_client_key(key: Key, path: str | os.PathLike[str]) -> None:

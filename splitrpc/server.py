@@ -127,12 +127,16 @@ class Server:
     retransmission tries again later.
 
     keys: a splitrpc.KeyTable, or the path of its JSON file (docs/security.md): the server then
-    takes only authenticated calls (docs/PROTOCOL-v4.md): every datagram signed with a key of the
-    table, checked in C before it is used (a forged, changed, replayed or unsigned one is dropped
-    unanswered and counted in drops["auth_*"]), each key allowed only its functions (others:
-    ``Forbidden``), and every reply signed with the caller's key. ``reload_keys()`` replaces the
-    table while serving (``splitrpc serve --keys FILE`` on SIGHUP). Needs libsodium
-    (AuthUnavailable without it).
+    takes only authenticated calls, in sessions (docs/PROTOCOL-v5.md): a client makes a session
+    with a handshake authenticated by its key, and every datagram then carries the session, a
+    counter and a tag, checked in C before it is used (a forged, changed, replayed or unsigned one
+    is dropped unanswered and counted in drops["auth_*"]; one of a session this server does not
+    have, as after a restart, is never run), each key allowed only its functions (others:
+    ``Forbidden``), and every reply sealed under the caller's session. ``legacy_v4=True`` also
+    takes version 4's signed datagrams (docs/PROTOCOL-v4.md), with its limits: a captured call
+    runs again after a restart and on another replica; off by default (drops["auth_v4_off"]).
+    ``reload_keys()`` replaces the table while serving (``splitrpc serve --keys FILE`` on
+    SIGHUP). Needs libsodium (AuthUnavailable without it).
 
     reuse_port=True lets several server processes bind the same host:port (SO_REUSEPORT): the
     kernel hands each client address to one of them, so every segment of a message reaches the
@@ -175,7 +179,7 @@ class Server:
         socket_buffer: int | None = None,
         reuse_port: bool = False,
         allow: str | Sequence[str] | None = None,
-        keys: "auth_.KeyTable | str | os.PathLike[str] | None" = None,
+        keys: "auth_.KeyTable | str | os.PathLike[str] | None" = None, legacy_v4: bool = False,
         transport: str = "udp",
         dpdk_args: Sequence[str] = (),
         dpdk_port: str | None = None,
@@ -208,6 +212,9 @@ class Server:
             payload_gpu = _server.payload_device(dpdk_payload)
             dpdk.init(dpdk_args)  # once per process; raises DPDKError / DPDKUnavailable
         self._keys: auth_.KeyTable | None = None
+        if legacy_v4 and keys is None:
+            raise ValueError("legacy_v4=True takes version 4's signed calls: it needs keys=")
+        self._legacy_v4 = bool(legacy_v4)
         if keys is not None:
             _auth.require()
             self._keys = keys if isinstance(keys, auth_.KeyTable) else auth_.KeyTable.load(keys)
@@ -594,7 +601,9 @@ class Server:
         from splitrpc import __version__
 
         infos = [f.info for f in self._funcs.values() if not f.server_function]
-        protocols = (_auth.VERSION, _auth.SESSIONS) if self._keys is not None else PROTOCOLS  # with keys: versions 4 and 5 (sessions)
+        # with keys: version 5 (sessions), and 4 where its legacy mode is on
+        protocols = ((_auth.VERSION, _auth.SESSIONS) if self._legacy_v4 else (_auth.SESSIONS,)) \
+            if self._keys is not None else PROTOCOLS
         doc = describe_.encode_description(infos, max_message=self.max_message, software=f"splitrpc {__version__}",
                                            protocols=protocols)
         if len(doc) > min(describe_.MAX_REPLY, self.max_message):
@@ -669,7 +678,7 @@ class Server:
             if self._policy is not None:
                 _server.set_policy(self._native, self._policy, {f.func_id: f.name for f in self._funcs.values()})
             if self._keys is not None:  # before the engine runs: no datagram is ever taken unsigned
-                _auth.set_keys(self._srv, auth_.native_table(self._keys, self._function_ids()))
+                _auth.set_keys(self._srv, auth_.native_table(self._keys, self._function_ids(), self._legacy_v4))
             try:
                 if self._async_functions:
                     self._aio.start()
@@ -711,7 +720,7 @@ class Server:
             if self._state == "created":
                 self._keys = table
                 return table
-            native = auth_.native_table(table, self._function_ids())  # a bad table raises here, nothing changed
+            native = auth_.native_table(table, self._function_ids(), self._legacy_v4)  # a bad table raises here
             _auth.set_keys(self._srv, native)
             self._keys = table
         return table

@@ -47,7 +47,7 @@ def served(make_server, keys):
         srv.add_function(raw("slow", 0.3), SLOW, "slow", raw=True, max_request=64, max_response=64)
 
     table = KeyTable([keys["all"], keys["echo_only"], keys["expired"]], skew=0.5)
-    srv = make_server(setup, keys=table)
+    srv = make_server(setup, keys=table, legacy_v4=True)  # version 4's tests: its legacy mode on
     return srv, runs
 
 
@@ -643,13 +643,13 @@ def test_cli_keys_serve_with_reload_on_sighup_call_and_load(run_env, tmp_path):
         unsigned = run("call", "vecadd", "--port", str(port), "--timeout", "0.5")
         assert unsigned.returncode != 0
         d = run("describe", f"127.0.0.1:{port}", "--key", str(c1), "--json")
-        assert d.returncode == 0 and json.loads(d.stdout)["protocols"] == [4, 5]
+        assert d.returncode == 0 and json.loads(d.stdout)["protocols"] == [5]  # (4: --legacy-v4 only)
         out = tmp_path / "load"
         ld = run("load", "--port", str(port), "--key", str(c2), "--service", "vecadd", "--mode", "closed",
                  "--concurrency", "2", "--calls", "300", "--out", str(out), "--no-plots", "--quiet")
         assert ld.returncode == 0, ld.stdout + ld.stderr
         rep = json.loads((out / "report.json").read_text())
-        assert rep["target"]["protocol"] == 4 and rep["runs"][0]["errors"] == 0
+        assert rep["target"]["protocol"] == 5 and rep["runs"][0]["errors"] == 0
         assert run("keys", "remove", str(table), "--id", "5").returncode == 0
         proc.send_signal(signal.SIGHUP)
         end = time.monotonic() + 10

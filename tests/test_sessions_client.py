@@ -171,14 +171,25 @@ def test_pool_and_asyncio_speak_sessions(make_server, keys, table):
 
 
 def test_version_4_only_when_asked(make_server, make_client, keys, table):
+    """A keyed server takes version 4 only in its legacy mode (legacy_v4=True); by default it drops
+    it (auth_v4_off) and describes protocol 5 alone. A keyed client speaks 4 only with protocol=4."""
     runs = {"echo": [], "other": []}
     srv = make_server(_setup(runs), keys=table)
-    c4 = make_client(srv.port, key=keys["all"], protocol=4, timeout=5)
+    c4 = make_client(srv.port, key=keys["all"], protocol=4, timeout=0.5)
+    with pytest.raises(splitrpc.CallTimeout):
+        c4.call(ECHO, b"legacy")
+    assert srv.stats()["drops"]["auth_v4_off"] >= 1 and not runs["echo"]
+    c5 = make_client(srv.port, key=keys["all"], timeout=5)
+    assert list(c5.describe().protocols) == [5]
+    legacy = make_server(_setup(runs), keys=table, legacy_v4=True)
+    c4 = make_client(legacy.port, key=keys["all"], protocol=4, timeout=5)
     assert c4.call(ECHO, b"legacy") == b"legacy"
-    assert c4.stats()["handshakes"] == 0
+    assert c4.stats()["handshakes"] == 0 and list(c4.describe().protocols) == [4, 5]
     with pytest.raises(ValueError, match="encrypt=True needs sessions"):
         splitrpc.Client("127.0.0.1", srv.port, key=keys["all"], protocol=4, encrypt=True)
     with pytest.raises(ValueError, match="needs key="):
         splitrpc.Client("127.0.0.1", srv.port, protocol=5)
     with pytest.raises(ValueError, match="rekey"):
         splitrpc.Client("127.0.0.1", srv.port, key=keys["all"], rekey=121)
+    with pytest.raises(ValueError, match="needs keys="):
+        splitrpc.Server("127.0.0.1", 0, legacy_v4=True)

@@ -61,10 +61,17 @@ void srpc_keytab_destroy(srpc_keytab_t *t);
 int srpc_keytab_add(srpc_keytab_t *t, uint32_t key_id, const uint8_t *secret, size_t len, uint64_t expires_ms,
                     int all_funcs, const uint16_t *funcs, uint32_t nfuncs);
 uint32_t srpc_keytab_count(const srpc_keytab_t *t);
+/* Whether a server with table t also takes version 4's signed datagrams (docs/PROTOCOL-v4.md), a
+ * legacy mode with version 4's limits (a captured call runs again after a restart and on another
+ * replica or process): 0 (the default) takes only version 5's sessions and drops version 4
+ * (auth_v4_off); 1 takes both. Set before t is handed to a server; a reload's table says it anew.
+ * 0, or -EINVAL (NULL). */
+int srpc_keytab_legacy_v4(srpc_keytab_t *t, int on);
 
 /* Gives the server the key table t (it owns t from then on, also on failure). Before
- * srpc_server_start: the server takes only version 4 requests signed by a key of t (others are
- * dropped, counted by reason) and answers in version 4. While serving (a server started with a
+ * srpc_server_start: the server takes only requests of version 5's sessions made with a key of t
+ * (and signed version 4 ones where t allows them: srpc_keytab_legacy_v4); others are dropped,
+ * counted by reason, and each call is answered in its own version. While serving (a server started with a
  * table): t replaces the table at the engine's next receive, keeping the replay windows of the key
  * ids in both (and, for twice the skew, of those removed), so no call in flight is dropped; calls
  * already taken in are answered with the key they came with. Any thread, but not at once with

@@ -375,6 +375,8 @@ enum srpc_drop_reason {
     SRPC_DROP_AUTH_STALE,      /* its time is further than the skew from the server's clock */
     SRPC_DROP_AUTH_REPLAY,     /* its (key, sender, counter) was taken before, or is behind the window */
     SRPC_DROP_AUTH_NO_ROOM,    /* a new sender of a key whose table of senders is full */
+    SRPC_DROP_AUTH_V4_OFF,     /* a version 4 request at a server whose table does not take them
+                                  (srpc_keytab_legacy_v4): version 5's sessions only */
     SRPC_DROP_MAX
 };
 

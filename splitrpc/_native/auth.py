@@ -29,7 +29,7 @@ def require() -> None:
 
 
 def build_table(keys: Iterable[tuple[int, bytes, int, list[int] | None]], *, skew_ms: int = 0,
-                max_senders: int = 0):
+                max_senders: int = 0, legacy_v4: bool = False):
     """A srpc_keytab_t of keys given as (id, secret, expires_ms or 0, function ids or None for all);
     0: the C core's default skew and senders per key (native/src/core/tunables.h). The caller hands
     it to a server (set_keys) or frees it (free_table)."""
@@ -38,6 +38,7 @@ def build_table(keys: Iterable[tuple[int, bytes, int, list[int] | None]], *, ske
     check(lib.srpc_keytab_create(max_senders, skew_ms, out), "srpc_keytab_create")
     t = out[0]
     try:
+        check(lib.srpc_keytab_legacy_v4(t, int(legacy_v4)), "srpc_keytab_legacy_v4")
         for key_id, secret, expires_ms, funcs in keys:
             ids = ffi.new("uint16_t[]", list(funcs or [])) if funcs is not None else ffi.NULL
             check(lib.srpc_keytab_add(t, key_id, secret, len(secret), expires_ms, int(funcs is None), ids,

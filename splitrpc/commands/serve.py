@@ -71,8 +71,12 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser],
     s.add_argument("--allow", metavar="NETS", help="serve only these client networks, e.g. 10.0.0.0/8,127.0.0.1 "
                                                    "(others are dropped and counted as not_allowed)")
     s.add_argument("--keys", metavar="FILE",
-                   help="take only calls signed with a key of this table (splitrpc keys new; docs/security.md); "
-                        "SIGHUP reads it again without a restart (with --processes: SIGHUP the parent)")
+                   help="take only authenticated calls (sessions, docs/PROTOCOL-v5.md) made with a key of this table "
+                        "(splitrpc keys new; docs/security.md); SIGHUP reads it again without a restart (with "
+                        "--processes: SIGHUP the parent)")
+    s.add_argument("--legacy-v4", action="store_true",
+                   help="with --keys, also take version 4's signed datagrams (docs/PROTOCOL-v4.md): a legacy mode "
+                        "whose captured calls run again after a restart and on other replicas")
     s.add_argument("--processes", type=int, default=1, metavar="N",
                    help="N server processes on one port (SO_REUSEPORT; --admin-port P: process i on P+i)")
     s.add_argument("--reuse-port", action="store_true", help="let other processes bind the same port")
@@ -111,7 +115,7 @@ def cmd_serve(a: argparse.Namespace) -> int:
     if a.stats_json:  # a --processes child
         _die_with_parent()
     options = dict(host=a.host, port=a.port, wait=a.wait, sched=a.sched, segment_size=a.segment_size, allow=a.allow,
-                   keys=a.keys)
+                   keys=a.keys, legacy_v4=a.legacy_v4)
     if a.target:
         if a.models:
             print("splitrpc serve: --models serves the model zoo: not with MODULE:ATTR", file=sys.stderr)

@@ -385,6 +385,8 @@ static void process_datagram(srpc_server_t *srv, const uint8_t *hb, const uint8_
         dlen -= tail;
         if (h.version == SRPC_VERSION_5) { /* the session's (docs/PROTOCOL-v5.md); the data decrypted in place */
             r = v5_open(srv, &h, hb, (uint8_t *)data, dlen, src, now, &akey, &sess);
+        } else if (!srv->keys->legacy_v4) { /* version 4 only where the table takes its legacy mode */
+            r = SRPC_DROP_AUTH_V4_OFF;
         } else {
             srpc_auth_fields_t f;
             const uint64_t wall_ms = srpc_auth_now_ms64(); /* the datagrams' clock; windows age on now (monotonic) */

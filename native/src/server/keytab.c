@@ -102,6 +102,14 @@ int srpc_keytab_add(srpc_keytab_t *t, uint32_t key_id, const uint8_t *secret, si
     return 0;
 }
 
+int srpc_keytab_legacy_v4(srpc_keytab_t *t, int on)
+{
+    if (!t)
+        return -EINVAL;
+    t->legacy_v4 = on ? 1 : 0;
+    return 0;
+}
+
 uint32_t srpc_keytab_count(const srpc_keytab_t *t)
 {
     uint32_t n = 0;

@@ -29,6 +29,7 @@ struct srpc_keytab {
     srpc_key_t *keys; /* sorted by id once sealed */
     uint32_t n, cap;
     uint32_t max_senders, skew_ms;
+    uint8_t legacy_v4;  /* 1: version 4's signed datagrams are taken too (srpc_keytab_legacy_v4) */
     uint64_t forget_ms; /* a window silent this long may be reused: twice the largest skew of this
                            table and of every table it took windows from (a datagram taken under a
                            larger skew is checked against it), so it never shrinks at a reload */
