@@ -258,10 +258,21 @@ def test_stale_and_wrapped_inits_are_dropped_unanswered(servers, keys):
     assert wait_for(lambda: a.stats()["drops"]["auth_stale"] >= 4)
 
 
-def test_version_4_still_served_beside(servers, keys, make_client):
-    (a, runs), _, _ = servers
-    c = make_client(a.port, key=keys["all"])
-    assert c.call(ECHO, b"v4") == b"v4" and runs["echo"] == 1
+def test_version_4_served_beside_only_in_its_legacy_mode(servers, keys, make_client, make_server):
+    """A keyed server drops version 4 (auth_v4_off) unless its legacy mode is on; then it serves
+    both versions, and a captured version 5 request still runs once there."""
+    (a, runs), _, table = servers
+    c = make_client(a.port, key=keys["all"], protocol=4, timeout=0.3)
+    with pytest.raises(splitrpc.CallTimeout):
+        c.call(ECHO, b"v4")
+    assert runs["echo"] == 0 and wait_for(lambda: a.stats()["drops"]["auth_v4_off"] >= 1)
+    legacy_runs = {"echo": 0, "other": 0}
+    legacy = make_server(_setup(legacy_runs), keys=table, legacy_v4=True)
+    c = make_client(legacy.port, key=keys["all"], protocol=4)
+    assert c.call(ECHO, b"v4") == b"v4" and legacy_runs["echo"] == 1
+    s = _sock(legacy.port)
+    sess, _, _ = _handshake(s, keys["all"])
+    assert _call(s, sess, ECHO, 3, b"v5") == (v5.RESPONSE, 0, b"v5") and legacy_runs["echo"] == 2
 
 
 def test_a_capture_sent_from_many_addresses_to_servers_sharing_a_port_runs_once(make_server, keys):
