@@ -1,4 +1,4 @@
-"""foreign_v5.py: protocol version 5 (sessions) written from docs/PROTOCOL-v5.md alone: the handshake, the session keys, data datagrams and the server's small answers, over hashlib's BLAKE2b and the `cryptography` package's X25519 and ChaCha20-Poly1305 (RFC 7748, RFC 8439)."""
+"""foreign_v5.py: protocol version 5 (sessions) written from docs/PROTOCOL-v5.md alone: the handshake, the session keys, data datagrams and the server's small answers, over hashlib's BLAKE2b and the `cryptography` package's X25519, ChaCha20-Poly1305 (RFC 7748, RFC 8439) and AES-256-GCM (the AES suite)."""
 import hashlib
 import hmac
 import os
@@ -6,7 +6,7 @@ import time
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
-from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM, ChaCha20Poly1305
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat, PrivateFormat, NoEncryption
 
 from foreign_client import HDR, pack, unpack
@@ -18,6 +18,7 @@ INIT_BODY, ACCEPT_BODY, COOKIE_BODY, NO_SESSION_BODY = 104, 64, 44, 8
 INIT_MAC1 = HDR_LEN + 72           # an INIT's mac1: what a COOKIE is bound to
 TRAILER = 32                       # session 8, counter 8, tag 16
 FLAG_ENCRYPT = 1
+FLAG_AES = 2
 WINDOW = 1024
 
 
@@ -62,8 +63,8 @@ def make_init(psk: bytes, key_id: int, e_priv: bytes, hs_id: int, time_ms: int |
 class Session:
     """One side's keys of a session: k_c2s, k_s2c, its id, whether it encrypts."""
 
-    def __init__(self, session_id: int, k_c2s: bytes, k_s2c: bytes, encrypt: bool):
-        self.id, self.k_c2s, self.k_s2c, self.encrypt = session_id, k_c2s, k_s2c, encrypt
+    def __init__(self, session_id: int, k_c2s: bytes, k_s2c: bytes, encrypt: bool, aes: bool = False):
+        self.id, self.k_c2s, self.k_s2c, self.encrypt, self.aes = session_id, k_c2s, k_s2c, encrypt, aes
         self.sent = 0            # this side's counter (the last used)
         self.seen: set = set()   # counters taken from the other side (a test's window: a set)
         self.top = 0
@@ -83,7 +84,7 @@ def make_accept(psk: bytes, init: bytes, e_priv: bytes, session_id: int, flags: 
         x25519_public(e_priv) + flags.to_bytes(4, "big")
     th = h(None, init + d, 32)
     k_c2s, k_s2c, k_conf = derive(psk, x25519(e_priv, e_c), th)
-    return d + h(k_conf, th, 16), Session(session_id, k_c2s, k_s2c, bool(flags & FLAG_ENCRYPT))
+    return d + h(k_conf, th, 16), Session(session_id, k_c2s, k_s2c, bool(flags & FLAG_ENCRYPT), bool(flags & FLAG_AES))
 
 
 def open_accept(psk: bytes, init: bytes, e_priv: bytes, accept: bytes) -> Session | None:
@@ -105,7 +106,13 @@ def open_accept(psk: bytes, init: bytes, e_priv: bytes, accept: bytes) -> Sessio
         return None
     if session_id == 0 or not hmac.compare_digest(h(k_conf, th, 16), accept[-16:]):
         return None
-    return Session(session_id, k_c2s, k_s2c, bool(flags & FLAG_ENCRYPT))
+    if flags & FLAG_AES and not int.from_bytes(init[HDR_LEN + 44:HDR_LEN + 48], "big") & FLAG_AES:
+        return None  # AES-256-GCM only where the INIT offered it
+    return Session(session_id, k_c2s, k_s2c, bool(flags & FLAG_ENCRYPT), bool(flags & FLAG_AES))
+
+
+def _aead(s: Session, key: bytes):
+    return AESGCM(key) if s.aes else ChaCha20Poly1305(key)
 
 
 def nonce(counter: int) -> bytes:
@@ -119,7 +126,7 @@ def seal(s: Session, hdr: bytes, data: bytes, to_server: bool, counter: int | No
         counter = s.sent
     key = s.k_c2s if to_server else s.k_s2c
     ids = s.id.to_bytes(8, "big") + counter.to_bytes(8, "big")
-    aead = ChaCha20Poly1305(key)
+    aead = _aead(s, key)
     if s.encrypt:
         ct = aead.encrypt(nonce(counter), data, hdr + ids)
         return hdr + ct[:-16] + ids + ct[-16:]
@@ -134,7 +141,7 @@ def open_(s: Session, dgram: bytes, to_server: bool) -> bytes | None:
     if counter == 0 or counter in s.seen or counter + WINDOW <= s.top:
         return None
     hdr, body, ids, tag = dgram[:HDR_LEN], dgram[HDR_LEN:-32], dgram[-32:-16], dgram[-16:]
-    aead = ChaCha20Poly1305(s.k_c2s if to_server else s.k_s2c)
+    aead = _aead(s, s.k_c2s if to_server else s.k_s2c)
     try:
         if s.encrypt:
             data = aead.decrypt(nonce(counter), body + tag, hdr + ids)

@@ -812,9 +812,12 @@ def test_protocol_ab_compares_each_version_with_the_first():
     doc = {"versions": [2, 3, 4], "machine": "m", "started": "t", "command": "c", "rounds": 6, "calls": 10,
            "cells": cells, "a": 2, "b": 3}
     md = protocol_ab.report(doc)
-    assert md.count("| vecadd | 1 |") == 3 and "v4 (authenticated: BLAKE2b MAC)" in md
+    assert md.count("| vecadd | 1 |") == 3 and "v4 (legacy: a BLAKE2b MAC per datagram)" in md
     with pytest.raises(Exception, match="each once"):
         protocol_ab._versions(type("A", (), {"versions": "2,2", "a": 2, "b": 3})())
+    assert protocol_ab._versions(type("A", (), {"versions": "2,5,5e", "a": 2, "b": 3})()) == ["2", "5", "5e"]
+    with pytest.raises(Exception, match="each once"):
+        protocol_ab._versions(type("A", (), {"versions": "2,6", "a": 2, "b": 3})())
 
 
 def test_a_table_with_non_numbers_is_refused_and_the_last_id_does_not_stop_new_keys(tmp_path):

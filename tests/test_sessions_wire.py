@@ -16,6 +16,7 @@ from splitrpc._native import auth as _auth  # noqa: E402
 pytestmark = pytest.mark.skipif(not _auth.available(), reason="libsodium's shared library is not installed")
 
 ECHO, OTHER = 10, 11
+HDR_LEN_ = v5.HDR_LEN
 FORBIDDEN = 8
 
 
@@ -102,21 +103,39 @@ def _call(s, sess, func_id, req_id, data, seg=1400):
     return _reply(s, sess)
 
 
-@pytest.mark.parametrize("flags", [0, v5.FLAG_ENCRYPT], ids=["authenticating", "encrypting"])
+def _cpu_has_aes() -> bool:
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = next((ln for ln in f if ln.startswith("flags")), "").split()
+        return "aes" in flags and "pclmulqdq" in flags
+    except OSError:
+        return False
+
+
+@pytest.mark.parametrize("flags", [0, v5.FLAG_ENCRYPT, v5.FLAG_AES, v5.FLAG_AES | v5.FLAG_ENCRYPT],
+                         ids=["authenticating", "encrypting", "aes-authenticating", "aes-encrypting"])
 def test_calls_in_a_session(servers, keys, flags):
+    """Calls of one and several segments (out of order) in a session of each kind; the AES-256-GCM
+    suite is granted where offered and the server's CPU has AES-NI (cryptography's AESGCM checks
+    splitrpc's libsodium)."""
     (a, runs), _, _ = servers
     s = _sock(a.port)
     sess, _, _ = _handshake(s, keys["all"], flags)
-    assert sess.encrypt == bool(flags)
+    assert sess.encrypt == bool(flags & v5.FLAG_ENCRYPT)
+    assert sess.aes == (bool(flags & v5.FLAG_AES) and _cpu_has_aes())
     assert _call(s, sess, ECHO, 1, b"hello") == (v5.RESPONSE, 0, b"hello")
     big = os.urandom(5000)
     reqs = _request(sess, ECHO, 2, big, seg=1200)
     assert len(reqs) == 5
-    if flags:
+    if flags & v5.FLAG_ENCRYPT:
         assert all(big[i * 1200:i * 1200 + 50] not in d for i, d in enumerate(reqs)), "the data is on the wire"
     for d in reversed(reqs):  # out of order
         s.send(d)
     assert _reply(s, sess) == (v5.RESPONSE, 0, big)
+    bad = bytearray(_request(sess, ECHO, 3, b"changed", seg=1200)[0])
+    bad[HDR_LEN_ + 1] ^= 1
+    s.send(bytes(bad))
+    assert wait_for(lambda: a.stats()["drops"]["auth_bad_tag"] >= 1)
     assert runs["echo"] == 2
 
 

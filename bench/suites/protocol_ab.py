@@ -4,10 +4,14 @@
         --rounds 7 --out bench/results/protocol_v3
     python -m splitrpc.bench.suites.protocol_ab --versions 2,3,4 --services vecadd --concurrency 1,16 \\
         --rounds 7 --out bench/results/auth_cost
+    python -m splitrpc.bench.suites.protocol_ab --versions 2,5,5e,4 --services vecadd --concurrency 1 \\
+        --rounds 7 --out bench/results/sessions_cost
 
-Version 4 (authenticated calls, docs/PROTOCOL-v4.md) goes to a second server of the same command
-line with a key table (a server with keys takes version 4 alone), its load signed with a key of it;
-the other versions share the first server. Client and server share the machine (loopback, the
+The keyed versions go to a second server of the same command line with a key table (a server with
+keys takes only those): 5 (sessions, authenticated: docs/PROTOCOL-v5.md), 5e (sessions that
+encrypt) and 4 (the legacy signed datagrams, docs/PROTOCOL-v4.md: the keyed server then runs
+with --legacy-v4), the load's calls made with a key of it; the other versions share the first
+server. Client and server share the machine (loopback, the
 server in poll mode, the client busy-polling), as in bench/results/protocol_v2.md. A difference is
 claimed only where the interval excludes 1.
 """
@@ -27,9 +31,12 @@ from splitrpc.machine import describe
 from splitrpc.reporting import SuiteFailed, command_of, run_as_module, run_suite
 
 
-def _load(exe: str, port: int, service: str, conc: int, calls: int, proto: int, out: str,
+KEYED = {"4": ["--protocol", "4"], "5": [], "5e": ["--encrypt"]}  # version token -> the load's options beside --key
+
+
+def _load(exe: str, port: int, service: str, conc: int, calls: int, proto: str, out: str,
           key: str | None = None) -> dict:
-    how = ["--key", key] if proto == 4 else ["--protocol", str(proto)]
+    how = ["--key", str(key), *KEYED[proto]] if proto in KEYED else ["--protocol", proto]
     cmd = [exe, "load", "--port", str(port), "--service", service, "--concurrency", str(conc), "--calls", str(calls),
            *how, "--busy-poll", "--out", out, "--no-plots", "--quiet"]
     p = subprocess.run(cmd, text=True, capture_output=True)
@@ -58,10 +65,10 @@ def _server(exe: str, port: int, extra: list[str]) -> subprocess.Popen:
     return srv
 
 
-def _versions(a) -> list[int]:
-    vs = [int(v) for v in a.versions.split(",")] if a.versions else [a.a, a.b]
-    if len(vs) < 2 or len(set(vs)) != len(vs) or any(v not in (1, 2, 3, 4) for v in vs):
-        raise SuiteFailed(f"--versions: two or more of 1, 2, 3, 4, each once; got {vs}")
+def _versions(a) -> list[str]:
+    vs = [v.strip() for v in a.versions.split(",")] if a.versions else [str(a.a), str(a.b)]
+    if len(vs) < 2 or len(set(vs)) != len(vs) or any(v not in NAMES for v in vs):
+        raise SuiteFailed(f"--versions: two or more of {', '.join(NAMES)}, each once; got {vs}")
     return vs
 
 
@@ -75,7 +82,7 @@ def run(a) -> dict:
             port = free_port()
             servers.append(_server(exe, port, []))
             key_port, key = None, None
-            if 4 in protos:  # a second server with a key table: it takes version 4 alone
+            if KEYED.keys() & set(protos):  # a second server with a key table: it takes only keyed calls
                 from splitrpc.auth import Key, KeyTable, save_client_key
 
                 k = Key.generate(1)
@@ -83,7 +90,8 @@ def run(a) -> dict:
                 key = os.path.join(tmp, "client.json")
                 save_client_key(k, key)
                 key_port = free_port()
-                servers.append(_server(exe, key_port, ["--keys", os.path.join(tmp, "keys.json")]))
+                servers.append(_server(exe, key_port, ["--keys", os.path.join(tmp, "keys.json"),
+                                                       *(["--legacy-v4"] if "4" in protos else [])]))
             services, concs = a.services.split(","), [int(c) for c in a.concurrency.split(",")]
             for r in range(a.rounds):
                 order = protos[r % len(protos):] + protos[:r % len(protos)]  # rotated: each goes first in turn
@@ -91,7 +99,8 @@ def run(a) -> dict:
                     for conc in concs:
                         for proto in order:
                             where = os.path.join(tmp, f"{svc}-{conc}-{proto}-{r}")
-                            m = _load(exe, key_port if proto == 4 else port, svc, conc, a.calls, proto, where, key)
+                            m = _load(exe, key_port if proto in KEYED else port, svc, conc, a.calls, proto, where,
+                                      key)
                             runs.append({"round": r, "service": svc, "concurrency": conc, "protocol": proto, **m})
                 print(f"round {r + 1}/{a.rounds} done", flush=True)
         finally:
@@ -153,7 +162,9 @@ def report(doc: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-NAMES = {1: "v1", 2: "v2 (header check)", 3: "v3 (integrity: CRC-32C)", 4: "v4 (authenticated: BLAKE2b MAC)"}
+NAMES = {"1": "v1", "2": "v2 (header check)", "3": "v3 (integrity: CRC-32C)",
+         "4": "v4 (legacy: a BLAKE2b MAC per datagram)", "5": "v5 (sessions: ChaCha20-Poly1305, authenticated)",
+         "5e": "v5 (sessions, encrypted)"}
 
 
 def report_many(doc: dict) -> str:
@@ -161,10 +172,11 @@ def report_many(doc: dict) -> str:
     base = vs[0]
     lines = [f"# Protocol versions {', '.join(map(str, vs))}: the end-to-end cost", "",
              f"Machine: {doc['machine']}; {doc['started']}. Client and server share it (loopback, server "
-             "`--wait poll`, client `--busy-poll`). Version 4 goes to a second server with a key table.", "",
+             "`--wait poll`, client `--busy-poll`). Keyed versions (4, 5, 5e) go to a second server with a "
+             "key table.", "",
              "```sh", doc["command"], "```", "",
              f"{doc['rounds']} rounds of {doc['calls']:,} closed-loop calls per cell, the versions' order rotated "
-             f"each round. Ratios: each version's median over {NAMES.get(base, base)}'s, bootstrap 95% interval "
+             f"each round. Ratios: each version's median over {NAMES.get(str(base), base)}'s, bootstrap 95% interval "
              f"({RESAMPLES:,} resamples).", "",
              "| service | C | version | p50 µs (rounds) | p99 µs | calls/s | p50 ratio [95%] | calls/s ratio [95%] |",
              "|---|---:|---|---|---:|---:|---|---|"]
@@ -174,16 +186,17 @@ def report_many(doc: dict) -> str:
             rounds = ", ".join(map(str, m["p50_rounds"]))
             p50r = _fmt(m["p50_ratio"]) if v != base else "1"
             rpsr = _fmt(m["rps_ratio"]) if v != base else "1"
-            lines.append(f"| {c['service']} | {c['concurrency']} | {NAMES.get(v, v)} | {m['p50_us']:.1f} ({rounds}) "
+            lines.append(f"| {c['service']} | {c['concurrency']} | {NAMES.get(str(v), v)} | {m['p50_us']:.1f} ({rounds}) "
                          f"| {m['p99_us']:.1f} | {m['rps']:,.0f} | {p50r} | {rpsr} |")
     return "\n".join(lines) + "\n"
 
 
 def _arguments(p) -> None:
-    p.add_argument("--a", type=int, default=2, help="the baseline protocol version")
-    p.add_argument("--b", type=int, default=3, help="the version compared with it")
+    p.add_argument("--a", default="2", help="the baseline protocol version")
+    p.add_argument("--b", default="3", help="the version compared with it")
     p.add_argument("--versions", metavar="V,V,...",
-                   help="instead of --a/--b: several versions, the first the baseline (4: a server with keys)")
+                   help="instead of --a/--b: several versions, the first the baseline (4, 5, 5e: a server with "
+                        "keys; 5e: sessions that encrypt)")
     p.add_argument("--services", default="vecadd,head")
     p.add_argument("--concurrency", default="1,16")
     p.add_argument("--calls", type=int, default=20000)

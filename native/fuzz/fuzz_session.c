@@ -10,7 +10,7 @@
 #include "server/sessions.h"
 
 static uint8_t psk[32], e_c[32], e_s[32], init[SRPC_V5_INIT_LEN];
-static srpc_v5_keys_t keys[2]; /* authenticating, encrypting */
+static srpc_v5_keys_t keys[4]; /* authenticating, encrypting; the same with AES-256-GCM (where the CPU has it) */
 static srpc_sessions_t table;   /* a server's sessions (server/sessions.c), fed INITs */
 static srpc_keytab_t *keytab;
 static uint64_t mono = 1000;
@@ -38,6 +38,12 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     if (srpc_v5_accept_make(acc, &keys[0], init, psk, e_s, 0x1122334455667788ull, 0) ||
         srpc_v5_accept_make(acc, &keys[1], init, psk, e_s, 0x1122334455667789ull, SRPC_V5_FLAG_ENCRYPT))
         abort();
+    for (int i = 0; i < 2; i++) { /* (an AES session's keys: as made, with its flag) */
+        keys[2 + i] = keys[i];
+        keys[2 + i].session += 2;
+        if (srpc_v5_aes_available())
+            keys[2 + i].encrypt |= SRPC_V5_FLAG_AES;
+    }
     if (srpc_sessions_init(&table, 64, 4) || srpc_keytab_create(0, 0, &keytab) ||
         srpc_keytab_add(keytab, 7, psk, 32, 0, 1, NULL, 0) || srpc_keytab_seal(keytab))
         abort();
@@ -58,7 +64,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *in, size_t n)
         return 0;
     memcpy(copy, d, len);
     arm_client();
-    for (int i = 0; i < 2; i++) { /* (an ACCEPT taken below may have replaced one) */
+    for (int i = 0; i < 4; i++) { /* (an ACCEPT taken below may have replaced one) */
         memset(&client.s[i], 0, sizeof(client.s[i]));
         client.s[i].keys = keys[i];
         client.s[i].used = 1;
@@ -113,7 +119,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *in, size_t n)
     default: /* 4, 6, 7: a data datagram of either session, to either side */
         if (len >= SRPC_HDR_LEN + SRPC_V5_TRAILER_LEN) {
             const uint32_t dl = (uint32_t)(len - SRPC_HDR_LEN - SRPC_V5_TRAILER_LEN);
-            const srpc_v5_keys_t *k = &keys[(op >> 3) & 1];
+            const srpc_v5_keys_t *k = &keys[((op >> 3) & 1) | ((op >> 4) & 2)]; /* bit 5: the AES suite */
             (void)srpc_v5_open(k, (op >> 4) & 1, copy, copy + SRPC_HDR_LEN, dl, copy + SRPC_HDR_LEN + dl);
             uint32_t cl = dl + SRPC_V5_TRAILER_LEN; /* as the client opens a reply (client/sessions.c) */
             (void)srpc_cl_v5_open(&client, copy, copy + SRPC_HDR_LEN, &cl);

@@ -1,4 +1,4 @@
-/* test_client_sessions.c: a client's version 5 sessions (client/sessions.c) against a server's table of sessions (server/sessions.c), in memory: the handshake, its resends and its failure, a COOKIE under load, replies opened and replays and forgeries refused, a rekey that resumes the line, a NO_SESSION's session no longer used, a refused encryption, the places of old sessions, and a session too old to send under. Clocks are the test's. */
+/* test_client_sessions.c: a client's version 5 sessions (client/sessions.c) against a server's table of sessions (server/sessions.c), in memory: the handshake, its resends and its failure, a COOKIE under load, replies opened and replays and forgeries refused, a rekey that resumes the line, a NO_SESSION's session no longer used, a refused encryption, the places of old sessions, a session too old to send under, and both AEAD suites (ChaCha20-Poly1305, AES-256-GCM). Clocks are the test's. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
@@ -7,6 +7,7 @@
 
 #include "check.h"
 #include "client/sessions.h"
+#include "core/auth.h"
 #include "core/session.h"
 #include "core/tunables.h"
 #include "server/sessions.h"
@@ -68,8 +69,11 @@ static void test_handshake_and_replies(void)
     const srpc_cl_sess_t *s = srpc_cl_v5_current(&v, 2 * MS, &start);
     CHECK(s && !start && !v.hs_on, "the session to send under, none to start");
     srpc_session_t *ss = srpc_sessions_find(&t, keys, s->keys.session, 2);
-    CHECK(ss && !memcmp(ss->keys.c2s, s->keys.c2s, 32) && !memcmp(ss->keys.s2c, s->keys.s2c, 32),
+    CHECK(ss && !memcmp(ss->keys.c2s, s->keys.c2s, 32) && !memcmp(ss->keys.s2c, s->keys.s2c, 32) &&
+              ss->keys.encrypt == s->keys.encrypt,
           "both sides hold the same keys");
+    CHECK(!!(s->keys.encrypt & SRPC_V5_FLAG_AES) == srpc_v5_aes_available(),
+          "AES-256-GCM where this CPU has AES-NI (offered and granted), else ChaCha20-Poly1305");
 
     uint8_t buf[256];
     uint32_t n = reply(&ss->keys, 5, "abcd", 4, 10, buf);
@@ -237,6 +241,48 @@ static void test_no_session_and_places(void)
     srpc_sessions_destroy(&restarted);
 }
 
+/* Replies of both suites and both kinds open, and a changed one does not. */
+static void test_suites(void)
+{
+    for (unsigned f = 0; f < 4; f++) {
+        if ((f & SRPC_V5_FLAG_AES) && !srpc_v5_aes_available())
+            continue;
+        srpc_cl_v5_t v;
+        CHECK(srpc_cl_v5_init(&v, 7, PSK, 0, 0) == 0, "made");
+        srpc_v5_keys_t k;
+        memset(&k, 0, sizeof(k));
+        k.session = 0x55 + f;
+        k.encrypt = (uint8_t)f;
+        memset(k.s2c, 0x31, 32);
+        v.s[0].keys = k;
+        v.s[0].used = 1;
+        v.cur = 0;
+        uint8_t buf[3000];
+        char data[2900];
+        memset(data, 'd', sizeof(data));
+        uint32_t n = reply(&k, 9, data, sizeof(data), 1, buf);
+        CHECK(((f & SRPC_V5_FLAG_ENCRYPT) != 0) == (memcmp(buf + SRPC_HDR_LEN, data, 64) != 0),
+              "flags %u: the data is encrypted exactly when asked", f);
+        CHECK(open_reply(&v, buf, n) == 0 && !memcmp(buf + SRPC_HDR_LEN, data, sizeof(data)), "flags %u: opens", f);
+        n = reply(&k, 9, data, sizeof(data), 2, buf);
+        buf[SRPC_HDR_LEN + 2000] ^= 4;
+        CHECK(open_reply(&v, buf, n) == -EBADMSG, "flags %u: a changed byte (past the stack's gather) refused", f);
+        n = reply(&k, 9, data, sizeof(data), 3, buf);
+        buf[3] ^= 1; /* the header's func_id */
+        CHECK(open_reply(&v, buf, n) == -EBADMSG, "flags %u: a changed header refused", f);
+        srpc_cl_v5_wipe(&v);
+    }
+    /* An ACCEPT granting AES-256-GCM to an INIT that did not offer it: refused. */
+    uint8_t init[SRPC_V5_INIT_LEN], acc[SRPC_V5_ACCEPT_LEN], e[32], pub[32], c[32], cpub[32];
+    srpc_v5_keys_t k, got;
+    srpc_v5_keypair(c, cpub);
+    srpc_v5_keypair(e, pub);
+    CHECK(srpc_v5_init_make(init, PSK, 7, 99, c, srpc_auth_now_ms64(), 0, NULL, NULL) == 0 &&
+              srpc_v5_accept_make(acc, &k, init, PSK, e, 5, SRPC_V5_FLAG_AES) == 0 &&
+              srpc_v5_accept_open(&got, init, c, PSK, acc, sizeof(acc)) == -EBADMSG,
+          "AES-256-GCM only where offered");
+}
+
 static void test_encryption_refused_and_age(void)
 {
     srpc_sessions_t t;
@@ -279,6 +325,7 @@ int main(void)
     test_rekey_resumes_the_line();
     test_no_session_and_places();
     test_encryption_refused_and_age();
+    test_suites();
     srpc_keytab_destroy(keys);
     printf("test_client_sessions: %d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;

@@ -29,6 +29,7 @@ int srpc_cl_v5_init(srpc_cl_v5_t *v, uint32_t key_id, const uint8_t *psk, int en
     v->key_id = key_id;
     memcpy(v->psk, psk, SRPC_V5_KEY_LEN);
     v->want_encrypt = encrypt ? 1 : 0;
+    v->offer_aes = (uint8_t)srpc_v5_aes_available(); /* AES-256-GCM where this CPU has AES-NI (faster) */
     v->cur = -1;
     v->rekey_ns = (uint64_t)(rekey_ms ? rekey_ms : SRPC_V5_CLIENT_REKEY_MS) * MS;
     return 0;
@@ -70,7 +71,8 @@ static int make_init(srpc_cl_v5_t *v, uint64_t now_ns, uint8_t out[SRPC_V5_INIT_
         return r;
     const int cookie = v->cookie_ns && now_ns - v->cookie_ns < (uint64_t)SRPC_V5_COOKIE_ROTATE_MS * MS;
     r = srpc_v5_init_make(v->init, v->psk, v->key_id, v->hs_id, v->e_priv, srpc_auth_now_ms64(),
-                          v->want_encrypt ? SRPC_V5_FLAG_ENCRYPT : 0, v->prev.session ? &v->prev : NULL,
+                          (v->want_encrypt ? SRPC_V5_FLAG_ENCRYPT : 0) | (v->offer_aes ? SRPC_V5_FLAG_AES : 0),
+                          v->prev.session ? &v->prev : NULL,
                           cookie ? v->cookie : NULL);
     if (r < 0)
         return r;
@@ -143,7 +145,7 @@ int srpc_cl_v5_on_accept(srpc_cl_v5_t *v, const uint8_t *d, uint32_t len, uint64
         return -EBADMSG; /* not the answer to our INIT (another's, changed, forged, late) */
     v->hs_on = 0;
     wipe(v->e_priv, sizeof(v->e_priv));
-    if (v->want_encrypt && !k.encrypt) {
+    if (v->want_encrypt && !(k.encrypt & SRPC_V5_FLAG_ENCRYPT)) {
         wipe(&k, sizeof(k));
         return -EPROTO;
     }

@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <netinet/in.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/auth.h"
@@ -31,12 +32,18 @@ _Static_assert(INIT_COOKIE_MAC + TAG_LEN == SRPC_V5_INIT_LEN, "INIT's layout");
 _Static_assert(ACC_CONFIRM + TAG_LEN == SRPC_V5_ACCEPT_LEN, "ACCEPT's layout");
 _Static_assert(COOKIE_BOX + SRPC_V5_COOKIE_LEN_RAW + TAG_LEN == SRPC_V5_COOKIE_LEN, "COOKIE's layout");
 
-#define FLAGS_KNOWN SRPC_V5_FLAG_ENCRYPT
+#define FLAGS_KNOWN (SRPC_V5_FLAG_ENCRYPT | SRPC_V5_FLAG_AES)
 
 int srpc_v5_available(void)
 {
     const srpc_sodium_t *so = srpc_sodium();
     return so && so->v5 ? 0 : -ENOTSUP;
+}
+
+int srpc_v5_aes_available(void)
+{
+    const srpc_sodium_t *so = srpc_sodium();
+    return so && so->aes;
 }
 
 /* H(key, the n parts, outlen): keyed BLAKE2b over the parts in turn (key NULL: unkeyed). */
@@ -253,7 +260,7 @@ int srpc_v5_accept_make(uint8_t out[SRPC_V5_ACCEPT_LEN], srpc_v5_keys_t *k, cons
     schedule(k, out + ACC_CONFIRM, psk, dh, init, out);
     srpc_auth_wipe(dh, sizeof(dh));
     k->session = session;
-    k->encrypt = (flags & SRPC_V5_FLAG_ENCRYPT) != 0;
+    k->encrypt = (uint8_t)flags;
     return 0;
 }
 
@@ -281,7 +288,11 @@ int srpc_v5_accept_open(srpc_v5_keys_t *k, const uint8_t init[SRPC_V5_INIT_LEN],
         return -EBADMSG;
     }
     got.session = srpc_get64(d + ACC_SESSION);
-    got.encrypt = (srpc_get32(d + ACC_FLAGS) & SRPC_V5_FLAG_ENCRYPT) != 0;
+    got.encrypt = (uint8_t)srpc_get32(d + ACC_FLAGS);
+    if ((got.encrypt & SRPC_V5_FLAG_AES) && !(srpc_get32(init + INIT_FLAGS) & SRPC_V5_FLAG_AES)) {
+        srpc_auth_wipe(&got, sizeof(got));
+        return -EBADMSG; /* AES-256-GCM only where the client offered it */
+    }
     *k = got;
     srpc_auth_wipe(&got, sizeof(got));
     return 0;
@@ -360,6 +371,43 @@ static void nonce_of(uint8_t nonce[NONCE_LEN], uint64_t counter)
 {
     memset(nonce, 0, 4);
     srpc_put64(nonce + 4, counter);
+}
+
+/* The AES-256-GCM suite (SRPC_V5_FLAG_AES): the layout of ChaCha20-Poly1305's, the AEAD replaced.
+ * An authenticating session's tag is over an empty plaintext with associated data the n pieces
+ * (header, data, session and counter), which libsodium takes contiguous: gathered first (on the
+ * stack when small). 0, or -ENOMEM. */
+#define AES_STACK 2048
+static int aes_tag(const uint8_t key[SRPC_V5_KEY_LEN], const uint8_t nonce[NONCE_LEN], const struct iovec *ad, int n,
+                   uint8_t tag[TAG_LEN])
+{
+    uint8_t small[AES_STACK], *buf = small;
+    size_t len = 0;
+    for (int i = 0; i < n; i++)
+        len += ad[i].iov_len;
+    if (len > sizeof(small) && !(buf = malloc(len)))
+        return -ENOMEM;
+    size_t at = 0;
+    for (int i = 0; i < n; i++) {
+        if (ad[i].iov_len)
+            memcpy(buf + at, ad[i].iov_base, ad[i].iov_len);
+        at += ad[i].iov_len;
+    }
+    srpc_sodium()->aes_encrypt(NULL, tag, NULL, NULL, 0, buf, len, NULL, nonce, key);
+    if (buf != small)
+        free(buf);
+    return 0;
+}
+
+/* An encrypting AES-256-GCM session: the data encrypted in place and its tag (seal), with
+ * associated data header || session || counter. */
+static void aes_encrypt(const uint8_t key[SRPC_V5_KEY_LEN], const uint8_t nonce[NONCE_LEN], const uint8_t hdr[SRPC_HDR_LEN],
+                        const uint8_t ids[16], uint8_t *data, uint32_t len, uint8_t tag[TAG_LEN])
+{
+    uint8_t ad[SRPC_HDR_LEN + 16];
+    memcpy(ad, hdr, SRPC_HDR_LEN);
+    memcpy(ad + SRPC_HDR_LEN, ids, 16);
+    srpc_sodium()->aes_encrypt(data, tag, NULL, data, len, ad, sizeof(ad), NULL, nonce, key);
 }
 
 /* The tag of a data datagram, its data encrypted in place first when enc (seal), or its tag
@@ -470,16 +518,37 @@ int srpc_v5_seal_key(const uint8_t key[SRPC_V5_KEY_LEN], uint64_t session, int e
     uint64_t len = 0;
     for (int i = 0; i < n; i++)
         len += data[i].iov_len;
-    if (encrypt && len && !enc)
+    if ((encrypt & SRPC_V5_FLAG_ENCRYPT) && len && !enc)
         return -EINVAL;
     srpc_put64(trailer, session);
     srpc_put64(trailer + 8, counter);
     uint8_t nonce[NONCE_LEN];
     nonce_of(nonce, counter);
+    if (encrypt & SRPC_V5_FLAG_AES) {
+        if (!srpc_v5_aes_available())
+            return -ENOTSUP;
+        if (encrypt & SRPC_V5_FLAG_ENCRYPT) {
+            uint64_t at = 0;
+            for (int i = 0; i < n; i++) {
+                memcpy(enc + at, data[i].iov_base, data[i].iov_len);
+                at += data[i].iov_len;
+            }
+            aes_encrypt(key, nonce, hdr, trailer, enc, (uint32_t)len, trailer + 16);
+            return 0;
+        }
+        if (n + 2 > SRPC_V5_MAX_PIECES)
+            return -EINVAL;
+        struct iovec ad[SRPC_V5_MAX_PIECES];
+        ad[0] = (struct iovec){(void *)hdr, SRPC_HDR_LEN};
+        for (int i = 0; i < n; i++)
+            ad[i + 1] = data[i];
+        ad[n + 1] = (struct iovec){trailer, 16};
+        return aes_tag(key, nonce, ad, n + 2, trailer + 16);
+    }
     poly_t p;
     poly_start(&p, key, nonce);
     poly_add(&p, hdr, SRPC_HDR_LEN, &p.ad_len);
-    if (encrypt) {
+    if (encrypt & SRPC_V5_FLAG_ENCRYPT) {
         uint64_t at = 0;
         for (int i = 0; i < n; i++) {
             memcpy(enc + at, data[i].iov_base, data[i].iov_len);
@@ -510,7 +579,20 @@ int srpc_v5_seal(const srpc_v5_keys_t *k, int to_server, uint64_t counter, const
         return -ENOTSUP;
     srpc_put64(trailer, k->session);
     srpc_put64(trailer + 8, counter);
-    data_tag(to_server ? k->c2s : k->s2c, k->encrypt, 1, hdr, data, len, trailer, trailer + 16);
+    const uint8_t *key = to_server ? k->c2s : k->s2c;
+    if (k->encrypt & SRPC_V5_FLAG_AES) {
+        if (!srpc_v5_aes_available())
+            return -ENOTSUP;
+        uint8_t nonce[NONCE_LEN];
+        nonce_of(nonce, counter);
+        if (k->encrypt & SRPC_V5_FLAG_ENCRYPT) {
+            aes_encrypt(key, nonce, hdr, trailer, data, len, trailer + 16);
+            return 0;
+        }
+        const struct iovec ad[3] = {{(void *)hdr, SRPC_HDR_LEN}, {data, len}, {trailer, 16}};
+        return aes_tag(key, nonce, ad, 3, trailer + 16);
+    }
+    data_tag(key, k->encrypt & SRPC_V5_FLAG_ENCRYPT, 1, hdr, data, len, trailer, trailer + 16);
     return 0;
 }
 
@@ -523,10 +605,27 @@ int srpc_v5_open(const srpc_v5_keys_t *k, int to_server, const uint8_t hdr[SRPC_
         return -EBADMSG;
     const uint8_t *key = to_server ? k->c2s : k->s2c;
     uint8_t tag[TAG_LEN];
-    data_tag(key, k->encrypt, 0, hdr, data, len, trailer, tag);
+    if (k->encrypt & SRPC_V5_FLAG_AES) {
+        if (!srpc_v5_aes_available())
+            return -EBADMSG;
+        uint8_t nonce[NONCE_LEN];
+        nonce_of(nonce, srpc_get64(trailer + 8));
+        if (k->encrypt & SRPC_V5_FLAG_ENCRYPT) {
+            uint8_t ad[SRPC_HDR_LEN + 16];
+            memcpy(ad, hdr, SRPC_HDR_LEN);
+            memcpy(ad + SRPC_HDR_LEN, trailer, 16);
+            return srpc_sodium()->aes_decrypt(data, NULL, data, len, trailer + 16, ad, sizeof(ad), nonce, key) == 0
+                       ? 0 : -EBADMSG;
+        }
+        const struct iovec ad[3] = {{(void *)hdr, SRPC_HDR_LEN}, {data, len}, {(void *)trailer, 16}};
+        if (aes_tag(key, nonce, ad, 3, tag) < 0 || srpc_sodium()->verify16(tag, trailer + 16) != 0)
+            return -EBADMSG;
+        return 0;
+    }
+    data_tag(key, k->encrypt & SRPC_V5_FLAG_ENCRYPT, 0, hdr, data, len, trailer, tag);
     if (srpc_sodium()->verify16(tag, trailer + 16) != 0)
         return -EBADMSG;
-    if (k->encrypt && len) {
+    if ((k->encrypt & SRPC_V5_FLAG_ENCRYPT) && len) {
         uint8_t nonce[NONCE_LEN];
         nonce_of(nonce, srpc_get64(trailer + 8));
         srpc_sodium()->chacha20_xor_ic(data, data, len, nonce, 1, key);

@@ -25,6 +25,8 @@
 #define SRPC_V5_COOKIE_LEN (SRPC_HDR_LEN + SRPC_V5_COOKIE_BODY)
 #define SRPC_V5_NO_SESSION_LEN (SRPC_HDR_LEN + SRPC_V5_NO_SESSION_BODY)
 #define SRPC_V5_FLAG_ENCRYPT 1u
+#define SRPC_V5_FLAG_AES 2u     /* INIT: the client can use AES-256-GCM; ACCEPT: the session does */
+#define SRPC_V5_MAX_PIECES 16   /* srpc_v5_seal_key: at most this many data pieces less 2 */
 #define SRPC_V5_KEY_LEN 32   /* psk, session keys, X25519 keys */
 #define SRPC_V5_COOKIE_LEN_RAW 16
 /* No counter at or above this is sent or taken (the page: below 2^62). */
@@ -39,7 +41,9 @@ typedef struct srpc_v5_keys {
     uint64_t session;               /* its id, never 0 */
     uint8_t c2s[SRPC_V5_KEY_LEN];   /* requests */
     uint8_t s2c[SRPC_V5_KEY_LEN];   /* replies */
-    uint8_t encrypt;                /* 1: the data is encrypted, else authenticated only */
+    uint8_t encrypt;                /* the ACCEPT's flags: SRPC_V5_FLAG_ENCRYPT (the data is encrypted, else
+                                       authenticated only) and SRPC_V5_FLAG_AES (the AEAD is AES-256-GCM,
+                                       else ChaCha20-Poly1305) */
 } srpc_v5_keys_t;
 
 /* An INIT's fields (what a server reads before it knows the psk). */
@@ -54,6 +58,9 @@ typedef struct srpc_v5_init {
 
 /* 0 when libsodium has what version 5 needs, else -ENOTSUP. */
 int srpc_v5_available(void);
+
+/* 1 when this process can use the AES-256-GCM suite (libsodium has it and the CPU has AES-NI). */
+int srpc_v5_aes_available(void);
 
 /* A fresh X25519 key pair (an ephemeral key of one handshake). 0 or -ENOTSUP. */
 int srpc_v5_keypair(uint8_t priv[SRPC_V5_KEY_LEN], uint8_t pub[SRPC_V5_KEY_LEN]);
@@ -117,8 +124,8 @@ int srpc_v5_no_session_parse(const uint8_t *d, size_t len, uint64_t *session, ui
 int srpc_v5_seal(const srpc_v5_keys_t *k, int to_server, uint64_t counter, const uint8_t hdr[SRPC_HDR_LEN],
                  uint8_t *data, uint32_t len, uint8_t trailer[SRPC_V5_TRAILER_LEN]);
 
-/* The same as srpc_v5_seal with the key itself (k_c2s or k_s2c), the session's id and whether it
- * encrypts, and the data as n pieces, left as they are: an encrypting session writes the
+/* The same as srpc_v5_seal with the key itself (k_c2s or k_s2c), the session's id and its flags
+ * (encrypt: SRPC_V5_FLAG_ENCRYPT, SRPC_V5_FLAG_AES), and the data as n pieces, left as they are: an encrypting session writes the
  * ciphertext to enc (the pieces' bytes, contiguous), an authenticating one needs no enc (NULL).
  * What a transport calls as it cuts a message into datagrams. 0, -EINVAL or -ENOTSUP. */
 int srpc_v5_seal_key(const uint8_t key[SRPC_V5_KEY_LEN], uint64_t session, int encrypt, uint64_t counter,
@@ -127,7 +134,7 @@ int srpc_v5_seal_key(const uint8_t key[SRPC_V5_KEY_LEN], uint64_t session, int e
 
 /* Opens a data datagram of session k (the trailer's session must be k's: the caller found k by
  * it): 0 when its tag is right, the data then decrypted in place in an encrypting session;
- * -EBADMSG when not (the data left as it came). Does not look at the counter's freshness (the
+ * -EBADMSG when not (the data left as it came, or zeroed by an AES-256-GCM session's decryption). Does not look at the counter's freshness (the
  * caller's window, core/replay.h, after this). Constant time in the tag's comparison. */
 int srpc_v5_open(const srpc_v5_keys_t *k, int to_server, const uint8_t hdr[SRPC_HDR_LEN], uint8_t *data,
                  uint32_t len, const uint8_t trailer[SRPC_V5_TRAILER_LEN]);

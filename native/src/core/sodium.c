@@ -34,6 +34,9 @@ static void load(void)
             SYM(poly_update, "crypto_onetimeauth_poly1305_update") &&
             SYM(poly_final, "crypto_onetimeauth_poly1305_final") && poly_bytes &&
             (so.poly_state_bytes = poly_bytes()) <= SRPC_SODIUM_STATE_MAX;
+    int (*aes_ok)(void) = (int (*)(void))dlsym(h, "crypto_aead_aes256gcm_is_available");
+    so.aes = so.v5 && aes_ok && aes_ok() == 1 && SYM(aes_encrypt, "crypto_aead_aes256gcm_encrypt_detached") &&
+             SYM(aes_decrypt, "crypto_aead_aes256gcm_decrypt_detached");
     so_ok = 1;
 }
 

@@ -29,6 +29,15 @@ typedef struct srpc_sodium {
     int (*poly_init)(void *state, const unsigned char *key);
     int (*poly_update)(void *state, const unsigned char *in, unsigned long long inlen);
     int (*poly_final)(void *state, unsigned char *out);
+    /* version 5's AES-256-GCM suite: 1 when the entry points are there and the CPU has AES-NI and
+     * PCLMUL (libsodium's crypto_aead_aes256gcm_is_available) */
+    int aes;
+    int (*aes_encrypt)(unsigned char *c, unsigned char *mac, unsigned long long *maclen, const unsigned char *m,
+                       unsigned long long mlen, const unsigned char *ad, unsigned long long adlen,
+                       const unsigned char *nsec, const unsigned char *npub, const unsigned char *k);
+    int (*aes_decrypt)(unsigned char *m, unsigned char *nsec, const unsigned char *c, unsigned long long clen,
+                       const unsigned char *mac, const unsigned char *ad, unsigned long long adlen,
+                       const unsigned char *npub, const unsigned char *k);
 } srpc_sodium_t;
 
 /* The library's entry points, or NULL when it cannot be loaded (or lacks those of version 4).

@@ -593,7 +593,7 @@ int srpc_udp_send(srpc_udp_t *u, srpc_tx_msg_t *msgs, unsigned n)
                                    b.check[d]);
                 b.iov[d][k++] = (struct iovec){b.check[d], SRPC_AUTH_TRAILER_LEN};
             } else if (v5) { /* the session's trailer; an encrypting session's data as ciphertext */
-                if (m->auth.encrypt && dlen && !(b.enc[d] = malloc(dlen))) {
+                if ((m->auth.encrypt & SRPC_V5_FLAG_ENCRYPT) && dlen && !(b.enc[d] = malloc(dlen))) {
                     m->result = -ENOMEM;
                     break;
                 }
