@@ -50,13 +50,14 @@ def _load(exe: str, port: int, service: str, conc: int, calls: int, proto: str, 
     return {"p50_us": run["latency_us"]["p50"], "p99_us": run["latency_us"]["p99"], "rps": run["achieved_rps"]}
 
 
-def _median(v):
+def median(v):
     v = sorted(v)
     n = len(v)
     return (v[n // 2] + v[(n - 1) // 2]) / 2 if n else None
 
 
-def _server(exe: str, port: int, extra: list[str]) -> subprocess.Popen:
+def start_server(exe: str, port: int, extra: list[str]) -> subprocess.Popen:
+    """`splitrpc serve` on port, polling, with extra options; raises SuiteFailed when it exits at start."""
     srv = subprocess.Popen([exe, "serve", "--port", str(port), "--wait", "poll", *extra], stdout=subprocess.DEVNULL,
                            stderr=subprocess.PIPE, text=True)
     time.sleep(1.5)
@@ -80,7 +81,7 @@ def run(a) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         try:
             port = free_port()
-            servers.append(_server(exe, port, []))
+            servers.append(start_server(exe, port, []))
             key_port, key = None, None
             if KEYED.keys() & set(protos):  # a second server with a key table: it takes only keyed calls
                 from splitrpc.auth import Key, KeyTable, save_client_key
@@ -90,7 +91,7 @@ def run(a) -> dict:
                 key = os.path.join(tmp, "client.json")
                 save_client_key(k, key)
                 key_port = free_port()
-                servers.append(_server(exe, key_port, ["--keys", os.path.join(tmp, "keys.json"),
+                servers.append(start_server(exe, key_port, ["--keys", os.path.join(tmp, "keys.json"),
                                                        *(["--legacy-v4"] if "4" in protos else [])]))
             services, concs = a.services.split(","), [int(c) for c in a.concurrency.split(",")]
             for r in range(a.rounds):
@@ -121,7 +122,7 @@ def cells(runs: list[dict], protos: list[int]) -> list[dict]:
                 for p in protos}
         cell: dict = {"service": svc, "concurrency": conc}
         for p, rs in side.items():
-            cell[str(p)] = {k: _median([x[k] for x in rs]) for k in ("p50_us", "p99_us", "rps")}
+            cell[str(p)] = {k: median([x[k] for x in rs]) for k in ("p50_us", "p99_us", "rps")}
             cell[str(p)]["p50_rounds"] = [round(x["p50_us"], 2) for x in rs]
             cell[str(p)]["rps_rounds"] = [round(x["rps"]) for x in rs]
             if p != base:

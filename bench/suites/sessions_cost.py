@@ -1,0 +1,150 @@
+"""sessions_cost.py: what version 5's sessions cost, measured with the independent client (bench/clients/indep_client.c, written from the protocol pages): vecadd calls unkeyed (version 1, an unkeyed `splitrpc serve`) against calls in sessions, authenticated and encrypted (`--v5`, `--v5 --encrypt`, a `splitrpc serve --keys` of the same command line), the variants' order rotated each round; each one's median p50 and calls/s over the unkeyed one's with a bootstrap 95% interval, and the handshake's time as the client saw it.
+
+    python -m splitrpc.bench.suites.sessions_cost --rounds 7 --calls 40000 --out bench/results/sessions_cost/indep
+
+The independent client does not offer AES-256-GCM, so its sessions are ChaCha20-Poly1305: the
+suite a client without AES-NI gets. splitrpc's own client (offering AES-256-GCM where the CPU has
+it) is measured by protocol_ab (--versions 2,5,5e,4). Client and server share the machine
+(loopback; the servers poll, the client spins or blocks as its mode says).
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from datetime import datetime, timezone
+
+from splitrpc.bench.helpers import indep_client
+from splitrpc.bench.helpers.intervals import RESAMPLES, ratio_interval
+from splitrpc.bench.helpers.procs import free_port
+from splitrpc.bench.suites.protocol_ab import median, start_server
+from splitrpc.machine import describe
+from splitrpc.reporting import SuiteFailed, command_of, run_as_module, run_suite
+
+# variant -> (keyed server, the independent client's options beside --v5 KEY)
+VARIANTS = {"unkeyed": (False, None), "v5": (True, []), "v5-encrypt": (True, ["--encrypt"])}
+
+
+def _one(client: str, port: int, mode: str, outstanding: int, calls: int, key: str | None, opts: list[str] | None):
+    extra = [] if opts is None else ["--v5", key or "", *opts]
+    r = subprocess.run([client, "--port", str(port), "--mode", mode, "--outstanding", str(outstanding), "--calls",
+                        str(calls), "--warmup", str(max(calls // 20, 500)), "--func", "1", "--check", "--json",
+                        *extra], capture_output=True, text=True, timeout=300)
+    if r.returncode != 0:
+        raise SuiteFailed(f"the client exited {r.returncode}: {r.stderr.strip()[-500:]}")
+    d = json.loads(r.stdout)
+    if d.get("lost") or d.get("errors") or d.get("bad_auth") or d.get("encrypt") != ("--encrypt" in (opts or [])):
+        raise SuiteFailed(f"{mode}/{outstanding} {opts}: lost {d.get('lost')}, errors {d.get('errors')}, "
+                          f"bad_auth {d.get('bad_auth')}")
+    return {"p50_us": d["p50_us"], "p99_us": d["p99_us"], "rps": d["calls_per_s"],
+            "handshake_us": d.get("handshake_us")}
+
+
+def run(a) -> dict:
+    client = indep_client.client_path(a.client)
+    cells = [(c.split(":")[0], int(c.split(":")[1])) for c in a.cells.split(",")]
+    runs: list[dict] = []
+    servers: list[subprocess.Popen] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        from splitrpc.auth import Key, KeyTable, save_client_key
+
+        k = Key.generate(1)
+        KeyTable([k]).save(os.path.join(tmp, "keys.json"))
+        key = os.path.join(tmp, "client.json")
+        save_client_key(k, key)
+        try:
+            port, key_port = free_port(), free_port()
+            servers.append(start_server(a.splitrpc, port, []))
+            servers.append(start_server(a.splitrpc, key_port, ["--keys", os.path.join(tmp, "keys.json")]))
+            names = list(VARIANTS)
+            for r in range(a.rounds):
+                order = names[r % len(names):] + names[:r % len(names)]
+                for mode, outstanding in cells:
+                    for v in order:
+                        keyed, opts = VARIANTS[v]
+                        m = _one(client, key_port if keyed else port, mode, outstanding, a.calls, key, opts)
+                        runs.append({"round": r, "mode": mode, "outstanding": outstanding, "variant": v, **m})
+                print(f"round {r + 1}/{a.rounds} done", flush=True)
+        finally:
+            for srv in servers:
+                srv.terminate()
+                srv.wait(10)
+    return {"machine": describe(), "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "command": command_of(a), "rounds": a.rounds, "calls": a.calls, "client": client, "runs": runs,
+            "cells": summarise(runs)}
+
+
+def summarise(runs: list[dict]) -> list[dict]:
+    """Per (mode, outstanding): each variant's medians, and its p50 and calls/s over the unkeyed one's."""
+    out = []
+    for mode, outstanding in sorted({(x["mode"], x["outstanding"]) for x in runs}):
+        side = {v: [x for x in runs if (x["mode"], x["outstanding"], x["variant"]) == (mode, outstanding, v)]
+                for v in VARIANTS}
+        cell: dict = {"mode": mode, "outstanding": outstanding}
+        for v, rs in side.items():
+            c = {k: median([x[k] for x in rs if x[k] is not None]) for k in ("p50_us", "p99_us", "rps", "handshake_us")}
+            c["p50_rounds"] = [round(x["p50_us"], 2) for x in rs]
+            if v != "unkeyed":
+                c["p50_ratio"] = ratio_interval([x["p50_us"] for x in side["unkeyed"]], [x["p50_us"] for x in rs])
+                c["rps_ratio"] = ratio_interval([x["rps"] for x in side["unkeyed"]], [x["rps"] for x in rs])
+            cell[v] = c
+        out.append(cell)
+    return out
+
+
+def _fmt(r: dict | None) -> str:
+    return "1" if r is None else "n/a" if r["ratio"] is None else f"{r['ratio']:.3f} [{r['lo']:.3f}, {r['hi']:.3f}]"
+
+
+def report(doc: dict) -> str:
+    lines = ["# What sessions cost, measured with the independent client", "",
+             f"Machine: {doc['machine']}; {doc['started']}. Client: `{os.path.basename(doc['client'])}` "
+             "(bench/clients/indep_client.c, written from the protocol pages; its sessions are ChaCha20-Poly1305: "
+             "it does not offer AES-256-GCM). Loopback, servers `--wait poll`. Nothing emulated.", "",
+             "```sh", doc["command"], "```", "",
+             f"{doc['rounds']} rounds of {doc['calls']:,} closed-loop vecadd calls per cell, the variants' order "
+             f"rotated each round. Ratios: median over the unkeyed one's, bootstrap 95% interval ({RESAMPLES:,} "
+             "resamples).", "",
+             "| mode | outstanding | variant | p50 µs (rounds) | p99 µs | calls/s | p50 ratio [95%] | calls/s ratio [95%] "
+             "| handshake µs |",
+             "|---|---:|---|---|---:|---:|---|---|---:|"]
+    for c in doc["cells"]:
+        for v in VARIANTS:
+            m = c[v]
+            hs = "" if not m.get("handshake_us") else f"{m['handshake_us']:.0f}"
+            lines.append(f"| {c['mode']} | {c['outstanding']} | {v} | {m['p50_us']:.1f} "
+                         f"({', '.join(map(str, m['p50_rounds']))}) | {m['p99_us']:.1f} | {m['rps']:,.0f} | "
+                         f"{_fmt(m.get('p50_ratio'))} | {_fmt(m.get('rps_ratio'))} | {hs} |")
+    return "\n".join(lines) + "\n"
+
+
+def _arguments(p) -> None:
+    p.add_argument("--cells", default="spin:1,block:1,spin:16", help="MODE:OUTSTANDING,... (modes spin, block)")
+    p.add_argument("--calls", type=int, default=40000)
+    p.add_argument("--rounds", type=int, default=7)
+    p.add_argument("--client", help="the independent client's binary (default: the installed one)")
+    p.add_argument("--splitrpc", default=os.path.join(os.path.dirname(sys.executable), "splitrpc"),
+                   help="the splitrpc command of the servers (default: beside this Python)")
+    p.add_argument("--out", required=True, help="the folder of sessions.json and sessions.md")
+    p.add_argument("--from-json", metavar="JSON", help="no runs: the report again from an earlier sessions.json")
+
+
+def _run_or_load(a) -> dict:
+    if a.from_json:
+        with open(a.from_json) as f:
+            return json.load(f)
+    return run(a)
+
+
+def cmd_sessions_cost(a) -> int:
+    return run_suite(a, name="sessions", who="sessions_cost", run=_run_or_load, markdown=report, echo=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_as_module("splitrpc.bench.suites.sessions_cost", __doc__, _arguments, cmd_sessions_cost, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
