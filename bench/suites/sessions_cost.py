@@ -14,6 +14,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from datetime import datetime, timezone
 
 from splitrpc.bench.helpers import indep_client
@@ -58,6 +59,7 @@ def run(a) -> dict:
             port, key_port = free_port(), free_port()
             servers.append(start_server(a.splitrpc, port, []))
             servers.append(start_server(a.splitrpc, key_port, ["--keys", os.path.join(tmp, "keys.json")]))
+            hs = handshakes(key_port, k, a.handshakes)
             names = list(VARIANTS)
             for r in range(a.rounds):
                 order = names[r % len(names):] + names[:r % len(names)]
@@ -73,7 +75,34 @@ def run(a) -> dict:
                 srv.wait(10)
     return {"machine": describe(), "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "command": command_of(a), "rounds": a.rounds, "calls": a.calls, "client": client, "runs": runs,
-            "cells": summarise(runs)}
+            "cells": summarise(runs), "handshakes": hs}
+
+
+def handshakes(port: int, key, n: int) -> dict:
+    """A handshake's cost as splitrpc's own client sees it: n fresh clients, each timing its first
+    ping (the handshake's round trip, then the call's) and then three more (the call's alone);
+    the handshake is the difference. Median and 90th percentile, µs."""
+    import numpy as np
+
+    import splitrpc
+
+    first, steady = [], []
+    for _ in range(n):
+        with splitrpc.Client("127.0.0.1", port, key=key, timeout=5, busy_poll=True) as c:
+            t0 = time.perf_counter()
+            c.ping()
+            t1 = time.perf_counter()
+            for _ in range(3):
+                c.ping()
+            t2 = time.perf_counter()
+            if c.stats()["handshakes"] != 1:
+                raise SuiteFailed(f"a client made {c.stats()['handshakes']} handshakes for four calls")
+        first.append((t1 - t0) * 1e6)
+        steady.append((t2 - t1) / 3 * 1e6)
+    d = np.array(first) - np.array(steady)
+    return {"clients": n, "round_trips": 1, "first_call_p50_us": float(np.median(first)),
+            "call_p50_us": float(np.median(steady)), "handshake_p50_us": float(np.median(d)),
+            "handshake_p90_us": float(np.percentile(d, 90))}
 
 
 def summarise(runs: list[dict]) -> list[dict]:
@@ -117,6 +146,14 @@ def report(doc: dict) -> str:
             lines.append(f"| {c['mode']} | {c['outstanding']} | {v} | {m['p50_us']:.1f} "
                          f"({', '.join(map(str, m['p50_rounds']))}) | {m['p99_us']:.1f} | {m['rps']:,.0f} | "
                          f"{_fmt(m.get('p50_ratio'))} | {_fmt(m.get('rps_ratio'))} | {hs} |")
+    h = doc.get("handshakes")
+    if h:
+        lines += ["", f"**A handshake** (splitrpc's own client, {h['clients']} fresh clients, busy-polling): one round "
+                  f"trip (INIT, ACCEPT) before the first call; the first ping took {h['first_call_p50_us']:.0f} µs "
+                  f"(median), the next ones {h['call_p50_us']:.0f} µs: the handshake costs "
+                  f"{h['handshake_p50_us']:.0f} µs (median; 90th percentile {h['handshake_p90_us']:.0f} µs), two "
+                  "X25519 operations on each side and the key schedule's hashes. The independent client's "
+                  "`handshake_us` column is its first handshake, from its INIT to its taking the ACCEPT."]
     return "\n".join(lines) + "\n"
 
 
@@ -124,6 +161,7 @@ def _arguments(p) -> None:
     p.add_argument("--cells", default="spin:1,block:1,spin:16", help="MODE:OUTSTANDING,... (modes spin, block)")
     p.add_argument("--calls", type=int, default=40000)
     p.add_argument("--rounds", type=int, default=7)
+    p.add_argument("--handshakes", type=int, default=200, help="fresh clients timing a handshake")
     p.add_argument("--client", help="the independent client's binary (default: the installed one)")
     p.add_argument("--splitrpc", default=os.path.join(os.path.dirname(sys.executable), "splitrpc"),
                    help="the splitrpc command of the servers (default: beside this Python)")
