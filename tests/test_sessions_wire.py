@@ -191,6 +191,38 @@ def test_a_captured_request_never_runs_twice_anywhere(servers, keys, make_server
         c.close()
 
 
+def test_a_request_held_back_and_delivered_late_never_runs_twice(make_server, keys):
+    """An outside attacker's finding (issue 52, re-run): the first datagram of a call held back on
+    the way, the client's retransmission (a new counter) run and answered, then the held one
+    delivered after the server forgot the call (its reply cache's time): it ran again. Now a
+    datagram is taken only within half that time of a later counter of its session, or of a
+    session that follows its own; later it is refused as stale. Both: the same session, and a
+    session the client has since moved on from (a rekey)."""
+    runs = {"echo": 0, "other": 0}
+    table = KeyTable([keys["all"]], skew=5.0)
+    srv = make_server(_setup(runs), keys=table, reply_cache_ttl=0.4)
+    s = _sock(srv.port)
+    sess, _, _ = _handshake(s, keys["all"])
+    held = _request(sess, ECHO, 50, b"held back")[0]              # counter 1: the attacker keeps it
+    for d in _request(sess, ECHO, 50, b"held back"):              # the client's retransmission
+        s.send(d)
+    assert _reply(s, sess) == (v5.RESPONSE, 0, b"held back") and runs["echo"] == 1
+    assert _call(s, sess, ECHO, 51, b"more") == (v5.RESPONSE, 0, b"more")
+    time.sleep(3.0)  # the reply cache (0.4 s) has forgotten call 50; the sweeps have moved the floor
+    s.send(held)
+    time.sleep(0.3)
+    assert runs["echo"] == 2, "the held datagram ran its call again"
+    assert srv.stats()["drops"]["auth_stale"] >= 1
+    # A session the client moved on from: its held datagram, delivered late, is refused too.
+    held = _request(sess, ECHO, 60, b"old session")[0]
+    new, _, _ = _handshake(s, keys["all"], prev=sess)              # a rekey: the line goes on
+    assert _call(s, new, ECHO, 60, b"old session") == (v5.RESPONSE, 0, b"old session") and runs["echo"] == 3
+    time.sleep(3.0)
+    s.send(held)
+    time.sleep(0.3)
+    assert runs["echo"] == 3, "the old session's held datagram ran its call again"
+
+
 def test_a_call_moved_to_another_address_is_the_same_call(servers, keys):
     """A version 5 call is its session's, not its address's (held-out attacker, W1): the client's
     reply lost, its retransmission relayed from another port (an attacker, or a NAT that rebound)

@@ -331,6 +331,85 @@ static void test_no_session_rate(void)
     srpc_sessions_destroy(&t);
 }
 
+/* Issue 52's outside attack (finding 1 of the re-run): a datagram held back by an on-path attacker
+ * and delivered after the call's reply is forgotten ran the call again. A session's counters at or
+ * below its floor (its window's top as it was a rotation or two ago) are refused as stale, and so is
+ * anything of a session followed by another for stale_ms; a session followed by another is the first
+ * forgotten when a key's quota or the table is full (forged NO_SESSIONs made a client resume again
+ * and again, and its old sessions, kept for their line's calls, locked its key out). */
+static int busy_all(void *ctx, uint64_t line)
+{
+    (void)ctx, (void)line;
+    return 1;
+}
+
+static void test_late_datagrams_and_superseded(void)
+{
+    srpc_sessions_t t;
+    CHECK(srpc_sessions_init(&t, 8, 0) == 0, "a table of 8");
+    t.stale_ms = 1000;
+    srpc_keytab_t *keys = table(1, 0);
+    struct sockaddr_in a = addr(4020);
+    const struct sockaddr *src = (const struct sockaddr *)&a;
+    uint8_t out[SRPC_V5_INIT_LEN], e[32], pub[32], init[SRPC_V5_INIT_LEN];
+    size_t n;
+    srpc_v5_keys_t k1, k2;
+    srpc_v5_keypair(e, pub);
+    srpc_v5_init_make(init, PSK7, 7, 80, e, WALL, 0, NULL, NULL);
+    CHECK(srpc_sessions_on_init(&t, keys, init, sizeof(init), src, WALL, MONO, out, &n) == 0 &&
+              srpc_v5_accept_open(&k1, init, e, PSK7, out, n) == 0,
+          "a session");
+    srpc_session_t *s1 = srpc_sessions_find(&t, keys, k1.session, MONO);
+    for (uint64_t c = 1; c <= 10; c++)
+        if (c != 4) /* 4: held back on the way */
+            CHECK(srpc_sessions_fresh(&t, s1, c, MONO) == 0 && srpc_sessions_take(s1, c, MONO) == 0, "taken");
+    CHECK(srpc_sessions_fresh(&t, s1, 4, MONO + 100) == 0, "the held one, soon after: still taken (its call is "
+                                                            "remembered)");
+    srpc_sessions_expire(&t, MONO + 500);  /* a rotation: pending = 10 */
+    CHECK(srpc_sessions_fresh(&t, s1, 4, MONO + 600) == 0, "one rotation later: still");
+    srpc_sessions_expire(&t, MONO + 1000); /* floor = 10 */
+    CHECK(srpc_sessions_fresh(&t, s1, 4, MONO + 1000) == SRPC_DROP_AUTH_STALE, "two rotations later: stale");
+    CHECK(srpc_sessions_fresh(&t, s1, 11, MONO + 1000) == 0, "a new counter: taken");
+    /* A session that follows it: the first is refused from stale_ms later. */
+    srpc_v5_keypair(e, pub);
+    srpc_v5_init_make(init, PSK7, 7, 81, e, WALL, 0, &k1, NULL);
+    CHECK(srpc_sessions_on_init(&t, keys, init, sizeof(init), src, WALL, MONO + 2000, out, &n) == 0 &&
+              srpc_v5_accept_open(&k2, init, e, PSK7, out, n) == 0,
+          "a session following it (a rekey, or after a NO_SESSION)");
+    s1 = srpc_sessions_find(&t, keys, k1.session, MONO + 2000);
+    CHECK(s1 && s1->superseded_ms == MONO + 2000 && srpc_sessions_fresh(&t, s1, 12, MONO + 2500) == 0,
+          "the first's new datagrams: taken for a while");
+    CHECK(srpc_sessions_fresh(&t, s1, 12, MONO + 3000) == SRPC_DROP_AUTH_STALE, "then refused");
+    srpc_sessions_expire(&t, MONO + 3000);
+    CHECK(srpc_sessions_find(&t, keys, k1.session, MONO + 3000) == NULL &&
+              srpc_sessions_find(&t, keys, k2.session, MONO + 3000) != NULL,
+          "and forgotten, its line going on in the second");
+    /* A client made to resume again and again: its key is never locked out. The table (8) is
+     * half full at 4; the key's quota is a quarter of it (2). */
+    t.stale_ms = 100000;
+    srpc_v5_keys_t prev = k2, next;
+    uint64_t mono = MONO + 4000;
+    int made = 0;
+    for (int i = 0; i < 40; i++, mono += 5) {
+        srpc_v5_keypair(e, pub);
+        srpc_v5_init_make(init, PSK7, 7, 100 + (uint64_t)i, e, WALL, 0, &prev, NULL);
+        if (srpc_sessions_on_init(&t, keys, init, sizeof(init), src, WALL, mono, out, &n) == 0 &&
+            n == SRPC_V5_ACCEPT_LEN && srpc_v5_accept_open(&next, init, e, PSK7, out, n) == 0) {
+            made++;
+            srpc_sessions_mark(&t, busy_all, NULL); /* its line has calls the whole time */
+            prev = next;
+        }
+    }
+    srpc_v5_keys_t other;
+    srpc_v5_keypair(e, pub);
+    srpc_v5_init_make(init, PSK7, 7, 200, e, WALL, 0, NULL, NULL);
+    CHECK(made == 40 && srpc_sessions_on_init(&t, keys, init, sizeof(init), src, WALL, mono, out, &n) == 0 &&
+              srpc_v5_accept_open(&other, init, e, PSK7, out, n) == 0,
+          "40 resumes, each answered (%d), and another client of the key still gets a session", made);
+    srpc_keytab_destroy(keys);
+    srpc_sessions_destroy(&t);
+}
+
 int main(void)
 {
     for (int i = 0; i < 32; i++)
@@ -347,6 +426,7 @@ int main(void)
     test_full_table();
     test_key_quota();
     test_no_session_rate();
+    test_late_datagrams_and_superseded();
     printf("%d passed, %d failed\n", passed, failed);
     return failed != 0;
 }

@@ -321,8 +321,9 @@ static int v5_open(srpc_server_t *srv, const srpc_hdr_t *h, const uint8_t *hb, u
         }
         return SRPC_DROP_AUTH_UNKNOWN_KEY; /* no such session: counted with unknown keys */
     }
-    if (!srpc_replay_fresh(&s->win, counter)) /* before the tag: a replay costs no AEAD */
-        return SRPC_DROP_AUTH_REPLAY;
+    const int r = srpc_sessions_fresh(srv->sessions, s, counter, mono); /* before the tag: a replay costs no AEAD */
+    if (r)
+        return r;
     if (srpc_v5_open(&s->keys, 1, hb, data, dlen, tr) < 0)
         return SRPC_DROP_AUTH_BAD_TAG;
     if (srpc_sessions_take(s, counter, mono) != 0)

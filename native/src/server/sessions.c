@@ -48,6 +48,7 @@ int srpc_sessions_init(srpc_sessions_t *t, uint32_t max_sessions, uint32_t hands
         t->s[i].next_id = i + 1 < max_sessions ? i + 1 : SRPC_SESS_NONE;
     t->free_head = 0;
     t->handshakes_per_s = handshakes_per_s ? handshakes_per_s : SRPC_V5_HANDSHAKES_PER_S;
+    t->stale_ms = SRPC_DEF_REPLY_CACHE_US / 2000;
     t->key_quota = max_sessions / 4 > 2 ? max_sessions / 4 : 2;
     return 0;
 }
@@ -94,11 +95,45 @@ static int past_time(const srpc_session_t *s, uint64_t mono_ms)
     return mono_ms - s->born_ms > SRPC_V5_REJECT_AFTER_MS || mono_ms - s->seen_ms > SRPC_V5_REJECT_AFTER_MS;
 }
 
+/* Followed by another session for stale_ms: nothing of it is taken any more. */
+static int superseded(const srpc_sessions_t *t, const srpc_session_t *s, uint64_t mono_ms)
+{
+    return s->superseded_ms && mono_ms - s->superseded_ms >= t->stale_ms;
+}
+
 void srpc_sessions_expire(srpc_sessions_t *t, uint64_t mono_ms)
 {
-    for (uint32_t i = 0; i < t->cap && t->used; i++)
-        if (t->s[i].used && !t->s[i].calls && past_time(&t->s[i], mono_ms))
+    for (uint32_t i = 0; i < t->cap && t->used; i++) {
+        srpc_session_t *s = &t->s[i];
+        if (!s->used)
+            continue;
+        if (superseded(t, s, mono_ms) || (!s->calls && past_time(s, mono_ms))) {
             forget(t, i);
+            continue;
+        }
+        if (mono_ms - s->rot_ms >= t->stale_ms / 2) {
+            s->floor = s->pending;
+            s->pending = s->win.top;
+            s->rot_ms = mono_ms;
+        }
+    }
+}
+
+/* Forgets the session followed by another longest ago (its line's calls go on under that one):
+ * 1, or 0 when there is none. */
+static int forget_superseded(srpc_sessions_t *t, uint32_t key_id, int any_key)
+{
+    uint32_t old = SRPC_SESS_NONE;
+    for (uint32_t i = 0; i < t->cap; i++) {
+        const srpc_session_t *s = &t->s[i];
+        if (s->used && s->superseded_ms && (any_key || s->key_id == key_id) &&
+            (old == SRPC_SESS_NONE || s->superseded_ms < t->s[old].superseded_ms))
+            old = i;
+    }
+    if (old == SRPC_SESS_NONE)
+        return 0;
+    forget(t, old);
+    return 1;
 }
 
 void srpc_sessions_mark(srpc_sessions_t *t, int (*busy)(void *ctx, uint64_t line), void *ctx)
@@ -141,6 +176,10 @@ static int quota_reached(srpc_sessions_t *t, uint32_t key_id, uint64_t mono_ms)
     }
     if (mine < t->key_quota)
         return 0;
+    if (forget_superseded(t, key_id, 0)) { /* one its client has moved on from, first */
+        t->st.key_quota++;
+        return 0;
+    }
     if (idle == SRPC_SESS_NONE)
         return 1;
     forget(t, idle);
@@ -222,6 +261,8 @@ int srpc_sessions_on_init(srpc_sessions_t *t, const srpc_keytab_t *keys, const u
         t->st.key_quota++;
         return SRPC_DROP_TABLE_FULL; /* this key's own sessions are all busy or recent */
     }
+    if (t->free_head == SRPC_SESS_NONE)
+        forget_superseded(t, 0, 1); /* one a client has moved on from makes room */
     if (t->free_head == SRPC_SESS_NONE) { /* no session with calls, or still young, is dropped for room */
         t->st.full++;
         return SRPC_DROP_TABLE_FULL;
@@ -243,19 +284,23 @@ int srpc_sessions_on_init(srpc_sessions_t *t, const srpc_keytab_t *keys, const u
     }
     uint64_t lineage = id; /* a new line of calls, unless it follows a session here whose keys its client holds */
     if (f.prev_session) {
-        const srpc_session_t *prev = by_id(t, f.prev_session);
-        if (prev && prev->key_id == f.key_id && srpc_v5_init_resume_ok(d, prev->keys.c2s))
+        srpc_session_t *prev = by_id(t, f.prev_session);
+        if (prev && prev->key_id == f.key_id && srpc_v5_init_resume_ok(d, prev->keys.c2s)) {
             lineage = prev->lineage;
-        else
+            if (!prev->superseded_ms) /* its client moves on: it is refused from stale_ms after this */
+                prev->superseded_ms = mono_ms ? mono_ms : 1;
+        } else {
             t->st.not_resumed++;
+        }
     }
     t->free_head = s->next_id;
     s->used = 1;
     s->lineage = lineage;
     s->key_id = f.key_id;
     s->calls = 0;
-    s->born_ms = s->seen_ms = mono_ms;
+    s->born_ms = s->seen_ms = s->rot_ms = mono_ms;
     memset(&s->win, 0, sizeof(s->win));
+    s->floor = s->pending = s->superseded_ms = 0;
     memcpy(s->mac1, mac1, sizeof(s->mac1));
     memcpy(s->accept, out, SRPC_V5_ACCEPT_LEN);
     uint32_t *hi = &t->by_id[id_bucket(t, id)], *hm = &t->by_mac[mac_bucket(t, mac1)];
@@ -280,6 +325,13 @@ srpc_session_t *srpc_sessions_find(srpc_sessions_t *t, const srpc_keytab_t *keys
     if (!s->calls) /* its calls, if any, are still answered: it goes with the last */
         forget(t, (uint32_t)(s - t->s));
     return NULL;
+}
+
+int srpc_sessions_fresh(const srpc_sessions_t *t, const srpc_session_t *s, uint64_t c, uint64_t mono_ms)
+{
+    if (!srpc_replay_fresh(&s->win, c))
+        return SRPC_DROP_AUTH_REPLAY;
+    return c <= s->floor || superseded(t, s, mono_ms) ? SRPC_DROP_AUTH_STALE : 0;
 }
 
 int srpc_sessions_take(srpc_session_t *s, uint64_t c, uint64_t mono_ms)

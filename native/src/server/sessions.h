@@ -23,6 +23,12 @@ typedef struct srpc_session {
                                              owner's sweep, srpc_sessions_mark): never dropped then */
     uint64_t born_ms, seen_ms;            /* monotonic: its ACCEPT, its last datagram taken */
     srpc_replay_t win;                    /* the client's counters taken */
+    uint64_t floor, pending, rot_ms;      /* counters at or below floor are refused as stale: floor is the
+                                             window's top as it was between one and two rotations ago
+                                             (rotated every stale_ms / 2 by srpc_sessions_expire) */
+    uint64_t superseded_ms;               /* when a session that follows it was made (0: none): from
+                                             stale_ms after that its datagrams are refused, and it is the
+                                             first forgotten when a place is needed */
     uint8_t mac1[16];                     /* its INIT's: that INIT again is answered with accept */
     uint8_t accept[SRPC_V5_ACCEPT_LEN];
     uint32_t next_id, next_mac;           /* hash chains (by id, by mac1); SRPC_SESS_NONE ends one */
@@ -49,6 +55,12 @@ typedef struct srpc_sessions {
     uint32_t key_quota;                   /* sessions one key may hold while the table is half full */
     uint32_t *by_id, *by_mac, mask;       /* bucket heads */
     uint32_t handshakes_per_s;            /* more than this in a second: cookies asked for */
+    uint32_t stale_ms;                    /* how long after a later counter of its session (or a session
+                                             following it) a datagram is still taken: at most half the time
+                                             a finished call is remembered (the reply cache's), so a datagram
+                                             held back by an attacker and delivered later either finds its
+                                             call remembered or is refused; the owner sets it (default
+                                             SRPC_DEF_REPLY_CACHE_US / 2) */
     uint64_t hs_window_ms, hs_count;
     uint8_t cookie_cur[SRPC_V5_KEY_LEN], cookie_prev[SRPC_V5_KEY_LEN];
     uint64_t cookie_ms;                   /* when cookie_cur was drawn (0: never) */
@@ -78,6 +90,11 @@ int srpc_sessions_on_init(srpc_sessions_t *t, const srpc_keytab_t *keys, const u
  * without calls is forgotten then. */
 srpc_session_t *srpc_sessions_find(srpc_sessions_t *t, const srpc_keytab_t *keys, uint64_t id, uint64_t mono_ms);
 
+/* Whether counter c of session s may be taken now, before its tag is checked: 0; SRPC_DROP_AUTH_REPLAY
+ * (taken before, behind the window); SRPC_DROP_AUTH_STALE (at or below the session's floor, or the
+ * session followed by another for stale_ms: a datagram held back and delivered late). */
+int srpc_sessions_fresh(const srpc_sessions_t *t, const srpc_session_t *s, uint64_t c, uint64_t mono_ms);
+
 /* Takes counter c of a datagram whose tag srpc_v5_open found right under s: 0, or
  * SRPC_DROP_AUTH_REPLAY. */
 int srpc_sessions_take(srpc_session_t *s, uint64_t c, uint64_t mono_ms);
@@ -87,7 +104,8 @@ int srpc_sessions_take(srpc_session_t *s, uint64_t c, uint64_t mono_ms);
  * it), and SRPC_V5_NO_SESSIONS_PER_S in all. */
 int srpc_sessions_may_refuse(srpc_sessions_t *t, const struct sockaddr *src, uint64_t mono_ms);
 
-/* Forgets every session past its time that has no calls. */
+/* Forgets every session past its time that has no calls, and every session followed by another
+ * for stale_ms (its line's calls go on under that one); rotates the floors. */
 void srpc_sessions_expire(srpc_sessions_t *t, uint64_t mono_ms);
 
 /* Marks which sessions have calls: those whose line busy(ctx, line) says the call table holds
