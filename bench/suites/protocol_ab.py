@@ -164,8 +164,9 @@ def report(doc: dict) -> str:
 
 
 NAMES = {"1": "v1", "2": "v2 (header check)", "3": "v3 (integrity: CRC-32C)",
-         "4": "v4 (legacy: a BLAKE2b MAC per datagram)", "5": "v5 (sessions: ChaCha20-Poly1305, authenticated)",
-         "5e": "v5 (sessions, encrypted)"}
+         "4": "v4 (legacy: a BLAKE2b MAC per datagram)",
+         "5": "v5 (sessions, authenticated: AES-256-GCM where the CPU has AES-NI, else ChaCha20-Poly1305)",
+         "5e": "v5 (sessions, encrypted: the same AEAD)"}
 
 
 def report_many(doc: dict) -> str:
