@@ -361,7 +361,7 @@ def test_dpdk_client_and_server_over_memif(tmp_path, split, request):
         k = auth.Key.generate(1)
         auth.KeyTable([k]).save(tmp_path / "keys.json")
         auth.save_client_key(k, tmp_path / "client.json")
-        kw = dict(kw, keys=str(tmp_path / "keys.json"))
+        kw = dict(kw, keys=str(tmp_path / "keys.json"), legacy_v4=True)  # (sessions are not built on DPDK yet)
         key_file = str(tmp_path / "client.json")
     server_env = fake_cuda_env(request.getfixturevalue("native_build")) if on_gpu else env
     if on_gpu:  # the emulated cupy, for the device function (tests/emu/cupy)
@@ -371,7 +371,8 @@ def test_dpdk_client_and_server_over_memif(tmp_path, split, request):
     try:
         server.wait_line("READY", 60)
         code = textwrap.dedent(MEMIF_CLIENT.format(eal=EAL, sock=sock, gpu=split == "emulated-gpu",
-                                                   proto=3 if split.endswith("-v3") else None, key=key_file))
+                                                   proto=3 if split.endswith("-v3") else 4 if key_file else None,
+                                                   key=key_file))
         client = subprocess.Popen([sys.executable, "-c", code],
                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                   cwd=tempfile.gettempdir(), env=env)
