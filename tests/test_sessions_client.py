@@ -193,3 +193,26 @@ def test_version_4_only_when_asked(make_server, make_client, keys, table):
         splitrpc.Client("127.0.0.1", srv.port, key=keys["all"], rekey=121)
     with pytest.raises(ValueError, match="needs keys="):
         splitrpc.Server("127.0.0.1", 0, legacy_v4=True)
+
+
+def test_thousands_of_short_lived_clients_all_get_sessions(make_server, keys, table):
+    """3,000 clients of one key, one call each, at about 500 a second (each `splitrpc call` is such
+    a client; issue 52's churn: 10,000 a minute is 167 a second): the server's table of sessions
+    (4,096 places; a key may hold a quarter of it once it is half full) makes room with the
+    sessions of clients gone silent, so every client gets its session at its first INIT."""
+    runs = {"echo": [], "other": []}
+    srv = make_server(_setup(runs), keys=table)
+    slow, t0 = 0, time.monotonic()
+    for i in range(3000):
+        due = t0 + i / 500
+        if due > time.monotonic():
+            time.sleep(due - time.monotonic())
+        with splitrpc.Client("127.0.0.1", srv.port, key=keys["all"], timeout=5) as c:
+            t = time.monotonic()
+            assert c.call(ECHO, b"%d" % i) == b"%d" % i
+            slow += time.monotonic() - t > 0.15  # an INIT resent (200 ms): the first went unanswered
+            assert c.stats()["handshakes"] == 1
+    assert len(runs["echo"]) == 3000
+    assert slow == 0, f"{slow} clients waited for an INIT's resend"
+    st = srv.stats()
+    assert st["drops"].get("table_full", 0) == 0, st["drops"]

@@ -346,6 +346,7 @@ static srpc_keytab_t *table(int with_key1)
     srpc_keytab_t *t = NULL;
     const uint16_t echo = F_ECHO;
     srpc_keytab_create(0, 2000, &t);
+    srpc_keytab_legacy_v4(t, 1); /* version 4's tests: its legacy mode on (a keyed server's default is sessions alone) */
     if (with_key1)
         srpc_keytab_add(t, 1, K1, 32, 0, 1, NULL, 0);
     srpc_keytab_add(t, 2, K2, 32, 0, 0, &echo, 1);

@@ -273,6 +273,25 @@ static void test_full_table(void)
                                 MONO + SRPC_V5_REJECT_AFTER_MS + 1, out, &n) == 0 &&
               n == SRPC_V5_ACCEPT_LEN && t.used == 1,
           "once they are past their time, they make room");
+    srpc_sessions_destroy(&t);
+    /* A table full of short-lived clients' sessions (each key under its quota: the quota left
+     * out here): the longest silent without calls makes room once it is 2 s silent. */
+    CHECK(srpc_sessions_init(&t, 4, 1000) == 0, "a table of 4 sessions");
+    t.key_quota = 100;
+    for (uint64_t i = 0; i < 4; i++) {
+        client_init(&h, 7, PSK7, 70 + i, WALL, NULL);
+        CHECK(srpc_sessions_on_init(&t, keys, h.init, sizeof(h.init), (struct sockaddr *)&a, WALL, MONO + i, out,
+                                    &n) == 0,
+              "session %u", (unsigned)i);
+    }
+    client_init(&h, 7, PSK7, 80, WALL, NULL);
+    CHECK(srpc_sessions_on_init(&t, keys, h.init, sizeof(h.init), (struct sockaddr *)&a, WALL, MONO + 100, out, &n) ==
+              SRPC_DROP_TABLE_FULL,
+          "full of sessions silent less than 2 s: unanswered");
+    CHECK(srpc_sessions_on_init(&t, keys, h.init, sizeof(h.init), (struct sockaddr *)&a, WALL + 10,
+                                MONO + SRPC_V5_QUOTA_IDLE_MS + 1, out, &n) == 0 &&
+              n == SRPC_V5_ACCEPT_LEN && t.used == 4 && t.st.expired == 1,
+          "2 s later the longest silent makes room (not 180 s)");
     srpc_keytab_destroy(keys);
     srpc_sessions_destroy(&t);
 }

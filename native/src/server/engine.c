@@ -815,8 +815,11 @@ static int line_busy(void *ctx, uint64_t line)
 }
 
 /* Forgets version 5's sessions past their time, once a second, but none whose line still has
- * calls in the call table (running, arriving, or a cached reply): a resume naming it must still
- * find it, so that a call's resend is that call. rx. */
+ * calls in the call table that are arriving or running: a resume naming it must still find it,
+ * so that a call's resend is that call. A line whose calls are all answered (their replies
+ * cached) does not hold its sessions: one silent for SRPC_V5_QUOTA_IDLE_MS (2 s) may make room
+ * for a new session when its key's quota or the table is full, since a client still waiting
+ * for a reply retransmits at least every rto_max (1 s by default) and so is not silent. rx. */
 static void sessions_sweep(srpc_server_t *srv)
 {
     const uint64_t ms = srpc_now_ns() / 1000000u;
@@ -827,7 +830,7 @@ static void sessions_sweep(srpc_server_t *srv)
     lines_t l = {malloc((size_t)srv->ct.used * sizeof(uint64_t) + 1), 0};
     if (l.line) {
         for (uint32_t i = 0; i < srv->ct.max_entries && l.n < srv->ct.used; i++)
-            if (srv->ct.e[i].state != CT_FREE && srv->ct.e[i].key.session)
+            if ((srv->ct.e[i].state == CT_PARTIAL || srv->ct.e[i].state == CT_QUEUED) && srv->ct.e[i].key.session)
                 l.line[l.n++] = srv->ct.e[i].key.session;
         qsort(l.line, l.n, sizeof(uint64_t), cmp_u64);
         srpc_sessions_mark(srv->sessions, line_busy, &l);

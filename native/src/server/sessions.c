@@ -187,6 +187,24 @@ static int quota_reached(srpc_sessions_t *t, uint32_t key_id, uint64_t mono_ms)
     return 0;
 }
 
+/* Forgets the longest-silent session without calls, of any key, silent SRPC_V5_QUOTA_IDLE_MS at
+ * least (a table full of short-lived clients' sessions makes room for new ones): 1, or 0 when
+ * there is none. O(places): only when the table is full. */
+static int forget_idle(srpc_sessions_t *t, uint64_t mono_ms)
+{
+    uint32_t idle = SRPC_SESS_NONE;
+    for (uint32_t i = 0; i < t->cap; i++) {
+        const srpc_session_t *s = &t->s[i];
+        if (s->used && !s->calls && mono_ms - s->seen_ms >= SRPC_V5_QUOTA_IDLE_MS &&
+            (idle == SRPC_SESS_NONE || s->seen_ms < t->s[idle].seen_ms))
+            idle = i;
+    }
+    if (idle == SRPC_SESS_NONE)
+        return 0;
+    forget(t, idle);
+    return 1;
+}
+
 /* The cookie secrets, the current one replaced every SRPC_V5_COOKIE_ROTATE_MS. */
 static void rotate_cookies(srpc_sessions_t *t, uint64_t mono_ms)
 {
@@ -261,8 +279,8 @@ int srpc_sessions_on_init(srpc_sessions_t *t, const srpc_keytab_t *keys, const u
         t->st.key_quota++;
         return SRPC_DROP_TABLE_FULL; /* this key's own sessions are all busy or recent */
     }
-    if (t->free_head == SRPC_SESS_NONE)
-        forget_superseded(t, 0, 1); /* one a client has moved on from makes room */
+    if (t->free_head == SRPC_SESS_NONE && !forget_superseded(t, 0, 1)) /* one a client has moved on from */
+        forget_idle(t, mono_ms); /* else the longest silent without calls: short-lived clients' */
     if (t->free_head == SRPC_SESS_NONE) { /* no session with calls, or still young, is dropped for room */
         t->st.full++;
         return SRPC_DROP_TABLE_FULL;

@@ -19,7 +19,7 @@ typedef struct srpc_session {
     uint64_t lineage;                     /* its calls' identity: its own id, or (resumed) that of the
                                              session it follows (docs/PROTOCOL-v5.md: resume) */
     uint32_t key_id;
-    uint32_t calls;                       /* 1 while the call table holds calls of its line (set by the
+    uint32_t calls;                       /* 1 while the call table holds calls of its line arriving or running (set by the
                                              owner's sweep, srpc_sessions_mark): never dropped then */
     uint64_t born_ms, seen_ms;            /* monotonic: its ACCEPT, its last datagram taken */
     srpc_replay_t win;                    /* the client's counters taken */
