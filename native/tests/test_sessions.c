@@ -67,7 +67,7 @@ static void test_handshake_and_replays(void)
               t.st.accept_again == 1,
           "an INIT seen before: its ACCEPT again, nothing made");
     /* A datagram's counter, once. */
-    CHECK(srpc_sessions_take(s, 1, MONO + 10) == 0 && srpc_sessions_take(s, 1, MONO + 10) == SRPC_DROP_AUTH_REPLAY,
+    CHECK(srpc_sessions_take(&t, s, 1, MONO + 10) == 0 && srpc_sessions_take(&t, s, 1, MONO + 10) == SRPC_DROP_AUTH_REPLAY,
           "a counter taken once");
     /* The page's checks, in order. */
     uint8_t bad[SRPC_V5_INIT_LEN];
@@ -278,8 +278,33 @@ static void test_full_table(void)
      * out here): the longest silent without calls makes room once it is 2 s silent. */
     CHECK(srpc_sessions_init(&t, 4, 1000) == 0, "a table of 4 sessions");
     t.key_quota = 100;
+    srpc_v5_keys_t oldest;
     for (uint64_t i = 0; i < 4; i++) {
         client_init(&h, 7, PSK7, 70 + i, WALL, NULL);
+        CHECK(srpc_sessions_on_init(&t, keys, h.init, sizeof(h.init), (struct sockaddr *)&a, WALL, MONO + i, out,
+                                    &n) == 0,
+              "session %u", (unsigned)i);
+        if (i == 0)
+            CHECK(srpc_v5_accept_open(&oldest, h.init, h.e_priv, PSK7, out, n) == 0, "the oldest's keys");
+    }
+    /* The INIT of the longest-silent session's own client, following it: that session is not the
+     * one forgotten to make room (a reviewer's finding: its line was lost, its calls new). */
+    uint8_t e[32], pub[32], rinit[SRPC_V5_INIT_LEN];
+    srpc_v5_keypair(e, pub);
+    srpc_v5_init_make(rinit, PSK7, 7, 90, e, WALL, 0, &oldest, NULL);
+    const uint64_t line = srpc_sessions_find(&t, keys, oldest.session, MONO)->lineage;
+    srpc_v5_keys_t resumed;
+    CHECK(srpc_sessions_on_init(&t, keys, rinit, sizeof(rinit), (struct sockaddr *)&a, WALL + 5,
+                                MONO + SRPC_V5_QUOTA_IDLE_MS + 50, out, &n) == 0 &&
+              srpc_v5_accept_open(&resumed, rinit, e, PSK7, out, n) == 0 &&
+              srpc_sessions_find(&t, keys, resumed.session, MONO + SRPC_V5_QUOTA_IDLE_MS + 50)->lineage == line &&
+              t.st.not_resumed == 0,
+          "a resume in a full table keeps its line");
+    srpc_sessions_destroy(&t);
+    CHECK(srpc_sessions_init(&t, 4, 1000) == 0, "a table of 4 sessions");
+    t.key_quota = 100;
+    for (uint64_t i = 0; i < 4; i++) {
+        client_init(&h, 7, PSK7, 170 + i, WALL, NULL);
         CHECK(srpc_sessions_on_init(&t, keys, h.init, sizeof(h.init), (struct sockaddr *)&a, WALL, MONO + i, out,
                                     &n) == 0,
               "session %u", (unsigned)i);
@@ -381,7 +406,7 @@ static void test_late_datagrams_and_superseded(void)
     srpc_session_t *s1 = srpc_sessions_find(&t, keys, k1.session, MONO);
     for (uint64_t c = 1; c <= 10; c++)
         if (c != 4) /* 4: held back on the way */
-            CHECK(srpc_sessions_fresh(&t, s1, c, MONO) == 0 && srpc_sessions_take(s1, c, MONO) == 0, "taken");
+            CHECK(srpc_sessions_fresh(&t, s1, c, MONO) == 0 && srpc_sessions_take(&t, s1, c, MONO) == 0, "taken");
     CHECK(srpc_sessions_fresh(&t, s1, 4, MONO + 100) == 0, "the held one, soon after: still taken (its call is "
                                                             "remembered)");
     srpc_sessions_expire(&t, MONO + 500);  /* a rotation: pending = 10 */

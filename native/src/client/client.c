@@ -376,6 +376,8 @@ static void retransmit_due(srpc_client_t *c)
             if (k->due_ns < next)
                 next = k->due_ns;
         }
+    if (c->v5 && c->v5->hs_on && c->v5->hs_due_ns < next) /* (one a send above may have started) */
+        next = c->v5->hs_due_ns;
     c->next_due = next;
 }
 

@@ -326,7 +326,7 @@ static int v5_open(srpc_server_t *srv, const srpc_hdr_t *h, const uint8_t *hb, u
         return r;
     if (srpc_v5_open(&s->keys, 1, hb, data, dlen, tr) < 0)
         return SRPC_DROP_AUTH_BAD_TAG;
-    if (srpc_sessions_take(s, counter, mono) != 0)
+    if (srpc_sessions_take(srv->sessions, s, counter, mono) != 0)
         return SRPC_DROP_AUTH_REPLAY;
     *key = srpc_keytab_key(srv->keys, s->key_id); /* there: srpc_sessions_find checked */
     *sess = s;

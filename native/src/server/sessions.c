@@ -95,6 +95,17 @@ static int past_time(const srpc_session_t *s, uint64_t mono_ms)
     return mono_ms - s->born_ms > SRPC_V5_REJECT_AFTER_MS || mono_ms - s->seen_ms > SRPC_V5_REJECT_AFTER_MS;
 }
 
+/* The floor's rotation (every stale_ms / 2): by the sweep, and as datagrams are taken (so that a
+ * stale_ms under the sweep's second still holds). */
+static void rotate_floor(const srpc_sessions_t *t, srpc_session_t *s, uint64_t mono_ms)
+{
+    if (mono_ms - s->rot_ms >= t->stale_ms / 2) {
+        s->floor = s->pending;
+        s->pending = s->win.top;
+        s->rot_ms = mono_ms;
+    }
+}
+
 /* Followed by another session for stale_ms: nothing of it is taken any more. */
 static int superseded(const srpc_sessions_t *t, const srpc_session_t *s, uint64_t mono_ms)
 {
@@ -111,22 +122,18 @@ void srpc_sessions_expire(srpc_sessions_t *t, uint64_t mono_ms)
             forget(t, i);
             continue;
         }
-        if (mono_ms - s->rot_ms >= t->stale_ms / 2) {
-            s->floor = s->pending;
-            s->pending = s->win.top;
-            s->rot_ms = mono_ms;
-        }
+        rotate_floor(t, s, mono_ms);
     }
 }
 
 /* Forgets the session followed by another longest ago (its line's calls go on under that one):
  * 1, or 0 when there is none. */
-static int forget_superseded(srpc_sessions_t *t, uint32_t key_id, int any_key)
+static int forget_superseded(srpc_sessions_t *t, uint32_t key_id, int any_key, uint32_t keep)
 {
     uint32_t old = SRPC_SESS_NONE;
     for (uint32_t i = 0; i < t->cap; i++) {
         const srpc_session_t *s = &t->s[i];
-        if (s->used && s->superseded_ms && (any_key || s->key_id == key_id) &&
+        if (s->used && i != keep && s->superseded_ms && (any_key || s->key_id == key_id) &&
             (old == SRPC_SESS_NONE || s->superseded_ms < t->s[old].superseded_ms))
             old = i;
     }
@@ -162,7 +169,7 @@ static srpc_session_t *by_mac1(const srpc_sessions_t *t, const uint8_t mac1[16])
 /* Whether key_id holds its quota of places: if so, its longest-silent session without calls
  * (silent SRPC_V5_QUOTA_IDLE_MS at least) is forgotten to make room, and 0 returned; 1 when it
  * has none such (the INIT is then unanswered). O(places): only once the table is half full. */
-static int quota_reached(srpc_sessions_t *t, uint32_t key_id, uint64_t mono_ms)
+static int quota_reached(srpc_sessions_t *t, uint32_t key_id, uint64_t mono_ms, uint32_t keep)
 {
     uint32_t mine = 0, idle = SRPC_SESS_NONE;
     for (uint32_t i = 0; i < t->cap; i++) {
@@ -170,13 +177,13 @@ static int quota_reached(srpc_sessions_t *t, uint32_t key_id, uint64_t mono_ms)
         if (!s->used || s->key_id != key_id)
             continue;
         mine++;
-        if (!s->calls && mono_ms - s->seen_ms >= SRPC_V5_QUOTA_IDLE_MS &&
+        if (i != keep && !s->calls && mono_ms - s->seen_ms >= SRPC_V5_QUOTA_IDLE_MS &&
             (idle == SRPC_SESS_NONE || s->seen_ms < t->s[idle].seen_ms))
             idle = i;
     }
     if (mine < t->key_quota)
         return 0;
-    if (forget_superseded(t, key_id, 0)) { /* one its client has moved on from, first */
+    if (forget_superseded(t, key_id, 0, keep)) { /* one its client has moved on from, first */
         t->st.key_quota++;
         return 0;
     }
@@ -190,12 +197,12 @@ static int quota_reached(srpc_sessions_t *t, uint32_t key_id, uint64_t mono_ms)
 /* Forgets the longest-silent session without calls, of any key, silent SRPC_V5_QUOTA_IDLE_MS at
  * least (a table full of short-lived clients' sessions makes room for new ones): 1, or 0 when
  * there is none. O(places): only when the table is full. */
-static int forget_idle(srpc_sessions_t *t, uint64_t mono_ms)
+static int forget_idle(srpc_sessions_t *t, uint64_t mono_ms, uint32_t keep)
 {
     uint32_t idle = SRPC_SESS_NONE;
     for (uint32_t i = 0; i < t->cap; i++) {
         const srpc_session_t *s = &t->s[i];
-        if (s->used && !s->calls && mono_ms - s->seen_ms >= SRPC_V5_QUOTA_IDLE_MS &&
+        if (s->used && i != keep && !s->calls && mono_ms - s->seen_ms >= SRPC_V5_QUOTA_IDLE_MS &&
             (idle == SRPC_SESS_NONE || s->seen_ms < t->s[idle].seen_ms))
             idle = i;
     }
@@ -273,14 +280,18 @@ int srpc_sessions_on_init(srpc_sessions_t *t, const srpc_keytab_t *keys, const u
         t->st.cookies++;
         return 0;
     }
+    /* The session this INIT follows (if it is here) is never the one forgotten to make room: its
+     * line's calls go on under the new one (resume). */
+    const srpc_session_t *named = f.prev_session ? by_id(t, f.prev_session) : NULL;
+    const uint32_t keep = named ? (uint32_t)(named - t->s) : SRPC_SESS_NONE;
     if (t->free_head == SRPC_SESS_NONE)
         srpc_sessions_expire(t, mono_ms);
-    if (2u * t->used >= t->cap && quota_reached(t, f.key_id, mono_ms)) {
+    if (2u * t->used >= t->cap && quota_reached(t, f.key_id, mono_ms, keep)) {
         t->st.key_quota++;
         return SRPC_DROP_TABLE_FULL; /* this key's own sessions are all busy or recent */
     }
-    if (t->free_head == SRPC_SESS_NONE && !forget_superseded(t, 0, 1)) /* one a client has moved on from */
-        forget_idle(t, mono_ms); /* else the longest silent without calls: short-lived clients' */
+    if (t->free_head == SRPC_SESS_NONE && !forget_superseded(t, 0, 1, keep)) /* one a client has moved on from */
+        forget_idle(t, mono_ms, keep); /* else the longest silent without calls: short-lived clients' */
     if (t->free_head == SRPC_SESS_NONE) { /* no session with calls, or still young, is dropped for room */
         t->st.full++;
         return SRPC_DROP_TABLE_FULL;
@@ -352,13 +363,15 @@ int srpc_sessions_fresh(const srpc_sessions_t *t, const srpc_session_t *s, uint6
     return c <= s->floor || superseded(t, s, mono_ms) ? SRPC_DROP_AUTH_STALE : 0;
 }
 
-int srpc_sessions_take(srpc_session_t *s, uint64_t c, uint64_t mono_ms)
+int srpc_sessions_take(const srpc_sessions_t *t, srpc_session_t *s, uint64_t c, uint64_t mono_ms)
 {
     if (srpc_replay_take(&s->win, c) < 0)
         return SRPC_DROP_AUTH_REPLAY;
     s->seen_ms = mono_ms;
+    rotate_floor(t, s, mono_ms);
     return 0;
 }
+
 
 int srpc_sessions_may_refuse(srpc_sessions_t *t, const struct sockaddr *src, uint64_t mono_ms)
 {

@@ -96,8 +96,8 @@ srpc_session_t *srpc_sessions_find(srpc_sessions_t *t, const srpc_keytab_t *keys
 int srpc_sessions_fresh(const srpc_sessions_t *t, const srpc_session_t *s, uint64_t c, uint64_t mono_ms);
 
 /* Takes counter c of a datagram whose tag srpc_v5_open found right under s: 0, or
- * SRPC_DROP_AUTH_REPLAY. */
-int srpc_sessions_take(srpc_session_t *s, uint64_t c, uint64_t mono_ms);
+ * SRPC_DROP_AUTH_REPLAY. Rotates its floor when due (and so does the sweep). */
+int srpc_sessions_take(const srpc_sessions_t *t, srpc_session_t *s, uint64_t c, uint64_t mono_ms);
 
 /* 1 when a NO_SESSION may go to src now (and counts it), else 0: at most one per address every
  * SRPC_V5_NO_SESSION_GAP_MS (by a fixed table of address buckets: spoofed sources cannot grow
