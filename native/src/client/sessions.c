@@ -10,15 +10,6 @@
 
 #define MS 1000000ull
 
-static void wipe(void *p, size_t n)
-{
-    const srpc_sodium_t *so = srpc_sodium();
-    if (so)
-        so->memzero(p, n);
-    else
-        srpc_auth_wipe(p, n);
-}
-
 int srpc_cl_v5_init(srpc_cl_v5_t *v, uint32_t key_id, const uint8_t *psk, int encrypt, uint32_t rekey_ms)
 {
     if (!v || !psk || key_id == 0 || rekey_ms > SRPC_V5_CLIENT_REKEY_MS)
@@ -38,7 +29,7 @@ int srpc_cl_v5_init(srpc_cl_v5_t *v, uint32_t key_id, const uint8_t *psk, int en
 void srpc_cl_v5_wipe(srpc_cl_v5_t *v)
 {
     if (v)
-        wipe(v, sizeof(*v));
+        srpc_auth_wipe(v, sizeof(*v));
 }
 
 const srpc_cl_sess_t *srpc_cl_v5_current(srpc_cl_v5_t *v, uint64_t now_ns, int *start)
@@ -109,7 +100,7 @@ int srpc_cl_v5_due(srpc_cl_v5_t *v, uint64_t now_ns, uint8_t out[SRPC_V5_INIT_LE
         return 0;
     if (v->hs_sends >= SRPC_V5_INIT_SENDS) { /* the last one's wait is over, unanswered */
         v->hs_on = 0;
-        wipe(v->e_priv, sizeof(v->e_priv));
+        srpc_auth_wipe(v->e_priv, sizeof(v->e_priv));
         v->st.handshakes_failed++;
         return -ETIMEDOUT;
     }
@@ -144,18 +135,18 @@ int srpc_cl_v5_on_accept(srpc_cl_v5_t *v, const uint8_t *d, uint32_t len, uint64
     if (srpc_v5_accept_open(&k, v->init, v->e_priv, v->psk, d, len) < 0)
         return -EBADMSG; /* not the answer to our INIT (another's, changed, forged, late) */
     v->hs_on = 0;
-    wipe(v->e_priv, sizeof(v->e_priv));
+    srpc_auth_wipe(v->e_priv, sizeof(v->e_priv));
     if (v->want_encrypt && !(k.encrypt & SRPC_V5_FLAG_ENCRYPT)) {
-        wipe(&k, sizeof(k));
+        srpc_auth_wipe(&k, sizeof(k));
         return -EPROTO;
     }
     const int i = place(v);
-    wipe(&v->s[i], sizeof(v->s[i]));
+    srpc_auth_wipe(&v->s[i], sizeof(v->s[i]));
     v->s[i].keys = k;
     v->s[i].born_ns = now_ns;
     v->s[i].used = 1;
     v->cur = i;
-    wipe(&k, sizeof(k));
+    srpc_auth_wipe(&k, sizeof(k));
     v->st.handshakes++;
     return 0;
 }
