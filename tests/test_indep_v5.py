@@ -1,4 +1,4 @@
-"""test_indep_v5.py: the independent client's version 5 (sessions, docs/PROTOCOL-v5.md): its --selftest-v5 rebuilds the page's worked example byte for byte, and short --v5 runs (authenticating and encrypting) against a real keyed `splitrpc serve` answer every call with no bad_auth. Skipped where libsodium cannot be loaded."""
+"""test_indep_v5.py: the independent client's version 5 (sessions, docs/PROTOCOL-v5.md): its --selftest-v5 rebuilds the page's worked example byte for byte, and short --v5 runs (authenticating and encrypting, with ChaCha20-Poly1305 and, with --aes, AES-256-GCM) against a real keyed `splitrpc serve` answer every call with no bad_auth. Skipped where libsodium cannot be loaded; the AES runs where libsodium's AES-256-GCM is not available (no AES-NI or PCLMULQDQ)."""
 import ctypes
 import json
 import shutil
@@ -30,15 +30,34 @@ needs_sodium = pytest.mark.skipif(not _sodium_loadable(),
                                        "client's version 5 needs it at run time")
 
 
+def _sodium_aes_available() -> bool:
+    """libsodium's crypto_aead_aes256gcm_is_available(), what --aes needs (AES-NI and PCLMULQDQ)."""
+    for name in _SODIUM:
+        try:
+            lib = ctypes.CDLL(name)
+        except OSError:
+            continue
+        try:
+            return lib.sodium_init() >= 0 and lib.crypto_aead_aes256gcm_is_available() == 1
+        except AttributeError:
+            return False
+    return False
+
+
+needs_aes = pytest.mark.skipif(not _sodium_aes_available(),
+                             reason="libsodium's AES-256-GCM is not available here (no AES-NI or "
+                                    "PCLMULQDQ): --aes refuses to run")
+
+
 @pytest.fixture(scope="module")
 def client(tmp_path_factory) -> str:
     """The client binary: $SPLITRPC_INDEP_CLIENT or the installed one (as test_bench_indep.py finds
-    it) when it speaks version 5, else built here from the source beside the tests."""
+    it) when it speaks version 5 with --aes, else built here from the source beside the tests."""
     from splitrpc.bench.helpers import indep_client
     try:
         path = indep_client.client_path()
         r = subprocess.run([path, "--help"], capture_output=True, text=True, timeout=10)
-        if "--selftest-v5" in r.stdout:
+        if "--selftest-v5" in r.stdout and "--aes" in r.stdout:
             return path
     except Exception:  # noqa: BLE001 - none installed: build one
         pass
@@ -79,6 +98,9 @@ def test_selftest_reproduces_the_worked_example(client):
     r = subprocess.run([client, "--selftest-v5"], capture_output=True, text=True, timeout=30)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "MISMATCH" not in r.stdout and "every byte matches the page" in r.stdout
+    assert "AES-256-GCM: GCM's test cases, then the page's AES example" in r.stdout
+    if _sodium_aes_available():  # its AES checks ran (GCM test cases, an AES session's datagrams)
+        assert "skipped" not in r.stdout and "AES+ENCRYPT: REQUEST (58 bytes)" in r.stdout, r.stdout
 
 
 @needs_sodium
@@ -91,7 +113,30 @@ def test_a_short_v5_run_answers_every_call(client, keyed_server, extra):
     assert r.returncode == 0, r.stderr
     d = json.loads(r.stdout)
     assert d["protocol"] == 5 and d["encrypt"] == bool(extra)
+    assert d["aead"] == "chacha20-poly1305" and d["aes_offered"] is False, d
     assert d["calls"] == d["ok"] == 2000, d
+    assert d["errors"] == 0 and d["lost"] == 0 and d["bad_auth"] == 0 and d["handshakes"] == 1, d
+
+
+@needs_sodium
+@needs_aes
+@pytest.mark.parametrize("extra", [
+    ["--calls", "2000"],
+    ["--encrypt", "--calls", "2000"],
+    ["--encrypt", "--func", "3", "--size", "5000", "--seg", "1000", "--calls", "500"],  # 5 segments each way
+], ids=["aes-auth", "aes-encrypt", "aes-encrypt-segments"])
+def test_a_short_v5_aes_run_uses_aes_256_gcm(client, keyed_server, extra):
+    """--aes offers AES in the INIT; this server (on this CPU) grants it: the session is AES-256-GCM."""
+    port, table = keyed_server
+    r = subprocess.run([client, "--port", str(port), "--v5", f"{table}:7", "--aes", *extra, "--check",
+                        "--warmup", "100", "--outstanding", "4", "--json"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    calls = int(extra[extra.index("--calls") + 1])
+    assert d["protocol"] == 5 and d["encrypt"] == ("--encrypt" in extra)
+    assert d["aead"] == "aes-256-gcm" and d["aes_offered"] is True and d["aes_unoffered"] == 0, d
+    assert d["calls"] == d["ok"] == calls, d
     assert d["errors"] == 0 and d["lost"] == 0 and d["bad_auth"] == 0 and d["handshakes"] == 1, d
 
 
@@ -99,6 +144,8 @@ def test_version_1_still_runs_without_v5_options(client):
     """Version 1 never loads libsodium: bad usage is still told apart (exit 2)."""
     r = subprocess.run([client, "--port", "9", "--encrypt"], capture_output=True, text=True, timeout=10)
     assert r.returncode == 2 and "--encrypt needs --v5" in r.stderr
+    r = subprocess.run([client, "--port", "9", "--aes"], capture_output=True, text=True, timeout=10)
+    assert r.returncode == 2 and "--aes needs --v5" in r.stderr
     if shutil.which("ldd"):
         deps = subprocess.run(["ldd", client], capture_output=True, text=True, timeout=10).stdout
         assert "libsodium" not in deps, deps  # loaded by dlopen for --v5 only

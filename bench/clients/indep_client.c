@@ -5,13 +5,20 @@
  * Run:    ./indep_client --port 9230 [--host ADDR] [--func ID] [--size BYTES]
  *             [--fill vecadd|zero] [--check] [--outstanding N] [--calls N]
  *             [--warmup N] [--mode spin|block] [--seg S] [--timeout-ms MS] [--json]
- *             [--v5 KEYFILE[:ID] | --v5-key ID:HEX64] [--encrypt]
+ *             [--v5 KEYFILE[:ID] | --v5-key ID:HEX64] [--encrypt] [--aes]
  *         ./indep_client --selftest-v5
  *
  * Version 5 (--v5): one handshake (INIT, resent after 200 ms then twice as long, five resends
  * at most; COOKIE answered by a new INIT with cookie_mac; ACCEPT's confirm checked) before the
  * run, then every REQUEST is a version 5 datagram (version 2 header with version 5, 48-bit
- * req_id, CRC-16; data, encrypted with --encrypt; session | counter | ChaCha20-Poly1305 tag).
+ * req_id, CRC-16; data, encrypted with --encrypt; session | counter | tag of the session's AEAD).
+ * The AEAD is ChaCha20-Poly1305 unless --aes: then the INIT offers AES (flags bit 1) and, when
+ * the ACCEPT sets AES, the session seals requests and opens replies with AES-256-GCM (the same
+ * layout, key, nonce and tag sizes; libsodium's precomputed-key API, one state per session and
+ * direction); an ACCEPT without AES makes a ChaCha20-Poly1305 session as without --aes, and an
+ * ACCEPT that sets AES when the INIT did not offer it is dropped.  --aes needs AES-NI and
+ * PCLMULQDQ (libsodium's crypto_aead_aes256gcm_is_available()).  The handshake's own AEAD
+ * (COOKIE) is ChaCha20-Poly1305 always.
  * Replies are checked (tag under k_s2c, replay window of 1024), decrypted, then taken as in
  * version 1.  A NO_SESSION for an outstanding call makes a new session that follows the old one
  * (prev, resume) and the outstanding calls are sent again under it.
@@ -39,10 +46,14 @@
  *               wrong: dropped), replayed (a reply counter the window refuses), unknown_session
  *               (a reply of a session the client does not have), no_session (NO_SESSIONs
  *               received), rehandshakes (new sessions made after a NO_SESSION), handshakes (all,
- *               the first included), cookies (COOKIEs answered), handshake_us (the first one).
+ *               the first included), cookies (COOKIEs answered), handshake_us (the first one),
+ *               aead (the current session's: "chacha20-poly1305" or "aes-256-gcm"; null for
+ *               version 1), aes_offered (--aes), aes_unoffered (ACCEPTs with a right confirm
+ *               that set AES when the INIT did not offer it: dropped).
  * Percentiles are nearest-rank over the sorted latencies of the ok measured calls.
  * Exit: 0 ran (even with errors), 2 bad usage, 1 could not run (with --v5 also: no handshake,
- *       or ENCRYPT asked and not granted); --selftest-v5: 0 when every byte matches the page, else 1.
+ *       or ENCRYPT asked and not granted; with --aes: no AES-256-GCM in libsodium or the CPU);
+ *       --selftest-v5: 0 when every byte matches the page, else 1.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -107,6 +118,7 @@ static struct {
     int json;
     int v5;                        /* --v5 / --v5-key: version 5 sessions */
     int encrypt;                   /* --encrypt: ask for ENCRYPT */
+    int aes;                       /* --aes: offer AES (AES-256-GCM) */
 } cfg;
 
 static uint32_t v5_key_id;         /* the key of --v5 */
@@ -312,6 +324,7 @@ static void ht_delete(uint64_t k)
 #define T_COOKIE 5
 #define T_NO_SESSION 6
 #define V5_FLAG_ENCRYPT 1u
+#define V5_FLAG_AES 2u             /* INIT: the client can use AES-256-GCM; ACCEPT: the session does */
 #define V5_WINDOW 1024             /* the highest counter taken and the 1023 below it */
 #define V5_HS_FIRST_NS (200ull * 1000000ull)
 #define V5_HS_RESENDS 5
@@ -334,7 +347,19 @@ static struct {
                     const unsigned char *, const unsigned char *, unsigned long long,
                     const unsigned char *, const unsigned char *);
     void (*randombytes)(void *, size_t);
+    /* AES-256-GCM, precomputed-key API (optional: looked up, not required, for --aes) */
+    int aes_ok;                    /* every entry point found and crypto_aead_aes256gcm_is_available() */
+    int (*aes_available)(void);
+    size_t (*aes_statebytes)(void);
+    int (*aes_beforenm)(void *, const unsigned char *);
+    int (*aes_enc)(unsigned char *, unsigned char *, unsigned long long *, const unsigned char *,
+                   unsigned long long, const unsigned char *, unsigned long long,
+                   const unsigned char *, const unsigned char *, const void *);
+    int (*aes_dec)(unsigned char *, unsigned char *, const unsigned char *, unsigned long long,
+                   const unsigned char *, const unsigned char *, unsigned long long,
+                   const unsigned char *, const void *);
 } na;
+static char aes_why[160];          /* why na.aes_ok is 0 */
 
 /* 0 when loaded; otherwise -1 with a reason in why */
 static int sodium_load(char *why, size_t whylen)
@@ -366,8 +391,43 @@ static int sodium_load(char *why, size_t whylen)
         return -1;
     }
     na.lib = h;
+    /* AES-256-GCM: only --aes needs it */
+    static const char *aes_names[] = {
+        "crypto_aead_aes256gcm_is_available", "crypto_aead_aes256gcm_statebytes",
+        "crypto_aead_aes256gcm_beforenm", "crypto_aead_aes256gcm_encrypt_detached_afternm",
+        "crypto_aead_aes256gcm_decrypt_detached_afternm" };
+    void **aes_fields[] = { (void **)&na.aes_available, (void **)&na.aes_statebytes,
+                            (void **)&na.aes_beforenm, (void **)&na.aes_enc, (void **)&na.aes_dec };
+    for (unsigned i = 0; i < sizeof aes_names / sizeof aes_names[0]; i++)
+        if (!(*aes_fields[i] = dlsym(h, aes_names[i]))) {
+            snprintf(aes_why, sizeof aes_why, "this libsodium lacks %s", aes_names[i]);
+            return 0;
+        }
+    if (!na.aes_available()) {
+        snprintf(aes_why, sizeof aes_why, "crypto_aead_aes256gcm_is_available() is 0: this CPU lacks "
+                 "AES-NI or PCLMULQDQ, which libsodium's AES-256-GCM needs");
+        return 0;
+    }
+    na.aes_ok = 1;
     return 0;
 }
+
+/* AES-256-GCM states (crypto_aead_aes256gcm_state, statebytes() each, 16-byte aligned: here 64),
+ * allocated once: two per kept session (c2s, s2c), made by beforenm when a session is made */
+static uint8_t *aes_pool;
+static size_t aes_stride;
+
+static void aes_pool_init(unsigned n)
+{
+    void *p = NULL;
+    aes_stride = (na.aes_statebytes() + 63) & ~(size_t)63;
+    if (posix_memalign(&p, 64, aes_stride * n) != 0)
+        die("out of memory (AES-256-GCM states)");
+    memset(p, 0, aes_stride * n);
+    aes_pool = p;
+}
+
+static void *aes_state(unsigned i) { return aes_pool + (size_t)i * aes_stride; }
 
 /* H(k, m, n): BLAKE2b, n-byte digest, keyed with k (klen 0: unkeyed) */
 static void H(uint8_t *out, size_t n, const uint8_t *k, size_t klen, const uint8_t *m, size_t mlen)
@@ -551,8 +611,11 @@ static void v5_nonce(uint8_t n[12], uint64_t counter)
 }
 
 /* a data datagram: d holds the header (22 bytes, final) and L data bytes in the clear;
- * writes the trailer and, encrypting, replaces the data by its ciphertext.  Returns its length. */
-static size_t v5_seal(uint8_t *d, size_t L, uint64_t session, uint64_t counter, const uint8_t key[32], int encrypt)
+ * writes the trailer and, encrypting, replaces the data by its ciphertext.  Returns its length.
+ * The AEAD: ChaCha20-Poly1305 with key, or, when aes is not NULL, AES-256-GCM with that
+ * precomputed state (made from the same key by crypto_aead_aes256gcm_beforenm). */
+static size_t v5_seal(uint8_t *d, size_t L, uint64_t session, uint64_t counter, const uint8_t key[32],
+                      const void *aes, int encrypt)
 {
     uint8_t nonce[12], *t = d + HDR + L;
     unsigned long long maclen;
@@ -563,15 +626,20 @@ static size_t v5_seal(uint8_t *d, size_t L, uint64_t session, uint64_t counter, 
         uint8_t ad[HDR + 16];
         memcpy(ad, d, HDR);
         memcpy(ad + HDR, t, 16);
-        na.aead_enc(d + HDR, t + 16, &maclen, d + HDR, L, ad, sizeof ad, NULL, nonce, key);
+        if (aes)
+            na.aes_enc(d + HDR, t + 16, &maclen, d + HDR, L, ad, sizeof ad, NULL, nonce, aes);
+        else
+            na.aead_enc(d + HDR, t + 16, &maclen, d + HDR, L, ad, sizeof ad, NULL, nonce, key);
+    } else if (aes) {
+        na.aes_enc(NULL, t + 16, &maclen, NULL, 0, d, HDR + L + 16, NULL, nonce, aes);
     } else {
         na.aead_enc(NULL, t + 16, &maclen, NULL, 0, d, HDR + L + 16, NULL, nonce, key);
     }
     return HDR + L + V5_TRAILER;
 }
 
-/* checks a data datagram's tag (and decrypts its data in place): 0 when right */
-static int v5_open(uint8_t *d, size_t len, const uint8_t key[32], int encrypt)
+/* checks a data datagram's tag (and decrypts its data in place): 0 when right (aes as v5_seal's) */
+static int v5_open(uint8_t *d, size_t len, const uint8_t key[32], const void *aes, int encrypt)
 {
     size_t L = len - V5_OVERHEAD;
     uint8_t nonce[12], *t = d + HDR + L;
@@ -580,8 +648,12 @@ static int v5_open(uint8_t *d, size_t len, const uint8_t key[32], int encrypt)
         uint8_t ad[HDR + 16];
         memcpy(ad, d, HDR);
         memcpy(ad + HDR, t, 16);
+        if (aes)
+            return na.aes_dec(d + HDR, NULL, d + HDR, L, t + 16, ad, sizeof ad, nonce, aes) == 0 ? 0 : -1;
         return na.aead_dec(d + HDR, NULL, d + HDR, L, t + 16, ad, sizeof ad, nonce, key) == 0 ? 0 : -1;
     }
+    if (aes)
+        return na.aes_dec(NULL, NULL, NULL, 0, t + 16, d, HDR + L + 16, nonce, aes) == 0 ? 0 : -1;
     return na.aead_dec(NULL, NULL, NULL, 0, t + 16, d, HDR + L + 16, nonce, key) == 0 ? 0 : -1;
 }
 
@@ -812,6 +884,8 @@ struct v5sess {
     uint64_t id;
     struct v5keys k;
     int encrypt;
+    int aes;                       /* the ACCEPT set AES: AES-256-GCM with the two states below */
+    void *aes_c2s, *aes_s2c;       /* crypto_aead_aes256gcm_state of k.c2s, k.s2c (aes only), else NULL */
     uint64_t tx_ctr;               /* the last counter sent */
     uint64_t rx_hi;                /* the highest counter taken */
     uint64_t rx_bits[V5_WINDOW / 64];
@@ -831,6 +905,7 @@ static struct {
 } hs;
 
 static uint64_t c_bad_auth, c_replayed, c_unknown_sess, c_no_session, c_rehandshakes, c_cookies, c_handshakes;
+static uint64_t c_aes_unoffered;   /* ACCEPTs (confirm right) setting AES that the INIT did not offer */
 static uint64_t hs_first_ns;       /* the first handshake's time */
 
 static uint64_t rand64(void)
@@ -855,7 +930,8 @@ static void hs_new_init(const uint8_t *cookie)
     if (na.scalarmult_base(e_c, hs.e_priv) != 0)
         die("crypto_scalarmult_base failed");
     v5_build_init(hs.init, hs.hid, v5_key_id, v5_psk, e_c, wall_ms(),
-                  cfg.encrypt ? V5_FLAG_ENCRYPT : 0, hs.prev, hs.prev ? hs.prev_c2s : NULL, cookie);
+                  (cfg.encrypt ? V5_FLAG_ENCRYPT : 0) | (cfg.aes ? V5_FLAG_AES : 0), hs.prev,
+                  hs.prev ? hs.prev_c2s : NULL, cookie);
 }
 
 static void hs_fire(uint64_t now)
@@ -897,8 +973,9 @@ static void hs_tick(uint64_t now)
         return;
     if (hs.sends > V5_HS_RESENDS)
         die("version 5 handshake failed: no ACCEPT from %s port %u after %u INITs%s (a keyed "
-            "splitrpc server there, with key id %u?)", cfg.host, cfg.port, hs.sends,
-            c_refused ? "; ICMP port unreachable: nothing listens on that port" : "", v5_key_id);
+            "splitrpc server there, with key id %u?)%s", cfg.host, cfg.port, hs.sends,
+            c_refused ? "; ICMP port unreachable: nothing listens on that port" : "", v5_key_id,
+            c_aes_unoffered ? "; its ACCEPTs set AES, which the INIT did not offer: dropped" : "");
     hs_fire(now);
 }
 
@@ -907,7 +984,7 @@ static void send_call(struct slot *s);
 static void on_accept(const uint8_t *p, size_t len, uint64_t now)
 {
     const uint8_t *b = p + HDR;
-    if (!v5_hs_hdr_ok(p, len, V5_ACCEPT_BODY, 1) || (get32(b + 44) & ~V5_FLAG_ENCRYPT)) {
+    if (!v5_hs_hdr_ok(p, len, V5_ACCEPT_BODY, 1) || (get32(b + 44) & ~(V5_FLAG_ENCRYPT | V5_FLAG_AES))) {
         c_malformed++;
         return;
     }
@@ -921,6 +998,14 @@ static void on_accept(const uint8_t *p, size_t len, uint64_t now)
         return;
     }
     int enc = (get32(b + 44) & V5_FLAG_ENCRYPT) != 0;
+    int aes = (get32(b + 44) & V5_FLAG_AES) != 0;
+    if (aes && !(get32(hs.init + HDR + 44) & V5_FLAG_AES)) {
+        /* AES that the INIT did not offer: dropped (the handshake goes on, and fails if no other
+         * ACCEPT comes) */
+        c_aes_unoffered++;
+        wipe(&k, sizeof k);
+        return;
+    }
     if (cfg.encrypt && !enc)
         die("the server did not grant ENCRYPT (its ACCEPT's flags are %u): nothing is sent under "
             "that session", get32(b + 44));
@@ -936,12 +1021,23 @@ static void on_accept(const uint8_t *p, size_t len, uint64_t now)
                 idx = i;
     }
     struct v5sess *ss = &v5s[idx];
+    if (ss->aes) {                  /* the replaced session's expanded AES keys */
+        wipe(ss->aes_c2s, aes_stride);
+        wipe(ss->aes_s2c, aes_stride);
+    }
     memset(ss, 0, sizeof *ss);
     ss->used = 1;
     ss->gen = ++v5_gen;
     ss->id = get64(b + 4);
     ss->k = k;
     ss->encrypt = enc;
+    if (aes) {                      /* one precomputed state per direction, for the session's life */
+        ss->aes = 1;
+        ss->aes_c2s = aes_state(2u * (unsigned)idx);
+        ss->aes_s2c = aes_state(2u * (unsigned)idx + 1);
+        na.aes_beforenm(ss->aes_c2s, ss->k.c2s);
+        na.aes_beforenm(ss->aes_s2c, ss->k.s2c);
+    }
     wipe(&k, sizeof k);
     v5_cur = idx;
     int followed = hs.prev != 0;
@@ -1062,7 +1158,7 @@ static void on_datagram_v5(uint8_t *p, size_t len, int truncated, uint64_t now)
         c_replayed++;
         return;
     }
-    if (v5_open(p, len, ss->k.s2c, ss->encrypt) != 0) {
+    if (v5_open(p, len, ss->k.s2c, ss->aes_s2c, ss->encrypt) != 0) {
         c_bad_auth++;
         return;
     }
@@ -1086,7 +1182,7 @@ static void v5_build_call(struct slot *s)
         v5_hdr(d, T_REQUEST, cfg.func, s->req_id, i, req_nseg, (uint32_t)cfg.size, 0);
         memcpy(d + HDR, req_data + off, len);
         tx_iov[i].iov_base = d;
-        tx_iov[i].iov_len = v5_seal(d, len, ss->id, ++ss->tx_ctr, ss->k.c2s, ss->encrypt);
+        tx_iov[i].iov_len = v5_seal(d, len, ss->id, ++ss->tx_ctr, ss->k.c2s, ss->aes_c2s, ss->encrypt);
         tx_msgs[i].msg_hdr.msg_iov = &tx_iov[i];
         tx_msgs[i].msg_hdr.msg_iovlen = 1;
     }
@@ -1119,7 +1215,7 @@ static void st_cmp(const char *what, const uint8_t *got, size_t n, const char *w
     uint8_t want[256];
     int wn = hexbytes(want_hex, want, sizeof want);
     int ok = wn == (int)n && memcmp(got, want, n) == 0;
-    printf("%-44s %s\n", what, ok ? "ok" : "MISMATCH");
+    printf("%-52s %s\n", what, ok ? "ok" : "MISMATCH");
     if (!ok) {
         st_fail = 1;
         printf("  page: ");
@@ -1131,9 +1227,228 @@ static void st_cmp(const char *what, const uint8_t *got, size_t n, const char *w
 
 static void st_check(const char *what, int ok)
 {
-    printf("%-44s %s\n", what, ok ? "ok" : "FAILED");
+    printf("%-52s %s\n", what, ok ? "ok" : "FAILED");
     if (!ok)
         st_fail = 1;
+}
+
+/* AES-256-GCM sessions (ACCEPT's AES).  The page gives no AES-256-GCM vector, so these check:
+ * libsodium's AES-256-GCM against GCM's published test cases 13 and 14 (256-bit key); an AES
+ * session's INIT, ACCEPT, REQUEST and RESPONSE (authenticating and encrypting) against bytes
+ * computed from the page's rules with Python's hashlib and cryptography (X25519, AESGCM), not
+ * taken from the page; round trips and flipped bits; and the client's ACCEPT handling (AES
+ * granted, not granted, and set when the INIT did not offer it). */
+static void v5_selftest_aes(const uint8_t psk[32], const uint8_t ec_priv[32], const uint8_t es_priv[32],
+                            const uint8_t e_c[32], uint64_t T)
+{
+    static const char *INIT_AES =       /* flags 2 (AES), handshake id 0x010203040508 */
+        "a5 53 00 00 35 e2 01 02 03 04 05 08 00 00 00 01 00 00 00 68 00 00"
+        "00 00 00 07"
+        "79 a6 31 ee de 1b f9 c9 8f 12 03 2c de ad d0 e7 a0 79 39 8f c7 86 b8 8c c8 46 ec 89 af 85 a5 1a"
+        "00 00 01 9a ca 55 9e 00"
+        "00 00 00 02"
+        "00 00 00 00 00 00 00 00"
+        "00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00"
+        "00 92 4d 5b 81 d6 82 00 3e ac e7 17 da 1e 8a b6"
+        "00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00";
+    static const char *ACCEPT_AES =     /* flags 2, session 0x112233445566778a */
+        "a5 54 00 00 13 05 01 02 03 04 05 08 00 00 00 01 00 00 00 40 00 00"
+        "00 00 00 07"
+        "11 22 33 44 55 66 77 8a"
+        "67 5d d5 74 ed 77 89 31 0b 3d 2e 76 81 f3 79 0b 46 6c 77 3b 15 21 fe cf 36 57 79 58 37 1e a5 2f"
+        "00 00 00 02"
+        "78 1d 26 08 62 e9 3b 28 d9 23 ad f1 fd 63 f4 02";
+    static const char *REQ_AES =
+        "a5 50 00 01 72 59 00 00 00 00 00 01 00 00 00 01 00 00 00 04 00 00"
+        "01 02 03 04"
+        "11 22 33 44 55 66 77 8a 00 00 00 00 00 00 00 01"
+        "d4 2e 27 43 9d 98 6f c4 57 f9 f1 7d 76 04 b8 3d";
+    static const char *RESP_AES =
+        "a5 51 00 01 a7 af 00 00 00 00 00 01 00 00 00 01 00 00 00 04 00 00 02 03 04 05"
+        "11 22 33 44 55 66 77 8a 00 00 00 00 00 00 00 01 bf a7 e3 d1 e9 5f b3 49 00 0a 7e cc 27 11 51 fd";
+    static const char *INIT_AES_ENC =   /* flags 3 (ENCRYPT, AES), handshake id 0x01020304050b */
+        "a5 53 00 00 4d 18 01 02 03 04 05 0b 00 00 00 01 00 00 00 68 00 00"
+        "00 00 00 07"
+        "79 a6 31 ee de 1b f9 c9 8f 12 03 2c de ad d0 e7 a0 79 39 8f c7 86 b8 8c c8 46 ec 89 af 85 a5 1a"
+        "00 00 01 9a ca 55 9e 00"
+        "00 00 00 03"
+        "00 00 00 00 00 00 00 00"
+        "00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00"
+        "00 5d 32 19 e2 e9 cd 3a ee bc 7e 32 a2 28 d2 d4"
+        "00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00";
+    static const char *ACCEPT_AES_ENC = /* flags 3, session 0x112233445566778b */
+        "a5 54 00 00 6b ff 01 02 03 04 05 0b 00 00 00 01 00 00 00 40 00 00"
+        "00 00 00 07"
+        "11 22 33 44 55 66 77 8b"
+        "67 5d d5 74 ed 77 89 31 0b 3d 2e 76 81 f3 79 0b 46 6c 77 3b 15 21 fe cf 36 57 79 58 37 1e a5 2f"
+        "00 00 00 03"
+        "bf b9 ab b9 3f 8c 4d a2 8f bc 3a c7 f8 fd 59 17";
+    static const char *REQ_AES_ENC =
+        "a5 50 00 01 72 59 00 00 00 00 00 01 00 00 00 01 00 00 00 04 00 00"
+        "98 2c 7b 89"
+        "11 22 33 44 55 66 77 8b 00 00 00 00 00 00 00 01"
+        "10 97 90 ae 90 c9 71 f9 ad 0b c9 a4 e5 2a a8 ac";
+    static const char *RESP_AES_ENC =
+        "a5 51 00 01 a7 af 00 00 00 00 00 01 00 00 00 01 00 00 00 04 00 00 86 d6 47 7e"
+        "11 22 33 44 55 66 77 8b 00 00 00 00 00 00 00 01 96 62 02 a1 ac d8 68 22 6d 16 95 54 45 20 6f a2";
+
+    printf("AES-256-GCM: GCM's test cases, then the page's AES example (whose bytes this client's\n"
+           "  author first computed from the page's rules with Python's cryptography)\n");
+    if (!na.aes_ok) {
+        printf("%-52s skipped (%s)\n", "AES-256-GCM checks", aes_why);
+        return;
+    }
+    aes_pool_init(2 * V5_SESSIONS + 2);    /* the sessions' states, then two for the checks here */
+    void *sa = aes_state(2 * V5_SESSIONS), *sb = aes_state(2 * V5_SESSIONS + 1);
+    uint8_t zero[32] = { 0 }, out[32], d[1600], keep[1600];
+    unsigned long long ml;
+
+    na.aes_beforenm(sa, zero);
+    na.aes_enc(NULL, out, &ml, NULL, 0, NULL, 0, NULL, zero, sa);
+    st_cmp("GCM test case 13 (AES-256, empty): tag", out, 16, "53 0f 8a fb c7 45 36 b9 a9 63 b4 f1 c4 cb 73 8b");
+    na.aes_enc(out, out + 16, &ml, zero, 16, NULL, 0, NULL, zero, sa);
+    st_cmp("GCM test case 14 (16 zero bytes): C, tag", out, 32,
+           "ce a7 40 3d 4d 60 6b 6e 07 4e c5 d3 ba f3 9d 18 d0 d1 c8 a7 99 99 6b f0 26 5b 98 b5 d4 8a b9 19");
+
+    /* an authenticating AES session */
+    uint8_t init[V5_INIT_LEN], acc[V5_ACCEPT_LEN];
+    struct v5keys ks, kc;
+    const uint8_t data[4] = { 1, 2, 3, 4 }, rdata[4] = { 2, 3, 4, 5 };
+    const uint64_t SA = 0x112233445566778aull, SE = 0x112233445566778bull;
+    v5_build_init(init, 0x010203040508ull, 7, psk, e_c, T, V5_FLAG_AES, 0, NULL, NULL);
+    st_cmp("AES: INIT (flags AES)", init, sizeof init, INIT_AES);
+    st_check("AES: server: ACCEPT built", v5_build_accept(acc, init, psk, es_priv, SA, V5_FLAG_AES, &ks) == 0);
+    st_cmp("AES: ACCEPT (flags AES)", acc, sizeof acc, ACCEPT_AES);
+    st_check("AES: client: ACCEPT's confirm verified", v5_take_accept(acc, init, psk, ec_priv, &kc) == 0 &&
+             !memcmp(&ks, &kc, sizeof ks));
+    na.aes_beforenm(sa, kc.c2s);            /* the client's c2s state */
+    na.aes_beforenm(sb, ks.c2s);            /* the server's */
+    v5_hdr(d, T_REQUEST, 1, 1, 0, 1, 4, 0);
+    memcpy(d + HDR, data, 4);
+    size_t n = v5_seal(d, 4, SA, 1, kc.c2s, sa, 0);
+    st_cmp("AES: REQUEST (58 bytes)", d, n, REQ_AES);
+    st_check("AES: server: REQUEST's tag verified", v5_open(d, n, ks.c2s, sb, 0) == 0);
+    st_check("AES: the same REQUEST under ChaCha20-Poly1305 refused", v5_open(d, n, ks.c2s, NULL, 0) != 0);
+    d[HDR + 1] ^= 0x04;
+    st_check("AES: a flipped data bit is refused", v5_open(d, n, ks.c2s, sb, 0) != 0);
+    d[HDR + 1] ^= 0x04;
+    d[n - 1] ^= 0x01;
+    st_check("AES: a flipped tag bit is refused", v5_open(d, n, ks.c2s, sb, 0) != 0);
+    d[n - 1] ^= 0x01;
+    d[HDR + 4 + 15] ^= 0x01;                /* the counter's last byte: another nonce */
+    st_check("AES: a changed counter is refused", v5_open(d, n, ks.c2s, sb, 0) != 0);
+    na.aes_beforenm(sb, ks.s2c);
+    v5_hdr(d, T_RESPONSE, 1, 1, 0, 1, 4, 0);
+    memcpy(d + HDR, rdata, 4);
+    n = v5_seal(d, 4, SA, 1, ks.s2c, sb, 0);
+    st_cmp("AES: RESPONSE (58 bytes)", d, n, RESP_AES);
+    na.aes_beforenm(sb, kc.s2c);
+    st_check("AES: client: RESPONSE's tag verified (k_s2c)", v5_open(d, n, kc.s2c, sb, 0) == 0);
+    st_check("AES: client: RESPONSE under k_c2s refused", v5_open(d, n, kc.c2s, sa, 0) != 0);
+
+    /* an encrypting AES session */
+    uint8_t init2[V5_INIT_LEN], acc2[V5_ACCEPT_LEN];
+    struct v5keys ks2, kc2;
+    v5_build_init(init2, 0x01020304050bull, 7, psk, e_c, T, V5_FLAG_ENCRYPT | V5_FLAG_AES, 0, NULL, NULL);
+    st_cmp("AES+ENCRYPT: INIT (flags 3)", init2, sizeof init2, INIT_AES_ENC);
+    st_check("AES+ENCRYPT: server: ACCEPT built",
+             v5_build_accept(acc2, init2, psk, es_priv, SE, V5_FLAG_ENCRYPT | V5_FLAG_AES, &ks2) == 0);
+    st_cmp("AES+ENCRYPT: ACCEPT (flags 3)", acc2, sizeof acc2, ACCEPT_AES_ENC);
+    st_check("AES+ENCRYPT: client: confirm verified", v5_take_accept(acc2, init2, psk, ec_priv, &kc2) == 0);
+    na.aes_beforenm(sa, kc2.c2s);
+    na.aes_beforenm(sb, ks2.c2s);
+    v5_hdr(d, T_REQUEST, 1, 1, 0, 1, 4, 0);
+    memcpy(d + HDR, data, 4);
+    n = v5_seal(d, 4, SE, 1, kc2.c2s, sa, 1);
+    st_cmp("AES+ENCRYPT: REQUEST (58 bytes)", d, n, REQ_AES_ENC);
+    memcpy(keep, d, n);
+    d[HDR] ^= 0x01;
+    st_check("AES+ENCRYPT: a flipped ciphertext bit is refused", v5_open(d, n, ks2.c2s, sb, 1) != 0);
+    memcpy(d, keep, n);
+    st_check("AES+ENCRYPT: server: REQUEST opened", v5_open(d, n, ks2.c2s, sb, 1) == 0 && !memcmp(d + HDR, data, 4));
+    na.aes_beforenm(sb, ks2.s2c);
+    v5_hdr(d, T_RESPONSE, 1, 1, 0, 1, 4, 0);
+    memcpy(d + HDR, rdata, 4);
+    n = v5_seal(d, 4, SE, 1, ks2.s2c, sb, 1);
+    st_cmp("AES+ENCRYPT: RESPONSE (58 bytes)", d, n, RESP_AES_ENC);
+    na.aes_beforenm(sa, kc2.s2c);
+    st_check("AES+ENCRYPT: client: RESPONSE opened", v5_open(d, n, kc2.s2c, sa, 1) == 0 && !memcmp(d + HDR, rdata, 4));
+
+    /* round trips of a full 1418-byte segment (the 128-byte loops too), both kinds */
+    for (int enc = 0; enc <= 1; enc++) {
+        size_t L = 1418;
+        na.aes_beforenm(sa, kc2.c2s);
+        v5_hdr(d, T_REQUEST, 1, 2, 0, 1, (uint32_t)L, 0);
+        for (size_t i = 0; i < L; i++)
+            d[HDR + i] = (uint8_t)(i * 7 + 3);
+        memcpy(keep, d, HDR + L);
+        n = v5_seal(d, L, SE, 1000, kc2.c2s, sa, enc);
+        int ok = n == HDR + L + V5_TRAILER && (enc ? memcmp(d + HDR, keep + HDR, L) != 0 : !memcmp(d, keep, HDR + L));
+        uint8_t sealed[1600];
+        memcpy(sealed, d, n);
+        ok = ok && v5_open(d, n, kc2.c2s, sa, enc) == 0 && !memcmp(d, keep, HDR + L);
+        memcpy(d, sealed, n);
+        d[HDR + 777] ^= 0x20;
+        ok = ok && v5_open(d, n, kc2.c2s, sa, enc) != 0;
+        memcpy(d, sealed, n);
+        d[2] ^= 0x01;                       /* the header (func_id) is authenticated too */
+        ok = ok && v5_open(d, n, kc2.c2s, sa, enc) != 0;
+        st_check(enc ? "AES+ENCRYPT: 1418 bytes round trip, flips refused" : "AES: 1418 bytes round trip, flips refused", ok);
+    }
+
+    /* the client's ACCEPT handling (on_accept): an ACCEPT setting AES for an INIT without it is
+     * dropped; AES granted makes an AES session; AES offered and not granted, a ChaCha one */
+    {
+        uint8_t init0[V5_INIT_LEN], acc0[V5_ACCEPT_LEN];
+        struct v5keys kx;
+        v5_key_id = 7;
+        memcpy(v5_psk, psk, 32);
+        v5_build_init(init0, 0x010203040506ull, 7, psk, e_c, T, 0, 0, NULL, NULL);
+        v5_build_accept(acc0, init0, psk, es_priv, 0x1122334455667788ull, V5_FLAG_AES, &kx);
+        memset(&hs, 0, sizeof hs);
+        hs.pending = 1;
+        hs.hid = 0x010203040506ull;
+        memcpy(hs.init, init0, sizeof init0);
+        memcpy(hs.e_priv, ec_priv, 32);
+        on_accept(acc0, sizeof acc0, 1);
+        st_check("client: AES not offered, ACCEPT sets it: dropped", v5_cur < 0 && hs.pending && c_aes_unoffered == 1);
+        v5_build_accept(acc0, init0, psk, es_priv, 0x1122334455667788ull, 0, &kx);
+        on_accept(acc0, sizeof acc0, 2);
+        st_check("client: then its ACCEPT without AES: ChaCha20-Poly1305",
+                 v5_cur >= 0 && !hs.pending && !v5s[v5_cur].aes && !v5s[v5_cur].aes_c2s && !v5s[v5_cur].aes_s2c);
+        memset(&hs, 0, sizeof hs);
+        hs.pending = 1;
+        hs.hid = 0x010203040508ull;
+        memcpy(hs.init, init, sizeof init);
+        memcpy(hs.e_priv, ec_priv, 32);
+        on_accept(acc, sizeof acc, 3);
+        int ok = v5_cur >= 0 && !hs.pending && v5s[v5_cur].aes && v5s[v5_cur].id == SA;
+        if (ok) {
+            v5_hdr(d, T_REQUEST, 1, 1, 0, 1, 4, 0);
+            memcpy(d + HDR, data, 4);
+            n = v5_seal(d, 4, SA, 1, v5s[v5_cur].k.c2s, v5s[v5_cur].aes_c2s, 0);
+            uint8_t want[64];
+            ok = hexbytes(REQ_AES, want, sizeof want) == (int)n && !memcmp(d, want, n);
+            v5_hdr(d, T_RESPONSE, 1, 1, 0, 1, 4, 0);
+            memcpy(d + HDR, rdata, 4);
+            n = v5_seal(d, 4, SA, 1, ks.s2c, NULL, 0);   /* under ChaCha20-Poly1305: refused */
+            ok = ok && v5_open(d, n, v5s[v5_cur].k.s2c, v5s[v5_cur].aes_s2c, 0) != 0;
+            ok = ok && hexbytes(RESP_AES, d, sizeof d) == (int)n &&
+                 v5_open(d, n, v5s[v5_cur].k.s2c, v5s[v5_cur].aes_s2c, 0) == 0;
+        }
+        st_check("client: AES offered and granted: AES session", ok);
+        v5_build_init(init0, 0x01020304050cull, 7, psk, e_c, T, V5_FLAG_AES, 0, NULL, NULL);
+        v5_build_accept(acc0, init0, psk, es_priv, 0x112233445566778cull, 0, &kx);
+        memset(&hs, 0, sizeof hs);
+        hs.pending = 1;
+        hs.hid = 0x01020304050cull;
+        memcpy(hs.init, init0, sizeof init0);
+        memcpy(hs.e_priv, ec_priv, 32);
+        on_accept(acc0, sizeof acc0, 4);
+        st_check("client: AES offered, not granted: ChaCha20-Poly1305",
+                 v5_cur >= 0 && !hs.pending && v5s[v5_cur].id == 0x112233445566778cull && !v5s[v5_cur].aes);
+        memset(&hs, 0, sizeof hs);
+    }
 }
 
 static int v5_selftest(void)
@@ -1226,17 +1541,17 @@ static int v5_selftest(void)
     const uint8_t data[4] = { 1, 2, 3, 4 }, rdata[4] = { 2, 3, 4, 5 };
     v5_hdr(d, T_REQUEST, 1, 1, 0, 1, 4, 0);
     memcpy(d + HDR, data, 4);
-    size_t n = v5_seal(d, 4, 0x1122334455667788ull, 1, kc.c2s, 0);
+    size_t n = v5_seal(d, 4, 0x1122334455667788ull, 1, kc.c2s, NULL, 0);
     st_cmp("REQUEST (58 bytes)", d, n, REQ);
-    st_check("server: REQUEST's tag verified", v5_open(d, n, ks.c2s, 0) == 0);
+    st_check("server: REQUEST's tag verified", v5_open(d, n, ks.c2s, NULL, 0) == 0);
     v5_hdr(d, T_RESPONSE, 1, 1, 0, 1, 4, 0);
     memcpy(d + HDR, rdata, 4);
-    n = v5_seal(d, 4, 0x1122334455667788ull, 1, ks.s2c, 0);
+    n = v5_seal(d, 4, 0x1122334455667788ull, 1, ks.s2c, NULL, 0);
     st_cmp("RESPONSE (58 bytes)", d, n, RESP);
-    st_check("client: RESPONSE's tag verified (k_s2c)", v5_open(d, n, kc.s2c, 0) == 0);
-    st_check("client: RESPONSE under k_c2s refused", v5_open(d, n, kc.c2s, 0) != 0);
+    st_check("client: RESPONSE's tag verified (k_s2c)", v5_open(d, n, kc.s2c, NULL, 0) == 0);
+    st_check("client: RESPONSE under k_c2s refused", v5_open(d, n, kc.c2s, NULL, 0) != 0);
     d[HDR] ^= 0x80;
-    st_check("client: a changed data byte is refused", v5_open(d, n, kc.s2c, 0) != 0);
+    st_check("client: a changed data byte is refused", v5_open(d, n, kc.s2c, NULL, 0) != 0);
 
     /* the resume INIT follows the first session */
     uint8_t init3[V5_INIT_LEN];
@@ -1253,9 +1568,9 @@ static int v5_selftest(void)
     st_check("ENCRYPT session's keys differ", memcmp(kc2.c2s, kc.c2s, 32) != 0);
     v5_hdr(d, T_REQUEST, 1, 1, 0, 1, 4, 0);
     memcpy(d + HDR, data, 4);
-    n = v5_seal(d, 4, 0x1122334455667789ull, 1, kc2.c2s, 1);
+    n = v5_seal(d, 4, 0x1122334455667789ull, 1, kc2.c2s, NULL, 1);
     st_cmp("encrypting REQUEST (58 bytes)", d, n, REQ_ENC);
-    st_check("server: encrypting REQUEST opened", v5_open(d, n, ks2.c2s, 1) == 0 && !memcmp(d + HDR, data, 4));
+    st_check("server: encrypting REQUEST opened", v5_open(d, n, ks2.c2s, NULL, 1) == 0 && !memcmp(d + HDR, data, 4));
 
     /* COOKIE: a server's answer under load, opened by the client's code */
     {
@@ -1276,6 +1591,7 @@ static int v5_selftest(void)
         st_check("INIT's cookie_mac = H(cookie, bytes 0..109)", !memcmp(init4 + HDR + 88, want, 16) &&
                  !memcmp(init4, init, 110));
     }
+    v5_selftest_aes(psk, ec_priv, es_priv, e_c, T);
     printf("selftest-v5: %s\n", st_fail ? "FAILED" : "every byte matches the page");
     return st_fail ? 1 : 0;
 }
@@ -1682,13 +1998,15 @@ static void report(void)
                ",\"check\":%s,\"protocol\":%d,\"encrypt\":%s,\"key_id\":%u,\"bad_auth\":%" PRIu64
                ",\"replayed\":%" PRIu64 ",\"unknown_session\":%" PRIu64 ",\"no_session\":%" PRIu64
                ",\"rehandshakes\":%" PRIu64 ",\"handshakes\":%" PRIu64 ",\"cookies\":%" PRIu64
-               ",\"handshake_us\":%.3f}\n",
+               ",\"handshake_us\":%.3f,\"aead\":%s,\"aes_offered\":%s,\"aes_unoffered\":%" PRIu64 "}\n",
                c_resends, c_lost, c_malformed, c_stray, c_dup, c_dropped_msgs, c_refused,
                c_send_splits, c_multiseg, elapsed, cps, p50, p90, p99, p999, mx, cu, cs, cv, ci,
                cfg.seg, req_nseg, cfg.warmup, cfg.timeout_ms, cfg.check ? "true" : "false",
                cfg.v5 ? 5 : 1, (cfg.v5 && v5_cur >= 0 && v5s[v5_cur].encrypt) ? "true" : "false",
                cfg.v5 ? v5_key_id : 0, c_bad_auth, c_replayed, c_unknown_sess, c_no_session,
-               c_rehandshakes, c_handshakes, c_cookies, (double)hs_first_ns / 1000.0);
+               c_rehandshakes, c_handshakes, c_cookies, (double)hs_first_ns / 1000.0,
+               !cfg.v5 ? "null" : (v5_cur >= 0 && v5s[v5_cur].aes) ? "\"aes-256-gcm\"" : "\"chacha20-poly1305\"",
+               cfg.aes ? "true" : "false", c_aes_unoffered);
     } else {
         printf("indep_client: mode=%s outstanding=%u func=%u size=%" PRIu64 " (%u segment%s of <=%u)%s\n",
                cfg.spin ? "spin" : "block", cfg.outstanding, cfg.func, cfg.size, req_nseg,
@@ -1719,10 +2037,12 @@ static void report(void)
                ", dropped messages %" PRIu64 ", icmp refused %" PRIu64 "; multi-segment replies %" PRIu64 "\n",
                c_malformed, c_stray, c_dup, c_dropped_msgs, c_refused, c_multiseg);
         if (cfg.v5)
-            printf("version 5   key %u, %s; bad_auth %" PRIu64 ", replayed %" PRIu64 ", unknown session %" PRIu64
+            printf("version 5   key %u, %s, %s%s; bad_auth %" PRIu64 ", replayed %" PRIu64 ", unknown session %" PRIu64
                    ", no_session %" PRIu64 ", rehandshakes %" PRIu64 " (handshakes %" PRIu64 ", cookies %" PRIu64
                    "; first handshake %.1f us)\n",
                    v5_key_id, (v5_cur >= 0 && v5s[v5_cur].encrypt) ? "encrypting" : "authenticating",
+                   (v5_cur >= 0 && v5s[v5_cur].aes) ? "AES-256-GCM" : "ChaCha20-Poly1305",
+                   cfg.aes && !(v5_cur >= 0 && v5s[v5_cur].aes) ? " (AES offered, not granted)" : "",
                    c_bad_auth, c_replayed, c_unknown_sess, c_no_session, c_rehandshakes, c_handshakes,
                    c_cookies, (double)hs_first_ns / 1000.0);
     }
@@ -1750,6 +2070,8 @@ static void usage(FILE *f)
         "                       client key file of `splitrpc keys new` (JSON; its only key if no ID)\n"
         "  --v5-key ID:HEX64    version 5 with key ID, its 32-byte secret in hexadecimal\n"
         "  --encrypt            version 5: ask for ENCRYPT; exit 1 if the server does not grant it\n"
+        "  --aes                version 5: offer AES-256-GCM; used when the server's ACCEPT grants it,\n"
+        "                       else ChaCha20-Poly1305 (needs AES-NI and PCLMULQDQ; exit 1 without)\n"
         "  --selftest-v5        rebuild docs/PROTOCOL-v5.md's worked example; exit 0 if every byte matches\n",
         MAX_OUTSTANDING, MAX_SEG, MAX_SEG_V5, MAX_RESENDS);
 }
@@ -1773,6 +2095,7 @@ int main(int argc, char **argv)
         {"v5", required_argument, 0, '5'},
         {"v5-key", required_argument, 0, 'K'},
         {"encrypt", no_argument, 0, 'E'},
+        {"aes", no_argument, 0, 'A'},
         {"selftest-v5", no_argument, 0, 'T'},
         {"help", no_argument, 0, 'H'},
         {0, 0, 0, 0},
@@ -1816,6 +2139,7 @@ int main(int argc, char **argv)
         case '5': keyfile = optarg; cfg.v5 = 1; break;
         case 'K': keyhex = optarg; cfg.v5 = 1; break;
         case 'E': cfg.encrypt = 1; break;
+        case 'A': cfg.aes = 1; break;
         case 'T': selftest = 1; break;
         case 'H': usage(stdout); return 0;
         case ':': usage_error("%s needs a value", argv[optind - 1]); break;
@@ -1836,6 +2160,8 @@ int main(int argc, char **argv)
         usage_error("--v5 and --v5-key: give one");
     if (cfg.encrypt && !cfg.v5)
         usage_error("--encrypt needs --v5 or --v5-key");
+    if (cfg.aes && !cfg.v5)
+        usage_error("--aes needs --v5 or --v5-key");
     if (cfg.v5) {
         if (!seg_set)
             cfg.seg = 1418;         /* 22 + S + 32 = 1472: a 1500-byte MTU's UDP payload */
@@ -1846,6 +2172,12 @@ int main(int argc, char **argv)
         char why[256];
         if (sodium_load(why, sizeof why) < 0)
             die("--v5: %s", why);
+        if (cfg.aes) {
+            if (!na.aes_ok)
+                die("--aes: AES-256-GCM is not available here: %s; run without --aes "
+                    "(ChaCha20-Poly1305)", aes_why);
+            aes_pool_init(2 * V5_SESSIONS);
+        }
         if (keyfile)
             load_key_file(keyfile);
     }
