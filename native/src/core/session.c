@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/aes_keys.h"
 #include "core/auth.h"
 #include "core/be.h"
 #include "core/sodium.h"
@@ -373,6 +374,26 @@ static void nonce_of(uint8_t nonce[NONCE_LEN], uint64_t counter)
     srpc_put64(nonce + 4, counter);
 }
 
+/* AES-256-GCM in one call, with key's state expanded once per thread (core/aes_keys.h), or, when
+ * that cannot be had (no memory), expanded for this call alone. */
+static int aes_seal(const uint8_t key[SRPC_V5_KEY_LEN], const uint8_t nonce[NONCE_LEN], uint8_t *c, uint8_t tag[TAG_LEN],
+                    const uint8_t *m, size_t mlen, const uint8_t *ad, size_t adlen)
+{
+    const srpc_sodium_t *so = srpc_sodium();
+    const void *st = srpc_aes_state(key);
+    return st ? so->aes_encrypt_afternm(c, tag, NULL, m, mlen, ad, adlen, NULL, nonce, st)
+              : so->aes_encrypt(c, tag, NULL, m, mlen, ad, adlen, NULL, nonce, key);
+}
+
+static int aes_unseal(const uint8_t key[SRPC_V5_KEY_LEN], const uint8_t nonce[NONCE_LEN], uint8_t *m, const uint8_t *c,
+                      size_t clen, const uint8_t tag[TAG_LEN], const uint8_t *ad, size_t adlen)
+{
+    const srpc_sodium_t *so = srpc_sodium();
+    const void *st = srpc_aes_state(key);
+    return st ? so->aes_decrypt_afternm(m, NULL, c, clen, tag, ad, adlen, nonce, st)
+              : so->aes_decrypt(m, NULL, c, clen, tag, ad, adlen, nonce, key);
+}
+
 /* The AES-256-GCM suite (SRPC_V5_FLAG_AES): the layout of ChaCha20-Poly1305's, the AEAD replaced.
  * An authenticating session's tag is over an empty plaintext with associated data the n pieces
  * (header, data, session and counter), which libsodium takes contiguous: gathered first (on the
@@ -393,7 +414,7 @@ static int aes_tag(const uint8_t key[SRPC_V5_KEY_LEN], const uint8_t nonce[NONCE
             memcpy(buf + at, ad[i].iov_base, ad[i].iov_len);
         at += ad[i].iov_len;
     }
-    srpc_sodium()->aes_encrypt(NULL, tag, NULL, NULL, 0, buf, len, NULL, nonce, key);
+    aes_seal(key, nonce, NULL, tag, NULL, 0, buf, len);
     if (buf != small)
         free(buf);
     return 0;
@@ -407,7 +428,7 @@ static void aes_encrypt(const uint8_t key[SRPC_V5_KEY_LEN], const uint8_t nonce[
     uint8_t ad[SRPC_HDR_LEN + 16];
     memcpy(ad, hdr, SRPC_HDR_LEN);
     memcpy(ad + SRPC_HDR_LEN, ids, 16);
-    srpc_sodium()->aes_encrypt(data, tag, NULL, data, len, ad, sizeof(ad), NULL, nonce, key);
+    aes_seal(key, nonce, data, tag, data, len, ad, sizeof(ad));
 }
 
 /* The tag of a data datagram, its data encrypted in place first when enc (seal), or its tag
@@ -614,8 +635,7 @@ int srpc_v5_open(const srpc_v5_keys_t *k, int to_server, const uint8_t hdr[SRPC_
             uint8_t ad[SRPC_HDR_LEN + 16];
             memcpy(ad, hdr, SRPC_HDR_LEN);
             memcpy(ad + SRPC_HDR_LEN, trailer, 16);
-            return srpc_sodium()->aes_decrypt(data, NULL, data, len, trailer + 16, ad, sizeof(ad), nonce, key) == 0
-                       ? 0 : -EBADMSG;
+            return aes_unseal(key, nonce, data, data, len, trailer + 16, ad, sizeof(ad)) == 0 ? 0 : -EBADMSG;
         }
         const struct iovec ad[3] = {{(void *)hdr, SRPC_HDR_LEN}, {data, len}, {(void *)trailer, 16}};
         if (aes_tag(key, nonce, ad, 3, tag) < 0 || srpc_sodium()->verify16(tag, trailer + 16) != 0)

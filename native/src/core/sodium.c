@@ -35,8 +35,13 @@ static void load(void)
             SYM(poly_final, "crypto_onetimeauth_poly1305_final") && poly_bytes &&
             (so.poly_state_bytes = poly_bytes()) <= SRPC_SODIUM_STATE_MAX;
     int (*aes_ok)(void) = (int (*)(void))dlsym(h, "crypto_aead_aes256gcm_is_available");
+    size_t (*aes_bytes)(void) = (size_t (*)(void))dlsym(h, "crypto_aead_aes256gcm_statebytes");
     so.aes = so.v5 && aes_ok && aes_ok() == 1 && SYM(aes_encrypt, "crypto_aead_aes256gcm_encrypt_detached") &&
-             SYM(aes_decrypt, "crypto_aead_aes256gcm_decrypt_detached");
+             SYM(aes_decrypt, "crypto_aead_aes256gcm_decrypt_detached") &&
+             SYM(aes_beforenm, "crypto_aead_aes256gcm_beforenm") &&
+             SYM(aes_encrypt_afternm, "crypto_aead_aes256gcm_encrypt_detached_afternm") &&
+             SYM(aes_decrypt_afternm, "crypto_aead_aes256gcm_decrypt_detached_afternm") && aes_bytes &&
+             aes_bytes() <= SRPC_SODIUM_AES_STATE_MAX;
     so_ok = 1;
 }
 

@@ -6,6 +6,7 @@
 #include <stdint.h>
 
 #define SRPC_SODIUM_STATE_MAX 512 /* a BLAKE2b state: 384 bytes, 64-aligned; Poly1305's: 256 (checked at load) */
+#define SRPC_SODIUM_AES_STATE_MAX 512 /* an expanded AES-256-GCM key (crypto_aead_aes256gcm_state): 512 (checked at load) */
 
 /* The entry points (libsodium's ABI since 1.0.12: libsodium.so.23 is Debian 12's). */
 typedef struct srpc_sodium {
@@ -38,6 +39,14 @@ typedef struct srpc_sodium {
     int (*aes_decrypt)(unsigned char *m, unsigned char *nsec, const unsigned char *c, unsigned long long clen,
                        const unsigned char *mac, const unsigned char *ad, unsigned long long adlen,
                        const unsigned char *npub, const unsigned char *k);
+    /* the same with the key expanded once (core/aes_keys.h): state of SRPC_SODIUM_AES_STATE_MAX bytes, 16-aligned */
+    int (*aes_beforenm)(void *state, const unsigned char *k);
+    int (*aes_encrypt_afternm)(unsigned char *c, unsigned char *mac, unsigned long long *maclen, const unsigned char *m,
+                               unsigned long long mlen, const unsigned char *ad, unsigned long long adlen,
+                               const unsigned char *nsec, const unsigned char *npub, const void *state);
+    int (*aes_decrypt_afternm)(unsigned char *m, unsigned char *nsec, const unsigned char *c, unsigned long long clen,
+                               const unsigned char *mac, const unsigned char *ad, unsigned long long adlen,
+                               const unsigned char *npub, const void *state);
 } srpc_sodium_t;
 
 /* The library's entry points, or NULL when it cannot be loaded (or lacks those of version 4).
