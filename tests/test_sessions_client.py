@@ -216,3 +216,46 @@ def test_thousands_of_short_lived_clients_all_get_sessions(make_server, keys, ta
     assert slow == 0, f"{slow} clients waited for an INIT's resend"
     st = srv.stats()
     assert st["drops"].get("table_full", 0) == 0, st["drops"]
+
+
+def test_a_server_that_will_not_encrypt_fails_even_calls_waiting_for_ready(keys):
+    """A server (here one written from the page: tests/foreign_v5.py) whose ACCEPT leaves ENCRYPT
+    unset though the client asked for it: the client makes no session and fails its calls with
+    Unavailable at once, those that wait for ready too (they waited until their deadline before:
+    the refusal is the server's answer, not a server still starting)."""
+    import socket
+
+    pytest.importorskip("cryptography", reason="tests/foreign_v5.py needs the cryptography package ('.[test]')")
+    import foreign_v5 as v5
+
+    k = keys["all"]
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.bind(("127.0.0.1", 0))
+    sock.settimeout(0.2)
+    stop, accepts = threading.Event(), []
+
+    def serve():
+        while not stop.is_set():
+            try:
+                d, src = sock.recvfrom(2048)
+            except OSError:
+                continue
+            if len(d) == v5.HDR_LEN + v5.INIT_BODY and d[1] & 0x0F == v5.INIT:
+                acc, _ = v5.make_accept(k.secret, d, v5.private_key(), v5.random_id(), 0)  # flags 0: no ENCRYPT
+                accepts.append(acc)
+                sock.sendto(acc, src)
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    try:
+        with splitrpc.Client("127.0.0.1", sock.getsockname()[1], key=k, encrypt=True, timeout=10,
+                             wait_for_ready=True) as c:
+            t0 = time.monotonic()
+            with pytest.raises(Unavailable, match="would not encrypt"):
+                c.call(ECHO, b"secret")
+            assert time.monotonic() - t0 < 3.0
+            assert accepts and c.stats()["handshakes"] == 0
+    finally:
+        stop.set()
+        t.join(5)
+        sock.close()

@@ -211,8 +211,16 @@ static void test_no_session_and_places(void)
     CHECK(handshake(&v, &t, 1 * MS) == 0, "a session");
     int start = 0;
     const uint64_t first = srpc_cl_v5_current(&v, 2 * MS, &start)->keys.session;
-    srpc_cl_v5_kill(&v, first);
-    CHECK(!srpc_cl_v5_alive(&v, first) && srpc_cl_v5_find(&v, first) && srpc_cl_v5_current(&v, 3 * MS, &start) == NULL &&
+    const uint64_t young = (1 + SRPC_V5_NO_SESSION_MIN_AGE_MS) * MS - 1, old = young + 1; /* born at 1 ms */
+    int acted = 0;
+    for (int i = 0; i < 1000; i++) /* a forger's flood at once after the handshake */
+        acted += srpc_cl_v5_kill(&v, first, young);
+    CHECK(acted == 0 && srpc_cl_v5_alive(&v, first) && v.st.no_sessions_ignored == 1000 && v.st.no_sessions == 0 &&
+              srpc_cl_v5_current(&v, young, &start) != NULL && start == 0,
+          "1,000 of them: the session still sent under, no handshake");
+    CHECK(srpc_cl_v5_kill(&v, first + 1, old) == 0 && v.st.no_sessions == 0, "a session not ours: nothing");
+    CHECK(srpc_cl_v5_kill(&v, first, old) == 1 && v.st.no_sessions == 1, "at 100 ms: acted on");
+    CHECK(!srpc_cl_v5_alive(&v, first) && srpc_cl_v5_find(&v, first) && srpc_cl_v5_current(&v, old, &start) == NULL &&
               start == 1,
           "a NO_SESSION's session is not sent under again: a handshake starts");
     uint8_t init[SRPC_V5_INIT_LEN], out[SRPC_V5_INIT_LEN];

@@ -721,8 +721,9 @@ static void v5_send_waiting_calls(srpc_client_t *c)
 }
 
 /* No session could be made (why): every caller's call waiting for one fails with
- * SRPC_E_UNAVAILABLE unless it waits for ready (a load run's calls keep their deadlines); a new
- * handshake starts when calls are still waiting and again is 1. */
+ * SRPC_E_UNAVAILABLE (a load run's calls keep their deadlines); with again 1 (the server may yet
+ * answer) a call that waits for ready is left waiting and a new handshake starts for it; with
+ * again 0 (the server answered, and will answer the same: it would not encrypt) those fail too. */
 static void v5_fail_waiting(srpc_client_t *c, const char *why, int again)
 {
     char msg[512];
@@ -733,7 +734,7 @@ static void v5_fail_waiting(srpc_client_t *c, const char *why, int again)
         for (cl_call_t *k = c->buckets[b]; k; k = k->hnext) {
             if (!v5_needs_session(c, k))
                 continue;
-            if (k->flow && !k->wait_ready) {
+            if (k->flow && (!k->wait_ready || !again)) {
                 finish_local(c, k, SRPC_E_UNAVAILABLE, msg);
                 c->st.unavailable++;
             } else {
@@ -796,8 +797,8 @@ static void v5_handshake_in(srpc_client_t *c, const uint8_t *d, uint32_t total)
         c->st.late_or_unknown++;
         return;
     }
-    v->st.no_sessions++;
-    srpc_cl_v5_kill(v, sid);
+    if (!srpc_cl_v5_kill(v, sid, now))
+        return;
     if (!v->hs_on)
         v5_start(c, now); /* (one under way follows it or a later one: its ACCEPT sends the calls) */
 }
@@ -1212,6 +1213,7 @@ int srpc_client_stats(const srpc_client_t *c, srpc_client_stats_t *out)
         out->cookies = v->cookies;
         out->handshakes_failed = v->handshakes_failed;
         out->session_resends = v->resent;
+        out->no_sessions_ignored = v->no_sessions_ignored;
     }
     pthread_mutex_unlock(&m->lock);
     return 0;

@@ -182,14 +182,20 @@ int srpc_cl_v5_alive(const srpc_cl_v5_t *v, uint64_t id)
     return s && !s->dead;
 }
 
-void srpc_cl_v5_kill(srpc_cl_v5_t *v, uint64_t id)
+int srpc_cl_v5_kill(srpc_cl_v5_t *v, uint64_t id, uint64_t now_ns)
 {
     srpc_cl_sess_t *s = srpc_cl_v5_find(v, id);
     if (!s)
-        return;
+        return 0;
+    if (now_ns - s->born_ns < (uint64_t)SRPC_V5_NO_SESSION_MIN_AGE_MS * MS) {
+        v->st.no_sessions_ignored++;
+        return 0;
+    }
+    v->st.no_sessions++;
     s->dead = 1;
     if (v->cur >= 0 && &v->s[v->cur] == s)
         v->cur = -1;
+    return 1;
 }
 
 int srpc_cl_v5_open(srpc_cl_v5_t *v, const uint8_t hb[SRPC_HDR_LEN], uint8_t *data, uint32_t *dlen)

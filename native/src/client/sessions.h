@@ -28,6 +28,7 @@ typedef struct srpc_cl_v5_stats {
     uint64_t handshakes;       /* sessions made (ACCEPTs taken) */
     uint64_t rekeys;           /* handshakes started because the session was old */
     uint64_t no_sessions;      /* NO_SESSIONs acted on (a call of ours outstanding under the session named) */
+    uint64_t no_sessions_ignored; /* NO_SESSIONs for such a call, naming a session too young to act on */
     uint64_t cookies;          /* COOKIEs taken (the server was under load) */
     uint64_t handshakes_failed; /* handshakes that got no answer to any of their INITs */
     uint64_t resent;           /* calls sent again under a new session (after a NO_SESSION, or sent
@@ -99,8 +100,10 @@ srpc_cl_sess_t *srpc_cl_v5_find(srpc_cl_v5_t *v, uint64_t id);
 int srpc_cl_v5_alive(const srpc_cl_v5_t *v, uint64_t id);
 
 /* A NO_SESSION named session id (the caller checked that a call of ours is outstanding under
- * it): it is dead, and the current session no more if it was that one. */
-void srpc_cl_v5_kill(srpc_cl_v5_t *v, uint64_t id);
+ * it): 1 when it is now dead (and the current session no more if it was that one); 0 when it is
+ * younger than SRPC_V5_NO_SESSION_MIN_AGE_MS (left as it is: counted in no_sessions_ignored) or
+ * not ours. */
+int srpc_cl_v5_kill(srpc_cl_v5_t *v, uint64_t id, uint64_t now_ns);
 
 /* A reply datagram of version 5: its header at hb and *dlen bytes after it at data (the trailer
  * last). 0 when it is of a session of ours, its tag right and its counter fresh (then taken):
