@@ -4,6 +4,8 @@ import importlib.util
 import json
 import re
 
+import pytest
+
 from splitrpc.bench.helpers import systems
 from splitrpc.cli import main
 
@@ -86,6 +88,21 @@ def test_ab_builds_interval_of_the_ratio():
     assert ratio_interval([1.0], [1.0, 2.0])["ratio"] is None
 
 
+def test_round_ratio_interval_cancels_the_drift_both_sides_share():
+    """Rounds that drift 1.5x from one to the next, B always 10% over A in its round: the paired
+    median is 1.1 with a narrow interval, where the unpaired one is wide; mismatched lengths refused."""
+    from splitrpc.bench.helpers.intervals import ratio_interval, round_ratio_interval
+
+    a = [10.0, 15.0, 9.0, 13.5, 11.0, 8.0, 14.0]
+    b = [x * (1.1 + 0.01 * (i % 3 - 1)) for i, x in enumerate(a)]
+    paired, unpaired = round_ratio_interval(a, b), ratio_interval(a, b)
+    assert abs(paired["ratio"] - 1.1) < 0.011 and 1.08 < paired["lo"] <= paired["hi"] < 1.12
+    assert unpaired["hi"] - unpaired["lo"] > 5 * (paired["hi"] - paired["lo"])
+    assert round_ratio_interval([1.0], [2.0])["ratio"] is None
+    with pytest.raises(ValueError):
+        round_ratio_interval([1.0, 2.0], [1.0])
+
+
 def test_ab_builds_report_again_from_its_runs(tmp_path):
     from splitrpc.bench.suites import ab_builds
 
@@ -118,3 +135,26 @@ def test_pool_overhead_measures_both_concurrencies():
     ci = pool_overhead.ratio_interval([1.0, 1.1, 0.9], [2.0, 2.2, 1.8])  # the interval its report uses
     ratio, lo, hi = ci["ratio"], ci["lo"], ci["hi"]
     assert ratio == 2.0 and lo > 1.5
+
+
+def test_sessions_cost_reports_paired_and_unpaired_ratios():
+    """bench/suites/sessions_cost.py from runs alone: each variant over the unkeyed one, the median of
+    the rounds' ratios (paired) beside the ratio of medians; an earlier file without variants or
+    paired ratios is summarised again from its runs."""
+    from splitrpc.bench.suites import sessions_cost
+
+    runs = []
+    for r, base in enumerate([10.0, 14.0, 9.0, 12.0, 11.0]):
+        for v, f in (("unkeyed", 1.0), ("v5", 1.1), ("v5-aes", 1.05)):
+            runs.append({"round": r, "mode": "spin", "outstanding": 1, "variant": v, "p50_us": base * f,
+                         "p99_us": 3 * base, "rps": 1e6 / (base * f), "handshake_us": None if v == "unkeyed" else 400})
+    cells = sessions_cost.summarise(runs, ["unkeyed", "v5", "v5-aes"])
+    v5 = cells[0]["v5"]
+    assert abs(v5["p50_round_ratio"]["ratio"] - 1.1) < 1e-9 and v5["p50_round_ratio"]["hi"] - v5["p50_round_ratio"]["lo"] < 1e-6
+    assert v5["p50_ratio"]["hi"] - v5["p50_ratio"]["lo"] > 0.2  # unpaired: the drift stays in
+    doc = {"machine": {}, "started": "s", "command": "c", "rounds": 5, "calls": 10, "client": "/x/indep_client",
+           "variants": ["unkeyed", "v5", "v5-aes"], "cells": cells, "handshakes": None, "runs": runs}
+    md = sessions_cost.report(doc)
+    assert re.search(r"\| spin \| 1 \| v5-aes \| .* \| 1\.050 \[1\.050, 1\.050\] \|", md), md
+    with pytest.raises(ValueError):
+        sessions_cost._variants("v5,unkeyed")

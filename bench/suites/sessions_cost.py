@@ -1,11 +1,11 @@
-"""sessions_cost.py: what version 5's sessions cost, measured with the independent client (bench/clients/indep_client.c, written from the protocol pages): vecadd calls unkeyed (version 1, an unkeyed `splitrpc serve`) against calls in sessions, authenticated and encrypted (`--v5`, `--v5 --encrypt`, a `splitrpc serve --keys` of the same command line), the variants' order rotated each round; each one's median p50 and calls/s over the unkeyed one's with a bootstrap 95% interval, and the handshake's time as the client saw it.
+"""sessions_cost.py: what version 5's sessions cost, measured with the independent client (bench/clients/indep_client.c, written from the protocol pages): vecadd calls unkeyed (version 1, an unkeyed `splitrpc serve`) against calls in sessions, authenticated and encrypted, with ChaCha20-Poly1305 and with AES-256-GCM (`--v5`, `--encrypt`, `--aes`; a `splitrpc serve --keys` of the same command line), the variants run back to back in each round in an order rotated each round; each one's p50 and calls/s over the unkeyed one's (the median of the rounds' ratios, and the ratio of the medians, each with a bootstrap 95% interval), and the handshake's time as the client saw it.
 
-    python -m splitrpc.bench.suites.sessions_cost --rounds 7 --calls 40000 --out bench/results/sessions_cost/indep
+    python -m splitrpc.bench.suites.sessions_cost --rounds 15 --calls 40000 --out bench/results/sessions_cost/indep
 
-The independent client does not offer AES-256-GCM, so its sessions are ChaCha20-Poly1305: the
-suite a client without AES-NI gets. splitrpc's own client (offering AES-256-GCM where the CPU has
-it) is measured by protocol_ab (--versions 2,5,5e,4). Client and server share the machine
-(loopback; the servers poll, the client spins or blocks as its mode says).
+ChaCha20-Poly1305 is the suite a client without AES-NI gets; `--aes` offers AES-256-GCM, which a
+server with AES-NI grants. splitrpc's own client (offering AES-256-GCM where the CPU has it) is
+measured by protocol_ab (--versions 2,5,5e,4). Client and server share the machine (loopback; the
+servers poll, the client spins or blocks as its mode says).
 """
 from __future__ import annotations
 
@@ -18,14 +18,16 @@ import time
 from datetime import datetime, timezone
 
 from splitrpc.bench.helpers import indep_client
-from splitrpc.bench.helpers.intervals import RESAMPLES, ratio_interval
+from splitrpc.bench.helpers.intervals import RESAMPLES, ratio_interval, round_ratio_interval
 from splitrpc.bench.helpers.procs import free_port
 from splitrpc.bench.suites.protocol_ab import median, start_server
 from splitrpc.machine import describe
 from splitrpc.reporting import SuiteFailed, command_of, run_as_module, run_suite
 
 # variant -> (keyed server, the independent client's options beside --v5 KEY)
-VARIANTS = {"unkeyed": (False, None), "v5": (True, []), "v5-encrypt": (True, ["--encrypt"])}
+VARIANTS = {"unkeyed": (False, None), "v5": (True, []), "v5-encrypt": (True, ["--encrypt"]),
+            "v5-aes": (True, ["--aes"]), "v5-aes-encrypt": (True, ["--aes", "--encrypt"])}
+AEAD = {False: "chacha20-poly1305", True: "aes-256-gcm"}  # what the client's JSON says its session used
 
 
 def _one(client: str, port: int, mode: str, outstanding: int, calls: int, key: str | None, opts: list[str] | None):
@@ -39,6 +41,9 @@ def _one(client: str, port: int, mode: str, outstanding: int, calls: int, key: s
     if d.get("lost") or d.get("errors") or d.get("bad_auth") or d.get("encrypt") != ("--encrypt" in (opts or [])):
         raise SuiteFailed(f"{mode}/{outstanding} {opts}: lost {d.get('lost')}, errors {d.get('errors')}, "
                           f"bad_auth {d.get('bad_auth')}")
+    if opts is not None and d.get("aead") != AEAD["--aes" in opts]:
+        raise SuiteFailed(f"{opts}: the session's AEAD was {d.get('aead')}, not {AEAD['--aes' in opts]} "
+                          "(a server or CPU without AES-NI does not grant AES-256-GCM)")
     return {"p50_us": d["p50_us"], "p99_us": d["p99_us"], "rps": d["calls_per_s"],
             "handshake_us": d.get("handshake_us")}
 
@@ -60,7 +65,7 @@ def run(a) -> dict:
             servers.append(start_server(a.splitrpc, port, []))
             servers.append(start_server(a.splitrpc, key_port, ["--keys", os.path.join(tmp, "keys.json")]))
             hs = handshakes(key_port, k, a.handshakes)
-            names = list(VARIANTS)
+            names = a.variants
             for r in range(a.rounds):
                 order = names[r % len(names):] + names[:r % len(names)]
                 for mode, outstanding in cells:
@@ -75,7 +80,7 @@ def run(a) -> dict:
                 srv.wait(10)
     return {"machine": describe(), "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "command": command_of(a), "rounds": a.rounds, "calls": a.calls, "client": client, "runs": runs,
-            "cells": summarise(runs), "handshakes": hs}
+            "variants": a.variants, "cells": summarise(runs, a.variants), "handshakes": hs}
 
 
 def handshakes(port: int, key, n: int) -> dict:
@@ -105,47 +110,58 @@ def handshakes(port: int, key, n: int) -> dict:
             "handshake_p90_us": float(np.percentile(d, 90))}
 
 
-def summarise(runs: list[dict]) -> list[dict]:
-    """Per (mode, outstanding): each variant's medians, and its p50 and calls/s over the unkeyed one's."""
+def summarise(runs: list[dict], variants: list[str]) -> list[dict]:
+    """Per (mode, outstanding): each variant's medians, and its p50 and calls/s over the unkeyed
+    one's: the median of the rounds' ratios (paired: the variants of a round ran back to back) and
+    the ratio of the medians (unpaired), each with its bootstrap 95% interval."""
     out = []
     for mode, outstanding in sorted({(x["mode"], x["outstanding"]) for x in runs}):
-        side = {v: [x for x in runs if (x["mode"], x["outstanding"], x["variant"]) == (mode, outstanding, v)]
-                for v in VARIANTS}
+        side = {v: sorted((x for x in runs if (x["mode"], x["outstanding"], x["variant"]) == (mode, outstanding, v)),
+                          key=lambda x: x["round"]) for v in variants}
         cell: dict = {"mode": mode, "outstanding": outstanding}
         for v, rs in side.items():
             c = {k: median([x[k] for x in rs if x[k] is not None]) for k in ("p50_us", "p99_us", "rps", "handshake_us")}
             c["p50_rounds"] = [round(x["p50_us"], 2) for x in rs]
             if v != "unkeyed":
-                c["p50_ratio"] = ratio_interval([x["p50_us"] for x in side["unkeyed"]], [x["p50_us"] for x in rs])
-                c["rps_ratio"] = ratio_interval([x["rps"] for x in side["unkeyed"]], [x["rps"] for x in rs])
+                base = side["unkeyed"]
+                c["p50_ratio"] = ratio_interval([x["p50_us"] for x in base], [x["p50_us"] for x in rs])
+                c["rps_ratio"] = ratio_interval([x["rps"] for x in base], [x["rps"] for x in rs])
+                c["p50_round_ratio"] = round_ratio_interval([x["p50_us"] for x in base], [x["p50_us"] for x in rs])
+                c["rps_round_ratio"] = round_ratio_interval([x["rps"] for x in base], [x["rps"] for x in rs])
             cell[v] = c
         out.append(cell)
     return out
 
 
 def _fmt(r: dict | None) -> str:
-    return "1" if r is None else "n/a" if r["ratio"] is None else f"{r['ratio']:.3f} [{r['lo']:.3f}, {r['hi']:.3f}]"
+    return "n/a" if r is None else "n/a" if r["ratio"] is None else f"{r['ratio']:.3f} [{r['lo']:.3f}, {r['hi']:.3f}]"
 
 
 def report(doc: dict) -> str:
+    variants = doc["variants"]
     lines = ["# What sessions cost, measured with the independent client", "",
              f"Machine: {doc['machine']}; {doc['started']}. Client: `{os.path.basename(doc['client'])}` "
-             "(bench/clients/indep_client.c, written from the protocol pages; its sessions are ChaCha20-Poly1305: "
-             "it does not offer AES-256-GCM). Loopback, servers `--wait poll`. Nothing emulated.", "",
+             "(bench/clients/indep_client.c, written from the protocol pages; `v5*` are its sessions with "
+             "ChaCha20-Poly1305, `v5-aes*` with AES-256-GCM, `*-encrypt` encrypting the data). Loopback, servers "
+             "`--wait poll`. Nothing emulated.", "",
              "```sh", doc["command"], "```", "",
-             f"{doc['rounds']} rounds of {doc['calls']:,} closed-loop vecadd calls per cell, the variants' order "
-             f"rotated each round. Ratios: median over the unkeyed one's, bootstrap 95% interval ({RESAMPLES:,} "
-             "resamples).", "",
-             "| mode | outstanding | variant | p50 µs (rounds) | p99 µs | calls/s | p50 ratio [95%] | calls/s ratio [95%] "
-             "| handshake µs |",
-             "|---|---:|---|---|---:|---:|---|---|---:|"]
+             f"{doc['rounds']} rounds of {doc['calls']:,} closed-loop vecadd calls per cell and variant, the variants "
+             "run back to back in each round, their order rotated from round to round. Ratios over the unkeyed "
+             "calls: **paired**, the median of the rounds' ratios (each round's variants ran back to back, so the "
+             "machine's drift from round to round cancels); **unpaired**, the ratio of the medians. Each with a "
+             f"bootstrap 95% interval ({RESAMPLES:,} resamples of the rounds).", "",
+             "| mode | outstanding | variant | p50 µs (rounds) | p99 µs | calls/s | p50 ratio, paired [95%] "
+             "| p50 ratio, unpaired [95%] | calls/s ratio, paired [95%] | handshake µs |",
+             "|---|---:|---|---|---:|---:|---|---|---|---:|"]
     for c in doc["cells"]:
-        for v in VARIANTS:
+        for v in variants:
             m = c[v]
             hs = "" if not m.get("handshake_us") else f"{m['handshake_us']:.0f}"
+            unkeyed = v == "unkeyed"
             lines.append(f"| {c['mode']} | {c['outstanding']} | {v} | {m['p50_us']:.1f} "
                          f"({', '.join(map(str, m['p50_rounds']))}) | {m['p99_us']:.1f} | {m['rps']:,.0f} | "
-                         f"{_fmt(m.get('p50_ratio'))} | {_fmt(m.get('rps_ratio'))} | {hs} |")
+                         f"{'1' if unkeyed else _fmt(m.get('p50_round_ratio'))} | {_fmt(m.get('p50_ratio'))} | "
+                         f"{'1' if unkeyed else _fmt(m.get('rps_round_ratio'))} | {hs} |")
     h = doc.get("handshakes")
     if h:
         lines += ["", f"**A handshake** (splitrpc's own client, {h['clients']} fresh clients, busy-polling): one round "
@@ -157,10 +173,20 @@ def report(doc: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _variants(text: str) -> list[str]:
+    names = [v for v in text.split(",") if v]
+    bad = [v for v in names if v not in VARIANTS]
+    if bad or not names or names[0] != "unkeyed" or len(set(names)) != len(names):
+        raise ValueError(f"variants: {','.join(VARIANTS)}, each once, unkeyed first (got {text!r})")
+    return names
+
+
 def _arguments(p) -> None:
     p.add_argument("--cells", default="spin:1,block:1,spin:16", help="MODE:OUTSTANDING,... (modes spin, block)")
     p.add_argument("--calls", type=int, default=40000)
-    p.add_argument("--rounds", type=int, default=7)
+    p.add_argument("--rounds", type=int, default=15)
+    p.add_argument("--variants", type=_variants, default=list(VARIANTS),
+                   help=f"which, comma-separated, unkeyed first (default: all: {','.join(VARIANTS)})")
     p.add_argument("--handshakes", type=int, default=200, help="fresh clients timing a handshake")
     p.add_argument("--client", help="the independent client's binary (default: the installed one)")
     p.add_argument("--splitrpc", default=os.path.join(os.path.dirname(sys.executable), "splitrpc"),
@@ -170,9 +196,12 @@ def _arguments(p) -> None:
 
 
 def _run_or_load(a) -> dict:
-    if a.from_json:
+    if a.from_json:  # the runs summarised again (an earlier file's too: its variants, its rounds)
         with open(a.from_json) as f:
-            return json.load(f)
+            doc = json.load(f)
+        doc.setdefault("variants", [v for v in VARIANTS if any(x["variant"] == v for x in doc["runs"])])
+        doc["cells"] = summarise(doc["runs"], doc["variants"])
+        return doc
     return run(a)
 
 
