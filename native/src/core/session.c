@@ -637,10 +637,15 @@ int srpc_v5_open(const srpc_v5_keys_t *k, int to_server, const uint8_t hdr[SRPC_
             memcpy(ad + SRPC_HDR_LEN, trailer, 16);
             return aes_unseal(key, nonce, data, data, len, trailer + 16, ad, sizeof(ad)) == 0 ? 0 : -EBADMSG;
         }
-        const struct iovec ad[3] = {{(void *)hdr, SRPC_HDR_LEN}, {data, len}, {(void *)trailer, 16}};
-        if (aes_tag(key, nonce, ad, 3, tag) < 0 || srpc_sodium()->verify16(tag, trailer + 16) != 0)
-            return -EBADMSG;
-        return 0;
+        if (hdr + SRPC_HDR_LEN == data && data + len == trailer) { /* a datagram as it came: header, data,
+                                                                     session and counter are contiguous */
+            aes_seal(key, nonce, NULL, tag, NULL, 0, hdr, SRPC_HDR_LEN + (size_t)len + 16);
+        } else {
+            const struct iovec ad[3] = {{(void *)hdr, SRPC_HDR_LEN}, {data, len}, {(void *)trailer, 16}};
+            if (aes_tag(key, nonce, ad, 3, tag) < 0)
+                return -EBADMSG;
+        }
+        return srpc_sodium()->verify16(tag, trailer + 16) == 0 ? 0 : -EBADMSG;
     }
     data_tag(key, k->encrypt & SRPC_V5_FLAG_ENCRYPT, 0, hdr, data, len, trailer, tag);
     if (srpc_sodium()->verify16(tag, trailer + 16) != 0)
