@@ -809,6 +809,8 @@ def test_protocol_ab_compares_each_version_with_the_first():
     assert "p50_ratio" not in c["2"] and abs(c["3"]["p50_ratio"]["ratio"] - 1.1) < 0.01
     assert 1.45 < c["4"]["p50_ratio"]["ratio"] < 1.6 and c["4"]["p50_ratio"]["lo"] > 1.4
     assert abs(c["4"]["rps_ratio"]["ratio"] - 0.7) < 1e-9
+    paired = c["4"]["p50_round_ratio"]  # each round's 15 or 16 over its 10: 1.5 or 1.6, median of the six
+    assert 1.49 <= paired["lo"] <= paired["ratio"] <= paired["hi"] <= 1.61
     doc = {"versions": [2, 3, 4], "machine": "m", "started": "t", "command": "c", "rounds": 6, "calls": 10,
            "cells": cells, "a": 2, "b": 3}
     md = protocol_ab.report(doc)

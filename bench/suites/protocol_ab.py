@@ -25,7 +25,7 @@ import tempfile
 import time
 from datetime import datetime, timezone
 
-from splitrpc.bench.helpers.intervals import RESAMPLES, ratio_interval
+from splitrpc.bench.helpers.intervals import RESAMPLES, ratio_interval, round_ratio_interval
 from splitrpc.bench.helpers.procs import free_port
 from splitrpc.machine import describe
 from splitrpc.reporting import SuiteFailed, command_of, run_as_module, run_suite
@@ -118,8 +118,8 @@ def cells(runs: list[dict], protos: list[int]) -> list[dict]:
     out = []
     base = protos[0]
     for svc, conc in sorted({(x["service"], x["concurrency"]) for x in runs}, key=lambda k: (k[0], k[1])):
-        side = {p: [x for x in runs if x["service"] == svc and x["concurrency"] == conc and x["protocol"] == p]
-                for p in protos}
+        side = {p: sorted((x for x in runs if x["service"] == svc and x["concurrency"] == conc and x["protocol"] == p),
+                          key=lambda x: x["round"]) for p in protos}
         cell: dict = {"service": svc, "concurrency": conc}
         for p, rs in side.items():
             cell[str(p)] = {k: median([x[k] for x in rs]) for k in ("p50_us", "p99_us", "rps")}
@@ -129,6 +129,9 @@ def cells(runs: list[dict], protos: list[int]) -> list[dict]:
                 cell[str(p)]["p50_ratio"] = ratio_interval([x["p50_us"] for x in side[base]],
                                                            [x["p50_us"] for x in rs])
                 cell[str(p)]["rps_ratio"] = ratio_interval([x["rps"] for x in side[base]], [x["rps"] for x in rs])
+                if len(rs) == len(side[base]):  # paired: each round's versions ran back to back
+                    cell[str(p)]["p50_round_ratio"] = round_ratio_interval([x["p50_us"] for x in side[base]],
+                                                                           [x["p50_us"] for x in rs])
         if len(protos) == 2:  # the two-version layout of earlier reports
             cell["p50_ratio"], cell["rps_ratio"] = cell[str(protos[1])]["p50_ratio"], cell[str(protos[1])]["rps_ratio"]
         out.append(cell)
@@ -178,18 +181,21 @@ def report_many(doc: dict) -> str:
              "key table.", "",
              "```sh", doc["command"], "```", "",
              f"{doc['rounds']} rounds of {doc['calls']:,} closed-loop calls per cell, the versions' order rotated "
-             f"each round. Ratios: each version's median over {NAMES.get(str(base), base)}'s, bootstrap 95% interval "
-             f"({RESAMPLES:,} resamples).", "",
-             "| service | C | version | p50 µs (rounds) | p99 µs | calls/s | p50 ratio [95%] | calls/s ratio [95%] |",
-             "|---|---:|---|---|---:|---:|---|---|"]
+             f"each round. Ratios over {NAMES.get(str(base), base)}: each version's median over its (unpaired), and "
+             "the median of the rounds' ratios (paired: a round's versions ran back to back); bootstrap 95% "
+             f"intervals ({RESAMPLES:,} resamples).", "",
+             "| service | C | version | p50 µs (rounds) | p99 µs | calls/s | p50 ratio [95%] | p50 ratio, paired [95%] "
+             "| calls/s ratio [95%] |",
+             "|---|---:|---|---|---:|---:|---|---|---|"]
     for c in doc["cells"]:
         for v in vs:
             m = c[str(v)]
             rounds = ", ".join(map(str, m["p50_rounds"]))
             p50r = _fmt(m["p50_ratio"]) if v != base else "1"
+            paired = (_fmt(m["p50_round_ratio"]) if "p50_round_ratio" in m else "n/a") if v != base else "1"
             rpsr = _fmt(m["rps_ratio"]) if v != base else "1"
             lines.append(f"| {c['service']} | {c['concurrency']} | {NAMES.get(str(v), v)} | {m['p50_us']:.1f} ({rounds}) "
-                         f"| {m['p99_us']:.1f} | {m['rps']:,.0f} | {p50r} | {rpsr} |")
+                         f"| {m['p99_us']:.1f} | {m['rps']:,.0f} | {p50r} | {paired} | {rpsr} |")
     return "\n".join(lines) + "\n"
 
 

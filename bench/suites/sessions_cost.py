@@ -160,7 +160,7 @@ def report(doc: dict) -> str:
             unkeyed = v == "unkeyed"
             lines.append(f"| {c['mode']} | {c['outstanding']} | {v} | {m['p50_us']:.1f} "
                          f"({', '.join(map(str, m['p50_rounds']))}) | {m['p99_us']:.1f} | {m['rps']:,.0f} | "
-                         f"{'1' if unkeyed else _fmt(m.get('p50_round_ratio'))} | {_fmt(m.get('p50_ratio'))} | "
+                         f"{'1' if unkeyed else _fmt(m.get('p50_round_ratio'))} | {'1' if unkeyed else _fmt(m.get('p50_ratio'))} | "
                          f"{'1' if unkeyed else _fmt(m.get('rps_round_ratio'))} | {hs} |")
     h = doc.get("handshakes")
     if h:
