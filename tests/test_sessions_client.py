@@ -259,3 +259,64 @@ def test_a_server_that_will_not_encrypt_fails_even_calls_waiting_for_ready(keys)
         stop.set()
         t.join(5)
         sock.close()
+
+
+@pytest.mark.parametrize("retries", [0, 3])
+def test_a_restart_right_after_the_handshake_costs_100_ms_at_most(keys, retries):
+    """A server (written from the page: tests/foreign_v5.py) that loses its first session right
+    after its ACCEPT and answers its calls with one NO_SESSION (the page's rate: one per 100 ms
+    per address). The session is then 1 ms old: the client defers the NO_SESSION (a forger's flood
+    would make it handshake for every forgery) but ends the session at 100 ms of age, with no reply
+    under it since, and resumes: the call is answered, with no retransmission (retries=0) and with
+    fast ones that all fall under 100 ms (an outside reviewer's case: the call timed out when the
+    young session's NO_SESSION was ignored)."""
+    import socket
+
+    pytest.importorskip("cryptography", reason="tests/foreign_v5.py needs the cryptography package ('.[test]')")
+    import foreign_v5 as v5
+
+    k = keys["all"]
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.bind(("127.0.0.1", 0))
+    sock.settimeout(0.1)
+    stop, sessions, last, runs = threading.Event(), {}, {}, []
+
+    def serve():
+        while not stop.is_set():
+            try:
+                d, src = sock.recvfrom(4096)
+            except OSError:
+                continue
+            if d[1] & 0x0F == v5.INIT and len(d) == v5.HDR_LEN + v5.INIT_BODY:
+                acc, s = v5.make_accept(k.secret, d, v5.private_key(), 0x1000 + len(sessions) + 1, 0)
+                sessions[s.id] = s
+                sock.sendto(acc, src)
+            elif d[1] & 0x0F == v5.REQUEST:
+                sid, fid, rid = int.from_bytes(d[-32:-24], "big"), int.from_bytes(d[2:4], "big"), \
+                    int.from_bytes(d[6:12], "big")
+                if sid == 0x1001:  # lost in the restart
+                    if time.monotonic() - last.get(src, -1.0) >= 0.1:
+                        last[src] = time.monotonic()
+                        sock.sendto(v5.header(v5.NO_SESSION, fid, rid, v5.NO_SESSION_BODY) + sid.to_bytes(8, "big"), src)
+                    continue
+                data = v5.open_(sessions[sid], d, True)
+                if data is not None:
+                    runs.append(data)
+                    sock.sendto(v5.seal(sessions[sid], v5.header(v5.RESPONSE, fid, rid, len(data)), data, False), src)
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    try:
+        with splitrpc.Client("127.0.0.1", sock.getsockname()[1], key=k, timeout=2, retries=retries,
+                             rto_min=0.005, rto_initial=0.01) as c:
+            t0 = time.monotonic()
+            assert c.call(ECHO, b"x") == b"x"
+            took = time.monotonic() - t0
+            st = c.stats()
+        assert took < 0.6, took  # 100 ms and a handshake, not the 2 s deadline
+        assert st["no_sessions"] == 1 and st["no_sessions_deferred"] >= 1 and st["handshakes"] == 2, st
+        assert runs == [b"x"]
+    finally:
+        stop.set()
+        t.join(5)
+        sock.close()

@@ -198,8 +198,9 @@ typedef struct srpc_client_stats {
     uint64_t cookies;          /* COOKIEs taken: the server was under a flood of handshakes */
     uint64_t handshakes_failed; /* handshakes none of whose INITs was answered */
     uint64_t session_resends;  /* calls sent again under a new session (or first sent once one was made) */
-    uint64_t no_sessions_ignored; /* NO_SESSIONs naming a session under 100 ms old: not acted on (a
-                                     forger's flood makes at most 10 handshakes a second) */
+    uint64_t no_sessions_deferred; /* NO_SESSIONs naming a session under 100 ms old: acted on when
+                                      it is 100 ms old unless a reply under it comes first (a
+                                      forger's flood makes at most 10 handshakes a second) */
 } srpc_client_stats_t;
 int srpc_client_stats(const srpc_client_t *cl, srpc_client_stats_t *out);
 

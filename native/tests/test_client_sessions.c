@@ -212,14 +212,16 @@ static void test_no_session_and_places(void)
     int start = 0;
     const uint64_t first = srpc_cl_v5_current(&v, 2 * MS, &start)->keys.session;
     const uint64_t young = (1 + SRPC_V5_NO_SESSION_MIN_AGE_MS) * MS - 1, old = young + 1; /* born at 1 ms */
-    int acted = 0;
+    int acted = 0, killed = -1;
     for (int i = 0; i < 1000; i++) /* a forger's flood at once after the handshake */
         acted += srpc_cl_v5_kill(&v, first, young);
-    CHECK(acted == 0 && srpc_cl_v5_alive(&v, first) && v.st.no_sessions_ignored == 1000 && v.st.no_sessions == 0 &&
+    CHECK(acted == 0 && srpc_cl_v5_alive(&v, first) && v.st.no_sessions_deferred == 1000 && v.st.no_sessions == 0 &&
               srpc_cl_v5_current(&v, young, &start) != NULL && start == 0,
-          "1,000 of them: the session still sent under, no handshake");
+          "1,000 of them under 100 ms: deferred, the session still sent under, no handshake");
+    CHECK(srpc_cl_v5_settle(&v, young, &killed) == old && killed == 0, "its end is due at 100 ms of age");
     CHECK(srpc_cl_v5_kill(&v, first + 1, old) == 0 && v.st.no_sessions == 0, "a session not ours: nothing");
-    CHECK(srpc_cl_v5_kill(&v, first, old) == 1 && v.st.no_sessions == 1, "at 100 ms: acted on");
+    CHECK(srpc_cl_v5_settle(&v, old, &killed) == UINT64_MAX && killed == 1 && v.st.no_sessions == 1,
+          "at 100 ms with no reply under it since: it ends (a server restarted right after the handshake)");
     CHECK(!srpc_cl_v5_alive(&v, first) && srpc_cl_v5_find(&v, first) && srpc_cl_v5_current(&v, old, &start) == NULL &&
               start == 1,
           "a NO_SESSION's session is not sent under again: a handshake starts");
@@ -247,6 +249,35 @@ static void test_no_session_and_places(void)
     srpc_cl_v5_wipe(&v);
     srpc_sessions_destroy(&t);
     srpc_sessions_destroy(&restarted);
+}
+
+/* A forged NO_SESSION for a young session, then a real reply under it: the session lives on. */
+static void test_no_session_then_a_reply(void)
+{
+    srpc_cl_v5_t v;
+    CHECK(srpc_cl_v5_init(&v, 7, PSK, 0, 0) == 0, "made");
+    srpc_v5_keys_t k;
+    memset(&k, 0, sizeof(k));
+    k.session = 0x77;
+    memset(k.s2c, 0x42, 32);
+    v.s[0].keys = k;
+    v.s[0].used = 1;
+    v.s[0].born_ns = 1 * MS;
+    v.cur = 0;
+    int killed = -1;
+    uint8_t buf[200];
+    CHECK(srpc_cl_v5_kill(&v, 0x77, 50 * MS) == 0 && v.s[0].suspect, "50 ms old: suspect");
+    CHECK(open_reply(&v, buf, reply(&k, 9, "ok", 2, 1, buf)) == 0 && !v.s[0].suspect, "a reply under it: not suspect");
+    CHECK(srpc_cl_v5_settle(&v, 200 * MS, &killed) == UINT64_MAX && killed == 0 && srpc_cl_v5_alive(&v, 0x77) &&
+              v.st.no_sessions == 0 && v.st.no_sessions_deferred == 1,
+          "at 100 ms it lives on: the NO_SESSION was not the server's");
+    uint8_t forged[200];
+    uint32_t n = reply(&k, 9, "ok", 2, 2, forged);
+    forged[n - 1] ^= 1;
+    CHECK(srpc_cl_v5_kill(&v, 0x77, 60 * MS) == 0 && open_reply(&v, forged, n) == -EBADMSG && v.s[0].suspect &&
+              srpc_cl_v5_settle(&v, 101 * MS, &killed) == UINT64_MAX && killed == 1 && !srpc_cl_v5_alive(&v, 0x77),
+          "a forged reply does not save it");
+    srpc_cl_v5_wipe(&v);
 }
 
 /* Replies of both suites and both kinds open, and a changed one does not. */
@@ -332,6 +363,7 @@ int main(void)
     test_cookie();
     test_rekey_resumes_the_line();
     test_no_session_and_places();
+    test_no_session_then_a_reply();
     test_encryption_refused_and_age();
     test_suites();
     srpc_keytab_destroy(keys);

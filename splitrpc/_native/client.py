@@ -216,7 +216,7 @@ def closed_loop(cl, func_id: int, mv: memoryview, concurrency: int, warmup: int,
 _STATS = ("sent_calls", "replies", "errors", "timeouts", "late_or_unknown", "dropped", "retransmits", "busy_retries",
           "window_waits", "outstanding", "waiting", "srtt_us", "rto_us", "unreachable", "unavailable",
           "draining_unsent", "bad_data_check", "send_full", "bad_auth", "handshakes", "rekeys", "no_sessions",
-          "cookies", "handshakes_failed", "session_resends", "no_sessions_ignored")
+          "cookies", "handshakes_failed", "session_resends", "no_sessions_deferred")
 
 
 def read_stats(cl) -> dict:

@@ -19,6 +19,7 @@
 #include "core/tunables.h"
 #include "core/auth.h"
 #include "client/sessions.h"
+#include "core/aes_keys.h"
 #include "splitrpc_client.h"
 #include "transport/transport.h"
 
@@ -348,9 +349,18 @@ static void retransmit_due(srpc_client_t *c)
     uint64_t now = srpc_now_ns();
     if (now < c->next_due)
         return;
+    uint64_t settle = UINT64_MAX; /* version 5: a session a NO_SESSION named while young ends now */
+    if (c->v5) {
+        int killed = 0;
+        settle = srpc_cl_v5_settle(c->v5, now, &killed);
+        if (killed && !c->v5->hs_on)
+            v5_start(c, now);
+    }
     if (c->v5 && c->v5->hs_on)
         v5_tick(c, now);
     uint64_t next = c->v5 && c->v5->hs_on ? c->v5->hs_due_ns : UINT64_MAX;
+    if (settle < next)
+        next = settle;
     const uint64_t hi = (uint64_t)c->cfg.rto_max_us * 1000;
     for (int b = 0; b < NBUCKETS; b++)
         for (cl_call_t *k = c->buckets[b]; k; k = k->hnext) {
@@ -475,6 +485,8 @@ void srpc_client_destroy(srpc_client_t *c)
     srpc_auth_wipe(&c->auth, sizeof(c->auth)); /* the key's secret */
     if (c->v5) {
         srpc_cl_v5_wipe(c->v5); /* the psk and every session's keys */
+        srpc_aes_keys_wipe();   /* and the AES-256-GCM keys this thread expanded (other threads keep theirs
+                                   until replaced or their end: core/aes_keys.h) */
         free(c->v5);
     }
     free(c);
@@ -797,8 +809,11 @@ static void v5_handshake_in(srpc_client_t *c, const uint8_t *d, uint32_t total)
         c->st.late_or_unknown++;
         return;
     }
-    if (!srpc_cl_v5_kill(v, sid, now))
+    if (!srpc_cl_v5_kill(v, sid, now)) { /* too young: ended at 100 ms of age unless a reply comes first */
+        int killed;
+        note_due(c, srpc_cl_v5_settle(v, now, &killed));
         return;
+    }
     if (!v->hs_on)
         v5_start(c, now); /* (one under way follows it or a later one: its ACCEPT sends the calls) */
 }
@@ -1213,7 +1228,7 @@ int srpc_client_stats(const srpc_client_t *c, srpc_client_stats_t *out)
         out->cookies = v->cookies;
         out->handshakes_failed = v->handshakes_failed;
         out->session_resends = v->resent;
-        out->no_sessions_ignored = v->no_sessions_ignored;
+        out->no_sessions_deferred = v->no_sessions_deferred;
     }
     pthread_mutex_unlock(&m->lock);
     return 0;

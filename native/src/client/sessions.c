@@ -188,14 +188,33 @@ int srpc_cl_v5_kill(srpc_cl_v5_t *v, uint64_t id, uint64_t now_ns)
     if (!s)
         return 0;
     if (now_ns - s->born_ns < (uint64_t)SRPC_V5_NO_SESSION_MIN_AGE_MS * MS) {
-        v->st.no_sessions_ignored++;
+        v->st.no_sessions_deferred++;
+        s->suspect = 1;
         return 0;
     }
     v->st.no_sessions++;
     s->dead = 1;
+    s->suspect = 0;
     if (v->cur >= 0 && &v->s[v->cur] == s)
         v->cur = -1;
     return 1;
+}
+
+uint64_t srpc_cl_v5_settle(srpc_cl_v5_t *v, uint64_t now_ns, int *killed)
+{
+    uint64_t next = UINT64_MAX;
+    *killed = 0;
+    for (int i = 0; i < SRPC_CL_SESSIONS; i++) {
+        srpc_cl_sess_t *s = &v->s[i];
+        if (!s->used || !s->suspect || s->dead)
+            continue;
+        const uint64_t due = s->born_ns + (uint64_t)SRPC_V5_NO_SESSION_MIN_AGE_MS * MS;
+        if (now_ns >= due)
+            *killed += srpc_cl_v5_kill(v, s->keys.session, now_ns);
+        else if (due < next)
+            next = due;
+    }
+    return next;
 }
 
 int srpc_cl_v5_open(srpc_cl_v5_t *v, const uint8_t hb[SRPC_HDR_LEN], uint8_t *data, uint32_t *dlen)
@@ -209,6 +228,7 @@ int srpc_cl_v5_open(srpc_cl_v5_t *v, const uint8_t hb[SRPC_HDR_LEN], uint8_t *da
     if (!s || !srpc_replay_fresh(&s->win, c) || srpc_v5_open(&s->keys, 0, hb, data, n, tr) < 0)
         return -EBADMSG; /* (the window first: a replay costs no AEAD) */
     srpc_replay_take(&s->win, c);
+    s->suspect = 0; /* an authenticated reply: the server has this session */
     *dlen = n;
     return 0;
 }

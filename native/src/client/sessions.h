@@ -22,13 +22,18 @@ typedef struct srpc_cl_sess {
     srpc_replay_t win;       /* the server's counters taken under it */
     uint8_t used;
     uint8_t dead;            /* a NO_SESSION named it: nothing is sent under it again */
+    uint8_t suspect;         /* a NO_SESSION named it while it was under SRPC_V5_NO_SESSION_MIN_AGE_MS
+                                old: it dies at that age (srpc_cl_v5_settle) unless a reply under it
+                                is taken first */
 } srpc_cl_sess_t;
 
 typedef struct srpc_cl_v5_stats {
     uint64_t handshakes;       /* sessions made (ACCEPTs taken) */
     uint64_t rekeys;           /* handshakes started because the session was old */
     uint64_t no_sessions;      /* NO_SESSIONs acted on (a call of ours outstanding under the session named) */
-    uint64_t no_sessions_ignored; /* NO_SESSIONs for such a call, naming a session too young to act on */
+    uint64_t no_sessions_deferred; /* NO_SESSIONs for such a call naming a session too young to act on
+                                      at once (acted on when it is old enough, unless a reply under
+                                      it comes first) */
     uint64_t cookies;          /* COOKIEs taken (the server was under load) */
     uint64_t handshakes_failed; /* handshakes that got no answer to any of their INITs */
     uint64_t resent;           /* calls sent again under a new session (after a NO_SESSION, or sent
@@ -101,9 +106,15 @@ int srpc_cl_v5_alive(const srpc_cl_v5_t *v, uint64_t id);
 
 /* A NO_SESSION named session id (the caller checked that a call of ours is outstanding under
  * it): 1 when it is now dead (and the current session no more if it was that one); 0 when it is
- * younger than SRPC_V5_NO_SESSION_MIN_AGE_MS (left as it is: counted in no_sessions_ignored) or
- * not ours. */
+ * not ours, or younger than SRPC_V5_NO_SESSION_MIN_AGE_MS: then it is suspect (counted in
+ * no_sessions_deferred) and srpc_cl_v5_settle ends it at that age unless a reply under it is
+ * taken first (which shows the server has it: the NO_SESSION was forged, or another process's). */
 int srpc_cl_v5_kill(srpc_cl_v5_t *v, uint64_t id, uint64_t now_ns);
+
+/* Ends the suspect sessions old enough now (*killed: how many; counted as no_sessions acted on):
+ * the caller starts a handshake when it killed one. Returns when the next suspect one will be
+ * old enough (UINT64_MAX: none). */
+uint64_t srpc_cl_v5_settle(srpc_cl_v5_t *v, uint64_t now_ns, int *killed);
 
 /* A reply datagram of version 5: its header at hb and *dlen bytes after it at data (the trailer
  * last). 0 when it is of a session of ours, its tag right and its counter fresh (then taken):

@@ -31,6 +31,7 @@ static void at_exit(void *p) /* the thread ends: its expanded keys are wiped */
 {
     wipe(p);
     free(p);
+    mine = NULL; /* a later destructor of this thread that seals makes a new cache (wiped in turn) */
 }
 
 static void tls_init(void)

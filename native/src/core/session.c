@@ -397,7 +397,7 @@ static int aes_unseal(const uint8_t key[SRPC_V5_KEY_LEN], const uint8_t nonce[NO
 /* The AES-256-GCM suite (SRPC_V5_FLAG_AES): the layout of ChaCha20-Poly1305's, the AEAD replaced.
  * An authenticating session's tag is over an empty plaintext with associated data the n pieces
  * (header, data, session and counter), which libsodium takes contiguous: gathered first (on the
- * stack when small). 0, or -ENOMEM. */
+ * stack when small). 0, -ENOMEM, or -EINVAL when libsodium fails (it does not, once available). */
 #define AES_STACK 2048
 static int aes_tag(const uint8_t key[SRPC_V5_KEY_LEN], const uint8_t nonce[NONCE_LEN], const struct iovec *ad, int n,
                    uint8_t tag[TAG_LEN])
@@ -414,21 +414,21 @@ static int aes_tag(const uint8_t key[SRPC_V5_KEY_LEN], const uint8_t nonce[NONCE
             memcpy(buf + at, ad[i].iov_base, ad[i].iov_len);
         at += ad[i].iov_len;
     }
-    aes_seal(key, nonce, NULL, tag, NULL, 0, buf, len);
+    const int r = aes_seal(key, nonce, NULL, tag, NULL, 0, buf, len);
     if (buf != small)
         free(buf);
-    return 0;
+    return r == 0 ? 0 : -EINVAL;
 }
 
 /* An encrypting AES-256-GCM session: the data encrypted in place and its tag (seal), with
  * associated data header || session || counter. */
-static void aes_encrypt(const uint8_t key[SRPC_V5_KEY_LEN], const uint8_t nonce[NONCE_LEN], const uint8_t hdr[SRPC_HDR_LEN],
-                        const uint8_t ids[16], uint8_t *data, uint32_t len, uint8_t tag[TAG_LEN])
+static int aes_encrypt(const uint8_t key[SRPC_V5_KEY_LEN], const uint8_t nonce[NONCE_LEN], const uint8_t hdr[SRPC_HDR_LEN],
+                       const uint8_t ids[16], uint8_t *data, uint32_t len, uint8_t tag[TAG_LEN])
 {
     uint8_t ad[SRPC_HDR_LEN + 16];
     memcpy(ad, hdr, SRPC_HDR_LEN);
     memcpy(ad + SRPC_HDR_LEN, ids, 16);
-    aes_seal(key, nonce, data, tag, data, len, ad, sizeof(ad));
+    return aes_seal(key, nonce, data, tag, data, len, ad, sizeof(ad)) == 0 ? 0 : -EINVAL;
 }
 
 /* The tag of a data datagram, its data encrypted in place first when enc (seal), or its tag
@@ -554,8 +554,7 @@ int srpc_v5_seal_key(const uint8_t key[SRPC_V5_KEY_LEN], uint64_t session, int e
                 memcpy(enc + at, data[i].iov_base, data[i].iov_len);
                 at += data[i].iov_len;
             }
-            aes_encrypt(key, nonce, hdr, trailer, enc, (uint32_t)len, trailer + 16);
-            return 0;
+            return aes_encrypt(key, nonce, hdr, trailer, enc, (uint32_t)len, trailer + 16);
         }
         if (n + 2 > SRPC_V5_MAX_PIECES)
             return -EINVAL;
@@ -607,8 +606,7 @@ int srpc_v5_seal(const srpc_v5_keys_t *k, int to_server, uint64_t counter, const
         uint8_t nonce[NONCE_LEN];
         nonce_of(nonce, counter);
         if (k->encrypt & SRPC_V5_FLAG_ENCRYPT) {
-            aes_encrypt(key, nonce, hdr, trailer, data, len, trailer + 16);
-            return 0;
+            return aes_encrypt(key, nonce, hdr, trailer, data, len, trailer + 16);
         }
         const struct iovec ad[3] = {{(void *)hdr, SRPC_HDR_LEN}, {data, len}, {trailer, 16}};
         return aes_tag(key, nonce, ad, 3, trailer + 16);
@@ -639,7 +637,8 @@ int srpc_v5_open(const srpc_v5_keys_t *k, int to_server, const uint8_t hdr[SRPC_
         }
         if (hdr + SRPC_HDR_LEN == data && data + len == trailer) { /* a datagram as it came: header, data,
                                                                      session and counter are contiguous */
-            aes_seal(key, nonce, NULL, tag, NULL, 0, hdr, SRPC_HDR_LEN + (size_t)len + 16);
+            if (aes_seal(key, nonce, NULL, tag, NULL, 0, hdr, SRPC_HDR_LEN + (size_t)len + 16) != 0)
+                return -EBADMSG; /* (libsodium does not fail here: fail closed all the same) */
         } else {
             const struct iovec ad[3] = {{(void *)hdr, SRPC_HDR_LEN}, {data, len}, {(void *)trailer, 16}};
             if (aes_tag(key, nonce, ad, 3, tag) < 0)

@@ -238,10 +238,10 @@
 #define SRPC_V5_INIT_RESEND_MS 200u
 #define SRPC_V5_INIT_SENDS 6u
 #define SRPC_V5_CLIENT_COOKIES 4u
-/* A client acts on a NO_SESSION (not authenticated: anyone on the path can forge one) only for a
- * session at least this old: a forger makes it handshake at most 10 times a second, not once per
- * forgery; a server that did restart within that time answers the call's next retransmission with
- * another NO_SESSION. */
+/* A client acts on a NO_SESSION (not authenticated: anyone on the path can forge one) for a
+ * session younger than this only when the session reaches this age with no reply taken under it
+ * since: a forger makes it handshake at most 10 times a second, not once per forgery, and a server
+ * that did restart right after the handshake costs the client this long at most. */
 #define SRPC_V5_NO_SESSION_MIN_AGE_MS 100u
 _Static_assert(SRPC_V5_CLIENT_REKEY_MS < SRPC_V5_CLIENT_STOP_MS && SRPC_V5_CLIENT_STOP_MS < SRPC_V5_REJECT_AFTER_MS,
                "a client rekeys before it stops using a session, and stops before the server forgets it");
