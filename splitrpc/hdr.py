@@ -146,7 +146,8 @@ class HdrHistogram:
             s = (int((v >> 32).sum()) << 32) + int((v & 0xFFFFFFFF).sum())
         f = v.astype(np.float64)
         d = f - s / n
-        m2 = float(d @ d)
+        m2 = float(np.square(d).sum())  # not d @ d: BLAS's dot wakes its threads, which then spin (a load
+        #                                 generator's core, on a small machine)
         if self._count:
             delta = s / n - self._sum / self._count
             self._m2 += m2 + delta * delta * self._count * n / (self._count + n)
