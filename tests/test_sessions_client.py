@@ -1,5 +1,7 @@
 """splitrpc's own client on protocol version 5 (docs/PROTOCOL-v5.md): Client(key=) makes a session before its first call and speaks sessions by default, with encryption when asked; a restarted server's NO_SESSION makes it handshake again and its calls run once there; rekeys happen under a steady load without a failed or doubled call; a wrong key fails with Unavailable; Pool, the asyncio client and the CLI's key= speak sessions too; version 4 only when asked."""
 import asyncio
+import contextlib
+import socket
 import threading
 import time
 
@@ -218,47 +220,56 @@ def test_thousands_of_short_lived_clients_all_get_sessions(make_server, keys, ta
     assert st["drops"].get("table_full", 0) == 0, st["drops"]
 
 
+@contextlib.contextmanager
+def _page_server(on_datagram):
+    """A server written from the page (tests/foreign_v5.py), on 127.0.0.1: a thread that hands each
+    datagram to on_datagram(sock, data, source). Yields its port; stopped and closed at the end."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.bind(("127.0.0.1", 0))
+    sock.settimeout(0.1)
+    stop = threading.Event()
+
+    def serve():
+        while not stop.is_set():
+            try:
+                d, src = sock.recvfrom(4096)
+            except OSError:
+                continue
+            on_datagram(sock, d, src)
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    try:
+        yield sock.getsockname()[1]
+    finally:
+        stop.set()
+        t.join(5)
+        sock.close()
+
+
 def test_a_server_that_will_not_encrypt_fails_even_calls_waiting_for_ready(keys):
     """A server (here one written from the page: tests/foreign_v5.py) whose ACCEPT leaves ENCRYPT
     unset though the client asked for it: the client makes no session and fails its calls with
     Unavailable at once, those that wait for ready too (they waited until their deadline before:
     the refusal is the server's answer, not a server still starting)."""
-    import socket
-
     pytest.importorskip("cryptography", reason="tests/foreign_v5.py needs the cryptography package ('.[test]')")
     import foreign_v5 as v5
 
-    k = keys["all"]
-    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    sock.bind(("127.0.0.1", 0))
-    sock.settimeout(0.2)
-    stop, accepts = threading.Event(), []
+    k, accepts = keys["all"], []
 
-    def serve():
-        while not stop.is_set():
-            try:
-                d, src = sock.recvfrom(2048)
-            except OSError:
-                continue
-            if len(d) == v5.HDR_LEN + v5.INIT_BODY and d[1] & 0x0F == v5.INIT:
-                acc, _ = v5.make_accept(k.secret, d, v5.private_key(), v5.random_id(), 0)  # flags 0: no ENCRYPT
-                accepts.append(acc)
-                sock.sendto(acc, src)
+    def on(sock, d, src):
+        if len(d) == v5.HDR_LEN + v5.INIT_BODY and d[1] & 0x0F == v5.INIT:
+            acc, _ = v5.make_accept(k.secret, d, v5.private_key(), v5.random_id(), 0)  # flags 0: no ENCRYPT
+            accepts.append(acc)
+            sock.sendto(acc, src)
 
-    t = threading.Thread(target=serve, daemon=True)
-    t.start()
-    try:
-        with splitrpc.Client("127.0.0.1", sock.getsockname()[1], key=k, encrypt=True, timeout=10,
-                             wait_for_ready=True) as c:
-            t0 = time.monotonic()
-            with pytest.raises(Unavailable, match="would not encrypt"):
-                c.call(ECHO, b"secret")
-            assert time.monotonic() - t0 < 3.0
-            assert accepts and c.stats()["handshakes"] == 0
-    finally:
-        stop.set()
-        t.join(5)
-        sock.close()
+    with _page_server(on) as port, splitrpc.Client("127.0.0.1", port, key=k, encrypt=True, timeout=10,
+                                                   wait_for_ready=True) as c:
+        t0 = time.monotonic()
+        with pytest.raises(Unavailable, match="would not encrypt"):
+            c.call(ECHO, b"secret")
+        assert time.monotonic() - t0 < 3.0
+        assert accepts and c.stats()["handshakes"] == 0
 
 
 @pytest.mark.parametrize("retries", [0, 3])
@@ -270,53 +281,36 @@ def test_a_restart_right_after_the_handshake_costs_100_ms_at_most(keys, retries)
     under it since, and resumes: the call is answered, with no retransmission (retries=0) and with
     fast ones that all fall under 100 ms (an outside reviewer's case: the call timed out when the
     young session's NO_SESSION was ignored)."""
-    import socket
-
     pytest.importorskip("cryptography", reason="tests/foreign_v5.py needs the cryptography package ('.[test]')")
     import foreign_v5 as v5
 
-    k = keys["all"]
-    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    sock.bind(("127.0.0.1", 0))
-    sock.settimeout(0.1)
-    stop, sessions, last, runs = threading.Event(), {}, {}, []
+    k, sessions, last, runs = keys["all"], {}, {}, []
 
-    def serve():
-        while not stop.is_set():
-            try:
-                d, src = sock.recvfrom(4096)
-            except OSError:
-                continue
-            if d[1] & 0x0F == v5.INIT and len(d) == v5.HDR_LEN + v5.INIT_BODY:
-                acc, s = v5.make_accept(k.secret, d, v5.private_key(), 0x1000 + len(sessions) + 1, 0)
-                sessions[s.id] = s
-                sock.sendto(acc, src)
-            elif d[1] & 0x0F == v5.REQUEST:
-                sid, fid, rid = int.from_bytes(d[-32:-24], "big"), int.from_bytes(d[2:4], "big"), \
-                    int.from_bytes(d[6:12], "big")
-                if sid == 0x1001:  # lost in the restart
-                    if time.monotonic() - last.get(src, -1.0) >= 0.1:
-                        last[src] = time.monotonic()
-                        sock.sendto(v5.header(v5.NO_SESSION, fid, rid, v5.NO_SESSION_BODY) + sid.to_bytes(8, "big"), src)
-                    continue
-                data = v5.open_(sessions[sid], d, True)
-                if data is not None:
-                    runs.append(data)
-                    sock.sendto(v5.seal(sessions[sid], v5.header(v5.RESPONSE, fid, rid, len(data)), data, False), src)
+    def on(sock, d, src):
+        if d[1] & 0x0F == v5.INIT and len(d) == v5.HDR_LEN + v5.INIT_BODY:
+            acc, s = v5.make_accept(k.secret, d, v5.private_key(), 0x1000 + len(sessions) + 1, 0)
+            sessions[s.id] = s
+            sock.sendto(acc, src)
+        elif d[1] & 0x0F == v5.REQUEST:
+            sid, fid, rid = int.from_bytes(d[-32:-24], "big"), int.from_bytes(d[2:4], "big"), \
+                int.from_bytes(d[6:12], "big")
+            if sid == 0x1001:  # lost in the restart
+                if time.monotonic() - last.get(src, -1.0) >= 0.1:
+                    last[src] = time.monotonic()
+                    sock.sendto(v5.header(v5.NO_SESSION, fid, rid, v5.NO_SESSION_BODY) + sid.to_bytes(8, "big"), src)
+                return
+            data = v5.open_(sessions[sid], d, True)
+            if data is not None:
+                runs.append(data)
+                sock.sendto(v5.seal(sessions[sid], v5.header(v5.RESPONSE, fid, rid, len(data)), data, False), src)
 
-    t = threading.Thread(target=serve, daemon=True)
-    t.start()
-    try:
-        with splitrpc.Client("127.0.0.1", sock.getsockname()[1], key=k, timeout=2, retries=retries,
-                             rto_min=0.005, rto_initial=0.01) as c:
+    with _page_server(on) as port:
+        with splitrpc.Client("127.0.0.1", port, key=k, timeout=2, retries=retries, rto_min=0.005,
+                             rto_initial=0.01) as c:
             t0 = time.monotonic()
             assert c.call(ECHO, b"x") == b"x"
             took = time.monotonic() - t0
             st = c.stats()
-        assert took < 0.6, took  # 100 ms and a handshake, not the 2 s deadline
-        assert st["no_sessions"] == 1 and st["no_sessions_deferred"] >= 1 and st["handshakes"] == 2, st
-        assert runs == [b"x"]
-    finally:
-        stop.set()
-        t.join(5)
-        sock.close()
+    assert took < 0.6, took  # 100 ms and a handshake, not the 2 s deadline
+    assert st["no_sessions"] == 1 and st["no_sessions_deferred"] >= 1 and st["handshakes"] == 2, st
+    assert runs == [b"x"]
