@@ -106,10 +106,10 @@ static void rotate_floor(const srpc_sessions_t *t, srpc_session_t *s, uint64_t m
     }
 }
 
-/* Followed by another session for stale_ms: nothing of it is taken any more. */
+/* Its client seen under a session that follows it for stale_ms: nothing of it is taken any more. */
 static int superseded(const srpc_sessions_t *t, const srpc_session_t *s, uint64_t mono_ms)
 {
-    return s->superseded_ms && mono_ms - s->superseded_ms >= t->stale_ms;
+    return s->moved_on_ms && mono_ms - s->moved_on_ms >= t->stale_ms;
 }
 
 void srpc_sessions_expire(srpc_sessions_t *t, uint64_t mono_ms)
@@ -312,11 +312,13 @@ int srpc_sessions_on_init(srpc_sessions_t *t, const srpc_keytab_t *keys, const u
         return SRPC_DROP_BAD_HEADER; /* a low-order e_c (the only failure of a checked INIT) */
     }
     uint64_t lineage = id; /* a new line of calls, unless it follows a session here whose keys its client holds */
+    uint64_t follows = 0;
     if (f.prev_session) {
         srpc_session_t *prev = by_id(t, f.prev_session);
         if (prev && prev->key_id == f.key_id && srpc_v5_init_resume_ok(d, prev->keys.c2s)) {
             lineage = prev->lineage;
-            if (!prev->superseded_ms) /* its client moves on: it is refused from stale_ms after this */
+            follows = f.prev_session; /* refused from stale_ms after the client is seen under this one */
+            if (!prev->superseded_ms) /* its client moves on: the first forgotten for room */
                 prev->superseded_ms = mono_ms ? mono_ms : 1;
         } else {
             t->st.not_resumed++;
@@ -329,7 +331,8 @@ int srpc_sessions_on_init(srpc_sessions_t *t, const srpc_keytab_t *keys, const u
     s->calls = 0;
     s->born_ms = s->seen_ms = s->rot_ms = mono_ms;
     memset(&s->win, 0, sizeof(s->win));
-    s->floor = s->pending = s->superseded_ms = 0;
+    s->floor = s->pending = s->superseded_ms = s->moved_on_ms = 0;
+    s->follows = follows;
     memcpy(s->mac1, mac1, sizeof(s->mac1));
     memcpy(s->accept, out, SRPC_V5_ACCEPT_LEN);
     uint32_t *hi = &t->by_id[id_bucket(t, id)], *hm = &t->by_mac[mac_bucket(t, mac1)];
@@ -363,10 +366,16 @@ int srpc_sessions_fresh(const srpc_sessions_t *t, const srpc_session_t *s, uint6
     return c <= s->floor || superseded(t, s, mono_ms) ? SRPC_DROP_AUTH_STALE : 0;
 }
 
-int srpc_sessions_take(const srpc_sessions_t *t, srpc_session_t *s, uint64_t c, uint64_t mono_ms)
+int srpc_sessions_take(srpc_sessions_t *t, srpc_session_t *s, uint64_t c, uint64_t mono_ms)
 {
     if (srpc_replay_take(&s->win, c) < 0)
         return SRPC_DROP_AUTH_REPLAY;
+    if (s->follows) { /* its client has the ACCEPT: the session it follows is moved on from now */
+        srpc_session_t *prev = by_id(t, s->follows);
+        if (prev && !prev->moved_on_ms)
+            prev->moved_on_ms = mono_ms ? mono_ms : 1;
+        s->follows = 0;
+    }
     s->seen_ms = mono_ms;
     rotate_floor(t, s, mono_ms);
     return 0;

@@ -26,9 +26,15 @@ typedef struct srpc_session {
     uint64_t floor, pending, rot_ms;      /* counters at or below floor are refused as stale: floor is the
                                              window's top as it was between one and two rotations ago
                                              (rotated every stale_ms / 2 by srpc_sessions_expire) */
-    uint64_t superseded_ms;               /* when a session that follows it was made (0: none): from
-                                             stale_ms after that its datagrams are refused, and it is the
-                                             first forgotten when a place is needed */
+    uint64_t superseded_ms;               /* when a session that follows it was made (0: none): it is
+                                             the first forgotten when a place is needed */
+    uint64_t moved_on_ms;                 /* when a datagram of a session that follows it was first taken
+                                             (0: none yet): from stale_ms after that its datagrams are
+                                             refused and it is forgotten. Not from the follower's INIT: its
+                                             client may never have had the ACCEPT (every one lost), and
+                                             goes on under this one */
+    uint64_t follows;                     /* the id of the session this one follows, until a datagram of
+                                             this one is taken (0: none, or taken) */
     uint8_t mac1[16];                     /* its INIT's: that INIT again is answered with accept */
     uint8_t accept[SRPC_V5_ACCEPT_LEN];
     uint32_t next_id, next_mac;           /* hash chains (by id, by mac1); SRPC_SESS_NONE ends one */
@@ -91,21 +97,23 @@ int srpc_sessions_on_init(srpc_sessions_t *t, const srpc_keytab_t *keys, const u
 srpc_session_t *srpc_sessions_find(srpc_sessions_t *t, const srpc_keytab_t *keys, uint64_t id, uint64_t mono_ms);
 
 /* Whether counter c of session s may be taken now, before its tag is checked: 0; SRPC_DROP_AUTH_REPLAY
- * (taken before, behind the window); SRPC_DROP_AUTH_STALE (at or below the session's floor, or the
- * session followed by another for stale_ms: a datagram held back and delivered late). */
+ * (taken before, behind the window); SRPC_DROP_AUTH_STALE (at or below the session's floor, or its
+ * client seen under a session that follows it for stale_ms: a datagram held back and delivered
+ * late). */
 int srpc_sessions_fresh(const srpc_sessions_t *t, const srpc_session_t *s, uint64_t c, uint64_t mono_ms);
 
 /* Takes counter c of a datagram whose tag srpc_v5_open found right under s: 0, or
- * SRPC_DROP_AUTH_REPLAY. Rotates its floor when due (and so does the sweep). */
-int srpc_sessions_take(const srpc_sessions_t *t, srpc_session_t *s, uint64_t c, uint64_t mono_ms);
+ * SRPC_DROP_AUTH_REPLAY. Rotates its floor when due (and so does the sweep). The first taken
+ * under a session that follows another marks that one moved on from (moved_on_ms). */
+int srpc_sessions_take(srpc_sessions_t *t, srpc_session_t *s, uint64_t c, uint64_t mono_ms);
 
 /* 1 when a NO_SESSION may go to src now (and counts it), else 0: at most one per address every
  * SRPC_V5_NO_SESSION_GAP_MS (by a fixed table of address buckets: spoofed sources cannot grow
  * it), and SRPC_V5_NO_SESSIONS_PER_S in all. */
 int srpc_sessions_may_refuse(srpc_sessions_t *t, const struct sockaddr *src, uint64_t mono_ms);
 
-/* Forgets every session past its time that has no calls, and every session followed by another
- * for stale_ms (its line's calls go on under that one); rotates the floors. */
+/* Forgets every session past its time that has no calls, and every session moved on from for
+ * stale_ms (its line's calls go on under the one that follows it); rotates the floors. */
 void srpc_sessions_expire(srpc_sessions_t *t, uint64_t mono_ms);
 
 /* Marks which sessions have calls: those whose line busy(ctx, line) says the call table holds
