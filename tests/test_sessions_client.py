@@ -314,3 +314,45 @@ def test_a_restart_right_after_the_handshake_costs_100_ms_at_most(keys, retries)
     assert took < 0.6, took  # 100 ms and a handshake, not the 2 s deadline
     assert st["no_sessions"] == 1 and st["no_sessions_deferred"] >= 1 and st["handshakes"] == 2, st
     assert runs == [b"x"]
+
+
+def test_waiting_for_a_slow_handshake_spends_no_retransmission(keys):
+    """A server (written from the page: tests/foreign_v5.py) that answers only the third INIT (the
+    client's INITs go at 0, 0.2 and 0.6 s) and loses the first REQUEST it gets. The call waited
+    for the session with nothing sent; its retransmissions are all still its own once the session
+    is made, so the lost REQUEST is sent again at once. (Each retransmission timer that fired while
+    there was no session used to spend a try: with retries=3 and a 10 ms timeout all three were
+    gone before the ACCEPT, the one REQUEST sent under the session was lost, and the call timed
+    out.)"""
+    pytest.importorskip("cryptography", reason="tests/foreign_v5.py needs the cryptography package ('.[test]')")
+    import foreign_v5 as v5
+
+    k, inits, sessions, requests, runs = keys["all"], [], {}, [], []
+
+    def on(sock, d, src):
+        if d[1] & 0x0F == v5.INIT and len(d) == v5.HDR_LEN + v5.INIT_BODY:
+            inits.append(time.monotonic())
+            if len(inits) >= 3:
+                acc, s = v5.make_accept(k.secret, d, v5.private_key(), 0x2000 + len(inits), 0)
+                sessions[s.id] = s
+                sock.sendto(acc, src)
+        elif d[1] & 0x0F == v5.REQUEST:
+            requests.append(d)
+            if len(requests) == 1:
+                return  # lost on the way
+            sid, fid, rid = int.from_bytes(d[-32:-24], "big"), int.from_bytes(d[2:4], "big"), \
+                int.from_bytes(d[6:12], "big")
+            data = v5.open_(sessions[sid], d, True) if sid in sessions else None
+            if data is not None:
+                runs.append(data)
+                sock.sendto(v5.seal(sessions[sid], v5.header(v5.RESPONSE, fid, rid, len(data)), data, False), src)
+
+    with _page_server(on) as port:
+        with splitrpc.Client("127.0.0.1", port, key=k, timeout=3, retries=3, rto_min=0.005, rto_initial=0.01) as c:
+            t0 = time.monotonic()
+            assert c.call(ECHO, b"x") == b"x"
+            took = time.monotonic() - t0
+            st = c.stats()
+    assert len(inits) >= 3 and 0.4 < took < 1.5, (len(inits), took)  # the third INIT's answer, then one resend
+    assert st["retransmits"] == 1 and st["handshakes"] == 1, st
+    assert len(requests) == 2 and runs == [b"x"]

@@ -376,9 +376,14 @@ static void retransmit_due(srpc_client_t *c)
                     k->due_ns = UINT64_MAX; /* given up: the caller's timeout decides */
                     continue;
                 } else {
+                    send_request(c, k); /* a lost resend is retried */
+                    if (c->v5 && !k->sess) { /* no session to send under: nothing went, and no try is spent;
+                                                v5_send_waiting_calls sends it (and arms this) once there is */
+                        k->due_ns = UINT64_MAX;
+                        continue;
+                    }
                     k->attempts++;
                     c->st.retransmits++;
-                    send_request(c, k); /* a lost resend is retried */
                     uint64_t wait = k->attempts < 20 ? rto_ns(c, k->func_id) << k->attempts : hi;
                     k->due_ns = now + (wait < hi ? wait : hi);
                 }
