@@ -138,9 +138,6 @@ class Client:
             raise ValueError(f"protocol {protocol} (authenticated calls) needs key=")
         elif protocol is not None and protocol not in PROTOCOLS:
             raise ValueError(f"protocol must be one of {PROTOCOLS + keyed}, got {protocol!r}")
-        if protocol == _auth.SESSIONS and transport == "dpdk":
-            raise ValueError("sessions (protocol version 5) are not built on the DPDK transport yet: pass "
-                             "protocol=4 for version 4's signed calls there (a server with legacy_v4=True)")
         if encrypt and protocol != _auth.SESSIONS:
             raise ValueError(f"encrypt=True needs sessions: key= (protocol {_auth.SESSIONS})")
         if rekey is not None and not 0 < rekey <= d["rekey"]:

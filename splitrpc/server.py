@@ -214,9 +214,6 @@ class Server:
         self._keys: auth_.KeyTable | None = None
         if legacy_v4 and keys is None:
             raise ValueError("legacy_v4=True takes version 4's signed calls: it needs keys=")
-        if keys is not None and transport == "dpdk" and not legacy_v4:
-            raise ValueError("sessions (protocol version 5) are not built on the DPDK transport yet: with keys there, "
-                             "pass legacy_v4=True to take version 4's signed calls (docs/PROTOCOL-v4.md: its limits)")
         self._legacy_v4 = bool(legacy_v4)
         if keys is not None:
             _auth.require()

@@ -289,7 +289,7 @@ import numpy as np
 import splitrpc
 from splitrpc.load_run import OK, run_load
 c = splitrpc.Client("10.77.0.1", 9000, timeout=10.0, retries=5, transport="dpdk", dpdk_port="net_memif0",
-                    local_ip="10.77.0.2", protocol={proto!r}, key={key!r},
+                    local_ip="10.77.0.2", protocol={proto!r}, key={key!r}, encrypt={encrypt!r},
                     dpdk_args={eal!r} + ["--vdev=net_memif0,role=client,socket={sock}"])
 """ + CALLS.replace("{", "{{").replace("}", "}}") + """
 futs = [c.call_async(1, np.full(256, i, np.float32).tobytes()) for i in range(64)]
@@ -319,6 +319,7 @@ if {gpu!r}:  # a device function fed by GPU payloads
     after = json.loads(c.call(97, b"").decode())
     print("GPUSTATS", json.dumps({{"before": before, "after": after}}), flush=True)
 print("STATS", c.call(99, b"").decode(), flush=True)
+print("CSTATS", json.dumps(c.stats()), flush=True)
 print("OK", flush=True)
 sys.stdin.readline()  # the test stops the server before this client lets go of the link
 """
@@ -326,7 +327,7 @@ sys.stdin.readline()  # the test stops the server before this client lets go of 
 
 @needs_dpdk
 @pytest.mark.parametrize("split", ["software", "emulated-host", "emulated-gpu", "emulated-auto", "emulated-gpu-v3",
-                                   "emulated-gpu-v4"])
+                                   "emulated-gpu-v4", "emulated-gpu-v5", "emulated-gpu-v5e"])
 def test_dpdk_client_and_server_over_memif(tmp_path, split, request):
     """Two processes, each with its own EAL, joined by a shared-memory memif link: the DPDK
     client asks the server's MAC by ARP, calls every service up to 1 MiB, then runs the load
@@ -339,8 +340,10 @@ def test_dpdk_client_and_server_over_memif(tmp_path, split, request):
     link's memory from its interrupt thread when the peer leaves, under the feet of a process
     polling it (README, "Serve over DPDK"). emulated-gpu-v3: the client speaks protocol version 3,
     whose data check is read on the host, so no request's data is handed on in GPU memory;
-    emulated-gpu-v4 likewise with authenticated calls (a server with keys, docs/PROTOCOL-v4.md):
-    every datagram, both ways, signed and checked over DPDK."""
+    emulated-gpu-v4 likewise with version 4's signed calls (a server with keys in its legacy mode,
+    docs/PROTOCOL-v4.md): every datagram, both ways, signed and checked over DPDK. emulated-gpu-v5
+    and -v5e: sessions (docs/PROTOCOL-v5.md), authenticated and encrypted: the handshake's INIT and
+    ACCEPT and every data datagram, both ways, sealed and opened over DPDK."""
     from splitrpc.bench.helpers.procs import Proc
 
     sock = str(tmp_path / "memif.sock")
@@ -349,11 +352,14 @@ def test_dpdk_client_and_server_over_memif(tmp_path, split, request):
           "emulated-gpu": {"dpdk_emulate_split": True, "dpdk_payload": "cuda:0"},
           "emulated-gpu-v3": {"dpdk_emulate_split": True, "dpdk_payload": "cuda:0"},
           "emulated-gpu-v4": {"dpdk_emulate_split": True, "dpdk_payload": "cuda:0"},
+          "emulated-gpu-v5": {"dpdk_emulate_split": True, "dpdk_payload": "cuda:0"},
+          "emulated-gpu-v5e": {"dpdk_emulate_split": True, "dpdk_payload": "cuda:0"},
           "emulated-auto": {"dpdk_emulate_split": True}}[split]
-    on_gpu = split in ("emulated-gpu", "emulated-auto", "emulated-gpu-v3", "emulated-gpu-v4")
-    v3 = split.endswith(("-v3", "-v4"))  # the data checked on the host: a CRC-32C, or a tag
+    on_gpu = split in ("emulated-gpu", "emulated-auto", "emulated-gpu-v3", "emulated-gpu-v4", "emulated-gpu-v5",
+                       "emulated-gpu-v5e")
+    v3 = split.endswith(("-v3", "-v4", "-v5", "-v5e"))  # the data checked on the host: a CRC-32C, or a tag
     key_file = None
-    if split.endswith("-v4"):
+    if split.endswith(("-v4", "-v5", "-v5e")):
         from splitrpc import auth
 
         if not auth._auth.available():
@@ -361,7 +367,7 @@ def test_dpdk_client_and_server_over_memif(tmp_path, split, request):
         k = auth.Key.generate(1)
         auth.KeyTable([k]).save(tmp_path / "keys.json")
         auth.save_client_key(k, tmp_path / "client.json")
-        kw = dict(kw, keys=str(tmp_path / "keys.json"), legacy_v4=True)  # (sessions are not built on DPDK yet)
+        kw = dict(kw, keys=str(tmp_path / "keys.json"), legacy_v4=split.endswith("-v4"))
         key_file = str(tmp_path / "client.json")
     server_env = fake_cuda_env(request.getfixturevalue("native_build")) if on_gpu else env
     if on_gpu:  # the emulated cupy, for the device function (tests/emu/cupy)
@@ -371,8 +377,8 @@ def test_dpdk_client_and_server_over_memif(tmp_path, split, request):
     try:
         server.wait_line("READY", 60)
         code = textwrap.dedent(MEMIF_CLIENT.format(eal=EAL, sock=sock, gpu=split == "emulated-gpu",
-                                                   proto=3 if split.endswith("-v3") else 4 if key_file else None,
-                                                   key=key_file))
+                                                   proto=3 if split.endswith("-v3") else 4 if split.endswith("-v4")
+                                                   else None, key=key_file, encrypt=split.endswith("-v5e")))
         client = subprocess.Popen([sys.executable, "-c", code],
                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                   cwd=tempfile.gettempdir(), env=env)
@@ -397,6 +403,9 @@ def test_dpdk_client_and_server_over_memif(tmp_path, split, request):
         assert (st["rx_device_payloads"] > 1000 and st["rx_device_to_host"] > 700) == on_gpu, st
     if key_file:  # every datagram signed and taken, none dropped
         assert st["auth"]["ok"] > 1000 and not any(st["auth_drops"].values()), st
+    if split.endswith(("-v5", "-v5e")):  # one session, every reply opened under it
+        cst = json.loads(next(ln for ln in lines if ln.startswith("CSTATS "))[7:])
+        assert cst["handshakes"] == 1 and cst["bad_auth"] == 0 and cst["handshakes_failed"] == 0, cst
     if split == "emulated-gpu":  # EMULATED: GPU payloads copied device to device into a device function's queue
         g = json.loads(next(ln for ln in lines if ln.startswith("GPUSTATS "))[9:])
         assert g["after"]["devices"]["dev_vecadd"] == "cuda:0", g

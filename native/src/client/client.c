@@ -127,8 +127,6 @@ int srpc_client_create(const srpc_client_config_t *cfg, srpc_client_t **out)
         if (r < 0)
             return r; /* -EINVAL (no key), -ENOTSUP (no MAC library) */
     }
-    if (cfg->version == SRPC_VERSION_5 && cfg->dpdk_dev)
-        return -ENOTSUP; /* version 5 is on the kernel UDP transport alone (as the server's) */
     srpc_client_t *c = calloc(1, sizeof(*c));
     srpc_cl_v5_t *v5 = cfg->version == SRPC_VERSION_5 ? malloc(sizeof(*v5)) : NULL;
     if (!c || (cfg->version == SRPC_VERSION_5 && !v5)) {

@@ -551,7 +551,8 @@ int srpc_v5_seal_key(const uint8_t key[SRPC_V5_KEY_LEN], uint64_t session, int e
         if (encrypt & SRPC_V5_FLAG_ENCRYPT) {
             uint64_t at = 0;
             for (int i = 0; i < n; i++) {
-                memcpy(enc + at, data[i].iov_base, data[i].iov_len);
+                if (enc + at != (const uint8_t *)data[i].iov_base) /* (already there: sealed in place) */
+                    memcpy(enc + at, data[i].iov_base, data[i].iov_len);
                 at += data[i].iov_len;
             }
             return aes_encrypt(key, nonce, hdr, trailer, enc, (uint32_t)len, trailer + 16);
@@ -571,7 +572,8 @@ int srpc_v5_seal_key(const uint8_t key[SRPC_V5_KEY_LEN], uint64_t session, int e
     if (encrypt & SRPC_V5_FLAG_ENCRYPT) {
         uint64_t at = 0;
         for (int i = 0; i < n; i++) {
-            memcpy(enc + at, data[i].iov_base, data[i].iov_len);
+            if (enc + at != (const uint8_t *)data[i].iov_base) /* (already there: sealed in place) */
+                memcpy(enc + at, data[i].iov_base, data[i].iov_len);
             at += data[i].iov_len;
         }
         poly_add(&p, trailer, 16, &p.ad_len);

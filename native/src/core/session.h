@@ -126,7 +126,8 @@ int srpc_v5_seal(const srpc_v5_keys_t *k, int to_server, uint64_t counter, const
 
 /* The same as srpc_v5_seal with the key itself (k_c2s or k_s2c), the session's id and its flags
  * (encrypt: SRPC_V5_FLAG_ENCRYPT, SRPC_V5_FLAG_AES), and the data as n pieces, left as they are: an encrypting session writes the
- * ciphertext to enc (the pieces' bytes, contiguous), an authenticating one needs no enc (NULL).
+ * ciphertext to enc (the pieces' bytes, contiguous; enc may be the one piece itself: encrypted
+ * in place), an authenticating one needs no enc (NULL).
  * What a transport calls as it cuts a message into datagrams. 0, -EINVAL or -ENOTSUP. */
 int srpc_v5_seal_key(const uint8_t key[SRPC_V5_KEY_LEN], uint64_t session, int encrypt, uint64_t counter,
                      const uint8_t hdr[SRPC_HDR_LEN], const struct iovec *data, int n, uint8_t *enc,

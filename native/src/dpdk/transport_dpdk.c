@@ -18,6 +18,7 @@
 
 #include "core/auth.h"
 #include "core/clock.h"
+#include "core/session.h"
 #include "core/tunables.h"
 #include "dpdk/dpdk_payload_pool.h"
 #include "dpdk/dpdk_split_emulation.h"
@@ -390,7 +391,8 @@ static int gather(uint8_t *dst, uint32_t len, const struct iovec *pieces, int n,
 
 /* Builds one frame and returns its head, or NULL after freeing h and d: the 64-byte control
  * part (Ethernet, IPv4, UDP, srpc header) in h, chained to d holding the segment's data and, for
- * version 3, its data check, for version 4 its trailer signed as auth says (or all in h when
+ * version 3, its data check, for version 4 its trailer signed as auth says, for version 5 its
+ * session's trailer (the data encrypted in place in an encrypting session) (or all in h when
  * d == h, for a port that cannot send chains). *rc gets the error. */
 static struct rte_mbuf *fill_frame(srpc_dpdk_port_t *p, struct rte_mbuf *h, struct rte_mbuf *d,
                                    const srpc_endpoint_t *dst, const srpc_hdr_t *sh, uint32_t len,
@@ -416,6 +418,12 @@ static struct rte_mbuf *fill_frame(srpc_dpdk_port_t *p, struct rte_mbuf *h, stru
         const struct iovec signed_part[2] = {{ctl + SRPC_FRAME_HLEN, SRPC_HDR_LEN}, {data, len}};
         *rc = srpc_auth_sign_iov(auth->key_id, auth->secret, auth->sender, auth->counter, signed_part, 2, data + len);
     }
+    if (!*rc && sh->version == SRPC_VERSION_5) { /* session, counter and tag after the data (docs/PROTOCOL-v5.md) */
+        const struct iovec plain = {data, len};
+        *rc = srpc_v5_seal_key(auth->secret, auth->sender, auth->encrypt,
+                               __atomic_add_fetch(auth->counter, 1, __ATOMIC_RELAXED), ctl + SRPC_FRAME_HLEN, &plain,
+                               len ? 1 : 0, data, data + len);
+    }
     if (!*rc) {
         struct iovec payload[2] = {{ctl + SRPC_FRAME_HLEN, SRPC_HDR_LEN}, {data, wire}};
         *rc = srpc_frame_build_udp(ctl, &p->self, dst, payload, 2, p->ip_id++,
@@ -437,15 +445,47 @@ static struct rte_mbuf *fill_frame(srpc_dpdk_port_t *p, struct rte_mbuf *h, stru
     return h;
 }
 
-/* tx_lock held. auth: how a version 4 message is signed (NULL: not one). */
+/* One frame whose UDP payload is the msg_len bytes of the pieces as they are (SRPC_TX_RAW:
+ * version 5's handshake datagrams and NO_SESSION, all small): 1, or the error. tx_lock held. */
+static int send_raw(srpc_dpdk_port_t *p, const srpc_endpoint_t *to, const struct iovec *pieces, int n,
+                    uint32_t msg_len)
+{
+    if (msg_len == 0 || SRPC_IP4_HLEN + SRPC_UDP_HLEN + (uint64_t)msg_len > p->mtu ||
+        SRPC_FRAME_HLEN + (uint64_t)msg_len > UINT16_MAX)
+        return -EMSGSIZE;
+    struct rte_mbuf *h = rte_pktmbuf_alloc(p->pool);
+    if (!h)
+        return -ENOBUFS;
+    uint8_t *ctl = (uint8_t *)rte_pktmbuf_append(h, (uint16_t)(SRPC_FRAME_HLEN + msg_len));
+    int pi = 0, rc = ctl ? 0 : -EMSGSIZE;
+    size_t poff = 0;
+    if (!rc)
+        rc = gather(ctl + SRPC_FRAME_HLEN, msg_len, pieces, n, &pi, &poff);
+    if (!rc) {
+        const struct iovec payload = {ctl + SRPC_FRAME_HLEN, msg_len};
+        rc = srpc_frame_build_udp(ctl, &p->self, to, &payload, 1, p->ip_id++, p->tx_csum ? SRPC_FRAME_CSUM_OFFLOAD : 0);
+    }
+    if (rc) {
+        rte_pktmbuf_free(h);
+        return rc;
+    }
+    if (p->tx_csum) {
+        h->ol_flags |= RTE_MBUF_F_TX_IPV4 | RTE_MBUF_F_TX_IP_CKSUM | RTE_MBUF_F_TX_UDP_CKSUM;
+        h->l2_len = SRPC_ETH_HLEN;
+        h->l3_len = SRPC_IP4_HLEN;
+    }
+    rc = tx_all(p, &h, 1);
+    return rc ? rc : 1;
+}
+
+/* tx_lock held. auth: how a version 4 message is signed or a version 5 one sealed (NULL: neither). */
 static int send_msg(srpc_dpdk_port_t *p, const struct sockaddr_in *sin, const srpc_hdr_t *tmpl,
                     const struct iovec *pieces, int n, uint32_t msg_len, uint32_t seg_size,
                     const srpc_tx_auth_t *auth)
 {
-    if (tmpl->version == SRPC_VERSION_4 && (!auth || !auth->secret || !auth->counter))
-        return -EINVAL; /* never sent unsigned */
-    if (tmpl->version == SRPC_VERSION_5 || tmpl->type == SRPC_TX_RAW)
-        return -ENOTSUP; /* version 5 (sessions) is not on this transport yet: never sent unsealed */
+    if ((tmpl->version == SRPC_VERSION_4 || tmpl->version == SRPC_VERSION_5) &&
+        (!auth || !auth->secret || !auth->counter))
+        return -EINVAL; /* never sent unsigned or unsealed */
     srpc_endpoint_t to = {.ip = ntohl(sin->sin_addr.s_addr), .port = ntohs(sin->sin_port)};
     struct neigh *nb = neigh_find(p, to.ip);
     if (!nb || nb->ip != to.ip) {
@@ -453,6 +493,8 @@ static int send_msg(srpc_dpdk_port_t *p, const struct sockaddr_in *sin, const sr
         return -EHOSTUNREACH;
     }
     memcpy(to.mac, nb->mac, 6);
+    if (tmpl->type == SRPC_TX_RAW)
+        return send_raw(p, &to, pieces, n, msg_len);
     seg_size = srpc_seg_data_max(tmpl->version, seg_size);
     uint32_t nseg = srpc_seg_count(msg_len, seg_size);
     if (nseg > UINT16_MAX)
@@ -506,11 +548,13 @@ int srpc_dpdk_send_msg(srpc_dpdk_port_t *p, const struct sockaddr *dst, socklen_
     return rc;
 }
 
-/* srpc_dpdk_send_msg of a transport's message, version 4's signing included. */
+/* srpc_dpdk_send_msg of a transport's message, version 4's signing and version 5's sealing included,
+ * or a whole datagram (SRPC_TX_RAW). */
 static int send_tx_msg(srpc_dpdk_port_t *p, const struct sockaddr *dst, socklen_t dstlen, const srpc_tx_msg_t *m)
 {
-    if (!p || !dst || (m->npieces && !m->pieces) || m->npieces < 0 || m->seg_size == 0 ||
-        m->seg_size > SRPC_MAX_SEG_DATA)
+    const int raw = m->hdr.type == SRPC_TX_RAW; /* one datagram as it is: not cut, no seg_size */
+    if (!p || !dst || (m->npieces && !m->pieces) || m->npieces < 0 ||
+        (!raw && (m->seg_size == 0 || m->seg_size > SRPC_MAX_SEG_DATA)))
         return -EINVAL;
     if (dst->sa_family != AF_INET || dstlen < (socklen_t)sizeof(struct sockaddr_in))
         return -EAFNOSUPPORT;

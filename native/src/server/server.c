@@ -208,9 +208,8 @@ int srpc_server_set_keys(srpc_server_t *srv, srpc_keytab_t *t)
             return r;
         }
         srv->auth_sender |= 1; /* nonzero */
-        /* Version 5's sessions too, where libsodium has what they need and the transport sends
-         * their handshake's datagrams (kernel UDP; not DPDK yet): else version 4 alone. */
-        if (srpc_v5_available() == 0 && strcmp(srv->tp->ops->name, "udp") == 0) {
+        /* Version 5's sessions too, where libsodium has what they need: else version 4 alone. */
+        if (srpc_v5_available() == 0) {
             srv->sessions = calloc(1, sizeof(*srv->sessions));
             if (!srv->sessions || (r = srpc_sessions_init(srv->sessions, SRPC_V5_MAX_SESSIONS, 0)) < 0) {
                 free(srv->sessions);
