@@ -197,7 +197,7 @@ def test_a_request_held_back_and_delivered_late_never_runs_twice(make_server, ke
     delivered after the server forgot the call (its reply cache's time): it ran again. Now a
     datagram is taken only within half that time of a later counter of its session, or of a
     session that follows its own; later it is refused as stale. Both: the same session, and a
-    session the client has since moved on from (a rekey)."""
+    session the client has since moved on from (a rekey), directly or two sessions back."""
     runs = {"echo": 0, "other": 0}
     table = KeyTable([keys["all"]], skew=5.0)
     srv = make_server(_setup(runs), keys=table, reply_cache_ttl=0.4)
@@ -221,6 +221,20 @@ def test_a_request_held_back_and_delivered_late_never_runs_twice(make_server, ke
     s.send(held)
     time.sleep(0.3)
     assert runs["echo"] == 3, "the old session's held datagram ran its call again"
+    # A line moved on twice with nothing taken under the middle session (an outside reviewer's
+    # attack on this stop's change: the attacker drops the middle session's datagrams and forges a
+    # NO_SESSION for each): resuming the middle one proves its client had it, so the first is moved
+    # on from then, and its held datagram is refused.
+    while _recv(s, 0.2) is not None:  # (the NO_SESSION the late datagram of a forgotten session got)
+        pass
+    held = _request(new, ECHO, 70, b"two moves")[0]
+    mid, _, _ = _handshake(s, keys["all"], prev=new)                # its datagrams: all dropped
+    last, _, _ = _handshake(s, keys["all"], prev=mid)
+    assert _call(s, last, ECHO, 70, b"two moves") == (v5.RESPONSE, 0, b"two moves") and runs["echo"] == 4
+    time.sleep(3.0)
+    s.send(held)
+    time.sleep(0.3)
+    assert runs["echo"] == 4, "a held datagram of a session two moves back ran its call again"
 
 
 def test_a_call_moved_to_another_address_is_the_same_call(servers, keys):

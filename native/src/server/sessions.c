@@ -318,6 +318,15 @@ int srpc_sessions_on_init(srpc_sessions_t *t, const srpc_keytab_t *keys, const u
         if (prev && prev->key_id == f.key_id && srpc_v5_init_resume_ok(d, prev->keys.c2s)) {
             lineage = prev->lineage;
             follows = f.prev_session; /* refused from stale_ms after the client is seen under this one */
+            if (prev->follows) { /* resuming prev proves its client had prev's ACCEPT, as a datagram under
+                                    prev would: the session prev follows is moved on from now (else a
+                                    line S1, S2, S3 with nothing taken under S2 left S1 open to late
+                                    datagrams until its 180 s) */
+                srpc_session_t *pp = by_id(t, prev->follows);
+                if (pp && !pp->moved_on_ms)
+                    pp->moved_on_ms = mono_ms ? mono_ms : 1;
+                prev->follows = 0;
+            }
             if (!prev->superseded_ms) /* its client moves on: the first forgotten for room */
                 prev->superseded_ms = mono_ms ? mono_ms : 1;
         } else {

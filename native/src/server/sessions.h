@@ -28,13 +28,14 @@ typedef struct srpc_session {
                                              (rotated every stale_ms / 2 by srpc_sessions_expire) */
     uint64_t superseded_ms;               /* when a session that follows it was made (0: none): it is
                                              the first forgotten when a place is needed */
-    uint64_t moved_on_ms;                 /* when a datagram of a session that follows it was first taken
-                                             (0: none yet): from stale_ms after that its datagrams are
-                                             refused and it is forgotten. Not from the follower's INIT: its
-                                             client may never have had the ACCEPT (every one lost), and
+    uint64_t moved_on_ms;                 /* when its client was first seen holding a session that follows
+                                             it: a datagram of that one taken, or an INIT resuming that one
+                                             (0: not yet): from stale_ms after that its datagrams are
+                                             refused and it is forgotten. Not from the follower's own INIT:
+                                             its client may never have had the ACCEPT (every one lost), and
                                              goes on under this one */
-    uint64_t follows;                     /* the id of the session this one follows, until a datagram of
-                                             this one is taken (0: none, or taken) */
+    uint64_t follows;                     /* the id of the session this one follows, until its client is
+                                             seen holding this one (0: none, or seen) */
     uint8_t mac1[16];                     /* its INIT's: that INIT again is answered with accept */
     uint8_t accept[SRPC_V5_ACCEPT_LEN];
     uint32_t next_id, next_mac;           /* hash chains (by id, by mac1); SRPC_SESS_NONE ends one */
