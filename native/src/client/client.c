@@ -47,6 +47,8 @@ typedef struct cl_call {
     uint16_t aux;
     uint64_t sess;       /* version 5: the session it was last sent under; 0: not sent yet (no session) */
     uint32_t attempts;   /* retransmissions so far */
+    uint8_t resent;      /* sent more than once, some not counted in attempts (version 5: sent under a
+                            session that died, then again once a new one is made): no RTT sample (Karn) */
     uint64_t sent_ns;    /* first send (the RTT sample's start) */
     uint64_t due_ns;     /* next retransmission or BUSY retry; UINT64_MAX: none */
     uint64_t deadline_ns; /* the call gives up here: UINT64_MAX: never */
@@ -374,9 +376,11 @@ static void retransmit_due(srpc_client_t *c)
                     k->due_ns = UINT64_MAX; /* given up: the caller's timeout decides */
                     continue;
                 } else {
+                    const uint64_t was = k->sess; /* version 5: the session it was sent under (0: none yet) */
                     send_request(c, k); /* a lost resend is retried */
                     if (c->v5 && !k->sess) { /* no session to send under: nothing went, and no try is spent;
                                                 v5_send_waiting_calls sends it (and arms this) once there is */
+                        k->resent |= was != 0; /* an answer may come to the send under the old one */
                         k->due_ns = UINT64_MAX;
                         continue;
                     }
@@ -529,7 +533,7 @@ static void finish(srpc_client_t *c, cl_call_t *k, int code, uint8_t *data, uint
 {
     if (k->req) {
         /* Karn: a call sent again may be answered by any send; a local outcome is no round trip */
-        if (code < SRPC_E_MAX && k->attempts == 0 && k->busy_n == 0)
+        if (code < SRPC_E_MAX && k->attempts == 0 && k->busy_n == 0 && !k->resent)
             rtt_sample(c, k->func_id, srpc_now_ns() - k->sent_ns);
         if (!k->req_borrowed)
             free(k->req);
