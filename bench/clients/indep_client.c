@@ -38,7 +38,8 @@
  *   calls_per_s measured calls answered by a (checked, if --check) RESPONSE per second of
  *               the measured part; latencies are those calls' latencies, from just before
  *               the call's first datagrams are made (version 5: before they are sealed) to
- *               its complete reply's arrival (version 5: once its last datagram is opened),
+ *               its complete reply's arrival, read per datagram (version 5: once its last
+ *               datagram is opened),
  *               so a session's sealing and opening on this side are in them as a caller
  *               waits for them
  *   elapsed_s   from the first send of the first measured call to the completion of the
@@ -1129,9 +1130,11 @@ static void on_segment(unsigned type, unsigned func, uint64_t id, uint32_t seq, 
                        uint32_t msg_len, unsigned aux, const uint8_t *data, uint64_t dlen,
                        unsigned gen, uint64_t now);
 
-/* when the latest version 5 reply datagram was opened: a call's latency ends there, not at the
- * recvmmsg() that read it (`now`, which the loop's timers keep using) */
-static uint64_t v5_opened_ns;
+/* when the latest reply datagram was taken (version 5: opened), read per datagram for every
+ * version alike: a call's latency ends there, not at the recvmmsg() that read its batch (`now`,
+ * which the loop's timers keep using; with several calls outstanding a batch holds several
+ * replies, and the later ones' time would otherwise include the earlier ones' handling) */
+static uint64_t seg_taken_ns;
 
 static void on_datagram_v5(uint8_t *p, size_t len, int truncated, uint64_t now)
 {
@@ -1170,7 +1173,7 @@ static void on_datagram_v5(uint8_t *p, size_t len, int truncated, uint64_t now)
         return;
     }
     win_take(ss, ctr);
-    v5_opened_ns = now_ns(); /* the reply is the caller's once it is opened: its time ends here */
+    seg_taken_ns = now_ns(); /* the reply is the caller's once it is opened: its time ends here */
     on_segment(type, get16(p + 2), get48(p + 6), get16(p + 12), get16(p + 14), get32(p + 16),
                get16(p + 20), p + HDR, L, ss->gen, now);
 }
@@ -1715,7 +1718,7 @@ static void finish_response(int idx, const uint8_t *d, uint32_t len, uint64_t no
     if (s->measured) {
         if (reply_ok(d, len)) {
             c_ok++;
-            lat_ns[n_lat++] = (cfg.v5 ? v5_opened_ns : now) - s->t_first;
+            lat_ns[n_lat++] = seg_taken_ns - s->t_first;
         } else {
             c_mismatch++;
             c_errors++;
@@ -1783,6 +1786,7 @@ static void on_datagram(uint8_t *p, size_t len, int truncated, uint64_t now)
         c_malformed++;
         return;
     }
+    seg_taken_ns = now_ns();
     on_segment(type, get16(p + 2), get64(p + 4), get16(p + 12), get16(p + 14), get32(p + 16),
                get16(p + 20), p + HDR, len - HDR, 0, now);
 }
