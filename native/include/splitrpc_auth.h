@@ -14,9 +14,18 @@ extern "C" {
 #define SRPC_AUTH_TAG_LEN 16    /* bytes of the tag: BLAKE2b-128 keyed with the secret (RFC 7693) */
 #define SRPC_AUTH_MAX_KEYS 65536 /* keys of one table */
 
-/* 0 when the MAC's library (libsodium, loaded at first use: libsodium.so.23 or libsodium.so) is
- * there, else -ENOTSUP. Any thread. Every function below fails with -ENOTSUP without it. */
+/* 0 when the MAC's library (libsodium, loaded at first use: $SPLITRPC_LIBSODIUM where it names one,
+ * else libsodium.so.26, .so.23 or .so) is there, else -ENOTSUP. Any thread. Every function below
+ * fails with -ENOTSUP without it. */
 int srpc_auth_available(void);
+
+/* The name or path libsodium was loaded from (loading it now if it was not), or NULL without one.
+ * Any thread; the string lives as long as the process. */
+const char *srpc_auth_library(void);
+
+/* The environment variable that names a libsodium (a path or soname) to load before the system's:
+ * "SPLITRPC_LIBSODIUM". Read once, at libsodium's first use. */
+const char *srpc_auth_library_env(void);
 
 /* Who signs datagrams: a key (its id and secret), a random sender number of this sender, and the
  * counter of its last datagram. Any number of threads may sign with one sender at once (the

@@ -18,6 +18,10 @@ except ImportError as exc:  # pragma: no cover - depends on how the package was 
     ) from exc
 
 from splitrpc.errors import NativeError
+from splitrpc._native import sodium_pick as _sodium_pick
+
+# Before the core's first use of libsodium: a newer one than the system's where PyNaCl has it.
+_sodium_pick.pick(ffi.string(lib.srpc_auth_library_env()).decode())
 
 ETIMEDOUT = _errno.ETIMEDOUT
 ESHUTDOWN = _errno.ESHUTDOWN

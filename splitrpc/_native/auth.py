@@ -22,6 +22,12 @@ def available() -> bool:
     return lib.srpc_auth_available() == 0
 
 
+def library() -> str | None:
+    """The name or path libsodium was loaded from (loading it now), or None without one."""
+    p = lib.srpc_auth_library()
+    return None if p == ffi.NULL else ffi.string(p).decode("utf-8", "replace")
+
+
 def require() -> None:
     """Raises AuthUnavailable without libsodium."""
     if not available():

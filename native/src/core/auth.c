@@ -14,6 +14,16 @@ int srpc_auth_available(void)
     return srpc_sodium() ? 0 : -ENOTSUP;
 }
 
+const char *srpc_auth_library(void)
+{
+    return srpc_sodium_library();
+}
+
+const char *srpc_auth_library_env(void)
+{
+    return SRPC_LIBSODIUM_ENV;
+}
+
 void srpc_auth_fields(const uint8_t trailer[SRPC_AUTH_TRAILER_LEN], srpc_auth_fields_t *f)
 {
     f->key_id = srpc_get32(trailer + SRPC_AUTH_OFF_KEY);

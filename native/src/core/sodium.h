@@ -8,7 +8,7 @@
 #define SRPC_SODIUM_STATE_MAX 512 /* a BLAKE2b state: 384 bytes, 64-aligned; Poly1305's: 256 (checked at load) */
 #define SRPC_SODIUM_AES_STATE_MAX 512 /* an expanded AES-256-GCM key (crypto_aead_aes256gcm_state): 512 (checked at load) */
 
-/* The entry points (libsodium's ABI since 1.0.12: libsodium.so.23 is Debian 12's). */
+/* The entry points (libsodium's ABI since 1.0.12: libsodium.so.23 is Debian 12's, .so.26 1.0.19's on). */
 typedef struct srpc_sodium {
     size_t hash_state_bytes, poly_state_bytes;
     /* keyed BLAKE2b (RFC 7693), incremental and in one call */
@@ -49,8 +49,14 @@ typedef struct srpc_sodium {
                                const unsigned char *npub, const void *state);
 } srpc_sodium_t;
 
+/* The environment variable naming a libsodium to load before the system's (a path or a soname). */
+#define SRPC_LIBSODIUM_ENV "SPLITRPC_LIBSODIUM"
+
 /* The library's entry points, or NULL when it cannot be loaded (or lacks those of version 4).
  * Loaded once; any thread. */
 const srpc_sodium_t *srpc_sodium(void);
+
+/* The name or path the library was loaded from, or NULL without one. Any thread. */
+const char *srpc_sodium_library(void);
 
 #endif
