@@ -389,6 +389,16 @@ static int gather(uint8_t *dst, uint32_t len, const struct iovec *pieces, int n,
     return 0;
 }
 
+/* Asks the port to compute frame h's IPv4 and UDP checksums, where it can (p->tx_csum). */
+static void tx_offload(const srpc_dpdk_port_t *p, struct rte_mbuf *h)
+{
+    if (p->tx_csum) {
+        h->ol_flags |= RTE_MBUF_F_TX_IPV4 | RTE_MBUF_F_TX_IP_CKSUM | RTE_MBUF_F_TX_UDP_CKSUM;
+        h->l2_len = SRPC_ETH_HLEN;
+        h->l3_len = SRPC_IP4_HLEN;
+    }
+}
+
 /* Builds one frame and returns its head, or NULL after freeing h and d: the 64-byte control
  * part (Ethernet, IPv4, UDP, srpc header) in h, chained to d holding the segment's data and, for
  * version 3, its data check, for version 4 its trailer signed as auth says, for version 5 its
@@ -437,11 +447,7 @@ static struct rte_mbuf *fill_frame(srpc_dpdk_port_t *p, struct rte_mbuf *h, stru
             rte_pktmbuf_free(d);
         return NULL;
     }
-    if (p->tx_csum) {
-        h->ol_flags |= RTE_MBUF_F_TX_IPV4 | RTE_MBUF_F_TX_IP_CKSUM | RTE_MBUF_F_TX_UDP_CKSUM;
-        h->l2_len = SRPC_ETH_HLEN;
-        h->l3_len = SRPC_IP4_HLEN;
-    }
+    tx_offload(p, h);
     return h;
 }
 
@@ -469,11 +475,7 @@ static int send_raw(srpc_dpdk_port_t *p, const srpc_endpoint_t *to, const struct
         rte_pktmbuf_free(h);
         return rc;
     }
-    if (p->tx_csum) {
-        h->ol_flags |= RTE_MBUF_F_TX_IPV4 | RTE_MBUF_F_TX_IP_CKSUM | RTE_MBUF_F_TX_UDP_CKSUM;
-        h->l2_len = SRPC_ETH_HLEN;
-        h->l3_len = SRPC_IP4_HLEN;
-    }
+    tx_offload(p, h);
     rc = tx_all(p, &h, 1);
     return rc ? rc : 1;
 }
