@@ -318,3 +318,16 @@ def load_key(spec: "Key | tuple[int, bytes] | str | os.PathLike[str]") -> Key:
             raise KeyFileError(f"{path}: holds {len(table)} keys: name one as {path}:ID")
         return table.keys[0]
     return Key.from_dict(doc, path)
+
+
+def sodium_library() -> str | None:
+    """The name or path this process's libsodium was loaded from (loading it now), or None without
+    one: the system's, or the newer one inside PyNaCl (docs/security.md, "Requirements")."""
+    return _auth.library()
+
+
+def pynacl_sodium() -> str | None:
+    """The path of the libsodium inside PyNaCl 1.6 or later, when it is installed; else None."""
+    from splitrpc._native import sodium_pick
+
+    return sodium_pick.pynacl_library()

@@ -1,6 +1,7 @@
 """test_indep_v5.py: the independent client's version 5 (sessions, docs/PROTOCOL-v5.md): its --selftest-v5 rebuilds the page's worked example byte for byte, and short --v5 runs (authenticating and encrypting, with ChaCha20-Poly1305 and, with --aes, AES-256-GCM) against a real keyed `splitrpc serve` answer every call with no bad_auth. Skipped where libsodium cannot be loaded; the AES runs where libsodium's AES-256-GCM is not available (no AES-NI or PCLMULQDQ)."""
 import ctypes
 import json
+import os
 import shutil
 import signal
 import subprocess
@@ -149,3 +150,31 @@ def test_version_1_still_runs_without_v5_options(client):
     if shutil.which("ldd"):
         deps = subprocess.run(["ldd", client], capture_output=True, text=True, timeout=10).stdout
         assert "libsodium" not in deps, deps  # loaded by dlopen for --v5 only
+
+
+@needs_sodium
+def test_libsodium_chosen_by_path_or_refused(client, keyed_server, tmp_path):
+    """--libsodium PATH: that library or none (exit 1, saying why); the JSON says which it used.
+    With PyNaCl's (a Python extension: libpython preloaded, as sessions_cost does), a session
+    with the server goes through."""
+    port, table = keyed_server
+    run = [client, "--port", str(port), "--v5", f"{table}:7", "--check", "--calls", "300", "--warmup", "10",
+           "--json"]
+    bad = tmp_path / "libnot.so"
+    bad.write_bytes(b"not a library")
+    r = subprocess.run(run + ["--libsodium", str(bad)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1 and f"cannot load libsodium from {bad}" in r.stderr, r.stderr
+    r = subprocess.run(run, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["libsodium"].startswith("libsodium.so"), r.stdout
+    from splitrpc.bench.suites.sessions_cost import client_libsodium
+
+    try:
+        path, env = client_libsodium("pynacl")
+    except Exception as e:  # no PyNaCl 1.6, or no shared libpython
+        pytest.skip(str(e))
+    r = subprocess.run(run + ["--libsodium", path, "--encrypt"], capture_output=True, text=True, timeout=60,
+                       env=dict(os.environ, **env))
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert d["libsodium"] == path and d["ok"] == 300 and d["bad_auth"] == 0 and d["encrypt"] is True, d

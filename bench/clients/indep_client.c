@@ -5,7 +5,7 @@
  * Run:    ./indep_client --port 9230 [--host ADDR] [--func ID] [--size BYTES]
  *             [--fill vecadd|zero] [--check] [--outstanding N] [--calls N]
  *             [--warmup N] [--mode spin|block] [--seg S] [--timeout-ms MS] [--json]
- *             [--v5 KEYFILE[:ID] | --v5-key ID:HEX64] [--encrypt] [--aes]
+ *             [--v5 KEYFILE[:ID] | --v5-key ID:HEX64] [--encrypt] [--aes] [--libsodium PATH]
  *         ./indep_client --selftest-v5
  *
  * Version 5 (--v5): one handshake (INIT, resent after 200 ms then twice as long, five resends
@@ -53,7 +53,8 @@
  *               the first included), cookies (COOKIEs answered), handshake_us (the first one),
  *               aead (the current session's: "chacha20-poly1305" or "aes-256-gcm"; null for
  *               version 1), aes_offered (--aes), aes_unoffered (ACCEPTs with a right confirm
- *               that set AES when the INIT did not offer it: dropped).
+ *               that set AES when the INIT did not offer it: dropped), libsodium (what it was
+ *               loaded from; "" for version 1).
  * Percentiles are nearest-rank over the sorted latencies of the ok measured calls.
  * Exit: 0 ran (even with errors), 2 bad usage, 1 could not run (with --v5 also: no handshake,
  *       or ENCRYPT asked and not granted; with --aes: no AES-256-GCM in libsodium or the CPU);
@@ -123,6 +124,7 @@ static struct {
     int v5;                        /* --v5 / --v5-key: version 5 sessions */
     int encrypt;                   /* --encrypt: ask for ENCRYPT */
     int aes;                       /* --aes: offer AES (AES-256-GCM) */
+    const char *libsodium;         /* --libsodium: the library to load (NULL: the system's) */
 } cfg;
 
 static uint32_t v5_key_id;         /* the key of --v5 */
@@ -366,14 +368,24 @@ static struct {
 static char aes_why[160];          /* why na.aes_ok is 0 */
 
 /* 0 when loaded; otherwise -1 with a reason in why */
+static const char *na_name;       /* what libsodium was loaded from (the JSON's "libsodium") */
+
 static int sodium_load(char *why, size_t whylen)
 {
     static const char *names[] = { "libsodium.so.23", "libsodium.so.26", "libsodium.so" };
     if (na.lib)
         return 0;
     void *h = NULL;
+    if (cfg.libsodium) {           /* that one or none */
+        if (!(h = dlopen(cfg.libsodium, RTLD_NOW | RTLD_LOCAL))) {
+            snprintf(why, whylen, "cannot load libsodium from %s: %s", cfg.libsodium, dlerror());
+            return -1;
+        }
+        na_name = cfg.libsodium;
+    }
     for (unsigned i = 0; i < sizeof names / sizeof names[0] && !h; i++)
-        h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+        if ((h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL)))
+            na_name = names[i];
     if (!h) {
         snprintf(why, whylen, "cannot load libsodium (tried libsodium.so.23, .so.26, .so): %s", dlerror());
         return -1;
@@ -2012,7 +2024,8 @@ static void report(void)
                ",\"check\":%s,\"protocol\":%d,\"encrypt\":%s,\"key_id\":%u,\"bad_auth\":%" PRIu64
                ",\"replayed\":%" PRIu64 ",\"unknown_session\":%" PRIu64 ",\"no_session\":%" PRIu64
                ",\"rehandshakes\":%" PRIu64 ",\"handshakes\":%" PRIu64 ",\"cookies\":%" PRIu64
-               ",\"handshake_us\":%.3f,\"aead\":%s,\"aes_offered\":%s,\"aes_unoffered\":%" PRIu64 "}\n",
+               ",\"handshake_us\":%.3f,\"aead\":%s,\"aes_offered\":%s,\"aes_unoffered\":%" PRIu64
+               ",\"libsodium\":\"%s\"}\n",
                c_resends, c_lost, c_malformed, c_stray, c_dup, c_dropped_msgs, c_refused,
                c_send_splits, c_multiseg, elapsed, cps, p50, p90, p99, p999, mx, cu, cs, cv, ci,
                cfg.seg, req_nseg, cfg.warmup, cfg.timeout_ms, cfg.check ? "true" : "false",
@@ -2020,7 +2033,7 @@ static void report(void)
                cfg.v5 ? v5_key_id : 0, c_bad_auth, c_replayed, c_unknown_sess, c_no_session,
                c_rehandshakes, c_handshakes, c_cookies, (double)hs_first_ns / 1000.0,
                !cfg.v5 ? "null" : (v5_cur >= 0 && v5s[v5_cur].aes) ? "\"aes-256-gcm\"" : "\"chacha20-poly1305\"",
-               cfg.aes ? "true" : "false", c_aes_unoffered);
+               cfg.aes ? "true" : "false", c_aes_unoffered, na_name ? na_name : "");
     } else {
         printf("indep_client: mode=%s outstanding=%u func=%u size=%" PRIu64 " (%u segment%s of <=%u)%s\n",
                cfg.spin ? "spin" : "block", cfg.outstanding, cfg.func, cfg.size, req_nseg,
@@ -2086,6 +2099,8 @@ static void usage(FILE *f)
         "  --encrypt            version 5: ask for ENCRYPT; exit 1 if the server does not grant it\n"
         "  --aes                version 5: offer AES-256-GCM; used when the server's ACCEPT grants it,\n"
         "                       else ChaCha20-Poly1305 (needs AES-NI and PCLMULQDQ; exit 1 without)\n"
+        "  --libsodium PATH     version 5: load libsodium from PATH (exit 1 if it does not load), not\n"
+        "                       the system's libsodium.so.23, .so.26 or .so\n"
         "  --selftest-v5        rebuild docs/PROTOCOL-v5.md's worked example; exit 0 if every byte matches\n",
         MAX_OUTSTANDING, MAX_SEG, MAX_SEG_V5, MAX_RESENDS);
 }
@@ -2110,6 +2125,7 @@ int main(int argc, char **argv)
         {"v5-key", required_argument, 0, 'K'},
         {"encrypt", no_argument, 0, 'E'},
         {"aes", no_argument, 0, 'A'},
+        {"libsodium", required_argument, 0, 'L'},
         {"selftest-v5", no_argument, 0, 'T'},
         {"help", no_argument, 0, 'H'},
         {0, 0, 0, 0},
@@ -2154,6 +2170,7 @@ int main(int argc, char **argv)
         case 'K': keyhex = optarg; cfg.v5 = 1; break;
         case 'E': cfg.encrypt = 1; break;
         case 'A': cfg.aes = 1; break;
+        case 'L': cfg.libsodium = optarg; break;
         case 'T': selftest = 1; break;
         case 'H': usage(stdout); return 0;
         case ':': usage_error("%s needs a value", argv[optind - 1]); break;

@@ -17,6 +17,7 @@ import tempfile
 import time
 from datetime import datetime, timezone
 
+from splitrpc.auth import pynacl_sodium, sodium_library
 from splitrpc.bench.helpers import indep_client
 from splitrpc.bench.helpers.intervals import RESAMPLES, ratio_interval, round_ratio_interval
 from splitrpc.bench.helpers.procs import free_port
@@ -30,11 +31,36 @@ VARIANTS = {"unkeyed": (False, None), "v5": (True, []), "v5-encrypt": (True, ["-
 AEAD = {False: "chacha20-poly1305", True: "aes-256-gcm"}  # what the client's JSON says its session used
 
 
-def _one(client: str, port: int, mode: str, outstanding: int, calls: int, key: str | None, opts: list[str] | None):
-    extra = [] if opts is None else ["--v5", key or "", *opts]
+def client_libsodium(choice: str) -> tuple[str | None, dict[str, str]]:
+    """The independent client's libsodium (its --libsodium) and its environment's additions, for
+    --client-libsodium: "system" (its own search: None), "pynacl" (the newer libsodium inside
+    PyNaCl's wheel, which splitrpc's processes load where the system's is older:
+    splitrpc/_native/sodium_pick.py), or a path. A library that is a Python extension module (PyNaCl's)
+    needs libpython in the process to load: it is preloaded (the client runs no Python)."""
+    import importlib.machinery
+    import sysconfig
+
+    if choice == "system":
+        return None, {}
+    path = pynacl_sodium() if choice == "pynacl" else choice
+    if not path:
+        raise SuiteFailed("--client-libsodium pynacl: PyNaCl 1.6 or later is not installed")
+    env = {}
+    if path.endswith(tuple(importlib.machinery.EXTENSION_SUFFIXES)):
+        lib = os.path.join(sysconfig.get_config_var("LIBDIR") or "", sysconfig.get_config_var("INSTSONAME") or "")
+        if not os.path.isfile(lib):
+            raise SuiteFailed(f"{path} is a Python extension, and this Python has no shared libpython to preload")
+        env["LD_PRELOAD"] = lib
+    return path, env
+
+
+def _one(client: str, port: int, mode: str, outstanding: int, calls: int, key: str | None, opts: list[str] | None,
+         libsodium: str | None = None, env: dict[str, str] | None = None):
+    extra = [] if opts is None else ["--v5", key or "", *opts, *(["--libsodium", libsodium] if libsodium else [])]
     r = subprocess.run([client, "--port", str(port), "--mode", mode, "--outstanding", str(outstanding), "--calls",
                         str(calls), "--warmup", str(max(calls // 20, 500)), "--func", "1", "--check", "--json",
-                        *extra], capture_output=True, text=True, timeout=300)
+                        *extra], capture_output=True, text=True, timeout=300,
+                       env=dict(os.environ, **env) if env else None)
     if r.returncode != 0:
         raise SuiteFailed(f"the client exited {r.returncode}: {r.stderr.strip()[-500:]}")
     d = json.loads(r.stdout)
@@ -45,11 +71,12 @@ def _one(client: str, port: int, mode: str, outstanding: int, calls: int, key: s
         raise SuiteFailed(f"{opts}: the session's AEAD was {d.get('aead')}, not {AEAD['--aes' in opts]} "
                           "(a server or CPU without AES-NI does not grant AES-256-GCM)")
     return {"p50_us": d["p50_us"], "p99_us": d["p99_us"], "rps": d["calls_per_s"],
-            "handshake_us": d.get("handshake_us")}
+            "handshake_us": d.get("handshake_us"), "libsodium": d.get("libsodium")}
 
 
 def run(a) -> dict:
     client = indep_client.client_path(a.client)
+    libsodium, env = client_libsodium(a.client_libsodium)
     cells = [(c.split(":")[0], int(c.split(":")[1])) for c in a.cells.split(",")]
     runs: list[dict] = []
     servers: list[subprocess.Popen] = []
@@ -71,7 +98,8 @@ def run(a) -> dict:
                 for mode, outstanding in cells:
                     for v in order:
                         keyed, opts = VARIANTS[v]
-                        m = _one(client, key_port if keyed else port, mode, outstanding, a.calls, key, opts)
+                        m = _one(client, key_port if keyed else port, mode, outstanding, a.calls, key, opts,
+                                 libsodium, env)
                         runs.append({"round": r, "mode": mode, "outstanding": outstanding, "variant": v, **m})
                 print(f"round {r + 1}/{a.rounds} done", flush=True)
         finally:
@@ -80,6 +108,8 @@ def run(a) -> dict:
                 srv.wait(10)
     return {"machine": describe(), "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "command": command_of(a), "rounds": a.rounds, "calls": a.calls, "client": client, "runs": runs,
+            "libsodium": {"servers": sodium_library(),
+                          "client": next((x["libsodium"] for x in runs if x.get("libsodium")), None)},
             "variants": a.variants, "cells": summarise(runs, a.variants), "handshakes": hs}
 
 
@@ -144,6 +174,8 @@ def report(doc: dict) -> str:
              "(bench/clients/indep_client.c, written from the protocol pages; `v5*` are its sessions with "
              "ChaCha20-Poly1305, `v5-aes*` with AES-256-GCM, `*-encrypt` encrypting the data). Loopback, servers "
              "`--wait poll`. Nothing emulated.", "",
+             f"libsodium: the servers' {doc.get('libsodium', {}).get('servers')}; the independent client's "
+             f"{doc.get('libsodium', {}).get('client')}.", "",
              "```sh", doc["command"], "```", "",
              f"{doc['rounds']} rounds of {doc['calls']:,} closed-loop vecadd calls per cell and variant, the variants "
              "run back to back in each round, their order rotated from round to round. Ratios over the unkeyed "
@@ -189,6 +221,9 @@ def _arguments(p) -> None:
                    help=f"which, comma-separated, unkeyed first (default: all: {','.join(VARIANTS)})")
     p.add_argument("--handshakes", type=int, default=200, help="fresh clients timing a handshake")
     p.add_argument("--client", help="the independent client's binary (default: the installed one)")
+    p.add_argument("--client-libsodium", default="system",
+                   help="the independent client's libsodium: system (its own search), pynacl (the one inside "
+                        "PyNaCl, which the servers load where the system's is older), or a path")
     p.add_argument("--splitrpc", default=os.path.join(os.path.dirname(sys.executable), "splitrpc"),
                    help="the splitrpc command of the servers (default: beside this Python)")
     p.add_argument("--out", required=True, help="the folder of sessions.json and sessions.md")
