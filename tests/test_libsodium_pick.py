@@ -108,3 +108,16 @@ def test_sessions_between_two_libsodium_builds(have_sodium, tmp_path):
                 assert st["handshakes"] == 1 and st["bad_auth"] == 0, st
     finally:
         srv.communicate("\n", timeout=30)
+
+
+def test_a_broken_pynacl_leaves_the_system_s_library(have_sodium, tmp_path):
+    """A PyNaCl whose package cannot be imported (here a stand-in `nacl` that raises) is passed over:
+    importing splitrpc never fails for it, and the core loads the system's libsodium."""
+    (tmp_path / "nacl").mkdir()
+    (tmp_path / "nacl" / "__init__.py").write_text("raise RuntimeError('a broken PyNaCl')\n")
+    env = {k: v for k, v in os.environ.items() if k != ENV}
+    env["PYTHONPATH"] = str(tmp_path) + os.pathsep + env.get("PYTHONPATH", "")
+    r = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, env=env, cwd="/", timeout=60)
+    assert r.returncode == 0, r.stderr[-2000:]
+    got = json.loads(r.stdout)
+    assert got["env"] is None and got["library"] in ("libsodium.so.26", "libsodium.so.23", "libsodium.so"), got

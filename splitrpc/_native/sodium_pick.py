@@ -25,7 +25,7 @@ def pynacl_library() -> str | None:
     try:
         version = tuple(int(x) for x in importlib.metadata.version("pynacl").split(".")[:2])
         spec = importlib.util.find_spec("nacl._sodium")
-    except (importlib.metadata.PackageNotFoundError, ImportError, ValueError):
+    except Exception:  # not installed, or broken: the system's libsodium then (importing splitrpc never fails here)
         return None
     if version < _PYNACL_MIN or spec is None or not spec.origin or not os.path.isfile(spec.origin):
         return None
