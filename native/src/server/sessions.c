@@ -242,6 +242,18 @@ static uint32_t session_flags(uint32_t flags)
     return (flags & SRPC_V5_FLAG_ENCRYPT) | (flags & SRPC_V5_FLAG_AES && srpc_v5_aes_available() ? SRPC_V5_FLAG_AES : 0);
 }
 
+/* s's client is seen holding s (a datagram taken under it, or an INIT resuming it): the session s
+ * follows, if it is still here, is moved on from now (refused from stale_ms later). Once per s. */
+static void held(srpc_sessions_t *t, srpc_session_t *s, uint64_t mono_ms)
+{
+    if (!s->follows)
+        return;
+    srpc_session_t *prev = by_id(t, s->follows);
+    if (prev && !prev->moved_on_ms)
+        prev->moved_on_ms = mono_ms ? mono_ms : 1;
+    s->follows = 0;
+}
+
 int srpc_sessions_on_init(srpc_sessions_t *t, const srpc_keytab_t *keys, const uint8_t *d, size_t len,
                           const struct sockaddr *src, uint64_t wall_ms, uint64_t mono_ms,
                           uint8_t out[SRPC_V5_INIT_LEN], size_t *out_len)
@@ -318,15 +330,9 @@ int srpc_sessions_on_init(srpc_sessions_t *t, const srpc_keytab_t *keys, const u
         if (prev && prev->key_id == f.key_id && srpc_v5_init_resume_ok(d, prev->keys.c2s)) {
             lineage = prev->lineage;
             follows = f.prev_session; /* refused from stale_ms after the client is seen under this one */
-            if (prev->follows) { /* resuming prev proves its client had prev's ACCEPT, as a datagram under
-                                    prev would: the session prev follows is moved on from now (else a
-                                    line S1, S2, S3 with nothing taken under S2 left S1 open to late
-                                    datagrams until its 180 s) */
-                srpc_session_t *pp = by_id(t, prev->follows);
-                if (pp && !pp->moved_on_ms)
-                    pp->moved_on_ms = mono_ms ? mono_ms : 1;
-                prev->follows = 0;
-            }
+            held(t, prev, mono_ms); /* resuming prev proves its client had prev's ACCEPT (else a line S1,
+                                       S2, S3 with nothing taken under S2 left S1 open to late datagrams
+                                       until its 180 s) */
             if (!prev->superseded_ms) /* its client moves on: the first forgotten for room */
                 prev->superseded_ms = mono_ms ? mono_ms : 1;
         } else {
@@ -379,12 +385,7 @@ int srpc_sessions_take(srpc_sessions_t *t, srpc_session_t *s, uint64_t c, uint64
 {
     if (srpc_replay_take(&s->win, c) < 0)
         return SRPC_DROP_AUTH_REPLAY;
-    if (s->follows) { /* its client has the ACCEPT: the session it follows is moved on from now */
-        srpc_session_t *prev = by_id(t, s->follows);
-        if (prev && !prev->moved_on_ms)
-            prev->moved_on_ms = mono_ms ? mono_ms : 1;
-        s->follows = 0;
-    }
+    held(t, s, mono_ms); /* a datagram taken under s: its client has s's ACCEPT */
     s->seen_ms = mono_ms;
     rotate_floor(t, s, mono_ms);
     return 0;
