@@ -3,6 +3,7 @@
 
 #include <dlfcn.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -71,7 +72,12 @@ const char *srpc_sodium_library(void)
 
 const srpc_sodium_t *srpc_sodium(void)
 {
-    static pthread_once_t once = PTHREAD_ONCE_INIT;
-    pthread_once(&once, load);
+    static _Atomic int loaded; /* 1 once load has run, after which `so` and so_ok never change: every
+                                  datagram's AEAD asks, and pthread_once each time is a call and a fence */
+    if (!atomic_load_explicit(&loaded, memory_order_acquire)) {
+        static pthread_once_t once = PTHREAD_ONCE_INIT;
+        pthread_once(&once, load);
+        atomic_store_explicit(&loaded, 1, memory_order_release);
+    }
     return so_ok ? &so : NULL;
 }
