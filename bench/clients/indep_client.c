@@ -489,8 +489,10 @@ static void wipe(void *p, size_t n)
         *q++ = 0;
 }
 
-/* CRC-16/CCITT-FALSE (version 2's header check): poly 0x1021, init 0xFFFF, no reflection */
-static uint16_t crc16(const uint8_t *p, size_t n)
+/* CRC-16/CCITT-FALSE (version 2's header check): poly 0x1021, init 0xFFFF, no reflection.
+ * A byte at a time from a table made once from the polynomial (the bit-at-a-time loop below
+ * made it: 176 steps a header cost this client about 0.3 us per header, twice a call) */
+static uint16_t crc16_bitwise(const uint8_t *p, size_t n)
 {
     uint16_t c = 0xFFFF;
     for (size_t i = 0; i < n; i++) {
@@ -498,6 +500,26 @@ static uint16_t crc16(const uint8_t *p, size_t n)
         for (int b = 0; b < 8; b++)
             c = (c & 0x8000) ? (uint16_t)((c << 1) ^ 0x1021) : (uint16_t)(c << 1);
     }
+    return c;
+}
+
+static uint16_t crc16_tab[256];
+static int crc16_tab_made;
+
+static uint16_t crc16(const uint8_t *p, size_t n)
+{
+    if (!crc16_tab_made) {
+        for (unsigned v = 0; v < 256; v++) {
+            uint16_t c = (uint16_t)(v << 8);
+            for (int b = 0; b < 8; b++)
+                c = (c & 0x8000) ? (uint16_t)((c << 1) ^ 0x1021) : (uint16_t)(c << 1);
+            crc16_tab[v] = c;
+        }
+        crc16_tab_made = 1;
+    }
+    uint16_t c = 0xFFFF;
+    for (size_t i = 0; i < n; i++)
+        c = (uint16_t)((c << 8) ^ crc16_tab[(uint8_t)((c >> 8) ^ p[i])]);
     return c;
 }
 
@@ -1528,7 +1550,20 @@ static int v5_selftest(void)
         es_priv[i] = (uint8_t)(0x60 + i);
     }
     st_check("time 1764331200000 = 0x0000019ACA559E00", T == 0x0000019ACA559E00ull);
-    st_check("crc16(\"123456789\") = 0x29B1", crc16((const uint8_t *)"123456789", 9) == 0x29B1);
+    st_check("crc16(\"123456789\") = 0x29B1", crc16((const uint8_t *)"123456789", 9) == 0x29B1 &&
+                                              crc16_bitwise((const uint8_t *)"123456789", 9) == 0x29B1);
+    {   /* the table and the bit-at-a-time loop agree on every length and many contents */
+        uint8_t b[64];
+        uint32_t x = 12345;
+        int same = 1;
+        for (int t = 0; t < 2000; t++) {
+            for (size_t i = 0; i < sizeof b; i++)
+                b[i] = (uint8_t)((x = x * 1103515245u + 12345u) >> 16);
+            const size_t n = (size_t)t % (sizeof b + 1);
+            same &= crc16(b, n) == crc16_bitwise(b, n);
+        }
+        st_check("crc16's table = its bit-at-a-time loop", same);
+    }
     {   /* version 2's header example */
         uint8_t h[HDR];
         v5_hdr(h, T_REQUEST, 1, 1, 0, 1, 1024, 0);
