@@ -158,3 +158,14 @@ def test_sessions_cost_reports_paired_and_unpaired_ratios():
     assert re.search(r"\| spin \| 1 \| v5-aes \| .* \| 1\.050 \[1\.050, 1\.050\] \|", md), md
     with pytest.raises(ValueError):
         sessions_cost._variants("v5,unkeyed")
+    # with version 2 unkeyed beside: the keyed variants over it too (paired), version 1 still the base
+    runs2 = runs + [{"round": r, "mode": "spin", "outstanding": 1, "variant": "unkeyed-v2", "p50_us": base * 1.02,
+                     "p99_us": 3 * base, "rps": 1e6 / (base * 1.02), "handshake_us": None}
+                    for r, base in enumerate([10.0, 14.0, 9.0, 12.0, 11.0])]
+    cells2 = sessions_cost.summarise(runs2, ["unkeyed", "unkeyed-v2", "v5", "v5-aes"])
+    assert abs(cells2[0]["v5"]["p50_round_ratio_v2"]["ratio"] - 1.1 / 1.02) < 1e-9
+    assert abs(cells2[0]["v5"]["p50_round_ratio"]["ratio"] - 1.1) < 1e-9
+    assert "p50_round_ratio_v2" not in cells2[0]["unkeyed-v2"]
+    md2 = sessions_cost.report(dict(doc, variants=["unkeyed", "unkeyed-v2", "v5", "v5-aes"], cells=cells2, runs=runs2))
+    assert re.search(r"\| spin \| 1 \| v5 \| .* \| 1\.078 \[1\.078, 1\.078\] \|\n", md2), md2
+    assert sessions_cost._variants("unkeyed,unkeyed-v2,v5-aes") == ["unkeyed", "unkeyed-v2", "v5-aes"]

@@ -58,7 +58,7 @@ def client(tmp_path_factory) -> str:
     try:
         path = indep_client.client_path()
         r = subprocess.run([path, "--help"], capture_output=True, text=True, timeout=10)
-        if "--selftest-v5" in r.stdout and "--aes" in r.stdout:
+        if "--selftest-v5" in r.stdout and "--aes" in r.stdout and "--v2" in r.stdout:
             return path
     except Exception:  # noqa: BLE001 - none installed: build one
         pass
@@ -139,6 +139,41 @@ def test_a_short_v5_aes_run_uses_aes_256_gcm(client, keyed_server, extra):
     assert d["aead"] == "aes-256-gcm" and d["aes_offered"] is True and d["aes_unoffered"] == 0, d
     assert d["calls"] == d["ok"] == calls, d
     assert d["errors"] == 0 and d["lost"] == 0 and d["bad_auth"] == 0 and d["handshakes"] == 1, d
+
+
+@pytest.fixture(scope="module")
+def unkeyed_server(tmp_path_factory):
+    """`splitrpc serve` on 127.0.0.1, no keys: its port."""
+    port = free_udp_port()
+    p = subprocess.Popen([sys.executable, "-m", "splitrpc", "serve", "--port", str(port)], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, cwd=str(tmp_path_factory.mktemp("unkeyed")))
+    try:
+        read_until(p, lambda line: line.startswith("ready"), timeout=60)
+        yield port
+    finally:
+        p.send_signal(signal.SIGINT)
+        try:
+            p.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
+@pytest.mark.parametrize("extra", [["--calls", "2000"], ["--func", "3", "--size", "5000", "--seg", "1000",
+                                                         "--calls", "300"]], ids=["vecadd", "segments"])
+def test_version_2_runs_unkeyed_with_the_header_check(client, unkeyed_server, extra):
+    """--v2: version 2 requests (48-bit req_id, the header's CRC-16); a reply counts only when it is
+    version 2 with a right check, so every call answered means the server spoke version 2 back."""
+    r = subprocess.run([client, "--port", str(unkeyed_server), "--v2", *extra, "--check", "--warmup", "100",
+                        "--outstanding", "4", "--json"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    calls = int(extra[extra.index("--calls") + 1])
+    assert d["protocol"] == 2 and d["calls"] == d["ok"] == calls, d
+    assert d["errors"] == 0 and d["lost"] == 0 and d["malformed"] == 0, d
+    r = subprocess.run([client, "--port", "9", "--v2", "--v5-key", "1:" + "00" * 32], capture_output=True,
+                       text=True, timeout=10)
+    assert r.returncode == 2 and "--v2 and --v5" in r.stderr
 
 
 def test_version_1_still_runs_without_v5_options(client):

@@ -122,6 +122,7 @@ static struct {
     uint64_t timeout_ms;
     int json;
     int v5;                        /* --v5 / --v5-key: version 5 sessions */
+    int v2;                        /* --v2: version 2, unkeyed (the header's CRC-16, 48-bit req_id) */
     int encrypt;                   /* --encrypt: ask for ENCRYPT */
     int aes;                       /* --aes: offer AES (AES-256-GCM) */
     const char *libsodium;         /* --libsodium: the library to load (NULL: the system's) */
@@ -1663,6 +1664,13 @@ static void send_call(struct slot *s)
     uint64_t t = now_ns();
     if (cfg.v5)
         v5_build_call(s);
+    else if (cfg.v2)
+        for (i = 0; i < req_nseg; i++) { /* version 2: req_id in bytes 6..11, then the check at 4..5 */
+            uint8_t *h = tx_hdrs + (size_t)i * HDR;
+            put16(h + 4, 0);
+            put48(h + 6, s->req_id);
+            put16(h + 4, crc16(h, HDR));
+        }
     else
         for (i = 0; i < req_nseg; i++)
             put64(tx_hdrs + (size_t)i * HDR + 4, s->req_id);
@@ -1703,7 +1711,7 @@ static void issue_call(int idx)
     uint64_t k = issued++;
     s->active = 1;
     s->measured = (k >= cfg.warmup);
-    if (cfg.v5) {                  /* version 2's 48-bit req_id (0 left out) */
+    if (cfg.v5 || cfg.v2) {      /* version 2's 48-bit req_id (0 left out) */
         next_req_id &= REQ_ID48_MASK;
         if (!next_req_id)
             next_req_id = 1;
@@ -1824,7 +1832,8 @@ static void on_datagram(uint8_t *p, size_t len, int truncated, uint64_t now)
         on_datagram_v5(p, len, truncated, now);
         return;
     }
-    if (truncated || len < HDR || p[0] != MAGIC || (p[1] >> 4) != VERSION) {
+    if (truncated || len < HDR || p[0] != MAGIC || (p[1] >> 4) != (cfg.v2 ? 2 : VERSION) ||
+        (cfg.v2 && hdr_crc(p) != get16(p + 4))) {
         c_malformed++;
         return;
     }
@@ -1834,8 +1843,8 @@ static void on_datagram(uint8_t *p, size_t len, int truncated, uint64_t now)
         return;
     }
     seg_taken_ns = now_ns();
-    on_segment(type, get16(p + 2), get64(p + 4), get16(p + 12), get16(p + 14), get32(p + 16),
-               get16(p + 20), p + HDR, len - HDR, 0, now);
+    on_segment(type, get16(p + 2), cfg.v2 ? get48(p + 6) : get64(p + 4), get16(p + 12), get16(p + 14),
+               get32(p + 16), get16(p + 20), p + HDR, len - HDR, 0, now);
 }
 
 /* one segment of a reply (version 1, or version 5 once its tag is checked and its data opened):
@@ -2064,7 +2073,7 @@ static void report(void)
                c_resends, c_lost, c_malformed, c_stray, c_dup, c_dropped_msgs, c_refused,
                c_send_splits, c_multiseg, elapsed, cps, p50, p90, p99, p999, mx, cu, cs, cv, ci,
                cfg.seg, req_nseg, cfg.warmup, cfg.timeout_ms, cfg.check ? "true" : "false",
-               cfg.v5 ? 5 : 1, (cfg.v5 && v5_cur >= 0 && v5s[v5_cur].encrypt) ? "true" : "false",
+               cfg.v5 ? 5 : cfg.v2 ? 2 : 1, (cfg.v5 && v5_cur >= 0 && v5s[v5_cur].encrypt) ? "true" : "false",
                cfg.v5 ? v5_key_id : 0, c_bad_auth, c_replayed, c_unknown_sess, c_no_session,
                c_rehandshakes, c_handshakes, c_cookies, (double)hs_first_ns / 1000.0,
                !cfg.v5 ? "null" : (v5_cur >= 0 && v5s[v5_cur].aes) ? "\"aes-256-gcm\"" : "\"chacha20-poly1305\"",
@@ -2128,6 +2137,7 @@ static void usage(FILE *f)
         "  --seg S              request segment size (default 1450, max %d; with --v5 1418, max %d)\n"
         "  --timeout-ms MS      resend after MS; lost after %d resends (default 200)\n"
         "  --json               one JSON object on stdout\n"
+        "  --v2                 version 2 (unkeyed, docs/PROTOCOL-v2.md: the header's CRC-16), not 1\n"
         "  --v5 KEYFILE[:ID]    version 5 (sessions) with key ID of KEYFILE, a key table or a\n"
         "                       client key file of `splitrpc keys new` (JSON; its only key if no ID)\n"
         "  --v5-key ID:HEX64    version 5 with key ID, its 32-byte secret in hexadecimal\n"
@@ -2156,6 +2166,7 @@ int main(int argc, char **argv)
         {"seg", required_argument, 0, 'S'},
         {"timeout-ms", required_argument, 0, 't'},
         {"json", no_argument, 0, 'j'},
+        {"v2", no_argument, 0, '2'},
         {"v5", required_argument, 0, '5'},
         {"v5-key", required_argument, 0, 'K'},
         {"encrypt", no_argument, 0, 'E'},
@@ -2201,6 +2212,7 @@ int main(int argc, char **argv)
         case 'S': cfg.seg = (unsigned)parse_u64(optarg, 1, MAX_SEG, "seg"); seg_set = 1; break;
         case 't': cfg.timeout_ms = parse_u64(optarg, 1, 3600000, "timeout-ms"); break;
         case 'j': cfg.json = 1; break;
+        case '2': cfg.v2 = 1; break;
         case '5': keyfile = optarg; cfg.v5 = 1; break;
         case 'K': keyhex = optarg; cfg.v5 = 1; break;
         case 'E': cfg.encrypt = 1; break;
@@ -2224,6 +2236,8 @@ int main(int argc, char **argv)
         usage_error("--port is required");
     if (keyfile && keyhex)
         usage_error("--v5 and --v5-key: give one");
+    if (cfg.v2 && cfg.v5)
+        usage_error("--v2 and --v5: give one");
     if (cfg.encrypt && !cfg.v5)
         usage_error("--encrypt needs --v5 or --v5-key");
     if (cfg.aes && !cfg.v5)
@@ -2277,7 +2291,7 @@ int main(int argc, char **argv)
         uint64_t off = (uint64_t)i * cfg.seg;
         uint64_t len = (req_nseg == 1) ? cfg.size : (i + 1 < req_nseg ? cfg.seg : cfg.size - off);
         h[0] = MAGIC;
-        h[1] = (VERSION << 4) | T_REQUEST;
+        h[1] = (uint8_t)(((cfg.v2 ? 2 : VERSION) << 4) | T_REQUEST);
         put16(h + 2, (uint16_t)cfg.func);
         put64(h + 4, 0);
         put16(h + 12, (uint16_t)i);

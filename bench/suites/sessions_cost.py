@@ -1,4 +1,4 @@
-"""sessions_cost.py: what version 5's sessions cost, measured with the independent client (bench/clients/indep_client.c, written from the protocol pages): vecadd calls unkeyed (version 1, an unkeyed `splitrpc serve`) against calls in sessions, authenticated and encrypted, with ChaCha20-Poly1305 and with AES-256-GCM (`--v5`, `--encrypt`, `--aes`; a `splitrpc serve --keys` of the same command line), the variants run back to back in each round in an order rotated each round; each one's p50 and calls/s over the unkeyed one's (the median of the rounds' ratios, and the ratio of the medians, each with a bootstrap 95% interval), and the handshake's time as the client saw it.
+"""sessions_cost.py: what version 5's sessions cost, measured with the independent client (bench/clients/indep_client.c, written from the protocol pages): vecadd calls unkeyed (version 1, an unkeyed `splitrpc serve`; `unkeyed-v2`: version 2, whose header check version 5 keeps) against calls in sessions, authenticated and encrypted, with ChaCha20-Poly1305 and with AES-256-GCM (`--v5`, `--encrypt`, `--aes`; a `splitrpc serve --keys` of the same command line), the variants run back to back in each round in an order rotated each round; each one's p50 and calls/s over the unkeyed one's (the median of the rounds' ratios, and the ratio of the medians, each with a bootstrap 95% interval), and the handshake's time as the client saw it.
 
     python -m splitrpc.bench.suites.sessions_cost --rounds 15 --calls 40000 --out bench/results/sessions_cost/indep
 
@@ -25,8 +25,11 @@ from splitrpc.bench.suites.protocol_ab import median, start_server
 from splitrpc.machine import describe
 from splitrpc.reporting import SuiteFailed, command_of, run_as_module, run_suite
 
-# variant -> (keyed server, the independent client's options beside --v5 KEY)
-VARIANTS = {"unkeyed": (False, None), "v5": (True, []), "v5-encrypt": (True, ["--encrypt"]),
+# variant -> (keyed server, the independent client's options: beside --v5 KEY when keyed). unkeyed is
+# version 1 (no header check), unkeyed-v2 version 2 (the header's CRC-16, which version 5 keeps, and
+# splitrpc's own client's unkeyed default)
+BASE, BASE_V2 = "unkeyed", "unkeyed-v2"
+VARIANTS = {BASE: (False, []), BASE_V2: (False, ["--v2"]), "v5": (True, []), "v5-encrypt": (True, ["--encrypt"]),
             "v5-aes": (True, ["--aes"]), "v5-aes-encrypt": (True, ["--aes", "--encrypt"])}
 AEAD = {False: "chacha20-poly1305", True: "aes-256-gcm"}  # what the client's JSON says its session used
 
@@ -54,9 +57,9 @@ def client_libsodium(choice: str) -> tuple[str | None, dict[str, str]]:
     return path, env
 
 
-def _one(client: str, port: int, mode: str, outstanding: int, calls: int, key: str | None, opts: list[str] | None,
-         libsodium: str | None = None, env: dict[str, str] | None = None):
-    extra = [] if opts is None else ["--v5", key or "", *opts, *(["--libsodium", libsodium] if libsodium else [])]
+def _one(client: str, port: int, mode: str, outstanding: int, calls: int, key: str | None, keyed: bool,
+         opts: list[str], libsodium: str | None = None, env: dict[str, str] | None = None):
+    extra = [*opts] if not keyed else ["--v5", key or "", *opts, *(["--libsodium", libsodium] if libsodium else [])]
     r = subprocess.run([client, "--port", str(port), "--mode", mode, "--outstanding", str(outstanding), "--calls",
                         str(calls), "--warmup", str(max(calls // 20, 500)), "--func", "1", "--check", "--json",
                         *extra], capture_output=True, text=True, timeout=300,
@@ -64,10 +67,13 @@ def _one(client: str, port: int, mode: str, outstanding: int, calls: int, key: s
     if r.returncode != 0:
         raise SuiteFailed(f"the client exited {r.returncode}: {r.stderr.strip()[-500:]}")
     d = json.loads(r.stdout)
-    if d.get("lost") or d.get("errors") or d.get("bad_auth") or d.get("encrypt") != ("--encrypt" in (opts or [])):
+    if d.get("lost") or d.get("errors") or d.get("bad_auth") or d.get("encrypt") != ("--encrypt" in opts):
         raise SuiteFailed(f"{mode}/{outstanding} {opts}: lost {d.get('lost')}, errors {d.get('errors')}, "
                           f"bad_auth {d.get('bad_auth')}")
-    if opts is not None and d.get("aead") != AEAD["--aes" in opts]:
+    want = 5 if keyed else 2 if "--v2" in opts else 1
+    if d.get("protocol") != want:
+        raise SuiteFailed(f"{opts}: the client spoke version {d.get('protocol')}, not {want} (a client older than --v2?)")
+    if keyed and d.get("aead") != AEAD["--aes" in opts]:
         raise SuiteFailed(f"{opts}: the session's AEAD was {d.get('aead')}, not {AEAD['--aes' in opts]} "
                           "(a server or CPU without AES-NI does not grant AES-256-GCM)")
     return {"p50_us": d["p50_us"], "p99_us": d["p99_us"], "rps": d["calls_per_s"],
@@ -98,7 +104,7 @@ def run(a) -> dict:
                 for mode, outstanding in cells:
                     for v in order:
                         keyed, opts = VARIANTS[v]
-                        m = _one(client, key_port if keyed else port, mode, outstanding, a.calls, key, opts,
+                        m = _one(client, key_port if keyed else port, mode, outstanding, a.calls, key, keyed, opts,
                                  libsodium, env)
                         runs.append({"round": r, "mode": mode, "outstanding": outstanding, "variant": v, **m})
                 print(f"round {r + 1}/{a.rounds} done", flush=True)
@@ -142,8 +148,9 @@ def handshakes(port: int, key, n: int) -> dict:
 
 def summarise(runs: list[dict], variants: list[str]) -> list[dict]:
     """Per (mode, outstanding): each variant's medians, and its p50 and calls/s over the unkeyed
-    one's: the median of the rounds' ratios (paired: the variants of a round ran back to back) and
-    the ratio of the medians (unpaired), each with its bootstrap 95% interval."""
+    one's (version 1): the median of the rounds' ratios (paired: the variants of a round ran back to
+    back) and the ratio of the medians (unpaired), each with its bootstrap 95% interval; where
+    unkeyed-v2 ran too, the keyed variants' paired p50 ratio over it as well."""
     out = []
     for mode, outstanding in sorted({(x["mode"], x["outstanding"]) for x in runs}):
         side = {v: sorted((x for x in runs if (x["mode"], x["outstanding"], x["variant"]) == (mode, outstanding, v)),
@@ -152,12 +159,15 @@ def summarise(runs: list[dict], variants: list[str]) -> list[dict]:
         for v, rs in side.items():
             c = {k: median([x[k] for x in rs if x[k] is not None]) for k in ("p50_us", "p99_us", "rps", "handshake_us")}
             c["p50_rounds"] = [round(x["p50_us"], 2) for x in rs]
-            if v != "unkeyed":
-                base = side["unkeyed"]
+            if v != BASE:
+                base = side[BASE]
                 c["p50_ratio"] = ratio_interval([x["p50_us"] for x in base], [x["p50_us"] for x in rs])
                 c["rps_ratio"] = ratio_interval([x["rps"] for x in base], [x["rps"] for x in rs])
                 c["p50_round_ratio"] = round_ratio_interval([x["p50_us"] for x in base], [x["p50_us"] for x in rs])
                 c["rps_round_ratio"] = round_ratio_interval([x["rps"] for x in base], [x["rps"] for x in rs])
+            if VARIANTS[v][0] and side.get(BASE_V2):
+                c["p50_round_ratio_v2"] = round_ratio_interval([x["p50_us"] for x in side[BASE_V2]],
+                                                               [x["p50_us"] for x in rs])
             cell[v] = c
         out.append(cell)
     return out
@@ -183,17 +193,19 @@ def report(doc: dict) -> str:
              "machine's drift from round to round cancels); **unpaired**, the ratio of the medians. Each with a "
              f"bootstrap 95% interval ({RESAMPLES:,} resamples of the rounds).", "",
              "| mode | outstanding | variant | p50 µs (rounds) | p99 µs | calls/s | p50 ratio, paired [95%] "
-             "| p50 ratio, unpaired [95%] | calls/s ratio, paired [95%] | handshake µs |",
-             "|---|---:|---|---|---:|---:|---|---|---|---:|"]
+             "| p50 ratio, unpaired [95%] | calls/s ratio, paired [95%] | handshake µs "
+             "| p50 ratio over unkeyed-v2, paired [95%] |",
+             "|---|---:|---|---|---:|---:|---|---|---|---:|---|"]
     for c in doc["cells"]:
         for v in variants:
             m = c[v]
             hs = "" if not m.get("handshake_us") else f"{m['handshake_us']:.0f}"
-            unkeyed = v == "unkeyed"
+            unkeyed = v == BASE
+            v2 = "1" if v == BASE_V2 else _fmt(m["p50_round_ratio_v2"]) if "p50_round_ratio_v2" in m else ""
             lines.append(f"| {c['mode']} | {c['outstanding']} | {v} | {m['p50_us']:.1f} "
                          f"({', '.join(map(str, m['p50_rounds']))}) | {m['p99_us']:.1f} | {m['rps']:,.0f} | "
                          f"{'1' if unkeyed else _fmt(m.get('p50_round_ratio'))} | {'1' if unkeyed else _fmt(m.get('p50_ratio'))} | "
-                         f"{'1' if unkeyed else _fmt(m.get('rps_round_ratio'))} | {hs} |")
+                         f"{'1' if unkeyed else _fmt(m.get('rps_round_ratio'))} | {hs} | {v2} |")
     h = doc.get("handshakes")
     if h:
         lines += ["", f"**A handshake** (splitrpc's own client, {h['clients']} fresh clients, busy-polling): one round "
@@ -208,7 +220,7 @@ def report(doc: dict) -> str:
 def _variants(text: str) -> list[str]:
     names = [v for v in text.split(",") if v]
     bad = [v for v in names if v not in VARIANTS]
-    if bad or not names or names[0] != "unkeyed" or len(set(names)) != len(names):
+    if bad or not names or names[0] != BASE or len(set(names)) != len(names):
         raise ValueError(f"variants: {','.join(VARIANTS)}, each once, unkeyed first (got {text!r})")
     return names
 
