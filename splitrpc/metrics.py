@@ -113,6 +113,16 @@ def families(st: dict[str, Any], prefix: str = PREFIX) -> Iterator[Metric]:
             f = fam("counter", name, help_)
             f.add_metric([], int(a[key]))
             yield f
+    if a and (a["sessions"] or a["sessions_made"]):  # a server with keys: version 5's sessions
+        f = fam("gauge", "auth_sessions", "Version 5 sessions held.")
+        f.add_metric([], int(a["sessions"]))
+        yield f
+        for name, key, help_ in (("auth_sessions_made", "sessions_made", "Version 5 sessions made."),
+                                 ("auth_sessions_forgotten", "sessions_forgotten", "Version 5 sessions forgotten "
+                                  "(past their time, moved on from, their key gone, or making room).")):
+            f = fam("counter", name, help_)
+            f.add_metric([], int(a[key]))
+            yield f
     for k, v in st.get("socket_buffers", {}).items():
         f = fam("gauge", f"socket_{k}_bytes", f"Effective socket {k} size.")
         f.add_metric([], int(v))

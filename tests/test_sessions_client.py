@@ -1,6 +1,7 @@
 """splitrpc's own client on protocol version 5 (docs/PROTOCOL-v5.md): Client(key=) makes a session before its first call and speaks sessions by default, with encryption when asked; a restarted server's NO_SESSION makes it handshake again and its calls run once there; rekeys happen under a steady load without a failed or doubled call; a wrong key fails with Unavailable; Pool, the asyncio client and the CLI's key= speak sessions too; version 4 only when asked."""
 import asyncio
 import contextlib
+import re
 import socket
 import threading
 import time
@@ -130,6 +131,31 @@ def test_rekeys_under_load_lose_and_double_no_call(make_server, make_client, key
     assert st["rekeys"] >= 4 and st["handshakes"] >= 5, st
     assert sorted(runs["echo"]) == sorted(sent), "every call ran exactly once"
     assert st["no_sessions"] == 0
+
+
+def test_sessions_moved_on_from_are_forgotten_by_a_serving_server(make_server, make_client, keys, table):
+    """The server's timers forget the sessions a client has moved on from, stale_ms (half the reply
+    cache's time) after it is seen on the new one, while it serves or idles: its gauge falls back to
+    the client's current session (the sweep once ran on every receive step; it runs with the timers
+    now, so this shows they do run it)."""
+    runs = {"echo": [], "other": []}
+    srv = make_server(_setup(runs), keys=table, reply_cache_ttl=1.0)
+    c = make_client(srv.port, key=keys["all"], rekey=0.3, timeout=5)
+    stop = time.monotonic() + 1.6
+    while time.monotonic() < stop:
+        assert c.call(ECHO, b"x") == b"x"
+    made = srv.stats()["auth"]["sessions_made"]
+    assert made >= 4 and c.stats()["rekeys"] >= 3, (srv.stats()["auth"], c.stats())
+    deadline = time.monotonic() + 5.0
+    while time.monotonic() < deadline and srv.stats()["auth"]["sessions"] > 2:
+        time.sleep(0.1)
+    a = srv.stats()["auth"]
+    assert a["sessions"] <= 2 and a["sessions_forgotten"] >= made - 2, a
+    assert c.call(ECHO, b"y") == b"y"  # its current session is still there
+    metrics = pytest.importorskip("splitrpc.metrics")
+    text = metrics.prometheus_text(srv.stats())
+    assert re.search(r"^splitrpc_auth_sessions \d+\.0$", text, re.M), text  # (the call may have rekeyed)
+    assert re.search(r"^splitrpc_auth_sessions_forgotten_total (\d+)\.0$", text, re.M), text
 
 
 def test_wrong_key_fails_with_unavailable(make_server, make_client, table):
