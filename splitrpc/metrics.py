@@ -113,7 +113,7 @@ def families(st: dict[str, Any], prefix: str = PREFIX) -> Iterator[Metric]:
             f = fam("counter", name, help_)
             f.add_metric([], int(a[key]))
             yield f
-    if a and (a["sessions"] or a["sessions_made"]):  # a server with keys: version 5's sessions
+    if a and (a["sessions"] or a["sessions_made"]):  # a server that has made a version 5 session
         f = fam("gauge", "auth_sessions", "Version 5 sessions held.")
         f.add_metric([], int(a["sessions"]))
         yield f

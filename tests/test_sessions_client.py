@@ -134,10 +134,10 @@ def test_rekeys_under_load_lose_and_double_no_call(make_server, make_client, key
 
 
 def test_sessions_moved_on_from_are_forgotten_by_a_serving_server(make_server, make_client, keys, table):
-    """The server's timers forget the sessions a client has moved on from, stale_ms (half the reply
-    cache's time) after it is seen on the new one, while it serves or idles: its gauge falls back to
-    the client's current session (the sweep once ran on every receive step; it runs with the timers
-    now, so this shows they do run it)."""
+    """A serving server forgets the sessions a client has moved on from, stale_ms (half the reply
+    cache's time) after it is seen on the new one, idle included: its gauge falls back to the
+    client's current session, which it keeps (the sweep once read the clock on every receive step;
+    it runs from the timers and after receives now, so this shows they do run it)."""
     runs = {"echo": [], "other": []}
     srv = make_server(_setup(runs), keys=table, reply_cache_ttl=1.0)
     c = make_client(srv.port, key=keys["all"], rekey=0.3, timeout=5)
@@ -151,7 +151,8 @@ def test_sessions_moved_on_from_are_forgotten_by_a_serving_server(make_server, m
         time.sleep(0.1)
     a = srv.stats()["auth"]
     assert a["sessions"] <= 2 and a["sessions_forgotten"] >= made - 2, a
-    assert c.call(ECHO, b"y") == b"y"  # its current session is still there
+    assert c.call(ECHO, b"y") == b"y"
+    assert c.stats()["no_sessions"] == 0, c.stats()  # its current session was still there
     metrics = pytest.importorskip("splitrpc.metrics")
     text = metrics.prometheus_text(srv.stats())
     assert re.search(r"^splitrpc_auth_sessions \d+\.0$", text, re.M), text  # (the call may have rekeyed)

@@ -434,8 +434,9 @@ typedef struct srpc_server_stats {
     uint64_t auth_expired;   /* calls refused FORBIDDEN: their key has expired */
     uint64_t auth_reloads;   /* key tables taken in while serving (srpc_server_set_keys) */
     int rcvbuf, sndbuf;      /* effective socket buffer sizes */
-    uint64_t sessions;       /* gauge: version 5 sessions held (a handshake makes one; the timers' sweep
-                                forgets those past their time, and those moved on from for stale_ms) */
+    uint64_t sessions;       /* gauge: version 5 sessions held (a handshake makes one; the sweep, once a
+                                second at most, forgets those past their time, and those moved on from
+                                stale_ms after the client is seen on the next) */
     uint64_t sessions_made;      /* version 5 sessions made (handshakes answered with a new session) */
     uint64_t sessions_forgotten; /* version 5 sessions forgotten: past their time, moved on from, their
                                     key gone, or silent and making room */

@@ -467,6 +467,45 @@ static void test_late_datagrams_and_superseded(void)
     srpc_sessions_destroy(&t);
 }
 
+/* A time read before another rx owner stamped a session (the sweep's caller may hold one): the
+ * session is not aged by it into a huge age and forgotten, nor refused. */
+static void test_an_earlier_time_ages_nothing(void)
+{
+    srpc_sessions_t t;
+    CHECK(srpc_sessions_init(&t, 8, 0) == 0, "a table of 8");
+    t.stale_ms = 1000;
+    srpc_keytab_t *keys = table(1, 0);
+    struct sockaddr_in a = addr(4030);
+    const struct sockaddr *src = (const struct sockaddr *)&a;
+    uint8_t out[SRPC_V5_INIT_LEN], e[32], pub[32], init[SRPC_V5_INIT_LEN];
+    size_t n;
+    srpc_v5_keys_t k1, k2;
+    srpc_v5_keypair(e, pub);
+    srpc_v5_init_make(init, PSK7, 7, 90, e, WALL, 0, NULL, NULL);
+    CHECK(srpc_sessions_on_init(&t, keys, init, sizeof(init), src, WALL, MONO, out, &n) == 0 &&
+              srpc_v5_accept_open(&k1, init, e, PSK7, out, n) == 0,
+          "a session made at MONO");
+    srpc_sessions_expire(&t, MONO - 1);
+    srpc_session_t *s1 = srpc_sessions_find(&t, keys, k1.session, MONO - 1);
+    CHECK(s1 != NULL && t.used == 1 && srpc_sessions_fresh(&t, s1, 1, MONO - 1) == 0,
+          "swept and looked up at MONO - 1: still there, its datagram taken");
+    /* One followed: moved on from at MONO + 10; a sweep at an earlier time does not count it as past stale_ms. */
+    srpc_v5_keypair(e, pub);
+    srpc_v5_init_make(init, PSK7, 7, 91, e, WALL, 0, &k1, NULL);
+    CHECK(srpc_sessions_on_init(&t, keys, init, sizeof(init), src, WALL, MONO + 5, out, &n) == 0 &&
+              srpc_v5_accept_open(&k2, init, e, PSK7, out, n) == 0,
+          "a session following it");
+    srpc_session_t *s2 = srpc_sessions_find(&t, keys, k2.session, MONO + 10);
+    CHECK(s2 && srpc_sessions_take(&t, s2, 1, MONO + 10) == 0 && s1->moved_on_ms == MONO + 10, "moved on at MONO + 10");
+    srpc_sessions_expire(&t, MONO + 9);
+    CHECK(srpc_sessions_find(&t, keys, k1.session, MONO + 9) != NULL && t.used == 2,
+          "a sweep at MONO + 9: the first is kept (forgotten only stale_ms after MONO + 10)");
+    srpc_sessions_expire(&t, MONO + 10 + 1000);
+    CHECK(srpc_sessions_find(&t, keys, k1.session, MONO + 1010) == NULL && t.used == 1, "and forgotten then");
+    srpc_keytab_destroy(keys);
+    srpc_sessions_destroy(&t);
+}
+
 int main(void)
 {
     for (int i = 0; i < 32; i++)
@@ -484,6 +523,7 @@ int main(void)
     test_key_quota();
     test_no_session_rate();
     test_late_datagrams_and_superseded();
+    test_an_earlier_time_ages_nothing();
     printf("%d passed, %d failed\n", passed, failed);
     return failed != 0;
 }

@@ -820,13 +820,16 @@ static int line_busy(void *ctx, uint64_t line)
  * cached) does not hold its sessions: one silent for SRPC_V5_QUOTA_IDLE_MS (2 s) may make room
  * for a new session when its key's quota or the table is full, since a client still waiting
  * for a reply retransmits at least every rto_max (1 s by default) and so is not silent. Run by
- * the timers (at least every SRPC_TIMER_IDLE_US) and after a receive that took datagrams, now
- * the time already read there. rx. */
+ * the timers (at least every SRPC_TIMER_IDLE_US) and after a receive that took datagrams (keyed
+ * traffic never takes the in-place path), now the time already read there: only when it is due is
+ * the clock read again. rx. */
 static void sessions_sweep(srpc_server_t *srv, uint64_t now)
 {
-    const uint64_t ms = now / 1000000u;
-    if (ms - srv->sessions_swept_ms < 1000)
+    if (now / 1000000u < srv->sessions_swept_ms + 1000) /* (a now read before the last sweep's: not due) */
         return;
+    /* Due: the time read afresh, so that no session is aged on a now older than its own stamps (the
+     * caller's may have been read before another rx owner's receive). Once a second at most. */
+    const uint64_t ms = srpc_now_ns() / 1000000u;
     srv->sessions_swept_ms = ms;
     srpc_srv_lock(srv);
     lines_t l = {malloc((size_t)srv->ct.used * sizeof(uint64_t) + 1), 0};
@@ -849,6 +852,7 @@ int srpc_engine_rx_step_rx(srpc_server_t *srv)
         keys_reload(srv);
     srpc_rx_t *rx = &srv->rx.slots;
     int n = 0, r = -1;
+    uint64_t took_ns = 0; /* when a burst took datagrams: the session sweep's now */
     while (srv->rx.direct_hint && n < (int)rx->burst && (r = rx_in_place_step(srv)) > 0) {
         n += r;
         ST_ADD(srv, rx_receives, 1);
@@ -862,8 +866,7 @@ int srpc_engine_rx_step_rx(srpc_server_t *srv)
             ST_ADD(srv, rx_receives, 1);
             srv->rx.direct_hint = 0; /* process_datagram sets it again for large segments */
             const uint64_t now = srpc_now_ns();
-            if (srv->sessions) /* (and from the timers: a worker kept busy may not run them for a while) */
-                sessions_sweep(srv, now);
+            took_ns = now;
             srpc_srv_lock(srv);
             for (int i = 0; i < m; i++)
                 process_entry(srv, (unsigned)i, now);
@@ -876,6 +879,8 @@ int srpc_engine_rx_step_rx(srpc_server_t *srv)
         srpc_gpu_rx_leave_rx(srv, entered, saved);
     }
     end_of_burst(srv);
+    if (took_ns && srv->sessions) /* (and from the timers: a worker kept busy may not run them for a while) */
+        sessions_sweep(srv, took_ns);
     return n;
 }
 

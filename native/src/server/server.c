@@ -415,11 +415,9 @@ int srpc_server_stats(const srpc_server_t *srv, srpc_server_stats_t *out)
     out->inflight = __atomic_load_n(&srv->inflight, __ATOMIC_RELAXED);
     out->queued = atomic_load(&s->n_ready);
     out->cached_replies = s->ct.count[CT_LIST_DONE];
-    if (s->sessions) {
-        out->sessions = s->sessions->used;
-        out->sessions_made = s->sessions->st.accepted;
-        out->sessions_forgotten = s->sessions->st.expired;
-    }
+    out->sessions = s->sessions ? s->sessions->used : 0;
+    out->sessions_made = s->sessions ? s->sessions->st.accepted : 0;
+    out->sessions_forgotten = s->sessions ? s->sessions->st.expired : 0;
     srpc_srv_unlock(s);
     return 0;
 }

@@ -90,16 +90,23 @@ static void forget(srpc_sessions_t *t, uint32_t i)
     t->st.expired++;
 }
 
+/* How long ago then was, at now; 0 when then is later (a time read before another that stamped
+ * then: an age never wraps into a huge one). */
+static uint64_t age(uint64_t now, uint64_t then)
+{
+    return now > then ? now - then : 0;
+}
+
 static int past_time(const srpc_session_t *s, uint64_t mono_ms)
 {
-    return mono_ms - s->born_ms > SRPC_V5_REJECT_AFTER_MS || mono_ms - s->seen_ms > SRPC_V5_REJECT_AFTER_MS;
+    return age(mono_ms, s->born_ms) > SRPC_V5_REJECT_AFTER_MS || age(mono_ms, s->seen_ms) > SRPC_V5_REJECT_AFTER_MS;
 }
 
 /* The floor's rotation (every stale_ms / 2): by the sweep, and as datagrams are taken (so that a
  * stale_ms under the sweep's second still holds). */
 static void rotate_floor(const srpc_sessions_t *t, srpc_session_t *s, uint64_t mono_ms)
 {
-    if (mono_ms - s->rot_ms >= t->stale_ms / 2) {
+    if (age(mono_ms, s->rot_ms) >= t->stale_ms / 2) {
         s->floor = s->pending;
         s->pending = s->win.top;
         s->rot_ms = mono_ms;
@@ -109,7 +116,7 @@ static void rotate_floor(const srpc_sessions_t *t, srpc_session_t *s, uint64_t m
 /* Its client seen under a session that follows it for stale_ms: nothing of it is taken any more. */
 static int superseded(const srpc_sessions_t *t, const srpc_session_t *s, uint64_t mono_ms)
 {
-    return s->moved_on_ms && mono_ms - s->moved_on_ms >= t->stale_ms;
+    return s->moved_on_ms && age(mono_ms, s->moved_on_ms) >= t->stale_ms;
 }
 
 void srpc_sessions_expire(srpc_sessions_t *t, uint64_t mono_ms)
@@ -177,7 +184,7 @@ static int quota_reached(srpc_sessions_t *t, uint32_t key_id, uint64_t mono_ms, 
         if (!s->used || s->key_id != key_id)
             continue;
         mine++;
-        if (i != keep && !s->calls && mono_ms - s->seen_ms >= SRPC_V5_QUOTA_IDLE_MS &&
+        if (i != keep && !s->calls && age(mono_ms, s->seen_ms) >= SRPC_V5_QUOTA_IDLE_MS &&
             (idle == SRPC_SESS_NONE || s->seen_ms < t->s[idle].seen_ms))
             idle = i;
     }
@@ -202,7 +209,7 @@ static int forget_idle(srpc_sessions_t *t, uint64_t mono_ms, uint32_t keep)
     uint32_t idle = SRPC_SESS_NONE;
     for (uint32_t i = 0; i < t->cap; i++) {
         const srpc_session_t *s = &t->s[i];
-        if (s->used && i != keep && !s->calls && mono_ms - s->seen_ms >= SRPC_V5_QUOTA_IDLE_MS &&
+        if (s->used && i != keep && !s->calls && age(mono_ms, s->seen_ms) >= SRPC_V5_QUOTA_IDLE_MS &&
             (idle == SRPC_SESS_NONE || s->seen_ms < t->s[idle].seen_ms))
             idle = i;
     }
@@ -215,7 +222,7 @@ static int forget_idle(srpc_sessions_t *t, uint64_t mono_ms, uint32_t keep)
 /* The cookie secrets, the current one replaced every SRPC_V5_COOKIE_ROTATE_MS. */
 static void rotate_cookies(srpc_sessions_t *t, uint64_t mono_ms)
 {
-    if (t->cookie_ms && mono_ms - t->cookie_ms < SRPC_V5_COOKIE_ROTATE_MS)
+    if (t->cookie_ms && age(mono_ms, t->cookie_ms) < SRPC_V5_COOKIE_ROTATE_MS)
         return;
     memcpy(t->cookie_prev, t->cookie_cur, sizeof(t->cookie_prev));
     srpc_auth_random(t->cookie_cur, sizeof(t->cookie_cur));
@@ -278,7 +285,7 @@ int srpc_sessions_on_init(srpc_sessions_t *t, const srpc_keytab_t *keys, const u
         t->st.accept_again++;
         return 0;
     }
-    if (mono_ms - t->hs_window_ms >= 1000) {
+    if (age(mono_ms, t->hs_window_ms) >= 1000) {
         t->hs_window_ms = mono_ms;
         t->hs_count = 0;
     }
@@ -405,7 +412,7 @@ int srpc_sessions_may_refuse(srpc_sessions_t *t, const struct sockaddr *src, uin
     }
     uint64_t *last = &t->ns_last[h % SRPC_V5_NS_BUCKETS];
     const uint64_t now = mono_ms + 1; /* 0 in a bucket: never */
-    if (mono_ms - t->ns_window_ms >= 1000) {
+    if (age(mono_ms, t->ns_window_ms) >= 1000) {
         t->ns_window_ms = mono_ms;
         t->ns_count = 0;
     }
