@@ -1,4 +1,5 @@
 """test_indep_v5.py: the independent client's version 5 (sessions, docs/PROTOCOL-v5.md): its --selftest-v5 rebuilds the page's worked example byte for byte, and short --v5 runs (authenticating and encrypting, with ChaCha20-Poly1305 and, with --aes, AES-256-GCM) against a real keyed `splitrpc serve` answer every call with no bad_auth. Skipped where libsodium cannot be loaded; the AES runs where libsodium's AES-256-GCM is not available (no AES-NI or PCLMULQDQ)."""
+import contextlib
 import ctypes
 import json
 import os
@@ -71,6 +72,24 @@ def client(tmp_path_factory) -> str:
     return str(out)
 
 
+@contextlib.contextmanager
+def _serving(args: list[str], cwd):
+    """`splitrpc serve ARGS --port P` on 127.0.0.1 until the block ends: P."""
+    port = free_udp_port()
+    p = subprocess.Popen([sys.executable, "-m", "splitrpc", "serve", *args, "--port", str(port)],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(cwd))
+    try:
+        read_until(p, lambda line: line.startswith("ready"), timeout=60)
+        yield port
+    finally:
+        p.send_signal(signal.SIGINT)
+        try:
+            p.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
 @pytest.fixture(scope="module")
 def keyed_server(tmp_path_factory):
     """`splitrpc serve --keys` on 127.0.0.1 with one key, id 7: (port, key table path)."""
@@ -79,19 +98,8 @@ def keyed_server(tmp_path_factory):
     subprocess.run([sys.executable, "-m", "splitrpc", "keys", "new", str(table), "--id", "7",
                     "--client-out", str(d / "client-7.json")], check=True, capture_output=True,
                    cwd=str(d), timeout=60)
-    port = free_udp_port()
-    p = subprocess.Popen([sys.executable, "-m", "splitrpc", "serve", "--keys", str(table), "--port", str(port)],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(d))
-    try:
-        read_until(p, lambda line: line.startswith("ready"), timeout=60)
+    with _serving(["--keys", str(table)], d) as port:
         yield port, table
-    finally:
-        p.send_signal(signal.SIGINT)
-        try:
-            p.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
 
 
 @needs_sodium
@@ -144,23 +152,14 @@ def test_a_short_v5_aes_run_uses_aes_256_gcm(client, keyed_server, extra):
 @pytest.fixture(scope="module")
 def unkeyed_server(tmp_path_factory):
     """`splitrpc serve` on 127.0.0.1, no keys: its port."""
-    port = free_udp_port()
-    p = subprocess.Popen([sys.executable, "-m", "splitrpc", "serve", "--port", str(port)], stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True, cwd=str(tmp_path_factory.mktemp("unkeyed")))
-    try:
-        read_until(p, lambda line: line.startswith("ready"), timeout=60)
+    with _serving([], tmp_path_factory.mktemp("unkeyed")) as port:
         yield port
-    finally:
-        p.send_signal(signal.SIGINT)
-        try:
-            p.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
 
 
 @pytest.mark.parametrize("extra", [["--calls", "2000"], ["--func", "3", "--size", "5000", "--seg", "1000",
-                                                         "--calls", "300"]], ids=["vecadd", "segments"])
+                                                         "--calls", "300"],
+                                   ["--func", "3", "--size", "200000", "--calls", "100"]],
+                         ids=["vecadd", "segments", "reply-segments"])
 def test_version_2_runs_unkeyed_with_the_header_check(client, unkeyed_server, extra):
     """--v2: version 2 requests (48-bit req_id, the header's CRC-16); a reply counts only when it is
     version 2 with a right check, so every call answered means the server spoke version 2 back."""
@@ -171,6 +170,8 @@ def test_version_2_runs_unkeyed_with_the_header_check(client, unkeyed_server, ex
     calls = int(extra[extra.index("--calls") + 1])
     assert d["protocol"] == 2 and d["calls"] == d["ok"] == calls, d
     assert d["errors"] == 0 and d["lost"] == 0 and d["malformed"] == 0, d
+    if "200000" in extra:  # replies over a datagram: version 2's segments, reassembled and checked
+        assert d["multiseg_replies"] >= calls, d
     r = subprocess.run([client, "--port", "9", "--v2", "--v5-key", "1:" + "00" * 32], capture_output=True,
                        text=True, timeout=10)
     assert r.returncode == 2 and "--v2 and --v5" in r.stderr

@@ -1,11 +1,11 @@
-/* indep_client.c: an independent closed-loop benchmark client of the SplitRPC UDP wire protocol, versions 1 and 5 -- written from docs/PROTOCOL.md, PROTOCOL-v2.md and PROTOCOL-v5.md (with PROTOCOL-v4.md and security.md for the key file) alone, without reading the server's code or its own load generator. */
+/* indep_client.c: an independent closed-loop benchmark client of the SplitRPC UDP wire protocol, versions 1, 2 (unkeyed) and 5 -- written from docs/PROTOCOL.md, PROTOCOL-v2.md and PROTOCOL-v5.md (with PROTOCOL-v4.md and security.md for the key file) alone, without reading the server's code or its own load generator. */
 /*
  * Build:  cc -O2 -std=gnu11 -Wall -Wextra -o indep_client indep_client.c -ldl
  *         (-ldl is needed only before glibc 2.34; libsodium is loaded at run time, for --v5 only)
  * Run:    ./indep_client --port 9230 [--host ADDR] [--func ID] [--size BYTES]
  *             [--fill vecadd|zero] [--check] [--outstanding N] [--calls N]
  *             [--warmup N] [--mode spin|block] [--seg S] [--timeout-ms MS] [--json]
- *             [--v5 KEYFILE[:ID] | --v5-key ID:HEX64] [--encrypt] [--aes] [--libsodium PATH]
+ *             [--v2 | --v5 KEYFILE[:ID] | --v5-key ID:HEX64] [--encrypt] [--aes] [--libsodium PATH]
  *         ./indep_client --selftest-v5
  *
  * Version 5 (--v5): one handshake (INIT, resent after 200 ms then twice as long, five resends
@@ -490,9 +490,10 @@ static void wipe(void *p, size_t n)
         *q++ = 0;
 }
 
-/* CRC-16/CCITT-FALSE (version 2's header check): poly 0x1021, init 0xFFFF, no reflection.
- * A byte at a time from a table made once from the polynomial (the bit-at-a-time loop below
- * made it: 176 steps a header cost this client about 0.3 us per header, twice a call) */
+/* CRC-16/CCITT-FALSE (version 2's header check): poly 0x1021, init 0xFFFF, no reflection, a bit
+ * at a time: what the table below is made from and checked against (--selftest-v5). This loop
+ * was the client's check until 176 steps a header (about 0.3 us, twice a call) showed in its
+ * keyed calls' cost. */
 static uint16_t crc16_bitwise(const uint8_t *p, size_t n)
 {
     uint16_t c = 0xFFFF;
@@ -504,6 +505,7 @@ static uint16_t crc16_bitwise(const uint8_t *p, size_t n)
     return c;
 }
 
+/* The same CRC a byte at a time from a 256-entry table made at first use. */
 static uint16_t crc16_tab[256];
 static int crc16_tab_made;
 
@@ -535,12 +537,12 @@ static uint16_t hdr_crc(const uint8_t *h)
 static void put48(uint8_t *p, uint64_t v) { put16(p, (uint16_t)(v >> 32)); put32(p + 2, (uint32_t)v); }
 static uint64_t get48(const uint8_t *p) { return ((uint64_t)get16(p) << 32) | get32(p + 2); }
 
-/* a version 2 header with version 5, its CRC-16 at offset 4 */
-static void v5_hdr(uint8_t *h, unsigned type, unsigned func, uint64_t req_id, unsigned seq,
+/* a version 2 header (version ver in byte 1's high nibble: 2, or 5), its CRC-16 at offset 4 */
+static void hdr_v2(uint8_t *h, unsigned ver, unsigned type, unsigned func, uint64_t req_id, unsigned seq,
                    unsigned nseg, uint32_t msg_len, unsigned aux)
 {
     h[0] = MAGIC;
-    h[1] = (uint8_t)((5u << 4) | type);
+    h[1] = (uint8_t)((ver << 4) | type);
     put16(h + 2, (uint16_t)func);
     put16(h + 4, 0);
     put48(h + 6, req_id);
@@ -549,6 +551,12 @@ static void v5_hdr(uint8_t *h, unsigned type, unsigned func, uint64_t req_id, un
     put32(h + 16, msg_len);
     put16(h + 20, (uint16_t)aux);
     put16(h + 4, crc16(h, HDR));
+}
+
+static void v5_hdr(uint8_t *h, unsigned type, unsigned func, uint64_t req_id, unsigned seq,
+                   unsigned nseg, uint32_t msg_len, unsigned aux)
+{
+    hdr_v2(h, 5, type, func, req_id, seq, nseg, msg_len, aux);
 }
 
 /* a handshake datagram's header: types 3..6 have seq 0, nseg 1, msg_len = body, aux 0 */
@@ -1664,13 +1672,9 @@ static void send_call(struct slot *s)
     uint64_t t = now_ns();
     if (cfg.v5)
         v5_build_call(s);
-    else if (cfg.v2)
-        for (i = 0; i < req_nseg; i++) { /* version 2: req_id in bytes 6..11, then the check at 4..5 */
-            uint8_t *h = tx_hdrs + (size_t)i * HDR;
-            put16(h + 4, 0);
-            put48(h + 6, s->req_id);
-            put16(h + 4, crc16(h, HDR));
-        }
+    else if (cfg.v2) /* version 2: req_id in bytes 6..11, then the check at 4..5 */
+        for (i = 0; i < req_nseg; i++)
+            hdr_v2(tx_hdrs + (size_t)i * HDR, 2, T_REQUEST, cfg.func, s->req_id, i, req_nseg, (uint32_t)cfg.size, 0);
     else
         for (i = 0; i < req_nseg; i++)
             put64(tx_hdrs + (size_t)i * HDR + 4, s->req_id);

@@ -189,13 +189,13 @@ def report(doc: dict) -> str:
              "```sh", doc["command"], "```", "",
              f"{doc['rounds']} rounds of {doc['calls']:,} closed-loop vecadd calls per cell and variant, the variants "
              "run back to back in each round, their order rotated from round to round. Ratios over the unkeyed "
-             "calls: **paired**, the median of the rounds' ratios (each round's variants ran back to back, so the "
+             "calls (version 1; where `unkeyed-v2` ran, the keyed ones over it too, paired): **paired**, the median of the rounds' ratios (each round's variants ran back to back, so the "
              "machine's drift from round to round cancels); **unpaired**, the ratio of the medians. Each with a "
              f"bootstrap 95% interval ({RESAMPLES:,} resamples of the rounds).", "",
              "| mode | outstanding | variant | p50 µs (rounds) | p99 µs | calls/s | p50 ratio, paired [95%] "
-             "| p50 ratio, unpaired [95%] | calls/s ratio, paired [95%] | handshake µs "
-             "| p50 ratio over unkeyed-v2, paired [95%] |",
-             "|---|---:|---|---|---:|---:|---|---|---|---:|---|"]
+             "| p50 ratio, unpaired [95%] | calls/s ratio, paired [95%] | handshake µs |"
+             + (" p50 ratio over unkeyed-v2, paired [95%] |" if BASE_V2 in variants else ""),
+             "|---|---:|---|---|---:|---:|---|---|---|---:|" + ("---|" if BASE_V2 in variants else "")]
     for c in doc["cells"]:
         for v in variants:
             m = c[v]
@@ -205,7 +205,8 @@ def report(doc: dict) -> str:
             lines.append(f"| {c['mode']} | {c['outstanding']} | {v} | {m['p50_us']:.1f} "
                          f"({', '.join(map(str, m['p50_rounds']))}) | {m['p99_us']:.1f} | {m['rps']:,.0f} | "
                          f"{'1' if unkeyed else _fmt(m.get('p50_round_ratio'))} | {'1' if unkeyed else _fmt(m.get('p50_ratio'))} | "
-                         f"{'1' if unkeyed else _fmt(m.get('rps_round_ratio'))} | {hs} | {v2} |")
+                         f"{'1' if unkeyed else _fmt(m.get('rps_round_ratio'))} | {hs} |"
+                         + (f" {v2} |" if BASE_V2 in variants else ""))
     h = doc.get("handshakes")
     if h:
         lines += ["", f"**A handshake** (splitrpc's own client, {h['clients']} fresh clients, busy-polling): one round "
