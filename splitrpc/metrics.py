@@ -105,7 +105,8 @@ def families(st: dict[str, Any], prefix: str = PREFIX) -> Iterator[Metric]:
         yield from (acc, err, queued, bs, qd)
     a = st.get("auth")
     if a and (a["ok"] or a["forbidden"] or a["expired"] or a["reloads"]):  # a server with keys (docs/security.md)
-        for name, key, help_ in (("auth_ok", "ok", "Version 4 datagrams authenticated (key, tag, time, replay window)."),
+        for name, key, help_ in (("auth_ok", "ok", "Datagrams authenticated (version 5: session, tag, counter; "
+                                  "version 4: key, tag, time, replay window)."),
                                  ("auth_forbidden", "forbidden", "Calls refused FORBIDDEN: a function their key may "
                                   "not call."),
                                  ("auth_expired", "expired", "Calls refused FORBIDDEN: their key has expired."),

@@ -815,6 +815,11 @@ def test_protocol_ab_compares_each_version_with_the_first():
            "cells": cells, "a": 2, "b": 3}
     md = protocol_ab.report(doc)
     assert md.count("| vecadd | 1 |") == 3 and "v4 (legacy: a BLAKE2b MAC per datagram)" in md
+    assert "libsodium:" not in md  # an earlier file's doc: none named
+    assert "libsodium: /x/libsodium.so.26." in protocol_ab.report(dict(doc, libsodium="/x/libsodium.so.26"))
+    assert protocol_ab._libsodium(["2", "3"]) is None
+    from splitrpc.auth import sodium_library
+    assert protocol_ab._libsodium(["2", "5"]) == sodium_library()  # what the keyed versions' processes load
     with pytest.raises(Exception, match="each once"):
         protocol_ab._versions(type("A", (), {"versions": "2,2", "a": 2, "b": 3})())
     assert protocol_ab._versions(type("A", (), {"versions": "2,5,5e", "a": 2, "b": 3})()) == ["2", "5", "5e"]

@@ -110,7 +110,17 @@ def run(a) -> dict:
                 srv.wait(10)
     return {"machine": describe(), "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "command": command_of(a), "a": protos[0], "b": protos[1], "versions": protos, "rounds": a.rounds,
-            "calls": a.calls, "runs": runs, "cells": cells(runs, protos)}
+            "calls": a.calls, "runs": runs, "cells": cells(runs, protos), "libsodium": _libsodium(protos)}
+
+
+def _libsodium(protos: list) -> str | None:
+    """The libsodium the keyed versions' processes load (the servers and `splitrpc load` choose it as
+    this process does, from the same environment: splitrpc/_native/sodium_pick.py); None unkeyed."""
+    if not any(str(p) in ("4", "5", "5e") for p in protos):
+        return None
+    from splitrpc.auth import sodium_library
+
+    return sodium_library()
 
 
 def cells(runs: list[dict], protos: list[int]) -> list[dict]:
@@ -178,7 +188,7 @@ def report_many(doc: dict) -> str:
     lines = [f"# Protocol versions {', '.join(map(str, vs))}: the end-to-end cost", "",
              f"Machine: {doc['machine']}; {doc['started']}. Client and server share it (loopback, server "
              "`--wait poll`, client `--busy-poll`). Keyed versions (4, 5, 5e) go to a second server with a "
-             "key table.", "",
+             "key table" + (f"; libsodium: {doc['libsodium']}" if doc.get("libsodium") else "") + ".", "",
              "```sh", doc["command"], "```", "",
              f"{doc['rounds']} rounds of {doc['calls']:,} closed-loop calls per cell, the versions' order rotated "
              f"each round. Ratios over {NAMES.get(str(base), base)}: each version's median over its (unpaired), and "

@@ -429,7 +429,8 @@ typedef struct srpc_server_stats {
     uint64_t rx_receives;    /* transport receives that returned datagrams (a burst each; in-place
                                 receives one each): rx_datagrams / rx_receives is about how many
                                 came in each. Empty polls are not counted */
-    uint64_t auth_ok;        /* version 4 datagrams authenticated (tag, time and replay window passed) */
+    uint64_t auth_ok;        /* datagrams authenticated (version 5: session, tag and counter passed;
+                                version 4: tag, time and replay window) */
     uint64_t auth_forbidden; /* calls refused FORBIDDEN: the function is not one their key may call */
     uint64_t auth_expired;   /* calls refused FORBIDDEN: their key has expired */
     uint64_t auth_reloads;   /* key tables taken in while serving (srpc_server_set_keys) */
