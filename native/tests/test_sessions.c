@@ -506,6 +506,43 @@ static void test_an_earlier_time_ages_nothing(void)
     srpc_sessions_destroy(&t);
 }
 
+/* A short reply cache (1 s: stale_ms 500) and a client that goes quiet: a datagram held back on
+ * the way is refused stale_ms after a later counter was taken, though no datagram and no sweep
+ * (once a second) has rotated the floor meanwhile (an attacker's probe ran calls twice so). */
+static void test_a_held_datagram_is_refused_on_time(void)
+{
+    srpc_sessions_t t;
+    CHECK(srpc_sessions_init(&t, 8, 0) == 0, "a table of 8");
+    t.stale_ms = 500;
+    srpc_keytab_t *keys = table(1, 0);
+    struct sockaddr_in a = addr(4040);
+    const struct sockaddr *src = (const struct sockaddr *)&a;
+    uint8_t out[SRPC_V5_INIT_LEN], e[32], pub[32], init[SRPC_V5_INIT_LEN];
+    size_t n;
+    srpc_v5_keys_t k;
+    srpc_v5_keypair(e, pub);
+    srpc_v5_init_make(init, PSK7, 7, 95, e, WALL, 0, NULL, NULL);
+    CHECK(srpc_sessions_on_init(&t, keys, init, sizeof(init), src, WALL, MONO, out, &n) == 0 &&
+              srpc_v5_accept_open(&k, init, e, PSK7, out, n) == 0,
+          "a session");
+    srpc_session_t *s = srpc_sessions_find(&t, keys, k.session, MONO);
+    for (uint64_t c = 1; c <= 5; c++)
+        if (c != 3) /* 3: held back; its call's retransmission came as 4 and 5 */
+            CHECK(srpc_sessions_fresh(&t, s, c, MONO + 10) == 0 && srpc_sessions_take(&t, s, c, MONO + 10) == 0,
+                  "taken");
+    CHECK(srpc_sessions_fresh(&t, s, 3, MONO + 300) == 0, "the held one within stale_ms: taken (its call is remembered)");
+    CHECK(srpc_sessions_fresh(&t, s, 3, MONO + 520) == SRPC_DROP_AUTH_STALE,
+          "past stale_ms after 5 was taken, nothing rotated meanwhile: refused");
+    /* Rotations run late (a take now) never lower the floor below what was refused. */
+    CHECK(srpc_sessions_fresh(&t, s, 6, MONO + 520) == 0 && srpc_sessions_take(&t, s, 6, MONO + 520) == 0 &&
+              srpc_sessions_fresh(&t, s, 3, MONO + 521) == SRPC_DROP_AUTH_STALE,
+          "a new datagram taken then: the held one still refused");
+    srpc_sessions_expire(&t, MONO + 2000);
+    CHECK(srpc_sessions_fresh(&t, s, 3, MONO + 2000) != 0, "and after a sweep");
+    srpc_keytab_destroy(keys);
+    srpc_sessions_destroy(&t);
+}
+
 int main(void)
 {
     for (int i = 0; i < 32; i++)
@@ -524,6 +561,7 @@ int main(void)
     test_no_session_rate();
     test_late_datagrams_and_superseded();
     test_an_earlier_time_ages_nothing();
+    test_a_held_datagram_is_refused_on_time();
     printf("%d passed, %d failed\n", passed, failed);
     return failed != 0;
 }

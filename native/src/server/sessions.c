@@ -102,12 +102,23 @@ static int past_time(const srpc_session_t *s, uint64_t mono_ms)
     return age(mono_ms, s->born_ms) > SRPC_V5_REJECT_AFTER_MS || age(mono_ms, s->seen_ms) > SRPC_V5_REJECT_AFTER_MS;
 }
 
-/* The floor's rotation (every stale_ms / 2): by the sweep, and as datagrams are taken (so that a
- * stale_ms under the sweep's second still holds). */
+/* The floor as it is at mono_ms: rotated every stale_ms / 2 (floor <- pending <- the window's
+ * top), the rotations due since rot_ms counted by the time, not by who ran them: none is run
+ * between datagrams taken but by the sweep, once a second, which is later than stale_ms / 2 when
+ * the reply cache is short. A rotation is run when a datagram is taken once half a period has
+ * passed, so no take moved the top since the first rotation due: two due, the floor is the top. */
+static uint64_t floor_at(const srpc_sessions_t *t, const srpc_session_t *s, uint64_t mono_ms)
+{
+    const uint64_t half = t->stale_ms / 2, a = age(mono_ms, s->rot_ms);
+    return a < half ? s->floor : a < 2 * half ? s->pending : s->win.top;
+}
+
+/* The rotations due, run (by the sweep, and before a datagram is taken: the top then is the one
+ * they saw). */
 static void rotate_floor(const srpc_sessions_t *t, srpc_session_t *s, uint64_t mono_ms)
 {
     if (age(mono_ms, s->rot_ms) >= t->stale_ms / 2) {
-        s->floor = s->pending;
+        s->floor = floor_at(t, s, mono_ms);
         s->pending = s->win.top;
         s->rot_ms = mono_ms;
     }
@@ -385,16 +396,18 @@ int srpc_sessions_fresh(const srpc_sessions_t *t, const srpc_session_t *s, uint6
 {
     if (!srpc_replay_fresh(&s->win, c))
         return SRPC_DROP_AUTH_REPLAY;
-    return c <= s->floor || superseded(t, s, mono_ms) ? SRPC_DROP_AUTH_STALE : 0;
+    return c <= floor_at(t, s, mono_ms) || superseded(t, s, mono_ms) ? SRPC_DROP_AUTH_STALE : 0;
 }
 
 int srpc_sessions_take(srpc_sessions_t *t, srpc_session_t *s, uint64_t c, uint64_t mono_ms)
 {
+    if (!srpc_replay_fresh(&s->win, c))
+        return SRPC_DROP_AUTH_REPLAY;
+    rotate_floor(t, s, mono_ms); /* the rotations due before this datagram moves the top */
     if (srpc_replay_take(&s->win, c) < 0)
         return SRPC_DROP_AUTH_REPLAY;
     held(t, s, mono_ms); /* a datagram taken under s: its client has s's ACCEPT */
     s->seen_ms = mono_ms;
-    rotate_floor(t, s, mono_ms);
     return 0;
 }
 

@@ -25,7 +25,7 @@ typedef struct srpc_session {
     srpc_replay_t win;                    /* the client's counters taken */
     uint64_t floor, pending, rot_ms;      /* counters at or below floor are refused as stale: floor is the
                                              window's top as it was between one and two rotations ago
-                                             (rotated every stale_ms / 2 by srpc_sessions_expire) */
+                                             (rotated every stale_ms / 2, reckoned by the time: floor_at) */
     uint64_t superseded_ms;               /* when a session that follows it was made (0: none): it is
                                              the first forgotten when a place is needed */
     uint64_t moved_on_ms;                 /* when its client was first seen holding a session that follows
