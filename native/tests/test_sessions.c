@@ -467,6 +467,20 @@ static void test_late_datagrams_and_superseded(void)
     srpc_sessions_destroy(&t);
 }
 
+/* A handshake of key 7 from src at mono, following prev (or none): 0 and the client's keys k. */
+static int handshake7(srpc_sessions_t *t, srpc_keytab_t *keys, const struct sockaddr *src, uint64_t id,
+                      uint64_t mono, const srpc_v5_keys_t *prev, srpc_v5_keys_t *k)
+{
+    uint8_t out[SRPC_V5_INIT_LEN], e[32], pub[32], init[SRPC_V5_INIT_LEN];
+    size_t n;
+    srpc_v5_keypair(e, pub);
+    srpc_v5_init_make(init, PSK7, 7, id, e, WALL, 0, prev, NULL);
+    return srpc_sessions_on_init(t, keys, init, sizeof(init), src, WALL, mono, out, &n) == 0 &&
+                   srpc_v5_accept_open(k, init, e, PSK7, out, n) == 0
+               ? 0
+               : -1;
+}
+
 /* A time read before another rx owner stamped a session (the sweep's caller may hold one): the
  * session is not aged by it into a huge age and forgotten, nor refused. */
 static void test_an_earlier_time_ages_nothing(void)
@@ -477,24 +491,14 @@ static void test_an_earlier_time_ages_nothing(void)
     srpc_keytab_t *keys = table(1, 0);
     struct sockaddr_in a = addr(4030);
     const struct sockaddr *src = (const struct sockaddr *)&a;
-    uint8_t out[SRPC_V5_INIT_LEN], e[32], pub[32], init[SRPC_V5_INIT_LEN];
-    size_t n;
     srpc_v5_keys_t k1, k2;
-    srpc_v5_keypair(e, pub);
-    srpc_v5_init_make(init, PSK7, 7, 90, e, WALL, 0, NULL, NULL);
-    CHECK(srpc_sessions_on_init(&t, keys, init, sizeof(init), src, WALL, MONO, out, &n) == 0 &&
-              srpc_v5_accept_open(&k1, init, e, PSK7, out, n) == 0,
-          "a session made at MONO");
+    CHECK(handshake7(&t, keys, src, 90, MONO, NULL, &k1) == 0, "a session made at MONO");
     srpc_sessions_expire(&t, MONO - 1);
     srpc_session_t *s1 = srpc_sessions_find(&t, keys, k1.session, MONO - 1);
     CHECK(s1 != NULL && t.used == 1 && srpc_sessions_fresh(&t, s1, 1, MONO - 1) == 0,
           "swept and looked up at MONO - 1: still there, its datagram taken");
     /* One followed: moved on from at MONO + 10; a sweep at an earlier time does not count it as past stale_ms. */
-    srpc_v5_keypair(e, pub);
-    srpc_v5_init_make(init, PSK7, 7, 91, e, WALL, 0, &k1, NULL);
-    CHECK(srpc_sessions_on_init(&t, keys, init, sizeof(init), src, WALL, MONO + 5, out, &n) == 0 &&
-              srpc_v5_accept_open(&k2, init, e, PSK7, out, n) == 0,
-          "a session following it");
+    CHECK(handshake7(&t, keys, src, 91, MONO + 5, &k1, &k2) == 0, "a session following it");
     srpc_session_t *s2 = srpc_sessions_find(&t, keys, k2.session, MONO + 10);
     CHECK(s2 && srpc_sessions_take(&t, s2, 1, MONO + 10) == 0 && s1->moved_on_ms == MONO + 10, "moved on at MONO + 10");
     srpc_sessions_expire(&t, MONO + 9);
@@ -517,14 +521,8 @@ static void test_a_held_datagram_is_refused_on_time(void)
     srpc_keytab_t *keys = table(1, 0);
     struct sockaddr_in a = addr(4040);
     const struct sockaddr *src = (const struct sockaddr *)&a;
-    uint8_t out[SRPC_V5_INIT_LEN], e[32], pub[32], init[SRPC_V5_INIT_LEN];
-    size_t n;
     srpc_v5_keys_t k;
-    srpc_v5_keypair(e, pub);
-    srpc_v5_init_make(init, PSK7, 7, 95, e, WALL, 0, NULL, NULL);
-    CHECK(srpc_sessions_on_init(&t, keys, init, sizeof(init), src, WALL, MONO, out, &n) == 0 &&
-              srpc_v5_accept_open(&k, init, e, PSK7, out, n) == 0,
-          "a session");
+    CHECK(handshake7(&t, keys, src, 95, MONO, NULL, &k) == 0, "a session");
     srpc_session_t *s = srpc_sessions_find(&t, keys, k.session, MONO);
     for (uint64_t c = 1; c <= 5; c++)
         if (c != 3) /* 3: held back; its call's retransmission came as 4 and 5 */
