@@ -401,9 +401,7 @@ int srpc_sessions_fresh(const srpc_sessions_t *t, const srpc_session_t *s, uint6
 
 int srpc_sessions_take(srpc_sessions_t *t, srpc_session_t *s, uint64_t c, uint64_t mono_ms)
 {
-    if (!srpc_replay_fresh(&s->win, c))
-        return SRPC_DROP_AUTH_REPLAY;
-    rotate_floor(t, s, mono_ms); /* the rotations due before this datagram moves the top */
+    rotate_floor(t, s, mono_ms); /* the rotations due before this datagram moves the top (due either way) */
     if (srpc_replay_take(&s->win, c) < 0)
         return SRPC_DROP_AUTH_REPLAY;
     held(t, s, mono_ms); /* a datagram taken under s: its client has s's ACCEPT */
