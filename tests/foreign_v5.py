@@ -1,4 +1,4 @@
-"""foreign_v5.py: protocol version 5 (sessions) written from docs/PROTOCOL-v5.md alone: the handshake, the session keys, data datagrams and the server's small answers, over hashlib's BLAKE2b and the `cryptography` package's X25519, ChaCha20-Poly1305 (RFC 7748, RFC 8439) and AES-256-GCM (the AES suite)."""
+"""foreign_v5.py: protocol version 5 (sessions) written from docs/PROTOCOL-v5.md alone: the handshake, the session keys, data datagrams and the server's small answers, over hashlib's BLAKE2b, the `cryptography` package's X25519, ChaCha20-Poly1305 (RFC 7748, RFC 8439) and AES-256-GCM (the AES suite), and PyNaCl's AEGIS-128L (the AEGIS suite: a 32-byte tag split around the session and counter)."""
 import hashlib
 import hmac
 import os
@@ -8,6 +8,8 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM, ChaCha20Poly1305
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat, PrivateFormat, NoEncryption
+from nacl.bindings import crypto_aead_aegis128l_decrypt, crypto_aead_aegis128l_encrypt
+from nacl.exceptions import CryptoError
 
 from foreign_client import HDR, pack, unpack
 
@@ -17,8 +19,11 @@ HDR_LEN = 22
 INIT_BODY, ACCEPT_BODY, COOKIE_BODY, NO_SESSION_BODY = 104, 64, 44, 8
 INIT_MAC1 = HDR_LEN + 72           # an INIT's mac1: what a COOKIE is bound to
 TRAILER = 32                       # session 8, counter 8, tag 16
+AEGIS_EXTRA = 16                   # an AEGIS-128L datagram's first 16 tag bytes, before the trailer
 FLAG_ENCRYPT = 1
 FLAG_AES = 2
+FLAG_AEGIS = 4
+FLAGS_KNOWN = FLAG_ENCRYPT | FLAG_AES | FLAG_AEGIS
 WINDOW = 1024
 
 
@@ -61,10 +66,13 @@ def make_init(psk: bytes, key_id: int, e_priv: bytes, hs_id: int, time_ms: int |
 
 
 class Session:
-    """One side's keys of a session: k_c2s, k_s2c, its id, whether it encrypts."""
+    """One side's keys of a session: k_c2s, k_s2c, its id, whether it encrypts, its suite (aes: AES-256-GCM,
+    aegis: AEGIS-128L, neither: ChaCha20-Poly1305)."""
 
-    def __init__(self, session_id: int, k_c2s: bytes, k_s2c: bytes, encrypt: bool, aes: bool = False):
+    def __init__(self, session_id: int, k_c2s: bytes, k_s2c: bytes, encrypt: bool, aes: bool = False,
+                 aegis: bool = False):
         self.id, self.k_c2s, self.k_s2c, self.encrypt, self.aes = session_id, k_c2s, k_s2c, encrypt, aes
+        self.aegis = aegis
         self.sent = 0            # this side's counter (the last used)
         self.seen: set = set()   # counters taken from the other side (a test's window: a set)
         self.top = 0
@@ -76,7 +84,8 @@ def derive(psk: bytes, dh: bytes, th: bytes) -> tuple[bytes, bytes, bytes]:
 
 
 def make_accept(psk: bytes, init: bytes, e_priv: bytes, session_id: int, flags: int) -> tuple[bytes, Session]:
-    """The server's 86-byte ACCEPT of a checked INIT, and its session."""
+    """The server's 86-byte ACCEPT of a checked INIT, and its session (flags as given: a test may grant what
+    the INIT did not offer, to see a client drop it)."""
     fields = unpack(init, VERSION)
     key_id = init[HDR_LEN:HDR_LEN + 4]
     e_c = init[HDR_LEN + 4:HDR_LEN + 36]
@@ -84,7 +93,8 @@ def make_accept(psk: bytes, init: bytes, e_priv: bytes, session_id: int, flags: 
         x25519_public(e_priv) + flags.to_bytes(4, "big")
     th = h(None, init + d, 32)
     k_c2s, k_s2c, k_conf = derive(psk, x25519(e_priv, e_c), th)
-    return d + h(k_conf, th, 16), Session(session_id, k_c2s, k_s2c, bool(flags & FLAG_ENCRYPT), bool(flags & FLAG_AES))
+    return d + h(k_conf, th, 16), Session(session_id, k_c2s, k_s2c, bool(flags & FLAG_ENCRYPT), bool(flags & FLAG_AES),
+                                          bool(flags & FLAG_AEGIS))
 
 
 def open_accept(psk: bytes, init: bytes, e_priv: bytes, accept: bytes) -> Session | None:
@@ -106,9 +116,13 @@ def open_accept(psk: bytes, init: bytes, e_priv: bytes, accept: bytes) -> Sessio
         return None
     if session_id == 0 or not hmac.compare_digest(h(k_conf, th, 16), accept[-16:]):
         return None
-    if flags & FLAG_AES and not int.from_bytes(init[HDR_LEN + 44:HDR_LEN + 48], "big") & FLAG_AES:
-        return None  # AES-256-GCM only where the INIT offered it
-    return Session(session_id, k_c2s, k_s2c, bool(flags & FLAG_ENCRYPT), bool(flags & FLAG_AES))
+    offered = int.from_bytes(init[HDR_LEN + 44:HDR_LEN + 48], "big")
+    if flags & ~FLAGS_KNOWN or flags & (FLAG_AES | FLAG_AEGIS) & ~offered:
+        return None  # bits the page does not define; AES-256-GCM or AEGIS-128L only where the INIT offered it
+    if flags & FLAG_AES and flags & FLAG_AEGIS:
+        return None  # never both suites
+    return Session(session_id, k_c2s, k_s2c, bool(flags & FLAG_ENCRYPT), bool(flags & FLAG_AES),
+                   bool(flags & FLAG_AEGIS))
 
 
 def _aead(s: Session, key: bytes):
@@ -119,13 +133,27 @@ def nonce(counter: int) -> bytes:
     return bytes(4) + counter.to_bytes(8, "big")
 
 
+def aegis_nonce(counter: int) -> bytes:
+    """AEGIS-128L's 16-byte nonce: 8 zero bytes, then the counter."""
+    return bytes(8) + counter.to_bytes(8, "big")
+
+
 def seal(s: Session, hdr: bytes, data: bytes, to_server: bool, counter: int | None = None) -> bytes:
-    """A data datagram of session s: header, body (the data, or its ciphertext), session, counter, tag."""
+    """A data datagram of session s: header, body (the data, or its ciphertext), session, counter, tag
+    (AEGIS-128L: header, body, the tag's first 16 bytes, session, counter, its last 16)."""
     if counter is None:
         s.sent += 1
         counter = s.sent
     key = s.k_c2s if to_server else s.k_s2c
     ids = s.id.to_bytes(8, "big") + counter.to_bytes(8, "big")
+    if s.aegis:
+        k, n = key[:16], aegis_nonce(counter)
+        if s.encrypt:
+            ct = crypto_aead_aegis128l_encrypt(data, hdr + ids, n, k)
+            body, t = ct[:-32], ct[-32:]
+        else:
+            body, t = data, crypto_aead_aegis128l_encrypt(b"", hdr + data + ids, n, k)
+        return hdr + body + t[:16] + ids + t[16:]
     aead = _aead(s, key)
     if s.encrypt:
         ct = aead.encrypt(nonce(counter), data, hdr + ids)
@@ -135,21 +163,36 @@ def seal(s: Session, hdr: bytes, data: bytes, to_server: bool, counter: int | No
 
 def open_(s: Session, dgram: bytes, to_server: bool) -> bytes | None:
     """The data of a datagram of session s (tag right, counter new: taken), or None."""
-    if len(dgram) < HDR_LEN + TRAILER or int.from_bytes(dgram[-32:-24], "big") != s.id:
+    extra = AEGIS_EXTRA if s.aegis else 0
+    if len(dgram) < HDR_LEN + extra + TRAILER or int.from_bytes(dgram[-32:-24], "big") != s.id:
         return None
     counter = int.from_bytes(dgram[-24:-16], "big")
     if counter == 0 or counter in s.seen or counter + WINDOW <= s.top:
         return None
-    hdr, body, ids, tag = dgram[:HDR_LEN], dgram[HDR_LEN:-32], dgram[-32:-16], dgram[-16:]
-    aead = _aead(s, s.k_c2s if to_server else s.k_s2c)
-    try:
-        if s.encrypt:
-            data = aead.decrypt(nonce(counter), body + tag, hdr + ids)
-        else:
-            aead.decrypt(nonce(counter), tag, hdr + body + ids)
-            data = body
-    except InvalidTag:
-        return None
+    key = s.k_c2s if to_server else s.k_s2c
+    hdr, ids = dgram[:HDR_LEN], dgram[-32:-16]
+    if s.aegis:
+        body, tag = dgram[HDR_LEN:-48], dgram[-48:-32] + dgram[-16:]
+        k, n = key[:16], aegis_nonce(counter)
+        try:
+            if s.encrypt:
+                data = crypto_aead_aegis128l_decrypt(body + tag, hdr + ids, n, k)
+            else:
+                crypto_aead_aegis128l_decrypt(tag, hdr + body + ids, n, k)
+                data = body
+        except CryptoError:
+            return None
+    else:
+        body, tag = dgram[HDR_LEN:-32], dgram[-16:]
+        aead = _aead(s, key)
+        try:
+            if s.encrypt:
+                data = aead.decrypt(nonce(counter), body + tag, hdr + ids)
+            else:
+                aead.decrypt(nonce(counter), tag, hdr + body + ids)
+                data = body
+        except InvalidTag:
+            return None
     s.seen.add(counter)
     s.top = max(s.top, counter)
     return data

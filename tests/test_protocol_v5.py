@@ -1,4 +1,4 @@
-"""Protocol version 5 (docs/PROTOCOL-v5.md): the page's worked example is what its reference implementation (tests/foreign_v5.py, over the `cryptography` package's OpenSSL) makes, byte for byte, and what that implementation takes: every item of the example, its sessions (ChaCha20-Poly1305 and AES-256-GCM, authenticating and encrypting), both directions; a replay and any one-bit change refused. (native/tests/test_session.c holds the C core to the same bytes.)"""
+"""Protocol version 5 (docs/PROTOCOL-v5.md): the page's worked example is what its reference implementation (tests/foreign_v5.py, over the `cryptography` package's OpenSSL and PyNaCl's libsodium for AEGIS-128L) makes, byte for byte, and what that implementation takes: every item of the example, its sessions (ChaCha20-Poly1305, AES-256-GCM and AEGIS-128L, authenticating and encrypting), both directions; a replay and any one-bit change refused. (native/tests/test_session.c holds the C core to the same bytes.)"""
 import pathlib
 import re
 
@@ -51,7 +51,24 @@ def test_the_pages_example_is_what_the_reference_makes():
         r = v5.seal(srv_side, v5.header(v5.RESPONSE, 1, 1, 4), b"\x02\x03\x04\x05", False)
         assert v5.open_(srv_side, q, True) == b"\x01\x02\x03\x04" and v5.open_(cl_side, r, False) == b"\x02\x03\x04\x05"
         aes += ([i, a] if not flags & v5.FLAG_ENCRYPT else []) + [q, r]
-    assert blocks == [init, acc, req, resp, enc, resume, *aes]
+    aegis = []  # the AEGIS-128L suite: authenticating (flags 4), then encrypting (flags 5)
+    for hs_id, session, flags in ((0x010203040510, 0x1122334455667790, v5.FLAG_AEGIS),
+                                  (0x010203040511, 0x1122334455667791, v5.FLAG_AEGIS | v5.FLAG_ENCRYPT)):
+        i = v5.make_init(PSK, 7, EC, hs_id, time_ms=TIME, flags=flags)
+        a, srv_side = v5.make_accept(PSK, i, ES, session, flags)
+        cl_side = v5.open_accept(PSK, i, EC, a)
+        assert cl_side.aegis and not cl_side.aes and cl_side.encrypt == bool(flags & v5.FLAG_ENCRYPT)
+        q = v5.seal(cl_side, v5.header(v5.REQUEST, 1, 1, 4), b"\x01\x02\x03\x04", True)
+        r = v5.seal(srv_side, v5.header(v5.RESPONSE, 1, 1, 4), b"\x02\x03\x04\x05", False)
+        assert len(q) == len(r) == 74
+        assert v5.open_(srv_side, q, True) == b"\x01\x02\x03\x04" and v5.open_(cl_side, r, False) == b"\x02\x03\x04\x05"
+        for k in range(len(q)):  # any one bit changed, either half of the tag included: refused
+            bad = bytearray(q)
+            bad[k] ^= 1 << (k % 8)
+            assert v5.open_(v5.Session(srv_side.id, srv_side.k_c2s, srv_side.k_s2c, srv_side.encrypt, aegis=True),
+                            bytes(bad), True) is None, k
+        aegis += ([i, a] if not flags & v5.FLAG_ENCRYPT else []) + [q, r]
+    assert blocks == [init, acc, req, resp, enc, resume, *aes, *aegis]
     assert inline["e_c"] == v5.x25519_public(EC) and inline["e_s"] == v5.x25519_public(ES)
     assert inline["k_c2s"] == client.k_c2s == server.k_c2s and inline["k_s2c"] == client.k_s2c == server.k_s2c
     assert len(init) == 126 and len(acc) == 86 and len(req) == 58
