@@ -30,7 +30,8 @@ def sanitized_build(request, tmp_path_factory) -> pathlib.Path:
 
 def _run_sanitized(exe, env_extra=None):
     env = dict(os.environ, ASAN_OPTIONS="detect_leaks=1:abort_on_error=0", UBSAN_OPTIONS="print_stacktrace=1",
-               TSAN_OPTIONS="halt_on_error=1", **(env_extra or {}))
+               TSAN_OPTIONS="halt_on_error=1")
+    env.update(env_extra or {})
     r = subprocess.run([str(exe)], capture_output=True, text=True, timeout=300, env=env)
     out = r.stdout + r.stderr
     assert r.returncode == 0, out[-6000:]
@@ -59,3 +60,34 @@ def test_gpu_programs_on_the_emulated_driver_under_sanitizers(sanitized_build, p
                                      "test_client_sessions"])
 def test_native_program_under_sanitizers(sanitized_build, program):
     _run_sanitized(sanitized_build / program)
+
+
+def _pynacl_libsodium_env():
+    """What a C test program needs to load PyNaCl's libsodium (1.0.19 on: AEGIS-128L) in place of the
+    system's: its path, and libpython preloaded (PyNaCl's extension module leaves Python's symbols
+    to the process). None when PyNaCl has none new enough."""
+    import sysconfig
+
+    from splitrpc._native import sodium_pick
+    lib = sodium_pick.pynacl_library()
+    libpython = pathlib.Path(sysconfig.get_config_var("LIBDIR") or "") / (sysconfig.get_config_var("LDLIBRARY") or "")
+    if not lib or not libpython.is_file():
+        return None
+    return {"SPLITRPC_LIBSODIUM": lib, "LD_PRELOAD": str(libpython),
+            "ASAN_OPTIONS": "detect_leaks=1:abort_on_error=0:verify_asan_link_order=0"}
+
+
+@pytest.mark.parametrize("program", ["test_session", "test_client_sessions"])
+def test_session_programs_with_aegis_under_sanitizers(sanitized_build, program):
+    """The session programs again on PyNaCl's newer libsodium, so that the AEGIS-128L suite's code
+    (the page's example byte for byte, its split tag, a client's sessions under it) runs under
+    ASan+UBSan and TSan too; the system's libsodium (1.0.18 on Debian 12) has no AEGIS-128L."""
+    env = _pynacl_libsodium_env()
+    if env is None:
+        pytest.skip("PyNaCl carries no libsodium with AEGIS-128L here, or libpython is not a shared library")
+    with open("/proc/cpuinfo") as f:
+        if "aes" not in next((ln for ln in f if ln.startswith("flags")), "").split():
+            pytest.skip("no AES-NI: AEGIS-128L is neither offered nor granted here")
+    r = _run_sanitized(sanitized_build / program, env)
+    if program == "test_session":
+        assert "# AEGIS-128L available: the page's AEGIS example tested" in r.stdout, r.stdout[-2000:]

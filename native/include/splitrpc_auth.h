@@ -23,6 +23,15 @@ int srpc_auth_available(void);
  * Any thread; the string lives as long as the process. */
 const char *srpc_auth_library(void);
 
+/* The AEAD suites of version 5 (docs/PROTOCOL-v5.md) that this process can use beyond
+ * ChaCha20-Poly1305: a mask of SRPC_AUTH_SUITE_AES (AES-256-GCM: libsodium's, and AES-NI with
+ * PCLMULQDQ) and SRPC_AUTH_SUITE_AEGIS (AEGIS-128L: libsodium 1.0.19 on, and AES-NI); 0 without
+ * libsodium. A client offers these, a server grants the first of AEGIS-128L, AES-256-GCM that
+ * both can. Any thread. */
+#define SRPC_AUTH_SUITE_AES 2   /* the INIT and ACCEPT flags' bits */
+#define SRPC_AUTH_SUITE_AEGIS 4
+int srpc_auth_v5_suites(void);
+
 /* The environment variable that names a libsodium (a path or soname) to load before the system's:
  * "SPLITRPC_LIBSODIUM". Read once, at libsodium's first use. */
 const char *srpc_auth_library_env(void);

@@ -48,7 +48,7 @@ static uint32_t reply(const srpc_v5_keys_t *k, uint64_t req_id, const char *d, u
     srpc_hdr_encode(&h, buf);
     memcpy(buf + SRPC_HDR_LEN, d, len);
     CHECK(srpc_v5_seal(k, 0, c, buf, buf + SRPC_HDR_LEN, len, buf + SRPC_HDR_LEN + len) == 0, "sealed");
-    return SRPC_HDR_LEN + len + SRPC_V5_TRAILER_LEN;
+    return SRPC_HDR_LEN + len + srpc_v5_tail_len(k->encrypt);
 }
 
 /* Opens the reply of total bytes at buf as the client does: 0 or -EBADMSG. */
@@ -72,8 +72,10 @@ static void test_handshake_and_replies(void)
     CHECK(ss && !memcmp(ss->keys.c2s, s->keys.c2s, 32) && !memcmp(ss->keys.s2c, s->keys.s2c, 32) &&
               ss->keys.encrypt == s->keys.encrypt,
           "both sides hold the same keys");
-    CHECK(!!(s->keys.encrypt & SRPC_V5_FLAG_AES) == srpc_v5_aes_available(),
-          "AES-256-GCM where this CPU has AES-NI (offered and granted), else ChaCha20-Poly1305");
+    CHECK(srpc_v5_aegis_available() ? (s->keys.encrypt & (SRPC_V5_FLAG_AES | SRPC_V5_FLAG_AEGIS)) == SRPC_V5_FLAG_AEGIS
+                                    : !!(s->keys.encrypt & SRPC_V5_FLAG_AES) == srpc_v5_aes_available(),
+          "AEGIS-128L where libsodium has it, else AES-256-GCM where this CPU has AES-NI (offered and granted), "
+          "else ChaCha20-Poly1305");
 
     uint8_t buf[256];
     uint32_t n = reply(&ss->keys, 5, "abcd", 4, 10, buf);
@@ -99,6 +101,13 @@ static void test_handshake_and_replies(void)
     CHECK(open_reply(&v, buf, n) == -EBADMSG, "a session not ours: refused");
     uint32_t short_len = SRPC_V5_TRAILER_LEN - 1;
     CHECK(srpc_cl_v5_open(&v, buf, buf + SRPC_HDR_LEN, &short_len) == -EBADMSG, "too short for a trailer");
+    if (ss->keys.encrypt & SRPC_V5_FLAG_AEGIS) { /* a trailer of the session, but no room for the tag's first half */
+        n = reply(&ss->keys, 5, "", 0, 3003, buf);
+        uint32_t dlen = n - SRPC_HDR_LEN - 1;
+        memmove(buf + SRPC_HDR_LEN, buf + SRPC_HDR_LEN + 1, dlen);
+        CHECK(srpc_cl_v5_open(&v, buf, buf + SRPC_HDR_LEN, &dlen) == -EBADMSG,
+              "an AEGIS-128L session's datagram shorter than its tail: refused");
+    }
     srpc_cl_v5_wipe(&v);
     srpc_sessions_destroy(&t);
 }

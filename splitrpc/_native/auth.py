@@ -28,6 +28,17 @@ def library() -> str | None:
     return None if p == ffi.NULL else ffi.string(p).decode("utf-8", "replace")
 
 
+def suites() -> list[str]:
+    """The AEADs of version 5 this process can use, fastest first: "aegis-128l" (libsodium 1.0.19 on,
+    AES-NI), "aes-256-gcm" (AES-NI and PCLMULQDQ), "chacha20-poly1305" (always, with libsodium);
+    empty without libsodium. A server grants the first of these that the client offers."""
+    if not available():
+        return []
+    mask = lib.srpc_auth_v5_suites()
+    return ([name for bit, name in ((lib.SRPC_AUTH_SUITE_AEGIS, "aegis-128l"), (lib.SRPC_AUTH_SUITE_AES, "aes-256-gcm"))
+             if mask & bit] + ["chacha20-poly1305"])
+
+
 def require() -> None:
     """Raises AuthUnavailable without libsodium."""
     if not available():

@@ -21,6 +21,7 @@ int srpc_cl_v5_init(srpc_cl_v5_t *v, uint32_t key_id, const uint8_t *psk, int en
     memcpy(v->psk, psk, SRPC_V5_KEY_LEN);
     v->want_encrypt = encrypt ? 1 : 0;
     v->offer_aes = (uint8_t)srpc_v5_aes_available(); /* AES-256-GCM where this CPU has AES-NI (faster) */
+    v->offer_aegis = (uint8_t)srpc_v5_aegis_available(); /* AEGIS-128L where libsodium has it (faster still) */
     v->cur = -1;
     v->rekey_ns = (uint64_t)(rekey_ms ? rekey_ms : SRPC_V5_CLIENT_REKEY_MS) * MS;
     return 0;
@@ -62,7 +63,8 @@ static int make_init(srpc_cl_v5_t *v, uint64_t now_ns, uint8_t out[SRPC_V5_INIT_
         return r;
     const int cookie = v->cookie_ns && now_ns - v->cookie_ns < (uint64_t)SRPC_V5_COOKIE_ROTATE_MS * MS;
     r = srpc_v5_init_make(v->init, v->psk, v->key_id, v->hs_id, v->e_priv, srpc_auth_now_ms64(),
-                          (v->want_encrypt ? SRPC_V5_FLAG_ENCRYPT : 0) | (v->offer_aes ? SRPC_V5_FLAG_AES : 0),
+                          (v->want_encrypt ? SRPC_V5_FLAG_ENCRYPT : 0) | (v->offer_aes ? SRPC_V5_FLAG_AES : 0) |
+                              (v->offer_aegis ? SRPC_V5_FLAG_AEGIS : 0),
                           v->prev.session ? &v->prev : NULL,
                           cookie ? v->cookie : NULL);
     if (r < 0)
@@ -221,12 +223,15 @@ int srpc_cl_v5_open(srpc_cl_v5_t *v, const uint8_t hb[SRPC_HDR_LEN], uint8_t *da
 {
     if (*dlen < SRPC_V5_TRAILER_LEN)
         return -EBADMSG;
-    const uint32_t n = *dlen - SRPC_V5_TRAILER_LEN;
-    const uint8_t *tr = data + n;
+    const uint8_t *tr = data + *dlen - SRPC_V5_TRAILER_LEN; /* the last 32 bytes, whatever the suite */
     srpc_cl_sess_t *s = srpc_cl_v5_find(v, srpc_v5_trailer_session(tr));
     const uint64_t c = srpc_v5_trailer_counter(tr);
-    if (!s || !srpc_replay_fresh(&s->win, c) || srpc_v5_open(&s->keys, 0, hb, data, n, tr) < 0)
+    const uint32_t tail = s ? srpc_v5_tail_len(s->keys.encrypt) : SRPC_V5_TRAILER_LEN; /* AEGIS-128L: 48 */
+    if (!s || *dlen < tail || !srpc_replay_fresh(&s->win, c))
         return -EBADMSG; /* (the window first: a replay costs no AEAD) */
+    const uint32_t n = *dlen - tail;
+    if (srpc_v5_open(&s->keys, 0, hb, data, n, data + n) < 0)
+        return -EBADMSG;
     srpc_replay_take(&s->win, c);
     s->suspect = 0; /* an authenticated reply: the server has this session */
     *dlen = n;

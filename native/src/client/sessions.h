@@ -45,6 +45,7 @@ typedef struct srpc_cl_v5 {
     uint8_t psk[SRPC_V5_KEY_LEN];
     uint8_t want_encrypt;
     uint8_t offer_aes;       /* INITs offer AES-256-GCM (SRPC_V5_FLAG_AES): this process can use it */
+    uint8_t offer_aegis;     /* INITs offer AEGIS-128L (SRPC_V5_FLAG_AEGIS): this process can use it */
     uint64_t rekey_ns;       /* a session this old is followed by a new one */
     srpc_cl_sess_t s[SRPC_CL_SESSIONS];
     int cur;                 /* index of the session calls are sent under; -1: none */

@@ -33,7 +33,10 @@ _Static_assert(INIT_COOKIE_MAC + TAG_LEN == SRPC_V5_INIT_LEN, "INIT's layout");
 _Static_assert(ACC_CONFIRM + TAG_LEN == SRPC_V5_ACCEPT_LEN, "ACCEPT's layout");
 _Static_assert(COOKIE_BOX + SRPC_V5_COOKIE_LEN_RAW + TAG_LEN == SRPC_V5_COOKIE_LEN, "COOKIE's layout");
 
-#define FLAGS_KNOWN (SRPC_V5_FLAG_ENCRYPT | SRPC_V5_FLAG_AES)
+#define FLAGS_KNOWN SRPC_V5_FLAGS_KNOWN
+#define AEGIS_TAG_LEN 32
+#define AEGIS_NONCE_LEN 16
+#define AEGIS_KEY_LEN 16
 
 int srpc_v5_available(void)
 {
@@ -45,6 +48,30 @@ int srpc_v5_aes_available(void)
 {
     const srpc_sodium_t *so = srpc_sodium();
     return so && so->aes;
+}
+
+int srpc_v5_aegis_available(void)
+{
+    const srpc_sodium_t *so = srpc_sodium();
+    return so && so->aegis;
+}
+
+_Static_assert(SRPC_AUTH_SUITE_AES == SRPC_V5_FLAG_AES && SRPC_AUTH_SUITE_AEGIS == SRPC_V5_FLAG_AEGIS,
+               "the public suite bits are the protocol's flags");
+
+int srpc_auth_v5_suites(void)
+{
+    return (srpc_v5_aes_available() ? SRPC_AUTH_SUITE_AES : 0) | (srpc_v5_aegis_available() ? SRPC_AUTH_SUITE_AEGIS : 0);
+}
+
+uint32_t srpc_v5_suite_pick(uint32_t init_flags)
+{
+    const uint32_t enc = init_flags & SRPC_V5_FLAG_ENCRYPT;
+    if ((init_flags & SRPC_V5_FLAG_AEGIS) && srpc_v5_aegis_available())
+        return enc | SRPC_V5_FLAG_AEGIS;
+    if ((init_flags & SRPC_V5_FLAG_AES) && srpc_v5_aes_available())
+        return enc | SRPC_V5_FLAG_AES;
+    return enc;
 }
 
 /* H(key, the n parts, outlen): keyed BLAKE2b over the parts in turn (key NULL: unkeyed). */
@@ -243,7 +270,8 @@ int srpc_v5_accept_make(uint8_t out[SRPC_V5_ACCEPT_LEN], srpc_v5_keys_t *k, cons
                         const uint8_t psk[SRPC_V5_KEY_LEN], const uint8_t e_priv[SRPC_V5_KEY_LEN], uint64_t session,
                         uint32_t flags)
 {
-    if (!out || !k || !init || !psk || !e_priv || session == 0 || (flags & ~FLAGS_KNOWN))
+    if (!out || !k || !init || !psk || !e_priv || session == 0 || (flags & ~FLAGS_KNOWN) ||
+        (flags & SRPC_V5_FLAG_AES && flags & SRPC_V5_FLAG_AEGIS))
         return -EINVAL;
     if (srpc_v5_available() < 0)
         return -ENOTSUP;
@@ -290,9 +318,12 @@ int srpc_v5_accept_open(srpc_v5_keys_t *k, const uint8_t init[SRPC_V5_INIT_LEN],
     }
     got.session = srpc_get64(d + ACC_SESSION);
     got.encrypt = (uint8_t)srpc_get32(d + ACC_FLAGS);
-    if ((got.encrypt & SRPC_V5_FLAG_AES) && !(srpc_get32(init + INIT_FLAGS) & SRPC_V5_FLAG_AES)) {
+    const uint32_t offered = srpc_get32(init + INIT_FLAGS);
+    if (((got.encrypt & SRPC_V5_FLAG_AES) && !(offered & SRPC_V5_FLAG_AES)) ||
+        ((got.encrypt & SRPC_V5_FLAG_AEGIS) && !(offered & SRPC_V5_FLAG_AEGIS)) ||
+        ((got.encrypt & SRPC_V5_FLAG_AES) && (got.encrypt & SRPC_V5_FLAG_AEGIS))) {
         srpc_auth_wipe(&got, sizeof(got));
-        return -EBADMSG; /* AES-256-GCM only where the client offered it */
+        return -EBADMSG; /* a suite only where the client offered it, and one suite */
     }
     *k = got;
     srpc_auth_wipe(&got, sizeof(got));
@@ -394,13 +425,45 @@ static int aes_unseal(const uint8_t key[SRPC_V5_KEY_LEN], const uint8_t nonce[NO
               : so->aes_decrypt(m, NULL, c, clen, tag, ad, adlen, nonce, key);
 }
 
-/* The AES-256-GCM suite (SRPC_V5_FLAG_AES): the layout of ChaCha20-Poly1305's, the AEAD replaced.
- * An authenticating session's tag is over an empty plaintext with associated data the n pieces
- * (header, data, session and counter), which libsodium takes contiguous: gathered first (on the
- * stack when small). 0, -ENOMEM, or -EINVAL when libsodium fails (it does not, once available). */
+/* AEGIS-128L in one call (the page's "The AEGIS-128L suite"): the key is the session key's first
+ * 16 bytes, the nonce 8 zero bytes then the counter, the tag 32 bytes. No state to keep: its key
+ * schedule is its initialisation. */
+static void aegis_nonce(uint8_t nonce[AEGIS_NONCE_LEN], uint64_t counter)
+{
+    memset(nonce, 0, 8);
+    srpc_put64(nonce + 8, counter);
+}
+
+static int aegis_seal(const uint8_t key[SRPC_V5_KEY_LEN], uint64_t counter, uint8_t *c, uint8_t tag[AEGIS_TAG_LEN],
+                      const uint8_t *m, size_t mlen, const uint8_t *ad, size_t adlen)
+{
+    uint8_t nonce[AEGIS_NONCE_LEN];
+    aegis_nonce(nonce, counter);
+    return srpc_sodium()->aegis_encrypt(c, tag, NULL, m, mlen, ad, adlen, NULL, nonce, key);
+}
+
+/* The tag's two halves as the datagram carries them: the first before the trailer, the second
+ * its last 16 bytes. */
+static void aegis_split(uint8_t *tail, const uint8_t tag[AEGIS_TAG_LEN])
+{
+    memcpy(tail, tag, SRPC_V5_AEGIS_TAG_HEAD);
+    memcpy(tail + SRPC_V5_AEGIS_TAG_HEAD + 16, tag + SRPC_V5_AEGIS_TAG_HEAD, AEGIS_TAG_LEN - SRPC_V5_AEGIS_TAG_HEAD);
+}
+
+static void aegis_join(uint8_t tag[AEGIS_TAG_LEN], const uint8_t *tail)
+{
+    memcpy(tag, tail, SRPC_V5_AEGIS_TAG_HEAD);
+    memcpy(tag + SRPC_V5_AEGIS_TAG_HEAD, tail + SRPC_V5_AEGIS_TAG_HEAD + 16, AEGIS_TAG_LEN - SRPC_V5_AEGIS_TAG_HEAD);
+}
+
+/* The AES-256-GCM suite (SRPC_V5_FLAG_AES): the layout of ChaCha20-Poly1305's, the AEAD replaced;
+ * and AEGIS-128L's (SRPC_V5_FLAG_AEGIS, its tag 32 bytes: aegis). An authenticating session's tag
+ * is over an empty plaintext with associated data the n pieces (header, data, session and
+ * counter), which libsodium takes contiguous: gathered first (on the stack when small). 0,
+ * -ENOMEM, or -EINVAL when libsodium fails (it does not, once available). */
 #define AES_STACK 2048
-static int aes_tag(const uint8_t key[SRPC_V5_KEY_LEN], const uint8_t nonce[NONCE_LEN], const struct iovec *ad, int n,
-                   uint8_t tag[TAG_LEN])
+static int gathered_tag(const uint8_t key[SRPC_V5_KEY_LEN], int aegis, uint64_t counter, const struct iovec *ad, int n,
+                        uint8_t *tag)
 {
     uint8_t small[AES_STACK], *buf = small;
     size_t len = 0;
@@ -414,21 +477,13 @@ static int aes_tag(const uint8_t key[SRPC_V5_KEY_LEN], const uint8_t nonce[NONCE
             memcpy(buf + at, ad[i].iov_base, ad[i].iov_len);
         at += ad[i].iov_len;
     }
-    const int r = aes_seal(key, nonce, NULL, tag, NULL, 0, buf, len);
+    uint8_t nonce[NONCE_LEN];
+    nonce_of(nonce, counter);
+    const int r = aegis ? aegis_seal(key, counter, NULL, tag, NULL, 0, buf, len)
+                        : aes_seal(key, nonce, NULL, tag, NULL, 0, buf, len);
     if (buf != small)
         free(buf);
     return r == 0 ? 0 : -EINVAL;
-}
-
-/* An encrypting AES-256-GCM session: the data encrypted in place and its tag (seal), with
- * associated data header || session || counter. */
-static int aes_encrypt(const uint8_t key[SRPC_V5_KEY_LEN], const uint8_t nonce[NONCE_LEN], const uint8_t hdr[SRPC_HDR_LEN],
-                       const uint8_t ids[16], uint8_t *data, uint32_t len, uint8_t tag[TAG_LEN])
-{
-    uint8_t ad[SRPC_HDR_LEN + 16];
-    memcpy(ad, hdr, SRPC_HDR_LEN);
-    memcpy(ad + SRPC_HDR_LEN, ids, 16);
-    return aes_seal(key, nonce, data, tag, data, len, ad, sizeof(ad)) == 0 ? 0 : -EINVAL;
 }
 
 /* The tag of a data datagram, its data encrypted in place first when enc (seal), or its tag
@@ -528,11 +583,52 @@ int srpc_v5_no_session_parse(const uint8_t *d, size_t len, uint64_t *session, ui
     return 0;
 }
 
+/* Where a tail's session and counter (16 bytes) and tag are, for a session's flags: after the
+ * AEGIS-128L tag's first half, else at its start (the tag, 16 bytes, after them). */
+static size_t ids_at(unsigned flags)
+{
+    return flags & SRPC_V5_FLAG_AEGIS ? SRPC_V5_AEGIS_TAG_HEAD : 0;
+}
+
+/* The AES-256-GCM or AEGIS-128L tag (enc: the data encrypted in place first) of a datagram whose
+ * data is one contiguous run; its tail written (ids already there). */
+static int suite_seal(const uint8_t *key, unsigned flags, uint64_t counter, const uint8_t hdr[SRPC_HDR_LEN],
+                      uint8_t *data, uint32_t len, uint8_t *tail)
+{
+    const int aegis = (flags & SRPC_V5_FLAG_AEGIS) != 0;
+    uint8_t *ids = tail + ids_at(flags), tag[AEGIS_TAG_LEN];
+    int r;
+    if (flags & SRPC_V5_FLAG_ENCRYPT) { /* associated data: header || session || counter */
+        uint8_t ad[SRPC_HDR_LEN + 16];
+        memcpy(ad, hdr, SRPC_HDR_LEN);
+        memcpy(ad + SRPC_HDR_LEN, ids, 16);
+        if (aegis) {
+            r = aegis_seal(key, counter, data, tag, data, len, ad, sizeof(ad)) == 0 ? 0 : -EINVAL;
+        } else {
+            uint8_t nonce[NONCE_LEN];
+            nonce_of(nonce, counter);
+            r = aes_seal(key, nonce, data, tag, data, len, ad, sizeof(ad)) == 0 ? 0 : -EINVAL;
+        }
+    } else {
+        const struct iovec ad[3] = {{(void *)hdr, SRPC_HDR_LEN}, {data, len}, {ids, 16}};
+        r = gathered_tag(key, aegis, counter, ad, 3, tag);
+    }
+    if (r == 0) {
+        if (aegis)
+            aegis_split(tail, tag);
+        else
+            memcpy(ids + 16, tag, TAG_LEN);
+    }
+    srpc_auth_wipe(tag, sizeof(tag));
+    return r;
+}
+
 int srpc_v5_seal_key(const uint8_t key[SRPC_V5_KEY_LEN], uint64_t session, int encrypt, uint64_t counter,
                      const uint8_t hdr[SRPC_HDR_LEN], const struct iovec *data, int n, uint8_t *enc,
-                     uint8_t trailer[SRPC_V5_TRAILER_LEN])
+                     uint8_t *tail)
 {
-    if (!key || !hdr || n < 0 || (n && !data) || !trailer || counter == 0 || counter >= SRPC_V5_MAX_COUNTER)
+    if (!key || !hdr || n < 0 || (n && !data) || !tail || counter == 0 || counter >= SRPC_V5_MAX_COUNTER ||
+        (encrypt & ~FLAGS_KNOWN) || (encrypt & SRPC_V5_FLAG_AES && encrypt & SRPC_V5_FLAG_AEGIS))
         return -EINVAL;
     if (srpc_v5_available() < 0)
         return -ENOTSUP;
@@ -541,12 +637,11 @@ int srpc_v5_seal_key(const uint8_t key[SRPC_V5_KEY_LEN], uint64_t session, int e
         len += data[i].iov_len;
     if ((encrypt & SRPC_V5_FLAG_ENCRYPT) && len && !enc)
         return -EINVAL;
-    srpc_put64(trailer, session);
-    srpc_put64(trailer + 8, counter);
-    uint8_t nonce[NONCE_LEN];
-    nonce_of(nonce, counter);
-    if (encrypt & SRPC_V5_FLAG_AES) {
-        if (!srpc_v5_aes_available())
+    uint8_t *ids = tail + ids_at((unsigned)encrypt);
+    srpc_put64(ids, session);
+    srpc_put64(ids + 8, counter);
+    if (encrypt & (SRPC_V5_FLAG_AES | SRPC_V5_FLAG_AEGIS)) {
+        if (encrypt & SRPC_V5_FLAG_AES ? !srpc_v5_aes_available() : !srpc_v5_aegis_available())
             return -ENOTSUP;
         if (encrypt & SRPC_V5_FLAG_ENCRYPT) {
             uint64_t at = 0;
@@ -555,7 +650,7 @@ int srpc_v5_seal_key(const uint8_t key[SRPC_V5_KEY_LEN], uint64_t session, int e
                     memcpy(enc + at, data[i].iov_base, data[i].iov_len);
                 at += data[i].iov_len;
             }
-            return aes_encrypt(key, nonce, hdr, trailer, enc, (uint32_t)len, trailer + 16);
+            return suite_seal(key, (unsigned)encrypt, counter, hdr, enc, (uint32_t)len, tail);
         }
         if (n + 2 > SRPC_V5_MAX_PIECES)
             return -EINVAL;
@@ -563,10 +658,20 @@ int srpc_v5_seal_key(const uint8_t key[SRPC_V5_KEY_LEN], uint64_t session, int e
         ad[0] = (struct iovec){(void *)hdr, SRPC_HDR_LEN};
         for (int i = 0; i < n; i++)
             ad[i + 1] = data[i];
-        ad[n + 1] = (struct iovec){trailer, 16};
-        return aes_tag(key, nonce, ad, n + 2, trailer + 16);
+        ad[n + 1] = (struct iovec){ids, 16};
+        uint8_t tag[AEGIS_TAG_LEN];
+        const int aegis = (encrypt & SRPC_V5_FLAG_AEGIS) != 0, r = gathered_tag(key, aegis, counter, ad, n + 2, tag);
+        if (r == 0) {
+            if (aegis)
+                aegis_split(tail, tag);
+            else
+                memcpy(ids + 16, tag, TAG_LEN);
+        }
+        return r;
     }
     poly_t p;
+    uint8_t nonce[NONCE_LEN];
+    nonce_of(nonce, counter);
     poly_start(&p, key, nonce);
     poly_add(&p, hdr, SRPC_HDR_LEN, &p.ad_len);
     if (encrypt & SRPC_V5_FLAG_ENCRYPT) {
@@ -576,7 +681,7 @@ int srpc_v5_seal_key(const uint8_t key[SRPC_V5_KEY_LEN], uint64_t session, int e
                 memcpy(enc + at, data[i].iov_base, data[i].iov_len);
             at += data[i].iov_len;
         }
-        poly_add(&p, trailer, 16, &p.ad_len);
+        poly_add(&p, ids, 16, &p.ad_len);
         poly_pad(&p, p.ad_len);
         if (len)
             srpc_sodium()->chacha20_xor_ic(enc, enc, len, nonce, 1, key);
@@ -585,47 +690,81 @@ int srpc_v5_seal_key(const uint8_t key[SRPC_V5_KEY_LEN], uint64_t session, int e
     } else {
         for (int i = 0; i < n; i++)
             poly_add(&p, data[i].iov_base, data[i].iov_len, &p.ad_len);
-        poly_add(&p, trailer, 16, &p.ad_len);
+        poly_add(&p, ids, 16, &p.ad_len);
         poly_pad(&p, p.ad_len);
     }
-    poly_end(&p, trailer + 16);
+    poly_end(&p, ids + 16);
     return 0;
 }
 
 int srpc_v5_seal(const srpc_v5_keys_t *k, int to_server, uint64_t counter, const uint8_t hdr[SRPC_HDR_LEN],
-                 uint8_t *data, uint32_t len, uint8_t trailer[SRPC_V5_TRAILER_LEN])
+                 uint8_t *data, uint32_t len, uint8_t *tail)
 {
-    if (!k || !hdr || (len && !data) || !trailer || counter == 0 || counter >= SRPC_V5_MAX_COUNTER)
+    if (!k || !hdr || (len && !data) || !tail || counter == 0 || counter >= SRPC_V5_MAX_COUNTER)
         return -EINVAL;
     if (srpc_v5_available() < 0)
         return -ENOTSUP;
-    srpc_put64(trailer, k->session);
-    srpc_put64(trailer + 8, counter);
+    uint8_t *ids = tail + ids_at(k->encrypt);
+    srpc_put64(ids, k->session);
+    srpc_put64(ids + 8, counter);
     const uint8_t *key = to_server ? k->c2s : k->s2c;
-    if (k->encrypt & SRPC_V5_FLAG_AES) {
-        if (!srpc_v5_aes_available())
+    if (k->encrypt & (SRPC_V5_FLAG_AES | SRPC_V5_FLAG_AEGIS)) {
+        if ((k->encrypt & SRPC_V5_FLAG_AES && k->encrypt & SRPC_V5_FLAG_AEGIS) ||
+            (k->encrypt & SRPC_V5_FLAG_AES ? !srpc_v5_aes_available() : !srpc_v5_aegis_available()))
             return -ENOTSUP;
-        uint8_t nonce[NONCE_LEN];
-        nonce_of(nonce, counter);
-        if (k->encrypt & SRPC_V5_FLAG_ENCRYPT) {
-            return aes_encrypt(key, nonce, hdr, trailer, data, len, trailer + 16);
-        }
-        const struct iovec ad[3] = {{(void *)hdr, SRPC_HDR_LEN}, {data, len}, {trailer, 16}};
-        return aes_tag(key, nonce, ad, 3, trailer + 16);
+        return suite_seal(key, k->encrypt, counter, hdr, data, len, tail);
     }
-    data_tag(key, k->encrypt & SRPC_V5_FLAG_ENCRYPT, 1, hdr, data, len, trailer, trailer + 16);
+    data_tag(key, k->encrypt & SRPC_V5_FLAG_ENCRYPT, 1, hdr, data, len, ids, ids + 16);
     return 0;
 }
 
-int srpc_v5_open(const srpc_v5_keys_t *k, int to_server, const uint8_t hdr[SRPC_HDR_LEN], uint8_t *data,
-                 uint32_t len, const uint8_t trailer[SRPC_V5_TRAILER_LEN])
+/* An AEGIS-128L session's datagram: 0 when its tag (the tail's halves) is right, the data then
+ * decrypted in place in an encrypting session. */
+static int aegis_open(const uint8_t *key, int encrypting, const uint8_t hdr[SRPC_HDR_LEN], uint8_t *data,
+                      uint32_t len, const uint8_t *tail)
 {
-    if (!k || !hdr || (len && !data) || !trailer || srpc_v5_available() < 0 ||
-        srpc_get64(trailer) != k->session || srpc_get64(trailer + 8) == 0 ||
+    const srpc_sodium_t *so = srpc_sodium();
+    const uint8_t *ids = tail + SRPC_V5_AEGIS_TAG_HEAD;
+    uint8_t tag[AEGIS_TAG_LEN], nonce[AEGIS_NONCE_LEN];
+    aegis_join(tag, tail);
+    aegis_nonce(nonce, srpc_get64(ids + 8));
+    if (encrypting) {
+        uint8_t ad[SRPC_HDR_LEN + 16];
+        memcpy(ad, hdr, SRPC_HDR_LEN);
+        memcpy(ad + SRPC_HDR_LEN, ids, 16);
+        return so->aegis_decrypt(data, NULL, data, len, tag, ad, sizeof(ad), nonce, key) == 0 ? 0 : -EBADMSG;
+    }
+    /* An empty ciphertext: libsodium's decryption checks the tag over the associated data alone. */
+    uint8_t small[AES_STACK], *buf = small;
+    const size_t adlen = SRPC_HDR_LEN + (size_t)len + 16;
+    if (adlen > sizeof(small) && !(buf = malloc(adlen)))
+        return -EBADMSG; /* (no memory: refused, never taken unchecked) */
+    memcpy(buf, hdr, SRPC_HDR_LEN);
+    if (len)
+        memcpy(buf + SRPC_HDR_LEN, data, len);
+    memcpy(buf + SRPC_HDR_LEN + len, ids, 16);
+    const int r = so->aegis_decrypt(NULL, NULL, NULL, 0, tag, buf, adlen, nonce, key);
+    if (buf != small)
+        free(buf);
+    return r == 0 ? 0 : -EBADMSG;
+}
+
+int srpc_v5_open(const srpc_v5_keys_t *k, int to_server, const uint8_t hdr[SRPC_HDR_LEN], uint8_t *data,
+                 uint32_t len, const uint8_t *tail)
+{
+    if (!k || !hdr || (len && !data) || !tail || srpc_v5_available() < 0)
+        return -EBADMSG;
+    const uint8_t *trailer = tail + ids_at(k->encrypt);
+    if (srpc_get64(trailer) != k->session || srpc_get64(trailer + 8) == 0 ||
         srpc_get64(trailer + 8) >= SRPC_V5_MAX_COUNTER)
         return -EBADMSG;
     const uint8_t *key = to_server ? k->c2s : k->s2c;
     uint8_t tag[TAG_LEN];
+    if (k->encrypt & SRPC_V5_FLAG_AEGIS) {
+        if (!srpc_v5_aegis_available() || (k->encrypt & SRPC_V5_FLAG_AES))
+            return -EBADMSG;
+        return aegis_open(key, k->encrypt & SRPC_V5_FLAG_ENCRYPT, hdr, data, len, tail);
+    }
     if (k->encrypt & SRPC_V5_FLAG_AES) {
         if (!srpc_v5_aes_available())
             return -EBADMSG;
@@ -643,7 +782,7 @@ int srpc_v5_open(const srpc_v5_keys_t *k, int to_server, const uint8_t hdr[SRPC_
                 return -EBADMSG; /* (libsodium does not fail here: fail closed all the same) */
         } else {
             const struct iovec ad[3] = {{(void *)hdr, SRPC_HDR_LEN}, {data, len}, {(void *)trailer, 16}};
-            if (aes_tag(key, nonce, ad, 3, tag) < 0)
+            if (gathered_tag(key, 0, srpc_get64(trailer + 8), ad, 3, tag) < 0)
                 return -EBADMSG;
         }
         return srpc_sodium()->verify16(tag, trailer + 16) == 0 ? 0 : -EBADMSG;

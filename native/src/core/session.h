@@ -26,6 +26,12 @@
 #define SRPC_V5_NO_SESSION_LEN (SRPC_HDR_LEN + SRPC_V5_NO_SESSION_BODY)
 #define SRPC_V5_FLAG_ENCRYPT 1u
 #define SRPC_V5_FLAG_AES 2u     /* INIT: the client can use AES-256-GCM; ACCEPT: the session does */
+#define SRPC_V5_FLAG_AEGIS 4u   /* INIT: the client can use AEGIS-128L; ACCEPT: the session does (never with AES) */
+#define SRPC_V5_FLAGS_KNOWN (SRPC_V5_FLAG_ENCRYPT | SRPC_V5_FLAG_AES | SRPC_V5_FLAG_AEGIS)
+/* An AEGIS-128L session's datagrams: its 32-byte tag's first half comes between the data and the
+ * trailer (whose last 16 bytes are the tag's second half), so the trailer stays the last 32 bytes. */
+#define SRPC_V5_AEGIS_TAG_HEAD 16
+#define SRPC_V5_TAIL_MAX (SRPC_V5_AEGIS_TAG_HEAD + SRPC_V5_TRAILER_LEN)
 #define SRPC_V5_MAX_PIECES 16   /* srpc_v5_seal_key: at most this many data pieces less 2 */
 #define SRPC_V5_KEY_LEN 32   /* psk, session keys, X25519 keys */
 #define SRPC_V5_COOKIE_LEN_RAW 16
@@ -36,14 +42,21 @@ _Static_assert(SRPC_V5_ACCEPT_LEN <= SRPC_V5_INIT_LEN && SRPC_V5_COOKIE_LEN <= S
 _Static_assert(SRPC_V5_NO_SESSION_LEN < SRPC_HDR_LEN + SRPC_V5_TRAILER_LEN,
                "NO_SESSION is smaller than any data datagram it answers");
 
+/* The bytes after a data datagram's data in a session with these ACCEPT flags: the trailer, and
+ * in an AEGIS-128L session the tag's first half before it (the "tail" that srpc_v5_seal writes). */
+static inline uint32_t srpc_v5_tail_len(unsigned flags)
+{
+    return SRPC_V5_TRAILER_LEN + (flags & SRPC_V5_FLAG_AEGIS ? SRPC_V5_AEGIS_TAG_HEAD : 0);
+}
+
 /* A session's keys, as either side holds them. */
 typedef struct srpc_v5_keys {
     uint64_t session;               /* its id, never 0 */
     uint8_t c2s[SRPC_V5_KEY_LEN];   /* requests */
     uint8_t s2c[SRPC_V5_KEY_LEN];   /* replies */
     uint8_t encrypt;                /* the ACCEPT's flags: SRPC_V5_FLAG_ENCRYPT (the data is encrypted, else
-                                       authenticated only) and SRPC_V5_FLAG_AES (the AEAD is AES-256-GCM,
-                                       else ChaCha20-Poly1305) */
+                                       authenticated only) and SRPC_V5_FLAG_AES or SRPC_V5_FLAG_AEGIS (the
+                                       AEAD is AES-256-GCM or AEGIS-128L, else ChaCha20-Poly1305) */
 } srpc_v5_keys_t;
 
 /* An INIT's fields (what a server reads before it knows the psk). */
@@ -61,6 +74,13 @@ int srpc_v5_available(void);
 
 /* 1 when this process can use the AES-256-GCM suite (libsodium has it and the CPU has AES-NI). */
 int srpc_v5_aes_available(void);
+
+/* 1 when this process can use the AEGIS-128L suite (libsodium 1.0.19 on, and the CPU has AES-NI). */
+int srpc_v5_aegis_available(void);
+
+/* The suite flags a server grants for an INIT's flags: ENCRYPT as asked, and AEGIS-128L where the
+ * client offers it and this process can use it, else AES-256-GCM likewise, else neither. */
+uint32_t srpc_v5_suite_pick(uint32_t init_flags);
 
 /* A fresh X25519 key pair (an ephemeral key of one handshake). 0 or -ENOTSUP. */
 int srpc_v5_keypair(uint8_t priv[SRPC_V5_KEY_LEN], uint8_t pub[SRPC_V5_KEY_LEN]);
@@ -120,27 +140,33 @@ int srpc_v5_no_session_parse(const uint8_t *d, size_t len, uint64_t *session, ui
 
 /* Seals a data datagram of session k: its 22-byte header hdr (a REQUEST when to_server, else a
  * RESPONSE or ERROR) and its len data bytes at data, which an encrypting session encrypts in
- * place; writes the trailer (session, counter, tag). 0, -EINVAL (counter 0 or too large), -ENOTSUP. */
+ * place; writes the tail, srpc_v5_tail_len(k->encrypt) bytes (the trailer: session, counter,
+ * tag; AEGIS-128L: the tag's first half, then the trailer). 0, -EINVAL (counter 0 or too large),
+ * -ENOTSUP. */
 int srpc_v5_seal(const srpc_v5_keys_t *k, int to_server, uint64_t counter, const uint8_t hdr[SRPC_HDR_LEN],
-                 uint8_t *data, uint32_t len, uint8_t trailer[SRPC_V5_TRAILER_LEN]);
+                 uint8_t *data, uint32_t len, uint8_t *tail);
 
 /* The same as srpc_v5_seal with the key itself (k_c2s or k_s2c), the session's id and its flags
- * (encrypt: SRPC_V5_FLAG_ENCRYPT, SRPC_V5_FLAG_AES), and the data as n pieces, left as they are: an encrypting session writes the
+ * (encrypt: SRPC_V5_FLAG_ENCRYPT, SRPC_V5_FLAG_AES, SRPC_V5_FLAG_AEGIS; the tail is
+ * srpc_v5_tail_len(encrypt) bytes), and the data as n pieces, left as they are: an encrypting session writes the
  * ciphertext to enc (the pieces' bytes, contiguous; enc may be the one piece itself: encrypted
  * in place), an authenticating one needs no enc (NULL).
  * What a transport calls as it cuts a message into datagrams. 0, -EINVAL or -ENOTSUP. */
 int srpc_v5_seal_key(const uint8_t key[SRPC_V5_KEY_LEN], uint64_t session, int encrypt, uint64_t counter,
                      const uint8_t hdr[SRPC_HDR_LEN], const struct iovec *data, int n, uint8_t *enc,
-                     uint8_t trailer[SRPC_V5_TRAILER_LEN]);
+                     uint8_t *tail);
 
 /* Opens a data datagram of session k (the trailer's session must be k's: the caller found k by
- * it): 0 when its tag is right, the data then decrypted in place in an encrypting session;
- * -EBADMSG when not (the data left as it came, or zeroed by an AES-256-GCM session's decryption). Does not look at the counter's freshness (the
- * caller's window, core/replay.h, after this). Constant time in the tag's comparison. */
+ * it): its len data bytes at data, then its tail of srpc_v5_tail_len(k->encrypt) bytes at tail
+ * (the datagram's last bytes: the caller takes them off its length). 0 when its tag is right, the
+ * data then decrypted in place in an encrypting session; -EBADMSG when not (the data left as it
+ * came, or zeroed by an AES-256-GCM or AEGIS-128L session's decryption). Does not look at the
+ * counter's freshness (the caller's window, core/replay.h, after this). Constant time in the
+ * tag's comparison. */
 int srpc_v5_open(const srpc_v5_keys_t *k, int to_server, const uint8_t hdr[SRPC_HDR_LEN], uint8_t *data,
-                 uint32_t len, const uint8_t trailer[SRPC_V5_TRAILER_LEN]);
+                 uint32_t len, const uint8_t *tail);
 
-/* The trailer's session and counter. */
+/* The trailer's session and counter (the trailer: a data datagram's last 32 bytes, whatever its suite). */
 uint64_t srpc_v5_trailer_session(const uint8_t trailer[SRPC_V5_TRAILER_LEN]);
 uint64_t srpc_v5_trailer_counter(const uint8_t trailer[SRPC_V5_TRAILER_LEN]);
 

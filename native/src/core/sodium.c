@@ -15,7 +15,7 @@ static char library[512]; /* the name or path it was loaded from */
 #define SYM(field, name) (*(void **)&so.field = dlsym(h, name))
 
 /* Fills `so` from library h: 1 when it has what version 4 needs (and version 5's, AES-256-GCM's
- * where they are), else 0 with `so` cleared. */
+ * and AEGIS-128L's where they are), else 0 with `so` cleared. */
 static int take(void *h)
 {
     int (*sodium_init)(void) = (int (*)(void))dlsym(h, "sodium_init");
@@ -42,6 +42,10 @@ static int take(void *h)
              SYM(aes_encrypt_afternm, "crypto_aead_aes256gcm_encrypt_detached_afternm") &&
              SYM(aes_decrypt_afternm, "crypto_aead_aes256gcm_decrypt_detached_afternm") && aes_bytes &&
              aes_bytes() <= SRPC_SODIUM_AES_STATE_MAX;
+    int (*has_aesni)(void) = (int (*)(void))dlsym(h, "sodium_runtime_has_aesni");
+    so.aegis = so.v5 && has_aesni && has_aesni() == 1 &&
+               SYM(aegis_encrypt, "crypto_aead_aegis128l_encrypt_detached") &&
+               SYM(aegis_decrypt, "crypto_aead_aegis128l_decrypt_detached");
     return 1;
 }
 

@@ -1,4 +1,4 @@
-/* sodium.h: libsodium, loaded at first use (dlopen) so that a build and a process without authentication never need it: the one table of the entry points versions 4 and 5 use (keyed BLAKE2b, X25519, ChaCha20 and Poly1305, random bytes, wiping). */
+/* sodium.h: libsodium, loaded at first use (dlopen) so that a build and a process without authentication never need it: the one table of the entry points versions 4 and 5 use (keyed BLAKE2b, X25519, ChaCha20 and Poly1305, AES-256-GCM and AEGIS-128L where there, random bytes, wiping). */
 #ifndef SRPC_SODIUM_H
 #define SRPC_SODIUM_H
 
@@ -47,6 +47,15 @@ typedef struct srpc_sodium {
     int (*aes_decrypt_afternm)(unsigned char *m, unsigned char *nsec, const unsigned char *c, unsigned long long clen,
                                const unsigned char *mac, const unsigned char *ad, unsigned long long adlen,
                                const unsigned char *npub, const void *state);
+    /* version 5's AEGIS-128L suite: 1 when libsodium has it (1.0.19 on) and the CPU has AES-NI
+     * (sodium_runtime_has_aesni; without it libsodium's AEGIS is a slow software one) */
+    int aegis;
+    int (*aegis_encrypt)(unsigned char *c, unsigned char *mac, unsigned long long *maclen, const unsigned char *m,
+                         unsigned long long mlen, const unsigned char *ad, unsigned long long adlen,
+                         const unsigned char *nsec, const unsigned char *npub, const unsigned char *k);
+    int (*aegis_decrypt)(unsigned char *m, unsigned char *nsec, const unsigned char *c, unsigned long long clen,
+                         const unsigned char *mac, const unsigned char *ad, unsigned long long adlen,
+                         const unsigned char *npub, const unsigned char *k);
 } srpc_sodium_t;
 
 /* The environment variable naming a libsodium to load before the system's (a path or a soname). */

@@ -409,7 +409,8 @@ static struct rte_mbuf *fill_frame(srpc_dpdk_port_t *p, struct rte_mbuf *h, stru
                                    const struct iovec *pieces, int n, int *pi, size_t *poff,
                                    const srpc_tx_auth_t *auth, int *rc)
 {
-    const uint32_t check = srpc_tail_len(sh->version);
+    const uint32_t check = sh->version == SRPC_VERSION_5 && auth ? srpc_v5_tail_len(auth->encrypt)
+                                                                  : srpc_tail_len(sh->version);
     const uint32_t wire = len + check; /* after the header */
     if (d != h && wire == 0) { /* no data: no payload mbuf */
         rte_pktmbuf_free(d);
@@ -498,10 +499,14 @@ static int send_msg(srpc_dpdk_port_t *p, const struct sockaddr_in *sin, const sr
     if (tmpl->type == SRPC_TX_RAW)
         return send_raw(p, &to, pieces, n, msg_len);
     seg_size = srpc_seg_data_max(tmpl->version, seg_size);
+    const int aegis = tmpl->version == SRPC_VERSION_5 && (auth->encrypt & SRPC_V5_FLAG_AEGIS);
+    if (aegis && seg_size > SRPC_V5_AEGIS_TAG_HEAD)
+        seg_size -= SRPC_V5_AEGIS_TAG_HEAD; /* AEGIS-128L's tag is 16 bytes longer */
     uint32_t nseg = srpc_seg_count(msg_len, seg_size);
     if (nseg > UINT16_MAX)
         return -EMSGSIZE;
-    uint64_t biggest = (nseg > 1 ? seg_size : msg_len) + srpc_tail_len(tmpl->version);
+    uint64_t biggest = (nseg > 1 ? seg_size : msg_len) + srpc_tail_len(tmpl->version) +
+                       (aegis ? SRPC_V5_AEGIS_TAG_HEAD : 0);
     if (SRPC_IP4_HLEN + SRPC_UDP_HLEN + SRPC_HDR_LEN + biggest > p->mtu)
         return -EMSGSIZE;
 

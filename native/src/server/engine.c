@@ -303,14 +303,17 @@ static void v5_handshake(srpc_server_t *srv, const uint8_t *hb, const uint8_t *d
         send_raw(srv, src, out, n);
 }
 
-/* A version 5 data datagram's session, tag and counter (its dlen data bytes at data, decrypted
- * in place in an encrypting session, the trailer after them): 0 with *key its key and *sess its
- * session; else the drop reason. A datagram of a session not here is answered NO_SESSION (at
- * the rate sessions.c allows) and never run. rx and lock held. */
-static int v5_open(srpc_server_t *srv, const srpc_hdr_t *h, const uint8_t *hb, uint8_t *data, uint32_t dlen,
+#define V5_SHORT (-1) /* v5_open: too short for its session's suite (SRPC_DROP_SHORT is 0) */
+
+/* A version 5 data datagram's session, tag and counter (its *dlen bytes at data before the
+ * trailer; *dlen then loses an AEGIS-128L session's tag half; decrypted in place in an encrypting
+ * session): 0 with *key its key and *sess its session; else the drop reason (V5_SHORT: short). A
+ * datagram of a session not here is answered NO_SESSION (at the rate sessions.c allows) and never
+ * run. rx and lock held. */
+static int v5_open(srpc_server_t *srv, const srpc_hdr_t *h, const uint8_t *hb, uint8_t *data, uint32_t *dlen,
                    const struct sockaddr *src, uint64_t now, srpc_key_t **key, const srpc_session_t **sess)
 {
-    const uint8_t *tr = data + dlen;
+    const uint8_t *tr = data + *dlen; /* the trailer: the datagram's last 32 bytes, whatever the suite */
     const uint64_t id = srpc_v5_trailer_session(tr), counter = srpc_v5_trailer_counter(tr), mono = now / 1000000u;
     srpc_session_t *s = srpc_sessions_find(srv->sessions, srv->keys, id, mono);
     if (!s) {
@@ -324,7 +327,11 @@ static int v5_open(srpc_server_t *srv, const srpc_hdr_t *h, const uint8_t *hb, u
     const int r = srpc_sessions_fresh(srv->sessions, s, counter, mono); /* before the tag: a replay costs no AEAD */
     if (r)
         return r;
-    if (srpc_v5_open(&s->keys, 1, hb, data, dlen, tr) < 0)
+    const uint32_t head = srpc_v5_tail_len(s->keys.encrypt) - SRPC_V5_TRAILER_LEN; /* AEGIS-128L: its tag's first half */
+    if (*dlen < head)
+        return V5_SHORT;
+    *dlen -= head;
+    if (srpc_v5_open(&s->keys, 1, hb, data, *dlen, data + *dlen) < 0)
         return SRPC_DROP_AUTH_BAD_TAG;
     if (srpc_sessions_take(srv->sessions, s, counter, mono) != 0)
         return SRPC_DROP_AUTH_REPLAY;
@@ -385,7 +392,7 @@ static void process_datagram(srpc_server_t *srv, const uint8_t *hb, const uint8_
         }
         dlen -= tail;
         if (h.version == SRPC_VERSION_5) { /* the session's (docs/PROTOCOL-v5.md); the data decrypted in place */
-            r = v5_open(srv, &h, hb, (uint8_t *)data, dlen, src, now, &akey, &sess);
+            r = v5_open(srv, &h, hb, (uint8_t *)data, &dlen, src, now, &akey, &sess);
         } else if (!srv->keys->legacy_v4) { /* version 4 only where the table takes its legacy mode */
             r = SRPC_DROP_AUTH_V4_OFF;
         } else {
@@ -396,7 +403,7 @@ static void process_datagram(srpc_server_t *srv, const uint8_t *hb, const uint8_
                 r = srpc_keytab_commit(srv->keys, akey, &f, wall_ms, now / 1000000u);
         }
         if (unlikely(r)) {
-            ST_ADD(srv, drops[r], 1);
+            ST_ADD(srv, drops[r == V5_SHORT ? SRPC_DROP_SHORT : r], 1);
             return;
         }
         ST_ADD(srv, auth_ok, 1);

@@ -10,6 +10,7 @@
 #include <sys/mman.h>
 
 #include "core/auth.h"
+#include "core/session.h"
 #include "core/tunables.h"
 #include "core/wire.h"
 
@@ -53,7 +54,10 @@ void srpc_reply_flush(srpc_server_t *srv, srpc_reply_batch_t *b)
             continue;
         }
         ST_ADD(srv, tx_datagrams, (uint64_t)m->result);
-        ST_ADD(srv, tx_bytes, m->len + (uint64_t)m->result * (SRPC_HDR_LEN + srpc_tail_len(m->hdr.version)));
+        ST_ADD(srv, tx_bytes, m->len + (uint64_t)m->result *
+                                           (SRPC_HDR_LEN + (m->hdr.version == SRPC_VERSION_5
+                                                                ? srpc_v5_tail_len(m->auth.encrypt)
+                                                                : srpc_tail_len(m->hdr.version))));
         const int code = m->hdr.aux;
         if (m->hdr.type == SRPC_ERROR && code < SRPC_E_MAX) {
             ST_ADD(srv, errors[code], 1);

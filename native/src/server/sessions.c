@@ -253,13 +253,6 @@ static int has_cookie(const srpc_sessions_t *t, const uint8_t *d, const struct s
     return ok;
 }
 
-/* The flags of the session an INIT with flags asks for: encrypted if it asks, and AES-256-GCM where
- * it offers it and this process has it (AES-NI), else ChaCha20-Poly1305. */
-static uint32_t session_flags(uint32_t flags)
-{
-    return (flags & SRPC_V5_FLAG_ENCRYPT) | (flags & SRPC_V5_FLAG_AES && srpc_v5_aes_available() ? SRPC_V5_FLAG_AES : 0);
-}
-
 /* s's client is seen holding s (a datagram taken under it, or an INIT resuming it): the session s
  * follows, if it is still here, is moved on from now (refused from stale_ms later). Once per s. */
 static void held(srpc_sessions_t *t, srpc_session_t *s, uint64_t mono_ms)
@@ -335,7 +328,7 @@ int srpc_sessions_on_init(srpc_sessions_t *t, const srpc_keytab_t *keys, const u
     uint8_t e_priv[SRPC_V5_KEY_LEN], e_pub[SRPC_V5_KEY_LEN];
     int r = srpc_v5_keypair(e_priv, e_pub);
     if (r == 0)
-        r = srpc_v5_accept_make(out, &s->keys, d, key->secret, e_priv, id, session_flags(f.flags));
+        r = srpc_v5_accept_make(out, &s->keys, d, key->secret, e_priv, id, srpc_v5_suite_pick(f.flags));
     srpc_auth_wipe(e_priv, sizeof(e_priv));
     if (r < 0) {
         srpc_auth_wipe(&s->keys, sizeof(s->keys));

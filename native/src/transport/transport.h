@@ -87,7 +87,8 @@ static inline srpc_rx_dg_t srpc_rx_dgram(const srpc_rx_t *rx, unsigned i, unsign
 /* How a version 4 message is signed (docs/PROTOCOL-v4.md): key key_id's secret, as sender
  * `sender`, its counter advanced at *counter for each datagram. Version 5 (docs/PROTOCOL-v5.md):
  * secret is the direction's session key, sender the session's id, the counter as in version 4
- * (any counter that never repeats under the key), encrypt whether the session encrypts. */
+ * (any counter that never repeats under the key), encrypt the session's ACCEPT flags (core/session.h:
+ * SRPC_V5_FLAG_ENCRYPT, and the suite: SRPC_V5_FLAG_AES or SRPC_V5_FLAG_AEGIS). */
 typedef struct srpc_tx_auth {
     uint32_t key_id;
     const uint8_t *secret;

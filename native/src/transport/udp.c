@@ -326,6 +326,7 @@ int srpc_udp_recv_into(srpc_udp_t *u, uint8_t hdr[SRPC_HDR_LEN], void *dst, uint
 /* ------------------------------------------------------------------ send */
 
 #define TX_BURST 64                            /* datagrams per sendmmsg */
+#define TAIL_MAX (SRPC_V5_TAIL_MAX > SRPC_AUTH_TRAILER_LEN ? SRPC_V5_TAIL_MAX : SRPC_AUTH_TRAILER_LEN)
 #define TX_MAX_IOV (2 + SRPC_TX_MAX_PIECES)    /* a header, the pieces a segment spans, version 3's data check */
 _Static_assert(SRPC_GSO_MAX_SEGS * TX_MAX_IOV <= 1024, "a coalesced run's iovecs fit one message (UIO_MAXIOV)");
 
@@ -370,7 +371,7 @@ static int send_faulty(srpc_udp_t *u, struct mmsghdr *msgs, unsigned cnt, unsign
 /* Datagrams built and not yet handed to the socket; owner[i]: the message of datagram i. */
 typedef struct tx_batch {
     uint8_t hdr[TX_BURST][SRPC_HDR_LEN];
-    uint8_t check[TX_BURST][SRPC_AUTH_TRAILER_LEN]; /* version 3's data check, version 4's or 5's trailer */
+    uint8_t check[TX_BURST][TAIL_MAX]; /* version 3's data check, version 4's trailer or 5's tail */
     uint8_t *enc[TX_BURST]; /* version 5, an encrypting session: the datagram's ciphertext (malloc) */
     struct iovec iov[TX_BURST][TX_MAX_IOV];
     struct mmsghdr mm[TX_BURST];
@@ -506,6 +507,8 @@ static int tx_check(const srpc_tx_msg_t *m, uint32_t *nseg, uint32_t *seg)
     if (have < m->len)
         return -EINVAL; /* pieces shorter than the message */
     *seg = srpc_seg_data_max(m->hdr.version, m->seg_size);
+    if (m->hdr.version == SRPC_VERSION_5 && (m->auth.encrypt & SRPC_V5_FLAG_AEGIS) && *seg > SRPC_V5_AEGIS_TAG_HEAD)
+        *seg -= SRPC_V5_AEGIS_TAG_HEAD; /* AEGIS-128L's tag is 16 bytes longer */
     *nseg = srpc_seg_count(m->len, *seg);
     return *nseg > UINT16_MAX ? -EMSGSIZE : 0;
 }
@@ -566,7 +569,8 @@ int srpc_udp_send(srpc_udp_t *u, srpc_tx_msg_t *msgs, unsigned n)
             int k = 0;
             b.iov[d][k++] = (struct iovec){b.hdr[d], SRPC_HDR_LEN};
             const uint32_t dlen = srpc_seg_len(m->len, seg, seq);
-            b.len[d] = SRPC_HDR_LEN + dlen + srpc_tail_len(h.version);
+            const uint32_t tail = v5 ? srpc_v5_tail_len(m->auth.encrypt) : srpc_tail_len(h.version);
+            b.len[d] = SRPC_HDR_LEN + dlen + tail;
             b.enc[d] = NULL;
             /* Cannot run out of iovecs: a segment spans at most npieces <= SRPC_TX_MAX_PIECES. */
             for (uint32_t need = dlen; need > 0;) {
@@ -609,7 +613,7 @@ int srpc_udp_send(srpc_udp_t *u, srpc_tx_msg_t *msgs, unsigned n)
                     b.iov[d][1] = (struct iovec){b.enc[d], dlen};
                     k = 2;
                 }
-                b.iov[d][k++] = (struct iovec){b.check[d], SRPC_V5_TRAILER_LEN};
+                b.iov[d][k++] = (struct iovec){b.check[d], tail};
             }
             b.mm[d].msg_hdr = (struct msghdr){.msg_name = (void *)m->dst, .msg_namelen = m->dst ? m->dstlen : 0,
                                               .msg_iov = b.iov[d], .msg_iovlen = (size_t)k};
