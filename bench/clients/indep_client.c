@@ -5,7 +5,8 @@
  * Run:    ./indep_client --port 9230 [--host ADDR] [--func ID] [--size BYTES]
  *             [--fill vecadd|zero] [--check] [--outstanding N] [--calls N]
  *             [--warmup N] [--mode spin|block] [--seg S] [--timeout-ms MS] [--json]
- *             [--v2 | --v5 KEYFILE[:ID] | --v5-key ID:HEX64] [--encrypt] [--aes] [--libsodium PATH]
+ *             [--v2 | --v5 KEYFILE[:ID] | --v5-key ID:HEX64] [--encrypt] [--aes] [--aegis]
+ *             [--libsodium PATH]
  *         ./indep_client --selftest-v5
  *
  * Version 5 (--v5): one handshake (INIT, resent after 200 ms then twice as long, five resends
@@ -17,8 +18,15 @@
  * layout, key, nonce and tag sizes; libsodium's precomputed-key API, one state per session and
  * direction); an ACCEPT without AES makes a ChaCha20-Poly1305 session as without --aes, and an
  * ACCEPT that sets AES when the INIT did not offer it is dropped.  --aes needs AES-NI and
- * PCLMULQDQ (libsodium's crypto_aead_aes256gcm_is_available()).  The handshake's own AEAD
- * (COOKIE) is ChaCha20-Poly1305 always.
+ * PCLMULQDQ (libsodium's crypto_aead_aes256gcm_is_available()).  --aegis offers AEGIS-128L
+ * (flags bit 2; with --aes too the INIT offers both and the server picks): when the ACCEPT sets
+ * AEGIS the session seals and opens with AEGIS-128L (the page's "The AEGIS-128L suite": key the
+ * first 16 bytes of k_c2s / k_s2c, used as they are; nonce 8 zero bytes then the counter; a
+ * 32-byte tag T, the datagram header || data || T[0..15] || session || counter || T[16..31], so
+ * L = length - 70; requests default to --seg 1402 so that 22 + S + 48 = 1472).  An ACCEPT that
+ * sets AEGIS when the INIT did not offer it, or sets both AES and AEGIS, is dropped.  --aegis
+ * needs libsodium 1.0.19 or later (crypto_aead_aegis128l_*_detached; PyNaCl 1.6's has them:
+ * --libsodium PATH).  The handshake's own AEAD (COOKIE) is ChaCha20-Poly1305 always.
  * Replies are checked (tag under k_s2c, replay window of 1024), decrypted, then taken as in
  * version 1.  A NO_SESSION for an outstanding call makes a new session that follows the old one
  * (prev, resume) and the outstanding calls are sent again under it.
@@ -51,13 +59,16 @@
  *               (a reply of a session the client does not have), no_session (NO_SESSIONs
  *               received), rehandshakes (new sessions made after a NO_SESSION), handshakes (all,
  *               the first included), cookies (COOKIEs answered), handshake_us (the first one),
- *               aead (the current session's: "chacha20-poly1305" or "aes-256-gcm"; null for
- *               version 1), aes_offered (--aes), aes_unoffered (ACCEPTs with a right confirm
- *               that set AES when the INIT did not offer it: dropped), libsodium (what it was
- *               loaded from; "" for version 1).
+ *               aead (the current session's: "chacha20-poly1305", "aes-256-gcm" or "aegis-128l";
+ *               null for version 1), aes_offered (--aes), aes_unoffered (ACCEPTs with a right
+ *               confirm that set AES when the INIT did not offer it: dropped), aegis_offered
+ *               (--aegis), aegis_unoffered (the same for AEGIS), suites_both (ACCEPTs with a right
+ *               confirm that set both AES and AEGIS: dropped), libsodium (what it was loaded
+ *               from; "" for version 1).
  * Percentiles are nearest-rank over the sorted latencies of the ok measured calls.
  * Exit: 0 ran (even with errors), 2 bad usage, 1 could not run (with --v5 also: no handshake,
- *       or ENCRYPT asked and not granted; with --aes: no AES-256-GCM in libsodium or the CPU);
+ *       or ENCRYPT asked and not granted; with --aes: no AES-256-GCM in libsodium or the CPU;
+ *       with --aegis: no AEGIS-128L in libsodium);
  *       --selftest-v5: 0 when every byte matches the page, else 1.
  */
 #define _GNU_SOURCE
@@ -93,6 +104,7 @@
 #define MAX_OUTSTANDING 1024
 #define MAX_SEG 65485              /* 65507 - 22, the page's loopback maximum */
 #define MAX_SEG_V5 65453           /* 65507 - 54: version 5's header and trailer */
+#define MAX_SEG_V5_AEGIS 65437     /* 65507 - 70: an AEGIS-128L session's (T[0..15] more) */
 #define MAX_SEND_SEGS 1024         /* UIO_MAXIOV: what one sendmmsg() may carry */
 #define MAX_ERR_DATA 256           /* an ERROR's message is at most 256 bytes */
 #define MAX_RESENDS 5
@@ -125,6 +137,7 @@ static struct {
     int v2;                        /* --v2: version 2, unkeyed (the header's CRC-16, 48-bit req_id) */
     int encrypt;                   /* --encrypt: ask for ENCRYPT */
     int aes;                       /* --aes: offer AES (AES-256-GCM) */
+    int aegis;                     /* --aegis: offer AEGIS (AEGIS-128L) */
     const char *libsodium;         /* --libsodium: the library to load (NULL: the system's) */
 } cfg;
 
@@ -332,6 +345,9 @@ static void ht_delete(uint64_t k)
 #define T_NO_SESSION 6
 #define V5_FLAG_ENCRYPT 1u
 #define V5_FLAG_AES 2u             /* INIT: the client can use AES-256-GCM; ACCEPT: the session does */
+#define V5_FLAG_AEGIS 4u           /* INIT: the client can use AEGIS-128L; ACCEPT: the session does */
+#define V5_AEGIS_MID 16            /* AEGIS-128L: T[0..15] between the data and the trailer */
+#define V5_AEGIS_OVERHEAD (V5_OVERHEAD + V5_AEGIS_MID)  /* 70 */
 #define V5_WINDOW 1024             /* the highest counter taken and the 1023 below it */
 #define V5_HS_FIRST_NS (200ull * 1000000ull)
 #define V5_HS_RESENDS 5
@@ -365,8 +381,18 @@ static struct {
     int (*aes_dec)(unsigned char *, unsigned char *, const unsigned char *, unsigned long long,
                    const unsigned char *, const unsigned char *, unsigned long long,
                    const unsigned char *, const void *);
+    /* AEGIS-128L, detached (optional: libsodium 1.0.19 on; for --aegis).  The same prototypes
+     * as ChaCha20-Poly1305's: a 16-byte key, a 16-byte nonce, a 32-byte tag */
+    int aegis_ok;                  /* both entry points found */
+    int (*aegis_enc)(unsigned char *, unsigned char *, unsigned long long *, const unsigned char *,
+                     unsigned long long, const unsigned char *, unsigned long long,
+                     const unsigned char *, const unsigned char *, const unsigned char *);
+    int (*aegis_dec)(unsigned char *, unsigned char *, const unsigned char *, unsigned long long,
+                     const unsigned char *, const unsigned char *, unsigned long long,
+                     const unsigned char *, const unsigned char *);
 } na;
 static char aes_why[160];          /* why na.aes_ok is 0 */
+static char aegis_why[160];        /* why na.aegis_ok is 0 */
 
 /* 0 when loaded; otherwise -1 with a reason in why */
 static const char *na_name;       /* what libsodium was loaded from (the JSON's "libsodium") */
@@ -408,6 +434,14 @@ static int sodium_load(char *why, size_t whylen)
         return -1;
     }
     na.lib = h;
+    /* AEGIS-128L: only --aegis needs it */
+    *(void **)&na.aegis_enc = dlsym(h, "crypto_aead_aegis128l_encrypt_detached");
+    *(void **)&na.aegis_dec = dlsym(h, "crypto_aead_aegis128l_decrypt_detached");
+    if (na.aegis_enc && na.aegis_dec)
+        na.aegis_ok = 1;
+    else
+        snprintf(aegis_why, sizeof aegis_why, "this libsodium (%s) lacks crypto_aead_aegis128l_%s_detached "
+                 "(AEGIS-128L came in libsodium 1.0.19)", na_name, na.aegis_enc ? "decrypt" : "encrypt");
     /* AES-256-GCM: only --aes needs it */
     static const char *aes_names[] = {
         "crypto_aead_aes256gcm_is_available", "crypto_aead_aes256gcm_statebytes",
@@ -704,6 +738,67 @@ static int v5_open(uint8_t *d, size_t len, const uint8_t key[32], const void *ae
     return na.aead_dec(NULL, NULL, NULL, 0, t + 16, d, HDR + L + 16, nonce, key) == 0 ? 0 : -1;
 }
 
+/* ---- the AEGIS-128L suite (the page's "The AEGIS-128L suite"): key the first 16 bytes of
+ * k_c2s / k_s2c (used as they are: no expansion), nonce 8 zero bytes then the counter, a 32-byte
+ * tag T; the datagram is header || L data bytes || T[0..15] || session || counter || T[16..31]
+ * (L + 70 bytes: the trailer is still the last 32).  The associated data is the other suites':
+ * header || session || counter (encrypting), header || data || session || counter (not). */
+static void v5_aegis_nonce(uint8_t n[16], uint64_t counter)
+{
+    memset(n, 0, 8);
+    put64(n + 8, counter);
+}
+
+/* as v5_seal, with AEGIS-128L (key: k_c2s or k_s2c, its first 16 bytes); d has room for L + 70
+ * bytes.  Returns the datagram's length, L + 70. */
+static size_t v5_aegis_seal(uint8_t *d, size_t L, uint64_t session, uint64_t counter, const uint8_t key[32],
+                            int encrypt)
+{
+    uint8_t nonce[16], T[32], *m = d + HDR + L;   /* m: T[0..15]; m + 16: session, counter, T[16..31] */
+    unsigned long long maclen;
+    v5_aegis_nonce(nonce, counter);
+    if (encrypt) {
+        uint8_t ad[HDR + 16];
+        memcpy(ad, d, HDR);
+        put64(ad + HDR, session);
+        put64(ad + HDR + 8, counter);
+        na.aegis_enc(d + HDR, T, &maclen, d + HDR, L, ad, sizeof ad, NULL, nonce, key);
+        memcpy(m + 16, ad + HDR, 16);
+    } else {
+        /* header || data || session || counter: contiguous while session and counter stand where
+         * T[0..15] goes, then moved to their place */
+        put64(m, session);
+        put64(m + 8, counter);
+        na.aegis_enc(NULL, T, &maclen, NULL, 0, d, HDR + L + 16, NULL, nonce, key);
+        memcpy(m + 16, m, 16);
+    }
+    memcpy(m, T, 16);
+    memcpy(m + 32, T + 16, 16);
+    return HDR + L + V5_AEGIS_MID + V5_TRAILER;
+}
+
+/* as v5_open, with AEGIS-128L (len >= 70); the datagram's bytes are as they came afterwards,
+ * but for an encrypting session's data, decrypted in place when the tag is right */
+static int v5_aegis_open(uint8_t *d, size_t len, const uint8_t key[32], int encrypt)
+{
+    size_t L = len - V5_AEGIS_OVERHEAD;
+    uint8_t nonce[16], T[32], *m = d + HDR + L;
+    int r;
+    memcpy(T, m, 16);
+    memcpy(T + 16, m + 32, 16);
+    v5_aegis_nonce(nonce, get64(m + 24));
+    if (encrypt) {
+        uint8_t ad[HDR + 16];
+        memcpy(ad, d, HDR);
+        memcpy(ad + HDR, m + 16, 16);
+        return na.aegis_dec(d + HDR, NULL, d + HDR, L, T, ad, sizeof ad, nonce, key) == 0 ? 0 : -1;
+    }
+    memcpy(m, m + 16, 16);          /* header || data || session || counter, contiguous */
+    r = na.aegis_dec(NULL, NULL, NULL, 0, T, d, HDR + L + 16, nonce, key);
+    memcpy(m, T, 16);               /* T[0..15] back */
+    return r == 0 ? 0 : -1;
+}
+
 /* ---- key files: a key table {"keys":[{"id":N,"secret":"<64 hex>",...},...]} or a client
  * file {"id":N,"secret":"<64 hex>"} (docs/security.md).  A tiny JSON reader: every object with a
  * number "id" and a string "secret" is a key. */
@@ -933,6 +1028,7 @@ struct v5sess {
     int encrypt;
     int aes;                       /* the ACCEPT set AES: AES-256-GCM with the two states below */
     void *aes_c2s, *aes_s2c;       /* crypto_aead_aes256gcm_state of k.c2s, k.s2c (aes only), else NULL */
+    int aegis;                     /* the ACCEPT set AEGIS: AEGIS-128L with k.c2s, k.s2c's first 16 bytes */
     uint64_t tx_ctr;               /* the last counter sent */
     uint64_t rx_hi;                /* the highest counter taken */
     uint64_t rx_bits[V5_WINDOW / 64];
@@ -953,6 +1049,8 @@ static struct {
 
 static uint64_t c_bad_auth, c_replayed, c_unknown_sess, c_no_session, c_rehandshakes, c_cookies, c_handshakes;
 static uint64_t c_aes_unoffered;   /* ACCEPTs (confirm right) setting AES that the INIT did not offer */
+static uint64_t c_aegis_unoffered; /* the same for AEGIS */
+static uint64_t c_suites_both;     /* ACCEPTs (confirm right) setting both AES and AEGIS */
 static uint64_t hs_first_ns;       /* the first handshake's time */
 
 static uint64_t rand64(void)
@@ -977,7 +1075,8 @@ static void hs_new_init(const uint8_t *cookie)
     if (na.scalarmult_base(e_c, hs.e_priv) != 0)
         die("crypto_scalarmult_base failed");
     v5_build_init(hs.init, hs.hid, v5_key_id, v5_psk, e_c, wall_ms(),
-                  (cfg.encrypt ? V5_FLAG_ENCRYPT : 0) | (cfg.aes ? V5_FLAG_AES : 0), hs.prev,
+                  (cfg.encrypt ? V5_FLAG_ENCRYPT : 0) | (cfg.aes ? V5_FLAG_AES : 0) |
+                  (cfg.aegis ? V5_FLAG_AEGIS : 0), hs.prev,
                   hs.prev ? hs.prev_c2s : NULL, cookie);
 }
 
@@ -1020,9 +1119,11 @@ static void hs_tick(uint64_t now)
         return;
     if (hs.sends > V5_HS_RESENDS)
         die("version 5 handshake failed: no ACCEPT from %s port %u after %u INITs%s (a keyed "
-            "splitrpc server there, with key id %u?)%s", cfg.host, cfg.port, hs.sends,
+            "splitrpc server there, with key id %u?)%s%s%s", cfg.host, cfg.port, hs.sends,
             c_refused ? "; ICMP port unreachable: nothing listens on that port" : "", v5_key_id,
-            c_aes_unoffered ? "; its ACCEPTs set AES, which the INIT did not offer: dropped" : "");
+            c_aes_unoffered ? "; its ACCEPTs set AES, which the INIT did not offer: dropped" : "",
+            c_aegis_unoffered ? "; its ACCEPTs set AEGIS, which the INIT did not offer: dropped" : "",
+            c_suites_both ? "; its ACCEPTs set both AES and AEGIS: dropped" : "");
     hs_fire(now);
 }
 
@@ -1031,7 +1132,8 @@ static void send_call(struct slot *s);
 static void on_accept(const uint8_t *p, size_t len, uint64_t now)
 {
     const uint8_t *b = p + HDR;
-    if (!v5_hs_hdr_ok(p, len, V5_ACCEPT_BODY, 1) || (get32(b + 44) & ~(V5_FLAG_ENCRYPT | V5_FLAG_AES))) {
+    if (!v5_hs_hdr_ok(p, len, V5_ACCEPT_BODY, 1) ||
+        (get32(b + 44) & ~(V5_FLAG_ENCRYPT | V5_FLAG_AES | V5_FLAG_AEGIS))) {
         c_malformed++;
         return;
     }
@@ -1046,10 +1148,22 @@ static void on_accept(const uint8_t *p, size_t len, uint64_t now)
     }
     int enc = (get32(b + 44) & V5_FLAG_ENCRYPT) != 0;
     int aes = (get32(b + 44) & V5_FLAG_AES) != 0;
-    if (aes && !(get32(hs.init + HDR + 44) & V5_FLAG_AES)) {
-        /* AES that the INIT did not offer: dropped (the handshake goes on, and fails if no other
-         * ACCEPT comes) */
+    int aegis = (get32(b + 44) & V5_FLAG_AEGIS) != 0;
+    uint32_t offered = get32(hs.init + HDR + 44);
+    /* AES or AEGIS that the INIT did not offer, or both: dropped (the handshake goes on, and
+     * fails if no other ACCEPT comes) */
+    if (aes && aegis) {
+        c_suites_both++;
+        wipe(&k, sizeof k);
+        return;
+    }
+    if (aes && !(offered & V5_FLAG_AES)) {
         c_aes_unoffered++;
+        wipe(&k, sizeof k);
+        return;
+    }
+    if (aegis && !(offered & V5_FLAG_AEGIS)) {
+        c_aegis_unoffered++;
         wipe(&k, sizeof k);
         return;
     }
@@ -1078,6 +1192,7 @@ static void on_accept(const uint8_t *p, size_t len, uint64_t now)
     ss->id = get64(b + 4);
     ss->k = k;
     ss->encrypt = enc;
+    ss->aegis = aegis;              /* its keys are k.c2s and k.s2c's first 16 bytes, as they are */
     if (aes) {                      /* one precomputed state per direction, for the session's life */
         ss->aes = 1;
         ss->aes_c2s = aes_state(2u * (unsigned)idx);
@@ -1197,8 +1312,8 @@ static void on_datagram_v5(uint8_t *p, size_t len, int truncated, uint64_t now)
         c_malformed++;              /* short */
         return;
     }
-    size_t L = len - V5_OVERHEAD;
-    const uint8_t *t = p + HDR + L;
+    /* the trailer is the last 32 bytes in every suite: the session is read before the suite */
+    const uint8_t *t = p + len - V5_TRAILER;
     uint64_t sid = get64(t), ctr = get64(t + 8);
     struct v5sess *ss = NULL;
     for (int i = 0; i < V5_SESSIONS; i++)
@@ -1207,11 +1322,22 @@ static void on_datagram_v5(uint8_t *p, size_t len, int truncated, uint64_t now)
         c_unknown_sess++;
         return;
     }
+    size_t L;
+    if (ss->aegis) {                /* AEGIS-128L: T[0..15] before the trailer */
+        if (len < V5_AEGIS_OVERHEAD) {
+            c_malformed++;          /* short */
+            return;
+        }
+        L = len - V5_AEGIS_OVERHEAD;
+    } else {
+        L = len - V5_OVERHEAD;
+    }
     if (!win_ok(ss, ctr)) {         /* checked first; marked taken only once the tag is right */
         c_replayed++;
         return;
     }
-    if (v5_open(p, len, ss->k.s2c, ss->aes_s2c, ss->encrypt) != 0) {
+    if ((ss->aegis ? v5_aegis_open(p, len, ss->k.s2c, ss->encrypt)
+                   : v5_open(p, len, ss->k.s2c, ss->aes_s2c, ss->encrypt)) != 0) {
         c_bad_auth++;
         return;
     }
@@ -1236,7 +1362,8 @@ static void v5_build_call(struct slot *s)
         v5_hdr(d, T_REQUEST, cfg.func, s->req_id, i, req_nseg, (uint32_t)cfg.size, 0);
         memcpy(d + HDR, req_data + off, len);
         tx_iov[i].iov_base = d;
-        tx_iov[i].iov_len = v5_seal(d, len, ss->id, ++ss->tx_ctr, ss->k.c2s, ss->aes_c2s, ss->encrypt);
+        tx_iov[i].iov_len = ss->aegis ? v5_aegis_seal(d, len, ss->id, ++ss->tx_ctr, ss->k.c2s, ss->encrypt)
+                                      : v5_seal(d, len, ss->id, ++ss->tx_ctr, ss->k.c2s, ss->aes_c2s, ss->encrypt);
         tx_msgs[i].msg_hdr.msg_iov = &tx_iov[i];
         tx_msgs[i].msg_hdr.msg_iovlen = 1;
     }
@@ -1505,6 +1632,298 @@ static void v5_selftest_aes(const uint8_t psk[32], const uint8_t ec_priv[32], co
     }
 }
 
+/* AEGIS-128L sessions (ACCEPT's AEGIS; the page's "The AEGIS-128L suite").  These check:
+ * libsodium's AEGIS-128L against the test vectors of draft-irtf-cfrg-aegis-aead (AEGIS-128L's
+ * 1 to 3, 256-bit tags); the page's AEGIS-128L example ("The AEGIS-128L suite." in its worked
+ * example: the flags-4 INIT and ACCEPT, and both sessions' REQUEST and RESPONSE), whose bytes this
+ * client's author first computed from the page's rules with a pure-Python AEGIS-128L (checked
+ * against libsodium and the draft's vectors), Python's hashlib and cryptography, and found equal to
+ * the page's when it printed them; the encrypting session's INIT and ACCEPT (flags 5), which the
+ * page does not print, from the same computation; round trips, flipped bits and the 70-byte floor;
+ * and the client's ACCEPT handling (AEGIS granted, not granted, set when the INIT did not offer
+ * it, AES and AEGIS both set). */
+static void v5_selftest_aegis(const uint8_t psk[32], const uint8_t ec_priv[32], const uint8_t es_priv[32],
+                              const uint8_t e_c[32], uint64_t T)
+{
+    static const char *INIT_AEGIS =     /* the page's: flags 4 (AEGIS), handshake id 0x010203040510 */
+        "a5 53 00 00 c2 51 01 02 03 04 05 10 00 00 00 01 00 00 00 68 00 00"
+        "00 00 00 07"
+        "79 a6 31 ee de 1b f9 c9 8f 12 03 2c de ad d0 e7 a0 79 39 8f c7 86 b8 8c c8 46 ec 89 af 85 a5 1a"
+        "00 00 01 9a ca 55 9e 00"
+        "00 00 00 04"
+        "00 00 00 00 00 00 00 00"
+        "00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00"
+        "74 44 3b 82 e2 61 65 79 cd aa c6 89 3f 95 25 1a"
+        "00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00";
+    static const char *ACCEPT_AEGIS =   /* the page's: flags 4, session 0x1122334455667790 */
+        "a5 54 00 00 e4 b6 01 02 03 04 05 10 00 00 00 01 00 00 00 40 00 00"
+        "00 00 00 07"
+        "11 22 33 44 55 66 77 90"
+        "67 5d d5 74 ed 77 89 31 0b 3d 2e 76 81 f3 79 0b 46 6c 77 3b 15 21 fe cf 36 57 79 58 37 1e a5 2f"
+        "00 00 00 04"
+        "12 95 ef 58 6d 36 f2 0b 68 fe 43 f9 17 f3 c8 9d";
+    static const char *REQ_AEGIS =      /* the page's: header, data, T[0..15], session, counter, T[16..31] */
+        "a5 50 00 01 72 59 00 00 00 00 00 01 00 00 00 01 00 00 00 04 00 00"
+        "01 02 03 04"
+        "04 1f 9c 9c 89 15 36 72 9e 2a 29 f1 ab 46 d3 61"
+        "11 22 33 44 55 66 77 90 00 00 00 00 00 00 00 01"
+        "65 fb 9b 73 3d 51 c0 1c 32 11 b4 0a 1e 7a e7 51";
+    static const char *RESP_AEGIS =     /* the page's */
+        "a5 51 00 01 a7 af 00 00 00 00 00 01 00 00 00 01 00 00 00 04 00 00"
+        "02 03 04 05"
+        "a5 3a b2 c4 4f 0d 8b 27 35 fe 84 a8 d7 47 6a fb"
+        "11 22 33 44 55 66 77 90 00 00 00 00 00 00 00 01"
+        "d2 19 b9 97 09 a0 96 d9 87 ee 64 7d 16 7b 6a ff";
+    static const char *INIT_AEGIS_ENC = /* flags 5 (ENCRYPT, AEGIS), handshake id 0x010203040511 (not printed
+                                         * on the page: computed from its rules) */
+        "a5 53 00 00 1a 18 01 02 03 04 05 11 00 00 00 01 00 00 00 68 00 00"
+        "00 00 00 07"
+        "79 a6 31 ee de 1b f9 c9 8f 12 03 2c de ad d0 e7 a0 79 39 8f c7 86 b8 8c c8 46 ec 89 af 85 a5 1a"
+        "00 00 01 9a ca 55 9e 00"
+        "00 00 00 05"
+        "00 00 00 00 00 00 00 00"
+        "00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00"
+        "27 e3 7c 6a 2a 35 e5 3c 38 69 fe c6 aa db 1d 0c"
+        "00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00";
+    static const char *ACCEPT_AEGIS_ENC = /* flags 5, session 0x1122334455667791 (not printed on the page) */
+        "a5 54 00 00 3c ff 01 02 03 04 05 11 00 00 00 01 00 00 00 40 00 00"
+        "00 00 00 07"
+        "11 22 33 44 55 66 77 91"
+        "67 5d d5 74 ed 77 89 31 0b 3d 2e 76 81 f3 79 0b 46 6c 77 3b 15 21 fe cf 36 57 79 58 37 1e a5 2f"
+        "00 00 00 05"
+        "89 f3 31 1a e8 bc 4a 62 fa eb 7f e3 57 1c 91 1a";
+    static const char *REQ_AEGIS_ENC =  /* the page's */
+        "a5 50 00 01 72 59 00 00 00 00 00 01 00 00 00 01 00 00 00 04 00 00"
+        "0c 75 16 46"
+        "bc 6c d1 d1 1c f9 66 6f 8b 26 f3 70 be a8 ad 0b"
+        "11 22 33 44 55 66 77 91 00 00 00 00 00 00 00 01"
+        "7b b2 6a 0f c6 62 d6 14 28 4e d9 b4 76 d5 39 57";
+    static const char *RESP_AEGIS_ENC = /* the page's */
+        "a5 51 00 01 a7 af 00 00 00 00 00 01 00 00 00 01 00 00 00 04 00 00"
+        "4f 1a d4 ea"
+        "43 cf 31 6d 19 95 50 79 0a a1 3f 77 ee a0 46 09"
+        "11 22 33 44 55 66 77 91 00 00 00 00 00 00 00 01"
+        "2b 3d 15 e9 c8 80 e6 d7 ea b3 f8 1a 9e 4d 39 75";
+
+    printf("AEGIS-128L: the draft's test vectors, then the page's AEGIS-128L example\n");
+    if (!na.aegis_ok) {
+        printf("%-52s skipped (%s)\n", "AEGIS-128L checks", aegis_why);
+        return;
+    }
+    uint8_t d[1600], keep[1600], sealed[1600], out[64], msg[32], ad[8];
+    unsigned long long ml;
+    size_t n;
+    {   /* draft-irtf-cfrg-aegis-aead, AEGIS-128L test vectors 1 to 3 (256-bit tags) */
+        uint8_t k[16] = { 0x10, 0x01 }, nn[16] = { 0x10, 0x00, 0x02 };
+        memset(msg, 0, 16);
+        na.aegis_enc(out, out + 16, &ml, msg, 16, NULL, 0, NULL, nn, k);
+        st_cmp("AEGIS-128L test vector 1 (16 zero bytes): C, tag", out, 48,
+               "c1 c0 e5 8b d9 13 00 6f eb a0 0f 4b 3c c3 59 4e"
+               "25 83 5b fb b2 16 32 17 6c f0 38 40 68 7c b9 68 ca ce 46 17 af 1b d0 f7 d0 64 c6 39 a5 c7 9e e4");
+        na.aegis_enc(NULL, out, &ml, NULL, 0, NULL, 0, NULL, nn, k);
+        st_cmp("AEGIS-128L test vector 2 (empty): tag", out, 32,
+               "13 60 dc 9d b8 ae 42 45 5f 6e 5b 6a 9d 48 8e a4 f2 18 4c 4e 12 12 02 49 33 5c 4e e8 4b af e2 5d");
+        for (int i = 0; i < 32; i++) msg[i] = (uint8_t)i;
+        for (int i = 0; i < 8; i++) ad[i] = (uint8_t)i;
+        na.aegis_enc(out, out + 32, &ml, msg, 32, ad, 8, NULL, nn, k);
+        st_cmp("AEGIS-128L test vector 3 (32 bytes, 8 of AD): C, tag", out, 64,
+               "79 d9 45 93 d8 c2 11 9d 7e 8f d9 b8 fc 77 84 5c 5c 07 7a 05 b2 52 8b 6a c5 4b 56 3a ed 8e fe 84"
+               "02 2c b7 96 fe 7e 0a e1 19 75 25 ff 67 e3 09 48 4c fb ab 65 28 dd ef 89 f1 7d 74 ef 8e cd 82 b3");
+    }
+
+    /* an authenticating AEGIS-128L session */
+    uint8_t init[V5_INIT_LEN], acc[V5_ACCEPT_LEN];
+    struct v5keys ks, kc;
+    const uint8_t data[4] = { 1, 2, 3, 4 }, rdata[4] = { 2, 3, 4, 5 };
+    const uint64_t SA = 0x1122334455667790ull, SE = 0x1122334455667791ull;
+    v5_build_init(init, 0x010203040510ull, 7, psk, e_c, T, V5_FLAG_AEGIS, 0, NULL, NULL);
+    st_cmp("AEGIS: INIT (flags AEGIS)", init, sizeof init, INIT_AEGIS);
+    st_check("AEGIS: server: ACCEPT built", v5_build_accept(acc, init, psk, es_priv, SA, V5_FLAG_AEGIS, &ks) == 0);
+    st_cmp("AEGIS: ACCEPT (flags AEGIS)", acc, sizeof acc, ACCEPT_AEGIS);
+    st_check("AEGIS: client: ACCEPT's confirm verified", v5_take_accept(acc, init, psk, ec_priv, &kc) == 0 &&
+             !memcmp(&ks, &kc, sizeof ks));
+    v5_hdr(d, T_REQUEST, 1, 1, 0, 1, 4, 0);
+    memcpy(d + HDR, data, 4);
+    n = v5_aegis_seal(d, 4, SA, 1, kc.c2s, 0);
+    st_cmp("AEGIS: REQUEST (74 bytes)", d, n, REQ_AEGIS);
+    st_check("AEGIS: trailer = the last 32 bytes (session, counter)",
+             n == 74 && get64(d + n - 32) == SA && get64(d + n - 24) == 1);
+    memcpy(keep, d, n);
+    st_check("AEGIS: server: REQUEST's tag verified, datagram kept",
+             v5_aegis_open(d, n, ks.c2s, 0) == 0 && !memcmp(d, keep, n));
+    st_check("AEGIS: the same REQUEST under ChaCha20-Poly1305 refused", v5_open(d, n, ks.c2s, NULL, 0) != 0);
+    memcpy(d, keep, n);
+    d[HDR + 1] ^= 0x04;
+    st_check("AEGIS: a flipped data bit is refused", v5_aegis_open(d, n, ks.c2s, 0) != 0);
+    d[HDR + 1] ^= 0x04;
+    d[HDR + 4] ^= 0x01;                     /* T[0..15] */
+    st_check("AEGIS: a flipped bit of T[0..15] is refused", v5_aegis_open(d, n, ks.c2s, 0) != 0);
+    d[HDR + 4] ^= 0x01;
+    d[n - 1] ^= 0x01;                       /* T[16..31] */
+    st_check("AEGIS: a flipped bit of T[16..31] is refused", v5_aegis_open(d, n, ks.c2s, 0) != 0);
+    d[n - 1] ^= 0x01;
+    d[n - 17] ^= 0x01;                      /* the counter's last byte: another nonce */
+    st_check("AEGIS: a changed counter is refused", v5_aegis_open(d, n, ks.c2s, 0) != 0);
+    d[n - 17] ^= 0x01;
+    d[n - 25] ^= 0x01;                      /* the session's last byte (associated data) */
+    st_check("AEGIS: a changed session is refused", v5_aegis_open(d, n, ks.c2s, 0) != 0);
+    d[n - 25] ^= 0x01;
+    st_check("AEGIS: the datagram, flips undone, still opens", !memcmp(d, keep, n) &&
+             v5_aegis_open(d, n, ks.c2s, 0) == 0);
+    {   /* the key is k_c2s's first 16 bytes: its last 16 do not matter, its first do */
+        uint8_t k2[32];
+        memcpy(k2, ks.c2s, 32);
+        k2[31] ^= 0xff;
+        int ok = v5_aegis_open(d, n, k2, 0) == 0;
+        k2[15] ^= 0x01;
+        ok = ok && v5_aegis_open(d, n, k2, 0) != 0;
+        st_check("AEGIS: the key is k_c2s's first 16 bytes", ok);
+    }
+    v5_hdr(d, T_RESPONSE, 1, 1, 0, 1, 4, 0);
+    memcpy(d + HDR, rdata, 4);
+    n = v5_aegis_seal(d, 4, SA, 1, ks.s2c, 0);
+    st_cmp("AEGIS: RESPONSE (74 bytes)", d, n, RESP_AEGIS);
+    st_check("AEGIS: client: RESPONSE's tag verified (k_s2c)", v5_aegis_open(d, n, kc.s2c, 0) == 0);
+    st_check("AEGIS: client: RESPONSE under k_c2s refused", v5_aegis_open(d, n, kc.c2s, 0) != 0);
+
+    /* an encrypting AEGIS-128L session */
+    uint8_t init2[V5_INIT_LEN], acc2[V5_ACCEPT_LEN];
+    struct v5keys ks2, kc2;
+    v5_build_init(init2, 0x010203040511ull, 7, psk, e_c, T, V5_FLAG_ENCRYPT | V5_FLAG_AEGIS, 0, NULL, NULL);
+    st_cmp("AEGIS+ENCRYPT: INIT (flags 5)", init2, sizeof init2, INIT_AEGIS_ENC);
+    st_check("AEGIS+ENCRYPT: server: ACCEPT built",
+             v5_build_accept(acc2, init2, psk, es_priv, SE, V5_FLAG_ENCRYPT | V5_FLAG_AEGIS, &ks2) == 0);
+    st_cmp("AEGIS+ENCRYPT: ACCEPT (flags 5)", acc2, sizeof acc2, ACCEPT_AEGIS_ENC);
+    st_check("AEGIS+ENCRYPT: client: confirm verified", v5_take_accept(acc2, init2, psk, ec_priv, &kc2) == 0);
+    v5_hdr(d, T_REQUEST, 1, 1, 0, 1, 4, 0);
+    memcpy(d + HDR, data, 4);
+    n = v5_aegis_seal(d, 4, SE, 1, kc2.c2s, 1);
+    st_cmp("AEGIS+ENCRYPT: REQUEST (74 bytes)", d, n, REQ_AEGIS_ENC);
+    memcpy(keep, d, n);
+    d[HDR] ^= 0x01;
+    st_check("AEGIS+ENCRYPT: a flipped ciphertext bit is refused", v5_aegis_open(d, n, ks2.c2s, 1) != 0);
+    memcpy(d, keep, n);
+    st_check("AEGIS+ENCRYPT: server: REQUEST opened",
+             v5_aegis_open(d, n, ks2.c2s, 1) == 0 && !memcmp(d + HDR, data, 4));
+    v5_hdr(d, T_RESPONSE, 1, 1, 0, 1, 4, 0);
+    memcpy(d + HDR, rdata, 4);
+    n = v5_aegis_seal(d, 4, SE, 1, ks2.s2c, 1);
+    st_cmp("AEGIS+ENCRYPT: RESPONSE (74 bytes)", d, n, RESP_AEGIS_ENC);
+    st_check("AEGIS+ENCRYPT: client: RESPONSE opened",
+             v5_aegis_open(d, n, kc2.s2c, 1) == 0 && !memcmp(d + HDR, rdata, 4));
+
+    /* round trips of a full 1402-byte segment (22 + 1402 + 48 = 1472), both kinds, and of lengths
+     * around AEGIS-128L's 32-byte blocks */
+    for (int enc = 0; enc <= 1; enc++) {
+        static const size_t lens[] = { 1402, 0, 1, 31, 32, 33, 63, 64, 65, 1000 };
+        int ok = 1;
+        for (unsigned li = 0; li < sizeof lens / sizeof lens[0]; li++) {
+            size_t L = lens[li];
+            v5_hdr(d, T_REQUEST, 1, 2, 0, 1, (uint32_t)L, 0);
+            for (size_t i = 0; i < L; i++)
+                d[HDR + i] = (uint8_t)(i * 7 + 3);
+            memcpy(keep, d, HDR + L);
+            n = v5_aegis_seal(d, L, SE, 1000 + li, kc2.c2s, enc);
+            ok = ok && n == HDR + L + V5_AEGIS_MID + V5_TRAILER && get64(d + n - 32) == SE &&
+                 get64(d + n - 24) == 1000 + li &&
+                 (enc && L ? memcmp(d + HDR, keep + HDR, L) != 0 : !memcmp(d, keep, HDR + L));
+            memcpy(sealed, d, n);
+            ok = ok && v5_aegis_open(d, n, kc2.c2s, enc) == 0 && !memcmp(d, keep, HDR + L);
+            if (L > 0) {
+                memcpy(d, sealed, n);
+                d[HDR + L / 2] ^= 0x20;
+                ok = ok && v5_aegis_open(d, n, kc2.c2s, enc) != 0;
+            }
+            memcpy(d, sealed, n);
+            d[2] ^= 0x01;                   /* the header (func_id) is authenticated too */
+            ok = ok && v5_aegis_open(d, n, kc2.c2s, enc) != 0;
+        }
+        st_check(enc ? "AEGIS+ENCRYPT: 1402 bytes (and 0..1000) round trip, flips refused"
+                     : "AEGIS: 1402 bytes (and 0..1000) round trip, flips refused", ok);
+    }
+
+    /* the client's ACCEPT handling (on_accept) and its reading of replies (on_datagram_v5) */
+    {
+        uint8_t init0[V5_INIT_LEN], acc0[V5_ACCEPT_LEN];
+        struct v5keys kx;
+        uint64_t a0 = c_aes_unoffered;
+        v5_key_id = 7;
+        memcpy(v5_psk, psk, 32);
+        for (unsigned i = 0; i < HT_SIZE; i++)   /* no call outstanding: a good reply is stray */
+            ht_val[i] = -1;
+#define ST_HS(hid_, init_)                                                          \
+        do { memset(&hs, 0, sizeof hs); hs.pending = 1; hs.hid = (hid_);            \
+             memcpy(hs.init, (init_), V5_INIT_LEN); memcpy(hs.e_priv, ec_priv, 32); } while (0)
+        /* AEGIS not offered, the ACCEPT sets it: dropped */
+        v5_cur = -1;
+        v5_build_init(init0, 0x010203040506ull, 7, psk, e_c, T, 0, 0, NULL, NULL);
+        v5_build_accept(acc0, init0, psk, es_priv, 0x1122334455667788ull, V5_FLAG_AEGIS, &kx);
+        ST_HS(0x010203040506ull, init0);
+        on_accept(acc0, sizeof acc0, 1);
+        st_check("client: AEGIS not offered, ACCEPT sets it: dropped",
+                 v5_cur < 0 && hs.pending && c_aegis_unoffered == 1);
+        /* both offered, the ACCEPT sets both: dropped */
+        v5_build_init(init0, 0x010203040512ull, 7, psk, e_c, T, V5_FLAG_AES | V5_FLAG_AEGIS, 0, NULL, NULL);
+        v5_build_accept(acc0, init0, psk, es_priv, 0x1122334455667792ull, V5_FLAG_AES | V5_FLAG_AEGIS, &kx);
+        ST_HS(0x010203040512ull, init0);
+        on_accept(acc0, sizeof acc0, 2);
+        st_check("client: AES and AEGIS offered, ACCEPT sets both: dropped",
+                 v5_cur < 0 && hs.pending && c_suites_both == 1 && c_aes_unoffered == a0);
+        /* ... its ACCEPT granting AEGIS (the server picks): an AEGIS-128L session */
+        v5_build_accept(acc0, init0, psk, es_priv, 0x1122334455667792ull, V5_FLAG_AEGIS, &kx);
+        on_accept(acc0, sizeof acc0, 3);
+        st_check("client: AES and AEGIS offered, AEGIS granted: AEGIS-128L",
+                 v5_cur >= 0 && !hs.pending && v5s[v5_cur].aegis && !v5s[v5_cur].aes && !v5s[v5_cur].aes_c2s);
+        if (na.aes_ok) {                    /* ... or granting AES: an AES-256-GCM session */
+            v5_build_accept(acc0, init0, psk, es_priv, 0x1122334455667793ull, V5_FLAG_AES, &kx);
+            ST_HS(0x010203040512ull, init0);
+            on_accept(acc0, sizeof acc0, 4);
+            st_check("client: AES and AEGIS offered, AES granted: AES-256-GCM",
+                     v5_cur >= 0 && !hs.pending && v5s[v5_cur].aes && !v5s[v5_cur].aegis);
+        }
+        /* the page's AEGIS session: requests sealed as the page's, its RESPONSE taken */
+        ST_HS(0x010203040510ull, init);
+        on_accept(acc, sizeof acc, 5);
+        int ok = v5_cur >= 0 && !hs.pending && v5s[v5_cur].aegis && !v5s[v5_cur].aes && v5s[v5_cur].id == SA;
+        if (ok) {
+            struct v5sess *ss = &v5s[v5_cur];
+            uint8_t want[128];
+            v5_hdr(d, T_REQUEST, 1, 1, 0, 1, 4, 0);
+            memcpy(d + HDR, data, 4);
+            n = v5_aegis_seal(d, 4, SA, ss->tx_ctr + 1, ss->k.c2s, ss->encrypt);
+            ok = hexbytes(REQ_AEGIS, want, sizeof want) == (int)n && !memcmp(d, want, n);
+            int wn = hexbytes(RESP_AEGIS, want, sizeof want);
+            uint64_t m0 = c_malformed, s0 = c_stray, b0 = c_bad_auth, r0 = c_replayed;
+            memcpy(d, want, (size_t)wn);    /* 69 bytes: the page's RESPONSE less its data and
+                                             * T's first byte; its trailer names the session: short */
+            memmove(d + HDR, d + HDR + 5, (size_t)wn - HDR - 5);
+            on_datagram_v5(d, (size_t)wn - 5, 0, 6);
+            ok = ok && c_malformed == m0 + 1 && c_bad_auth == b0;
+            memcpy(d, want, (size_t)wn);
+            d[wn - 1] ^= 1;
+            on_datagram_v5(d, (size_t)wn, 0, 7);
+            ok = ok && c_bad_auth == b0 + 1 && c_stray == s0;
+            memcpy(d, want, (size_t)wn);
+            on_datagram_v5(d, (size_t)wn, 0, 8);   /* opened, then no call of that req_id: stray */
+            ok = ok && c_bad_auth == b0 + 1 && c_stray == s0 + 1 && ss->rx_hi == 1;
+            memcpy(d, want, (size_t)wn);
+            on_datagram_v5(d, (size_t)wn, 0, 9);   /* again: the window refuses it */
+            ok = ok && c_replayed == r0 + 1 && c_stray == s0 + 1;
+        }
+        st_check("client: AEGIS offered and granted: AEGIS session, page's RESPONSE taken", ok);
+        /* AEGIS offered, not granted: ChaCha20-Poly1305 */
+        v5_build_init(init0, 0x010203040513ull, 7, psk, e_c, T, V5_FLAG_AEGIS, 0, NULL, NULL);
+        v5_build_accept(acc0, init0, psk, es_priv, 0x1122334455667794ull, 0, &kx);
+        ST_HS(0x010203040513ull, init0);
+        on_accept(acc0, sizeof acc0, 10);
+        st_check("client: AEGIS offered, not granted: ChaCha20-Poly1305",
+                 v5_cur >= 0 && !hs.pending && v5s[v5_cur].id == 0x1122334455667794ull && !v5s[v5_cur].aegis &&
+                 !v5s[v5_cur].aes);
+#undef ST_HS
+        memset(&hs, 0, sizeof hs);
+    }
+}
+
 static int v5_selftest(void)
 {
     static const char *E_C = "79 a6 31 ee de 1b f9 c9 8f 12 03 2c de ad d0 e7 a0 79 39 8f c7 86 b8 8c c8 46 ec 89 af 85 a5 1a";
@@ -1659,6 +2078,7 @@ static int v5_selftest(void)
                  !memcmp(init4, init, 110));
     }
     v5_selftest_aes(psk, ec_priv, es_priv, e_c, T);
+    v5_selftest_aegis(psk, ec_priv, es_priv, e_c, T);
     printf("selftest-v5: %s\n", st_fail ? "FAILED" : "every byte matches the page");
     return st_fail ? 1 : 0;
 }
@@ -2073,6 +2493,7 @@ static void report(void)
                ",\"replayed\":%" PRIu64 ",\"unknown_session\":%" PRIu64 ",\"no_session\":%" PRIu64
                ",\"rehandshakes\":%" PRIu64 ",\"handshakes\":%" PRIu64 ",\"cookies\":%" PRIu64
                ",\"handshake_us\":%.3f,\"aead\":%s,\"aes_offered\":%s,\"aes_unoffered\":%" PRIu64
+               ",\"aegis_offered\":%s,\"aegis_unoffered\":%" PRIu64 ",\"suites_both\":%" PRIu64
                ",\"libsodium\":\"%s\"}\n",
                c_resends, c_lost, c_malformed, c_stray, c_dup, c_dropped_msgs, c_refused,
                c_send_splits, c_multiseg, elapsed, cps, p50, p90, p99, p999, mx, cu, cs, cv, ci,
@@ -2080,8 +2501,10 @@ static void report(void)
                cfg.v5 ? 5 : cfg.v2 ? 2 : 1, (cfg.v5 && v5_cur >= 0 && v5s[v5_cur].encrypt) ? "true" : "false",
                cfg.v5 ? v5_key_id : 0, c_bad_auth, c_replayed, c_unknown_sess, c_no_session,
                c_rehandshakes, c_handshakes, c_cookies, (double)hs_first_ns / 1000.0,
-               !cfg.v5 ? "null" : (v5_cur >= 0 && v5s[v5_cur].aes) ? "\"aes-256-gcm\"" : "\"chacha20-poly1305\"",
-               cfg.aes ? "true" : "false", c_aes_unoffered, na_name ? na_name : "");
+               !cfg.v5 ? "null" : (v5_cur >= 0 && v5s[v5_cur].aes) ? "\"aes-256-gcm\""
+                 : (v5_cur >= 0 && v5s[v5_cur].aegis) ? "\"aegis-128l\"" : "\"chacha20-poly1305\"",
+               cfg.aes ? "true" : "false", c_aes_unoffered, cfg.aegis ? "true" : "false", c_aegis_unoffered,
+               c_suites_both, na_name ? na_name : "");
     } else {
         printf("indep_client: mode=%s outstanding=%u func=%u size=%" PRIu64 " (%u segment%s of <=%u)%s\n",
                cfg.spin ? "spin" : "block", cfg.outstanding, cfg.func, cfg.size, req_nseg,
@@ -2111,15 +2534,21 @@ static void report(void)
         printf("received    malformed %" PRIu64 ", stray %" PRIu64 ", duplicate segments %" PRIu64
                ", dropped messages %" PRIu64 ", icmp refused %" PRIu64 "; multi-segment replies %" PRIu64 "\n",
                c_malformed, c_stray, c_dup, c_dropped_msgs, c_refused, c_multiseg);
-        if (cfg.v5)
-            printf("version 5   key %u, %s, %s%s; bad_auth %" PRIu64 ", replayed %" PRIu64 ", unknown session %" PRIu64
+        if (cfg.v5) {
+            int is_aes = v5_cur >= 0 && v5s[v5_cur].aes, is_aegis = v5_cur >= 0 && v5s[v5_cur].aegis;
+            printf("version 5   key %u, %s, %s%s%s; bad_auth %" PRIu64 ", replayed %" PRIu64 ", unknown session %" PRIu64
                    ", no_session %" PRIu64 ", rehandshakes %" PRIu64 " (handshakes %" PRIu64 ", cookies %" PRIu64
                    "; first handshake %.1f us)\n",
                    v5_key_id, (v5_cur >= 0 && v5s[v5_cur].encrypt) ? "encrypting" : "authenticating",
-                   (v5_cur >= 0 && v5s[v5_cur].aes) ? "AES-256-GCM" : "ChaCha20-Poly1305",
-                   cfg.aes && !(v5_cur >= 0 && v5s[v5_cur].aes) ? " (AES offered, not granted)" : "",
+                   is_aes ? "AES-256-GCM" : is_aegis ? "AEGIS-128L" : "ChaCha20-Poly1305",
+                   cfg.aes && !is_aes ? " (AES offered, not granted)" : "",
+                   cfg.aegis && !is_aegis ? " (AEGIS-128L offered, not granted)" : "",
                    c_bad_auth, c_replayed, c_unknown_sess, c_no_session, c_rehandshakes, c_handshakes,
                    c_cookies, (double)hs_first_ns / 1000.0);
+            if (c_aes_unoffered || c_aegis_unoffered || c_suites_both)
+                printf("            ACCEPTs dropped: AES not offered %" PRIu64 ", AEGIS not offered %" PRIu64
+                       ", both set %" PRIu64 "\n", c_aes_unoffered, c_aegis_unoffered, c_suites_both);
+        }
     }
 }
 
@@ -2138,7 +2567,8 @@ static void usage(FILE *f)
         "  --calls N            measured calls (default 20000)\n"
         "  --warmup N           calls before measuring (default 2000)\n"
         "  --mode spin|block    recvmmsg MSG_DONTWAIT loop, or MSG_WAITFORONE (default block)\n"
-        "  --seg S              request segment size (default 1450, max %d; with --v5 1418, max %d)\n"
+        "  --seg S              request segment size (default 1450, max %d; with --v5 1418, max %d;\n"
+        "                       with --aegis 1402, max %d)\n"
         "  --timeout-ms MS      resend after MS; lost after %d resends (default 200)\n"
         "  --json               one JSON object on stdout\n"
         "  --v2                 version 2 (unkeyed, docs/PROTOCOL-v2.md: the header's CRC-16), not 1\n"
@@ -2148,10 +2578,13 @@ static void usage(FILE *f)
         "  --encrypt            version 5: ask for ENCRYPT; exit 1 if the server does not grant it\n"
         "  --aes                version 5: offer AES-256-GCM; used when the server's ACCEPT grants it,\n"
         "                       else ChaCha20-Poly1305 (needs AES-NI and PCLMULQDQ; exit 1 without)\n"
+        "  --aegis              version 5: offer AEGIS-128L (with --aes: both, the server picks); used\n"
+        "                       when the server's ACCEPT grants it (needs libsodium 1.0.19 or later,\n"
+        "                       e.g. PyNaCl 1.6's with --libsodium; exit 1 without)\n"
         "  --libsodium PATH     version 5: load libsodium from PATH (exit 1 if it does not load), not\n"
         "                       the system's libsodium.so.23, .so.26 or .so\n"
         "  --selftest-v5        rebuild docs/PROTOCOL-v5.md's worked example; exit 0 if every byte matches\n",
-        MAX_OUTSTANDING, MAX_SEG, MAX_SEG_V5, MAX_RESENDS);
+        MAX_OUTSTANDING, MAX_SEG, MAX_SEG_V5, MAX_SEG_V5_AEGIS, MAX_RESENDS);
 }
 
 int main(int argc, char **argv)
@@ -2175,6 +2608,7 @@ int main(int argc, char **argv)
         {"v5-key", required_argument, 0, 'K'},
         {"encrypt", no_argument, 0, 'E'},
         {"aes", no_argument, 0, 'A'},
+        {"aegis", no_argument, 0, 'G'},
         {"libsodium", required_argument, 0, 'L'},
         {"selftest-v5", no_argument, 0, 'T'},
         {"help", no_argument, 0, 'H'},
@@ -2221,6 +2655,7 @@ int main(int argc, char **argv)
         case 'K': keyhex = optarg; cfg.v5 = 1; break;
         case 'E': cfg.encrypt = 1; break;
         case 'A': cfg.aes = 1; break;
+        case 'G': cfg.aegis = 1; break;
         case 'L': cfg.libsodium = optarg; break;
         case 'T': selftest = 1; break;
         case 'H': usage(stdout); return 0;
@@ -2246,11 +2681,16 @@ int main(int argc, char **argv)
         usage_error("--encrypt needs --v5 or --v5-key");
     if (cfg.aes && !cfg.v5)
         usage_error("--aes needs --v5 or --v5-key");
+    if (cfg.aegis && !cfg.v5)
+        usage_error("--aegis needs --v5 or --v5-key");
     if (cfg.v5) {
-        if (!seg_set)
-            cfg.seg = 1418;         /* 22 + S + 32 = 1472: a 1500-byte MTU's UDP payload */
+        if (!seg_set)               /* 22 + S + 32 = 1472: a 1500-byte MTU's UDP payload; with AEGIS-128L
+                                     * offered 22 + S + 48, whichever suite the server picks */
+            cfg.seg = cfg.aegis ? 1402 : 1418;
         if (cfg.seg > MAX_SEG_V5)
             usage_error("--seg: %u is over version 5's %d (65507 - 54)", cfg.seg, MAX_SEG_V5);
+        if (cfg.aegis && cfg.seg > MAX_SEG_V5_AEGIS)
+            usage_error("--seg: %u is over an AEGIS-128L session's %d (65507 - 70)", cfg.seg, MAX_SEG_V5_AEGIS);
         if (keyhex)
             parse_v5_key(keyhex);
         char why[256];
@@ -2262,6 +2702,9 @@ int main(int argc, char **argv)
                     "(ChaCha20-Poly1305)", aes_why);
             aes_pool_init(2 * V5_SESSIONS);
         }
+        if (cfg.aegis && !na.aegis_ok)
+            die("--aegis: AEGIS-128L is not available here: %s; run without --aegis, or give "
+                "--libsodium a libsodium that has it", aegis_why);
         if (keyfile)
             load_key_file(keyfile);
     }
@@ -2287,7 +2730,7 @@ int main(int argc, char **argv)
     tx_msgs = xmalloc((size_t)req_nseg * sizeof *tx_msgs);
     memset(tx_msgs, 0, (size_t)req_nseg * sizeof *tx_msgs);
     if (cfg.v5) {                   /* whole datagrams, sealed at each send (v5_build_call) */
-        tx_v5stride = (size_t)HDR + cfg.seg + V5_TRAILER;
+        tx_v5stride = (size_t)HDR + cfg.seg + V5_TRAILER + (cfg.aegis ? V5_AEGIS_MID : 0);
         tx_v5buf = xmalloc((size_t)req_nseg * tx_v5stride);
     }
     for (uint32_t i = 0; i < req_nseg; i++) {
