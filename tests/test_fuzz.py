@@ -1,4 +1,5 @@
 """The libFuzzer harnesses over the server's datagram path (native/fuzz/fuzz_datagrams.c), the same with authentication on (native/fuzz/fuzz_auth.c), the client's reply path (native/fuzz/fuzz_replies.c) and protocol version 5's handshake and data datagrams (native/fuzz/fuzz_session.c), built with clang under ASan+UBSan and run for a bounded number of inputs from the seed corpus in tests/fuzz_corpus; skips, saying why, without clang's libFuzzer."""
+import os
 import pathlib
 import shutil
 import subprocess
@@ -46,16 +47,18 @@ def fuzz_build(tmp_path_factory):
     return build
 
 
-def _fuzz(harness: pathlib.Path, corpus: pathlib.Path, tmp_path: pathlib.Path, max_len: int) -> None:
+def _fuzz(harness: pathlib.Path, corpus: pathlib.Path, tmp_path: pathlib.Path, max_len: int,
+          env_extra: dict[str, str] | None = None) -> str:
     seeds = len(list(corpus.iterdir()))
     r = subprocess.run([str(harness), f"-runs={RUNS}", "-seed=1", f"-max_len={max_len}",
                         "-rss_limit_mb=2048", "-max_total_time=120", f"-artifact_prefix={tmp_path}/", str(corpus)],
-                       capture_output=True, text=True, timeout=300)
+                       capture_output=True, text=True, timeout=300, env={**os.environ, **(env_extra or {})})
     out = r.stdout + r.stderr
     assert r.returncode == 0, out[-6000:]
     assert "ERROR: AddressSanitizer" not in out and "runtime error" not in out, out[-6000:]
     assert f"Done {RUNS} runs" in out, out[-3000:]
     assert len(list(corpus.iterdir())) > seeds, "the fuzzer found no new coverage at all"
+    return out
 
 
 def test_fuzz_datagram_path(fuzz_build, tmp_path):
@@ -168,7 +171,9 @@ def test_fuzz_session_handshake_and_datagrams(fuzz_build, tmp_path):
     """Seeds: docs/PROTOCOL-v5.md's worked example (as tests/foreign_v5.py makes it) under each
     reader: its INIT for the server, its ACCEPT, a COOKIE and a NO_SESSION for the client, and its
     REQUEST and RESPONSE for both sides of the harness's two sessions (whose keys are the
-    example's: the harness makes the same handshake)."""
+    example's: the harness makes the same handshake). Where PyNaCl carries a libsodium with
+    AEGIS-128L, the harness runs on it, with the AEGIS sessions' datagrams as seeds too (the system's
+    1.0.18 has no AEGIS-128L: those inputs then open nothing)."""
     from splitrpc._native import auth as _auth
 
     if not _auth.available():
@@ -193,6 +198,17 @@ def test_fuzz_session_handshake_and_datagrams(fuzz_build, tmp_path):
              "no_session": bytes([3]) + v5.header(v5.NO_SESSION, 1, 1, 8) + bytes(8),
              "request": bytes([4 | 16]) + req, "response": bytes([4]) + resp,
              "encrypted_request": bytes([4 | 8 | 16]) + enc_req}
+    # The harness's AEGIS-128L sessions: its first two sessions' keys, ids 4 higher, the AEGIS flag.
+    for base, bits in ((server, 0x40), (enc_server, 0x40 | 8)):
+        a = v5.Session(base.id + 4, base.k_c2s, base.k_s2c, base.encrypt, aegis=True)
+        seeds[f"aegis_request_{bits}"] = bytes([4 | 16 | bits]) + v5.seal(a, v5.header(v5.REQUEST, 1, 1, 4),
+                                                                          b"\x01\x02\x03\x04", True)
+        seeds[f"aegis_response_{bits}"] = bytes([4 | bits]) + v5.seal(a, v5.header(v5.RESPONSE, 1, 1, 4),
+                                                                      b"\x02\x03\x04\x05", False)
     for name, body in seeds.items():
         (corpus / name).write_bytes(body)
-    _fuzz(fuzz_build / "fuzz_session", corpus, tmp_path, 2000)
+    from test_native_sanitized import _pynacl_libsodium_env
+    env = _pynacl_libsodium_env()
+    out = _fuzz(fuzz_build / "fuzz_session", corpus, tmp_path, 2000, env)
+    if env is not None and "aes" in pathlib.Path("/proc/cpuinfo").read_text().split():
+        assert "fuzz_session: AEGIS-128L sessions on" in out, out[-2000:]

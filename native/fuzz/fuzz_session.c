@@ -1,5 +1,6 @@
-/* fuzz_session.c: libFuzzer harness over protocol version 5's parsing (core/session.c, docs/PROTOCOL-v5.md): an INIT as a server reads it (fields, mac1, cookie_mac, the ACCEPT it makes; and a server's table of sessions, server/sessions.c, answering it), an ACCEPT, a COOKIE and a NO_SESSION as a client reads them, and data datagrams opened by both sides of an authenticating and an encrypting session; a client's sessions (client/sessions.c) taking the ACCEPTs, COOKIEs and replies; the input's first byte picks the reader (its low 3 bits) and its options (bits 3 and 4), the rest is the datagram. */
+/* fuzz_session.c: libFuzzer harness over protocol version 5's parsing (core/session.c, docs/PROTOCOL-v5.md): an INIT as a server reads it (fields, mac1, cookie_mac, the ACCEPT it makes; and a server's table of sessions, server/sessions.c, answering it), an ACCEPT, a COOKIE and a NO_SESSION as a client reads them, and data datagrams opened by both sides of an authenticating and an encrypting session; a client's sessions (client/sessions.c) taking the ACCEPTs, COOKIEs and replies; the input's first byte picks the reader (its low 3 bits) and its options (bits 3 to 6: the session's kind, the side, the AES or AEGIS-128L suite), the rest is the datagram. */
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -10,7 +11,8 @@
 #include "server/sessions.h"
 
 static uint8_t psk[32], e_c[32], e_s[32], init[SRPC_V5_INIT_LEN];
-static srpc_v5_keys_t keys[4]; /* authenticating, encrypting; the same with AES-256-GCM (where the CPU has it) */
+static srpc_v5_keys_t keys[6]; /* authenticating, encrypting; the same with AES-256-GCM (where the CPU has it), and
+                                   with AEGIS-128L (where libsodium has it) */
 static srpc_sessions_t table;   /* a server's sessions (server/sessions.c), fed INITs */
 static srpc_keytab_t *keytab;
 static uint64_t mono = 1000;
@@ -38,17 +40,21 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     if (srpc_v5_accept_make(acc, &keys[0], init, psk, e_s, 0x1122334455667788ull, 0) ||
         srpc_v5_accept_make(acc, &keys[1], init, psk, e_s, 0x1122334455667789ull, SRPC_V5_FLAG_ENCRYPT))
         abort();
-    for (int i = 0; i < 2; i++) { /* (an AES session's keys: as made, with its flag) */
-        keys[2 + i] = keys[i];
+    for (int i = 0; i < 2; i++) { /* (an AES or AEGIS session's keys: as made, with its flag) */
+        keys[2 + i] = keys[4 + i] = keys[i];
         keys[2 + i].session += 2;
+        keys[4 + i].session += 4;
         if (srpc_v5_aes_available())
             keys[2 + i].encrypt |= SRPC_V5_FLAG_AES;
+        if (srpc_v5_aegis_available())
+            keys[4 + i].encrypt |= SRPC_V5_FLAG_AEGIS;
     }
     if (srpc_sessions_init(&table, 64, 4) || srpc_keytab_create(0, 0, &keytab) ||
         srpc_keytab_add(keytab, 7, psk, 32, 0, 1, NULL, 0) || srpc_keytab_seal(keytab))
         abort();
     if (srpc_cl_v5_init(&client, 7, psk, 0, 0))
         abort();
+    fprintf(stderr, "fuzz_session: AEGIS-128L sessions %s\n", srpc_v5_aegis_available() ? "on" : "off");
     return 0;
 }
 
@@ -64,9 +70,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *in, size_t n)
         return 0;
     memcpy(copy, d, len);
     arm_client();
-    for (int i = 0; i < 4; i++) { /* (an ACCEPT taken below may have replaced one) */
+    for (int i = 0; i < SRPC_CL_SESSIONS; i++) { /* (an ACCEPT taken below may have replaced one) */
         memset(&client.s[i], 0, sizeof(client.s[i]));
-        client.s[i].keys = keys[i];
+        client.s[i].keys = keys[op & 0x40 ? (i & 1) + 4 : i]; /* bit 6: its AEGIS sessions in place of AES */
         client.s[i].used = 1;
     }
     switch (op & 7) { /* 0..3 and 5: the readers above; 4, 6, 7: a data datagram; bits 3 and 4 choose within */
@@ -118,10 +124,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *in, size_t n)
     }
     default: /* 4, 6, 7: a data datagram of either session, to either side */
         if (len >= SRPC_HDR_LEN + SRPC_V5_TRAILER_LEN) {
-            const uint32_t dl = (uint32_t)(len - SRPC_HDR_LEN - SRPC_V5_TRAILER_LEN);
-            const srpc_v5_keys_t *k = &keys[((op >> 3) & 1) | ((op >> 4) & 2)]; /* bit 5: the AES suite */
-            (void)srpc_v5_open(k, (op >> 4) & 1, copy, copy + SRPC_HDR_LEN, dl, copy + SRPC_HDR_LEN + dl);
-            uint32_t cl = dl + SRPC_V5_TRAILER_LEN; /* as the client opens a reply (client/sessions.c) */
+            /* bit 5: the AES suite, bit 6 the AEGIS suite (its tail 16 bytes longer) */
+            const srpc_v5_keys_t *k = &keys[((op >> 3) & 1) | (op & 0x40 ? 4 : (op >> 4) & 2)];
+            const uint32_t tail = srpc_v5_tail_len(k->encrypt);
+            if (len >= SRPC_HDR_LEN + tail) {
+                const uint32_t dl = (uint32_t)(len - SRPC_HDR_LEN - tail);
+                (void)srpc_v5_open(k, (op >> 4) & 1, copy, copy + SRPC_HDR_LEN, dl, copy + SRPC_HDR_LEN + dl);
+            }
+            uint32_t cl = (uint32_t)(len - SRPC_HDR_LEN); /* as the client opens a reply (client/sessions.c) */
             (void)srpc_cl_v5_open(&client, copy, copy + SRPC_HDR_LEN, &cl);
         }
         break;
