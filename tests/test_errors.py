@@ -9,7 +9,7 @@ from splitrpc._native import lib, strerror
 DROP_KEYS = ["short", "bad_header", "bad_segment", "truncated", "not_request", "inconsistent", "reassembly_timeout",
              "memory_cap", "table_full", "duplicate", "rejected", "tx_failed", "not_allowed", "bad_check",
              "client_memory_cap", "bad_data_check", "auth_missing", "auth_unknown_key", "auth_bad_tag", "auth_stale",
-             "auth_replay", "auth_no_room", "auth_v4_off"]
+             "auth_replay", "auth_no_room", "auth_v4_off", "auth_address"]
 
 
 @pytest.mark.parametrize("cls", list(errors.ERROR_CLASSES.values()), ids=lambda c: c.__name__)

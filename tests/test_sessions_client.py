@@ -383,3 +383,73 @@ def test_waiting_for_a_slow_handshake_spends_no_retransmission(keys):
     assert len(inits) >= 3 and 0.4 < took < 1.5, (len(inits), took)  # the third INIT's answer, then one resend
     assert st["retransmits"] == 1 and st["handshakes"] == 1, st
     assert len(requests) == 2 and runs == [b"x"]
+
+
+class _Rebinding:
+    """A NAT on loopback that rebinds: the client talks to its port, and it forwards to the server
+    from one source port, then, once rebind() is called, from a new one (what a NAT does when its
+    mapping expires), relaying the server's answers back to the client."""
+
+    def __init__(self, server_port):
+        self.server = ("127.0.0.1", server_port)
+        self.front = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.front.bind(("127.0.0.1", 0))
+        self.port = self.front.getsockname()[1]
+        self.client = None
+        self.back = self._new_back()
+        self.stop = False
+        self.t = threading.Thread(target=self._run, daemon=True)
+        self.t.start()
+
+    def _new_back(self):
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        s.bind(("127.0.0.1", 0))
+        s.setblocking(False)
+        return s
+
+    def rebind(self):
+        self.back = self._new_back()  # the old mapping is gone: its answers are lost
+
+    def _run(self):
+        import select
+        self.front.setblocking(False)
+        while not self.stop:
+            back = self.back
+            r, _, _ = select.select([self.front, back], [], [], 0.05)
+            for s in r:
+                try:
+                    d, src = s.recvfrom(70000)
+                except BlockingIOError:
+                    continue
+                if s is self.front:
+                    self.client = src
+                    self.back.sendto(d, self.server)
+                elif s is self.back and self.client:
+                    self.front.sendto(d, self.client)
+
+    def close(self):
+        self.stop = True
+        self.t.join(2)
+        self.front.close()
+
+
+def test_a_client_behind_a_rebinding_nat_goes_on_under_a_new_session(make_server, make_client, keys, table):
+    """PROTOCOL-v5.md, "Address": a session is taken only from the address its INIT came from. A
+    client whose NAT rebinds (its datagrams now come from another port) gets a NO_SESSION there
+    and makes a new session from the new address, following the old one: its calls go on, each
+    run once, and nothing but a NO_SESSION went to the new address before it had a session there."""
+    runs = {"echo": [], "other": []}
+    srv = make_server(_setup(runs), keys=table)
+    nat = _Rebinding(srv.port)
+    try:
+        c = make_client(nat.port, key=keys["all"], timeout=5)
+        assert [c.call(ECHO, bytes([i]) * 10) for i in range(5)] == [bytes([i]) * 10 for i in range(5)]
+        assert c.stats()["handshakes"] == 1
+        nat.rebind()
+        assert [c.call(ECHO, bytes([i]) * 2000) for i in range(5, 10)] == [bytes([i]) * 2000 for i in range(5, 10)]
+        st, sst = c.stats(), srv.stats()
+        assert st["handshakes"] == 2 and st["no_sessions"] + st["no_sessions_deferred"] >= 1, st
+        assert sst["drops"]["auth_address"] >= 1
+        assert len(runs["echo"]) == 10, "each call ran once"
+    finally:
+        nat.close()

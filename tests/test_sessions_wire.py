@@ -251,23 +251,41 @@ def test_a_request_held_back_and_delivered_late_never_runs_twice(make_server, ke
     assert runs["echo"] == 4, "a held datagram of a session two moves back ran its call again"
 
 
-def test_a_call_moved_to_another_address_is_the_same_call(servers, keys):
-    """A version 5 call is its session's, not its address's (held-out attacker, W1): the client's
-    reply lost, its retransmission relayed from another port (an attacker, or a NAT that rebound)
-    gets the cached reply there and runs nothing again; so does one from the client's own port."""
+def test_a_session_is_taken_only_from_its_address(servers, keys):
+    """A version 5 session is its INIT's address's (PROTOCOL-v5.md, "Address"): the client's reply
+    lost, its retransmission relayed from another port (an attacker on the path racing it from a
+    spoofed source, or a NAT that rebound) is answered there only by a NO_SESSION, no larger than
+    it, and runs nothing; the reply (which may be far larger) never goes there. A client that did
+    move makes a new session from its new address that follows the old one: the same call, its
+    cached reply there, still one run; and the old address is still served under the old session."""
     (a, runs), _, _ = servers
     s = _sock(a.port)
     sess, _, _ = _handshake(s, keys["all"])
-    for d in _request(sess, ECHO, 31, b"move me"):
+    big = os.urandom(20000)
+    for d in _request(sess, ECHO, 31, big):
         s.send(d)
-    assert _reply(s, sess) == (v5.RESPONSE, 0, b"move me") and runs["echo"] == 1
+    assert _reply(s, sess) == (v5.RESPONSE, 0, big) and runs["echo"] == 1
     moved = _sock(a.port)  # another source port
-    for d in _request(sess, ECHO, 31, b"move me"):  # the retransmission: new counters
+    moved0 = a.stats()["drops"]["auth_address"]
+    relayed = _request(sess, ECHO, 31, big)  # the retransmission: new counters, from elsewhere
+    for d in relayed:
         moved.send(d)
-    assert _reply(moved, sess) == (v5.RESPONSE, 0, b"move me")
-    for d in _request(sess, ECHO, 31, b"move me"):
+    got = []
+    while (d := _recv(moved, 0.5)) is not None:
+        got.append(d)
+    assert got, "no NO_SESSION at the new address"
+    assert all(len(d) == v5.HDR_LEN + v5.NO_SESSION_BODY and d[1] & 0xF == v5.NO_SESSION for d in got), \
+        "something other than a NO_SESSION went to an address the session was not made from"
+    assert sum(len(d) for d in got) <= sum(len(d) for d in relayed)
+    assert wait_for(lambda: a.stats()["drops"]["auth_address"] >= moved0 + len(relayed))
+    # The client that moved: a new session from its new address, following the old one (resume).
+    sess2, _, _ = _handshake(moved, keys["all"], prev=sess)
+    for d in _request(sess2, ECHO, 31, big):
+        moved.send(d)
+    assert _reply(moved, sess2) == (v5.RESPONSE, 0, big)
+    for d in _request(sess, ECHO, 31, big):  # and from the old address, under the old session
         s.send(d)
-    assert _reply(s, sess) == (v5.RESPONSE, 0, b"move me")
+    assert _reply(s, sess) == (v5.RESPONSE, 0, big)
     time.sleep(0.1)
     assert runs["echo"] == 1
 

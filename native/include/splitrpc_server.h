@@ -377,6 +377,8 @@ enum srpc_drop_reason {
     SRPC_DROP_AUTH_NO_ROOM,    /* a new sender of a key whose table of senders is full */
     SRPC_DROP_AUTH_V4_OFF,     /* a version 4 request at a server whose table does not take them
                                   (srpc_keytab_legacy_v4): version 5's sessions only */
+    SRPC_DROP_AUTH_ADDRESS,    /* version 5: a datagram of a session from another address than its INIT's
+                                  (answered at most by a NO_SESSION: a client that moved makes a new session) */
     SRPC_DROP_MAX
 };
 

@@ -541,6 +541,38 @@ static void test_a_held_datagram_is_refused_on_time(void)
     srpc_sessions_destroy(&t);
 }
 
+/* A session is taken only from the address its INIT came from: another port, another address,
+ * another family are not it (the engine answers them NO_SESSION); a session resumed from a new
+ * address is that address's. */
+static void test_a_session_is_its_inits_address(void)
+{
+    srpc_sessions_t t;
+    CHECK(srpc_sessions_init(&t, 8, 0) == 0, "a table of 8");
+    srpc_keytab_t *keys = table(1, 0);
+    struct sockaddr_in a = addr(4050), other_port = addr(4051), other_ip = addr(4050);
+    other_ip.sin_addr.s_addr = htonl(0x7f000002);
+    struct sockaddr_in6 six = {.sin6_family = AF_INET6, .sin6_port = htons(4050)};
+    six.sin6_addr.s6_addr[10] = six.sin6_addr.s6_addr[11] = 0xff; /* ::ffff:127.0.0.1, the same host as a */
+    six.sin6_addr.s6_addr[12] = 127;
+    six.sin6_addr.s6_addr[15] = 1;
+    srpc_v5_keys_t k1, k2;
+    CHECK(handshake7(&t, keys, (const struct sockaddr *)&a, 97, MONO, NULL, &k1) == 0, "a session made from a");
+    const srpc_session_t *s1 = srpc_sessions_find(&t, keys, k1.session, MONO);
+    CHECK(s1 && srpc_sessions_from(s1, (const struct sockaddr *)&a) == 1, "taken from a");
+    CHECK(srpc_sessions_from(s1, (const struct sockaddr *)&other_port) == 0 &&
+              srpc_sessions_from(s1, (const struct sockaddr *)&other_ip) == 0 &&
+              srpc_sessions_from(s1, (const struct sockaddr *)&six) == 0,
+          "not from another port, another address, or the same host as IPv6");
+    CHECK(handshake7(&t, keys, (const struct sockaddr *)&other_port, 98, MONO + 5, &k1, &k2) == 0,
+          "the client moved: a session following the first, made from its new port");
+    const srpc_session_t *s2 = srpc_sessions_find(&t, keys, k2.session, MONO + 5);
+    CHECK(s2 && s2->lineage == s1->lineage && srpc_sessions_from(s2, (const struct sockaddr *)&other_port) == 1 &&
+              srpc_sessions_from(s2, (const struct sockaddr *)&a) == 0,
+          "the same line, taken from the new port alone");
+    srpc_keytab_destroy(keys);
+    srpc_sessions_destroy(&t);
+}
+
 int main(void)
 {
     for (int i = 0; i < 32; i++)
@@ -558,6 +590,7 @@ int main(void)
     test_key_quota();
     test_no_session_rate();
     test_late_datagrams_and_superseded();
+    test_a_session_is_its_inits_address();
     test_an_earlier_time_ages_nothing();
     test_a_held_datagram_is_refused_on_time();
     printf("%d passed, %d failed\n", passed, failed);

@@ -330,24 +330,29 @@ int srpc_v5_accept_open(srpc_v5_keys_t *k, const uint8_t init[SRPC_V5_INIT_LEN],
     return 0;
 }
 
+size_t srpc_v5_addr_bytes(const struct sockaddr *src, uint8_t out[SRPC_V5_ADDR_MAX])
+{
+    if (src->sa_family == AF_INET6) {
+        const struct sockaddr_in6 *s6 = (const struct sockaddr_in6 *)src;
+        memcpy(out, &s6->sin6_addr, 16);
+        memcpy(out + 16, &s6->sin6_port, 2);
+        return 18;
+    }
+    if (src->sa_family == AF_INET) {
+        const struct sockaddr_in *s4 = (const struct sockaddr_in *)src;
+        memcpy(out, &s4->sin_addr, 4);
+        memcpy(out + 4, &s4->sin_port, 2);
+        return 6;
+    }
+    return 0;
+}
+
 void srpc_v5_cookie_value(uint8_t cookie[SRPC_V5_COOKIE_LEN_RAW], const uint8_t secret[SRPC_V5_KEY_LEN],
                           const struct sockaddr *src)
 {
-    uint8_t a[18];
-    size_t n;
-    if (src->sa_family == AF_INET6) {
-        const struct sockaddr_in6 *s6 = (const struct sockaddr_in6 *)src;
-        memcpy(a, &s6->sin6_addr, 16);
-        memcpy(a + 16, &s6->sin6_port, 2);
-        n = 18;
-    } else {
-        const struct sockaddr_in *s4 = (const struct sockaddr_in *)src;
-        memcpy(a, &s4->sin_addr, 4);
-        memcpy(a + 4, &s4->sin_port, 2);
-        n = 6;
-    }
+    uint8_t a[SRPC_V5_ADDR_MAX];
     const void *p[1] = {a};
-    const size_t l[1] = {n};
+    const size_t l[1] = {srpc_v5_addr_bytes(src, a)};
     hash(cookie, SRPC_V5_COOKIE_LEN_RAW, secret, SRPC_V5_KEY_LEN, p, l, 1);
 }
 

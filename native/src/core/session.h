@@ -120,6 +120,12 @@ int srpc_v5_accept_make(uint8_t out[SRPC_V5_ACCEPT_LEN], srpc_v5_keys_t *k, cons
 int srpc_v5_accept_open(srpc_v5_keys_t *k, const uint8_t init[SRPC_V5_INIT_LEN], const uint8_t e_priv[SRPC_V5_KEY_LEN],
                         const uint8_t psk[SRPC_V5_KEY_LEN], const uint8_t *d, size_t len);
 
+/* An address as version 5 writes it (address then port, network order: 4 + 2 bytes for IPv4, 16 + 2
+ * for IPv6) into out: its length, 0 for another family. What a cookie is made of, and what a
+ * server keeps of the address a session was made from. */
+#define SRPC_V5_ADDR_MAX 18
+size_t srpc_v5_addr_bytes(const struct sockaddr *src, uint8_t out[SRPC_V5_ADDR_MAX]);
+
 /* The cookie of source address src for the server's cookie secret: H(secret, address || port, 16). */
 void srpc_v5_cookie_value(uint8_t cookie[SRPC_V5_COOKIE_LEN_RAW], const uint8_t secret[SRPC_V5_KEY_LEN],
                           const struct sockaddr *src);

@@ -308,21 +308,23 @@ static void v5_handshake(srpc_server_t *srv, const uint8_t *hb, const uint8_t *d
 /* A version 5 data datagram's session, tag and counter (its *dlen bytes at data before the
  * trailer; *dlen then loses an AEGIS-128L session's tag half; decrypted in place in an encrypting
  * session): 0 with *key its key and *sess its session; else the drop reason (V5_SHORT: short). A
- * datagram of a session not here is answered NO_SESSION (at the rate sessions.c allows) and never
- * run. rx and lock held. */
+ * datagram of a session not here, or not from the address the session was made from, is answered
+ * NO_SESSION (at the rate sessions.c allows) and never run. rx and lock held. */
 static int v5_open(srpc_server_t *srv, const srpc_hdr_t *h, const uint8_t *hb, uint8_t *data, uint32_t *dlen,
                    const struct sockaddr *src, uint64_t now, srpc_key_t **key, const srpc_session_t **sess)
 {
     const uint8_t *tr = data + *dlen; /* the trailer: the datagram's last 32 bytes, whatever the suite */
     const uint64_t id = srpc_v5_trailer_session(tr), counter = srpc_v5_trailer_counter(tr), mono = now / 1000000u;
     srpc_session_t *s = srpc_sessions_find(srv->sessions, srv->keys, id, mono);
-    if (!s) {
+    const int moved = s && !srpc_sessions_from(s, src); /* not from where its INIT came: no such session there */
+    if (!s || moved) {
         if (h->type == SRPC_REQUEST && srpc_sessions_may_refuse(srv->sessions, src, mono)) {
             uint8_t ns[SRPC_V5_NO_SESSION_LEN];
             srpc_v5_no_session_make(ns, h, id);
             send_raw(srv, src, ns, sizeof(ns));
         }
-        return SRPC_DROP_AUTH_UNKNOWN_KEY; /* no such session: counted with unknown keys */
+        return moved ? SRPC_DROP_AUTH_ADDRESS : SRPC_DROP_AUTH_UNKNOWN_KEY; /* no such session: counted with
+                                                                               unknown keys */
     }
     const int r = srpc_sessions_fresh(srv->sessions, s, counter, mono); /* before the tag: a replay costs no AEAD */
     if (r)

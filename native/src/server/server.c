@@ -377,6 +377,7 @@ const char *srpc_drop_name(int reason)
         [SRPC_DROP_AUTH_UNKNOWN_KEY] = "auth_unknown_key", [SRPC_DROP_AUTH_BAD_TAG] = "auth_bad_tag",
         [SRPC_DROP_AUTH_STALE] = "auth_stale", [SRPC_DROP_AUTH_REPLAY] = "auth_replay",
         [SRPC_DROP_AUTH_NO_ROOM] = "auth_no_room", [SRPC_DROP_AUTH_V4_OFF] = "auth_v4_off",
+        [SRPC_DROP_AUTH_ADDRESS] = "auth_address",
     };
     return reason >= 0 && reason < SRPC_DROP_MAX ? names[reason] : NULL;
 }

@@ -359,6 +359,7 @@ int srpc_sessions_on_init(srpc_sessions_t *t, const srpc_keytab_t *keys, const u
     memset(&s->win, 0, sizeof(s->win));
     s->floor = s->pending = s->superseded_ms = s->moved_on_ms = 0;
     s->follows = follows;
+    s->addr_len = (uint8_t)srpc_v5_addr_bytes(src, s->addr);
     memcpy(s->mac1, mac1, sizeof(s->mac1));
     memcpy(s->accept, out, SRPC_V5_ACCEPT_LEN);
     uint32_t *hi = &t->by_id[id_bucket(t, id)], *hm = &t->by_mac[mac_bucket(t, mac1)];
@@ -402,6 +403,13 @@ int srpc_sessions_take(srpc_sessions_t *t, srpc_session_t *s, uint64_t c, uint64
     return 0;
 }
 
+
+int srpc_sessions_from(const srpc_session_t *s, const struct sockaddr *src)
+{
+    uint8_t a[SRPC_V5_ADDR_MAX];
+    const size_t n = srpc_v5_addr_bytes(src, a);
+    return n && n == s->addr_len && memcmp(a, s->addr, n) == 0;
+}
 
 int srpc_sessions_may_refuse(srpc_sessions_t *t, const struct sockaddr *src, uint64_t mono_ms)
 {

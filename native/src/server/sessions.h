@@ -36,6 +36,10 @@ typedef struct srpc_session {
                                              goes on under this one */
     uint64_t follows;                     /* the id of the session this one follows, until its client is
                                              seen holding this one (0: none, or seen) */
+    uint8_t addr[SRPC_V5_ADDR_MAX];       /* the address its INIT came from (srpc_v5_addr_bytes): its datagrams
+                                             are taken from there alone (no migration: a client that moves
+                                             makes a new session, docs/PROTOCOL-v5.md) */
+    uint8_t addr_len;
     uint8_t mac1[16];                     /* its INIT's: that INIT again is answered with accept */
     uint8_t accept[SRPC_V5_ACCEPT_LEN];
     uint32_t next_id, next_mac;           /* hash chains (by id, by mac1); SRPC_SESS_NONE ends one */
@@ -96,6 +100,10 @@ int srpc_sessions_on_init(srpc_sessions_t *t, const srpc_keytab_t *keys, const u
  * expired key's calls are answered FORBIDDEN instead, as version 4's). A session found so
  * without calls is forgotten then. */
 srpc_session_t *srpc_sessions_find(srpc_sessions_t *t, const srpc_keytab_t *keys, uint64_t id, uint64_t mono_ms);
+
+/* 1 when src is the address session s was made from (its INIT's source), else 0: a datagram of s
+ * from anywhere else is not taken (answered at most by a NO_SESSION). */
+int srpc_sessions_from(const srpc_session_t *s, const struct sockaddr *src);
 
 /* Whether counter c of session s may be taken now, before its tag is checked: 0; SRPC_DROP_AUTH_REPLAY
  * (taken before, behind the window); SRPC_DROP_AUTH_STALE (at or below the session's floor, or its
