@@ -1,4 +1,4 @@
-"""sessions_cost.py: what version 5's sessions cost, measured with the independent client (bench/clients/indep_client.c, written from the protocol pages): vecadd calls unkeyed (version 1, an unkeyed `splitrpc serve`; `unkeyed-v2`: version 2, whose header check version 5 keeps) against calls in sessions, authenticated and encrypted, with ChaCha20-Poly1305 and with AES-256-GCM (`--v5`, `--encrypt`, `--aes`; a `splitrpc serve --keys` of the same command line), the variants run back to back in each round in an order rotated each round; each one's p50 and calls/s over the unkeyed one's (the median of the rounds' ratios, and the ratio of the medians, each with a bootstrap 95% interval), and the handshake's time as the client saw it.
+"""sessions_cost.py: what version 5's sessions cost, measured with the independent client (bench/clients/indep_client.c, written from the protocol pages): vecadd calls unkeyed (version 1, an unkeyed `splitrpc serve`; `unkeyed-v2`: version 2, whose header check version 5 keeps) against calls in sessions, authenticated and encrypted, with ChaCha20-Poly1305, AES-256-GCM and AEGIS-128L (`--v5`, `--encrypt`, `--aes`, `--aegis`; a `splitrpc serve --keys` of the same command line), the variants run back to back in each round in an order rotated each round; each one's p50 and calls/s over the unkeyed one's (the median of the rounds' ratios, and the ratio of the medians, each with a bootstrap 95% interval), and the handshake's time as the client saw it.
 
     python -m splitrpc.bench.suites.sessions_cost --rounds 15 --calls 40000 --out bench/results/sessions_cost/indep
 
@@ -30,8 +30,13 @@ from splitrpc.reporting import SuiteFailed, command_of, run_as_module, run_suite
 # splitrpc's own client's unkeyed default)
 BASE, BASE_V2 = "unkeyed", "unkeyed-v2"
 VARIANTS = {BASE: (False, []), BASE_V2: (False, ["--v2"]), "v5": (True, []), "v5-encrypt": (True, ["--encrypt"]),
-            "v5-aes": (True, ["--aes"]), "v5-aes-encrypt": (True, ["--aes", "--encrypt"])}
-AEAD = {False: "chacha20-poly1305", True: "aes-256-gcm"}  # what the client's JSON says its session used
+            "v5-aes": (True, ["--aes"]), "v5-aes-encrypt": (True, ["--aes", "--encrypt"]),
+            "v5-aegis": (True, ["--aegis"]), "v5-aegis-encrypt": (True, ["--aegis", "--encrypt"])}
+
+
+def aead_of(opts: list[str]) -> str:
+    """The suite a session with these client options must have (what the client's JSON says it used)."""
+    return "aegis-128l" if "--aegis" in opts else "aes-256-gcm" if "--aes" in opts else "chacha20-poly1305"
 
 
 def client_libsodium(choice: str) -> tuple[str | None, dict[str, str]]:
@@ -73,9 +78,10 @@ def _one(client: str, port: int, mode: str, outstanding: int, calls: int, key: s
     want = 5 if keyed else 2 if "--v2" in opts else 1
     if d.get("protocol") != want:
         raise SuiteFailed(f"{opts}: the client spoke version {d.get('protocol')}, not {want} (a client older than --v2?)")
-    if keyed and d.get("aead") != AEAD["--aes" in opts]:
-        raise SuiteFailed(f"{opts}: the session's AEAD was {d.get('aead')}, not {AEAD['--aes' in opts]} "
-                          "(a server or CPU without AES-NI does not grant AES-256-GCM)")
+    if keyed and d.get("aead") != aead_of(opts):
+        raise SuiteFailed(f"{opts}: the session's AEAD was {d.get('aead')}, not {aead_of(opts)} "
+                          "(a server or CPU without AES-NI grants neither AES-256-GCM nor AEGIS-128L, and a "
+                          "libsodium before 1.0.19 no AEGIS-128L)")
     return {"p50_us": d["p50_us"], "p99_us": d["p99_us"], "rps": d["calls_per_s"],
             "handshake_us": d.get("handshake_us"), "libsodium": d.get("libsodium")}
 
@@ -182,7 +188,7 @@ def report(doc: dict) -> str:
     lines = ["# What sessions cost, measured with the independent client", "",
              f"Machine: {doc['machine']}; {doc['started']}. Client: `{os.path.basename(doc['client'])}` "
              "(bench/clients/indep_client.c, written from the protocol pages; `v5*` are its sessions with "
-             "ChaCha20-Poly1305, `v5-aes*` with AES-256-GCM, `*-encrypt` encrypting the data). Loopback, servers "
+             "ChaCha20-Poly1305, `v5-aes*` with AES-256-GCM, `v5-aegis*` with AEGIS-128L, `*-encrypt` encrypting the data). Loopback, servers "
              "`--wait poll`. Nothing emulated.", "",
              f"libsodium: the servers' {doc.get('libsodium', {}).get('servers')}; the independent client's "
              f"{doc.get('libsodium', {}).get('client')}.", "",
