@@ -85,10 +85,13 @@ class Client:
     table) makes the calls authenticated, for servers made with ``keys=``: protocol 5
     (docs/PROTOCOL-v5.md), sessions. Before its first call the client makes a session with the
     server (one round trip: a handshake authenticated by the key, with fresh X25519 keys), and
-    every datagram then carries the session, a counter and a ChaCha20-Poly1305 tag; replies of
+    every datagram then carries the session, a counter and an AEAD tag; replies of
     no session of this client, or whose tag is wrong, are dropped (``stats()["bad_auth"]``). A
     captured call never runs again: not on the same server, nor after it restarts, nor on another
-    replica. ``encrypt=True`` also makes the data private. A new session follows the old one every
+    replica. ``encrypt=True`` also makes the data private. ``suites`` names the AEADs its handshakes
+    offer (default: all this process can use, ``splitrpc._native.auth.suites()``; the server picks
+    AEGIS-128L, else AES-256-GCM, else ChaCha20-Poly1305): leave out "aegis-128l" to reach a server
+    built before it (docs/PROTOCOL-v5.md). A new session follows the old one every
     ``rekey`` seconds (default and most 120) without a pause in calls; a restarted server answers
     NO_SESSION and the client makes a new session and sends its calls again (``stats()``:
     ``handshakes``, ``rekeys``, ``no_sessions``). A handshake unanswered for 12.6 s (a wrong key, a
@@ -107,7 +110,7 @@ class Client:
                  window: int | None = None, busy_retry: bool | None = None, busy_backoff: float | None = None,
                  protocol: int | None = None, wait_for_ready: bool | None = None,
                  key: "auth_.Key | tuple[int, bytes] | str | os.PathLike[str] | None" = None,
-                 encrypt: bool = False, rekey: float | None = None) -> None:
+                 encrypt: bool = False, rekey: float | None = None, suites: Sequence[str] | None = None) -> None:
         # A setting left None takes the C core's default (srpc_client_config_init, native/src/core/tunables.h;
         # splitrpc._native.client.CLIENT_DEFAULTS; segment_size: by destination; dpdk_mtu: 1500).
         # timeout has no C counterpart: it is Python's own, defined here once.
@@ -142,6 +145,11 @@ class Client:
             raise ValueError(f"encrypt=True needs sessions: key= (protocol {_auth.SESSIONS})")
         if rekey is not None and not 0 < rekey <= d["rekey"]:
             raise ValueError(f"rekey must be > 0 and at most {d['rekey']:g} seconds, got {rekey!r}")
+        suite_mask = None
+        if suites is not None:
+            if protocol != _auth.SESSIONS:
+                raise ValueError(f"suites needs sessions: key= (protocol {_auth.SESSIONS})")
+            suite_mask = _auth.suite_mask([suites] if isinstance(suites, str) else suites)
         dpdk_kw: dict[str, Any] = {} if transport != "dpdk" else {
             "dpdk_dev": dpdk_port, "dpdk_local_ip": local_ip, "dpdk_local_port": local_port,
             "dpdk_server_mac": server_mac, "dpdk_mtu": dpdk_mtu}
@@ -151,7 +159,7 @@ class Client:
             window=window, busy_retry=None if busy_retry is None else int(bool(busy_retry)),
             busy_backoff=busy_backoff, protocol=protocol,
             wait_for_ready=None if wait_for_ready is None else int(bool(wait_for_ready)), auth_key=auth_key,
-            encrypt=encrypt, rekey=rekey, **dpdk_kw)
+            encrypt=encrypt, rekey=rekey, suites=suite_mask, **dpdk_kw)
         self._cl = self._native.handle
         self.host, self.port, self.timeout = self._native.host, self._native.port, timeout
         self.max_reply = self._native.max_reply

@@ -453,3 +453,38 @@ def test_a_client_behind_a_rebinding_nat_goes_on_under_a_new_session(make_server
         assert len(runs["echo"]) == 10, "each call ran once"
     finally:
         nat.close()
+
+
+@pytest.mark.parametrize("suites", [None, ["chacha20-poly1305"], ["aes-256-gcm", "chacha20-poly1305"],
+                                    ["aegis-128l", "chacha20-poly1305"]])
+def test_a_client_offers_the_suites_it_is_given(keys, suites):
+    """Client(suites=) names the AEADs its INITs offer (all this process can use by default): the
+    INIT's flags (PROTOCOL-v5.md: bit 1 AES, bit 2 AEGIS) carry exactly those, of what this process
+    has; a list without ChaCha20-Poly1305, or a name not known, is refused."""
+    bits = {"aes-256-gcm": 2, "aegis-128l": 4}
+    have = _auth.suites()
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.bind(("127.0.0.1", 0))
+    s.settimeout(3)
+    try:
+        c = splitrpc.Client("127.0.0.1", s.getsockname()[1], timeout=0.5, key=keys["all"], suites=suites)
+        try:
+            c.call_async(ECHO, b"x")
+            init, _ = s.recvfrom(2048)
+        finally:
+            c.close()
+    finally:
+        s.close()
+    assert len(init) == 126 and init[1] == 0x53, "not an INIT"
+    flags = int.from_bytes(init[22 + 44:22 + 48], "big")
+    want = sum(b for n, b in bits.items() if n in have and (suites is None or n in suites))
+    assert flags == want, (flags, want, have)
+
+
+def test_suites_must_name_known_ones_and_chacha(keys):
+    with pytest.raises(ValueError, match="chacha20-poly1305"):
+        splitrpc.Client("127.0.0.1", 9, key=keys["all"], suites=["aegis-128l"])
+    with pytest.raises(ValueError, match="suites"):
+        splitrpc.Client("127.0.0.1", 9, key=keys["all"], suites=["rot13", "chacha20-poly1305"])
+    with pytest.raises(ValueError, match="sessions"):
+        splitrpc.Client("127.0.0.1", 9, suites=["chacha20-poly1305"])

@@ -87,6 +87,11 @@ typedef struct srpc_client_config {
      * UDP only (-ENOTSUP with dpdk_dev). */
     uint8_t encrypt;
     uint32_t rekey_ms;
+    /* Version 5: the suites its INITs offer beyond ChaCha20-Poly1305 (always offered), of those this
+     * process can use: a mask of SRPC_AUTH_SUITE_AES and SRPC_AUTH_SUITE_AEGIS (splitrpc_auth.h);
+     * srpc_client_config_init sets both. Clear SRPC_AUTH_SUITE_AEGIS to reach a server built before
+     * AEGIS-128L (which drops an INIT offering it, docs/PROTOCOL-v5.md). */
+    uint8_t v5_suites;
 } srpc_client_config_t;
 
 void srpc_client_config_init(srpc_client_config_t *cfg);

@@ -563,6 +563,24 @@ static void test_a_session_is_its_inits_address(void)
               srpc_sessions_from(s1, (const struct sockaddr *)&other_ip) == 0 &&
               srpc_sessions_from(s1, (const struct sockaddr *)&six) == 0,
           "not from another port, another address, or the same host as IPv6");
+    /* An INIT seen before, from another address (a copy that won the race from a spoofed source, or
+     * the first copy's): nothing sent, nothing made; from the address it first came from, its ACCEPT again. */
+    hs_t h;
+    uint8_t out[SRPC_V5_INIT_LEN], first[SRPC_V5_ACCEPT_LEN];
+    size_t n = 0;
+    client_init(&h, 7, PSK7, 99, WALL, NULL);
+    CHECK(srpc_sessions_on_init(&t, keys, h.init, sizeof(h.init), (const struct sockaddr *)&other_ip, WALL, MONO, out,
+                                &n) == 0 && n == SRPC_V5_ACCEPT_LEN,
+          "an INIT from another host answered");
+    memcpy(first, out, sizeof(first));
+    const uint64_t made = t.st.accepted;
+    n = 99;
+    CHECK(srpc_sessions_on_init(&t, keys, h.init, sizeof(h.init), (const struct sockaddr *)&a, WALL, MONO + 1, out,
+                                &n) == SRPC_DROP_AUTH_ADDRESS && n == 0 && t.st.accepted == made,
+          "the same INIT from a: no answer, no session");
+    CHECK(srpc_sessions_on_init(&t, keys, h.init, sizeof(h.init), (const struct sockaddr *)&other_ip, WALL, MONO + 2,
+                                out, &n) == 0 && n == SRPC_V5_ACCEPT_LEN && memcmp(out, first, n) == 0,
+          "and from where it first came: its ACCEPT again");
     CHECK(handshake7(&t, keys, (const struct sockaddr *)&other_port, 98, MONO + 5, &k1, &k2) == 0,
           "the client moved: a session following the first, made from its new port");
     const srpc_session_t *s2 = srpc_sessions_find(&t, keys, k2.session, MONO + 5);

@@ -28,6 +28,10 @@ def library() -> str | None:
     return None if p == ffi.NULL else ffi.string(p).decode("utf-8", "replace")
 
 
+# Version 5's suites by name, fastest first, with their INIT flag bits (ChaCha20-Poly1305: none, always there).
+SUITES = {"aegis-128l": lib.SRPC_AUTH_SUITE_AEGIS, "aes-256-gcm": lib.SRPC_AUTH_SUITE_AES, "chacha20-poly1305": 0}
+
+
 def suites() -> list[str]:
     """The AEADs of version 5 this process can use, fastest first: "aegis-128l" (libsodium 1.0.19 on,
     AES-NI), "aes-256-gcm" (AES-NI and PCLMULQDQ), "chacha20-poly1305" (always, with libsodium);
@@ -35,8 +39,20 @@ def suites() -> list[str]:
     if not available():
         return []
     mask = lib.srpc_auth_v5_suites()
-    return ([name for bit, name in ((lib.SRPC_AUTH_SUITE_AEGIS, "aegis-128l"), (lib.SRPC_AUTH_SUITE_AES, "aes-256-gcm"))
-             if mask & bit] + ["chacha20-poly1305"])
+    return [name for name, bit in SUITES.items() if not bit or mask & bit]
+
+
+def suite_mask(names) -> int:
+    """The flag bits of suite names (SUITES) a client offers; ValueError for a name not there, or a
+    list without "chacha20-poly1305" (every peer has it: the one a client cannot refuse)."""
+    names = list(names)
+    bad = [n for n in names if n not in SUITES]
+    if bad or "chacha20-poly1305" not in names:
+        raise ValueError(f"suites: some of {', '.join(SUITES)}, chacha20-poly1305 among them; got {names!r}")
+    mask = 0
+    for n in names:
+        mask |= SUITES[n]
+    return mask
 
 
 def require() -> None:

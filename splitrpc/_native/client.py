@@ -73,10 +73,11 @@ class NativeClient:
 def create_client(host: str | None = None, *, busy_poll: bool = False, dpdk_dev: str | None = None,
                   dpdk_local_ip: str | None = None, dpdk_local_port: int = 0, dpdk_server_mac: str | None = None,
                   dpdk_mtu: int | None = None, auth_key: tuple[int, bytes] | None = None, encrypt: bool = False,
-                  **settings) -> NativeClient:
+                  suites: int | None = None, **settings) -> NativeClient:
     """srpc_client_create with srpc_client_config_init's defaults, each replaced by the keyword
     given (not None); settings are Client keywords of _CONFIG_FIELDS; auth_key: (key id, secret) for
-    protocols 4 and 5; encrypt: version 5's sessions encrypt the data. Raises NativeError."""
+    protocols 4 and 5; encrypt: version 5's sessions encrypt the data; suites: the mask of the
+    suites version 5 offers beyond ChaCha20-Poly1305 (auth.suite_mask; None: all). Raises NativeError."""
     cfg = _config()
     keep = []
 
@@ -103,6 +104,8 @@ def create_client(host: str | None = None, *, busy_poll: bool = False, dpdk_dev:
         cfg.auth_secret = secret = ffi.new("uint8_t[]", auth_key[1])
         keep.append(secret)
     cfg.encrypt = int(bool(encrypt))
+    if suites is not None:
+        cfg.v5_suites = suites
     out = ffi.new("srpc_client_t **")
     check(lib.srpc_client_create(cfg, out), f"cannot create a client for {text(cfg.host)}:{cfg.port}")
     return NativeClient(out[0], text(cfg.host), int(cfg.port), int(cfg.max_reply), keep)

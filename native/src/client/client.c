@@ -113,6 +113,7 @@ void srpc_client_config_init(srpc_client_config_t *c)
     c->busy_backoff_us = SRPC_DEF_BUSY_BACKOFF_US;
     c->version = SRPC_VERSION_2;
     c->rekey_ms = SRPC_V5_CLIENT_REKEY_MS;
+    c->v5_suites = SRPC_V5_FLAG_AES | SRPC_V5_FLAG_AEGIS;
 }
 
 int srpc_client_create(const srpc_client_config_t *cfg, srpc_client_t **out)
@@ -145,6 +146,7 @@ int srpc_client_create(const srpc_client_config_t *cfg, srpc_client_t **out)
             free(v5);
             return r;
         }
+        srpc_cl_v5_offer(v5, cfg->v5_suites);
     }
     c->cfg = *cfg;
     c->auth = auth;

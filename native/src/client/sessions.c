@@ -27,6 +27,12 @@ int srpc_cl_v5_init(srpc_cl_v5_t *v, uint32_t key_id, const uint8_t *psk, int en
     return 0;
 }
 
+void srpc_cl_v5_offer(srpc_cl_v5_t *v, unsigned mask)
+{
+    v->offer_aes &= (uint8_t)!!(mask & SRPC_V5_FLAG_AES);
+    v->offer_aegis &= (uint8_t)!!(mask & SRPC_V5_FLAG_AEGIS);
+}
+
 void srpc_cl_v5_wipe(srpc_cl_v5_t *v)
 {
     if (v)

@@ -69,6 +69,10 @@ typedef struct srpc_cl_v5 {
  * -ENOTSUP (libsodium without version 5's primitives). */
 int srpc_cl_v5_init(srpc_cl_v5_t *v, uint32_t key_id, const uint8_t *psk, int encrypt, uint32_t rekey_ms);
 
+/* Offers in its INITs only the suites in mask (SRPC_V5_FLAG_AES, SRPC_V5_FLAG_AEGIS) of those this
+ * process can use (srpc_cl_v5_init offers all of those). Before the first handshake. */
+void srpc_cl_v5_offer(srpc_cl_v5_t *v, unsigned mask);
+
 /* Wipes every key. */
 void srpc_cl_v5_wipe(srpc_cl_v5_t *v);
 

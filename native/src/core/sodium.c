@@ -42,8 +42,14 @@ static int take(void *h)
              SYM(aes_encrypt_afternm, "crypto_aead_aes256gcm_encrypt_detached_afternm") &&
              SYM(aes_decrypt_afternm, "crypto_aead_aes256gcm_decrypt_detached_afternm") && aes_bytes &&
              aes_bytes() <= SRPC_SODIUM_AES_STATE_MAX;
+    /* libsodium's fast AEGIS-128L: AES-NI with AVX on x86-64 (else a slow portable one), ARM's crypto
+     * extensions on ARM */
     int (*has_aesni)(void) = (int (*)(void))dlsym(h, "sodium_runtime_has_aesni");
-    so.aegis = so.v5 && has_aesni && has_aesni() == 1 &&
+    int (*has_avx)(void) = (int (*)(void))dlsym(h, "sodium_runtime_has_avx");
+    int (*has_armcrypto)(void) = (int (*)(void))dlsym(h, "sodium_runtime_has_armcrypto");
+    const int fast_aes = (has_aesni && has_avx && has_aesni() == 1 && has_avx() == 1) ||
+                         (has_armcrypto && has_armcrypto() == 1);
+    so.aegis = so.v5 && fast_aes &&
                SYM(aegis_encrypt, "crypto_aead_aegis128l_encrypt_detached") &&
                SYM(aegis_decrypt, "crypto_aead_aegis128l_decrypt_detached");
     return 1;

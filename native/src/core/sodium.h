@@ -47,8 +47,9 @@ typedef struct srpc_sodium {
     int (*aes_decrypt_afternm)(unsigned char *m, unsigned char *nsec, const unsigned char *c, unsigned long long clen,
                                const unsigned char *mac, const unsigned char *ad, unsigned long long adlen,
                                const unsigned char *npub, const void *state);
-    /* version 5's AEGIS-128L suite: 1 when libsodium has it (1.0.19 on) and the CPU has AES-NI
-     * (sodium_runtime_has_aesni; without it libsodium's AEGIS is a slow software one) */
+    /* version 5's AEGIS-128L suite: 1 when libsodium has it (1.0.19 on) and the CPU what its fast
+     * code needs (AES-NI and AVX, or ARM's crypto extensions; else libsodium's AEGIS is a slow
+     * portable one) */
     int aegis;
     int (*aegis_encrypt)(unsigned char *c, unsigned char *mac, unsigned long long *maclen, const unsigned char *m,
                          unsigned long long mlen, const unsigned char *ad, unsigned long long adlen,

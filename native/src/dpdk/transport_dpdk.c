@@ -500,8 +500,8 @@ static int send_msg(srpc_dpdk_port_t *p, const struct sockaddr_in *sin, const sr
         return send_raw(p, &to, pieces, n, msg_len);
     seg_size = srpc_seg_data_max(tmpl->version, seg_size);
     const int aegis = tmpl->version == SRPC_VERSION_5 && (auth->encrypt & SRPC_V5_FLAG_AEGIS);
-    if (aegis && seg_size > SRPC_V5_AEGIS_TAG_HEAD)
-        seg_size -= SRPC_V5_AEGIS_TAG_HEAD; /* AEGIS-128L's tag is 16 bytes longer */
+    if (aegis) /* AEGIS-128L's tag is 16 bytes longer */
+        seg_size = seg_size > SRPC_V5_AEGIS_TAG_HEAD + 1 ? seg_size - SRPC_V5_AEGIS_TAG_HEAD : 1;
     uint32_t nseg = srpc_seg_count(msg_len, seg_size);
     if (nseg > UINT16_MAX)
         return -EMSGSIZE;

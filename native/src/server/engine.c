@@ -323,8 +323,8 @@ static int v5_open(srpc_server_t *srv, const srpc_hdr_t *h, const uint8_t *hb, u
             srpc_v5_no_session_make(ns, h, id);
             send_raw(srv, src, ns, sizeof(ns));
         }
-        return moved ? SRPC_DROP_AUTH_ADDRESS : SRPC_DROP_AUTH_UNKNOWN_KEY; /* no such session: counted with
-                                                                               unknown keys */
+        return moved ? SRPC_DROP_AUTH_ADDRESS   /* the session is another address's */
+                     : SRPC_DROP_AUTH_UNKNOWN_KEY; /* no such session: counted with unknown keys */
     }
     const int r = srpc_sessions_fresh(srv->sessions, s, counter, mono); /* before the tag: a replay costs no AEAD */
     if (r)

@@ -284,6 +284,10 @@ int srpc_sessions_on_init(srpc_sessions_t *t, const srpc_keytab_t *keys, const u
     const uint8_t *mac1 = d + SRPC_V5_INIT_MAC1;
     const srpc_session_t *seen = by_mac1(t, mac1);
     if (seen && seen->key_id == f.key_id) { /* the client's own resend, or a replay: the same ACCEPT */
+        if (!srpc_sessions_from(seen, src))
+            return SRPC_DROP_AUTH_ADDRESS; /* not from where the INIT first came: else a copy that won the
+                                              race from a spoofed source would bind the session there and
+                                              the client's own copy still get its keys (an outside review) */
         memcpy(out, seen->accept, SRPC_V5_ACCEPT_LEN);
         *out_len = SRPC_V5_ACCEPT_LEN;
         t->st.accept_again++;

@@ -90,7 +90,8 @@ void srpc_sessions_destroy(srpc_sessions_t *t);
 /* An INIT of len bytes at d from src (hostile): 0 with *out_len bytes to send back at out (an
  * ACCEPT, or a COOKIE under load), never more than len; or a drop reason (SRPC_DROP_*: nothing
  * is sent) in the page's order: BAD_HEADER, AUTH_UNKNOWN_KEY, AUTH_BAD_TAG, AUTH_STALE, then
- * TABLE_FULL (no place), BAD_HEADER (a low-order e_c). keys: the table in use. */
+ * AUTH_ADDRESS (an INIT seen before, from another address than it first came from), TABLE_FULL
+ * (no place), BAD_HEADER (a low-order e_c). keys: the table in use. */
 int srpc_sessions_on_init(srpc_sessions_t *t, const srpc_keytab_t *keys, const uint8_t *d, size_t len,
                           const struct sockaddr *src, uint64_t wall_ms, uint64_t mono_ms,
                           uint8_t out[SRPC_V5_INIT_LEN], size_t *out_len);

@@ -507,8 +507,8 @@ static int tx_check(const srpc_tx_msg_t *m, uint32_t *nseg, uint32_t *seg)
     if (have < m->len)
         return -EINVAL; /* pieces shorter than the message */
     *seg = srpc_seg_data_max(m->hdr.version, m->seg_size);
-    if (m->hdr.version == SRPC_VERSION_5 && (m->auth.encrypt & SRPC_V5_FLAG_AEGIS) && *seg > SRPC_V5_AEGIS_TAG_HEAD)
-        *seg -= SRPC_V5_AEGIS_TAG_HEAD; /* AEGIS-128L's tag is 16 bytes longer */
+    if (m->hdr.version == SRPC_VERSION_5 && (m->auth.encrypt & SRPC_V5_FLAG_AEGIS)) /* its tag: 16 bytes longer */
+        *seg = *seg > SRPC_V5_AEGIS_TAG_HEAD + 1 ? *seg - SRPC_V5_AEGIS_TAG_HEAD : 1;
     *nseg = srpc_seg_count(m->len, *seg);
     return *nseg > UINT16_MAX ? -EMSGSIZE : 0;
 }
