@@ -251,6 +251,31 @@ def test_a_request_held_back_and_delivered_late_never_runs_twice(make_server, ke
     assert runs["echo"] == 4, "a held datagram of a session two moves back ran its call again"
 
 
+@pytest.mark.parametrize("flags", [0, v5.FLAG_AEGIS], ids=["chacha", "aegis"])
+def test_a_last_retransmission_held_back_never_runs_twice(make_server, keys, flags):
+    """An outside attacker's probe (stop 63): the client's original runs and is answered, its
+    retransmission (its last datagram: a higher counter than any the server took) is held on the
+    way and delivered after the reply cache forgot the call, the client silent meanwhile. No
+    later counter moved the session's floor past it, so it was taken and ran the call again. Now
+    the line remembers which req_ids ran (PROTOCOL-v5.md, "Calls a line ran"): refused as stale."""
+    if flags & v5.FLAG_AEGIS and "aegis-128l" not in _auth.suites():
+        pytest.skip("no AEGIS-128L in this process's libsodium")
+    runs = {"echo": 0, "other": 0}
+    srv = make_server(_setup(runs), keys=KeyTable([keys["all"]], skew=5.0), reply_cache_ttl=0.4)
+    s = _sock(srv.port)
+    sess, _, _ = _handshake(s, keys["all"], flags)
+    for d in _request(sess, ECHO, 70, b"once"):
+        s.send(d)
+    assert _reply(s, sess) == (v5.RESPONSE, 0, b"once") and runs["echo"] == 1
+    held = _request(sess, ECHO, 70, b"once")[0]  # the retransmission, sent before the reply came: held
+    stale0 = srv.stats()["drops"]["auth_stale"]
+    time.sleep(2.0)  # the reply cache (0.4 s) forgot call 70; the client sent nothing more
+    s.send(held)
+    assert wait_for(lambda: srv.stats()["drops"]["auth_stale"] == stale0 + 1)
+    assert _recv(s, 0.3) is None and runs["echo"] == 1, "the held retransmission ran its call again"
+    assert _call(s, sess, ECHO, 71, b"next") == (v5.RESPONSE, 0, b"next") and runs["echo"] == 2  # new calls run
+
+
 def test_a_session_is_taken_only_from_its_address(servers, keys):
     """A version 5 session is its INIT's address's (PROTOCOL-v5.md, "Address"): the client's reply
     lost, its retransmission relayed from another port (an attacker on the path racing it from a

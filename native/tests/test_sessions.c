@@ -591,6 +591,57 @@ static void test_a_session_is_its_inits_address(void)
     srpc_sessions_destroy(&t);
 }
 
+/* A line's calls that ran: a req_id that ran never starts again, one never seen does, however
+ * they come (out of order, across the 48-bit wrap); one 4096 or more behind the highest that ran
+ * is too old to tell (refused); the sessions of a line share it (resume), and a new line starts
+ * with none; the line's window goes with its last session. */
+static void test_a_lines_calls_run_once(void)
+{
+    srpc_sessions_t t;
+    CHECK(srpc_sessions_init(&t, 4, 0) == 0, "a table of 4");
+    srpc_keytab_t *keys = table(1, 0);
+    struct sockaddr_in a = addr(4060);
+    const struct sockaddr *src = (const struct sockaddr *)&a;
+    srpc_v5_keys_t k1, k2, k3;
+    CHECK(handshake7(&t, keys, src, 101, MONO, NULL, &k1) == 0, "a session");
+    srpc_session_t *s1 = srpc_sessions_find(&t, keys, k1.session, MONO);
+    CHECK(srpc_sessions_call_fresh(&t, s1, 7) == 1, "nothing ran yet: any req_id may start");
+    srpc_sessions_call_ran(&t, s1, 7);
+    srpc_sessions_call_ran(&t, s1, 5); /* out of order */
+    CHECK(srpc_sessions_call_fresh(&t, s1, 7) == 0 && srpc_sessions_call_fresh(&t, s1, 5) == 0 &&
+              srpc_sessions_call_fresh(&t, s1, 6) == 1 && srpc_sessions_call_fresh(&t, s1, 8) == 1,
+          "7 and 5 ran: never again; 6 and 8 may start");
+    srpc_sessions_call_ran(&t, s1, 7 + 100);
+    CHECK(srpc_sessions_call_fresh(&t, s1, 7) == 0 && srpc_sessions_call_fresh(&t, s1, 5) == 0 &&
+              srpc_sessions_call_fresh(&t, s1, 6) == 1,
+          "after the window moved up by 100: still so");
+    srpc_sessions_call_ran(&t, s1, 5 + SRPC_V5_CALL_WINDOW);
+    CHECK(srpc_sessions_call_fresh(&t, s1, 5) == 0 && srpc_sessions_call_fresh(&t, s1, 6) == 1 &&
+              srpc_sessions_call_fresh(&t, s1, 5 + SRPC_V5_CALL_WINDOW) == 0 && srpc_sessions_call_fresh(&t, s1, 7) == 0,
+          "5 is %d behind: too old to tell, refused; 6 just inside", SRPC_V5_CALL_WINDOW);
+    /* The line goes on under a session that follows s1: the same window. */
+    CHECK(handshake7(&t, keys, src, 102, MONO + 1, &k1, &k2) == 0, "a session following it");
+    srpc_session_t *s2 = srpc_sessions_find(&t, keys, k2.session, MONO + 1);
+    CHECK(s2 && srpc_sessions_call_fresh(&t, s2, 7 + 100) == 0, "what ran under the first cannot start under the second");
+    srpc_sessions_call_ran(&t, s2, 9000);
+    CHECK(srpc_sessions_call_fresh(&t, s1, 9000) == 0, "and the other way round");
+    /* A new line starts with none. */
+    CHECK(handshake7(&t, keys, src, 103, MONO + 2, NULL, &k3) == 0, "a session of a new line");
+    srpc_session_t *s3 = srpc_sessions_find(&t, keys, k3.session, MONO + 2);
+    CHECK(s3 && s3->line != s2->line && srpc_sessions_call_fresh(&t, s3, 7) == 1 && srpc_sessions_call_fresh(&t, s3, 9000) == 1,
+          "its own window, empty");
+    /* Across the 48-bit wrap. */
+    const uint64_t last = (1ull << 48) - 1;
+    srpc_sessions_call_ran(&t, s3, last - 1);
+    srpc_sessions_call_ran(&t, s3, 1);
+    CHECK(srpc_sessions_call_fresh(&t, s3, last - 1) == 0 && srpc_sessions_call_fresh(&t, s3, 1) == 0 &&
+              srpc_sessions_call_fresh(&t, s3, last) == 1 && srpc_sessions_call_fresh(&t, s3, 0) == 1 &&
+              srpc_sessions_call_fresh(&t, s3, 2) == 1 && srpc_sessions_call_fresh(&t, s3, last - 5000) == 0,
+          "across the wrap: 2^48 - 2 and 1 ran, 2^48 - 1, 0 and 2 may start; 2^48 - 5001 is too far behind");
+    srpc_keytab_destroy(keys);
+    srpc_sessions_destroy(&t);
+}
+
 int main(void)
 {
     for (int i = 0; i < 32; i++)
@@ -609,6 +660,7 @@ int main(void)
     test_no_session_rate();
     test_late_datagrams_and_superseded();
     test_a_session_is_its_inits_address();
+    test_a_lines_calls_run_once();
     test_an_earlier_time_ages_nothing();
     test_a_held_datagram_is_refused_on_time();
     printf("%d passed, %d failed\n", passed, failed);

@@ -776,7 +776,9 @@ static void v5_tick(srpc_client_t *c, uint64_t now)
     else if (r == -ETIMEDOUT)
         v5_fail_waiting(c, "the server answered none of the handshake's INITs in 12.6 s: it may not hold this key, "
                            "or hold another secret for it, or its clock may differ from ours by more than its skew, "
-                           "or it may not speak version 5 (its describe() lists 5 in protocols)", 1);
+                           "or it may not speak version 5 (its describe() lists 5 in protocols), or be older than "
+                           "AEGIS-128L (Client(suites=) without it), or the answers were lost or kept from us on "
+                           "the way (an attacker on the path racing our INITs from another address)", 1);
 }
 
 /* A datagram of a handshake type from the server (ACCEPT, COOKIE, NO_SESSION), total bytes at d:

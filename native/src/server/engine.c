@@ -305,6 +305,15 @@ static void v5_handshake(srpc_server_t *srv, const uint8_t *hb, const uint8_t *d
 
 #define V5_SHORT (-1) /* v5_open: too short for its session's suite (SRPC_DROP_SHORT is 0) */
 
+/* Version 5: once call k of session s's line is queued (it will run), its line notes it, so that no
+ * datagram of it starts it again after it has left the reply cache (sessions.h). rx and lock held. */
+static void note_ran(srpc_server_t *srv, const srpc_session_t *s, const srpc_call_key_t *k)
+{
+    const uint32_t j = ct_find(&srv->ct, k);
+    if (j != CT_NONE && (srv->ct.e[j].state == CT_QUEUED || srv->ct.e[j].state == CT_DONE))
+        srpc_sessions_call_ran(srv->sessions, s, k->req_id);
+}
+
 /* A version 5 data datagram's session, tag and counter (its *dlen bytes at data before the
  * trailer; *dlen then loses an AEGIS-128L session's tag half; decrypted in place in an encrypting
  * session): 0 with *key its key and *sess its session; else the drop reason (V5_SHORT: short). A
@@ -453,11 +462,19 @@ static void process_datagram(srpc_server_t *srv, const uint8_t *hb, const uint8_
             srv->ct.e[idx].key.addr = k.addr; /* version 5: answered where this datagram came from (a call
                                                  still arriving keeps its first address: its memory is
                                                  counted there; a running one: the worker reads it) */
+        const int arriving = sess && srv->ct.e[idx].state == CT_PARTIAL;
         known_call(srv, idx, &h, seg, data, dlen, now);
+        if (arriving)
+            note_ran(srv, sess, &k);
+    } else if (sess && !srpc_sessions_call_fresh(srv->sessions, sess, h.req_id)) {
+        ST_ADD(srv, drops[SRPC_DROP_AUTH_STALE], 1); /* its line ran it, and it has left the reply cache: a
+                                                        datagram held back on the way, never run again */
     } else if (akey && !authorised(srv, akey, &k, &h, now)) {
         /* refused FORBIDDEN */
     } else {
         new_call(srv, &k, &h, seg, data, dlen, dev, now);
+        if (sess)
+            note_ran(srv, sess, &k);
     }
     srv->rx.auth_secret = NULL;
 }

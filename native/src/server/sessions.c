@@ -36,7 +36,8 @@ int srpc_sessions_init(srpc_sessions_t *t, uint32_t max_sessions, uint32_t hands
     t->by_id = malloc(nb * sizeof(uint32_t));
     t->by_mac = malloc(nb * sizeof(uint32_t));
     t->ns_last = calloc(SRPC_V5_NS_BUCKETS, sizeof(uint64_t));
-    if (!t->s || !t->by_id || !t->by_mac || !t->ns_last) {
+    t->lines = calloc(max_sessions, sizeof(*t->lines));
+    if (!t->s || !t->by_id || !t->by_mac || !t->ns_last || !t->lines) {
         srpc_sessions_destroy(t);
         return -ENOMEM;
     }
@@ -44,9 +45,12 @@ int srpc_sessions_init(srpc_sessions_t *t, uint32_t max_sessions, uint32_t hands
     memset(t->by_mac, 0xff, nb * sizeof(uint32_t));
     t->mask = nb - 1;
     t->cap = max_sessions;
-    for (uint32_t i = 0; i < max_sessions; i++)
+    for (uint32_t i = 0; i < max_sessions; i++) {
         t->s[i].next_id = i + 1 < max_sessions ? i + 1 : SRPC_SESS_NONE;
+        t->lines[i].refs = i + 1 < max_sessions ? i + 1 : SRPC_SESS_NONE; /* the free list's next */
+    }
     t->free_head = 0;
+    t->line_free = 0;
     t->handshakes_per_s = handshakes_per_s ? handshakes_per_s : SRPC_V5_HANDSHAKES_PER_S;
     t->stale_ms = SRPC_DEF_REPLY_CACHE_US / 2000;
     t->key_quota = max_sessions / 4 > 2 ? max_sessions / 4 : 2;
@@ -65,6 +69,7 @@ void srpc_sessions_destroy(srpc_sessions_t *t)
     free(t->by_id);
     free(t->by_mac);
     free(t->ns_last);
+    free(t->lines);
     memset(t, 0, sizeof(*t));
 }
 
@@ -83,6 +88,11 @@ static void forget(srpc_sessions_t *t, uint32_t i)
     srpc_session_t *s = &t->s[i];
     unlink_at(t, &t->by_id[id_bucket(t, s->keys.session)], i, 0);
     unlink_at(t, &t->by_mac[mac_bucket(t, s->mac1)], i, 1);
+    srpc_line_t *l = &t->lines[s->line];
+    if (--l->refs == 0) { /* the line's last session here: its calls' window goes with it */
+        l->refs = t->line_free;
+        t->line_free = s->line;
+    }
     srpc_auth_wipe(s, sizeof(*s));
     s->next_id = t->free_head;
     t->free_head = i;
@@ -355,6 +365,15 @@ int srpc_sessions_on_init(srpc_sessions_t *t, const srpc_keytab_t *keys, const u
         }
     }
     t->free_head = s->next_id;
+    if (follows) { /* the line's calls go on: its window too */
+        s->line = by_id(t, follows)->line;
+        t->lines[s->line].refs++;
+    } else { /* a place is there: lines <= sessions <= cap */
+        s->line = t->line_free;
+        t->line_free = t->lines[s->line].refs;
+        memset(&t->lines[s->line], 0, sizeof(t->lines[s->line]));
+        t->lines[s->line].refs = 1;
+    }
     s->used = 1;
     s->lineage = lineage;
     s->key_id = f.key_id;
@@ -407,6 +426,45 @@ int srpc_sessions_take(srpc_sessions_t *t, srpc_session_t *s, uint64_t c, uint64
     return 0;
 }
 
+
+#define REQ_MASK ((1ull << 48) - 1) /* req_ids are 48 bits (version 2's header): they wrap */
+
+int srpc_sessions_call_fresh(const srpc_sessions_t *t, const srpc_session_t *s, uint64_t req_id)
+{
+    const srpc_line_t *l = &t->lines[s->line];
+    if (!l->any)
+        return 1;
+    const uint64_t behind = (l->top - req_id) & REQ_MASK;
+    if (behind >= (1ull << 47)) /* ahead of the highest that ran */
+        return 1;
+    return behind < SRPC_V5_CALL_WINDOW && !(l->bits[behind / 64] & (1ull << (behind % 64)));
+}
+
+void srpc_sessions_call_ran(srpc_sessions_t *t, const srpc_session_t *s, uint64_t req_id)
+{
+    srpc_line_t *l = &t->lines[s->line];
+    req_id &= REQ_MASK;
+    const uint64_t behind = (l->top - req_id) & REQ_MASK;
+    if (!l->any || behind >= (1ull << 47)) { /* a new highest: the window moves up */
+        const uint64_t up = l->any ? (req_id - l->top) & REQ_MASK : SRPC_V5_CALL_WINDOW;
+        if (up >= SRPC_V5_CALL_WINDOW) {
+            memset(l->bits, 0, sizeof(l->bits));
+        } else {
+            const unsigned words = (unsigned)(up / 64), sh = (unsigned)(up % 64), n = SRPC_V5_CALL_WINDOW / 64;
+            for (unsigned i = n; i-- > 0;) {
+                uint64_t w = i >= words ? l->bits[i - words] << sh : 0;
+                if (sh && i > words)
+                    w |= l->bits[i - words - 1] >> (64 - sh);
+                l->bits[i] = w;
+            }
+        }
+        l->top = req_id;
+        l->any = 1;
+        l->bits[0] |= 1;
+    } else if (behind < SRPC_V5_CALL_WINDOW) {
+        l->bits[behind / 64] |= 1ull << (behind % 64);
+    }
+}
 
 int srpc_sessions_from(const srpc_session_t *s, const struct sockaddr *src)
 {

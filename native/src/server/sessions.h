@@ -14,6 +14,19 @@
  * they are sealed with). Clocks are the caller's: mono_ms is CLOCK_MONOTONIC in ms (ages, rates),
  * wall_ms the epoch in ms (an INIT's time). */
 
+/* A line of sessions' calls that ran (docs/PROTOCOL-v5.md, "Calls a line ran"): its client gives
+ * new calls increasing req_ids (48 bits, modulo 2^48), and the line keeps the highest req_id of a
+ * call that ran and a bit for each of the SRPC_V5_CALL_WINDOW - 1 below it, so that a datagram of
+ * a call that ran and has since left the reply cache (held back on the way, however late) is
+ * refused, never run again. Shared by the line's sessions here (refs), freed with the last. */
+#define SRPC_V5_CALL_WINDOW 4096
+typedef struct srpc_line {
+    uint64_t top;                         /* the highest req_id that ran (valid once any) */
+    uint64_t bits[SRPC_V5_CALL_WINDOW / 64]; /* bit i: req_id top - i ran */
+    uint32_t refs;                        /* sessions of the line here; on the free list: the next free */
+    uint8_t any;
+} srpc_line_t;
+
 typedef struct srpc_session {
     srpc_v5_keys_t keys;
     uint64_t lineage;                     /* its calls' identity: its own id, or (resumed) that of the
@@ -43,6 +56,7 @@ typedef struct srpc_session {
     uint8_t mac1[16];                     /* its INIT's: that INIT again is answered with accept */
     uint8_t accept[SRPC_V5_ACCEPT_LEN];
     uint32_t next_id, next_mac;           /* hash chains (by id, by mac1); SRPC_SESS_NONE ends one */
+    uint32_t line;                        /* its line's calls (t->lines), shared with the sessions it follows */
     uint8_t used;
 } srpc_session_t;
 
@@ -62,6 +76,8 @@ typedef struct srpc_sessions_stats {
 
 typedef struct srpc_sessions {
     srpc_session_t *s;
+    srpc_line_t *lines;                   /* cap of them: a session has one, a line at most one per session */
+    uint32_t line_free;
     uint32_t cap, used, free_head;
     uint32_t key_quota;                   /* sessions one key may hold while the table is half full */
     uint32_t *by_id, *by_mac, mask;       /* bucket heads */
@@ -101,6 +117,15 @@ int srpc_sessions_on_init(srpc_sessions_t *t, const srpc_keytab_t *keys, const u
  * expired key's calls are answered FORBIDDEN instead, as version 4's). A session found so
  * without calls is forgotten then. */
 srpc_session_t *srpc_sessions_find(srpc_sessions_t *t, const srpc_keytab_t *keys, uint64_t id, uint64_t mono_ms);
+
+/* Whether a new call (none of its datagrams in the call table) with req_id may start under session
+ * s: 1, or 0 when its line ran that req_id before (the call has left the reply cache: a datagram
+ * held back and delivered late) or the req_id is SRPC_V5_CALL_WINDOW or more behind the highest
+ * that ran (too old to tell). */
+int srpc_sessions_call_fresh(const srpc_sessions_t *t, const srpc_session_t *s, uint64_t req_id);
+
+/* The call req_id of session s's line runs (it is queued): noted, so that it never starts again. */
+void srpc_sessions_call_ran(srpc_sessions_t *t, const srpc_session_t *s, uint64_t req_id);
 
 /* 1 when src is the address session s was made from (its INIT's source), else 0: a datagram of s
  * from anywhere else is not taken (answered at most by a NO_SESSION). */
