@@ -178,62 +178,65 @@ static void known_call(srpc_server_t *srv, uint32_t idx, const srpc_hdr_t *h, ui
     srpc_partial_free_buf_locked(srv, &msg);
 }
 
-/* The first segment seen of a new call (dev: see enqueue; one-segment requests only). */
-static void new_call(srpc_server_t *srv, const srpc_call_key_t *k, const srpc_hdr_t *h, uint32_t seg,
+/* The first segment seen of a new call (dev: see enqueue; one-segment requests only). Returns its
+ * call-table entry when it was queued (it will run), else CT_NONE (refused, or still arriving). */
+static uint32_t new_call(srpc_server_t *srv, const srpc_call_key_t *k, const srpc_hdr_t *h, uint32_t seg,
                      const uint8_t *data, uint32_t dlen, uint64_t dev, uint64_t now)
 {
     if (unlikely(atomic_load_explicit(&srv->draining, memory_order_relaxed))) {
         reject(srv, k, h, now, SRPC_E_DRAINING, "server draining: no new calls");
-        return;
+        return CT_NONE;
     }
     srpc_fn_t *fn = srpc_fn_lookup(srv, h->func_id, h->aux); /* its aux class's queue, if it has classes */
     if (unlikely(!fn)) {
         reject(srv, k, h, now, SRPC_E_UNKNOWN_FUNCTION, "no function %u", h->func_id);
-        return;
+        return CT_NONE;
     }
     const uint32_t limit = fn->raw ? fn->req_bytes : srv->cfg.max_message;
     if (unlikely(h->msg_len > limit || h->msg_len > srv->cfg.max_message)) {
         reject(srv, k, h, now, SRPC_E_TOO_LARGE, "request of %u bytes, limit %u", h->msg_len,
                limit < srv->cfg.max_message ? limit : srv->cfg.max_message);
-        return;
+        return CT_NONE;
     }
     if (unlikely(!fn->raw && h->msg_len != fn->req_bytes)) {
         reject(srv, k, h, now, SRPC_E_BAD_REQUEST, "function %u takes %u bytes, got %u", h->func_id, fn->req_bytes,
                h->msg_len);
-        return;
+        return CT_NONE;
     }
     if (h->nseg == 1) {
         int64_t cost = COST_UNKNOWN;
         if (unlikely(fn->class_by_cost) && !(fn = cost_class(srv, fn, k, data, dlen, h->aux, &cost)))
-            return;
+            return CT_NONE;
         if (unlikely(srpc_ring_full(fn))) {
             srpc_reply_error_rx(srv, k, SRPC_E_BUSY, "queue of function %u is full", h->func_id);
-            return;
+            return CT_NONE;
         }
         uint32_t idx = insert_entry(srv, k, CT_QUEUED);
         if (idx != CT_NONE)
             enqueue(srv, fn, idx, data, dlen, dev, h->aux, cost, now);
-        return;
+        return idx != CT_NONE && srv->ct.e[idx].state != CT_FREE ? idx : CT_NONE; /* (enqueue frees it on a
+                                                                                    failed copy from a GPU) */
     }
     if (unlikely(dev)) { /* the transport hands on device addresses of one-segment requests only */
         ST_ADD(srv, drops[SRPC_DROP_BAD_SEGMENT], 1);
-        return;
+        return CT_NONE;
     }
     int why = srpc_partial_admit_locked(srv, &k->addr, h->msg_len, h->nseg);
     if (unlikely(why)) {
         ST_ADD(srv, drops[why], 1);
-        return;
+        return CT_NONE;
     }
     uint32_t idx = insert_entry(srv, k, CT_PARTIAL);
     if (idx == CT_NONE)
-        return;
+        return CT_NONE;
     srv->ct.e[idx].aux = h->aux;
     if (srpc_partial_start_locked(srv, idx, fn, h, seg, now) != 0) {
         ST_ADD(srv, drops[SRPC_DROP_MEM_CAP], 1);
-        return;
+        return CT_NONE;
     }
     timers_soon(srv, now + SRPC_TIMER_PERIOD_US * 1000ull); /* expiry, and unblocking its queue */
     srpc_reasm_add(&srv->ct.e[idx].u.partial, h, seg, data, dlen); /* first segment: cannot fail */
+    return CT_NONE;
 }
 
 /* Whether the first segment seen of a new call keyed k may go on: its key has not expired and may
@@ -472,9 +475,9 @@ static void process_datagram(srpc_server_t *srv, const uint8_t *hb, const uint8_
     } else if (akey && !authorised(srv, akey, &k, &h, now)) {
         /* refused FORBIDDEN */
     } else {
-        new_call(srv, &k, &h, seg, data, dlen, dev, now);
-        if (sess)
-            note_ran(srv, sess, &k);
+        const uint32_t queued = new_call(srv, &k, &h, seg, data, dlen, dev, now);
+        if (sess && queued != CT_NONE)
+            srpc_sessions_call_ran(srv->sessions, sess, h.req_id); /* it will run: never again (sessions.h) */
     }
     srv->rx.auth_secret = NULL;
 }

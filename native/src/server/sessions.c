@@ -429,15 +429,24 @@ int srpc_sessions_take(srpc_sessions_t *t, srpc_session_t *s, uint64_t c, uint64
 
 #define REQ_MASK ((1ull << 48) - 1) /* req_ids are 48 bits (version 2's header): they wrap */
 
+/* A line's window is a ring: req_id r's bit is r mod SRPC_V5_CALL_WINDOW (2^48 is a multiple of it,
+ * so the place holds across the wrap); moving the top up clears the places it passes, no shifting. */
+static int call_bit(const srpc_line_t *l, uint64_t r)
+{
+    const unsigned i = (unsigned)(r % SRPC_V5_CALL_WINDOW);
+    return (l->bits[i / 64] >> (i % 64)) & 1;
+}
+
 int srpc_sessions_call_fresh(const srpc_sessions_t *t, const srpc_session_t *s, uint64_t req_id)
 {
     const srpc_line_t *l = &t->lines[s->line];
+    req_id &= REQ_MASK;
     if (!l->any)
         return 1;
     const uint64_t behind = (l->top - req_id) & REQ_MASK;
     if (behind >= (1ull << 47)) /* ahead of the highest that ran */
         return 1;
-    return behind < SRPC_V5_CALL_WINDOW && !(l->bits[behind / 64] & (1ull << (behind % 64)));
+    return behind < SRPC_V5_CALL_WINDOW && !call_bit(l, req_id);
 }
 
 void srpc_sessions_call_ran(srpc_sessions_t *t, const srpc_session_t *s, uint64_t req_id)
@@ -445,25 +454,23 @@ void srpc_sessions_call_ran(srpc_sessions_t *t, const srpc_session_t *s, uint64_
     srpc_line_t *l = &t->lines[s->line];
     req_id &= REQ_MASK;
     const uint64_t behind = (l->top - req_id) & REQ_MASK;
-    if (!l->any || behind >= (1ull << 47)) { /* a new highest: the window moves up */
+    if (!l->any || behind >= (1ull << 47)) { /* a new highest: the places it passes are cleared */
         const uint64_t up = l->any ? (req_id - l->top) & REQ_MASK : SRPC_V5_CALL_WINDOW;
         if (up >= SRPC_V5_CALL_WINDOW) {
             memset(l->bits, 0, sizeof(l->bits));
         } else {
-            const unsigned words = (unsigned)(up / 64), sh = (unsigned)(up % 64), n = SRPC_V5_CALL_WINDOW / 64;
-            for (unsigned i = n; i-- > 0;) {
-                uint64_t w = i >= words ? l->bits[i - words] << sh : 0;
-                if (sh && i > words)
-                    w |= l->bits[i - words - 1] >> (64 - sh);
-                l->bits[i] = w;
+            for (uint64_t r = l->top + 1, n = 0; n < up; r++, n++) {
+                const unsigned i = (unsigned)((r & REQ_MASK) % SRPC_V5_CALL_WINDOW);
+                l->bits[i / 64] &= ~(1ull << (i % 64));
             }
         }
         l->top = req_id;
         l->any = 1;
-        l->bits[0] |= 1;
-    } else if (behind < SRPC_V5_CALL_WINDOW) {
-        l->bits[behind / 64] |= 1ull << (behind % 64);
+    } else if (behind >= SRPC_V5_CALL_WINDOW) {
+        return; /* too old to note (call_fresh refuses it: it cannot have started since) */
     }
+    const unsigned i = (unsigned)(req_id % SRPC_V5_CALL_WINDOW);
+    l->bits[i / 64] |= 1ull << (i % 64);
 }
 
 int srpc_sessions_from(const srpc_session_t *s, const struct sockaddr *src)

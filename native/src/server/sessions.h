@@ -19,10 +19,12 @@
  * call that ran and a bit for each of the SRPC_V5_CALL_WINDOW - 1 below it, so that a datagram of
  * a call that ran and has since left the reply cache (held back on the way, however late) is
  * refused, never run again. Shared by the line's sessions here (refs), freed with the last. */
-#define SRPC_V5_CALL_WINDOW 4096
+#define SRPC_V5_CALL_WINDOW 4096 /* a power of two: 2^48 is a multiple of it */
+_Static_assert((SRPC_V5_CALL_WINDOW & (SRPC_V5_CALL_WINDOW - 1)) == 0, "a power of two");
 typedef struct srpc_line {
     uint64_t top;                         /* the highest req_id that ran (valid once any) */
-    uint64_t bits[SRPC_V5_CALL_WINDOW / 64]; /* bit i: req_id top - i ran */
+    uint64_t bits[SRPC_V5_CALL_WINDOW / 64]; /* a ring: req_id r's bit is r mod SRPC_V5_CALL_WINDOW (those
+                                             within the window behind top: ran) */
     uint32_t refs;                        /* sessions of the line here; on the free list: the next free */
     uint8_t any;
 } srpc_line_t;
