@@ -178,7 +178,8 @@ def report(doc: dict) -> str:
 
 NAMES = {"1": "v1", "2": "v2 (header check)", "3": "v3 (integrity: CRC-32C)",
          "4": "v4 (legacy: a BLAKE2b MAC per datagram)",
-         "5": "v5 (sessions, authenticated: AES-256-GCM where the CPU has AES-NI, else ChaCha20-Poly1305)",
+         "5": "v5 (sessions, authenticated: AEGIS-128L where both sides' libsodium has it and the CPU AES-NI, "
+              "else AES-256-GCM where the CPU has AES-NI, else ChaCha20-Poly1305)",
          "5e": "v5 (sessions, encrypted: the same AEAD)"}
 
 
