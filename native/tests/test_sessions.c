@@ -638,6 +638,11 @@ static void test_a_lines_calls_run_once(void)
               srpc_sessions_call_fresh(&t, s3, last) == 1 && srpc_sessions_call_fresh(&t, s3, 0) == 1 &&
               srpc_sessions_call_fresh(&t, s3, 2) == 1 && srpc_sessions_call_fresh(&t, s3, last - 5000) == 0,
           "across the wrap: 2^48 - 2 and 1 ran, 2^48 - 1, 0 and 2 may start; 2^48 - 5001 is too far behind");
+    CHECK(srpc_sessions_call_fresh(&t, s3, 1 + (1ull << 47)) == 0 && srpc_sessions_call_fresh(&t, s3, (1ull << 47)) == 1,
+          "exactly 2^47 from the highest is not after it (refused); one less is (an outside attacker's edge case)");
+    srpc_sessions_call_ran(&t, s3, 1 + (1ull << 47));
+    CHECK(srpc_sessions_call_fresh(&t, s3, 1) == 0 && srpc_sessions_call_fresh(&t, s3, 2) == 1,
+          "noting it moves nothing: 1 still ran, 2 still may start");
     srpc_keytab_destroy(keys);
     srpc_sessions_destroy(&t);
 }

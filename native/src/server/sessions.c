@@ -444,7 +444,7 @@ int srpc_sessions_call_fresh(const srpc_sessions_t *t, const srpc_session_t *s, 
     if (!l->any)
         return 1;
     const uint64_t behind = (l->top - req_id) & REQ_MASK;
-    if (behind >= (1ull << 47)) /* ahead of the highest that ran */
+    if (behind > (1ull << 47)) /* ahead of the highest that ran (the page: after when (r - top) mod 2^48 < 2^47) */
         return 1;
     return behind < SRPC_V5_CALL_WINDOW && !call_bit(l, req_id);
 }
@@ -454,7 +454,7 @@ void srpc_sessions_call_ran(srpc_sessions_t *t, const srpc_session_t *s, uint64_
     srpc_line_t *l = &t->lines[s->line];
     req_id &= REQ_MASK;
     const uint64_t behind = (l->top - req_id) & REQ_MASK;
-    if (!l->any || behind >= (1ull << 47)) { /* a new highest: the places it passes are cleared */
+    if (!l->any || behind > (1ull << 47)) { /* a new highest: the places it passes are cleared */
         const uint64_t up = l->any ? (req_id - l->top) & REQ_MASK : SRPC_V5_CALL_WINDOW;
         if (up >= SRPC_V5_CALL_WINDOW) {
             memset(l->bits, 0, sizeof(l->bits));
