@@ -8,6 +8,16 @@
 #define SRPC_SODIUM_STATE_MAX 512 /* a BLAKE2b state: 384 bytes, 64-aligned; Poly1305's: 256 (checked at load) */
 #define SRPC_SODIUM_AES_STATE_MAX 512 /* an expanded AES-256-GCM key (crypto_aead_aes256gcm_state): 512 (checked at load) */
 
+/* libsodium's detached AEAD calls (crypto_aead_*_encrypt_detached, *_decrypt_detached): one shape
+ * for every suite that has them. */
+typedef int (*srpc_sodium_seal_fn)(unsigned char *c, unsigned char *mac, unsigned long long *maclen,
+                                   const unsigned char *m, unsigned long long mlen, const unsigned char *ad,
+                                   unsigned long long adlen, const unsigned char *nsec, const unsigned char *npub,
+                                   const unsigned char *k);
+typedef int (*srpc_sodium_open_fn)(unsigned char *m, unsigned char *nsec, const unsigned char *c,
+                                   unsigned long long clen, const unsigned char *mac, const unsigned char *ad,
+                                   unsigned long long adlen, const unsigned char *npub, const unsigned char *k);
+
 /* The entry points (libsodium's ABI since 1.0.12: libsodium.so.23 is Debian 12's, .so.26 1.0.19's on). */
 typedef struct srpc_sodium {
     size_t hash_state_bytes, poly_state_bytes;
@@ -33,12 +43,8 @@ typedef struct srpc_sodium {
     /* version 5's AES-256-GCM suite: 1 when the entry points are there and the CPU has AES-NI and
      * PCLMUL (libsodium's crypto_aead_aes256gcm_is_available) */
     int aes;
-    int (*aes_encrypt)(unsigned char *c, unsigned char *mac, unsigned long long *maclen, const unsigned char *m,
-                       unsigned long long mlen, const unsigned char *ad, unsigned long long adlen,
-                       const unsigned char *nsec, const unsigned char *npub, const unsigned char *k);
-    int (*aes_decrypt)(unsigned char *m, unsigned char *nsec, const unsigned char *c, unsigned long long clen,
-                       const unsigned char *mac, const unsigned char *ad, unsigned long long adlen,
-                       const unsigned char *npub, const unsigned char *k);
+    srpc_sodium_seal_fn aes_encrypt;
+    srpc_sodium_open_fn aes_decrypt;
     /* the same with the key expanded once (core/aes_keys.h): state of SRPC_SODIUM_AES_STATE_MAX bytes, 16-aligned */
     int (*aes_beforenm)(void *state, const unsigned char *k);
     int (*aes_encrypt_afternm)(unsigned char *c, unsigned char *mac, unsigned long long *maclen, const unsigned char *m,
@@ -51,12 +57,8 @@ typedef struct srpc_sodium {
      * code needs (AES-NI and AVX, or ARM's crypto extensions; else libsodium's AEGIS is a slow
      * portable one) */
     int aegis;
-    int (*aegis_encrypt)(unsigned char *c, unsigned char *mac, unsigned long long *maclen, const unsigned char *m,
-                         unsigned long long mlen, const unsigned char *ad, unsigned long long adlen,
-                         const unsigned char *nsec, const unsigned char *npub, const unsigned char *k);
-    int (*aegis_decrypt)(unsigned char *m, unsigned char *nsec, const unsigned char *c, unsigned long long clen,
-                         const unsigned char *mac, const unsigned char *ad, unsigned long long adlen,
-                         const unsigned char *npub, const unsigned char *k);
+    srpc_sodium_seal_fn aegis_encrypt;
+    srpc_sodium_open_fn aegis_decrypt;
 } srpc_sodium_t;
 
 /* The environment variable naming a libsodium to load before the system's (a path or a soname). */
