@@ -485,6 +485,30 @@ static void test_window(void)
     CHECK(srpc_replay_take(&w, 3 + SRPC_AUTH_WINDOW) == 0 && srpc_replay_fresh(&w, 3) == 0 &&
               srpc_replay_fresh(&w, 4) == 1,
           "behind the window: refused; its last place: fresh");
+    /* Against a model written from the definition (the highest taken and the window below it): a
+     * walk of counters in order, a little out of order, repeated, and jumping ahead by up to two
+     * windows, each answer the model's. */
+    enum { SPAN = 64 * SRPC_AUTH_WINDOW };
+    static uint8_t taken[SPAN + 1];
+    memset(taken, 0, sizeof(taken));
+    memset(&w, 0, sizeof(w));
+    uint64_t top = 0, c = 0, seed = 0x9e3779b97f4a7c15ull;
+    int agree = 1, steps = 0;
+    while (agree && steps++ < 200000) {
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        const unsigned r = (unsigned)(seed >> 33);
+        const uint64_t back = r % 7 == 0 ? r % (SRPC_AUTH_WINDOW + 64) : r % 3;
+        c = r % 997 == 0 ? top + 1 + r % (2 * SRPC_AUTH_WINDOW) : top + 1 > back ? top + 1 - back : 1;
+        if (c > SPAN)
+            break;
+        const int fresh = c > top || (top - c < SRPC_AUTH_WINDOW && !taken[c]);
+        agree = srpc_replay_fresh(&w, c) == fresh && srpc_replay_take(&w, c) == (fresh ? 0 : -1);
+        if (fresh) {
+            taken[c] = 1;
+            top = c > top ? c : top;
+        }
+    }
+    CHECK(agree && top > 32 * SRPC_AUTH_WINDOW, "the ring answers as the window's definition does");
 }
 
 int main(void)

@@ -1,4 +1,4 @@
-/* replay.h: a window of counters taken (versions 4 and 5: a sender's, a session's direction): the highest counter taken and the SRPC_AUTH_WINDOW - 1 below it, a bit each. The owner's thread alone. */
+/* replay.h: a window of counters taken (versions 4 and 5: a sender's, a session's direction): the highest counter taken and the SRPC_AUTH_WINDOW - 1 below it, a bit each, in a ring. The owner's thread alone. */
 #ifndef SRPC_REPLAY_H
 #define SRPC_REPLAY_H
 
@@ -10,26 +10,33 @@
 #define SRPC_REPLAY_WORDS (SRPC_AUTH_WINDOW / 64)
 _Static_assert(SRPC_AUTH_WINDOW % 64 == 0 && SRPC_AUTH_WINDOW >= 64, "the window is whole 64-bit words");
 
-/* Bit i of bits is counter top - i (i < SRPC_AUTH_WINDOW), set when taken. All zero: nothing
- * taken (counter 0 is never sent). */
+/* A ring, as RFC 6479 has it: counter c's bit is c mod SRPC_AUTH_WINDOW, set when taken; moving
+ * the top up clears the places it passes, so a datagram in order costs a word or two, never a
+ * shift of the whole window. All zero: nothing taken (counter 0 is never sent). */
 typedef struct srpc_replay {
     uint64_t top;
     uint64_t bits[SRPC_REPLAY_WORDS];
 } srpc_replay_t;
 
-/* Moves the window up by s (the new top is s above the old): bit i becomes bit i + s. */
-static inline void srpc_replay_shift(uint64_t *bits, uint64_t s)
+static inline int srpc_replay_bit(const uint64_t *bits, uint64_t c)
 {
-    if (s >= SRPC_AUTH_WINDOW) {
+    const unsigned i = (unsigned)(c % SRPC_AUTH_WINDOW);
+    return (int)((bits[i / 64] >> (i % 64)) & 1);
+}
+
+/* Clears the places of the n counters from first on (n >= the window: all of them). */
+static inline void srpc_replay_clear(uint64_t *bits, uint64_t first, uint64_t n)
+{
+    if (n >= SRPC_AUTH_WINDOW) {
         memset(bits, 0, SRPC_REPLAY_WORDS * sizeof(uint64_t));
         return;
     }
-    const unsigned w = (unsigned)(s / 64), b = (unsigned)(s % 64);
-    for (int i = SRPC_REPLAY_WORDS - 1; i >= 0; i--) {
-        uint64_t v = i - (int)w >= 0 ? bits[i - w] << b : 0;
-        if (b && i - (int)w - 1 >= 0)
-            v |= bits[i - w - 1] >> (64 - b);
-        bits[i] = v;
+    while (n) {
+        const unsigned i = (unsigned)(first % SRPC_AUTH_WINDOW), b = i % 64;
+        const uint64_t take = 64 - b < n ? 64 - b : n;
+        bits[i / 64] &= ~(take == 64 ? ~0ull : ((1ull << take) - 1) << b);
+        first += take;
+        n -= take;
     }
 }
 
@@ -40,8 +47,7 @@ static inline int srpc_replay_fresh(const srpc_replay_t *w, uint64_t c)
         return 0;
     if (c > w->top)
         return 1;
-    const uint64_t off = w->top - c;
-    return off < SRPC_AUTH_WINDOW && !(w->bits[off / 64] & (1ull << (off % 64)));
+    return w->top - c < SRPC_AUTH_WINDOW && !srpc_replay_bit(w->bits, c);
 }
 
 /* Takes counter c: 0, or -1 when it may not be (srpc_replay_fresh). */
@@ -50,13 +56,11 @@ static inline int srpc_replay_take(srpc_replay_t *w, uint64_t c)
     if (!srpc_replay_fresh(w, c))
         return -1;
     if (c > w->top) {
-        srpc_replay_shift(w->bits, c - w->top);
+        srpc_replay_clear(w->bits, w->top + 1, c - w->top);
         w->top = c;
-        w->bits[0] |= 1;
-        return 0;
     }
-    const uint64_t off = w->top - c;
-    w->bits[off / 64] |= 1ull << (off % 64);
+    const unsigned i = (unsigned)(c % SRPC_AUTH_WINDOW);
+    w->bits[i / 64] |= 1ull << (i % 64);
     return 0;
 }
 
