@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "splitrpc.h"
+#include "core/session.h" /* SRPC_V5_TAIL_MAX */
 
 #include "check.h"
 
@@ -2023,6 +2024,20 @@ static void test_api(void)
     fc.in_sizes = sz;
     CHECK(srpc_server_add_function(srv, &fc) == 0, "add");
     CHECK(srpc_server_add_function(srv, &fc) == -EEXIST, "add twice");
+    { /* a reply must number its segments in 16 bits under the longest tail (AEGIS-128L's 48 bytes):
+         with S = 1000, 65535 segments of 952 bytes, not of 1000 */
+        srpc_server_t *s2;
+        srpc_server_config_t c2 = cfg;
+        c2.seg_size = c2.seg_size_loopback = 1000;
+        uint32_t over[1] = {65535u * (1000 - SRPC_V5_TAIL_MAX) + 1};
+        srpc_func_config_t f2 = fc;
+        f2.out_sizes = over;
+        f2.capacity = 1;
+        f2.max_batch = 1;
+        CHECK(srpc_server_create(&c2, &s2) == 0, "create with S = 1000");
+        CHECK(srpc_server_add_function(s2, &f2) == -EMSGSIZE, "a reply of 65535 segments of 952 bytes and one more");
+        srpc_server_destroy(s2);
+    }
     srpc_batch_t b;
     memset(&b, 0, sizeof(b));
     CHECK(srpc_server_next_batch(NULL, &b, 0) == -EINVAL, "next_batch NULL");

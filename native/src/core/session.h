@@ -32,6 +32,8 @@
  * trailer (whose last 16 bytes are the tag's second half), so the trailer stays the last 32 bytes. */
 #define SRPC_V5_AEGIS_TAG_HEAD 16
 #define SRPC_V5_TAIL_MAX (SRPC_V5_AEGIS_TAG_HEAD + SRPC_V5_TRAILER_LEN)
+_Static_assert(SRPC_V5_TAIL_MAX >= SRPC_AUTH_TRAILER_LEN && SRPC_V5_TAIL_MAX >= SRPC_DATA_CHECK_LEN,
+               "the longest tail a datagram of any version carries");
 #define SRPC_V5_MAX_PIECES 16   /* srpc_v5_seal_key: at most this many data pieces less 2 */
 #define SRPC_V5_KEY_LEN 32   /* psk, session keys, X25519 keys */
 #define SRPC_V5_COOKIE_LEN_RAW 16
@@ -121,9 +123,9 @@ int srpc_v5_accept_open(srpc_v5_keys_t *k, const uint8_t init[SRPC_V5_INIT_LEN],
                         const uint8_t psk[SRPC_V5_KEY_LEN], const uint8_t *d, size_t len);
 
 /* An address as version 5 writes it (address then port, network order: 4 + 2 bytes for IPv4, 16 + 2
- * for IPv6) into out: its length, 0 for another family. What a cookie is made of, and what a
+ * for IPv6, then its scope id, 4 bytes in host order) into out: its length, 0 for another family. What a cookie is made of, and what a
  * server keeps of the address a session was made from. */
-#define SRPC_V5_ADDR_MAX 18
+#define SRPC_V5_ADDR_MAX 22
 size_t srpc_v5_addr_bytes(const struct sockaddr *src, uint8_t out[SRPC_V5_ADDR_MAX]);
 
 /* The cookie of source address src for the server's cookie secret: H(secret, address || port, 16). */

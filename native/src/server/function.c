@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/session.h" /* SRPC_V5_TAIL_MAX */
 #include "core/tunables.h"
 #include "gpu/gpu_driver.h"
 #include "server/cost.h"
@@ -161,8 +162,10 @@ int srpc_function_create(const srpc_server_config_t *cfg, const srpc_func_config
         fn->out_size[k] = fc->out_sizes[k];
         resp += fc->out_sizes[k];
     }
-    /* The smallest reply segment must still number a reply in 16 bits. */
+    /* The smallest reply segment must still number a reply in 16 bits, with the longest tail a
+     * reply may carry (version 5's with AEGIS-128L: SRPC_V5_TAIL_MAX) taken off its data. */
     uint32_t min_seg = cfg->seg_size < cfg->seg_size_loopback ? cfg->seg_size : cfg->seg_size_loopback;
+    min_seg = min_seg > SRPC_V5_TAIL_MAX + 1 ? min_seg - SRPC_V5_TAIL_MAX : 1;
     if (req > cfg->max_message || resp > UINT32_MAX || srpc_seg_count((uint32_t)resp, min_seg) > UINT16_MAX)
         r = -EMSGSIZE;
     fn->req_bytes = (uint32_t)req;
