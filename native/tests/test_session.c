@@ -447,6 +447,18 @@ static void test_cookie_and_no_session(void)
     srpc_v5_cookie_value(cookie, secret, (struct sockaddr *)&a);
     srpc_v5_cookie_value(got, secret, (struct sockaddr *)&b);
     CHECK(memcmp(cookie, got, 16) != 0, "another port, another cookie");
+    struct sockaddr_in6 l1 = {.sin6_family = AF_INET6, .sin6_port = htons(5000), .sin6_scope_id = 2}, l2 = l1;
+    l1.sin6_addr.s6_addr[0] = l2.sin6_addr.s6_addr[0] = 0xfe;
+    l1.sin6_addr.s6_addr[1] = l2.sin6_addr.s6_addr[1] = 0x80;
+    l1.sin6_addr.s6_addr[15] = l2.sin6_addr.s6_addr[15] = 1;
+    l2.sin6_scope_id = 3;
+    uint8_t x1[SRPC_V5_ADDR_MAX], x2[SRPC_V5_ADDR_MAX];
+    const size_t n1 = srpc_v5_addr_bytes((struct sockaddr *)&l1, x1), n2 = srpc_v5_addr_bytes((struct sockaddr *)&l2, x2);
+    srpc_v5_cookie_value(cookie, secret, (struct sockaddr *)&l1);
+    srpc_v5_cookie_value(got, secret, (struct sockaddr *)&l2);
+    CHECK(n1 == n2 && (n1 != n2 || memcmp(x1, x2, n1) != 0) && memcmp(cookie, got, 16) != 0,
+          "fe80::1 on another link (scope id): another address, another cookie");
+    srpc_v5_cookie_value(cookie, secret, (struct sockaddr *)&a);
     CHECK(srpc_v5_cookie_make(ck, init, PSK, cookie) == 0 && srpc_v5_cookie_open(got, init, PSK, ck, sizeof(ck)) == 0 &&
               memcmp(got, cookie, 16) == 0,
           "a COOKIE opened by its client");

@@ -336,7 +336,8 @@ size_t srpc_v5_addr_bytes(const struct sockaddr *src, uint8_t out[SRPC_V5_ADDR_M
         const struct sockaddr_in6 *s6 = (const struct sockaddr_in6 *)src;
         memcpy(out, &s6->sin6_addr, 16);
         memcpy(out + 16, &s6->sin6_port, 2);
-        return 18;
+        memcpy(out + 18, &s6->sin6_scope_id, 4); /* fe80::1 on one link is not fe80::1 on another */
+        return 22;
     }
     if (src->sa_family == AF_INET) {
         const struct sockaddr_in *s4 = (const struct sockaddr_in *)src;
