@@ -521,6 +521,25 @@ static void test_window(void)
         }
     }
     CHECK(agree && top > 32 * SRPC_AUTH_WINDOW, "the ring answers as the window's definition does");
+    /* Jumps of W - 1, W and W + 1 (an outside review: the walk above has none) from a top that is
+     * not on a word's edge, and from near the largest counter: the old top refused exactly while
+     * it is within the window, every place passed over fresh. */
+    const uint64_t W = SRPC_AUTH_WINDOW, starts[] = {5, 70 + 3 * W, (1ull << 62) - 3 * W - 7};
+    for (unsigned si = 0; si < sizeof(starts) / sizeof(starts[0]); si++) {
+        for (uint64_t jump = W - 1; jump <= W + 1; jump++) {
+            const uint64_t t0 = starts[si];
+            memset(&w, 0, sizeof(w));
+            int ok = srpc_replay_take(&w, t0 - 2) == 0 && srpc_replay_take(&w, t0) == 0 &&
+                     srpc_replay_take(&w, t0 + jump) == 0;
+            ok = ok && srpc_replay_fresh(&w, t0) == 0 && srpc_replay_fresh(&w, t0 - 2) == 0 &&
+                 srpc_replay_fresh(&w, t0 + jump) == 0 && srpc_replay_take(&w, t0) == -1;
+            const uint64_t low = t0 + jump - W; /* the window's lowest place: top - (W - 1) */
+            for (uint64_t c = t0 + 1; ok && c < t0 + jump; c++)
+                ok = srpc_replay_fresh(&w, c) == (c > low);
+            CHECK(ok, "a jump of W%+d from %llu: the old top refused (%s), the places passed fresh within the window",
+                  (int)(jump - W), (unsigned long long)t0, jump >= W ? "behind the window" : "taken");
+        }
+    }
 }
 
 int main(void)
