@@ -32,7 +32,7 @@ static uint32_t key_hash(const srpc_call_key_t *k)
     uint64_t h = mix64(k->req_id ^ ((uint64_t)k->func_id << 48) ^ ((uint64_t)k->addr.port << 32) ^
                        ((uint64_t)k->version << 60));
     h = mix64(h ^ a);
-    h = mix64(h ^ b ^ k->addr.family ^ ((uint64_t)k->key_id << 16));
+    h = mix64(h ^ b ^ k->addr.family ^ ((uint64_t)k->key_id << 16) ^ ((uint64_t)k->addr.scope << 32));
     return (uint32_t)h;
 }
 
@@ -42,7 +42,7 @@ static int key_eq(const srpc_call_key_t *x, const srpc_call_key_t *y)
         x->session != y->session)
         return 0;
     return x->session || (x->addr.port == y->addr.port && x->addr.family == y->addr.family &&
-                          memcmp(x->addr.ip, y->addr.ip, 16) == 0);
+                          x->addr.scope == y->addr.scope && memcmp(x->addr.ip, y->addr.ip, 16) == 0);
 }
 
 int ct_init(calltab_t *ct, uint32_t max_entries)
@@ -102,6 +102,7 @@ void ct_key_from_sockaddr(srpc_call_key_t *k, const struct sockaddr *sa, const s
         const struct sockaddr_in6 *s6 = (const struct sockaddr_in6 *)sa;
         k->addr.port = s6->sin6_port;
         memcpy(k->addr.ip, &s6->sin6_addr, 16);
+        k->addr.scope = s6->sin6_scope_id;
     }
 }
 
@@ -119,6 +120,7 @@ socklen_t ct_key_to_sockaddr(const srpc_call_key_t *k, struct sockaddr_storage *
     s6->sin6_family = AF_INET6;
     s6->sin6_port = k->addr.port;
     memcpy(&s6->sin6_addr, k->addr.ip, 16);
+    s6->sin6_scope_id = k->addr.scope; /* a link-local client is answered on its own link */
     return sizeof(*s6);
 }
 

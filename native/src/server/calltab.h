@@ -17,6 +17,7 @@ typedef struct srpc_addr {
     uint16_t family; /* AF_INET or AF_INET6 */
     uint16_t port;   /* network order, as in the sockaddr */
     uint8_t ip[16];
+    uint32_t scope;  /* IPv6: the scope id (a link-local address's interface), else 0 */
 } srpc_addr_t;
 
 typedef struct srpc_call_key {
