@@ -383,7 +383,11 @@ class Server:
 
         ``max_batch``, ``capacity`` (elements per Tensor Queue) and ``max_delay_us`` left None take
         the C core's defaults (srpc_func_config_init, native/src/core/tunables.h); a raw function's
-        ``max_request`` and ``max_response`` left None are the server's max_message.
+        ``max_request`` and ``max_response`` left None are the server's max_message. A reply must
+        fit in 65,535 segments of the server's smallest reply segment size less the longest tail a
+        reply carries (48 bytes: version 5's AEGIS-128L), about 92 MB at the default 1,450 bytes,
+        whatever protocol its callers speak (keys may be added later); a larger one is refused
+        here (NativeError, errno EMSGSIZE).
         """
 
         def register(fn: _F) -> _F:
