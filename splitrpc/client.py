@@ -143,6 +143,11 @@ class Client:
             raise ValueError(f"protocol must be one of {PROTOCOLS + keyed}, got {protocol!r}")
         if encrypt and protocol != _auth.SESSIONS:
             raise ValueError(f"encrypt=True needs sessions: key= (protocol {_auth.SESSIONS})")
+        if protocol == _auth.SESSIONS and rto[2] > d["rto_max"]:
+            # docs/PROTOCOL-v5.md ("Calls a line ran"): a client with a call outstanding sends under its
+            # session at least this often (the default rto_max): a server may forget a session silent
+            # for 2 s whose calls are all answered, and a call resent after that would be a new call
+            raise ValueError(f"with sessions (key=), rto_max must be at most {d['rto_max']:g} s, got {rto_max!r}")
         if rekey is not None and not 0 < rekey <= d["rekey"]:
             raise ValueError(f"rekey must be > 0 and at most {d['rekey']:g} seconds, got {rekey!r}")
         suite_mask = None

@@ -220,6 +220,9 @@ def test_version_4_only_when_asked(make_server, make_client, keys, table):
         splitrpc.Client("127.0.0.1", srv.port, protocol=5)
     with pytest.raises(ValueError, match="rekey"):
         splitrpc.Client("127.0.0.1", srv.port, key=keys["all"], rekey=121)
+    with pytest.raises(ValueError, match="rto_max must be at most 1 s"):  # the page: a session's client
+        splitrpc.Client("127.0.0.1", srv.port, key=keys["all"], rto_max=2.0)  # sends at least once a second
+    splitrpc.Client("127.0.0.1", srv.port, key=keys["all"], protocol=4, rto_max=2.0).close()  # no sessions
     with pytest.raises(ValueError, match="needs keys="):
         splitrpc.Server("127.0.0.1", 0, legacy_v4=True)
 
