@@ -782,8 +782,8 @@ class Server:
         with self._lock:
             if self._state != "running":
                 raise SplitRPCError(f"cannot drain a server that is {self._state}")
+            _server.drain(self._srv, True)  # first: state says "draining" only once new calls get DRAINING
             self._draining = True
-            _server.drain(self._srv, True)
         log.info("draining: %d calls pending", self.pending())
 
     def abort_drain(self) -> None:

@@ -137,7 +137,7 @@ def test_a_drained_server_lingers_answering_draining_until_the_calls_stop():
         seen = []
         for _ in range(8):  # 0.8 s of calls, longer than the linger: each one keeps the port open
             try:
-                c.call(1, np.ones(512, np.float32))
+                c.call(1, np.ones(256, np.float32))  # vecadd's 1024 bytes: a call that slipped past the drain is "ok"
                 seen.append("ok")
             except splitrpc.Draining:
                 seen.append("draining")
