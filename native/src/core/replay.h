@@ -18,21 +18,29 @@ typedef struct srpc_replay {
     uint64_t bits[SRPC_REPLAY_WORDS];
 } srpc_replay_t;
 
-static inline int srpc_replay_bit(const uint64_t *bits, uint64_t c)
+/* A ring of bits by counter: c's bit is c mod nbits (a multiple of 64). Shared by this window and a
+ * line's req_ids (server/sessions.h). */
+static inline int srpc_ring_bit(const uint64_t *bits, uint32_t nbits, uint64_t c)
 {
-    const unsigned i = (unsigned)(c % SRPC_AUTH_WINDOW);
+    const unsigned i = (unsigned)(c % nbits);
     return (int)((bits[i / 64] >> (i % 64)) & 1);
 }
 
-/* Clears the places of the n counters from first on (n >= the window: all of them). */
-static inline void srpc_replay_clear(uint64_t *bits, uint64_t first, uint64_t n)
+static inline void srpc_ring_set(uint64_t *bits, uint32_t nbits, uint64_t c)
 {
-    if (n >= SRPC_AUTH_WINDOW) {
-        memset(bits, 0, SRPC_REPLAY_WORDS * sizeof(uint64_t));
+    const unsigned i = (unsigned)(c % nbits);
+    bits[i / 64] |= 1ull << (i % 64);
+}
+
+/* Clears the places of the n counters from first on (n >= nbits: all of them), a word at a time. */
+static inline void srpc_ring_clear(uint64_t *bits, uint32_t nbits, uint64_t first, uint64_t n)
+{
+    if (n >= nbits) {
+        memset(bits, 0, nbits / 8);
         return;
     }
     while (n) {
-        const unsigned i = (unsigned)(first % SRPC_AUTH_WINDOW), b = i % 64;
+        const unsigned i = (unsigned)(first % nbits), b = i % 64;
         const uint64_t take = 64 - b < n ? 64 - b : n;
         bits[i / 64] &= ~(take == 64 ? ~0ull : ((1ull << take) - 1) << b);
         first += take;
@@ -47,7 +55,7 @@ static inline int srpc_replay_fresh(const srpc_replay_t *w, uint64_t c)
         return 0;
     if (c > w->top)
         return 1;
-    return w->top - c < SRPC_AUTH_WINDOW && !srpc_replay_bit(w->bits, c);
+    return w->top - c < SRPC_AUTH_WINDOW && !srpc_ring_bit(w->bits, SRPC_AUTH_WINDOW, c);
 }
 
 /* Takes counter c: 0, or -1 when it may not be (srpc_replay_fresh). */
@@ -56,11 +64,10 @@ static inline int srpc_replay_take(srpc_replay_t *w, uint64_t c)
     if (!srpc_replay_fresh(w, c))
         return -1;
     if (c > w->top) {
-        srpc_replay_clear(w->bits, w->top + 1, c - w->top);
+        srpc_ring_clear(w->bits, SRPC_AUTH_WINDOW, w->top + 1, c - w->top);
         w->top = c;
     }
-    const unsigned i = (unsigned)(c % SRPC_AUTH_WINDOW);
-    w->bits[i / 64] |= 1ull << (i % 64);
+    srpc_ring_set(w->bits, SRPC_AUTH_WINDOW, c);
     return 0;
 }
 

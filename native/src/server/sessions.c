@@ -429,14 +429,8 @@ int srpc_sessions_take(srpc_sessions_t *t, srpc_session_t *s, uint64_t c, uint64
 
 #define REQ_MASK ((1ull << 48) - 1) /* req_ids are 48 bits (version 2's header): they wrap */
 
-/* A line's window is a ring: req_id r's bit is r mod SRPC_V5_CALL_WINDOW (2^48 is a multiple of it,
- * so the place holds across the wrap); moving the top up clears the places it passes, no shifting. */
-static int call_bit(const srpc_line_t *l, uint64_t r)
-{
-    const unsigned i = (unsigned)(r % SRPC_V5_CALL_WINDOW);
-    return (l->bits[i / 64] >> (i % 64)) & 1;
-}
-
+/* A line's window is a ring (core/replay.h's): req_id r's bit is r mod SRPC_V5_CALL_WINDOW (2^48 is a
+ * multiple of it, so the place holds across the wrap); moving the top up clears the places it passes. */
 int srpc_sessions_call_fresh(const srpc_sessions_t *t, const srpc_session_t *s, uint64_t req_id)
 {
     const srpc_line_t *l = &t->lines[s->line];
@@ -446,7 +440,7 @@ int srpc_sessions_call_fresh(const srpc_sessions_t *t, const srpc_session_t *s, 
     const uint64_t behind = (l->top - req_id) & REQ_MASK;
     if (behind > (1ull << 47)) /* ahead of the highest that ran (the page: after when (r - top) mod 2^48 < 2^47) */
         return 1;
-    return behind < SRPC_V5_CALL_WINDOW && !call_bit(l, req_id);
+    return behind < SRPC_V5_CALL_WINDOW && !srpc_ring_bit(l->bits, SRPC_V5_CALL_WINDOW, req_id);
 }
 
 void srpc_sessions_call_ran(srpc_sessions_t *t, const srpc_session_t *s, uint64_t req_id)
@@ -456,21 +450,13 @@ void srpc_sessions_call_ran(srpc_sessions_t *t, const srpc_session_t *s, uint64_
     const uint64_t behind = (l->top - req_id) & REQ_MASK;
     if (!l->any || behind > (1ull << 47)) { /* a new highest: the places it passes are cleared */
         const uint64_t up = l->any ? (req_id - l->top) & REQ_MASK : SRPC_V5_CALL_WINDOW;
-        if (up >= SRPC_V5_CALL_WINDOW) {
-            memset(l->bits, 0, sizeof(l->bits));
-        } else {
-            for (uint64_t r = l->top + 1, n = 0; n < up; r++, n++) {
-                const unsigned i = (unsigned)((r & REQ_MASK) % SRPC_V5_CALL_WINDOW);
-                l->bits[i / 64] &= ~(1ull << (i % 64));
-            }
-        }
+        srpc_ring_clear(l->bits, SRPC_V5_CALL_WINDOW, l->top + 1, up);
         l->top = req_id;
         l->any = 1;
     } else if (behind >= SRPC_V5_CALL_WINDOW) {
         return; /* too old to note (call_fresh refuses it: it cannot have started since) */
     }
-    const unsigned i = (unsigned)(req_id % SRPC_V5_CALL_WINDOW);
-    l->bits[i / 64] |= 1ull << (i % 64);
+    srpc_ring_set(l->bits, SRPC_V5_CALL_WINDOW, req_id);
 }
 
 int srpc_sessions_from(const srpc_session_t *s, const struct sockaddr *src)
