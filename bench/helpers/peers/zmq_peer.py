@@ -39,12 +39,20 @@ def serve(args) -> None:
     ctx = zmq.Context()
     sock = ctx.socket(zmq.ROUTER)
     sock.linger = 0
+    # A receive that waits at most 100 ms, and the loop round it, let SIGTERM stop the server: the
+    # kernel may deliver it to another thread (OpenBLAS's, which numpy starts unmasked), and then
+    # nothing interrupts the main thread's wait in libzmq (it ran until killed, 60 s later in
+    # test_peers). A message already queued is taken at once, so the timeout costs nothing per call.
+    sock.rcvtimeo = 100
     sock.bind(f"tcp://{args.host}:{args.port}")
     common.interrupt_on_sigterm()
     try:
         common.ready()
         while True:
-            frames = sock.recv_multipart(copy=False)
+            try:
+                frames = sock.recv_multipart(copy=False)
+            except zmq.Again:
+                continue
             if len(frames) != 3:  # [peer identity, tag, request]; anything else is not ours
                 continue
             ident, tag, request = frames
