@@ -118,9 +118,14 @@ def families(st: dict[str, Any], prefix: str = PREFIX) -> Iterator[Metric]:
         f = fam("gauge", "auth_sessions", "Version 5 sessions held.")
         f.add_metric([], int(a["sessions"]))
         yield f
+        f = fam("gauge", "auth_tombstones", "Forgotten version 5 sessions kept while their line has calls.")
+        f.add_metric([], int(a["tombstones"]))
+        yield f
         for name, key, help_ in (("auth_sessions_made", "sessions_made", "Version 5 sessions made."),
                                  ("auth_sessions_forgotten", "sessions_forgotten", "Version 5 sessions forgotten "
-                                  "(past their time, moved on from, their key gone, or making room).")):
+                                  "(past their time, moved on from, their key gone, or making room)."),
+                                 ("auth_tomb_resumes", "tomb_resumes", "Version 5 sessions made by a resume "
+                                  "naming a forgotten session (its line followed).")):
             f = fam("counter", name, help_)
             f.add_metric([], int(a[key]))
             yield f

@@ -345,6 +345,41 @@ def test_a_forged_no_session_never_makes_a_call_run_twice(servers, keys):
     assert runs["echo"] == 2  # its own call, run once; the victim's reply was never its
 
 
+def test_a_resume_naming_a_forgotten_session_finds_its_call(make_server, keys):
+    """Stop 64's outside attacker: a client moved from session A to B; the server forgot A (moved on
+    from) while A's call was still in its reply cache; then the client, against the page, resumed
+    from A (a late datagram of A got a NO_SESSION) and resent the call: a new line, and the call
+    ran again. The server now keeps a tombstone of a session it forgets while its line ran calls:
+    the resume naming A follows the line, and the resend is the cached call. Stop 65's: once the
+    call left the reply cache, the tombstone went too, and the resend ran again; now the tombstone
+    stays while A's time (180 s) is not up, and the resend is refused as a call that ran."""
+    runs = {"echo": 0, "other": 0}
+    srv = make_server(_setup(runs), keys=KeyTable([keys["all"]], skew=5.0), reply_cache_ttl=5.0)  # stale_ms 2.5 s
+    s = _sock(srv.port)
+    a, _, _ = _handshake(s, keys["all"])
+    assert _call(s, a, ECHO, 90, b"once, even so") == (v5.RESPONSE, 0, b"once, even so") and runs["echo"] == 1
+    b, _, _ = _handshake(s, keys["all"], prev=a)  # a rekey (or a forged NO_SESSION): the line goes on
+    assert _call(s, b, ECHO, 91, b"under b") == (v5.RESPONSE, 0, b"under b") and runs["echo"] == 2
+    auth = lambda: srv.stats()["auth"]  # noqa: E731
+    # moved on from when b's datagram was taken; forgotten stale_ms (2.5 s) later, at a sweep; call 90 cached
+    assert wait_for(lambda: auth()["sessions_forgotten"] >= 1, timeout=6.0), auth()
+    assert auth()["tombstones"] == 1, auth()
+    c, _, _ = _handshake(s, keys["all"], prev=a)  # the client resumes from A, not from its current B
+    assert _call(s, c, ECHO, 90, b"once, even so") == (v5.RESPONSE, 0, b"once, even so")
+    time.sleep(0.1)
+    assert runs["echo"] == 2, "the resend under a resume from the forgotten session ran the call again"
+    assert auth()["tomb_resumes"] == 1, auth()
+    # The call leaves the reply cache (5 s): the tombstone stays, and a resend is refused, not run.
+    stale0 = srv.stats()["drops"]["auth_stale"]
+    assert wait_for(lambda: srv.stats()["cached_replies"] == 0, timeout=8.0), srv.stats()["cached_replies"]
+    d, _, _ = _handshake(s, keys["all"], prev=a)
+    for dg in _request(d, ECHO, 90, b"once, even so"):
+        s.send(dg)
+    assert wait_for(lambda: srv.stats()["drops"]["auth_stale"] > stale0)
+    assert _recv(s, 0.3) is None and runs["echo"] == 2, "the resend ran again once the call left the cache"
+    assert auth()["tombstones"] == 1 and auth()["tomb_resumes"] == 2, auth()
+
+
 def test_a_replayed_init_makes_nothing_usable(servers, keys):
     """The same INIT to the same server: the same ACCEPT, no new session. To another server: a
     new session whose keys the replayer lacks, so a request sealed with the first session's keys

@@ -443,6 +443,9 @@ typedef struct srpc_server_stats {
     uint64_t sessions_made;      /* version 5 sessions made (handshakes answered with a new session) */
     uint64_t sessions_forgotten; /* version 5 sessions forgotten: past their time, moved on from, their
                                     key gone, or silent and making room */
+    uint64_t sessions_tombstones; /* gauge: forgotten sessions kept as tombstones (their line still had
+                                     calls in the call table: a resume naming one follows its line) */
+    uint64_t sessions_tomb_resumes; /* sessions made by a resume naming a forgotten session */
 } srpc_server_stats_t;
 
 int srpc_server_stats(const srpc_server_t *srv, srpc_server_stats_t *out);

@@ -192,12 +192,12 @@ static void test_keys_removed_and_expired(void)
           "key 7 removed: its session ends (and, without calls, is forgotten)");
     CHECK(srpc_sessions_find(&t, keys, k8.session, MONO) == s8,
           "key 8 expired: its session stays (its calls are answered FORBIDDEN, as version 4's)");
-    s8->calls = 1; /* a call of its line in the call table (srpc_sessions_mark) */
+    s8->calls = SRPC_LINE_RUNNING; /* a call of its line running (srpc_sessions_mark) */
     CHECK(srpc_sessions_find(&t, keys, k8.session, MONO + SRPC_V5_REJECT_AFTER_MS + 1) == NULL && t.used == 1,
           "past its time: gone for new datagrams, kept for its call");
     srpc_sessions_expire(&t, MONO + SRPC_V5_REJECT_AFTER_MS + 2);
     CHECK(t.used == 1 && s8->used, "the sweep keeps it too");
-    s8->calls = 0;
+    s8->calls = SRPC_LINE_IDLE;
     srpc_sessions_expire(&t, MONO + SRPC_V5_REJECT_AFTER_MS + 3);
     CHECK(t.used == 0, "and the rest expire");
     srpc_keytab_destroy(without7);
@@ -386,7 +386,7 @@ static void test_no_session_rate(void)
 static int busy_all(void *ctx, uint64_t line)
 {
     (void)ctx, (void)line;
-    return 1;
+    return SRPC_LINE_RUNNING;
 }
 
 static void test_late_datagrams_and_superseded(void)
@@ -463,6 +463,9 @@ static void test_late_datagrams_and_superseded(void)
     CHECK(made == 40 && srpc_sessions_on_init(&t, keys, init, sizeof(init), src, WALL, mono, out, &n) == 0 &&
               srpc_v5_accept_open(&other, init, e, PSK7, out, n) == 0,
           "40 resumes, each answered (%d), and another client of the key still gets a session", made);
+    CHECK(t.st.tombs_freed_for_room > 0 && t.tombs_used == t.cap,
+          "the resumes' tombstones (their line running the whole time) took the oldest's places: %u",
+          (unsigned)t.st.tombs_freed_for_room);
     srpc_keytab_destroy(keys);
     srpc_sessions_destroy(&t);
 }
@@ -647,6 +650,147 @@ static void test_a_lines_calls_run_once(void)
     srpc_sessions_destroy(&t);
 }
 
+/* The call table's answer per line for srpc_sessions_mark: line[i]'s calls are level[i]; others none. */
+typedef struct {
+    uint64_t line[4];
+    int level[4];
+    int n;
+} calls_t;
+
+static int calls_of(void *ctx, uint64_t line)
+{
+    const calls_t *c = ctx;
+    for (int i = 0; i < c->n; i++)
+        if (c->line[i] == line)
+            return c->level[i];
+    return SRPC_LINE_IDLE;
+}
+
+/* Stop 64's outside attacker: a session silent 2 s whose call's reply was cached was forgotten to
+ * make room for another holder of the key, and its client's resume naming it then made a new line,
+ * where the call's resend ran again. Now it leaves a tombstone: a resume naming it, proved with its
+ * keys, follows its line (its calls found, its window kept) until the call table holds none of the
+ * line's calls. With every tombstone place the last way to its line, no session with calls is
+ * forgotten: the INIT that needed room is unanswered. */
+static void test_a_forgotten_sessions_line_is_followed(void)
+{
+    const uint64_t q = SRPC_V5_QUOTA_IDLE_MS + 10;
+    srpc_sessions_t t;
+    CHECK(srpc_sessions_init(&t, 4, 1000) == 0, "a table of 4");
+    t.key_quota = 100; /* (the table's room, not the key's quota) */
+    srpc_keytab_t *keys = table(1, 0);
+    struct sockaddr_in a = addr(4070);
+    const struct sockaddr *src = (const struct sockaddr *)&a;
+    srpc_v5_keys_t v, x, r, f;
+    uint8_t vinit[SRPC_V5_INIT_LEN], out[SRPC_V5_INIT_LEN], e[32], pub[32];
+    size_t n;
+    srpc_v5_keypair(e, pub);
+    srpc_v5_init_make(vinit, PSK7, 7, 301, e, WALL, 0, NULL, NULL);
+    CHECK(srpc_sessions_on_init(&t, keys, vinit, sizeof(vinit), src, WALL, MONO, out, &n) == 0 &&
+              srpc_v5_accept_open(&v, vinit, e, PSK7, out, n) == 0,
+          "the victim's session");
+    srpc_session_t *sv = srpc_sessions_find(&t, keys, v.session, MONO);
+    const uint64_t line = sv->lineage;
+    const uint32_t li = sv->line;
+    srpc_sessions_call_ran(&t, sv, 42);
+    for (uint64_t i = 0; i < 3; i++)
+        CHECK(handshake7(&t, keys, src, 302 + i, MONO + 1000 + i, NULL, &x) == 0, "another session %u", (unsigned)i);
+    calls_t c = {{line}, {SRPC_LINE_ANSWERED}, 1}; /* its call answered, the reply cached */
+    srpc_sessions_mark(&t, calls_of, &c);
+    const uint64_t m1 = MONO + SRPC_V5_QUOTA_IDLE_MS + 10;
+    CHECK(handshake7(&t, keys, src, 310, m1, NULL, &x) == 0 && t.used == 4 && t.tombs_used == 1 && t.st.tombs == 1 &&
+              srpc_sessions_find(&t, keys, v.session, m1) == NULL,
+          "2 s silent, its call answered: forgotten for another's INIT, leaving a tombstone");
+    const uint64_t m2 = MONO + 1003 + SRPC_V5_QUOTA_IDLE_MS + 10; /* another session (no calls) makes room */
+    CHECK(handshake7(&t, keys, src, 311, m2, &v, &r) == 0, "its client's resume, naming it");
+    srpc_session_t *sr = srpc_sessions_find(&t, keys, r.session, m2);
+    CHECK(sr && sr->lineage == line && sr->line == li && t.st.tomb_resumes == 1 && t.st.not_resumed == 0,
+          "follows its line: a resend is the call, answered from the cache");
+    CHECK(srpc_sessions_call_fresh(&t, sr, 42) == 0 && srpc_sessions_call_fresh(&t, sr, 43) == 1,
+          "and its window: what ran never starts again");
+    f = v;
+    memset(f.c2s, 0x5a, sizeof(f.c2s)); /* another holder of the key: the psk, not the session's keys */
+    CHECK(handshake7(&t, keys, src, 312, m2 + 5, &f, &x) == 0 && t.st.not_resumed == 1 && t.st.tomb_resumes == 1 &&
+              srpc_sessions_find(&t, keys, x.session, m2 + 5)->lineage == x.session,
+          "a resume naming it without its keys: a line of its own");
+    struct sockaddr_in other = addr(4071);
+    CHECK(srpc_sessions_on_init(&t, keys, vinit, sizeof(vinit), (struct sockaddr *)&other, WALL + 100, m2 + 6, out,
+                                &n) == SRPC_DROP_AUTH_STALE &&
+              srpc_sessions_on_init(&t, keys, vinit, sizeof(vinit), src, WALL + 100, m2 + 6, out, &n) ==
+                  SRPC_DROP_AUTH_STALE &&
+              n == 0,
+          "its INIT replayed, from anywhere: nothing (before, a new session on another address)");
+    /* Stop 65's outside attacker: the call's reply pushed out of the cache (another caller's large
+     * replies), and the tombstone went with it: the resend, under a resume naming the forgotten
+     * session, ran again on a new line. The tombstone stays while the session's time is not up. */
+    c.n = 0; /* the call has left the call table */
+    srpc_sessions_mark(&t, calls_of, &c);
+    srpc_sessions_expire(&t, m2 + 10);
+    CHECK(t.tombs_used == 1, "no call of its line left, but one ran and its time is not up: kept");
+    srpc_v5_keys_t r2;
+    CHECK(handshake7(&t, keys, src, 313, m2 + 20, &v, &r2) == 0, "another resume naming it");
+    srpc_session_t *sr2 = srpc_sessions_find(&t, keys, r2.session, m2 + 20);
+    CHECK(sr2 && sr2->line == li && t.st.tomb_resumes == 2 && srpc_sessions_call_fresh(&t, sr2, 42) == 0,
+          "still its line: the call's resend is refused as one that ran, never run again");
+    srpc_sessions_expire(&t, MONO + SRPC_V5_REJECT_AFTER_MS + 1);
+    CHECK(t.tombs_used == 0 && t.lines[li].refs == 2, "its time up, the sweep frees it; the line goes on in the resumes");
+    srpc_keytab_destroy(keys);
+    srpc_sessions_destroy(&t);
+
+    /* A tombstone whose line a session its client never had also holds (its resume INIT raced from
+     * a spoofed address: the client's own copy is refused) is not freed for room; only one whose
+     * client was seen holding a later session of its line may be. */
+    CHECK(srpc_sessions_init(&t, 2, 1000) == 0, "a table of 2");
+    t.key_quota = 100;
+    keys = table(1, 0);
+    struct sockaddr_in spoof = addr(4999);
+    srpc_v5_keys_t p1, p2, o[3];
+    CHECK(handshake7(&t, keys, src, 501, MONO, NULL, &p1) == 0, "the victim's session");
+    srpc_sessions_call_ran(&t, srpc_sessions_find(&t, keys, p1.session, MONO), 1);
+    CHECK(handshake7(&t, keys, (struct sockaddr *)&spoof, 502, MONO + 1, &p1, &p2) == 0,
+          "its resume, raced from a spoofed address");
+    CHECK(handshake7(&t, keys, src, 503, MONO + q + 1, NULL, &o[0]) == 0 && t.tombs_used == 1,
+          "another client's session: the victim's (followed) is buried for room");
+    srpc_sessions_call_ran(&t, srpc_sessions_find(&t, keys, o[0].session, MONO + q + 1), 1);
+    CHECK(handshake7(&t, keys, src, 504, MONO + 2 * q + 1, NULL, &o[1]) == 0 && t.tombs_used == 2,
+          "and another: the raced one buried (every tombstone place taken)");
+    srpc_sessions_call_ran(&t, srpc_sessions_find(&t, keys, o[1].session, MONO + 2 * q + 1), 1);
+    CHECK(handshake7(&t, keys, src, 505, MONO + 3 * q + 1, NULL, &o[2]) == -1 && t.tombs_used == 2 &&
+              t.st.tombs_freed_for_room == 0,
+          "a third: no tombstone freed (the victim's line is held by the raced one too, which its client never "
+          "had), no session with a line that ran forgotten: unanswered");
+    CHECK(handshake7(&t, keys, src, 506, MONO + 3 * q + 2, &p1, &o[2]) == -1 && t.used == 2,
+          "the victim's resume too waits for a place (availability, never a call run twice)");
+    srpc_keytab_destroy(keys);
+    srpc_sessions_destroy(&t);
+
+    /* Every tombstone the last way to its line: a session with calls is not forgotten for room. */
+    CHECK(srpc_sessions_init(&t, 2, 1000) == 0, "a table of 2");
+    t.key_quota = 100;
+    keys = table(1, 0);
+    srpc_v5_keys_t k[5];
+    CHECK(handshake7(&t, keys, src, 401, MONO, NULL, &k[0]) == 0 && handshake7(&t, keys, src, 402, MONO + 1, NULL, &k[1]) == 0,
+          "two sessions");
+    calls_t all = {{k[0].session, k[1].session}, {SRPC_LINE_ANSWERED, SRPC_LINE_ANSWERED}, 2};
+    srpc_sessions_mark(&t, calls_of, &all);
+    CHECK(handshake7(&t, keys, src, 403, MONO + q, NULL, &k[2]) == 0 && t.tombs_used == 1, "a third: the first buried");
+    all.line[2] = k[2].session, all.level[2] = SRPC_LINE_ANSWERED, all.n = 3;
+    srpc_sessions_mark(&t, calls_of, &all);
+    CHECK(handshake7(&t, keys, src, 404, MONO + 2 * q, NULL, &k[3]) == 0 && t.tombs_used == 2, "a fourth: the second");
+    all.line[3] = k[3].session, all.level[3] = SRPC_LINE_ANSWERED, all.n = 4;
+    srpc_sessions_mark(&t, calls_of, &all);
+    CHECK(handshake7(&t, keys, src, 405, MONO + 3 * q, NULL, &k[4]) == -1 && t.used == 2 && t.tombs_used == 2 &&
+              t.st.full == 1,
+          "a fifth: no place for a third tombstone, so no session with calls forgotten: unanswered");
+    all.level[0] = SRPC_LINE_IDLE; /* the first's call left the call table */
+    srpc_sessions_mark(&t, calls_of, &all);
+    srpc_sessions_expire(&t, MONO + 3 * q + 1);
+    CHECK(t.tombs_used == 1 && handshake7(&t, keys, src, 406, MONO + 3 * q + 2, NULL, &k[4]) == 0 && t.tombs_used == 2,
+          "once a tombstone goes, a place: answered");
+    srpc_keytab_destroy(keys);
+    srpc_sessions_destroy(&t);
+}
+
 int main(void)
 {
     for (int i = 0; i < 32; i++)
@@ -668,6 +812,7 @@ int main(void)
     test_a_lines_calls_run_once();
     test_an_earlier_time_ages_nothing();
     test_a_held_datagram_is_refused_on_time();
+    test_a_forgotten_sessions_line_is_followed();
     printf("%d passed, %d failed\n", passed, failed);
     return failed != 0;
 }

@@ -663,10 +663,13 @@ def read_stats(srv) -> dict:
         # authenticated calls (docs/PROTOCOL-v4.md): datagrams that passed, calls refused FORBIDDEN
         # (a function the key may not call; an expired key), key tables taken in while serving. The
         # datagrams dropped are in drops (auth_*).
-        # sessions: version 5's sessions held now (a gauge; docs/PROTOCOL-v5.md), made and forgotten
+        # sessions: version 5's sessions held now (a gauge; docs/PROTOCOL-v5.md), made and forgotten;
+        # tombstones: forgotten sessions kept while their line has calls (a gauge), and the resumes that
+        # named one (docs/security.md)
         "auth": {"ok": st.auth_ok, "forbidden": st.auth_forbidden, "expired": st.auth_expired,
                  "reloads": st.auth_reloads, "sessions": st.sessions, "sessions_made": st.sessions_made,
-                 "sessions_forgotten": st.sessions_forgotten},
+                 "sessions_forgotten": st.sessions_forgotten, "tombstones": st.sessions_tombstones,
+                 "tomb_resumes": st.sessions_tomb_resumes},
     }
 
 

@@ -826,8 +826,9 @@ static void keys_reload(srpc_server_t *srv)
 }
 
 typedef struct {
-    uint64_t *line;
-    uint32_t n;
+    uint64_t *line;    /* sorted: lines with calls arriving or running */
+    uint64_t *any;     /* sorted: lines with any calls in the table (answered ones included) */
+    uint32_t n, n_any;
 } lines_t;
 
 static int cmp_u64(const void *a, const void *b)
@@ -836,19 +837,22 @@ static int cmp_u64(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-/* 1 when the call table held calls of line (the sweep's sorted list). */
+/* What the call table held of line's calls (enum srpc_line_calls; the sweep's sorted lists). */
 static int line_busy(void *ctx, uint64_t line)
 {
     const lines_t *l = ctx;
-    return l->n && bsearch(&line, l->line, l->n, sizeof(uint64_t), cmp_u64) != NULL;
+    if (l->n && bsearch(&line, l->line, l->n, sizeof(uint64_t), cmp_u64))
+        return SRPC_LINE_RUNNING;
+    return l->n_any && bsearch(&line, l->any, l->n_any, sizeof(uint64_t), cmp_u64) ? SRPC_LINE_ANSWERED
+                                                                                   : SRPC_LINE_IDLE;
 }
 
 /* Forgets version 5's sessions past their time, once a second, but none whose line still has
  * calls in the call table that are arriving or running: a resume naming it must still find it,
  * so that a call's resend is that call. A line whose calls are all answered (their replies
  * cached) does not hold its sessions: one silent for SRPC_V5_QUOTA_IDLE_MS (2 s) may make room
- * for a new session when its key's quota or the table is full, since a client still waiting
- * for a reply retransmits at least every rto_max (1 s by default) and so is not silent. Run by
+ * for a new session when its key's quota or the table is full, leaving a tombstone that a resume
+ * naming it follows to the line (sessions.h), freed here once the line has no calls left. Run by
  * the timers (at least every SRPC_TIMER_IDLE_US) and after a receive that took datagrams (keyed
  * traffic never takes the in-place path), now the time already read there: only when it is due is
  * the clock read again. rx. */
@@ -861,12 +865,22 @@ static void sessions_sweep(srpc_server_t *srv, uint64_t now)
     const uint64_t ms = srpc_now_ns() / 1000000u;
     srv->sessions_swept_ms = ms;
     srpc_srv_lock(srv);
-    lines_t l = {malloc((size_t)srv->ct.used * sizeof(uint64_t) + 1), 0};
+    lines_t l = {malloc(2 * (size_t)srv->ct.used * sizeof(uint64_t) + 1), NULL, 0, 0};
     if (l.line) {
-        for (uint32_t i = 0; i < srv->ct.max_entries && l.n < srv->ct.used; i++)
-            if ((srv->ct.e[i].state == CT_PARTIAL || srv->ct.e[i].state == CT_QUEUED) && srv->ct.e[i].key.session)
+        l.any = l.line + srv->ct.used;
+        for (uint32_t i = 0, seen = 0; i < srv->ct.max_entries && seen < srv->ct.used; i++) {
+            const uint8_t st = srv->ct.e[i].state;
+            if (st == CT_FREE)
+                continue;
+            seen++;
+            if (!srv->ct.e[i].key.session)
+                continue;
+            l.any[l.n_any++] = srv->ct.e[i].key.session;
+            if (st == CT_PARTIAL || st == CT_QUEUED)
                 l.line[l.n++] = srv->ct.e[i].key.session;
+        }
         qsort(l.line, l.n, sizeof(uint64_t), cmp_u64);
+        qsort(l.any, l.n_any, sizeof(uint64_t), cmp_u64);
         srpc_sessions_mark(srv->sessions, line_busy, &l);
         srpc_sessions_expire(srv->sessions, ms);
         free(l.line);

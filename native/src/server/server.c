@@ -419,6 +419,8 @@ int srpc_server_stats(const srpc_server_t *srv, srpc_server_stats_t *out)
     out->sessions = s->sessions ? s->sessions->used : 0;
     out->sessions_made = s->sessions ? s->sessions->st.accepted : 0;
     out->sessions_forgotten = s->sessions ? s->sessions->st.expired : 0;
+    out->sessions_tombstones = s->sessions ? s->sessions->tombs_used : 0;
+    out->sessions_tomb_resumes = s->sessions ? s->sessions->st.tomb_resumes : 0;
     srpc_srv_unlock(s);
     return 0;
 }

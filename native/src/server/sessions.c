@@ -1,6 +1,7 @@
 /* sessions.c: the server's version 5 sessions (sessions.h): a table by id and by their INIT's mac1, handshakes answered or asked for a cookie, NO_SESSION's rate. */
 #include "server/sessions.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <netinet/in.h>
 #include <stdlib.h>
@@ -36,20 +37,29 @@ int srpc_sessions_init(srpc_sessions_t *t, uint32_t max_sessions, uint32_t hands
     t->by_id = malloc(nb * sizeof(uint32_t));
     t->by_mac = malloc(nb * sizeof(uint32_t));
     t->ns_last = calloc(SRPC_V5_NS_BUCKETS, sizeof(uint64_t));
-    t->lines = calloc(max_sessions, sizeof(*t->lines));
-    if (!t->s || !t->by_id || !t->by_mac || !t->ns_last || !t->lines) {
+    t->lines = calloc(2 * (size_t)max_sessions, sizeof(*t->lines));
+    t->tombs = calloc(max_sessions, sizeof(*t->tombs));
+    t->tomb_by_id = malloc(nb * sizeof(uint32_t));
+    t->tomb_by_mac = malloc(nb * sizeof(uint32_t));
+    if (!t->s || !t->by_id || !t->by_mac || !t->ns_last || !t->lines || !t->tombs || !t->tomb_by_id ||
+        !t->tomb_by_mac) {
         srpc_sessions_destroy(t);
         return -ENOMEM;
     }
     memset(t->by_id, 0xff, nb * sizeof(uint32_t));
     memset(t->by_mac, 0xff, nb * sizeof(uint32_t));
+    memset(t->tomb_by_id, 0xff, nb * sizeof(uint32_t));
+    memset(t->tomb_by_mac, 0xff, nb * sizeof(uint32_t));
     t->mask = nb - 1;
     t->cap = max_sessions;
     for (uint32_t i = 0; i < max_sessions; i++) {
         t->s[i].next_id = i + 1 < max_sessions ? i + 1 : SRPC_SESS_NONE;
-        t->lines[i].refs = i + 1 < max_sessions ? i + 1 : SRPC_SESS_NONE; /* the free list's next */
+        t->tombs[i].next = i + 1 < max_sessions ? i + 1 : SRPC_SESS_NONE;
     }
+    for (uint32_t i = 0; i < 2 * max_sessions; i++) /* the free list's next */
+        t->lines[i].refs = i + 1 < 2 * max_sessions ? i + 1 : SRPC_SESS_NONE;
     t->free_head = 0;
+    t->tomb_free = 0;
     t->line_free = 0;
     t->handshakes_per_s = handshakes_per_s ? handshakes_per_s : SRPC_V5_HANDSHAKES_PER_S;
     t->stale_ms = SRPC_DEF_REPLY_CACHE_US / 2000;
@@ -63,6 +73,8 @@ void srpc_sessions_destroy(srpc_sessions_t *t)
         return;
     if (t->s)
         srpc_auth_wipe(t->s, (size_t)t->cap * sizeof(*t->s));
+    if (t->tombs)
+        srpc_auth_wipe(t->tombs, (size_t)t->cap * sizeof(*t->tombs));
     srpc_auth_wipe(t->cookie_cur, sizeof(t->cookie_cur));
     srpc_auth_wipe(t->cookie_prev, sizeof(t->cookie_prev));
     free(t->s);
@@ -70,6 +82,9 @@ void srpc_sessions_destroy(srpc_sessions_t *t)
     free(t->by_mac);
     free(t->ns_last);
     free(t->lines);
+    free(t->tombs);
+    free(t->tomb_by_id);
+    free(t->tomb_by_mac);
     memset(t, 0, sizeof(*t));
 }
 
@@ -83,23 +98,6 @@ static void unlink_at(srpc_sessions_t *t, uint32_t *head, uint32_t i, int by_mac
         }
 }
 
-static void forget(srpc_sessions_t *t, uint32_t i)
-{
-    srpc_session_t *s = &t->s[i];
-    unlink_at(t, &t->by_id[id_bucket(t, s->keys.session)], i, 0);
-    unlink_at(t, &t->by_mac[mac_bucket(t, s->mac1)], i, 1);
-    srpc_line_t *l = &t->lines[s->line];
-    if (--l->refs == 0) { /* the line's last session here: its calls' window goes with it */
-        l->refs = t->line_free;
-        t->line_free = s->line;
-    }
-    srpc_auth_wipe(s, sizeof(*s));
-    s->next_id = t->free_head;
-    t->free_head = i;
-    t->used--;
-    t->st.expired++;
-}
-
 /* How long ago then was, at now; 0 when then is later (a time read before another that stamped
  * then: an age never wraps into a huge one). */
 static uint64_t age(uint64_t now, uint64_t then)
@@ -111,6 +109,137 @@ static int past_time(const srpc_session_t *s, uint64_t mono_ms)
 {
     return age(mono_ms, s->born_ms) > SRPC_V5_REJECT_AFTER_MS || age(mono_ms, s->seen_ms) > SRPC_V5_REJECT_AFTER_MS;
 }
+
+/* One reference to line i dropped: with the last (no session or tombstone holds it) its calls'
+ * window goes. */
+static void line_unref(srpc_sessions_t *t, uint32_t i)
+{
+    srpc_line_t *l = &t->lines[i];
+    if (--l->refs == 0) {
+        l->refs = t->line_free;
+        t->line_free = i;
+    }
+}
+
+static srpc_tomb_t *tomb_by_id(const srpc_sessions_t *t, uint64_t id)
+{
+    for (uint32_t i = t->tomb_by_id[id_bucket(t, id)]; i != SRPC_SESS_NONE; i = t->tombs[i].next)
+        if (t->tombs[i].id == id)
+            return &t->tombs[i];
+    return NULL;
+}
+
+static srpc_tomb_t *tomb_by_mac1(const srpc_sessions_t *t, const uint8_t mac1[16])
+{
+    for (uint32_t i = t->tomb_by_mac[mac_bucket(t, mac1)]; i != SRPC_SESS_NONE; i = t->tombs[i].next_mac)
+        if (memcmp(t->tombs[i].mac1, mac1, 16) == 0)
+            return &t->tombs[i];
+    return NULL;
+}
+
+/* Whether forgetting session s at mono_ms leaves a tombstone: its line has calls in the call
+ * table, or ran calls and s's time is not up (a resume naming s may still come, and must follow
+ * the line, whose window knows what ran: an outside attacker (stop 65) had a call's reply pushed
+ * out of the cache, and with it the tombstone, and the call's resend ran again on a new line). */
+static int needs_tomb(const srpc_sessions_t *t, const srpc_session_t *s, uint64_t mono_ms)
+{
+    return s->calls != SRPC_LINE_IDLE || (t->lines[s->line].any && !past_time(s, mono_ms));
+}
+
+static void unbury(srpc_sessions_t *t, uint32_t i);
+
+/* 1 when a tombstone place is free, if need be by freeing the oldest tombstone of a session moved
+ * on from (its client was seen holding a later session of its line, which it names when it
+ * resumes: only a client that resumes from an older session than its current one, against the
+ * page, loses it); 0 when there is none such. Not merely a line another session also holds: that
+ * one may be a session its client never had (an INIT raced from a spoofed address, or a replayed
+ * resume). O(places) only when they are all taken. */
+static int tomb_room(srpc_sessions_t *t)
+{
+    if (t->tomb_free != SRPC_SESS_NONE)
+        return 1;
+    uint32_t old = SRPC_SESS_NONE;
+    for (uint32_t i = 0; i < t->cap; i++) {
+        const srpc_tomb_t *b = &t->tombs[i];
+        if (b->used && b->moved_on && (old == SRPC_SESS_NONE || b->seq < t->tombs[old].seq))
+            old = i;
+    }
+    if (old == SRPC_SESS_NONE)
+        return 0;
+    unbury(t, old);
+    t->st.tombs_freed_for_room++;
+    return 1;
+}
+
+/* Session s, forgotten as needs_tomb says, leaves a tombstone with its line reference (a place is
+ * free: the callers' tomb_room). */
+static void bury(srpc_sessions_t *t, const srpc_session_t *s)
+{
+    const uint32_t i = t->tomb_free;
+    srpc_tomb_t *b = &t->tombs[i];
+    t->tomb_free = b->next;
+    b->id = s->keys.session;
+    b->lineage = s->lineage;
+    memcpy(b->c2s, s->keys.c2s, sizeof(b->c2s));
+    b->key_id = s->key_id;
+    b->line = s->line;
+    b->calls = (uint8_t)s->calls;
+    b->seq = ++t->tomb_seq;
+    b->end_ms = s->born_ms + SRPC_V5_REJECT_AFTER_MS;
+    b->moved_on = s->moved_on_ms != 0;
+    memcpy(b->mac1, s->mac1, sizeof(b->mac1));
+    b->used = 1;
+    uint32_t *h = &t->tomb_by_id[id_bucket(t, b->id)], *hm = &t->tomb_by_mac[mac_bucket(t, b->mac1)];
+    b->next = *h;
+    *h = i;
+    b->next_mac = *hm;
+    *hm = i;
+    t->tombs_used++;
+    t->st.tombs++;
+}
+
+/* Frees tombstone i. */
+static void unbury(srpc_sessions_t *t, uint32_t i)
+{
+    srpc_tomb_t *b = &t->tombs[i];
+    for (uint32_t *p = &t->tomb_by_id[id_bucket(t, b->id)]; *p != SRPC_SESS_NONE; p = &t->tombs[*p].next)
+        if (*p == i) {
+            *p = b->next;
+            break;
+        }
+    for (uint32_t *p = &t->tomb_by_mac[mac_bucket(t, b->mac1)]; *p != SRPC_SESS_NONE; p = &t->tombs[*p].next_mac)
+        if (*p == i) {
+            *p = b->next_mac;
+            break;
+        }
+    line_unref(t, b->line);
+    srpc_auth_wipe(b, sizeof(*b));
+    b->next = t->tomb_free;
+    t->tomb_free = i;
+    t->tombs_used--;
+}
+
+/* Forgets session i at mono_ms, leaving a tombstone where needs_tomb says (the callers made sure
+ * of a place: tomb_room). */
+static void forget(srpc_sessions_t *t, uint32_t i, uint64_t mono_ms)
+{
+    srpc_session_t *s = &t->s[i];
+    unlink_at(t, &t->by_id[id_bucket(t, s->keys.session)], i, 0);
+    unlink_at(t, &t->by_mac[mac_bucket(t, s->mac1)], i, 1);
+    const int tomb = needs_tomb(t, s, mono_ms);
+    assert(!tomb || t->tomb_free != SRPC_SESS_NONE);
+    if (tomb && t->tomb_free != SRPC_SESS_NONE) {
+        bury(t, s); /* the line's reference goes to the tombstone */
+    } else {
+        line_unref(t, s->line);
+    }
+    srpc_auth_wipe(s, sizeof(*s));
+    s->next_id = t->free_head;
+    t->free_head = i;
+    t->used--;
+    t->st.expired++;
+}
+
 
 /* The floor as it is at mono_ms: rotated every stale_ms / 2 (floor <- pending <- the window's
  * top), the rotations due since rot_ms counted by the time, not by who ran them: none is run
@@ -142,13 +271,28 @@ static int superseded(const srpc_sessions_t *t, const srpc_session_t *s, uint64_
 
 void srpc_sessions_expire(srpc_sessions_t *t, uint64_t mono_ms)
 {
+    for (uint32_t i = 0; i < t->cap && t->tombs_used; i++) { /* first: their places may be needed below */
+        const srpc_tomb_t *b = &t->tombs[i];
+        if (b->used && b->calls == SRPC_LINE_IDLE && (mono_ms > b->end_ms || !t->lines[b->line].any))
+            unbury(t, i); /* no call of its line left, and its time up or none ever ran */
+    }
+    int room = -1; /* tomb_room's answer: asked when needed, again once a place is taken */
     for (uint32_t i = 0; i < t->cap && t->used; i++) {
         srpc_session_t *s = &t->s[i];
         if (!s->used)
             continue;
-        if (superseded(t, s, mono_ms) || (!s->calls && past_time(s, mono_ms))) {
-            forget(t, i);
-            continue;
+        if (superseded(t, s, mono_ms) || (s->calls != SRPC_LINE_RUNNING && past_time(s, mono_ms))) {
+            if (!needs_tomb(t, s, mono_ms)) {
+                forget(t, i, mono_ms);
+                continue;
+            }
+            if (room < 0)
+                room = tomb_room(t);
+            if (room) { /* else kept (refused all the same) until a place is free */
+                forget(t, i, mono_ms);
+                room = -1;
+                continue;
+            }
         }
         rotate_floor(t, s, mono_ms);
     }
@@ -156,26 +300,31 @@ void srpc_sessions_expire(srpc_sessions_t *t, uint64_t mono_ms)
 
 /* Forgets the session followed by another longest ago (its line's calls go on under that one):
  * 1, or 0 when there is none. */
-static int forget_superseded(srpc_sessions_t *t, uint32_t key_id, int any_key, uint32_t keep)
+static int forget_superseded(srpc_sessions_t *t, uint32_t key_id, int any_key, uint32_t keep, uint64_t mono_ms)
 {
+    const int room = tomb_room(t);
     uint32_t old = SRPC_SESS_NONE;
     for (uint32_t i = 0; i < t->cap; i++) {
         const srpc_session_t *s = &t->s[i];
         if (s->used && i != keep && s->superseded_ms && (any_key || s->key_id == key_id) &&
+            (!needs_tomb(t, s, mono_ms) || room) &&
             (old == SRPC_SESS_NONE || s->superseded_ms < t->s[old].superseded_ms))
             old = i;
     }
     if (old == SRPC_SESS_NONE)
         return 0;
-    forget(t, old);
+    forget(t, old, mono_ms);
     return 1;
 }
 
 void srpc_sessions_mark(srpc_sessions_t *t, int (*busy)(void *ctx, uint64_t line), void *ctx)
 {
-    for (uint32_t i = 0; i < t->cap; i++)
+    for (uint32_t i = 0; i < t->cap; i++) {
         if (t->s[i].used)
-            t->s[i].calls = busy(ctx, t->s[i].lineage) ? 1 : 0;
+            t->s[i].calls = (uint32_t)busy(ctx, t->s[i].lineage);
+        if (t->tombs[i].used)
+            t->tombs[i].calls = (uint8_t)busy(ctx, t->tombs[i].lineage);
+    }
 }
 
 static srpc_session_t *by_id(const srpc_sessions_t *t, uint64_t id)
@@ -200,24 +349,25 @@ static srpc_session_t *by_mac1(const srpc_sessions_t *t, const uint8_t mac1[16])
 static int quota_reached(srpc_sessions_t *t, uint32_t key_id, uint64_t mono_ms, uint32_t keep)
 {
     uint32_t mine = 0, idle = SRPC_SESS_NONE;
+    const int room = tomb_room(t);
     for (uint32_t i = 0; i < t->cap; i++) {
         const srpc_session_t *s = &t->s[i];
         if (!s->used || s->key_id != key_id)
             continue;
         mine++;
-        if (i != keep && !s->calls && age(mono_ms, s->seen_ms) >= SRPC_V5_QUOTA_IDLE_MS &&
-            (idle == SRPC_SESS_NONE || s->seen_ms < t->s[idle].seen_ms))
+        if (i != keep && s->calls != SRPC_LINE_RUNNING && (!needs_tomb(t, s, mono_ms) || room) &&
+            age(mono_ms, s->seen_ms) >= SRPC_V5_QUOTA_IDLE_MS && (idle == SRPC_SESS_NONE || s->seen_ms < t->s[idle].seen_ms))
             idle = i;
     }
     if (mine < t->key_quota)
         return 0;
-    if (forget_superseded(t, key_id, 0, keep)) { /* one its client has moved on from, first */
+    if (forget_superseded(t, key_id, 0, keep, mono_ms)) { /* one its client has moved on from, first */
         t->st.key_quota++;
         return 0;
     }
     if (idle == SRPC_SESS_NONE)
         return 1;
-    forget(t, idle);
+    forget(t, idle, mono_ms);
     t->st.key_quota++;
     return 0;
 }
@@ -228,15 +378,16 @@ static int quota_reached(srpc_sessions_t *t, uint32_t key_id, uint64_t mono_ms, 
 static int forget_idle(srpc_sessions_t *t, uint64_t mono_ms, uint32_t keep)
 {
     uint32_t idle = SRPC_SESS_NONE;
+    const int room = tomb_room(t);
     for (uint32_t i = 0; i < t->cap; i++) {
         const srpc_session_t *s = &t->s[i];
-        if (s->used && i != keep && !s->calls && age(mono_ms, s->seen_ms) >= SRPC_V5_QUOTA_IDLE_MS &&
-            (idle == SRPC_SESS_NONE || s->seen_ms < t->s[idle].seen_ms))
+        if (s->used && i != keep && s->calls != SRPC_LINE_RUNNING && (!needs_tomb(t, s, mono_ms) || room) &&
+            age(mono_ms, s->seen_ms) >= SRPC_V5_QUOTA_IDLE_MS && (idle == SRPC_SESS_NONE || s->seen_ms < t->s[idle].seen_ms))
             idle = i;
     }
     if (idle == SRPC_SESS_NONE)
         return 0;
-    forget(t, idle);
+    forget(t, idle, mono_ms);
     return 1;
 }
 
@@ -303,6 +454,11 @@ int srpc_sessions_on_init(srpc_sessions_t *t, const srpc_keytab_t *keys, const u
         t->st.accept_again++;
         return 0;
     }
+    const srpc_tomb_t *buried = seen ? NULL : tomb_by_mac1(t, mac1);
+    if (buried && buried->key_id == f.key_id)
+        return SRPC_DROP_AUTH_STALE; /* an INIT seen before whose session is forgotten (a tombstone's): a
+                                        replay of it made a session its replayer cannot use, on the
+                                        line of the session it resumed (an outside attacker, stop 65) */
     if (age(mono_ms, t->hs_window_ms) >= 1000) {
         t->hs_window_ms = mono_ms;
         t->hs_count = 0;
@@ -327,7 +483,7 @@ int srpc_sessions_on_init(srpc_sessions_t *t, const srpc_keytab_t *keys, const u
         t->st.key_quota++;
         return SRPC_DROP_TABLE_FULL; /* this key's own sessions are all busy or recent */
     }
-    if (t->free_head == SRPC_SESS_NONE && !forget_superseded(t, 0, 1, keep)) /* one a client has moved on from */
+    if (t->free_head == SRPC_SESS_NONE && !forget_superseded(t, 0, 1, keep, mono_ms)) /* one a client has moved on from */
         forget_idle(t, mono_ms, keep); /* else the longest silent without calls: short-lived clients' */
     if (t->free_head == SRPC_SESS_NONE) { /* no session with calls, or still young, is dropped for room */
         t->st.full++;
@@ -336,7 +492,7 @@ int srpc_sessions_on_init(srpc_sessions_t *t, const srpc_keytab_t *keys, const u
     uint64_t id;
     do
         srpc_auth_random(&id, sizeof(id));
-    while (id == 0 || by_id(t, id));
+    while (id == 0 || by_id(t, id) || tomb_by_id(t, id));
     const uint32_t i = t->free_head;
     srpc_session_t *s = &t->s[i];
     uint8_t e_priv[SRPC_V5_KEY_LEN], e_pub[SRPC_V5_KEY_LEN];
@@ -350,9 +506,15 @@ int srpc_sessions_on_init(srpc_sessions_t *t, const srpc_keytab_t *keys, const u
     }
     uint64_t lineage = id; /* a new line of calls, unless it follows a session here whose keys its client holds */
     uint64_t follows = 0;
+    uint32_t line = SRPC_SESS_NONE; /* the line followed */
     if (f.prev_session) {
         srpc_session_t *prev = by_id(t, f.prev_session);
-        if (prev && prev->key_id == f.key_id && srpc_v5_init_resume_ok(d, prev->keys.c2s)) {
+        const srpc_tomb_t *b = prev ? NULL : tomb_by_id(t, f.prev_session);
+        if (b && b->key_id == f.key_id && srpc_v5_init_resume_ok(d, b->c2s)) { /* forgotten, its calls not */
+            lineage = b->lineage;
+            line = b->line;
+            t->st.tomb_resumes++;
+        } else if (prev && prev->key_id == f.key_id && srpc_v5_init_resume_ok(d, prev->keys.c2s)) {
             lineage = prev->lineage;
             follows = f.prev_session; /* refused from stale_ms after the client is seen under this one */
             held(t, prev, mono_ms); /* resuming prev proves its client had prev's ACCEPT (else a line S1,
@@ -360,15 +522,16 @@ int srpc_sessions_on_init(srpc_sessions_t *t, const srpc_keytab_t *keys, const u
                                        until its 180 s) */
             if (!prev->superseded_ms) /* its client moves on: the first forgotten for room */
                 prev->superseded_ms = mono_ms ? mono_ms : 1;
+            line = prev->line;
         } else {
             t->st.not_resumed++;
         }
     }
     t->free_head = s->next_id;
-    if (follows) { /* the line's calls go on: its window too */
-        s->line = by_id(t, follows)->line;
+    if (line != SRPC_SESS_NONE) { /* the line's calls go on: its window too */
+        s->line = line;
         t->lines[s->line].refs++;
-    } else { /* a place is there: lines <= sessions <= cap */
+    } else { /* a place is there: lines <= sessions + tombstones <= 2 * cap */
         s->line = t->line_free;
         t->line_free = t->lines[s->line].refs;
         memset(&t->lines[s->line], 0, sizeof(t->lines[s->line]));
@@ -404,8 +567,9 @@ srpc_session_t *srpc_sessions_find(srpc_sessions_t *t, const srpc_keytab_t *keys
         return NULL;
     if (srpc_keytab_key(keys, s->key_id) && !past_time(s, mono_ms))
         return s;
-    if (!s->calls) /* its calls, if any, are still answered: it goes with the last */
-        forget(t, (uint32_t)(s - t->s));
+    if (s->calls != SRPC_LINE_RUNNING && (!needs_tomb(t, s, mono_ms) || t->tomb_free != SRPC_SESS_NONE))
+        /* (running calls are still answered: it goes after; no scan for a tombstone place per datagram) */
+        forget(t, (uint32_t)(s - t->s), mono_ms);
     return NULL;
 }
 

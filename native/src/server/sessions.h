@@ -34,8 +34,9 @@ typedef struct srpc_session {
     uint64_t lineage;                     /* its calls' identity: its own id, or (resumed) that of the
                                              session it follows (docs/PROTOCOL-v5.md: resume) */
     uint32_t key_id;
-    uint32_t calls;                       /* 1 while the call table holds calls of its line arriving or running (set by the
-                                             owner's sweep, srpc_sessions_mark): never dropped then */
+    uint32_t calls;                       /* what the call table holds of its line (enum srpc_line_calls, set by
+                                             the owner's sweep, srpc_sessions_mark): RUNNING, never dropped then
+                                             unless moved on from; ANSWERED, dropped only leaving a tombstone */
     uint64_t born_ms, seen_ms;            /* monotonic: its ACCEPT, its last datagram taken */
     srpc_replay_t win;                    /* the client's counters taken */
     uint64_t floor, pending, rot_ms;      /* counters at or below floor are refused as stale: floor is the
@@ -64,6 +65,42 @@ typedef struct srpc_session {
 
 #define SRPC_SESS_NONE UINT32_MAX
 
+/* What the call table holds of a line's calls (srpc_sessions_mark's busy answers it). */
+enum srpc_line_calls {
+    SRPC_LINE_IDLE = 0,     /* none */
+    SRPC_LINE_ANSWERED = 1, /* some, all answered (replies or rejections kept for resends) */
+    SRPC_LINE_RUNNING = 2,  /* some arriving or running */
+};
+
+/* A tombstone: what is kept of a session forgotten before its time was up (for room, or moved on
+ * from) while its line had run calls, or of any session forgotten while the call table held calls
+ * of its line. A resume naming it, proved with its k_c2s, follows its line, so that a call's resend
+ * finds its call, or is refused as one that ran (the line's window), never run again. Two outside
+ * attacks made these needed: a session silent 2 s with its call's reply cached was forgotten for
+ * room and its client's resume then made a new line where the resend ran again (stop 64); and a
+ * tombstone kept only while the line had calls in the call table went when the call's reply was
+ * pushed out of the cache, with the same end (stop 65). Its INIT's mac1 too: that INIT again is
+ * dropped (a replay of it made a session its replayer could not use, on the victim's line). Freed
+ * by the sweep once the call table holds none of the line's calls and the session's time is up
+ * (SRPC_V5_REJECT_AFTER_MS from its ACCEPT) or its line never ran a call; or, all places taken,
+ * the oldest of a session moved on from (tomb_room). While none is free so, no session that
+ * needs one is forgotten: availability is given up, never a call run twice. */
+typedef struct srpc_tomb {
+    uint64_t id;                          /* the forgotten session's */
+    uint64_t lineage;                     /* its line's calls' identity (srpc_session_t's) */
+    uint8_t c2s[SRPC_V5_KEY_LEN];         /* its k_c2s: a resume naming it must prove it (wiped when freed) */
+    uint32_t key_id;
+    uint32_t line;                        /* its line (t->lines): a reference held */
+    uint32_t next;                        /* the chain of its id's bucket; free: the free list's next */
+    uint32_t next_mac;                    /* the chain of its mac1's bucket */
+    uint8_t mac1[16];                     /* its INIT's */
+    uint64_t end_ms;                      /* when the session's time was up (monotonic) */
+    uint64_t seq;                         /* the order it was made in (tomb_seq's) */
+    uint8_t calls;                        /* enum srpc_line_calls at the last sweep */
+    uint8_t moved_on;                     /* its client was seen holding a later session of its line */
+    uint8_t used;
+} srpc_tomb_t;
+
 typedef struct srpc_sessions_stats {
     uint64_t accepted;       /* sessions made */
     uint64_t not_resumed;    /* INITs naming a session to follow that is not here, or without its keys: a new line */
@@ -74,13 +111,21 @@ typedef struct srpc_sessions_stats {
     uint64_t refusals_held;  /* NO_SESSIONs not sent: the address's or the server's rate */
     uint64_t expired;        /* sessions forgotten: past their time, silent, or their key gone */
     uint64_t key_quota;      /* a key's own idle sessions forgotten (or its INIT unanswered): its quota */
+    uint64_t tombs;          /* sessions forgotten leaving a tombstone (their line had calls in the call table) */
+    uint64_t tomb_resumes;   /* sessions made by a resume naming a forgotten session: its line followed */
+    uint64_t tombs_freed_for_room; /* tombstones of sessions moved on from freed for a place */
 } srpc_sessions_stats_t;
 
 typedef struct srpc_sessions {
     srpc_session_t *s;
-    srpc_line_t *lines;                   /* cap of them: a session has one, a line at most one per session */
+    srpc_line_t *lines;                   /* 2 * cap of them: a session or tombstone has one, a line at most
+                                             one per session or tombstone */
     uint32_t line_free;
     uint32_t cap, used, free_head;
+    srpc_tomb_t *tombs;                   /* cap of them */
+    uint32_t *tomb_by_id, *tomb_by_mac;   /* bucket heads (the mask's) */
+    uint32_t tombs_used, tomb_free;
+    uint64_t tomb_seq;
     uint32_t key_quota;                   /* sessions one key may hold while the table is half full */
     uint32_t *by_id, *by_mac, mask;       /* bucket heads */
     uint32_t handshakes_per_s;            /* more than this in a second: cookies asked for */
@@ -108,7 +153,8 @@ void srpc_sessions_destroy(srpc_sessions_t *t);
 /* An INIT of len bytes at d from src (hostile): 0 with *out_len bytes to send back at out (an
  * ACCEPT, or a COOKIE under load), never more than len; or a drop reason (SRPC_DROP_*: nothing
  * is sent) in the page's order: BAD_HEADER, AUTH_UNKNOWN_KEY, AUTH_BAD_TAG, AUTH_STALE, then
- * AUTH_ADDRESS (an INIT seen before, from another address than it first came from), TABLE_FULL
+ * AUTH_ADDRESS (an INIT seen before, from another address than it first came from), AUTH_STALE
+ * again (an INIT seen before whose session is forgotten: a tombstone's), TABLE_FULL
  * (no place), BAD_HEADER (a low-order e_c). keys: the table in use. */
 int srpc_sessions_on_init(srpc_sessions_t *t, const srpc_keytab_t *keys, const uint8_t *d, size_t len,
                           const struct sockaddr *src, uint64_t wall_ms, uint64_t mono_ms,
@@ -149,12 +195,14 @@ int srpc_sessions_take(srpc_sessions_t *t, srpc_session_t *s, uint64_t c, uint64
  * it), and SRPC_V5_NO_SESSIONS_PER_S in all. */
 int srpc_sessions_may_refuse(srpc_sessions_t *t, const struct sockaddr *src, uint64_t mono_ms);
 
-/* Forgets every session past its time that has no calls, and every session moved on from for
- * stale_ms (its line's calls go on under the one that follows it); rotates the floors. */
+/* Forgets every session past its time that has no calls running, and every session moved on from
+ * for stale_ms (its line's calls go on under the one that follows it), each leaving a tombstone
+ * where one is needed (kept while none is free); frees the tombstones no longer needed (see
+ * srpc_tomb_t); rotates the floors. */
 void srpc_sessions_expire(srpc_sessions_t *t, uint64_t mono_ms);
 
-/* Marks which sessions have calls: those whose line busy(ctx, line) says the call table holds
- * calls of (the owner's sweep, before srpc_sessions_expire; a session is kept while marked). */
+/* Marks what the call table holds of each session's and tombstone's line: busy(ctx, line) answers
+ * it (an enum srpc_line_calls) (the owner's sweep, before srpc_sessions_expire). */
 void srpc_sessions_mark(srpc_sessions_t *t, int (*busy)(void *ctx, uint64_t line), void *ctx);
 
 #endif
