@@ -353,6 +353,41 @@ static void test_encryption_refused_and_age(void)
     srpc_sessions_destroy(&t);
 }
 
+/* A client names as prev only a session younger than SRPC_V5_PREV_MAX_MS; past that its line has
+ * ended (the caller fails the calls sent under it: they may have run). A server keeps what a resume
+ * naming a forgotten session whose line ran calls needs until SRPC_V5_PREV_MAX_MS + 2 skews after
+ * its ACCEPT, so an INIT made just before the client's limit and delivered late still follows the
+ * line, though the session itself is past its 180 s. */
+static void test_a_line_too_old_to_follow_ends(void)
+{
+    srpc_sessions_t t;
+    srpc_cl_v5_t v;
+    CHECK(srpc_sessions_init(&t, 64, 0) == 0 && srpc_cl_v5_init(&v, 7, PSK, 0, 0) == 0, "a client");
+    CHECK(handshake(&v, &t, 1 * MS) == 0, "a session");
+    const uint64_t first = v.s[v.cur].keys.session;
+    srpc_session_t *a = srpc_sessions_find(&t, keys, first, 1);
+    const uint64_t line = a->lineage;
+    srpc_sessions_call_ran(&t, a, 5); /* a call of its line ran */
+    srpc_sessions_expire(&t, SRPC_V5_REJECT_AFTER_MS + 2); /* the server: past its time, forgotten */
+    CHECK(srpc_sessions_find(&t, keys, first, SRPC_V5_REJECT_AFTER_MS + 2) == NULL && t.tombs_used == 1,
+          "past its 180 s the server has forgotten it, leaving a tombstone (its line ran a call)");
+    uint8_t init[SRPC_V5_INIT_LEN], out[SRPC_V5_INIT_LEN];
+    CHECK(srpc_cl_v5_start(&v, SRPC_V5_PREV_MAX_MS * MS, init) == 0 && v.prev.session == first && !v.line_ended,
+          "at 174.999 s of its age by the client's clock: still named");
+    const uint64_t late = 1 + SRPC_V5_PREV_MAX_MS + 2 * SRPC_DEF_AUTH_SKEW_MS - 1; /* the server's ms */
+    size_t n = serve_init(&t, init, late, out);
+    CHECK(n == SRPC_V5_ACCEPT_LEN && srpc_cl_v5_on_accept(&v, out, (uint32_t)n, late * MS) == 0 &&
+              srpc_sessions_find(&t, keys, v.s[v.cur].keys.session, late)->lineage == line && t.st.tomb_resumes == 1,
+          "that INIT, delivered two skews later: its session follows the line (a resend is refused as one that ran)");
+    srpc_cl_v5_wipe(&v);
+    CHECK(srpc_cl_v5_init(&v, 7, PSK, 0, 0) == 0 && handshake(&v, &t, 1 * MS) == 0, "another client, a session");
+    CHECK(srpc_cl_v5_start(&v, (1 + SRPC_V5_PREV_MAX_MS) * MS, init) == 0 && v.prev.session == 0 && v.line_ended == 1 &&
+              v.st.lines_ended == 1,
+          "at 175 s: not named; the line has ended (its sent calls fail, not sent again as new calls)");
+    srpc_cl_v5_wipe(&v);
+    srpc_sessions_destroy(&t);
+}
+
 int main(void)
 {
     if (srpc_v5_available() < 0) {
@@ -375,6 +410,7 @@ int main(void)
     test_no_session_then_a_reply();
     test_encryption_refused_and_age();
     test_suites();
+    test_a_line_too_old_to_follow_ends();
     srpc_keytab_destroy(keys);
     printf("test_client_sessions: %d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;

@@ -392,7 +392,7 @@ static int busy_all(void *ctx, uint64_t line)
 static void test_late_datagrams_and_superseded(void)
 {
     srpc_sessions_t t;
-    CHECK(srpc_sessions_init(&t, 8, 0) == 0, "a table of 8");
+    CHECK(srpc_sessions_init_tombs(&t, 8, 8, 0) == 0, "a table of 8, with 8 tombstone places");
     t.stale_ms = 1000;
     srpc_keytab_t *keys = table(1, 0);
     struct sockaddr_in a = addr(4020);
@@ -463,7 +463,7 @@ static void test_late_datagrams_and_superseded(void)
     CHECK(made == 40 && srpc_sessions_on_init(&t, keys, init, sizeof(init), src, WALL, mono, out, &n) == 0 &&
               srpc_v5_accept_open(&other, init, e, PSK7, out, n) == 0,
           "40 resumes, each answered (%d), and another client of the key still gets a session", made);
-    CHECK(t.st.tombs_freed_for_room > 0 && t.tombs_used == t.cap,
+    CHECK(t.st.tombs_freed_for_room > 0 && t.tombs_used == t.tomb_cap,
           "the resumes' tombstones (their line running the whole time) took the oldest's places: %u",
           (unsigned)t.st.tombs_freed_for_room);
     srpc_keytab_destroy(keys);
@@ -733,14 +733,23 @@ static void test_a_forgotten_sessions_line_is_followed(void)
     CHECK(sr2 && sr2->line == li && t.st.tomb_resumes == 2 && srpc_sessions_call_fresh(&t, sr2, 42) == 0,
           "still its line: the call's resend is refused as one that ran, never run again");
     srpc_sessions_expire(&t, MONO + SRPC_V5_REJECT_AFTER_MS + 1);
-    CHECK(t.tombs_used == 0 && t.lines[li].refs == 2, "its time up, the sweep frees it; the line goes on in the resumes");
+    CHECK(t.tombs_used == 1, "past its session's time (180 s) still kept: an INIT naming it made at 175 s may come 2 "
+                             "skews later");
+    const uint64_t tombs0 = t.st.tombs;
+    srpc_sessions_expire(&t, MONO + SRPC_V5_PREV_MAX_MS + 2 * SRPC_DEF_AUTH_SKEW_MS + 1);
+    CHECK(t.st.tombs == tombs0 + 2 && t.tombs_used == 2 && t.lines[li].refs == 2,
+          "then the sweep frees it; the two resumes, past their own time now, are buried in turn (the line goes "
+          "on in their tombstones)");
+    CHECK(handshake7(&t, keys, src, 314, MONO + SRPC_V5_PREV_MAX_MS + 2 * SRPC_DEF_AUTH_SKEW_MS + 2, &v, &x) == 0 &&
+              t.st.tomb_resumes == 2 && t.st.not_resumed == 2,
+          "a resume naming it now: a line of its own");
     srpc_keytab_destroy(keys);
     srpc_sessions_destroy(&t);
 
     /* A tombstone whose line a session its client never had also holds (its resume INIT raced from
      * a spoofed address: the client's own copy is refused) is not freed for room; only one whose
      * client was seen holding a later session of its line may be. */
-    CHECK(srpc_sessions_init(&t, 2, 1000) == 0, "a table of 2");
+    CHECK(srpc_sessions_init_tombs(&t, 2, 2, 1000) == 0, "a table of 2, with 2 tombstone places");
     t.key_quota = 100;
     keys = table(1, 0);
     struct sockaddr_in spoof = addr(4999);
@@ -765,7 +774,7 @@ static void test_a_forgotten_sessions_line_is_followed(void)
     srpc_sessions_destroy(&t);
 
     /* Every tombstone the last way to its line: a session with calls is not forgotten for room. */
-    CHECK(srpc_sessions_init(&t, 2, 1000) == 0, "a table of 2");
+    CHECK(srpc_sessions_init_tombs(&t, 2, 2, 1000) == 0, "a table of 2, with 2 tombstone places");
     t.key_quota = 100;
     keys = table(1, 0);
     srpc_v5_keys_t k[5];

@@ -257,10 +257,17 @@ static void send_raw(srpc_client_t *c, const uint8_t *d, uint32_t len)
 
 static void note_due(srpc_client_t *c, uint64_t due);
 
+static void v5_fail_sent(srpc_client_t *c);
+
 static void v5_start(srpc_client_t *c, uint64_t now)
 {
     uint8_t init[SRPC_V5_INIT_LEN];
-    if (srpc_cl_v5_start(c->v5, now, init) == 0) {
+    const int r = srpc_cl_v5_start(c->v5, now, init);
+    if (c->v5->line_ended) { /* no session to follow: the calls sent under the old line may have run */
+        c->v5->line_ended = 0;
+        v5_fail_sent(c);
+    }
+    if (r == 0) {
         send_raw(c, init, sizeof(init));
         note_due(c, c->v5->hs_due_ns);
     }
@@ -738,6 +745,22 @@ static void v5_send_waiting_calls(srpc_client_t *c)
                 k->due_ns = now + rto_ns(c, k->func_id);
                 note_due(c, k->due_ns);
             }
+        }
+}
+
+/* The client's line ended (no session left young enough to follow: srpc_cl_v5_start): every
+ * unfinished call sent under it fails with SRPC_E_TIMEOUT (its outcome unknown: it may have run,
+ * and sent again under a new line it would be a new call, which could run it twice). Calls never
+ * sent go on under the new line. */
+static void v5_fail_sent(srpc_client_t *c)
+{
+    for (unsigned b = 0; b < NBUCKETS; b++)
+        for (cl_call_t *k = c->buckets[b], *next; k; k = next) {
+            next = k->hnext;
+            if (!k->done && k->sess)
+                finish_local(c, k, SRPC_E_TIMEOUT, "no session could follow the one this call was sent under "
+                                                   "before the server may have forgotten it (175 s): the call may "
+                                                   "have run, and is not sent again");
         }
 }
 

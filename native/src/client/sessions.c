@@ -88,6 +88,12 @@ int srpc_cl_v5_start(srpc_cl_v5_t *v, uint64_t now_ns, uint8_t out[SRPC_V5_INIT_
     for (int i = 0; v->cur < 0 && i < SRPC_CL_SESSIONS; i++)
         if (v->s[i].used && v->s[i].dead && (!p || v->s[i].born_ns > p->born_ns))
             p = &v->s[i];
+    if (p && now_ns - p->born_ns >= (uint64_t)SRPC_V5_PREV_MAX_MS * MS) { /* the server may have forgotten
+                                                                              it and its line (tunables.h) */
+        p = NULL;
+        v->line_ended = 1;
+        v->st.lines_ended++;
+    }
     if (p)
         v->prev = p->keys;
     else

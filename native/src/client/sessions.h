@@ -38,6 +38,8 @@ typedef struct srpc_cl_v5_stats {
     uint64_t handshakes_failed; /* handshakes that got no answer to any of their INITs */
     uint64_t resent;           /* calls sent again under a new session (after a NO_SESSION, or sent
                                   while there was none) */
+    uint64_t lines_ended;      /* handshakes that could name no session to follow though there had been
+                                  one (the newest older than SRPC_V5_PREV_MAX_MS): a new line */
 } srpc_cl_v5_stats_t;
 
 typedef struct srpc_cl_v5 {
@@ -59,6 +61,10 @@ typedef struct srpc_cl_v5 {
     uint8_t e_priv[SRPC_V5_KEY_LEN];
     uint8_t init[SRPC_V5_INIT_LEN];
     srpc_v5_keys_t prev;     /* the session it follows (prev.session 0: none) */
+    uint8_t line_ended;      /* set by srpc_cl_v5_start when it could not follow the newest session (too
+                                old: the server may have forgotten it and its line): the caller fails
+                                the calls sent under that line (they may have run; sent again on a new
+                                line they could run twice) and clears it */
     uint8_t cookie[SRPC_V5_COOKIE_LEN_RAW];
     uint64_t cookie_ns;      /* when the cookie was taken (0: none) */
     srpc_cl_v5_stats_t st;
@@ -83,7 +89,8 @@ void srpc_cl_v5_wipe(srpc_cl_v5_t *v);
 const srpc_cl_sess_t *srpc_cl_v5_current(srpc_cl_v5_t *v, uint64_t now_ns, int *start);
 
 /* Starts a handshake that follows the current session (or the last one a NO_SESSION named, when
- * there is no current one; or none): the INIT to send is written into out. 0, -ENOTSUP. */
+ * there is no current one; or none, and none older than SRPC_V5_PREV_MAX_MS: then line_ended is
+ * set): the INIT to send is written into out. 0, -ENOTSUP. */
 int srpc_cl_v5_start(srpc_cl_v5_t *v, uint64_t now_ns, uint8_t out[SRPC_V5_INIT_LEN]);
 
 /* The handshake's resend (the same INIT, 200 ms after the first send then doubling, as the page

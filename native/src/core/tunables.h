@@ -245,6 +245,22 @@
 #define SRPC_V5_NO_SESSION_MIN_AGE_MS 100u
 _Static_assert(SRPC_V5_CLIENT_REKEY_MS < SRPC_V5_CLIENT_STOP_MS && SRPC_V5_CLIENT_STOP_MS < SRPC_V5_REJECT_AFTER_MS,
                "a client rekeys before it stops using a session, and stops before the server forgets it");
+/* A client names as prev (resume) only a session younger than this by its own clock (the server's
+ * age of it is at least as large: the ACCEPT left before the client took it); with none such, its
+ * line has ended, and calls it sent under it fail (they may have run) rather than being sent again
+ * as new calls. A server keeps what a resume naming a session forgotten with a line that ran calls
+ * needs (a tombstone) until SRPC_V5_PREV_MAX_MS + 2 x its key table's skew after its ACCEPT: an
+ * INIT made before the client's limit arrives by then, or is refused as stale (its time more than
+ * the skew from the server's clock, from which the client's own is at most the skew apart). */
+#define SRPC_V5_PREV_MAX_MS 175000u
+/* Tombstone places per session place (server/sessions.h): a tombstone lasts up to 235 s (above),
+ * so short-lived clients (one call each, then gone: their sessions forgotten for room leave one)
+ * are served at first INIT up to about places x this / 235 s a second: 4096 x 16 / 235 = 279 (the
+ * issue's churn, 10,000 a minute, is 167). About 110 bytes each, plus a line (528 bytes) while it
+ * is the last to hold one; allocated zeroed, so only the places used take memory. */
+#define SRPC_V5_TOMBS_PER_PLACE 16u
+_Static_assert(SRPC_V5_CLIENT_STOP_MS < SRPC_V5_PREV_MAX_MS && SRPC_V5_PREV_MAX_MS < SRPC_V5_REJECT_AFTER_MS,
+               "a client names a session it stopped using for a while, not past the server's time for it");
 
 /* Places tried in a key's table of senders (open addressing) before a new sender is refused:
  * 32 with double hashing refuses first at 79% full (16: 58%); a key holder's worst datagram

@@ -23,9 +23,19 @@ static uint32_t mac_bucket(const srpc_sessions_t *t, const uint8_t mac1[16])
     return (uint32_t)srpc_mix64(srpc_get64(mac1)) & t->mask;
 }
 
+static uint32_t tomb_bucket(const srpc_sessions_t *t, uint64_t v)
+{
+    return (uint32_t)srpc_mix64(v) & t->tmask;
+}
+
 int srpc_sessions_init(srpc_sessions_t *t, uint32_t max_sessions, uint32_t handshakes_per_s)
 {
-    if (!t || max_sessions == 0 || max_sessions > (1u << 24))
+    return srpc_sessions_init_tombs(t, max_sessions, max_sessions * SRPC_V5_TOMBS_PER_PLACE, handshakes_per_s);
+}
+
+int srpc_sessions_init_tombs(srpc_sessions_t *t, uint32_t max_sessions, uint32_t max_tombs, uint32_t handshakes_per_s)
+{
+    if (!t || max_sessions == 0 || max_sessions > (1u << 24) || max_tombs == 0 || max_tombs > (1u << 28))
         return -EINVAL;
     memset(t, 0, sizeof(*t));
     if (srpc_v5_available() < 0)
@@ -37,10 +47,15 @@ int srpc_sessions_init(srpc_sessions_t *t, uint32_t max_sessions, uint32_t hands
     t->by_id = malloc(nb * sizeof(uint32_t));
     t->by_mac = malloc(nb * sizeof(uint32_t));
     t->ns_last = calloc(SRPC_V5_NS_BUCKETS, sizeof(uint64_t));
-    t->lines = calloc(2 * (size_t)max_sessions, sizeof(*t->lines));
-    t->tombs = calloc(max_sessions, sizeof(*t->tombs));
-    t->tomb_by_id = malloc(nb * sizeof(uint32_t));
-    t->tomb_by_mac = malloc(nb * sizeof(uint32_t));
+    uint32_t tb = 1;
+    while (tb < 2 * max_tombs)
+        tb <<= 1;
+    const uint32_t nlines = max_sessions + max_tombs; /* a session or tombstone holds one at most */
+    /* (calloc'd: pages never touched cost nothing; the free lists hand out the lowest first) */
+    t->lines = calloc(nlines, sizeof(*t->lines));
+    t->tombs = calloc(max_tombs, sizeof(*t->tombs));
+    t->tomb_by_id = malloc(tb * sizeof(uint32_t));
+    t->tomb_by_mac = malloc(tb * sizeof(uint32_t));
     if (!t->s || !t->by_id || !t->by_mac || !t->ns_last || !t->lines || !t->tombs || !t->tomb_by_id ||
         !t->tomb_by_mac) {
         srpc_sessions_destroy(t);
@@ -48,22 +63,25 @@ int srpc_sessions_init(srpc_sessions_t *t, uint32_t max_sessions, uint32_t hands
     }
     memset(t->by_id, 0xff, nb * sizeof(uint32_t));
     memset(t->by_mac, 0xff, nb * sizeof(uint32_t));
-    memset(t->tomb_by_id, 0xff, nb * sizeof(uint32_t));
-    memset(t->tomb_by_mac, 0xff, nb * sizeof(uint32_t));
+    memset(t->tomb_by_id, 0xff, tb * sizeof(uint32_t));
+    memset(t->tomb_by_mac, 0xff, tb * sizeof(uint32_t));
     t->mask = nb - 1;
+    t->tmask = tb - 1;
     t->cap = max_sessions;
-    for (uint32_t i = 0; i < max_sessions; i++) {
+    t->tomb_cap = max_tombs;
+    for (uint32_t i = 0; i < max_sessions; i++)
         t->s[i].next_id = i + 1 < max_sessions ? i + 1 : SRPC_SESS_NONE;
-        t->tombs[i].next = i + 1 < max_sessions ? i + 1 : SRPC_SESS_NONE;
-    }
-    for (uint32_t i = 0; i < 2 * max_sessions; i++) /* the free list's next */
-        t->lines[i].refs = i + 1 < 2 * max_sessions ? i + 1 : SRPC_SESS_NONE;
+    for (uint32_t i = 0; i < max_tombs; i++)
+        t->tombs[i].next = i + 1 < max_tombs ? i + 1 : SRPC_SESS_NONE;
+    for (uint32_t i = 0; i < nlines; i++) /* the free list's next */
+        t->lines[i].refs = i + 1 < nlines ? i + 1 : SRPC_SESS_NONE;
     t->free_head = 0;
     t->tomb_free = 0;
     t->line_free = 0;
     t->handshakes_per_s = handshakes_per_s ? handshakes_per_s : SRPC_V5_HANDSHAKES_PER_S;
     t->stale_ms = SRPC_DEF_REPLY_CACHE_US / 2000;
     t->key_quota = max_sessions / 4 > 2 ? max_sessions / 4 : 2;
+    t->skew_ms = SRPC_DEF_AUTH_SKEW_MS;
     return 0;
 }
 
@@ -74,7 +92,7 @@ void srpc_sessions_destroy(srpc_sessions_t *t)
     if (t->s)
         srpc_auth_wipe(t->s, (size_t)t->cap * sizeof(*t->s));
     if (t->tombs)
-        srpc_auth_wipe(t->tombs, (size_t)t->cap * sizeof(*t->tombs));
+        srpc_auth_wipe(t->tombs, (size_t)t->tomb_cap * sizeof(*t->tombs));
     srpc_auth_wipe(t->cookie_cur, sizeof(t->cookie_cur));
     srpc_auth_wipe(t->cookie_prev, sizeof(t->cookie_prev));
     free(t->s);
@@ -123,7 +141,7 @@ static void line_unref(srpc_sessions_t *t, uint32_t i)
 
 static srpc_tomb_t *tomb_by_id(const srpc_sessions_t *t, uint64_t id)
 {
-    for (uint32_t i = t->tomb_by_id[id_bucket(t, id)]; i != SRPC_SESS_NONE; i = t->tombs[i].next)
+    for (uint32_t i = t->tomb_by_id[tomb_bucket(t, id)]; i != SRPC_SESS_NONE; i = t->tombs[i].next)
         if (t->tombs[i].id == id)
             return &t->tombs[i];
     return NULL;
@@ -131,19 +149,25 @@ static srpc_tomb_t *tomb_by_id(const srpc_sessions_t *t, uint64_t id)
 
 static srpc_tomb_t *tomb_by_mac1(const srpc_sessions_t *t, const uint8_t mac1[16])
 {
-    for (uint32_t i = t->tomb_by_mac[mac_bucket(t, mac1)]; i != SRPC_SESS_NONE; i = t->tombs[i].next_mac)
+    for (uint32_t i = t->tomb_by_mac[tomb_bucket(t, srpc_get64(mac1))]; i != SRPC_SESS_NONE; i = t->tombs[i].next_mac)
         if (memcmp(t->tombs[i].mac1, mac1, 16) == 0)
             return &t->tombs[i];
     return NULL;
 }
 
+/* How long after its ACCEPT a resume naming a session may still come (tunables.h). */
+static uint64_t resume_until(const srpc_sessions_t *t, const srpc_session_t *s)
+{
+    return s->born_ms + SRPC_V5_PREV_MAX_MS + 2 * (uint64_t)t->skew_ms;
+}
+
 /* Whether forgetting session s at mono_ms leaves a tombstone: its line has calls in the call
- * table, or ran calls and s's time is not up (a resume naming s may still come, and must follow
- * the line, whose window knows what ran: an outside attacker (stop 65) had a call's reply pushed
- * out of the cache, and with it the tombstone, and the call's resend ran again on a new line). */
+ * table, or ran calls and a resume naming s may still come, which must follow the line, whose
+ * window knows what ran (an outside attacker, stop 65, had a call's reply pushed out of the cache,
+ * and with it the tombstone, and the call's resend ran again on a new line). */
 static int needs_tomb(const srpc_sessions_t *t, const srpc_session_t *s, uint64_t mono_ms)
 {
-    return s->calls != SRPC_LINE_IDLE || (t->lines[s->line].any && !past_time(s, mono_ms));
+    return s->calls != SRPC_LINE_IDLE || (t->lines[s->line].any && mono_ms <= resume_until(t, s));
 }
 
 static void unbury(srpc_sessions_t *t, uint32_t i);
@@ -159,7 +183,7 @@ static int tomb_room(srpc_sessions_t *t)
     if (t->tomb_free != SRPC_SESS_NONE)
         return 1;
     uint32_t old = SRPC_SESS_NONE;
-    for (uint32_t i = 0; i < t->cap; i++) {
+    for (uint32_t i = 0; i < t->tomb_cap; i++) {
         const srpc_tomb_t *b = &t->tombs[i];
         if (b->used && b->moved_on && (old == SRPC_SESS_NONE || b->seq < t->tombs[old].seq))
             old = i;
@@ -185,11 +209,11 @@ static void bury(srpc_sessions_t *t, const srpc_session_t *s)
     b->line = s->line;
     b->calls = (uint8_t)s->calls;
     b->seq = ++t->tomb_seq;
-    b->end_ms = s->born_ms + SRPC_V5_REJECT_AFTER_MS;
+    b->end_ms = resume_until(t, s);
     b->moved_on = s->moved_on_ms != 0;
     memcpy(b->mac1, s->mac1, sizeof(b->mac1));
     b->used = 1;
-    uint32_t *h = &t->tomb_by_id[id_bucket(t, b->id)], *hm = &t->tomb_by_mac[mac_bucket(t, b->mac1)];
+    uint32_t *h = &t->tomb_by_id[tomb_bucket(t, b->id)], *hm = &t->tomb_by_mac[tomb_bucket(t, srpc_get64(b->mac1))];
     b->next = *h;
     *h = i;
     b->next_mac = *hm;
@@ -202,12 +226,13 @@ static void bury(srpc_sessions_t *t, const srpc_session_t *s)
 static void unbury(srpc_sessions_t *t, uint32_t i)
 {
     srpc_tomb_t *b = &t->tombs[i];
-    for (uint32_t *p = &t->tomb_by_id[id_bucket(t, b->id)]; *p != SRPC_SESS_NONE; p = &t->tombs[*p].next)
+    for (uint32_t *p = &t->tomb_by_id[tomb_bucket(t, b->id)]; *p != SRPC_SESS_NONE; p = &t->tombs[*p].next)
         if (*p == i) {
             *p = b->next;
             break;
         }
-    for (uint32_t *p = &t->tomb_by_mac[mac_bucket(t, b->mac1)]; *p != SRPC_SESS_NONE; p = &t->tombs[*p].next_mac)
+    for (uint32_t *p = &t->tomb_by_mac[tomb_bucket(t, srpc_get64(b->mac1))]; *p != SRPC_SESS_NONE;
+         p = &t->tombs[*p].next_mac)
         if (*p == i) {
             *p = b->next_mac;
             break;
@@ -271,7 +296,7 @@ static int superseded(const srpc_sessions_t *t, const srpc_session_t *s, uint64_
 
 void srpc_sessions_expire(srpc_sessions_t *t, uint64_t mono_ms)
 {
-    for (uint32_t i = 0; i < t->cap && t->tombs_used; i++) { /* first: their places may be needed below */
+    for (uint32_t i = 0; i < t->tomb_cap && t->tombs_used; i++) { /* first: their places may be needed below */
         const srpc_tomb_t *b = &t->tombs[i];
         if (b->used && b->calls == SRPC_LINE_IDLE && (mono_ms > b->end_ms || !t->lines[b->line].any))
             unbury(t, i); /* no call of its line left, and its time up or none ever ran */
@@ -319,12 +344,12 @@ static int forget_superseded(srpc_sessions_t *t, uint32_t key_id, int any_key, u
 
 void srpc_sessions_mark(srpc_sessions_t *t, int (*busy)(void *ctx, uint64_t line), void *ctx)
 {
-    for (uint32_t i = 0; i < t->cap; i++) {
+    for (uint32_t i = 0; i < t->cap; i++)
         if (t->s[i].used)
             t->s[i].calls = (uint32_t)busy(ctx, t->s[i].lineage);
+    for (uint32_t i = 0; i < t->tomb_cap && t->tombs_used; i++)
         if (t->tombs[i].used)
             t->tombs[i].calls = (uint8_t)busy(ctx, t->tombs[i].lineage);
-    }
 }
 
 static srpc_session_t *by_id(const srpc_sessions_t *t, uint64_t id)
@@ -434,6 +459,8 @@ int srpc_sessions_on_init(srpc_sessions_t *t, const srpc_keytab_t *keys, const u
     srpc_v5_init_t f;
     if (srpc_v5_init_parse(d, len, &f) < 0)
         return SRPC_DROP_BAD_HEADER;
+    if (keys->skew_ms > t->skew_ms) /* (a table with a larger skew: INITs may come later) */
+        t->skew_ms = keys->skew_ms;
     const srpc_key_t *key = srpc_keytab_key(keys, f.key_id);
     if (!key)
         return SRPC_DROP_AUTH_UNKNOWN_KEY;

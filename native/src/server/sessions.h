@@ -81,8 +81,9 @@ enum srpc_line_calls {
  * tombstone kept only while the line had calls in the call table went when the call's reply was
  * pushed out of the cache, with the same end (stop 65). Its INIT's mac1 too: that INIT again is
  * dropped (a replay of it made a session its replayer could not use, on the victim's line). Freed
- * by the sweep once the call table holds none of the line's calls and the session's time is up
- * (SRPC_V5_REJECT_AFTER_MS from its ACCEPT) or its line never ran a call; or, all places taken,
+ * by the sweep once the call table holds none of the line's calls and a resume naming it can no
+ * longer come (SRPC_V5_PREV_MAX_MS + 2 x skew_ms after its ACCEPT: tunables.h) or its line never
+ * ran a call; or, all places taken,
  * the oldest of a session moved on from (tomb_room). While none is free so, no session that
  * needs one is forgotten: availability is given up, never a call run twice. */
 typedef struct srpc_tomb {
@@ -94,7 +95,7 @@ typedef struct srpc_tomb {
     uint32_t next;                        /* the chain of its id's bucket; free: the free list's next */
     uint32_t next_mac;                    /* the chain of its mac1's bucket */
     uint8_t mac1[16];                     /* its INIT's */
-    uint64_t end_ms;                      /* when the session's time was up (monotonic) */
+    uint64_t end_ms;                      /* when no resume naming it can come any more (monotonic) */
     uint64_t seq;                         /* the order it was made in (tomb_seq's) */
     uint8_t calls;                        /* enum srpc_line_calls at the last sweep */
     uint8_t moved_on;                     /* its client was seen holding a later session of its line */
@@ -118,13 +119,15 @@ typedef struct srpc_sessions_stats {
 
 typedef struct srpc_sessions {
     srpc_session_t *s;
-    srpc_line_t *lines;                   /* 2 * cap of them: a session or tombstone has one, a line at most
-                                             one per session or tombstone */
+    srpc_line_t *lines;                   /* cap + tomb_cap of them: a session or tombstone has one, a line
+                                             at most one per session or tombstone */
     uint32_t line_free;
     uint32_t cap, used, free_head;
-    srpc_tomb_t *tombs;                   /* cap of them */
-    uint32_t *tomb_by_id, *tomb_by_mac;   /* bucket heads (the mask's) */
+    srpc_tomb_t *tombs;                   /* tomb_cap of them */
+    uint32_t tomb_cap, tmask;
+    uint32_t *tomb_by_id, *tomb_by_mac;   /* bucket heads (tmask's) */
     uint32_t tombs_used, tomb_free;
+    uint32_t skew_ms;                     /* the largest key table skew seen (srpc_sessions_on_init's keys) */
     uint64_t tomb_seq;
     uint32_t key_quota;                   /* sessions one key may hold while the table is half full */
     uint32_t *by_id, *by_mac, mask;       /* bucket heads */
@@ -146,6 +149,10 @@ typedef struct srpc_sessions {
 /* max_sessions places (a power of two is not needed); handshakes_per_s: 0 for the default
  * (SRPC_V5_HANDSHAKES_PER_S). 0, -EINVAL, -ENOMEM or -ENOTSUP (no libsodium with X25519). */
 int srpc_sessions_init(srpc_sessions_t *t, uint32_t max_sessions, uint32_t handshakes_per_s);
+
+/* The same with max_tombs tombstone places (srpc_sessions_init: SRPC_V5_TOMBS_PER_PLACE per session
+ * place). */
+int srpc_sessions_init_tombs(srpc_sessions_t *t, uint32_t max_sessions, uint32_t max_tombs, uint32_t handshakes_per_s);
 
 /* Frees the table, every session's keys wiped. */
 void srpc_sessions_destroy(srpc_sessions_t *t);
