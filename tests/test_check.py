@@ -169,7 +169,10 @@ def test_a_hung_o2_kernel_fails_its_section_naming_its_counters_and_the_rest_run
     if not HAS_KERNELS:
         pytest.skip("holds the O2 kernel, which needs nvcc at build time")
     out = tmp_path / "out"
-    rc, so, se = check(["--only", "device-o2,device-o1", "--cap-s", "40", "--out", str(out)],
+    # --cap-s 25: the hung first call waits out its cap less the server's stop room (device.TEARDOWN_S,
+    # 12 s), then the stop's 5 s: ~10 s of waiting (40 s gave ~27 s), still well above the 5 s a first
+    # call must be given (device.MIN_FIRST_CALL_S), so the section gets to the same stop and the same why
+    rc, so, se = check(["--only", "device-o2,device-o1", "--cap-s", "25", "--out", str(out)],
                        env={**emu_env, "FAKE_CUDA_INJECT": "pause_o2=1"}, cwd=tmp_path)
     assert rc == 1 and "FAILED: device-o2" in se, so + se
     d = doc(out)["sections"]

@@ -44,6 +44,13 @@ def need_cupy() -> Any:
 def need_torch_cuda() -> ModuleType:
     """The torch module, with a CUDA device; Skipped otherwise (PyTorch runs its own CUDA runtime,
     which the emulated driver does not serve)."""
+    import importlib.util
+
+    if driver_emulated() and importlib.util.find_spec("torch") is not None:
+        # Known without importing PyTorch (seconds, in every such section's child): its CUDA runtime
+        # is not served by the emulated driver this process has loaded, so it would see no device.
+        raise Skipped("PyTorch with CUDA needed: the driver is the tests' emulation, and PyTorch's own CUDA "
+                      "runtime cannot be emulated")
     try:
         import torch
     except ImportError:
