@@ -46,6 +46,8 @@ typedef struct cl_call {
     uint8_t req_borrowed;
     uint16_t aux;
     uint64_t sess;       /* version 5: the session it was last sent under; 0: not sent yet (no session) */
+    uint8_t sent_v5;     /* version 5: sent under a session at least once (its sess may be 0 again since:
+                            none to send a retransmission under): it may have run */
     uint32_t attempts;   /* retransmissions so far */
     uint8_t resent;      /* sent more than once, some not counted in attempts (version 5: sent under a
                             session that died, then again once a new one is made): no RTT sample (Karn) */
@@ -321,6 +323,7 @@ static int send_request(srpc_client_t *c, cl_call_t *k)
         k->sess = u.ok ? u.session : 0;
         if (!u.ok)
             return 0;
+        k->sent_v5 = 1;
     }
     struct iovec iv = {(void *)k->req, k->req_len};
     srpc_tx_msg_t m = {.hdr = {.type = SRPC_REQUEST, .version = c->cfg.version, .func_id = k->func_id,
@@ -757,7 +760,7 @@ static void v5_fail_sent(srpc_client_t *c)
     for (unsigned b = 0; b < NBUCKETS; b++)
         for (cl_call_t *k = c->buckets[b], *next; k; k = next) {
             next = k->hnext;
-            if (!k->done && k->sess)
+            if (!k->done && (k->sess || k->sent_v5)) /* (a retransmission finding no session zeroes sess) */
                 finish_local(c, k, SRPC_E_TIMEOUT, "no session could follow the one this call was sent under "
                                                    "before the server may have forgotten it (175 s): the call may "
                                                    "have run, and is not sent again");
@@ -823,7 +826,12 @@ static void v5_handshake_in(srpc_client_t *c, const uint8_t *d, uint32_t total)
     }
     if (type == SRPC_V5_COOKIE) {
         uint8_t init[SRPC_V5_INIT_LEN];
-        if (srpc_cl_v5_on_cookie(v, d, total, now, init) == 0) {
+        const int r = srpc_cl_v5_on_cookie(v, d, total, now, init);
+        if (v->line_ended) { /* its new INIT could no longer name the old session */
+            v->line_ended = 0;
+            v5_fail_sent(c);
+        }
+        if (r == 0) {
             send_raw(c, init, sizeof(init));
             note_due(c, v->hs_due_ns);
         } else {
@@ -1011,6 +1019,7 @@ static int send_calls(srpc_client_t *c, const uint16_t *fids, const void *const 
         v5_take(c, &use); /* without a session the calls wait for the one under way: sent when it is made */
     for (uint32_t i = 0; i < n; i++) {
         k[i]->sess = use.ok ? use.session : 0;
+        k[i]->sent_v5 |= use.ok;
         if (!borrow) {
             k[i]->in_window = 1;
             c->outstanding++;

@@ -47,7 +47,7 @@ const srpc_cl_sess_t *srpc_cl_v5_current(srpc_cl_v5_t *v, uint64_t now_ns, int *
         return NULL;
     }
     const srpc_cl_sess_t *s = &v->s[v->cur];
-    const uint64_t age = now_ns - s->born_ns;
+    const uint64_t age = now_ns > s->born_ns ? now_ns - s->born_ns : 0; /* (clamped, as the server's ages) */
     if (age >= (uint64_t)SRPC_V5_CLIENT_STOP_MS * MS) { /* too old to send under: a new one first */
         *start = !v->hs_on;
         return NULL;
@@ -81,6 +81,14 @@ static int make_init(srpc_cl_v5_t *v, uint64_t now_ns, uint8_t out[SRPC_V5_INIT_
     return 0;
 }
 
+/* Whether a session whose ACCEPT the client took at born_ns is too old at now_ns to be named as
+ * prev (SRPC_V5_PREV_MAX_MS, tunables.h): an INIT naming it might reach the server after it forgot
+ * the session and its line. A now before born_ns (never, under the client's lock) is age 0. */
+static int too_old_to_follow(uint64_t born_ns, uint64_t now_ns)
+{
+    return now_ns > born_ns && now_ns - born_ns >= (uint64_t)SRPC_V5_PREV_MAX_MS * MS;
+}
+
 int srpc_cl_v5_start(srpc_cl_v5_t *v, uint64_t now_ns, uint8_t out[SRPC_V5_INIT_LEN])
 {
     /* It follows the current session; else the newest one a NO_SESSION named (its calls go on). */
@@ -88,16 +96,17 @@ int srpc_cl_v5_start(srpc_cl_v5_t *v, uint64_t now_ns, uint8_t out[SRPC_V5_INIT_
     for (int i = 0; v->cur < 0 && i < SRPC_CL_SESSIONS; i++)
         if (v->s[i].used && v->s[i].dead && (!p || v->s[i].born_ns > p->born_ns))
             p = &v->s[i];
-    if (p && now_ns - p->born_ns >= (uint64_t)SRPC_V5_PREV_MAX_MS * MS) { /* the server may have forgotten
-                                                                              it and its line (tunables.h) */
+    if (p && too_old_to_follow(p->born_ns, now_ns)) { /* the server may have forgotten it and its line */
         p = NULL;
         v->line_ended = 1;
         v->st.lines_ended++;
     }
-    if (p)
+    if (p) {
         v->prev = p->keys;
-    else
+        v->prev_born_ns = p->born_ns;
+    } else {
         memset(&v->prev, 0, sizeof(v->prev));
+    }
     srpc_sodium()->random(&v->hs_id, sizeof(v->hs_id));
     v->hs_id &= SRPC_REQ_ID_V2_MASK;
     if (!v->hs_id)
@@ -177,6 +186,13 @@ int srpc_cl_v5_on_cookie(srpc_cl_v5_t *v, const uint8_t *d, uint32_t len, uint64
     v->cookie_ns = now_ns ? now_ns : 1;
     v->hs_cookies++;
     v->st.cookies++;
+    if (v->prev.session && too_old_to_follow(v->prev_born_ns, now_ns)) { /* a new INIT, a new time: the same
+                                                                           limit as srpc_cl_v5_start's (a
+                                                                           reviewer's finding) */
+        memset(&v->prev, 0, sizeof(v->prev));
+        v->line_ended = 1;
+        v->st.lines_ended++;
+    }
     return make_init(v, now_ns, out); /* the same handshake id, a new e_c and time, with the cookie */
 }
 

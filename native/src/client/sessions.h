@@ -61,6 +61,7 @@ typedef struct srpc_cl_v5 {
     uint8_t e_priv[SRPC_V5_KEY_LEN];
     uint8_t init[SRPC_V5_INIT_LEN];
     srpc_v5_keys_t prev;     /* the session it follows (prev.session 0: none) */
+    uint64_t prev_born_ns;   /* when the client took prev's ACCEPT (a COOKIE's new INIT checks its age too) */
     uint8_t line_ended;      /* set by srpc_cl_v5_start when it could not follow the newest session (too
                                 old: the server may have forgotten it and its line): the caller fails
                                 the calls sent under that line (they may have run; sent again on a new
@@ -106,7 +107,8 @@ int srpc_cl_v5_on_accept(srpc_cl_v5_t *v, const uint8_t *d, uint32_t len, uint64
 
 /* A COOKIE of len bytes at d (hostile): 0 with a new INIT (a fresh ephemeral key and time, the
  * cookie's mac) in out to send now; -EBADMSG when it does not answer the handshake under way,
- * or when this handshake has taken too many. */
+ * or when this handshake has taken too many. The new INIT names prev only while it is young enough
+ * (else line_ended is set, as by srpc_cl_v5_start). */
 int srpc_cl_v5_on_cookie(srpc_cl_v5_t *v, const uint8_t *d, uint32_t len, uint64_t now_ns,
                          uint8_t out[SRPC_V5_INIT_LEN]);
 

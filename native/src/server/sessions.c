@@ -51,7 +51,9 @@ int srpc_sessions_init_tombs(srpc_sessions_t *t, uint32_t max_sessions, uint32_t
     while (tb < 2 * max_tombs)
         tb <<= 1;
     const uint32_t nlines = max_sessions + max_tombs; /* a session or tombstone holds one at most */
-    /* (calloc'd: pages never touched cost nothing; the free lists hand out the lowest first) */
+    /* (calloc'd, and handed out below a high-water mark before any freed one is taken again: pages
+     * never reached cost nothing; a reviewer measured 46 MB resident when a free list was threaded
+     * through every place here) */
     t->lines = calloc(nlines, sizeof(*t->lines));
     t->tombs = calloc(max_tombs, sizeof(*t->tombs));
     t->tomb_by_id = malloc(tb * sizeof(uint32_t));
@@ -71,13 +73,10 @@ int srpc_sessions_init_tombs(srpc_sessions_t *t, uint32_t max_sessions, uint32_t
     t->tomb_cap = max_tombs;
     for (uint32_t i = 0; i < max_sessions; i++)
         t->s[i].next_id = i + 1 < max_sessions ? i + 1 : SRPC_SESS_NONE;
-    for (uint32_t i = 0; i < max_tombs; i++)
-        t->tombs[i].next = i + 1 < max_tombs ? i + 1 : SRPC_SESS_NONE;
-    for (uint32_t i = 0; i < nlines; i++) /* the free list's next */
-        t->lines[i].refs = i + 1 < nlines ? i + 1 : SRPC_SESS_NONE;
+    t->nlines = nlines;
     t->free_head = 0;
-    t->tomb_free = 0;
-    t->line_free = 0;
+    t->tomb_free = SRPC_SESS_NONE; /* (then tomb_hw, line_hw: never used yet) */
+    t->line_free = SRPC_SESS_NONE;
     t->handshakes_per_s = handshakes_per_s ? handshakes_per_s : SRPC_V5_HANDSHAKES_PER_S;
     t->stale_ms = SRPC_DEF_REPLY_CACHE_US / 2000;
     t->key_quota = max_sessions / 4 > 2 ? max_sessions / 4 : 2;
@@ -92,7 +91,7 @@ void srpc_sessions_destroy(srpc_sessions_t *t)
     if (t->s)
         srpc_auth_wipe(t->s, (size_t)t->cap * sizeof(*t->s));
     if (t->tombs)
-        srpc_auth_wipe(t->tombs, (size_t)t->tomb_cap * sizeof(*t->tombs));
+        srpc_auth_wipe(t->tombs, (size_t)t->tomb_hw * sizeof(*t->tombs));
     srpc_auth_wipe(t->cookie_cur, sizeof(t->cookie_cur));
     srpc_auth_wipe(t->cookie_prev, sizeof(t->cookie_prev));
     free(t->s);
@@ -139,6 +138,27 @@ static void line_unref(srpc_sessions_t *t, uint32_t i)
     }
 }
 
+/* A new line (one reference, nothing ran): there always is one, as lines in use <= sessions +
+ * tombstones < cap + tomb_cap (a session place is free when one is taken). */
+static uint32_t line_new(srpc_sessions_t *t)
+{
+    uint32_t i = t->line_free;
+    if (i != SRPC_SESS_NONE)
+        t->line_free = t->lines[i].refs;
+    else
+        i = t->line_hw++;
+    assert(i < t->nlines);
+    memset(&t->lines[i], 0, sizeof(t->lines[i]));
+    t->lines[i].refs = 1;
+    return i;
+}
+
+/* Whether a tombstone place is free now (without freeing one). */
+static int tomb_free_place(const srpc_sessions_t *t)
+{
+    return t->tomb_free != SRPC_SESS_NONE || t->tomb_hw < t->tomb_cap;
+}
+
 static srpc_tomb_t *tomb_by_id(const srpc_sessions_t *t, uint64_t id)
 {
     for (uint32_t i = t->tomb_by_id[tomb_bucket(t, id)]; i != SRPC_SESS_NONE; i = t->tombs[i].next)
@@ -155,10 +175,11 @@ static srpc_tomb_t *tomb_by_mac1(const srpc_sessions_t *t, const uint8_t mac1[16
     return NULL;
 }
 
-/* How long after its ACCEPT a resume naming a session may still come (tunables.h). */
-static uint64_t resume_until(const srpc_sessions_t *t, const srpc_session_t *s)
+/* Until when a resume naming a session born (its ACCEPT) at born_ms may still come (tunables.h):
+ * with the largest skew seen so far, so a key table reloaded with a larger one extends it. */
+static uint64_t resume_until(const srpc_sessions_t *t, uint64_t born_ms)
 {
-    return s->born_ms + SRPC_V5_PREV_MAX_MS + 2 * (uint64_t)t->skew_ms;
+    return born_ms + SRPC_V5_PREV_MAX_MS + 2 * (uint64_t)t->skew_ms;
 }
 
 /* Whether forgetting session s at mono_ms leaves a tombstone: its line has calls in the call
@@ -167,7 +188,7 @@ static uint64_t resume_until(const srpc_sessions_t *t, const srpc_session_t *s)
  * and with it the tombstone, and the call's resend ran again on a new line). */
 static int needs_tomb(const srpc_sessions_t *t, const srpc_session_t *s, uint64_t mono_ms)
 {
-    return s->calls != SRPC_LINE_IDLE || (t->lines[s->line].any && mono_ms <= resume_until(t, s));
+    return s->calls != SRPC_LINE_IDLE || (t->lines[s->line].any && mono_ms <= resume_until(t, s->born_ms));
 }
 
 static void unbury(srpc_sessions_t *t, uint32_t i);
@@ -180,10 +201,12 @@ static void unbury(srpc_sessions_t *t, uint32_t i);
  * resume). O(places) only when they are all taken. */
 static int tomb_room(srpc_sessions_t *t)
 {
-    if (t->tomb_free != SRPC_SESS_NONE)
+    if (tomb_free_place(t))
         return 1;
+    if (t->tombs_movable == 0) /* (O(1) then: no scan per INIT while none may go) */
+        return 0;
     uint32_t old = SRPC_SESS_NONE;
-    for (uint32_t i = 0; i < t->tomb_cap; i++) {
+    for (uint32_t i = 0; i < t->tomb_hw; i++) {
         const srpc_tomb_t *b = &t->tombs[i];
         if (b->used && b->moved_on && (old == SRPC_SESS_NONE || b->seq < t->tombs[old].seq))
             old = i;
@@ -199,9 +222,12 @@ static int tomb_room(srpc_sessions_t *t)
  * free: the callers' tomb_room). */
 static void bury(srpc_sessions_t *t, const srpc_session_t *s)
 {
-    const uint32_t i = t->tomb_free;
+    uint32_t i = t->tomb_free;
+    if (i != SRPC_SESS_NONE)
+        t->tomb_free = t->tombs[i].next;
+    else
+        i = t->tomb_hw++;
     srpc_tomb_t *b = &t->tombs[i];
-    t->tomb_free = b->next;
     b->id = s->keys.session;
     b->lineage = s->lineage;
     memcpy(b->c2s, s->keys.c2s, sizeof(b->c2s));
@@ -209,8 +235,9 @@ static void bury(srpc_sessions_t *t, const srpc_session_t *s)
     b->line = s->line;
     b->calls = (uint8_t)s->calls;
     b->seq = ++t->tomb_seq;
-    b->end_ms = resume_until(t, s);
+    b->born_ms = s->born_ms;
     b->moved_on = s->moved_on_ms != 0;
+    t->tombs_movable += b->moved_on;
     memcpy(b->mac1, s->mac1, sizeof(b->mac1));
     b->used = 1;
     uint32_t *h = &t->tomb_by_id[tomb_bucket(t, b->id)], *hm = &t->tomb_by_mac[tomb_bucket(t, srpc_get64(b->mac1))];
@@ -238,6 +265,7 @@ static void unbury(srpc_sessions_t *t, uint32_t i)
             break;
         }
     line_unref(t, b->line);
+    t->tombs_movable -= b->moved_on;
     srpc_auth_wipe(b, sizeof(*b));
     b->next = t->tomb_free;
     t->tomb_free = i;
@@ -252,8 +280,8 @@ static void forget(srpc_sessions_t *t, uint32_t i, uint64_t mono_ms)
     unlink_at(t, &t->by_id[id_bucket(t, s->keys.session)], i, 0);
     unlink_at(t, &t->by_mac[mac_bucket(t, s->mac1)], i, 1);
     const int tomb = needs_tomb(t, s, mono_ms);
-    assert(!tomb || t->tomb_free != SRPC_SESS_NONE);
-    if (tomb && t->tomb_free != SRPC_SESS_NONE) {
+    assert(!tomb || tomb_free_place(t));
+    if (tomb && tomb_free_place(t)) {
         bury(t, s); /* the line's reference goes to the tombstone */
     } else {
         line_unref(t, s->line);
@@ -294,13 +322,10 @@ static int superseded(const srpc_sessions_t *t, const srpc_session_t *s, uint64_
     return s->moved_on_ms && age(mono_ms, s->moved_on_ms) >= t->stale_ms;
 }
 
-void srpc_sessions_expire(srpc_sessions_t *t, uint64_t mono_ms)
+/* The sessions' half of srpc_sessions_expire (an INIT in a full table runs it: not the scan of
+ * the tombstones, which is the sweep's, once a second). */
+static void expire_sessions(srpc_sessions_t *t, uint64_t mono_ms)
 {
-    for (uint32_t i = 0; i < t->tomb_cap && t->tombs_used; i++) { /* first: their places may be needed below */
-        const srpc_tomb_t *b = &t->tombs[i];
-        if (b->used && b->calls == SRPC_LINE_IDLE && (mono_ms > b->end_ms || !t->lines[b->line].any))
-            unbury(t, i); /* no call of its line left, and its time up or none ever ran */
-    }
     int room = -1; /* tomb_room's answer: asked when needed, again once a place is taken */
     for (uint32_t i = 0; i < t->cap && t->used; i++) {
         srpc_session_t *s = &t->s[i];
@@ -323,19 +348,62 @@ void srpc_sessions_expire(srpc_sessions_t *t, uint64_t mono_ms)
     }
 }
 
+void srpc_sessions_expire(srpc_sessions_t *t, uint64_t mono_ms)
+{
+    for (uint32_t i = 0, seen = 0; i < t->tomb_hw && seen < t->tombs_used; i++) { /* first: their places may be
+                                                                                     needed below */
+        const srpc_tomb_t *b = &t->tombs[i];
+        if (!b->used)
+            continue;
+        if (b->calls == SRPC_LINE_IDLE && (mono_ms > resume_until(t, b->born_ms) || !t->lines[b->line].any))
+            unbury(t, i); /* no call of its line left, and no resume naming it can come, or none ever ran */
+        else
+            seen++;
+    }
+    expire_sessions(t, mono_ms);
+}
+
 /* Forgets the session followed by another longest ago (its line's calls go on under that one):
  * 1, or 0 when there is none. */
+/* Of two candidates to forget, plain (needs no tombstone) and tombed (needs one), either may be
+ * SRPC_SESS_NONE: tombed when tombed_first (it is the better) or there is no plain, and a
+ * tombstone place is there (tomb_room, asked only then: a scan when the places are all taken);
+ * else plain. */
+static uint32_t choose(srpc_sessions_t *t, uint32_t plain, uint32_t tombed, int tombed_first)
+{
+    if (tombed != SRPC_SESS_NONE && (plain == SRPC_SESS_NONE || tombed_first) && tomb_room(t))
+        return tombed;
+    return plain;
+}
+
+/* Candidate i better than the best so far (*best) by an earlier stamp (stamp of each). */
+static void better(const srpc_sessions_t *t, uint32_t *best, uint32_t i, uint64_t (*stamp)(const srpc_session_t *))
+{
+    if (*best == SRPC_SESS_NONE || stamp(&t->s[i]) < stamp(&t->s[*best]))
+        *best = i;
+}
+
+static uint64_t superseded_at(const srpc_session_t *s)
+{
+    return s->superseded_ms;
+}
+
+static uint64_t seen_at(const srpc_session_t *s)
+{
+    return s->seen_ms;
+}
+
 static int forget_superseded(srpc_sessions_t *t, uint32_t key_id, int any_key, uint32_t keep, uint64_t mono_ms)
 {
-    const int room = tomb_room(t);
-    uint32_t old = SRPC_SESS_NONE;
+    uint32_t plain = SRPC_SESS_NONE, tombed = SRPC_SESS_NONE;
     for (uint32_t i = 0; i < t->cap; i++) {
         const srpc_session_t *s = &t->s[i];
-        if (s->used && i != keep && s->superseded_ms && (any_key || s->key_id == key_id) &&
-            (!needs_tomb(t, s, mono_ms) || room) &&
-            (old == SRPC_SESS_NONE || s->superseded_ms < t->s[old].superseded_ms))
-            old = i;
+        if (s->used && i != keep && s->superseded_ms && (any_key || s->key_id == key_id))
+            better(t, needs_tomb(t, s, mono_ms) ? &tombed : &plain, i, superseded_at);
     }
+    const uint32_t old = choose(t, plain, tombed,
+                                tombed != SRPC_SESS_NONE && plain != SRPC_SESS_NONE &&
+                                    t->s[tombed].superseded_ms < t->s[plain].superseded_ms);
     if (old == SRPC_SESS_NONE)
         return 0;
     forget(t, old, mono_ms);
@@ -347,9 +415,11 @@ void srpc_sessions_mark(srpc_sessions_t *t, int (*busy)(void *ctx, uint64_t line
     for (uint32_t i = 0; i < t->cap; i++)
         if (t->s[i].used)
             t->s[i].calls = (uint32_t)busy(ctx, t->s[i].lineage);
-    for (uint32_t i = 0; i < t->tomb_cap && t->tombs_used; i++)
-        if (t->tombs[i].used)
+    for (uint32_t i = 0, seen = 0; i < t->tomb_hw && seen < t->tombs_used; i++)
+        if (t->tombs[i].used) {
             t->tombs[i].calls = (uint8_t)busy(ctx, t->tombs[i].lineage);
+            seen++;
+        }
 }
 
 static srpc_session_t *by_id(const srpc_sessions_t *t, uint64_t id)
@@ -373,16 +443,14 @@ static srpc_session_t *by_mac1(const srpc_sessions_t *t, const uint8_t mac1[16])
  * has none such (the INIT is then unanswered). O(places): only once the table is half full. */
 static int quota_reached(srpc_sessions_t *t, uint32_t key_id, uint64_t mono_ms, uint32_t keep)
 {
-    uint32_t mine = 0, idle = SRPC_SESS_NONE;
-    const int room = tomb_room(t);
+    uint32_t mine = 0, plain = SRPC_SESS_NONE, tombed = SRPC_SESS_NONE;
     for (uint32_t i = 0; i < t->cap; i++) {
         const srpc_session_t *s = &t->s[i];
         if (!s->used || s->key_id != key_id)
             continue;
         mine++;
-        if (i != keep && s->calls != SRPC_LINE_RUNNING && (!needs_tomb(t, s, mono_ms) || room) &&
-            age(mono_ms, s->seen_ms) >= SRPC_V5_QUOTA_IDLE_MS && (idle == SRPC_SESS_NONE || s->seen_ms < t->s[idle].seen_ms))
-            idle = i;
+        if (i != keep && s->calls != SRPC_LINE_RUNNING && age(mono_ms, s->seen_ms) >= SRPC_V5_QUOTA_IDLE_MS)
+            better(t, needs_tomb(t, s, mono_ms) ? &tombed : &plain, i, seen_at);
     }
     if (mine < t->key_quota)
         return 0;
@@ -390,6 +458,9 @@ static int quota_reached(srpc_sessions_t *t, uint32_t key_id, uint64_t mono_ms, 
         t->st.key_quota++;
         return 0;
     }
+    const uint32_t idle = choose(t, plain, tombed,
+                                 tombed != SRPC_SESS_NONE && plain != SRPC_SESS_NONE &&
+                                     t->s[tombed].seen_ms < t->s[plain].seen_ms);
     if (idle == SRPC_SESS_NONE)
         return 1;
     forget(t, idle, mono_ms);
@@ -402,14 +473,15 @@ static int quota_reached(srpc_sessions_t *t, uint32_t key_id, uint64_t mono_ms, 
  * there is none. O(places): only when the table is full. */
 static int forget_idle(srpc_sessions_t *t, uint64_t mono_ms, uint32_t keep)
 {
-    uint32_t idle = SRPC_SESS_NONE;
-    const int room = tomb_room(t);
+    uint32_t plain = SRPC_SESS_NONE, tombed = SRPC_SESS_NONE;
     for (uint32_t i = 0; i < t->cap; i++) {
         const srpc_session_t *s = &t->s[i];
-        if (s->used && i != keep && s->calls != SRPC_LINE_RUNNING && (!needs_tomb(t, s, mono_ms) || room) &&
-            age(mono_ms, s->seen_ms) >= SRPC_V5_QUOTA_IDLE_MS && (idle == SRPC_SESS_NONE || s->seen_ms < t->s[idle].seen_ms))
-            idle = i;
+        if (s->used && i != keep && s->calls != SRPC_LINE_RUNNING && age(mono_ms, s->seen_ms) >= SRPC_V5_QUOTA_IDLE_MS)
+            better(t, needs_tomb(t, s, mono_ms) ? &tombed : &plain, i, seen_at);
     }
+    const uint32_t idle = choose(t, plain, tombed,
+                                 tombed != SRPC_SESS_NONE && plain != SRPC_SESS_NONE &&
+                                     t->s[tombed].seen_ms < t->s[plain].seen_ms);
     if (idle == SRPC_SESS_NONE)
         return 0;
     forget(t, idle, mono_ms);
@@ -446,8 +518,14 @@ static void held(srpc_sessions_t *t, srpc_session_t *s, uint64_t mono_ms)
     if (!s->follows)
         return;
     srpc_session_t *prev = by_id(t, s->follows);
+    srpc_tomb_t *b = prev ? NULL : tomb_by_id(t, s->follows);
     if (prev && !prev->moved_on_ms)
         prev->moved_on_ms = mono_ms ? mono_ms : 1;
+    if (b && !b->moved_on) { /* forgotten meanwhile (or resumed from a tombstone): its tombstone may go for
+                                room now (a reviewer's finding: the flag was fixed at burial) */
+        b->moved_on = 1;
+        t->tombs_movable++;
+    }
     s->follows = 0;
 }
 
@@ -505,7 +583,7 @@ int srpc_sessions_on_init(srpc_sessions_t *t, const srpc_keytab_t *keys, const u
     const srpc_session_t *named = f.prev_session ? by_id(t, f.prev_session) : NULL;
     const uint32_t keep = named ? (uint32_t)(named - t->s) : SRPC_SESS_NONE;
     if (t->free_head == SRPC_SESS_NONE)
-        srpc_sessions_expire(t, mono_ms);
+        expire_sessions(t, mono_ms);
     if (2u * t->used >= t->cap && quota_reached(t, f.key_id, mono_ms, keep)) {
         t->st.key_quota++;
         return SRPC_DROP_TABLE_FULL; /* this key's own sessions are all busy or recent */
@@ -540,6 +618,7 @@ int srpc_sessions_on_init(srpc_sessions_t *t, const srpc_keytab_t *keys, const u
         if (b && b->key_id == f.key_id && srpc_v5_init_resume_ok(d, b->c2s)) { /* forgotten, its calls not */
             lineage = b->lineage;
             line = b->line;
+            follows = f.prev_session; /* its client seen under this one: the tombstone is moved on from */
             t->st.tomb_resumes++;
         } else if (prev && prev->key_id == f.key_id && srpc_v5_init_resume_ok(d, prev->keys.c2s)) {
             lineage = prev->lineage;
@@ -558,11 +637,8 @@ int srpc_sessions_on_init(srpc_sessions_t *t, const srpc_keytab_t *keys, const u
     if (line != SRPC_SESS_NONE) { /* the line's calls go on: its window too */
         s->line = line;
         t->lines[s->line].refs++;
-    } else { /* a place is there: lines <= sessions + tombstones <= 2 * cap */
-        s->line = t->line_free;
-        t->line_free = t->lines[s->line].refs;
-        memset(&t->lines[s->line], 0, sizeof(t->lines[s->line]));
-        t->lines[s->line].refs = 1;
+    } else {
+        s->line = line_new(t);
     }
     s->used = 1;
     s->lineage = lineage;
@@ -589,12 +665,14 @@ int srpc_sessions_on_init(srpc_sessions_t *t, const srpc_keytab_t *keys, const u
 
 srpc_session_t *srpc_sessions_find(srpc_sessions_t *t, const srpc_keytab_t *keys, uint64_t id, uint64_t mono_ms)
 {
+    if (keys->skew_ms > t->skew_ms) /* (a table reloaded with a larger skew: tombstones last longer) */
+        t->skew_ms = keys->skew_ms;
     srpc_session_t *s = id ? by_id(t, id) : NULL;
     if (!s)
         return NULL;
     if (srpc_keytab_key(keys, s->key_id) && !past_time(s, mono_ms))
         return s;
-    if (s->calls != SRPC_LINE_RUNNING && (!needs_tomb(t, s, mono_ms) || t->tomb_free != SRPC_SESS_NONE))
+    if (s->calls != SRPC_LINE_RUNNING && (!needs_tomb(t, s, mono_ms) || tomb_free_place(t)))
         /* (running calls are still answered: it goes after; no scan for a tombstone place per datagram) */
         forget(t, (uint32_t)(s - t->s), mono_ms);
     return NULL;

@@ -95,10 +95,12 @@ typedef struct srpc_tomb {
     uint32_t next;                        /* the chain of its id's bucket; free: the free list's next */
     uint32_t next_mac;                    /* the chain of its mac1's bucket */
     uint8_t mac1[16];                     /* its INIT's */
-    uint64_t end_ms;                      /* when no resume naming it can come any more (monotonic) */
+    uint64_t born_ms;                     /* its session's ACCEPT (monotonic): no resume naming it comes
+                                             after SRPC_V5_PREV_MAX_MS + 2 x skew_ms from then */
     uint64_t seq;                         /* the order it was made in (tomb_seq's) */
     uint8_t calls;                        /* enum srpc_line_calls at the last sweep */
-    uint8_t moved_on;                     /* its client was seen holding a later session of its line */
+    uint8_t moved_on;                     /* its client was seen holding a later session of its line (at
+                                             burial, or since: srpc_sessions_take's held) */
     uint8_t used;
 } srpc_tomb_t;
 
@@ -123,8 +125,10 @@ typedef struct srpc_sessions {
                                              at most one per session or tombstone */
     uint32_t line_free;
     uint32_t cap, used, free_head;
-    srpc_tomb_t *tombs;                   /* tomb_cap of them */
-    uint32_t tomb_cap, tmask;
+    srpc_tomb_t *tombs;                   /* tomb_cap of them; those below tomb_hw have been used */
+    uint32_t tomb_cap, tomb_hw, tmask;
+    uint32_t tombs_movable;               /* tombstones moved on from (tomb_room may free them) */
+    uint32_t nlines, line_hw;             /* lines: cap + tomb_cap; those below line_hw have been used */
     uint32_t *tomb_by_id, *tomb_by_mac;   /* bucket heads (tmask's) */
     uint32_t tombs_used, tomb_free;
     uint32_t skew_ms;                     /* the largest key table skew seen (srpc_sessions_on_init's keys) */
