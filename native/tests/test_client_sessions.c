@@ -374,7 +374,7 @@ static void test_a_line_too_old_to_follow_ends(void)
     uint8_t init[SRPC_V5_INIT_LEN], out[SRPC_V5_INIT_LEN];
     CHECK(srpc_cl_v5_start(&v, SRPC_V5_PREV_MAX_MS * MS, init) == 0 && v.prev.session == first && !v.line_ended,
           "at 174.999 s of its age by the client's clock: still named");
-    const uint64_t late = 1 + SRPC_V5_PREV_MAX_MS + 2 * SRPC_DEF_AUTH_SKEW_MS - 1; /* the server's ms */
+    const uint64_t late = 1 + SRPC_V5_PREV_MAX_MS + SRPC_V5_HANDSHAKE_MAX_MS + 2 * SRPC_DEF_AUTH_SKEW_MS - 1; /* the server's ms */
     srpc_sessions_expire(&t, late); /* a sweep just before it comes: the tombstone must still be there */
     CHECK(t.tombs_used == 1, "the sweep two skews later keeps the tombstone");
     size_t n = serve_init(&t, init, late, out);

@@ -393,6 +393,7 @@ static void test_late_datagrams_and_superseded(void)
 {
     srpc_sessions_t t;
     CHECK(srpc_sessions_init_tombs(&t, 8, 8, 0) == 0, "a table of 8, with 8 tombstone places");
+    t.tomb_key_quota = 100; /* (the places, not a key's quota of them) */
     t.stale_ms = 1000;
     srpc_keytab_t *keys = table(1, 0);
     struct sockaddr_in a = addr(4020);
@@ -732,14 +733,14 @@ static void test_a_forgotten_sessions_line_is_followed(void)
     srpc_session_t *sr2 = srpc_sessions_find(&t, keys, r2.session, m2 + 20);
     CHECK(sr2 && sr2->line == li && t.st.tomb_resumes == 2 && srpc_sessions_call_fresh(&t, sr2, 42) == 0,
           "still its line: the call's resend is refused as one that ran, never run again");
-    srpc_sessions_expire(&t, MONO + SRPC_V5_PREV_MAX_MS + 2 * SRPC_DEF_AUTH_SKEW_MS - 1);
+    srpc_sessions_expire(&t, MONO + SRPC_V5_PREV_MAX_MS + SRPC_V5_HANDSHAKE_MAX_MS + 2 * SRPC_DEF_AUTH_SKEW_MS - 1);
     CHECK(t.tombs_used == 3 && t.st.tombs == 3,
           "past its session's time (180 s), to 234.999 s, still kept: an INIT naming it made at 175 s may come 2 "
           "skews later (the two resumes, past their own 180 s now, buried too)");
-    srpc_sessions_expire(&t, MONO + SRPC_V5_PREV_MAX_MS + 2 * SRPC_DEF_AUTH_SKEW_MS + 1);
+    srpc_sessions_expire(&t, MONO + SRPC_V5_PREV_MAX_MS + SRPC_V5_HANDSHAKE_MAX_MS + 2 * SRPC_DEF_AUTH_SKEW_MS + 1);
     CHECK(t.tombs_used == 2 && t.st.tombs == 3 && t.lines[li].refs == 2,
           "then the sweep frees it (the line goes on in the resumes' tombstones)");
-    CHECK(handshake7(&t, keys, src, 314, MONO + SRPC_V5_PREV_MAX_MS + 2 * SRPC_DEF_AUTH_SKEW_MS + 2, &v, &x) == 0 &&
+    CHECK(handshake7(&t, keys, src, 314, MONO + SRPC_V5_PREV_MAX_MS + SRPC_V5_HANDSHAKE_MAX_MS + 2 * SRPC_DEF_AUTH_SKEW_MS + 2, &v, &x) == 0 &&
               t.st.tomb_resumes == 2 && t.st.not_resumed == 2,
           "a resume naming it now: a line of its own");
     srpc_keytab_destroy(keys);
@@ -749,7 +750,7 @@ static void test_a_forgotten_sessions_line_is_followed(void)
      * a spoofed address: the client's own copy is refused) is not freed for room; only one whose
      * client was seen holding a later session of its line may be. */
     CHECK(srpc_sessions_init_tombs(&t, 2, 2, 1000) == 0, "a table of 2, with 2 tombstone places");
-    t.key_quota = 100;
+    t.key_quota = t.tomb_key_quota = 100; /* (the places, not a key's quota) */
     keys = table(1, 0);
     struct sockaddr_in spoof = addr(4999);
     srpc_v5_keys_t p1, p2, o[3];
@@ -772,11 +773,39 @@ static void test_a_forgotten_sessions_line_is_followed(void)
     srpc_keytab_destroy(keys);
     srpc_sessions_destroy(&t);
 
+    /* Once half the tombstone places are taken, a key holds at most its quota of them: its sessions
+     * that need one are not forgotten for room, another key's are (an outside attacker filled all
+     * 65,536 with one key's, and every other key's idle sessions then stayed, the table full). */
+    CHECK(srpc_sessions_init_tombs(&t, 4, 4, 1000) == 0 && t.tomb_key_quota == 1, "a table of 4, 4 tombstone places, 1 a key");
+    t.key_quota = 100;
+    keys = table(1, 0);
+    srpc_v5_keys_t kk[4], nn;
+    for (int i = 0; i < 4; i++) {
+        const int eight = i == 3;
+        uint8_t out[SRPC_V5_INIT_LEN], e[32], pub[32], init[SRPC_V5_INIT_LEN];
+        size_t n;
+        srpc_v5_keypair(e, pub);
+        srpc_v5_init_make(init, eight ? PSK8 : PSK7, eight ? 8 : 7, 700 + (uint64_t)i, e, WALL, 0, NULL, NULL);
+        CHECK(srpc_sessions_on_init(&t, keys, init, sizeof(init), src, WALL, MONO + (uint64_t)i, out, &n) == 0 &&
+                  srpc_v5_accept_open(&kk[i], init, e, eight ? PSK8 : PSK7, out, n) == 0,
+              "session %d (key %d)", i, eight ? 8 : 7);
+        srpc_sessions_call_ran(&t, srpc_sessions_find(&t, keys, kk[i].session, MONO + (uint64_t)i), 1);
+    }
+    CHECK(handshake7(&t, keys, src, 710, MONO + q, NULL, &nn) == 0 && handshake7(&t, keys, src, 711, MONO + q + 1, NULL, &nn) == 0 &&
+              t.tombs_used == 2,
+          "two of key 7's buried for room (the places under half taken: no quota yet)");
+    CHECK(handshake7(&t, keys, src, 712, MONO + q + 2, NULL, &nn) == 0 && t.tombs_used == 3 &&
+              srpc_sessions_find(&t, keys, kk[2].session, MONO + q + 2) != NULL &&
+              srpc_sessions_find(&t, keys, kk[3].session, MONO + q + 2) == NULL,
+          "half taken, key 7 past its quota: its longest-silent session stays; key 8's is buried instead");
+    srpc_keytab_destroy(keys);
+    srpc_sessions_destroy(&t);
+
     /* A session buried before its client was seen on the one following it (the first forgotten
      * for room once followed) is moved on from when that happens: its tombstone may then go for
      * room (a reviewer's finding: the flag was fixed at burial, and the table refused sooner). */
     CHECK(srpc_sessions_init_tombs(&t, 2, 1, 1000) == 0, "a table of 2, with 1 tombstone place");
-    t.key_quota = 100;
+    t.key_quota = t.tomb_key_quota = 100;
     keys = table(1, 0);
     srpc_v5_keys_t w1, w2, w3;
     CHECK(handshake7(&t, keys, src, 601, MONO, NULL, &w1) == 0, "a session");
@@ -798,7 +827,7 @@ static void test_a_forgotten_sessions_line_is_followed(void)
 
     /* Every tombstone the last way to its line: a session with calls is not forgotten for room. */
     CHECK(srpc_sessions_init_tombs(&t, 2, 2, 1000) == 0, "a table of 2, with 2 tombstone places");
-    t.key_quota = 100;
+    t.key_quota = t.tomb_key_quota = 100; /* (the places, not a key's quota) */
     keys = table(1, 0);
     srpc_v5_keys_t k[5];
     CHECK(handshake7(&t, keys, src, 401, MONO, NULL, &k[0]) == 0 && handshake7(&t, keys, src, 402, MONO + 1, NULL, &k[1]) == 0,

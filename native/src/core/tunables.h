@@ -253,13 +253,23 @@ _Static_assert(SRPC_V5_CLIENT_REKEY_MS < SRPC_V5_CLIENT_STOP_MS && SRPC_V5_CLIEN
  * INIT made before the client's limit arrives by then, or is refused as stale (its time more than
  * the skew from the server's clock, from which the client's own is at most the skew apart). */
 #define SRPC_V5_PREV_MAX_MS 175000u
-/* Tombstone places per session place (server/sessions.h): a tombstone lasts up to 235 s (above),
- * so short-lived clients (one call each, then gone: their sessions forgotten for room leave one)
- * are served at first INIT up to about places x this / 235 s a second: 4096 x 16 / 235 = 279 (the
- * issue's churn, 10,000 a minute, is 167). About 110 bytes each, plus a line (528 bytes) while it
+/* The longest a client's handshake waits for its ACCEPT: its INIT's sends (SRPC_V5_INIT_RESEND_MS,
+ * doubling, SRPC_V5_INIT_SENDS of them, the last one's wait as long again: 12.6 s), again after
+ * each COOKIE it takes: 63 s. The client counts a session's age from the ACCEPT it took, the
+ * server from the one it sent, so an ACCEPT held back on the way makes the server's count ahead
+ * of the client's by up to this; the server keeps a tombstone this much longer too (an outside
+ * attacker measured it: with a skew of 5 s, a resume INIT arrived 195 s after the ACCEPT left). */
+#define SRPC_V5_HANDSHAKE_MAX_MS (SRPC_V5_INIT_RESEND_MS * ((1u << SRPC_V5_INIT_SENDS) - 1u) * (1u + SRPC_V5_CLIENT_COOKIES))
+/* Tombstone places per session place (server/sessions.h): a tombstone lasts up to 298 s (175 s +
+ * 63 s + 2 skews, above), so short-lived clients (one call each, then gone: their sessions
+ * forgotten for room leave one) are served at first INIT up to about places x this / 298 s a
+ * second. Once half of them are taken, one key may hold at most a quarter of them (as the
+ * sessions' quota), so one key's holder cannot take them all from every other key (an outside
+ * attacker did, stop 65): one key's clients alone, 4096 x 64 / 4 / 298 = 220 new a second,
+ * sustained (the issue's churn, 10,000 a minute, is 167). About 110 bytes each, plus a line (528 bytes) while it
  * is the last to hold one; allocated zeroed and handed out below a high-water mark, so only the
- * places used take memory (the table: 3.5 MB resident at start). */
-#define SRPC_V5_TOMBS_PER_PLACE 16u
+ * places used take memory (the table: 6.6 MB resident at start, its buckets most of it). */
+#define SRPC_V5_TOMBS_PER_PLACE 64u
 _Static_assert(SRPC_V5_CLIENT_STOP_MS < SRPC_V5_PREV_MAX_MS && SRPC_V5_PREV_MAX_MS < SRPC_V5_REJECT_AFTER_MS,
                "a client names a session it stopped using for a while, not past the server's time for it");
 

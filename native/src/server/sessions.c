@@ -81,6 +81,7 @@ int srpc_sessions_init_tombs(srpc_sessions_t *t, uint32_t max_sessions, uint32_t
     t->stale_ms = SRPC_DEF_REPLY_CACHE_US / 2000;
     t->key_quota = max_sessions / 4 > 2 ? max_sessions / 4 : 2;
     t->skew_ms = SRPC_DEF_AUTH_SKEW_MS;
+    t->tomb_key_quota = max_tombs / 4 > 1 ? max_tombs / 4 : 1;
     return 0;
 }
 
@@ -179,7 +180,37 @@ static srpc_tomb_t *tomb_by_mac1(const srpc_sessions_t *t, const uint8_t mac1[16
  * with the largest skew seen so far, so a key table reloaded with a larger one extends it. */
 static uint64_t resume_until(const srpc_sessions_t *t, uint64_t born_ms)
 {
-    return born_ms + SRPC_V5_PREV_MAX_MS + 2 * (uint64_t)t->skew_ms;
+    return born_ms + SRPC_V5_PREV_MAX_MS + SRPC_V5_HANDSHAKE_MAX_MS + 2 * (uint64_t)t->skew_ms;
+}
+
+/* Key key_id's place in the tombstones-per-key counts (open addressing; a full map, with more keys
+ * holding tombstones than SRPC_TOMB_KEYS, has none for a new key, whose count then reads 0). */
+static uint32_t *key_tombs(srpc_sessions_t *t, uint32_t key_id, int add)
+{
+    for (uint32_t n = 0, i = (uint32_t)srpc_mix64(key_id) % SRPC_TOMB_KEYS; n < SRPC_TOMB_KEYS;
+         n++, i = (i + 1) % SRPC_TOMB_KEYS) {
+        if (t->tomb_keys[i].key_id == key_id && t->tomb_keys[i].used)
+            return &t->tomb_keys[i].n;
+        if (!t->tomb_keys[i].used) {
+            if (!add)
+                return NULL;
+            t->tomb_keys[i].used = 1; /* (kept once used: the probe sequences stay whole) */
+            t->tomb_keys[i].key_id = key_id;
+            t->tomb_keys[i].n = 0;
+            return &t->tomb_keys[i].n;
+        }
+    }
+    return NULL;
+}
+
+/* Whether session s, needing a tombstone, may have one by its key's quota: a quarter of the
+ * places once half are taken. */
+static int key_may_bury(srpc_sessions_t *t, const srpc_session_t *s)
+{
+    if (2u * t->tombs_used < t->tomb_cap)
+        return 1;
+    const uint32_t *n = key_tombs(t, s->key_id, 0);
+    return !n || *n < t->tomb_key_quota;
 }
 
 /* Whether forgetting session s at mono_ms leaves a tombstone: its line has calls in the call
@@ -238,6 +269,9 @@ static void bury(srpc_sessions_t *t, const srpc_session_t *s)
     b->born_ms = s->born_ms;
     b->moved_on = s->moved_on_ms != 0;
     t->tombs_movable += b->moved_on;
+    uint32_t *kn = key_tombs(t, b->key_id, 1);
+    if (kn)
+        ++*kn;
     memcpy(b->mac1, s->mac1, sizeof(b->mac1));
     b->used = 1;
     uint32_t *h = &t->tomb_by_id[tomb_bucket(t, b->id)], *hm = &t->tomb_by_mac[tomb_bucket(t, srpc_get64(b->mac1))];
@@ -266,6 +300,9 @@ static void unbury(srpc_sessions_t *t, uint32_t i)
         }
     line_unref(t, b->line);
     t->tombs_movable -= b->moved_on;
+    uint32_t *kn = key_tombs(t, b->key_id, 0);
+    if (kn && *kn)
+        --*kn;
     srpc_auth_wipe(b, sizeof(*b));
     b->next = t->tomb_free;
     t->tomb_free = i;
@@ -338,7 +375,7 @@ static void expire_sessions(srpc_sessions_t *t, uint64_t mono_ms)
             }
             if (room < 0)
                 room = tomb_room(t);
-            if (room) { /* else kept (refused all the same) until a place is free */
+            if (room && key_may_bury(t, s)) { /* else kept (refused all the same) until a place is free */
                 forget(t, i, mono_ms);
                 room = -1;
                 continue;
@@ -383,6 +420,18 @@ static void better(const srpc_sessions_t *t, uint32_t *best, uint32_t i, uint64_
         *best = i;
 }
 
+/* Session i as a candidate to forget: into *plain when it needs no tombstone, into *tombed when it
+ * needs one and its key may have it (key_may_bury), by the earlier stamp. */
+static void candidate(srpc_sessions_t *t, uint32_t i, uint64_t mono_ms, uint32_t *plain, uint32_t *tombed,
+                      uint64_t (*stamp)(const srpc_session_t *))
+{
+    const srpc_session_t *s = &t->s[i];
+    if (!needs_tomb(t, s, mono_ms))
+        better(t, plain, i, stamp);
+    else if (key_may_bury(t, s))
+        better(t, tombed, i, stamp);
+}
+
 static uint64_t superseded_at(const srpc_session_t *s)
 {
     return s->superseded_ms;
@@ -399,7 +448,7 @@ static int forget_superseded(srpc_sessions_t *t, uint32_t key_id, int any_key, u
     for (uint32_t i = 0; i < t->cap; i++) {
         const srpc_session_t *s = &t->s[i];
         if (s->used && i != keep && s->superseded_ms && (any_key || s->key_id == key_id))
-            better(t, needs_tomb(t, s, mono_ms) ? &tombed : &plain, i, superseded_at);
+            candidate(t, i, mono_ms, &plain, &tombed, superseded_at);
     }
     const uint32_t old = choose(t, plain, tombed,
                                 tombed != SRPC_SESS_NONE && plain != SRPC_SESS_NONE &&
@@ -450,7 +499,7 @@ static int quota_reached(srpc_sessions_t *t, uint32_t key_id, uint64_t mono_ms, 
             continue;
         mine++;
         if (i != keep && s->calls != SRPC_LINE_RUNNING && age(mono_ms, s->seen_ms) >= SRPC_V5_QUOTA_IDLE_MS)
-            better(t, needs_tomb(t, s, mono_ms) ? &tombed : &plain, i, seen_at);
+            candidate(t, i, mono_ms, &plain, &tombed, seen_at);
     }
     if (mine < t->key_quota)
         return 0;
@@ -477,7 +526,7 @@ static int forget_idle(srpc_sessions_t *t, uint64_t mono_ms, uint32_t keep)
     for (uint32_t i = 0; i < t->cap; i++) {
         const srpc_session_t *s = &t->s[i];
         if (s->used && i != keep && s->calls != SRPC_LINE_RUNNING && age(mono_ms, s->seen_ms) >= SRPC_V5_QUOTA_IDLE_MS)
-            better(t, needs_tomb(t, s, mono_ms) ? &tombed : &plain, i, seen_at);
+            candidate(t, i, mono_ms, &plain, &tombed, seen_at);
     }
     const uint32_t idle = choose(t, plain, tombed,
                                  tombed != SRPC_SESS_NONE && plain != SRPC_SESS_NONE &&

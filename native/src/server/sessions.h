@@ -64,6 +64,7 @@ typedef struct srpc_session {
 } srpc_session_t;
 
 #define SRPC_SESS_NONE UINT32_MAX
+#define SRPC_TOMB_KEYS 1024 /* keys counted for the tombstones' quota (more: the rest read 0) */
 
 /* What the call table holds of a line's calls (srpc_sessions_mark's busy answers it). */
 enum srpc_line_calls {
@@ -132,8 +133,13 @@ typedef struct srpc_sessions {
     uint32_t *tomb_by_id, *tomb_by_mac;   /* bucket heads (tmask's) */
     uint32_t tombs_used, tomb_free;
     uint32_t skew_ms;                     /* the largest key table skew seen (srpc_sessions_on_init's keys) */
+    struct {
+        uint32_t key_id, n;               /* tombstones of the key */
+        uint8_t used;
+    } tomb_keys[SRPC_TOMB_KEYS];          /* by key (open addressing): a key's quota of tombstones */
     uint64_t tomb_seq;
     uint32_t key_quota;                   /* sessions one key may hold while the table is half full */
+    uint32_t tomb_key_quota;              /* tombstones one key may hold while half of them are taken */
     uint32_t *by_id, *by_mac, mask;       /* bucket heads */
     uint32_t handshakes_per_s;            /* more than this in a second: cookies asked for */
     uint32_t stale_ms;                    /* how long after a later counter of its session (or a session
