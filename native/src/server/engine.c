@@ -822,6 +822,11 @@ static void keys_reload(srpc_server_t *srv)
     srpc_keytab_adopt(next, srv->keys, srpc_now_ns() / 1000000u);
     srpc_keytab_destroy(srv->keys);
     srv->keys = next;
+    if (srv->sessions) { /* once per reload, not per datagram */
+        srpc_srv_lock(srv);
+        srpc_sessions_note_skew(srv->sessions, next->skew_ms);
+        srpc_srv_unlock(srv);
+    }
     ST_ADD(srv, auth_reloads, 1);
 }
 

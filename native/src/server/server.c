@@ -220,6 +220,7 @@ int srpc_server_set_keys(srpc_server_t *srv, srpc_keytab_t *t)
             /* A datagram is taken for at most half the time a finished call is remembered. */
             const uint32_t half = srv->cfg.reply_cache_us / 2000u;
             srv->sessions->stale_ms = half ? half : 1;
+            srpc_sessions_note_skew(srv->sessions, t->skew_ms);
         }
         srv->keys = t;
         srv->auth_max_senders = t->max_senders;

@@ -586,8 +586,6 @@ int srpc_sessions_on_init(srpc_sessions_t *t, const srpc_keytab_t *keys, const u
     srpc_v5_init_t f;
     if (srpc_v5_init_parse(d, len, &f) < 0)
         return SRPC_DROP_BAD_HEADER;
-    if (keys->skew_ms > t->skew_ms) /* (a table with a larger skew: INITs may come later) */
-        t->skew_ms = keys->skew_ms;
     const srpc_key_t *key = srpc_keytab_key(keys, f.key_id);
     if (!key)
         return SRPC_DROP_AUTH_UNKNOWN_KEY;
@@ -712,10 +710,14 @@ int srpc_sessions_on_init(srpc_sessions_t *t, const srpc_keytab_t *keys, const u
     return 0;
 }
 
+void srpc_sessions_note_skew(srpc_sessions_t *t, uint32_t skew_ms)
+{
+    if (skew_ms > t->skew_ms)
+        t->skew_ms = skew_ms;
+}
+
 srpc_session_t *srpc_sessions_find(srpc_sessions_t *t, const srpc_keytab_t *keys, uint64_t id, uint64_t mono_ms)
 {
-    if (keys->skew_ms > t->skew_ms) /* (a table reloaded with a larger skew: tombstones last longer) */
-        t->skew_ms = keys->skew_ms;
     srpc_session_t *s = id ? by_id(t, id) : NULL;
     if (!s)
         return NULL;

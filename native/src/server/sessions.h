@@ -132,7 +132,7 @@ typedef struct srpc_sessions {
     uint32_t nlines, line_hw;             /* lines: cap + tomb_cap; those below line_hw have been used */
     uint32_t *tomb_by_id, *tomb_by_mac;   /* bucket heads (tmask's) */
     uint32_t tombs_used, tomb_free;
-    uint32_t skew_ms;                     /* the largest key table skew seen (srpc_sessions_on_init's keys) */
+    uint32_t skew_ms;                     /* the largest key table skew in use so far (srpc_sessions_note_skew) */
     struct {
         uint32_t key_id, n;               /* tombstones of the key */
         uint8_t used;
@@ -217,6 +217,10 @@ int srpc_sessions_may_refuse(srpc_sessions_t *t, const struct sockaddr *src, uin
  * where one is needed (kept while none is free); frees the tombstones no longer needed (see
  * srpc_tomb_t); rotates the floors. */
 void srpc_sessions_expire(srpc_sessions_t *t, uint64_t mono_ms);
+
+/* A key table with skew skew_ms is in use (at start and at each reload): tombstones are reckoned
+ * with the largest so far, so a reload with a larger skew makes them last longer. */
+void srpc_sessions_note_skew(srpc_sessions_t *t, uint32_t skew_ms);
 
 /* Marks what the call table holds of each session's and tombstone's line: busy(ctx, line) answers
  * it (an enum srpc_line_calls) (the owner's sweep, before srpc_sessions_expire). */
