@@ -228,7 +228,7 @@ def test_calibrate_writes_a_file_the_server_takes(run_env, tmp_path):
 def test_bench_gnn_runs_end_to_end_on_the_small_graph(run_env, tmp_path):
     out = tmp_path / "bench"
     p = subprocess.run(_cmd("bench-gnn", "--small", "--duration", "0.5", "--rounds", "1", "--fractions", "0.3,0.6", "--min-calls", "20",
-                            "--per-size", "22", "--out", str(out), "--quiet"),
+                            "--per-size", "22", "--placement-requests", "200", "--out", str(out), "--quiet"),
                        capture_output=True, text=True, timeout=600, **run_env)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     doc = json.loads((out / "gnn.json").read_text())
@@ -238,6 +238,7 @@ def test_bench_gnn_runs_end_to_end_on_the_small_graph(run_env, tmp_path):
         for wl in ("small", "large", "mixed"):
             assert all(c["p99_us"] > 0 for c in pol[wl].values())
     assert {"mixed_routed_p99_gain", "fap_hit_rate_vs_hash"} <= set(doc["targets"])
+    assert doc["placement"]["requests"] == 200  # --placement-requests (1000 by default)
     for f in ("gnn.md", "gnn_p99.png", "gnn_calibration.png", "gnn_placement.png"):
         assert (out / f).stat().st_size > 0
     assert "stand-in for the GPU lane" in (out / "gnn.md").read_text()

@@ -100,6 +100,8 @@ def _arguments(p: argparse.ArgumentParser) -> None:
                                                                   "(default: %(default)s)")
     p.add_argument("--calibration", help="use this calibration file instead of measuring one")
     p.add_argument("--max-batch", type=int, default=8, help="calls per batch at most (the server's)")
+    p.add_argument("--placement-requests", type=int, default=PLACEMENT_REQUESTS, metavar="N",
+                   help="mixed-workload requests whose gathers the placement study times (default: %(default)s)")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--quiet", action="store_true")
     p.add_argument("--out", default="splitrpc-bench-gnn")
@@ -150,7 +152,8 @@ def start_server(a, policy: str, thresholds: dict, trace: str, lane: str) -> tup
     """`splitrpc serve` with the model under `policy` and `lane` as its other lane, recording every
     batch into `trace` (the emulated lane keeps every node's answer first: its time is its model's)."""
     port = free_port()
-    argv = [sys.executable, "-m", "splitrpc", "serve", "--port", str(port), "--wait", "block",
+    # --drain-linger 0: stopped once the bench's own client is done, no call of it can be in flight
+    argv = [sys.executable, "-m", "splitrpc", "serve", "--port", str(port), "--wait", "block", "--drain-linger", "0",
             "--models", a.model, "--max-batch", str(a.max_batch), "--max-delay-us", "0", "--gnn-trace", trace,
             "--gnn-lane", lane]
     if lane == "gpu":
@@ -250,7 +253,7 @@ def placement_study(svc, reqs, weights, rng, a) -> dict:
     n = svc.graph.num_nodes
     fap = metrics.fap(svc.graph, svc.fanouts, p0="degree")  # seeds are drawn by degree
     w = np.asarray(weights, float)
-    idx = rng.choice(len(reqs), size=PLACEMENT_REQUESTS, p=w / w.sum())
+    idx = rng.choice(len(reqs), size=a.placement_requests, p=w / w.sum())
     accesses = []
     for i in idx:
         s = svc.sample(np.frombuffer(reqs[i], "<i8"), "cpu")
@@ -539,6 +542,8 @@ def _check(a) -> str | None:
         return f"policies from {POLICIES}, workloads from {WORKLOADS}, some fractions, rounds >= 1"
     if a.lane_model and a.lane != "emulated":
         return "--lane-model is the emulated lane's: give --lane emulated"
+    if a.placement_requests < 20:
+        return "--placement-requests: 20 at least (its ratios' intervals resample them)"
     if a.spill is not None and (a.spill < 1 or resolve_route_by(a.route_by, a.lane in ("emulated", "gpu")) != "request"):
         return "--spill is a number of calls >= 1, for routing per request (--lane emulated or gpu)"
     if a.route_by == "request" and a.lane == "bulk":
