@@ -312,7 +312,7 @@ def _config(a, name: str) -> dict:
 
 def run(a) -> dict:
     from splitrpc.loadgen.report import machine
-    from splitrpc.services.embedding import dlrm
+    from splitrpc.services.embedding import dlrm, l3_cache
     from splitrpc.services.embedding.redis_tier import LocalRedis
     from splitrpc.services.embedding.rocks import RocksTier
 
@@ -321,15 +321,14 @@ def run(a) -> dict:
         raise SystemExit("bench-embedding: --rounds must be at least 1")
     t_start = time.monotonic()
     a.tmp = tempfile.mkdtemp(prefix="splitrpc-bench-embedding-")
+    l3_path = None
     try:
         model = dlrm.DLRM(rows=a.rows, dim=32, seed=a.seed)
-        l3_path = os.path.join(a.tmp, "l3")
         _say(a, f"tables: 26 x {a.rows} keys x 32 into RocksDB ...")
-        l3 = RocksTier(l3_path, model.specs)
-        for s in model.specs:
-            l3.fill(s.name, progress=not a.quiet)
-        l3.compact()  # now: no compaction in the first measured server
-        l3.close()
+        # filled and compacted (no compaction in the first measured server): a clone of the tables
+        # kept once (l3_cache.py), shared by every configuration's server in turn
+        l3_path = l3_cache.filled_temporary(model.specs, lambda p: dlrm.fill_new(p, model.specs, not a.quiet),
+                                            prefix="splitrpc-bench-embedding-l3-")
         size = 4 * dlrm.DENSE + 8 * dlrm.SPARSE
         blob = model.example(np.random.default_rng(a.seed), n=a.requests)
         requests = [blob[i * size:(i + 1) * size] for i in range(a.requests)]
@@ -377,6 +376,8 @@ def run(a) -> dict:
             doc["insert_mb_per_s"] = _insert_rates(a, 32)
     finally:
         shutil.rmtree(a.tmp, ignore_errors=True)
+        if l3_path is not None:
+            shutil.rmtree(l3_path, ignore_errors=True)
     doc["acceptance"] = acceptance(doc)
     doc["seconds"] = time.monotonic() - t_start
     return doc

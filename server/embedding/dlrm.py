@@ -5,7 +5,8 @@ An unknown key (outside its table) gets the table's default vector, or, for tabl
 with unknown="error", fails that call alone with BAD_REQUEST.
 
 The store comes from a JSON configuration (store_from_config) or is embedded: a RocksDB copy of
-the tables in a temporary directory filled at start, the host hash map as L2, L1 at 5% of each
+the tables in a temporary directory filled at start (a clone of the filled tables kept once:
+l3_cache.py), the host hash map as L2, L1 at 5% of each
 table, synchronous lookups (threshold 1.0), so replies are exact.
 """
 from __future__ import annotations
@@ -13,7 +14,6 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import tempfile
 from dataclasses import dataclass
 
 import numpy as np
@@ -204,12 +204,24 @@ class DeviceDLRM:
             return cp.asnumpy(1 / (1 + cp.exp(-t)))
 
 
+def fill_new(path: str, specs: list[TableSpec], progress: bool) -> None:
+    """A new L3 at path with every table's ground truth, compacted and closed."""
+    from splitrpc.services.embedding.rocks import RocksTier
+
+    l3 = RocksTier(path, specs)
+    try:
+        l3.fill_all(progress=progress)
+    finally:
+        l3.close()
+
+
 class DLRMService(DLRM):
     """The model served over an embedding store (config, or the embedded default). close() stops
     the store and removes a temporary L3."""
 
     def __init__(self, *, small: bool = False, config: StoreConfig | None = None, seed: int = 0,
                  progress: bool = False):
+        from splitrpc.services.embedding import l3_cache
         from splitrpc.services.embedding.hashmap import HashMapTier
         from splitrpc.services.embedding.rocks import RocksTier
         from splitrpc.services.embedding.store import EmbeddingStore
@@ -225,14 +237,14 @@ class DLRMService(DLRM):
             from splitrpc.services.embedding.store import WholeTables
             self.store = WholeTables(self.specs, device=cfg.l1_device)
             return
-        path = cfg.l3
-        if path is None:
-            self._tmp = path = tempfile.mkdtemp(prefix="splitrpc-dlrm-l3-")
-        self.l3 = RocksTier(path, self.specs)
-        if cfg.fill or self._tmp:
-            for s in self.specs:
-                self.l3.fill(s.name, progress=progress)
-            self.l3.compact()  # now, not under the first calls
+        if cfg.l3 is None:  # a temporary L3: a clone of the filled tables kept once (l3_cache.py)
+            self._tmp = l3_cache.filled_temporary(self.specs, lambda p: fill_new(p, self.specs, progress),
+                                                  prefix="splitrpc-dlrm-l3-")
+            self.l3 = RocksTier(self._tmp, self.specs)
+        else:
+            self.l3 = RocksTier(cfg.l3, self.specs)
+            if cfg.fill:
+                self.l3.fill_all(progress=progress)
         if cfg.l2 == "hashmap":
             self.l2 = HashMapTier(self.specs, cfg.l2_capacity or max(1, self.rows // 5))
         elif cfg.l2 == "redis":

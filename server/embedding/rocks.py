@@ -105,6 +105,12 @@ class RocksTier:
         for cf in self._cf.values():
             cf.compact_range(None, None)
 
+    def fill_all(self, *, progress: bool = False) -> None:
+        """Every table's ground truth, then a compaction (now, not under the first calls)."""
+        for s in self.specs:
+            self.fill(s, progress=progress)
+        self.compact()
+
     def fill(self, table: str, *, batch: int = 100_000, progress: bool = False) -> None:
         """Writes the table's ground truth for every key (progress on stderr if asked)."""
         spec = self.specs[table]
