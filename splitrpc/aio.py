@@ -9,6 +9,7 @@ from typing import Any, cast
 
 from splitrpc import describe as describe_
 from splitrpc import pool as _pool
+from splitrpc import typed
 from splitrpc._native import client as _client
 from splitrpc.client import Client as _BlockingClient
 from splitrpc.client import as_buffer
@@ -94,6 +95,16 @@ class Client:
     async def ping(self, timeout: float | None = None) -> dict[str, Any]:
         """The server's readiness over the wire (splitrpc.Client.ping)."""
         return describe_.decode_ping(await self.call(describe_.PING_ID, describe_.PING_REQUEST, timeout))
+
+    async def function(self, name: str) -> "typed.AsyncFunction | typed.AsyncRawFunction":
+        """The server's function `name` as a typed callable: ``await fn(*inputs, **inputs)``
+        (splitrpc.Client.function)."""
+        return await typed.async_directory_of(self).function(name, self)
+
+    @property
+    def fn(self) -> "typed.AsyncFunctions":
+        """The server's functions as attributes: ``await client.fn.lenet(x)``."""
+        return typed.AsyncFunctions(typed.async_directory_of(self), self)
 
     def stats(self) -> dict[str, int]:
         """The native client's counters (splitrpc.Client.stats), and ``abandoned``."""
@@ -263,6 +274,20 @@ class Pool(_pool.Pool):
 
     def call_async(self, *args: Any, **kw: Any) -> Any:
         raise TypeError("splitrpc.aio.Pool's calls are awaited: await pool.call(...)")
+
+    async def describe(self, timeout: float | None = None) -> "describe_.Description":  # type: ignore[override]
+        """What the service serves, as one of its replicas describes it."""
+        return describe_.decode_description(await self.call(describe_.DESCRIBE_ID, describe_.DESCRIBE_REQUEST,
+                                                            timeout, idempotent=True))
+
+    async def function(self, name: str) -> "typed.AsyncFunction | typed.AsyncRawFunction":  # type: ignore[override]
+        """The service's function `name` as a typed callable: ``await fn(*inputs, **inputs)``."""
+        return await typed.async_directory_of(self).function(name, self)
+
+    @property
+    def fn(self) -> "typed.AsyncFunctions":  # type: ignore[override]
+        """The service's functions as attributes: ``await pool.fn.lenet(x)``."""
+        return typed.AsyncFunctions(typed.async_directory_of(self), self)
 
     async def aclose(self, timeout: float | None = None) -> None:
         """Refuses new calls, waits (without blocking the loop) up to timeout seconds (default the

@@ -11,7 +11,7 @@ import numpy as np
 
 from splitrpc import auth as auth_
 from splitrpc import describe as describe_
-from splitrpc import dpdk
+from splitrpc import dpdk, typed
 from splitrpc._native import auth as _auth
 from splitrpc._native import client as _client
 from splitrpc._native.wire import PROTOCOLS
@@ -264,8 +264,21 @@ class Client:
 
     def ping(self, timeout: float | None = None) -> dict[str, Any]:
         """The server's readiness over the wire: {"ready", "state", "functions", "uptime_s",
-        "pending"}; a draining server answers Draining instead."""
+        "pending", "digest"}; a draining server answers Draining instead."""
         return describe_.decode_ping(self.call(describe_.PING_ID, describe_.PING_REQUEST, timeout))
+
+    def function(self, name: str) -> "typed.Function | typed.RawFunction":
+        """The server's function `name` as a typed callable (docs/client.md): fn(*inputs,
+        **inputs) -> a named tuple of numpy arrays, inputs checked against its specs before
+        anything is sent; a raw function takes and returns bytes. The description is read once
+        per client (describe) and again when a call finds it out of date. Raises NoSuchFunction
+        for a name the server does not have."""
+        return typed.directory_of(self).function(name, self)
+
+    @property
+    def fn(self) -> "typed.Functions":
+        """The server's functions as attributes: client.fn.lenet(x) is client.function("lenet")(x)."""
+        return typed.Functions(self.function)
 
     def closed_loop(self, func_id: int, data: Any, *, concurrency: int = 1, calls: int = 1000,
                     warmup: int = 100, timeout: float | None = None) -> dict[str, Any]:

@@ -7,6 +7,7 @@ something else) is an error, never taken for a description.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Iterable, NoReturn, cast
@@ -102,6 +103,7 @@ class Description:
     protocols: tuple[int, ...]
     software: str
     extra: dict[str, Any] = field(default_factory=dict)
+    digest: str | None = None  # changes exactly when the functions do (Amendment 2); None: an older server
 
     def by_name(self, name: str) -> FunctionInfo:
         for f in self.functions:
@@ -124,9 +126,20 @@ def _spec(d: dict[str, Any]) -> TensorSpec:
     return TensorSpec(str(d["name"]), str(d["dtype"]), tuple(int(x) for x in d["shape"]))
 
 
+DIGEST_HEX = 16  # the digest's length: hex digits of SHA-256
+
+
+def digest(functions: Iterable[FunctionInfo]) -> str:
+    """The functions' digest (docs/PROTOCOL.md, Amendment 2): the first 64 bits of SHA-256 of
+    their JSON array as describe sends it, in hex. Opaque to a client, which only compares."""
+    body = json.dumps([f.to_json() for f in sorted(functions, key=lambda f: f.func_id)], separators=(",", ":"))
+    return hashlib.sha256(body.encode()).hexdigest()[:DIGEST_HEX]
+
+
 def encode_description(functions: list[FunctionInfo], *, max_message: int, protocols: Iterable[int] = PROTOCOLS,
                        software: str) -> bytes:
     doc = {"describe": LAYOUT, "software": software, "max_message": max_message, "protocols": list(protocols),
+           "digest": digest(functions),
            "functions": [f.to_json() for f in sorted(functions, key=lambda f: f.func_id)]}
     return json.dumps(doc, separators=(",", ":")).encode()
 
@@ -141,22 +154,40 @@ def decode_description(reply: bytes) -> Description:
             raise TypeError("functions and protocols must be lists")
         return Description(functions=tuple(FunctionInfo.from_json(f) for f in funcs),
                            max_message=int(doc.get("max_message", 0)), protocols=tuple(int(p) for p in protos),
-                           software=str(doc.get("software", "")),
+                           software=str(doc.get("software", "")), digest=_digest_field(doc),
                            extra={k: v for k, v in doc.items()
-                                  if k not in ("describe", "functions", "max_message", "protocols", "software")})
+                                  if k not in ("describe", "functions", "max_message", "protocols", "software",
+                                               "digest")})
     except NotDescribed:
         raise
     except Exception as e:  # noqa: BLE001 - any way the fields do not read is the same answer
         raise NotDescribed(f"a describe reply whose fields do not read: {type(e).__name__}: {e}") from None
 
 
-def encode_ping(*, ready: bool, state: str, functions: int, uptime_s: float, pending: int) -> bytes:
-    return json.dumps({"ping": LAYOUT, "ready": ready, "state": state, "functions": functions,
-                       "uptime_s": round(uptime_s, 3), "pending": pending}, separators=(",", ":")).encode()
+def _digest_field(doc: dict[str, Any]) -> str | None:
+    """A reply's digest: None where it has none (a server older than Amendment 2); NotDescribed
+    for one that is not a short string."""
+    d = doc.get("digest")
+    if d is None:
+        return None
+    if not isinstance(d, str) or not 0 < len(d) <= 64:
+        raise NotDescribed(f"a digest that is not a string of 1 to 64 characters: {str(d)[:80]!r}")
+    return d
+
+
+def encode_ping(*, ready: bool, state: str, functions: int, uptime_s: float, pending: int,
+                digest: str | None = None) -> bytes:
+    doc: dict[str, Any] = {"ping": LAYOUT, "ready": ready, "state": state, "functions": functions,
+                           "uptime_s": round(uptime_s, 3), "pending": pending}
+    if digest is not None:
+        doc["digest"] = digest
+    return json.dumps(doc, separators=(",", ":")).encode()
 
 
 def decode_ping(reply: bytes) -> dict[str, Any]:
-    return _json(reply, "ping")
+    doc = _json(reply, "ping")
+    doc["digest"] = _digest_field(doc)
+    return doc
 
 
 def _no_constant(name: str) -> NoReturn:

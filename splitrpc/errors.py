@@ -45,6 +45,55 @@ class KeyFileError(SplitRPCError, ValueError):
     removed key's id: which file and entry, never a secret."""
 
 
+class NoSuchFunction(SplitRPCError, LookupError):
+    """A function name the server does not describe (client.function(name)): the message lists
+    the names it does."""
+
+
+class InputError(SplitRPCError, ValueError):
+    """Inputs of a typed call that do not match the function's specs, found before anything is
+    sent. ``function`` and ``input`` name them; ``expected`` and ``given`` say what each was."""
+
+    def __init__(self, message: str, *, function: str, input: str | None = None, expected: object = None,
+                 given: object = None):
+        super().__init__(message)
+        self.function, self.input, self.expected, self.given = function, input, expected, given
+
+
+class MissingInput(InputError):
+    """An input the function declares was not given."""
+
+
+class UnexpectedInput(InputError):
+    """An input given that the function does not declare (a name it lacks, or one too many)."""
+
+
+class DtypeMismatch(InputError):
+    """An input of another dtype than its spec's (cast=True casts where no value can change)."""
+
+
+class ShapeMismatch(InputError):
+    """An input of another shape than its spec's, or than [N, *shape] for a batch of N."""
+
+
+class NotContiguous(InputError):
+    """An input that is not in C order (cast=True makes a C-ordered copy)."""
+
+
+class ReplyMismatch(SplitRPCError):
+    """A reply whose size is not the function's declared outputs' (the server's word is checked
+    too)."""
+
+
+class DescriptionChanged(SplitRPCError):
+    """The server's functions changed since the description a typed function or a stub was made
+    from (its digest, docs/PROTOCOL.md Amendment 2): ``function`` names the one called, if any."""
+
+    def __init__(self, message: str, *, function: str | None = None):
+        super().__init__(message)
+        self.function = function
+
+
 class RemoteError(SplitRPCError):
     """The server answered with an ERROR datagram (docs/PROTOCOL.md, Calls)."""
 

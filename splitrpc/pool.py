@@ -31,6 +31,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Generator, Iterable, cast
 
 from splitrpc import auth as auth_
+from splitrpc import describe as describe_
+from splitrpc import typed
 from splitrpc._native.client import CLIENT_DEFAULTS
 from splitrpc.client import Client, split_address
 from splitrpc.errors import Busy, CallTimeout, Draining, SplitRPCError, Unavailable, UnknownFunction
@@ -229,6 +231,21 @@ class Pool:
             return r
 
     # ------------------------------------------------------------------ calls
+
+    def describe(self, timeout: float | None = None) -> "describe_.Description":
+        """What the service serves, as one of its replicas describes it (splitrpc.Client.describe)."""
+        return describe_.decode_description(self.call(describe_.DESCRIBE_ID, describe_.DESCRIBE_REQUEST, timeout,
+                                                      idempotent=True))
+
+    def function(self, name: str) -> "typed.Function | typed.RawFunction":
+        """The service's function `name` as a typed callable (splitrpc.Client.function); its calls
+        take idempotent=True as Pool.call does."""
+        return typed.directory_of(self).function(name, self)
+
+    @property
+    def fn(self) -> "typed.Functions":
+        """The service's functions as attributes: pool.fn.lenet(x)."""
+        return typed.Functions(self.function)
 
     def call(self, func_id: int, data: Any = b"", timeout: float | None = None, *, idempotent: bool = False,
              aux: int = 0) -> bytes:

@@ -623,12 +623,14 @@ class Server:
         # With keys, a key learns nothing of the functions it may not call (docs/security.md):
         # describe lists, and ping counts, only those of the caller's key in the table in use
         # (issue 52, finding 6). By key id, made again after a reload.
-        seen: dict[int, tuple[list[describe_.FunctionInfo], bytes]] = {}
+        seen: dict[int, tuple[list[describe_.FunctionInfo], bytes, str]] = {}
         seen_table: list[auth_.KeyTable | None] = [self._keys]
 
-        def visible(key_id: int) -> tuple[list[describe_.FunctionInfo], bytes]:
+        every = infos, doc, describe_.digest(infos)
+
+        def visible(key_id: int) -> tuple[list[describe_.FunctionInfo], bytes, str]:
             if not key_id:  # a server without keys
-                return infos, doc
+                return every
             if seen_table[0] is not self._keys:
                 seen.clear()
                 seen_table[0] = self._keys
@@ -636,7 +638,8 @@ class Server:
                 allowed = self._key_function_ids(key_id)
                 mine = infos if allowed is None else [f for f in infos if f.func_id in allowed]
                 seen[key_id] = mine, describe_.encode_description(
-                    mine, max_message=self.max_message, software=f"splitrpc {__version__}", protocols=protocols)
+                    mine, max_message=self.max_message, software=f"splitrpc {__version__}",
+                    protocols=protocols), describe_.digest(mine)
             return seen[key_id]
 
         def answer(expect: bytes, reply: Callable[[int], bytes]) -> Callable[..., list[int | BadRequest]]:
@@ -654,8 +657,9 @@ class Server:
             return fn
 
         def ping(key_id: int) -> bytes:
-            return describe_.encode_ping(ready=self.ready(), state=self.state, functions=len(visible(key_id)[0]),
-                                         uptime_s=time.monotonic() - started, pending=self.pending())
+            mine, _, dig = visible(key_id)
+            return describe_.encode_ping(ready=self.ready(), state=self.state, functions=len(mine),
+                                         uptime_s=time.monotonic() - started, pending=self.pending(), digest=dig)
 
         self.add_function(answer(describe_.DESCRIBE_REQUEST, lambda key_id: visible(key_id)[1]),
                           describe_.DESCRIBE_ID, "describe",

@@ -524,3 +524,19 @@ def test_a_stream_that_makes_no_progress_fails_its_wait_naming_it():
         DRV.fake_cuda_hold_streams(0)
     native_gpu.stream_sync(s.ptr)
     assert np.array_equal(cupy.asnumpy(x), np.ones(256, np.float32))
+
+
+def test_typed_functions_take_cupy_arrays(make_server, make_client):
+    """Issue 53: a CuPy array (EMULATED device memory) given to a typed function is copied to the
+    host (.get()) and called; a batch of them too; a device function's outputs come back as numpy."""
+    import cupy
+
+    srv, c, x = _serving(make_server, make_client, "o1")
+    d = cupy.asarray(x)
+    assert np.array_equal(c.fn.vecadd(d)[0], x + 1)
+    xs = np.stack([x, 2 * x, 3 * x])
+    y = c.function("vecadd")(cupy.asarray(xs))[0]
+    assert isinstance(y, np.ndarray) and y.shape == (3, 256) and np.array_equal(y, xs + 1)
+    from splitrpc.errors import DtypeMismatch
+    with pytest.raises(DtypeMismatch):
+        c.fn.vecadd(cupy.asarray(x.astype(np.float64)))

@@ -43,10 +43,11 @@ def cmd_describe(a: argparse.Namespace) -> int:
         return 1
     if a.json:
         print(json.dumps({"describe": describe_.LAYOUT, "software": d.software, "max_message": d.max_message,
-                          "protocols": list(d.protocols), "functions": [f.to_json() for f in d.functions]}, indent=1))
+                          "protocols": list(d.protocols), "digest": d.digest,
+                          "functions": [f.to_json() for f in d.functions]}, indent=1))
         return 0
     print(f"{d.software}; protocols {', '.join(map(str, d.protocols))}; messages up to {d.max_message} B; "
-          f"{len(d.functions)} functions")
+          f"{len(d.functions)} functions" + (f"; digest {d.digest}" if d.digest else ""))
     rows = [("id", "name", "version", "inputs", "outputs", "max_batch", "executor", "priority", "device")]
 
     def specs(fs: Iterable[TensorSpec]) -> str:

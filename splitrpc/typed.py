@@ -1,0 +1,492 @@
+"""typed.py: functions by name (docs/client.md): a callable bound to one function's TensorSpecs from the server's describe; inputs by name or position, any array-like (numpy, __array__, DLPack, PyTorch and CuPy tensors: a device array is copied to the host), checked against the specs before anything is sent; outputs a NamedTuple of numpy arrays viewing the reply; a leading batch dimension makes that many concurrent calls. For the blocking and asyncio clients and pools alike; stubs (stubs.py) are built on it.
+
+Thread rules: a Directory is shared by the threads of its client (a lock guards its cache); a
+Function or AsyncFunction holds no state of its own beyond its immutable Signature.
+"""
+from __future__ import annotations
+
+import asyncio
+import keyword
+import threading
+import weakref
+from collections import namedtuple
+from concurrent.futures import Future
+from typing import Any, Awaitable, Callable, Protocol, Sequence
+
+import numpy as np
+
+from splitrpc import describe as describe_
+from splitrpc.errors import (BadRequest, DescriptionChanged, DtypeMismatch, MissingInput, NoSuchFunction,
+                             NotContiguous, ReplyMismatch, ShapeMismatch, UnexpectedInput, UnknownFunction)
+from splitrpc.spec import TensorSpec
+
+OPTIONS = ("timeout", "cast", "deadline", "idempotent")  # call options, keyword-only; an input's name wins
+
+
+class Caller(Protocol):
+    """What a typed function calls through: splitrpc.Client and splitrpc.Pool."""
+
+    def call(self, func_id: int, data: Any = b"", timeout: float | None = None) -> bytes: ...
+
+    def call_async(self, func_id: int, data: Any = b"", timeout: float | None = None) -> Future[bytes]: ...
+
+
+def host_array(x: Any) -> np.ndarray[Any, Any]:
+    """x as a numpy array on the host: numpy as it is; a PyTorch tensor through .numpy() (a CUDA
+    one copied to the host first); a CuPy array (anything with __cuda_array_interface__ and
+    .get()) copied to the host; anything with __dlpack__ on the CPU or __array__ without a copy
+    where numpy can; else np.asarray (lists, scalars)."""
+    if type(x) is np.ndarray:
+        return x
+    mod = type(x).__module__
+    if mod == "torch" or mod.startswith("torch."):
+        t = x.detach()
+        return np.asarray((t.cpu() if t.device.type != "cpu" else t).numpy())
+    if hasattr(x, "__cuda_array_interface__"):
+        get = getattr(x, "get", None)
+        if not callable(get):
+            raise TypeError(f"a device array of type {type(x).__name__} without .get(): copy it to the host first")
+        return np.asarray(get())
+    if hasattr(x, "__dlpack__") and not hasattr(x, "__array__"):
+        return np.from_dlpack(x)
+    return np.asarray(x)
+
+
+def _spec_text(s: TensorSpec, batch: bool = False) -> str:
+    return f"{s.np_dtype.name}[{'N, ' if batch else ''}{', '.join(map(str, s.shape))}]"
+
+
+def _field(name: str, i: int) -> str:
+    return name if name.isidentifier() and not keyword.iskeyword(name) and not name.startswith("_") else f"out{i}"
+
+
+class Signature:
+    """One tensor function's inputs and outputs, precomputed for checking inputs and reading replies."""
+
+    def __init__(self, info: describe_.FunctionInfo):
+        if info.raw:
+            raise ValueError(f"{info.name} is a raw function: it has no tensor specs")
+        self.info, self.name, self.func_id = info, info.name, info.func_id
+        self.inputs, self.outputs = info.inputs, info.outputs
+        self.in_names = tuple(s.name for s in info.inputs)
+        self.in_index = {n: i for i, n in enumerate(self.in_names)}
+        self.Outputs = namedtuple(_field(info.name, 0) + "_outputs",  # type: ignore[misc]
+                                  [_field(s.name, i) for i, s in enumerate(info.outputs)])
+        self.out_bytes = sum(s.nbytes for s in info.outputs)
+        offsets, off = [], 0
+        for s in info.outputs:
+            offsets.append(off)
+            off += s.nbytes
+        self.out_layout = tuple((s.np_dtype, s.shape, int(np.prod(s.shape)), o, o % s.np_dtype.itemsize == 0)
+                                for s, o in zip(info.outputs, offsets))
+        # the fast path: one input, given as a numpy array of exactly its spec
+        self.one = info.inputs[0] if len(info.inputs) == 1 else None
+        self.one_dtype = self.one.np_dtype if self.one else None
+        self.one_shape = self.one.shape if self.one else None
+
+    # ------------------------------------------------------------------ inputs
+
+    def bind(self, args: Sequence[Any], kwargs: dict[str, Any]) -> list[Any]:
+        """The inputs in spec order, from positions then names; MissingInput / UnexpectedInput."""
+        if len(args) > len(self.inputs):
+            raise UnexpectedInput(f"{self.name} takes {len(self.inputs)} inputs ({', '.join(self.in_names)}), "
+                                  f"got {len(args)} by position", function=self.name, expected=len(self.inputs),
+                                  given=len(args))
+        vals: list[Any] = list(args) + [_MISSING] * (len(self.inputs) - len(args))
+        for k, v in kwargs.items():
+            i = self.in_index.get(k)
+            if i is None:
+                raise UnexpectedInput(f"{self.name} has no input {k!r}; its inputs: {', '.join(self.in_names)}",
+                                      function=self.name, input=k, expected=self.in_names, given=k)
+            if vals[i] is not _MISSING:
+                raise UnexpectedInput(f"{self.name}: input {k!r} given twice (by position and by name)",
+                                      function=self.name, input=k)
+            vals[i] = v
+        for i, v in enumerate(vals):
+            if v is _MISSING:
+                s = self.inputs[i]
+                raise MissingInput(f"{self.name}: input {s.name!r} ({_spec_text(s)}) was not given",
+                                   function=self.name, input=s.name, expected=_spec_text(s))
+        return vals
+
+    def check(self, args: Sequence[Any], kwargs: dict[str, Any], cast: bool = False) -> tuple[list[np.ndarray[Any, Any]], int | None]:
+        """(the inputs as C-ordered host arrays of their specs' dtypes, N for a batch of N or
+        None for one call); InputError subclasses for any mismatch."""
+        arrays = []
+        batch: int | None = -1  # not known yet
+        for s, v in zip(self.inputs, self.bind(args, kwargs)):
+            try:
+                a = host_array(v)
+                if isinstance(v, (list, tuple, int, float, complex)) and a.dtype != s.np_dtype \
+                        and np.can_cast(a.dtype, s.np_dtype, "same_kind"):
+                    a = a.astype(s.np_dtype)  # Python numbers have no dtype: the spec's, where of its kind
+                if a.dtype.hasobject:
+                    raise TypeError("numpy makes an array of Python objects of it")
+            except (TypeError, ValueError) as e:
+                raise DtypeMismatch(f"{self.name}: input {s.name!r} is not an array ({type(v).__name__}: {e})",
+                                    function=self.name, input=s.name, expected=_spec_text(s),
+                                    given=type(v).__name__) from None
+            if a.shape == s.shape:
+                n = None
+            elif a.ndim == len(s.shape) + 1 and a.shape[1:] == s.shape and a.shape[0] > 0:
+                n = a.shape[0]
+            else:
+                raise ShapeMismatch(f"{self.name}: input {s.name!r} has shape {list(a.shape)}; expected "
+                                    f"{list(s.shape)} (one call) or [N, {', '.join(map(str, s.shape))}] (N calls)",
+                                    function=self.name, input=s.name, expected=s.shape, given=a.shape)
+            if batch != -1 and n != batch:
+                raise ShapeMismatch(f"{self.name}: input {s.name!r} is {'a batch of ' + str(n) if n else 'one call'}"
+                                    f", another input {'a batch of ' + str(batch) if batch else 'one call'}",
+                                    function=self.name, input=s.name, expected=batch, given=n)
+            batch = n
+            if a.dtype != s.np_dtype:
+                if not (cast and np.can_cast(a.dtype, s.np_dtype, "safe")):
+                    how = "not without changing values" if cast else "give cast=True to cast where no value changes"
+                    raise DtypeMismatch(f"{self.name}: input {s.name!r} is {a.dtype.name} ({a.dtype.str}); expected "
+                                        f"{s.np_dtype.name} ({s.dtype}): {how}", function=self.name, input=s.name,
+                                        expected=s.dtype, given=a.dtype.str)
+                a = np.ascontiguousarray(a, dtype=s.np_dtype)
+            if not a.flags.c_contiguous:
+                if not cast:
+                    raise NotContiguous(f"{self.name}: input {s.name!r} is not in C order (a transposed or strided "
+                                        "view): np.ascontiguousarray() it, or give cast=True", function=self.name,
+                                        input=s.name, expected="C order", given="strided")
+                a = np.ascontiguousarray(a)
+            arrays.append(a)
+        return arrays, (None if batch == -1 else batch)
+
+    def requests(self, arrays: list[np.ndarray[Any, Any]], n: int | None) -> list[Any]:
+        """The request of each call: one for a single call, n for a batch (views where an input is
+        one array, else the inputs' bytes back to back)."""
+        if n is None:
+            return [arrays[0].reshape(-1).view(np.uint8) if len(arrays) == 1
+                    else b"".join(a.tobytes() for a in arrays)]
+        if len(arrays) == 1:
+            flat = arrays[0].reshape(n, -1).view(np.uint8)
+            return [flat[i] for i in range(n)]
+        return [b"".join(a[i].tobytes() for a in arrays) for i in range(n)]
+
+    # ------------------------------------------------------------------ outputs
+
+    def read(self, reply: bytes) -> Any:
+        """The reply as the Outputs named tuple of read-only numpy arrays viewing it (copied where
+        an output's offset is not a multiple of its item size)."""
+        if len(reply) != self.out_bytes:
+            raise ReplyMismatch(f"{self.name} replied {len(reply)} bytes; its outputs "
+                                f"({', '.join(_spec_text(s) for s in self.outputs)}) are {self.out_bytes}")
+        out = []
+        for dt, shape, count, off, aligned in self.out_layout:
+            a = np.frombuffer(reply, dt, count, off).reshape(shape)
+            out.append(a if aligned else a.copy())
+        return self.Outputs(*out)
+
+    def read_batch(self, replies: list[bytes]) -> Any:
+        """N replies as the Outputs named tuple of [N, *shape] arrays."""
+        n = len(replies)
+        outs = [np.empty((n, *shape), dt) for dt, shape, _, _, _ in self.out_layout]
+        for i, r in enumerate(replies):
+            if len(r) != self.out_bytes:
+                raise ReplyMismatch(f"{self.name} (call {i} of a batch of {n}) replied {len(r)} bytes; its outputs "
+                                    f"are {self.out_bytes}")
+            for o, (dt, shape, count, off, _) in zip(outs, self.out_layout):
+                o[i] = np.frombuffer(r, dt, count, off).reshape(shape)
+        return self.Outputs(*outs)
+
+
+_MISSING: Any = object()
+
+
+def _options(sig: Signature, kwargs: dict[str, Any]) -> tuple[float | None, bool, dict[str, Any]]:
+    """Takes the call options out of kwargs, where they are not inputs' names: (timeout, cast,
+    the caller's keywords: deadline (a Client's) and idempotent (a Pool's) where given)."""
+    timeout = kwargs.pop("timeout", None) if "timeout" not in sig.in_index else None
+    cast = bool(kwargs.pop("cast", False)) if "cast" not in sig.in_index else False
+    kw = {k: kwargs.pop(k) for k in OPTIONS[2:] if k in kwargs and k not in sig.in_index}
+    return timeout, cast, kw
+
+
+class Function:
+    """A tensor function of a blocking Client or Pool, by name: fn(*inputs, **inputs) -> Outputs.
+
+    Options, keyword-only (an input of the same name wins): timeout (seconds, the client's by
+    default), cast (cast an input where no value changes, and copy a strided one into C order),
+    deadline (a time.monotonic() instant; Client only), idempotent (Pool only: see Pool.call). A leading batch dimension [N, *shape]
+    on every input makes N concurrent calls (the server batches them) and returns [N, *shape]
+    outputs. Raises an InputError subclass before anything is sent; ReplyMismatch for a reply of
+    the wrong size; DescriptionChanged where the server says the function is gone or its request
+    is wrong and its description has changed since this one was read."""
+
+    def __init__(self, directory: "Directory", caller: Caller, signature: Signature):
+        info = signature.info
+        self._dir, self.info, self.name, self.func_id = directory, info, info.name, info.func_id
+        self.signature, self.Outputs, self._caller = signature, signature.Outputs, caller
+
+    def __repr__(self) -> str:
+        s = self.signature
+        return (f"<splitrpc function {self.name} (id {self.func_id}): "
+                f"({', '.join(f'{x.name}: {_spec_text(x)}' for x in s.inputs)}) -> "
+                f"({', '.join(f'{x.name}: {_spec_text(x)}' for x in s.outputs)})>")
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        sig = self.signature
+        if not kwargs and len(args) == 1:  # the fast path: one input, exactly its spec
+            a = args[0]
+            if (type(a) is np.ndarray and a.dtype is sig.one_dtype and a.shape == sig.one_shape
+                    and a.flags.c_contiguous):
+                try:
+                    return sig.read(self._caller.call(self.func_id, a))
+                except (UnknownFunction, BadRequest) as e:
+                    self._dir.changed(self.name, e)
+                    raise
+        timeout, cast, kw = _options(sig, kwargs)
+        arrays, n = sig.check(args, kwargs, cast)
+        reqs = sig.requests(arrays, n)
+        try:
+            if n is None:
+                return sig.read(self._caller.call(self.func_id, reqs[0], timeout, **kw))
+            futs = [self._caller.call_async(self.func_id, r, timeout, **kw) for r in reqs]
+            return sig.read_batch([f.result() for f in futs])
+        except (UnknownFunction, BadRequest) as e:
+            self._dir.changed(self.name, e)
+            raise
+
+
+class RawFunction:
+    """A raw function by name: fn(data, timeout=None) -> bytes (its bytes are its own format)."""
+
+    def __init__(self, directory: "Directory", caller: Caller, info: describe_.FunctionInfo):
+        self._dir, self.info, self.name, self.func_id, self._caller = directory, info, info.name, info.func_id, caller
+
+    def __repr__(self) -> str:
+        return f"<splitrpc raw function {self.name} (id {self.func_id}): <= {self.info.max_request} B>"
+
+    def __call__(self, data: Any = b"", timeout: float | None = None) -> bytes:
+        try:
+            return self._caller.call(self.func_id, data, timeout)
+        except UnknownFunction as e:
+            self._dir.changed(self.name, e)
+            raise
+
+
+class Directory:
+    """A client's functions by name: its server's description, read once (a lock: the client's
+    threads share it) and read again when a call says the function is gone or its request wrong.
+    It keeps each function's Signature, not the callables, which hold their client: no cycle."""
+
+    def __init__(self, describe: Callable[[], describe_.Description]):
+        self._describe = describe
+        self._lock = threading.Lock()
+        self.description: describe_.Description | None = None
+        self._made: dict[str, Signature | describe_.FunctionInfo] = {}
+
+    def _read(self) -> describe_.Description:
+        with self._lock:
+            if self.description is None:
+                self.description = self._describe()
+                self._made = {}
+            return self.description
+
+    def function(self, name: str, caller: Caller) -> Function | RawFunction:
+        d = self._read()
+        made = self._made.get(name)
+        if made is None:
+            info = _find(d, name)
+            made = info if info.raw else Signature(info)
+            with self._lock:
+                if self.description is d:
+                    self._made[name] = made
+        if isinstance(made, Signature):
+            return Function(self, caller, made)
+        return RawFunction(self, caller, made)
+
+    def changed(self, name: str, error: Exception) -> None:
+        """After UNKNOWN_FUNCTION or BAD_REQUEST from a typed call: reads the description again
+        and raises DescriptionChanged (from error) if it differs; else returns (the error stands)."""
+        old = self.description
+        try:
+            new = self._describe()
+        except Exception:  # noqa: BLE001 - the call's own error is the one to report
+            return
+        with self._lock:
+            self.description, self._made = new, {}
+        if old is None or _same(old, new):
+            return
+        what = _difference(old, new, name)
+        raise DescriptionChanged(f"the server's functions changed since this client read them ({what}): "
+                                 f"call {name!r} again to use its new description", function=name) from error
+
+
+def directory_of(caller: Any) -> Directory:
+    """The Directory of a blocking Client or Pool, made on first use. It holds the caller by a
+    weak reference: no cycle keeps a client from being closed when it is dropped."""
+    d = caller.__dict__.get("_typed_directory")
+    if d is None:
+        proxy = weakref.proxy(caller)
+        d = caller.__dict__.setdefault("_typed_directory", Directory(lambda: proxy.describe()))
+    return d  # type: ignore[no-any-return]
+
+
+def async_directory_of(caller: Any) -> AsyncDirectory:
+    """The AsyncDirectory of an asyncio Client or Pool, made on first use (weakly held, as above)."""
+    d = caller.__dict__.get("_typed_directory")
+    if d is None:
+        proxy = weakref.proxy(caller)
+        d = caller.__dict__.setdefault("_typed_directory", AsyncDirectory(lambda: proxy.describe()))
+    return d  # type: ignore[no-any-return]
+
+
+def _same(a: describe_.Description, b: describe_.Description) -> bool:
+    if a.digest is not None and b.digest is not None:
+        return a.digest == b.digest
+    return a.functions == b.functions  # a server older than Amendment 2: compare what it says
+
+
+def _difference(old: describe_.Description, new: describe_.Description, name: str) -> str:
+    o = {f.name: f for f in old.functions}
+    n = {f.name: f for f in new.functions}
+    if name in o and name not in n:
+        return f"{name!r} is gone"
+    if name in o and o[name] != n[name]:
+        return f"{name!r} is now id {n[name].func_id}, " + (
+            "raw" if n[name].raw else f"({', '.join(f'{s.name}: {_spec_text(s)}' for s in n[name].inputs)})")
+    return f"digest {old.digest} -> {new.digest}"
+
+
+def _find(d: describe_.Description, name: str) -> describe_.FunctionInfo:
+    for f in d.functions:
+        if f.name == name:
+            return f
+    raise NoSuchFunction(f"the server has no function {name!r}; it has: "
+                         f"{', '.join(f.name for f in d.functions) or 'none'}")
+
+
+class Functions:
+    """client.fn: the functions as attributes (client.fn.lenet) and items (client.fn["my-fn"])."""
+
+    _lookup: Callable[[str], Any]
+
+    def __init__(self, lookup: Callable[[str], Any]):
+        object.__setattr__(self, "_lookup", lookup)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        try:
+            return self._lookup(name)
+        except NoSuchFunction as e:
+            raise AttributeError(str(e)) from None
+
+    def __getitem__(self, name: str) -> Any:
+        return self._lookup(name)
+
+
+# ------------------------------------------------------------------ asyncio
+
+
+class AsyncFunction:
+    """A tensor function of splitrpc.aio.Client or aio.Pool: ``await fn(*inputs, **inputs)``;
+    as Function (a batch is N calls awaited together)."""
+
+    def __init__(self, directory: "AsyncDirectory", caller: Any, signature: Signature):
+        info = signature.info
+        self._dir, self.info, self.name, self.func_id = directory, info, info.name, info.func_id
+        self.signature, self.Outputs, self._caller = signature, signature.Outputs, caller
+
+    async def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        sig = self.signature
+        timeout, cast, kw = _options(sig, kwargs)
+        arrays, n = sig.check(args, kwargs, cast)
+        reqs = sig.requests(arrays, n)
+        try:
+            if n is None:
+                return sig.read(await self._caller.call(self.func_id, reqs[0], timeout, **kw))
+            replies = await asyncio.gather(*(self._caller.call(self.func_id, r, timeout, **kw) for r in reqs))
+            return sig.read_batch(list(replies))
+        except (UnknownFunction, BadRequest) as e:
+            await self._dir.changed(self.name, e)
+            raise
+
+
+class AsyncRawFunction:
+    """A raw function of an asyncio client: ``await fn(data, timeout=None)`` -> bytes."""
+
+    def __init__(self, directory: "AsyncDirectory", caller: Any, info: describe_.FunctionInfo):
+        self._dir, self.info, self.name, self.func_id, self._caller = directory, info, info.name, info.func_id, caller
+
+    async def __call__(self, data: Any = b"", timeout: float | None = None) -> bytes:
+        try:
+            return await self._caller.call(self.func_id, data, timeout)  # type: ignore[no-any-return]
+        except UnknownFunction as e:
+            await self._dir.changed(self.name, e)
+            raise
+
+
+class AsyncDirectory:
+    """Directory for the asyncio clients: used from their event loop's thread only."""
+
+    def __init__(self, describe: Callable[[], Awaitable[describe_.Description]]):
+        self._describe = describe
+        self.description: describe_.Description | None = None
+        self._made: dict[str, Signature | describe_.FunctionInfo] = {}
+        self._reading: asyncio.Future[describe_.Description] | None = None
+
+    async def _read(self) -> describe_.Description:
+        if self.description is None:
+            if self._reading is None:  # one describe for every task that asks meanwhile
+                self._reading = asyncio.ensure_future(self._describe())
+            try:
+                d = await asyncio.shield(self._reading)
+            finally:
+                if self._reading is not None and self._reading.done():
+                    self._reading = None
+            if self.description is None:
+                self.description, self._made = d, {}
+        return self.description
+
+    async def function(self, name: str, caller: Any) -> AsyncFunction | AsyncRawFunction:
+        d = await self._read()
+        made = self._made.get(name)
+        if made is None:
+            info = _find(d, name)
+            made = self._made[name] = info if info.raw else Signature(info)
+        if isinstance(made, Signature):
+            return AsyncFunction(self, caller, made)
+        return AsyncRawFunction(self, caller, made)
+
+    async def changed(self, name: str, error: Exception) -> None:
+        old = self.description
+        try:
+            new = await self._describe()
+        except Exception:  # noqa: BLE001 - the call's own error is the one to report
+            return
+        self.description, self._made = new, {}
+        if old is None or _same(old, new):
+            return
+        raise DescriptionChanged(f"the server's functions changed since this client read them "
+                                 f"({_difference(old, new, name)}): call {name!r} again to use its new description",
+                                 function=name) from error
+
+
+class AsyncFunctions:
+    """aio client.fn: ``await client.fn.lenet(x)`` (the description read on first use)."""
+
+    _dir: AsyncDirectory
+    _caller: Any
+
+    def __init__(self, directory: AsyncDirectory, caller: Any):
+        object.__setattr__(self, "_dir", directory)
+        object.__setattr__(self, "_caller", caller)
+
+    def __getattr__(self, name: str) -> Callable[..., Awaitable[Any]]:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return self[name]
+
+    def __getitem__(self, name: str) -> Callable[..., Awaitable[Any]]:
+        directory, caller = self._dir, self._caller
+
+        async def call(*args: Any, **kwargs: Any) -> Any:
+            fn = await directory.function(name, caller)
+            return await fn(*args, **kwargs)
+        call.__name__ = call.__qualname__ = name
+        return call

@@ -1,0 +1,288 @@
+"""Functions by name (issue 53, splitrpc/typed.py): the built-in services and the zoo called by name with numpy and PyTorch inputs, outputs against the server-side reference; every mismatch (unknown name, missing or extra input, wrong dtype, wrong shape, not C-ordered) raises its own error before any datagram is sent; batches; raw functions; the asyncio client, the pools and keyed clients; the description's digest, and a server whose functions changed under a client (EMULATED CuPy inputs: tests/test_gpu_emulation_cases.py)."""
+import asyncio
+import socket
+
+import numpy as np
+import pytest
+from conftest import register_builtin_services
+
+import splitrpc
+from splitrpc import aio, describe as describe_
+from splitrpc.errors import (DescriptionChanged, DtypeMismatch, InputError, MissingInput, NoSuchFunction,
+                             NotContiguous, ReplyMismatch, ShapeMismatch, UnexpectedInput)
+
+RNG = np.random.default_rng(53)
+
+
+def vec():
+    return RNG.standard_normal(256).astype(np.float32)
+
+
+def mat():
+    return RNG.standard_normal((32, 32)).astype(np.float32)
+
+
+@pytest.fixture
+def served(make_server, make_client):
+    srv = make_server(register_builtin_services)
+    return srv, make_client(srv.port, timeout=5.0)
+
+
+def test_builtin_functions_by_name_and_by_attribute(served):
+    srv, c = served
+    x, a, b = vec(), mat(), mat()
+    out = c.function("vecadd")(x)
+    assert type(out).__name__ == "vecadd_outputs" and len(out) == 1, out
+    assert np.array_equal(out[0], x + 1) and out[0].shape == (256,) and out[0].dtype == np.float32
+    assert not out[0].flags.writeable  # a view of the reply, not a copy
+    m = c.fn.matmul(a, b)[0]
+    assert np.allclose(m, a @ b, rtol=1e-5, atol=1e-5) and m.shape == (32, 32)
+    names = [s.name for s in c.function("matmul").info.inputs]
+    assert np.array_equal(c.fn.matmul(**dict(zip(names, (a, b))))[0], m)  # by name
+    assert np.array_equal(c.fn.matmul(a, **{names[1]: b})[0], m)  # by position, then by name
+    img = RNG.standard_normal((3, 224, 224)).astype(np.float32)
+    head = c.fn["head"](img)[0]
+    assert np.array_equal(head, img.reshape(-1)[:1000])
+    echo = c.fn.echo
+    assert echo(b"hello") == b"hello" and echo(np.arange(4, dtype=np.uint8)) == bytes(range(4))  # raw: bytes
+    assert "vecadd" in repr(c.function("vecadd")) and "float32[256]" in repr(c.function("vecadd"))
+
+
+def test_torch_and_array_likes(served):
+    torch = pytest.importorskip("torch")
+    srv, c = served
+    x = vec()
+    assert np.array_equal(c.fn.vecadd(torch.from_numpy(x))[0], x + 1)
+    t = torch.from_numpy(x).requires_grad_(False)
+    assert np.array_equal(c.fn.vecadd(t * 2)[0], 2 * x + 1)
+    a, b = mat(), mat()
+    assert np.allclose(c.fn.matmul(torch.from_numpy(a), b)[0], a @ b, rtol=1e-5, atol=1e-5)
+
+    class ArrayLike:  # anything with __array__
+        def __array__(self, dtype=None, copy=None):
+            return x
+
+    assert np.array_equal(c.fn.vecadd(ArrayLike())[0], x + 1)
+    # Python numbers have no dtype of their own: they take the spec's where they are of its kind
+    assert np.allclose(c.fn.vecadd(x.tolist())[0], x + 1)
+    with pytest.raises(DtypeMismatch, match="input 'x'|input"):
+        c.fn.vecadd([1 + 2j] * 256)
+
+
+def test_a_batch_is_n_calls_with_n_outputs(served):
+    srv, c = served
+    xs = RNG.standard_normal((7, 256)).astype(np.float32)
+    fn = c.fn.vecadd  # the description read first
+    before = c.stats()["sent_calls"]
+    y = fn(xs)[0]
+    assert y.shape == (7, 256) and np.array_equal(y, xs + 1)
+    assert c.stats()["sent_calls"] - before == 7
+    a, b = RNG.standard_normal((3, 32, 32)).astype(np.float32), RNG.standard_normal((3, 32, 32)).astype(np.float32)
+    assert np.allclose(c.fn.matmul(a, b)[0], a @ b, rtol=1e-5, atol=1e-5)
+    with pytest.raises(ShapeMismatch, match="a batch of 3"):
+        c.fn.matmul(a, b[0])  # one batched, one not
+
+
+@pytest.mark.parametrize("case,exc,words", [
+    ("unknown name", NoSuchFunction, "no function 'nosuch'"),
+    ("missing", MissingInput, "was not given"),
+    ("too many", UnexpectedInput, "takes 2 inputs"),
+    ("extra name", UnexpectedInput, "has no input 'bias'"),
+    ("twice", UnexpectedInput, "given twice"),
+    ("dtype", DtypeMismatch, "float64"),
+    ("dtype cast unsafe", DtypeMismatch, "not without changing values"),
+    ("shape", ShapeMismatch, "[32, 31]"),
+    ("strided", NotContiguous, "not in C order"),
+    ("not an array", DtypeMismatch, "not an array"),
+])
+def test_every_mismatch_raises_before_anything_is_sent(served, case, exc, words):
+    srv, c = served
+    a, b = mat(), mat()
+    names = [s.name for s in c.function("matmul").info.inputs]
+    sent, received = c.stats()["sent_calls"], srv.stats()["rx_datagrams"]
+    calls = {
+        "unknown name": lambda: c.function("nosuch"),
+        "missing": lambda: c.fn.matmul(a),
+        "too many": lambda: c.fn.matmul(a, b, a),
+        "extra name": lambda: c.fn.matmul(a, b, bias=a),
+        "twice": lambda: c.fn.matmul(a, **{names[0]: b}),
+        "dtype": lambda: c.fn.matmul(a.astype(np.float64), b),
+        "dtype cast unsafe": lambda: c.fn.matmul(a.astype(np.float64), b, cast=True),
+        "shape": lambda: c.fn.matmul(a[:, :31].copy(), b),
+        "strided": lambda: c.fn.matmul(np.asfortranarray(a), b),
+        "not an array": lambda: c.fn.matmul(object(), b),
+    }
+    with pytest.raises(exc, match=words.replace("[", r"\[").replace("]", r"\]")) as ei:
+        calls[case]()
+    if isinstance(ei.value, InputError):
+        assert ei.value.function == "matmul"
+        if case not in ("too many",):
+            assert ei.value.input is not None
+    assert (c.stats()["sent_calls"], srv.stats()["rx_datagrams"]) == (sent, received)  # nothing was sent
+
+
+def test_cast_casts_only_where_no_value_changes_and_orders_strided_inputs(served):
+    srv, c = served
+    x = vec()
+    assert np.array_equal(c.fn.vecadd(x.astype(np.float16), cast=True)[0], x.astype(np.float16).astype(np.float32) + 1)
+    with pytest.raises(DtypeMismatch, match="cast=True"):
+        c.fn.vecadd(x.astype(np.float16))
+    big = x.astype(">f4")  # the wire is little-endian: a big-endian array is another dtype, cast where asked
+    with pytest.raises(DtypeMismatch):
+        c.fn.vecadd(big)
+    assert np.array_equal(c.fn.vecadd(big, cast=True)[0], x + 1)
+    a, b = mat(), mat()
+    assert np.allclose(c.fn.matmul(np.asfortranarray(a), b, cast=True)[0], a @ b, rtol=1e-5, atol=1e-5)
+
+
+def test_the_zoo_by_name_against_the_server_side_reference(make_server, make_client):
+    pytest.importorskip("torch")
+    from splitrpc.services.models import registry as zoo
+
+    names = ["lenet", "lstm", "bert-like", "resnet18"]
+    srv = make_server(lambda s: zoo.register_models(s, names, small=True, max_batch=8))
+    c = make_client(srv.port, timeout=30.0)
+    rng = np.random.default_rng(7)
+    for name in names:
+        info = zoo.MODELS[name]
+        req = info.example(rng)
+        arrays = zoo.split(info.inputs, req)
+        out = c.function(name)(*arrays)
+        assert out._fields == tuple(s.name for s in info.outputs)
+        reply = b"".join(np.ascontiguousarray(o).tobytes() for o in out)
+        assert zoo.check_reply(name, req, reply, small=True), name
+        for o, s in zip(out, info.outputs):
+            assert o.shape == s.shape and o.dtype == s.np_dtype
+    import torch
+
+    img = zoo.split(zoo.MODELS["lenet"].inputs, zoo.MODELS["lenet"].example(rng))[0]
+    two = np.stack([img, img[:, ::-1, :].copy()])
+    logits = c.fn.lenet(torch.from_numpy(two))[0]  # a torch batch of two
+    for i in range(2):
+        assert zoo.check_reply("lenet", two[i].tobytes(), logits[i].tobytes(), small=True)
+
+
+def test_a_reply_of_the_wrong_size_is_an_error():
+    from splitrpc.typed import Signature
+
+    info = describe_.FunctionInfo(5, "two", None, False, inputs=(splitrpc.TensorSpec("x", "float32", (8,)),),
+                                  outputs=(splitrpc.TensorSpec("y", "float32", (8,)),
+                                           splitrpc.TensorSpec("n", "int16", (3,))))
+    sig = Signature(info)
+    y, n = sig.read(np.arange(8, dtype=np.float32).tobytes() + np.array([1, 2, 3], "<i2").tobytes())
+    assert y.tolist() == list(range(8)) and n.tolist() == [1, 2, 3]
+    with pytest.raises(ReplyMismatch, match="replied 28 bytes"):
+        sig.read(b"\0" * 28)
+    with pytest.raises(ReplyMismatch, match="call 1 of a batch of 2"):
+        sig.read_batch([b"\0" * 38, b"\0" * 37])
+    odd = Signature(describe_.FunctionInfo(6, "odd", None, False, inputs=(),
+                                           outputs=(splitrpc.TensorSpec("a", "uint8", (3,)),
+                                                    splitrpc.TensorSpec("b", "float32", (2,)))))
+    a, b = odd.read(bytes([1, 2, 3]) + np.array([0.5, 2], "<f4").tobytes())
+    assert b.tolist() == [0.5, 2.0] and b.flags.aligned  # at offset 3: copied, not a misaligned view
+
+
+def test_the_digest_follows_the_functions(make_server, make_client):
+    one = make_server(register_builtin_services)
+    two = make_server(register_builtin_services)
+    d1, d2 = make_client(one.port).describe(), make_client(two.port).describe()
+    assert d1.digest and d1.digest == d2.digest and len(d1.digest) == describe_.DIGEST_HEX
+    assert make_client(one.port).ping()["digest"] == d1.digest
+    three = make_server(lambda s: s.add_function(lambda q, r: [len(x) for x in q], 3, "echo", raw=True,
+                                                 max_request=8, max_response=8))
+    assert make_client(three.port).describe().digest != d1.digest
+    # a server older than Amendment 2 sends none: None, and the reply still reads
+    old = b'{"describe":1,"software":"x","max_message":9,"protocols":[2],"functions":[]}'
+    assert describe_.decode_description(old).digest is None
+    for bad in (b'{"describe":1,"digest":5,"functions":[]}', b'{"describe":1,"digest":"","functions":[]}',
+                b'{"describe":1,"digest":"' + b"a" * 65 + b'","functions":[]}'):
+        with pytest.raises(describe_.NotDescribed, match="digest"):
+            describe_.decode_description(bad)
+
+
+def _free_port():
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def test_a_server_whose_functions_changed_is_said_so(_heap_frozen, make_client):
+    port = _free_port()
+    srv = splitrpc.Server("127.0.0.1", port, wait="block")
+    register_builtin_services(srv)
+    srv.start()
+    c = make_client(port, timeout=2.0)
+    fn = c.function("vecadd")
+    x = vec()
+    assert np.array_equal(fn(x)[0], x + 1)
+    srv.close()
+    # the same port, another server: vecadd is gone (matmul moved to its id)
+    srv = splitrpc.Server("127.0.0.1", port, wait="block")
+
+    def mm(a, b, out):
+        np.matmul(a, b, out=out)
+    srv.add_function(mm, 21, "matmul", [splitrpc.TensorSpec("a", "float32", (32, 32)),
+                                        splitrpc.TensorSpec("b", "float32", (32, 32))],
+                     [splitrpc.TensorSpec("c", "float32", (32, 32))])
+    srv.start()
+    try:
+        with pytest.raises(DescriptionChanged, match="'vecadd' is gone") as ei:
+            fn(x)
+        assert ei.value.function == "vecadd"
+        with pytest.raises(NoSuchFunction):
+            c.function("vecadd")
+        a, b = mat(), mat()
+        assert np.allclose(c.fn.matmul(a, b)[0], a @ b, rtol=1e-5, atol=1e-5)  # read again: its new id
+        assert c.function("matmul").func_id == 21
+    finally:
+        srv.close()
+
+
+def test_asyncio_client_and_pool(served):
+    srv, _ = served
+    x, xs = vec(), RNG.standard_normal((5, 256)).astype(np.float32)
+
+    async def main():
+        async with aio.Client("127.0.0.1", srv.port, timeout=5.0) as c:
+            fn = await c.function("vecadd")
+            one, batch = await asyncio.gather(fn(x), c.fn.vecadd(xs))
+            assert np.array_equal(one[0], x + 1) and np.array_equal(batch[0], xs + 1)
+            assert await c.fn.echo(b"abc") == b"abc"
+            with pytest.raises(MissingInput):
+                await c.fn.matmul(mat())
+            with pytest.raises(NoSuchFunction):
+                await c.function("nosuch")
+        async with aio.Pool([("127.0.0.1", srv.port)], timeout=5.0) as p:
+            y = await p.fn.vecadd(x, idempotent=True)
+            assert np.array_equal(y[0], x + 1)
+            assert np.array_equal((await (await p.function("vecadd"))(xs))[0], xs + 1)
+    asyncio.run(main())
+
+
+def test_blocking_pool(served):
+    srv, _ = served
+    x = vec()
+    with splitrpc.Pool([("127.0.0.1", srv.port)], timeout=5.0) as p:
+        assert np.array_equal(p.fn.vecadd(x, idempotent=True)[0], x + 1)
+        assert np.array_equal(p.function("vecadd")(np.stack([x, x]))[0], np.stack([x, x]) + 1)
+        assert p.describe().digest == splitrpc.Client("127.0.0.1", srv.port).describe().digest
+
+
+def test_keyed_client_calls_by_name(make_server, make_client):
+    pytest.importorskip("nacl")
+    from splitrpc import Key, KeyTable
+    from splitrpc._native import auth as _auth
+
+    if not _auth.available():
+        pytest.skip("no libsodium")
+    k_all, k_echo = Key.generate(1), Key.generate(2, functions=["echo"])
+    srv = make_server(register_builtin_services, keys=KeyTable([k_all, k_echo]))
+    c = make_client(srv.port, key=k_all, timeout=5.0)
+    x = vec()
+    assert np.array_equal(c.fn.vecadd(x)[0], x + 1)
+    e = make_client(srv.port, key=k_echo, timeout=5.0)
+    assert e.fn.echo(b"k") == b"k"
+    with pytest.raises(NoSuchFunction, match="it has: echo"):  # a key sees only what it may call
+        e.function("vecadd")
