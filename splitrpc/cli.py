@@ -1,4 +1,4 @@
-"""cli.py: the `splitrpc` command: a dispatcher over the core's commands (serve, call, describe, demo, gateway, keys, check) and those of every capability plug-in (splitrpc.plugins), which it names none of."""
+"""cli.py: the `splitrpc` command: a dispatcher over the core's commands (serve, call, describe, stub, demo, gateway, keys, check) and those of every capability plug-in (splitrpc.plugins), which it names none of."""
 from __future__ import annotations
 
 import argparse
@@ -7,11 +7,11 @@ import sys
 
 from splitrpc import __version__
 from splitrpc.check import cli as check_cli
-from splitrpc.commands import call, demo, describe, gateway, keys, serve
+from splitrpc.commands import call, demo, describe, gateway, keys, serve, stub
 from splitrpc.plugins import Capability, CapabilityError, capabilities
 
 # modules with add_parser(sub, caps); check_cli.add_parser(sub) after them
-CORE = (serve, call, describe, demo, gateway, keys)
+CORE = (serve, call, describe, stub, demo, gateway, keys)
 
 
 def build_parser(caps: list[Capability] | None = None) -> argparse.ArgumentParser:

@@ -239,12 +239,19 @@ class Function:
                     self._dir.changed(self.name, e)
                     raise
         timeout, cast, kw = _options(sig, kwargs)
-        arrays, n = sig.check(args, kwargs, cast)
+        return self.invoke(args, kwargs, timeout=timeout, cast=cast, **kw)
+
+    def invoke(self, args: Sequence[Any], named: dict[str, Any] | None = None, *, timeout: float | None = None,
+               cast: bool = False, **caller_kw: Any) -> Any:
+        """The call with its inputs (by position, then by name) and its options kept apart, so an
+        input may be named like an option (stubs call this)."""
+        sig = self.signature
+        arrays, n = sig.check(args, named or {}, cast)
         reqs = sig.requests(arrays, n)
         try:
             if n is None:
-                return sig.read(self._caller.call(self.func_id, reqs[0], timeout, **kw))
-            futs = [self._caller.call_async(self.func_id, r, timeout, **kw) for r in reqs]
+                return sig.read(self._caller.call(self.func_id, reqs[0], timeout, **caller_kw))
+            futs = [self._caller.call_async(self.func_id, r, timeout, **caller_kw) for r in reqs]
             return sig.read_batch([f.result() for f in futs])
         except (UnknownFunction, BadRequest) as e:
             self._dir.changed(self.name, e)
