@@ -79,6 +79,9 @@ class Signature:
             off += s.nbytes
         self.out_layout = tuple((s.np_dtype, s.shape, int(np.prod(s.shape)), o, o % s.np_dtype.itemsize == 0)
                                 for s, o in zip(info.outputs, offsets))
+        # reading the reply: one 1-D output is one frombuffer (the commonest case, the cheapest)
+        self.one_out = (info.outputs[0].np_dtype if len(info.outputs) == 1 and len(info.outputs[0].shape) == 1
+                        else None)
         # the fast path: one input, given as a numpy array of exactly its spec
         self.one = info.inputs[0] if len(info.inputs) == 1 else None
         self.one_dtype = self.one.np_dtype if self.one else None
@@ -174,11 +177,13 @@ class Signature:
         if len(reply) != self.out_bytes:
             raise ReplyMismatch(f"{self.name} replied {len(reply)} bytes; its outputs "
                                 f"({', '.join(_spec_text(s) for s in self.outputs)}) are {self.out_bytes}")
+        if self.one_out is not None:
+            return tuple.__new__(self.Outputs, (np.frombuffer(reply, self.one_out),))
         out = []
         for dt, shape, count, off, aligned in self.out_layout:
-            a = np.frombuffer(reply, dt, count, off).reshape(shape)
+            a = np.ndarray(shape, dt, reply, off)  # read-only where the reply is bytes
             out.append(a if aligned else a.copy())
-        return self.Outputs(*out)
+        return tuple.__new__(self.Outputs, out)
 
     def read_batch(self, replies: list[bytes]) -> Any:
         """N replies as the Outputs named tuple of [N, *shape] arrays."""
