@@ -540,3 +540,26 @@ def test_typed_functions_take_cupy_arrays(make_server, make_client):
     from splitrpc.errors import DtypeMismatch
     with pytest.raises(DtypeMismatch):
         c.fn.vecadd(cupy.asarray(x.astype(np.float64)))
+
+
+def test_typed_zoo_functions_take_cupy_arrays(make_server, make_client):
+    """Issue 53: every built-in and zoo function (served on the CPU) called by name with CuPy
+    arrays (EMULATED device memory), copied to the host; replies against the references."""
+    torch = pytest.importorskip("torch")  # noqa: F841 - the zoo's models are PyTorch's
+    import cupy
+    from conftest import register_builtin_services
+    from splitrpc.services.models import registry as zoo
+
+    srv = make_server(lambda s: (register_builtin_services(s), zoo.register_models(s, "all", small=True)))
+    c = make_client(srv.port, timeout=60.0)
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal(256).astype(np.float32)
+    a, b = rng.standard_normal((2, 32, 32)).astype(np.float32)
+    assert np.array_equal(c.fn.vecadd(cupy.asarray(x)).y, x + 1)
+    assert np.allclose(c.fn.matmul(cupy.asarray(a), cupy.asarray(b)).c, a @ b, rtol=1e-5, atol=1e-5)
+    img = rng.standard_normal((3, 224, 224)).astype(np.float32)
+    assert np.array_equal(c.fn.head(cupy.asarray(img)).y, img.reshape(-1)[:1000])
+    for name, info in zoo.MODELS.items():
+        req = info.example(rng)
+        out = c.function(name)(*(cupy.asarray(np.array(v)) for v in zoo.split(info.inputs, req)))
+        assert zoo.check_reply(name, req, b"".join(o.tobytes() for o in out), small=True), name

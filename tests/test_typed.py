@@ -136,30 +136,30 @@ def test_cast_casts_only_where_no_value_changes_and_orders_strided_inputs(served
 
 
 def test_the_zoo_by_name_against_the_server_side_reference(make_server, make_client):
-    pytest.importorskip("torch")
+    """Every zoo model by name, with numpy inputs and with PyTorch tensors (one call and a batch of
+    two), each reply checked against the zoo's own CPU reference."""
+    torch = pytest.importorskip("torch")
     from splitrpc.services.models import registry as zoo
 
-    names = ["lenet", "lstm", "bert-like", "resnet18"]
+    names = list(zoo.MODELS)
     srv = make_server(lambda s: zoo.register_models(s, names, small=True, max_batch=8))
-    c = make_client(srv.port, timeout=30.0)
+    c = make_client(srv.port, timeout=60.0)
     rng = np.random.default_rng(7)
     for name in names:
         info = zoo.MODELS[name]
-        req = info.example(rng)
-        arrays = zoo.split(info.inputs, req)
-        out = c.function(name)(*arrays)
+        reqs = [info.example(rng) for _ in range(2)]
+        arrays = [zoo.split(info.inputs, r) for r in reqs]
+        fn = c.function(name)
+        out = fn(*arrays[0])  # numpy
         assert out._fields == tuple(s.name for s in info.outputs)
-        reply = b"".join(np.ascontiguousarray(o).tobytes() for o in out)
-        assert zoo.check_reply(name, req, reply, small=True), name
         for o, s in zip(out, info.outputs):
             assert o.shape == s.shape and o.dtype == s.np_dtype
-    import torch
-
-    img = zoo.split(zoo.MODELS["lenet"].inputs, zoo.MODELS["lenet"].example(rng))[0]
-    two = np.stack([img, img[:, ::-1, :].copy()])
-    logits = c.fn.lenet(torch.from_numpy(two))[0]  # a torch batch of two
-    for i in range(2):
-        assert zoo.check_reply("lenet", two[i].tobytes(), logits[i].tobytes(), small=True)
+        assert zoo.check_reply(name, reqs[0], b"".join(o.tobytes() for o in out), small=True), name
+        t = fn(*(torch.from_numpy(np.array(a)) for a in arrays[1]))  # torch
+        assert zoo.check_reply(name, reqs[1], b"".join(o.tobytes() for o in t), small=True), name
+        both = fn(*(torch.from_numpy(np.stack([x, y])) for x, y in zip(*arrays)))  # a torch batch of two
+        for i in range(2):
+            assert zoo.check_reply(name, reqs[i], b"".join(o[i].tobytes() for o in both), small=True), (name, i)
 
 
 def test_a_reply_of_the_wrong_size_is_an_error():
