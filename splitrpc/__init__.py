@@ -3,9 +3,10 @@ from splitrpc import _native, gpu
 from splitrpc.auth import Key, KeyTable
 from splitrpc.client import Client
 from splitrpc.cost import CostTable
-from splitrpc.errors import (AuthUnavailable, BadRequest, Busy, CallTimeout, DeadlineExceeded, Forbidden, InternalError,
-                             KeyFileError, NativeError, RemoteError, SplitRPCError, TooLarge, Unavailable,
-                             UnknownFunction, Draining)
+from splitrpc.errors import (AuthUnavailable, BadRequest, Busy, CallTimeout, DeadlineExceeded, DescriptionChanged,
+                             DtypeMismatch, Forbidden, InputError, InternalError, KeyFileError, MissingInput,
+                             NativeError, NoSuchFunction, NotContiguous, RemoteError, ReplyMismatch, ShapeMismatch,
+                             SplitRPCError, TooLarge, Unavailable, UnexpectedInput, UnknownFunction, Draining)
 from splitrpc.executor import Executor, LanePool, StagePipeline, ThreadPool, current_lane, stage_result
 from splitrpc.gpu import GPUError, GPUUnavailable
 from splitrpc.pool import Pool
@@ -40,5 +41,6 @@ __all__ = [
     "UnknownFunction", "BadRequest", "Busy", "DeadlineExceeded", "InternalError", "TooLarge", "Draining", "Unavailable",
     "GPUError", "GPUUnavailable", "gpu", "ThreadPool", "LanePool", "StagePipeline", "Executor", "current_lane",
     "stage_result", "CostTable", "QueueView", "Pool", "Key", "KeyTable", "Forbidden", "AuthUnavailable",
-    "KeyFileError",
+    "KeyFileError", "NoSuchFunction", "InputError", "MissingInput", "UnexpectedInput", "DtypeMismatch", "ShapeMismatch",
+    "NotContiguous", "ReplyMismatch", "DescriptionChanged",
 ]

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import keyword
 import threading
+import time
 import weakref
 from collections import namedtuple
 from concurrent.futures import Future
@@ -20,6 +21,7 @@ from splitrpc.errors import (BadRequest, DescriptionChanged, DtypeMismatch, Miss
                              NotContiguous, ReplyMismatch, ShapeMismatch, UnexpectedInput, UnknownFunction)
 from splitrpc.spec import TensorSpec
 
+RECHECK_S = 1.0  # after BAD_REQUEST, a typed call reads the description again at most this often
 OPTIONS = ("timeout", "cast", "deadline", "idempotent")  # call options, keyword-only; an input's name wins
 
 
@@ -288,6 +290,7 @@ class Directory:
     def __init__(self, describe: Callable[[], describe_.Description]):
         self._describe = describe
         self._lock = threading.Lock()
+        self.checked_at = float("-inf")  # when a call's error last read the description again (monotonic)
         self.description: describe_.Description | None = None
         self._made: dict[str, Signature | describe_.FunctionInfo] = {}
 
@@ -313,15 +316,21 @@ class Directory:
 
     def changed(self, name: str, error: Exception) -> None:
         """After UNKNOWN_FUNCTION or BAD_REQUEST from a typed call: reads the description again
-        and raises DescriptionChanged (from error) if it differs; else returns (the error stands)."""
+        (after BAD_REQUEST at most every RECHECK_S: a callback may refuse values, and each refusal
+        must not cost a describe) and raises DescriptionChanged (from error) if it differs; else
+        returns (the error stands)."""
+        if not _recheck(self, error):
+            return
         old = self.description
         try:
             new = self._describe()
         except Exception:  # noqa: BLE001 - the call's own error is the one to report
             return
+        if old is not None and _same(old, new):
+            return
         with self._lock:
             self.description, self._made = new, {}
-        if old is None or _same(old, new):
+        if old is None:
             return
         what = _difference(old, new, name)
         raise DescriptionChanged(f"the server's functions changed since this client read them ({what}): "
@@ -345,6 +354,16 @@ def async_directory_of(caller: Any) -> AsyncDirectory:
         proxy = weakref.proxy(caller)
         d = caller.__dict__.setdefault("_typed_directory", AsyncDirectory(lambda: proxy.describe()))
     return d  # type: ignore[no-any-return]
+
+
+def _recheck(directory: Any, error: Exception) -> bool:
+    """Whether this error should read the description again: always after UNKNOWN_FUNCTION, after
+    BAD_REQUEST only if the last reading is RECHECK_S old."""
+    now = time.monotonic()
+    if isinstance(error, BadRequest) and now - directory.checked_at < RECHECK_S:
+        return False
+    directory.checked_at = now
+    return True
 
 
 def _same(a: describe_.Description, b: describe_.Description) -> bool:
@@ -438,6 +457,7 @@ class AsyncDirectory:
 
     def __init__(self, describe: Callable[[], Awaitable[describe_.Description]]):
         self._describe = describe
+        self.checked_at = float("-inf")
         self.description: describe_.Description | None = None
         self._made: dict[str, Signature | describe_.FunctionInfo] = {}
         self._reading: asyncio.Future[describe_.Description] | None = None
@@ -466,13 +486,18 @@ class AsyncDirectory:
         return AsyncRawFunction(self, caller, made)
 
     async def changed(self, name: str, error: Exception) -> None:
+        """Directory.changed, awaited."""
+        if not _recheck(self, error):
+            return
         old = self.description
         try:
             new = await self._describe()
         except Exception:  # noqa: BLE001 - the call's own error is the one to report
             return
+        if old is not None and _same(old, new):
+            return
         self.description, self._made = new, {}
-        if old is None or _same(old, new):
+        if old is None:
             return
         raise DescriptionChanged(f"the server's functions changed since this client read them "
                                  f"({_difference(old, new, name)}): call {name!r} again to use its new description",

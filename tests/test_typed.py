@@ -286,3 +286,23 @@ def test_keyed_client_calls_by_name(make_server, make_client):
     assert e.fn.echo(b"k") == b"k"
     with pytest.raises(NoSuchFunction, match="it has: echo"):  # a key sees only what it may call
         e.function("vecadd")
+
+
+def test_a_callback_refusing_values_does_not_cost_a_describe_each_time(make_server, make_client):
+    """BAD_REQUEST may be the function's own answer (a value it refuses): the description is read
+    again at most once a second for it, so refused calls do not each cost a describe."""
+    def setup(s):
+        def positive(x, y):
+            np.copyto(y, x)
+            return {i: splitrpc.BadRequest("negative") for i in range(len(x)) if x[i, 0] < 0}
+        s.add_function(positive, 5, "positive", [splitrpc.TensorSpec("x", "float32", (4,))],
+                       [splitrpc.TensorSpec("y", "float32", (4,))])
+    srv = make_server(setup)
+    c = make_client(srv.port, timeout=5.0)
+    fn = c.function("positive")
+    before = c.stats()["sent_calls"]
+    for _ in range(5):
+        with pytest.raises(splitrpc.BadRequest, match="negative"):
+            fn(-np.ones(4, np.float32))
+    assert c.stats()["sent_calls"] - before == 5 + 1  # five calls, one describe
+    assert fn(np.ones(4, np.float32)).y.tolist() == [1.0] * 4
