@@ -10,13 +10,12 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Iterable, NoReturn, cast
+from typing import Any, Iterable, NoReturn, cast
+
+import numpy as np
 
 from splitrpc._native.wire import PROTOCOLS
 from splitrpc.spec import TensorSpec
-
-if TYPE_CHECKING:
-    import numpy as np
 
 RESERVED_MIN = 0xFF00          # ids RESERVED_MIN .. 0xFFFF are the server's own; no user function there
 PING_ID = 0xFFFF
@@ -82,7 +81,10 @@ class FunctionInfo:
             raw = d["kind"] == "raw"
             if d["kind"] not in ("raw", "tensor"):
                 raise NotDescribed(f"function kind {d['kind']!r}")
-            return cls(func_id=int(d["id"]), name=str(d["name"]), version=d.get("version"), raw=raw,
+            if not isinstance(d["name"], str):
+                raise NotDescribed(f"a function name must be a string, got {str(d['name'])[:40]!r}")
+            return cls(func_id=_int(d["id"], "a function id", 0, 0xFFFF), name=d["name"], version=d.get("version"),
+                       raw=raw,
                        inputs=() if raw else tuple(_spec(s) for s in d["inputs"]),
                        outputs=() if raw else tuple(_spec(s) for s in d["outputs"]),
                        max_request=d.get("max_request"), max_response=d.get("max_response"),
@@ -122,8 +124,31 @@ def _spec_json(s: TensorSpec) -> dict[str, Any]:
     return {"name": s.name, "dtype": s.dtype, "shape": list(s.shape)}
 
 
+MAX_NDIM = 32  # dimensions of a described tensor at most (numpy's own limit is 64)
+
+
+def _int(v: Any, what: str, lo: int, hi: int) -> int:
+    """A JSON number that is an integer in lo .. hi (not a bool, not 1.7, not "12")."""
+    if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
+        raise NotDescribed(f"{what} must be an integer from {lo} to {hi}, got {str(v)[:40]!r}")
+    return v
+
+
 def _spec(d: dict[str, Any]) -> TensorSpec:
-    return TensorSpec(str(d["name"]), str(d["dtype"]), tuple(int(x) for x in d["shape"]))
+    """A TensorSpec from the server's JSON, every field checked: a name string, a numeric
+    little-endian (or byte-sized) dtype of nonzero size, a list of at most MAX_NDIM positive integers."""
+    name, dtype, shape = d["name"], d["dtype"], d["shape"]
+    if not isinstance(name, str) or not isinstance(dtype, str) or not isinstance(shape, list):
+        raise NotDescribed(f"a tensor spec needs name and dtype strings and a shape list, got {str(d)[:80]!r}")
+    try:
+        dt = np.dtype(dtype)
+    except TypeError as e:
+        raise NotDescribed(f"tensor {name[:40]!r}: dtype {dtype[:40]!r} is not a numpy type ({e})") from None
+    if dt.kind not in "biufc" or dt.itemsize == 0 or dt.byteorder == ">" or dt.shape or dt.names:
+        raise NotDescribed(f"tensor {name[:40]!r}: dtype {dtype[:40]!r} is not a little-endian or byte-sized number")
+    if len(shape) > MAX_NDIM:
+        raise NotDescribed(f"tensor {name[:40]!r}: {len(shape)} dimensions, at most {MAX_NDIM}")
+    return TensorSpec(name, dtype, tuple(_int(x, f"tensor {name[:40]!r}'s shape", 1, 1 << 62) for x in shape))
 
 
 DIGEST_HEX = 16  # the digest's length: hex digits of SHA-256

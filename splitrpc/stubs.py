@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol, Union
 import numpy.typing as npt
 
 from splitrpc import describe as describe_
-from splitrpc.errors import DescriptionChanged
+from splitrpc import typed
+from splitrpc.errors import DescriptionChanged, NoSuchFunction
 
 if TYPE_CHECKING:
     from typing import TypeAlias
@@ -53,6 +54,7 @@ class StubBase:
         """Reads the server's description now: StubOutOfDate when it is not the stub's."""
         d = self.client.describe()
         live = d.digest if d.digest is not None else describe_.digest(d.functions)  # an older server: its functions
+        typed.directory_of(self.client).adopt(d)  # the client's typed functions start from this reading
         if live != self.digest:
             have = {f.name: f.func_id for f in d.functions}
             gone = sorted(set(self.functions) - set(have))
@@ -69,7 +71,12 @@ class StubBase:
     def _function(self, name: str) -> Any:
         if not self._checked:
             self.check()
-        return self.client.function(name)
+        try:
+            return self.client.function(name)
+        except NoSuchFunction as e:  # check=False, or the server changed since the check
+            raise DescriptionChanged(f"{name!r} is gone from the server since {type(self).__name__} was written "
+                                     f"(description {self.digest}): write the stub again with `splitrpc stub`",
+                                     function=name) from e
 
     def _call(self, name: str, *inputs: Any, timeout: float | None) -> tuple[Any, ...]:
         """A tensor function's outputs, in their order."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import keyword
+import math
 import threading
 import time
 import weakref
@@ -58,8 +59,25 @@ def _spec_text(s: TensorSpec, batch: bool = False) -> str:
     return f"{s.np_dtype.name}[{'N, ' if batch else ''}{', '.join(map(str, s.shape))}]"
 
 
-def _field(name: str, i: int) -> str:
-    return name if name.isidentifier() and not keyword.iskeyword(name) and not name.startswith("_") else f"out{i}"
+_TUPLE_NAMES = set(dir(tuple))  # a named tuple's field may not be count, index...
+
+
+def _field(name: str, i: int, taken: set[str]) -> str:
+    """An output's field name: its name where that is a usable identifier not taken yet, else
+    out<i> (then out<i>_2...); recorded in taken."""
+    ok = name.isidentifier() and not keyword.iskeyword(name) and not name.startswith("_") \
+        and name not in _TUPLE_NAMES and name not in taken
+    out, k = (name if ok else f"out{i}"), 2
+    while out in taken:
+        out, k = f"out{i}_{k}", k + 1
+    taken.add(out)
+    return out
+
+
+def _repr(s: "Signature", kind: str = "") -> str:
+    return (f"<splitrpc {kind}function {s.name} (id {s.func_id}): "
+            f"({', '.join(f'{x.name}: {_spec_text(x)}' for x in s.inputs)}) -> "
+            f"({', '.join(f'{x.name}: {_spec_text(x)}' for x in s.outputs)})>")
 
 
 class Signature:
@@ -72,14 +90,15 @@ class Signature:
         self.inputs, self.outputs = info.inputs, info.outputs
         self.in_names = tuple(s.name for s in info.inputs)
         self.in_index = {n: i for i, n in enumerate(self.in_names)}
-        self.Outputs = namedtuple(_field(info.name, 0) + "_outputs",  # type: ignore[misc]
-                                  [_field(s.name, i) for i, s in enumerate(info.outputs)])
+        taken: set[str] = set()
+        self.Outputs = namedtuple(_field(info.name, 0, set()) + "_outputs",  # type: ignore[misc]
+                                  [_field(s.name, i, taken) for i, s in enumerate(info.outputs)])
         self.out_bytes = sum(s.nbytes for s in info.outputs)
         offsets, off = [], 0
         for s in info.outputs:
             offsets.append(off)
             off += s.nbytes
-        self.out_layout = tuple((s.np_dtype, s.shape, int(np.prod(s.shape)), o, o % s.np_dtype.itemsize == 0)
+        self.out_layout = tuple((s.np_dtype, s.shape, math.prod(s.shape), o, o % s.np_dtype.itemsize == 0)
                                 for s, o in zip(info.outputs, offsets))
         # reading the reply: one 1-D output is one frombuffer (the commonest case, the cheapest)
         self.one_out = (info.outputs[0].np_dtype if len(info.outputs) == 1 and len(info.outputs[0].shape) == 1
@@ -122,15 +141,14 @@ class Signature:
         for s, v in zip(self.inputs, self.bind(args, kwargs)):
             try:
                 a = host_array(v)
-                if isinstance(v, (list, tuple, int, float, complex)) and a.dtype != s.np_dtype \
-                        and np.can_cast(a.dtype, s.np_dtype, "same_kind"):
-                    a = a.astype(s.np_dtype)  # Python numbers have no dtype: the spec's, where of its kind
-                if a.dtype.hasobject:
-                    raise TypeError("numpy makes an array of Python objects of it")
+                if a.dtype.kind not in "biufc":
+                    raise TypeError(f"numpy makes an array of {a.dtype} of it, not of numbers")
             except (TypeError, ValueError) as e:
                 raise DtypeMismatch(f"{self.name}: input {s.name!r} is not an array ({type(v).__name__}: {e})",
                                     function=self.name, input=s.name, expected=_spec_text(s),
                                     given=type(v).__name__) from None
+            if isinstance(v, (list, tuple, int, float, complex)) and a.dtype != s.np_dtype:
+                a = _python_numbers(a, s, self.name)  # no dtype of their own: the spec's, if no value changes
             if a.shape == s.shape:
                 n = None
             elif a.ndim == len(s.shape) + 1 and a.shape[1:] == s.shape and a.shape[0] > 0:
@@ -164,12 +182,14 @@ class Signature:
         """The request of each call: one for a single call, n for a batch (views where an input is
         one array, else the inputs' bytes back to back)."""
         if n is None:
-            return [arrays[0].reshape(-1).view(np.uint8) if len(arrays) == 1
-                    else b"".join(a.tobytes() for a in arrays)]
-        if len(arrays) == 1:
-            flat = arrays[0].reshape(n, -1).view(np.uint8)
-            return [flat[i] for i in range(n)]
-        return [b"".join(a[i].tobytes() for a in arrays) for i in range(n)]
+            if len(arrays) == 1:
+                return [arrays[0].reshape(-1).view(np.uint8)]
+            return [np.concatenate([a.reshape(-1).view(np.uint8) for a in arrays])]  # one copy: the request
+        flats = [a.reshape(n, -1).view(np.uint8) for a in arrays]
+        if len(flats) == 1:
+            return [flats[0][i] for i in range(n)]
+        both = np.concatenate(flats, axis=1)  # one copy: row i is call i's request
+        return [both[i] for i in range(n)]
 
     # ------------------------------------------------------------------ outputs
 
@@ -188,19 +208,41 @@ class Signature:
         return tuple.__new__(self.Outputs, out)
 
     def read_batch(self, replies: list[bytes]) -> Any:
-        """N replies as the Outputs named tuple of [N, *shape] arrays."""
+        """N replies as the Outputs named tuple of [N, *shape] arrays (every reply's size checked
+        before anything is allocated: the sizes are the server's word)."""
         n = len(replies)
-        outs = [np.empty((n, *shape), dt) for dt, shape, _, _, _ in self.out_layout]
         for i, r in enumerate(replies):
             if len(r) != self.out_bytes:
                 raise ReplyMismatch(f"{self.name} (call {i} of a batch of {n}) replied {len(r)} bytes; its outputs "
                                     f"are {self.out_bytes}")
+        outs = [np.empty((n, *shape), dt) for dt, shape, _, _, _ in self.out_layout]
+        for i, r in enumerate(replies):
             for o, (dt, shape, count, off, _) in zip(outs, self.out_layout):
                 o[i] = np.frombuffer(r, dt, count, off).reshape(shape)
         return self.Outputs(*outs)
 
 
 _MISSING: Any = object()
+
+
+def _python_numbers(a: np.ndarray[Any, Any], s: TensorSpec, function: str) -> np.ndarray[Any, Any]:
+    """Python numbers (a list, a scalar) in the spec's dtype: integers where every value fits
+    exactly, floats where none overflows; else DtypeMismatch."""
+    want = s.np_dtype
+    with np.errstate(all="ignore"):
+        if a.dtype.kind in "biu" and want.kind in "biu":
+            b = a.astype(want)
+            ok = bool(np.array_equal(b, a))
+        elif a.dtype.kind in "biuf" and want.kind in "fc":
+            b = a.astype(want)
+            ok = bool(np.isfinite(b).all() or not np.isfinite(a).all())
+        else:
+            b, ok = a, False
+    if not ok:
+        raise DtypeMismatch(f"{function}: input {s.name!r}: these Python numbers ({a.dtype.name}) do not fit "
+                            f"{want.name} ({s.dtype}) without changing", function=function, input=s.name,
+                            expected=s.dtype, given=a.dtype.str)
+    return b
 
 
 def _options(sig: Signature, kwargs: dict[str, Any]) -> tuple[float | None, bool, dict[str, Any]]:
@@ -229,12 +271,9 @@ class Function:
         self.signature, self.Outputs, self._caller = signature, signature.Outputs, caller
 
     def __repr__(self) -> str:
-        s = self.signature
-        return (f"<splitrpc function {self.name} (id {self.func_id}): "
-                f"({', '.join(f'{x.name}: {_spec_text(x)}' for x in s.inputs)}) -> "
-                f"({', '.join(f'{x.name}: {_spec_text(x)}' for x in s.outputs)})>")
+        return _repr(self.signature)
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+    def __call__(self, /, *args: Any, **kwargs: Any) -> Any:  # /: an input may be named self
         sig = self.signature
         if not kwargs and len(args) == 1:  # the fast path: one input, exactly its spec
             a = args[0]
@@ -242,8 +281,8 @@ class Function:
                     and a.flags.c_contiguous):
                 try:
                     return sig.read(self._caller.call(self.func_id, a))
-                except (UnknownFunction, BadRequest) as e:
-                    self._dir.changed(self.name, e)
+                except (UnknownFunction, BadRequest, ReplyMismatch) as e:
+                    self._dir.changed(self.info, e)
                     raise
         timeout, cast, kw = _options(sig, kwargs)
         return self.invoke(args, kwargs, timeout=timeout, cast=cast, **kw)
@@ -260,8 +299,8 @@ class Function:
                 return sig.read(self._caller.call(self.func_id, reqs[0], timeout, **caller_kw))
             futs = [self._caller.call_async(self.func_id, r, timeout, **caller_kw) for r in reqs]
             return sig.read_batch([f.result() for f in futs])
-        except (UnknownFunction, BadRequest) as e:
-            self._dir.changed(self.name, e)
+        except (UnknownFunction, BadRequest, ReplyMismatch) as e:
+            self._dir.changed(self.info, e)
             raise
 
 
@@ -278,7 +317,7 @@ class RawFunction:
         try:
             return self._caller.call(self.func_id, data, timeout)
         except UnknownFunction as e:
-            self._dir.changed(self.name, e)
+            self._dir.changed(self.info, e)
             raise
 
 
@@ -314,27 +353,28 @@ class Directory:
             return Function(self, caller, made)
         return RawFunction(self, caller, made)
 
-    def changed(self, name: str, error: Exception) -> None:
-        """After UNKNOWN_FUNCTION or BAD_REQUEST from a typed call: reads the description again
-        (after BAD_REQUEST at most every RECHECK_S: a callback may refuse values, and each refusal
-        must not cost a describe) and raises DescriptionChanged (from error) if it differs; else
-        returns (the error stands)."""
-        if not _recheck(self, error):
-            return
-        old = self.description
-        try:
-            new = self._describe()
-        except Exception:  # noqa: BLE001 - the call's own error is the one to report
-            return
-        if old is not None and _same(old, new):
-            return
+    def adopt(self, d: describe_.Description) -> None:
+        """Takes a description read elsewhere (a stub's check) as this client's current one."""
         with self._lock:
-            self.description, self._made = new, {}
-        if old is None:
-            return
-        what = _difference(old, new, name)
-        raise DescriptionChanged(f"the server's functions changed since this client read them ({what}): "
-                                 f"call {name!r} again to use its new description", function=name) from error
+            if self.description is None or not _same(self.description, d):
+                self.description, self._made = d, {}
+
+    def changed(self, info: describe_.FunctionInfo, error: Exception) -> None:
+        """After UNKNOWN_FUNCTION, BAD_REQUEST or a reply of the wrong size from a typed call made
+        from `info`: raises DescriptionChanged (from error) when the server's description of that
+        function is not `info` any more; else returns (the error stands). The description is read
+        again unless the client already holds a newer one that differs (after BAD_REQUEST at most
+        every RECHECK_S: a callback may refuse values, and each refusal must not cost a describe)."""
+        current = self.description
+        if current is None or _lookup(current, info.name) == info:
+            if not _recheck(self, error):
+                return
+            try:
+                current = self._describe()
+            except Exception:  # noqa: BLE001 - the call's own error is the one to report
+                return
+            self.adopt(current)
+        _raise_if_changed(info, current, error)
 
 
 def directory_of(caller: Any) -> Directory:
@@ -372,23 +412,42 @@ def _same(a: describe_.Description, b: describe_.Description) -> bool:
     return a.functions == b.functions  # a server older than Amendment 2: compare what it says
 
 
-def _difference(old: describe_.Description, new: describe_.Description, name: str) -> str:
-    o = {f.name: f for f in old.functions}
-    n = {f.name: f for f in new.functions}
-    if name in o and name not in n:
-        return f"{name!r} is gone"
-    if name in o and o[name] != n[name]:
-        return f"{name!r} is now id {n[name].func_id}, " + (
-            "raw" if n[name].raw else f"({', '.join(f'{s.name}: {_spec_text(s)}' for s in n[name].inputs)})")
-    return f"digest {old.digest} -> {new.digest}"
+def _lookup(d: describe_.Description, name: str) -> describe_.FunctionInfo | None:
+    """The function of that name in d, None if it has none (or more than one)."""
+    found = [f for f in d.functions if f.name == name]
+    return found[0] if len(found) == 1 else None
+
+
+def _raise_if_changed(info: describe_.FunctionInfo, current: describe_.Description, error: Exception) -> None:
+    """DescriptionChanged (from error) when current's function info.name is not info."""
+    now = _lookup(current, info.name)
+    if now == info:
+        return
+    if now is None:
+        what = f"{info.name!r} is gone"
+    elif now.raw:
+        what = f"{info.name!r} is now id {now.func_id}, raw"
+    else:
+        what = (f"{info.name!r} is now id {now.func_id}: ({', '.join(f'{s.name}: {_spec_text(s)}' for s in now.inputs)})"
+                f" -> ({', '.join(f'{s.name}: {_spec_text(s)}' for s in now.outputs)})")
+    raise DescriptionChanged(f"the server's functions changed since this client read them ({what}): "
+                             f"call {info.name!r} again to use its new description", function=info.name) from error
 
 
 def _find(d: describe_.Description, name: str) -> describe_.FunctionInfo:
-    for f in d.functions:
-        if f.name == name:
-            return f
+    found = [f for f in d.functions if f.name == name]
+    if len(found) == 1:
+        return found[0]
+    if found:
+        raise NoSuchFunction(f"the server describes {len(found)} functions named {name!r} (ids "
+                             f"{', '.join(str(f.func_id) for f in found)}): call one by its id (client.call)")
     raise NoSuchFunction(f"the server has no function {name!r}; it has: "
                          f"{', '.join(f.name for f in d.functions) or 'none'}")
+
+
+class NoSuchAttribute(NoSuchFunction, AttributeError):
+    """client.fn.<name> for a name the server does not have: NoSuchFunction, and an AttributeError
+    as getattr and hasattr expect."""
 
 
 class Functions:
@@ -405,7 +464,7 @@ class Functions:
         try:
             return self._lookup(name)
         except NoSuchFunction as e:
-            raise AttributeError(str(e)) from None
+            raise NoSuchAttribute(str(e)) from None
 
     def __getitem__(self, name: str) -> Any:
         return self._lookup(name)
@@ -423,7 +482,10 @@ class AsyncFunction:
         self._dir, self.info, self.name, self.func_id = directory, info, info.name, info.func_id
         self.signature, self.Outputs, self._caller = signature, signature.Outputs, caller
 
-    async def __call__(self, *args: Any, **kwargs: Any) -> Any:
+    def __repr__(self) -> str:
+        return _repr(self.signature, "async ")
+
+    async def __call__(self, /, *args: Any, **kwargs: Any) -> Any:
         sig = self.signature
         timeout, cast, kw = _options(sig, kwargs)
         arrays, n = sig.check(args, kwargs, cast)
@@ -433,8 +495,8 @@ class AsyncFunction:
                 return sig.read(await self._caller.call(self.func_id, reqs[0], timeout, **kw))
             replies = await asyncio.gather(*(self._caller.call(self.func_id, r, timeout, **kw) for r in reqs))
             return sig.read_batch(list(replies))
-        except (UnknownFunction, BadRequest) as e:
-            await self._dir.changed(self.name, e)
+        except (UnknownFunction, BadRequest, ReplyMismatch) as e:
+            await self._dir.changed(self.info, e)
             raise
 
 
@@ -448,7 +510,7 @@ class AsyncRawFunction:
         try:
             return await self._caller.call(self.func_id, data, timeout)  # type: ignore[no-any-return]
         except UnknownFunction as e:
-            await self._dir.changed(self.name, e)
+            await self._dir.changed(self.info, e)
             raise
 
 
@@ -485,23 +547,19 @@ class AsyncDirectory:
             return AsyncFunction(self, caller, made)
         return AsyncRawFunction(self, caller, made)
 
-    async def changed(self, name: str, error: Exception) -> None:
+    async def changed(self, info: describe_.FunctionInfo, error: Exception) -> None:
         """Directory.changed, awaited."""
-        if not _recheck(self, error):
-            return
-        old = self.description
-        try:
-            new = await self._describe()
-        except Exception:  # noqa: BLE001 - the call's own error is the one to report
-            return
-        if old is not None and _same(old, new):
-            return
-        self.description, self._made = new, {}
-        if old is None:
-            return
-        raise DescriptionChanged(f"the server's functions changed since this client read them "
-                                 f"({_difference(old, new, name)}): call {name!r} again to use its new description",
-                                 function=name) from error
+        current = self.description
+        if current is None or _lookup(current, info.name) == info:
+            if not _recheck(self, error):
+                return
+            try:
+                current = await self._describe()
+            except Exception:  # noqa: BLE001 - the call's own error is the one to report
+                return
+            if self.description is None or not _same(self.description, current):
+                self.description, self._made = current, {}
+        _raise_if_changed(info, current, error)
 
 
 class AsyncFunctions:

@@ -22,6 +22,30 @@ def setup(srv):
     registry.register_models(srv, "all", small=True)
 """
 
+HOSTILE = r'''
+import numpy as np
+
+import splitrpc
+
+F = "float32"
+Q3 = '"' * 3
+
+
+def _copy(x, y):
+    np.copyto(y, x)
+
+
+def setup(srv):
+    spec = splitrpc.TensorSpec
+    for fid, name, ins, outs in (
+        (1, "x" + Q3 + ';open("PWNED", "w").write("ran");' + Q3, ["x"], ["y"]),  # a docstring breaker
+        (2, "back\\N{x}", ["x"], ["y"]), (3, "x\u00b2", ["x"], ["y"]), (4, "\ufb01x", ["\ufb01"], ["count"]),
+        (5, "fix", ["fi"], ["index"]), (6, "ArrayIn", ["self"], ["y"]), (7, "float", ["timeout"], ["_z"]),
+        (8, "class", ["def"], ["y"]), (9, "Service", ["x"], ["y"]), (10, "FloatOutputs", ["x"], ["y"]),
+    ):
+        srv.add_function(_copy, fid, name, [spec(n, F, (2,)) for n in ins], [spec(n, F, (2,)) for n in outs])
+'''
+
 USE = """
 import numpy as np
 import numpy.typing as npt
@@ -69,13 +93,23 @@ def test_the_zoo_and_builtins_stub_passes_mypy_strict(tmp_path):
     assert "wrote zoo_stub.py: 9 functions" in r.stdout, r.stdout
     text = (tmp_path / "zoo_stub.py").read_text()
     assert "def bert_like(self, input_ids: ArrayIn, segment_ids: ArrayIn, valid_length: ArrayIn" in text
-    assert "logits: npt.NDArray[np.float32]  # float32[1000]" in text and "best_span: npt.NDArray[np.int64]" in text
+    assert "logits: npt.NDArray[np.float32]  # logits: float32[1000]" in text and "best_span: npt.NDArray[np.int64]" in text
     (tmp_path / "use.py").write_text(USE)
+    # names a server chose to break the module (a docstring's quotes, escapes, Unicode folding to
+    # another name, a tuple's own field names, names of types and keywords): it imports without
+    # running anything of theirs, keeps every function, and passes mypy too
+    (tmp_path / "hostile_service.py").write_text(HOSTILE)
+    r = stub("hostile_service:setup", "--module", "hostile_stub", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    hostile = load(tmp_path / "hostile_stub.py", "hostile_stub")
+    assert not (tmp_path / "PWNED").exists()
+    assert len(hostile.Service.functions) == 10 and len({m for m in vars(hostile.Service) if not m.startswith("_")}
+                                                        - {"digest", "functions"}) == 10
 
     def mypy():
         return subprocess.run([sys.executable, "-m", "mypy", "--strict", "--no-error-summary", "--cache-dir",
-                               str(tmp_path / ".mypy"), "zoo_stub.py", "use.py"], capture_output=True, text=True,
-                              cwd=tmp_path, timeout=600)
+                               str(tmp_path / ".mypy"), "zoo_stub.py", "hostile_stub.py", "use.py"],
+                              capture_output=True, text=True, cwd=tmp_path, timeout=600)
     m = mypy()
     assert m.returncode == 0, m.stdout[-4000:] + m.stderr[-2000:]
     (tmp_path / "use.py").write_text(USE + "\n\ndef wrong(svc: Service) -> int:\n    return svc.lstm(np.zeros((8, 256))).hidden\n")
@@ -120,3 +154,37 @@ def test_bad_sources_and_names_say_why(tmp_path, args, rc, words):
     r = stub(*args, cwd=tmp_path)
     assert r.returncode == rc and words in r.stderr, (r.returncode, r.stderr)
     assert not list(tmp_path.glob("*.py"))
+
+
+def test_a_stub_keeps_the_servers_digest_and_names_a_function_gone_since():
+    """Amendment 2: a client compares digests and never computes one. A stub written from a server
+    whose digest is its own (another implementation's) passes its check there; with check=False, a
+    function gone since raises DescriptionChanged, not NoSuchFunction."""
+    from splitrpc import describe as describe_
+    from splitrpc import stubgen
+    from splitrpc.errors import DescriptionChanged
+
+    f32 = splitrpc.TensorSpec("x", "float32", (2,))
+    fns = [describe_.FunctionInfo(1, "f", None, False, inputs=(f32,), outputs=(f32,))]
+    text = stubgen.render(fns, source="elsewhere:1", software="other 1.0", digest="v1-foreign-digest")
+    ns: dict = {}
+    exec(compile(text, "foreign_stub.py", "exec"), ns)  # noqa: S102 - our own generated module
+    assert ns["DIGEST"] == "v1-foreign-digest"
+
+    class Foreign:  # a client of a server that is not splitrpc's: its own digest
+        def __init__(self, functions, digest):
+            self.d = describe_.Description(tuple(functions), 1 << 16, (2,), "other 1.0", digest=digest)
+
+        def describe(self):
+            return self.d
+
+        def function(self, name):
+            from splitrpc import typed
+            return typed.directory_of(self).function(name, self)
+
+    ns["Service"](Foreign(fns, "v1-foreign-digest")).check()  # the same description: no complaint
+    with pytest.raises(StubOutOfDate):
+        ns["Service"](Foreign(fns, "v2-foreign-digest")).check()
+    lax = ns["Service"](Foreign([], "v2-foreign-digest"), check=False)
+    with pytest.raises(DescriptionChanged, match="'f' is gone"):
+        lax.f(np.zeros(2, np.float32))

@@ -306,3 +306,105 @@ def test_a_callback_refusing_values_does_not_cost_a_describe_each_time(make_serv
             fn(-np.ones(4, np.float32))
     assert c.stats()["sent_calls"] - before == 5 + 1  # five calls, one describe
     assert fn(np.ones(4, np.float32)).y.tolist() == [1.0] * 4
+
+
+def test_every_stale_function_is_said_so_and_a_reply_of_another_size_too(_heap_frozen, make_client):
+    """Each function made before the server changed says so on each call (not once per client),
+    and a function whose outputs changed under the same id (a reply of another size) too."""
+    port = _free_port()
+
+    def serve(setup):
+        s = splitrpc.Server("127.0.0.1", port, wait="block")
+        setup(s)
+        s.start()
+        return s
+    srv = serve(register_builtin_services)
+    c = make_client(port, timeout=2.0)
+    va, mm = c.function("vecadd"), c.function("matmul")
+    x, a = vec(), mat()
+    assert np.array_equal(va(x).y, x + 1)
+    srv.close()
+
+    def mm7(a, b, out):
+        np.matmul(a, b, out=out)
+
+    def half(x, y):
+        np.copyto(y, x[:, :128])
+
+    def other(s):
+        s.add_function(mm7, 7, "matmul",
+                       [splitrpc.TensorSpec("a", "float32", (32, 32)), splitrpc.TensorSpec("b", "float32", (32, 32))],
+                       [splitrpc.TensorSpec("c", "float32", (32, 32))])
+        s.add_function(half, 1, "vecadd", [splitrpc.TensorSpec("x", "float32", (256,))],
+                       [splitrpc.TensorSpec("y", "float32", (128,))])  # the same id and input, half the output
+    srv = serve(other)
+    try:
+        for _ in range(2):
+            with pytest.raises(DescriptionChanged, match="'matmul' is now id 7"):
+                mm(a, a)
+        with pytest.raises(DescriptionChanged, match=r"'vecadd' is now id 1: \(x: float32\[256\]\) -> \(y: float32\[128\]\)"):
+            va(x)  # the server runs it: its reply is 512 bytes, not 1024
+        assert c.fn.vecadd(x).y.shape == (128,) and np.allclose(c.fn.matmul(a, a).c, a @ a, rtol=1e-5, atol=1e-5)
+    finally:
+        srv.close()
+
+
+def test_python_numbers_take_the_spec_only_where_no_value_changes():
+    from splitrpc.typed import Signature
+
+    def sig(dtype):
+        return Signature(describe_.FunctionInfo(9, "f", None, False, inputs=(splitrpc.TensorSpec("v", dtype, (3,)),),
+                                                outputs=(splitrpc.TensorSpec("w", dtype, (3,)),)))
+    arrays, _ = sig("uint8").check([[1, 2, 3]], {})
+    assert arrays[0].dtype == np.uint8 and arrays[0].tolist() == [1, 2, 3]
+    for dtype, vals in (("int8", [300, -200, 1]), ("int32", [2 ** 40, 1, 2]), ("uint8", [-1, 2, 3]),
+                        ("float32", [1e300, 1.0, 2.0]), ("int64", [1.5, 2.0, 3.0])):
+        with pytest.raises(DtypeMismatch, match="input 'v'"):
+            sig(dtype).check([vals], {})
+    arrays, _ = sig("float32").check([[0.1, 2, 3]], {})  # rounding is not a change of kind: taken
+    assert arrays[0].dtype == np.float32
+    for bad in ("hello", b"abc", {"a": 1}):
+        with pytest.raises(DtypeMismatch, match="not an array"):
+            sig("float32").check([bad], {})
+
+
+def test_odd_names_and_hostile_descriptions():
+    from splitrpc.typed import Signature
+
+    f32 = "float32"
+    odd = Signature(describe_.FunctionInfo(9, "f", None, False, inputs=(splitrpc.TensorSpec("self", f32, (2,)),),
+                                           outputs=(splitrpc.TensorSpec("a", f32, (1,)), splitrpc.TensorSpec("a", f32, (1,)),
+                                                    splitrpc.TensorSpec("count", f32, (1,)),
+                                                    splitrpc.TensorSpec("a b", f32, (1,)))))
+    assert odd.Outputs._fields == ("a", "out1", "out2", "out3")
+    big = Signature(describe_.FunctionInfo(9, "g", None, False, inputs=(), outputs=(splitrpc.TensorSpec("y", f32, (2 ** 40,)),)))
+    with pytest.raises(ReplyMismatch):  # checked before anything is allocated (8 TiB)
+        big.read_batch([b"\0" * 8, b"\0" * 8])
+    tensor = '{"describe":1,"functions":[{"id":%s,"name":%s,"kind":"tensor","inputs":[{"name":"x","dtype":"%s","shape":%s}],"outputs":[]}]}'
+    for args in (("1", '"f"', "<U0", "[1]"), ("1", '"f"', "<f4", "[" + ",".join(["1"] * 65) + "]"),
+                 ("70000", '"f"', "<f4", "[1]"), ("-1", '"f"', "<f4", "[1]"), ("1.7", '"f"', "<f4", "[1]"),
+                 ("true", '"f"', "<f4", "[1]"), ("1", '"f"', "<f4", '"12"'), ("1", "7", "<f4", "[1]"),
+                 ("1", '"f"', ">f4", "[1]"), ("1", '"f"', "|V8", "[1]"), ("1", '"f"', "<f4", "[2.0]")):
+        with pytest.raises(describe_.NotDescribed):
+            describe_.decode_description((tensor % args).encode())
+    ok = describe_.decode_description((tensor % ("1", '"f"', "<f4", "[2]")).encode())
+    assert ok.functions[0].inputs[0].shape == (2,)
+
+
+def test_an_input_named_self_and_names_that_are_not_there(make_server, make_client):
+    def setup(s):
+        s.add_function(lambda x, y: np.copyto(y, x), 5, "selfish", [splitrpc.TensorSpec("self", "float32", (2,))],
+                       [splitrpc.TensorSpec("y", "float32", (2,))])
+        for fid in (6, 7):  # one name twice: ambiguous, never the first one silently
+            s.add_function(lambda x, y: np.copyto(y, x), fid, "twice", [splitrpc.TensorSpec("x", "float32", (2,))],
+                           [splitrpc.TensorSpec("y", "float32", (2,))])
+    srv = make_server(setup)
+    c = make_client(srv.port, timeout=5.0)
+    assert c.fn.selfish(self=np.ones(2, np.float32)).y.tolist() == [1.0, 1.0]
+    with pytest.raises(NoSuchFunction, match="2 functions named 'twice'"):
+        c.function("twice")
+    with pytest.raises(NoSuchFunction):
+        c.fn.nope
+    with pytest.raises(AttributeError):  # getattr and hasattr work as for any attribute
+        c.fn.nope
+    assert not hasattr(c.fn, "nope")

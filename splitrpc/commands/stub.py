@@ -38,20 +38,21 @@ def _is_address(source: str) -> bool:
     return not sep or tail.isdigit() or source.startswith("[")
 
 
-def _functions(a: argparse.Namespace) -> tuple[list[describe_.FunctionInfo], str]:
-    """(the functions, the software that describes them); SplitRPCError, TargetError or NotDescribed."""
+def _functions(a: argparse.Namespace) -> tuple[list[describe_.FunctionInfo], str, str | None]:
+    """(the functions, the software that describes them, the server's digest or None);
+    SplitRPCError, TargetError or NotDescribed."""
     from splitrpc import __version__
 
     if _is_address(a.source):
         host, port = split_address(a.source)
         with Client(host, port if port is not None else a.port, timeout=a.timeout, key=a.key) as c:
             d = c.describe()
-        return list(d.functions), d.software
+        return list(d.functions), d.software, d.digest
     from splitrpc.run import load_target
 
     srv = load_target(a.source, {"host": "127.0.0.1", "port": 0})
     try:
-        return srv.functions(), f"splitrpc {__version__}"
+        return srv.functions(), f"splitrpc {__version__}", None
     finally:
         srv.close()
 
@@ -64,14 +65,14 @@ def cmd_stub(a: argparse.Namespace) -> int:
         print("splitrpc stub: --module and --class must be Python identifiers", file=sys.stderr)
         return 2
     try:
-        funcs, software = _functions(a)
+        funcs, software, digest = _functions(a)
     except ValueError as e:
         print(f"splitrpc stub: {a.source!r} is not HOST:PORT or MODULE:ATTR ({e})", file=sys.stderr)
         return 2
     except (SplitRPCError, TargetError, describe_.NotDescribed) as e:
         print(f"splitrpc stub: {type(e).__name__}: {e}", file=sys.stderr)
         return 1
-    text = stubgen.render(funcs, source=a.source, software=software, class_name=a.class_name)
+    text = stubgen.render(funcs, source=a.source, software=software, class_name=a.class_name, digest=digest)
     if a.out == "-":
         sys.stdout.write(text)
         return 0
@@ -80,6 +81,6 @@ def cmd_stub(a: argparse.Namespace) -> int:
     with open(tmp, "w") as f:
         f.write(text)
     os.replace(tmp, path)  # whole or not at all: an IDE may be reading the old one
-    print(f"wrote {path}: {len(funcs)} functions ({', '.join(f.name for f in funcs)}), description "
-          f"{describe_.digest(funcs)}")
+    print(f"wrote {path}: {len(funcs)} functions ({', '.join(repr(f.name) for f in funcs)}), description "
+          f"{digest or describe_.digest(funcs)}")
     return 0
