@@ -87,9 +87,10 @@ class FunctionInfo:
                        raw=raw,
                        inputs=() if raw else tuple(_spec(s) for s in d["inputs"]),
                        outputs=() if raw else tuple(_spec(s) for s in d["outputs"]),
-                       max_request=d.get("max_request"), max_response=d.get("max_response"),
-                       max_batch=d.get("max_batch"), executor=str(d.get("executor", "inline")),
-                       priority=d.get("priority"), device=str(d.get("device", "cpu")))
+                       max_request=_opt_int(d.get("max_request"), "max_request"),
+                       max_response=_opt_int(d.get("max_response"), "max_response"),
+                       max_batch=_opt_int(d.get("max_batch"), "max_batch"), executor=str(d.get("executor", "inline")),
+                       priority=_opt_int(d.get("priority"), "priority"), device=str(d.get("device", "cpu")))
         except NotDescribed:
             raise
         except Exception as e:  # noqa: BLE001 - KeyError, TypeError, ValueError, OverflowError...
@@ -132,6 +133,11 @@ def _int(v: Any, what: str, lo: int, hi: int) -> int:
     if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
         raise NotDescribed(f"{what} must be an integer from {lo} to {hi}, got {str(v)[:40]!r}")
     return v
+
+
+def _opt_int(v: Any, what: str) -> int | None:
+    """An optional count of the description's: None, or an integer 0 .. 2**62."""
+    return None if v is None else _int(v, what, 0, 1 << 62)
 
 
 def _spec(d: dict[str, Any]) -> TensorSpec:

@@ -18,7 +18,7 @@ class TensorSpec:
         if any(d <= 0 for d in self.shape):
             raise ValueError(f"tensor {self.name!r}: every dimension must be positive, got {self.shape}")
         dt = np.dtype(self.dtype)
-        if dt.hasobject:
+        if dt.kind not in "biufc" or dt.itemsize == 0 or dt.shape or dt.names:  # what describe's readers take
             raise ValueError(f"tensor {self.name!r}: dtype {self.dtype!r} is not a plain numeric type")
         # The wire carries little-endian tensors (docs/PROTOCOL.md, Data of the built-in services).
         object.__setattr__(self, "dtype", dt.newbyteorder("<").str if dt.byteorder == ">" else dt.str)

@@ -1,0 +1,138 @@
+from common import *
+TS = splitrpc.TensorSpec
+srv = server(builtin=False)
+def reg(fid, name, ins, outs=None, fill=None):
+    try:
+        ins, outs = ins()
+    except BaseException as ex:
+        print("SPEC FAIL", fid, name, type(ex).__name__, ex); return
+    def cb(*arrs):
+        n = len(ins)
+        for o in arrs[n:]:
+            if fill is None: o[...] = 1
+            else: fill(arrs[:n], arrs[n:])
+    try:
+        srv.add_function(cb, fid, name, ins, outs)
+        print("registered", fid, name)
+    except BaseException as ex:
+        print("REGISTER FAIL", fid, name, type(ex).__name__, ex)
+reg(10, "scalar0d", lambda: ([TS("x", "<f4", ())], [TS("y", "<f4", ())]))
+reg(11, "kw", lambda: ([TS("class", "<f4", (2,)), TS("lambda", "<f4", (2,))], [TS("for", "<f4", (2,))]))
+reg(12, "notid", lambda: ([TS("a-b", "<f4", (2,)), TS("1x", "<f4", (2,))], [TS("out put", "<f4", (2,)), TS("ok", "<f4", (2,))]))
+reg(13, "dupout", lambda: ([TS("x", "<f4", (2,))], [TS("y", "<f4", (2,)), TS("y", "<f4", (2,))]))
+reg(14, "dupin", lambda: ([TS("x", "<f4", (2,)), TS("x", "<f4", (2,))], [TS("y", "<f4", (2,))]))
+reg(15, "dtypes", lambda: ([TS("b", "|b1", (3,)), TS("h", "<f2", (3,)), TS("z", "<c8", (3,)), TS("u", "|u1", (3,))],
+    [TS("o_u1", "|u1", (1,)), TS("o_f8", "<f8", (1,)), TS("o_c16", "<c16", (1,)), TS("o_b", "|b1", (1,))]))
+reg(16, "opts", lambda: ([TS("timeout", "<f4", (2,)), TS("cast", "<f4", (2,)), TS("deadline", "<f4", (2,))], [TS("y", "<f4", (2,))]),
+    fill=lambda i, o: o[0].__setitem__(..., i[0] + 10*i[1] + 100*i[2]))
+reg(17, "with-dash", lambda: ([TS("x", "<f4", (2,))], [TS("y", "<f4", (2,))]))
+reg(18, "big", lambda: ([TS("x", "|u1", (60000,))], [TS("y", "|u1", (60000,))]))
+reg(19, "zero", lambda: ([TS("x", "<f4", (0,))], [TS("y", "<f4", (2,))]))
+reg(20, "fields", lambda: ([TS("x", "<f4", (2,))], [TS("_fields", "<f4", (2,)), TS("count", "<f4", (2,)), TS("index", "<f4", (2,)), TS("_asdict", "<f4", (2,))]))
+reg(21, "underscore", lambda: ([TS("_x", "<f4", (2,)), TS("self", "<f4", (2,))], [TS("_y", "<f4", (2,))]))
+reg(22, "misalign", lambda: ([TS("x", "<f4", (1,))], [TS("a", "|u1", (1,)), TS("b", "<f8", (2,))]))
+reg(23, "i8", lambda: ([TS("x", "<i8", (2,))], [TS("y", "<i8", (2,))]), fill=lambda i,o: o[0].__setitem__(..., i[0]))
+reg(24, "u8in", lambda: ([TS("x", "|u1", (2,))], [TS("y", "|u1", (2,))]), fill=lambda i,o: o[0].__setitem__(..., i[0]))
+reg(25, "big-endian-spec", lambda: ([TS("x", ">f4", (2,))], [TS("y", ">f4", (2,))]))
+reg(26, "objdtype", lambda: ([TS("x", "|O", (2,))], [TS("y", "<f4", (2,))]))
+reg(27, "unicode", lambda: ([TS("x", "<U4", (2,))], [TS("y", "<f4", (2,))]))
+reg(28, "noinputs", lambda: ([], [TS("y", "<f4", (2,))]))
+reg(29, "nooutputs", lambda: ([TS("x", "<f4", (2,))], []))
+reg(30, "Service", lambda: ([TS("x", "<f4", (2,))], [TS("y", "<f4", (2,))]))
+reg(31, "invoke", lambda: ([TS("x", "<f4", (2,))], [TS("y", "<f4", (2,))]))
+reg(32, "import", lambda: ([TS("x", "<f4", (2,))], [TS("y", "<f4", (2,))]))
+reg(33, "négatif", lambda: ([TS("é", "<f4", (2,))], [TS("ÿ", "<f4", (2,))]))
+reg(34, "dtypes2", lambda: ([TS("d", "<M8[s]", (2,))], [TS("y", "<f4", (2,))]))
+reg(35, "V", lambda: ([TS("v", "|V4", (2,))], [TS("y", "<f4", (2,))]))
+reg(36, "negshape", lambda: ([TS("x", "<f4", (-1,))], [TS("y", "<f4", (2,))]))
+reg(37, "hugeshape", lambda: ([TS("x", "<f4", (2**40,))], [TS("y", "<f4", (2,))]))
+reg(38, "emptyname", lambda: ([TS("", "<f4", (2,))], [TS("", "<f4", (2,))]))
+reg(39, "name", lambda: ([TS("name", "<f4", (2,)), TS("info", "<f4", (2,))], [TS("y", "<f4", (2,))]))
+srv.start()
+import pickle; pickle.dump(srv.port, open("/tmp/review53/port.pkl","wb"))
+c = splitrpc.Client("127.0.0.1", srv.port, timeout=2.0)
+d = c.describe()
+for f in d.functions: print("  desc:", f.func_id, f.name, [(s.name, s.dtype, s.shape) for s in f.inputs], [(s.name, s.dtype, s.shape) for s in f.outputs])
+def fn(n):
+    try: f = c.function(n); print("FN", n, f); return f
+    except BaseException as ex: print("FN FAIL", n, type(ex).__name__, ex)
+f = fn("scalar0d")
+if f:
+    attempt("0d float", lambda: f(np.float32(2.0)), c)
+    attempt("0d python float", lambda: f(2.0), c)
+    attempt("0d array", lambda: f(np.array(2.0, np.float32)), c)
+    attempt("0d batch [3]", lambda: f(np.ones(3, np.float32)), c)
+    attempt("0d str", lambda: f("hello"), c)
+    attempt("0d python int", lambda: f(3), c)
+    attempt("0d py bool", lambda: f(True), c)
+    attempt("0d list", lambda: f([1.0, 2.0]), c)
+f = fn("kw")
+if f:
+    attempt("kw pos", lambda: f(np.ones(2, np.float32), np.ones(2, np.float32)), c)
+    attempt("kw by name", lambda: f(**{"class": np.ones(2, np.float32), "lambda": np.ones(2, np.float32)}), c)
+    attempt("kw out fields", lambda: f.Outputs._fields)
+f = fn("notid")
+if f:
+    attempt("notid by name", lambda: f(**{"a-b": np.ones(2, np.float32), "1x": np.ones(2, np.float32)}), c)
+    attempt("notid fields", lambda: f.Outputs._fields)
+f = fn("dupout")
+if f: attempt("dupout call", lambda: f(np.ones(2, np.float32)), c); attempt("dupout fields", lambda: f.Outputs._fields)
+f = fn("dupin")
+if f: attempt("dupin call", lambda: f(np.ones(2, np.float32), np.ones(2, np.float32)), c)
+f = fn("dtypes")
+if f:
+    attempt("dtypes ok", lambda: f(np.ones(3, bool), np.ones(3, np.float16), np.ones(3, np.complex64), np.ones(3, np.uint8)), c)
+    attempt("dtypes lists", lambda: f([True]*3, [1.0]*3, [1j]*3, [1]*3), c)
+    attempt("bool from int list", lambda: f([1,0,1], [1.0]*3, [1j]*3, [1]*3), c)
+    attempt("bool from float list", lambda: f([1.5,0,1], [1.0]*3, [1j]*3, [1]*3), c)
+    attempt("f16 from big list", lambda: f([True]*3, [1e6]*3, [1j]*3, [1]*3), c)
+    attempt("complex from float list", lambda: f([True]*3, [1.0]*3, [1.0]*3, [1]*3), c)
+    attempt("u1 from 300", lambda: f([True]*3, [1.0]*3, [1j]*3, [300, -1, 2]), c)
+    attempt("u1 from 300 vals", lambda: f([True]*3, [1.0]*3, [1j]*3, [300, -1, 2]), c)
+    attempt("u1 from float list", lambda: f([True]*3, [1.0]*3, [1j]*3, [1.0]*3), c)
+    attempt("u1 from bool list", lambda: f([True]*3, [1.0]*3, [1j]*3, [True]*3), c)
+    attempt("u1 from int8 cast", lambda: f([True]*3, [1.0]*3, [1j]*3, np.ones(3, np.int8), cast=True), c)
+    attempt("c8 from f8 array cast", lambda: f([True]*3, [1.0]*3, np.ones(3), [1]*3, cast=True), c)
+f = fn("u8in")
+if f:
+    attempt("u8 list 300 roundtrip", lambda: f([300, -1]).y.tolist(), c)
+    attempt("u8 scalar 256", lambda: f(256), c)
+f = fn("i8")
+if f:
+    attempt("i8 from big int", lambda: f([2**70, 1]), c)
+    attempt("i8 list roundtrip", lambda: f([2**62, -5]).y.tolist(), c)
+    attempt("i8 from u8 array cast", lambda: f(np.array([2**63, 1], np.uint64), cast=True), c)
+f = fn("opts")
+if f:
+    o = np.ones(2, np.float32)
+    attempt("opts all named", lambda: f(timeout=o, cast=2*o, deadline=3*o).y.tolist(), c)
+    attempt("opts positional", lambda: f(o, 2*o, 3*o).y.tolist(), c)
+    attempt("opts invoke", lambda: f.invoke({"timeout": o, "cast": 2*o, "deadline": 3*o}, timeout=1.0).y.tolist(), c)
+    attempt("opts invoke list", lambda: f.invoke([o, 2*o, 3*o], timeout=1.0).y.tolist(), c)
+    attempt("opts invoke cast", lambda: f.invoke({"timeout": o, "cast": 2*o, "deadline": np.ones(2)}, cast=True).y.tolist(), c)
+    attempt("opts pos + timeout float", lambda: f(o, 2*o, 3*o, timeout=1.0), c)
+f = fn("with-dash"); 
+attempt("fn attr with-dash", lambda: c.fn["with-dash"](np.ones(2, np.float32)), c)
+f = fn("big")
+if f: attempt("big 60000", lambda: f(np.ones(60000, np.uint8)), c); attempt("big batch 4", lambda: f(np.ones((4,60000), np.uint8)), c)
+f = fn("zero")
+if f: attempt("zero-size input", lambda: f(np.ones(0, np.float32)), c); attempt("zero batch", lambda: f(np.ones((3,0), np.float32)), c)
+f = fn("fields")
+if f: attempt("fields call", lambda: f(np.ones(2, np.float32)), c); attempt("fields names", lambda: f.Outputs._fields)
+f = fn("underscore")
+if f: attempt("underscore call", lambda: f(_x=np.ones(2, np.float32), self=np.ones(2, np.float32)), c); attempt("us fields", lambda: f.Outputs._fields)
+f = fn("misalign")
+if f:
+    r = f(np.ones(1, np.float32))
+    attempt("misalign out", lambda: (r.b.flags.aligned, r.b.flags.writeable, r.b.ctypes.data % 8, r.a.flags.writeable), c)
+for n in ["big-endian-spec", "objdtype", "unicode", "noinputs", "nooutputs", "Service", "invoke", "import", "négatif", "dtypes2", "V", "negshape", "hugeshape", "emptyname", "name"]:
+    f = fn(n)
+    if f is None: continue
+    k = len(f.info.inputs)
+    attempt(n+" call", lambda: f(*[np.ones(2, np.float32)]*k), c)
+f = fn("name")
+if f: attempt("name kw", lambda: f(name=np.ones(2, np.float32), info=np.ones(2, np.float32)), c)
+attempt("c.fn.Service", lambda: c.fn.Service, c)
+attempt("c.fn.invoke", lambda: c.fn.invoke, c)
+attempt("c.fn.import", lambda: getattr(c.fn, "import"), c)
+c.close(); srv.stop()
