@@ -211,6 +211,12 @@ class Client:
         tmo = self._budget(func_id, timeout, deadline)
         return _client.call(self._cl, self._buffers(), func_id, as_buffer(data), tmo)
 
+    def _call_array(self, func_id: int, a: "np.ndarray[Any, Any]") -> bytes:
+        """call(func_id, a) for a C-contiguous numpy array, handed to the native call as it is (the
+        typed layer's fast path: it has checked the array; as_buffer's view and cast are not needed)."""
+        self._check_open()
+        return _client.call(self._cl, self._buffers(), func_id, a, self.timeout, a.nbytes)
+
     def call_async(self, func_id: int, data: Any = b"", timeout: float | None = None, *,
                    deadline: float | None = None, aux: int = 0, wait_for_ready: bool | None = None) -> Future[bytes]:
         """Sends the call and returns a Future of its reply bytes (or its exception); timeout,

@@ -126,12 +126,13 @@ class CallBuffers:
         self.code = ffi.new("int *")
 
 
-def call(cl, bufs: CallBuffers, func_id: int, mv: memoryview, tmo: float) -> bytes:
+def call(cl, bufs: CallBuffers, func_id: int, mv, tmo: float, nbytes: int | None = None) -> bytes:
     """One call start to end (srpc_client_call): the reply's bytes; raises CallTimeout, a
-    RemoteError subclass for an ERROR reply, or SplitRPCError for a reply too large."""
+    RemoteError subclass for an ERROR reply, or SplitRPCError for a reply too large. mv: a byte
+    memoryview, or any C-contiguous buffer (a numpy array) with its size in nbytes."""
     out_len, code = bufs.out_len, bufs.code
-    rc = lib.srpc_client_call(cl, func_id, ffi.from_buffer(mv), len(mv), bufs.out, bufs.size, out_len, code,
-                              int(tmo * 1e6))
+    rc = lib.srpc_client_call(cl, func_id, ffi.from_buffer(mv), len(mv) if nbytes is None else nbytes, bufs.out,
+                              bufs.size, out_len, code, int(tmo * 1e6))
     if rc == -ETIMEDOUT:
         raise CallTimeout(f"no reply to function {func_id} within {tmo:.3g} s")
     if rc == -ENOBUFS:
