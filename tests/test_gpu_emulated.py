@@ -61,8 +61,9 @@ GPU_TESTS = ["tests/test_gpu.py::test_gpu_vecadd_many_batches_in_flight[o1]",
 # failed O2 launch; a failed launch in a callback (O1, graph); a failed stream store, then a failed wait; a driver
 # without stream stores; a callback the graph capture refuses (cuBLAS), run as O1; a stream that makes no
 # progress, its wait failed at its deadline
-# ... and the embedding cache on the device (issue 36): 5 tests, lookup_device 3, DLRM on the device 2.
-GPU_TESTS_N = 4 + 18 + 5 + 3 + 2
+# ... and the embedding cache on the device (issue 36): 5 tests, lookup_device 3, DLRM on the device 2;
+# ... and typed functions given CuPy arrays (issue 53): vecadd, and every built-in and zoo function.
+GPU_TESTS_N = 4 + 18 + 5 + 3 + 2 + 2
 
 
 def test_device_functions_on_the_emulated_gpu(build):

@@ -134,7 +134,7 @@ def test_two_processes_at_once_fill_once(cache, tmp_path):
         print(l3_cache.filled_temporary(sp, fill, prefix={str(tmp_path / "p-")!r}))
     """)
     env = {**os.environ, l3_cache.CACHE_ENV: str(cache)}
-    procs = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env=env)
+    procs = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env=env, cwd=tmp_path)
              for _ in range(2)]
     paths = [p.communicate(timeout=120)[0].strip() for p in procs]
     assert all(p.returncode == 0 for p in procs) and len(set(paths)) == 2
