@@ -101,7 +101,8 @@ def test_serve_and_call_dlrm_from_the_command_line(tmp_path, run_env):
     cfg.write_text(json.dumps({"l3": str(tmp_path / "l3"), "l2": "hashmap", "l1_fraction": 0.02}))
     port = free_udp_port()
     srv = subprocess.Popen(splitrpc_cmd("serve", "--port", str(port), "--models", "dlrm", "--small",
-                                        "--embedding-store", str(cfg), "--wait", "block", "--dlrm-pipeline", "2,1"),
+                                        "--embedding-store", str(cfg), "--wait", "block", "--dlrm-pipeline", "2,1",
+                                        "--drain-linger", "0"),
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **run_env)
     try:
         line = ""

@@ -177,7 +177,7 @@ def test_serve_with_the_emulated_lane_from_the_command_line(run_env):
     port = free_udp_port()
     proc = subprocess.Popen(splitrpc_cmd("serve", "--port", str(port), "--wait", "block", "--models", "graphsage",
                                          "--small", "--gnn-threshold", "0", "--gnn-lane", "emulated",
-                                         "--gnn-lane-warm"),
+                                         "--gnn-lane-warm", "--drain-linger", "0"),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **run_env)
     try:
         line = proc.stdout.readline()

@@ -176,7 +176,7 @@ def test_serve_and_call_graphsage_from_the_command_line(run_env, tmp_path):
     port = free_udp_port()
     trace = tmp_path / "trace.npz"
     proc = subprocess.Popen(_cmd("serve", "--port", str(port), "--wait", "block", "--models", "graphsage,lenet",
-                                 "--small", "--gnn-threshold", "2500", "--gnn-trace", str(trace)),
+                                 "--small", "--gnn-threshold", "2500", "--gnn-trace", str(trace), "--drain-linger", "0"),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **run_env)
     try:
         line = proc.stdout.readline()

@@ -327,7 +327,7 @@ def splitrpc_cmd(*args):
 def test_cli_serves_and_calls_a_model():
     port = free_udp_port()
     proc = subprocess.Popen(splitrpc_cmd("serve", "--port", str(port), "--wait", "block", "--models", "lenet",
-                                         "--small"), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                         "--small", "--drain-linger", "0"), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             **run_env())
     try:
         end = time.monotonic() + 60
