@@ -1,4 +1,4 @@
-"""intervals.py: the bootstrap intervals behind every comparison the suites claim: B's median over A's (unpaired rounds of two builds), the median of per-round ratios (B and A run back to back in each round), a ratio of sums over paired draws, and a mean, each with its 95% interval (the project's rule: a target is met only when the interval clears it)."""
+"""intervals.py: the bootstrap intervals behind every comparison the suites claim: B's median over A's (unpaired rounds of two builds), the median of per-round ratios (B and A run back to back in each round) or differences, a ratio of sums over paired draws, and a mean, each with its 95% interval (the project's rule: a target is met only when the interval clears it)."""
 from __future__ import annotations
 
 import numpy as np
@@ -35,6 +35,21 @@ def round_ratio_interval(a, b, seed: int = 0) -> dict:
     m = np.median(r[np.random.default_rng(seed).integers(0, len(r), (RESAMPLES, len(r)))], axis=1)
     lo, hi = np.percentile(m, [2.5, 97.5])
     return {"ratio": float(np.median(r)), "lo": float(lo), "hi": float(hi)}
+
+
+def round_difference_interval(a, b, seed: int = 0) -> dict:
+    """{"diff": median of b[i] - a[i], "lo", "hi"} for rounds in which A and B ran together: the
+    2.5th and 97.5th percentiles of that median over RESAMPLES resamples of the rounds (an added
+    cost in the measure's own unit, where a ratio would hide it). lo and hi None with fewer than
+    two rounds."""
+    if len(a) != len(b):
+        raise ValueError(f"rounds need two lists of one length, got {len(a)} and {len(b)}")
+    d = np.asarray(b, float) - np.asarray(a, float)
+    if len(d) < 2:
+        return {"diff": float(np.median(d)) if len(d) else None, "lo": None, "hi": None}
+    m = np.median(d[np.random.default_rng(seed).integers(0, len(d), (RESAMPLES, len(d)))], axis=1)
+    lo, hi = np.percentile(m, [2.5, 97.5])
+    return {"diff": float(np.median(d)), "lo": float(lo), "hi": float(hi)}
 
 
 def paired_ratio_interval(a, b, seed: int = 0, stat=None) -> dict:

@@ -16,21 +16,10 @@ from datetime import datetime, timezone
 
 import numpy as np
 
-from splitrpc.bench.helpers.intervals import RESAMPLES, round_ratio_interval
+from splitrpc.bench.helpers.intervals import round_difference_interval, round_ratio_interval
 from splitrpc.bench.helpers.procs import start_splitrpc
 
 TARGET_US = 1.0      # issue 53: typed adds at most this per call on vecadd at one outstanding call
-
-
-def difference_interval(a, b, seed: int = 0) -> dict:
-    """{"diff": median of b[i] - a[i], "lo", "hi"} over paired rounds: the 2.5th and 97.5th
-    percentiles of that median over RESAMPLES resamples of the rounds."""
-    d = np.asarray(b, float) - np.asarray(a, float)
-    if len(d) < 2:
-        return {"diff": float(np.median(d)) if len(d) else None, "lo": None, "hi": None}
-    m = np.median(d[np.random.default_rng(seed).integers(0, len(d), (RESAMPLES, len(d)))], axis=1)
-    lo, hi = np.percentile(m, [2.5, 97.5])
-    return {"diff": float(np.median(d)), "lo": float(lo), "hi": float(hi)}
 
 
 def _inputs(c, name: str):
@@ -111,8 +100,8 @@ def _measure(a, name: str, wait: str, busy_poll: bool, calls: int, warmup: int) 
                     "server": f"splitrpc serve --wait {wait}{' ' + ' '.join(extra) if extra else ''}",
                     "client_busy_poll": busy_poll,
                     **{f"{m}_us": float(np.median(rounds[m])) for m in modes},
-                    "added_us": difference_interval(rounds["raw"], rounds["typed"]),
-                    "added_over_decode_us": difference_interval(rounds["raw+decode"], rounds["typed"]),
+                    "added_us": round_difference_interval(rounds["raw"], rounds["typed"]),
+                    "added_over_decode_us": round_difference_interval(rounds["raw+decode"], rounds["typed"]),
                     "ratio": round_ratio_interval(rounds["raw"], rounds["typed"]),
                     "rounds": rounds, "layer_alone": layer_alone(fn, arrays, reply)}
     finally:
