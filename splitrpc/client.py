@@ -217,6 +217,18 @@ class Client:
         self._check_open()
         return _client.call(self._cl, self._buffers(), func_id, a, self.timeout, a.nbytes)
 
+    _into_min = _client.INTO_MIN
+
+    def _call_into(self, func_id: int, a: "np.ndarray[Any, Any]", out: "np.ndarray[Any, Any]") -> int:
+        """_call_array whose reply is read straight into out, a fresh C-contiguous array of at
+        least _into_min bytes (the typed layer's fast path for one output): the reply's
+        length, out.nbytes or not (the caller's check; a longer reply is not read)."""
+        cl = self._cl
+        if cl is None:  # _check_open, inline: this is the typed layer's fast path
+            raise SplitRPCError("client is closed")
+        bufs = getattr(self._tls, "bufs", None) or self._buffers()
+        return _client.call_into(cl, bufs, func_id, a, a.nbytes, out, out.nbytes, self.timeout)
+
     def call_async(self, func_id: int, data: Any = b"", timeout: float | None = None, *,
                    deadline: float | None = None, aux: int = 0, wait_for_ready: bool | None = None) -> Future[bytes]:
         """Sends the call and returns a Future of its reply bytes (or its exception); timeout,

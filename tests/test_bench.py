@@ -169,3 +169,21 @@ def test_sessions_cost_reports_paired_and_unpaired_ratios():
     md2 = sessions_cost.report(dict(doc, variants=["unkeyed", "unkeyed-v2", "v5", "v5-aes"], cells=cells2, runs=runs2))
     assert re.search(r"\| spin \| 1 \| v5 \| .* \| 1\.078 \[1\.078, 1\.078\] \|\n", md2), md2
     assert sessions_cost._variants("unkeyed,unkeyed-v2,v5-aes") == ["unkeyed", "unkeyed-v2", "v5-aes"]
+
+
+def test_typed_cost_runs_each_round_in_a_client_process_of_its_own(tmp_path):
+    """bench/suites/typed_cost.py on vecadd, two tiny rounds: each round's client is a process of
+    its own, the three modes measured, the target judged from the interval's top (not run for
+    its numbers: this machine is noisy)."""
+    from splitrpc.bench.suites import typed_cost
+
+    out = tmp_path / "tc.md"
+    assert typed_cost.main(["--rounds", "2", "--calls", "100", "--warmup", "10", "--quiet", "--vecadd-only",
+                            "--out", str(out)]) == 0
+    doc = json.loads(out.with_suffix(".json").read_text())
+    v = doc["functions"]["vecadd"]
+    assert list(doc["functions"]) == ["vecadd"] and all(len(v["rounds"][m]) == 2 for m in typed_cost.MODES)
+    assert all(0 < x < 1e5 for m in typed_cost.MODES for x in v["rounds"][m])
+    assert doc["target"]["met"] == (v["added_us"]["hi"] <= typed_cost.TARGET_US)
+    assert v["layer_alone"]["read_into"] is True  # vecadd's one output: the reply received straight into it
+    assert "each in a client process of its own" in out.read_text()

@@ -34,7 +34,7 @@ def test_builtin_functions_by_name_and_by_attribute(served):
     out = c.function("vecadd")(x)
     assert type(out).__name__ == "vecadd_outputs" and len(out) == 1, out
     assert np.array_equal(out[0], x + 1) and out[0].shape == (256,) and out[0].dtype == np.float32
-    assert not out[0].flags.writeable  # a view of the reply, not a copy
+    assert out[0].flags.writeable and out[0].flags.owndata  # one output: the reply received straight into it
     m = c.fn.matmul(a, b)[0]
     assert np.allclose(m, a @ b, rtol=1e-5, atol=1e-5) and m.shape == (32, 32)
     names = [s.name for s in c.function("matmul").info.inputs]
@@ -408,3 +408,77 @@ def test_an_input_named_self_and_names_that_are_not_there(make_server, make_clie
     with pytest.raises(AttributeError):  # getattr and hasattr work as for any attribute
         c.fn.nope
     assert not hasattr(c.fn, "nope")
+
+
+def _by_hand(describe_reply: bytes, answers: list):
+    """A version-1 server written by hand on loopback: DESCRIBE gets describe_reply; each other
+    call the next of answers, (type, aux, data) as one message in 1400-byte segments."""
+    import threading
+
+    from foreign_client import DESCRIBE, ERROR, RESPONSE, HDR, pack
+
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.bind(("127.0.0.1", 0))
+    s.settimeout(0.2)
+    stop = threading.Event()
+
+    def reply(peer, typ, fid, rid, aux, data):
+        n = max(1, -(-len(data) // 1400))
+        for i in range(n):
+            s.sendto(pack(1, typ, fid, rid, i, n, len(data), aux) + data[i * 1400:(i + 1) * 1400], peer)
+
+    def loop():
+        while not stop.is_set():
+            try:
+                d, peer = s.recvfrom(65535)
+            except socket.timeout:
+                continue
+            _, vt, fid, rid, seq, nseg, mlen, aux = HDR.unpack_from(d)
+            if seq != 0:
+                continue
+            if fid == DESCRIBE:
+                reply(peer, RESPONSE, fid, rid, 0, describe_reply)
+            elif answers:
+                typ, code, data = answers.pop(0)
+                reply(peer, {"reply": RESPONSE, "error": ERROR}[typ], fid, rid, code, data)
+    t = threading.Thread(target=loop, daemon=True)
+    t.start()
+
+    def close():
+        stop.set()
+        t.join()
+        s.close()
+    return s.getsockname()[1], close
+
+
+def test_a_reply_read_straight_into_its_array_is_checked(make_server, make_client):
+    """A blocking Client's call of a function with one output receives the reply straight into
+    the output's array: a reply longer or shorter than it is ReplyMismatch, an ERROR's text
+    (in the array's memory) is read out, up to the protocol's 256 bytes."""
+    srv = make_server(register_builtin_services)
+    real = make_client(srv.port, timeout=5.0)
+    desc = real.call(describe_.DESCRIBE_ID, describe_.DESCRIBE_REQUEST)  # the built-in services' description, served by hand below
+    answers: list = []
+    port, close = _by_hand(desc, answers)
+    try:
+        c = make_client(port, timeout=2.0, protocol=1, retries=0)
+        fn, x = c.function("vecadd"), vec()
+        assert fn._b.into is not None  # the path under test
+        answers.append(("reply", 0, (x + 1).tobytes()))
+        y = fn(x).y
+        assert np.array_equal(y, x + 1) and y.flags.writeable and y.flags.owndata  # its own array
+        for size in (1028, 1020, 4096):
+            answers.append(("reply", 0, bytes(size)))
+            with pytest.raises(ReplyMismatch, match=f"replied {size} bytes"):
+                fn(x)
+        answers.append(("error", 2, b"x must be finite"))
+        with pytest.raises(splitrpc.BadRequest, match="x must be finite"):
+            fn(x)
+        answers.append(("error", 5, b"E" * 1500))  # longer than the protocol allows: its first 256 bytes
+        with pytest.raises(splitrpc.InternalError) as ei:
+            fn(x)
+        assert str(ei.value).endswith(": " + "E" * 256), str(ei.value)
+        answers.append(("reply", 0, (x * 2).tobytes()))
+        assert np.array_equal(fn(x).y, x * 2)  # the client goes on
+    finally:
+        close()

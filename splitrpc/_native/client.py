@@ -144,6 +144,28 @@ def call(cl, bufs: CallBuffers, func_id: int, mv, tmo: float, nbytes: int | None
     return reply
 
 
+INTO_MIN = lib.SRPC_ERRMSG_MAX  # the least buffer call_into reads a reply into: the most of an ERROR's text a client keeps
+
+
+def call_into(cl, bufs: CallBuffers, func_id: int, a, nbytes: int, out, cap: int, tmo: float) -> int:
+    """call() of a C-contiguous buffer a (nbytes) whose reply is read straight into out, a
+    writable C-contiguous buffer of cap bytes, cap >= INTO_MIN (an ERROR's text lands there
+    too): no bytes object between the reply and its array. Returns the reply's length:
+    cap or not, the caller's check (a reply longer than cap is not read: its length alone).
+    Raises as call() does."""
+    out_len, code = bufs.out_len, bufs.code
+    p = ffi.from_buffer(out)
+    rc = lib.srpc_client_call(cl, func_id, ffi.from_buffer(a), nbytes, p, cap, out_len, code, int(tmo * 1e6))
+    if rc == 0 and not code[0]:
+        return out_len[0]
+    if rc == -ETIMEDOUT:
+        raise CallTimeout(f"no reply to function {func_id} within {tmo:.3g} s")
+    if rc == -ENOBUFS and not code[0]:  # (an ERROR's text fits: the C client keeps at most INTO_MIN bytes of it)
+        return out_len[0]
+    check(rc, "srpc_client_call")
+    raise call_error(code[0], ffi.buffer(p, out_len[0])[:])
+
+
 def send(cl, func_id: int, mv: memoryview, timeout: float, aux: int = 0, wait_for_ready: bool | None = None) -> int:
     """Sends a request (header aux: aux) on the client's own completion queue with its deadline
     `timeout` seconds from now (srpc_client_send_opts: the window may hold it back); returns its
