@@ -165,7 +165,8 @@ class Client:
             busy_backoff=busy_backoff, protocol=protocol,
             wait_for_ready=None if wait_for_ready is None else int(bool(wait_for_ready)), auth_key=auth_key,
             encrypt=encrypt, rekey=rekey, suites=suite_mask, **dpdk_kw)
-        self._cl = self._native.handle
+        self._cl = self._native.handle  # None once closed: no new call starts
+        self._handle = self._cl  # freed by __del__ alone: a thread may still be in a call when close() runs
         self.host, self.port, self.timeout = self._native.host, self._native.port, timeout
         self.max_reply = self._native.max_reply
         self._tls = threading.local()
@@ -207,15 +208,15 @@ class Client:
         if aux or wait_for_ready is not None:
             return self.call_async(func_id, data, timeout, deadline=deadline, aux=aux,
                                    wait_for_ready=wait_for_ready).result()
-        self._check_open()
+        cl = self._check_open()
         tmo = self._budget(func_id, timeout, deadline)
-        return _client.call(self._cl, self._buffers(), func_id, as_buffer(data), tmo)
+        return _client.call(cl, self._buffers(), func_id, as_buffer(data), tmo)
 
     def _call_array(self, func_id: int, a: "np.ndarray[Any, Any]") -> bytes:
         """call(func_id, a) for a C-contiguous numpy array, handed to the native call as it is (the
         typed layer's fast path: it has checked the array; as_buffer's view and cast are not needed)."""
-        self._check_open()
-        return _client.call(self._cl, self._buffers(), func_id, a, self.timeout, a.nbytes)
+        cl = self._check_open()
+        return _client.call(cl, self._buffers(), func_id, a, self.timeout, a.nbytes)
 
     _into_min = _client.INTO_MIN
 
@@ -225,7 +226,7 @@ class Client:
         length, out.nbytes or not (the caller's check; a longer reply is not read)."""
         cl = self._cl
         if cl is None:  # _check_open, inline: this is the typed layer's fast path
-            raise SplitRPCError("client is closed")
+            raise SplitRPCError(_client.CLOSED)
         bufs = getattr(self._tls, "bufs", None) or self._buffers()
         return _client.call_into(cl, bufs, func_id, a, a.nbytes, out, out.nbytes, self.timeout)
 
@@ -239,8 +240,8 @@ class Client:
         tmo = self._budget(func_id, timeout, deadline)
         mv = as_buffer(data)
         fut: Future[bytes] = Future()
-        with self._plock:  # registered before a reply can be reported
-            rid = _client.send(self._cl, func_id, mv, tmo, aux, wait_for_ready)
+        with self._plock:  # registered before a reply can be reported, and not after close() failed the pending
+            rid = _client.send(self._check_open(), func_id, mv, tmo, aux, wait_for_ready)
             self._pending[rid] = (fut, time.monotonic() + tmo)
             if self._poller is None:
                 self._poller = threading.Thread(target=self._poll_loop, name="splitrpc-client", daemon=True)
@@ -248,7 +249,10 @@ class Client:
         return fut
 
     def _poll_loop(self) -> None:
-        completions = _client.Completions(self._cl)
+        cl = self._cl  # close() joins this thread before it closes the client
+        if cl is None:
+            return
+        completions = _client.Completions(cl)
         while not self._closing:
             done = completions.wait(20_000)
             if done is None:
@@ -263,7 +267,7 @@ class Client:
                 if idle:  # the next call_async starts a new poller
                     self._poller = None
             for rid in expired:
-                _client.release(self._cl, rid)
+                _client.release(cl, rid)
             for fut, c, r in finished:
                 if fut is not None and not fut.done():
                     fut.set_exception(_client.call_error(c, r)) if c else fut.set_result(r)
@@ -302,33 +306,40 @@ class Client:
                     warmup: int = 100, timeout: float | None = None) -> dict[str, Any]:
         """Closed-loop load in native code: `concurrency` calls outstanding until `calls`
         recorded ones finished. Returns latencies (ns, numpy), errors and elapsed seconds."""
-        self._check_open()
+        cl = self._check_open()
         tmo = self.timeout if timeout is None else timeout
-        lat, errors, elapsed_ns = _client.closed_loop(self._cl, func_id, as_buffer(data), concurrency, warmup, calls,
+        lat, errors, elapsed_ns = _client.closed_loop(cl, func_id, as_buffer(data), concurrency, warmup, calls,
                                                       int(tmo * 1e6))
         return {"latency_ns": lat, "errors": errors, "elapsed_s": elapsed_ns / 1e9}
 
     def stats(self) -> dict[str, int]:
         return _client.read_stats(self._cl)
 
-    def _check_open(self) -> None:
-        if self._cl is None:
-            raise SplitRPCError("client is closed")
+    def _check_open(self) -> Any:
+        """The native handle; SplitRPCError once closed (read once: close() may run meanwhile)."""
+        cl = self._cl
+        if cl is None:
+            raise SplitRPCError(_client.CLOSED)
+        return cl
 
     def close(self) -> None:
+        """Closes the client, from any thread: calls still in flight on other threads end at once
+        with SplitRPCError("client is closed"), as do pending futures and every later call. Its
+        memory and socket are freed when the Client is dropped (a thread may still be inside a
+        call as close() runs). Idempotent."""
         self._closing = True
         t = self._poller
         if t is not None and t is not threading.current_thread():
             t.join()
         with self._plock:
+            cl, self._cl = self._cl, None
             pending = list(self._pending.values())
             self._pending.clear()
         for fut, _ in pending:
             if not fut.done():
                 fut.set_exception(SplitRPCError("client closed"))
-        if self._cl is not None:
-            _client.destroy(self._cl)
-            self._cl = None
+        if cl is not None:  # calls still in flight on other threads end with "client is closed"
+            _client.shutdown(cl)
 
     def __enter__(self) -> "Client":
         return self
@@ -341,3 +352,9 @@ class Client:
             self.close()
         except Exception:
             pass
+        h = self.__dict__.pop("_handle", None)
+        if h is not None:  # nothing refers to this client now: no thread can be in its calls
+            try:
+                _client.destroy(h)
+            except Exception:  # (at interpreter exit the binding may be gone already)
+                pass

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import inspect
 import keyword
 import math
 import threading
@@ -272,12 +273,14 @@ class _Bound:
         # a Client's call of a checked array as it is; a Pool's call otherwise
         self.call_array: Callable[[int, Any], bytes] = getattr(caller, "_call_array", caller.call)
         # a Client's call whose reply is received straight into the one output's array, which
-        # must hold an ERROR's text too (at least the client's _into_min bytes); None: the
-        # reply's bytes, read by Signature.read
+        # must hold an error's text too (at least the client's _into_min bytes) and no more than
+        # a reply can be (its max_reply: the description's sizes are the server's word, and the
+        # array is allocated before anything is sent); None: the reply's bytes, Signature.read
         into = getattr(caller, "_call_into", None)
         self.into: Callable[[int, Any, Any], int] | None = (
             into if into is not None and signature.out_one is not None
-            and signature.out_bytes >= getattr(caller, "_into_min", 1 << 62) else None)
+            and getattr(caller, "_into_min", 1 << 62) <= signature.out_bytes <= getattr(caller, "max_reply", 0)
+            else None)
 
     def call(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """The general path: the options taken out of kwargs, then invoke."""
@@ -366,22 +369,51 @@ class Function(functools.partial):  # type: ignore[type-arg]
     signature: Signature
     Outputs: Any
     _b: _Bound
+    __signature__: inspect.Signature
 
     def __new__(cls, directory: "Directory", caller: Caller, signature: Signature) -> "Function":
         b = _Bound(directory, caller, signature)
         self = super().__new__(cls, _call_of(b))
         self._b, self.info, self.name, self.func_id = b, signature.info, signature.name, signature.func_id
         self.signature, self.Outputs = signature, signature.Outputs
+
+        self.__signature__ = _call_signature(signature)
         return self
 
     def __repr__(self) -> str:
         return _repr(self.signature)
+
+    def __get__(self, obj: Any, objtype: Any = None) -> "Function":
+        """Itself, as before it was a partial: a class attribute `infer = client.fn.lenet` is not
+        bound as a method (Python 3.13 warns that a partial will be; 3.14 binds it)."""
+        return self
+
+    def __copy__(self) -> "Function":  # bound to one client and one description: nothing to copy
+        return self
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> "Function":
+        return self
 
     def invoke(self, args: Sequence[Any], named: dict[str, Any] | None = None, *, timeout: float | None = None,
                cast: bool = False, **caller_kw: Any) -> Any:
         """The call with its inputs (by position, then by name) and its options kept apart, so an
         input may be named like an option (stubs call this)."""
         return self._b.invoke(args, named or {}, timeout, cast, caller_kw)
+
+
+def _call_signature(sig: Signature) -> inspect.Signature:
+    """What inspect.signature (and an IDE) shows of a Function: its inputs by name, then the call
+    options keyword-only; (*inputs, **options) where an input's name is not a Python identifier
+    or is one of the options."""
+    P = inspect.Parameter
+    opts = [P("timeout", P.KEYWORD_ONLY, default=None), P("cast", P.KEYWORD_ONLY, default=False),
+            P("deadline", P.KEYWORD_ONLY, default=None), P("idempotent", P.KEYWORD_ONLY, default=None)]
+    try:
+        if any(n in OPTIONS for n in sig.in_names):
+            raise ValueError("an input named like an option")
+        return inspect.Signature([P(n, P.POSITIONAL_OR_KEYWORD) for n in sig.in_names] + opts)
+    except ValueError:
+        return inspect.Signature([P("inputs", P.VAR_POSITIONAL), P("options", P.VAR_KEYWORD)])
 
 
 class RawFunction:

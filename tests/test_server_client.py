@@ -673,3 +673,43 @@ def test_reply_hold_us_zero_sends_every_batch_alone(make_server, make_client):
         assert f.result(timeout=20) == f32(np.full(4, i + 1)), i
     st = srv.stats()
     assert st["replies"] >= 64 and st["tx_sends"] == st["batches"], st
+
+
+def test_close_while_calls_are_in_flight_on_other_threads():
+    """Client.close() from one thread while others wait in calls (a server that never answers):
+    each call ends at once with "client is closed" (srpc_client_shutdown), a future too, later
+    calls are refused, and nothing is freed under a waiting thread (the client is freed when it
+    is dropped). Before: SIGSEGV, the client freed under the waiters."""
+    import threading
+
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.bind(("127.0.0.1", 0))  # takes requests, never answers
+    try:
+        c = splitrpc.Client("127.0.0.1", s.getsockname()[1], timeout=30.0)
+        outcomes: list = []
+
+        def call(_i):
+            try:
+                c.call(1, bytes(64))
+                outcomes.append("answered")
+            except splitrpc.SplitRPCError as e:
+                outcomes.append(str(e))
+        threads = [threading.Thread(target=call, args=(i,)) for i in range(4)]
+        for t in threads:
+            t.start()
+        fut = c.call_async(1, bytes(8))
+        time.sleep(0.3)
+        t0 = time.monotonic()
+        c.close()
+        for t in threads:
+            t.join(5)
+        assert time.monotonic() - t0 < 3 and not any(t.is_alive() for t in threads)
+        assert outcomes == ["client is closed"] * 4, outcomes
+        with pytest.raises(splitrpc.SplitRPCError, match="client (is )?closed"):
+            fut.result(timeout=5)
+        with pytest.raises(splitrpc.SplitRPCError, match="client is closed"):
+            c.call(1, b"x")
+        c.close()  # again: nothing
+        del c
+    finally:
+        s.close()

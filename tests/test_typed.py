@@ -482,3 +482,76 @@ def test_a_reply_read_straight_into_its_array_is_checked(make_server, make_clien
         assert np.array_equal(fn(x).y, x * 2)  # the client goes on
     finally:
         close()
+
+
+class _FakeClient:
+    """What a Function needs of a blocking Client, for what is decided before any call."""
+    _into_min, max_reply = 512, 1 << 20
+
+    def _call_into(self, func_id, a, out):
+        out[...] = 7
+        return out.nbytes
+
+    def call(self, func_id, data=b"", timeout=None):
+        raise AssertionError("not on this path")
+
+    call_async = call
+
+
+def _function(outputs, inputs=(splitrpc.TensorSpec("x", "float32", (4,)),), name="f"):
+    from splitrpc.typed import Function, Signature
+
+    return Function(None, _FakeClient(), Signature(describe_.FunctionInfo(9, name, None, False, inputs=inputs,
+                                                                          outputs=outputs)))
+
+
+def test_the_into_path_only_for_an_output_a_reply_can_be():
+    """The output's array is allocated before anything is sent, from the server's word: only
+    from the client's _into_min bytes (an error's whole text fits) to its max_reply."""
+    assert _function((splitrpc.TensorSpec("y", "float32", (256,)),))._b.into is not None  # 1 KiB
+    assert _function((splitrpc.TensorSpec("y", "float32", (64,)),))._b.into is None  # 256 B: under 512
+    for shape in ((1 << 40,), (1 << 62, 1 << 62)):  # 1 TiB, 2**124 B: the bytes path, which sends and checks
+        assert _function((splitrpc.TensorSpec("y", "uint8", shape),))._b.into is None
+    fn = _function((splitrpc.TensorSpec("y", "float32", (256,)),))
+    assert fn(np.zeros(4, np.float32)).y.tolist() == [7.0] * 256
+
+
+def test_a_function_is_no_method_copies_as_itself_and_shows_its_inputs():
+    """Function is a functools.partial: kept as a class attribute it is not bound to the
+    instance (Python 3.13 warns a partial will be; 3.14 binds it), copy.copy gives it back, and
+    inspect.signature shows its inputs and options, not the closure's parameters."""
+    import copy
+    import inspect
+
+    fn = _function((splitrpc.TensorSpec("y", "float32", (256,)),),
+                   inputs=(splitrpc.TensorSpec("image", "float32", (2,)), splitrpc.TensorSpec("self", "int8", (1,))))
+
+    class Model:
+        infer = fn
+    assert Model().infer is fn and Model.infer is fn
+    assert copy.copy(fn) is fn and copy.deepcopy(fn) is fn
+    assert str(inspect.signature(fn)) == "(image, self, *, timeout=None, cast=False, deadline=None, idempotent=None)"
+    odd = _function((splitrpc.TensorSpec("y", "float32", (256,)),), inputs=(splitrpc.TensorSpec("in.1", "float32", (2,)),))
+    assert str(inspect.signature(odd)) == "(*inputs, **options)"
+
+
+def test_an_error_text_longer_than_the_reply_buffer_is_cut_not_lost():
+    """srpc_client_call cuts an error's text to the buffer (the code is the outcome): the
+    client's own texts reach SRPC_CLIENT_MSG_MAX (an unreachable server with a long host name)."""
+    from splitrpc._native import client as _client
+
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()  # nobody listens: the kernel answers "port unreachable"
+    host = "0" * 300 + "177.0.0.1"  # 127.0.0.1, spelled long: the text is ~380 bytes
+    c = splitrpc.Client(host, port, timeout=2.0, retries=0)
+    try:
+        out = np.empty(256, np.uint8)
+        with pytest.raises(splitrpc.Unavailable) as ei:
+            _client.call_into(c._cl, c._buffers(), 1, np.zeros(4, np.uint8), 4, out, 256, 2.0)
+        assert len(str(ei.value).encode()) == 256 and str(ei.value).startswith("the server 000"), str(ei.value)
+        with pytest.raises(splitrpc.Unavailable, match=r"is unreachable \("):  # the whole text where it fits
+            c.call(1, b"abcd")
+    finally:
+        c.close()

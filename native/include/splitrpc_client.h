@@ -94,6 +94,8 @@ typedef struct srpc_client_config {
     uint8_t v5_suites;
 } srpc_client_config_t;
 
+#define SRPC_CLIENT_MSG_MAX 512 /* the text of a local outcome (SRPC_E_UNAVAILABLE...) is shorter */
+
 void srpc_client_config_init(srpc_client_config_t *cfg);
 int srpc_client_create(const srpc_client_config_t *cfg, srpc_client_t **out);
 void srpc_client_destroy(srpc_client_t *cl);
@@ -165,12 +167,23 @@ int srpc_client_send_each_cq(srpc_client_t *cl, srpc_client_cq_t *cq, const uint
 int srpc_client_result(srpc_client_t *cl, uint64_t req_id, int *code, const uint8_t **data,
                        uint32_t *len);
 
+/* Closes the client for calls, from any thread, while others may still be in its functions:
+ * every unfinished call finishes now with SRPC_E_CLOSED (its waiters wake within 10 ms), and
+ * from then on nothing is sent (srpc_client_send* and srpc_client_call return -ESHUTDOWN, a
+ * wait with nothing left to wait for returns -ESHUTDOWN). The client stays valid memory, its
+ * socket open, until srpc_client_destroy, which must come after every thread has left the
+ * client's functions (a binding: when nothing can call it any more). Idempotent; 0 or -EINVAL. */
+int srpc_client_shutdown(srpc_client_t *cl);
+
 /* Forgets a call (finished or not); a late reply for it is dropped. */
 int srpc_client_release(srpc_client_t *cl, uint64_t req_id);
 
 /* One call, start to end: send, wait, copy the reply into out (cap bytes); timeout_us is the
- * call's deadline (retransmissions, BUSY retries and a wait in the window end there). Returns 0 with *out_len and *code set (code != 0: error, message in out), -ETIMEDOUT,
- * -ENOBUFS when the reply is larger than cap (*out_len says how large). */
+ * call's deadline (retransmissions, BUSY retries and a wait in the window end there). Returns 0
+ * with *out_len and *code set (code != 0: error, its text in out, cut to cap where longer: a
+ * server's is at most SRPC_ERRMSG_MAX bytes, the client's own less than SRPC_CLIENT_MSG_MAX),
+ * -ETIMEDOUT, -ENOBUFS when a reply (code 0) is larger than cap (*out_len says how large),
+ * -ESHUTDOWN after srpc_client_shutdown. */
 int srpc_client_call(srpc_client_t *cl, uint16_t func_id, const void *data, uint32_t len,
                      void *out, uint32_t cap, uint32_t *out_len, int *code, int64_t timeout_us);
 

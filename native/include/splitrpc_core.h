@@ -45,6 +45,7 @@ enum srpc_error_code {
 #define SRPC_E_SEND 103      /* load generator: the request could not be sent */
 #define SRPC_E_UNAVAILABLE 104 /* the server's address answered "unreachable" (ICMP port or host
                                   unreachable): the call failed without waiting for its deadline */
+#define SRPC_E_CLOSED 105    /* the client was shut down (srpc_client_shutdown) before the call finished */
 
 /* A decoded control header, fields in host order. */
 typedef struct srpc_hdr {

@@ -3,7 +3,7 @@
  * whose deadline passes while it waits is never sent, retransmission goes on until the
  * deadline, load-run calls bypass both, threads calling through a small window all finish, and
  * an unreachable server fails calls at once unless they wait for ready, as a DRAINING answer
- * fails the calls still waiting for the window. */
+ * fails the calls still waiting for the window; a shutdown ends every call with threads waiting. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <poll.h>
@@ -544,6 +544,68 @@ static void test_a_full_send_queue_is_a_loss_for_a_call_that_retransmits(void)
     close(p.fd);
 }
 
+/* srpc_client_shutdown while threads wait in srpc_client_call (a peer that never answers) and
+ * calls wait behind a full window: every call ends at once with SRPC_E_CLOSED (its text in the
+ * buffer, cut to cap: here 8 bytes), nothing is sent after it, later sends and calls get
+ * -ESHUTDOWN; destroy comes after the threads are gone. */
+typedef struct shut_caller {
+    srpc_client_t *c;
+    int rc, code;
+    uint32_t len;
+    char text[8];
+} shut_caller_t;
+
+static void *shut_call(void *arg)
+{
+    shut_caller_t *w = arg;
+    w->rc = srpc_client_call(w->c, 7, "q", 1, w->text, sizeof(w->text), &w->len, &w->code, 20000000);
+    return NULL;
+}
+
+static void test_shutdown_ends_every_call_with_threads_waiting(void)
+{
+    peer_t p;
+    CHECK(peer_open(&p) == 0, "peer");
+    srpc_client_t *c = client_for(&p, 2, 0, 0, 1000); /* a window of 2: the other calls wait in it */
+    pthread_t th[4];
+    shut_caller_t w[4];
+    for (int i = 0; i < 4; i++) {
+        w[i] = (shut_caller_t){.c = c, .rc = 1};
+        pthread_create(&th[i], NULL, shut_call, &w[i]);
+    }
+    uint64_t q;
+    CHECK(srpc_client_send_opts(c, NULL, 7, "s", 1, 0, 20000000, 0, &q) == 0, "a sent call too");
+    srpc_hdr_t h;
+    int seen = 0;
+    while (seen < 2 && peer_recv(&p, 1000, &h))
+        seen++;
+    CHECK(seen == 2, "the window let two calls out");
+    srpc_client_stats_t st = {0};
+    for (int i = 0; i < 200 && (srpc_client_stats(c, &st), st.waiting < 3); i++)
+        usleep(5000);
+    CHECK(st.waiting == 3, "the three others wait in the window");
+    const uint64_t t0 = now_ms();
+    CHECK(srpc_client_shutdown(c) == 0 && srpc_client_shutdown(c) == 0, "shutdown, twice");
+    for (int i = 0; i < 4; i++)
+        pthread_join(th[i], NULL);
+    CHECK(now_ms() - t0 < 1000, "the waiting threads woke at once");
+    int closed = 0;
+    for (int i = 0; i < 4; i++)
+        closed += w[i].rc == 0 && w[i].code == SRPC_E_CLOSED && w[i].len == sizeof(w[i].text);
+    CHECK(closed == 4, "every call: SRPC_E_CLOSED, its text cut to the buffer");
+    CHECK(srpc_client_wait(c, q, 1000000) == 0 && outcome(c, q) == SRPC_E_CLOSED, "the sent call too");
+    CHECK(!peer_recv(&p, 100, &h), "nothing sent after the shutdown (not the calls the window held)");
+    uint64_t late;
+    char out[8];
+    uint32_t len;
+    int code;
+    CHECK(srpc_client_send_opts(c, NULL, 7, "x", 1, 0, 1000000, 0, &late) == -ESHUTDOWN, "a send is refused");
+    CHECK(srpc_client_call(c, 7, "x", 1, out, sizeof(out), &len, &code, 1000000) == -ESHUTDOWN, "a call too");
+    srpc_client_release(c, q);
+    srpc_client_destroy(c);
+    close(p.fd);
+}
+
 int main(void)
 {
     test_window_holds_calls_back_in_order();
@@ -558,6 +620,7 @@ int main(void)
     test_an_unreachable_server_fails_calls_at_once();
     test_a_draining_answer_fails_the_calls_still_waiting();
     test_a_full_send_queue_is_a_loss_for_a_call_that_retransmits();
+    test_shutdown_ends_every_call_with_threads_waiting();
     printf("%d passed, %d failed\n", passed, failed);
     return failed != 0;
 }

@@ -5,11 +5,16 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from splitrpc._native import ENOBUFS, ETIMEDOUT, check, ffi, lib, text
+from splitrpc._native import ENOBUFS, ESHUTDOWN, ETIMEDOUT, check, ffi, lib, text
 from splitrpc.errors import CallTimeout, SplitRPCError, Unavailable, remote_error
 
 E_TIMEOUT = lib.SRPC_E_TIMEOUT  # a local outcome: the deadline passed in the client (never on the wire)
 E_UNAVAILABLE = lib.SRPC_E_UNAVAILABLE  # a local outcome: the kernel said the server is unreachable
+E_CLOSED = lib.SRPC_E_CLOSED  # a local outcome: the client was closed (shutdown()) before the call finished
+CLOSED = "client is closed"  # the text of SplitRPCError for a call on, or cut short by, a closed client
+# the least buffer a call's reply is read into: any error's whole text fits (a server's ERROR
+# text, SRPC_ERRMSG_MAX; the client's own, under SRPC_CLIENT_MSG_MAX; longer ones are cut)
+INTO_MIN = max(lib.SRPC_ERRMSG_MAX, lib.SRPC_CLIENT_MSG_MAX)
 
 
 def call_error(code: int, reply: bytes) -> SplitRPCError:
@@ -19,6 +24,8 @@ def call_error(code: int, reply: bytes) -> SplitRPCError:
         return CallTimeout(reply.decode("utf-8", errors="replace") or "no reply within the call's timeout")
     if code == E_UNAVAILABLE:
         return Unavailable(reply.decode("utf-8", errors="replace"))
+    if code == E_CLOSED:
+        return SplitRPCError(CLOSED)
     if code >= lib.SRPC_E_MAX:
         return SplitRPCError(f"{text(lib.srpc_strerror(code))}: {reply.decode('utf-8', errors='replace')}")
     return remote_error(code, reply)
@@ -112,15 +119,22 @@ def create_client(host: str | None = None, *, busy_poll: bool = False, dpdk_dev:
 
 
 def destroy(cl) -> None:
+    """Frees the client: only once no thread can be in its functions (a Client's __del__)."""
     lib.srpc_client_destroy(cl)
 
 
+def shutdown(cl) -> None:
+    """Closes the client for calls while other threads may still be in them: their calls end
+    with SplitRPCError(CLOSED), new ones are refused (srpc_client_shutdown); destroy() later."""
+    lib.srpc_client_shutdown(cl)
+
+
 class CallBuffers:
-    """One thread's reply buffer (max_reply bytes, at least 512 for an error's text) and out-parameters."""
+    """One thread's reply buffer (max_reply bytes, at least INTO_MIN for an error's text) and out-parameters."""
     __slots__ = ("out", "size", "out_len", "code")
 
     def __init__(self, max_reply: int):
-        self.out = ffi.new("uint8_t[]", max(max_reply, 512))
+        self.out = ffi.new("uint8_t[]", max(max_reply, INTO_MIN))
         self.size = len(self.out)
         self.out_len = ffi.new("uint32_t *")
         self.code = ffi.new("int *")
@@ -137,14 +151,13 @@ def call(cl, bufs: CallBuffers, func_id: int, mv, tmo: float, nbytes: int | None
         raise CallTimeout(f"no reply to function {func_id} within {tmo:.3g} s")
     if rc == -ENOBUFS:
         raise SplitRPCError(f"reply of {out_len[0]} bytes is larger than max_reply")
+    if rc == -ESHUTDOWN:
+        raise SplitRPCError(CLOSED)
     check(rc, "srpc_client_call")
     reply = ffi.buffer(bufs.out, out_len[0])[:]
     if code[0]:
         raise call_error(code[0], reply)
     return reply
-
-
-INTO_MIN = lib.SRPC_ERRMSG_MAX  # the least buffer call_into reads a reply into: the most of an ERROR's text a client keeps
 
 
 def call_into(cl, bufs: CallBuffers, func_id: int, a, nbytes: int, out, cap: int, tmo: float) -> int:
@@ -160,8 +173,10 @@ def call_into(cl, bufs: CallBuffers, func_id: int, a, nbytes: int, out, cap: int
         return out_len[0]
     if rc == -ETIMEDOUT:
         raise CallTimeout(f"no reply to function {func_id} within {tmo:.3g} s")
-    if rc == -ENOBUFS and not code[0]:  # (an ERROR's text fits: the C client keeps at most INTO_MIN bytes of it)
+    if rc == -ENOBUFS:  # a reply (code 0) longer than cap: an error's text is cut to cap, never this
         return out_len[0]
+    if rc == -ESHUTDOWN:
+        raise SplitRPCError(CLOSED)
     check(rc, "srpc_client_call")
     raise call_error(code[0], ffi.buffer(p, out_len[0])[:])
 
@@ -172,8 +187,11 @@ def send(cl, func_id: int, mv: memoryview, timeout: float, aux: int = 0, wait_fo
     req_id. wait_for_ready: True / False for this call, None: the client's."""
     rid = ffi.new("uint64_t *")
     flags = 0 if wait_for_ready is None else lib.SRPC_SEND_WAIT_FOR_READY if wait_for_ready else lib.SRPC_SEND_FAIL_FAST
-    check(lib.srpc_client_send_opts(cl, ffi.NULL, func_id, ffi.from_buffer(mv), len(mv), aux, int(timeout * 1e6),
-                                    flags, rid), "srpc_client_send_opts")
+    rc = lib.srpc_client_send_opts(cl, ffi.NULL, func_id, ffi.from_buffer(mv), len(mv), aux, int(timeout * 1e6),
+                                   flags, rid)
+    if rc == -ESHUTDOWN:
+        raise SplitRPCError(CLOSED)
+    check(rc, "srpc_client_send_opts")
     return rid[0]
 
 

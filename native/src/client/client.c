@@ -82,6 +82,8 @@ struct srpc_client {
     pthread_mutex_t lock;
     pthread_cond_t cv;
     int rx_owned;            /* lock */
+    int shut;                /* lock: srpc_client_shutdown ran: every call finished, no call or
+                                retransmission sent since (the transport stays open until destroy) */
     cl_call_t *buckets[NBUCKETS]; /* lock */
     srpc_client_cq_t cq;     /* lock: srpc_client_send/wait_any's queue */
     atomic_uint_fast64_t next_id;
@@ -359,7 +361,7 @@ static void note_due(srpc_client_t *c, uint64_t due)
 static void retransmit_due(srpc_client_t *c)
 {
     uint64_t now = srpc_now_ns();
-    if (now < c->next_due)
+    if (now < c->next_due || c->shut)
         return;
     uint64_t settle = UINT64_MAX; /* version 5: a session a NO_SESSION named while young ends now */
     if (c->v5) {
@@ -470,7 +472,7 @@ static int window_full(const srpc_client_t *c)
  * thread-safe; the lock keeps the order). */
 static void send_waiting(srpc_client_t *c)
 {
-    while (c->whead && !window_full(c)) {
+    while (c->whead && !window_full(c) && !c->shut) {
         cl_call_t *k = c->whead;
         window_unlink(c, k);
         uint64_t now = srpc_now_ns();
@@ -509,6 +511,23 @@ void srpc_client_destroy(srpc_client_t *c)
         free(c->v5);
     }
     free(c);
+}
+
+int srpc_client_shutdown(srpc_client_t *c)
+{
+    if (!c)
+        return -EINVAL;
+    pthread_mutex_lock(&c->lock);
+    if (!c->shut) {
+        c->shut = 1;
+        for (int b = 0; b < NBUCKETS; b++)
+            for (cl_call_t *k = c->buckets[b]; k; k = k->hnext)
+                if (!k->done)
+                    finish_local(c, k, SRPC_E_CLOSED, "the client was closed");
+        pthread_cond_broadcast(&c->cv);
+    }
+    pthread_mutex_unlock(&c->lock);
+    return 0;
 }
 
 static cl_call_t **bucket(srpc_client_t *c, uint64_t id)
@@ -710,7 +729,7 @@ static void timed_wait(srpc_client_t *c, uint64_t until_ns)
  * deadlines. Lock held; rare, so the whole table is walked. */
 static void fail_unreachable(srpc_client_t *c, int err)
 {
-    char msg[400];
+    char msg[SRPC_CLIENT_MSG_MAX];
     snprintf(msg, sizeof(msg), "the server %s port %u is unreachable (%s)", c->host, (unsigned)c->cfg.port,
              strerror(err));
     c->st.unreachable++;
@@ -773,7 +792,7 @@ static void v5_fail_sent(srpc_client_t *c)
  * again 0 (the server answered, and will answer the same: it would not encrypt) those fail too. */
 static void v5_fail_waiting(srpc_client_t *c, const char *why, int again)
 {
-    char msg[512];
+    char msg[SRPC_CLIENT_MSG_MAX];
     snprintf(msg, sizeof(msg), "no version 5 session with %s port %u (key %u): %s", c->host, (unsigned)c->cfg.port,
              (unsigned)c->v5->key_id, why);
     int left = 0;
@@ -906,6 +925,8 @@ static int wait_until(srpc_client_t *c, int (*ready)(srpc_client_t *, void *), v
             return r;
         if (passes && srpc_now_ns() >= until_ns) /* a zero timeout still makes one receive pass */
             return -ETIMEDOUT;
+        if (c->shut) /* nothing left to wait for: every call has finished */
+            return -ESHUTDOWN;
         if (c->rx_owned) {
             uint64_t t = srpc_now_ns() + 1000000;
             timed_wait(c, t < until_ns ? t : until_ns);
@@ -994,6 +1015,12 @@ static int send_calls(srpc_client_t *c, const uint16_t *fids, const void *const 
     }
     const uint64_t now = srpc_now_ns();
     pthread_mutex_lock(&c->lock);
+    if (c->shut) { /* closed: nothing more is sent */
+        pthread_mutex_unlock(&c->lock);
+        for (uint32_t i = 0; i < n; i++)
+            call_free(k[i]);
+        return -ESHUTDOWN;
+    }
     for (uint32_t i = 0; i < n; i++) {
         cl_call_t **b = bucket(c, k[i]->req_id);
         k[i]->hnext = *b;
@@ -1239,6 +1266,8 @@ int srpc_client_call(srpc_client_t *c, uint16_t func_id, const void *data, uint3
         const uint8_t *d;
         uint32_t l;
         srpc_client_result(c, id, code, &d, &l);
+        if (l > cap && *code) /* an error's text: cut to cap (the code is the outcome) */
+            l = cap;
         *out_len = l;
         if (l > cap)
             r = -ENOBUFS;

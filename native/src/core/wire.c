@@ -230,6 +230,7 @@ const char *srpc_strerror(int code)
     case SRPC_E_UNAVAILABLE: return "UNAVAILABLE";
     case SRPC_E_INVALID: return "INVALID";
     case SRPC_E_SEND: return "SEND_FAILED";
+    case SRPC_E_CLOSED: return "CLOSED";
     default: return "UNKNOWN";
     }
 }
