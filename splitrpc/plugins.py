@@ -1,4 +1,4 @@
-"""plugins.py: capabilities as plug-ins of the core: the interface a capability implements (its subcommands, its `serve` options and functions, the functions a client may call by name, its banner and stop lines) and their discovery through the `splitrpc.capabilities` entry points, as pytest, Flask and the Ray CLI find theirs. The core names none of them.
+"""plugins.py: capabilities as plug-ins of the core: the interface a capability implements (its subcommands, its benchmark suites under `splitrpc bench`, its commands' former names, its `serve` options and functions, the functions a client may call by name, its banner and stop lines) and their discovery through the `splitrpc.capabilities` entry points, as pytest, Flask and the Ray CLI find theirs. The core names none of them.
 
 A package adds a capability with one entry point (pyproject.toml):
 
@@ -92,6 +92,18 @@ class Capability:
     def add_commands(self, sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         """Adds its subcommands to the `splitrpc` subparsers (each sets func=handler(args) -> int)."""
 
+    def add_bench_suites(self, suites: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+        """Adds its benchmark suites under `splitrpc bench` (`splitrpc bench SUITE`), each with
+        suites.add_parser(SUITE, help=...) and func=handler(args) -> int, as add_commands."""
+
+    def renamed(self) -> dict[str, tuple[str, ...]]:
+        """Its commands' former names, kept for one release: {old: the words now}. `splitrpc OLD
+        ARGS` runs `splitrpc NEW... ARGS` after a line on stderr saying so. An old name that is
+        a command group now (`bench`) is taken as the old command only where an option other
+        than -h follows it (`splitrpc bench --rounds 1`; not `splitrpc bench gnn`, nor `splitrpc
+        bench` alone, which lists the group's commands)."""
+        return {}
+
     def add_serve_options(self, parser: argparse.ArgumentParser) -> None:
         """Adds its options to `splitrpc serve` (forwarded to each process of --processes)."""
 
@@ -115,7 +127,7 @@ class Capability:
     def stage_args(self, name: str, first: int, second: int) -> list[str] | None:
         """`serve` options that run the model `name` it claims as a two-stage pipeline, `first`
         threads for its first stage and `second` for its second (a recommendation model's
-        sparse and dense parts, for `splitrpc tune --schedules sd`); None: it has no stages."""
+        sparse and dense parts, for `splitrpc plan tune --schedules sd`); None: it has no stages."""
         return None
 
     def callee(self, name: str, args: argparse.Namespace, checked: bool = True) -> Callee | None:

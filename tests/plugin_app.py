@@ -1,4 +1,4 @@
-"""plugin_app.py: a capability defined outside splitrpc (SPLITRPC_PLUGINS=plugin_app:CAPABILITY), for tests/test_plugins.py: a subcommand, a serve option, a --models name with its function, a callee, a banner and stop lines; it touches no file of the core."""
+"""plugin_app.py: a capability defined outside splitrpc (SPLITRPC_PLUGINS=plugin_app:CAPABILITY), for tests/test_plugins.py: a subcommand, a benchmark suite under `splitrpc bench`, former names of both, a serve option, a --models name with its function, a callee, a banner and stop lines; it touches no file of the core."""
 from splitrpc.plugins import Callee, Capability, CapabilityError, Serving
 
 FUNC_ID = 300
@@ -27,6 +27,14 @@ class Shout(Capability):
         p = sub.add_parser("hello", help="the test plug-in's command")
         p.add_argument("who")
         p.set_defaults(func=lambda a: print(f"hello {a.who} from {len(a.capabilities)} capabilities") or 0)
+
+    def add_bench_suites(self, suites) -> None:
+        p = suites.add_parser("shout", help="the test plug-in's benchmark suite")
+        p.add_argument("--times", type=int, default=1)
+        p.set_defaults(func=lambda a: print(f"shout suite x{a.times}") or 0)
+
+    def renamed(self) -> dict:
+        return {"holler": ("hello",), "bench-shout": ("bench", "shout")}
 
     def add_serve_options(self, parser) -> None:
         parser.add_argument("--shout-suffix", default="!", help="what the shout function appends")

@@ -12,7 +12,7 @@ from splitrpc.cli import main
 
 def test_bench_small_run(tmp_path, capsys):
     out = tmp_path / "b"
-    rc = main(["bench", "--systems",
+    rc = main(["bench", "sidebyside", "--systems",
                "raw-udp-busy,c-min-block,splitrpc-poll,splitrpc-block,splitrpc-local,grpc-asyncio",
                "--services", "vecadd,echo", "--concurrency", "1,4", "--calls", "300", "--rounds", "1",
                "--rates", "300", "--sweep-s", "0.3", "--out", str(out)])
@@ -51,7 +51,7 @@ def test_bench_small_run(tmp_path, capsys):
 
 def test_bench_says_which_services_the_minimal_server_lacks(tmp_path):
     """matmul reported unavailable for c-min; head measured in 8950-byte segments (--segment-size)."""
-    rc = main(["bench", "--systems", "c-min-busy", "--services", "matmul,head", "--rounds", "1", "--concurrency", "1",
+    rc = main(["bench", "sidebyside", "--systems", "c-min-busy", "--services", "matmul,head", "--rounds", "1", "--concurrency", "1",
                "--calls", "500", "--segment-size", "8950", "--out", str(tmp_path)])
     assert rc == 0
     doc = json.loads((tmp_path / "sidebyside.json").read_text())
@@ -59,12 +59,12 @@ def test_bench_says_which_services_the_minimal_server_lacks(tmp_path):
     assert rows["matmul"]["status"] == "unavailable: serves vecadd, echo, head only"
     assert rows["head"]["status"] == "ok" and rows["head"]["errors"] == 0 and rows["head"]["p50_us"] > 0
     assert doc["segment_size"] == 8950 and "8950 bytes" in (tmp_path / "sidebyside.md").read_text()
-    assert main(["bench", "--segment-size", "70000", "--out", str(tmp_path / "x")]) == 2
+    assert main(["bench", "sidebyside", "--segment-size", "70000", "--out", str(tmp_path / "x")]) == 2
 
 
 def test_bench_reports_a_peer_that_cannot_start(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(systems, "peer_available", lambda system: (False, "pyzmq not installed (test)"))
-    rc = main(["bench", "--systems", "zmq", "--services", "vecadd", "--rounds", "1", "--out", str(tmp_path)])
+    rc = main(["bench", "sidebyside", "--systems", "zmq", "--services", "vecadd", "--rounds", "1", "--out", str(tmp_path)])
     assert rc == 0
     doc = json.loads((tmp_path / "sidebyside.json").read_text())
     assert doc["table"][0]["status"] == "unavailable: pyzmq not installed (test)"
@@ -72,7 +72,7 @@ def test_bench_reports_a_peer_that_cannot_start(tmp_path, capsys, monkeypatch):
 
 
 def test_bench_rejects_unknown_names(tmp_path, capsys):
-    assert main(["bench", "--systems", "nope", "--out", str(tmp_path)]) == 2
+    assert main(["bench", "sidebyside", "--systems", "nope", "--out", str(tmp_path)]) == 2
     assert "unknown" in capsys.readouterr().err
 
 

@@ -1,4 +1,4 @@
-"""test_bench_indep.py: `splitrpc bench-indep`, the independent client's suite: the client is installed with the package and checks every reply; one short run of the minimal C server and a native splitrpc server writes a report whose targets are computed; bad arguments exit 2."""
+"""test_bench_indep.py: `splitrpc bench indep`, the independent client's suite: the client is installed with the package and checks every reply; one short run of the minimal C server and a native splitrpc server writes a report whose targets are computed; bad arguments exit 2."""
 import argparse
 import json
 import subprocess
@@ -36,5 +36,5 @@ def test_a_short_run_reports_both_servers_and_the_target(tmp_path):
 def test_bad_arguments_exit_2(tmp_path, capsys):
     assert indep.cmd_indep(_args(tmp_path, systems=["grpc"])) == 2
     assert indep.cmd_indep(_args(tmp_path, rounds=0)) == 2
-    assert capsys.readouterr().err.startswith("splitrpc bench-indep: ")
+    assert capsys.readouterr().err.startswith("splitrpc bench indep: ")
     assert not (tmp_path / "r").exists()

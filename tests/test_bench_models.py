@@ -256,6 +256,6 @@ def test_add_parser_makes_the_bench_models_subcommand():
 
     p = argparse.ArgumentParser(prog="splitrpc")
     models_e2e.add_parser(p.add_subparsers(dest="cmd", required=True))
-    a = p.parse_args(["bench-models", "--small", "--models", "lenet,bert-like", "--concurrency", "1,32"])
+    a = p.parse_args(["models", "--small", "--models", "lenet,bert-like", "--concurrency", "1,32"])
     assert a.func is models_e2e.cmd_bench_models and a.models == ["lenet", "bert-like"] and a.small
     assert (a.device, a.max_batch, a.rounds, a.systems) == ("cpu", 8, 3, list(models_e2e.SYSTEMS))

@@ -84,7 +84,7 @@ def test_bad_input_exits_2(tmp_path, capsys, args, word):
 def test_subcommand_parser():
     p = argparse.ArgumentParser(prog="splitrpc")
     orch.add_parser(p.add_subparsers(dest="cmd"))
-    a = p.parse_args(["bench-orchestration", "--modes", "o1,o2", "--small"])
+    a = p.parse_args(["orchestration", "--modes", "o1,o2", "--small"])
     assert a.func is orch.cmd_bench_orchestration and a.modes == ["o1", "o2"] and a.small
     assert a.services == list(orch.SERVICES) and a.rounds == 3 and a.device == "cuda:0"
 

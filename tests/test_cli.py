@@ -94,3 +94,38 @@ def test_call_without_server_fails(run_env):
     p = call(run_env, free_udp_port(), "vecadd")
     assert p.returncode == 1
     assert "error" in p.stderr.lower()
+
+
+def test_the_help_fits_a_screen_and_groups_the_benchmarks(monkeypatch, capsys):
+    """`splitrpc --help` at 80 columns: at most 40 lines, no `bench-*` command (the suites are
+    under `splitrpc bench`, each capability's tools under its name)."""
+    from splitrpc.cli import build_parser
+
+    monkeypatch.setenv("COLUMNS", "80")
+    text = build_parser().format_help()
+    assert len(text.splitlines()) <= 40, text
+    assert "bench-" not in text and not re.search(r"^\s+(calibrate|tune|provision)\s", text, re.M), text
+    for group in ("bench", "gnn", "plan"):
+        assert re.search(rf"^\s+{group}\s", text, re.M), text
+
+
+def test_every_former_name_runs_a_command_there_is(monkeypatch, capsys):
+    """Each capability's renamed(): the new words parse (their -h exits 0), and the rewrite
+    keeps the arguments; `bench` alone or with a suite stays the group."""
+    from splitrpc.cli import build_parser, renamed
+    from splitrpc.plugins import capabilities
+
+    monkeypatch.delenv("SPLITRPC_PLUGINS", raising=False)
+    caps = capabilities()
+    olds = {old: new for c in caps for old, new in c.renamed().items()}
+    assert {"bench-indep", "bench-gnn", "bench-colocate-sim", "calibrate", "tune", "provision", "bench"} <= set(olds)
+    parser = build_parser(caps)
+    for old, new in olds.items():
+        with pytest.raises(SystemExit) as e:
+            parser.parse_args([*new, "-h"])
+        assert e.value.code == 0, (old, new)
+        assert renamed([old, "--x", "1"], caps) == [*new, "--x", "1"]
+        assert f"`splitrpc {old}` is now `splitrpc {' '.join(new)}`" in capsys.readouterr().err
+    for args in (["bench"], ["bench", "gnn", "--small"], ["bench", "-h"], ["serve", "--port", "1"]):
+        assert renamed(args, caps) == args
+    assert capsys.readouterr().err == ""

@@ -116,7 +116,7 @@ def test_dpdk_server_answers_kernel_client_over_veth(veth_pair):
 
 
 def test_bench_dpdk_end_to_end(veth_pair, tmp_path):
-    """`splitrpc bench-dpdk` with a few calls: both systems measured, no errors, files written.
+    """`splitrpc bench dpdk` with a few calls: both systems measured, no errors, files written.
     (It makes its own namespaces; the fixture only checks that this machine can.)"""
     from splitrpc.bench.suites import dpdk_veth
 

@@ -317,7 +317,7 @@ def test_plan_steps_from_provision(tmp_path):
     tuples = tmp_path / "t.json"
     tuples.write_text(json.dumps([{"model": "work", "kind": "small", "qps": 100, "power": None},
                                   {"model": "work", "kind": "big", "qps": 400, "power": None}]))
-    r = subprocess.run([sys.executable, "-m", "splitrpc", "provision", "--tuples", str(tuples), "--inventory",
+    r = subprocess.run([sys.executable, "-m", "splitrpc", "plan", "provision", "--tuples", str(tuples), "--inventory",
                         "small=4,big=1", "--peak", "700", "--steps", "8", "--out", str(tmp_path / "p"), "--quiet"],
                        capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert r.returncode == 0, r.stderr

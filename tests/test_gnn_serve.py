@@ -212,7 +212,7 @@ def test_serve_refuses_a_bad_calibration_file(run_env, tmp_path):
 
 def test_calibrate_writes_a_file_the_server_takes(run_env, tmp_path):
     out = tmp_path / "c" / "cal.json"
-    p = subprocess.run(_cmd("calibrate", "--small", "--per-size", "22", "--out", str(out)), capture_output=True,
+    p = subprocess.run(_cmd("gnn", "calibrate", "--small", "--per-size", "22", "--out", str(out)), capture_output=True,
                        text=True, timeout=300, **run_env)
     assert p.returncode == 0, p.stdout + p.stderr
     cal = calibrate.Calibration.load(str(out))
@@ -220,14 +220,14 @@ def test_calibrate_writes_a_file_the_server_takes(run_env, tmp_path):
     for k in ("strict", "loose", "cpu_preferred", "gpu_preferred"):
         assert f"{k}" in p.stdout and cal.threshold(k) >= 0
     # too few samples: an error that says how many are needed
-    p = subprocess.run(_cmd("calibrate", "--small", "--per-size", "1", "--out", str(tmp_path / "few.json")),
+    p = subprocess.run(_cmd("gnn", "calibrate", "--small", "--per-size", "1", "--out", str(tmp_path / "few.json")),
                        capture_output=True, text=True, timeout=300, **run_env)
     assert p.returncode == 1 and f"at least {calibrate.MIN_SAMPLES} are needed" in p.stderr, p.stderr
 
 
 def test_bench_gnn_runs_end_to_end_on_the_small_graph(run_env, tmp_path):
     out = tmp_path / "bench"
-    p = subprocess.run(_cmd("bench-gnn", "--small", "--duration", "0.5", "--rounds", "1", "--fractions", "0.3,0.6", "--min-calls", "20",
+    p = subprocess.run(_cmd("bench", "gnn", "--small", "--duration", "0.5", "--rounds", "1", "--fractions", "0.3,0.6", "--min-calls", "20",
                             "--per-size", "22", "--placement-requests", "200", "--out", str(out), "--quiet"),
                        capture_output=True, text=True, timeout=600, **run_env)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]

@@ -36,6 +36,19 @@ def test_a_plugin_adds_a_command(run_env):
     assert p.returncode == 2 and "invalid choice: 'hello'" in p.stderr  # not there without the plug-in
 
 
+def test_a_plugin_adds_a_bench_suite_and_keeps_its_former_names(run_env):
+    env = _env(run_env)
+    p = subprocess.run(splitrpc_cmd("bench", "shout", "--times", "3"), capture_output=True, text=True, timeout=60, **env)
+    assert p.returncode == 0 and p.stdout.strip() == "shout suite x3", p.stderr
+    p = subprocess.run(splitrpc_cmd("bench", "-h"), capture_output=True, text=True, timeout=60, **env)
+    assert p.returncode == 0 and re.search(r"^\s+shout\s+the test plug-in's benchmark suite", p.stdout, re.M), p.stdout
+    for old, new, out in ((["holler", "world"], "splitrpc hello", "hello world from"),
+                          (["bench-shout", "--times", "2"], "splitrpc bench shout", "shout suite x2")):
+        p = subprocess.run(splitrpc_cmd(*old), capture_output=True, text=True, timeout=60, **env)
+        assert p.returncode == 0 and p.stdout.startswith(out), p.stderr
+        assert f"`splitrpc {old[0]}` is now `{new}`; the old name goes in the next release" in p.stderr
+
+
 def test_a_plugin_serves_its_function_and_the_core_calls_and_loads_it(run_env, tmp_path):
     env = _env(run_env)
     p = subprocess.Popen(splitrpc_cmd("serve", "--port", "0", "--models", "shout", "--shout-suffix", "!"),

@@ -1,4 +1,4 @@
-"""Provisioning (issue 20, Hercules): the integer program is optimal (brute force on small random problems) and never above greedy; an infeasible load reports the shortfall per model; R from history; `splitrpc provision` on the paper's Section III-C example (synthetic tuples): MILP <= greedy at every step, >= 10% less at peak, infeasible days listed."""
+"""Provisioning (issue 20, Hercules): the integer program is optimal (brute force on small random problems) and never above greedy; an infeasible load reports the shortfall per model; R from history; `splitrpc plan provision` on the paper's Section III-C example (synthetic tuples): MILP <= greedy at every step, >= 10% less at peak, infeasible days listed."""
 import itertools
 import json
 import subprocess
@@ -88,7 +88,7 @@ def test_over_provision_from_history():
 
 def _provision(run_env, tmp_path, *args):
     out = tmp_path / "p"
-    r = subprocess.run([sys.executable, "-m", "splitrpc", "provision", "--quiet", "--out", str(out), *args],
+    r = subprocess.run([sys.executable, "-m", "splitrpc", "plan", "provision", "--quiet", "--out", str(out), *args],
                        capture_output=True, text=True, timeout=120, **run_env)
     return r, out
 

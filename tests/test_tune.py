@@ -1,4 +1,4 @@
-"""`splitrpc tune`'s measuring side (issue 20): latency-bounded QPS by doubling and bisection, 1-second bins against an SLA, the native open-loop trial's outcomes (BUSY counted), a zoo model served at a configuration, and the command's outputs (tuples that `splitrpc provision` reads)."""
+"""`splitrpc plan tune`'s measuring side (issue 20): latency-bounded QPS by doubling and bisection, 1-second bins against an SLA, the native open-loop trial's outcomes (BUSY counted), a zoo model served at a configuration, and the command's outputs (tuples that `splitrpc plan provision` reads)."""
 import json
 import subprocess
 import sys
@@ -89,7 +89,7 @@ def test_a_zoo_model_at_a_configuration():
 def test_tune_command_writes_tuples_provision_reads(tmp_path):
     pytest.importorskip("torch")
     out = tmp_path / "t"
-    r = subprocess.run([sys.executable, "-m", "splitrpc", "tune", "--threads", "1", "--instances", "1",
+    r = subprocess.run([sys.executable, "-m", "splitrpc", "plan", "tune", "--threads", "1", "--instances", "1",
                         "--batches", "1,4", "--trial-s", "0.3", "--repeats", "1", "--sla-ms", "50",
                         "--kind", "testbox", "--out", str(out)], capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert r.returncode == 0, r.stderr[-2000:]
@@ -100,25 +100,25 @@ def test_tune_command_writes_tuples_provision_reads(tmp_path):
     tuples = json.loads((out / "tune_tuples.json").read_text())
     assert tuples == [{"model": "lenet", "kind": "testbox", "qps": res["gradient"]["qps"], "power": None}]
     assert (out / "tune.md").exists()
-    p = subprocess.run([sys.executable, "-m", "splitrpc", "provision", "--tuples", str(out / "tune_tuples.json"),
+    p = subprocess.run([sys.executable, "-m", "splitrpc", "plan", "provision", "--tuples", str(out / "tune_tuples.json"),
                         "--inventory", "testbox=4", "--peak", str(2 * res["gradient"]["qps"]), "--steps", "6",
                         "--out", str(tmp_path / "p"), "--quiet"], capture_output=True, text=True, timeout=120,
                        cwd=tmp_path)
     assert p.returncode == 0, p.stderr
     plan = json.loads((tmp_path / "p" / "provision.json").read_text())
     assert plan["models"] == ["lenet"] and plan["power_unit"] == "servers"
-    bad = subprocess.run([sys.executable, "-m", "splitrpc", "tune", "--models", "nope", "--out", str(tmp_path / "x")],
+    bad = subprocess.run([sys.executable, "-m", "splitrpc", "plan", "tune", "--models", "nope", "--out", str(tmp_path / "x")],
                          capture_output=True, text=True, timeout=60, cwd=tmp_path)
     assert bad.returncode == 2 and "no model 'nope'" in bad.stderr and "Traceback" not in bad.stderr
 
 
 def test_tune_measures_dlrm_which_the_embedding_capability_serves(tmp_path):
-    """Issue 32: `splitrpc tune --models dlrm` (the recommendation model Hercules tunes) runs here:
+    """Issue 32: `splitrpc plan tune --models dlrm` (the recommendation model Hercules tunes) runs here:
     tune finds any model `serve --models` serves through the plug-ins, not only the zoo's."""
     pytest.importorskip("torch")
     pytest.importorskip("rocksdict")
     out = tmp_path / "t"
-    r = subprocess.run([sys.executable, "-m", "splitrpc", "tune", "--models", "dlrm", "--threads", "1", "--instances",
+    r = subprocess.run([sys.executable, "-m", "splitrpc", "plan", "tune", "--models", "dlrm", "--threads", "1", "--instances",
                         "1", "--batches", "1,8", "--trial-s", "0.3", "--repeats", "1", "--sla-ms", "50",
                         "--schedules", "model,sd", "--sparse", "1,2", "--dense", "1",
                         "--kind", "testbox", "--out", str(out)], capture_output=True, text=True, timeout=300, cwd=tmp_path)
@@ -146,6 +146,6 @@ def test_a_sparse_dense_configuration_serves_the_pipeline_and_a_model_without_st
     with Served("dlrm", Config(1, 1, 8, sparse=2)) as srv, splitrpc.Client("127.0.0.1", srv.port) as c:
         info = c.describe().by_name("dlrm")
         assert info.executor == "pool:3" and info.max_batch == 8  # the two stages' 2 + 1 threads
-    bad = subprocess.run([sys.executable, "-m", "splitrpc", "tune", "--models", "lenet", "--schedules", "sd",
+    bad = subprocess.run([sys.executable, "-m", "splitrpc", "plan", "tune", "--models", "lenet", "--schedules", "sd",
                           "--out", str(tmp_path / "x")], capture_output=True, text=True, timeout=60, cwd=tmp_path)
     assert bad.returncode == 2 and "'lenet' has no sparse and dense stages" in bad.stderr, bad.stderr[-1000:]

@@ -1,4 +1,4 @@
-"""colocate.py: `splitrpc bench-colocate`: three GNN services on this machine's CPU under one memory budget, co-located (fifo, sqtf, bqt) against one call at a time (serial), through the real server and the native open-loop load generator.
+"""colocate.py: `splitrpc bench colocate`: three GNN services on this machine's CPU under one memory budget, co-located (fifo, sqtf, bqt) against one call at a time (serial), through the real server and the native open-loop load generator.
 
 Services (server/colocation): GCN on pubmed-shaped subgraphs (F = 500), SAGE and GIN on
 artist-shaped ones (F = 100), LAYERS layers of HIDDEN; requests are each dataset's 25 2-hop
@@ -43,7 +43,7 @@ LOADS = (0.5, 0.8, 1.1)
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
-    return add_subcommand(sub, "bench-colocate", "GNN services co-located on the CPU vs one call at a time",
+    return add_subcommand(sub, "colocate", "GNN services co-located on the CPU vs one call at a time",
                           __doc__, _arguments, cmd_bench_colocate)
 
 

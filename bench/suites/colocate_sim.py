@@ -1,4 +1,4 @@
-"""colocate_sim.py: `splitrpc bench-colocate-sim`: GNNSched's policy comparison (its Figures 5, 7 and 8 in miniature) on the discrete-event device simulator, which any machine can run.
+"""colocate_sim.py: `splitrpc bench colocate-sim`: GNNSched's policy comparison (its Figures 5, 7 and 8 in miniature) on the discrete-event device simulator, which any machine can run.
 
 Steps:
 1. Requests: 25 subgraphs each of synthetic pubmed- and artist-shaped graphs (workload.py: 2-hop
@@ -47,7 +47,7 @@ METRICS = ("violations", "violations_arrived_busy", "jct_mean", "queueing_mean",
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
-    return add_subcommand(sub, "bench-colocate-sim", "GNN co-location policies (GNNSched) on the device simulator",
+    return add_subcommand(sub, "colocate-sim", "GNN co-location policies (GNNSched) on the device simulator",
                           __doc__, _arguments, cmd_bench_colocate_sim)
 
 

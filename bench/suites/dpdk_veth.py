@@ -1,4 +1,4 @@
-"""dpdk_veth.py: `splitrpc bench-dpdk`: the DPDK transport (net_af_packet on one end of a veth pair) against the kernel-UDP server on the same end, driven by the same kernel-socket client from the other end's namespace; vecadd and head, p50/p99 and throughput, medians over interleaved rounds.
+"""dpdk_veth.py: `splitrpc bench dpdk`: the DPDK transport (net_af_packet on one end of a veth pair) against the kernel-UDP server on the same end, driven by the same kernel-socket client from the other end's namespace; vecadd and head, p50/p99 and throughput, medians over interleaved rounds.
 
 Needs root, iproute2, ethtool and a DPDK build of splitrpc. Note what this measures: net_af_packet
 still goes through the kernel's packet sockets, so it shows the transport's own cost and
@@ -55,7 +55,7 @@ for svc in {services!r}:
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
-    return add_subcommand(sub, "bench-dpdk", "DPDK transport vs kernel UDP over a veth pair (root)", __doc__,
+    return add_subcommand(sub, "dpdk", "DPDK transport vs kernel UDP over a veth pair (root)", __doc__,
                           _arguments, cmd_bench_dpdk)
 
 

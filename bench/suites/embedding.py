@@ -1,4 +1,4 @@
-"""embedding.py: `splitrpc bench-embedding`: HPS's evaluation in miniature: the DLRM service through splitrpc with its embedding lookups through the store's tiers against L3 alone and against the whole tables in memory; L1 hit rates at 5% and 1%; warm-up curves for thresholds 0.0, 0.5, 1.0; p99 while updates stream in; the tiers' insertion rates.
+"""embedding.py: `splitrpc bench embedding`: HPS's evaluation in miniature: the DLRM service through splitrpc with its embedding lookups through the store's tiers against L3 alone and against the whole tables in memory; L1 hit rates at 5% and 1%; warm-up curves for thresholds 0.0, 0.5, 1.0; p99 while updates stream in; the tiers' insertion rates.
 
 Steps (every number measured in this run, on this machine; L1 is the C cache in host memory,
 except in the gpu-* rows of --device cuda:N, where L1, or the whole tables, and the MLPs are on
@@ -66,7 +66,7 @@ THRESHOLDS = (0.0, 0.5, 1.0)
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
-    return add_subcommand(sub, "bench-embedding", "DLRM over the embedding store's tiers: throughput, p99, hit rates, "
+    return add_subcommand(sub, "embedding", "DLRM over the embedding store's tiers: throughput, p99, hit rates, "
                           "warm-up, updates, insertion rates", __doc__, _arguments, cmd_bench_embedding)
 
 
@@ -90,9 +90,9 @@ def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--skip", default="", help="comma list of phases to skip: configs, warmup, updates, insert")
     p.add_argument("--device", default=None, metavar="cuda:N",
                    help="also the GPU rows: L1 (or the whole tables) and the MLPs on this GPU (" +
-                        ", ".join(GPU_CONFIGS) + ")")
+                        ", ".join(GPU_CONFIGS).replace("%", "%%") + ")")  # argparse formats help with %
     p.add_argument("--configs", default="", help="comma list of the store configurations to run (default: every "
-                   "CPU one, and the GPU ones with --device): " + ", ".join([*CONFIGS, *GPU_CONFIGS]))
+                   "CPU one, and the GPU ones with --device): " + ", ".join([*CONFIGS, *GPU_CONFIGS]).replace("%", "%%"))
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--quiet", action="store_true")
     p.add_argument("--out", default="splitrpc-bench-embedding")

@@ -1,4 +1,4 @@
-"""fleet.py: `splitrpc bench-fleet`: the fleet on a local Ray cluster with simulated nodes of two server kinds, end to end: each kind's latency-bounded QPS measured (the efficiency tuples), the provisioner's integer-program plan for a Wikipedia-like day compressed to minutes, the controller following it while an open loop replays the day through a Pool (1-second bins against the SLA, calls lost), SIGKILL of a replica under load (failover), and power-of-two choices against random choice over replicas of unequal capacity (same run, alternated).
+"""fleet.py: `splitrpc bench fleet`: the fleet on a local Ray cluster with simulated nodes of two server kinds, end to end: each kind's latency-bounded QPS measured (the efficiency tuples), the provisioner's integer-program plan for a Wikipedia-like day compressed to minutes, the controller following it while an open loop replays the day through a Pool (1-second bins against the SLA, calls lost), SIGKILL of a replica under load (failover), and power-of-two choices against random choice over replicas of unequal capacity (same run, alternated).
 
 EMULATED: the replicas serve splitrpc.services.fleet.stand_in, a timed stand-in model (a
 sleep per batch, as on an accelerator), and the two kinds differ only by its settings: this
@@ -29,7 +29,7 @@ WORK_ID = 300  # fleet_app's function
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
-    return add_subcommand(sub, "bench-fleet", "the fleet on a local Ray cluster: tuples, a day following the "
+    return add_subcommand(sub, "fleet", "the fleet on a local Ray cluster: tuples, a day following the "
                           "provisioner's plan, SIGKILL failover, p2c against random", __doc__, _arguments, cmd_fleet)
 
 

@@ -1,4 +1,4 @@
-"""gnn.py: `splitrpc bench-gnn`: Quiver's Figure 13 in miniature: GraphSAGE served by `splitrpc serve` with PSGS-routed sampling lanes against each lane alone, on small, large and mixed workloads in open loop; plus FAP feature placement against degree order and id hashing.
+"""gnn.py: `splitrpc bench gnn`: Quiver's Figure 13 in miniature: GraphSAGE served by `splitrpc serve` with PSGS-routed sampling lanes against each lane alone, on small, large and mixed workloads in open loop; plus FAP feature placement against degree order and id hashing.
 
 Steps (every number is measured in this run):
 1. Calibration (measure.py): batches of known PSGS on both lanes at full load without
@@ -66,7 +66,7 @@ TARGETS = {"mixed_gain_min": 0.25, "pure_within": 0.10, "strict_under_bound_min"
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
-    return add_subcommand(sub, "bench-gnn", "GNN serving: PSGS-routed lanes vs each lane alone; FAP placement",
+    return add_subcommand(sub, "gnn", "GNN serving: PSGS-routed lanes vs each lane alone; FAP placement",
                           __doc__, _arguments, cmd_bench_gnn)
 
 

@@ -12,7 +12,7 @@ E2E_SERVICES = ("vecadd", "matmul")
 BATCHES = (1, 32)  # the batching speedup: one call per batch against up to 32
 C1, C32 = orch.LATENCY_CONC, orch.THROUGHPUT_CONC
 ONE_RUN = ("one short run per cell (the check's trimmed benchmark): indicative, not a comparison claim; "
-           "`splitrpc bench-orchestration --rounds 5` measures with rounds")
+           "`splitrpc bench orchestration --rounds 5` measures with rounds")
 
 
 def _labels() -> tuple[str, str]:
@@ -180,7 +180,7 @@ def run_tune(ctx: Context) -> Result:
                       "gradient_points": grad.measured, "grid_points": grid.measured,
                       "best": best and best.__dict__, "power_w": at.get("power_w"), "power_note": at.get("power_note")}
         rows += [{"model": model, **c.__dict__, "qps": p["qps"], "power_w": p["power_w"]} for c, p in points.items()]
-    md = [f"- `splitrpc tune` trimmed: {', '.join(TUNE_MODELS)} (small) on {device}, threads {TUNE_AXES['threads']}, "
+    md = [f"- `splitrpc plan tune` trimmed: {', '.join(TUNE_MODELS)} (small) on {device}, threads {TUNE_AXES['threads']}, "
           f"processes {TUNE_AXES['instances']}, batch {TUNE_AXES['batches']}, p99 SLA {TUNE_SLA_MS:g} ms, one 0.3 s "
           f"trial per rate; {ONE_RUN}", "",
           "| model | grid best QPS | gradient best QPS | gradient / grid | points (gradient / grid) | power at best (W) |",
@@ -229,7 +229,7 @@ def run_bench_embedding(ctx: Context) -> Result:
     c = doc["configs"]
     md = [f"- trimmed `bench-embedding`{label}: 26 tables x {BENCH_ROWS:,} keys x 32, {calls:,} measured calls per "
           "configuration after a warm-up, one round: indicative, not a comparison claim "
-          f"(`splitrpc bench-embedding --device {ctx.device} --rounds 5` measures)", "",
+          f"(`splitrpc bench embedding --device {ctx.device} --rounds 5` measures)", "",
           "| store | calls/s | p50 ms | p99 ms | L1 hit rate |", "|---|---:|---:|---:|---:|"]
     for n, r in c.items():
         h = "-" if r["l1_hit_rate"] is None else f"{r['l1_hit_rate']:.3f}"

@@ -1,4 +1,4 @@
-"""indep.py: `splitrpc bench-indep`: splitrpc and the minimal C server of the protocol measured by a client neither was tuned for (bench/clients/indep_client.c, written from docs/PROTOCOL.md alone): blocking and spinning, 1 and 16 calls outstanding, systems alternated over rounds, a bootstrap interval for each target ratio, and each server's cost per call (CPU, system calls, context switches)."""
+"""indep.py: `splitrpc bench indep`: splitrpc and the minimal C server of the protocol measured by a client neither was tuned for (bench/clients/indep_client.c, written from docs/PROTOCOL.md alone): blocking and spinning, 1 and 16 calls outstanding, systems alternated over rounds, a bootstrap interval for each target ratio, and each server's cost per call (CPU, system calls, context switches)."""
 from __future__ import annotations
 
 import argparse
@@ -47,7 +47,7 @@ PERF_EVENTS = ("raw_syscalls:sys_enter", "syscalls:sys_enter_recvmmsg", "syscall
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
-    p = sub.add_parser("bench-indep", help="splitrpc vs the minimal C server, measured by an independent client",
+    p = sub.add_parser("indep", help="splitrpc vs the minimal C server, measured by an independent client",
                        description=__doc__)
     p.add_argument("--systems", type=comma_list(str, positive=False), default=list(SYSTEMS),
                    help=f"from {','.join(SYSTEMS)}")

@@ -1,4 +1,4 @@
-"""models_e2e.py: `splitrpc bench-models`: models end to end over splitrpc, in process and over grpcio (md + JSON).
+"""models_e2e.py: `splitrpc bench models`: models end to end over splitrpc, in process and over grpcio (md + JSON).
 
 Models of the zoo served by splitrpc (dynamic batching), called in process (splitrpc-local) and
 served by grpcio, all on the same device; writes models_e2e.md and models_e2e.json.
@@ -55,7 +55,7 @@ class ModelResult(Result):
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
-    return add_subcommand(sub, "bench-models", "model zoo end to end: splitrpc vs in-process vs grpcio", __doc__,
+    return add_subcommand(sub, "models", "model zoo end to end: splitrpc vs in-process vs grpcio", __doc__,
                           add_arguments, cmd_bench_models)
 
 

@@ -1,4 +1,4 @@
-"""orchestration.py: `splitrpc bench-orchestration`: O1, O1+CUDA graphs and O2 for vecadd, matmul and LeNet, end to end and compute alone (SplitRPC Figs. 3, 12)."""
+"""orchestration.py: `splitrpc bench orchestration`: O1, O1+CUDA graphs and O2 for vecadd, matmul and LeNet, end to end and compute alone (SplitRPC Figs. 3, 12)."""
 from __future__ import annotations
 
 import argparse
@@ -532,7 +532,7 @@ def markdown(doc: dict) -> str:
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
-    return add_subcommand(sub, "bench-orchestration", "O1 vs O1+CUDA graphs vs O2 for vecadd, matmul and LeNet",
+    return add_subcommand(sub, "orchestration", "O1 vs O1+CUDA graphs vs O2 for vecadd, matmul and LeNet",
                           __doc__, _arguments, cmd_bench_orchestration)
 
 

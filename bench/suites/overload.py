@@ -1,4 +1,4 @@
-"""overload.py: `splitrpc bench-overload`: a `splitrpc serve` process driven open loop at a multiple of its measured capacity (issue 6): server memory stays bounded, the excess gets BUSY, goodput holds, latency recovers after the load drops.
+"""overload.py: `splitrpc bench overload`: a `splitrpc serve` process driven open loop at a multiple of its measured capacity (issue 6): server memory stays bounded, the excess gets BUSY, goodput holds, latency recovers after the load drops.
 
 The service is vecadd with a fixed service time per batch (`splitrpc serve --batch-cost-us`: the
 callback sleeps, so the CPU stays free as while a GPU runs the batch). Its capacity, about
@@ -62,7 +62,7 @@ TARGETS = {
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
-    return add_subcommand(sub, "bench-overload", "open loop at 3x a server's capacity: BUSY, goodput, memory, "
+    return add_subcommand(sub, "overload", "open loop at 3x a server's capacity: BUSY, goodput, memory, "
                           "recovery", __doc__, _arguments, cmd_bench_overload)
 
 

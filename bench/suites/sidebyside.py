@@ -1,4 +1,4 @@
-"""sidebyside.py: `splitrpc bench`: the same services served by splitrpc, grpcio, pyzmq,
+"""sidebyside.py: `splitrpc bench sidebyside`: the same services served by splitrpc, grpcio, pyzmq,
 Triton (PyTriton), the in-process callback, the raw-UDP limit and the minimal C server of the
 protocol, measured in one run; writes a markdown + JSON table and PNG plots."""
 from __future__ import annotations
@@ -22,7 +22,7 @@ SERVICES = ("vecadd", "head", "matmul", "echo")
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
-    p = sub.add_parser("bench", help="side-by-side benchmark: splitrpc vs grpcio, pyzmq, Triton, raw UDP",
+    p = sub.add_parser("sidebyside", help="side-by-side benchmark: splitrpc vs grpcio, pyzmq, Triton, raw UDP",
                        description=__doc__)
     p.add_argument("--systems", type=comma_list(str, positive=False), default=list(SYSTEMS),
                    help=f"from {','.join(SYSTEMS)}")

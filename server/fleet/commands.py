@@ -1,4 +1,4 @@
-"""commands.py: `splitrpc fleet up|status|down`: a fleet of splitrpc replicas on a Ray cluster (a local one on 127.0.0.1 with simulated nodes of server kinds by default), its controller set to a target or to follow a `splitrpc provision` plan, its state, and its teardown (after Hercules, Ke et al., HPCA 2022).
+"""commands.py: `splitrpc fleet up|status|down`: a fleet of splitrpc replicas on a Ray cluster (a local one on 127.0.0.1 with simulated nodes of server kinds by default), its controller set to a target or to follow a `splitrpc plan provision` plan, its state, and its teardown (after Hercules, Ke et al., HPCA 2022).
 """
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
                          "reaches them through Ray, not their command lines. With --spec: its \"keys\" (a file or "
                          "a table, for every service; a service's own \"keys\" first)")
     up.add_argument("--plan", metavar="PROVISION.json",
-                    help="follow the MILP plan of `splitrpc provision` (its models must be the fleet's)")
+                    help="follow the MILP plan of `splitrpc plan provision` (its models must be the fleet's)")
     up.add_argument("--day-s", type=float, help="with --plan: compress the plan's day into this many seconds")
     up.add_argument("--grace", type=float, default=10.0, help="a removed replica drains for at most S seconds")
     up.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for the replicas")

@@ -48,7 +48,7 @@ class LaneModel:
     @classmethod
     def from_calibration(cls, path: str) -> "LaneModel":
         """The model fitted (least squares, mean latency against PSGS, each bin weighted by its
-        batches) to the GPU lane of a calibration file (`splitrpc calibrate`) measured on a GPU.
+        batches) to the GPU lane of a calibration file (`splitrpc gnn calibrate`) measured on a GPU.
         CalibrationError for a file whose GPU lane was not a GPU (the bulk stand-in, or this
         emulated lane: fitting a model to itself proves nothing) or that fits no positive line."""
         from splitrpc.services.gnn.calibrate import Calibration, CalibrationError

@@ -1,4 +1,4 @@
-"""lane_timing.py: calibration measurements for PSGS routing: batches of known PSGS run on each lane at full load without queueing, and `splitrpc calibrate`, which turns them into a calibration file and its plot (after Quiver, Tan et al., arXiv 2023).
+"""lane_timing.py: calibration measurements for PSGS routing: batches of known PSGS run on each lane at full load without queueing, and `splitrpc gnn calibrate`, which turns them into a calibration file and its plot (after Quiver, Tan et al., arXiv 2023).
 
 Quiver measures latency against PSGS "when both CPUs and GPUs are near full utilization, with no
 queuing": here each lane's thread runs its own list of batches back to back, both lanes at once
@@ -110,7 +110,7 @@ def cmd_calibrate(a) -> int:
     try:
         import torch
     except ImportError as e:
-        print(f"splitrpc calibrate: {e}; pip install 'splitrpc[gnn]'", file=sys.stderr)
+        print(f"splitrpc gnn calibrate: {e}; pip install 'splitrpc[gnn]'", file=sys.stderr)
         return 2
 
     torch.set_num_threads(1)  # one core per lane, as served (register_gnn)
@@ -118,7 +118,7 @@ def cmd_calibrate(a) -> int:
     try:
         svc = GNNService(a.model, small=a.small, **lane_options(a.lane, a.lane_model))
     except ValueError as e:  # no CUDA for --lane gpu; --lane-model without emulated, or one that cannot fit
-        print(f"splitrpc calibrate: {e}", file=sys.stderr)
+        print(f"splitrpc gnn calibrate: {e}", file=sys.stderr)
         return 2
     print("lanes: " + "; ".join(f"{k}: {ln.label}" for k, ln in svc.lanes.items()), flush=True)
 
@@ -128,7 +128,7 @@ def cmd_calibrate(a) -> int:
     try:
         cal = calibration(svc, per_size=a.per_size, seed=a.seed, bins=a.bins, progress=progress)
     except calibrate.CalibrationError as e:
-        print(f"\nsplitrpc calibrate: {e}", file=sys.stderr)
+        print(f"\nsplitrpc gnn calibrate: {e}", file=sys.stderr)
         return 1
     print()
     os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)

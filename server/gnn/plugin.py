@@ -1,4 +1,4 @@
-"""plugin.py: GNN serving (after Quiver, Tan et al., arXiv 2023) as a capability of the core: `serve --models graphsage,gat` with its --gnn-* options, `splitrpc call graphsage|gat` checked against a local run, and `splitrpc calibrate`."""
+"""plugin.py: GNN serving (after Quiver, Tan et al., arXiv 2023) as a capability of the core: `serve --models graphsage,gat` with its --gnn-* options, `splitrpc call graphsage|gat` checked against a local run, and `splitrpc gnn calibrate`."""
 from __future__ import annotations
 
 import numpy as np
@@ -42,7 +42,13 @@ class GNN(Capability):
     models_help = f"the GNN models {', '.join(FUNC_IDS)} (pip install 'splitrpc[gnn]'; the --gnn-* options)"
 
     def add_commands(self, sub) -> None:
-        lane_timing.add_parser(sub)
+        g = sub.add_parser("gnn", help="GNN serving's tools: splitrpc gnn calibrate",
+                           description="The GNN capability's tools (its models are served by splitrpc serve "
+                                       "--models graphsage,gat; its benchmark is splitrpc bench gnn).")
+        lane_timing.add_parser(g.add_subparsers(dest="gnn_cmd", required=True, metavar="COMMAND"))
+
+    def renamed(self) -> dict[str, tuple[str, ...]]:
+        return {"calibrate": ("gnn", "calibrate")}
 
     def add_serve_options(self, s) -> None:
         s.add_argument("--gnn-policy", default="routed", choices=POLICIES,
@@ -58,7 +64,7 @@ class GNN(Capability):
                        help="routed GNN models, per request: while the CPU lane holds this many calls not yet "
                             "answered, a small call goes to the other lane instead (load-aware; default: never, "
                             "Quiver's static threshold)")
-        s.add_argument("--gnn-calibration", metavar="FILE", help="a calibration file of `splitrpc calibrate`")
+        s.add_argument("--gnn-calibration", metavar="FILE", help="a calibration file of `splitrpc gnn calibrate`")
         s.add_argument("--gnn-point", choices=tuple(POINTS),
                        help="which crossing point of the calibration routes (default: the one the file names)")
         s.add_argument("--gnn-concurrent-lanes", default="auto", choices=tuple(LANES),

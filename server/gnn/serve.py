@@ -54,7 +54,7 @@ ROUTE_BY = ("auto", "request", "batch")  # routed: each call by its own PSGS, or
 # from which the other lane is taken. Measured on this project's 2-vCPU VM, reddit-like graph,
 # FANOUTS, CPU lane against the bulk stand-in: the "strict" crossing (calibrate.DEFAULT_POINT) of
 # bench/results/gnn_calibration.json, 43166, rounded. Calibrations on that VM put it anywhere from
-# 22k to 43k; calibrate your own machine with `splitrpc calibrate`.
+# 22k to 43k; calibrate your own machine with `splitrpc gnn calibrate`.
 DEFAULT_THRESHOLD = 43000.0
 RTOL = 1e-4                     # replies vs the local reference: same sample, float sums reordered
 TRACE_ROWS = 1 << 20            # batches a BatchTrace keeps (about 30 MB)
@@ -358,7 +358,7 @@ def register_gnn(server, model: str = "graphsage", *, small: bool = False, polic
                  lane_model=None, warm: bool = False, route_by: str = "auto", spill: int | None = None) -> GNNService:
     """Builds the model's GNNService and registers it on `server` (before it starts) under
     FUNC_IDS[model] (or func_id); returns the service (its .stats() counts each lane's work).
-    threshold (a PSGS) or calibration (a file of `splitrpc calibrate`, its `point`) set the
+    threshold (a PSGS) or calibration (a file of `splitrpc gnn calibrate`, its `point`) set the
     routing threshold, else DEFAULT_THRESHOLD. torch_threads sets PyTorch's intra-op threads for
     the process (1: each lane is one core); None leaves it. trace: record every batch in
     ``service.trace`` (a BatchTrace). concurrent_lanes: whether a routed function runs a batch on

@@ -1,8 +1,8 @@
-"""provision_command.py: `splitrpc provision`: a plan over a day of load: servers of each kind per model at every step, by Hercules's integer program and by the greedy baseline, side by side, with the over-provision R taken from the trace's own history; the paper's Section III-C example by default (its tuples SYNTHETIC, labelled so) (after Hercules, Ke et al., HPCA 2022).
+"""provision_command.py: `splitrpc plan provision`: a plan over a day of load: servers of each kind per model at every step, by Hercules's integer program and by the greedy baseline, side by side, with the over-provision R taken from the trace's own history; the paper's Section III-C example by default (its tuples SYNTHETIC, labelled so) (after Hercules, Ke et al., HPCA 2022).
 
 Inputs:
 - tuples: --tuples FILE.json, a list of {"model", "kind", "qps", "power"} (the efficiency tuples
-  of `splitrpc tune`; power may be null), or the built-in example's (synthetic);
+  of `splitrpc plan tune`; power may be null), or the built-in example's (synthetic);
 - inventory: --inventory cpu=70,cpu+nmp=15,cpu+gpu=5 (default: the example's);
 - loads: --trace FILE.csv (a header time_s,MODEL1,MODEL2,... then one row per step, loads in
   QPS), or a Wikipedia-like day per model (`splitrpc load`'s shape, a different seed per model)

@@ -1,4 +1,4 @@
-"""tune_command.py: `splitrpc tune`: Hercules's configuration search on this machine: a zoo model served at each configuration (o intra-op threads, m server processes, d batch size; with --schedules sd, a model with sparse and dense stages, such as dlrm, also as a sparse-dense pipeline over its stages' threads) and its latency-bounded QPS measured with the native open-loop generator; the gradient search, the grid search and a batch-size-only search compared on the same measurements; the best configuration saved as an efficiency tuple tagged with the machine kind (input to `splitrpc provision --tuples`) (after Hercules, Ke et al., HPCA 2022).
+"""tune_command.py: `splitrpc plan tune`: Hercules's configuration search on this machine: a zoo model served at each configuration (o intra-op threads, m server processes, d batch size; with --schedules sd, a model with sparse and dense stages, such as dlrm, also as a sparse-dense pipeline over its stages' threads) and its latency-bounded QPS measured with the native open-loop generator; the gradient search, the grid search and a batch-size-only search compared on the same measurements; the best configuration saved as an efficiency tuple tagged with the machine kind (input to `splitrpc plan provision --tuples`) (after Hercules, Ke et al., HPCA 2022).
 
 Every point any search asks for is measured once and cached: the grid is measured whole (it is
 the baseline), and each search's cost is the number of distinct points it asked for. The load
@@ -236,7 +236,7 @@ def markdown(doc: dict) -> str:
                 lines.append(f"| {o} | {i} | " + " | ".join(f"{table.get((o, i, d), float('nan')):.0f}"
                                                              for d in r["axes"]["batches"]) + " |")
         lines.append("")
-    lines += ["Efficiency tuples (tune_tuples.json, for `splitrpc provision --tuples`; each model's better "
+    lines += ["Efficiency tuples (tune_tuples.json, for `splitrpc plan provision --tuples`; each model's better "
               "schedule):", "", "```", json.dumps(doc["tuples"], indent=1), "```", "",
               f"Run time: {doc['seconds']:.0f} s."]
     return "\n".join(lines) + "\n"
@@ -287,7 +287,7 @@ def plot(doc: dict, path: str) -> str:
 def cmd_tune(a) -> int:
     from splitrpc.services.planning.tune import TuneError
 
-    def tuples(doc) -> list:  # the input of `splitrpc provision --tuples`
+    def tuples(doc) -> list:  # the input of `splitrpc plan provision --tuples`
         tp = os.path.join(a.out, "tune_tuples.json")
         with open(tp, "w") as f:
             json.dump([{k: t[k] for k in ("model", "kind", "qps", "power")} for t in doc["tuples"]], f, indent=1)
