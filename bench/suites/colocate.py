@@ -135,7 +135,7 @@ def run(a) -> dict:
     configs = a.configs.split(",")
     for c in configs:
         if c not in CONFIGS:
-            raise SystemExit(f"bench-colocate: unknown configuration {c!r}; known: {', '.join(CONFIGS)}")
+            raise SystemExit(f"bench colocate: unknown configuration {c!r}; known: {', '.join(CONFIGS)}")
     loads = [float(x) for x in a.loads.split(",")]
     _say(a, f"services and their requests (scale {a.scale}) ...")
     services = build(a.scale, a.seed)
@@ -189,7 +189,7 @@ def run(a) -> dict:
                         with torch.inference_mode():
                             want = m(x, ei).numpy()
                         if not np.allclose(got, want, atol=1e-4, rtol=1e-4):
-                            raise SystemExit(f"bench-colocate: {cfg} server's {kind} reply differs from the model's")
+                            raise SystemExit(f"bench colocate: {cfg} server's {kind} reply differs from the model's")
             for f in loads:
                 rate = f * per_service_capacity
                 n = max(a.min_calls, int(rate * a.duration))
@@ -292,7 +292,7 @@ def plot(doc: dict, path: str) -> str:
 def cmd_bench_colocate(a) -> int:
     if a.serve:
         return serve(a)
-    return run_suite(a, name="colocate", who="bench-colocate", run=run, markdown=markdown, plot=plot,
+    return run_suite(a, name="colocate", who="bench colocate", run=run, markdown=markdown, plot=plot,
                      needs=("torch", "torch_geometric"),
                      hint="PyTorch and torch-geometric: pip install 'splitrpc[gnn]'")
 

@@ -314,7 +314,7 @@ def plot(doc: dict, path: str) -> str:
 
 
 def cmd_bench_colocate_sim(a) -> int:
-    return run_suite(a, name="colocate_sim", who="bench-colocate-sim", run=run, markdown=markdown, plot=plot, check=_check,
+    return run_suite(a, name="colocate_sim", who="bench colocate-sim", run=run, markdown=markdown, plot=plot, check=_check,
                      needs=("torch", "torch_geometric"),
                      hint="PyTorch and torch-geometric: pip install 'splitrpc[gnn]'",
                      after=lambda doc: [markdown(doc).split("## Acceptance", 1)[1].strip()])

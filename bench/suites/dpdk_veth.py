@@ -187,7 +187,7 @@ def run(a) -> dict:
 
 
 def cmd_bench_dpdk(a) -> int:
-    return run_suite(a, name="dpdk_veth", who="bench-dpdk", run=run, markdown=markdown, check=_check,
+    return run_suite(a, name="dpdk_veth", who="bench dpdk", run=run, markdown=markdown, check=_check,
                      errors=(netns.NetnsUnavailable,), echo=True)
 
 

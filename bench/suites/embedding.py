@@ -208,7 +208,7 @@ def _run_config(a, name: str, cfg: dict, requests: list, check) -> dict:
         with splitrpc.Client("127.0.0.1", port, timeout=30.0) as c:  # replies are the model's over the exact tables
             for r in requests[:20]:
                 if not check(r, c.call(dlrm.FUNC_ID, r)):
-                    raise SystemExit(f"bench-embedding: {name}: a reply differs from the model over the exact tables")
+                    raise SystemExit(f"bench embedding: {name}: a reply differs from the model over the exact tables")
         warm = a.warmup_calls if cfg.get("l1_fraction") else a.calls // 4
         _closed_loop(port, requests, max(warm, a.concurrency), a.concurrency, a.seed + 1)
         before = _stats(port)
@@ -291,9 +291,9 @@ def _config_names(a) -> list[str]:
     names = [n for n in a.configs.split(",") if n] if a.configs else [*CONFIGS, *(GPU_CONFIGS if a.device else ())]
     bad = [n for n in names if n not in known]
     if bad:
-        raise SystemExit(f"bench-embedding: unknown configuration(s) {', '.join(bad)}; known: {', '.join(known)}")
+        raise SystemExit(f"bench embedding: unknown configuration(s) {', '.join(bad)}; known: {', '.join(known)}")
     if any(n in GPU_CONFIGS for n in names) and not a.device:
-        raise SystemExit("bench-embedding: the gpu-* configurations need --device cuda:N")
+        raise SystemExit("bench embedding: the gpu-* configurations need --device cuda:N")
     if a.device is not None:
         from splitrpc.gpu import parse_device
 
@@ -302,7 +302,7 @@ def _config_names(a) -> list[str]:
         except ValueError:
             ok = False
         if not ok:
-            raise SystemExit(f"bench-embedding: --device must be cuda or cuda:N, got {a.device!r}")
+            raise SystemExit(f"bench embedding: --device must be cuda or cuda:N, got {a.device!r}")
     return names
 
 
@@ -318,7 +318,7 @@ def run(a) -> dict:
 
     skip = set(filter(None, a.skip.split(",")))
     if a.rounds < 1:
-        raise SystemExit("bench-embedding: --rounds must be at least 1")
+        raise SystemExit("bench embedding: --rounds must be at least 1")
     t_start = time.monotonic()
     a.tmp = tempfile.mkdtemp(prefix="splitrpc-bench-embedding-")
     l3_path = None
@@ -510,7 +510,7 @@ def cmd_bench_embedding(a) -> int:
         return serve(a)
     if a.publish:
         return publish(a)
-    return run_suite(a, name="embedding", who="bench-embedding", run=run, markdown=markdown, plot=plot,
+    return run_suite(a, name="embedding", who="bench embedding", run=run, markdown=markdown, plot=plot,
                      needs=("rocksdict", "torch"), hint="pip install 'splitrpc[models,embedding]'",
                      after=lambda doc: [markdown(doc).split("## Acceptance", 1)[1].strip()])
 

@@ -291,11 +291,11 @@ def cmd_fleet(a) -> int:
 
         import_ray()  # with its loopback settings: the first import of ray decides them
     except ImportError:
-        print("bench-fleet: needs ray and scipy: pip install 'splitrpc[fleet]'", file=sys.stderr)
+        print("bench fleet: needs ray and scipy: pip install 'splitrpc[fleet]'", file=sys.stderr)
         return 2
     from splitrpc.services.fleet.cluster import ClusterError
 
-    return run_suite(a, name="fleet", who="bench-fleet", run=run, markdown=markdown, plot=plot, needs=("scipy",),
+    return run_suite(a, name="fleet", who="bench fleet", run=run, markdown=markdown, plot=plot, needs=("scipy",),
                      hint="ray and scipy: pip install 'splitrpc[fleet]'", errors=(ValueError, ClusterError))
 
 

@@ -694,7 +694,7 @@ def _targets(a, doc: dict) -> list[str]:
 
 
 def cmd_bench_gnn(a) -> int:
-    return run_suite(a, name="gnn", who="bench-gnn", run=run, markdown=markdown, plot=_plots, check=_check,
+    return run_suite(a, name="gnn", who="bench gnn", run=run, markdown=markdown, plot=_plots, check=_check,
                      after=lambda doc: _targets(a, doc),
                      verdict=lambda doc: doc["wrong_replies"] and
                      f"{doc['wrong_replies']} replies did not match the local model")

@@ -317,5 +317,5 @@ def _check(a) -> str | None:
 
 
 def cmd_indep(a) -> int:
-    return run_suite(a, name="indep", who="bench-indep", run=run, markdown=markdown, plot=plot, check=_check,
+    return run_suite(a, name="indep", who="bench indep", run=run, markdown=markdown, plot=plot, check=_check,
                      errors=(SuiteFailed,), echo=True)

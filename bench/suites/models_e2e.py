@@ -540,7 +540,7 @@ def run(a) -> dict:
 
 def cmd_bench_models(a) -> int:
     a.command = command_of(a)
-    return run_suite(a, name="models_e2e", who="bench-models", run=run, markdown=lambda doc: markdown(doc, doc["table"]),
+    return run_suite(a, name="models_e2e", who="bench models", run=run, markdown=lambda doc: markdown(doc, doc["table"]),
                      check=check_args, needs=("torch",), hint="PyTorch for the models: pip install 'splitrpc[models]'",
                      echo=True)
 

@@ -600,7 +600,7 @@ def _failed_cells(doc: dict) -> str | None:
 
 
 def cmd_bench_orchestration(a) -> int:
-    return run_suite(a, name="orchestration", who="bench-orchestration", run=run, markdown=markdown,
+    return run_suite(a, name="orchestration", who="bench orchestration", run=run, markdown=markdown,
                      check=_bad_input, verdict=_failed_cells, echo=True)
 
 

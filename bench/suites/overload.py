@@ -607,7 +607,7 @@ def _invalid(doc: dict) -> str | None:
 
 
 def cmd_bench_overload(a) -> int:
-    return run_suite(a, name="overload", who="bench-overload", run=run, markdown=markdown, check=_check_args,
+    return run_suite(a, name="overload", who="bench overload", run=run, markdown=markdown, check=_check_args,
                      after=_not_met, verdict=_invalid, echo=True)
 
 

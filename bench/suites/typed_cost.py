@@ -109,6 +109,7 @@ def _measure(a, name: str, wait: str, busy_poll: bool, calls: int, warmup: int) 
     differ between processes, and with them a few hundred nanoseconds of a call: rounds in one
     process would show a narrower interval than a user's next process gets)."""
     import subprocess
+    import tempfile
 
     import splitrpc
 
@@ -120,7 +121,8 @@ def _measure(a, name: str, wait: str, busy_poll: bool, calls: int, warmup: int) 
         for r in range(a.rounds):
             cmd = [sys.executable, "-m", "splitrpc.bench.suites.typed_cost", "--one-round",
                    json.dumps([port, name, busy_poll, calls, warmup, r])]
-            got = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=600).stdout)
+            got = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=600,
+                                            cwd=tempfile.gettempdir()).stdout)  # not a source tree's splitrpc/
             for m in MODES:
                 rounds[m].append(got[m])
             if not a.quiet:
