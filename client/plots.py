@@ -6,7 +6,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from splitrpc.hdr import percentiles
+from splitrpc.latency_histogram import percentiles
 
 __all__ = ["PlotUnavailable", "find_knee", "latency_vs_load", "throughput_vs_concurrency", "latency_cdf",
            "latency_over_time"]
@@ -182,7 +182,7 @@ def throughput_vs_concurrency(series, path, title: str = "Throughput vs concurre
 
 
 def latency_cdf(series, path, title: str = "Latency CDF"):
-    """The empirical CDF of each series' latencies (µs), log x, p50 and p99 marked (hdr.percentiles,
+    """The empirical CDF of each series' latencies (µs), log x, p50 and p99 marked (latency_histogram.percentiles,
     as in the tables).
 
     series: {label: array of latencies in µs, all finite and > 0}. Large arrays are drawn from

@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 
-from splitrpc.hdr import HdrHistogram, percentiles
+from splitrpc.latency_histogram import HdrHistogram, percentiles
 from splitrpc.machine import describe
 from splitrpc.load_run import INVALID, OK, PENDING, SEND_FAILED, TIMEOUT, Records, code_name
 
@@ -91,7 +91,7 @@ def summarize(r: Records, label: str = "", names=None) -> dict:
 
 
 def binned_p50_p99(bins: np.ndarray, latency_ns: np.ndarray, nb: int) -> tuple[np.ndarray, np.ndarray]:
-    """p50 and p99 in µs (hdr.percentiles) of the latencies (ns) in each of nb bins (bins[i]:
+    """p50 and p99 in µs (latency_histogram.percentiles) of the latencies (ns) in each of nb bins (bins[i]:
     latency i's bin), NaN where empty."""
     p50, p99 = np.full(nb, np.nan), np.full(nb, np.nan)
     order = np.argsort(bins, kind="stable")

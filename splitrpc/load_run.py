@@ -14,7 +14,7 @@ from splitrpc.client import Client
 from splitrpc._native import loadgen as _loadgen
 from splitrpc._native.loadgen import INVALID, OK, PENDING, REC_DTYPE, SEND_FAILED, TIMEOUT  # noqa: F401 - public here
 from splitrpc.client import as_buffer
-from splitrpc.hdr import percentiles
+from splitrpc.latency_histogram import percentiles
 
 
 def code_name(code: int) -> str:

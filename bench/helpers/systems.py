@@ -22,7 +22,7 @@ from splitrpc.bench.helpers.procs import Proc, ServerDied, free_port
 from splitrpc.errors import NativeError
 from splitrpc import arrivals
 from splitrpc.loadgen import report
-from splitrpc.hdr import percentiles
+from splitrpc.latency_histogram import percentiles
 from splitrpc.load_run import run_load
 from splitrpc.services import SERVICES
 

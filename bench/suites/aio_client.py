@@ -33,7 +33,7 @@ def _request():
 def _summary(lat_ns: list, elapsed_s: float, wrong: int) -> dict:
     import numpy as np
 
-    from splitrpc.hdr import percentiles
+    from splitrpc.latency_histogram import percentiles
 
     pct = percentiles(np.asarray(lat_ns, dtype=np.int64), (50, 99))
     return {"calls/s": len(lat_ns) / elapsed_s, "p50 us": pct[50] / 1e3, "p99 us": pct[99] / 1e3, "wrong": wrong}

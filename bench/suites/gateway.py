@@ -22,7 +22,7 @@ CALLS, WARMUP = 3000, 300
 def _measure(call: Callable[[], bool], calls: int) -> dict[str, Any]:
     import numpy as np
 
-    from splitrpc.hdr import percentiles
+    from splitrpc.latency_histogram import percentiles
 
     for _ in range(WARMUP):
         call()

@@ -16,7 +16,7 @@ from splitrpc import gpu
 from splitrpc.defaults import FUNCTION_DEFAULTS
 from splitrpc.reporting import add_subcommand, command_of, run_as_module, run_suite
 from splitrpc.loadgen import report
-from splitrpc.hdr import percentiles
+from splitrpc.latency_histogram import percentiles
 from splitrpc.loadgen.load_cli import comma_list
 from splitrpc.load_run import OK, run_load
 from splitrpc.services import SERVICES as BUILTIN

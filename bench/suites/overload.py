@@ -36,7 +36,7 @@ from splitrpc.bench.helpers.procs import Proc, ServerDied, free_port
 from splitrpc.errors import Busy, SplitRPCError
 from splitrpc import arrivals
 from splitrpc.loadgen import report
-from splitrpc.hdr import percentiles
+from splitrpc.latency_histogram import percentiles
 from splitrpc.loadgen.load_cli import comma_list
 from splitrpc.load_run import INVALID, OK, PENDING, SEND_FAILED, TIMEOUT, Records, Snapshot, run_load
 from splitrpc.loadgen.validate import validate
@@ -204,7 +204,7 @@ def phases(a, peak: float) -> list[dict]:
 
 
 def _pcts(lat_ns: np.ndarray) -> tuple[float | None, float | None]:
-    """p50 and p99 in µs of latencies in ns (hdr.percentiles); None, None without any."""
+    """p50 and p99 in µs of latencies in ns (latency_histogram.percentiles); None, None without any."""
     pct = percentiles(lat_ns, (50, 99))
     if pct[50] is None:
         return None, None

@@ -65,7 +65,7 @@ def _request():
 def _summary(lat_ns, elapsed_s: float, errors: int) -> dict:
     import numpy as np
 
-    from splitrpc.hdr import percentiles
+    from splitrpc.latency_histogram import percentiles
 
     ok = np.asarray(lat_ns)
     ok = ok[ok > 0].astype(np.int64)

@@ -9,7 +9,7 @@ import numpy as np
 
 from splitrpc import Client, Server, __version__, features
 from splitrpc.defaults import SERVER_DEFAULTS
-from splitrpc.hdr import percentiles
+from splitrpc.latency_histogram import percentiles
 from splitrpc.plugins import CapabilityError
 from splitrpc.server import WAIT_MODES
 

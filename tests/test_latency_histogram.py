@@ -1,4 +1,4 @@
-"""splitrpc.hdr: HDR histogram percentiles against a sorted-array reference, layout, merge and errors."""
+"""splitrpc.latency_histogram: HDR histogram percentiles against a sorted-array reference, layout, merge and errors."""
 import math
 from fractions import Fraction
 
@@ -7,7 +7,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from splitrpc.hdr import EmptyHistogramError, HdrHistogram
+from splitrpc.latency_histogram import EmptyHistogramError, HdrHistogram
 
 HOUR_NS = 3_600_000_000_000
 PS = (0, 0.1, 1, 10, 25, 50, 75, 90, 95, 99, 99.9, 99.99, 100)

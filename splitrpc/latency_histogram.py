@@ -1,4 +1,4 @@
-"""hdr.py: an HDR (High Dynamic Range) latency histogram in numpy, bucketed as HdrHistogram_c, recorded vectorised."""
+"""latency_histogram.py: an HDR (High Dynamic Range) latency histogram in numpy, bucketed as HdrHistogram_c, recorded vectorised."""
 from __future__ import annotations
 
 import math
