@@ -1,7 +1,7 @@
 """metrics.py: a server's counters as Prometheus metric families through prometheus-client: a collector over Server.stats() (the admin endpoint, splitrpc.admin, serves it with the process collector, in the text or OpenMetrics format the scraper asks for)."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_latest
@@ -60,8 +60,13 @@ def _qdelay_buckets(qd: dict[str, Any]) -> tuple[list[tuple[str, int]], float]:
     return buckets, qd["sum_us"] / 1e6
 
 
-def families(st: dict[str, Any], prefix: str = PREFIX) -> Iterator[Metric]:
-    """The metric families of a Server.stats() dict (prometheus_client core families)."""
+MetricsOf = Callable[[Any, str], Iterable[Metric]]  # a stats source's families: (its stats, the prefix)
+
+
+def families(st: dict[str, Any], prefix: str = PREFIX, extra: Mapping[str, MetricsOf] | None = None) -> Iterator[Metric]:
+    """The metric families of a Server.stats() dict (prometheus_client core families), and for
+    each key of extra present in it, the families its function makes of st[key] (a capability's
+    own metrics, given with Server.add_stats_source: the core names none)."""
     def fam(kind: str, name: str, help_: str, labels: Sequence[str] = ()) -> CounterMetricFamily | GaugeMetricFamily:
         cls = CounterMetricFamily if kind == "counter" else GaugeMetricFamily
         return cls(f"{prefix}_{name}", help_, labels=list(labels))
@@ -146,38 +151,21 @@ def families(st: dict[str, Any], prefix: str = PREFIX) -> Iterator[Metric]:
         for k, v in d["drops"].items():
             f.add_metric([str(k)], int(v))
         yield f
-    c = st.get("colocation")
-    if c:
-        svcs = c["services"]
-        for name, key, help_ in (("colocation_calls", "calls", "Calls that reached a co-located service, by service."),
-                                 ("colocation_qos_violations", "violations",
-                                  "Calls answered after their service's QoS target."),
-                                 ("colocation_too_large", "too_large",
-                                  "Calls refused: their PMC estimate exceeds the budget.")):
-            f = fam("counter", name, help_, ["service"])
-            for n, v in svcs.items():
-                f.add_metric([str(n)], int(v[key]))
-            yield f
-        for kind, name, key, help_ in (("counter", "colocation_groups", "groups", "Groups of co-located calls run."),
-                                       ("gauge", "colocation_budget_bytes", "budget",
-                                        "Memory budget of the co-located services."),
-                                       ("gauge", "colocation_reserved_bytes", "reserved",
-                                        "Memory reserved by the running group."),
-                                       ("gauge", "colocation_queued_calls", "queued", "Calls waiting for a group.")):
-            f = fam(kind, name, help_)
-            f.add_metric([], int(c[key]))
-            yield f
+    for key, more in (extra or {}).items():  # a stats source's own families (Server.add_stats_source)
+        if st.get(key):
+            yield from more(st[key], prefix)
 
 
 class StatsCollector(Collector):
     """A prometheus_client collector over stats(), a callable returning a Server.stats() dict
     (read at each scrape, on the scraping thread)."""
 
-    def __init__(self, stats: Callable[[], dict[str, Any]], prefix: str = PREFIX) -> None:
-        self._stats, self._prefix = stats, prefix
+    def __init__(self, stats: Callable[[], dict[str, Any]], prefix: str = PREFIX,
+                 extra: Mapping[str, MetricsOf] | None = None) -> None:
+        self._stats, self._prefix, self._extra = stats, prefix, extra
 
     def collect(self) -> Iterator[Metric]:
-        yield from families(self._stats(), self._prefix)
+        yield from families(self._stats(), self._prefix, self._extra)
 
 
 def registry_for(server: Server, *, process: bool = True) -> CollectorRegistry:
@@ -186,14 +174,14 @@ def registry_for(server: Server, *, process: bool = True) -> CollectorRegistry:
     from prometheus_client import ProcessCollector
 
     reg = CollectorRegistry(auto_describe=False)
-    reg.register(StatsCollector(server.stats))
+    reg.register(StatsCollector(server.stats, extra=server.stats_metrics))
     if process:
         ProcessCollector(registry=reg)
     return reg
 
 
-def prometheus_text(st: dict[str, Any], prefix: str = PREFIX) -> str:
-    """The Prometheus text exposition (format 0.0.4) of a Server.stats() dict."""
+def prometheus_text(st: dict[str, Any], prefix: str = PREFIX, extra: Mapping[str, MetricsOf] | None = None) -> str:
+    """The Prometheus text exposition (format 0.0.4) of a Server.stats() dict (extra: as families)."""
     reg = CollectorRegistry(auto_describe=False)
-    reg.register(StatsCollector(lambda: st, prefix))
+    reg.register(StatsCollector(lambda: st, prefix, extra))
     return generate_latest(reg).decode()

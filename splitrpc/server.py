@@ -260,6 +260,7 @@ class Server:
         self._pools_held = False         # the pools' threads were acquired (start) and not released
         # stats() key -> a function returning a dict (add_stats_source)
         self._stats_sources: dict[str, Callable[[], dict[str, Any]]] = {}
+        self.stats_metrics: dict[str, Callable[[Any, str], Any]] = {}  # key -> its Prometheus families (metrics.py)
         self._draining = False
         self._worker_running = False     # the worker loop is in _server.serve (health)
         self._drain_abort = threading.Event()  # abort_drain(): a drain in stop(grace) ends now
@@ -574,7 +575,7 @@ class Server:
         unknown = set(opts) - set(self._init_kwargs)
         if unknown:
             raise ValueError(f"not a Server setting: {', '.join(sorted(unknown))}")
-        regs, sources = list(self._registrations), dict(self._stats_sources)
+        regs, sources, mets = list(self._registrations), dict(self._stats_sources), dict(self.stats_metrics)
         self.close()  # first: the new one may bind the same port
         new = type(self)(**opts)
         try:
@@ -582,7 +583,7 @@ class Server:
                 r = dict(r)
                 new.add_function(r.pop("fn"), r.pop("func_id"), r.pop("name"), r.pop("inputs"), r.pop("outputs"), **r)
             for k, src in sources.items():
-                new.add_stats_source(k, src)
+                new.add_stats_source(k, src, metrics=mets.get(k))
         except BaseException:
             new.close()
             raise
@@ -918,16 +919,21 @@ class Server:
 
     # ------------------------------------------------------------------ counters
 
-    def add_stats_source(self, key: str, source: Callable[[], dict[str, Any]]) -> None:
+    def add_stats_source(self, key: str, source: Callable[[], dict[str, Any]],
+                         metrics: Callable[[Any, str], Any] | None = None) -> None:
         """Adds source()'s dict to stats() under key (a scheduler layered on the functions, such as
-        splitrpc.services.colocation's co-location, reports there and so in /metrics). source runs on
-        whichever thread calls stats(): it takes its own locks."""
-        if not callable(source):
-            raise ValueError(f"source must be callable, got {source!r}")
+        splitrpc.services.colocation's co-location, reports there). metrics(its dict, prefix), where
+        given, yields its Prometheus metric families (prometheus_client's) for /metrics
+        (splitrpc.metrics names no source's metrics: each brings its own). source runs on whichever
+        thread calls stats(), metrics on the scraping thread: each takes its own locks."""
+        if not callable(source) or (metrics is not None and not callable(metrics)):
+            raise ValueError(f"source and metrics must be callable, got {source!r}, {metrics!r}")
         reserved = {"functions", "devices", "graph_fallback", "by_function", "dpdk", *_server.read_stats(self._srv)}
         if key in reserved:
             raise ValueError(f"stats key {key!r} is the engine's")
         self._stats_sources[key] = source
+        if metrics is not None:
+            self.stats_metrics[key] = metrics
 
     def stats(self) -> dict[str, Any]:
         """Counters of the engine: datagrams, calls, batches, drops by reason, errors by code,

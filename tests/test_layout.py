@@ -136,6 +136,20 @@ def test_the_core_names_no_capability():
     assert not bad, "the core imports its plug-ins:\n" + "\n".join(bad)
 
 
+def test_the_core_defines_no_capabilitys_metric():
+    """A capability's Prometheus metrics are defined in the capability (Server.add_stats_source's
+    metrics=): no string in the core names a metric after one of server/'s capability folders."""
+    caps = sorted(p.name for p in (ROOT / "server").iterdir() if p.is_dir() and (p / "__init__.py").exists())
+    assert "colocation" in caps and "embedding" in caps
+    bad = []
+    for path in sources("splitrpc"):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                bad += [f"{path.relative_to(ROOT)}:{node.lineno}: {node.value!r}" for c in caps
+                        if re.fullmatch(rf"{c}_[a-z_]+", node.value)]
+    assert not bad, "the core defines capabilities' metrics:\n" + "\n".join(bad)
+
+
 def test_the_load_generator_imports_no_service():
     bad = _importers(("client",), ("splitrpc.services", "splitrpc.bench"))
     assert not bad, "client/ imports a service or a benchmark:\n" + "\n".join(bad)

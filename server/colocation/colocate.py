@@ -229,8 +229,10 @@ class CoLocation(Executor):
         server.add_function(self._callback(svc, self.place), func_id, name, raw=True, max_batch=1, executor=self,
                             max_request=request_size(max_nodes, max_edges, features),
                             max_response=4 * max_nodes * classes)
-        if not self._services:  # the first service: the scheduler's counters join the server's stats()
-            server.add_stats_source("colocation", self.stats)
+        if not self._services:  # the first service: the scheduler's counters join the server's stats() and /metrics
+            from splitrpc.services.colocation import metrics
+
+            server.add_stats_source("colocation", self.stats, metrics=metrics.families)
         self._services[name] = svc
         return svc
 
