@@ -181,8 +181,9 @@ def markdown(doc: dict) -> str:
               "`np.frombuffer(reply, dtype).reshape(shape)`, what a raw caller does to use the reply. typed: "
               "`client.function(name)(array)`, a named tuple of numpy arrays (the input check, the call, the reading). "
               "The typed fast path hands the checked array to the native call as it is, skipping the raw layer's "
-              "buffer conversion, and where the function has one output (vecadd, LeNet) the native call copies "
-              "the reply straight into a fresh array of it: no bytes object, no np.frombuffer.",
+              "buffer conversion, and where the function has one output of 512 bytes or more (vecadd's 1 KiB; not "
+              "LeNet's 40-byte logits) the native call copies the reply straight into a fresh array of it: no bytes "
+              "object, no np.frombuffer.",
               "- 'layer alone' times the fast path's input check and the reply's reading in a loop, without the "
               "network (reading, where the reply is received into its array: that array's allocation and the "
               "tuple); in a loop they run with hot caches, between network calls they do not.",
