@@ -1,1 +1,1 @@
-"""splitrpc.loadgen (the client/ folder, installed under this name): the client side beyond the Client class: the native load generator's runner and schedules, the HDR histogram, reports, plots, request sets and `splitrpc load`."""
+"""splitrpc.loadgen (the client/ folder, a top-level folder of the repository's agreed layout, installed under this name; README "Repository layout"): the client side beyond the Client class: the native load generator's runner and schedules, reports, plots, request sets and `splitrpc load`."""
