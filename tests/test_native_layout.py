@@ -99,7 +99,7 @@ def test_the_reader_sees_the_calls_it_must():
     assert "srpc_ring_fill_locked" in names[("server/engine", "server/callring")]
     assert "server/engine" in edges["server/rx_owner"]
     assert "transport/udp" in edges["transport/open"]
-    assert "tools/faults" in edges["transport/udp"]
+    assert "transport/faults" in edges["transport/udp"]
 
 
 def test_no_two_files_call_each_other_in_a_circle():
@@ -145,3 +145,22 @@ def test_every_file_says_what_it_is_for():
         if not re.match(r"/\* %s: \S" % re.escape(p.name), first):
             missing.append(str(p.relative_to(SRC)))
     assert not missing, "no purpose line (/* name.c: what it is for */): " + ", ".join(missing)
+
+
+# Below the client and the server: what each folder of native/src may call besides itself. A
+# transport calls the core (the wire, checks, sessions) and its fault injectors beside it; the
+# client calls the transports and the core; nothing there calls up into tools/, server/ or client/.
+_MAY_CALL = {
+    "transport": {"core", "dpdk"},  # open.c picks the DPDK transport where it is built in
+    "client": {"core", "transport"},
+    "core": set(),
+}
+
+
+@pytest.mark.parametrize("folder", sorted(_MAY_CALL))
+def test_transports_and_the_client_call_one_way(folder):
+    edges, names = _graph()
+    allowed = _MAY_CALL[folder] | {folder}
+    up = [f"{u} -> {v} ({', '.join(sorted(names[(u, v)]))})" for u in edges if u.startswith(folder + "/")
+          for v in edges[u] if v.split("/")[0] not in allowed]
+    assert not up, f"native/src/{folder} calls outside what it may:\n" + "\n".join(up)

@@ -17,7 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "tools/faults.h"
+#include "transport/faults.h"
 #include "splitrpc.h"
 #include "transport/udp.h"
 

@@ -1328,16 +1328,10 @@ int srpc_client_next_due(srpc_client_t *c, uint64_t *due_ns)
 int srpc_client_set_faults(srpc_client_t *c, const srpc_faults_cfg_t *rx, const srpc_faults_cfg_t *tx,
                            uint64_t seed)
 {
-    if (!c)
-        return -EINVAL;
-    if (!srpc_tp_has_faults(c->tp))
-        return -ENOTSUP; /* a build without fault injection, or a transport without injectors (DPDK) */
-    return c->tp->ops->set_faults(c->tp, rx, tx, seed);
+    return c ? srpc_tp_set_faults(c->tp, rx, tx, seed) : -EINVAL;
 }
 
 int srpc_client_fault_counts(const srpc_client_t *c, srpc_fault_counts_t *rx, srpc_fault_counts_t *tx)
 {
-    if (!c)
-        return -EINVAL;
-    return srpc_tp_has_faults(c->tp) ? c->tp->ops->fault_counts(c->tp, rx, tx) : -ENOTSUP;
+    return c ? srpc_tp_fault_counts(c->tp, rx, tx) : -EINVAL;
 }

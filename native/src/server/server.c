@@ -433,16 +433,12 @@ int srpc_server_set_faults(srpc_server_t *srv, const srpc_faults_cfg_t *rx, cons
 {
     if (!srv)
         return -EINVAL;
-    if (!srpc_tp_has_faults(srv->tp))
-        return -ENOTSUP; /* a build without fault injection, or a transport without injectors (DPDK) */
-    if (srv->started)
+    if (srpc_tp_has_faults(srv->tp) && srv->started)
         return -EBUSY;
-    return srv->tp->ops->set_faults(srv->tp, rx, tx, seed);
+    return srpc_tp_set_faults(srv->tp, rx, tx, seed);
 }
 
 int srpc_server_fault_counts(const srpc_server_t *srv, srpc_fault_counts_t *rx, srpc_fault_counts_t *tx)
 {
-    if (!srv)
-        return -EINVAL;
-    return srpc_tp_has_faults(srv->tp) ? srv->tp->ops->fault_counts(srv->tp, rx, tx) : -ENOTSUP;
+    return srv ? srpc_tp_fault_counts(srv->tp, rx, tx) : -EINVAL;
 }

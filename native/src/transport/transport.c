@@ -1,4 +1,4 @@
-/* transport.c: what every transport shares: the transport-neutral receive slots. */
+/* transport.c: what every transport shares: the transport-neutral receive slots, and the fault injectors' setter. */
 #include "transport/transport.h"
 
 #include <errno.h>
@@ -66,4 +66,16 @@ void srpc_rx_free(srpc_rx_t *rx)
     free(rx->dev);
     free(rx->gso);
     memset(rx, 0, sizeof(*rx));
+}
+
+int srpc_tp_set_faults(srpc_transport_t *t, const srpc_faults_cfg_t *rx, const srpc_faults_cfg_t *tx, uint64_t seed)
+{
+    if (!srpc_tp_has_faults(t))
+        return -ENOTSUP; /* a build without fault injection, or a transport without injectors (DPDK) */
+    return t->ops->set_faults(t, rx, tx, seed);
+}
+
+int srpc_tp_fault_counts(const srpc_transport_t *t, srpc_fault_counts_t *rx, srpc_fault_counts_t *tx)
+{
+    return srpc_tp_has_faults(t) ? t->ops->fault_counts(t, rx, tx) : -ENOTSUP;
 }

@@ -230,6 +230,11 @@ static inline int srpc_tp_has_faults(const srpc_transport_t *t)
     return 0;
 #endif
 }
+/* The fault injectors of a client's or server's transport (srpc_client_set_faults and
+ * srpc_server_set_faults; before any traffic): -ENOTSUP in a build without fault injection or
+ * for a transport without injectors (DPDK), else the transport's answer. */
+int srpc_tp_set_faults(srpc_transport_t *t, const srpc_faults_cfg_t *rx, const srpc_faults_cfg_t *tx, uint64_t seed);
+int srpc_tp_fault_counts(const srpc_transport_t *t, srpc_fault_counts_t *rx, srpc_fault_counts_t *tx);
 /* 1 when this transport can receive scattered (rx_into). */
 static inline int srpc_tp_can_rx_into(const srpc_transport_t *t) { return t->ops->rx_into != NULL; }
 /* 1 when this transport can receive in place now (peek and recv_into). */

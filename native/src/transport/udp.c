@@ -16,7 +16,7 @@
 #include "core/auth.h"
 #include "core/session.h"
 #include "core/wire.h"
-#include "tools/faults.h"
+#include "transport/faults.h"
 
 static int set_buf(int fd, int force_opt, int opt, int bytes)
 {

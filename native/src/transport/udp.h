@@ -22,7 +22,7 @@ typedef struct srpc_udp {
     int gro;            /* 1: the kernel may hand over datagrams of one sender coalesced (UDP_GRO,
                            tunables.h); every receive reads its segment size (srpc_rx_t.gso) */
     /* Testing builds (SRPC_FAULT_INJECTION): fault injectors of what arrives and of what
-     * leaves (tools/faults.h), NULL for none (always NULL in other builds). Set with
+     * leaves (transport/faults.h), NULL for none (always NULL in other builds). Set with
      * srpc_udp_set_faults before traffic starts; owned by the socket, freed at close. */
     struct srpc_faults *rx_faults, *tx_faults;
     /* The receiving thread's recvmmsg vectors, pointing into the slots they were built for

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tools/faults.h"
+#include "transport/faults.h"
 
 #ifdef SRPC_FAULT_INJECTION
 
