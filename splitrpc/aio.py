@@ -192,10 +192,11 @@ class Client:
 
     def _check_open(self) -> None:
         if self._cl is None:
-            raise SplitRPCError("client is closed")
+            raise SplitRPCError(_client.CLOSED)
 
     def close(self) -> None:
-        """Fails the calls still pending (SplitRPCError "client closed") and frees the client. Any
+        """Fails the calls still pending (SplitRPCError "client is closed") and closes the client (its
+        socket is freed when this object is dropped: splitrpc.Client.close). Any
         thread: from another one while the loop runs, it is done on the loop's thread, soon."""
         if self._cl is None:
             return
@@ -208,7 +209,7 @@ class Client:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        self._fail_all(SplitRPCError("client closed"))
+        self._fail_all(SplitRPCError(_client.CLOSED))
         self._sync.close()
         self._cl = None
 

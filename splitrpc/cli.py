@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import argparse
 import logging
+import shlex
 import sys
+from typing import Iterable
 
 from splitrpc import __version__
 from splitrpc.check import cli as check_cli
@@ -43,20 +45,43 @@ def _help(p: argparse.ArgumentParser) -> int:
     return 2
 
 
-def renamed(args: list[str], caps: list[Capability]) -> list[str]:
-    """args with a command's former name (Capability.renamed) replaced by its words now, and a
-    line on stderr saying so; args as they are otherwise."""
-    if not args:
-        return args
-    renames = {old: new for cap in caps for old, new in cap.renamed().items()}
-    new = renames.get(args[0])
+TOP_OPTIONS = ("-v", "--verbose")  # the options of `splitrpc` itself that may come before a command
+
+
+def former_names(caps: list[Capability], commands: Iterable[str] = ()) -> dict[str, tuple[str, ...]]:
+    """Every capability's former command names (Capability.renamed): {old: the words now}.
+    CapabilityError where two claim one; an old name that is a command now is left to it, unless
+    it became that command's group (`bench`)."""
+    out: dict[str, tuple[str, ...]] = {}
+    live = set(commands)
+    for cap in caps:
+        for old, new in cap.renamed().items():
+            if old in out and out[old] != tuple(new):
+                raise CapabilityError(f"two capabilities give the former command name {old!r} new words: "
+                                      f"{' '.join(out[old])!r} and {' '.join(new)!r}")
+            if old not in live or new[0] == old:
+                out[old] = tuple(new)
+    return out
+
+
+def renamed(args: list[str], renames: dict[str, tuple[str, ...]]) -> list[str]:
+    """args with a command's former name replaced by its words now (after `splitrpc`'s own
+    options), and a line on stderr saying so; args as they are otherwise."""
+    i = 0
+    while i < len(args) and args[i] in TOP_OPTIONS:
+        i += 1
+    new = renames.get(args[i]) if i < len(args) else None
     if new is None:
         return args
-    if new[0] == args[0] and (len(args) == 1 or not args[1].startswith("-") or args[1] in ("-h", "--help")):
+    old, rest = args[i], args[i + 1:]
+    if new[0] == old and (not rest or not rest[0].startswith("-") or rest[0] in ("-h", "--help")):
+        if not rest:  # a group now, given alone: it lists its commands, and says where the old one went
+            print(f"splitrpc: what `splitrpc {old}` ran is now `splitrpc {' '.join(new)}`; `splitrpc {old}` "
+                  "alone lists its commands", file=sys.stderr)
         return args  # a group now: its old command only where an option (not help) follows
-    print(f"splitrpc: `splitrpc {args[0]}` is now `splitrpc {' '.join(new)}`; the old name goes in the next "
+    print(f"splitrpc: `splitrpc {old}` is now `splitrpc {' '.join(new)}`; the old name goes in the next "
           "release", file=sys.stderr)
-    return [*new, *args[1:]]
+    return [*args[:i], *new, *rest]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -70,7 +95,16 @@ def main(argv: list[str] | None = None) -> int:
     except CapabilityError as e:
         print(f"splitrpc: {e}", file=sys.stderr)
         return e.code
-    a = build_parser(caps).parse_args(renamed(args, caps))
+    parser = build_parser(caps)
+    commands = next(x.choices for x in parser._actions if isinstance(x, argparse._SubParsersAction))
+    try:
+        now = renamed(list(args), former_names(caps, commands))
+    except CapabilityError as e:
+        print(f"splitrpc: {e}", file=sys.stderr)
+        return e.code
+    a = parser.parse_args(now)
+    if now != list(args):  # what a report quotes: the command as it is now (reporting.command_of)
+        a.command = "splitrpc " + shlex.join(now)
     logging.basicConfig(level=logging.INFO if a.verbose else logging.WARNING, format="%(name)s: %(message)s")
     try:
         rc: int = a.func(a)  # each command's cmd_* function

@@ -324,9 +324,10 @@ class Client:
 
     def close(self) -> None:
         """Closes the client, from any thread: calls still in flight on other threads end at once
-        with SplitRPCError("client is closed"), as do pending futures and every later call. Its
-        memory and socket are freed when the Client is dropped (a thread may still be inside a
-        call as close() runs). Idempotent."""
+        with SplitRPCError("client is closed"), as do pending futures and every later call. A call
+        ended this way may have been sent and run (no reply will be read, as after a timeout);
+        nothing is sent once close() has returned. Its memory and socket are freed when the
+        Client is dropped (a thread may still be inside a call as close() runs). Idempotent."""
         self._closing = True
         t = self._poller
         if t is not None and t is not threading.current_thread():
@@ -337,7 +338,7 @@ class Client:
             self._pending.clear()
         for fut, _ in pending:
             if not fut.done():
-                fut.set_exception(SplitRPCError("client closed"))
+                fut.set_exception(SplitRPCError(_client.CLOSED))
         if cl is not None:  # calls still in flight on other threads end with "client is closed"
             _client.shutdown(cl)
 

@@ -131,11 +131,12 @@ def run_load(client: Client, func_id: int, request: Any, *, expect: Any = None, 
         reqs = exps = c_index = None
         req_index = np.zeros(n, dtype=np.uint32)
         request_bytes = len(req)
-    run = _loadgen.LoadRun(client._cl, func_id, req, exp, concurrency=concurrency, sched=sched, n=n,
+    run = _loadgen.LoadRun(client._check_open(), func_id, req, exp, concurrency=concurrency, sched=sched, n=n,
                            max_outstanding=max_outstanding, timeout_us=max(1, int(timeout_s * 1e6)), spin=spin,
                            reqs=reqs, expects=exps, index=c_index, funcs=funcs)
     rec, order = run.rec, run.order
-    th = threading.Thread(target=run.run, name="splitrpc-load", daemon=True)
+    # the thread keeps the client alive while the run uses its handle (Client.__del__ frees it)
+    th = threading.Thread(target=lambda c=client: run.run(), name="splitrpc-load", daemon=True)
     interrupted = False
     t0 = time.monotonic()
     th.start()
@@ -161,6 +162,10 @@ def run_load(client: Client, func_id: int, request: Any, *, expect: Any = None, 
         run.stop()
         interrupted = True
         th.join()
+    except BaseException:  # on_progress raised: the run stops before the caller goes on
+        run.stop()
+        th.join()
+        raise
     run.check()
     out = Records(rec, order[:run.finished].copy(), run.start_ns, mode, concurrency, interrupted,
                   req_index=req_index)

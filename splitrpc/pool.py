@@ -189,7 +189,7 @@ class Pool:
             self._retired.extend(gone)
             idle = [r for r in self._retired if r.outstanding == 0]
             self._retired = [r for r in self._retired if r.outstanding]
-        for r in idle:  # no call of ours uses them: free their sockets
+        for r in idle:  # no call of ours uses them: close them (their sockets go with the objects)
             r.client.close()
             r.prober.close()
 

@@ -111,21 +111,46 @@ def test_the_help_fits_a_screen_and_groups_the_benchmarks(monkeypatch, capsys):
 
 def test_every_former_name_runs_a_command_there_is(monkeypatch, capsys):
     """Each capability's renamed(): the new words parse (their -h exits 0), and the rewrite
-    keeps the arguments; `bench` alone or with a suite stays the group."""
-    from splitrpc.cli import build_parser, renamed
+    keeps the arguments (after `splitrpc -v` too); `bench` alone or with a suite stays the group
+    (alone with a line saying where the old run went)."""
+    from splitrpc.cli import build_parser, former_names, renamed
     from splitrpc.plugins import capabilities
 
     monkeypatch.delenv("SPLITRPC_PLUGINS", raising=False)
     caps = capabilities()
-    olds = {old: new for c in caps for old, new in c.renamed().items()}
-    assert {"bench-indep", "bench-gnn", "bench-colocate-sim", "calibrate", "tune", "provision", "bench"} <= set(olds)
     parser = build_parser(caps)
+    commands = next(a.choices for a in parser._actions if a.__class__.__name__ == "_SubParsersAction")
+    olds = former_names(caps, commands)
+    assert {"bench-indep", "bench-gnn", "bench-colocate-sim", "calibrate", "tune", "provision", "bench"} <= set(olds)
     for old, new in olds.items():
         with pytest.raises(SystemExit) as e:
             parser.parse_args([*new, "-h"])
         assert e.value.code == 0, (old, new)
-        assert renamed([old, "--x", "1"], caps) == [*new, "--x", "1"]
+        assert renamed([old, "--x", "1"], olds) == [*new, "--x", "1"]
+        assert renamed(["-v", old, "--x"], olds) == ["-v", *new, "--x"]
         assert f"`splitrpc {old}` is now `splitrpc {' '.join(new)}`" in capsys.readouterr().err
-    for args in (["bench"], ["bench", "gnn", "--small"], ["bench", "-h"], ["serve", "--port", "1"]):
-        assert renamed(args, caps) == args
+    for args in (["bench", "gnn", "--small"], ["bench", "-h"], ["serve", "--port", "1"], ["-v"], []):
+        assert renamed(args, olds) == args
     assert capsys.readouterr().err == ""
+    assert renamed(["bench"], olds) == ["bench"]
+    assert "what `splitrpc bench` ran is now `splitrpc bench sidebyside`" in capsys.readouterr().err
+
+
+def test_former_names_that_clash_are_refused_and_a_live_command_wins():
+    from splitrpc.cli import former_names
+    from splitrpc.plugins import Capability, CapabilityError
+
+    class A(Capability):
+        name = "a"
+
+        def renamed(self):
+            return {"old": ("x", "old"), "serve": ("x", "serve"), "grp": ("grp", "run")}
+
+    class B(Capability):
+        name = "b"
+
+        def renamed(self):
+            return {"old": ("y", "old")}
+    assert former_names([A()], ["serve", "grp"]) == {"old": ("x", "old"), "grp": ("grp", "run")}  # serve stays
+    with pytest.raises(CapabilityError, match="'old'"):
+        former_names([A(), B()])

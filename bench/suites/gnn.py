@@ -470,7 +470,7 @@ def _route_note(doc: dict) -> str:
 
 def markdown(doc: dict) -> str:
     m = doc["machine"]
-    lines = [f"# bench-gnn: PSGS-routed sampling lanes and FAP placement ({doc['model']}, {doc['graph']})", "",
+    lines = [f"# bench gnn: PSGS-routed sampling lanes and FAP placement ({doc['model']}, {doc['graph']})", "",
              f"Command: `{doc['command']}`  ", f"Date: {doc['date']}; machine: {m.get('cpu', '?')}, "
              f"{m.get('cpus', '?')} CPUs, kernel {m.get('kernel', '?')}.  ",
              f"Lanes: CPU = {doc['lanes']['cpu']}; other = {doc['lanes']['other']}. {_lane_note(doc)} Each lane is one thread (torch "

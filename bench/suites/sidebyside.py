@@ -344,7 +344,7 @@ def cmd_bench(a) -> int:
         doc, measured["results"], measured["sweep"] = run(a)
         return doc
 
-    return run_suite(a, name="sidebyside", who="bench", run=run_, check=_check, echo=True,
+    return run_suite(a, name="sidebyside", who="bench sidebyside", run=run_, check=_check, echo=True,
                      markdown=lambda doc: _markdown(doc, doc["table"], doc["callback_p50_us"]),
                      plot=lambda doc, path: _plots(os.path.dirname(path), measured["results"], doc["table"],
                                                    measured["sweep"]))

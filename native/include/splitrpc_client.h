@@ -168,9 +168,10 @@ int srpc_client_result(srpc_client_t *cl, uint64_t req_id, int *code, const uint
                        uint32_t *len);
 
 /* Closes the client for calls, from any thread, while others may still be in its functions:
- * every unfinished call finishes now with SRPC_E_CLOSED (its waiters wake within 10 ms), and
- * from then on nothing is sent (srpc_client_send* and srpc_client_call return -ESHUTDOWN, a
- * wait with nothing left to wait for returns -ESHUTDOWN). The client stays valid memory, its
+ * every unfinished call finishes now with SRPC_E_CLOSED (its waiters wake within 10 ms; like a
+ * timeout, the call may have been sent and run), and once this returns nothing is sent
+ * (srpc_client_send* and srpc_client_call return -ESHUTDOWN, a wait with nothing left to wait
+ * for returns -ESHUTDOWN, a load run ends with its calls failed). The client stays valid memory, its
  * socket open, until srpc_client_destroy, which must come after every thread has left the
  * client's functions (a binding: when nothing can call it any more). Idempotent; 0 or -EINVAL. */
 int srpc_client_shutdown(srpc_client_t *cl);

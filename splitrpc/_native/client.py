@@ -251,9 +251,11 @@ def closed_loop(cl, func_id: int, mv: memoryview, concurrency: int, warmup: int,
     lat = np.zeros(calls, dtype=np.uint64)
     errors = ffi.new("uint64_t *")
     elapsed = ffi.new("uint64_t *")
-    check(lib.srpc_client_closed_loop(cl, func_id, ffi.from_buffer(mv), len(mv), concurrency, warmup, calls,
-                                      timeout_us, ffi.cast("uint64_t *", lat.ctypes.data), errors, elapsed),
-          "srpc_client_closed_loop")
+    rc = lib.srpc_client_closed_loop(cl, func_id, ffi.from_buffer(mv), len(mv), concurrency, warmup, calls,
+                                     timeout_us, ffi.cast("uint64_t *", lat.ctypes.data), errors, elapsed)
+    if rc == -ESHUTDOWN:
+        raise SplitRPCError(CLOSED)
+    check(rc, "srpc_client_closed_loop")
     return lat, int(errors[0]), int(elapsed[0])
 
 

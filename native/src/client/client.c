@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -84,6 +85,8 @@ struct srpc_client {
     int rx_owned;            /* lock */
     int shut;                /* lock: srpc_client_shutdown ran: every call finished, no call or
                                 retransmission sent since (the transport stays open until destroy) */
+    atomic_uint sending;     /* send_calls between registering its calls (lock) and the end of their
+                                send (no lock): shutdown waits for 0, so nothing leaves after it */
     cl_call_t *buckets[NBUCKETS]; /* lock */
     srpc_client_cq_t cq;     /* lock: srpc_client_send/wait_any's queue */
     atomic_uint_fast64_t next_id;
@@ -190,6 +193,7 @@ int srpc_client_create(const srpc_client_config_t *cfg, srpc_client_t **out)
     if (getrandom(&start, sizeof(start), 0) != sizeof(start))
         start = srpc_now_ns() ^ ((uint64_t)(uintptr_t)c << 16);
     atomic_init(&c->next_id, start);
+    atomic_init(&c->sending, 0);
     c->rnd = start | 1;
     c->next_due = UINT64_MAX;
     *out = c;
@@ -524,9 +528,15 @@ int srpc_client_shutdown(srpc_client_t *c)
             for (cl_call_t *k = c->buckets[b]; k; k = k->hnext)
                 if (!k->done)
                     finish_local(c, k, SRPC_E_CLOSED, "the client was closed");
+        c->next_due = UINT64_MAX; /* nothing is due any more (an event loop's next wake) */
         pthread_cond_broadcast(&c->cv);
     }
     pthread_mutex_unlock(&c->lock);
+    /* Sends registered before the shut (their calls finished above) may still be on their way
+     * out: wait for them, so that nothing leaves after this returns. They do not block (a full
+     * socket queue refuses), so this is microseconds. */
+    while (atomic_load(&c->sending))
+        sched_yield();
     return 0;
 }
 
@@ -830,6 +840,8 @@ static void v5_tick(srpc_client_t *c, uint64_t now)
  * hostile until checked. */
 static void v5_handshake_in(srpc_client_t *c, const uint8_t *d, uint32_t total)
 {
+    if (c->shut) /* a handshake answer received as the client was shut down: no INIT goes out */
+        return;
     srpc_cl_v5_t *v = c->v5;
     const uint64_t now = srpc_now_ns();
     const unsigned type = d[SRPC_OFF_VER_TYPE] & 0x0f;
@@ -1058,9 +1070,12 @@ static int send_calls(srpc_client_t *c, const uint16_t *fids, const void *const 
             note_due(c, k[i]->due_ns);
         }
     }
+    atomic_fetch_add(&c->sending, 1); /* (under the lock, after the shut check: shutdown waits for it) */
     pthread_mutex_unlock(&c->lock);
-    if (c->v5 && !use.ok)
+    if (c->v5 && !use.ok) {
+        atomic_fetch_sub(&c->sending, 1);
         return (int)n;
+    }
     /* Once the first datagram is out, the reply may come back and another thread may release
      * the call: k is not touched after the send. */
     struct iovec iv[SRPC_CLIENT_SEND_MAX];
@@ -1073,6 +1088,7 @@ static int send_calls(srpc_client_t *c, const uint16_t *fids, const void *const 
         sign_with(c, &m[i], &use);
     }
     srpc_tp_send(c->tp, m, n);
+    atomic_fetch_sub(&c->sending, 1);
     wipe_use(&use);
     int sent = 0;
     for (uint32_t i = 0; i < n; i++) {
