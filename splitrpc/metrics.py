@@ -63,13 +63,20 @@ def _qdelay_buckets(qd: dict[str, Any]) -> tuple[list[tuple[str, int]], float]:
 MetricsOf = Callable[[Any, str], Iterable[Metric]]  # a stats source's families: (its stats, the prefix)
 
 
+def family(prefix: str, kind: str, name: str, help_: str,
+           labels: Sequence[str] = ()) -> CounterMetricFamily | GaugeMetricFamily:
+    """An empty counter ("counter") or gauge family named PREFIX_NAME: the core's and a stats
+    source's metrics are made alike."""
+    cls = CounterMetricFamily if kind == "counter" else GaugeMetricFamily
+    return cls(f"{prefix}_{name}", help_, labels=list(labels))
+
+
 def families(st: dict[str, Any], prefix: str = PREFIX, extra: Mapping[str, MetricsOf] | None = None) -> Iterator[Metric]:
     """The metric families of a Server.stats() dict (prometheus_client core families), and for
     each key of extra present in it, the families its function makes of st[key] (a capability's
     own metrics, given with Server.add_stats_source: the core names none)."""
     def fam(kind: str, name: str, help_: str, labels: Sequence[str] = ()) -> CounterMetricFamily | GaugeMetricFamily:
-        cls = CounterMetricFamily if kind == "counter" else GaugeMetricFamily
-        return cls(f"{prefix}_{name}", help_, labels=list(labels))
+        return family(prefix, kind, name, help_, labels)
 
     for key, name, kind, help_ in _SCALARS:
         if key in st:

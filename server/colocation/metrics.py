@@ -3,12 +3,9 @@ from __future__ import annotations
 
 from typing import Any, Iterator
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import Metric
 
-
-def fam(prefix: str, kind: str, name: str, help_: str, labels: tuple[str, ...] = ()) -> Any:
-    cls = CounterMetricFamily if kind == "counter" else GaugeMetricFamily
-    return cls(f"{prefix}_{name}", help_, labels=list(labels))
+from splitrpc.metrics import family
 
 
 def families(c: dict[str, Any], prefix: str) -> Iterator[Metric]:
@@ -20,7 +17,7 @@ def families(c: dict[str, Any], prefix: str) -> Iterator[Metric]:
                               "Calls answered after their service's QoS target."),
                              ("colocation_too_large", "too_large",
                               "Calls refused: their PMC estimate exceeds the budget.")):
-        f = fam(prefix, "counter", name, help_, ("service",))
+        f = family(prefix, "counter", name, help_, ("service",))
         for n, v in svcs.items():
             f.add_metric([str(n)], int(v[key]))
         yield f
@@ -30,6 +27,6 @@ def families(c: dict[str, Any], prefix: str) -> Iterator[Metric]:
                                    ("gauge", "colocation_reserved_bytes", "reserved",
                                     "Memory reserved by the running group."),
                                    ("gauge", "colocation_queued_calls", "queued", "Calls waiting for a group.")):
-        f = fam(prefix, kind, name, help_)
+        f = family(prefix, kind, name, help_)
         f.add_metric([], int(c[key]))
         yield f

@@ -17,6 +17,13 @@ CLOSED = "client is closed"  # the text of SplitRPCError for a call on, or cut s
 INTO_MIN = max(lib.SRPC_ERRMSG_MAX, lib.SRPC_CLIENT_MSG_MAX)
 
 
+def _check(rc: int, what: str) -> None:
+    """check() for the client's calls: -ESHUTDOWN (the client was closed) is SplitRPCError(CLOSED)."""
+    if rc == -ESHUTDOWN:
+        raise SplitRPCError(CLOSED)
+    check(rc, what)
+
+
 def call_error(code: int, reply: bytes) -> SplitRPCError:
     """The exception for a finished call's non-zero code: CallTimeout for the client's own
     timeout, else the RemoteError of the ERROR datagram's code."""
@@ -151,9 +158,7 @@ def call(cl, bufs: CallBuffers, func_id: int, mv, tmo: float, nbytes: int | None
         raise CallTimeout(f"no reply to function {func_id} within {tmo:.3g} s")
     if rc == -ENOBUFS:
         raise SplitRPCError(f"reply of {out_len[0]} bytes is larger than max_reply")
-    if rc == -ESHUTDOWN:
-        raise SplitRPCError(CLOSED)
-    check(rc, "srpc_client_call")
+    _check(rc, "srpc_client_call")
     reply = ffi.buffer(bufs.out, out_len[0])[:]
     if code[0]:
         raise call_error(code[0], reply)
@@ -175,9 +180,7 @@ def call_into(cl, bufs: CallBuffers, func_id: int, a, nbytes: int, out, cap: int
         raise CallTimeout(f"no reply to function {func_id} within {tmo:.3g} s")
     if rc == -ENOBUFS:  # a reply (code 0) longer than cap: an error's text is cut to cap, never this
         return out_len[0]
-    if rc == -ESHUTDOWN:
-        raise SplitRPCError(CLOSED)
-    check(rc, "srpc_client_call")
+    _check(rc, "srpc_client_call")
     raise call_error(code[0], ffi.buffer(p, out_len[0])[:])
 
 
@@ -189,9 +192,7 @@ def send(cl, func_id: int, mv: memoryview, timeout: float, aux: int = 0, wait_fo
     flags = 0 if wait_for_ready is None else lib.SRPC_SEND_WAIT_FOR_READY if wait_for_ready else lib.SRPC_SEND_FAIL_FAST
     rc = lib.srpc_client_send_opts(cl, ffi.NULL, func_id, ffi.from_buffer(mv), len(mv), aux, int(timeout * 1e6),
                                    flags, rid)
-    if rc == -ESHUTDOWN:
-        raise SplitRPCError(CLOSED)
-    check(rc, "srpc_client_send_opts")
+    _check(rc, "srpc_client_send_opts")
     return rid[0]
 
 
@@ -253,9 +254,7 @@ def closed_loop(cl, func_id: int, mv: memoryview, concurrency: int, warmup: int,
     elapsed = ffi.new("uint64_t *")
     rc = lib.srpc_client_closed_loop(cl, func_id, ffi.from_buffer(mv), len(mv), concurrency, warmup, calls,
                                      timeout_us, ffi.cast("uint64_t *", lat.ctypes.data), errors, elapsed)
-    if rc == -ESHUTDOWN:
-        raise SplitRPCError(CLOSED)
-    check(rc, "srpc_client_closed_loop")
+    _check(rc, "srpc_client_closed_loop")
     return lat, int(errors[0]), int(elapsed[0])
 
 
