@@ -184,3 +184,50 @@ def test_gpu_callback_error_answers_internal(make_server, make_client):
     c = make_client(srv.port, timeout=5.0)
     with pytest.raises(splitrpc.InternalError, match="kernel exploded"):
         c.call(1, np.zeros(4, np.float32))
+
+
+def _device_vecadd(make_server, make_client):
+    """vecadd served on cuda:0 by a CuPy callback, and a client of it."""
+    import cupy
+
+    def on_gpu(x, y):
+        cupy.add(x, 1, out=y)
+
+    srv = make_server(lambda s: s.add_function(on_gpu, 1, "vecadd", [splitrpc.TensorSpec("x", F32, (256,))],
+                                               [splitrpc.TensorSpec("y", F32, (256,))], device="cuda:0"))
+    return srv, make_client(srv.port, timeout=5.0)
+
+
+@needs_gpu
+def test_typed_function_takes_cupy_arrays(make_server, make_client):
+    """Issue 53 on a GPU: a CuPy array in device memory given to client.fn.vecadd is copied to the
+    host and called, one call and a batch of them; the outputs are numpy; a wrong dtype refused."""
+    import cupy
+    from splitrpc.errors import DtypeMismatch
+
+    srv, c = _device_vecadd(make_server, make_client)
+    x = np.random.default_rng(5).standard_normal(256).astype(np.float32)
+    y = c.fn.vecadd(cupy.asarray(x)).y
+    assert type(y) is np.ndarray and np.array_equal(y, x + 1)
+    xs = np.stack([x, 2 * x, 3 * x])
+    ys = c.fn.vecadd(cupy.asarray(xs)).y
+    assert type(ys) is np.ndarray and ys.shape == (3, 256) and np.array_equal(ys, xs + 1)
+    with pytest.raises(DtypeMismatch):
+        c.fn.vecadd(cupy.asarray(x.astype(np.float64)))
+
+
+@needs_gpu
+def test_typed_function_takes_cuda_torch_tensors(make_server, make_client):
+    """Issue 53 on a GPU: a CUDA PyTorch tensor given to client.fn.vecadd is copied to the host and
+    called, one call and a batch; the outputs are numpy."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("PyTorch here has no CUDA (torch.cuda.is_available() is False)")
+    srv, c = _device_vecadd(make_server, make_client)
+    x = np.random.default_rng(6).standard_normal(256).astype(np.float32)
+    t = torch.from_numpy(x).to("cuda:0")
+    assert t.is_cuda
+    assert np.array_equal(c.fn.vecadd(t).y, x + 1)
+    xs = np.stack([x, -x])
+    ys = c.fn.vecadd(torch.from_numpy(xs).cuda()).y
+    assert type(ys) is np.ndarray and np.array_equal(ys, xs + 1)
