@@ -38,7 +38,10 @@ def test_every_call_right_through_loss_duplication_reordering_and_damaged_header
     srv = make_server(register_builtin_services)
     rng = np.random.default_rng(2026)
     with ChaosProxy(("127.0.0.1", srv.port), to_server=Faults(**FAULTS), to_client=Faults(**FAULTS), seed=6) as px:
-        c = make_client(px.port, timeout=30.0, retries=12, rto_min=0.005, rto_initial=0.05, rto_max=0.2,
+        # Retries to span the timeout (100 at most 0.2 s apart): a head call resends its ~415
+        # segments each try, and on a loaded 2-core CI machine the Python proxy fell behind for
+        # longer than 12 tries' ~2.4 s, so one call gave up while the run went on (stop 67's CI)
+        c = make_client(px.port, timeout=30.0, retries=100, rto_min=0.005, rto_initial=0.05, rto_max=0.2,
                         segment_size=1450)
         vec = [VEC.example(rng) for _ in range(10_000)]
         assert _run(c, VEC, vec, 64) == (len(vec), 0)
