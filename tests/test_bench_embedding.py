@@ -15,7 +15,7 @@ from splitrpc.bench.suites import embedding  # noqa: E402
 def test_bench_embedding_small_run(tmp_path):
     out = tmp_path / "r"
     rc = embedding.main(["--rows", "2000", "--requests", "300", "--calls", "1500", "--concurrency", "64",
-                         "--warmup-batches", "4", "--warmup-calls", "3000", "--update-rate", "500", "--insert-vectors", "5000", "--rounds", "2",
+                         "--warmup-batches", "4", "--warmup-calls", "1500", "--update-rate", "500", "--insert-vectors", "5000", "--rounds", "2",
                          "--quiet", "--out", str(out)])
     assert rc == 0
     doc = json.loads((out / "embedding.json").read_text())

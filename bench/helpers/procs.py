@@ -1,5 +1,6 @@
-"""procs.py: server child processes for the benchmarks: start outside the source tree, wait
-until ready, always stop; plus the raw-UDP limit server (`python -m splitrpc.bench.helpers.procs raw`)."""
+"""procs.py: server child processes for the benchmarks: start outside the source tree (or fork
+from a fork server that imported PyTorch once), wait until ready, always stop; plus the raw-UDP
+limit server (`python -m splitrpc.bench.helpers.procs raw`)."""
 from __future__ import annotations
 
 import select
@@ -71,6 +72,57 @@ class Proc:
                 self.p.wait()
 
     def __enter__(self) -> "Proc":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+class Forked:
+    """A benchmark server run as target(*args, ready) in a process of its own, forked from
+    multiprocessing's fork server, which imports `preload` (PyTorch: 2 to 4 s a process here) once
+    for every server a run starts: each server is still a fresh process, forked from the same
+    state. target sets ready (an Event) once it serves and returns after SIGTERM. Stopping it, or
+    leaving a `with` block, ends it. Only module-level functions and picklable arguments travel;
+    the first Forked of a process fixes its fork server's preload."""
+
+    def __init__(self, target, args: tuple = (), preload: tuple[str, ...] = ()):
+        import multiprocessing as mp
+
+        ctx = mp.get_context("forkserver")
+        if preload:
+            ctx.set_forkserver_preload(list(preload))
+        self.name = getattr(target, "__qualname__", str(target))
+        self.ready = ctx.Event()
+        self.p = ctx.Process(target=target, args=(*args, self.ready), name=self.name)
+        self.stopped = False
+        self.p.start()
+
+    def check_alive(self) -> None:
+        if self.p.exitcode is not None:
+            raise ServerDied(f"{self.name} exited with {self.p.exitcode} (its error above, on stderr)")
+
+    def wait_ready(self, timeout: float) -> None:
+        end = time.monotonic() + timeout
+        while not self.ready.wait(0.2):
+            self.check_alive()
+            if time.monotonic() > end:
+                self.stop()
+                raise ServerDied(f"{self.name} not ready after {timeout:.0f} s")
+
+    def stop(self) -> None:
+        if self.stopped:
+            return
+        if self.p.exitcode is None:
+            self.p.terminate()  # SIGTERM
+            self.p.join(10)
+            if self.p.exitcode is None:
+                self.p.kill()
+                self.p.join()
+        self.p.close()
+        self.stopped = True
+
+    def __enter__(self) -> "Forked":
         return self
 
     def __exit__(self, *exc) -> None:

@@ -44,7 +44,7 @@ import numpy as np
 from splitrpc.reporting import add_subcommand, command_of, run_as_module, run_suite
 from splitrpc.bench.helpers import model_server
 from splitrpc.bench.helpers.intervals import ratio_interval
-from splitrpc.bench.helpers.procs import Proc, free_port
+from splitrpc.bench.helpers.procs import Forked, Proc, free_port
 
 CONFIGS = {  # name: store configuration (docs/embedding.md); l3/rows/dim are added per run
     "whole": {"whole_tables": True},
@@ -63,6 +63,7 @@ GPU_CONFIGS = {
 }
 HPS_DROP_5_TO_1 = 0.06  # HPS (RecSys 2022) on Criteo: the L1 hit rate fell 6 points from a 5% to a 1% cache
 THRESHOLDS = (0.0, 0.5, 1.0)
+SERVER_PRELOAD = ("torch", "splitrpc.services.embedding.dlrm")  # what every configuration's server imports
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
@@ -107,24 +108,35 @@ def _say(a, msg: str) -> None:
 
 
 def serve(a) -> int:
-    """The benchmark's server: the DLRM service over the store of --serve's configuration, and the
-    benchmark servers' stats function answering the store's counters."""
+    """The benchmark's server as a command (`--serve CONFIG.json --port P`): prints READY once it
+    serves, until SIGTERM."""
+    class _Say:
+        def set(self) -> None:
+            print("READY", flush=True)
+
+    return serve_config(a.serve, a.port, _Say())
+
+
+def serve_config(path: str, port: int, ready) -> int:
+    """The benchmark's server: the DLRM service over the store of the configuration at path, and
+    the benchmark servers' stats function answering the store's counters; ready.set() once it
+    serves; returns after SIGTERM. _run_config runs it forked (procs.Forked)."""
     import signal
 
     import splitrpc
     from splitrpc.services.embedding import dlrm
 
-    cfg = dlrm.load_config(a.serve)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    cfg = dlrm.load_config(path)
     svc = dlrm.DLRMService(config=cfg)
-    srv = splitrpc.Server("127.0.0.1", a.port, wait="block")
+    srv = splitrpc.Server("127.0.0.1", port, wait="block")
     svc.register(srv, max_batch=1024)
 
     srv.add_function(model_server.stats_function(srv, keys=("embedding",)), model_server.STATS_FUNC_ID, "stats",
                      raw=True, max_response=model_server.STATS_MAX_REPLY)
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
     srv.start()
-    print("READY", flush=True)
+    ready.set()
     stop.wait()
     srv.close()
     svc.close()
@@ -201,8 +213,9 @@ def _run_config(a, name: str, cfg: dict, requests: list, check) -> dict:
     with open(path, "w") as f:
         json.dump(cfg, f)
     _say(a, f"{name}: server ...")
-    with Proc([sys.executable, "-m", "splitrpc.bench.suites.embedding", "--serve", path, "--port", str(port)]) as proc:
-        proc.wait_line("READY", 300)
+    # forked from a fork server that imported PyTorch once for every configuration's server
+    with Forked(serve_config, (path, port), preload=SERVER_PRELOAD) as proc:
+        proc.wait_ready(300)
         import splitrpc
         from splitrpc.services.embedding import dlrm
         with splitrpc.Client("127.0.0.1", port, timeout=30.0) as c:  # replies are the model's over the exact tables
