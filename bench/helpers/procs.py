@@ -84,7 +84,8 @@ class Forked:
     for every server a run starts: each server is still a fresh process, forked from the same
     state. target sets ready (an Event) once it serves and returns after SIGTERM. Stopping it, or
     leaving a `with` block, ends it. Only module-level functions and picklable arguments travel;
-    the first Forked of a process fixes its fork server's preload."""
+    the first Forked of a process starts its fork server, which keeps that one's preload and the
+    environment the process had then."""
 
     def __init__(self, target, args: tuple = (), preload: tuple[str, ...] = ()):
         import multiprocessing as mp
@@ -127,6 +128,43 @@ class Forked:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+class _SayWhen:
+    """sys.stdout in a forked CLI: sets ready at the first text holding word; the text goes
+    nowhere (a server's event lines, which a Proc's pipe took and dropped too)."""
+
+    def __init__(self, word: str, ready):
+        self.word, self.ready = word, ready
+
+    def write(self, text: str) -> int:
+        if self.word in text:
+            self.ready.set()
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+    def isatty(self) -> bool:
+        return False
+
+
+def _cli(argv: list[str], word: str, ready) -> None:
+    """`splitrpc ARGV` in this (forked) process, ready set at the first stdout text holding word."""
+    from splitrpc.cli import main
+
+    sys.stdout = _SayWhen(word, ready)
+    rc = main(argv)
+    if rc:
+        sys.exit(rc)
+
+
+def forked_splitrpc(argv: list[str], word: str, preload: tuple[str, ...] = ("torch",)) -> Forked:
+    """`splitrpc ARGV` (e.g. serve ...) forked from the fork server (Forked), ready once its stdout
+    says word (`splitrpc serve` says "serving" in its start event); its stdout dropped, its stderr
+    the caller's; stopped by SIGTERM, as a served process is. For servers whose every start would
+    import PyTorch again."""
+    return Forked(_cli, (list(argv), word), preload=preload)
 
 
 def start_splitrpc(wait: str, extra: tuple[str, ...] = (), env: dict | None = None) -> tuple[Proc, int]:

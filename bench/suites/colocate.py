@@ -34,9 +34,10 @@ import numpy as np
 
 from splitrpc.reporting import add_subcommand, command_of, run_as_module, run_suite
 from splitrpc.bench.helpers import model_server
-from splitrpc.bench.helpers.procs import Proc, free_port
+from splitrpc.bench.helpers.procs import Forked, free_port
 
 SERVICES = (("gcn", "pubmed", 1), ("sage", "artist", 2), ("gin", "artist", 3))  # model, dataset, func_id
+SERVER_PRELOAD = ("torch", "torch_geometric", "splitrpc.services.colocation.colocate")  # what every server imports
 CONFIGS = ("serial", "fifo", "sqtf", "bqt")
 LAYERS, HIDDEN = 3, 64
 LOADS = (0.5, 0.8, 1.1)
@@ -92,8 +93,10 @@ def build(scale: float, seed: int):
     return out
 
 
-def serve(a) -> int:
-    """The benchmark's server: the three services co-located under a.policy and a.budget."""
+def serve(a, ready=None) -> int:
+    """The benchmark's server: the three services co-located under a.policy and a.budget, until
+    SIGTERM; ready.set() once it serves (without ready: prints READY). The benchmark runs it
+    forked (procs.Forked); `--serve` runs it as a command."""
     import signal
 
     import splitrpc
@@ -113,7 +116,10 @@ def serve(a) -> int:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     srv.start()
-    print("READY", flush=True)
+    if ready is not None:
+        ready.set()
+    else:
+        print("READY", flush=True)
     try:
         stop.wait()
     except KeyboardInterrupt:
@@ -150,12 +156,12 @@ def run(a) -> dict:
     def server(cfg, qos):
         port = free_port()
         threads = cores if cfg == "serial" else 1
-        args = [sys.executable, "-m", "splitrpc.bench.suites.colocate", "--serve", "--port", str(port), "--policy", cfg,
-                "--budget", str(budget), "--torch-threads", str(threads), "--scale", str(a.scale), "--seed", str(a.seed),
-                "--qos", ",".join(f"{k}={v!r}" for k, v in qos.items())]
+        sa = argparse.Namespace(port=port, policy=cfg, budget=budget, torch_threads=threads, scale=a.scale, seed=a.seed,
+                                qos=",".join(f"{k}={v!r}" for k, v in qos.items()))
         _say(a, f"{cfg}: server with {threads} intra-op thread(s) ...")
-        proc = Proc(args)
-        proc.wait_line("READY", 120)
+        # forked from a fork server that imported PyTorch and PyG once for every configuration's server
+        proc = Forked(serve, (sa,), preload=SERVER_PRELOAD)
+        proc.wait_ready(120)
         return proc, port
 
     # Standalone time as a client sees it: each request alone (one call at a time, after a warm-up

@@ -45,7 +45,7 @@ import numpy as np
 
 from splitrpc.reporting import add_subcommand, command_of, run_as_module, run_suite
 from splitrpc.bench.helpers.intervals import paired_ratio_interval
-from splitrpc.bench.helpers.procs import Proc, free_port
+from splitrpc.bench.helpers.procs import Forked, forked_splitrpc, free_port
 from splitrpc.services.gnn.lane_timing import PER_SIZE
 from splitrpc.services.gnn.serve import resolve_route_by
 
@@ -53,6 +53,7 @@ SMALL_SEEDS, LARGE_SEEDS = 4, 128
 MIXED_LARGE = 0.2                 # fraction of the mixed workload's calls that are large
 REQUESTS_PER_CLASS = 200          # distinct seed lists per class
 FRACTIONS = (0.3, 0.6, 0.9, 1.2, 1.5)  # offered load, times the workload's nominal capacity
+SERVER_PRELOAD = ("torch", "splitrpc.cli", "splitrpc.services.gnn.serve")  # what every policy's server imports
 MIN_CALLS = 800                   # calls per run at least (a run lasts --duration or this many calls)
 ROUTED = ("strict", "loose")      # routed policies: the calibration's point each routes by
 OTHER = "bulk"                    # the static policy of the other lane alone: named by that lane in a run
@@ -148,12 +149,12 @@ def nominal_capacity(cal, svc, reqs, weights) -> float:
 # ------------------------------------------------------------------ one policy's server
 
 
-def start_server(a, policy: str, thresholds: dict, trace: str, lane: str) -> tuple[Proc, int]:
+def start_server(a, policy: str, thresholds: dict, trace: str, lane: str) -> tuple[Forked, int]:
     """`splitrpc serve` with the model under `policy` and `lane` as its other lane, recording every
     batch into `trace` (the emulated lane keeps every node's answer first: its time is its model's)."""
     port = free_port()
     # --drain-linger 0: stopped once the bench's own client is done, no call of it can be in flight
-    argv = [sys.executable, "-m", "splitrpc", "serve", "--port", str(port), "--wait", "block", "--drain-linger", "0",
+    argv = ["serve", "--port", str(port), "--wait", "block", "--drain-linger", "0",
             "--models", a.model, "--max-batch", str(a.max_batch), "--max-delay-us", "0", "--gnn-trace", trace,
             "--gnn-lane", lane]
     if lane == "gpu":
@@ -169,8 +170,9 @@ def start_server(a, policy: str, thresholds: dict, trace: str, lane: str) -> tup
     else:
         argv += ["--gnn-policy", "routed", "--gnn-threshold", repr(thresholds[policy]), "--gnn-route-by",
                  a.route_by] + (["--gnn-spill", str(a.spill)] if a.spill else [])
-    proc = Proc(argv)
-    proc.wait_line("serving", 600)
+    # forked from a fork server that imported PyTorch and the model's code once for every policy's server
+    proc = forked_splitrpc(argv, "serving", preload=SERVER_PRELOAD)
+    proc.wait_ready(600)
     return proc, port
 
 
