@@ -196,7 +196,9 @@ def test_each_emulated_fault_fails_the_sections_it_hits_saying_why(tmp_path, emu
     if not HAS_KERNELS:
         pytest.skip("the device sections need the kernels compiled in (nvcc at build time)")
     out = tmp_path / "out"
-    rc, so, se = check(["--only", sections, "--out", str(out), "--native", str(emulated_gpu_build)],
+    # --cap-s 21: a hung native program waits about (21 - MARGIN_S) / 2 = 5.5 s (a program is started
+    # with 5 s at least) instead of native's own cap's 10 s: the same hang, caught the same way
+    rc, so, se = check(["--only", sections, "--out", str(out), "--native", str(emulated_gpu_build), "--cap-s", "21"],
                        env={**emu_env, "SPLITRPC_EMULATED_FAULT": fault}, cwd=tmp_path)
     assert rc == 1, so + se
     d = doc(out)["sections"]
