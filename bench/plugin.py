@@ -13,6 +13,11 @@ class Benchmarks(Capability):
     name = "bench"
     order = 90
 
+    def check_sections(self) -> list:
+        from splitrpc.bench.suites.gpu_check import SECTIONS  # the trimmed GPU benchmarks
+
+        return list(SECTIONS)
+
     def add_bench_suites(self, suites) -> None:
         for mod in SUITES:
             import_module(f"splitrpc.bench.suites.{mod}").add_parser(suites)

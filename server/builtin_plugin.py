@@ -21,6 +21,11 @@ class Builtin(Capability):
     name = "builtin"
     order = 0
 
+    def check_sections(self) -> list:
+        from splitrpc.services.check_sections import SECTIONS  # the host path
+
+        return list(SECTIONS)
+
     def add_serve_options(self, parser) -> None:
         parser.add_argument("--batch-cost-us", type=int, default=0, metavar="US",
                             help="the built-in services sleep this long per batch (a fixed service time, as on a "

@@ -1,4 +1,4 @@
-"""plugins.py: capabilities as plug-ins of the core: the interface a capability implements (its subcommands, its benchmark suites under `splitrpc bench`, its commands' former names, its `serve` options and functions, the functions a client may call by name, its banner and stop lines) and their discovery through the `splitrpc.capabilities` entry points, as pytest, Flask and the Ray CLI find theirs. The core names none of them.
+"""plugins.py: capabilities as plug-ins of the core: the interface a capability implements (its subcommands, its benchmark suites under `splitrpc bench`, its sections of `splitrpc check`, its commands' former names, its `serve` options and functions, the functions a client may call by name, its banner and stop lines) and their discovery through the `splitrpc.capabilities` entry points, as pytest, Flask and the Ray CLI find theirs. The core names none of them.
 
 A package adds a capability with one entry point (pyproject.toml):
 
@@ -19,7 +19,7 @@ import argparse
 import os
 from dataclasses import dataclass
 from importlib import import_module, metadata
-from typing import TYPE_CHECKING, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 import numpy as np
 
@@ -95,6 +95,12 @@ class Capability:
     def add_bench_suites(self, suites: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         """Adds its benchmark suites under `splitrpc bench` (`splitrpc bench SUITE`), each with
         suites.add_parser(SUITE, help=...) and func=handler(args) -> int, as add_commands."""
+
+    def check_sections(self) -> list[Any]:
+        """Its sections of `splitrpc check` (splitrpc.check.Section each), placed by each one's tier
+        and stage; asked only when the check runs, so their modules are imported here, not at
+        module level."""
+        return []
 
     def renamed(self) -> dict[str, tuple[str, ...]]:
         """Its commands' former names, kept for one release: {old: the words now}. `splitrpc OLD

@@ -25,10 +25,11 @@ TESTS = os.path.join(ROOT, "tests")
 CORE = ["build", "machine", "auth", "host", "device-tq", "device-o1", "device-graph", "device-o2", "device-embedding",
         "device-zoo", "device-pmc", "device-colocate", "tests-gpu", "tests-zoo", "native"]
 # The order they run in with --bench: the core path (the native programs, the device paths, the GPU
-# tests, the seed's benchmarks, then the host path), then the capabilities' sections (issue 50)
+# tests, the seed's benchmarks, then the host path), then the capabilities' sections (issue 50), by
+# stage and then in the capabilities' order (models, colocation, embedding, bench)
 RUN_ORDER = ["build", "machine", "native", "device-tq", "device-o1", "device-graph", "device-o2", "tests-gpu",
              "bench-orchestration", "bench-e2e", "bench-batching", "auth", "host",
-             "device-embedding", "device-zoo", "device-pmc", "device-colocate", "tests-zoo", "bench-tune",
+             "device-zoo", "device-pmc", "device-colocate", "device-embedding", "tests-zoo", "bench-tune",
              "bench-embedding"]
 HAS_KERNELS = splitrpc.features()["cuda"]
 HAS_AUTH = splitrpc._native.auth.available()  # the auth section needs libsodium (else it skips, saying why)
@@ -297,8 +298,8 @@ def test_list_names_the_core_path_first_then_the_capabilities(run_env):
     rc, so, se = check(["--list"], **run_env)
     assert rc == 0, se
     names = [ln.split()[0] for ln in so.splitlines()]
-    # the benchmarks come from the splitrpc.check entry point (bench/suites/gpu_check.py): the seed's
-    # three with the core, the tuning and embedding ones with the capabilities
+    # the benchmarks come from the bench capability (bench/suites/gpu_check.py): the seed's three
+    # with the core, the tuning and embedding ones with the capabilities
     assert names == RUN_ORDER
     tiers = {s.name: s.tier for s in registry.all_sections()[0]}
     assert [tiers[n] for n in RUN_ORDER] == ["core"] * 13 + ["capability"] * 7
@@ -358,16 +359,40 @@ def test_section_names_are_checked():
 
 
 def test_a_broken_plugin_is_reported_not_raised(monkeypatch):
-    from importlib import metadata
+    """A capability's check sections: a good one's taken; one whose check_sections() raises, or
+    gives something other than Sections, fails its own line; capabilities that cannot be loaded
+    at all, one line."""
+    from splitrpc import plugins
 
-    eps = [metadata.EntryPoint("good", "check_sections:SECTIONS", registry.ENTRY_POINT_GROUP),
-           metadata.EntryPoint("missing", "no_such_module_x:SECTIONS", registry.ENTRY_POINT_GROUP),
-           metadata.EntryPoint("wrong", "check_sections:passes", registry.ENTRY_POINT_GROUP)]
-    monkeypatch.setattr(metadata, "entry_points", lambda group=None: [e for e in eps if e.group == group])
+    class Good(plugins.Capability):
+        name = "good"
+
+        def check_sections(self):
+            return check_sections.SECTIONS
+
+    class Missing(plugins.Capability):
+        name = "missing"
+
+        def check_sections(self):
+            import no_such_module_x  # noqa: F401
+
+    class Wrong(plugins.Capability):
+        name = "wrong"
+
+        def check_sections(self):
+            return [check_sections.passes]
+
+    monkeypatch.setattr(plugins, "capabilities", lambda: [Good(), Missing(), Wrong(), plugins.Capability()])
     found, broken = registry.plugin_sections()
     assert [s.name for s in found] == [s.name for s in check_sections.SECTIONS]
     assert [b[0] for b in broken] == ["missing", "wrong"]
     assert "ModuleNotFoundError" in broken[0][1] and "TypeError" in broken[1][1]
+
+    def unloadable():
+        raise plugins.CapabilityError("SPLITRPC_PLUGINS: cannot load the capability 'x:y'")
+
+    monkeypatch.setattr(plugins, "capabilities", unloadable)
+    assert registry.plugin_sections() == ([], [("capabilities", "SPLITRPC_PLUGINS: cannot load the capability 'x:y'")])
 
 
 @pytest.mark.parametrize("archs,cc,ok", [("sm_80 sm_90 compute_90", 90, True), ("sm_80 sm_90 compute_90", 100, True),

@@ -78,7 +78,7 @@ def test_the_dry_run_passes_the_core_path_first(dry):
     rc, log, out, d = dry
     assert log.index("plan: 20 sections") < log.index("[1/20] build")  # the plan before anything runs
     v = {n: r["verdict"] for n, r in d["sections"].items()}
-    assert list(v) == [*CORE, "device-embedding", "device-zoo", "device-pmc", "device-colocate", "tests-zoo",
+    assert list(v) == [*CORE, "device-zoo", "device-pmc", "device-colocate", "device-embedding", "tests-zoo",
                        "bench-tune", "bench-embedding"], list(v)
     want_core = {n: "passed" for n in CORE}
     if "libsodium" in d["sections"]["auth"].get("why", ""):

@@ -183,3 +183,23 @@ def test_benchmark_suites_and_their_helpers_are_apart():
     assert (ROOT / "bench" / "suites").is_dir() and (ROOT / "bench" / "helpers").is_dir()
     bad = _importers(("bench/helpers",), ("splitrpc.bench.suites",))
     assert not bad, "a helper imports a suite:\n" + "\n".join(bad)
+
+
+def test_a_capability_brings_its_check_sections_through_its_plugin():
+    """One entry-point group for the plug-ins (no second one for the check): every check_sections.py
+    of the services and the bench's GPU check is given by its capability's check_sections()."""
+    from importlib import import_module
+
+    from splitrpc.check import registry
+
+    groups = re.findall(r'^\[project\.entry-points\."([^"]+)"\]', (ROOT / "pyproject.toml").read_text(), re.M)
+    assert groups == ["splitrpc.capabilities"], groups
+    found, broken = registry.plugin_sections()
+    assert not broken, broken
+    given = {s.name for s in found}
+    mods = ["splitrpc.services." + ".".join(p.relative_to(ROOT / "server").with_suffix("").parts)
+            for p in sorted((ROOT / "server").rglob("check_sections.py"))]
+    assert len(mods) >= 4, mods  # builtin, models, colocation, embedding
+    for m in [*mods, "splitrpc.bench.suites.gpu_check"]:
+        names = {s.name for s in import_module(m).SECTIONS}
+        assert names and names <= given, (m, names - given)

@@ -12,7 +12,7 @@ from conftest import read_until, splitrpc_cmd
 from splitrpc import plugins
 
 HERE = pathlib.Path(__file__).resolve().parent
-INSTALLED = ("builtin", "models", "gnn", "embedding", "planning", "fleet", "loadgen", "bench")
+INSTALLED = ("builtin", "models", "gnn", "colocation", "embedding", "planning", "fleet", "loadgen", "bench")
 
 
 def _env(run_env, spec="plugin_app:CAPABILITY"):

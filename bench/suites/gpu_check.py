@@ -1,4 +1,4 @@
-"""gpu_check.py: the trimmed GPU benchmarks of `splitrpc check --bench`, a plug-in of the check (the `splitrpc.check` entry point): O1 / O1+CG / O2 (SplitRPC Figures 3 and 12), device callbacks against host callbacks end to end, and batching on the GPU, and bench-embedding's GPU rows (issue 36); one short run per cell, so indicative numbers, not comparison claims."""
+"""gpu_check.py: the trimmed GPU benchmarks of `splitrpc check --bench`, the bench capability's check sections (bench/plugin.py): O1 / O1+CG / O2 (SplitRPC Figures 3 and 12), device callbacks against host callbacks end to end, and batching on the GPU, and bench-embedding's GPU rows (issue 36); one short run per cell, so indicative numbers, not comparison claims."""
 from __future__ import annotations
 
 from types import SimpleNamespace

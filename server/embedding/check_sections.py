@@ -1,4 +1,4 @@
-"""check_sections.py: the embedding capability's section of `splitrpc check` (a plug-in, through the `splitrpc.check` entry point): the GPU embedding cache's kernels against the C cache in host memory, key for key and vector for vector, on batches of the sizes a DLRM table sees, and the time of a batch through each (bench-embedding's GPU rows, trimmed, are bench/suites/gpu_check.py's)."""
+"""check_sections.py: the embedding capability's section of `splitrpc check` (its Capability's check_sections(), plugin.py): the GPU embedding cache's kernels against the C cache in host memory, key for key and vector for vector, on batches of the sizes a DLRM table sees, and the time of a batch through each (bench-embedding's GPU rows, trimmed, are bench/suites/gpu_check.py's)."""
 from __future__ import annotations
 
 import time

@@ -53,6 +53,11 @@ class DLRMServing(Serving):
 class Embedding(Capability):
     name = "embedding"
     order = 30
+
+    def check_sections(self) -> list:
+        from splitrpc.services.embedding.check_sections import SECTIONS
+
+        return list(SECTIONS)
     models_help = f"{NAME} over the embedding store (pip install 'splitrpc[models,embedding]'; --embedding-store)"
 
     def add_serve_options(self, s) -> None:

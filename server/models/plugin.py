@@ -26,6 +26,11 @@ def _show(info):
 class Zoo(Capability):
     name = "models"
     order = 10
+
+    def check_sections(self) -> list:
+        from splitrpc.services.models.check_sections import SECTIONS
+
+        return list(SECTIONS)
     models_help = (f"the zoo's PyTorch models {', '.join(MODELS)}, or {ALL} (needs pip install 'splitrpc[models]'; "
                    "--device, --small)")
 

@@ -144,9 +144,9 @@ def cmd_check(a: argparse.Namespace) -> int:
     runner.install_stop_handlers()  # a TERM from outside still leaves a whole report
     results = runner.run(chosen, ctx, cap_s=a.cap_s, budget_s=a.budget_s, after=progress_report)
     runner.ignore_stop_signals()  # the report below is written whole
-    for name, why in broken:  # a plug-in that could not be loaded
-        results[f"plugin-{name}"] = {"verdict": FAILED, "why": f"the check plug-in {name!r} did not load: {why}",
-                                     "seconds": 0.0, "title": "a splitrpc.check entry point"}
+    for name, why in broken:  # a capability whose sections could not be had
+        results[f"plugin-{name}"] = {"verdict": FAILED, "why": f"the capability {name!r} gave no check sections: {why}",
+                                     "seconds": 0.0, "title": "a capability's check sections"}
     doc = document(results, [])
     print(report.device_line(doc["sections"]), flush=True)
     if a.out:

@@ -1,21 +1,13 @@
-"""registry.py: where the sections of `splitrpc check` come from: the check's own, in the order they run, and the plug-ins of the `splitrpc.check` entry point group.
+"""registry.py: where the sections of `splitrpc check` come from: the check's own, in the order they run, and the capabilities' (each Capability's check_sections(), splitrpc/plugins.py).
 
-A plug-in (a capability's device section, the trimmed benchmarks of splitrpc.bench) declares in
-its package metadata
-
-    [project.entry-points."splitrpc.check"]
-    NAME = "package.module:SECTIONS"
-
-where SECTIONS is a list of Section. The check names no plug-in: it runs whatever the group
-holds, placed by each section's tier and stage (section.TIERS, section.STAGES), in the order of
-each list.
+The check names no capability: it runs whatever sections the capabilities bring, placed by each
+section's tier and stage (section.TIERS, section.STAGES), then in the capabilities' order
+(Capability.order, name) and each one's list.
 """
 from __future__ import annotations
 
 from splitrpc.check import auth, device, facts, suites
 from splitrpc.check.section import STAGES, TIERS, Section
-
-ENTRY_POINT_GROUP = "splitrpc.check"
 
 
 def builtin_sections() -> list[Section]:
@@ -24,25 +16,32 @@ def builtin_sections() -> list[Section]:
 
 
 def plugin_sections() -> tuple[list[Section], list[tuple[str, str]]]:
-    """The sections of the `splitrpc.check` entry points, and (entry point, error) for each one
-    that could not be loaded (reported as a failed section by the runner)."""
-    from importlib import metadata
+    """The capabilities' sections, and (capability, error) for each one whose sections could not
+    be had (reported as a failed section by the runner): a capability that fails to load, or
+    whose check_sections() raises or gives something other than Sections, fails its own line,
+    not the check."""
+    from splitrpc.plugins import CapabilityError, capabilities
 
+    try:
+        caps = capabilities()
+    except CapabilityError as e:
+        return [], [("capabilities", str(e))]
     found, broken = [], []
-    for ep in sorted(metadata.entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
+    for cap in caps:
         try:
-            secs = list(ep.load())
+            secs = list(cap.check_sections())
             if not all(isinstance(s, Section) for s in secs):
-                raise TypeError(f"{ep.value} must be a list of splitrpc.check.Section")
+                raise TypeError(f"{type(cap).__name__}.check_sections() must give splitrpc.check.Section each")
             found += secs
         except Exception as e:  # noqa: BLE001 - a broken plug-in fails its own line, not the check
-            broken.append((ep.name, f"{type(e).__name__}: {e}"))
+            broken.append((cap.name, f"{type(e).__name__}: {e}"))
     return found, broken
 
 
 def all_sections() -> tuple[list[Section], list[tuple[str, str]]]:
     """Every section in the order it runs: by tier (the core path, then the capabilities'), then
-    by stage, the check's own before the plug-ins' within one; duplicate names raise ValueError."""
+    by stage, the check's own before the capabilities' within one; duplicate names raise
+    ValueError."""
     plugs, broken = plugin_sections()
     secs = sorted(builtin_sections() + plugs, key=lambda s: (TIERS.index(s.tier), STAGES.index(s.stage)))  # stable
     seen = set()

@@ -1,4 +1,4 @@
-"""suites.py: the test-suite sections of `splitrpc check`: the repository's GPU tests (tests/test_gpu.py) and the model zoo's CUDA-vs-CPU agreement (tests/test_models.py) run by pytest against the installed package, and the native test programs with a GPU half (test_gpu, test_embed_gpu) of a build tree."""
+"""suites.py: the test-suite sections of `splitrpc check`: the repository's GPU tests (tests/test_gpu.py) run by pytest against the installed package (run_test_file, which a capability's section uses for its own test file), and the native test programs with a GPU half (test_gpu, test_embed_gpu) of a build tree."""
 from __future__ import annotations
 
 import os
@@ -6,7 +6,7 @@ import re
 import subprocess
 import sys
 
-from splitrpc.check.probes import EMULATED_LABEL, driver_emulated, need_cupy, need_gpu, need_torch_cuda
+from splitrpc.check.probes import EMULATED_LABEL, driver_emulated, need_cupy, need_gpu
 from splitrpc.check.section import BUDGET_NOTE, Context, Cut, Failed, Result, Section, Skipped
 
 MARGIN_S = 10.0  # an inner timeout ends this long before the section's cap, so the section can still say why
@@ -102,20 +102,20 @@ def _verdict(rc: int, out: str, what: str, gpu_skips_fail: bool) -> Result:
                   markdown=[f"- {summary}" + (f" ({'; '.join(sorted(set(reasons)))})" if reasons else "")])
 
 
+def run_test_file(ctx: Context, file: str, args: tuple[str, ...] = (), what: str = "") -> Result:
+    """tests/FILE of the repository (with pytest's ARGS) by pytest against the installed package:
+    the verdict of a section that runs a test file, the check's or a capability's (a GPU test
+    skipped on a machine with a usable GPU fails it); Skipped where the repository's tests are not
+    here."""
+    tests = _tests_dir(ctx, file)
+    rc, out = _pytest(ctx, tests, [os.path.join(tests, file), *args])
+    return _verdict(rc, out, what or f"tests/{file}", gpu_skips_fail=True)
+
+
 def run_tests_gpu(ctx: Context) -> Result:
     need_gpu(ctx.device)
     need_cupy()
-    tests = _tests_dir(ctx, "test_gpu.py")
-    rc, out = _pytest(ctx, tests, [os.path.join(tests, "test_gpu.py")])
-    return _verdict(rc, out, "tests/test_gpu.py", gpu_skips_fail=True)
-
-
-def run_tests_zoo(ctx: Context) -> Result:
-    need_gpu(ctx.device)
-    need_torch_cuda()
-    tests = _tests_dir(ctx, "test_models.py")
-    rc, out = _pytest(ctx, tests, [os.path.join(tests, "test_models.py"), "-k", "cuda_matches_the_cpu"])
-    return _verdict(rc, out, "tests/test_models.py::test_cuda_matches_the_cpu", gpu_skips_fail=True)
+    return run_test_file(ctx, "test_gpu.py")
 
 
 NATIVE_PROGRAMS = ("test_gpu", "test_embed_gpu")  # the native test programs with a GPU half
@@ -168,7 +168,6 @@ def run_native(ctx: Context) -> Result:
 SECTIONS = [
     Section("tests-gpu", "tests/test_gpu.py (O1, graph, O2 many batches in flight; a callback's error) by pytest",
             run_tests_gpu, cap_s=50, stage="suites", tier="core"),
-    Section("tests-zoo", "tests/test_models.py: the zoo's CUDA-vs-CPU agreement by pytest", run_tests_zoo, cap_s=120, stage="suites"),
     Section("native", "the native test_gpu and test_embed_gpu programs of a build tree (device TQs, copies, flags, O2, "
             "the embedding cache's kernels against the host cache, in C)",
             run_native, cap_s=30, stage="native", tier="core"),
