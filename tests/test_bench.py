@@ -187,3 +187,16 @@ def test_typed_cost_runs_each_round_in_a_client_process_of_its_own(tmp_path):
     assert doc["target"]["met"] == (v["added_us"]["hi"] <= typed_cost.TARGET_US)
     assert v["layer_alone"]["read_into"] is True  # vecadd's one output: the reply received straight into it
     assert "each in a client process of its own" in out.read_text()
+
+
+def test_ab_builds_runs_the_side_by_side_suite_in_either_builds_form(tmp_path):
+    """A build with the CLI's groups runs `bench sidebyside`; an A/B's base from before them, `bench`."""
+    from splitrpc.bench.suites import ab_builds
+
+    new, old = tmp_path / "new", tmp_path / "old"
+    new.write_text('#!/bin/sh\necho "positional arguments:"; echo "    sidebyside   side-by-side benchmark"\n')
+    old.write_text('#!/bin/sh\necho "usage: splitrpc bench [-h] [--systems SYSTEMS]"\n')
+    for f in (new, old):
+        f.chmod(0o755)
+    assert ab_builds._bench_cmd(str(new)) == [str(new), "bench", "sidebyside"]
+    assert ab_builds._bench_cmd(str(old)) == [str(old), "bench"]

@@ -32,8 +32,18 @@ SYSTEMS = ("raw-udp-busy", "splitrpc-poll", "splitrpc-block")
 METRICS = (("p50_us", "p50 µs", -1), ("p99_us", "p99 µs", -1), ("throughput_rps", "calls/s", +1))
 
 
+def _bench_cmd(exe: str) -> list[str]:
+    """How exe runs the side-by-side suite: `bench sidebyside` since the CLI's groups (stop 67), plain
+    `bench` in the builds before them (an A/B's base may be one)."""
+    try:
+        h = subprocess.run([exe, "bench", "--help"], cwd=tempfile.gettempdir(), text=True, capture_output=True, timeout=120)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise SuiteFailed(f"{exe} bench --help failed: {e}") from e
+    return [exe, "bench", "sidebyside"] if "sidebyside" in h.stdout else [exe, "bench"]
+
+
 def _run(exe: str, a, out: str) -> list[dict]:
-    cmd = [exe, "bench", "--systems", a.systems, "--services", a.services, "--concurrency", a.concurrency,
+    cmd = [*_bench_cmd(exe), "--systems", a.systems, "--services", a.services, "--concurrency", a.concurrency,
            "--calls", str(a.calls), "--rounds", "1", "--rates", a.rates, "--sweep-s", str(a.sweep_s), "--out", out]
     if a.segment_size is not None:
         cmd += ["--segment-size", str(a.segment_size)]
