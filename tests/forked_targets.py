@@ -17,3 +17,15 @@ def serves_until_sigterm(path, ready):
 
 def fails_at_start(ready):
     raise RuntimeError("no such model")
+
+
+def reports_what_was_preloaded(path, ready):
+    """Writes which of the fork server's preload modules were imported before it ran."""
+    import json
+    import sys
+
+    from splitrpc.bench.helpers.procs import FORK_PRELOAD
+
+    with open(path, "w") as f:
+        json.dump({"preloaded": {m: m in sys.modules for m in FORK_PRELOAD}}, f)
+    ready.set()

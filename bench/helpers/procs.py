@@ -1,8 +1,10 @@
-"""procs.py: server child processes for the benchmarks: start outside the source tree (or fork
-from a fork server that imported PyTorch once), wait until ready, always stop; plus the raw-UDP
-limit server (`python -m splitrpc.bench.helpers.procs raw`)."""
+"""procs.py: server child processes for the benchmarks: started outside the source tree (Proc), or
+forked from a fork server that imported PyTorch once and was started there (Forked); wait until
+ready, always stop; plus the raw-UDP limit server (`python -m splitrpc.bench.helpers.procs raw`)."""
 from __future__ import annotations
 
+import atexit
+import os
 import select
 import signal
 import socket
@@ -10,6 +12,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import weakref
 
 
 class ServerDied(RuntimeError):
@@ -78,42 +81,100 @@ class Proc:
         self.stop()
 
 
+# What the fork server imports once for every benchmark server forked from it: one list for the
+# process (its first Forked starts the fork server), each entry best effort (a missing extra: the
+# server imports what it needs itself, as a Proc's would).
+FORK_PRELOAD = ("torch", "torch_geometric", "splitrpc.cli", "splitrpc.services.embedding.dlrm",
+                "splitrpc.services.colocation.colocate", "splitrpc.services.gnn.serve")
+_live: "weakref.WeakSet[Forked]" = weakref.WeakSet()
+_fork_server_started = False
+
+
+def _start_fork_server() -> None:
+    """Starts this process's fork server, from the temporary directory (as Proc's children run):
+    it imports FORK_PRELOAD with '' first on its path, so in a source checkout its splitrpc.*
+    would be the unbuilt source folder, and fail."""
+    import multiprocessing as mp
+    from multiprocessing import forkserver
+
+    mp.set_forkserver_preload(list(FORK_PRELOAD))
+    here = os.getcwd()
+    os.chdir(tempfile.gettempdir())
+    try:
+        forkserver.ensure_running()
+    finally:
+        os.chdir(here)
+
+
+def _forked(target, args: tuple, log: str, ready) -> None:
+    """In the forked process: its stdout and stderr into log (as a Proc's pipes took them), then
+    target(*args, ready)."""
+    fd = os.open(log, os.O_WRONLY | os.O_APPEND)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    target(*args, ready)
+
+
+@atexit.register
+def _stop_all() -> None:
+    """At exit, every Forked server still running is stopped (multiprocessing's own exit handler
+    would wait for it, and it ends only at SIGTERM)."""
+    for f in list(_live):
+        f.stop()
+
+
 class Forked:
     """A benchmark server run as target(*args, ready) in a process of its own, forked from
-    multiprocessing's fork server, which imports `preload` (PyTorch: 2 to 4 s a process here) once
-    for every server a run starts: each server is still a fresh process, forked from the same
-    state. target sets ready (an Event) once it serves and returns after SIGTERM. Stopping it, or
-    leaving a `with` block, ends it. Only module-level functions and picklable arguments travel;
-    the first Forked of a process starts its fork server, which keeps that one's preload and the
-    environment the process had then."""
+    multiprocessing's fork server, which imported FORK_PRELOAD (PyTorch: 2 to 4 s a process here)
+    once for every server a run starts: each server is still a fresh process, forked from the same
+    state. target sets ready (an Event) once it serves and returns after SIGTERM. Its stdout and
+    stderr go to a log whose end ServerDied quotes. Stopping it, leaving a `with` block, or the
+    process's exit ends it. Only module-level functions and picklable arguments travel; the
+    environment is the one the process had at its first Forked (pass what a server needs as an
+    argument)."""
 
-    def __init__(self, target, args: tuple = (), preload: tuple[str, ...] = ()):
+    def __init__(self, target, args: tuple = ()):
         import multiprocessing as mp
 
+        global _fork_server_started
+        if not _fork_server_started:  # started once, from the temporary directory
+            _start_fork_server()
+            _fork_server_started = True
         ctx = mp.get_context("forkserver")
-        if preload:
-            ctx.set_forkserver_preload(list(preload))
         self.name = getattr(target, "__qualname__", str(target))
+        fd, self.log = tempfile.mkstemp(prefix="splitrpc-forked-", suffix=".log")
+        os.close(fd)
         self.ready = ctx.Event()
-        self.p = ctx.Process(target=target, args=(*args, self.ready), name=self.name)
+        self.p = ctx.Process(target=_forked, args=(target, tuple(args), self.log, self.ready), name=self.name)
         self.stopped = False
         self.p.start()
+        _live.add(self)
+
+    def _tail(self) -> str:
+        try:
+            with open(self.log, errors="replace") as f:
+                return f.read()[-3000:].strip()
+        except OSError:
+            return ""
 
     def check_alive(self) -> None:
         if self.p.exitcode is not None:
-            raise ServerDied(f"{self.name} exited with {self.p.exitcode} (its error above, on stderr)")
+            raise ServerDied(f"{self.name} exited with {self.p.exitcode}: {self._tail()}")
 
     def wait_ready(self, timeout: float) -> None:
         end = time.monotonic() + timeout
         while not self.ready.wait(0.2):
             self.check_alive()
             if time.monotonic() > end:
+                tail = self._tail()
                 self.stop()
-                raise ServerDied(f"{self.name} not ready after {timeout:.0f} s")
+                raise ServerDied(f"{self.name} not ready after {timeout:.0f} s: {tail}")
 
     def stop(self) -> None:
         if self.stopped:
             return
+        self.stopped = True
         if self.p.exitcode is None:
             self.p.terminate()  # SIGTERM
             self.p.join(10)
@@ -121,7 +182,10 @@ class Forked:
                 self.p.kill()
                 self.p.join()
         self.p.close()
-        self.stopped = True
+        try:
+            os.unlink(self.log)
+        except OSError:
+            pass
 
     def __enter__(self) -> "Forked":
         return self
@@ -159,12 +223,12 @@ def _cli(argv: list[str], word: str, ready) -> None:
         sys.exit(rc)
 
 
-def forked_splitrpc(argv: list[str], word: str, preload: tuple[str, ...] = ("torch",)) -> Forked:
+def forked_splitrpc(argv: list[str], word: str) -> Forked:
     """`splitrpc ARGV` (e.g. serve ...) forked from the fork server (Forked), ready once its stdout
     says word (`splitrpc serve` says "serving" in its start event); its stdout dropped, its stderr
-    the caller's; stopped by SIGTERM, as a served process is. For servers whose every start would
+    in the log; stopped by SIGTERM, as a served process is. For servers whose every start would
     import PyTorch again."""
-    return Forked(_cli, (list(argv), word), preload=preload)
+    return Forked(_cli, (list(argv), word))
 
 
 def start_splitrpc(wait: str, extra: tuple[str, ...] = (), env: dict | None = None) -> tuple[Proc, int]:

@@ -37,7 +37,6 @@ from splitrpc.bench.helpers import model_server
 from splitrpc.bench.helpers.procs import Forked, free_port
 
 SERVICES = (("gcn", "pubmed", 1), ("sage", "artist", 2), ("gin", "artist", 3))  # model, dataset, func_id
-SERVER_PRELOAD = ("torch", "torch_geometric", "splitrpc.services.colocation.colocate")  # what every server imports
 CONFIGS = ("serial", "fifo", "sqtf", "bqt")
 LAYERS, HIDDEN = 3, 64
 LOADS = (0.5, 0.8, 1.1)
@@ -58,7 +57,7 @@ def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--quiet", action="store_true")
     p.add_argument("--out", default="splitrpc-bench-colocate")
-    # the server side (run by the benchmark itself): python -m splitrpc.bench.suites.colocate --serve ...
+    # the server side as a command (the benchmark forks it instead, procs.Forked): python -m splitrpc.bench.suites.colocate --serve ...
     p.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
     p.add_argument("--policy", default="bqt", help=argparse.SUPPRESS)
@@ -160,7 +159,7 @@ def run(a) -> dict:
                                 qos=",".join(f"{k}={v!r}" for k, v in qos.items()))
         _say(a, f"{cfg}: server with {threads} intra-op thread(s) ...")
         # forked from a fork server that imported PyTorch and PyG once for every configuration's server
-        proc = Forked(serve, (sa,), preload=SERVER_PRELOAD)
+        proc = Forked(serve, (sa,))
         proc.wait_ready(120)
         return proc, port
 

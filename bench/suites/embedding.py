@@ -63,7 +63,6 @@ GPU_CONFIGS = {
 }
 HPS_DROP_5_TO_1 = 0.06  # HPS (RecSys 2022) on Criteo: the L1 hit rate fell 6 points from a 5% to a 1% cache
 THRESHOLDS = (0.0, 0.5, 1.0)
-SERVER_PRELOAD = ("torch", "splitrpc.services.embedding.dlrm")  # what every configuration's server imports
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
@@ -214,7 +213,7 @@ def _run_config(a, name: str, cfg: dict, requests: list, check) -> dict:
         json.dump(cfg, f)
     _say(a, f"{name}: server ...")
     # forked from a fork server that imported PyTorch once for every configuration's server
-    with Forked(serve_config, (path, port), preload=SERVER_PRELOAD) as proc:
+    with Forked(serve_config, (path, port)) as proc:
         proc.wait_ready(300)
         import splitrpc
         from splitrpc.services.embedding import dlrm

@@ -53,7 +53,6 @@ SMALL_SEEDS, LARGE_SEEDS = 4, 128
 MIXED_LARGE = 0.2                 # fraction of the mixed workload's calls that are large
 REQUESTS_PER_CLASS = 200          # distinct seed lists per class
 FRACTIONS = (0.3, 0.6, 0.9, 1.2, 1.5)  # offered load, times the workload's nominal capacity
-SERVER_PRELOAD = ("torch", "splitrpc.cli", "splitrpc.services.gnn.serve")  # what every policy's server imports
 MIN_CALLS = 800                   # calls per run at least (a run lasts --duration or this many calls)
 ROUTED = ("strict", "loose")      # routed policies: the calibration's point each routes by
 OTHER = "bulk"                    # the static policy of the other lane alone: named by that lane in a run
@@ -171,7 +170,7 @@ def start_server(a, policy: str, thresholds: dict, trace: str, lane: str) -> tup
         argv += ["--gnn-policy", "routed", "--gnn-threshold", repr(thresholds[policy]), "--gnn-route-by",
                  a.route_by] + (["--gnn-spill", str(a.spill)] if a.spill else [])
     # forked from a fork server that imported PyTorch and the model's code once for every policy's server
-    proc = forked_splitrpc(argv, "serving", preload=SERVER_PRELOAD)
+    proc = forked_splitrpc(argv, "serving")
     proc.wait_ready(600)
     return proc, port
 
