@@ -191,12 +191,22 @@ def test_typed_cost_runs_each_round_in_a_client_process_of_its_own(tmp_path):
 
 def test_ab_builds_runs_the_side_by_side_suite_in_either_builds_form(tmp_path):
     """A build with the CLI's groups runs `bench sidebyside`; an A/B's base from before them, `bench`."""
+    import subprocess
+
     from splitrpc.bench.suites import ab_builds
+    from splitrpc.reporting import SuiteFailed
 
     new, old = tmp_path / "new", tmp_path / "old"
-    new.write_text('#!/bin/sh\necho "positional arguments:"; echo "    sidebyside   side-by-side benchmark"\n')
-    old.write_text('#!/bin/sh\necho "usage: splitrpc bench [-h] [--systems SYSTEMS]"\n')
-    for f in (new, old):
+    new.write_text('#!/bin/sh\necho "positional arguments:"; echo "  SUITE"; echo "    sidebyside   side-by-side benchmark"\n')
+    # the help of a build before the groups: its description is sidebyside.py's docstring
+    old.write_text('#!/bin/sh\necho "usage: splitrpc bench [-h] [--systems SYSTEMS]"; echo; '
+                   'echo "sidebyside.py: \\`splitrpc bench\\`: the side-by-side benchmark"\n')
+    bad = tmp_path / "bad"
+    bad.write_text("#!/bin/sh\necho no such command >&2; exit 2\n")
+    for f in (new, old, bad):
         f.chmod(0o755)
+    assert "sidebyside" in subprocess.run([str(old)], capture_output=True, text=True).stdout
     assert ab_builds._bench_cmd(str(new)) == [str(new), "bench", "sidebyside"]
     assert ab_builds._bench_cmd(str(old)) == [str(old), "bench"]
+    with pytest.raises(SuiteFailed, match="exited 2: no such command"):
+        ab_builds._bench_cmd(str(bad))

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -33,13 +34,17 @@ METRICS = (("p50_us", "p50 µs", -1), ("p99_us", "p99 µs", -1), ("throughput_rp
 
 
 def _bench_cmd(exe: str) -> list[str]:
-    """How exe runs the side-by-side suite: `bench sidebyside` since the CLI's groups (stop 67), plain
-    `bench` in the builds before them (an A/B's base may be one)."""
+    """How exe runs the side-by-side suite: `bench sidebyside` since the CLI's groups (stop 67), where
+    `bench --help` lists it among the suites; plain `bench` in the builds before them (an A/B's base
+    may be one), whose help has no such list (though its description names sidebyside.py)."""
     try:
         h = subprocess.run([exe, "bench", "--help"], cwd=tempfile.gettempdir(), text=True, capture_output=True, timeout=120)
     except (OSError, subprocess.TimeoutExpired) as e:
         raise SuiteFailed(f"{exe} bench --help failed: {e}") from e
-    return [exe, "bench", "sidebyside"] if "sidebyside" in h.stdout else [exe, "bench"]
+    if h.returncode != 0:
+        raise SuiteFailed(f"{exe} bench --help exited {h.returncode}: {h.stderr.strip()[-500:]}")
+    listed = re.search(r"^\s+sidebyside\s", h.stdout, re.M)
+    return [exe, "bench", "sidebyside"] if listed else [exe, "bench"]
 
 
 def _run(exe: str, a, out: str) -> list[dict]:
