@@ -99,7 +99,8 @@ class Capability:
     def check_sections(self) -> list[Any]:
         """Its sections of `splitrpc check` (splitrpc.check.Section each), placed by each one's tier
         and stage; asked only when the check runs, so their modules are imported here, not at
-        module level."""
+        module level. Each section must also be in a list SECTIONS at the top level of its run
+        function's module: the check runs it in a child process, which finds it there by name."""
         return []
 
     def renamed(self) -> dict[str, tuple[str, ...]]:

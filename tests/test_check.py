@@ -439,3 +439,27 @@ def test_python_m_splitrpc_check_is_the_same_command(run_env):
     r = subprocess.run([sys.executable, "-m", "splitrpc", "check", "--list"], capture_output=True, text=True,
                        timeout=120, **run_env)
     assert r.returncode == 0 and r.stdout.split()[0] == "build", r.stderr
+
+
+def test_a_section_its_child_cannot_find_and_a_former_entry_point_are_reported(monkeypatch):
+    """A capability's section missing from its module's SECTIONS (where the check's child looks)
+    fails its capability's line at once; entry points of the former splitrpc.check group are named,
+    not dropped in silence."""
+    from importlib import metadata
+
+    from splitrpc import plugins
+    from splitrpc.check import Section
+
+    class Adrift(plugins.Capability):
+        name = "adrift"
+
+        def check_sections(self):
+            return [Section("t-elsewhere", "built on the fly", check_sections.passes)]
+
+    monkeypatch.setattr(plugins, "capabilities", lambda: [Adrift()])
+    old = [metadata.EntryPoint("legacy", "pkg.mod:SECTIONS", registry.FORMER_GROUP)]
+    monkeypatch.setattr(metadata, "entry_points", lambda group=None: [e for e in old if e.group == group])
+    found, broken = registry.plugin_sections()
+    assert found == [] and [b[0] for b in broken] == [registry.FORMER_GROUP, "adrift"], broken
+    assert "legacy" in broken[0][1] and "check_sections()" in broken[0][1]
+    assert "'t-elsewhere' is not in check_sections.SECTIONS" in broken[1][1], broken[1]

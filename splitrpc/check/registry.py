@@ -9,6 +9,8 @@ from __future__ import annotations
 from splitrpc.check import auth, device, facts, suites
 from splitrpc.check.section import STAGES, TIERS, Section
 
+FORMER_GROUP = "splitrpc.check"  # the entry-point group sections came from until stop 68
+
 
 def builtin_sections() -> list[Section]:
     """The check's own sections."""
@@ -20,18 +22,30 @@ def plugin_sections() -> tuple[list[Section], list[tuple[str, str]]]:
     be had (reported as a failed section by the runner): a capability that fails to load, or
     whose check_sections() raises or gives something other than Sections, fails its own line,
     not the check."""
+    from importlib import import_module, metadata
+
     from splitrpc.plugins import CapabilityError, capabilities
 
+    found: list[Section] = []
+    broken: list[tuple[str, str]] = []
+    old = sorted(ep.name for ep in metadata.entry_points(group=FORMER_GROUP))
+    if old:  # read until stop 68: said, not silently dropped
+        broken.append((FORMER_GROUP, f"entry points {', '.join(old)} of the group {FORMER_GROUP!r} are no longer "
+                                     "read: give the sections through the capability's check_sections()"))
     try:
         caps = capabilities()
     except CapabilityError as e:
-        return [], [("capabilities", str(e))]
-    found, broken = [], []
+        return found, [*broken, ("capabilities", str(e))]
     for cap in caps:
         try:
             secs = list(cap.check_sections())
-            if not all(isinstance(s, Section) for s in secs):
-                raise TypeError(f"{type(cap).__name__}.check_sections() must give splitrpc.check.Section each")
+            for s in secs:
+                if not isinstance(s, Section):
+                    raise TypeError(f"{type(cap).__name__}.check_sections() must give splitrpc.check.Section each")
+                # the section's child process finds it by name in its module's SECTIONS
+                if s.name not in {x.name for x in getattr(import_module(s.module), "SECTIONS", ())}:
+                    raise LookupError(f"section {s.name!r} is not in {s.module}.SECTIONS, where the check's child "
+                                      "process looks for it")
             found += secs
         except Exception as e:  # noqa: BLE001 - a broken plug-in fails its own line, not the check
             broken.append((cap.name, f"{type(e).__name__}: {e}"))
