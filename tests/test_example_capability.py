@@ -8,6 +8,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from conftest import read_until
 
 import splitrpc
 
@@ -53,16 +54,9 @@ def test_its_function_and_its_metric(env):
                           "--metrics-port", "0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
                          cwd=env["PYTHONPATH"])
     try:
-        port = url = None
-        for _ in range(6):
-            line = p.stdout.readline()
-            m = re.search(r"wordcount\(310\).* on 127\.0\.0\.1:(\d+)", line)
-            port = port or (int(m.group(1)) if m else None)
-            m = re.search(r"metrics: (http://\S+)", line)
-            url = url or (m.group(1) if m else None)
-            if port and url:
-                break
-        assert port and url, "no start or metrics line"
+        lines = "".join(read_until(p, lambda ln: "metrics: http" in ln))
+        port = int(re.search(r"wordcount\(310\).* on 127\.0\.0\.1:(\d+)", lines).group(1))
+        url = re.search(r"metrics: (http://\S+)", lines).group(1)
         with splitrpc.Client("127.0.0.1", port, timeout=5.0) as c:
             assert c.call(310, b"one two three") == (3).to_bytes(4, "little")
             assert c.call(310, b"four five") == (2).to_bytes(4, "little")
