@@ -109,17 +109,14 @@ def _say(a, msg: str) -> None:
 def serve(a) -> int:
     """The benchmark's server as a command (`--serve CONFIG.json --port P`): prints READY once it
     serves, until SIGTERM."""
-    class _Say:
-        def set(self) -> None:
-            print("READY", flush=True)
-
-    return serve_config(a.serve, a.port, _Say())
+    return serve_config(a.serve, a.port)
 
 
-def serve_config(path: str, port: int, ready) -> int:
+def serve_config(path: str, port: int, ready=None) -> int:
     """The benchmark's server: the DLRM service over the store of the configuration at path, and
     the benchmark servers' stats function answering the store's counters; ready.set() once it
-    serves; returns after SIGTERM. _run_config runs it forked (procs.Forked)."""
+    serves (without ready: prints READY); returns after SIGTERM. _run_config runs it forked
+    (procs.Forked)."""
     import signal
 
     import splitrpc
@@ -135,7 +132,10 @@ def serve_config(path: str, port: int, ready) -> int:
     srv.add_function(model_server.stats_function(srv, keys=("embedding",)), model_server.STATS_FUNC_ID, "stats",
                      raw=True, max_response=model_server.STATS_MAX_REPLY)
     srv.start()
-    ready.set()
+    if ready is not None:
+        ready.set()
+    else:
+        print("READY", flush=True)
     stop.wait()
     srv.close()
     svc.close()
