@@ -1,4 +1,4 @@
-/* sessions.h: a client's version 5 sessions (docs/PROTOCOL-v5.md): its key, the sessions it holds (the one it sends under and those it moved on from, whose replies may still come), the handshake under way (its INIT, resends, a cookie), and opening reply datagrams. No socket and no call table: client.c sends what these functions make and moves its calls. */
+/* sessions.h: a client's version 5 sessions (docs/PROTOCOL-v5.md): its key, the sessions it holds (the one it sends under and those it moved on from, whose replies may still come), the handshake under way (its INIT, resends, a cookie), and opening reply datagrams. No socket and no call table: call_auth.c sends what these functions make and moves its calls. */
 #ifndef SRPC_CLIENT_SESSIONS_H
 #define SRPC_CLIENT_SESSIONS_H
 

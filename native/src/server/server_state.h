@@ -9,6 +9,7 @@
 
 #include "core/bitset.h"
 #include "core/clock.h"
+#include "core/owner.h"
 #include "server/allowlist.h"
 #include "server/calltab.h"
 #include "server/srcmem.h"
@@ -16,21 +17,11 @@
 #include "splitrpc_server.h"
 #include "transport/transport.h"
 
-/* Thread and lock rules, checked where cheap (builds without NDEBUG: the tests' builds):
+/* Thread and lock rules, checked where cheap (builds without NDEBUG: the tests' builds; core/owner.h):
  *   *_locked   the caller holds srv->lock (srpc_srv_lock);
  *   *_rx       the caller holds the right to receive, srv->rx.lock (rx_owner.c);
  *   *_w        the worker thread: the one that took the batches in next_batch (completion.c).
  * Everything else says its rule where it is declared. */
-#ifndef NDEBUG
-#define SRPC_OWNER_SET(field) atomic_store_explicit(&(field), (unsigned long)pthread_self(), memory_order_relaxed)
-#define SRPC_OWNER_CLEAR(field) atomic_store_explicit(&(field), 0ul, memory_order_relaxed)
-#define SRPC_ASSERT_OWNER(field) \
-    assert(atomic_load_explicit(&(field), memory_order_relaxed) == (unsigned long)pthread_self())
-#else
-#define SRPC_OWNER_SET(field) ((void)0)
-#define SRPC_OWNER_CLEAR(field) ((void)0)
-#define SRPC_ASSERT_OWNER(field) ((void)sizeof(field))
-#endif
 #define SRPC_ASSERT_LOCKED(srv) SRPC_ASSERT_OWNER((srv)->lock_owner)
 #define SRPC_ASSERT_RX(srv) SRPC_ASSERT_OWNER((srv)->rx.owner)
 #define SRPC_ASSERT_WORKER(srv) SRPC_ASSERT_OWNER((srv)->worker)
