@@ -11,7 +11,7 @@ from datetime import datetime, timezone
 import numpy as np
 
 from splitrpc import __version__
-from splitrpc.defaults import CLIENT_DEFAULTS
+from splitrpc.client import CLIENT_DEFAULTS
 from splitrpc.wire import PROTOCOLS
 from splitrpc.client import Client
 from splitrpc.dpdk import DPDKError

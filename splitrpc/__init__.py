@@ -8,6 +8,7 @@ from splitrpc.errors import (AuthUnavailable, BadRequest, Busy, CallTimeout, Dea
                              NativeError, NoSuchFunction, NotContiguous, RemoteError, ReplyMismatch, ShapeMismatch,
                              SplitRPCError, TooLarge, Unavailable, UnexpectedInput, UnknownFunction, Draining)
 from splitrpc.executor import Executor, LanePool, StagePipeline, ThreadPool, current_lane, stage_result
+from splitrpc.function_config import FunctionConfig
 from splitrpc.gpu import GPUError, GPUUnavailable
 from splitrpc.pool import Pool
 from splitrpc.server import QueueView, Server
@@ -40,7 +41,7 @@ __all__ = [
     "Server", "Client", "TensorSpec", "features", "SplitRPCError", "NativeError", "CallTimeout", "RemoteError",
     "UnknownFunction", "BadRequest", "Busy", "DeadlineExceeded", "InternalError", "TooLarge", "Draining", "Unavailable",
     "GPUError", "GPUUnavailable", "gpu", "ThreadPool", "LanePool", "StagePipeline", "Executor", "current_lane",
-    "stage_result", "CostTable", "QueueView", "Pool", "Key", "KeyTable", "Forbidden", "AuthUnavailable",
+    "stage_result", "CostTable", "FunctionConfig", "QueueView", "Pool", "Key", "KeyTable", "Forbidden", "AuthUnavailable",
     "KeyFileError", "NoSuchFunction", "InputError", "MissingInput", "UnexpectedInput", "DtypeMismatch", "ShapeMismatch",
     "NotContiguous", "ReplyMismatch", "DescriptionChanged",
 ]

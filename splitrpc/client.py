@@ -14,8 +14,12 @@ from splitrpc import describe as describe_
 from splitrpc import dpdk, typed
 from splitrpc._native import auth as _auth
 from splitrpc._native import client as _client
-from splitrpc._native.wire import PROTOCOLS
+from splitrpc.wire import PROTOCOLS
 from splitrpc.errors import CallTimeout, SplitRPCError
+
+# A Client's defaults as the C core sets them (srpc_client_config_init; the numbers live in
+# native/src/core/tunables.h): Client keywords -> values. Read-only: change a default there.
+CLIENT_DEFAULTS = _client.CLIENT_DEFAULTS
 
 
 def as_buffer(data: Any) -> memoryview:

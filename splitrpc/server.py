@@ -14,27 +14,30 @@ import logging
 import os
 import threading
 import time
-from typing import Any, Callable, Iterable, Sequence, TypeVar, cast
+from typing import Any, Callable, Sequence, TypeVar, cast
 
 from splitrpc import dpdk, gpu
 from splitrpc import auth as auth_
 from splitrpc import coroutines
-from splitrpc import cost as cost_
 from splitrpc import describe as describe_
 from splitrpc import executor as executor_
 from splitrpc.cost import CostTable
 from splitrpc.executor import ThreadPool
+from splitrpc.function_config import FunctionConfig
 from splitrpc.native import NativeFunction
 from splitrpc._native import auth as _auth
 from splitrpc._native import server as _server
 from splitrpc._native.client import CLIENT_DEFAULTS
-from splitrpc._native.wire import PROTOCOLS
+from splitrpc.wire import PROTOCOLS
 from splitrpc.errors import BadRequest, GPUError, GPUUnavailable, KeyFileError, SplitRPCError
 from splitrpc.spec import TensorSpec
 
 log = logging.getLogger("splitrpc.server")
 
 WAIT_MODES = _server.WAIT_MODES
+# A Server's defaults as the C core sets them (srpc_server_config_init; the numbers live in
+# native/src/core/tunables.h): Server keywords -> values. Read-only: change a default there.
+SERVER_DEFAULTS = _server.SERVER_DEFAULTS
 SCHED_POLICIES = _server.SCHED_POLICIES
 # Seconds with no datagram a drained server waits (answering DRAINING) before it stops: twice a
 # client's longest gap between retransmissions (rto_max, 1 s by default), so that a call still in
@@ -45,43 +48,6 @@ DRAIN_LINGER = 2 * CLIENT_DEFAULTS["rto_max"]
 LINGER_POLL = 0.01   # seconds between its looks at the receive counter
 QueueView = _server.QueueView
 _F = TypeVar("_F", bound=Callable[..., Any])  # a callback the function decorator registers and returns
-
-
-def _class_bounds(cost_classes: Iterable[int]) -> tuple[int, ...]:
-    """cost_classes checked: a tuple of 1 .. MAX_CLASS_BOUNDS strictly ascending integers from 1 to
-    2**32 - 1 (a call's cost is at most that); ValueError saying what is wrong otherwise."""
-    try:
-        b = tuple(cost_classes)
-    except TypeError:
-        raise ValueError(f"cost_classes must be a sequence of cost bounds, got {cost_classes!r}") from None
-    if not 1 <= len(b) <= _server.MAX_CLASS_BOUNDS:
-        raise ValueError(f"cost_classes holds 1 to {_server.MAX_CLASS_BOUNDS} bounds (2 to "
-                         f"{_server.MAX_CLASS_BOUNDS + 1} classes), got {len(b)}")
-    for i, v in enumerate(b):
-        if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v < 2**32:
-            raise ValueError(f"cost_classes[{i}] must be an integer from 1 to 2**32 - 1, got {v!r}")
-        if i and v <= b[i - 1]:
-            raise ValueError(f"cost_classes must be strictly ascending, got {list(b)}")
-    return b
-
-
-def _class_spill(class_spill: Iterable[int] | None, bounds: tuple[int, ...] | None) -> tuple[int, ...] | None:
-    """class_spill checked against the cost classes' bounds: None, or one integer from 0 to
-    2**32 - 1 per class but the last; ValueError saying what is wrong otherwise."""
-    if class_spill is None:
-        return None
-    if bounds is None:
-        raise ValueError("class_spill moves calls between cost classes: give cost_classes with it")
-    try:
-        n = tuple(class_spill)
-    except TypeError:
-        raise ValueError(f"class_spill must be a sequence of call counts, got {class_spill!r}") from None
-    if len(n) != len(bounds):
-        raise ValueError(f"class_spill holds one limit per class but the last ({len(bounds)}), got {len(n)}")
-    for i, v in enumerate(n):
-        if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < 2**32:
-            raise ValueError(f"class_spill[{i}] must be an integer from 0 (never) to 2**32 - 1, got {v!r}")
-    return n
 
 
 def _takes_costs(fn: Callable[..., Any]) -> bool:
@@ -194,7 +160,7 @@ class Server:
         dpdk_emulate_split: bool = False,
     ):
         self._init_kwargs = {k: v for k, v in locals().items() if k != "self"}  # rebuild() makes it again
-        self._registrations: list[dict[str, Any]] = []  # add_function's arguments, for rebuild()
+        self._registrations: list[tuple[Any, ...]] = []  # add_function's (fn, func_id, name, inputs, outputs, config): rebuild()
         # A setting left None takes the C core's default (srpc_server_config_init, native/src/core/tunables.h;
         # splitrpc._native.server.SERVER_DEFAULTS lists them; dpdk_mtu: 0 there, which means 1500).
         if wait is not None and wait not in WAIT_MODES:
@@ -283,28 +249,12 @@ class Server:
         name: str | None = None,
         inputs: Sequence[TensorSpec] = (),
         outputs: Sequence[TensorSpec] = (),
-        *,
-        max_batch: int | None = None,
-        max_delay_us: int | None = None,
-        capacity: int | None = None,
-        raw: bool = False,
-        max_request: int | None = None,
-        max_response: int | None = None,
-        device: str = "cpu",
-        orchestration: str = "o1",
-        deadline: float | None = None,
-        executor: "str | int | ThreadPool" = "inline",
-        cost: "str | CostTable | None" = None,
-        max_batch_cost: int | None = None,
-        priority: int | None = None,
-        weight: int | None = None,
-        aux_classes: int | None = None,
-        cost_classes: Iterable[int] | None = None,
-        class_spill: Iterable[int] | None = None,
-        version: str | None = None,
-        per_call: bool = False,
+        config: FunctionConfig | None = None,
+        **settings: Any,
     ) -> Callable[[_F], _F]:
-        """Decorator registering `fn` under func_id.
+        """Decorator registering `fn` under func_id, with the settings given as keywords (below)
+        or as ``config=splitrpc.FunctionConfig(...)`` (keywords given with it replace its fields):
+        one dataclass carries them to the C core, and a bad one fails here, at the decorator.
 
         Tensor functions get ``fn(*inputs, *outputs)``, each a (B, *shape) numpy view of B
         consecutive Tensor Queue elements, and write their results into the outputs.
@@ -397,30 +347,21 @@ class Server:
         here (NativeError, errno EMSGSIZE).
         """
 
+        cfg = FunctionConfig.of(config, **settings)  # checked now: a bad setting fails at the decorator
+
         def register(fn: _F) -> _F:
-            self.add_function(fn, func_id, name, inputs, outputs, max_batch=max_batch,
-                              max_delay_us=max_delay_us, capacity=capacity, raw=raw,
-                              max_request=max_request, max_response=max_response, device=device,
-                              orchestration=orchestration, deadline=deadline, executor=executor, cost=cost,
-                              max_batch_cost=max_batch_cost, priority=priority, weight=weight,
-                              aux_classes=aux_classes, cost_classes=cost_classes, class_spill=class_spill,
-                              version=version, per_call=per_call)
+            self.add_function(fn, func_id, name, inputs, outputs, cfg)
             return fn
 
         return register
 
     def add_function(self, fn: Callable[..., Any], func_id: int, name: str | None = None,
-                     inputs: Sequence[TensorSpec] = (), outputs: Sequence[TensorSpec] = (), *,
-                     max_batch: int | None = None, max_delay_us: int | None = None, capacity: int | None = None,
-                     raw: bool = False, max_request: int | None = None, max_response: int | None = None,
-                     device: str = "cpu", orchestration: str = "o1", deadline: float | None = None,
-                     executor: str | int | executor_.Executor = "inline", cost: str | CostTable | None = None,
-                     max_batch_cost: int | None = None, priority: int | None = None, weight: int | None = None,
-                     aux_classes: int | None = None, cost_classes: Iterable[int] | None = None,
-                     class_spill: Iterable[int] | None = None, version: str | None = None, per_call: bool = False,
-                     _server_function: bool = False) -> None:
-        """Registers fn under func_id: what the function decorator does (see there)."""
-        args = {k: v for k, v in locals().items() if k not in ("self", "_server_function")}
+                     inputs: Sequence[TensorSpec] = (), outputs: Sequence[TensorSpec] = (),
+                     config: FunctionConfig | None = None, *, _server_function: bool = False,
+                     **settings: Any) -> None:
+        """Registers fn under func_id: what the function decorator does (see there); its settings
+        are config's (a splitrpc.FunctionConfig) with the keywords given replacing them."""
+        cfg = FunctionConfig.of(config, **settings)
         if self._state != "created":
             raise SplitRPCError("functions must be registered before the server starts")
         if isinstance(func_id, bool) or not isinstance(func_id, int) or not 0 <= func_id <= 0xFFFF:
@@ -428,16 +369,12 @@ class Server:
         if func_id >= describe_.RESERVED_MIN and not _server_function:
             raise ValueError(f"func_id {func_id:#x} is reserved for the server's own functions "
                              f"({describe_.RESERVED_MIN:#x} .. 0xffff: docs/PROTOCOL.md, Amendment 1)")
-        if version is not None and (not isinstance(version, str) or len(version) > 64):
-            raise ValueError(f"version must be a string of at most 64 characters, got {version!r}")
         if func_id in self._funcs:
             raise ValueError(f"func_id {func_id} is already registered ({self._funcs[func_id].name})")
-        if (max_batch is not None and max_batch < 1) or (capacity is not None and capacity < 1):
-            raise ValueError("max_batch and capacity must be at least 1")
-        if deadline is not None and not 0 < deadline <= 4000:
-            raise ValueError(f"deadline must be a positive number of seconds (at most 4000), got {deadline!r}")
         inputs, outputs = list(inputs), list(outputs)
         name = name or cast(str, getattr(fn, "__name__", str(func_id)))
+        raw, device, executor, cost, per_call = cfg.raw, cfg.device, cfg.executor, cfg.cost, cfg.per_call
+        orchestration, n_classes = cfg.orchestration, cfg.n_classes
         is_async = coroutines.is_coroutine_function(fn)
         if per_call and not is_async:
             raise ValueError(f"{name}: per_call=True is for async def functions (a plain callback takes its batch)")
@@ -449,8 +386,6 @@ class Server:
         if native is not None and (ordinal >= 0 or executor != "inline" or orchestration != "o1"):
             raise ValueError(f"{name}: a native function runs inline on the host (device='cpu', executor='inline', "
                              "orchestration='o1')")
-        if orchestration not in gpu.ORCHESTRATIONS:
-            raise ValueError(f"orchestration must be one of {gpu.ORCHESTRATIONS}, got {orchestration!r}")
         if ordinal >= 0 and raw:
             raise ValueError("a raw function cannot run on a GPU: declare its tensors instead")
         if orchestration == "o2":
@@ -464,35 +399,10 @@ class Server:
         if ordinal >= 0:
             gpu.import_cupy()  # a GPU without CuPy is a setup error, not a reason to fall back
         pool = executor_.resolve(executor, ordinal)
-        if cost is not None and cost != cost_.AUX and not isinstance(cost, CostTable):
-            raise ValueError(f"cost must be None, 'aux' or a splitrpc.CostTable, got {cost!r}")
-        if max_batch_cost is not None and (isinstance(max_batch_cost, bool) or not isinstance(max_batch_cost, int)
-                                           or not 1 <= max_batch_cost < 2**64):
-            raise ValueError(f"max_batch_cost must be a positive integer, got {max_batch_cost!r}")
-        for what, v in (("priority", priority), ("weight", weight)):
-            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < 2**32):
-                raise ValueError(f"{what} must be an integer from 0 to 2**32 - 1, got {v!r}")
-        if aux_classes is not None and (isinstance(aux_classes, bool) or not isinstance(aux_classes, int)
-                                        or not 1 <= aux_classes <= _server.MAX_AUX_CLASSES):
-            raise ValueError(f"aux_classes must be an integer from 1 to {_server.MAX_AUX_CLASSES}, got {aux_classes!r}")
-        n_classes = 0 if aux_classes in (None, 1) else aux_classes
-        bounds = None
-        if cost_classes is not None:
-            bounds = _class_bounds(cost_classes)
-            if aux_classes is not None:
-                raise ValueError("aux_classes and cost_classes both give the function its queues: choose one")
-            if cost is None:
-                raise ValueError("cost_classes needs a cost ('aux' or a CostTable): a call's class is its cost's range")
-            n_classes = len(bounds) + 1
-        spill = _class_spill(class_spill, bounds)
-        if n_classes and cost == cost_.AUX and bounds is None:
-            raise ValueError("aux_classes and cost='aux' both read the request header's aux: choose one")
         if n_classes and ordinal >= 0:
             raise ValueError("aux_classes and cost_classes are for host functions")
         if n_classes and len(self._funcs_and_classes()) + n_classes > _server.MAX_FUNCS:
             raise ValueError(f"at most {_server.MAX_FUNCS} queues in a server (each aux class is one)")
-        if max_batch_cost is not None and cost is None:
-            raise ValueError("max_batch_cost needs a cost ('aux' or a CostTable)")
         if isinstance(cost, CostTable) and ordinal >= 0:
             raise ValueError("a cost table is read from the request in host memory: not for a GPU function "
                              "(cost='aux' is)")
@@ -503,8 +413,8 @@ class Server:
             if inputs or outputs:
                 raise ValueError("a raw function takes max_request/max_response, not tensor specs")
             limit = self._native.max_message
-            max_request = limit if max_request is None else int(max_request)
-            max_response = limit if max_response is None else int(max_response)
+            max_request = limit if cfg.max_request is None else int(cfg.max_request)
+            max_response = limit if cfg.max_response is None else int(cfg.max_response)
             in_sizes, out_sizes = [max_request], [max_response]
         else:
             if not inputs or not outputs:
@@ -524,12 +434,10 @@ class Server:
                 raise GPUError(f"cannot register function {func_id} on cuda:{ordinal}: "
                                    f"{type(exc).__name__}: {exc}") from exc
         try:
-            _server.add_function(self._srv, func_id, raw=raw, in_sizes=in_sizes, out_sizes=out_sizes,
-                                 capacity=capacity, max_batch=max_batch, max_delay_us=max_delay_us,
-                                 gpu_device=ordinal, deadline_us=max(int(deadline * 1e6), 1) if deadline else 0,
+            _server.add_function(self._srv, func_id, cfg, in_sizes=in_sizes, out_sizes=out_sizes,
+                                 gpu_device=ordinal,
                                  max_inflight=(pool.queue_threads or pool.threads) if pool is not None else 0,
-                                 cost=cost, max_batch_cost=max_batch_cost or 0, priority=priority, weight=weight,
-                                 aux_classes=n_classes, class_bounds=bounds, class_spill=spill, native=native)
+                                 native=native)
         except BaseException:
             runner = None  # its stream goes now, not with the traceback's frame
             raise
@@ -546,19 +454,19 @@ class Server:
         f.costs_kw = costs_kw
         f.native = native is not None
         f.info = describe_.FunctionInfo(
-            func_id=func_id, name=name, version=version, raw=raw, inputs=tuple(inputs), outputs=tuple(outputs),
+            func_id=func_id, name=name, version=cfg.version, raw=raw, inputs=tuple(inputs), outputs=tuple(outputs),
             max_request=in_sizes[0] if raw else None, max_response=out_sizes[0] if raw else None,
-            max_batch=max_batch or _server.FUNCTION_DEFAULTS["max_batch"],
+            max_batch=cfg.max_batch or _server.FUNCTION_DEFAULTS["max_batch"],
             executor=("asyncio:per-call" if per_call else "asyncio") if is_async
             else "inline" if pool is None else f"pool:{pool.threads}",  # a native function runs inline too
-            priority=_server.FUNCTION_DEFAULTS["priority"] if priority is None else priority,
+            priority=_server.FUNCTION_DEFAULTS["priority"] if cfg.priority is None else cfg.priority,
             device=f"cuda:{ordinal}" if ordinal >= 0 else "cpu")
         f.server_function = _server_function
         f.keys_kw = _server_function and self._keys is not None  # what it answers depends on the caller's key
         if not _server_function:
-            self._registrations.append(args)
+            self._registrations.append((fn, func_id, name, tuple(inputs), tuple(outputs), cfg))
         if n_classes:  # a Function per class: each has its own queues, so its own views
-            f.class_bounds = bounds
+            f.class_bounds = cfg.bounds
             f.classes = [f] + [dataclasses.replace(f, classes=None, args_cache={}, calls=0, aux_class=k)
                                for k in range(1, n_classes)]
         self._funcs[func_id] = f
@@ -579,9 +487,8 @@ class Server:
         self.close()  # first: the new one may bind the same port
         new = type(self)(**opts)
         try:
-            for r in regs:
-                r = dict(r)
-                new.add_function(r.pop("fn"), r.pop("func_id"), r.pop("name"), r.pop("inputs"), r.pop("outputs"), **r)
+            for fn, func_id, name, inputs, outputs, cfg in regs:
+                new.add_function(fn, func_id, name, inputs, outputs, cfg)
             for k, src in sources.items():
                 new.add_stats_source(k, src, metrics=mets.get(k))
         except BaseException:

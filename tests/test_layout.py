@@ -81,16 +81,32 @@ def _ffi_lib_lines() -> list[str]:
     return out
 
 
+# The binding layer: splitrpc/_native (what the core's own classes wrap: server, client, GPU,
+# DPDK, keys, the load generator), and the public bindings, one module each whose Python face is
+# the public API itself (no class of the core wraps it): its purpose line says so.
+_PUBLIC_BINDING = "(binding layer, public)"
+
+
+def _in_binding_layer(path: pathlib.Path) -> bool:
+    if path.is_relative_to(ROOT / "splitrpc" / "_native"):
+        return True
+    first = path.read_text().lstrip().splitlines()[0] if path.read_text().strip() else ""
+    return path.parent == ROOT / "splitrpc" and _PUBLIC_BINDING in first
+
+
 def test_only_the_binding_layer_touches_ffi_and_lib():
-    """splitrpc/_native is the only code that uses cffi's ffi/lib (pyzmq's backend/cffi layout)."""
-    outside = [line for line in _ffi_lib_lines() if not line.startswith("splitrpc/_native/")]
-    assert not outside, "ffi/lib outside splitrpc/_native:\n" + "\n".join(outside)
+    """splitrpc/_native and the public bindings are the only code that uses cffi's ffi/lib
+    (pyzmq's backend/cffi layout)."""
+    outside = [line for line in _ffi_lib_lines() if not _in_binding_layer(ROOT / line.split(":")[0])]
+    assert not outside, "ffi/lib outside the binding layer:\n" + "\n".join(outside)
+    public = sorted(p.name for p in (ROOT / "splitrpc").glob("*.py") if _in_binding_layer(p))
+    assert public == ["embedding_cache.py", "neighbour_sampler.py", "raw_udp.py", "wire.py"], public
 
 
 def test_nothing_imports_ffi_or_lib_outside_the_binding_layer():
     bad = []
     for path in sources("splitrpc", "client", "server", "bench"):
-        if path.is_relative_to(ROOT / "splitrpc" / "_native"):
+        if _in_binding_layer(path):
             continue
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
             if isinstance(node, ast.ImportFrom) and any(a.name in ("ffi", "lib") for a in node.names):
@@ -118,8 +134,8 @@ def _importers(folders: tuple[str, ...], prefixes: tuple[str, ...]) -> list[str]
 
 def test_the_binding_layer_stays_private():
     """Nothing outside splitrpc/ imports splitrpc._native: the services, the load generator and the
-    benchmarks use its public faces (splitrpc.defaults, .wire, .raw_udp, .neighbour_sampler,
-    .embedding_cache, .load_run, .arrivals). The tests of the binding layer itself may."""
+    benchmarks use the public bindings (splitrpc.wire, .raw_udp, .neighbour_sampler,
+    .embedding_cache) and the core's public modules. The tests of the binding layer itself may."""
     bad = _importers(("client", "server", "bench", "examples"), ("splitrpc._native",))
     assert not bad, "splitrpc._native imported outside splitrpc/:\n" + "\n".join(bad)
 
@@ -203,3 +219,32 @@ def test_a_capability_brings_its_check_sections_through_its_plugin():
     for m in [*mods, "splitrpc.bench.suites.gpu_check"]:
         names = {s.name for s in import_module(m).SECTIONS}
         assert names and names <= given, (m, names - given)
+
+
+def _only_reexports(path: pathlib.Path) -> bool:
+    """Whether a module's body is nothing but its docstring, imports and __all__."""
+    for node in ast.parse(path.read_text(), str(path)).body:
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):
+            continue
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            continue
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets):
+            continue
+        return False
+    return True
+
+
+def test_no_module_exists_only_to_re_export():
+    """A module that only re-exports another's names is a second place to look for them (issue 54:
+    the shims are gone). A package's __init__.py may: it is the package's face."""
+    bad = [str(p.relative_to(ROOT)) for p in sources("splitrpc", "client", "server", "bench", "examples")
+           if p.name != "__init__.py" and "results" not in p.parts and _only_reexports(p)]
+    assert not bad, "modules that only re-export: " + ", ".join(bad)
+
+
+def test_the_re_export_check_can_fail(tmp_path):
+    shim = tmp_path / "shim.py"
+    shim.write_text('"""shim.py: a face."""\nfrom x import a, b\n\n__all__ = ["a", "b"]\n')
+    real = tmp_path / "real.py"
+    real.write_text('"""real.py."""\nfrom x import a\n\nB = a + 1\n')
+    assert _only_reexports(shim) and not _only_reexports(real)

@@ -14,7 +14,8 @@ import json
 import signal
 import sys
 
-from splitrpc.defaults import FUNCTION_DEFAULTS, SERVER_DEFAULTS
+from splitrpc.function_config import FUNCTION_DEFAULTS
+from splitrpc.server import SERVER_DEFAULTS
 from splitrpc.bench.helpers.procs import Proc, free_port
 
 STATS_FUNC_ID = 90  # clear of the built-in services (1-4) and of the model zoo (10-14)

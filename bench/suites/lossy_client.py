@@ -122,7 +122,7 @@ def verdict(doc: dict) -> str | None:
 
 
 def c_protocol(a) -> int:
-    from splitrpc.defaults import CLIENT_DEFAULTS
+    from splitrpc.client import CLIENT_DEFAULTS
     return a.protocol or CLIENT_DEFAULTS["protocol"]
 
 

@@ -22,7 +22,7 @@ from datetime import datetime, timezone
 
 import numpy as np
 
-from splitrpc.defaults import FUNCTION_DEFAULTS
+from splitrpc.function_config import FUNCTION_DEFAULTS
 from splitrpc.bench.helpers import model_server, systems
 from splitrpc.reporting import add_subcommand, command_of, run_as_module, run_suite
 from splitrpc.bench.helpers.peers import common

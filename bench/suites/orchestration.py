@@ -13,7 +13,7 @@ import numpy as np
 
 import splitrpc
 from splitrpc import gpu
-from splitrpc.defaults import FUNCTION_DEFAULTS
+from splitrpc.function_config import FUNCTION_DEFAULTS
 from splitrpc.reporting import add_subcommand, command_of, run_as_module, run_suite
 from splitrpc.loadgen import report
 from splitrpc.latency_histogram import percentiles

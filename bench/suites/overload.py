@@ -30,7 +30,8 @@ from urllib import request
 import numpy as np
 
 import splitrpc
-from splitrpc.defaults import FUNCTION_DEFAULTS, SERVER_DEFAULTS
+from splitrpc.function_config import FUNCTION_DEFAULTS
+from splitrpc.server import SERVER_DEFAULTS
 from splitrpc.reporting import SuiteFailed, add_subcommand, command_of, run_as_module, run_suite
 from splitrpc.bench.helpers.procs import Proc, ServerDied, free_port
 from splitrpc.errors import Busy, SplitRPCError

@@ -98,7 +98,7 @@ def measure(cell: tuple, calls: int = CALLS) -> dict:
                                                                     CONCURRENCY, warm, calls)
                 out = _summary(lat, elapsed_ns / 1e9, errors)
             else:
-                from splitrpc.defaults import FUNCTION_DEFAULTS
+                from splitrpc.function_config import FUNCTION_DEFAULTS
 
                 ids = list(range(FIRST_ID, FIRST_ID + n)) if cell[2] else [FIRST_ID]
                 rng = np.random.default_rng(n)

@@ -85,9 +85,14 @@ enum srpc_sched {
                                 Strict: a lower class runs only when no higher one has a batch due */
     SRPC_SCHED_FAIR = 2,     /* weighted fair share: the function that has had the least work per
                                 unit of weight (work: admission cost where it has one, else calls) */
-    SRPC_SCHED_EDF = 3       /* earliest deadline first: the oldest queued call's rx time plus its
+    SRPC_SCHED_EDF = 3,      /* earliest deadline first: the oldest queued call's rx time plus its
                                 function's deadline_us (SRPC_EDF_NO_DEADLINE_US where none) */
+    SRPC_SCHED_MAX
 };
+
+/* A policy's name ("rr", "priority", "fair", "edf": what Python and the command line call it),
+ * or NULL outside 0 .. SRPC_SCHED_MAX - 1: the one list of policies (sched.c). */
+const char *srpc_sched_name(int policy);
 
 
 /* Fills defaults (documented in native/src/core/tunables.h). */

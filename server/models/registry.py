@@ -9,7 +9,7 @@ from typing import Callable, Iterable
 
 import numpy as np
 
-from splitrpc.defaults import FUNCTION_DEFAULTS
+from splitrpc.function_config import FUNCTION_DEFAULTS
 from splitrpc.spec import TensorSpec
 
 log = logging.getLogger("splitrpc.models")

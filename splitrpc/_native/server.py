@@ -21,8 +21,8 @@ from splitrpc.executor import BatchJob
 log = logging.getLogger("splitrpc.server")
 
 WAIT_MODES = {"poll": lib.SRPC_WAIT_POLL, "block": lib.SRPC_WAIT_BLOCK, "adaptive": lib.SRPC_WAIT_ADAPTIVE}
-SCHED_POLICIES = {"rr": lib.SRPC_SCHED_RR, "priority": lib.SRPC_SCHED_PRIORITY, "fair": lib.SRPC_SCHED_FAIR,
-                  "edf": lib.SRPC_SCHED_EDF}
+# The scheduling policies by name: the C core's one list (srpc_sched_name, native/src/server/sched.c).
+SCHED_POLICIES = {str(text(lib.srpc_sched_name(i))): i for i in range(lib.SRPC_SCHED_MAX)}
 
 _NO_POS = (1 << 64) - 1  # srpc_batch_t.pos (UINT64_MAX) when a function's address period is too long to cache
 _ARGS_CACHE_LIMIT = 8192
@@ -148,48 +148,36 @@ def server_port(srv) -> int:
     return check(lib.srpc_server_port(srv), "srpc_server_port")
 
 
-def add_function(srv, func_id: int, *, raw: bool, in_sizes: list, out_sizes: list, capacity: int | None,
-                 max_batch: int | None, max_delay_us: int | None, gpu_device: int, deadline_us: int,
-                 max_inflight: int = 0, cost=None, max_batch_cost: int = 0, priority: int | None = None,
-                 weight: int | None = None, aux_classes: int = 0, class_bounds=None, class_spill=None,
-                 native=None) -> None:
-    """srpc_server_add_function with srpc_func_config_init's defaults where a setting is None;
-    gpu_device -1: host memory; max_inflight 0: no limit on the function's batches out at once;
-    cost None, "aux" or a splitrpc.cost.CostTable (checked already), max_batch_cost 0: none;
-    class_bounds None, or the aux_classes - 1 cost bounds of classes by cost, class_spill None or
-    their spill limits (both checked already); native None or a NativeFunction.
-    Raises GPUError (a GPU function) or NativeError."""
+def add_function(srv, func_id: int, cfg, *, in_sizes: list, out_sizes: list, gpu_device: int,
+                 max_inflight: int = 0, native=None) -> None:
+    """srpc_server_add_function of a checked splitrpc.FunctionConfig cfg: its fields that name a
+    C field copied as they are (cfg.c_fields(): srpc_func_config_init's default where None), the
+    others converted here; gpu_device -1: host memory; max_inflight 0: no limit on the function's
+    batches out at once; native None or a NativeFunction. Raises GPUError (a GPU function) or
+    NativeError."""
     fc = ffi.new("srpc_func_config_t *")
     lib.srpc_func_config_init(fc)
     c_in = ffi.new("uint32_t[]", in_sizes)
     c_out = ffi.new("uint32_t[]", out_sizes)
-    fc.func_id, fc.raw = func_id, int(raw)
+    fc.func_id, fc.raw = func_id, int(cfg.raw)
     fc.n_in, fc.n_out = len(in_sizes), len(out_sizes)
     fc.in_sizes, fc.out_sizes = c_in, c_out
-    if capacity is not None:
-        fc.capacity = capacity
-    if max_batch is not None:
-        fc.max_batch = max_batch
-    if max_delay_us is not None:
-        fc.max_delay_us = max_delay_us
+    for c_field, v in cfg.c_fields().items():
+        setattr(fc, c_field, v)
     fc.on_gpu, fc.gpu_device = int(gpu_device >= 0), max(gpu_device, 0)
-    fc.deadline_us = deadline_us
+    fc.deadline_us = max(int(cfg.deadline * 1e6), 1) if cfg.deadline else 0
     fc.max_inflight = max_inflight
-    fc.max_batch_cost = max_batch_cost
-    if priority is not None:
-        fc.priority = priority
-    if weight is not None:
-        fc.weight = weight
-    fc.aux_classes = aux_classes
-    if class_bounds is not None:
+    fc.aux_classes = cfg.n_classes
+    if cfg.bounds is not None:
         fc.class_by = lib.SRPC_CLASS_BY_COST
-        for k, b in enumerate(class_bounds):
+        for k, b in enumerate(cfg.bounds):
             fc.class_bounds[k] = b
-        for k, n in enumerate(class_spill or ()):
+        for k, n in enumerate(cfg.spill or ()):
             fc.class_spill[k] = n
     if native is not None:  # a splitrpc.native.NativeFunction: its batches run in the C loop
         fc.native = ffi.cast("srpc_native_fn", native.address)
         fc.native_ctx = ffi.cast("void *", native.ctx)
+    cost = cfg.cost
     table = None
     if cost == "aux":
         fc.cost_from = lib.SRPC_COST_AUX

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Iterable, cast
 import numpy as np
 
 from splitrpc.client import Client
-from splitrpc.defaults import CLIENT_DEFAULTS
+from splitrpc.client import CLIENT_DEFAULTS
 from splitrpc.errors import SplitRPCError
 from splitrpc.plugins import CapabilityError, find_callee
 

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 
 from splitrpc import Client, Server, __version__, features
-from splitrpc.defaults import SERVER_DEFAULTS
+from splitrpc.server import SERVER_DEFAULTS
 from splitrpc.latency_histogram import percentiles
 from splitrpc.plugins import CapabilityError
 from splitrpc.server import WAIT_MODES

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Iterable
 
 from splitrpc import describe as describe_
 from splitrpc.client import Client, split_address
-from splitrpc.defaults import CLIENT_DEFAULTS
+from splitrpc.client import CLIENT_DEFAULTS
 from splitrpc.errors import SplitRPCError
 
 if TYPE_CHECKING:

@@ -13,7 +13,8 @@ import time
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from splitrpc import Server, __version__, run
-from splitrpc.defaults import FUNCTION_DEFAULTS, SERVER_DEFAULTS
+from splitrpc.function_config import FUNCTION_DEFAULTS
+from splitrpc.server import SERVER_DEFAULTS
 from splitrpc.errors import SplitRPCError
 from splitrpc.plugins import CapabilityError
 from splitrpc.server import DRAIN_LINGER, SCHED_POLICIES, WAIT_MODES

@@ -3,6 +3,13 @@
 
 #include "core/tunables.h"
 
+const char *srpc_sched_name(int policy)
+{
+    static const char *const names[SRPC_SCHED_MAX] = {
+        [SRPC_SCHED_RR] = "rr", [SRPC_SCHED_PRIORITY] = "priority", [SRPC_SCHED_FAIR] = "fair", [SRPC_SCHED_EDF] = "edf"};
+    return policy >= 0 && policy < SRPC_SCHED_MAX ? names[policy] : NULL;
+}
+
 uint64_t srpc_sched_rank_locked(const srpc_server_t *srv, const srpc_fn_t *fn)
 {
     SRPC_ASSERT_LOCKED(srv);

@@ -52,7 +52,7 @@ static int check_config(const srpc_server_config_t *c)
         return -EINVAL;
     if (c->rx_burst == 0 || c->rx_burst > SRPC_MAX_RX_BURST || c->max_calls == 0 || c->max_message == 0)
         return -EINVAL;
-    if (c->sched < SRPC_SCHED_RR || c->sched > SRPC_SCHED_EDF || c->reply_hold_us > SRPC_MAX_REPLY_HOLD_US)
+    if (c->sched < SRPC_SCHED_RR || c->sched >= SRPC_SCHED_MAX || c->reply_hold_us > SRPC_MAX_REPLY_HOLD_US)
         return -EINVAL;
     return 0; /* the transport checks its own settings (srpc_transport_open) */
 }
