@@ -48,6 +48,7 @@ if(NOT SPLITRPC_DPDK STREQUAL "OFF")
     set(SPLITRPC_HAVE_DPDK ON)
     list(APPEND SPLITRPC_FEATURE_DEFS SPLITRPC_HAVE_DPDK)
     set(SPLITRPC_DPDK_SRC native/src/dpdk/dpdk_eal.c native/src/dpdk/transport_dpdk.c
+                          native/src/dpdk/dpdk_port.c native/src/dpdk/dpdk_rx.c native/src/dpdk/dpdk_tx.c
                           native/src/dpdk/dpdk_payload_pool.c native/src/dpdk/dpdk_split_emulation.c)
     # DPDK's flags (-include rte_config.h, -march) apply to its sources only, not to the core.
     set_source_files_properties(${SPLITRPC_DPDK_SRC} PROPERTIES COMPILE_OPTIONS "${LIBDPDK_CFLAGS}")
