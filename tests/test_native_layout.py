@@ -99,7 +99,8 @@ def test_the_reader_sees_the_calls_it_must():
     assert "srpc_ring_fill_locked" in names[("server/engine", "server/callring")]
     assert "server/engine" in edges["server/rx_owner"]
     assert "transport/udp" in edges["transport/open"]
-    assert "transport/faults" in edges["transport/udp"]
+    assert "transport/faults" in edges["transport/udp_inject"]
+    assert "srpc_udp_send_socket" in names[("transport/udp_tx", "transport/udp_sock")]
     assert "cl_finish" in names[("client/replies", "client/finish")]
     assert "client/client_state" in edges["client/calls"]
 
@@ -173,7 +174,29 @@ def test_no_native_file_is_longer_than_one_concern():
     assert not {f for f in _STILL_OVER_600 if f not in over}, "split: drop it from _STILL_OVER_600"
 
 
-_STILL_OVER_600 = {"server/engine.c", "server/sessions.c", "core/session.c", "transport/udp.c"}
+_STILL_OVER_600 = {"server/engine.c", "server/sessions.c", "core/session.c"}
+
+
+# Kernel UDP and DPDK, from the socket or port up to the transport: one way as well.
+_TRANSPORT_LAYERS = [
+    {"transport/faults", "transport/transport", "dpdk/frame", "dpdk/dpdk_payload_pool", "dpdk/dpdk_split_emulation"},
+    {"transport/udp_sock", "dpdk/dpdk_port"},
+    {"transport/udp_inject", "dpdk/dpdk_tx"},
+    {"transport/udp_rx", "transport/udp_tx", "dpdk/dpdk_rx"},
+    {"transport/udp", "dpdk/transport_dpdk"},
+    {"transport/open"},
+]
+
+
+@pytest.mark.parametrize("layer", range(len(_TRANSPORT_LAYERS)))
+def test_transport_calls_run_one_way(layer):
+    edges, names = _graph()
+    rank = {u: i for i, units in enumerate(_TRANSPORT_LAYERS) for u in units}
+    assert {u for u in edges if u.startswith(("transport/udp", "dpdk/dpdk_port", "dpdk/dpdk_rx", "dpdk/dpdk_tx",
+                                             "dpdk/transport_dpdk"))} <= set(rank), "every transport file has a layer"
+    for u in _TRANSPORT_LAYERS[layer]:
+        up = [f"{u} -> {v} ({', '.join(sorted(names[(u, v)]))})" for v in edges[u] if rank.get(v, -1) > layer]
+        assert not up, "calls up the transports' layers:\n" + "\n".join(up)
 
 
 def test_every_file_says_what_it_is_for():
