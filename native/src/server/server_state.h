@@ -121,7 +121,7 @@ typedef struct srpc_fn {
     uint32_t first_fi;              /* read-only: srv->fns index of class 0 */
     uint32_t fi;                    /* read-only: its own srv->fns index */
     uint8_t class_by_cost;          /* read-only: its classes are by admission cost, not by aux
-                                       (engine.c picks the class once the request is complete) */
+                                       (admit.c picks the class once the request is complete) */
     uint32_t class_bounds[SRPC_MAX_CLASS_BOUNDS]; /* read-only: class_by_cost's n_classes - 1 bounds */
     uint32_t class_spill[SRPC_MAX_CLASS_BOUNDS];  /* read-only: and their spill limits (0: none) */
     uint64_t vtime;                 /* lock: fair share: its virtual finish time */
@@ -198,7 +198,7 @@ typedef struct srpc_rx_state {
     unsigned scatter_skip;
     unsigned run_mode;               /* rx: > 0 while a sender's runs come coalesced (UDP GRO): the
                                         expected segments are received as one (transport rx_run);
-                                        engine.c's note_run keeps it */
+                                        datagram.c's srpc_dgram_note_run_rx keeps it */
     unsigned ready;                  /* rx: calls this burst made ready (the worker is woken once) */
     srpc_errq_t errq;                /* rx */
     const uint8_t *auth_secret;      /* rx: the secret of the version 4 datagram being handled (its
@@ -289,7 +289,7 @@ struct srpc_server {
 
 /* The queue of class `aux` of func_id (min(aux, classes - 1)): the function's record, or that of
  * the class; NULL for an unknown function. A call goes by its header's aux, except to a function
- * whose classes are by cost (class_by_cost), whose class engine.c computes. */
+ * whose classes are by cost (class_by_cost), whose class admit.c computes. */
 static inline srpc_fn_t *srpc_fn_lookup(const srpc_server_t *srv, uint16_t func_id, uint16_t aux)
 {
     srpc_fn_t *fn = srv->by_id[func_id];
