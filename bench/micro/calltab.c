@@ -1,6 +1,6 @@
 /* calltab.c: a micro-benchmark of the server's call table in its steady state (full, 65,536 entries): per call, a lookup that misses, an insert, the oldest cached reply evicted, and now and then a lookup that hits (a retransmission). Build and run from the repository root:
  *   cc -O2 -std=gnu11 -D_GNU_SOURCE -Inative/src -Inative/include -o /tmp/ctb bench/micro/calltab.c native/src/server/calltab.c native/src/core/auth.c && /tmp/ctb
- * Results: bench/results/calltab_issue51.md. */
+ * Results: bench/results/calltab_lookup.md. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

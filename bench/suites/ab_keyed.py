@@ -1,7 +1,7 @@
 """ab_keyed.py: the keyed datapath of two builds in one run (issue 52: one stop's changes against the previous main): each build's `splitrpc serve --keys` on its own port, the independent client (bench/clients/indep_client.c, `--v5` with `--aes` or `--aegis`, authenticated and `--encrypt`) alternating between them, the order rotated each round; per kind, the median of the rounds' B/A p50 ratios with a bootstrap 95% interval.
 
     python -m splitrpc.bench.suites.ab_keyed --a /tmp/base60/run-splitrpc --b .venv/bin/splitrpc --rounds 15 \\
-        --out bench/results/issue52_ab_keyed
+        --out bench/results/ab_sessions_keyed
     python -m splitrpc.bench.suites.ab_keyed --suite aegis --client-libsodium pynacl --a ... --b ... --out ...
 """
 import argparse

@@ -1,7 +1,7 @@
 """pool_overhead.py: A/B of two installs in one run, each build's interpreter alternated round by round (A B, B A, ...), per metric B's median over A's with a bootstrap 95% interval: what handing a batch to an executor costs (--case pool: a 4-float function on executor=1, closed loop at concurrency 1 and 8 from one client on loopback), or the Python client's own paths (--case client: vecadd 1 KiB served inline, blocking Client.call one at a time, and 16 call_async futures outstanding).
 
     python bench/suites/pool_overhead.py --a main=/path/to/old-venv/bin/python --b new=.venv/bin/python \\
-        --rounds 8 --out bench/results/pool_overhead_issue31.md
+        --rounds 8 --out bench/results/pool_overhead.md
     python bench/suites/pool_overhead.py --case client --a main=... --b new=... --rounds 7 --out FILE.md
 
 --one runs a single measurement in this interpreter and prints it as one JSON line (what each

@@ -89,7 +89,7 @@
 #define SRPC_REPLY_HOLD_CALLS 8
 /* ... and while they hold less than this: large replies are many datagrams each already, and
  * holding several of them sent a burst that overran the client's receive buffer (588 KiB
- * replies at 16 outstanding: p99 3.7x in bench/results/ab_issue34_hold_head_before_fix). */
+ * replies at 16 outstanding: p99 3.7x in bench/results/ab_batching_hold_head_before_fix). */
 #define SRPC_REPLY_HOLD_BYTES (64u << 10)
 #define SRPC_DEF_REPLY_HOLD_US 50 /* srpc_server_config_t.reply_hold_us */
 #define SRPC_MAX_REPLY_HOLD_US 1000000
