@@ -217,3 +217,6 @@ class DeviceEmbeddingCache(EmbeddingCache):
 
     def clear(self) -> None:
         self._gpu_check(lib.srpc_emb_dcache_clear(self._handle()), "embedding cache clear")
+
+
+__all__ = ["EmbeddingCache", "DeviceEmbeddingCache", "SLAB", "MAX_DIM", "MAX_SLABS_PER_SET", "DEVICE_BATCH"]

@@ -99,12 +99,16 @@ class FunctionConfig:
     def of(cls, config: "FunctionConfig | None" = None, **settings: Any) -> "FunctionConfig":
         """config (or the defaults) with settings replacing its fields; TypeError names a
         keyword that is not a setting."""
+        if config is not None and not isinstance(config, FunctionConfig):
+            raise TypeError(f"config must be a splitrpc.FunctionConfig, got {type(config).__name__}")
         names = {f.name for f in dataclasses.fields(cls) if f.init}
         unknown = sorted(set(settings) - names)
         if unknown:
             raise TypeError(f"not a function setting: {', '.join(unknown)} (splitrpc.FunctionConfig's fields: "
                             f"{', '.join(sorted(names))})")
-        return cls(**settings) if config is None else dataclasses.replace(config, **settings)
+        if config is None:
+            return cls(**settings)
+        return dataclasses.replace(config, **settings) if settings else config
 
     def settings(self) -> dict[str, Any]:
         """The settings as keywords (of(**settings()) makes the same config)."""
@@ -154,6 +158,12 @@ class FunctionConfig:
             raise ValueError("aux_classes and cost='aux' both read the request header's aux: choose one")
         if self.max_batch_cost is not None and cost is None:
             raise ValueError("max_batch_cost needs a cost ('aux' or a CostTable)")
+        # The sequences as the tuples checked: an iterator given is read once, and a config
+        # replaced (dataclasses.replace runs these checks again) reads the same values.
+        if self.cost_classes is not None:
+            object.__setattr__(self, "cost_classes", bounds)
+        if self.class_spill is not None:
+            object.__setattr__(self, "class_spill", spill)
         object.__setattr__(self, "bounds", bounds)
         object.__setattr__(self, "spill", spill)
         object.__setattr__(self, "n_classes", n_classes)

@@ -90,3 +90,6 @@ def tree_sizes(csr: CSR, seeds, fanouts, samples: int, salt: int) -> tuple[np.nd
                                   salt & (2**64 - 1), int(samples), _p(mean, "double *"), _p(var, "double *")),
           "srpc_gnn_tree_sizes")
     return mean, var
+
+
+__all__ = ["CSR", "MAX_HOPS", "MAX_FANOUT", "sample_trees", "sample_node", "draw", "tree_sizes"]

@@ -62,3 +62,6 @@ def closed_loop(host: str, port: int, req_size: int, resp_size: int, busy: bool,
     check(lib.srpc_raw_closed_loop(host.encode(), port, req_size, resp_size, int(busy), concurrency, warmup, n,
                                    ffi.cast("uint64_t *", lat.ctypes.data), elapsed), "srpc_raw_closed_loop")
     return lat, int(elapsed[0])
+
+
+__all__ = ["echo_serve", "pingpong", "closed_loop", "min_serve", "StopFlag", "multi_closed_loop"]

@@ -254,7 +254,7 @@ class Server:
     ) -> Callable[[_F], _F]:
         """Decorator registering `fn` under func_id, with the settings given as keywords (below)
         or as ``config=splitrpc.FunctionConfig(...)`` (keywords given with it replace its fields):
-        one dataclass carries them to the C core, and a bad one fails here, at the decorator.
+        one dataclass carries them to the C core; a bad one fails when the decorator is applied.
 
         Tensor functions get ``fn(*inputs, *outputs)``, each a (B, *shape) numpy view of B
         consecutive Tensor Queue elements, and write their results into the outputs.
@@ -347,10 +347,8 @@ class Server:
         here (NativeError, errno EMSGSIZE).
         """
 
-        cfg = FunctionConfig.of(config, **settings)  # checked now: a bad setting fails at the decorator
-
         def register(fn: _F) -> _F:
-            self.add_function(fn, func_id, name, inputs, outputs, cfg)
+            self.add_function(fn, func_id, name, inputs, outputs, config, **settings)
             return fn
 
         return register
@@ -361,7 +359,6 @@ class Server:
                      **settings: Any) -> None:
         """Registers fn under func_id: what the function decorator does (see there); its settings
         are config's (a splitrpc.FunctionConfig) with the keywords given replacing them."""
-        cfg = FunctionConfig.of(config, **settings)
         if self._state != "created":
             raise SplitRPCError("functions must be registered before the server starts")
         if isinstance(func_id, bool) or not isinstance(func_id, int) or not 0 <= func_id <= 0xFFFF:
@@ -371,6 +368,7 @@ class Server:
                              f"({describe_.RESERVED_MIN:#x} .. 0xffff: docs/PROTOCOL.md, Amendment 1)")
         if func_id in self._funcs:
             raise ValueError(f"func_id {func_id} is already registered ({self._funcs[func_id].name})")
+        cfg = FunctionConfig.of(config, **settings)  # every setting checked (TypeError: not a setting)
         inputs, outputs = list(inputs), list(outputs)
         name = name or cast(str, getattr(fn, "__name__", str(func_id)))
         raw, device, executor, cost, per_call = cfg.raw, cfg.device, cfg.executor, cfg.cost, cfg.per_call

@@ -205,3 +205,7 @@ class HostTensorQueue:
             return np.frombuffer(buf, dtype=dtype).reshape(count, *shape)
 
         return form_batch
+
+
+__all__ = ["HDR_LEN", "PROTOCOLS", "REQUEST", "RESPONSE", "ERROR", "HEADER_FIELDS", "Header", "decode", "Segments",
+           "Reassembler", "HostTensorQueue", "Crc32c"]

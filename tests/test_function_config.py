@@ -34,20 +34,57 @@ def test_every_field_copied_to_c_names_a_field_of_srpc_func_config_t():
     assert FunctionConfig().c_fields() == {}  # None: the C core's default is kept
 
 
+def _f(x, y):
+    y[:] = x
+
+
 def test_a_bad_setting_fails_at_the_decorator_and_an_unknown_one_is_named():
     srv = Server("127.0.0.1", 0)
     try:
         with pytest.raises(ValueError, match="max_batch and capacity"):
-            srv.function(1, "f", [VEC], [VEC], max_batch=0)
+            srv.function(1, "f", [VEC], [VEC], max_batch=0)(_f)
         with pytest.raises(ValueError, match="cost_classes needs a cost"):
-            srv.function(1, "f", [VEC], [VEC], cost_classes=(10,))
+            srv.function(1, "f", [VEC], [VEC], cost_classes=(10,))(_f)
         with pytest.raises(TypeError, match="max_bach"):
-            srv.function(1, "f", [VEC], [VEC], max_bach=4)
+            srv.function(1, "f", [VEC], [VEC], max_bach=4)(_f)
+        with pytest.raises(TypeError, match="config must be a splitrpc.FunctionConfig"):
+            srv.function(1, "f", [VEC], [VEC], config={"max_batch": 4})(_f)
         with pytest.raises(ValueError, match="orchestration"):
             FunctionConfig(orchestration="o3")
         assert FunctionConfig(cost="aux", cost_classes=[5, 50], class_spill=[3, 0]).n_classes == 3
+        assert not srv.functions() or all(f.func_id != 1 for f in srv.functions())
     finally:
         srv.close()
+
+
+def test_one_shot_iterators_are_read_once_and_the_server_state_is_checked_first():
+    """A generator for cost_classes or class_spill is read once (a config replaced by more keywords
+    keeps the values), and after start() any registration fails as before: SplitRPCError first."""
+    cfg = FunctionConfig(cost="aux", cost_classes=(b for b in [10, 100]), class_spill=iter([4, 0]))
+    again = FunctionConfig.of(cfg, priority=2)
+    assert again.cost_classes == (10, 100) and again.class_spill == (4, 0) and again.n_classes == 3
+    srv = Server("127.0.0.1", 0, wait="block")
+    srv.function(1, "f", [VEC], [VEC], cost="aux", cost_classes=(b for b in [10, 100]))(_f)
+    srv.start()
+    try:
+        with pytest.raises(splitrpc.SplitRPCError, match="before the server starts"):
+            srv.function(2, "g", [VEC], [VEC], max_batch=0)(_f)
+    finally:
+        srv.stop()
+
+
+def test_the_old_home_of_the_defaults_still_answers_for_one_release():
+    import splitrpc.defaults as old
+    from splitrpc.client import CLIENT_DEFAULTS
+    from splitrpc.function_config import FUNCTION_DEFAULTS
+    from splitrpc.server import SERVER_DEFAULTS
+
+    for name, value in (("SERVER_DEFAULTS", SERVER_DEFAULTS), ("FUNCTION_DEFAULTS", FUNCTION_DEFAULTS),
+                        ("CLIENT_DEFAULTS", CLIENT_DEFAULTS)):
+        with pytest.warns(DeprecationWarning, match=f"moved to .*{name}"):
+            assert getattr(old, name) is value
+    with pytest.raises(AttributeError):
+        old.NOTHING
 
 
 def test_a_config_object_reaches_the_c_core_and_survives_a_rebuild(make_client):

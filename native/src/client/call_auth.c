@@ -46,6 +46,7 @@ void cl_v5_start(srpc_client_t *c, uint64_t now)
 
 void cl_auth_take(srpc_client_t *c, cl_auth_use_t *u)
 {
+    SRPC_CL_ASSERT_LOCKED(c);
     int start;
     const uint64_t now = srpc_now_ns();
     const srpc_cl_sess_t *s = srpc_cl_v5_current(c->v5, now, &start);

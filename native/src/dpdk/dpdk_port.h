@@ -51,9 +51,7 @@ struct srpc_dpdk_port {
     srpc_dpdk_port_stats_t st;
 };
 
-/* ------------------------------------------------------------------ neighbours (any thread) */
-
-/* ------------------------------------------------------------------ neighbours */
+/* ------------------------------------------------------------------ neighbours (tx_lock held where said) */
 
 static inline unsigned srpc_neigh_hash(uint32_t ip)
 {

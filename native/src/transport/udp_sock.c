@@ -21,10 +21,6 @@ static int set_buf(int fd, int force_opt, int opt, int bytes)
     return got;
 }
 
-#ifndef UDP_SEGMENT
-#define UDP_SEGMENT 103 /* linux/udp.h, kernel 4.18 and later */
-#endif
-
 /* 1 when the kernel takes UDP_SEGMENT on fd and the environment does not turn it off. */
 static int gso_offered(int fd)
 {

@@ -11,6 +11,9 @@
 #include "core/tunables.h"
 #include "transport/udp.h"
 
+#ifndef UDP_SEGMENT
+#define UDP_SEGMENT 103 /* linux/udp.h, kernel 4.18 and later */
+#endif
 #ifndef UDP_GRO
 #define UDP_GRO 104 /* linux/udp.h, kernel 5.0 and later */
 #endif
