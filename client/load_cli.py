@@ -21,7 +21,7 @@ from splitrpc.loadgen import report
 from splitrpc.loadgen.progress import ProgressLine
 from splitrpc.loadgen.request_set import RequestSet, load_request_set
 from splitrpc.load_run import Records, run_load
-from splitrpc.reporting import write_json
+from splitrpc.loadgen.reporting import write_json
 from splitrpc.loadgen.validate import validate, validate_set
 
 

@@ -194,7 +194,7 @@ def test_ab_builds_runs_the_side_by_side_suite_in_either_builds_form(tmp_path):
     import subprocess
 
     from splitrpc.bench.suites import ab_builds
-    from splitrpc.reporting import SuiteFailed
+    from splitrpc.loadgen.reporting import SuiteFailed
 
     new, old = tmp_path / "new", tmp_path / "old"
     new.write_text('#!/bin/sh\necho "positional arguments:"; echo "  SUITE"; echo "    sidebyside   side-by-side benchmark"\n')

@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from splitrpc.services.planning import power
+from splitrpc.loadgen.planning import power
 
 
 def _fake_smi(tmp_path, body: str) -> str:

@@ -4,7 +4,7 @@ import itertools
 import numpy as np
 import pytest
 
-from splitrpc.services.planning.search import Config, batch_only_search, grid_search, gradient_search
+from splitrpc.loadgen.planning.search import Config, batch_only_search, grid_search, gradient_search
 
 THREADS, INSTANCES, BATCHES = [1, 2, 4], list(range(1, 9)), [1, 2, 4, 8, 16, 32, 64, 128, 256]
 

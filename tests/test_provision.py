@@ -9,7 +9,7 @@ import pytest
 
 pytest.importorskip("scipy")
 
-from splitrpc.services.planning import provision as pv  # noqa: E402
+from splitrpc.loadgen.planning import provision as pv  # noqa: E402
 
 
 def _brute(problem: pv.Problem, loads: dict) -> tuple[float, float]:

@@ -7,7 +7,7 @@ import time
 import numpy as np
 import pytest
 
-from splitrpc.services.planning.capacity import OUTCOMES, Run, latency_bounded_qps
+from splitrpc.loadgen.planning.capacity import OUTCOMES, Run, latency_bounded_qps
 
 
 def _run(p99_s: float, failed: int = 0, n: int = 100) -> Run:
@@ -52,7 +52,7 @@ def test_native_trial_counts_busy(tmp_path):
     latencies of the others are from their due times."""
     import splitrpc
     from splitrpc import TensorSpec
-    from splitrpc.services.planning.tune import open_loop_native
+    from splitrpc.loadgen.planning.tune import open_loop_native
 
     srv = splitrpc.Server("127.0.0.1", 0, wait="block")
 
@@ -78,8 +78,8 @@ def test_native_trial_counts_busy(tmp_path):
 
 def test_a_zoo_model_at_a_configuration():
     pytest.importorskip("torch")
-    from splitrpc.services.planning.search import Config
-    from splitrpc.services.planning.tune import measure_config
+    from splitrpc.loadgen.planning.search import Config
+    from splitrpc.loadgen.planning.tune import measure_config
 
     r = measure_config("lenet", Config(1, 2, 4), 0.050, trial_s=0.3, repeats=1, steps=2, start=200)
     assert r["qps"] >= 200, r  # two processes of the small LeNet carry far more than 200 calls/s here
@@ -140,8 +140,8 @@ def test_tune_measures_dlrm_which_the_embedding_capability_serves(tmp_path):
 def test_a_sparse_dense_configuration_serves_the_pipeline_and_a_model_without_stages_is_refused(tmp_path):
     pytest.importorskip("torch")
     pytest.importorskip("rocksdict")
-    from splitrpc.services.planning.search import Config
-    from splitrpc.services.planning.tune import Served
+    from splitrpc.loadgen.planning.search import Config
+    from splitrpc.loadgen.planning.tune import Served
 
     import splitrpc
 

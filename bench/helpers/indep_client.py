@@ -6,7 +6,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from splitrpc.reporting import SuiteFailed
+from splitrpc.loadgen.reporting import SuiteFailed
 
 CLIENT_ENV = "SPLITRPC_INDEP_CLIENT"  # a client binary to use instead of the installed one
 CLIENT_SRC = "indep_client.c"         # its source, installed beside it (bench/clients)

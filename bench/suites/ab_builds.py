@@ -27,7 +27,7 @@ import numpy as np
 
 from splitrpc.bench.helpers.intervals import RESAMPLES, paired_ratio_interval, ratio_interval
 from splitrpc.machine import describe
-from splitrpc.reporting import SuiteFailed, command_of, run_as_module, run_suite
+from splitrpc.loadgen.reporting import SuiteFailed, command_of, run_as_module, run_suite
 
 SYSTEMS = ("raw-udp-busy", "splitrpc-poll", "splitrpc-block")
 METRICS = (("p50_us", "p50 µs", -1), ("p99_us", "p99 µs", -1), ("throughput_rps", "calls/s", +1))

@@ -134,7 +134,7 @@ def _systems() -> dict:
 
 def run(a) -> dict:
     from splitrpc.bench.helpers.procs import Proc, free_port
-    from splitrpc.reporting import command_of
+    from splitrpc.loadgen.reporting import command_of
 
     port = free_port()
     proc = Proc([sys.executable, "-m", "splitrpc", "serve", "--port", str(port)])  # the default server
@@ -222,7 +222,7 @@ def _verdict(doc: dict) -> str | None:
 
 
 def cmd_aio_client(a) -> int:
-    from splitrpc.reporting import run_suite
+    from splitrpc.loadgen.reporting import run_suite
 
     name = os.path.basename(a.out or "").removesuffix(".md")
     return run_suite(a, name=name, who="aio_client", run=run, markdown=markdown, check=_check, verdict=_verdict,
@@ -230,7 +230,7 @@ def cmd_aio_client(a) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from splitrpc.reporting import run_as_module
+    from splitrpc.loadgen.reporting import run_as_module
 
     return run_as_module("splitrpc.bench.suites.aio_client", __doc__, _arguments, cmd_aio_client, argv)
 

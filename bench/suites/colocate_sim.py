@@ -37,7 +37,7 @@ from datetime import datetime, timezone
 import numpy as np
 
 from splitrpc.bench.helpers.intervals import mean_interval, paired_ratio_interval
-from splitrpc.reporting import add_subcommand, command_of, run_as_module, run_suite
+from splitrpc.loadgen.reporting import add_subcommand, command_of, run_as_module, run_suite
 
 POLICY_ORDER = ("serial", "fifo", "sqtf", "bqt", "mps-base", "unbounded")
 BUDGETED = ("serial", "fifo", "sqtf", "bqt")

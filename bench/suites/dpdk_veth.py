@@ -20,7 +20,7 @@ import numpy as np
 
 from splitrpc import dpdk
 from splitrpc.bench.helpers import netns
-from splitrpc.reporting import add_subcommand, command_of, run_as_module, run_suite
+from splitrpc.loadgen.reporting import add_subcommand, command_of, run_as_module, run_suite
 from splitrpc.bench.helpers.procs import Proc, ServerDied
 from splitrpc.loadgen import report
 from splitrpc.loadgen.load_cli import comma_list

@@ -41,7 +41,7 @@ from datetime import datetime, timezone
 
 import numpy as np
 
-from splitrpc.reporting import add_subcommand, command_of, run_as_module, run_suite
+from splitrpc.loadgen.reporting import add_subcommand, command_of, run_as_module, run_suite
 from splitrpc.bench.helpers import model_server
 from splitrpc.bench.helpers.intervals import ratio_interval
 from splitrpc.bench.helpers.procs import Forked, Proc, free_port

@@ -19,7 +19,7 @@ from datetime import datetime, timezone
 
 import numpy as np
 
-from splitrpc.reporting import add_subcommand, command_of, run_as_module, run_suite
+from splitrpc.loadgen.reporting import add_subcommand, command_of, run_as_module, run_suite
 
 KINDS = {  # the simulated kinds: the stand-in model's settings (EMULATED capacities)
     "small": {"FLEET_APP_BATCH_MS": "10", "FLEET_APP_MAX_BATCH": "2", "FLEET_APP_CAPACITY": "64"},
@@ -59,8 +59,8 @@ def _say(msg: str) -> None:
 def run(a) -> dict:
     from splitrpc.arrivals import wikipedia_day
     from splitrpc.services.fleet import cluster, replicas
-    from splitrpc.services.planning import capacity
-    from splitrpc.services.planning import provision as pv
+    from splitrpc.loadgen.planning import capacity
+    from splitrpc.loadgen.planning import provision as pv
 
     nodes = cluster.parse_nodes(a.nodes)
     for n in nodes:

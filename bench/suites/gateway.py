@@ -61,7 +61,7 @@ def run(a: argparse.Namespace) -> dict[str, Any]:
     import splitrpc
     from splitrpc.bench.helpers import systems
     from splitrpc.bench.helpers.procs import Proc, free_port
-    from splitrpc.reporting import command_of
+    from splitrpc.loadgen.reporting import command_of
 
     x = np.random.default_rng(1).standard_normal(256).astype(np.float32)
     want = x + np.float32(1)
@@ -158,7 +158,7 @@ def _verdict(doc: dict[str, Any]) -> str | None:
 
 
 def cmd_gateway_bench(a: argparse.Namespace) -> int:
-    from splitrpc.reporting import run_suite
+    from splitrpc.loadgen.reporting import run_suite
 
     name = os.path.basename(a.out or "").removesuffix(".md")
     return run_suite(a, name=name, who="gateway", run=run, markdown=markdown, check=_check, verdict=_verdict,
@@ -167,7 +167,7 @@ def cmd_gateway_bench(a: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from splitrpc.reporting import run_as_module
+    from splitrpc.loadgen.reporting import run_as_module
 
     return run_as_module("splitrpc.bench.suites.gateway", __doc__, _arguments, cmd_gateway_bench, argv)
 

@@ -43,7 +43,7 @@ from datetime import datetime, timezone
 
 import numpy as np
 
-from splitrpc.reporting import add_subcommand, command_of, run_as_module, run_suite
+from splitrpc.loadgen.reporting import add_subcommand, command_of, run_as_module, run_suite
 from splitrpc.bench.helpers.intervals import paired_ratio_interval
 from splitrpc.bench.helpers.procs import Forked, forked_splitrpc, free_port
 from splitrpc.services.gnn.lane_timing import PER_SIZE

@@ -148,7 +148,7 @@ def run_tune(ctx: Context) -> Result:
     of a small grid (one 0.3 s trial per rate), the gradient search against the grid on the same
     measurements, and the board power at each point's QPS (nvidia-smi): the efficiency tuples."""
     from splitrpc.check.probes import need_torch_cuda
-    from splitrpc.services.planning import search, tune
+    from splitrpc.loadgen.planning import search, tune
 
     device = f"cuda:{need_gpu(ctx.device)}"
     need_torch_cuda()

@@ -14,7 +14,7 @@ from splitrpc.bench.helpers import indep_client
 from splitrpc.bench.helpers.intervals import ratio_interval
 from splitrpc.bench.helpers.procs import Proc, ServerDied, start_min, start_splitrpc
 from splitrpc.loadgen.load_cli import comma_list
-from splitrpc.reporting import SuiteFailed, command_of, run_suite
+from splitrpc.loadgen.reporting import SuiteFailed, command_of, run_suite
 
 # system -> how it is served: the minimal C server (busy or blocking), or `splitrpc serve` with a
 # --wait mode, the built-ins in Python or as native functions (splitrpc.native).

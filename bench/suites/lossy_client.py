@@ -18,7 +18,7 @@ from datetime import datetime, timezone
 import numpy as np
 
 import splitrpc
-from splitrpc.reporting import command_of, run_as_module, run_suite
+from splitrpc.loadgen.reporting import command_of, run_as_module, run_suite
 from splitrpc.services import SERVICES, register_builtin_services
 
 FAULTS = dict(loss=0.05, dup=0.05, reorder=0.05, corrupt=0.01)

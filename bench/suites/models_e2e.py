@@ -24,7 +24,7 @@ import numpy as np
 
 from splitrpc.function_config import FUNCTION_DEFAULTS
 from splitrpc.bench.helpers import model_server, systems
-from splitrpc.reporting import add_subcommand, command_of, run_as_module, run_suite
+from splitrpc.loadgen.reporting import add_subcommand, command_of, run_as_module, run_suite
 from splitrpc.bench.helpers.peers import common
 from splitrpc.bench.helpers.procs import ServerDied
 from splitrpc.bench.suites.sidebyside import _median_table

@@ -19,7 +19,7 @@ from datetime import datetime, timezone
 
 import numpy as np
 
-from splitrpc.reporting import SuiteFailed, command_of, rewrite_markdown, run_as_module, run_suite
+from splitrpc.loadgen.reporting import SuiteFailed, command_of, rewrite_markdown, run_as_module, run_suite
 
 SLOW_ID = 40
 SLOW_S = 0.010

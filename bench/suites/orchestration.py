@@ -14,7 +14,7 @@ import numpy as np
 import splitrpc
 from splitrpc import gpu
 from splitrpc.function_config import FUNCTION_DEFAULTS
-from splitrpc.reporting import add_subcommand, command_of, run_as_module, run_suite
+from splitrpc.loadgen.reporting import add_subcommand, command_of, run_as_module, run_suite
 from splitrpc.loadgen import report
 from splitrpc.latency_histogram import percentiles
 from splitrpc.loadgen.load_cli import comma_list

@@ -32,7 +32,7 @@ import numpy as np
 import splitrpc
 from splitrpc.function_config import FUNCTION_DEFAULTS
 from splitrpc.server import SERVER_DEFAULTS
-from splitrpc.reporting import SuiteFailed, add_subcommand, command_of, run_as_module, run_suite
+from splitrpc.loadgen.reporting import SuiteFailed, add_subcommand, command_of, run_as_module, run_suite
 from splitrpc.bench.helpers.procs import Proc, ServerDied, free_port
 from splitrpc.errors import Busy, SplitRPCError
 from splitrpc import arrivals

@@ -112,7 +112,7 @@ def _check(a) -> str | None:
 
 def run(a) -> dict:
     """--rounds rounds of one() in each build's interpreter, alternated, and B's medians over A's."""
-    from splitrpc.reporting import SuiteFailed, command_of
+    from splitrpc.loadgen.reporting import SuiteFailed, command_of
 
     builds = [tuple(s.split("=", 1)) for s in (a.a, a.b)]
     runs: dict = {name: [] for name, _ in builds}
@@ -160,7 +160,7 @@ def markdown(doc: dict) -> str:
 
 
 def cmd_pool_overhead(a) -> int:
-    from splitrpc.reporting import run_suite
+    from splitrpc.loadgen.reporting import run_suite
 
     # --out FILE.md: the report there and FILE.json beside it; without it, the report printed only
     name = os.path.basename(a.out or "").removesuffix(".md")
@@ -172,10 +172,10 @@ def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if "--one" in args:
         # a round's child, in the build's own interpreter: nothing beyond this module's imports, so that
-        # an older build (one without splitrpc.reporting's latest) can be measured
+        # an older build (one without splitrpc.loadgen.reporting's latest) can be measured
         print(json.dumps(one_client() if "client" in args else one()))
         return 0
-    from splitrpc.reporting import run_as_module
+    from splitrpc.loadgen.reporting import run_as_module
 
     return run_as_module("splitrpc.bench.suites.pool_overhead", __doc__, _arguments, cmd_pool_overhead, argv)
 

@@ -21,7 +21,7 @@ from datetime import datetime, timezone
 
 import numpy as np
 
-from splitrpc.reporting import SuiteFailed, command_of, rewrite_markdown, run_as_module, run_suite
+from splitrpc.loadgen.reporting import SuiteFailed, command_of, rewrite_markdown, run_as_module, run_suite
 
 HI, LO = 50, 51
 MAX_BATCH = 4

@@ -28,7 +28,7 @@ from datetime import datetime, timezone
 from splitrpc.bench.helpers.intervals import RESAMPLES, ratio_interval, round_ratio_interval
 from splitrpc.bench.helpers.procs import free_port
 from splitrpc.machine import describe
-from splitrpc.reporting import SuiteFailed, command_of, run_as_module, run_suite
+from splitrpc.loadgen.reporting import SuiteFailed, command_of, run_as_module, run_suite
 
 
 KEYED = {"4": ["--protocol", "4"], "5": [], "5e": ["--encrypt"]}  # version token -> the load's options beside --key

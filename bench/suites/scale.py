@@ -154,7 +154,7 @@ def _key(cell: tuple) -> str:
 
 
 def run(a) -> dict:
-    from splitrpc.reporting import command_of
+    from splitrpc.loadgen.reporting import command_of
 
     fns, cls = _counts(a.functions), sorted(_counts(a.clients))
     # N functions with the load spread over all; the most registered with the load on one; M clients
@@ -219,7 +219,7 @@ def markdown(doc: dict) -> str:
 
 
 def cmd_scale(a) -> int:
-    from splitrpc.reporting import run_suite
+    from splitrpc.loadgen.reporting import run_suite
 
     name = os.path.basename(a.out or "").removesuffix(".md")
     return run_suite(a, name=name, who="scale", run=run, markdown=markdown, check=_check, echo=True,
@@ -231,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
     if args[:1] == ["--serve"]:
         serve(int(args[1]), int(args[2]), int(args[3]) if len(args) > 3 else 0)
         return 0
-    from splitrpc.reporting import run_as_module
+    from splitrpc.loadgen.reporting import run_as_module
 
     return run_as_module("splitrpc.bench.suites.scale", __doc__, _arguments, cmd_scale, argv)
 

@@ -18,7 +18,7 @@ import splitrpc
 from splitrpc import Key, KeyTable
 from splitrpc.errors import SplitRPCError
 from splitrpc.machine import describe
-from splitrpc.reporting import SuiteFailed, command_of, run_as_module, run_suite
+from splitrpc.loadgen.reporting import SuiteFailed, command_of, run_as_module, run_suite
 
 ECHO = 10
 SLOW_S = 0.15  # an INIT unanswered is sent again at 200 ms: a first call slower than this waited for it

@@ -23,7 +23,7 @@ from splitrpc.bench.helpers.intervals import RESAMPLES, ratio_interval, round_ra
 from splitrpc.bench.helpers.procs import free_port
 from splitrpc.bench.suites.protocol_ab import median, start_server
 from splitrpc.machine import describe
-from splitrpc.reporting import SuiteFailed, command_of, run_as_module, run_suite
+from splitrpc.loadgen.reporting import SuiteFailed, command_of, run_as_module, run_suite
 
 # variant -> (keyed server, the independent client's options: beside --v5 KEY when keyed). unkeyed is
 # version 1 (no header check), unkeyed-v2 version 2 (the header's CRC-16, which version 5 keeps, and

@@ -16,7 +16,7 @@ from splitrpc.bench.helpers.procs import ServerDied, start_min, start_raw, start
 from splitrpc.bench.helpers.systems import MIN_SERVICES, PEERS, SYSTEMS, Result
 from splitrpc.loadgen import report
 from splitrpc.loadgen.load_cli import comma_list
-from splitrpc.reporting import SuiteFailed, command_of, run_suite
+from splitrpc.loadgen.reporting import SuiteFailed, command_of, run_suite
 
 SERVICES = ("vecadd", "head", "matmul", "echo")
 

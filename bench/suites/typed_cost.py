@@ -145,7 +145,7 @@ def _measure(a, name: str, wait: str, busy_poll: bool, calls: int, warmup: int) 
 
 def run(a) -> dict:
     from splitrpc.machine import describe
-    from splitrpc.reporting import command_of
+    from splitrpc.loadgen.reporting import command_of
 
     doc: dict = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "command": command_of(a),
                  "machine": describe(), "rounds": a.rounds, "calls": a.calls, "warmup": a.warmup, "functions": {}}

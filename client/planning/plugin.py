@@ -1,6 +1,6 @@
 """plugin.py: offline planning under an SLA (after Hercules, Ke et al., HPCA 2022) as a capability of the core: `splitrpc plan tune` (the configuration search, measured on this machine) and `splitrpc plan provision` (a plan over a day of load)."""
 from splitrpc.plugins import Capability
-from splitrpc.services.planning import provision_command, tune_command
+from splitrpc.loadgen.planning import provision_command, tune_command
 
 
 class Planning(Capability):

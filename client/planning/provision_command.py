@@ -22,7 +22,7 @@ from datetime import datetime, timezone
 
 import numpy as np
 
-from splitrpc.reporting import add_subcommand, command_of, run_as_module, run_suite
+from splitrpc.loadgen.reporting import add_subcommand, command_of, run_as_module, run_suite
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
@@ -72,7 +72,7 @@ def _trace(path: str) -> tuple[np.ndarray, list[str], np.ndarray]:
 
 def run(a) -> dict:
     from splitrpc.arrivals import wikipedia_day
-    from splitrpc.services.planning import provision as pv
+    from splitrpc.loadgen.planning import provision as pv
 
     t_start = time.monotonic()
     synthetic = a.tuples is None
@@ -205,7 +205,7 @@ def plot(doc: dict, path: str) -> str:
 
 
 def cmd_provision(a) -> int:
-    from splitrpc.services.planning.provision import ProvisionError
+    from splitrpc.loadgen.planning.provision import ProvisionError
 
     def peak(doc) -> list:
         p = doc["summary"]["peak"]
@@ -218,7 +218,7 @@ def cmd_provision(a) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run_as_module("splitrpc.services.planning.provision_command", __doc__, _arguments, cmd_provision, argv)
+    return run_as_module("splitrpc.loadgen.planning.provision_command", __doc__, _arguments, cmd_provision, argv)
 
 
 if __name__ == "__main__":

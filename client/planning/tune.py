@@ -19,8 +19,8 @@ import time
 
 import numpy as np
 
-from splitrpc.services.planning.capacity import Run, latency_bounded_qps
-from splitrpc.services.planning.search import Config
+from splitrpc.loadgen.planning.capacity import Run, latency_bounded_qps
+from splitrpc.loadgen.planning.search import Config
 
 READY_TIMEOUT_S = 120.0
 CLIENTS_PER_INSTANCE = 2  # clients of the open loop per server process (spread by SO_REUSEPORT's hash)
@@ -176,7 +176,7 @@ def measure_config(model: str, config: Config, sla_s: float, *, trial_s: float =
     `repeats` times, its p99 the median of theirs (a trial with a failed call fails). On a GPU
     (device "cuda:N") one more trial at that QPS is run with the board's power read
     (power.PowerMeter). Returns {qps, trials, seconds, power_w (None: not read), power_note}."""
-    from splitrpc.services.planning.power import PowerMeter
+    from splitrpc.loadgen.planning.power import PowerMeter
 
     info = served_model(model, small)
     request = info.example(np.random.default_rng(0))

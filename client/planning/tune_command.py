@@ -20,7 +20,7 @@ from datetime import datetime, timezone
 
 import numpy as np
 
-from splitrpc.reporting import add_subcommand, command_of, run_as_module, run_suite
+from splitrpc.loadgen.reporting import add_subcommand, command_of, run_as_module, run_suite
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
@@ -95,7 +95,7 @@ def _say(msg: str) -> None:
 
 def _space(a, schedule: str):
     """(outer axis, row axis, batches, make) of a schedule: make(outer, row, d) -> Config."""
-    from splitrpc.services.planning import search
+    from splitrpc.loadgen.planning import search
     if schedule == "model":
         return a.threads, a.instances, a.batches, search.Config
     return a.dense, a.sparse, a.batches, lambda dense, sparse, d: search.Config(dense, 1, d, sparse=sparse)
@@ -107,7 +107,7 @@ def _at(schedule: str, c) -> list:
 
 
 def run(a) -> dict:
-    from splitrpc.services.planning import search, tune
+    from splitrpc.loadgen.planning import search, tune
     models = [m.strip() for m in a.models.split(",") if m.strip()]
     for m in models:
         try:
@@ -285,7 +285,7 @@ def plot(doc: dict, path: str) -> str:
 
 
 def cmd_tune(a) -> int:
-    from splitrpc.services.planning.tune import TuneError
+    from splitrpc.loadgen.planning.tune import TuneError
 
     def tuples(doc) -> list:  # the input of `splitrpc plan provision --tuples`
         tp = os.path.join(a.out, "tune_tuples.json")
@@ -299,7 +299,7 @@ def cmd_tune(a) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run_as_module("splitrpc.services.planning.tune_command", __doc__, _arguments, cmd_tune, argv)
+    return run_as_module("splitrpc.loadgen.planning.tune_command", __doc__, _arguments, cmd_tune, argv)
 
 
 if __name__ == "__main__":
