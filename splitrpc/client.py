@@ -14,7 +14,7 @@ from splitrpc import describe as describe_
 from splitrpc import dpdk, typed
 from splitrpc._native import auth as _auth
 from splitrpc._native import client as _client
-from splitrpc.wire import PROTOCOLS
+from splitrpc._native.wire import PROTOCOLS
 from splitrpc.errors import CallTimeout, SplitRPCError
 
 # A Client's defaults as the C core sets them (srpc_client_config_init; the numbers live in

@@ -14,7 +14,7 @@ from typing import Any, Iterable, NoReturn, cast
 
 import numpy as np
 
-from splitrpc.wire import PROTOCOLS
+from splitrpc._native.wire import PROTOCOLS
 from splitrpc.spec import TensorSpec
 
 RESERVED_MIN = 0xFF00          # ids RESERVED_MIN .. 0xFFFF are the server's own; no user function there

@@ -28,7 +28,7 @@ from splitrpc.native import NativeFunction
 from splitrpc._native import auth as _auth
 from splitrpc._native import server as _server
 from splitrpc._native.client import CLIENT_DEFAULTS
-from splitrpc.wire import PROTOCOLS
+from splitrpc._native.wire import PROTOCOLS
 from splitrpc.errors import BadRequest, GPUError, GPUUnavailable, KeyFileError, SplitRPCError
 from splitrpc.spec import TensorSpec
 

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from splitrpc.embedding_cache import SLAB, EmbeddingCache
+from splitrpc._native.embed import SLAB, EmbeddingCache
 
 DIM = 4
 

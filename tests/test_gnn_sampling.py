@@ -8,7 +8,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("torch_geometric")
 pytest.importorskip("scipy")
 
-from splitrpc import neighbour_sampler as native  # noqa: E402
+from splitrpc._native import gnn as native  # noqa: E402
 from splitrpc.services.gnn import graph, metrics, sage_gat, sampling  # noqa: E402
 
 
