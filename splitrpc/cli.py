@@ -1,4 +1,4 @@
-"""cli.py: the `splitrpc` command: a dispatcher over the core's commands (serve, call, describe, stub, demo, gateway, keys, check), those of every capability plug-in (splitrpc.plugins), which it names none of, and `splitrpc bench SUITE` over the suites the capabilities bring; former command names run with a line saying the new one."""
+"""cli.py: the `splitrpc` command: a dispatcher over the core's commands (serve, call, describe, stub, demo, gateway, keys, top, check), those of every capability plug-in (splitrpc.plugins), which it names none of, and `splitrpc bench SUITE` over the suites the capabilities bring; former command names run with a line saying the new one."""
 from __future__ import annotations
 
 import argparse
@@ -9,11 +9,11 @@ from typing import Iterable
 
 from splitrpc import __version__
 from splitrpc.check import cli as check_cli
-from splitrpc.commands import call, demo, describe, gateway, keys, serve, stub
+from splitrpc.commands import call, demo, describe, gateway, keys, serve, stub, top
 from splitrpc.plugins import Capability, CapabilityError, capabilities
 
 # modules with add_parser(sub, caps); check_cli.add_parser(sub) after them
-CORE = (serve, call, describe, stub, demo, gateway, keys)
+CORE = (serve, call, describe, stub, demo, gateway, keys, top)
 
 
 def build_parser(caps: list[Capability] | None = None) -> argparse.ArgumentParser:

@@ -1,6 +1,7 @@
-"""metrics.py: a server's counters as Prometheus metric families through prometheus-client: a collector over Server.stats() (the admin endpoint, splitrpc.admin, serves it with the process collector, in the text or OpenMetrics format the scraper asks for)."""
+"""metrics.py: a server's counters as Prometheus metric families through prometheus-client: a collector over Server.stats() (the admin endpoint, splitrpc.admin, serves it with the process collector and the host's CPU time, in the text or OpenMetrics format the scraper asks for)."""
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
@@ -158,9 +159,82 @@ def families(st: dict[str, Any], prefix: str = PREFIX, extra: Mapping[str, Metri
         for k, v in d["drops"].items():
             f.add_metric([str(k)], int(v))
         yield f
+    yield from _executor_families(st.get("executors", {}), fam)
     for key, more in (extra or {}).items():  # a stats source's own families (Server.add_stats_source)
         if st.get(key):
             yield from more(st[key], prefix)
+
+
+def executor_parts(load: Mapping[str, Any]) -> Iterator[tuple[str, Mapping[str, Any]]]:
+    """(lane, its load) of one executor's load() (Server.stats()["executors"][name]): a LanePool's
+    lanes by name, a StagePipeline's stages as stage0, stage1, any other executor as one part ""."""
+    if load.get("kind") == "lanes":
+        for lane, part in load["lanes"].items():
+            yield str(lane), part
+    elif load.get("kind") == "stages":
+        for i, part in enumerate(load["stages"]):
+            yield f"stage{i}", part
+    else:
+        yield "", load
+
+
+# an executor part's load() key -> (metric name, type, help)
+_EXECUTOR = (("threads", "executor_threads", "gauge", "Threads of a function's executor (by lane or stage)."),
+             ("queued", "executor_queued_batches", "gauge", "Batches waiting for a thread of the executor."),
+             ("running", "executor_running_batches", "gauge", "Batches running on the executor's threads."),
+             ("batches", "executor_batches", "counter", "Batches the executor has run."),
+             ("busy_s", "executor_busy_seconds", "counter",
+              "Seconds the executor's threads spent running batches (over threads x time: its load)."))
+
+
+def _executor_families(executors: Mapping[str, Any], fam: Callable[..., Any]) -> Iterator[Metric]:
+    """The executors' load (Server.stats()["executors"]: ThreadPool, LanePool, StagePipeline, or
+    another executor's load()) by function and lane; a key an executor does not report is left out."""
+    if not executors:
+        return
+    out = {key: fam(kind, name, help_, ["function", "lane"]) for key, name, kind, help_ in _EXECUTOR}
+    for function, load in executors.items():
+        for lane, part in executor_parts(load):
+            for key, f in out.items():
+                if isinstance(part.get(key), (int, float)):
+                    f.add_metric([function, lane], part[key])
+    yield from out.values()
+
+
+def host_cpu_seconds(path: str = "/proc/stat") -> dict[str, float] | None:
+    """The host's CPU seconds since boot by mode (all CPUs summed: user, nice, system, idle, iowait,
+    irq, softirq, steal), from Linux's /proc/stat; None where there is none."""
+    try:
+        with open(path) as f:
+            first = f.readline().split()
+    except OSError:
+        return None
+    if not first or first[0] != "cpu":
+        return None
+    hz = os.sysconf("SC_CLK_TCK")
+    modes = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
+    return {m: int(v) / hz for m, v in zip(modes, first[1:])}
+
+
+class HostCollector(Collector):
+    """The host's CPU time by mode and its CPU count (splitrpc_host_cpu_seconds_total,
+    splitrpc_host_cpus): what `splitrpc top` shows as the host's CPU. One read of /proc/stat a scrape."""
+
+    def __init__(self, prefix: str = PREFIX) -> None:
+        self._prefix = prefix
+
+    def collect(self) -> Iterator[Metric]:
+        secs = host_cpu_seconds()
+        if secs is None:
+            return
+        f = family(self._prefix, "counter", "host_cpu_seconds", "The host's CPU seconds, all CPUs summed, by mode "
+                   "(Linux /proc/stat).", ["mode"])
+        for mode, v in secs.items():
+            f.add_metric([mode], v)
+        yield f
+        g = family(self._prefix, "gauge", "host_cpus", "CPUs of the host (online).")
+        g.add_metric([], os.cpu_count() or 1)
+        yield g
 
 
 class StatsCollector(Collector):
@@ -184,6 +258,7 @@ def registry_for(server: Server, *, process: bool = True) -> CollectorRegistry:
     reg.register(StatsCollector(server.stats, extra=server.stats_metrics))
     if process:
         ProcessCollector(registry=reg)
+        reg.register(HostCollector())
     return reg
 
 
