@@ -44,8 +44,9 @@ class Snapshot:
     samples: dict[tuple[str, Labels], float] = field(default_factory=dict)
     ready: dict[str, Any] = field(default_factory=dict)
 
-    def get(self, name: str, default: float = 0.0, **labels: str) -> float:
-        return self.samples.get((name, tuple(sorted(labels.items()))), default)
+    def get(self, name: str, **labels: str) -> float:
+        """The sample name with exactly these labels; 0 where there is none."""
+        return self.samples.get((name, tuple(sorted(labels.items()))), 0.0)
 
     def series(self, name: str, label: str) -> dict[str, float]:
         """{value of label: sample} of a family's samples named name (other labels must be absent)."""
@@ -122,7 +123,7 @@ def _hist_delta(prev: Snapshot | None, cur: Snapshot, name: str, **labels: str) 
         le = lab.pop("le")
         if lab != labels:
             continue
-        before = prev.get(name + "_bucket", 0.0, le=le, **labels) if prev else 0.0
+        before = prev.get(name + "_bucket", le=le, **labels) if prev else 0.0
         out[float(le)] = v - before
     return out
 
