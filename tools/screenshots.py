@@ -66,7 +66,9 @@ def top(out: Path) -> None:
                 s.sendto(b"\xa5\x20" + b"\0" * 20 if i % 2 else b"\0" * 30, ("127.0.0.1", srv.port))
         session = f"shot-{os.getpid()}"
         cmd = f"{sys.executable} -m splitrpc top 127.0.0.1:{admin.port}"
-        subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", "110", "-y", "18", cmd], check=True)
+        # from a folder outside the repository: the installed splitrpc, not the source tree's
+        subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", "110", "-y", "18", "-c",
+                        tempfile.gettempdir(), cmd], check=True)
         try:
             time.sleep(4)
             pane = subprocess.run(["tmux", "capture-pane", "-p", "-e", "-t", session], capture_output=True,
