@@ -43,6 +43,8 @@ _SCALARS = (
 
 BATCH_HELP = "Calls per batch."
 QDELAY_HELP = "Time from a call's last request datagram to the start of the batch that runs it."
+SERVICE_HELP = ("Server time of a call, by function: from its last request datagram to its reply handed to the "
+                "sender (queue delay, batch, run).")
 
 
 def _batch_buckets(batch_sizes: dict[Any, Any]) -> tuple[list[tuple[str, int]], int]:
@@ -108,6 +110,7 @@ def families(st: dict[str, Any], prefix: str = PREFIX, extra: Mapping[str, Metri
         bs = HistogramMetricFamily(f"{prefix}_function_batch_size", BATCH_HELP + " By function.", labels=["function"])
         qd = HistogramMetricFamily(f"{prefix}_function_queue_delay_seconds", QDELAY_HELP + " By function.",
                                    labels=["function"])
+        sv = HistogramMetricFamily(f"{prefix}_function_service_seconds", SERVICE_HELP, labels=["function"])
         for name, f in per.items():
             acc.add_metric([name], int(f["calls"]))
             for code, n in f["errors"].items():
@@ -115,7 +118,9 @@ def families(st: dict[str, Any], prefix: str = PREFIX, extra: Mapping[str, Metri
             queued.add_metric([name], int(f["queued"]))
             bs.add_metric([name], *_batch_buckets(f["batch_sizes"]))
             qd.add_metric([name], *_qdelay_buckets(f["queue_delay"]))
-        yield from (acc, err, queued, bs, qd)
+            if "service" in f:
+                sv.add_metric([name], *_qdelay_buckets(f["service"]))
+        yield from (acc, err, queued, bs, qd, sv)
     a = st.get("auth")
     if a and (a["ok"] or a["forbidden"] or a["expired"] or a["reloads"]):  # a server with keys (docs/security.md)
         for name, key, help_ in (("auth_ok", "ok", "Datagrams authenticated (version 5: session, tag, counter; "

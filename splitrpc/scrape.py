@@ -137,7 +137,8 @@ def _rate(prev: Snapshot | None, cur: Snapshot, dt: float, name: str, **labels: 
 def view(prev: Snapshot | None, cur: Snapshot) -> dict[str, Any]:
     """What `splitrpc top` shows of one server (and prints with --json): totals since the server
     started, and rates, quantiles and loads over the interval since prev (None where there is no
-    prev: the first reading). Quantiles are upper bounds of the histograms' buckets."""
+    prev: the first reading). Quantiles are upper bounds of the histograms' buckets: p50/p99 of the
+    server time (a call fully received to its reply sent), queue_p50/p99 of the queue delay."""
     p = f"{PREFIX}_"
     dt = cur.t - prev.t if prev else 0.0
 
@@ -162,12 +163,14 @@ def view(prev: Snapshot | None, cur: Snapshot) -> dict[str, Any]:
             nb, sb = nb - prev.get(p + "function_batch_size_count", function=name), \
                 sb - prev.get(p + "function_batch_size_sum", function=name)
         qd = _hist_delta(prev, cur, p + "function_queue_delay_seconds", function=name)
+        sv = _hist_delta(prev, cur, p + "function_service_seconds", function=name)
         errors = {lab["code"]: v for lab, v in cur.labelled(p + "function_errors_total")
                   if lab.get("function") == name and v}
         functions.append({
             "name": name, "calls_total": int(run), "accepted_total": int(acc),
             "calls_per_s": rate("function_calls_total", function=name),
             "mean_batch": round(sb / nb, 2) if nb > 0 else None,
+            "p50_us": _us(quantile_upper(sv, 0.50)), "p99_us": _us(quantile_upper(sv, 0.99)),
             "queue_p50_us": _us(quantile_upper(qd, 0.50)), "queue_p99_us": _us(quantile_upper(qd, 0.99)),
             "queued": int(cur.get(p + "function_queued_calls", function=name)),
             "errors": {k: int(v) for k, v in sorted(errors.items())},

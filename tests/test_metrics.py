@@ -101,6 +101,32 @@ def test_queue_delay_histogram(make_server, make_client):
     assert s[("splitrpc_queued_calls", "")] == 0
 
 
+def test_service_time_histogram(make_server, make_client):
+    """Each call a batch ran is counted once in its function's service-time histogram (fully
+    received to its reply handed to the sender), which holds its queue delay and its run: a
+    function that sleeps 3 ms per batch puts every call at 3 ms or more, and no queue delay alone
+    comes near. Prometheus gets it per function in seconds."""
+    def setup(srv):
+        @srv.function(9, "slow", [TensorSpec("x", "float32", (4,))], [TensorSpec("y", "float32", (4,))], max_batch=1)
+        def slow(x, y):
+            time.sleep(0.003)
+            y[:] = x
+
+    srv = make_server(setup)
+    c = make_client(srv.port, timeout=5.0)
+    for _ in range(10):
+        c.call(9, np.zeros(4, np.float32))
+    st = settled(srv, lambda s: s["by_function"]["slow"]["service"]["count"] == 10)
+    sv, qd = st["by_function"]["slow"]["service"], st["by_function"]["slow"]["queue_delay"]
+    assert sv["le_us"] == qd["le_us"] and sum(sv["counts"]) == 10
+    assert sv["sum_us"] >= 10 * 3000 > qd["sum_us"]  # each ran 3 ms after its wait
+    assert sum(n for le, n in zip(sv["le_us"], sv["counts"]) if le is not None and le < 2048) == 0  # none under 2 ms
+    s = parse(prometheus_text(st))
+    assert s[("splitrpc_function_service_seconds_count", '{function="slow"}')] == 10
+    assert s[("splitrpc_function_service_seconds_sum", '{function="slow"}')] == pytest.approx(sv["sum_us"] / 1e6,
+                                                                                            abs=1e-9)
+
+
 def test_queued_gauge_counts_waiting_calls(make_server, make_client):
     """Calls that wait behind a slow batch show in the queued gauge, and their queue delay lands
     in the buckets of that wait."""

@@ -464,7 +464,12 @@ typedef struct srpc_func_stats {
     uint64_t queue_delay_hist[SRPC_QDELAY_HIST]; /* buckets as srpc_server_stats_t's */
     uint64_t queue_delay_sum_ns;
     uint64_t batch_calls;           /* calls taken into its batches (run, or being run) */
-    uint64_t queued;                /* gauge: its calls queued and not yet taken */
+    /* Server time of every call its batches ran: from the call fully received (as the queue delay)
+     * to its reply (RESPONSE or the batch's ERROR) handed to the sender; buckets as queue_delay_hist's.
+     * A held reply (reply_hold_us) leaves at most that much later. Counted when the batch finishes. */
+    uint64_t service_hist[SRPC_QDELAY_HIST];
+    uint64_t service_sum_ns;
+    uint64_t queued;                /* gauge: its calls queued and not yet taken (read last: not summed) */
 } srpc_func_stats_t;
 
 /* func_id's counters. Any thread; takes the server's lock briefly. Returns 0, -EINVAL, or

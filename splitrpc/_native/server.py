@@ -669,13 +669,15 @@ def _queue_delay(hist, sum_ns) -> dict:
 
 def read_func_stats(srv, func_id: int) -> dict:
     """srpc_server_func_stats as a dict: one function's calls, errors by code name, batches and
-    their sizes, queue-delay histogram (read_stats's layout), calls queued now."""
+    their sizes, queue-delay and service-time histograms (read_stats's queue-delay layout), calls
+    queued now."""
     st = ffi.new("srpc_func_stats_t *")
     check(lib.srpc_server_func_stats(srv, func_id, st), "srpc_server_func_stats")
     return {"calls": st.calls, "errors": {name: int(st.errors[c]) for c, name in ERROR_NAMES.items()},
             "batches": st.batches, "batch_calls": st.batch_calls,
             "batch_sizes": {i: int(st.batch_hist[i]) for i in range(1, lib.SRPC_BATCH_HIST) if st.batch_hist[i]},
-            "queue_delay": _queue_delay(st.queue_delay_hist, st.queue_delay_sum_ns), "queued": st.queued}
+            "queue_delay": _queue_delay(st.queue_delay_hist, st.queue_delay_sum_ns),
+            "service": _queue_delay(st.service_hist, st.service_sum_ns), "queued": st.queued}
 
 
 def read_dpdk_stats(srv) -> dict:

@@ -1,4 +1,4 @@
-"""top.py: `splitrpc top HOST:ADMIN_PORT [...]`: a live terminal view of one server or a fleet, refreshed each second from their admin endpoints (per function calls/s, queue-delay p50/p99, mean batch, queued, errors; drops by reason, executors' load, auth counters, CPU); `--once --json` for scripts."""
+"""top.py: `splitrpc top HOST:ADMIN_PORT [...]`: a live terminal view of one server or a fleet, refreshed each second from their admin endpoints (per function calls/s, server-time p50/p99, queue delay, mean batch, queued, errors; drops by reason, executors' load, auth counters, CPU); `--once --json` for scripts."""
 from __future__ import annotations
 
 import argparse
@@ -24,9 +24,10 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser],
                caps: list[Capability]) -> argparse.ArgumentParser:
     t = sub.add_parser("top", help="a live view of servers from their admin endpoints (serve --admin-port)",
                        description="Reads each server's admin endpoint (/metrics and /readyz: one stats() of the "
-                                   "server each) every interval and shows rates over it. Queue p50/p99 are upper "
-                                   "bounds of the queue-delay histogram's buckets (the time from a call's last "
-                                   "datagram to the start of its batch).")
+                                   "server each) every interval and shows rates over it. p50/p99 are the server "
+                                   "time of the interval's calls (from a call's last request datagram to its reply "
+                                   "sent), queue p99 the part of it spent waiting for a batch; each is the upper "
+                                   "bound of its histogram bucket (powers of two microseconds).")
     t.add_argument("targets", nargs="+", metavar="HOST:ADMIN_PORT",
                    help="a server's admin endpoint (`splitrpc serve --admin-port`); several for a fleet "
                         "(serve --processes N: process i on ADMIN_PORT+i)")
@@ -154,13 +155,14 @@ def render_one(v: dict[str, Any]) -> list[RenderableType]:
         ("rx_datagrams", "rx"), ("tx_datagrams", "tx"), ("calls", "calls"), ("batches", "batches"),
         ("reply_cache_hits", "cache hits"))) + f" · queued {v['queued_calls']} · reassembling {v['partial_messages']}")
     fn = Table(box=None, pad_edge=False, header_style="bold cyan")
-    for col in ("function", "calls/s", "calls", "mean batch", "queue p50", "queue p99", "queued", "err/s", "errors"):
+    for col in ("function", "calls/s", "calls", "mean batch", "p50", "p99", "queue p99", "queued", "err/s", "errors"):
         fn.add_column(col, justify="left" if col in ("function", "errors") else "right")
     for f in v["functions"]:
         errs = ", ".join(f"{k} {n:,}" for k, n in f["errors"].items()) or "-"
         fn.add_row(f["name"], _n(f["calls_per_s"]), f"{f['calls_total']:,}",
                    "-" if f["mean_batch"] is None else f"{f['mean_batch']:.2f}",
-                   _us(f["queue_p50_us"]), _us(f["queue_p99_us"]), str(f["queued"]), _n(f["errors_per_s"]), errs)
+                   _us(f["p50_us"]), _us(f["p99_us"]), _us(f["queue_p99_us"]), str(f["queued"]),
+                   _n(f["errors_per_s"]), errs)
     out: list[RenderableType] = [head, rates, fn,
                                  Text.assemble(("drops: ", "bold"), _counts(v["drops"])),
                                  Text.assemble(("errors: ", "bold"), _counts(v["errors"]))]

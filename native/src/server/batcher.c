@@ -46,14 +46,6 @@ static uint32_t cut_at_cost(const srpc_fn_t *fn, uint32_t count)
     return n;
 }
 
-/* The queue-delay bucket of a call that waited ns: the first i with ns <= 2^i us (splitrpc_server.h). */
-static unsigned qdelay_bucket(uint64_t ns)
-{
-    uint64_t us = (ns + 999) / 1000; /* rounded up: "at most 2^i us" exactly */
-    unsigned i = us <= 1 ? 0 : 64u - (unsigned)__builtin_clzll(us - 1);
-    return i < SRPC_QDELAY_HIST ? i : SRPC_QDELAY_HIST - 1;
-}
-
 /* Counts the queue delay of the count calls from element first, whose batch starts now, in the
  * function's counters (the server's are their sum: srpc_server_stats). */
 static void record_queue_delay(srpc_fn_t *fn, uint64_t first, uint32_t count, uint64_t now)
@@ -63,7 +55,7 @@ static void record_queue_delay(srpc_fn_t *fn, uint64_t first, uint32_t count, ui
         uint64_t rx = fn->calls[(first + i) % fn->capacity].rx_ns;
         uint64_t d = now > rx ? now - rx : 0;
         sum += d;
-        FN_ADD(fn, queue_delay_hist[qdelay_bucket(d)], 1);
+        FN_ADD(fn, queue_delay_hist[srpc_delay_bucket(d)], 1);
     }
     FN_ADD(fn, queue_delay_sum_ns, sum);
 }

@@ -60,9 +60,14 @@ static void finish_w(srpc_server_t *srv, srpc_fn_t *fn, uint64_t first, uint32_t
     const uint32_t max_out = fn->raw ? fn->resp_bytes : 0;
     const uint32_t msg_len = status && msg ? (uint32_t)strnlen(msg, SRPC_ERRMSG_MAX) : 0;
     srpc_reply_hold_t *h = srv->held;
+    const uint64_t now = srpc_now_ns(); /* the batch's service time: one clock read per batch */
+    uint64_t served_ns = 0;
     for (uint32_t i = 0; i < n; i++) {
         const unsigned slot = srpc_reply_hold_slot_w(srv); /* flushes first when the hold is full */
         srpc_call_t *c = &fn->calls[(first + i) % fn->capacity];
+        const uint64_t d = now > c->rx_ns ? now - c->rx_ns : 0;
+        served_ns += d;
+        FN_ADD(fn, service_hist[srpc_delay_bucket(d)], 1);
         srpc_call_work_complete_w(c);
         struct iovec iv[SRPC_MAX_TENSORS];
         uint32_t len = msg_len;
@@ -92,6 +97,7 @@ static void finish_w(srpc_server_t *srv, srpc_fn_t *fn, uint64_t first, uint32_t
         srpc_reply_hold_add_w(srv, fn, first + i, c->ct_idx, code, own, iv, k, len);
         srpc_call_tx_complete_w(c, code, len);
     }
+    FN_ADD(fn, service_sum_ns, served_ns);
     srpc_srv_lock(srv);
     srpc_ring_recycle_locked(srv, fn, first, n);
     srpc_srv_unlock(srv);

@@ -146,6 +146,15 @@ typedef struct srpc_fn {
 
 #define FN_ADD(fn, field, v) __atomic_fetch_add(&(fn)->st.field, (v), __ATOMIC_RELAXED)
 
+/* The bucket of a delay of ns in the queue-delay and service histograms: the first i with ns <=
+ * 2^i us (splitrpc_server.h), rounded up so that "at most 2^i us" holds exactly. */
+static inline unsigned srpc_delay_bucket(uint64_t ns)
+{
+    uint64_t us = (ns + 999) / 1000;
+    unsigned i = us <= 1 ? 0 : 64u - (unsigned)__builtin_clzll(us - 1);
+    return i < SRPC_QDELAY_HIST ? i : SRPC_QDELAY_HIST - 1;
+}
+
 
 /* ------------------------------------------------------------------ the reply log (reply.c) */
 
