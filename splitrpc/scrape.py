@@ -1,7 +1,9 @@
 """scrape.py: a server's admin endpoint read as `splitrpc top` shows it: /metrics and /readyz fetched (Snapshot), and two snapshots made into rates, quantiles and loads per function, executor lane and reason (view)."""
 from __future__ import annotations
 
+import http.client
 import json
+import math
 import time
 import urllib.error
 import urllib.request
@@ -13,6 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from splitrpc.metrics import PREFIX
 
 Labels = tuple[tuple[str, str], ...]  # a sample's labels, sorted
+MAX_BODY = 32 << 20  # the most of an answer read: a splitrpc /metrics is tens of KiB
 
 
 class ScrapeError(Exception):
@@ -27,7 +30,7 @@ def admin_url(target: str) -> str:
         scheme, rest = t.split("://", 1)
         return f"{scheme}://{rest.split('/', 1)[0]}"
     host, sep, port = t.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+    if not sep or not host or not (port.isascii() and port.isdigit()) or not 0 < int(port) < 65536:
         raise ValueError(f"{target!r} is not HOST:ADMIN_PORT (the port of `splitrpc serve --admin-port`)")
     if ":" in host and not host.startswith("["):
         host = f"[{host}]"
@@ -65,9 +68,16 @@ class Snapshot:
 def _get(url: str, timeout: float) -> tuple[int, bytes]:
     try:
         with urllib.request.urlopen(url, timeout=timeout) as r:  # noqa: S310 - an operator's own endpoint
-            return r.status, r.read()
+            return r.status, _body(r)
     except urllib.error.HTTPError as e:  # /readyz answers 503 with its body when not ready
-        return e.code, e.read()
+        return e.code, _body(e)
+
+
+def _body(r: Any) -> bytes:
+    body: bytes = r.read(MAX_BODY + 1)
+    if len(body) > MAX_BODY:
+        raise ValueError(f"an answer over {MAX_BODY >> 20} MiB")
+    return body
 
 
 def snapshot(url: str, timeout: float = 2.0) -> Snapshot:
@@ -77,23 +87,24 @@ def snapshot(url: str, timeout: float = 2.0) -> Snapshot:
     try:
         code, body = _get(url + "/metrics", timeout)
         rcode, rbody = _get(url + "/readyz", timeout)
-    except (OSError, ValueError) as e:
-        raise ScrapeError(f"{url}: {getattr(e, 'reason', e)}") from e
+    except (OSError, ValueError, http.client.HTTPException) as e:  # not HTTP, reset, too long...
+        raise ScrapeError(f"{url}: {getattr(e, 'reason', None) or type(e).__name__ + ': ' + str(e)[:200]}") from e
     if code != 200:
         raise ScrapeError(f"{url}/metrics answered HTTP {code}: {body[:200].decode(errors='replace').strip()}")
     snap = Snapshot(url, t)
     try:
         for fam in text_string_to_metric_families(body.decode()):
             for s in fam.samples:
-                snap.samples[(s.name, tuple(sorted(s.labels.items())))] = float(s.value)
+                if math.isfinite(s.value):  # a splitrpc server writes none other; NaN or inf would be no count
+                    snap.samples[(s.name, tuple(sorted(s.labels.items())))] = float(s.value)
     except ValueError as e:
         raise ScrapeError(f"{url}/metrics is not Prometheus text: {e}") from e
     if (f"{PREFIX}_rx_datagrams_total", ()) not in snap.samples:
         raise ScrapeError(f"{url}/metrics has no {PREFIX}_rx_datagrams_total: not a splitrpc server's admin endpoint")
     try:
-        ready = json.loads(rbody)
+        ready = json.loads(rbody) if len(rbody) < 4096 else None  # one line of JSON
         snap.ready = ready if isinstance(ready, dict) else {}
-    except ValueError:
+    except (ValueError, RecursionError):
         snap.ready = {}
     snap.ready.setdefault("ok", rcode == 200)
     return snap
@@ -182,7 +193,10 @@ def view(prev: Snapshot | None, cur: Snapshot) -> dict[str, Any]:
                     for k, v in sorted(cur.series(p + key + "_total", label).items()) if v}
     # executors: by function and lane; load = busy seconds over threads x interval
     execs = []
-    for lab, threads in sorted(cur.labelled(p + "executor_threads"), key=lambda x: (x[0]["function"], x[0]["lane"])):
+    for lab, threads in sorted(cur.labelled(p + "executor_threads"),
+                               key=lambda x: (x[0].get("function", ""), x[0].get("lane", ""))):
+        if set(lab) != {"function", "lane"}:
+            continue
         busy = rate("executor_busy_seconds_total", **lab)
         execs.append({"function": lab["function"], "lane": lab["lane"], "threads": int(threads),
                       "queued": int(cur.get(p + "executor_queued_batches", **lab)),

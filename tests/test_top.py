@@ -188,3 +188,69 @@ def test_live_view_in_a_terminal(served, tmp_path):
         load.end()
         subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
     assert not (tmp_path / "err").read_text().strip()
+
+
+def _fake_admin(mode: str):
+    """An endpoint that misbehaves on 127.0.0.1 (from the outside attack, tests/attacks/wireshark_top_s70):
+    "nothttp" answers bytes that are not HTTP, "drip" a body one byte every 0.2 s, "nan" /metrics whose
+    counters are NaN, inf and labels splitrpc never writes. Returns (port, close)."""
+    m = b"# TYPE splitrpc_rx_datagrams_total counter\nsplitrpc_rx_datagrams_total 5\n"
+    nan = m + (b'splitrpc_calls_total NaN\nsplitrpc_drops_total{reason="x"} +Inf\nsplitrpc_executor_threads'
+               b'{function="f"} 2\nsplitrpc_function_calls_total{function="f"} 1e308\nsplitrpc_host_cpus NaN\n')
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(8)
+    done = threading.Event()
+
+    def one(c):
+        with c:
+            try:
+                c.recv(4096)
+                if mode == "nothttp":
+                    c.sendall(b"SSH-2.0-OpenSSH_9.0\r\n")
+                elif mode == "drip":
+                    c.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n")
+                    while not done.wait(0.2):
+                        c.sendall(b"#")
+                else:
+                    c.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\nConnection: close\r\n\r\n" % len(nan) + nan)
+            except OSError:
+                pass
+
+    def loop():
+        while not done.is_set():
+            try:
+                c, _ = srv.accept()
+            except OSError:
+                return
+            threading.Thread(target=one, args=(c,), daemon=True).start()
+    threading.Thread(target=loop, daemon=True).start()
+
+    def close():
+        done.set()
+        srv.close()
+    return srv.getsockname()[1], close
+
+
+def test_hostile_endpoints_are_down_and_never_hold_the_others(served, capsys):
+    srv, target = served
+    fakes = [_fake_admin(m) for m in ("nothttp", "drip", "nan")]
+    try:
+        t0 = time.monotonic()
+        rc, out = _top_json(capsys, target, *(f"127.0.0.1:{p}" for p, _ in fakes), "--interval", "0.2",
+                            "--timeout", "1.5")
+        took = time.monotonic() - t0
+    finally:
+        for _, close in fakes:
+            close()
+    good, nothttp, drip, nan = out["servers"]
+    assert rc == 1 and good["up"] and good["state"] == "running"
+    assert not nothttp["up"] and "BadStatusLine" in nothttp["error"]
+    assert not drip["up"] and "no whole answer in 1.5 s" in drip["error"]
+    # NaN and inf are no counts: left out; a sample without the labels splitrpc writes is skipped
+    assert nan["up"] and nan["calls"]["total"] == 0 and nan["drops"] == {} and nan["executors"] == []
+    assert took < 2 * (0.2 + 1.5) + 2  # two readings, each bounded by --timeout in all
+    for bad in (["--interval", "nan"], ["--interval", "1e308"], ["--timeout", "0"], ["--count", "0"]):
+        assert cli_main(["top", target, *bad]) == 2
+    assert cli_main(["top", "127.0.0.1:\u0661\u0669\u0663", "--once"]) == 2  # not ASCII digits
+    capsys.readouterr()

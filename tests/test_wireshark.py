@@ -618,3 +618,33 @@ def test_json_output_of_a_call(captured):
     assert q["splitrpc.check16.status"] == q["splitrpc.check32.status"] == "1"  # Good (Wireshark's numbering)
     assert r["splitrpc.request_in"] == pkts[0]["frame"]["frame.number"]
     assert q["splitrpc.response_in"] == pkts[1]["frame"]["frame.number"] and 0 < float(r["splitrpc.time"]) < 1
+
+
+def test_hostile_datagrams_are_shown_bad_never_believed(tmp_path):
+    """From the outside attack (tests/attacks/wireshark_top_s70): a version 5 type 7 and a version 6
+    datagram with a right CRC-16 are marked malformed and [BAD] (no Lua error); a function name with
+    terminal escapes from a describe reply is printed escaped; segments whose sizes break the rules
+    as a whole are marked when the message completes; a segment repeated with other bytes is flagged."""
+    def h(ver, typ, rid, seq=0, nseg=1, msg_len=0, func=1):
+        return pack(ver, typ, func, rid, seq, nseg, msg_len, 0)
+    name = "\x1b[2J\x1b[31mPWNED\x07"
+    desc = json.dumps({"describe": 1, "functions": [{"id": 1, "name": name}]}).encode()
+    dgrams = [h(5, 7, 0x11), h(6, 0, 0x12),
+              h(2, 0, 0x13, func=DESCRIBE, msg_len=13) + b"SRPC-DESCRIBE",
+              h(2, 1, 0x13, func=DESCRIBE, msg_len=len(desc)) + desc,
+              h(2, 0, 0x14, msg_len=4) + b"abcd",
+              # 10 + 9 + 5 bytes for a msg_len of 25: each datagram alone is possible, the whole is not
+              h(2, 0, 0x15, 0, 3, 25) + b"a" * 10, h(2, 0, 0x15, 1, 3, 25) + b"b" * 9, h(2, 0, 0x15, 2, 3, 25) + b"c" * 5,
+              # segment 0 twice with other bytes, then the last
+              h(2, 0, 0x16, 0, 2, 15) + b"A" * 10, h(2, 0, 0x16, 0, 2, 15) + b"B" * 10, h(2, 0, 0x16, 1, 2, 15) + b"z" * 5]
+    _pcap(tmp_path / "hostile.pcap", dgrams)
+    rows = _tshark(tmp_path / "hostile.pcap")
+    assert len(rows) == len(dgrams)
+    for r in rows[:2]:
+        assert "not a datagram of the protocol" in r["_ws.expert.message"] and r["_ws.col.Info"].endswith("[BAD]")
+    info = rows[4]["_ws.col.Info"]
+    assert info.startswith("REQUEST \\x1b[2J\\x1b[31mPWNED\\x07(1) ") and "\x1b" not in info
+    assert rows[7]["_ws.col.Info"].endswith("[reassembled 24 bytes] [BAD]")
+    assert "the segments hold 24 bytes, msg_len says 25" in rows[7]["_ws.expert.message"]
+    assert "other bytes than frame 9's" in rows[9]["_ws.expert.message"]
+    assert rows[10]["splitrpc.reassembled.data"] == (b"A" * 10 + b"z" * 5).hex()  # the first copy kept

@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
+import threading
 import time
 from typing import TYPE_CHECKING, Any, Iterable
 
@@ -18,6 +20,8 @@ if TYPE_CHECKING:
     from splitrpc.plugins import Capability
 
 INTERVAL_S = 1.0
+MAX_INTERVAL_S = 3600.0
+MAX_TIMEOUT_S = 600.0
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser],
@@ -47,8 +51,10 @@ def cmd_top(a: argparse.Namespace) -> int:
     except ValueError as e:
         print(f"splitrpc top: {e}", file=sys.stderr)
         return 2
-    if a.interval <= 0 or (a.count is not None and a.count < 1):
-        print("splitrpc top: --interval must be > 0 and --count >= 1", file=sys.stderr)
+    if not 0 < a.interval <= MAX_INTERVAL_S or not 0 < a.timeout <= MAX_TIMEOUT_S or \
+            (a.count is not None and a.count < 1):  # NaN fails every comparison
+        print(f"splitrpc top: --interval must be in (0, {MAX_INTERVAL_S:g}] s, --timeout in (0, {MAX_TIMEOUT_S:g}] s "
+              "and --count >= 1", file=sys.stderr)
         return 2
     count = 1 if a.once else a.count
     reader = Reader(urls, a.timeout)
@@ -83,23 +89,51 @@ class _Nothing:
 
 
 class Reader:
-    """Reads every target each time and keeps the last snapshot of each, for the next rates."""
+    """Reads every target each time, all at once, each on a thread of its own, and waits for them
+    at most timeout seconds in all: a target that has not answered whole by then is shown as down
+    (and is not asked again until that reading ends), so one slow or hostile endpoint never holds
+    the others' view. Keeps the last snapshot of each, for the next rates. One caller thread."""
 
     def __init__(self, urls: list[str], timeout: float) -> None:
         self.urls, self.timeout = urls, timeout
         self.last: dict[str, Snapshot] = {}
+        self._threads: dict[str, threading.Thread] = {}
+        self._got: dict[str, Snapshot | ScrapeError] = {}  # written by a reading's thread, taken here
+
+    def _fetch(self, url: str) -> None:
+        try:
+            self._got[url] = snapshot(url, self.timeout)
+        except ScrapeError as e:
+            self._got[url] = e
 
     def read(self) -> list[dict[str, Any]]:
+        for url in self.urls:
+            t = self._threads.get(url)
+            if t is None or not t.is_alive():
+                self._got.pop(url, None)  # a late answer of a reading already shown as down
+                t = self._threads[url] = threading.Thread(target=self._fetch, args=(url,), daemon=True,
+                                                          name=f"splitrpc-top {url}")
+                t.start()
+        deadline = time.monotonic() + self.timeout
+        for url in self.urls:
+            self._threads[url].join(max(0.0, deadline - time.monotonic()))
         out = []
         for url in self.urls:
-            try:
-                cur = snapshot(url, self.timeout)
-            except ScrapeError as e:
+            got = None if self._threads[url].is_alive() else self._got.pop(url, None)
+            if not isinstance(got, Snapshot):
                 self.last.pop(url, None)
-                out.append({"target": url, "up": False, "error": str(e)})
+                why = str(got) if got is not None else f"{url}: no whole answer in {self.timeout:g} s"
+                out.append({"target": url, "up": False, "error": why})
                 continue
-            out.append(view(self.last.get(url), cur))
-            self.last[url] = cur
+            try:
+                v = view(self.last.get(url), got)
+            except (KeyError, ValueError, TypeError, ArithmeticError) as e:  # numbers no splitrpc server writes
+                self.last.pop(url, None)
+                out.append({"target": url, "up": False, "error": f"{url}/metrics is not as a splitrpc server "
+                            f"writes it: {type(e).__name__}: {e}"})
+                continue
+            out.append(v)
+            self.last[url] = got
         return out
 
 
@@ -145,27 +179,33 @@ def render_one(v: dict[str, Any]) -> list[RenderableType]:
     if not v["up"]:
         return [Text(f"{v['target']}  unreachable: {v['error']}", style="bold red")]
     cpu = v["cpu"]
+    target = v["target"].split("://", 1)[-1]
     head = Text.assemble(
-        (v["target"], "bold"), "  ", (f"{v['state'] or '?'}{', ready' if v['ready'] else ', not ready'}",
-                                      "green" if v["ready"] else "yellow"),
+        (target, "bold"), "  ", (f"{v['state'] or '?'}{', ready' if v['ready'] else ', not ready'}",
+                                 "green" if v["ready"] else "yellow"),
         f" · pending {v['pending'] if v['pending'] is not None else '-'}",
-        f" · CPU: process {_pct(cpu['process'])} of a core, host {_pct(cpu['host'])}"
-        + (f" of {cpu['host_cpus']} CPUs" if cpu["host_cpus"] else ""))
+        f" · CPU {_pct(cpu['process'])} of a core, host {_pct(cpu['host'])}"
+        + (f" of {cpu['host_cpus']}" if cpu["host_cpus"] else ""))
     rates = Text(" · ".join(f"{label} {_n(v[k]['per_s'])}/s" for k, label in (
         ("rx_datagrams", "rx"), ("tx_datagrams", "tx"), ("calls", "calls"), ("batches", "batches"),
-        ("reply_cache_hits", "cache hits"))) + f" · queued {v['queued_calls']} · reassembling {v['partial_messages']}")
+        ("reply_cache_hits", "cached"))) + f" · queued {v['queued_calls']} · reassembling {v['partial_messages']}")
+    # fits 80 columns: errors by code per function go on lines of their own, under the table
     fn = Table(box=None, pad_edge=False, header_style="bold cyan")
-    for col in ("function", "calls/s", "calls", "mean batch", "p50", "p99", "queue p99", "queued", "err/s", "errors"):
-        fn.add_column(col, justify="left" if col in ("function", "errors") else "right")
+    for col in ("function", "calls/s", "calls", "batch", "p50", "p99", "wait p99", "queued", "err/s", "errors"):
+        fn.add_column(col, justify="left" if col == "function" else "right", no_wrap=True,
+                      overflow="ellipsis" if col == "function" else "fold")
     for f in v["functions"]:
-        errs = ", ".join(f"{k} {n:,}" for k, n in f["errors"].items()) or "-"
         fn.add_row(f["name"], _n(f["calls_per_s"]), f"{f['calls_total']:,}",
                    "-" if f["mean_batch"] is None else f"{f['mean_batch']:.2f}",
                    _us(f["p50_us"]), _us(f["p99_us"]), _us(f["queue_p99_us"]), str(f["queued"]),
-                   _n(f["errors_per_s"]), errs)
-    out: list[RenderableType] = [head, rates, fn,
-                                 Text.assemble(("drops: ", "bold"), _counts(v["drops"])),
-                                 Text.assemble(("errors: ", "bold"), _counts(v["errors"]))]
+                   _n(f["errors_per_s"]), f"{sum(f['errors'].values()):,}")
+    out: list[RenderableType] = [head, rates, fn]
+    for f in v["functions"]:
+        if f["errors"]:
+            out.append(Text(f"  {f['name']}: " + " · ".join(f"{k} {n:,}" for k, n in f["errors"].items()),
+                            style="yellow"))
+    out += [Text.assemble(("drops: ", "bold"), _counts(v["drops"])),
+            Text.assemble(("errors: ", "bold"), _counts(v["errors"]))]
     if v["executors"]:
         ex = Table(box=None, pad_edge=False, header_style="bold cyan")
         for col in ("executor", "lane", "threads", "queued", "running", "batches/s", "load"):

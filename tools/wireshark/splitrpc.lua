@@ -362,11 +362,15 @@ local E = {
     unverified = ProtoExpert.new("splitrpc.unverified", "Not verified", G_.SECURITY, S_.NOTE),
     short = ProtoExpert.new("splitrpc.short", "Datagram too short", G_.MALFORMED, S_.ERROR),
     segment = ProtoExpert.new("splitrpc.bad_segment", "Impossible segmentation", G_.MALFORMED, S_.ERROR),
+    malformed = ProtoExpert.new("splitrpc.malformed", "Not a datagram of the protocol", G_.MALFORMED, S_.ERROR),
+    conflict = ProtoExpert.new("splitrpc.segment.conflict", "Segment repeated with other bytes", G_.MALFORMED,
+        S_.WARN),
     retrans = ProtoExpert.new("splitrpc.retransmission.expert", "Retransmission", G_.SEQUENCE, S_.NOTE),
     suite = ProtoExpert.new("splitrpc.v5.suite_unknown", "Suite unknown", G_.UNDECODED, S_.NOTE),
     keys = ProtoExpert.new("splitrpc.key_file.error", "Key file not read", G_.PROTOCOL, S_.WARN),
 }
-p.experts = { E.check16, E.check32, E.tag, E.mac1, E.unverified, E.short, E.segment, E.retrans, E.suite, E.keys }
+p.experts = { E.check16, E.check32, E.tag, E.mac1, E.unverified, E.short, E.segment, E.malformed, E.conflict, E.retrans,
+    E.suite, E.keys }
 
 p.prefs.port = Pref.uint("UDP port", 9230, "The UDP port decoded as splitrpc (a heuristic finds it on any other)")
 p.prefs.key_file = Pref.string("Key file(s)", "",
@@ -494,6 +498,13 @@ local function server_names(server)
     return t
 end
 
+-- A name from the capture made safe to print: control bytes, bytes over 0x7e and backslashes as
+-- \xHH (a describe reply is the sender's text: it must not reach a terminal raw), at most 128.
+local function printable(name)
+    local out = name:sub(1, 128):gsub("[%c\\\128-\255]", function(c) return fmt("\\x%02x", sbyte(c)) end)
+    return #name > 128 and out .. "..." or out
+end
+
 -- Learns function names from a describe reply's data.
 local function learn_names(server, data)
     if data:sub(1, 12) ~= '{"describe":' then return end
@@ -501,7 +512,7 @@ local function learn_names(server, data)
     if not ok or type(doc) ~= "table" or type(doc.functions) ~= "table" then return end
     local t = server_names(server)
     for _, f in ipairs(doc.functions) do
-        if type(f) == "table" and type(f.id) == "number" and type(f.name) == "string" then t[f.id] = f.name end
+        if type(f) == "table" and type(f.id) == "number" and type(f.name) == "string" then t[f.id] = printable(f.name) end
     end
 end
 
@@ -529,12 +540,22 @@ local function track(n, ts, st)
     local prior = m.parts[st.seq]
     if prior then
         fr.retrans_of = prior.frame
+        -- other bytes than the first copy's: compared where the first is still held (a message being
+        -- reassembled), else by length; the first copy is the one kept
+        if prior.len ~= #st.data or (prior.data and prior.data ~= st.data) then fr.conflict = prior.frame end
         return fr
     end
-    m.parts[st.seq] = { frame = n, data = keep and st.data or nil }
+    m.parts[st.seq] = { frame = n, data = keep and st.data or nil, len = #st.data }
     m.count = m.count + 1
     if m.count == st.nseg then
         m.done_frame = n
+        -- the pages' rule over the whole message: every segment but the last S bytes, the sum msg_len
+        local total, S = 0, m.parts[0].len
+        for i = 0, st.nseg - 1 do
+            total = total + m.parts[i].len
+            if i < st.nseg - 1 and m.parts[i].len ~= S then m.bad = fmt("segment %d has %d bytes, segment 0 %d", i, m.parts[i].len, S) end
+        end
+        if total ~= st.msg_len then m.bad = fmt("the segments hold %d bytes, msg_len says %d", total, st.msg_len) end
         local data = st.data
         if keep then
             local chunks, fl = {}, {}
@@ -600,6 +621,13 @@ local function dissect(tvb, pinfo, root)
         tree:add(F.aux, tvb(20, 2))
     end
     if nseg == 0 or seq >= nseg then tree:add_proto_expert_info(E.segment); trust = false end
+    -- versions 1 to 5; types 0-2, and 3-6 in version 5: anything else is shown, never believed
+    local known = ver >= 1 and ver <= 5 and typ <= (ver == 5 and 6 or 2)
+    if not known then
+        tree:add_proto_expert_info(E.malformed, fmt("Version %d, type %d: not a datagram of the protocol "
+            .. "(versions 1 to 5; types 0 to 2, and 3 to 6 in version 5)", ver, typ))
+        trust = false
+    end
 
     -- the body: data, and what follows it
     local d0, dlen = 22, len - 22                           -- the data, 0-based offset and length
@@ -620,7 +648,10 @@ local function dissect(tvb, pinfo, root)
         tree:add(F.data_len, tvb(d0, dlen), dlen):set_generated()
         data = raw:sub(d0 + 1, d0 + dlen)
     end
-    if ver <= 2 then
+    if not known then
+        if dlen > 0 then tree:add(F.data, tvb(d0, dlen)) end
+        checked_len = false
+    elseif ver <= 2 then
         add_data()
     elseif ver == 3 then
         if len < 26 then
@@ -849,6 +880,11 @@ local function dissect(tvb, pinfo, root)
         it:set_generated()
         it:add_proto_expert_info(E.retrans, fmt("Retransmission of frame %d", fr.retrans_of))
         seg_info = fmt(" [retransmission of %d]", fr.retrans_of)
+        if fr.conflict then
+            it:add_proto_expert_info(E.conflict, fmt("Segment %d again with other bytes than frame %d's (the first "
+                .. "copy is the one kept)", seq, fr.conflict))
+            seg_info = seg_info .. " [other bytes]"
+        end
     elseif m and m.nseg > 1 and m.done_frame and p.prefs.reassemble then
         if m.done_frame == n and m.data then
             local fl = {}
@@ -867,6 +903,11 @@ local function dissect(tvb, pinfo, root)
         else
             tree:add(F.reassembled_in, m.done_frame):set_generated()
         end
+    end
+
+    if m and m.bad and m.done_frame == n then -- the message as a whole breaks the segmentation rules
+        tree:add_proto_expert_info(E.segment, "Impossible segmentation: " .. m.bad)
+        trust = false
     end
 
     -- the Info column
