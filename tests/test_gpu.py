@@ -168,6 +168,10 @@ def test_gpu_vecadd_many_batches_in_flight(make_server, make_client, orchestrati
         st = srv.stats()
     assert st["devices"] == {"vecadd": "cuda:0"} and st["in_flight"] == 0 and st["calls"] == 1200
     assert st["mean_batch"] > 1
+    # every call's server time counted once, when its deferred batch finished (issue 55): it holds the queue delay
+    fs = st["by_function"]["vecadd"]
+    assert fs["service"]["count"] == fs["queue_delay"]["count"] == 1200
+    assert fs["service"]["sum_us"] >= fs["queue_delay"]["sum_us"] > 0
     if orchestration == "o2":
         assert not seen  # the persistent kernel did the work
     else:
