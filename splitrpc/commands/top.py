@@ -7,6 +7,7 @@ import math
 import sys
 import threading
 import time
+from contextlib import nullcontext
 from typing import TYPE_CHECKING, Any, Iterable
 
 from rich.console import Console, Group, RenderableType
@@ -64,7 +65,7 @@ def cmd_top(a: argparse.Namespace) -> int:
     shown = 0
     views: list[dict[str, Any]] = []
     try:
-        with Live(console=console, screen=True, auto_refresh=False) if live else _Nothing() as lv:
+        with Live(console=console, screen=True, auto_refresh=False) if live else nullcontext() as lv:
             while count is None or shown < count:
                 time.sleep(a.interval)
                 views = reader.read()
@@ -78,14 +79,6 @@ def cmd_top(a: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         return 0
     return 1 if any(not v["up"] for v in views) else 0
-
-
-class _Nothing:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None
 
 
 class Reader:

@@ -140,6 +140,18 @@ static int aegis_seal(const uint8_t key[SRPC_V5_KEY_LEN], uint64_t counter, uint
 
 /* The tag's two halves as the datagram carries them: the first before the trailer, the second
  * its last 16 bytes. */
+/* The n data pieces put together in enc, where an encrypting seal works; a piece already at its
+ * place there (sealed in place) is not copied. */
+static void gather(uint8_t *enc, const struct iovec *data, int n)
+{
+    uint64_t at = 0;
+    for (int i = 0; i < n; i++) {
+        if (enc + at != (const uint8_t *)data[i].iov_base)
+            memcpy(enc + at, data[i].iov_base, data[i].iov_len);
+        at += data[i].iov_len;
+    }
+}
+
 static void aegis_split(uint8_t *tail, const uint8_t tag[AEGIS_TAG_LEN])
 {
     memcpy(tail, tag, SRPC_V5_AEGIS_TAG_HEAD);
@@ -278,12 +290,7 @@ int srpc_v5_seal_key(const uint8_t key[SRPC_V5_KEY_LEN], uint64_t session, int e
         if (encrypt & SRPC_V5_FLAG_AES ? !srpc_v5_aes_available() : !srpc_v5_aegis_available())
             return -ENOTSUP;
         if (encrypt & SRPC_V5_FLAG_ENCRYPT) {
-            uint64_t at = 0;
-            for (int i = 0; i < n; i++) {
-                if (enc + at != (const uint8_t *)data[i].iov_base) /* (already there: sealed in place) */
-                    memcpy(enc + at, data[i].iov_base, data[i].iov_len);
-                at += data[i].iov_len;
-            }
+            gather(enc, data, n);
             return suite_seal(key, (unsigned)encrypt, counter, hdr, enc, (uint32_t)len, tail);
         }
         if (n + 2 > SRPC_V5_MAX_PIECES)
@@ -309,12 +316,7 @@ int srpc_v5_seal_key(const uint8_t key[SRPC_V5_KEY_LEN], uint64_t session, int e
     poly_start(&p, key, nonce);
     poly_add(&p, hdr, SRPC_HDR_LEN, &p.ad_len);
     if (encrypt & SRPC_V5_FLAG_ENCRYPT) {
-        uint64_t at = 0;
-        for (int i = 0; i < n; i++) {
-            if (enc + at != (const uint8_t *)data[i].iov_base) /* (already there: sealed in place) */
-                memcpy(enc + at, data[i].iov_base, data[i].iov_len);
-            at += data[i].iov_len;
-        }
+        gather(enc, data, n);
         poly_add(&p, ids, 16, &p.ad_len);
         poly_pad(&p, p.ad_len);
         if (len)
