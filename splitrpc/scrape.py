@@ -204,7 +204,7 @@ def view(prev: Snapshot | None, cur: Snapshot) -> dict[str, Any]:
                       "batches_per_s": rate("executor_batches_total", **lab),
                       "load": round(busy / threads, 3) if busy is not None and threads > 0 else None})
     out["executors"] = execs
-    out["auth"] = {k[len(p) + 5:-6]: int(v) for (k, lab), v in cur.samples.items()
+    out["auth"] = {k.removeprefix(p + "auth_").removesuffix("_total"): int(v) for (k, lab), v in cur.samples.items()
                    if k.startswith(p + "auth_") and k.endswith("_total") and not lab}
     sessions = cur.samples.get((p + "auth_sessions", ()))
     if sessions is not None:
