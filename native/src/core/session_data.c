@@ -138,8 +138,6 @@ static int aegis_seal(const uint8_t key[SRPC_V5_KEY_LEN], uint64_t counter, uint
     return srpc_sodium()->aegis_encrypt(c, tag, NULL, m, mlen, ad, adlen, NULL, nonce, key);
 }
 
-/* The tag's two halves as the datagram carries them: the first before the trailer, the second
- * its last 16 bytes. */
 /* The n data pieces put together in enc, where an encrypting seal works; a piece already at its
  * place there (sealed in place) is not copied. */
 static void gather(uint8_t *enc, const struct iovec *data, int n)
@@ -152,6 +150,8 @@ static void gather(uint8_t *enc, const struct iovec *data, int n)
     }
 }
 
+/* The tag's two halves as the datagram carries them: the first before the trailer, the second
+ * its last 16 bytes. */
 static void aegis_split(uint8_t *tail, const uint8_t tag[AEGIS_TAG_LEN])
 {
     memcpy(tail, tag, SRPC_V5_AEGIS_TAG_HEAD);
